@@ -1,0 +1,2121 @@
+/* metaformer.h - v0.1.0 - public domain / MIT - one-file C99 library for MetaFormer language models
+ *
+ * Tensors, a small reverse-mode autograd, the ops transformer variants are built from, optimizers
+ * and learning-rate schedules, in one STB-style header. The CUDA backend lives in the companion
+ * file metaformer_cuda.cuh.
+ *
+ * USAGE
+ *   In exactly ONE C or C++ file:
+ *       #define METAFORMER_IMPLEMENTATION
+ *       #include "metaformer.h"
+ *   Every other file includes "metaformer.h" without the define. Build with
+ *       cc -O2 -march=native -fopenmp app.c -lm
+ *   (-march=native selects the AVX-512 / AVX2 GEMM kernel; -fopenmp uses all cores; both optional.)
+ *
+ * A 20-LINE EXAMPLE: fit y = 2x + 1 with one linear layer
+ *       mf_ctx *ctx = mf_ctx_new(42);                        // seed for init and dropout
+ *       mf_linear_layer fc = mf_linear_layer_new(ctx, "fc", 1, 1, 1);   // PyTorch init
+ *       mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 0.05f);
+ *       int shape[2] = {8, 1};
+ *       float xs[8], ys[8];
+ *       for (int i = 0; i < 8; i++) { xs[i] = i / 8.0f; ys[i] = 2 * xs[i] + 1; }
+ *       for (int step = 0; step < 500; step++) {
+ *           mf_tensor *x = mf_from(ctx, 2, shape, xs), *y = mf_from(ctx, 2, shape, ys);
+ *           mf_tensor *loss = mf_mse(ctx, mf_linear(ctx, x, fc.weight, fc.bias), y);
+ *           mf_backward(ctx, loss);                          // grads accumulate into params
+ *           mf_optimizer_step(ctx, &opt);                    // Adam on the flat buffers
+ *           if (step % 100 == 0) printf("%d %f\n", step, loss->data[0]);
+ *           mf_zero_grad(ctx);
+ *           mf_reset(ctx);                                   // frees this step's activations
+ *       }
+ *       if (!mf_ok(ctx)) fprintf(stderr, "%s\n", mf_error(ctx));   // sticky error: check once
+ *       mf_ctx_free(ctx);
+ *
+ * OPTIONS (define before including the implementation)
+ *   METAFORMER_STATIC       all functions are static (private to the implementing file)
+ *   MF_MALLOC(sz), MF_REALLOC(p, sz), MF_FREE(p)   custom allocator: define all three or none
+ *   MF_ASSERT(x)            internal invariant check (default: assert from <assert.h>)
+ *   METAFORMER_NO_OPENMP    ignore OpenMP even when compiling with -fopenmp
+ *   METAFORMER_NO_SIMD      use the portable C GEMM kernel instead of AVX-512 / AVX2
+ *   METAFORMER_CUDA         also compile the CUDA backend (that file must be compiled by nvcc)
+ *
+ * CONCEPTS
+ *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
+ *             buffer) and an activation arena that mf_reset() empties after every step. Nothing
+ *             in a training step calls malloc once the first step has sized the arena.
+ *   Tensors   float32, row-major, 1..4 dims, batch-first ([B, T, D]; heads [B, H, T, dk]).
+ *             t->data holds t->ne values; t->grad (when it has one) the same shape.
+ *             Parameter tensors live until mf_ctx_free; activation tensors until mf_reset.
+ *             Do not keep t->data of a parameter across mf_param() calls: the flat buffer may move.
+ *   Autograd  define-by-run: each op that needs a gradient is appended to a tape;
+ *             mf_backward(ctx, loss) walks it backwards and ADDS into gradients, so shared weights
+ *             and residuals need nothing special. mf_no_grad / mf_detach stop gradients.
+ *   Errors    no function crashes on bad input. A failing call returns NULL (or a negative code),
+ *             stores a message naming the op, the shapes and the fix (mf_error), and marks the
+ *             context failed: every later op returns NULL, so checking once at the end is enough.
+ *
+ * CONTENTS (search for the banners, e.g. "[mf:ops]")
+ *   [mf:api]        public declarations
+ *   [mf:platform]   allocator, errors, threads, timer, counter-based RNG
+ *   [mf:memory]     context, activation arena, parameter arena, tensor creation
+ *   [mf:init]       parameter initialisers (PyTorch defaults)
+ *   [mf:autograd]   tape, backward, no-grad
+ *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
+ *   [mf:ops]        every op: shape check, forward, backward - each in one place
+ *   [mf:layers]     linear layer helper
+ *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
+ *
+ * LICENSE: MIT. See the end of the file.
+ */
+#ifndef METAFORMER_H
+#define METAFORMER_H
+
+/* ==== [mf:api] ============================================================================== */
+#include <stddef.h>
+#include <stdint.h>
+
+#define METAFORMER_VERSION "0.1.0"
+
+#ifndef MFDEF
+#if defined(METAFORMER_STATIC) && (defined(__GNUC__) || defined(__clang__))
+#define MFDEF static __attribute__((unused)) /* no warning for the functions a file does not use */
+#elif defined(METAFORMER_STATIC)
+#define MFDEF static
+#else
+#define MFDEF extern
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MF_MAX_DIMS 4
+#define MF_MAX_SRC 4
+
+typedef struct mf_ctx mf_ctx;
+typedef struct mf__op mf__op;
+
+/* A float32 tensor. Read data/shape freely; the fields below the line are the autograd's. */
+typedef struct mf_tensor {
+    float *data;                 /* ne values, row-major */
+    float *grad;                 /* same layout; NULL when the tensor takes no gradient */
+    int64_t ne;                  /* number of elements */
+    int ndim;                    /* 1..4 */
+    int shape[MF_MAX_DIMS];
+    const char *name;            /* parameters: their unique name; activations: NULL */
+    /* ------------------------------------------------------------------ autograd internals */
+    const mf__op *op;            /* the op that made it; NULL for leaves */
+    struct mf_tensor *src[MF_MAX_SRC];
+    int iarg[8];                 /* op arguments */
+    float farg[4];
+    void *aux;                   /* op inputs that are not tensors (token ids, targets) */
+    float *saved;                /* values the forward keeps for the backward */
+    int requires_grad;
+    int is_param;
+    int64_t offset;              /* parameters: position in the flat buffers */
+} mf_tensor;
+
+/* ---- context --------------------------------------------------------------------------------- */
+/* A context with the given seed (initialisation and dropout are reproducible from it).
+   Returns NULL only when memory is exhausted. */
+MFDEF mf_ctx *mf_ctx_new(uint64_t seed);
+MFDEF void mf_ctx_free(mf_ctx *ctx);
+/* 1 while no error happened, 0 after one (and for a NULL ctx). */
+MFDEF int mf_ok(const mf_ctx *ctx);
+/* The first error's message, or "" when there is none. */
+MFDEF const char *mf_error(const mf_ctx *ctx);
+/* Forget the error so the context can be used again (tensors made by failed calls are gone). */
+MFDEF void mf_clear_error(mf_ctx *ctx);
+/* Threads for the CPU kernels: 0 = all OpenMP threads (default), 1 = single-threaded. */
+MFDEF void mf_set_threads(mf_ctx *ctx, int n_threads);
+/* Training mode (default 1): dropout is active only in training mode. Returns the old mode. */
+MFDEF int mf_set_training(mf_ctx *ctx, int training);
+/* Empty the activation arena and the tape: call once per step, after the optimizer step.
+   Every activation tensor made before becomes invalid; parameters are kept. */
+MFDEF void mf_reset(mf_ctx *ctx);
+/* Bytes in use by activations now / at most since the context was made, and parameter floats. */
+MFDEF size_t mf_activation_bytes(const mf_ctx *ctx);
+MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx);
+MFDEF int64_t mf_param_count(const mf_ctx *ctx);
+/* Seconds since an arbitrary point (wall clock with OpenMP or POSIX clocks, else CPU time). */
+MFDEF double mf_time(void);
+
+/* ---- tensors --------------------------------------------------------------------------------- */
+/* Activation tensors (valid until mf_reset), no gradient. shape has ndim (1..4) positive sizes. */
+MFDEF mf_tensor *mf_new(mf_ctx *ctx, int ndim, const int *shape);               /* zeros */
+MFDEF mf_tensor *mf_from(mf_ctx *ctx, int ndim, const int *shape, const float *values); /* copy */
+/* "[2, 3, 4]" into buf (at least 64 bytes); returns buf. */
+MFDEF char *mf_shape_str(const mf_tensor *t, char *buf, size_t size);
+
+/* ---- parameters ------------------------------------------------------------------------------ */
+/* A named parameter (zeros) in the flat parameter buffer; names are unique per context.
+   The pointer stays valid until mf_ctx_free. */
+MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *shape);
+/* The parameter of that name, or NULL (no error is raised). */
+MFDEF mf_tensor *mf_param_find(const mf_ctx *ctx, const char *name);
+/* The i-th parameter in creation order (NULL when out of range), and their number. */
+MFDEF mf_tensor *mf_param_at(const mf_ctx *ctx, int i);
+MFDEF int mf_param_tensors(const mf_ctx *ctx);
+/* Freeze (0) or unfreeze (1) a parameter: frozen ones get no gradient and no update. */
+MFDEF void mf_param_set_trainable(mf_tensor *param, int trainable);
+/* The flat buffers: mf_param_count(ctx) floats each (gaps between tensors are zero). */
+MFDEF float *mf_param_data(mf_ctx *ctx);
+MFDEF float *mf_param_grads(mf_ctx *ctx);
+
+/* ---- initialisers (reproducible: keyed by the context seed and the parameter's name) -------- */
+MFDEF int mf_init_const(mf_ctx *ctx, mf_tensor *t, float value);
+MFDEF int mf_init_uniform(mf_ctx *ctx, mf_tensor *t, float lo, float hi);
+MFDEF int mf_init_normal(mf_ctx *ctx, mf_tensor *t, float mean, float std);
+/* PyTorch's default for Linear/Conv weights: kaiming_uniform(a = sqrt 5) = U(-b, b),
+   b = 1/sqrt(fan_in), fan_in = ne / shape[0] (in_features, or in_channels * kernel). */
+MFDEF int mf_init_kaiming_uniform(mf_ctx *ctx, mf_tensor *t);
+/* PyTorch's default bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+MFDEF int mf_init_bias(mf_ctx *ctx, mf_tensor *t, int fan_in);
+
+/* ---- autograd -------------------------------------------------------------------------------- */
+/* Back-propagate from a one-element tensor: parameter gradients ACCUMULATE (call mf_zero_grad
+   between steps); activation gradients are recomputed on each call. Returns 0 or -1. */
+MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss);
+/* Enable (1) or disable (0) recording; returns the old state. Ops in a no-grad region make
+   tensors without gradient (use it for evaluation, memory updates, sampling). */
+MFDEF int mf_set_grad(mf_ctx *ctx, int enabled);
+/* A tensor with the same values and no gradient path (shares the data). */
+MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x);
+/* Set every parameter gradient to zero. */
+MFDEF void mf_zero_grad(mf_ctx *ctx);
+
+/* ---- ops: each returns a new tensor, or NULL with the error stored in ctx ------------------- */
+/* a [..., M, K] @ b [..., K, N] -> [..., M, N]; trans_a / trans_b use the operand transposed
+   (a stored [..., K, M], b stored [..., N, K]). Leading dims must match, or one operand is 2-D
+   and is shared by every matrix of the other. */
+MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a, int trans_b);
+/* x [..., in] @ w[out, in]^T + b[out] -> [..., out] (b may be NULL), as torch.nn.Linear. */
+MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b);
+/* Elementwise with broadcasting: the smaller operand's shape must equal the trailing dims of
+   the larger one (e.g. a bias [D] on [B, T, D]) or have one element. */
+MFDEF mf_tensor *mf_add(mf_ctx *ctx, mf_tensor *a, mf_tensor *b);
+MFDEF mf_tensor *mf_sub(mf_ctx *ctx, mf_tensor *a, mf_tensor *b);
+MFDEF mf_tensor *mf_mul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b);
+MFDEF mf_tensor *mf_scale(mf_ctx *ctx, mf_tensor *x, float s);
+MFDEF mf_tensor *mf_relu(mf_ctx *ctx, mf_tensor *x);
+/* GELU: exact erf form (torch default) when tanh_approx == 0, else the tanh approximation. */
+MFDEF mf_tensor *mf_gelu(mf_ctx *ctx, mf_tensor *x, int tanh_approx);
+MFDEF mf_tensor *mf_sigmoid(mf_ctx *ctx, mf_tensor *x);
+MFDEF mf_tensor *mf_silu(mf_ctx *ctx, mf_tensor *x);
+MFDEF mf_tensor *mf_exp(mf_ctx *ctx, mf_tensor *x);
+/* Softmax over the last axis. causal != 0: x is [..., Tq, Tk] scores and key j is hidden from
+   query i when j > i + (Tk - Tq) (the last Tq keys are the queries' own positions). */
+MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal);
+MFDEF mf_tensor *mf_log_softmax(mf_ctx *ctx, mf_tensor *x);
+/* Mean cross-entropy of softmax(logits [..., V]) against targets (one int per row of logits);
+   rows whose target == ignore_index do not count (use -1 to count all). Returns [1].
+   When every row is ignored the loss is 0. */
+MFDEF mf_tensor *mf_cross_entropy(mf_ctx *ctx, mf_tensor *logits, const int32_t *targets,
+                                  int ignore_index);
+/* mean((a - b)^2) over all elements; same shapes. Returns [1]. */
+MFDEF mf_tensor *mf_mse(mf_ctx *ctx, mf_tensor *a, mf_tensor *b);
+/* LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta (biased var).
+   gamma and beta are [D]; either may be NULL (then 1 / 0). */
+MFDEF mf_tensor *mf_layernorm(mf_ctx *ctx, mf_tensor *x, mf_tensor *gamma, mf_tensor *beta,
+                              float eps);
+/* Rows of table [V, D] picked by ids (ndim dims, shape as given) -> [shape..., D]. */
+MFDEF mf_tensor *mf_embedding(mf_ctx *ctx, mf_tensor *table, const int32_t *ids, int ndim,
+                              const int *shape);
+/* Inverted dropout with probability p in [0, 1); identity outside training mode. The mask
+   comes from a counter-based RNG (seed, call number, index): reproducible and never stored. */
+MFDEF mf_tensor *mf_dropout(mf_ctx *ctx, mf_tensor *x, float p);
+/* Same data, new shape (same element count); one size may be -1 (inferred). */
+MFDEF mf_tensor *mf_reshape(mf_ctx *ctx, mf_tensor *x, int ndim, const int *shape);
+/* out.shape[i] = x.shape[perm[i]] (a copy), as torch.permute. */
+MFDEF mf_tensor *mf_permute(mf_ctx *ctx, mf_tensor *x, const int *perm);
+MFDEF mf_tensor *mf_transpose(mf_ctx *ctx, mf_tensor *x, int dim0, int dim1);
+/* a and b joined along axis (other sizes equal). Negative axes count from the end. */
+MFDEF mf_tensor *mf_concat(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int axis);
+/* x[..., start : start + len, ...] along axis. */
+MFDEF mf_tensor *mf_slice(mf_ctx *ctx, mf_tensor *x, int axis, int start, int len);
+/* torch.roll along one axis: out[(i + shift) mod n] = x[i]. */
+MFDEF mf_tensor *mf_roll(mf_ctx *ctx, mf_tensor *x, int shift, int axis);
+/* Sum / mean of all elements -> [1]; sum over one axis (removed; a 1-D x gives [1]). */
+MFDEF mf_tensor *mf_sum(mf_ctx *ctx, mf_tensor *x);
+MFDEF mf_tensor *mf_mean(mf_ctx *ctx, mf_tensor *x);
+MFDEF mf_tensor *mf_sum_axis(mf_ctx *ctx, mf_tensor *x, int axis);
+/* 1-D convolution over time, channels last: x [B, T, Cin], w [Cout, Cin, K] (torch layout),
+   b [Cout] or NULL -> [B, (T + 2*pad - K) / stride + 1, Cout]; zero padding. */
+MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b, int stride,
+                           int pad);
+
+/* ---- layers ---------------------------------------------------------------------------------- */
+typedef struct mf_linear_layer { mf_tensor *weight, *bias; } mf_linear_layer;
+/* Parameters "<name>.weight" [out, in] (kaiming-uniform) and "<name>.bias" [out] (when
+   has_bias; PyTorch bias init), as torch.nn.Linear(in, out). Apply with mf_linear. */
+MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in, int out,
+                                          int has_bias);
+
+/* ---- GEMM ------------------------------------------------------------------------------------ */
+/* C[M][N] = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T (trans != 0).
+   beta == 0 overwrites C without reading it. n_threads <= 0: all OpenMP threads. */
+MFDEF void mf_sgemm(int transA, int transB, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc, int n_threads);
+/* batch products; matrix i at A + i*strideA, ...; a stride of 0 shares that operand. */
+MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha,
+                    const float *A, int lda, long long strideA, const float *B, int ldb,
+                    long long strideB, float beta, float *C, int ldc, long long strideC,
+                    int batch, int n_threads);
+
+/* ---- optimizers and schedules ---------------------------------------------------------------- */
+typedef enum mf_schedule_kind {
+    MF_SCHED_CONSTANT = 0, /* lr */
+    MF_SCHED_WARMUP,       /* labml AdamWarmup: 1e-8 + t * lr / warmup while t < warmup, then lr */
+    MF_SCHED_NOAM,         /* lr * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5) */
+    MF_SCHED_COSINE        /* lr * t / warmup, then cosine from lr to min_lr at total_steps */
+} mf_schedule_kind;
+
+typedef struct mf_schedule {
+    mf_schedule_kind kind;
+    float lr;              /* base / peak learning rate */
+    int warmup;            /* warm-up steps (WARMUP, NOAM, COSINE) */
+    int total_steps;       /* COSINE: the step where min_lr is reached */
+    float min_lr;          /* COSINE */
+    int d_model;           /* NOAM */
+} mf_schedule;
+
+typedef enum mf_optimizer_kind {
+    MF_OPT_ADAM = 0,   /* torch.optim.Adam: bias-corrected moments; weight_decay adds wd*theta to g */
+    MF_OPT_ADAM_LABML, /* labml "optimized update": eps added to sqrt(v) before bias correction;
+                          weight_decay decoupled with the base lr: theta *= 1 - lr * wd */
+    MF_OPT_ADAMW,      /* torch.optim.AdamW: decoupled theta *= 1 - lr_t * wd */
+    MF_OPT_SGD         /* torch.optim.SGD with momentum (and nesterov); weight_decay adds wd*theta */
+} mf_optimizer_kind;
+
+typedef struct mf_optimizer {
+    mf_optimizer_kind kind;
+    float beta1, beta2, eps;   /* Adam family */
+    float weight_decay;
+    float momentum;            /* SGD */
+    int nesterov;              /* SGD */
+    mf_schedule schedule;      /* the learning rate at step t (t = 1 for the first step) */
+} mf_optimizer;
+
+/* PyTorch's defaults for that optimizer (Adam/AdamW betas (0.9, 0.999), eps 1e-8, AdamW wd
+   0.01, SGD momentum 0) with a constant learning rate lr. */
+MFDEF mf_optimizer mf_optimizer_default(mf_optimizer_kind kind, float lr);
+/* The learning rate of a schedule at step t >= 1 (t <= 0 is treated as 1). */
+MFDEF float mf_schedule_lr(const mf_schedule *s, int64_t t);
+/* One update of every trainable parameter from its gradient (increments the step counter,
+   allocates the moments on first use). Returns 0, or -1 on bad config / failed context. */
+MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *opt);
+/* Steps taken so far (t of the last update). */
+MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx);
+/* Global L2 norm of all gradients; when max_norm > 0 and norm > max_norm, gradients are scaled
+   by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the norm before. */
+MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* METAFORMER_H */
+
+/* ============================================================================================ */
+/*                                      IMPLEMENTATION                                          */
+/* ============================================================================================ */
+#ifdef METAFORMER_IMPLEMENTATION
+#ifndef METAFORMER_IMPLEMENTATION_DONE
+#define METAFORMER_IMPLEMENTATION_DONE
+
+/* ==== [mf:platform] ========================================================================= */
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdarg.h>
+#include <math.h>
+#include <time.h>
+
+#if defined(MF_MALLOC) && defined(MF_FREE) && defined(MF_REALLOC)
+/* the user's allocator */
+#elif !defined(MF_MALLOC) && !defined(MF_FREE) && !defined(MF_REALLOC)
+#define MF_MALLOC(sz) malloc(sz)
+#define MF_REALLOC(p, sz) realloc(p, sz)
+#define MF_FREE(p) free(p)
+#else
+#error "metaformer.h: define all of MF_MALLOC, MF_REALLOC and MF_FREE, or none of them"
+#endif
+
+#ifndef MF_ASSERT
+#include <assert.h>
+#define MF_ASSERT(x) assert(x)
+#endif
+
+#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
+#include <omp.h>
+#define MF__OMP 1
+#else
+#define MF__OMP 0
+#endif
+
+#define MF__PRAGMA(x) _Pragma(#x)
+#if MF__OMP
+/* Parallel loop over n independent iterations of `cost` flops each; small loops stay serial. */
+#define MF__PARFOR(ctx, n, cost) \
+    MF__PRAGMA(omp parallel for schedule(static) num_threads(mf__threads_for(ctx, (double)(n) * (cost))))
+#else
+#define MF__PARFOR(ctx, n, cost) (void)(ctx);
+#endif
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+#define MF__ALIGN 64
+#define MF__ERRLEN 512
+
+struct mf__block;
+
+struct mf_ctx {
+    uint64_t seed;
+    int n_threads;           /* 0 = OpenMP default */
+    int training;
+    int grad_enabled;
+    int failed;
+    char err[MF__ERRLEN];
+    /* activation arena: a chain of blocks, merged into one on reset */
+    struct mf__block *blocks;
+    size_t act_used, act_peak;
+    /* tape of tensors that need a gradient, in creation order */
+    mf_tensor **tape;
+    int tape_len, tape_cap;
+    /* parameters: one flat buffer each for values, gradients and the two optimizer moments */
+    mf_tensor **params;
+    int n_params, params_cap;
+    float *p_data, *p_grad, *p_m, *p_v;
+    int64_t p_used, p_cap;  /* floats */
+    int64_t opt_t;          /* optimizer steps taken */
+    uint64_t rng_calls;     /* dropout calls so far: the RNG stream of the next one */
+};
+
+static void *mf__xmalloc(size_t n) { return n ? MF_MALLOC(n) : NULL; }
+
+/* Record the first error (later ones are usually consequences). Always returns NULL. */
+static void *mf__fail(mf_ctx *ctx, const char *fmt, ...) {
+    if (ctx && !ctx->failed) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+        va_end(ap);
+        ctx->failed = 1;
+    }
+    return NULL;
+}
+
+#if MF__OMP
+static int mf__threads_for(const mf_ctx *ctx, double work) {
+    int nt = (ctx && ctx->n_threads > 0) ? ctx->n_threads : omp_get_max_threads();
+    if (work < 32768.0) return 1; /* below ~30 kflop a fork/join costs more than it saves */
+    return nt < 1 ? 1 : nt;
+}
+#endif
+
+MFDEF double mf_time(void) {
+#if MF__OMP
+    return omp_get_wtime();
+#elif defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#else
+    return (double)clock() / CLOCKS_PER_SEC;
+#endif
+}
+
+/* Counter-based RNG: a splitmix64-style hash of (seed, stream, index). Any element of any
+   stream is computed directly, so CPU and GPU kernels draw identical numbers in any order. */
+static uint64_t mf__mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static uint64_t mf__rand64(uint64_t seed, uint64_t stream, uint64_t index) {
+    return mf__mix64(mf__mix64(seed ^ mf__mix64(stream + 0x9e3779b97f4a7c15ULL)) + index);
+}
+/* uniform in [0, 1) with 24 random bits */
+static float mf__uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+    return (float)(mf__rand64(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
+}
+/* standard normal (Box-Muller on two 32-bit halves of one draw) */
+static float mf__normal(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint64_t r = mf__rand64(seed, stream, index);
+    double u1 = ((double)(r >> 32) + 1.0) / 4294967297.0; /* (0, 1) */
+    double u2 = (double)(r & 0xffffffffULL) / 4294967296.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+static uint64_t mf__hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    while (*s) { h ^= (unsigned char)*s++; h *= 1099511628211ULL; }
+    return h;
+}
+
+/* ==== [mf:memory] =========================================================================== */
+typedef struct mf__block {
+    struct mf__block *next;  /* older block */
+    void *raw;               /* what MF_MALLOC returned */
+    char *base;              /* MF__ALIGN-aligned start */
+    size_t cap, used;
+} mf__block;
+
+#define MF__ARENA_MIN (1u << 20)
+
+static mf__block *mf__block_new(size_t cap) {
+    mf__block *b = (mf__block *)mf__xmalloc(sizeof(mf__block));
+    if (!b) return NULL;
+    b->raw = mf__xmalloc(cap + MF__ALIGN);
+    if (!b->raw) { MF_FREE(b); return NULL; }
+    b->base = (char *)(((uintptr_t)b->raw + MF__ALIGN - 1) & ~(uintptr_t)(MF__ALIGN - 1));
+    b->cap = cap; b->used = 0; b->next = NULL;
+    return b;
+}
+static void mf__blocks_free(mf__block *b) {
+    while (b) { mf__block *n = b->next; MF_FREE(b->raw); MF_FREE(b); b = n; }
+}
+
+/* Aligned scratch from the activation arena; valid until mf_reset. Not zeroed. */
+static void *mf__alloc(mf_ctx *ctx, size_t bytes) {
+    mf__block *b;
+    bytes = (bytes + MF__ALIGN - 1) & ~(size_t)(MF__ALIGN - 1);
+    if (bytes == 0) bytes = MF__ALIGN;
+    b = ctx->blocks;
+    if (!b || b->used + bytes > b->cap) {
+        size_t cap = b ? 2 * b->cap : MF__ARENA_MIN;
+        mf__block *nb;
+        if (cap < bytes) cap = bytes;
+        nb = mf__block_new(cap);
+        if (!nb) return mf__fail(ctx, "out of memory: the activation arena needs %zu more bytes "
+                                 "(reduce batch or sequence length)", bytes);
+        nb->next = b; ctx->blocks = nb; b = nb;
+    }
+    {
+        void *p = b->base + b->used;
+        b->used += bytes;
+        ctx->act_used += bytes;
+        if (ctx->act_used > ctx->act_peak) ctx->act_peak = ctx->act_used;
+        return p;
+    }
+}
+static void *mf__calloc(mf_ctx *ctx, size_t bytes) {
+    void *p = mf__alloc(ctx, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+MFDEF mf_ctx *mf_ctx_new(uint64_t seed) {
+    mf_ctx *ctx = (mf_ctx *)mf__xmalloc(sizeof(mf_ctx));
+    if (!ctx) return NULL;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->seed = seed;
+    ctx->training = 1;
+    ctx->grad_enabled = 1;
+    return ctx;
+}
+
+MFDEF void mf_ctx_free(mf_ctx *ctx) {
+    int i;
+    if (!ctx) return;
+    for (i = 0; i < ctx->n_params; i++) {
+        MF_FREE((void *)ctx->params[i]->name);
+        MF_FREE(ctx->params[i]);
+    }
+    MF_FREE(ctx->params);
+    MF_FREE(ctx->p_data); MF_FREE(ctx->p_grad); MF_FREE(ctx->p_m); MF_FREE(ctx->p_v);
+    MF_FREE(ctx->tape);
+    mf__blocks_free(ctx->blocks);
+    MF_FREE(ctx);
+}
+
+MFDEF int mf_ok(const mf_ctx *ctx) { return ctx && !ctx->failed; }
+MFDEF const char *mf_error(const mf_ctx *ctx) {
+    if (!ctx) return "the context is NULL (mf_ctx_new failed: out of memory?)";
+    return ctx->failed ? ctx->err : "";
+}
+MFDEF void mf_clear_error(mf_ctx *ctx) { if (ctx) { ctx->failed = 0; ctx->err[0] = 0; } }
+MFDEF void mf_set_threads(mf_ctx *ctx, int n_threads) {
+    if (ctx) ctx->n_threads = n_threads < 0 ? 0 : n_threads;
+}
+MFDEF int mf_set_training(mf_ctx *ctx, int training) {
+    int old;
+    if (!ctx) return 0;
+    old = ctx->training; ctx->training = training != 0;
+    return old;
+}
+MFDEF size_t mf_activation_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_used : 0; }
+MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_peak : 0; }
+MFDEF int64_t mf_param_count(const mf_ctx *ctx) { return ctx ? ctx->p_used : 0; }
+
+MFDEF void mf_reset(mf_ctx *ctx) {
+    size_t total = 0;
+    mf__block *b;
+    if (!ctx) return;
+    ctx->tape_len = 0;
+    ctx->act_used = 0;
+    if (!ctx->blocks) return;
+    if (!ctx->blocks->next) { ctx->blocks->used = 0; return; }
+    /* several blocks: replace them by one block that holds what this step needed */
+    for (b = ctx->blocks; b; b = b->next) total += b->cap;
+    mf__blocks_free(ctx->blocks);
+    ctx->blocks = mf__block_new(total);
+    if (!ctx->blocks) mf__fail(ctx, "out of memory: cannot allocate a %zu-byte activation arena", total);
+}
+
+MFDEF char *mf_shape_str(const mf_tensor *t, char *buf, size_t size) {
+    size_t n = 0;
+    int i;
+    if (!buf || size == 0) return buf;
+    buf[0] = 0;
+    if (!t) { snprintf(buf, size, "NULL"); return buf; }
+    n += (size_t)snprintf(buf + n, size - n, "[");
+    for (i = 0; i < t->ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %d" : "%d", t->shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+    return buf;
+}
+
+/* Validate a user-given shape; returns the element count or -1 (with the error set). */
+static int64_t mf__check_shape(mf_ctx *ctx, const char *who, int ndim, const int *shape) {
+    int64_t ne = 1;
+    int i;
+    if (ndim < 1 || ndim > MF_MAX_DIMS)
+        return (mf__fail(ctx, "%s: ndim is %d; tensors have 1 to %d dimensions", who, ndim, MF_MAX_DIMS), -1);
+    if (!shape) return (mf__fail(ctx, "%s: shape is NULL; pass an array of %d sizes", who, ndim), -1);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] <= 0)
+            return (mf__fail(ctx, "%s: size %d of dimension %d is not positive", who, shape[i], i), -1);
+        ne *= shape[i];
+        if (ne > ((int64_t)1 << 40))
+            return (mf__fail(ctx, "%s: shape has more than 2^40 elements", who), -1);
+    }
+    return ne;
+}
+
+/* A tensor header in the arena with shape set; data is not allocated. */
+static mf_tensor *mf__header(mf_ctx *ctx, int ndim, const int *shape) {
+    mf_tensor *t = (mf_tensor *)mf__calloc(ctx, sizeof(mf_tensor));
+    int i;
+    if (!t) return NULL;
+    t->ndim = ndim;
+    t->ne = 1;
+    for (i = 0; i < ndim; i++) { t->shape[i] = shape[i]; t->ne *= shape[i]; }
+    return t;
+}
+
+MFDEF mf_tensor *mf_new(mf_ctx *ctx, int ndim, const int *shape) {
+    mf_tensor *t;
+    if (!mf_ok(ctx)) return NULL;
+    if (mf__check_shape(ctx, "mf_new", ndim, shape) < 0) return NULL;
+    t = mf__header(ctx, ndim, shape);
+    if (!t) return NULL;
+    t->data = (float *)mf__calloc(ctx, (size_t)t->ne * sizeof(float));
+    return t->data ? t : NULL;
+}
+
+MFDEF mf_tensor *mf_from(mf_ctx *ctx, int ndim, const int *shape, const float *values) {
+    mf_tensor *t;
+    if (!mf_ok(ctx)) return NULL;
+    if (!values) return (mf_tensor *)mf__fail(ctx, "mf_from: values is NULL; pass the data to copy");
+    t = mf_new(ctx, ndim, shape);
+    if (t) memcpy(t->data, values, (size_t)t->ne * sizeof(float));
+    return t;
+}
+
+/* ---- parameter arena ---- */
+static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
+    int64_t cap = ctx->p_cap ? ctx->p_cap : 4096;
+    int i;
+    float **bufs[4];
+    if (floats <= ctx->p_cap) return 0;
+    while (cap < floats) cap *= 2;
+    bufs[0] = &ctx->p_data; bufs[1] = &ctx->p_grad; bufs[2] = &ctx->p_m; bufs[3] = &ctx->p_v;
+    for (i = 0; i < 4; i++) {
+        float *nb;
+        if (i >= 2 && !*bufs[i]) continue; /* moments appear with the first optimizer step */
+        nb = (float *)MF_REALLOC(*bufs[i], (size_t)cap * sizeof(float));
+        if (!nb) {
+            mf__fail(ctx, "out of memory: cannot grow the parameter buffers to %lld floats", (long long)cap);
+            return -1;
+        }
+        memset(nb + ctx->p_cap, 0, (size_t)(cap - ctx->p_cap) * sizeof(float));
+        *bufs[i] = nb;
+    }
+    ctx->p_cap = cap;
+    for (i = 0; i < ctx->n_params; i++) { /* the buffers may have moved */
+        mf_tensor *p = ctx->params[i];
+        p->data = ctx->p_data + p->offset;
+        p->grad = ctx->p_grad + p->offset;
+    }
+    return 0;
+}
+
+MFDEF mf_tensor *mf_param_find(const mf_ctx *ctx, const char *name) {
+    int i;
+    if (!ctx || !name) return NULL;
+    for (i = 0; i < ctx->n_params; i++)
+        if (strcmp(ctx->params[i]->name, name) == 0) return ctx->params[i];
+    return NULL;
+}
+
+MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *shape) {
+    mf_tensor *t;
+    int64_t ne, off;
+    char *nm;
+    int i;
+    if (!mf_ok(ctx)) return NULL;
+    if (!name || !name[0]) return (mf_tensor *)mf__fail(ctx, "mf_param: the name is NULL or empty; every parameter needs a unique name");
+    if (mf_param_find(ctx, name))
+        return (mf_tensor *)mf__fail(ctx, "mf_param: a parameter named \"%s\" exists already; names must be unique", name);
+    if ((ne = mf__check_shape(ctx, "mf_param", ndim, shape)) < 0) return NULL;
+    off = (ctx->p_used + 15) & ~(int64_t)15; /* 64-byte aligned within the buffer */
+    if (mf__param_reserve(ctx, off + ne) < 0) return NULL;
+    if (ctx->n_params == ctx->params_cap) {
+        int cap = ctx->params_cap ? 2 * ctx->params_cap : 64;
+        mf_tensor **np = (mf_tensor **)MF_REALLOC(ctx->params, (size_t)cap * sizeof(mf_tensor *));
+        if (!np) return (mf_tensor *)mf__fail(ctx, "out of memory: parameter list");
+        ctx->params = np; ctx->params_cap = cap;
+    }
+    t = (mf_tensor *)mf__xmalloc(sizeof(mf_tensor));
+    nm = (char *)mf__xmalloc(strlen(name) + 1);
+    if (!t || !nm) { MF_FREE(t); MF_FREE(nm); return (mf_tensor *)mf__fail(ctx, "out of memory: parameter \"%s\"", name); }
+    memset(t, 0, sizeof *t);
+    strcpy(nm, name);
+    t->name = nm;
+    t->ndim = ndim;
+    for (i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->ne = ne;
+    t->offset = off;
+    t->data = ctx->p_data + off;
+    t->grad = ctx->p_grad + off;
+    t->is_param = 1;
+    t->requires_grad = 1;
+    ctx->p_used = off + ne;
+    ctx->params[ctx->n_params++] = t;
+    return t;
+}
+
+MFDEF mf_tensor *mf_param_at(const mf_ctx *ctx, int i) {
+    return (ctx && i >= 0 && i < ctx->n_params) ? ctx->params[i] : NULL;
+}
+MFDEF int mf_param_tensors(const mf_ctx *ctx) { return ctx ? ctx->n_params : 0; }
+MFDEF void mf_param_set_trainable(mf_tensor *param, int trainable) {
+    if (param && param->is_param) param->requires_grad = trainable != 0;
+}
+MFDEF float *mf_param_data(mf_ctx *ctx) { return ctx ? ctx->p_data : NULL; }
+MFDEF float *mf_param_grads(mf_ctx *ctx) { return ctx ? ctx->p_grad : NULL; }
+
+/* ==== [mf:init] ============================================================================= */
+static int mf__init_target(mf_ctx *ctx, mf_tensor *t, const char *who) {
+    if (!mf_ok(ctx)) return -1;
+    if (!t) return (mf__fail(ctx, "%s: the tensor is NULL", who), -1);
+    return 0;
+}
+/* the RNG stream of a tensor: its name for parameters (stable across runs and creation order) */
+static uint64_t mf__stream_of(const mf_tensor *t) {
+    return t->name ? mf__hash_str(t->name) : (uint64_t)(uintptr_t)t;
+}
+MFDEF int mf_init_const(mf_ctx *ctx, mf_tensor *t, float value) {
+    int64_t i;
+    if (mf__init_target(ctx, t, "mf_init_const") < 0) return -1;
+    for (i = 0; i < t->ne; i++) t->data[i] = value;
+    return 0;
+}
+MFDEF int mf_init_uniform(mf_ctx *ctx, mf_tensor *t, float lo, float hi) {
+    int64_t i;
+    uint64_t st;
+    if (mf__init_target(ctx, t, "mf_init_uniform") < 0) return -1;
+    st = mf__stream_of(t);
+    for (i = 0; i < t->ne; i++) t->data[i] = lo + (hi - lo) * mf__uniform(ctx->seed, st, (uint64_t)i);
+    return 0;
+}
+MFDEF int mf_init_normal(mf_ctx *ctx, mf_tensor *t, float mean, float std) {
+    int64_t i;
+    uint64_t st;
+    if (mf__init_target(ctx, t, "mf_init_normal") < 0) return -1;
+    if (!(std >= 0)) return (mf__fail(ctx, "mf_init_normal: std %g is negative or NaN", (double)std), -1);
+    st = mf__stream_of(t);
+    for (i = 0; i < t->ne; i++) t->data[i] = mean + std * mf__normal(ctx->seed, st, (uint64_t)i);
+    return 0;
+}
+MFDEF int mf_init_kaiming_uniform(mf_ctx *ctx, mf_tensor *t) {
+    float b;
+    if (mf__init_target(ctx, t, "mf_init_kaiming_uniform") < 0) return -1;
+    /* gain sqrt(2 / (1 + a^2)) with a = sqrt(5), bound = gain * sqrt(3 / fan_in) = 1/sqrt(fan_in) */
+    b = 1.0f / sqrtf((float)(t->ne / t->shape[0]));
+    return mf_init_uniform(ctx, t, -b, b);
+}
+MFDEF int mf_init_bias(mf_ctx *ctx, mf_tensor *t, int fan_in) {
+    float b;
+    if (mf__init_target(ctx, t, "mf_init_bias") < 0) return -1;
+    if (fan_in <= 0) return (mf__fail(ctx, "mf_init_bias: fan_in %d must be positive", fan_in), -1);
+    b = 1.0f / sqrtf((float)fan_in);
+    return mf_init_uniform(ctx, t, -b, b);
+}
+
+/* ==== [mf:autograd] ========================================================================= */
+/* An op is one of these, defined in one place in [mf:ops]. shape() validates the inputs and
+   arguments of `out` and sets out->ndim/shape (calling mf__fail on bad input); forward() fills
+   out->data; backward() ADDS the contribution of out->grad to the gradients of the inputs. */
+struct mf__op {
+    const char *name;
+    int n_required;          /* src[0 .. n_required-1] must not be NULL; later ones are optional */
+    int (*shape)(mf_ctx *ctx, mf_tensor *out);
+    void (*forward)(mf_ctx *ctx, mf_tensor *out);
+    void (*backward)(mf_ctx *ctx, mf_tensor *out);
+    int is_view;             /* the output shares src[0]'s data (reshape) */
+};
+
+/* the gradient buffer of an input, or NULL when it takes none */
+static float *mf__g(const mf_tensor *t) { return (t && t->requires_grad) ? t->grad : NULL; }
+
+static void mf__set_shape(mf_tensor *t, int ndim, const int *shape) {
+    int i;
+    t->ndim = ndim;
+    t->ne = 1;
+    for (i = 0; i < ndim; i++) { t->shape[i] = shape[i]; t->ne *= shape[i]; }
+}
+static int mf__last(const mf_tensor *t) { return t->shape[t->ndim - 1]; }
+static int64_t mf__rows(const mf_tensor *t) { return t->ne / mf__last(t); }
+
+/* Start a node of `op` with up to four inputs. */
+static mf_tensor *mf__begin(mf_ctx *ctx, const mf__op *op, mf_tensor *a, mf_tensor *b,
+                            mf_tensor *c, mf_tensor *d) {
+    mf_tensor *t;
+    if (!mf_ok(ctx)) return NULL;
+    t = (mf_tensor *)mf__calloc(ctx, sizeof(mf_tensor));
+    if (!t) return NULL;
+    t->op = op;
+    t->src[0] = a; t->src[1] = b; t->src[2] = c; t->src[3] = d;
+    return t;
+}
+
+static int mf__tape_push(mf_ctx *ctx, mf_tensor *t) {
+    if (ctx->tape_len == ctx->tape_cap) {
+        int cap = ctx->tape_cap ? 2 * ctx->tape_cap : 256;
+        mf_tensor **nt = (mf_tensor **)MF_REALLOC(ctx->tape, (size_t)cap * sizeof(mf_tensor *));
+        if (!nt) { mf__fail(ctx, "out of memory: autograd tape"); return -1; }
+        ctx->tape = nt; ctx->tape_cap = cap;
+    }
+    ctx->tape[ctx->tape_len++] = t;
+    return 0;
+}
+
+/* Check, shape, allocate, compute and record a node made by mf__begin. */
+static mf_tensor *mf__finish(mf_ctx *ctx, mf_tensor *t) {
+    int i;
+    if (!t || !mf_ok(ctx)) return NULL;
+    for (i = 0; i < t->op->n_required; i++)
+        if (!t->src[i])
+            return (mf_tensor *)mf__fail(ctx, "%s: input %d is NULL; pass a tensor made by this context", t->op->name, i + 1);
+    if (t->op->shape(ctx, t) < 0 || !mf_ok(ctx)) return NULL;
+    if (t->op->is_view) t->data = t->src[0]->data;
+    else if (!(t->data = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float)))) return NULL;
+    if (ctx->grad_enabled)
+        for (i = 0; i < MF_MAX_SRC; i++)
+            if (t->src[i] && t->src[i]->requires_grad) t->requires_grad = 1;
+    t->op->forward(ctx, t);
+    if (!mf_ok(ctx)) return NULL;
+    if (t->requires_grad && mf__tape_push(ctx, t) < 0) return NULL;
+    return t;
+}
+
+MFDEF int mf_set_grad(mf_ctx *ctx, int enabled) {
+    int old;
+    if (!ctx) return 0;
+    old = ctx->grad_enabled; ctx->grad_enabled = enabled != 0;
+    return old;
+}
+
+MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x) {
+    mf_tensor *t;
+    if (!mf_ok(ctx)) return NULL;
+    if (!x) return (mf_tensor *)mf__fail(ctx, "mf_detach: input is NULL");
+    t = mf__header(ctx, x->ndim, x->shape);
+    if (t) t->data = x->data;
+    return t;
+}
+
+MFDEF void mf_zero_grad(mf_ctx *ctx) {
+    if (ctx && ctx->p_grad) memset(ctx->p_grad, 0, (size_t)ctx->p_used * sizeof(float));
+}
+
+MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
+    int i, end = -1;
+    char s[64];
+    if (!mf_ok(ctx)) return -1;
+    if (!loss) return (mf__fail(ctx, "mf_backward: the loss is NULL"), -1);
+    if (loss->ne != 1)
+        return (mf__fail(ctx, "mf_backward: the loss has shape %s; backward starts from one value "
+                         "(reduce it with mf_sum or mf_mean)", mf_shape_str(loss, s, sizeof s)), -1);
+    if (!loss->requires_grad)
+        return (mf__fail(ctx, "mf_backward: the loss depends on no trainable parameter (was it made "
+                         "under mf_set_grad(ctx, 0), from detached tensors, or is it a parameter?)"), -1);
+    for (i = ctx->tape_len - 1; i >= 0; i--) if (ctx->tape[i] == loss) { end = i; break; }
+    if (end < 0)
+        return (mf__fail(ctx, "mf_backward: the loss is not on this context's tape (made before the "
+                         "last mf_reset, or by another context?)"), -1);
+    for (i = 0; i <= end; i++) { /* fresh activation gradients */
+        mf_tensor *t = ctx->tape[i];
+        if (!t->grad && !(t->grad = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float)))) return -1;
+        memset(t->grad, 0, (size_t)t->ne * sizeof(float));
+    }
+    loss->grad[0] = 1.0f;
+    for (i = end; i >= 0; i--) ctx->tape[i]->op->backward(ctx, ctx->tape[i]);
+    return mf_ok(ctx) ? 0 : -1;
+}
+
+/* ==== [mf:gemm] ============================================================================= */
+/* placeholder: replaced by the packed SIMD kernel */
+MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha,
+                    const float *A, int lda, long long strideA, const float *B, int ldb,
+                    long long strideB, float beta, float *C, int ldc, long long strideC,
+                    int batch, int n_threads) {
+    int64_t bi;
+    (void)n_threads;
+    for (bi = 0; bi < batch; bi++) {
+        const float *a = A + bi * strideA, *b = B + bi * strideB;
+        float *c = C + bi * strideC;
+        int i;
+        for (i = 0; i < M; i++) {
+            int j, k;
+            float *crow = c + (int64_t)i * ldc;
+            if (beta == 0) for (j = 0; j < N; j++) crow[j] = 0;
+            else if (beta != 1) for (j = 0; j < N; j++) crow[j] *= beta;
+            for (k = 0; k < K; k++) {
+                float av = alpha * (transA ? a[(int64_t)k * lda + i] : a[(int64_t)i * lda + k]);
+                if (transB) for (j = 0; j < N; j++) crow[j] += av * b[(int64_t)j * ldb + k];
+                else { const float *brow = b + (int64_t)k * ldb; for (j = 0; j < N; j++) crow[j] += av * brow[j]; }
+            }
+        }
+    }
+}
+MFDEF void mf_sgemm(int transA, int transB, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc, int n_threads) {
+    mf_sgemm_batched(transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, n_threads);
+}
+/* ==== [mf:gemm-end] ========================================================================= */
+
+/* ==== [mf:ops] ============================================================================== */
+#define MF__SHAPE_FAIL(...) (mf__fail(ctx, __VA_ARGS__), -1)
+
+/* C_i = alpha * op(A_i) op(B_i) + beta * C_i for i < batch. sC == 0 with batch > 1 means every
+   product adds into the same C (a shared operand's gradient): those run one after another. */
+static void mf__gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A,
+                     int64_t sA, const float *B, int64_t sB, float beta, float *C, int64_t sC,
+                     int batch) {
+    int lda = ta ? M : K, ldb = tb ? K : N, i;
+    if (batch > 1 && sC == 0) {
+        for (i = 0; i < batch; i++)
+            mf_sgemm(ta, tb, M, N, K, 1.0f, A + i * sA, lda, B + i * sB, ldb, i ? 1.0f : beta, C, N,
+                     ctx->n_threads);
+    } else {
+        mf_sgemm_batched(ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, N, sC, batch,
+                         ctx->n_threads);
+    }
+}
+
+/* ---- matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N] ------------------------------------
+   iarg: 0 trans_a, 1 trans_b, 2 M, 3 N, 4 K, 5 batch, 6 mode (0 both batched, 1 b shared,
+   2 a shared) */
+static int mf__matmul_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *a = out->src[0], *b = out->src[1];
+    int ta = out->iarg[0], tb = out->iarg[1], M, K, K2, N, i, shape[MF_MAX_DIMS];
+    char sa[64], sb[64];
+    if (a->ndim < 2 || b->ndim < 2)
+        return MF__SHAPE_FAIL("matmul: operands need at least 2 dims, got %s and %s",
+                              mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64));
+    M = a->shape[a->ndim - (ta ? 1 : 2)]; K = a->shape[a->ndim - (ta ? 2 : 1)];
+    K2 = b->shape[b->ndim - (tb ? 1 : 2)]; N = b->shape[b->ndim - (tb ? 2 : 1)];
+    if (K != K2)
+        return MF__SHAPE_FAIL("matmul: inner sizes differ: a %s%s has K = %d, b %s%s has K = %d",
+                              mf_shape_str(a, sa, 64), ta ? " (transposed)" : "", K,
+                              mf_shape_str(b, sb, 64), tb ? " (transposed)" : "", K2);
+    if (a->ndim > 2 && b->ndim > 2) {
+        if (a->ndim != b->ndim) i = -1;
+        else for (i = 0; i < a->ndim - 2 && a->shape[i] == b->shape[i]; i++) {}
+        if (i != a->ndim - 2)
+            return MF__SHAPE_FAIL("matmul: batch dims of %s and %s differ; they must be equal, or one "
+                                  "operand must be 2-D", mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64));
+        out->iarg[6] = 0;
+    } else out->iarg[6] = (b->ndim == 2) ? 1 : 2;
+    {
+        const mf_tensor *big = out->iarg[6] == 2 ? b : a;
+        for (i = 0; i < big->ndim - 2; i++) shape[i] = big->shape[i];
+        shape[big->ndim - 2] = M; shape[big->ndim - 1] = N;
+        mf__set_shape(out, big->ndim, shape);
+    }
+    out->iarg[2] = M; out->iarg[3] = N; out->iarg[4] = K;
+    out->iarg[5] = (int)(out->ne / ((int64_t)M * N));
+    return 0;
+}
+static void mf__matmul_forward(mf_ctx *ctx, mf_tensor *out) {
+    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
+    int batch = out->iarg[5], mode = out->iarg[6];
+    int64_t sA = mode == 2 ? 0 : (int64_t)M * K, sB = mode == 1 ? 0 : (int64_t)K * N;
+    if (mode == 1 && !ta) /* shared b: one tall product */
+        mf__gemm(ctx, 0, tb, M * batch, N, K, out->src[0]->data, 0, out->src[1]->data, 0, 0.0f, out->data, 0, 1);
+    else
+        mf__gemm(ctx, ta, tb, M, N, K, out->src[0]->data, sA, out->src[1]->data, sB, 0.0f, out->data,
+                 (int64_t)M * N, batch);
+}
+static void mf__matmul_backward(mf_ctx *ctx, mf_tensor *out) {
+    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
+    int batch = out->iarg[5], mode = out->iarg[6];
+    const float *A = out->src[0]->data, *B = out->src[1]->data, *dC = out->grad;
+    float *dA = mf__g(out->src[0]), *dB = mf__g(out->src[1]);
+    int64_t sA = mode == 2 ? 0 : (int64_t)M * K, sB = mode == 1 ? 0 : (int64_t)K * N, sC = (int64_t)M * N;
+    if (dA) {
+        if (mode == 1 && !ta)       /* dA = dC @ op(B)^T, all rows at once */
+            mf__gemm(ctx, 0, !tb, M * batch, K, N, dC, 0, B, 0, 1.0f, dA, 0, 1);
+        else if (!ta)               /* dA_i += dC_i @ op(B_i)^T */
+            mf__gemm(ctx, 0, !tb, M, K, N, dC, sC, B, sB, 1.0f, dA, sA, batch);
+        else                        /* dA_i (K x M) += op(B_i) @ dC_i^T */
+            mf__gemm(ctx, tb, 1, K, M, N, B, sB, dC, sC, 1.0f, dA, sA, batch);
+    }
+    if (dB) {
+        if (mode == 1 && !ta && !tb)      /* dB = A^T dC over all rows */
+            mf__gemm(ctx, 1, 0, K, N, M * batch, A, 0, dC, 0, 1.0f, dB, 0, 1);
+        else if (mode == 1 && !ta && tb)  /* dB = dC^T A over all rows */
+            mf__gemm(ctx, 1, 0, N, K, M * batch, dC, 0, A, 0, 1.0f, dB, 0, 1);
+        else if (!tb)                     /* dB_i (K x N) += op(A_i)^T dC_i */
+            mf__gemm(ctx, !ta, 0, K, N, M, A, sA, dC, sC, 1.0f, dB, sB, batch);
+        else                              /* dB_i (N x K) += dC_i^T op(A_i) */
+            mf__gemm(ctx, 1, ta, N, K, M, dC, sC, A, sA, 1.0f, dB, sB, batch);
+    }
+}
+static const mf__op mf__op_matmul = { "matmul", 2, mf__matmul_shape, mf__matmul_forward, mf__matmul_backward, 0 };
+MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a, int trans_b) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_matmul, a, b, NULL, NULL);
+    if (t) { t->iarg[0] = trans_a != 0; t->iarg[1] = trans_b != 0; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- linear: x [..., in] @ w [out, in]^T + b [out] -> [..., out] ------------------------------ */
+static int mf__linear_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    int shape[MF_MAX_DIMS], i;
+    char sx[64], sw[64], sb[64];
+    if (w->ndim != 2 || mf__last(x) != w->shape[1])
+        return MF__SHAPE_FAIL("linear: x %s does not fit weight %s; the weight must be [out, in] with "
+                              "in = x's last size", mf_shape_str(x, sx, 64), mf_shape_str(w, sw, 64));
+    if (b && b->ne != w->shape[0])
+        return MF__SHAPE_FAIL("linear: bias %s must have %d elements (the weight's out size)",
+                              mf_shape_str(b, sb, 64), w->shape[0]);
+    for (i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+    shape[x->ndim - 1] = w->shape[0];
+    mf__set_shape(out, x->ndim, shape);
+    return 0;
+}
+static void mf__linear_forward(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    int in = w->shape[1], nout = w->shape[0];
+    int64_t rows = mf__rows(x), r;
+    mf__gemm(ctx, 0, 1, (int)rows, nout, in, x->data, 0, w->data, 0, 0.0f, out->data, 0, 1);
+    if (b) {
+        MF__PARFOR(ctx, rows, nout)
+        for (r = 0; r < rows; r++) {
+            float *y = out->data + r * nout;
+            int j;
+            for (j = 0; j < nout; j++) y[j] += b->data[j];
+        }
+    }
+}
+static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    int in = w->shape[1], nout = w->shape[0];
+    int64_t rows = mf__rows(x), r;
+    float *dx = mf__g(x), *dw = mf__g(w), *db = mf__g(b);
+    if (dx) mf__gemm(ctx, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, 1.0f, dx, 0, 1);
+    if (dw) mf__gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, 1.0f, dw, 0, 1);
+    if (db)
+        for (r = 0; r < rows; r++) {
+            const float *g = out->grad + r * nout;
+            int j;
+            for (j = 0; j < nout; j++) db[j] += g[j];
+        }
+}
+static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward, 0 };
+MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b) {
+    return mf__finish(ctx, mf__begin(ctx, &mf__op_linear, x, w, b, NULL));
+}
+
+/* ---- add / sub / mul with a broadcast operand ---------------------------------------------------
+   iarg[0] = 1 when b is the larger operand. The smaller one repeats every `ns` elements. */
+enum { MF__ADD, MF__SUB, MF__MUL };
+static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *a = out->src[0], *b = out->src[1];
+    mf_tensor *big = b->ne > a->ne ? b : a, *small = b->ne > a->ne ? a : b;
+    int i, lead = 0;
+    char sa[64], sb[64];
+    while (lead < small->ndim - 1 && small->shape[lead] == 1) lead++; /* [1, D] broadcasts like [D] */
+    if (small->ne != 1) {
+        int n = small->ndim - lead, ok = n <= big->ndim;
+        for (i = 0; ok && i < n; i++) ok = small->shape[lead + i] == big->shape[big->ndim - n + i];
+        if (!ok)
+            return MF__SHAPE_FAIL("%s: shapes %s and %s do not broadcast; the smaller must equal the "
+                                  "trailing dims of the larger or have one element", out->op->name,
+                                  mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64));
+    }
+    out->iarg[0] = big == b && big != a;
+    mf__set_shape(out, big->ndim, big->shape);
+    return 0;
+}
+static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
+    const float *a = out->src[0]->data, *b = out->src[1]->data;
+    int64_t na = out->src[0]->ne, nb = out->src[1]->ne, n = out->ne, i;
+    int kind = out->iarg[1];
+    MF__PARFOR(ctx, n, 1)
+    for (i = 0; i < n; i++) {
+        float x = a[na == n ? i : i % na], y = b[nb == n ? i : i % nb];
+        out->data[i] = kind == MF__ADD ? x + y : kind == MF__SUB ? x - y : x * y;
+    }
+}
+static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *A = out->src[0], *B = out->src[1];
+    float *da = mf__g(A), *db = mf__g(B);
+    const float *g = out->grad;
+    int64_t na = A->ne, nb = B->ne, n = out->ne, i;
+    int kind = out->iarg[1];
+    (void)ctx;
+    /* the larger operand: elementwise; the smaller: summed over its repeats (serial, no races) */
+    for (i = 0; i < n; i++) {
+        int64_t ia = na == n ? i : i % na, ib = nb == n ? i : i % nb;
+        if (da) da[ia] += kind == MF__MUL ? g[i] * B->data[ib] : g[i];
+        if (db) db[ib] += kind == MF__MUL ? g[i] * A->data[ia] : kind == MF__SUB ? -g[i] : g[i];
+    }
+}
+static const mf__op mf__op_add = { "add", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward, 0 };
+static const mf__op mf__op_sub = { "sub", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward, 0 };
+static const mf__op mf__op_mul = { "mul", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward, 0 };
+static mf_tensor *mf__binary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *a, mf_tensor *b) {
+    mf_tensor *t = mf__begin(ctx, op, a, b, NULL, NULL);
+    if (t) t->iarg[1] = kind;
+    return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_add(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_add, MF__ADD, a, b); }
+MFDEF mf_tensor *mf_sub(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_sub, MF__SUB, a, b); }
+MFDEF mf_tensor *mf_mul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_mul, MF__MUL, a, b); }
+
+/* ---- elementwise unary ops: y = f(x); iarg[0] picks f, farg[0] its parameter -------------------- */
+enum { MF__SCALE, MF__RELU, MF__GELU, MF__GELU_TANH, MF__SIGMOID, MF__SILU, MF__EXP };
+static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
+    (void)ctx;
+    mf__set_shape(out, out->src[0]->ndim, out->src[0]->shape);
+    return 0;
+}
+#define MF__SQRT_2_OVER_PI 0.7978845608028654f
+static float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data;
+    float *y = out->data, s = out->farg[0];
+    int64_t n = out->ne, i;
+    int kind = out->iarg[0];
+    MF__PARFOR(ctx, n, 8)
+    for (i = 0; i < n; i++) {
+        float v = x[i];
+        switch (kind) {
+        case MF__SCALE: y[i] = s * v; break;
+        case MF__RELU: y[i] = v > 0 ? v : 0; break;
+        case MF__GELU: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+        case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
+        case MF__SIGMOID: y[i] = mf__sigmoidf(v); break;
+        case MF__SILU: y[i] = v * mf__sigmoidf(v); break;
+        default: y[i] = expf(v); break;
+        }
+    }
+}
+static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data, *y = out->data, *g = out->grad;
+    float *dx = mf__g(out->src[0]), s = out->farg[0];
+    int64_t n = out->ne, i;
+    int kind = out->iarg[0];
+    if (!dx) return;
+    MF__PARFOR(ctx, n, 8)
+    for (i = 0; i < n; i++) {
+        float v = x[i], d;
+        switch (kind) {
+        case MF__SCALE: d = s; break;
+        case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;
+        case MF__GELU: /* Phi(v) + v * phi(v) */
+            d = 0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * 0.3989422804014327f * expf(-0.5f * v * v);
+            break;
+        case MF__GELU_TANH: {
+            float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);
+            d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
+            break;
+        }
+        case MF__SIGMOID: d = y[i] * (1.0f - y[i]); break;
+        case MF__SILU: { float sg = mf__sigmoidf(v); d = sg * (1.0f + v * (1.0f - sg)); break; }
+        default: d = y[i]; break;
+        }
+        dx[i] += g[i] * d;
+    }
+}
+static const mf__op mf__op_scale = { "scale", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static const mf__op mf__op_relu = { "relu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static const mf__op mf__op_gelu = { "gelu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static const mf__op mf__op_sigmoid = { "sigmoid", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static const mf__op mf__op_silu = { "silu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static const mf__op mf__op_exp = { "exp", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
+    mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
+    if (t) { t->iarg[0] = kind; t->farg[0] = s; }
+    return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_scale(mf_ctx *ctx, mf_tensor *x, float s) { return mf__unary(ctx, &mf__op_scale, MF__SCALE, x, s); }
+MFDEF mf_tensor *mf_relu(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_relu, MF__RELU, x, 0); }
+MFDEF mf_tensor *mf_gelu(mf_ctx *ctx, mf_tensor *x, int tanh_approx) {
+    return mf__unary(ctx, &mf__op_gelu, tanh_approx ? MF__GELU_TANH : MF__GELU, x, 0);
+}
+MFDEF mf_tensor *mf_sigmoid(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_sigmoid, MF__SIGMOID, x, 0); }
+MFDEF mf_tensor *mf_silu(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_silu, MF__SILU, x, 0); }
+MFDEF mf_tensor *mf_exp(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_exp, MF__EXP, x, 0); }
+
+/* ---- softmax over the last axis, optionally causal: x [..., Tq, Tk] ------------------------------
+   iarg[0] causal. Query i of a [Tq, Tk] block sees keys 0 .. i + Tk - Tq; a row that sees no key
+   is all zeros (no NaN). */
+static int mf__softmax_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0];
+    char s[64];
+    if (out->iarg[0] && x->ndim < 2)
+        return MF__SHAPE_FAIL("softmax: a causal softmax needs scores [..., Tq, Tk], got %s", mf_shape_str(x, s, 64));
+    return mf__same_shape(ctx, out);
+}
+/* number of visible keys of row r */
+static int mf__visible(const mf_tensor *x, int causal, int64_t r) {
+    int tk = mf__last(x), tq, v;
+    if (!causal) return tk;
+    tq = x->shape[x->ndim - 2];
+    v = (int)(r % tq) + tk - tq + 1;
+    return v < 0 ? 0 : v > tk ? tk : v;
+}
+static void mf__softmax_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int n = mf__last(x), causal = out->iarg[0];
+    int64_t rows = mf__rows(x), r;
+    MF__PARFOR(ctx, rows, 4 * n)
+    for (r = 0; r < rows; r++) {
+        const float *xr = x->data + r * n;
+        float *yr = out->data + r * n, mx = -INFINITY, sum = 0;
+        int j, vis = mf__visible(x, causal, r);
+        for (j = 0; j < vis; j++) mx = xr[j] > mx ? xr[j] : mx;
+        for (j = 0; j < vis; j++) { yr[j] = expf(xr[j] - mx); sum += yr[j]; }
+        for (j = 0; j < vis; j++) yr[j] /= sum;
+        for (; j < n; j++) yr[j] = 0;
+    }
+}
+static void mf__softmax_backward(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    int n = mf__last(out);
+    int64_t rows = mf__rows(out), r;
+    if (!dx) return;
+    MF__PARFOR(ctx, rows, 4 * n)
+    for (r = 0; r < rows; r++) { /* dx = y * (dy - sum(dy * y)) */
+        const float *y = out->data + r * n, *g = out->grad + r * n;
+        float dot = 0;
+        int j;
+        for (j = 0; j < n; j++) dot += g[j] * y[j];
+        for (j = 0; j < n; j++) dx[r * n + j] += y[j] * (g[j] - dot);
+    }
+}
+static const mf__op mf__op_softmax = { "softmax", 1, mf__softmax_shape, mf__softmax_forward, mf__softmax_backward, 0 };
+MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_softmax, x, NULL, NULL, NULL);
+    if (t) t->iarg[0] = causal != 0;
+    return mf__finish(ctx, t);
+}
+
+/* row log-sum-exp of n values */
+static float mf__lse(const float *x, int n) {
+    float mx = -INFINITY, sum = 0;
+    int j;
+    for (j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    for (j = 0; j < n; j++) sum += expf(x[j] - mx);
+    return mx + logf(sum);
+}
+
+/* ---- log_softmax over the last axis ---------------------------------------------------------- */
+static void mf__log_softmax_forward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data;
+    int n = mf__last(out);
+    int64_t rows = mf__rows(out), r;
+    MF__PARFOR(ctx, rows, 4 * n)
+    for (r = 0; r < rows; r++) {
+        float l = mf__lse(x + r * n, n);
+        int j;
+        for (j = 0; j < n; j++) out->data[r * n + j] = x[r * n + j] - l;
+    }
+}
+static void mf__log_softmax_backward(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    int n = mf__last(out);
+    int64_t rows = mf__rows(out), r;
+    if (!dx) return;
+    MF__PARFOR(ctx, rows, 4 * n)
+    for (r = 0; r < rows; r++) { /* dx = dy - softmax * sum(dy) */
+        const float *y = out->data + r * n, *g = out->grad + r * n;
+        float sum = 0;
+        int j;
+        for (j = 0; j < n; j++) sum += g[j];
+        for (j = 0; j < n; j++) dx[r * n + j] += g[j] - expf(y[j]) * sum;
+    }
+}
+static const mf__op mf__op_log_softmax = { "log_softmax", 1, mf__same_shape, mf__log_softmax_forward, mf__log_softmax_backward, 0 };
+MFDEF mf_tensor *mf_log_softmax(mf_ctx *ctx, mf_tensor *x) {
+    return mf__finish(ctx, mf__begin(ctx, &mf__op_log_softmax, x, NULL, NULL, NULL));
+}
+
+/* ---- cross-entropy fused with softmax: logits [..., V], one target per row -> [1] ----------------
+   aux: the targets (copied); saved: row log-sum-exp; iarg: 0 ignore index, 1 counted rows */
+static int mf__cross_entropy_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    const int32_t *tg = (const int32_t *)out->aux;
+    int64_t rows = mf__rows(x), r, count = 0;
+    int V = mf__last(x), one = 1;
+    for (r = 0; r < rows; r++) {
+        if (tg[r] == out->iarg[0]) continue;
+        if (tg[r] < 0 || tg[r] >= V)
+            return MF__SHAPE_FAIL("cross_entropy: target %d at row %lld is outside [0, %d) (the logits' "
+                                  "last size) and is not the ignore index %d", (int)tg[r], (long long)r, V, out->iarg[0]);
+        count++;
+    }
+    out->iarg[1] = (int)count;
+    mf__set_shape(out, 1, &one);
+    return 0;
+}
+static void mf__cross_entropy_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    const int32_t *tg = (const int32_t *)out->aux;
+    int V = mf__last(x);
+    int64_t rows = mf__rows(x), r;
+    float *lse = out->saved = (float *)mf__alloc(ctx, (size_t)rows * sizeof(float));
+    double total = 0;
+    if (!lse) return;
+    MF__PARFOR(ctx, rows, 4 * V)
+    for (r = 0; r < rows; r++) lse[r] = mf__lse(x->data + r * V, V);
+    for (r = 0; r < rows; r++)
+        if (tg[r] != out->iarg[0]) total += (double)lse[r] - x->data[r * V + tg[r]];
+    out->data[0] = out->iarg[1] ? (float)(total / out->iarg[1]) : 0.0f;
+}
+static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    const int32_t *tg = (const int32_t *)out->aux;
+    float *dx = mf__g(out->src[0]), g;
+    int V = mf__last(x);
+    int64_t rows = mf__rows(x), r;
+    if (!dx || !out->iarg[1]) return;
+    g = out->grad[0] / (float)out->iarg[1];
+    MF__PARFOR(ctx, rows, 4 * V)
+    for (r = 0; r < rows; r++) { /* d/dx = (softmax - onehot) * g */
+        int j;
+        if (tg[r] == out->iarg[0]) continue;
+        for (j = 0; j < V; j++) dx[r * V + j] += g * expf(x->data[r * V + j] - out->saved[r]);
+        dx[r * V + tg[r]] -= g;
+    }
+}
+static const mf__op mf__op_cross_entropy = { "cross_entropy", 1, mf__cross_entropy_shape, mf__cross_entropy_forward, mf__cross_entropy_backward, 0 };
+MFDEF mf_tensor *mf_cross_entropy(mf_ctx *ctx, mf_tensor *logits, const int32_t *targets, int ignore_index) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_cross_entropy, logits, NULL, NULL, NULL);
+    if (!t) return NULL;
+    if (!logits) return mf__finish(ctx, t); /* reports the NULL input */
+    if (!targets) return (mf_tensor *)mf__fail(ctx, "cross_entropy: targets is NULL; pass one int per row of logits");
+    if (!(t->aux = mf__alloc(ctx, (size_t)mf__rows(logits) * sizeof(int32_t)))) return NULL;
+    memcpy(t->aux, targets, (size_t)mf__rows(logits) * sizeof(int32_t));
+    t->iarg[0] = ignore_index;
+    return mf__finish(ctx, t);
+}
+
+/* ---- mse: mean((a - b)^2) -> [1] --------------------------------------------------------------- */
+static int mf__mse_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *a = out->src[0], *b = out->src[1];
+    int i, one = 1;
+    char sa[64], sb[64];
+    int same = a->ndim == b->ndim;
+    for (i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
+    if (!same)
+        return MF__SHAPE_FAIL("mse: shapes %s and %s differ; both operands must have the same shape",
+                              mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64));
+    mf__set_shape(out, 1, &one);
+    return 0;
+}
+static void mf__mse_forward(mf_ctx *ctx, mf_tensor *out) {
+    const float *a = out->src[0]->data, *b = out->src[1]->data;
+    int64_t n = out->src[0]->ne, i;
+    double s = 0;
+    (void)ctx;
+    for (i = 0; i < n; i++) s += (double)(a[i] - b[i]) * (a[i] - b[i]);
+    out->data[0] = (float)(s / (double)n);
+}
+static void mf__mse_backward(mf_ctx *ctx, mf_tensor *out) {
+    const float *a = out->src[0]->data, *b = out->src[1]->data;
+    float *da = mf__g(out->src[0]), *db = mf__g(out->src[1]);
+    int64_t n = out->src[0]->ne, i;
+    float g = 2.0f * out->grad[0] / (float)n;
+    MF__PARFOR(ctx, n, 2)
+    for (i = 0; i < n; i++) {
+        float d = g * (a[i] - b[i]);
+        if (da) da[i] += d;
+        if (db) db[i] -= d;
+    }
+}
+static const mf__op mf__op_mse = { "mse", 2, mf__mse_shape, mf__mse_forward, mf__mse_backward, 0 };
+MFDEF mf_tensor *mf_mse(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) {
+    return mf__finish(ctx, mf__begin(ctx, &mf__op_mse, a, b, NULL, NULL));
+}
+
+/* ---- layernorm over the last axis: x [..., D], gamma [D], beta [D] --------------------------------
+   farg[0] eps; saved: mean and 1/std per row */
+static int mf__layernorm_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0], *g = out->src[1], *b = out->src[2];
+    int D = mf__last(x);
+    char s[64];
+    if ((g && g->ne != D) || (b && b->ne != D))
+        return MF__SHAPE_FAIL("layernorm: gamma and beta must have %d elements (x's last size); got %s",
+                              D, mf_shape_str(g && g->ne != D ? g : b, s, 64));
+    if (!(out->farg[0] > 0))
+        return MF__SHAPE_FAIL("layernorm: eps %g must be positive (PyTorch uses 1e-5)", (double)out->farg[0]);
+    return mf__same_shape(ctx, out);
+}
+static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *gm = out->src[1], *bt = out->src[2];
+    int D = mf__last(x);
+    int64_t rows = mf__rows(x), r;
+    float eps = out->farg[0];
+    float *st = out->saved = (float *)mf__alloc(ctx, 2 * (size_t)rows * sizeof(float));
+    if (!st) return;
+    MF__PARFOR(ctx, rows, 6 * D)
+    for (r = 0; r < rows; r++) {
+        const float *xr = x->data + r * D;
+        float *yr = out->data + r * D, mean = 0, var = 0, rstd;
+        int j;
+        for (j = 0; j < D; j++) mean += xr[j];
+        mean /= (float)D;
+        for (j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
+        rstd = 1.0f / sqrtf(var / (float)D + eps);
+        for (j = 0; j < D; j++)
+            yr[j] = (xr[j] - mean) * rstd * (gm ? gm->data[j] : 1.0f) + (bt ? bt->data[j] : 0.0f);
+        st[2 * r] = mean; st[2 * r + 1] = rstd;
+    }
+}
+static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *gm = out->src[1];
+    float *dx = mf__g(out->src[0]), *dg = mf__g(out->src[1]), *db = mf__g(out->src[2]);
+    int D = mf__last(x);
+    int64_t rows = mf__rows(x), r;
+    const float *st = out->saved;
+    if (dx) {
+        MF__PARFOR(ctx, rows, 8 * D)
+        for (r = 0; r < rows; r++) {
+            /* dx = rstd * (dxh - mean(dxh) - xh * mean(dxh * xh)), dxh = dy * gamma */
+            const float *xr = x->data + r * D, *g = out->grad + r * D;
+            float mean = st[2 * r], rstd = st[2 * r + 1], m1 = 0, m2 = 0;
+            int j;
+            for (j = 0; j < D; j++) {
+                float dxh = g[j] * (gm ? gm->data[j] : 1.0f), xh = (xr[j] - mean) * rstd;
+                m1 += dxh; m2 += dxh * xh;
+            }
+            m1 /= (float)D; m2 /= (float)D;
+            for (j = 0; j < D; j++) {
+                float dxh = g[j] * (gm ? gm->data[j] : 1.0f), xh = (xr[j] - mean) * rstd;
+                dx[r * D + j] += rstd * (dxh - m1 - xh * m2);
+            }
+        }
+    }
+    if (dg || db)
+        for (r = 0; r < rows; r++) {
+            const float *xr = x->data + r * D, *g = out->grad + r * D;
+            int j;
+            for (j = 0; j < D; j++) {
+                if (dg) dg[j] += g[j] * (xr[j] - st[2 * r]) * st[2 * r + 1];
+                if (db) db[j] += g[j];
+            }
+        }
+}
+static const mf__op mf__op_layernorm = { "layernorm", 1, mf__layernorm_shape, mf__layernorm_forward, mf__layernorm_backward, 0 };
+MFDEF mf_tensor *mf_layernorm(mf_ctx *ctx, mf_tensor *x, mf_tensor *gamma, mf_tensor *beta, float eps) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_layernorm, x, gamma, beta, NULL);
+    if (t) t->farg[0] = eps;
+    return mf__finish(ctx, t);
+}
+
+/* ---- embedding: rows of table [V, D] picked by ids -> [ids shape..., D] ---------------------------
+   aux: the ids (copied) */
+static int mf__embedding_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *tb = out->src[0];
+    const int32_t *ids = (const int32_t *)out->aux;
+    int64_t n = out->ne, i; /* mf_embedding put the id count in ne */
+    int shape[MF_MAX_DIMS], k;
+    char s[64];
+    if (tb->ndim != 2)
+        return MF__SHAPE_FAIL("embedding: the table must be [V, D], got %s", mf_shape_str(tb, s, 64));
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= tb->shape[0])
+            return MF__SHAPE_FAIL("embedding: id %d at position %lld is outside the vocabulary [0, %d)",
+                                  (int)ids[i], (long long)i, tb->shape[0]);
+    for (k = 0; k < out->ndim; k++) shape[k] = out->shape[k];
+    shape[out->ndim] = tb->shape[1];
+    mf__set_shape(out, out->ndim + 1, shape);
+    return 0;
+}
+static void mf__embedding_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *tb = out->src[0];
+    const int32_t *ids = (const int32_t *)out->aux;
+    int D = tb->shape[1];
+    int64_t n = out->ne / D, i;
+    MF__PARFOR(ctx, n, D)
+    for (i = 0; i < n; i++) memcpy(out->data + i * D, tb->data + (int64_t)ids[i] * D, (size_t)D * sizeof(float));
+}
+static void mf__embedding_backward(mf_ctx *ctx, mf_tensor *out) {
+    const int32_t *ids = (const int32_t *)out->aux;
+    float *dt = mf__g(out->src[0]);
+    int D = out->src[0]->shape[1], j;
+    int64_t n = out->ne / D, i;
+    (void)ctx;
+    if (!dt) return;
+    for (i = 0; i < n; i++) /* serial: the same id may repeat */
+        for (j = 0; j < D; j++) dt[(int64_t)ids[i] * D + j] += out->grad[i * D + j];
+}
+static const mf__op mf__op_embedding = { "embedding", 1, mf__embedding_shape, mf__embedding_forward, mf__embedding_backward, 0 };
+MFDEF mf_tensor *mf_embedding(mf_ctx *ctx, mf_tensor *table, const int32_t *ids, int ndim, const int *shape) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_embedding, table, NULL, NULL, NULL);
+    int64_t n;
+    if (!t || !table) return mf__finish(ctx, t);
+    if (!ids) return (mf_tensor *)mf__fail(ctx, "embedding: ids is NULL; pass one int per position");
+    if (ndim > MF_MAX_DIMS - 1)
+        return (mf_tensor *)mf__fail(ctx, "embedding: ids have %d dims; at most %d (the output adds one)", ndim, MF_MAX_DIMS - 1);
+    if ((n = mf__check_shape(ctx, "embedding", ndim, shape)) < 0) return NULL;
+    if (!(t->aux = mf__alloc(ctx, (size_t)n * sizeof(int32_t)))) return NULL;
+    memcpy(t->aux, ids, (size_t)n * sizeof(int32_t));
+    mf__set_shape(t, ndim, shape);
+    return mf__finish(ctx, t);
+}
+
+/* ---- dropout: y = keep ? x / (1 - p) : 0, keep drawn from (seed, stream, index) ------------------
+   farg[0] p; iarg[0..1] the stream (the context's dropout call counter), so backward redraws it */
+static int mf__dropout_keep(const mf_ctx *ctx, const mf_tensor *out, int64_t i) {
+    uint64_t stream = ((uint64_t)(uint32_t)out->iarg[1] << 32) | (uint32_t)out->iarg[0];
+    return mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, stream, (uint64_t)i) >= out->farg[0];
+}
+static void mf__dropout_forward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data;
+    float s = 1.0f / (1.0f - out->farg[0]);
+    int64_t i;
+    MF__PARFOR(ctx, out->ne, 8)
+    for (i = 0; i < out->ne; i++) out->data[i] = mf__dropout_keep(ctx, out, i) ? x[i] * s : 0.0f;
+}
+static void mf__dropout_backward(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]), s = 1.0f / (1.0f - out->farg[0]);
+    int64_t i;
+    if (!dx) return;
+    MF__PARFOR(ctx, out->ne, 8)
+    for (i = 0; i < out->ne; i++) if (mf__dropout_keep(ctx, out, i)) dx[i] += out->grad[i] * s;
+}
+static const mf__op mf__op_dropout = { "dropout", 1, mf__same_shape, mf__dropout_forward, mf__dropout_backward, 0 };
+MFDEF mf_tensor *mf_dropout(mf_ctx *ctx, mf_tensor *x, float p) {
+    mf_tensor *t;
+    if (!mf_ok(ctx)) return NULL;
+    if (!(p >= 0.0f && p < 1.0f)) return (mf_tensor *)mf__fail(ctx, "dropout: p = %g must be in [0, 1)", (double)p);
+    if (!x) return (mf_tensor *)mf__fail(ctx, "dropout: input 1 is NULL");
+    if (!ctx->training || p == 0.0f) return x;
+    t = mf__begin(ctx, &mf__op_dropout, x, NULL, NULL, NULL);
+    if (t) {
+        t->farg[0] = p;
+        t->iarg[0] = (int)(uint32_t)ctx->rng_calls;
+        t->iarg[1] = (int)(uint32_t)(ctx->rng_calls >> 32);
+        ctx->rng_calls++;
+    }
+    return mf__finish(ctx, t);
+}
+
+/* ---- reshape: a view with a new shape; iarg[0..3] the sizes, iarg[4] ndim ------------------------ */
+static int mf__reshape_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int ndim = out->iarg[4], shape[MF_MAX_DIMS], i, infer = -1;
+    int64_t known = 1;
+    char s[64];
+    if (ndim < 1 || ndim > MF_MAX_DIMS) return MF__SHAPE_FAIL("reshape: ndim %d is not in 1..%d", ndim, MF_MAX_DIMS);
+    for (i = 0; i < ndim; i++) {
+        shape[i] = out->iarg[i];
+        if (shape[i] == -1 && infer < 0) infer = i;
+        else if (shape[i] <= 0) return MF__SHAPE_FAIL("reshape: size %d of dimension %d is invalid (positive, or one -1)", shape[i], i);
+        else known *= shape[i];
+    }
+    if (infer >= 0 && x->ne % known == 0) shape[infer] = (int)(x->ne / known), known = x->ne;
+    if (known != x->ne)
+        return MF__SHAPE_FAIL("reshape: %s has %lld elements; the new shape holds %lld",
+                              mf_shape_str(x, s, 64), (long long)x->ne, (long long)known);
+    mf__set_shape(out, ndim, shape);
+    return 0;
+}
+static void mf__nop_forward(mf_ctx *ctx, mf_tensor *out) { (void)ctx; (void)out; }
+static void mf__reshape_backward(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    int64_t i;
+    if (!dx) return;
+    MF__PARFOR(ctx, out->ne, 1)
+    for (i = 0; i < out->ne; i++) dx[i] += out->grad[i];
+}
+static const mf__op mf__op_reshape = { "reshape", 1, mf__reshape_shape, mf__nop_forward, mf__reshape_backward, 1 };
+MFDEF mf_tensor *mf_reshape(mf_ctx *ctx, mf_tensor *x, int ndim, const int *shape) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_reshape, x, NULL, NULL, NULL);
+    int i;
+    if (!t) return NULL;
+    if (!shape) return (mf_tensor *)mf__fail(ctx, "reshape: shape is NULL");
+    t->iarg[4] = ndim;
+    for (i = 0; i < ndim && i < MF_MAX_DIMS; i++) t->iarg[i] = shape[i];
+    return mf__finish(ctx, t);
+}
+
+/* negative axes count from the end; returns -1 when out of range */
+static int mf__axis(const mf_tensor *x, int axis) {
+    if (axis < 0) axis += x->ndim;
+    return (axis >= 0 && axis < x->ndim) ? axis : -1;
+}
+/* sizes before / at / after an axis: the tensor is [outer, n, inner] */
+static void mf__split_at(const mf_tensor *x, int axis, int64_t *outer, int64_t *inner) {
+    int i;
+    *outer = 1; *inner = 1;
+    for (i = 0; i < axis; i++) *outer *= x->shape[i];
+    for (i = axis + 1; i < x->ndim; i++) *inner *= x->shape[i];
+}
+
+/* ---- permute: out.shape[i] = x.shape[perm[i]]; iarg[0..3] perm ---------------------------------- */
+static int mf__permute_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int seen[MF_MAX_DIMS] = {0, 0, 0, 0}, shape[MF_MAX_DIMS], i;
+    char s[64];
+    for (i = 0; i < x->ndim; i++) {
+        int p = out->iarg[i];
+        if (p < 0 || p >= x->ndim || seen[p]++)
+            return MF__SHAPE_FAIL("permute: perm must list each of the %d dims of %s once; entry %d is %d",
+                                  x->ndim, mf_shape_str(x, s, 64), i, p);
+        shape[i] = x->shape[p];
+    }
+    mf__set_shape(out, x->ndim, shape);
+    return 0;
+}
+/* for output element o: the input offset (x viewed as 4-D with leading 1s) */
+static void mf__permute_strides(const mf_tensor *out, int64_t *ostride_in, int *oshape) {
+    const mf_tensor *x = out->src[0];
+    int64_t xs[MF_MAX_DIMS];
+    int i, nd = x->ndim, pad = MF_MAX_DIMS - nd;
+    xs[nd - 1] = 1;
+    for (i = nd - 2; i >= 0; i--) xs[i] = xs[i + 1] * x->shape[i + 1];
+    for (i = 0; i < MF_MAX_DIMS; i++) { ostride_in[i] = 0; oshape[i] = 1; }
+    for (i = 0; i < nd; i++) { ostride_in[pad + i] = xs[out->iarg[i]]; oshape[pad + i] = out->shape[i]; }
+}
+static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    int64_t st[MF_MAX_DIMS], n01;
+    int sh[MF_MAX_DIMS];
+    float *dx = backward ? mf__g(out->src[0]) : NULL;
+    if (backward && !dx) return;
+    mf__permute_strides(out, st, sh);
+    n01 = (int64_t)sh[0] * sh[1];
+    {
+        int64_t ab;
+        MF__PARFOR(ctx, n01, (double)sh[2] * sh[3])
+        for (ab = 0; ab < n01; ab++) {
+            int64_t a = ab / sh[1], b = ab % sh[1], c, d, o = ab * sh[2] * sh[3];
+            for (c = 0; c < sh[2]; c++)
+                for (d = 0; d < sh[3]; d++, o++) {
+                    int64_t in = a * st[0] + b * st[1] + c * st[2] + d * st[3];
+                    if (backward) dx[in] += out->grad[o];
+                    else out->data[o] = out->src[0]->data[in];
+                }
+        }
+    }
+}
+static void mf__permute_forward(mf_ctx *ctx, mf_tensor *out) { mf__permute_run(ctx, out, 0); }
+static void mf__permute_backward(mf_ctx *ctx, mf_tensor *out) { mf__permute_run(ctx, out, 1); }
+static const mf__op mf__op_permute = { "permute", 1, mf__permute_shape, mf__permute_forward, mf__permute_backward, 0 };
+MFDEF mf_tensor *mf_permute(mf_ctx *ctx, mf_tensor *x, const int *perm) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_permute, x, NULL, NULL, NULL);
+    int i;
+    if (!t || !x) return mf__finish(ctx, t);
+    if (!perm) return (mf_tensor *)mf__fail(ctx, "permute: perm is NULL");
+    for (i = 0; i < x->ndim; i++) t->iarg[i] = perm[i];
+    return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_transpose(mf_ctx *ctx, mf_tensor *x, int dim0, int dim1) {
+    int perm[MF_MAX_DIMS] = {0, 1, 2, 3}, a, b;
+    char s[64];
+    if (!mf_ok(ctx)) return NULL;
+    if (!x) return (mf_tensor *)mf__fail(ctx, "transpose: input 1 is NULL");
+    a = mf__axis(x, dim0); b = mf__axis(x, dim1);
+    if (a < 0 || b < 0)
+        return (mf_tensor *)mf__fail(ctx, "transpose: dims %d and %d are not both axes of %s", dim0, dim1, mf_shape_str(x, s, 64));
+    perm[a] = b; perm[b] = a;
+    return mf_permute(ctx, x, perm);
+}
+
+/* ---- concat along an axis; iarg[0] axis ------------------------------------------------------------ */
+static int mf__concat_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *a = out->src[0], *b = out->src[1];
+    int ax = mf__axis(a, out->iarg[0]), i, ok = a->ndim == b->ndim, shape[MF_MAX_DIMS];
+    char sa[64], sb[64];
+    for (i = 0; ok && i < a->ndim; i++) ok = i == ax || a->shape[i] == b->shape[i];
+    if (ax < 0 || !ok)
+        return MF__SHAPE_FAIL("concat: %s and %s cannot be joined along axis %d (same ndim, equal sizes "
+                              "except that axis)", mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64), out->iarg[0]);
+    for (i = 0; i < a->ndim; i++) shape[i] = a->shape[i];
+    shape[ax] += b->shape[ax];
+    out->iarg[0] = ax;
+    mf__set_shape(out, a->ndim, shape);
+    return 0;
+}
+static void mf__concat_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    int ax = out->iarg[0], k;
+    int64_t outer, inner, o;
+    mf__split_at(out, ax, &outer, &inner);
+    for (k = 0; k < 2; k++) {
+        const mf_tensor *s = out->src[k];
+        int64_t chunk = s->shape[ax] * inner, off = k ? out->src[0]->shape[ax] * inner : 0;
+        float *ds = backward ? mf__g(s) : NULL;
+        if (backward && !ds) continue;
+        MF__PARFOR(ctx, outer, chunk)
+        for (o = 0; o < outer; o++) {
+            float *dst = out->data + o * out->shape[ax] * inner + off;
+            int64_t i;
+            if (!backward) memcpy(dst, s->data + o * chunk, (size_t)chunk * sizeof(float));
+            else for (i = 0; i < chunk; i++) ds[o * chunk + i] += out->grad[o * out->shape[ax] * inner + off + i];
+        }
+    }
+}
+static void mf__concat_forward(mf_ctx *ctx, mf_tensor *out) { mf__concat_run(ctx, out, 0); }
+static void mf__concat_backward(mf_ctx *ctx, mf_tensor *out) { mf__concat_run(ctx, out, 1); }
+static const mf__op mf__op_concat = { "concat", 2, mf__concat_shape, mf__concat_forward, mf__concat_backward, 0 };
+MFDEF mf_tensor *mf_concat(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int axis) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_concat, a, b, NULL, NULL);
+    if (t) t->iarg[0] = axis;
+    return mf__finish(ctx, t);
+}
+
+/* ---- slice: x[..., start : start + len, ...]; iarg: 0 axis, 1 start ---------------------------- */
+static int mf__slice_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int ax = mf__axis(x, out->iarg[0]), start = out->iarg[1], len = out->iarg[2], shape[MF_MAX_DIMS], i;
+    char s[64];
+    if (ax < 0) return MF__SHAPE_FAIL("slice: axis %d is not an axis of %s", out->iarg[0], mf_shape_str(x, s, 64));
+    if (start < 0 || len < 1 || start > x->shape[ax] - len)
+        return MF__SHAPE_FAIL("slice: [%d, %d + %d) is not inside axis %d of %s (size %d); len must be >= 1",
+                              start, start, len, ax, mf_shape_str(x, s, 64), x->shape[ax]);
+    for (i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+    shape[ax] = len;
+    out->iarg[0] = ax;
+    mf__set_shape(out, x->ndim, shape);
+    return 0;
+}
+static void mf__slice_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    const mf_tensor *x = out->src[0];
+    int ax = out->iarg[0];
+    int64_t outer, inner, o, chunk, off;
+    float *dx = backward ? mf__g(x) : NULL;
+    if (backward && !dx) return;
+    mf__split_at(x, ax, &outer, &inner);
+    chunk = out->shape[ax] * inner;
+    off = out->iarg[1] * inner;
+    MF__PARFOR(ctx, outer, chunk)
+    for (o = 0; o < outer; o++) {
+        int64_t base = o * x->shape[ax] * inner + off, i;
+        if (!backward) memcpy(out->data + o * chunk, x->data + base, (size_t)chunk * sizeof(float));
+        else for (i = 0; i < chunk; i++) dx[base + i] += out->grad[o * chunk + i];
+    }
+}
+static void mf__slice_forward(mf_ctx *ctx, mf_tensor *out) { mf__slice_run(ctx, out, 0); }
+static void mf__slice_backward(mf_ctx *ctx, mf_tensor *out) { mf__slice_run(ctx, out, 1); }
+static const mf__op mf__op_slice = { "slice", 1, mf__slice_shape, mf__slice_forward, mf__slice_backward, 0 };
+MFDEF mf_tensor *mf_slice(mf_ctx *ctx, mf_tensor *x, int axis, int start, int len) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_slice, x, NULL, NULL, NULL);
+    if (t) { t->iarg[0] = axis; t->iarg[1] = start; t->iarg[2] = len; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- roll along an axis: out[(i + shift) mod n] = x[i]; iarg: 0 axis, 1 shift ------------------- */
+static int mf__roll_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int ax = mf__axis(x, out->iarg[0]);
+    char s[64];
+    if (ax < 0) return MF__SHAPE_FAIL("roll: axis %d is not an axis of %s", out->iarg[0], mf_shape_str(x, s, 64));
+    out->iarg[0] = ax;
+    return mf__same_shape(ctx, out);
+}
+static void mf__roll_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    const mf_tensor *x = out->src[0];
+    int ax = out->iarg[0], n = x->shape[ax];
+    int shift = ((out->iarg[1] % n) + n) % n;
+    int64_t outer, inner, o;
+    float *dx = backward ? mf__g(x) : NULL;
+    if (backward && !dx) return;
+    mf__split_at(x, ax, &outer, &inner);
+    MF__PARFOR(ctx, outer, n * inner)
+    for (o = 0; o < outer; o++) {
+        int i;
+        for (i = 0; i < n; i++) {
+            int64_t src = (o * n + i) * inner, dst = (o * n + (i + shift) % n) * inner, k;
+            if (!backward) memcpy(out->data + dst, x->data + src, (size_t)inner * sizeof(float));
+            else for (k = 0; k < inner; k++) dx[src + k] += out->grad[dst + k];
+        }
+    }
+}
+static void mf__roll_forward(mf_ctx *ctx, mf_tensor *out) { mf__roll_run(ctx, out, 0); }
+static void mf__roll_backward(mf_ctx *ctx, mf_tensor *out) { mf__roll_run(ctx, out, 1); }
+static const mf__op mf__op_roll = { "roll", 1, mf__roll_shape, mf__roll_forward, mf__roll_backward, 0 };
+MFDEF mf_tensor *mf_roll(mf_ctx *ctx, mf_tensor *x, int shift, int axis) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_roll, x, NULL, NULL, NULL);
+    if (t) { t->iarg[0] = axis; t->iarg[1] = shift; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- sum / mean of all elements -> [1]; iarg[0] = 1 for the mean ---------------------------------- */
+static int mf__reduce_shape(mf_ctx *ctx, mf_tensor *out) {
+    int one = 1;
+    (void)ctx;
+    mf__set_shape(out, 1, &one);
+    return 0;
+}
+static void mf__reduce_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    double s = 0;
+    int64_t i;
+    (void)ctx;
+    for (i = 0; i < x->ne; i++) s += x->data[i];
+    out->data[0] = (float)(out->iarg[0] ? s / (double)x->ne : s);
+}
+static void mf__reduce_backward(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]), g = out->grad[0];
+    int64_t i, n = out->src[0]->ne;
+    if (!dx) return;
+    if (out->iarg[0]) g /= (float)n;
+    MF__PARFOR(ctx, n, 1)
+    for (i = 0; i < n; i++) dx[i] += g;
+}
+static const mf__op mf__op_sum = { "sum", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, 0 };
+static const mf__op mf__op_mean = { "mean", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, 0 };
+MFDEF mf_tensor *mf_sum(mf_ctx *ctx, mf_tensor *x) { return mf__finish(ctx, mf__begin(ctx, &mf__op_sum, x, NULL, NULL, NULL)); }
+MFDEF mf_tensor *mf_mean(mf_ctx *ctx, mf_tensor *x) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_mean, x, NULL, NULL, NULL);
+    if (t) t->iarg[0] = 1;
+    return mf__finish(ctx, t);
+}
+
+/* ---- sum over one axis (removed); iarg[0] axis ------------------------------------------------------ */
+static int mf__sum_axis_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int ax = mf__axis(x, out->iarg[0]), shape[MF_MAX_DIMS], i, n = 0;
+    char s[64];
+    if (ax < 0) return MF__SHAPE_FAIL("sum_axis: axis %d is not an axis of %s", out->iarg[0], mf_shape_str(x, s, 64));
+    for (i = 0; i < x->ndim; i++) if (i != ax) shape[n++] = x->shape[i];
+    if (n == 0) shape[n++] = 1;
+    out->iarg[0] = ax;
+    mf__set_shape(out, n, shape);
+    return 0;
+}
+static void mf__sum_axis_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    const mf_tensor *x = out->src[0];
+    int ax = out->iarg[0], n = x->shape[ax];
+    int64_t outer, inner, o;
+    float *dx = backward ? mf__g(x) : NULL;
+    if (backward && !dx) return;
+    mf__split_at(x, ax, &outer, &inner);
+    MF__PARFOR(ctx, outer, n * inner)
+    for (o = 0; o < outer; o++) {
+        float *y = out->data + o * inner;
+        const float *g = backward ? out->grad + o * inner : NULL;
+        int64_t k;
+        int i;
+        if (!backward) for (k = 0; k < inner; k++) y[k] = 0;
+        for (i = 0; i < n; i++) {
+            int64_t base = (o * n + i) * inner;
+            if (!backward) for (k = 0; k < inner; k++) y[k] += x->data[base + k];
+            else for (k = 0; k < inner; k++) dx[base + k] += g[k];
+        }
+    }
+}
+static void mf__sum_axis_forward(mf_ctx *ctx, mf_tensor *out) { mf__sum_axis_run(ctx, out, 0); }
+static void mf__sum_axis_backward(mf_ctx *ctx, mf_tensor *out) { mf__sum_axis_run(ctx, out, 1); }
+static const mf__op mf__op_sum_axis = { "sum_axis", 1, mf__sum_axis_shape, mf__sum_axis_forward, mf__sum_axis_backward, 0 };
+MFDEF mf_tensor *mf_sum_axis(mf_ctx *ctx, mf_tensor *x, int axis) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_sum_axis, x, NULL, NULL, NULL);
+    if (t) t->iarg[0] = axis;
+    return mf__finish(ctx, t);
+}
+
+/* ---- conv1d, channels last: x [B, T, Cin], w [Cout, Cin, K], b [Cout] -> [B, To, Cout] ----------
+   im2col: cols [B*To, Cin*K] (saved), cols[(b,t)][c*K + k] = x[b][t*stride + k - pad][c] (0 outside);
+   y = cols @ w^T + b.  iarg: 0 stride, 1 pad */
+static int mf__conv1d_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    int stride = out->iarg[0], pad = out->iarg[1], To, shape[3];
+    char sx[64], sw[64];
+    if (x->ndim != 3 || w->ndim != 3 || w->shape[1] != x->shape[2])
+        return MF__SHAPE_FAIL("conv1d: x %s and w %s do not fit; x is [B, T, Cin], w is [Cout, Cin, K]",
+                              mf_shape_str(x, sx, 64), mf_shape_str(w, sw, 64));
+    if (b && b->ne != w->shape[0])
+        return MF__SHAPE_FAIL("conv1d: the bias needs %d elements (Cout)", w->shape[0]);
+    if (stride < 1 || pad < 0)
+        return MF__SHAPE_FAIL("conv1d: stride %d must be >= 1 and pad %d >= 0", stride, pad);
+    To = x->shape[1] + 2 * pad - w->shape[2];
+    if (To < 0)
+        return MF__SHAPE_FAIL("conv1d: the input length %d (+ 2 * pad %d) is shorter than the kernel %d",
+                              x->shape[1], pad, w->shape[2]);
+    shape[0] = x->shape[0]; shape[1] = To / stride + 1; shape[2] = w->shape[0];
+    mf__set_shape(out, 3, shape);
+    return 0;
+}
+/* cols <-> x; backward adds cols into dx (serial over time within a batch row: windows overlap) */
+static void mf__im2col(mf_ctx *ctx, const mf_tensor *out, const float *x, float *cols, float *dx) {
+    int B = out->shape[0], To = out->shape[1], T = out->src[0]->shape[1], C = out->src[0]->shape[2];
+    int K = out->src[1]->shape[2], stride = out->iarg[0], pad = out->iarg[1];
+    int64_t b;
+    MF__PARFOR(ctx, B, (double)To * C * K)
+    for (b = 0; b < B; b++) {
+        int t, c, k;
+        for (t = 0; t < To; t++)
+            for (k = 0; k < K; k++) {
+                int ts = t * stride + k - pad;
+                float *col = cols + ((b * To + t) * (int64_t)C) * K + k;
+                const int inside = ts >= 0 && ts < T;
+                int64_t xo = (b * (int64_t)T + ts) * C;
+                for (c = 0; c < C; c++) {
+                    if (!dx) col[(int64_t)c * K] = inside ? x[xo + c] : 0.0f;
+                    else if (inside) dx[xo + c] += col[(int64_t)c * K];
+                }
+            }
+    }
+}
+static void mf__conv1d_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    int64_t rows = (int64_t)out->shape[0] * out->shape[1], r;
+    int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
+    float *cols = out->saved = (float *)mf__alloc(ctx, (size_t)(rows * CK) * sizeof(float));
+    if (!cols) return;
+    mf__im2col(ctx, out, x->data, cols, NULL);
+    mf__gemm(ctx, 0, 1, (int)rows, Co, CK, cols, 0, w->data, 0, 0.0f, out->data, 0, 1);
+    if (b)
+        for (r = 0; r < rows; r++) {
+            int j;
+            for (j = 0; j < Co; j++) out->data[r * Co + j] += b->data[j];
+        }
+}
+static void mf__conv1d_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *w = out->src[1];
+    float *dx = mf__g(out->src[0]), *dw = mf__g(out->src[1]), *db = mf__g(out->src[2]);
+    int64_t rows = (int64_t)out->shape[0] * out->shape[1], r;
+    int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
+    if (dw) mf__gemm(ctx, 1, 0, Co, CK, (int)rows, out->grad, 0, out->saved, 0, 1.0f, dw, 0, 1);
+    if (db)
+        for (r = 0; r < rows; r++) {
+            int j;
+            for (j = 0; j < Co; j++) db[j] += out->grad[r * Co + j];
+        }
+    if (dx) {
+        float *dcols = (float *)mf__alloc(ctx, (size_t)(rows * CK) * sizeof(float));
+        if (!dcols) return;
+        mf__gemm(ctx, 0, 0, (int)rows, CK, Co, out->grad, 0, w->data, 0, 0.0f, dcols, 0, 1);
+        mf__im2col(ctx, out, NULL, dcols, dx);
+    }
+}
+static const mf__op mf__op_conv1d = { "conv1d", 2, mf__conv1d_shape, mf__conv1d_forward, mf__conv1d_backward, 0 };
+MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b, int stride, int pad) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_conv1d, x, w, b, NULL);
+    if (t) { t->iarg[0] = stride; t->iarg[1] = pad; }
+    return mf__finish(ctx, t);
+}
+
+/* ==== [mf:layers] =========================================================================== */
+MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in, int out, int has_bias) {
+    mf_linear_layer L;
+    char nm[256];
+    int shape[2];
+    L.weight = L.bias = NULL;
+    if (!mf_ok(ctx)) return L;
+    if (!name || strlen(name) > 200) { mf__fail(ctx, "mf_linear_layer_new: name is NULL or longer than 200 chars"); return L; }
+    shape[0] = out; shape[1] = in;
+    snprintf(nm, sizeof nm, "%s.weight", name);
+    L.weight = mf_param(ctx, nm, 2, shape);
+    mf_init_kaiming_uniform(ctx, L.weight);
+    if (has_bias) {
+        snprintf(nm, sizeof nm, "%s.bias", name);
+        L.bias = mf_param(ctx, nm, 1, &out);
+        mf_init_bias(ctx, L.bias, in);
+    }
+    if (!mf_ok(ctx)) L.weight = L.bias = NULL;
+    return L;
+}
+
+/* ==== [mf:optim] ============================================================================ */
+MFDEF mf_optimizer mf_optimizer_default(mf_optimizer_kind kind, float lr) {
+    mf_optimizer o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.beta1 = 0.9f; o.beta2 = 0.999f; o.eps = 1e-8f;
+    o.weight_decay = kind == MF_OPT_ADAMW ? 0.01f : 0.0f;
+    o.schedule.kind = MF_SCHED_CONSTANT;
+    o.schedule.lr = lr;
+    return o;
+}
+
+MFDEF float mf_schedule_lr(const mf_schedule *s, int64_t t) {
+    double lr, w;
+    if (!s) return 0.0f;
+    if (t < 1) t = 1;
+    lr = s->lr; w = s->warmup > 0 ? s->warmup : 1;
+    switch (s->kind) {
+    case MF_SCHED_WARMUP:
+        return (float)((double)t < w && s->warmup > 0 ? 1e-8 + (double)t * lr / w : lr);
+    case MF_SCHED_NOAM: {
+        double a = 1.0 / sqrt((double)t), b = (double)t * pow(w, -1.5);
+        return (float)(lr / sqrt((double)(s->d_model > 0 ? s->d_model : 1)) * (a < b ? a : b));
+    }
+    case MF_SCHED_COSINE: {
+        double span = (double)s->total_steps - w;
+        if ((double)t < w && s->warmup > 0) return (float)(lr * (double)t / w);
+        if (span <= 0 || (double)t >= (double)s->total_steps) return s->min_lr;
+        return (float)(s->min_lr + 0.5 * (lr - s->min_lr) * (1.0 + cos(M_PI * ((double)t - w) / span)));
+    }
+    default:
+        return (float)lr;
+    }
+}
+
+MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx) { return ctx ? ctx->opt_t : 0; }
+
+MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
+    double ss = 0;
+    int i;
+    float norm;
+    if (!mf_ok(ctx)) return 0.0f;
+    for (i = 0; i < ctx->n_params; i++) {
+        const mf_tensor *p = ctx->params[i];
+        int64_t k;
+        if (!p->requires_grad) continue;
+        for (k = 0; k < p->ne; k++) ss += (double)p->grad[k] * p->grad[k];
+    }
+    norm = (float)sqrt(ss);
+    if (max_norm > 0 && norm > max_norm) {
+        float f = max_norm / (norm + 1e-6f);
+        for (i = 0; i < ctx->n_params; i++) {
+            mf_tensor *p = ctx->params[i];
+            int64_t k;
+            if (!p->requires_grad) continue;
+            for (k = 0; k < p->ne; k++) p->grad[k] *= f;
+        }
+    }
+    return norm;
+}
+
+static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o) {
+    if (!o) return (mf__fail(ctx, "mf_optimizer_step: the optimizer config is NULL (start from mf_optimizer_default)"), -1);
+    if ((int)o->kind < MF_OPT_ADAM || (int)o->kind > MF_OPT_SGD)
+        return (mf__fail(ctx, "mf_optimizer_step: unknown optimizer kind %d", (int)o->kind), -1);
+    if ((int)o->schedule.kind < MF_SCHED_CONSTANT || (int)o->schedule.kind > MF_SCHED_COSINE)
+        return (mf__fail(ctx, "mf_optimizer_step: unknown schedule kind %d", (int)o->schedule.kind), -1);
+    if (!(o->schedule.lr >= 0) || !(o->weight_decay >= 0))
+        return (mf__fail(ctx, "mf_optimizer_step: lr %g and weight_decay %g must be >= 0", (double)o->schedule.lr, (double)o->weight_decay), -1);
+    if (o->kind != MF_OPT_SGD && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1 && o->eps > 0))
+        return (mf__fail(ctx, "mf_optimizer_step: betas (%g, %g) must be in [0, 1) and eps %g > 0",
+                         (double)o->beta1, (double)o->beta2, (double)o->eps), -1);
+    if (o->kind == MF_OPT_SGD && !(o->momentum >= 0))
+        return (mf__fail(ctx, "mf_optimizer_step: momentum %g must be >= 0", (double)o->momentum), -1);
+    if ((o->schedule.kind == MF_SCHED_WARMUP || o->schedule.kind == MF_SCHED_NOAM) && o->schedule.warmup <= 0)
+        return (mf__fail(ctx, "mf_optimizer_step: this schedule needs warmup > 0 steps"), -1);
+    if (o->schedule.kind == MF_SCHED_NOAM && o->schedule.d_model <= 0)
+        return (mf__fail(ctx, "mf_optimizer_step: the Noam schedule needs d_model > 0"), -1);
+    return 0;
+}
+
+/* One element of one update. Arrays are the flat buffers, so the optimizer is one loop. */
+MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+    int i;
+    float lr, b1, b2, c1, c2;
+    int64_t t;
+    if (!mf_ok(ctx)) return -1;
+    if (mf__check_optimizer(ctx, o) < 0) return -1;
+    if (!ctx->p_m) { /* the moments appear with the first step */
+        ctx->p_m = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
+        ctx->p_v = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
+        if (ctx->p_cap && (!ctx->p_m || !ctx->p_v))
+            return (mf__fail(ctx, "out of memory: optimizer moments for %lld floats", (long long)ctx->p_cap), -1);
+        if (ctx->p_cap) {
+            memset(ctx->p_m, 0, (size_t)ctx->p_cap * sizeof(float));
+            memset(ctx->p_v, 0, (size_t)ctx->p_cap * sizeof(float));
+        }
+    }
+    t = ++ctx->opt_t;
+    lr = mf_schedule_lr(&o->schedule, t);
+    b1 = o->beta1; b2 = o->beta2;
+    c1 = 1.0f - (float)pow(b1, (double)t);   /* bias corrections */
+    c2 = 1.0f - (float)pow(b2, (double)t);
+    for (i = 0; i < ctx->n_params; i++) {
+        const mf_tensor *p = ctx->params[i];
+        float *w = p->data, *g = p->grad, *m = ctx->p_m + p->offset, *v = ctx->p_v + p->offset;
+        float wd = o->weight_decay, eps = o->eps;
+        int64_t k, n = p->ne;
+        if (!p->requires_grad) continue;
+        switch (o->kind) {
+        case MF_OPT_ADAM:
+        case MF_OPT_ADAMW: {
+            float step = lr / c1, rc2 = 1.0f / sqrtf(c2);
+            float decay = o->kind == MF_OPT_ADAMW ? 1.0f - lr * wd : 1.0f;
+            MF__PARFOR(ctx, n, 10)
+            for (k = 0; k < n; k++) {
+                float gk = g[k] + (o->kind == MF_OPT_ADAM ? wd * w[k] : 0.0f);
+                w[k] *= decay;
+                m[k] = b1 * m[k] + (1.0f - b1) * gk;
+                v[k] = b2 * v[k] + (1.0f - b2) * gk * gk;
+                w[k] -= step * m[k] / (sqrtf(v[k]) * rc2 + eps);
+            }
+            break;
+        }
+        case MF_OPT_ADAM_LABML: {
+            /* lr_t * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps): eps before the correction */
+            float step = lr * sqrtf(c2) / c1, decay = 1.0f - o->schedule.lr * wd;
+            MF__PARFOR(ctx, n, 10)
+            for (k = 0; k < n; k++) {
+                w[k] *= decay;
+                m[k] = b1 * m[k] + (1.0f - b1) * g[k];
+                v[k] = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
+                w[k] -= step * m[k] / (sqrtf(v[k]) + eps);
+            }
+            break;
+        }
+        default: { /* SGD; m is the momentum buffer (torch: the first step sets buf = g) */
+            float mu = o->momentum;
+            MF__PARFOR(ctx, n, 4)
+            for (k = 0; k < n; k++) {
+                float gk = g[k] + wd * w[k];
+                if (mu > 0) {
+                    m[k] = t == 1 ? gk : mu * m[k] + gk;
+                    gk = o->nesterov ? gk + mu * m[k] : m[k];
+                }
+                w[k] -= lr * gk;
+            }
+            break;
+        }
+        }
+    }
+    return 0;
+}
+
+#ifdef METAFORMER_CUDA
+#include "metaformer_cuda.cuh"
+#endif
+
+#endif /* METAFORMER_IMPLEMENTATION_DONE */
+#endif /* METAFORMER_IMPLEMENTATION */
+
+/*
+MIT License - Copyright (c) 2026 the metaformer.h authors
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction,
+including without limitation the rights to use, copy, modify, merge, publish, distribute,
+sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions: The above copyright notice and this
+permission notice shall be included in all copies or substantial portions of the Software.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED.
+*/

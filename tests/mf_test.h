@@ -1,0 +1,41 @@
+/* mf_test.h - the tiny test runner shared by every tests/test_*.c(pp) file.
+ *
+ *   #include "mf_test.h"
+ *   static void test_something(void) { MFT_CHECK(1 + 1 == 2); MFT_NEAR(x, 1.0, 1e-6); }
+ *   int main(void) { MFT_RUN(test_something); return mft_finish(); }
+ *
+ * Each binary prints "ok   name" or "FAIL name" per test, the failing checks with file:line,
+ * and ends with "N passed, N failed"; tests/run.sh adds the counts of all binaries and prints
+ * the suite's closing line. Exit status is non-zero when any test failed. */
+#ifndef MF_TEST_H
+#define MF_TEST_H
+#include <stdio.h>
+#include <math.h>
+
+static int mft__pass = 0, mft__fail = 0, mft__cur_bad = 0;
+
+#define MFT_CHECK(cond) do { if (!(cond)) { \
+    printf("    check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); mft__cur_bad = 1; } } while (0)
+
+/* |a - b| <= tol * max(1, |b|): relative for large values, absolute near zero */
+#define MFT_NEAR(a, b, tol) do { double mft__a = (double)(a), mft__b = (double)(b); \
+    double mft__s = fabs(mft__b) > 1.0 ? fabs(mft__b) : 1.0; \
+    if (!(fabs(mft__a - mft__b) <= (tol) * mft__s)) { \
+        printf("    near failed at %s:%d: %s = %.9g, %s = %.9g (tol %g)\n", __FILE__, __LINE__, \
+               #a, mft__a, #b, mft__b, (double)(tol)); mft__cur_bad = 1; } } while (0)
+
+#define MFT_RUN(fn) mft__run(#fn, fn)
+
+static void mft__run(const char *name, void (*fn)(void)) {
+    mft__cur_bad = 0;
+    fn();
+    if (mft__cur_bad) { mft__fail++; printf("FAIL %s\n", name); }
+    else { mft__pass++; printf("ok   %s\n", name); }
+    fflush(stdout);
+}
+
+static int mft_finish(void) {
+    printf("%d passed, %d failed\n", mft__pass, mft__fail);
+    return mft__fail ? 1 : 0;
+}
+#endif
