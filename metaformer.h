@@ -63,6 +63,7 @@
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
+ *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
  *
  * LICENSE: MIT. See the end of the file.
@@ -311,6 +312,24 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx);
 /* Global L2 norm of all gradients; when max_norm > 0 and norm > max_norm, gradients are scaled
    by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the norm before. */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
+
+/* ---- checkpoints (safetensors: loadable with safetensors.torch.load_file) ---------------------
+   Every parameter is stored under its name as F32. With with_optimizer != 0 the optimizer moments
+   ("__optim__.m.<name>", "__optim__.v.<name>"), the step counter and the RNG position (metadata)
+   are stored too, so a resumed run continues bit-identically. meta_kv holds n_meta (key, value)
+   string pairs for the metadata section (e.g. the model config); keys starting "mf." are reserved.
+   The file is written to "<path>.tmp" and renamed over path only when complete: a crash or a full
+   disk never destroys the previous checkpoint. Returns 0 or -1. */
+MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char *const *meta_kv,
+                  int n_meta);
+/* Load every parameter of ctx from path (names, dtype and shapes must match; a tensor in the file
+   that the model lacks is an error). with_optimizer != 0 also restores the optimizer state and RNG
+   position, and fails if the file has none. All-or-nothing: on any error (missing file, truncated
+   or corrupt header, shape mismatch) nothing in ctx changes. Returns 0 or -1. */
+MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer);
+/* Copy the metadata value of key into buf (NUL-terminated). Returns its length, or -1 when the
+   file cannot be read or has no such key (no context: nothing is recorded). */
+MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size);
 
 #ifdef __cplusplus
 }
@@ -650,6 +669,21 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
         p->data = ctx->p_data + p->offset;
         p->grad = ctx->p_grad + p->offset;
     }
+    return 0;
+}
+
+/* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed. */
+static int mf__alloc_moments(mf_ctx *ctx) {
+    size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
+    if (ctx->p_m) return 0;
+    ctx->p_m = (float *)mf__xmalloc(bytes);
+    ctx->p_v = (float *)mf__xmalloc(bytes);
+    if (!ctx->p_m || !ctx->p_v) {
+        MF_FREE(ctx->p_m); MF_FREE(ctx->p_v); ctx->p_m = ctx->p_v = NULL;
+        mf__fail(ctx, "out of memory: optimizer moments for %lld floats", (long long)ctx->p_cap);
+        return -1;
+    }
+    memset(ctx->p_m, 0, bytes); memset(ctx->p_v, 0, bytes);
     return 0;
 }
 
@@ -1948,6 +1982,367 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
     return L;
 }
 
+/* ==== [mf:io] =============================================================================== */
+/* safetensors: u64 little-endian header size N, N bytes of JSON
+   {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {..}},
+   then the raw data (offsets relative to its start). */
+#define MF__OPT_M "__optim__.m."
+#define MF__OPT_V "__optim__.v."
+#define MF__MAX_HEADER (64u << 20)
+
+typedef struct { char *s; size_t len, cap; int oom; } mf__buf;
+static void mf__buf_put(mf__buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        char *ns;
+        while (cap < b->len + n + 1) cap *= 2;
+        if (!(ns = (char *)MF_REALLOC(b->s, cap))) { b->oom = 1; return; }
+        b->s = ns; b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+static void mf__buf_str(mf__buf *b, const char *s) { mf__buf_put(b, s, strlen(s)); }
+/* a JSON string literal of prefix + s */
+static void mf__buf_json(mf__buf *b, const char *prefix, const char *s) {
+    int part;
+    mf__buf_put(b, "\"", 1);
+    for (part = 0; part < 2; part++, prefix = s)
+        for (; *prefix; prefix++) {
+            char e[8];
+            if (*prefix == '"' || *prefix == '\\') { e[0] = '\\'; e[1] = *prefix; mf__buf_put(b, e, 2); }
+            else if ((unsigned char)*prefix < 0x20) { snprintf(e, sizeof e, "\\u%04x", (unsigned char)*prefix); mf__buf_str(b, e); }
+            else mf__buf_put(b, prefix, 1);
+        }
+    mf__buf_put(b, "\"", 1);
+}
+
+static int mf__little_endian(void) { const uint16_t one = 1; return *(const unsigned char *)&one == 1; }
+
+/* The tensors of a checkpoint in file order: every parameter, then (optionally) both moments. */
+static const float *mf__ckpt_tensor(mf_ctx *ctx, int i, const char **prefix, const mf_tensor **p) {
+    int n = ctx->n_params;
+    *p = ctx->params[i % n];
+    if (i < n) { *prefix = ""; return (*p)->data; }
+    if (i < 2 * n) { *prefix = MF__OPT_M; return ctx->p_m + (*p)->offset; }
+    *prefix = MF__OPT_V; return ctx->p_v + (*p)->offset;
+}
+
+MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
+    mf__buf h = {NULL, 0, 0, 0}, tmp = {NULL, 0, 0, 0};
+    uint64_t off = 0, hlen;
+    unsigned char len8[8];
+    char num[96];
+    int i, d, nt, ok = 1;
+    FILE *f;
+    if (!mf_ok(ctx)) return -1;
+    if (!path || !path[0]) return (mf__fail(ctx, "mf_save: path is NULL or empty"), -1);
+    if (n_meta < 0 || (n_meta > 0 && !meta_kv)) return (mf__fail(ctx, "mf_save: n_meta %d needs %d key/value strings in meta_kv", n_meta, 2 * n_meta), -1);
+    if (!mf__little_endian()) return (mf__fail(ctx, "mf_save: safetensors is little-endian; this host is not"), -1);
+    if (with_optimizer && mf__alloc_moments(ctx) < 0) return -1; /* before any step: zeros */
+    nt = ctx->n_params * (with_optimizer ? 3 : 1);
+    mf__buf_str(&h, "{\"__metadata__\": {\"mf.format\": \"metaformer.h " METAFORMER_VERSION "\"");
+    if (with_optimizer) { /* the training state beside the moments */
+        snprintf(num, sizeof num, ", \"mf.opt_steps\": \"%lld\", \"mf.rng_calls\": \"%llu\", \"mf.seed\": \"%llu\"",
+                 (long long)ctx->opt_t, (unsigned long long)ctx->rng_calls, (unsigned long long)ctx->seed);
+        mf__buf_str(&h, num);
+    }
+    for (i = 0; i < n_meta; i++) {
+        if (!meta_kv[2 * i] || !meta_kv[2 * i + 1])
+            { MF_FREE(h.s); return (mf__fail(ctx, "mf_save: metadata pair %d has a NULL key or value", i), -1); }
+        mf__buf_str(&h, ", ");
+        mf__buf_json(&h, "", meta_kv[2 * i]);
+        mf__buf_str(&h, ": ");
+        mf__buf_json(&h, "", meta_kv[2 * i + 1]);
+    }
+    mf__buf_str(&h, "}");
+    for (i = 0; i < nt; i++) {
+        const char *prefix;
+        const mf_tensor *p;
+        mf__ckpt_tensor(ctx, i, &prefix, &p);
+        mf__buf_str(&h, ", ");
+        mf__buf_json(&h, prefix, p->name);
+        mf__buf_str(&h, ": {\"dtype\": \"F32\", \"shape\": [");
+        for (d = 0; d < p->ndim; d++) { snprintf(num, sizeof num, d ? ", %d" : "%d", p->shape[d]); mf__buf_str(&h, num); }
+        snprintf(num, sizeof num, "], \"data_offsets\": [%llu, %llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + (uint64_t)p->ne * 4));
+        mf__buf_str(&h, num);
+        off += (uint64_t)p->ne * 4;
+    }
+    mf__buf_str(&h, "}");
+    while (!h.oom && h.len % 8) mf__buf_str(&h, " "); /* the format pads the header to 8 bytes */
+    mf__buf_str(&tmp, path);
+    mf__buf_str(&tmp, ".tmp");
+    if (h.oom || tmp.oom) { MF_FREE(h.s); MF_FREE(tmp.s); return (mf__fail(ctx, "out of memory: checkpoint header"), -1); }
+    hlen = h.len;
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
+    if (!(f = fopen(tmp.s, "wb"))) {
+        mf__fail(ctx, "mf_save: cannot create \"%s\" (does the directory exist, is it writable?)", tmp.s);
+        MF_FREE(h.s); MF_FREE(tmp.s);
+        return -1;
+    }
+    ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len;
+    for (i = 0; ok && i < nt; i++) {
+        const char *prefix;
+        const mf_tensor *p;
+        const float *data = mf__ckpt_tensor(ctx, i, &prefix, &p);
+        ok = fwrite(data, sizeof(float), (size_t)p->ne, f) == (size_t)p->ne;
+    }
+    ok = (fflush(f) == 0) & ok;
+    ok = (fclose(f) == 0) & ok;
+    if (!ok || rename(tmp.s, path) != 0) {
+        remove(tmp.s);
+        mf__fail(ctx, "mf_save: writing \"%s\" failed (disk full or not writable); the previous file at "
+                 "that path, if any, is untouched", path);
+        ok = 0;
+    }
+    MF_FREE(h.s); MF_FREE(tmp.s);
+    return ok ? 0 : -1;
+}
+
+/* ---- a small JSON reader for the safetensors header ---- */
+typedef struct { const char *p, *end; int bad; } mf__json;
+static void mf__jws(mf__json *j) { while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t')) j->p++; }
+static int mf__jchar(mf__json *j, char c) {
+    mf__jws(j);
+    if (j->p < j->end && *j->p == c) { j->p++; return 1; }
+    return 0;
+}
+/* a string into out (cap bytes, NUL-terminated); \uXXXX beyond ASCII is stored as '?' */
+static int mf__jstr(mf__json *j, char *out, size_t cap) {
+    size_t n = 0;
+    if (!mf__jchar(j, '"')) return j->bad = 1, 0;
+    while (j->p < j->end && *j->p != '"') {
+        char c = *j->p++;
+        if (c == '\\') {
+            if (j->p >= j->end) break;
+            c = *j->p++;
+            if (c == 'n') c = '\n'; else if (c == 't') c = '\t'; else if (c == 'r') c = '\r';
+            else if (c == 'b') c = '\b'; else if (c == 'f') c = '\f';
+            else if (c == 'u') {
+                unsigned v = 0;
+                int k;
+                for (k = 0; k < 4 && j->p < j->end; k++, j->p++) {
+                    char h = *j->p;
+                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
+                }
+                c = v < 0x80 ? (char)v : '?';
+            }
+        }
+        if (n + 1 >= cap) return j->bad = 1, 0;
+        out[n++] = c;
+    }
+    if (!mf__jchar(j, '"')) return j->bad = 1, 0;
+    out[n] = 0;
+    return 1;
+}
+static int64_t mf__jint(mf__json *j) {
+    int64_t v = 0;
+    int digits = 0;
+    mf__jws(j);
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9' && digits < 18) { v = v * 10 + (*j->p++ - '0'); digits++; }
+    if (!digits) j->bad = 1;
+    return v;
+}
+/* skip any JSON value (metadata values are strings, but be lenient) */
+static void mf__jskip(mf__json *j) {
+    char tmp[4096];
+    mf__jws(j);
+    if (j->p >= j->end) { j->bad = 1; return; }
+    if (*j->p == '"') { mf__jstr(j, tmp, sizeof tmp); return; }
+    if (*j->p == '{' || *j->p == '[') {
+        int depth = 0;
+        do {
+            if (*j->p == '"') { mf__jstr(j, tmp, sizeof tmp); if (j->bad) return; continue; }
+            if (*j->p == '{' || *j->p == '[') depth++;
+            if (*j->p == '}' || *j->p == ']') depth--;
+            j->p++;
+        } while (j->p < j->end && depth > 0);
+        if (depth) j->bad = 1;
+        return;
+    }
+    while (j->p < j->end && *j->p != ',' && *j->p != '}' && *j->p != ']') j->p++;
+}
+
+typedef struct { char name[512]; int f32, ndim, shape[8], used; uint64_t begin, end; } mf__entry;
+typedef struct {
+    unsigned char *file; size_t size;   /* the whole file */
+    const unsigned char *data; uint64_t data_size;
+    mf__entry *e; int n;
+    mf__json meta;                       /* span of the __metadata__ object */
+} mf__ckpt;
+
+/* Read and parse a checkpoint; returns NULL on success, else a static description of the problem */
+static const char *mf__ckpt_open(mf__ckpt *c, const char *path) {
+    FILE *f;
+    long sz;
+    uint64_t hlen = 0;
+    int i, cap = 0;
+    mf__json j;
+    memset(c, 0, sizeof *c);
+    if (!(f = fopen(path, "rb"))) return "cannot open the file (does it exist?)";
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return "cannot determine the file size"; }
+    c->size = (size_t)sz;
+    if (c->size < 8) { fclose(f); return "the file is shorter than the 8-byte safetensors header size (truncated or not a checkpoint)"; }
+    if (!(c->file = (unsigned char *)mf__xmalloc(c->size))) { fclose(f); return "out of memory reading the file"; }
+    if (fread(c->file, 1, c->size, f) != c->size) { fclose(f); return "read error"; }
+    fclose(f);
+    for (i = 0; i < 8; i++) hlen |= (uint64_t)c->file[i] << (8 * i);
+    if (hlen > MF__MAX_HEADER || hlen + 8 > c->size) return "the header size is larger than the file (truncated or not a safetensors file)";
+    c->data = c->file + 8 + hlen;
+    c->data_size = c->size - 8 - hlen;
+    j.p = (const char *)c->file + 8; j.end = j.p + hlen; j.bad = 0;
+    c->meta.p = c->meta.end = NULL;
+    if (!mf__jchar(&j, '{')) return "the header is not a JSON object (not a safetensors file)";
+    if (mf__jchar(&j, '}')) return NULL;
+    do {
+        mf__entry *e;
+        char key[512];
+        if (!mf__jstr(&j, key, sizeof key) || !mf__jchar(&j, ':')) return "malformed JSON in the header (a key)";
+        if (strcmp(key, "__metadata__") == 0) {
+            c->meta.p = j.p; mf__jskip(&j); c->meta.end = j.p;
+            if (j.bad) return "malformed __metadata__";
+            continue;
+        }
+        if (c->n == cap) {
+            mf__entry *ne;
+            cap = cap ? 2 * cap : 64;
+            if (!(ne = (mf__entry *)MF_REALLOC(c->e, (size_t)cap * sizeof(mf__entry)))) return "out of memory";
+            c->e = ne;
+        }
+        e = &c->e[c->n++];
+        memset(e, 0, sizeof *e);
+        strcpy(e->name, key);
+        if (!mf__jchar(&j, '{')) return "malformed JSON in the header (a tensor entry is not an object)";
+        do {
+            char field[32], dtype[16];
+            if (!mf__jstr(&j, field, sizeof field) || !mf__jchar(&j, ':')) return "malformed JSON in a tensor entry";
+            if (strcmp(field, "dtype") == 0) { if (!mf__jstr(&j, dtype, sizeof dtype)) return "malformed dtype"; e->f32 = strcmp(dtype, "F32") == 0; }
+            else if (strcmp(field, "shape") == 0 || strcmp(field, "data_offsets") == 0) {
+                int n = 0, is_shape = field[0] == 's';
+                int64_t v[8];
+                if (!mf__jchar(&j, '[')) return "malformed array in a tensor entry";
+                if (!mf__jchar(&j, ']')) {
+                    do { if (n == 8) return "a tensor has more than 8 dims"; v[n++] = mf__jint(&j); } while (mf__jchar(&j, ','));
+                    if (!mf__jchar(&j, ']')) return "malformed array in a tensor entry";
+                }
+                if (j.bad) return "malformed number in a tensor entry";
+                if (is_shape) { int k; e->ndim = n; for (k = 0; k < n; k++) e->shape[k] = v[k] > 0x7fffffff ? -1 : (int)v[k]; }
+                else { if (n != 2 || v[1] < v[0]) return "data_offsets must be [begin, end] with begin <= end"; e->begin = (uint64_t)v[0]; e->end = (uint64_t)v[1]; }
+            } else mf__jskip(&j);
+            if (j.bad) return "malformed JSON in a tensor entry";
+        } while (mf__jchar(&j, ','));
+        if (!mf__jchar(&j, '}')) return "malformed JSON: a tensor entry is not closed";
+        if (e->end > c->data_size) return "a tensor's data lies beyond the end of the file (truncated file)";
+    } while (mf__jchar(&j, ','));
+    if (!mf__jchar(&j, '}') || j.bad) return "malformed JSON: the header object is not closed";
+    return NULL;
+}
+static void mf__ckpt_close(mf__ckpt *c) { MF_FREE(c->file); MF_FREE(c->e); memset(c, 0, sizeof *c); }
+
+/* find a metadata value; returns its length or -1 */
+static int mf__ckpt_meta(const mf__ckpt *c, const char *key, char *buf, size_t size) {
+    mf__json j;
+    char k[512], v[4096];
+    if (!c->meta.p) return -1;
+    j = c->meta; j.bad = 0;
+    if (!mf__jchar(&j, '{') || mf__jchar(&j, '}')) return -1;
+    do {
+        if (!mf__jstr(&j, k, sizeof k) || !mf__jchar(&j, ':')) return -1;
+        mf__jws(&j);
+        if (j.p < j.end && *j.p == '"') { if (!mf__jstr(&j, v, sizeof v)) return -1; }
+        else { mf__jskip(&j); continue; }
+        if (strcmp(k, key) == 0) {
+            size_t n = strlen(v);
+            if (buf && size) { size_t m = n < size - 1 ? n : size - 1; memcpy(buf, v, m); buf[m] = 0; }
+            return (int)n;
+        }
+    } while (mf__jchar(&j, ','));
+    return -1;
+}
+
+static mf__entry *mf__ckpt_find(mf__ckpt *c, const char *prefix, const char *name) {
+    int i;
+    size_t lp = strlen(prefix);
+    for (i = 0; i < c->n; i++)
+        if (strncmp(c->e[i].name, prefix, lp) == 0 && strcmp(c->e[i].name + lp, name) == 0) return &c->e[i];
+    return NULL;
+}
+
+MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
+    mf__ckpt c;
+    const char *why;
+    int i, k, nt;
+    char steps[32] = "", calls[32] = "", seed[32] = "";
+    if (!mf_ok(ctx)) return -1;
+    if (!path) return (mf__fail(ctx, "mf_load: path is NULL"), -1);
+    if (!mf__little_endian()) return (mf__fail(ctx, "mf_load: safetensors is little-endian; this host is not"), -1);
+    if ((why = mf__ckpt_open(&c, path))) {
+        mf__fail(ctx, "mf_load: \"%s\": %s", path, why);
+        mf__ckpt_close(&c);
+        return -1;
+    }
+    /* validate everything before changing anything */
+    nt = ctx->n_params * (with_optimizer ? 3 : 1);
+    if (with_optimizer && (mf__ckpt_meta(&c, "mf.opt_steps", steps, sizeof steps) < 0 ||
+                           mf__ckpt_meta(&c, "mf.rng_calls", calls, sizeof calls) < 0 ||
+                           mf__ckpt_meta(&c, "mf.seed", seed, sizeof seed) < 0)) {
+        mf__fail(ctx, "mf_load: \"%s\" has no optimizer state (saved without it, or not by metaformer.h); "
+                 "load with with_optimizer = 0 to take the weights only", path);
+        mf__ckpt_close(&c);
+        return -1;
+    }
+    for (i = 0; i < nt; i++) {
+        const char *prefix;
+        const mf_tensor *p;
+        mf__entry *e;
+        int same;
+        mf__ckpt_tensor(ctx, i, &prefix, &p);
+        e = mf__ckpt_find(&c, prefix, p->name);
+        if (!e) { mf__fail(ctx, "mf_load: \"%s\" has no tensor \"%s%s\" (a checkpoint of another model or config?)", path, prefix, p->name); break; }
+        same = e->f32 && e->ndim == p->ndim && e->end - e->begin == (uint64_t)p->ne * 4;
+        for (k = 0; same && k < p->ndim; k++) same = e->shape[k] == p->shape[k];
+        if (!same) {
+            char s[64];
+            mf__fail(ctx, "mf_load: \"%s\": tensor \"%s\" is stored with another dtype or shape than the model's F32 %s",
+                     path, e->name, mf_shape_str(p, s, sizeof s));
+            break;
+        }
+        e->used = 1;
+    }
+    for (i = 0; mf_ok(ctx) && i < c.n; i++)
+        if (!c.e[i].used && strncmp(c.e[i].name, "__optim__.", 10) != 0)
+            mf__fail(ctx, "mf_load: \"%s\" has a tensor \"%s\" that this model lacks (a checkpoint of another "
+                     "model or config?)", path, c.e[i].name);
+    if (mf_ok(ctx) && with_optimizer) mf__alloc_moments(ctx);
+    if (!mf_ok(ctx)) { mf__ckpt_close(&c); return -1; }
+    for (i = 0; i < nt; i++) {
+        const char *prefix;
+        const mf_tensor *p;
+        float *dst = (float *)mf__ckpt_tensor(ctx, i, &prefix, &p);
+        const mf__entry *e = mf__ckpt_find(&c, prefix, p->name);
+        memcpy(dst, c.data + e->begin, (size_t)p->ne * sizeof(float));
+    }
+    if (with_optimizer) {
+        ctx->opt_t = (int64_t)strtoll(steps, NULL, 10);
+        ctx->rng_calls = (uint64_t)strtoull(calls, NULL, 10);
+        ctx->seed = (uint64_t)strtoull(seed, NULL, 10);
+    }
+    mf__ckpt_close(&c);
+    return 0;
+}
+
+MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size) {
+    mf__ckpt c;
+    int n = -1;
+    if (!path || !key) return -1;
+    if (!mf__ckpt_open(&c, path)) n = mf__ckpt_meta(&c, key, buf, size);
+    mf__ckpt_close(&c);
+    return n;
+}
+
 /* ==== [mf:optim] ============================================================================ */
 MFDEF mf_optimizer mf_optimizer_default(mf_optimizer_kind kind, float lr) {
     mf_optimizer o;
@@ -2036,16 +2431,7 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     int64_t t;
     if (!mf_ok(ctx)) return -1;
     if (mf__check_optimizer(ctx, o) < 0) return -1;
-    if (!ctx->p_m) { /* the moments appear with the first step */
-        ctx->p_m = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
-        ctx->p_v = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
-        if (ctx->p_cap && (!ctx->p_m || !ctx->p_v))
-            return (mf__fail(ctx, "out of memory: optimizer moments for %lld floats", (long long)ctx->p_cap), -1);
-        if (ctx->p_cap) {
-            memset(ctx->p_m, 0, (size_t)ctx->p_cap * sizeof(float));
-            memset(ctx->p_v, 0, (size_t)ctx->p_cap * sizeof(float));
-        }
-    }
+    if (mf__alloc_moments(ctx) < 0) return -1;
     t = ++ctx->opt_t;
     lr = mf_schedule_lr(&o->schedule, t);
     b1 = o->beta1; b2 = o->beta2;
