@@ -11,9 +11,11 @@ SANFLAGS := -std=c99 -O1 -g -march=native -fsanitize=address,undefined -fno-sani
 LDLIBS  := -lm
 BUILD   := build
 
+CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
 TEST_SRCS := $(wildcard tests/test_*.c)
-TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
-ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS))
+TEST_CXX  := $(wildcard tests/test_*.cpp)
+TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
+ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/asan/%,$(TEST_CXX))
 EXAMPLES  := $(BUILD)/hello
 
 .PHONY: all test examples bench clean
@@ -27,6 +29,15 @@ $(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
+# C++ tests: the CUDA emulator (tests/cuda_emu.h) runs the .cuh kernels on the CPU
+$(BUILD)/tests/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
+
+$(BUILD)/asan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -g -fsanitize=address,undefined -fno-sanitize-recover=all -I. -Itests $< -o $@ $(LDLIBS)
+
 $(BUILD)/%: examples/%.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
@@ -35,7 +46,7 @@ examples: $(EXAMPLES)
 
 # ASAN_OPTIONS: fail on the first report; OMP threads 2 so the sanitized run stays quick
 test: $(TESTS) $(ASAN) $(EXAMPLES)
-	@bash tests/run.sh "bash tests/hygiene.sh" \
+	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" \
 	    $(foreach t,$(TESTS),"$(t)") \
 	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
 

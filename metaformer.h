@@ -63,6 +63,7 @@
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
+ *   [mf:model]      the MetaFormer language model: config, mixers, forward, loss, generation
  *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
  *
@@ -246,12 +247,31 @@ MFDEF mf_tensor *mf_sum_axis(mf_ctx *ctx, mf_tensor *x, int axis);
 MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b, int stride,
                            int pad);
 
+/* Mean over a window of the sequence axis of x [B, T, D]: centred (t - k/2 .. t + k/2, k odd) or
+   causal (t - k + 1 .. t); positions outside [0, T) do not count (count_include_pad = false). */
+MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal);
+/* Fused multi-head scaled dot-product attention (FlashAttention-2 style on the CPU):
+   q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv],
+   out = softmax(scale * q k^T [+ causal mask]) v. causal != 0: query i sees key j iff
+   j <= i + (Tk - Tq) (the first Tk - Tq keys are memory, visible to every query; the same mask
+   as mf_softmax). A query that sees no key outputs zeros. No Tq x Tk matrix is kept: the op
+   saves B*H*Tq floats (the row log-sum-exp) and the backward recomputes the probabilities tile
+   by tile, so memory grows linearly with the sequence. Gradients are deterministic (they do not
+   depend on the thread count). scale is usually 1 / sqrt(dk). */
+MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
+                              int causal);
+
 /* ---- layers ---------------------------------------------------------------------------------- */
 typedef struct mf_linear_layer { mf_tensor *weight, *bias; } mf_linear_layer;
 /* Parameters "<name>.weight" [out, in] (kaiming-uniform) and "<name>.bias" [out] (when
    has_bias; PyTorch bias init), as torch.nn.Linear(in, out). Apply with mf_linear. */
 MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in, int out,
                                           int has_bias);
+
+/* ---- CUDA -------------------------------------------------------------------------------------- */
+/* The number of usable CUDA devices, or 0 with the reason in why (size bytes, may be NULL):
+   "this build has no CUDA" unless the implementation was compiled by nvcc with METAFORMER_CUDA. */
+MFDEF int mf_cuda_available(char *why, size_t size);
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 /* C[M][N] = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T (trans != 0).
@@ -312,6 +332,65 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx);
 /* Global L2 norm of all gradients; when max_norm > 0 and norm > max_norm, gradients are scaled
    by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the norm before. */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
+
+/* ---- the MetaFormer language model ------------------------------------------------------------
+   Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
+   Model: token embedding (N(0,1)) [+ positions] -> n_layers blocks -> final LN -> Linear(D, V).
+   The token mixer is interchangeable (SPEC.md sections 4, 9): */
+typedef enum mf_mixer_kind {
+    MF_MIXER_SDPA = 0,  /* causal multi-head attention; q, k, v, out Linear with bias (labml MHA) */
+    MF_MIXER_METRIC,    /* per head p = x Wp, symmetric M (upper triangle), softmax(p M p^T / sqrt(dk)) p, E without bias */
+    MF_MIXER_QUADRATIC, /* the same with an unconstrained M per head */
+    MF_MIXER_POOL,      /* mean over a window of pool_size tokens minus x (count_include_pad = false) */
+    MF_MIXER_IDENTITY,  /* no token mixing: the mixer sub-block is skipped */
+    MF_MIXER_COUNT
+} mf_mixer_kind;
+typedef enum mf_pos_kind { MF_POS_NONE = 0, MF_POS_LEARNED, MF_POS_SINUSOIDAL } mf_pos_kind;
+typedef enum mf_act_kind { MF_ACT_RELU = 0, MF_ACT_GELU, MF_ACT_GELU_TANH, MF_ACT_SILU } mf_act_kind;
+
+typedef struct mf_model_config {
+    int vocab;              /* tokens 0 .. vocab-1 (required) */
+    int d_model, n_heads, n_layers, d_ff;
+    int max_seq;            /* longest sequence (size of the learned position table, generation window) */
+    mf_mixer_kind mixer;
+    mf_pos_kind pos;
+    mf_act_kind ffn_act;
+    int ffn_bias;           /* biases in both FFN Linears (labml: 1) */
+    int attn_bias;          /* sdpa: biases in q, k, v and the output Linear (labml: 1) */
+    int pool_size;          /* pool: window length, odd when centred */
+    int pool_causal;        /* pool: window [t - pool_size + 1, t] instead of centred (required for LM) */
+    float dropout;          /* on both residual branches and the FFN hidden layer */
+    int clone_layers;       /* labml: all layers start as copies of layer 0 */
+    float ln_eps;
+} mf_model_config;
+
+typedef struct mf_model mf_model;
+
+/* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
+   GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; vocab unset. */
+MFDEF mf_model_config mf_model_config_default(void);
+/* "sdpa", "metric", "quadratic", "pool", "identity" <-> kind (-1 when unknown). */
+MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
+MFDEF int mf_mixer_from_name(const char *name);
+/* Check a config; returns 0, or -1 with the reason in ctx. */
+MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *cfg);
+/* Create the model's parameters in ctx (names "tok_emb", "pos_emb", "layers.<l>.<...>",
+   "ln_f.weight", "head.weight", ...) with PyTorch's default initialisation. NULL on error. */
+MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg);
+MFDEF void mf_model_free(mf_model *m);
+MFDEF const mf_model_config *mf_model_get_config(const mf_model *m);
+/* Logits [B, T, vocab] of ids [B][T] (row-major, B*T ints), T <= max_seq. */
+MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T);
+/* Mean cross-entropy of the next-token predictions: targets [B][T], -1 = not counted. [1]. */
+MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T);
+/* Sampling: temperature <= 0 is greedy (argmax); top_k > 0 keeps the k most likely tokens. */
+typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sampler;
+/* Continue prompt (n_prompt >= 1 tokens) by n_new tokens written to out, with a KV cache: the
+   prompt is run once, then each new token costs one step. Past max_seq tokens the window slides
+   (the cache is rebuilt from the last max_seq / 2 tokens). Uses the activation arena (it calls
+   mf_reset) and never records gradients. Returns 0 or -1. */
+MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
+                            const mf_sampler *s, int32_t *out);
 
 /* ---- checkpoints (safetensors: loadable with safetensors.torch.load_file) ---------------------
    Every parameter is stored under its name as F32. With with_optimizer != 0 the optimizer moments
@@ -1264,13 +1343,16 @@ MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal) {
     return mf__finish(ctx, t);
 }
 
-/* row log-sum-exp of n values */
-static float mf__lse(const float *x, int n) {
+/* row log-sum-exp of n values, in two parts: returns log(sum(exp(x - max))) and sets *mx to the
+   max. Callers use (x - mx) - result: adding mx first would round the result to float at the
+   logits' magnitude (an error of 6e-5 at |x| ~ 1000). */
+static float mf__lse(const float *x, int n, float *mx_out) {
     float mx = -INFINITY, sum = 0;
     int j;
     for (j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
     for (j = 0; j < n; j++) sum += expf(x[j] - mx);
-    return mx + logf(sum);
+    *mx_out = mx;
+    return logf(sum);
 }
 
 /* ---- log_softmax over the last axis ---------------------------------------------------------- */
@@ -1280,9 +1362,9 @@ static void mf__log_softmax_forward(mf_ctx *ctx, mf_tensor *out) {
     int64_t rows = mf__rows(out), r;
     MF__PARFOR(ctx, rows, 4 * n)
     for (r = 0; r < rows; r++) {
-        float l = mf__lse(x + r * n, n);
+        float mx, l = mf__lse(x + r * n, n, &mx);
         int j;
-        for (j = 0; j < n; j++) out->data[r * n + j] = x[r * n + j] - l;
+        for (j = 0; j < n; j++) out->data[r * n + j] = (x[r * n + j] - mx) - l;
     }
 }
 static void mf__log_softmax_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -1305,7 +1387,8 @@ MFDEF mf_tensor *mf_log_softmax(mf_ctx *ctx, mf_tensor *x) {
 }
 
 /* ---- cross-entropy fused with softmax: logits [..., V], one target per row -> [1] ----------------
-   aux: the targets (copied); saved: row log-sum-exp; iarg: 0 ignore index, 1 counted rows */
+   aux: the targets (copied); saved: per row max and log-sum-exp(x - max); iarg: 0 ignore index,
+   1 counted rows */
 static int mf__cross_entropy_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     const int32_t *tg = (const int32_t *)out->aux;
@@ -1327,13 +1410,13 @@ static void mf__cross_entropy_forward(mf_ctx *ctx, mf_tensor *out) {
     const int32_t *tg = (const int32_t *)out->aux;
     int V = mf__last(x);
     int64_t rows = mf__rows(x), r;
-    float *lse = out->saved = (float *)mf__alloc(ctx, (size_t)rows * sizeof(float));
+    float *lse = out->saved = (float *)mf__alloc(ctx, 2 * (size_t)rows * sizeof(float));
     double total = 0;
     if (!lse) return;
-    MF__PARFOR(ctx, rows, 4 * V)
-    for (r = 0; r < rows; r++) lse[r] = mf__lse(x->data + r * V, V);
+    MF__PARFOR(ctx, rows, 4 * V) /* lse[2r] the row max, lse[2r + 1] log(sum(exp(x - max))) */
+    for (r = 0; r < rows; r++) lse[2 * r + 1] = mf__lse(x->data + r * V, V, &lse[2 * r]);
     for (r = 0; r < rows; r++)
-        if (tg[r] != out->iarg[0]) total += (double)lse[r] - x->data[r * V + tg[r]];
+        if (tg[r] != out->iarg[0]) total += ((double)lse[2 * r] - x->data[r * V + tg[r]]) + lse[2 * r + 1];
     out->data[0] = out->iarg[1] ? (float)(total / out->iarg[1]) : 0.0f;
 }
 static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -1348,7 +1431,7 @@ static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     for (r = 0; r < rows; r++) { /* d/dx = (softmax - onehot) * g */
         int j;
         if (tg[r] == out->iarg[0]) continue;
-        for (j = 0; j < V; j++) dx[r * V + j] += g * expf(x->data[r * V + j] - out->saved[r]);
+        for (j = 0; j < V; j++) dx[r * V + j] += g * expf((x->data[r * V + j] - out->saved[2 * r]) - out->saved[2 * r + 1]);
         dx[r * V + tg[r]] -= g;
     }
 }
@@ -1961,6 +2044,532 @@ MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
     return mf__finish(ctx, t);
 }
 
+/* ---- mean over a window of the sequence axis: x [B, T, D] -> [B, T, D] -----------------------------
+   window of t: centred [t - k/2, t + k/2] or causal [t - k + 1, t], clipped to [0, T), divided by
+   the number of positions inside (count_include_pad = false). iarg: 0 kernel, 1 causal */
+static void mf__pool_window(int t, int T, int k, int causal, int *lo, int *hi) {
+    *lo = causal ? t - k + 1 : t - k / 2;
+    *hi = causal ? t : t + k / 2;
+    if (*lo < 0) *lo = 0;
+    if (*hi > T - 1) *hi = T - 1;
+}
+static int mf__avg_pool_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    char s[64];
+    if (x->ndim != 3) return MF__SHAPE_FAIL("avg_pool_seq: x must be [B, T, D], got %s", mf_shape_str(x, s, 64));
+    if (out->iarg[0] < 1 || (!out->iarg[1] && out->iarg[0] % 2 == 0))
+        return MF__SHAPE_FAIL("avg_pool_seq: kernel %d must be >= 1, and odd for a centred window", out->iarg[0]);
+    return mf__same_shape(ctx, out);
+}
+/* forward: y[t] = mean of x over window(t); backward: dx[s] += sum of dy[t] / |window(t)| over the
+   t whose window holds s. Both from a running prefix sum over time, O(B * T * D). */
+static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    int B = out->shape[0], T = out->shape[1], D = out->shape[2], k = out->iarg[0], causal = out->iarg[1];
+    const float *src = backward ? out->grad : out->src[0]->data;
+    float *dx = backward ? mf__g(out->src[0]) : NULL;
+    double *pre = (double *)mf__alloc(ctx, (size_t)B * (T + 1) * D * sizeof(double));
+    int64_t b;
+    if (!pre || (backward && !dx)) return;
+    MF__PARFOR(ctx, B, 4.0 * T * D)
+    for (b = 0; b < B; b++) {
+        double *P = pre + b * (int64_t)(T + 1) * D;
+        int t, d, lo, hi;
+        for (d = 0; d < D; d++) P[d] = 0;
+        for (t = 0; t < T; t++) { /* P[t+1] = P[t] + (x[t], or dy[t] / |window(t)| backward) */
+            float w = 1.0f;
+            if (backward) { mf__pool_window(t, T, k, causal, &lo, &hi); w = 1.0f / (float)(hi - lo + 1); }
+            for (d = 0; d < D; d++)
+                P[(int64_t)(t + 1) * D + d] = P[(int64_t)t * D + d] + w * src[((int64_t)b * T + t) * D + d];
+        }
+        for (t = 0; t < T; t++) {
+            if (!backward) mf__pool_window(t, T, k, causal, &lo, &hi);
+            else { /* the t' whose window holds t: centred [t - k/2, t + k/2], causal [t, t + k - 1] */
+                lo = causal ? t : t - k / 2; hi = causal ? t + k - 1 : t + k / 2;
+                if (lo < 0) lo = 0;
+                if (hi > T - 1) hi = T - 1;
+            }
+            for (d = 0; d < D; d++) {
+                double s = P[(int64_t)(hi + 1) * D + d] - P[(int64_t)lo * D + d];
+                if (!backward) out->data[((int64_t)b * T + t) * D + d] = (float)(s / (hi - lo + 1));
+                else dx[((int64_t)b * T + t) * D + d] += (float)s;
+            }
+        }
+    }
+}
+static void mf__avg_pool_forward(mf_ctx *ctx, mf_tensor *out) { mf__avg_pool_run(ctx, out, 0); }
+static void mf__avg_pool_backward(mf_ctx *ctx, mf_tensor *out) { mf__avg_pool_run(ctx, out, 1); }
+static const mf__op mf__op_avg_pool = { "avg_pool_seq", 1, mf__avg_pool_shape, mf__avg_pool_forward, mf__avg_pool_backward, 0 };
+MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_avg_pool, x, NULL, NULL, NULL);
+    if (t) { t->iarg[0] = kernel; t->iarg[1] = causal != 0; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- attention: fused multi-head scaled dot-product attention, FlashAttention-2 on the CPU -------
+   q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv]; farg[0] scale,
+   iarg[0] causal; saved: the row log-sum-exp, B*H*Tq floats (+inf for a row that sees no key).
+   Layout: a tile of MF__AT_BQ queries and MF__AT_BK keys keeps its scores TRANSPOSED, st[key][query],
+   so the softmax statistics of the 64 queries (running max, sum, log-sum-exp, D) are vectors and
+   every product below is C += A B with B row-major, vectorised along C's rows (mf__attn_mm: a
+   hand-blocked kernel, 4 x 64 or 8 x 32 register tiles on AVX-512; mf_sgemm per tile would pack
+   and malloc on every call). exp is a vector polynomial (~2 ulp).
+   The scale is folded into a transposed copy of the query tile (scale * Q^T, [dk][64]).
+   Forward: parallel over (b, h, query tile); key tiles in order with the online softmax (running
+   max m and sum l, the accumulator rescaled by exp(m_old - m_new)); key tiles that causality hides
+   from the whole query tile are skipped; out = acc / l, lse = m + log l.
+   Backward (FA2): D_i = rowsum(dO_i * O_i); for each (key tile, query tile) pair P is recomputed
+   as exp(scale q k - lse), dV += P^T dO, dP = dO V^T, dS = scale * P * (dP - D), dQ += dS K,
+   dK += dS^T Q. Race-free and deterministic without atomics: when there are enough heads, each
+   thread owns whole (b, h) heads and runs every pair of the head (5 products per pair); with fewer
+   heads than threads, a dK/dV pass parallel over (b, h, key tile) is followed by a dQ pass parallel
+   over (b, h, query tile) (7 products per pair, but every thread busy). Each gradient row gets its
+   contributions in the same order in both schemes (dK/dV over ascending query tiles, dQ over
+   ascending key tiles), so the gradients are bit-identical for any thread count.
+   Scratch (per-thread slices, taken from the activation arena before the parallel region): forward
+   (dk + dv + 64 + 3) * 64 floats per thread; backward scale * Q^T, dO^T, lse and D per head
+   (about the size of q plus out) and two 64 x 64 tiles per thread.
+   Tiles: 64 x 64 keeps a thread's tiles (scores, dP, Q^T, accumulator: ~50 KiB at d = 64) in L1/L2;
+   64 queries = 4 AVX-512 vectors = one register tile row. */
+#define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
+#define MF__AT_BK 64 /* keys per tile */
+
+/* Vectors for the attention kernels: MF__AW floats, masked loads / stores for row tails, exp. */
+#if !defined(METAFORMER_NO_SIMD) && defined(__AVX512F__)
+#include <immintrin.h>
+#define MF__AW 16
+#define MF__AV_MAXV 4 /* vectors per register tile row: 4 rows x 4 vectors = 16 of 32 zmm */
+#define MF__AV_R8V 2
+typedef __m512 mf__av;
+typedef __mmask16 mf__am;
+#define mf__av_zero() _mm512_setzero_ps()
+#define mf__av_set1(x) _mm512_set1_ps(x)
+#define mf__av_load(p) _mm512_loadu_ps(p)
+#define mf__av_store(p, v) _mm512_storeu_ps(p, v)
+#define mf__av_loadm(p, m) _mm512_maskz_loadu_ps(m, p)
+#define mf__av_storem(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define mf__av_mask(n) ((__mmask16)((n) >= 16 ? 0xFFFFu : (1u << (n)) - 1u))
+#define mf__av_add(a, b) _mm512_add_ps(a, b)
+#define mf__av_sub(a, b) _mm512_sub_ps(a, b)
+#define mf__av_mul(a, b) _mm512_mul_ps(a, b)
+#define mf__av_max(a, b) _mm512_mask_max_ps(a, 0xFFFF, a, b)
+#define mf__av_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
+/* x[0], x[ld], ..., x[15 ld] (masked forms here and below: the plain ones trip g++'s
+   -Wmaybe-uninitialized inside immintrin.h) */
+#define mf__av_gather(x, ld) \
+    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, \
+                             5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ld)), x, 4)
+/* exp (Cephes polynomial, ~2 ulp); 0 below -87 and for -inf */
+static mf__av mf__av_exp(mf__av x) {
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    __m512 n, r, p;
+    x = _mm512_mask_min_ps(x, 0xFFFF, x, _mm512_set1_ps(88.0f));
+    x = _mm512_mask_max_ps(x, 0xFFFF, x, _mm512_set1_ps(-87.0f));
+    n = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    n = _mm512_mask_roundscale_ps(n, 0xFFFF, n, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_mask_mov_ps(_mm512_mask_scalef_ps(p, 0xFFFF, p, n), tiny, _mm512_setzero_ps());
+}
+#elif !defined(METAFORMER_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define MF__AW 8
+#define MF__AV_MAXV 2 /* 4 rows x 2 vectors = 8 of 16 ymm */
+#define MF__AV_R8V 1
+typedef __m256 mf__av;
+typedef __m256i mf__am;
+#define mf__av_zero() _mm256_setzero_ps()
+#define mf__av_set1(x) _mm256_set1_ps(x)
+#define mf__av_load(p) _mm256_loadu_ps(p)
+#define mf__av_store(p, v) _mm256_storeu_ps(p, v)
+#define mf__av_loadm(p, m) _mm256_maskload_ps(p, m)
+#define mf__av_storem(p, m, v) _mm256_maskstore_ps(p, m, v)
+#define mf__av_mask(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define mf__av_add(a, b) _mm256_add_ps(a, b)
+#define mf__av_sub(a, b) _mm256_sub_ps(a, b)
+#define mf__av_mul(a, b) _mm256_mul_ps(a, b)
+#define mf__av_max(a, b) _mm256_max_ps(a, b)
+#define mf__av_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define mf__av_gather(x, ld) \
+    _mm256_i32gather_ps(x, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(ld)), 4)
+static mf__av mf__av_exp(mf__av x) {
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), n, r, p;
+    __m256i e;
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+#else /* portable: "vectors" of one float, the register tile is 4 x 4 scalars */
+#define MF__AW 1
+#define MF__AV_MAXV 4
+#define MF__AV_R8V 0
+typedef float mf__av;
+typedef int mf__am;
+#define mf__av_zero() 0.0f
+#define mf__av_set1(x) (x)
+#define mf__av_load(p) (*(p))
+#define mf__av_store(p, v) (*(p) = (v))
+#define mf__av_loadm(p, m) ((void)(m), *(p))
+#define mf__av_storem(p, m, v) ((void)(m), *(p) = (v))
+#define mf__av_mask(n) (n)
+#define mf__av_add(a, b) ((a) + (b))
+#define mf__av_sub(a, b) ((a) - (b))
+#define mf__av_mul(a, b) ((a) * (b))
+#define mf__av_max(a, b) ((a) > (b) ? (a) : (b))
+#define mf__av_fma(a, b, c) ((a) * (b) + (c))
+#define mf__av_gather(x, ld) ((void)(ld), *(x))
+#define mf__av_exp(x) expf(x)
+#endif
+
+/* Register tile of mf__attn_mm: R (1, 4 or 8) rows of C x NV (1..MF__AV_MAXV) vectors; the last
+   vector is masked by mk. R and NV are constants at every use, so the dead parts fold away.
+   8 rows only with NV <= MF__AV_R8V (AVX-512: 8 x 2 = 16 accumulators, AVX2: 8 x 1). */
+#define MF__AT_FMA(r, R, NV) \
+    if (R > r) { mf__av x = mf__av_set1(a[r * ars]); \
+        c##r##0 = mf__av_fma(x, b0, c##r##0); \
+        if (NV > 1) c##r##1 = mf__av_fma(x, b1, c##r##1); \
+        if (NV > 2) c##r##2 = mf__av_fma(x, b2, c##r##2); \
+        if (NV > 3) c##r##3 = mf__av_fma(x, b3, c##r##3); }
+#define MF__AT_ST1(r, u, NV) \
+    if (NV > u) { float *cp = c + (int64_t)r * ldc + u * MF__AW; mf__av t = c##r##u; \
+        if (u == NV - 1) { if (add) t = mf__av_add(t, mf__av_loadm(cp, mk)); mf__av_storem(cp, mk, t); } \
+        else { if (add) t = mf__av_add(t, mf__av_load(cp)); mf__av_store(cp, t); } }
+#define MF__AT_ST(r, R, NV) \
+    if (R > r) { MF__AT_ST1(r, 0, NV) MF__AT_ST1(r, 1, NV) MF__AT_ST1(r, 2, NV) MF__AT_ST1(r, 3, NV) }
+#define MF__AT_LD(u, NV) \
+    (NV > u ? (u == NV - 1 ? mf__av_loadm(b + u * MF__AW, mk) : mf__av_load(b + u * MF__AW)) : mf__av_zero())
+#define MF__AT_ROWS(X, R, NV) X(0, R, NV) X(1, R, NV) X(2, R, NV) X(3, R, NV) X(4, R, NV) X(5, R, NV) \
+    X(6, R, NV) X(7, R, NV)
+#define MF__AT_DECL(r, R, NV) mf__av c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z;
+#define MF__AT_TILE(R, NV) { \
+    const mf__av z = mf__av_zero(); \
+    MF__AT_ROWS(MF__AT_DECL, R, NV) \
+    const float *a = a0, *b = b0p; \
+    int p; \
+    for (p = 0; p < k; p++, a += acs, b += ldb) { \
+        mf__av b0 = MF__AT_LD(0, NV), b1 = MF__AT_LD(1, NV), b2 = MF__AT_LD(2, NV), b3 = MF__AT_LD(3, NV); \
+        MF__AT_ROWS(MF__AT_FMA, R, NV) \
+    } \
+    MF__AT_ROWS(MF__AT_ST, R, NV) }
+
+#if defined(__NVCC__) && MF__AW == 1
+#pragma nv_diag_suppress 550 /* the portable kernel never reads the mask variable */
+#endif
+/* C[m][n] (+)= A[m][k] B[k][n] (add == 0 overwrites C) for the small tiles of the attention:
+   A(i, p) = A[i * ars + p * acs] (either layout), B and C row-major. Single-threaded. */
+static void mf__attn_mm(int m, int n, int k, const float *A, int ars, int acs, const float *B,
+                        int ldb, float *C, int ldc, int add) {
+    int i, j0;
+    for (j0 = 0; j0 < n; j0 += MF__AV_MAXV * MF__AW) {
+        int w = n - j0 < MF__AV_MAXV * MF__AW ? n - j0 : MF__AV_MAXV * MF__AW;
+        int nv = (w + MF__AW - 1) / MF__AW;
+        mf__am mk = mf__av_mask(w - (nv - 1) * MF__AW); /* unused by the portable kernel */
+        const float *b0p = B + j0;
+        i = 0;
+        if (nv <= MF__AV_R8V)
+            for (; i + 8 <= m; i += 8) {
+                const float *a0 = A + (int64_t)i * ars;
+                float *c = C + (int64_t)i * ldc + j0;
+                if (nv == 1) MF__AT_TILE(8, 1)
+#if MF__AV_R8V > 1
+                else MF__AT_TILE(8, 2)
+#endif
+            }
+        for (; i + 4 <= m; i += 4) {
+            const float *a0 = A + (int64_t)i * ars;
+            float *c = C + (int64_t)i * ldc + j0;
+            switch (nv) {
+            case 1: MF__AT_TILE(4, 1) break;
+            case 2: MF__AT_TILE(4, 2) break;
+            case 3: MF__AT_TILE(4, 3) break;
+            default: MF__AT_TILE(4, 4) break;
+            }
+        }
+        for (; i < m; i++) {
+            const float *a0 = A + (int64_t)i * ars;
+            float *c = C + (int64_t)i * ldc + j0;
+            switch (nv) {
+            case 1: MF__AT_TILE(1, 1) break;
+            case 2: MF__AT_TILE(1, 2) break;
+            case 3: MF__AT_TILE(1, 3) break;
+            default: MF__AT_TILE(1, 4) break;
+            }
+        }
+    }
+}
+#undef MF__AT_FMA
+#undef MF__AT_ST1
+#undef MF__AT_ST
+#undef MF__AT_LD
+#undef MF__AT_ROWS
+#undef MF__AT_DECL
+#undef MF__AT_TILE
+
+/* dst[c * ldd + r] = s * src[r * lds + c] for c < cols, r < rows_pad (zeros from r = rows on);
+   rows_pad is a multiple of MF__AW. */
+static void mf__attn_transpose(const float *src, int lds, int rows, int rows_pad, int cols, float s,
+                               float *dst, int ldd) {
+    int r, c;
+    for (r = 0; r + MF__AW <= rows; r += MF__AW)
+        for (c = 0; c < cols; c++) {
+            mf__av x = mf__av_gather(src + (int64_t)r * lds + c, lds);
+            mf__av_store(dst + (int64_t)c * ldd + r, mf__av_mul(mf__av_set1(s), x));
+        }
+    for (c = 0; c < cols; c++) {
+        float *d = dst + (int64_t)c * ldd;
+        int i;
+        for (i = r; i < rows; i++) d[i] = s * src[(int64_t)i * lds + c];
+        for (; i < rows_pad; i++) d[i] = 0.0f;
+    }
+}
+
+/* Hide key j from query i when j > i + off: st[key][query] = -inf for the keys j0.. (bk rows) and
+   the queries i0.. of a tile (local query columns below j - off - i0). */
+static void mf__attn_mask(float *st, int j0, int bk, int i0, int off) {
+    int jj, ii;
+    for (jj = 0; jj < bk; jj++) {
+        int first = j0 + jj - off - i0; /* the first local query that sees key j0 + jj */
+        if (first > MF__AT_BQ) first = MF__AT_BQ;
+        for (ii = 0; ii < first; ii++) st[jj * MF__AT_BQ + ii] = -INFINITY;
+    }
+}
+
+static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2];
+    int shape[4];
+    char sq[64], sk[64], sv[64];
+    mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64); mf_shape_str(v, sv, 64);
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return MF__SHAPE_FAIL("attention: q %s, k %s, v %s must all be 4-D: [B, H, T, d] (split the "
+                              "heads with mf_reshape + mf_transpose)", sq, sk, sv);
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] ||
+        v->shape[1] != q->shape[1])
+        return MF__SHAPE_FAIL("attention: batch and head sizes differ: q %s, k %s, v %s; the first two "
+                              "sizes [B, H] must be equal", sq, sk, sv);
+    if (k->shape[2] != v->shape[2])
+        return MF__SHAPE_FAIL("attention: k %s and v %s have different numbers of keys (size 2); "
+                              "each key needs one value", sk, sv);
+    if (k->shape[3] != q->shape[3])
+        return MF__SHAPE_FAIL("attention: q %s and k %s have different head sizes dk (last size)", sq, sk);
+    if (!(fabsf(out->farg[0]) <= 3.402823466e+38f)) /* not NaN, not infinite */
+        return MF__SHAPE_FAIL("attention: scale is %g; it must be finite (usually 1 / sqrt(dk))",
+                              (double)out->farg[0]);
+    shape[0] = q->shape[0]; shape[1] = q->shape[1]; shape[2] = q->shape[2]; shape[3] = v->shape[3];
+    mf__set_shape(out, 4, shape);
+    return 0;
+}
+
+/* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 floats. */
+static void mf__attn_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
+    int causal = out->iarg[0], off = Tk - Tq, i0 = qt * MF__AT_BQ, ii, jj, c, j0, kend;
+    int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ;
+    float scale = out->farg[0];
+    const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + bh * Tk * dk;
+    const float *v = V->data + bh * Tk * dv;
+    float *o = out->data + (bh * Tq + i0) * dv, *lse = out->saved + bh * Tq + i0;
+    float *qt_ = work, *st = qt_ + (int64_t)dk * MF__AT_BQ, *acc = st + MF__AT_BK * MF__AT_BQ;
+    float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
+    /* keys from kend on are hidden from every query of the tile */
+    kend = causal ? (i0 + bq + off < Tk ? i0 + bq + off : Tk) : Tk;
+    mf__attn_transpose(q, dk, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
+    /* m starts very negative but finite: exp(m_old - m_new) is then 1 or 0, never NaN */
+    for (ii = 0; ii < MF__AT_BQ; ii++) { m[ii] = -1e30f; l[ii] = 0; }
+    memset(acc, 0, (size_t)MF__AT_BQ * dv * sizeof(float));
+    for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
+        int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
+        mf__attn_mm(bk, MF__AT_BQ, dk, k + (int64_t)j0 * dk, dk, 1, qt_, MF__AT_BQ, st, MF__AT_BQ, 0);
+        if (causal && j0 + bk - 1 > i0 + off) mf__attn_mask(st, j0, bk, i0, off);
+        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* online softmax, MF__AW queries at a time */
+            mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
+            for (jj = 0; jj < bk; jj++) mx = mf__av_max(mx, mf__av_load(st + jj * MF__AT_BQ + ii));
+            a = mf__av_exp(mf__av_sub(mo, mx));
+            for (jj = 0; jj < bk; jj++) {
+                mf__av p = mf__av_exp(mf__av_sub(mf__av_load(st + jj * MF__AT_BQ + ii), mx));
+                mf__av_store(st + jj * MF__AT_BQ + ii, p);
+                sum = mf__av_add(sum, p);
+            }
+            mf__av_store(m + ii, mx);
+            mf__av_store(al + ii, a);
+            mf__av_store(l + ii, mf__av_fma(a, mf__av_load(l + ii), sum));
+        }
+        for (ii = 0; ii < bq; ii++)
+            if (al[ii] != 1.0f)
+                for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
+        mf__attn_mm(bq, dv, bk, st, 1, MF__AT_BQ, v + (int64_t)j0 * dv, dv, acc, dv, 1);
+    }
+    for (ii = 0; ii < bq; ii++) {
+        float inv = l[ii] > 0 ? 1.0f / l[ii] : 0.0f;
+        for (c = 0; c < dv; c++) o[(int64_t)ii * dv + c] = acc[(int64_t)ii * dv + c] * inv;
+        lse[ii] = l[ii] > 0 ? m[ii] + logf(l[ii]) : INFINITY;
+    }
+}
+
+static int mf__attn_threads(mf_ctx *ctx, double work) {
+#if MF__OMP
+    return mf__threads_for(ctx, work);
+#else
+    (void)ctx; (void)work;
+    return 1;
+#endif
+}
+static int mf__attn_thread_num(void) {
+#if MF__OMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
+    int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
+    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], n = BH * nqt, t;
+    int64_t per = ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + 15) & ~(int64_t)15;
+    float *work;
+    nt = mf__attn_threads(ctx, 2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[0] ? 0.5 : 1.0));
+    if (nt > n) nt = (int)n;
+    out->saved = (float *)mf__alloc(ctx, (size_t)(BH * Tq) * sizeof(float));
+    work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
+    if (!out->saved || !work) return;
+#if MF__OMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+    for (t = 0; t < n; t++) /* the last query tiles of a causal head have the most keys: go first */
+        mf__attn_fwd_tile(out, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+}
+
+/* Backward of one (key tile kt, query tile qt) pair of head bh. what: 1 = dK and dV, 2 = dQ, 3 = all.
+   hd: the head's scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D [Tqp];
+   st, dp: two 64 x 64 tiles of the thread. */
+static void mf__attn_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, int what, const float *hd,
+                              float *st, float *dp) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], causal = out->iarg[0];
+    int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
+    int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK;
+    int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, bk = Tk - j0 < MF__AT_BK ? Tk - j0 : MF__AT_BK;
+    float scale = out->farg[0];
+    float *gq = (what & 2) ? mf__g(Q) : NULL, *gk = (what & 1) ? mf__g(K) : NULL;
+    float *gv = (what & 1) ? mf__g(V) : NULL;
+    const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + (bh * Tk + j0) * dk;
+    const float *v = V->data + (bh * Tk + j0) * dv, *dO = out->grad + (bh * Tq + i0) * dv;
+    const float *qs = hd + i0, *dot = hd + (int64_t)dk * Tqp + i0;
+    const float *lse = hd + (int64_t)(dk + dv) * Tqp + i0, *D = lse + Tqp;
+    if (causal && j0 > i0 + bq - 1 + off) return; /* every key of the tile is hidden */
+    /* P^T = exp(scale k q - lse) */
+    mf__attn_mm(bk, MF__AT_BQ, dk, k, dk, 1, qs, Tqp, st, MF__AT_BQ, 0);
+    if (causal && j0 + bk - 1 > i0 + off) mf__attn_mask(st, j0, bk, i0, off);
+    for (jj = 0; jj < bk; jj++)
+        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
+            float *s = st + jj * MF__AT_BQ + ii;
+            mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
+        }
+    if (gv) /* dV += P^T dO */
+        mf__attn_mm(bk, dv, bq, st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
+    if (!gk && !gq) return;
+    /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D) */
+    mf__attn_mm(bk, MF__AT_BQ, dv, v, dv, 1, dot, Tqp, dp, MF__AT_BQ, 0);
+    for (jj = 0; jj < bk; jj++)
+        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
+            float *d = dp + jj * MF__AT_BQ + ii;
+            mf__av ds = mf__av_mul(mf__av_load(st + jj * MF__AT_BQ + ii),
+                                   mf__av_sub(mf__av_load(d), mf__av_load(D + ii)));
+            mf__av_store(d, mf__av_mul(ds, mf__av_set1(scale)));
+        }
+    if (gq) /* dQ += dS K */
+        mf__attn_mm(bq, dk, bk, dp, 1, MF__AT_BQ, k, dk, gq + (bh * Tq + i0) * dk, dk, 1);
+    if (gk) /* dK += dS^T Q */
+        mf__attn_mm(bk, dk, bq, dp, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
+}
+
+static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
+    int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nkt = (Tk + MF__AT_BK - 1) / MF__AT_BK;
+    int Tqp = nqt * MF__AT_BQ, nt, pass, need_kv = mf__g(K) || mf__g(V), need_q = mf__g(Q) != NULL;
+    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], hs = (int64_t)(dk + dv + 2) * Tqp, t;
+    int64_t per = 2 * MF__AT_BK * MF__AT_BQ;
+    float scale = out->farg[0], *head, *work;
+    if (!need_kv && !need_q) return;
+    nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[0] ? 0.5 : 1.0));
+    head = (float *)mf__alloc(ctx, (size_t)(BH * hs) * sizeof(float));
+    work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
+    if (!head || !work) return;
+    /* per head: scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D = rowsum(dO * O) */
+#if MF__OMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (t = 0; t < BH; t++) {
+        const float *q = Q->data + t * Tq * dk, *o = out->data + t * Tq * dv, *g = out->grad + t * Tq * dv;
+        float *qs = head + t * hs, *dot = qs + (int64_t)dk * Tqp, *lse = dot + (int64_t)dv * Tqp;
+        float *D = lse + Tqp;
+        int i, c;
+        mf__attn_transpose(q, dk, Tq, Tqp, dk, scale, qs, Tqp);
+        mf__attn_transpose(g, dv, Tq, Tqp, dv, 1.0f, dot, Tqp);
+        for (i = 0; i < Tqp; i++) {
+            float d = 0;
+            if (i < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)i * dv + c] * o[(int64_t)i * dv + c];
+            lse[i] = i < Tq ? out->saved[t * Tq + i] : INFINITY;
+            D[i] = d;
+        }
+    }
+    /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
+       as the split (7 products per pair); else the dK/dV pass, then the dQ pass. */
+    if (need_kv && need_q && (double)((BH + nt - 1) / nt) <= 1.4 * (double)BH / nt) {
+#if MF__OMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+        for (t = 0; t < BH; t++) {
+            float *st = work + per * mf__attn_thread_num();
+            int kt, qt;
+            for (kt = 0; kt < nkt; kt++)
+                for (qt = 0; qt < nqt; qt++)
+                    mf__attn_bwd_pair(out, t, kt, qt, 3, head + t * hs, st, st + MF__AT_BK * MF__AT_BQ);
+        }
+        return;
+    }
+    for (pass = 0; pass < 2; pass++) { /* 0: dK, dV over (head, key tile); 1: dQ over (head, query tile) */
+        int nown = pass == 0 ? nkt : nqt, nloop = pass == 0 ? nqt : nkt;
+        int64_t n = BH * nown;
+        if (pass == 0 ? !need_kv : !need_q) continue;
+#if MF__OMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+        for (t = 0; t < n; t++) {
+            int64_t bh = t / nown;
+            int own = (int)(t % nown), x;
+            float *st = work + per * mf__attn_thread_num();
+            for (x = 0; x < nloop; x++)
+                mf__attn_bwd_pair(out, bh, pass == 0 ? own : x, pass == 0 ? x : own, pass == 0 ? 1 : 2,
+                                  head + bh * hs, st, st + MF__AT_BK * MF__AT_BQ);
+        }
+    }
+}
+static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward, mf__attention_backward, 0 };
+MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
+    if (t) { t->farg[0] = scale; t->iarg[0] = causal != 0; }
+    return mf__finish(ctx, t);
+}
+
 /* ==== [mf:layers] =========================================================================== */
 MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in, int out, int has_bias) {
     mf_linear_layer L;
@@ -1980,6 +2589,435 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
     }
     if (!mf_ok(ctx)) L.weight = L.bias = NULL;
     return L;
+}
+
+/* ==== [mf:model] ============================================================================ */
+typedef struct mf__layer {
+    mf_tensor *p[24];         /* every parameter of the layer, in creation order (for cloning) */
+    int np;
+    mf_tensor *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    mf_tensor *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;   /* sdpa */
+    mf_tensor *wp, *mform, *we;                          /* metric (mform = Mbar) / quadratic (M) */
+    mf_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *cache_k, *cache_v;  /* generation: [H][max_seq][dk] keys/values (metric: p), pool: xn [max_seq][D] */
+} mf__layer;
+
+struct mf_model {
+    mf_ctx *ctx;
+    mf_model_config cfg;
+    mf_tensor *tok_emb, *pos_emb, *lnf_w, *lnf_b, *head_w, *head_b;
+    float *sinusoid;    /* [max_seq][D] when pos == SINUSOIDAL */
+    float *expand;      /* metric: [L][dk*dk], 1 where Mbar entry l lands in M */
+    mf__layer *layers;
+    int cache_len;      /* tokens held by the generation cache */
+};
+
+static const char *const mf__mixer_names[MF_MIXER_COUNT] = {"sdpa", "metric", "quadratic", "pool", "identity"};
+MFDEF const char *mf_mixer_name(mf_mixer_kind kind) {
+    return ((int)kind >= 0 && kind < MF_MIXER_COUNT) ? mf__mixer_names[kind] : "unknown";
+}
+MFDEF int mf_mixer_from_name(const char *name) {
+    int i;
+    for (i = 0; name && i < MF_MIXER_COUNT; i++) if (strcmp(name, mf__mixer_names[i]) == 0) return i;
+    return -1;
+}
+
+MFDEF mf_model_config mf_model_config_default(void) {
+    mf_model_config c;
+    memset(&c, 0, sizeof c);
+    c.d_model = 128; c.n_heads = 4; c.n_layers = 4; c.d_ff = 512; c.max_seq = 256;
+    c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
+    c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
+    return c;
+}
+
+static int mf__uses_heads(mf_mixer_kind k) { return k == MF_MIXER_SDPA || k == MF_MIXER_METRIC || k == MF_MIXER_QUADRATIC; }
+
+MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
+    if (!mf_ok(ctx)) return -1;
+#define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
+    if (!c) MF__BAD("model config is NULL (start from mf_model_config_default())");
+    if (c->vocab < 1) MF__BAD("model config: vocab %d must be >= 1 (the number of distinct tokens)", c->vocab);
+    if (c->d_model < 1 || c->n_layers < 1 || c->d_ff < 1 || c->max_seq < 1)
+        MF__BAD("model config: d_model %d, n_layers %d, d_ff %d and max_seq %d must all be >= 1",
+                c->d_model, c->n_layers, c->d_ff, c->max_seq);
+    if ((int)c->mixer < 0 || c->mixer >= MF_MIXER_COUNT) MF__BAD("model config: unknown mixer %d", (int)c->mixer);
+    if ((int)c->pos < MF_POS_NONE || c->pos > MF_POS_SINUSOIDAL) MF__BAD("model config: unknown positional encoding %d", (int)c->pos);
+    if ((int)c->ffn_act < MF_ACT_RELU || c->ffn_act > MF_ACT_SILU) MF__BAD("model config: unknown FFN activation %d", (int)c->ffn_act);
+    if (mf__uses_heads(c->mixer) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
+        MF__BAD("model config: d_model %d is not divisible by n_heads %d; pick a head count that divides "
+                "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, mf_mixer_name(c->mixer));
+    if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!c->pool_causal && c->pool_size % 2 == 0)))
+        MF__BAD("model config: pool_size %d must be >= 1 (and odd for a centred window)", c->pool_size);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
+    if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
+#undef MF__BAD
+    return 0;
+}
+
+/* a parameter of layer l named "layers.<l>.<name>", remembered for cloning */
+static mf_tensor *mf__layer_param(mf_model *m, int l, const char *name, int ndim, int d0, int d1) {
+    char nm[96];
+    int shape[2];
+    mf_tensor *t;
+    mf__layer *L = &m->layers[l];
+    shape[0] = d0; shape[1] = d1;
+    snprintf(nm, sizeof nm, "layers.%d.%s", l, name);
+    t = mf_param(m->ctx, nm, ndim, shape);
+    if (t && L->np < (int)(sizeof L->p / sizeof L->p[0])) L->p[L->np++] = t;
+    return t;
+}
+/* a Linear(in, out): weight kaiming-uniform, bias U(+-1/sqrt(in)) */
+static void mf__layer_linear(mf_model *m, int l, const char *name, int in, int out, int bias,
+                             mf_tensor **w, mf_tensor **b) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s.weight", name);
+    *w = mf__layer_param(m, l, nm, 2, out, in);
+    mf_init_kaiming_uniform(m->ctx, *w);
+    if (bias) {
+        snprintf(nm, sizeof nm, "%s.bias", name);
+        *b = mf__layer_param(m, l, nm, 1, out, 0);
+        mf_init_bias(m->ctx, *b, in);
+    } else *b = NULL;
+}
+static void mf__layer_norm_params(mf_model *m, int l, const char *name, mf_tensor **w, mf_tensor **b) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s.weight", name);
+    *w = mf__layer_param(m, l, nm, 1, m->cfg.d_model, 0);
+    mf_init_const(m->ctx, *w, 1.0f);
+    snprintf(nm, sizeof nm, "%s.bias", name);
+    *b = mf__layer_param(m, l, nm, 1, m->cfg.d_model, 0);
+}
+
+static void mf__make_layer(mf_model *m, int l) {
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int D = c->d_model, H = c->n_heads, dk = mf__uses_heads(c->mixer) ? D / H : 0;
+    mf_tensor *unused;
+    if (c->mixer != MF_MIXER_IDENTITY) mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
+    switch (c->mixer) {
+    case MF_MIXER_SDPA:
+        mf__layer_linear(m, l, "attn.q", D, D, c->attn_bias, &L->wq, &L->bq);
+        mf__layer_linear(m, l, "attn.k", D, D, c->attn_bias, &L->wk, &L->bk);
+        mf__layer_linear(m, l, "attn.v", D, D, c->attn_bias, &L->wv, &L->bv);
+        mf__layer_linear(m, l, "attn.out", D, D, c->attn_bias, &L->wo, &L->bo);
+        break;
+    case MF_MIXER_METRIC:
+    case MF_MIXER_QUADRATIC: {
+        float b = 1.0f / sqrtf((float)dk);
+        mf__layer_linear(m, l, "attn.p", D, D, 0, &L->wp, &unused);
+        if (c->mixer == MF_MIXER_METRIC) L->mform = mf__layer_param(m, l, "attn.metric", 2, H, dk * (dk + 1) / 2);
+        else L->mform = mf__layer_param(m, l, "attn.quad", 2, H, dk * dk);
+        mf_init_uniform(m->ctx, L->mform, -b, b);
+        mf__layer_linear(m, l, "attn.e", D, D, 0, &L->we, &unused);
+        break;
+    }
+    default:
+        break;
+    }
+    mf__layer_norm_params(m, l, "ln2", &L->ln2_w, &L->ln2_b);
+    mf__layer_linear(m, l, "ffn.fc1", D, c->d_ff, c->ffn_bias, &L->fc1_w, &L->fc1_b);
+    mf__layer_linear(m, l, "ffn.fc2", c->d_ff, D, c->ffn_bias, &L->fc2_w, &L->fc2_b);
+}
+
+MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
+    mf_model *m;
+    int l, D, shape[2];
+    if (mf_model_check(ctx, cfg) < 0) return NULL;
+    m = (mf_model *)mf__xmalloc(sizeof(mf_model));
+    if (!m) return (mf_model *)mf__fail(ctx, "out of memory: model");
+    memset(m, 0, sizeof *m);
+    m->ctx = ctx; m->cfg = *cfg;
+    D = cfg->d_model;
+    m->layers = (mf__layer *)mf__xmalloc((size_t)cfg->n_layers * sizeof(mf__layer));
+    if (!m->layers) { MF_FREE(m); return (mf_model *)mf__fail(ctx, "out of memory: model layers"); }
+    memset(m->layers, 0, (size_t)cfg->n_layers * sizeof(mf__layer));
+    shape[0] = cfg->vocab; shape[1] = D;
+    m->tok_emb = mf_param(ctx, "tok_emb", 2, shape);
+    mf_init_normal(ctx, m->tok_emb, 0.0f, 1.0f);
+    if (cfg->pos == MF_POS_LEARNED) {
+        shape[0] = cfg->max_seq;
+        m->pos_emb = mf_param(ctx, "pos_emb", 2, shape);
+        mf_init_normal(ctx, m->pos_emb, 0.0f, 1.0f);
+    }
+    for (l = 0; l < cfg->n_layers; l++) mf__make_layer(m, l);
+    if (cfg->clone_layers && mf_ok(ctx)) /* labml: one prototype, deep-copied */
+        for (l = 1; l < cfg->n_layers; l++) {
+            int i;
+            for (i = 0; i < m->layers[0].np; i++)
+                memcpy(m->layers[l].p[i]->data, m->layers[0].p[i]->data, (size_t)m->layers[0].p[i]->ne * sizeof(float));
+        }
+    m->lnf_w = mf_param(ctx, "ln_f.weight", 1, &D);
+    mf_init_const(ctx, m->lnf_w, 1.0f);
+    m->lnf_b = mf_param(ctx, "ln_f.bias", 1, &D);
+    shape[0] = cfg->vocab; shape[1] = D;
+    m->head_w = mf_param(ctx, "head.weight", 2, shape);
+    mf_init_kaiming_uniform(ctx, m->head_w);
+    m->head_b = mf_param(ctx, "head.bias", 1, &cfg->vocab);
+    mf_init_bias(ctx, m->head_b, D);
+    if (mf_ok(ctx) && cfg->pos == MF_POS_SINUSOIDAL) {
+        int t, i;
+        if (!(m->sinusoid = (float *)mf__xmalloc((size_t)cfg->max_seq * D * sizeof(float)))) mf__fail(ctx, "out of memory");
+        for (t = 0; m->sinusoid && t < cfg->max_seq; t++)
+            for (i = 0; i < D; i++) { /* PE[t][2j] = sin(t / 10000^(2j/D)), PE[t][2j+1] = cos(...) */
+                double f = pow(10000.0, -(double)(i - i % 2) / D);
+                m->sinusoid[(int64_t)t * D + i] = (float)(i % 2 ? cos(t * f) : sin(t * f));
+            }
+    }
+    if (mf_ok(ctx) && cfg->mixer == MF_MIXER_METRIC) {
+        int dk = D / cfg->n_heads, L = dk * (dk + 1) / 2, k, k2, idx = 0;
+        if (!(m->expand = (float *)mf__xmalloc((size_t)L * dk * dk * sizeof(float)))) mf__fail(ctx, "out of memory");
+        else {
+            memset(m->expand, 0, (size_t)L * dk * dk * sizeof(float));
+            for (k = 0; k < dk; k++) /* row-major upper triangle: l(k, k') = k*dk - k(k-1)/2 + k' - k */
+                for (k2 = k; k2 < dk; k2++, idx++) {
+                    m->expand[(int64_t)idx * dk * dk + k * dk + k2] = 1.0f;
+                    m->expand[(int64_t)idx * dk * dk + k2 * dk + k] = 1.0f;
+                }
+        }
+    }
+    if (!mf_ok(ctx)) { mf_model_free(m); return NULL; }
+    return m;
+}
+
+MFDEF void mf_model_free(mf_model *m) {
+    int l;
+    if (!m) return;
+    for (l = 0; l < m->cfg.n_layers; l++) { MF_FREE(m->layers[l].cache_k); MF_FREE(m->layers[l].cache_v); }
+    MF_FREE(m->layers); MF_FREE(m->sinusoid); MF_FREE(m->expand);
+    MF_FREE(m);
+}
+MFDEF const mf_model_config *mf_model_get_config(const mf_model *m) { return m ? &m->cfg : NULL; }
+
+/* a leaf tensor over memory the arena does not own (constants, caches); no gradient */
+static mf_tensor *mf__wrap(mf_ctx *ctx, int ndim, const int *shape, float *data) {
+    mf_tensor *t = mf__header(ctx, ndim, shape);
+    if (t) t->data = data;
+    return t;
+}
+/* [B, T, H*dk] -> [B, H, T, dk] */
+static mf_tensor *mf__split_heads(mf_ctx *ctx, mf_tensor *x, int H) {
+    int shape[4], perm[4] = {0, 2, 1, 3};
+    if (!x) return NULL;
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = H; shape[3] = x->shape[2] / H;
+    return mf_permute(ctx, mf_reshape(ctx, x, 4, shape), perm);
+}
+/* [B, H, T, dk] -> [B, T, H*dk] */
+static mf_tensor *mf__merge_heads(mf_ctx *ctx, mf_tensor *o) {
+    int shape[3], perm[4] = {0, 2, 1, 3};
+    if (!o) return NULL;
+    shape[0] = o->shape[0]; shape[1] = o->shape[2]; shape[2] = o->shape[1] * o->shape[3];
+    return mf_reshape(ctx, mf_permute(ctx, o, perm), 3, shape);
+}
+
+/* Append the new tokens' heads [1, H, Tn, dk] to a cache [H][max_seq][dk] at position pos0 and
+   return all cached heads [1, H, pos0 + Tn, dk] as an arena tensor. */
+static mf_tensor *mf__cache_heads(mf_model *m, float *cache, mf_tensor *x, int pos0) {
+    int H = x->shape[1], Tn = x->shape[2], dk = x->shape[3], S = m->cfg.max_seq, h, shape[4];
+    mf_tensor *all;
+    for (h = 0; h < H; h++)
+        memcpy(cache + ((int64_t)h * S + pos0) * dk, x->data + (int64_t)h * Tn * dk, (size_t)Tn * dk * sizeof(float));
+    shape[0] = 1; shape[1] = H; shape[2] = pos0 + Tn; shape[3] = dk;
+    if (!(all = mf_new(m->ctx, 4, shape))) return NULL;
+    for (h = 0; h < H; h++)
+        memcpy(all->data + (int64_t)h * (pos0 + Tn) * dk, cache + (int64_t)h * S * dk, (size_t)(pos0 + Tn) * dk * sizeof(float));
+    return all;
+}
+
+/* token mixer of layer l on xn [B, T, D]; cache: generation mode (B = 1, positions from pos0) */
+static mf_tensor *mf__mixer(mf_model *m, int l, mf_tensor *xn, int pos0, int cache) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int H = c->n_heads, D = c->d_model, dk = D / (H > 0 ? H : 1);
+    float scale = 1.0f / sqrtf((float)dk);
+    switch (c->mixer) {
+    case MF_MIXER_SDPA: {
+        mf_tensor *q = mf__split_heads(ctx, mf_linear(ctx, xn, L->wq, L->bq), H);
+        mf_tensor *k = mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, L->bk), H);
+        mf_tensor *v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, L->bv), H);
+        if (cache && k && v) { k = mf__cache_heads(m, L->cache_k, k, pos0); v = mf__cache_heads(m, L->cache_v, v, pos0); }
+        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, k, v, scale, 1)), L->wo, L->bo);
+    }
+    case MF_MIXER_METRIC:
+    case MF_MIXER_QUADRATIC: {
+        /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
+        int wshape[3], mshape[3], dshape[2], eshape[2];
+        mf_tensor *M, *wq, *p, *q;
+        wshape[0] = H; wshape[1] = dk; wshape[2] = D;
+        mshape[0] = H; mshape[1] = dk; mshape[2] = dk;
+        dshape[0] = D; dshape[1] = D;
+        if (c->mixer == MF_MIXER_METRIC) { /* M = Mbar @ expand: symmetric, gradients fold by themselves */
+            eshape[0] = dk * (dk + 1) / 2; eshape[1] = dk * dk;
+            M = mf_reshape(ctx, mf_matmul(ctx, L->mform, mf__wrap(ctx, 2, eshape, m->expand), 0, 0), 3, mshape);
+        } else M = mf_reshape(ctx, L->mform, 3, mshape);
+        wq = mf_reshape(ctx, mf_matmul(ctx, M, mf_reshape(ctx, L->wp, 3, wshape), 1, 0), 2, dshape);
+        p = mf__split_heads(ctx, mf_linear(ctx, xn, L->wp, NULL), H);
+        q = mf__split_heads(ctx, mf_linear(ctx, xn, wq, NULL), H);
+        if (cache && p) p = mf__cache_heads(m, L->cache_k, p, pos0);
+        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, p, p, scale, 1)), L->we, NULL);
+    }
+    case MF_MIXER_POOL: {
+        mf_tensor *win = xn;
+        int T = xn->shape[1], keep = c->pool_size - 1, start;
+        if (cache) { /* the window needs up to pool_size - 1 earlier rows */
+            int shape[3];
+            memcpy(L->cache_k + (int64_t)pos0 * D, xn->data, (size_t)T * D * sizeof(float));
+            start = pos0 - keep < 0 ? 0 : pos0 - keep;
+            shape[0] = 1; shape[1] = pos0 + T - start; shape[2] = D;
+            win = mf__wrap(ctx, 3, shape, L->cache_k + (int64_t)start * D);
+            win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, c->pool_causal), 1, pos0 - start, T);
+            return mf_sub(ctx, win, xn);
+        }
+        return mf_sub(ctx, mf_avg_pool_seq(ctx, xn, c->pool_size, c->pool_causal), xn);
+    }
+    default:
+        return NULL;
+    }
+}
+
+static mf_tensor *mf__activation(mf_ctx *ctx, mf_act_kind a, mf_tensor *x) {
+    switch (a) {
+    case MF_ACT_RELU: return mf_relu(ctx, x);
+    case MF_ACT_GELU: return mf_gelu(ctx, x, 0);
+    case MF_ACT_GELU_TANH: return mf_gelu(ctx, x, 1);
+    default: return mf_silu(ctx, x);
+    }
+}
+
+/* logits [B, T, V] for ids at positions pos0 .. pos0 + T - 1 */
+static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, int pos0, int cache) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    int idshape[2], l, D = c->d_model;
+    float p = c->dropout;
+    mf_tensor *x;
+    if (!mf_ok(ctx)) return NULL;
+    if (!ids) return (mf_tensor *)mf__fail(ctx, "model: ids is NULL");
+    if (B < 1 || T < 1 || pos0 + T > c->max_seq)
+        return (mf_tensor *)mf__fail(ctx, "model: batch %d x length %d (from position %d) does not fit; need B >= 1 and "
+                                     "1 <= T <= max_seq = %d (raise max_seq in the config)", B, T, pos0, c->max_seq);
+    idshape[0] = B; idshape[1] = T;
+    x = mf_embedding(ctx, m->tok_emb, ids, 2, idshape);                 /* [B, T, D] */
+    if (c->pos != MF_POS_NONE && x) {
+        int pshape[2];
+        mf_tensor *pos;
+        pshape[0] = T; pshape[1] = D;
+        if (c->pos == MF_POS_LEARNED) {
+            int32_t *pid = (int32_t *)mf__alloc(ctx, (size_t)T * sizeof(int32_t));
+            int t;
+            if (!pid) return NULL;
+            for (t = 0; t < T; t++) pid[t] = pos0 + t;
+            pos = mf_embedding(ctx, m->pos_emb, pid, 1, &T);            /* [T, D] */
+        } else pos = mf__wrap(ctx, 2, pshape, m->sinusoid + (int64_t)pos0 * D);
+        x = mf_add(ctx, x, pos);
+    }
+    for (l = 0; l < c->n_layers; l++) {
+        mf__layer *L = &m->layers[l];
+        mf_tensor *h;
+        if (c->mixer != MF_MIXER_IDENTITY) {
+            h = mf__mixer(m, l, mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), pos0, cache);
+            x = mf_add(ctx, x, mf_dropout(ctx, h, p));
+        }
+        h = mf__activation(ctx, c->ffn_act, mf_linear(ctx, mf_layernorm(ctx, x, L->ln2_w, L->ln2_b, c->ln_eps), L->fc1_w, L->fc1_b));
+        h = mf_linear(ctx, mf_dropout(ctx, h, p), L->fc2_w, L->fc2_b);
+        x = mf_add(ctx, x, mf_dropout(ctx, h, p));
+    }
+    x = mf_layernorm(ctx, x, m->lnf_w, m->lnf_b, c->ln_eps);
+    return mf_linear(ctx, x, m->head_w, m->head_b);
+}
+
+MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T) {
+    return m ? mf__model_run(m, ids, B, T, 0, 0) : NULL;
+}
+
+MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T) {
+    mf_tensor *logits;
+    if (!m) return NULL;
+    logits = mf__model_run(m, ids, B, T, 0, 0);
+    return mf_cross_entropy(m->ctx, logits, targets, -1);
+}
+
+/* index of the sampled token from logits[V] */
+static int mf__sample(const float *logits, int V, const mf_sampler *s, uint64_t draw, float *scratch) {
+    int i, best = 0;
+    float mx, sum = 0, thresh = -INFINITY, u;
+    for (i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+    if (!s || s->temperature <= 0) return best;
+    if (s->top_k > 0 && s->top_k < V) { /* the k-th largest logit: partial selection on a copy */
+        int k, j;
+        memcpy(scratch, logits, (size_t)V * sizeof(float));
+        for (k = 0; k < s->top_k; k++) {
+            int arg = k;
+            for (j = k + 1; j < V; j++) if (scratch[j] > scratch[arg]) arg = j;
+            mx = scratch[k]; scratch[k] = scratch[arg]; scratch[arg] = mx;
+        }
+        thresh = scratch[s->top_k - 1];
+    }
+    mx = logits[best];
+    for (i = 0; i < V; i++) sum += scratch[i] = logits[i] >= thresh ? expf((logits[i] - mx) / s->temperature) : 0.0f;
+    u = mf__uniform(s->seed, 0x5a3b1eULL, draw) * sum;
+    for (i = 0; i < V; i++) { u -= scratch[i]; if (u < 0 && scratch[i] > 0) return i; }
+    return best;
+}
+
+MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
+                            const mf_sampler *s, int32_t *out) {
+    mf_ctx *ctx;
+    const mf_model_config *c;
+    int32_t *hist;
+    float *scratch;
+    int n_hist, i, l, grad, training, use_cache, V, ok = 0;
+    size_t per_layer;
+    if (!m || !mf_ok(m->ctx)) return -1;
+    ctx = m->ctx; c = &m->cfg; V = c->vocab;
+    if (!prompt || n_prompt < 1 || n_new < 0 || (n_new > 0 && !out))
+        return (mf__fail(ctx, "generate: need a prompt of >= 1 tokens, n_new >= 0 and an output array"), -1);
+    for (i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return (mf__fail(ctx, "generate: prompt token %d at position %d is outside [0, %d)", (int)prompt[i], i, V), -1);
+    use_cache = !(c->mixer == MF_MIXER_POOL && !c->pool_causal); /* a centred window sees the future */
+    per_layer = (size_t)c->max_seq * c->d_model * sizeof(float);
+    for (l = 0; use_cache && l < c->n_layers; l++) {
+        mf__layer *L = &m->layers[l];
+        if (!L->cache_k) L->cache_k = (float *)mf__xmalloc(per_layer);
+        if (!L->cache_v) L->cache_v = (float *)mf__xmalloc(per_layer);
+        if (!L->cache_k || !L->cache_v) return (mf__fail(ctx, "out of memory: generation cache"), -1);
+    }
+    hist = (int32_t *)mf__xmalloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
+    scratch = (float *)mf__xmalloc((size_t)V * sizeof(float));
+    if (!hist || !scratch) { MF_FREE(hist); MF_FREE(scratch); return (mf__fail(ctx, "out of memory: generation"), -1); }
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof(int32_t));
+    n_hist = n_prompt;
+    grad = mf_set_grad(ctx, 0);
+    training = mf_set_training(ctx, 0);
+    m->cache_len = 0;
+    for (i = 0; i < n_new; i++) {
+        mf_tensor *logits;
+        int start, len;
+        mf_reset(ctx);
+        if (!use_cache || m->cache_len == 0 || m->cache_len + 1 > c->max_seq) {
+            /* (re)prime: the whole window, or its last half when the window is full */
+            len = n_hist <= c->max_seq ? n_hist : (use_cache ? c->max_seq / 2 : c->max_seq);
+            if (len < 1) len = 1;
+            start = n_hist - len;
+            logits = mf__model_run(m, hist + start, 1, len, 0, use_cache);
+            m->cache_len = len;
+        } else {
+            logits = mf__model_run(m, hist + n_hist - 1, 1, 1, m->cache_len, 1);
+            m->cache_len++;
+            len = 1;
+        }
+        if (!logits) goto done;
+        out[i] = hist[n_hist++] = mf__sample(logits->data + (int64_t)(len - 1) * V, V, s, (uint64_t)i, scratch);
+    }
+    ok = 1;
+done:
+    mf_reset(ctx);
+    mf_set_grad(ctx, grad);
+    mf_set_training(ctx, training);
+    MF_FREE(hist); MF_FREE(scratch);
+    return ok ? 0 : -1;
 }
 
 /* ==== [mf:io] =============================================================================== */
@@ -2407,20 +3445,34 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
 static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o) {
     if (!o) return (mf__fail(ctx, "mf_optimizer_step: the optimizer config is NULL (start from mf_optimizer_default)"), -1);
     if ((int)o->kind < MF_OPT_ADAM || (int)o->kind > MF_OPT_SGD)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown optimizer kind %d", (int)o->kind), -1);
+        return (mf__fail(ctx, "mf_optimizer_step: unknown optimizer kind %d (MF_OPT_ADAM, MF_OPT_ADAM_LABML, "
+                         "MF_OPT_ADAMW or MF_OPT_SGD)", (int)o->kind), -1);
     if ((int)o->schedule.kind < MF_SCHED_CONSTANT || (int)o->schedule.kind > MF_SCHED_COSINE)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown schedule kind %d", (int)o->schedule.kind), -1);
-    if (!(o->schedule.lr >= 0) || !(o->weight_decay >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: lr %g and weight_decay %g must be >= 0", (double)o->schedule.lr, (double)o->weight_decay), -1);
-    if (o->kind != MF_OPT_SGD && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1 && o->eps > 0))
-        return (mf__fail(ctx, "mf_optimizer_step: betas (%g, %g) must be in [0, 1) and eps %g > 0",
-                         (double)o->beta1, (double)o->beta2, (double)o->eps), -1);
+        return (mf__fail(ctx, "mf_optimizer_step: unknown schedule kind %d (MF_SCHED_CONSTANT, MF_SCHED_WARMUP, "
+                         "MF_SCHED_NOAM or MF_SCHED_COSINE)", (int)o->schedule.kind), -1);
+    if (!(o->schedule.lr >= 0))
+        return (mf__fail(ctx, "mf_optimizer_step: lr %g is negative or NaN; it must be >= 0", (double)o->schedule.lr), -1);
+    if (!(o->weight_decay >= 0))
+        return (mf__fail(ctx, "mf_optimizer_step: weight_decay %g is negative or NaN; it must be >= 0", (double)o->weight_decay), -1);
+    if (o->kind != MF_OPT_SGD && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
+        return (mf__fail(ctx, "mf_optimizer_step: betas (%g, %g) must both be in [0, 1) (PyTorch: 0.9, 0.999)",
+                         (double)o->beta1, (double)o->beta2), -1);
+    if (o->kind != MF_OPT_SGD && !(o->eps > 0))
+        return (mf__fail(ctx, "mf_optimizer_step: eps %g must be > 0 (PyTorch: 1e-8)", (double)o->eps), -1);
     if (o->kind == MF_OPT_SGD && !(o->momentum >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: momentum %g must be >= 0", (double)o->momentum), -1);
+        return (mf__fail(ctx, "mf_optimizer_step: momentum %g is negative or NaN; it must be >= 0", (double)o->momentum), -1);
+    if (o->kind == MF_OPT_SGD && o->nesterov && !(o->momentum > 0))
+        return (mf__fail(ctx, "mf_optimizer_step: nesterov needs momentum > 0 (as in torch.optim.SGD)"), -1);
     if ((o->schedule.kind == MF_SCHED_WARMUP || o->schedule.kind == MF_SCHED_NOAM) && o->schedule.warmup <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: this schedule needs warmup > 0 steps"), -1);
+        return (mf__fail(ctx, "mf_optimizer_step: the %s schedule needs warmup > 0 steps, got %d",
+                         o->schedule.kind == MF_SCHED_NOAM ? "Noam" : "warm-up", o->schedule.warmup), -1);
     if (o->schedule.kind == MF_SCHED_NOAM && o->schedule.d_model <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: the Noam schedule needs d_model > 0"), -1);
+        return (mf__fail(ctx, "mf_optimizer_step: the Noam schedule needs d_model > 0, got %d", o->schedule.d_model), -1);
+    if (o->schedule.kind == MF_SCHED_COSINE && o->schedule.total_steps <= o->schedule.warmup)
+        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule needs total_steps (%d) > warmup (%d)",
+                         o->schedule.total_steps, o->schedule.warmup), -1);
+    if (o->schedule.kind == MF_SCHED_COSINE && !(o->schedule.min_lr >= 0))
+        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule's min_lr %g must be >= 0", (double)o->schedule.min_lr), -1);
     return 0;
 }
 
@@ -2435,8 +3487,8 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     t = ++ctx->opt_t;
     lr = mf_schedule_lr(&o->schedule, t);
     b1 = o->beta1; b2 = o->beta2;
-    c1 = 1.0f - (float)pow(b1, (double)t);   /* bias corrections */
-    c2 = 1.0f - (float)pow(b2, (double)t);
+    c1 = (float)(1.0 - pow(b1, (double)t));   /* bias corrections, in double: 1 - b2^t in */
+    c2 = (float)(1.0 - pow(b2, (double)t));   /* float would lose 3-4 digits at small t */
     for (i = 0; i < ctx->n_params; i++) {
         const mf_tensor *p = ctx->params[i];
         float *w = p->data, *g = p->grad, *m = ctx->p_m + p->offset, *v = ctx->p_v + p->offset;
@@ -2490,6 +3542,13 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
 
 #ifdef METAFORMER_CUDA
 #include "metaformer_cuda.cuh"
+#else
+MFDEF int mf_cuda_available(char *why, size_t size) {
+    if (why && size)
+        snprintf(why, size, "this build has no CUDA: compile the implementation file with nvcc and "
+                 "-DMETAFORMER_CUDA (see the README)");
+    return 0;
+}
 #endif
 
 #endif /* METAFORMER_IMPLEMENTATION_DONE */

@@ -36,7 +36,7 @@
  *   MC: the packed A block MC x KC (MC=...) must stay in L2 (2 MiB).
  *   NC: the packed B block KC x NC sits in L2/L3; it bounds the packing buffer. */
 #if defined(MF__GEMM_AVX512)
-#define MF__GEMM_MR 14
+#define MF__GEMM_MR 12
 #define MF__GEMM_NR 32
 #ifndef MF__GEMM_KC
 #define MF__GEMM_KC 256
@@ -46,6 +46,9 @@
 #endif
 #ifndef MF__GEMM_NC
 #define MF__GEMM_NC 2048
+#endif
+#ifndef MF__GEMM_DIRECT_MAX
+#define MF__GEMM_DIRECT_MAX (256.0 * 256 * 256)
 #endif
 #elif defined(MF__GEMM_AVX2)
 #define MF__GEMM_MR 6
@@ -63,6 +66,16 @@
 
 /* ---------------------------------------------------------------- microkernels --- */
 
+/* Kernels are kept out of line: inlined into the blocking loops, gcc runs out of vector
+   registers (it hoists alpha/beta broadcasts) and spills the B vectors inside the k loop. */
+#if defined(__GNUC__)
+#define MF__GEMM_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define MF__GEMM_NOINLINE __declspec(noinline)
+#else
+#define MF__GEMM_NOINLINE
+#endif
+
 #if defined(MF__GEMM_AVX512)
 
 /* c[0..16) (masked by m) = alpha * v + beta * c */
@@ -74,35 +87,97 @@ static void mf__gemm_st16(float *c, __m512 v, float alpha, float beta, __mmask16
     _mm512_mask_storeu_ps(c, m, v);
 }
 
-#define MF__K_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+/* column masks of an nr-wide tile: lanes [0, 16) and [16, 32) */
+static __mmask16 mf__gemm_mask(int nr, int lo)
+{
+    return (__mmask16)(nr >= lo + 16 ? 0xFFFFu : nr > lo ? (1u << (nr - lo)) - 1u : 0u);
+}
+
+#define MF__K_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define MF__K_DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
-#define MF__K_FMA(i) { __m512 ai = _mm512_set1_ps(a[i]); \
+#define MF__K_FMA(i, x) { __m512 ai = _mm512_set1_ps(x); \
     c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1); }
+#define MF__K_FMA_PACKED(i) MF__K_FMA(i, a[i])
 #define MF__K_PF(i) if (i < mr) _mm_prefetch((const char *)(c + (long)i * ldc), _MM_HINT_T0);
 #define MF__K_ST(i) if (i < mr) { mf__gemm_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0); \
     if (m1) mf__gemm_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1); }
 
-/* C[mr][nr] = alpha * Ap[14][kc] @ Bp[kc][32] + beta * C  (mr <= 14, nr <= 32)
-   a: packed A micro-panel, a[p*14 + i];  b: packed B micro-panel, b[p*32 + j]. */
-static void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
+/* Ragged row panels of at most 6 rows: a 6 x 32 tile halves the wasted work of the last
+   panel (64 = 5 x 12 + 4).  Strided like the direct kernel below: A(i, p) = a[i*rsa + p*csa],
+   B(p, j) = b[p*rsb + j] (nr columns, masked loads); packed panels use (1, 12, 32). */
+#define MF__K_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define MF__K_FMA_DIRECT(i) MF__K_FMA(i, a##i)
+static MF__GEMM_NOINLINE void mf__gemm_kernel6(int kc, const float *a, long rsa, long csa,
+                                               const float *b, long rsb, float *c, long ldc,
+                                               float alpha, float beta, int mr, int nr)
+{
+    __mmask16 m0 = mf__gemm_mask(nr, 0), m1 = mf__gemm_mask(nr, 16);
+    /* rows past mr repeat row mr-1: never read past the end of an unpacked A */
+    long o1 = (mr > 1 ? 1 : 0) * rsa, o2 = (mr > 2 ? 2 : mr - 1) * rsa, o3 = (mr > 3 ? 3 : mr - 1) * rsa;
+    long o4 = (mr > 4 ? 4 : mr - 1) * rsa, o5 = (mr > 5 ? 5 : mr - 1) * rsa;
+    int p;
+    MF__K_ROWS6(MF__K_DECL)
+    MF__K_ROWS6(MF__K_PF)
+    for (p = 0; p < kc; ++p) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+        float a0 = a[0], a1 = a[o1], a2 = a[o2], a3 = a[o3], a4 = a[o4], a5 = a[o5];
+        MF__K_ROWS6(MF__K_FMA_DIRECT)
+        a += csa;
+        b += rsb;
+    }
+    MF__K_ROWS6(MF__K_ST)
+}
+#undef MF__K_ROWS6
+
+/* C[mr][nr] = alpha * Ap[12][kc] @ Bp[kc][32] + beta * C  (mr <= 12, nr <= 32)
+   a: packed A micro-panel, a[p*12 + i];  b: packed B micro-panel, b[p*32 + j]. */
+static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
                             float alpha, float beta, int mr, int nr)
 {
-    __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1u);
-    __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr > 16 ? (1u << (nr - 16)) - 1u : 0u);
+    __mmask16 m0, m1;
     int p;
+    if (mr <= 6) { mf__gemm_kernel6(kc, a, 1, 12, b, 32, c, ldc, alpha, beta, mr, nr); return; }
+    m0 = mf__gemm_mask(nr, 0);
+    m1 = mf__gemm_mask(nr, 16);
     MF__K_ROWS(MF__K_DECL)
     MF__K_ROWS(MF__K_PF)
     for (p = 0; p < kc; ++p) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        MF__K_ROWS(MF__K_FMA)
-        a += 14;
+        MF__K_ROWS(MF__K_FMA_PACKED)
+        a += 12;
         b += 32;
     }
     MF__K_ROWS(MF__K_ST)
 }
+
+/* Unpacked variant for small products: all 12 rows of A and nr columns of B read in place.
+   A(i, p) = a[i*rsa + p*csa] (rows are taken as 3 groups of 3 so the addresses are
+   base + {0,1,2}*rsa);  B(p, j) = b[p*rsb + j], the nr <= 32 columns loaded with masks.
+   Only the first mr rows of C are stored (the caller packs a ragged last panel of A). */
+static MF__GEMM_NOINLINE void mf__gemm_kernel_direct(int kc, const float *a, long rsa, long csa, const float *b, long rsb,
+                                   float *c, long ldc, float alpha, float beta, int mr, int nr)
+{
+    __mmask16 m0 = mf__gemm_mask(nr, 0), m1 = mf__gemm_mask(nr, 16);
+    const float *g0 = a, *g1 = a + 3 * rsa, *g2 = a + 6 * rsa, *g3 = a + 9 * rsa;
+    int p;
+    MF__K_ROWS(MF__K_DECL)
+    MF__K_ROWS(MF__K_PF)
+    for (p = 0; p < kc; ++p) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+        float a0 = g0[0], a1 = g0[rsa], a2 = g0[2 * rsa], a3 = g1[0], a4 = g1[rsa], a5 = g1[2 * rsa];
+        float a6 = g2[0], a7 = g2[rsa], a8 = g2[2 * rsa], a9 = g3[0], a10 = g3[rsa], a11 = g3[2 * rsa];
+        MF__K_ROWS(MF__K_FMA_DIRECT)
+        g0 += csa; g1 += csa; g2 += csa; g3 += csa;
+        b += rsb;
+    }
+    MF__K_ROWS(MF__K_ST)
+}
+#define MF__GEMM_HAVE_DIRECT 1
 #undef MF__K_ROWS
 #undef MF__K_DECL
 #undef MF__K_FMA
+#undef MF__K_FMA_PACKED
+#undef MF__K_FMA_DIRECT
 #undef MF__K_PF
 #undef MF__K_ST
 
@@ -129,7 +204,7 @@ static void mf__gemm_st8(float *c, __m256 v, float alpha, float beta, int n)
     if (nr > 8) mf__gemm_st8(c + (long)i * ldc + 8, c##i##_1, alpha, beta, nr - 8); }
 
 /* C[mr][nr] = alpha * Ap[6][kc] @ Bp[kc][16] + beta * C  (mr <= 6, nr <= 16) */
-static void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
+static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
                             float alpha, float beta, int mr, int nr)
 {
     int p;
@@ -150,7 +225,7 @@ static void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, lo
 #else
 
 /* portable: C[mr][nr] = alpha * Ap[4][kc] @ Bp[kc][16] + beta * C  (mr <= 4, nr <= 16) */
-static void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
+static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
                             float alpha, float beta, int mr, int nr)
 {
     float acc[4][16];
@@ -191,30 +266,32 @@ static void mf__gemm_pack_copy(const float *src, long cs, int r, int R, int kc, 
 }
 
 #if defined(MF__GEMM_AVX512)
-/* In-register transpose of a 16 x 16 block. */
+/* In-register transpose of a 16 x 16 block.  (The all-ones maskz forms avoid g++'s bogus
+   -Wuninitialized on _mm512_undefined_ps inside the unmasked intrinsics.) */
+#define MF__ALL16 ((__mmask16)0xFFFF)
 static void mf__gemm_tr16(__m512 *r)
 {
     __m512 t[16];
     int i;
     for (i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i] = _mm512_maskz_unpacklo_ps(MF__ALL16, r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_maskz_unpackhi_ps(MF__ALL16, r[2 * i], r[2 * i + 1]);
     }
     for (i = 0; i < 4; ++i) {
-        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+        r[4 * i + 0] = _mm512_maskz_shuffle_ps(MF__ALL16, t[4 * i + 0], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_maskz_shuffle_ps(MF__ALL16, t[4 * i + 0], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_maskz_shuffle_ps(MF__ALL16, t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_maskz_shuffle_ps(MF__ALL16, t[4 * i + 1], t[4 * i + 3], 0xEE);
     }
     for (i = 0; i < 4; ++i) {
-        t[i + 0] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+        t[i + 0] = _mm512_maskz_shuffle_f32x4(MF__ALL16, r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_maskz_shuffle_f32x4(MF__ALL16, r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_maskz_shuffle_f32x4(MF__ALL16, r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_maskz_shuffle_f32x4(MF__ALL16, r[i + 8], r[i + 12], 0xDD);
     }
     for (i = 0; i < 8; ++i) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+        r[i] = _mm512_maskz_shuffle_f32x4(MF__ALL16, t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_maskz_shuffle_f32x4(MF__ALL16, t[i], t[i + 8], 0xDD);
     }
 }
 #endif
@@ -290,6 +367,54 @@ static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc)
     }
 }
 
+#if defined(MF__GEMM_HAVE_DIRECT)
+/* Product for small sizes (see mf__gemm_use_direct): op(B) is packed per KC block (cheap,
+   and it keeps the B strip free of cache-set conflicts), A is read in place by the direct
+   kernel, so the transposing A pack (~20% of a 64^3 product) is skipped; only a ragged last
+   row panel of A is packed.  Loop order jr -> ir keeps the kc x NR strip of B in L1. */
+static void mf__gemm_direct(int transA, int transB, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc, float *bufA, float *bufB)
+{
+    long ars = transA ? 1 : lda, acs = transA ? lda : 1;
+    long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
+    int pc, jr, ir, m_full = M / MF__GEMM_MR * MF__GEMM_MR;
+    /* a tiny row-major B (<= 32 KiB) stays in L1 as it is: read it in place as well */
+    int b_in_place = !transB && (long)K * N <= 8192;
+    for (pc = 0; pc < K; pc += MF__GEMM_KC) {
+        int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
+        float beta_eff = pc == 0 ? beta : 1.0f;
+        const float *Ap = A + pc * acs;
+        if (!b_in_place) mf__gemm_pack(B + pc * brs, bcs, brs, N, kc, MF__GEMM_NR, bufB);
+        if (M - m_full > 6) mf__gemm_pack(Ap + m_full * ars, ars, acs, M - m_full, kc, MF__GEMM_MR, bufA);
+        for (jr = 0; jr < N; jr += MF__GEMM_NR) {
+            int nr = (int)mf__gemm_min(MF__GEMM_NR, N - jr);
+            const float *bp = b_in_place ? B + (long)pc * ldb + jr : bufB + (long)jr * kc;
+            long rsb = b_in_place ? ldb : MF__GEMM_NR;
+            float *cp = C + jr;
+            for (ir = 0; ir < m_full; ir += MF__GEMM_MR)
+                mf__gemm_kernel_direct(kc, Ap + ir * ars, ars, acs, bp, rsb, cp + (long)ir * ldc, ldc,
+                                       alpha, beta_eff, MF__GEMM_MR, nr);
+            if (M - m_full > 6)
+                mf__gemm_kernel_direct(kc, bufA, 1, MF__GEMM_MR, bp, rsb, cp + (long)m_full * ldc, ldc,
+                                       alpha, beta_eff, M - m_full, nr);
+            else if (m_full < M)  /* 6 rows or fewer: read them in place */
+                mf__gemm_kernel6(kc, Ap + m_full * ars, ars, acs, bp, rsb, cp + (long)m_full * ldc, ldc,
+                                 alpha, beta_eff, M - m_full, nr);
+        }
+    }
+}
+#endif
+
+/* Small products skip the A packing: everything fits in L1/L2 and packing would cost a
+   sizeable fraction of the arithmetic.  (bufA needs MR x KC, bufB KC x N.) */
+#if defined(MF__GEMM_HAVE_DIRECT)
+static int mf__gemm_use_direct(int M, int N, int K)
+{
+    return N <= MF__GEMM_NC && (double)M * N * K <= MF__GEMM_DIRECT_MAX;
+}
+#endif
+
 /* One thread, blocked product; bufA / bufB hold mf__gemm_bufA_len / _bufB_len floats. */
 static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb,
@@ -301,6 +426,12 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
     int jc, pc, ic, jr, ir;
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc); return; }
+#if defined(MF__GEMM_HAVE_DIRECT)
+    if (mf__gemm_use_direct(M, N, K)) {
+        mf__gemm_direct(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bufA, bufB);
+        return;
+    }
+#endif
     for (jc = 0; jc < N; jc += MF__GEMM_NC) {
         int nc = (int)mf__gemm_min(MF__GEMM_NC, N - jc);
         for (pc = 0; pc < K; pc += MF__GEMM_KC) {

@@ -1,0 +1,1460 @@
+/* cuda_emu.h - run CUDA kernels on the CPU, for testing metaformer_cuda.cuh without a GPU.
+ *
+ * The same kernel source that nvcc compiles is compiled by the host C++ compiler (C++14) with
+ * this header included first; every launch runs synchronously on the calling OS thread:
+ *
+ *   g++ -std=c++14 -O1 -Wall -Wextra -Werror -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu
+ *   g++ -std=c++14 -O1 -g -fsanitize=address,undefined -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   (add -DMF_EMU_USE_UCONTEXT to use the portable, slower ucontext fibers instead of the x86-64 switch;
+ *    no -lpthread needed with glibc >= 2.34; no NVIDIA header or library is used)
+ *
+ * Execution model
+ *   - Every CUDA thread of a block is a fiber with its own stack (64 KiB, 256 KiB under ASan; pooled).
+ *     Blocks run one after another; inside a block a thread runs until it reaches __syncthreads(),
+ *     a warp primitive (__shfl*_sync, __ballot_sync, __any_sync, __all_sync, __syncwarp,
+ *     __reduce_*_sync) or exits; only then does the next thread run. Threads that never reach a
+ *     barrier cost two context switches (1M threads of a trivial kernel: ~0.05 s at -O1).
+ *   - Thread order (mf_emu_set_order): MF_EMU_ORDER_IN (linear id ascending), _REVERSED, _SHUFFLED
+ *     (seeded). It decides the order of blocks, the order threads start, and the order they resume
+ *     after each __syncthreads() and after each warp rendezvous.
+ *   - __syncthreads(): all live threads of the block must wait at the same call site (file:line).
+ *     A thread that exited while others wait, or two sites, or a warp operation that can never
+ *     complete, is reported as a launch failure (cudaErrorLaunchFailure, message from
+ *     mf_emu_last_message(), printed to stderr unless mf_emu_set_verbose(0)); the rest of the
+ *     launch is abandoned.
+ *   - Warp primitives: lanes are linear thread id / 32. A call is a rendezvous of the lanes named in
+ *     the mask that are still alive (lanes beyond blockDim and exited lanes do not count). All
+ *     participants must be in the same kind of primitive with the same mask. A shuffle that reads a
+ *     lane which does not participate returns all-ones bits (NaN as float, -1 as int).
+ *   - __shared__ variables are static locals placed in the ELF section "mf_emu_shared"; the whole
+ *     section is filled with 0xFF bytes (NaN) before each block. Dynamic shared memory
+ *     (MF_DYN_SMEM) is a malloc'd buffer of exactly the launch's smem bytes, also 0xFF-filled per
+ *     block. cudaMalloc memory is malloc'd (ASan sees out-of-bounds kernel accesses) and 0xFF-filled.
+ *     mf_emu_set_poison(0) switches the filling off (then it is zero for cudaMalloc/dynamic smem,
+ *     and __shared__ keeps its previous contents).
+ *   - Atomics are plain read-modify-write (threads switch only at barriers, so they are atomic).
+ *   - Launches are validated like the real thing: block dims (1024,1024,64, product <= 1024),
+ *     grid dims (2^31-1, 65535, 65535), all >= 1 -> cudaErrorInvalidConfiguration; dynamic smem over
+ *     the kernel's limit (48 KiB unless raised by cudaFuncSetAttribute(k,
+ *     cudaFuncAttributeMaxDynamicSharedMemorySize, n), n <= 227 KiB) -> cudaErrorInvalidValue.
+ *     The kernel is not run; cudaGetLastError() returns the error once.
+ *   - cuBLAS: cublasSgemm / cublasSgemmStridedBatched with real column-major semantics (double
+ *     accumulation; beta == 0 never reads C). In CUBLAS_TF32_TENSOR_OP_MATH mode the inputs are
+ *     rounded to TF32 (10-bit mantissa) like tensor cores do, unless mf_emu_set_tf32(0).
+ *
+ * Emulator API: mf_emu_set_order(order, seed), mf_emu_get_order(), mf_emu_last_message(),
+ * mf_emu_clear_message(), mf_emu_set_verbose(on), mf_emu_set_poison(on), mf_emu_set_tf32(on),
+ * mf_emu_set_stack_size(bytes), mf_emu_live_allocations(&bytes), mf_emu_launch_count();
+ * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
+ *
+ * Not emulated: inline PTX asm, WMMA/mma, cp.async, cooperative groups, dynamic parallelism (a
+ * launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half/bfloat16
+ * types, __match_*_sync, per-lane independent progress inside a warp (lanes only interleave at
+ * primitives), concurrency between streams (all work is synchronous),
+ * the static __shared__ size in the smem limit, detection of host pointers passed to kernels,
+ * per-host-thread error state (one global last error). A kernel thread overflowing its stack hits a
+ * guard page (SIGSEGV): raise mf_emu_set_stack_size() for kernels with big local arrays.
+ * `extern __shared__ T x[];` does not compile here: use MF_DYN_SMEM(T, x). __CUDA_ARCH__ and
+ * __CUDACC__ are not defined; MF_CUDA_EMU is. Launches from several host threads are serialised.
+ */
+#ifndef MF_CUDA_EMU_H
+#define MF_CUDA_EMU_H
+#define MF_CUDA_EMU 1
+
+#ifdef __CUDACC__
+#error "cuda_emu.h is for the host compiler; nvcc must not see it"
+#endif
+#if !defined(__cplusplus) || __cplusplus < 201402L
+#error "cuda_emu.h needs C++14 (g++ -std=c++14)"
+#endif
+
+/* every system header first: the macros below (__expf, __shared__, ...) must not reach them */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <new>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if !defined(MF_EMU_USE_UCONTEXT) && !defined(__x86_64__)
+#define MF_EMU_USE_UCONTEXT 1
+#endif
+#ifdef MF_EMU_USE_UCONTEXT
+#include <ucontext.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MF_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MF_EMU_ASAN 1
+#endif
+#endif
+#ifdef MF_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/* ------------------------------------------------------------------------------------------------
+ * Vector types
+ * ---------------------------------------------------------------------------------------------- */
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    operator uint3() const { uint3 r = {x, y, z}; return r; }
+};
+#define MF_EMU_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \
+    static inline N##2 make_##N##2(T x, T y) { N##2 r; r.x = x; r.y = y; return r; }
+#define MF_EMU_VEC3(T, N) struct N##3 { T x, y, z; }; \
+    static inline N##3 make_##N##3(T x, T y, T z) { N##3 r; r.x = x; r.y = y; r.z = z; return r; }
+#define MF_EMU_VEC4(T, N, A) struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
+    static inline N##4 make_##N##4(T x, T y, T z, T w) { N##4 r; r.x = x; r.y = y; r.z = z; r.w = w; return r; }
+MF_EMU_VEC2(float, float, 8) MF_EMU_VEC3(float, float) MF_EMU_VEC4(float, float, 16)
+MF_EMU_VEC2(int, int, 8) MF_EMU_VEC3(int, int) MF_EMU_VEC4(int, int, 16)
+MF_EMU_VEC2(unsigned, uint, 8) MF_EMU_VEC4(unsigned, uint, 16)
+MF_EMU_VEC2(double, double, 16)
+MF_EMU_VEC4(signed char, char, 4) MF_EMU_VEC4(unsigned char, uchar, 4)
+static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { uint3 r = {x, y, z}; return r; }
+#undef MF_EMU_VEC2
+#undef MF_EMU_VEC3
+#undef MF_EMU_VEC4
+
+/* ------------------------------------------------------------------------------------------------
+ * Runtime types and error codes (values as in the CUDA runtime)
+ * ---------------------------------------------------------------------------------------------- */
+enum cudaError {
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3, cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevicePointer = 17, cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600, cudaErrorIllegalAddress = 700, cudaErrorLaunchOutOfResources = 701,
+    cudaErrorLaunchFailure = 719, cudaErrorNotSupported = 801, cudaErrorUnknown = 999
+};
+typedef enum cudaError cudaError_t;
+enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+                      cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+                         cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+enum cudaFuncCache { cudaFuncCachePreferNone = 0, cudaFuncCachePreferShared = 1, cudaFuncCachePreferL1 = 2,
+                     cudaFuncCachePreferEqual = 3 };
+enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxSharedMemoryPerBlock = 8,
+                      cudaDevAttrWarpSize = 10, cudaDevAttrMultiProcessorCount = 16,
+                      cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76,
+                      cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaHostAllocDefault 0x00
+
+struct mf_emu_stream { unsigned magic; unsigned flags; };
+struct mf_emu_event { unsigned magic; int recorded; double t_ms; };
+typedef struct mf_emu_stream *cudaStream_t;
+typedef struct mf_emu_event *cudaEvent_t;
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
+    size_t totalConstMem, memPitch, textureAlignment;
+    int regsPerBlock, regsPerMultiprocessor, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
+    int clockRate, major, minor, multiProcessorCount, maxThreadsPerMultiProcessor, maxBlocksPerMultiProcessor;
+    int l2CacheSize, memoryBusWidth, memoryClockRate, integrated, canMapHostMemory, concurrentKernels;
+    int ECCEnabled, pciBusID, pciDeviceID, pciDomainID, unifiedAddressing, managedMemory;
+    int cooperativeLaunch, asyncEngineCount, computeMode;
+};
+
+/* ------------------------------------------------------------------------------------------------
+ * Emulator state
+ * ---------------------------------------------------------------------------------------------- */
+enum { MF_EMU_ORDER_IN = 0, MF_EMU_ORDER_REVERSED = 1, MF_EMU_ORDER_SHUFFLED = 2 };
+
+namespace mf_emu {
+
+enum { ST_NEW, ST_READY, ST_RUN, ST_BAR, ST_WARP, ST_DONE, ST_DEAD };
+enum { W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_SYNC,
+       W_RADD, W_RMIN_S, W_RMAX_S, W_RMIN_U, W_RMAX_U, W_RAND, W_ROR, W_RXOR };
+static const char *const warp_op_names[] = {
+    "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
+    "__any_sync", "__all_sync", "__syncwarp", "__reduce_add_sync", "__reduce_min_sync",
+    "__reduce_max_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_and_sync",
+    "__reduce_or_sync", "__reduce_xor_sync"};
+enum { BAR_PLAIN, BAR_COUNT, BAR_AND, BAR_OR };
+static const char *const bar_names[] = {"__syncthreads()", "__syncthreads_count()", "__syncthreads_and()",
+                                        "__syncthreads_or()"};
+
+struct Stack { char *lo; size_t size; };
+
+struct Fiber {
+    void *sp;
+#ifdef MF_EMU_USE_UCONTEXT
+    ucontext_t uc;
+#endif
+    void *fake;
+    Stack stack;
+    int has_stack, state, lin;
+    uint3 tid;
+    const char *bar_file; int bar_line, bar_kind, bar_pred;
+    int wop, warg, wwidth; unsigned wmask;
+    uint64_t wval, wres;
+};
+struct Warp { unsigned alive, waiting; };
+
+struct State {
+    std::mutex launch_mu, alloc_mu;
+    int order = MF_EMU_ORDER_IN, verbose = 1, poison = 1, tf32 = 1;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    size_t stack_size =
+#ifdef MF_EMU_ASAN
+        256 * 1024;
+#else
+        64 * 1024;
+#endif
+    cudaError_t last_error = cudaSuccess, pending_error = cudaSuccess;
+    char msg[2048] = {0};
+    std::map<uintptr_t, size_t> allocs;
+    size_t alloc_bytes = 0;
+    std::map<const void *, int> smem_limit;
+    int device = 0;
+    unsigned long long launches = 0;
+    /* the launch being run */
+    const char *kname = "";
+    void (*inv)(void *) = nullptr;
+    void *ctx = nullptr;
+    unsigned char *dyn = nullptr;
+    std::vector<Fiber> fib;
+    std::vector<Warp> warps;
+    std::vector<int> queue, perm;
+    size_t qhead = 0, qtail = 0;
+    int nthreads = 0, n_done = 0, n_bar = 0, n_wwait = 0, failed = 0;
+    int bar_count = 0;
+    Fiber *cur = nullptr;
+    std::vector<Stack> pool;
+    void *sched_sp = nullptr;
+#ifdef MF_EMU_USE_UCONTEXT
+    ucontext_t sched_uc;
+#endif
+    void *sched_fake = nullptr;
+    const void *main_bottom = nullptr;
+    size_t main_size = 0;
+};
+
+template <int D> struct G {
+    static State s;
+    static uint3 tid, bid;
+    static dim3 bdim, gdim;
+};
+template <int D> State G<D>::s;
+template <int D> uint3 G<D>::tid = {0, 0, 0};
+template <int D> uint3 G<D>::bid = {0, 0, 0};
+template <int D> dim3 G<D>::bdim = dim3(1, 1, 1);
+template <int D> dim3 G<D>::gdim = dim3(1, 1, 1);
+static inline State &S() { return G<0>::s; }
+
+static inline uint64_t rnd() { /* splitmix64 */
+    uint64_t z = (S().rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline void vmessage(const char *fmt, va_list ap) {
+    State &s = S();
+    vsnprintf(s.msg, sizeof s.msg, fmt, ap);
+    if (s.verbose) { fprintf(stderr, "cuda_emu: %s\n", s.msg); fflush(stderr); }
+}
+static inline cudaError_t set_error(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline cudaError_t set_error(cudaError_t e, const char *fmt, ...) {
+    va_list ap; va_start(ap, fmt); vmessage(fmt, ap); va_end(ap);
+    S().last_error = e;
+    return e;
+}
+
+} /* namespace mf_emu */
+
+/* ------------------------------------------------------------------------------------------------
+ * Configuration API
+ * ---------------------------------------------------------------------------------------------- */
+/* thread/block order; seed only matters for MF_EMU_ORDER_SHUFFLED (restarts its random sequence) */
+static inline void mf_emu_set_order(int order, unsigned seed) {
+    mf_emu::State &s = mf_emu::S();
+    s.order = (order >= 0 && order <= 2) ? order : MF_EMU_ORDER_IN;
+    s.rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)seed * 0xD1B54A32D192ED03ull);
+}
+static inline int mf_emu_get_order(void) { return mf_emu::S().order; }
+/* message of the last error the emulator reported ("" if none yet) */
+static inline const char *mf_emu_last_message(void) { return mf_emu::S().msg; }
+static inline void mf_emu_clear_message(void) { mf_emu::S().msg[0] = 0; }
+/* print every error to stderr (default 1) */
+static inline void mf_emu_set_verbose(int on) { mf_emu::S().verbose = on; }
+/* 0xFF-fill cudaMalloc memory, dynamic and static shared memory (default 1) */
+static inline void mf_emu_set_poison(int on) { mf_emu::S().poison = on; }
+/* round gemm inputs to TF32 in CUBLAS_TF32_TENSOR_OP_MATH mode (default 1) */
+static inline void mf_emu_set_tf32(int on) { mf_emu::S().tf32 = on; }
+/* stack size of each emulated CUDA thread, for kernels with big local arrays */
+static inline void mf_emu_set_stack_size(size_t bytes) { mf_emu::S().stack_size = bytes < 16384 ? 16384 : bytes; }
+/* number of cudaMalloc allocations not yet freed, and their bytes */
+static inline size_t mf_emu_live_allocations(size_t *bytes) {
+    mf_emu::State &s = mf_emu::S();
+    std::lock_guard<std::mutex> lk(s.alloc_mu);
+    if (bytes) *bytes = s.alloc_bytes;
+    return s.allocs.size();
+}
+static inline unsigned long long mf_emu_launch_count(void) { return mf_emu::S().launches; }
+
+/* ------------------------------------------------------------------------------------------------
+ * Fibers
+ * ---------------------------------------------------------------------------------------------- */
+#ifndef MF_EMU_USE_UCONTEXT
+extern "C" void mf_emu__switch(void **save_sp, void *to_sp);
+__asm__(".text\n"
+        ".weak mf_emu__switch\n"
+        ".hidden mf_emu__switch\n"
+        ".type mf_emu__switch,@function\n"
+        ".p2align 4\n"
+        "mf_emu__switch:\n"
+        "  .byte 0xf3, 0x0f, 0x1e, 0xfa\n" /* endbr64 */
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size mf_emu__switch, .-mf_emu__switch\n");
+#endif
+
+/* static __shared__ storage lives in this section; the linker provides its bounds */
+extern "C" char __start_mf_emu_shared[] __attribute__((weak));
+extern "C" char __stop_mf_emu_shared[] __attribute__((weak));
+
+namespace mf_emu {
+
+static inline Stack pool_get() {
+    State &s = S();
+    while (!s.pool.empty()) {
+        Stack st = s.pool.back();
+        s.pool.pop_back();
+        if (st.size == s.stack_size) return st;
+        munmap(st.lo - 4096, st.size + 4096);
+    }
+    Stack st;
+    st.size = s.stack_size;
+    char *base = (char *)mmap(nullptr, st.size + 4096, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (base == MAP_FAILED) { fprintf(stderr, "cuda_emu: cannot map a fiber stack\n"); abort(); }
+    mprotect(base, 4096, PROT_NONE); /* guard page: a stack overflow faults instead of corrupting */
+    st.lo = base + 4096;
+    return st;
+}
+
+static inline void fiber_exit();
+
+static inline void fiber_entry() {
+    State &s = S();
+#ifdef MF_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &s.main_bottom, &s.main_size);
+#endif
+    s.inv(s.ctx);
+    fiber_exit();
+}
+
+/* scheduler side: run fiber f until it yields or ends */
+static inline void resume(Fiber &f) {
+    State &s = S();
+    s.cur = &f;
+    G<0>::tid = f.tid;
+    if (f.state == ST_NEW) {
+        f.stack = pool_get();
+        f.has_stack = 1;
+        f.fake = nullptr;
+#ifdef MF_EMU_USE_UCONTEXT
+        getcontext(&f.uc);
+        f.uc.uc_stack.ss_sp = f.stack.lo;
+        f.uc.uc_stack.ss_size = f.stack.size;
+        f.uc.uc_link = nullptr;
+        makecontext(&f.uc, (void (*)())fiber_entry, 0);
+#else
+        void **sp = (void **)(((uintptr_t)(f.stack.lo + f.stack.size)) & ~(uintptr_t)15);
+        *--sp = nullptr;                    /* fake return address of fiber_entry */
+        *--sp = (void *)&fiber_entry;       /* where mf_emu__switch returns to */
+        for (int i = 0; i < 6; i++) *--sp = nullptr; /* rbp rbx r12 r13 r14 r15 */
+        f.sp = sp;
+#endif
+    }
+    f.state = ST_RUN;
+#ifdef MF_EMU_ASAN
+    __sanitizer_start_switch_fiber(&s.sched_fake, f.stack.lo, f.stack.size);
+#endif
+#ifdef MF_EMU_USE_UCONTEXT
+    swapcontext(&s.sched_uc, &f.uc);
+#else
+    mf_emu__switch(&s.sched_sp, f.sp);
+#endif
+#ifdef MF_EMU_ASAN
+    __sanitizer_finish_switch_fiber(s.sched_fake, nullptr, nullptr);
+#endif
+    s.cur = nullptr;
+    if (f.state == ST_DONE) { s.pool.push_back(f.stack); f.has_stack = 0; }
+}
+
+/* fiber side: give control back to the scheduler; `final` = never resumed again */
+static inline void to_scheduler(Fiber *f, bool final) {
+    State &s = S();
+#ifdef MF_EMU_ASAN
+    __sanitizer_start_switch_fiber(final ? nullptr : &f->fake, s.main_bottom, s.main_size);
+#else
+    (void)final;
+#endif
+#ifdef MF_EMU_USE_UCONTEXT
+    swapcontext(&f->uc, &s.sched_uc);
+#else
+    mf_emu__switch(&f->sp, s.sched_sp);
+#endif
+#ifdef MF_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f->fake, nullptr, nullptr);
+#endif
+}
+
+static inline void push_ready(int t) {
+    State &s = S();
+    s.queue[s.qtail % s.queue.size()] = t;
+    s.qtail++;
+}
+
+static inline void describe_tid(char *buf, size_t n, uint3 t) { snprintf(buf, n, "(%u,%u,%u)", t.x, t.y, t.z); }
+
+/* a fault detected inside a running kernel thread: record it, abandon the launch */
+static inline void kernel_fault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void kernel_fault(const char *fmt, ...) {
+    State &s = S();
+    char what[1400];
+    va_list ap; va_start(ap, fmt); vsnprintf(what, sizeof what, fmt, ap); va_end(ap);
+    uint3 b = G<0>::bid;
+    set_error(cudaErrorLaunchFailure, "kernel '%s' block (%u,%u,%u): %s", s.kname, b.x, b.y, b.z, what);
+    s.pending_error = cudaErrorLaunchFailure;
+    s.failed = 1;
+    Fiber *f = s.cur;
+    if (f) { f->state = ST_DEAD; to_scheduler(f, true); }
+}
+
+/* Try to complete the warp rendezvous that lane `rep` waits in; `self` is the running fiber
+ * (a participant that must not be queued, or an exiting lane). Returns true if completed. */
+static inline bool warp_try_resolve(Fiber *rep, Fiber *self) {
+    State &s = S();
+    int base = rep->lin & ~31;
+    Warp &w = s.warps[rep->lin >> 5];
+    unsigned need = rep->wmask & w.alive;
+    if ((w.waiting & need) != need) return false;
+    Fiber *fb = &s.fib[base];
+    for (int l = 0; l < 32; l++) {
+        if (!(need >> l & 1)) continue;
+        Fiber &g = fb[l];
+        if (g.wop != rep->wop || g.wmask != rep->wmask) {
+            char a[48], b[48];
+            describe_tid(a, sizeof a, rep->tid); describe_tid(b, sizeof b, g.tid);
+            kernel_fault("mismatched warp operation: thread %s is in %s(mask 0x%08x) while thread %s of the same "
+                         "warp is in %s(mask 0x%08x)", a, warp_op_names[rep->wop], rep->wmask, b,
+                         warp_op_names[g.wop], g.wmask);
+            return false;
+        }
+    }
+    uint64_t r = 0;
+    unsigned bal = 0;
+    int op = rep->wop;
+    if (op >= W_BALLOT) {
+        for (int l = 0; l < 32; l++) if ((need >> l & 1) && fb[l].wval) bal |= 1u << l;
+        bool first = true;
+        for (int l = 0; l < 32; l++) {
+            if (!(need >> l & 1)) continue;
+            uint32_t v = (uint32_t)fb[l].wval, a = (uint32_t)r;
+            switch (op) {
+            case W_RADD: a += v; break;
+            case W_RMIN_S: a = first || (int32_t)v < (int32_t)a ? v : a; break;
+            case W_RMAX_S: a = first || (int32_t)v > (int32_t)a ? v : a; break;
+            case W_RMIN_U: a = first || v < a ? v : a; break;
+            case W_RMAX_U: a = first || v > a ? v : a; break;
+            case W_RAND: a = first ? v : (a & v); break;
+            case W_ROR: a |= v; break;
+            case W_RXOR: a ^= v; break;
+            default: break;
+            }
+            r = a;
+            first = false;
+        }
+        if (op == W_BALLOT) r = bal;
+        else if (op == W_ANY) r = bal != 0;
+        else if (op == W_ALL) r = bal == need;
+        else if (op == W_SYNC) r = 0;
+    }
+    for (int l = 0; l < 32; l++) {
+        if (!(need >> l & 1)) continue;
+        Fiber &g = fb[l];
+        if (op < W_BALLOT) {
+            int wd = g.wwidth, seg = l & ~(wd - 1), src;
+            switch (op) {
+            case W_SHFL: src = seg + (g.warg & (wd - 1)); break;
+            case W_UP: src = l - g.warg; if (src < seg || src >= seg + wd) src = l; break;
+            case W_DOWN: src = l + g.warg; if (src < seg || src >= seg + wd) src = l; break;
+            default: src = (int)((unsigned)l ^ (unsigned)g.warg); if (src < 0 || src >= seg + wd) src = l; break;
+            }
+            g.wres = (src >= 0 && src < 32 && (need >> src & 1)) ? fb[src].wval : ~(uint64_t)0;
+        } else {
+            g.wres = r;
+        }
+    }
+    w.waiting &= ~need;
+    /* the other participants resume in the configured order */
+    int lanes[32], n = 0;
+    for (int l = 0; l < 32; l++) if ((need >> l & 1) && &fb[l] != self && fb[l].state == ST_WARP) lanes[n++] = l;
+    if (s.order == MF_EMU_ORDER_REVERSED) std::reverse(lanes, lanes + n);
+    else if (s.order == MF_EMU_ORDER_SHUFFLED)
+        for (int i = n - 1; i > 0; i--) std::swap(lanes[i], lanes[rnd() % (uint64_t)(i + 1)]);
+    for (int i = 0; i < n; i++) { fb[lanes[i]].state = ST_READY; s.n_wwait--; push_ready(base + lanes[i]); }
+    return true;
+}
+
+static inline uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int width) {
+    State &s = S();
+    Fiber *f = s.cur;
+    if (!f) return op == W_BALLOT ? (val ? 1u : 0u) : val; /* called on the host: a warp of one */
+    int lane = f->lin & 31;
+    if (!(mask >> lane & 1)) {
+        char a[48]; describe_tid(a, sizeof a, f->tid);
+        kernel_fault("thread %s (lane %d) calls %s with mask 0x%08x that does not name its own lane", a, lane,
+                     warp_op_names[op], mask);
+    }
+    if (op < W_BALLOT && (width < 1 || width > 32 || (width & (width - 1)))) {
+        char a[48]; describe_tid(a, sizeof a, f->tid);
+        kernel_fault("thread %s calls %s with width %d (must be a power of two <= 32)", a, warp_op_names[op], width);
+    }
+    f->wop = op; f->wmask = mask; f->wval = val; f->warg = arg; f->wwidth = width;
+    s.warps[f->lin >> 5].waiting |= 1u << lane;
+    if (warp_try_resolve(f, f)) return f->wres;
+    f->state = ST_WARP;
+    s.n_wwait++;
+    to_scheduler(f, false);
+    return f->wres;
+}
+
+static inline void fiber_exit() {
+    State &s = S();
+    Fiber *f = s.cur;
+    f->state = ST_DONE;
+    s.n_done++;
+    Warp &w = s.warps[f->lin >> 5];
+    w.alive &= ~(1u << (f->lin & 31));
+    for (bool again = true; again && w.waiting && !s.failed;) {
+        again = false;
+        for (int l = 0; l < 32; l++)
+            if ((w.waiting >> l & 1) && warp_try_resolve(&s.fib[(f->lin & ~31) + l], f)) { again = true; break; }
+    }
+    to_scheduler(f, true);
+    abort(); /* unreachable: a finished fiber is never resumed */
+}
+
+static inline int syncthreads_impl(const char *file, int line, int kind, int pred) {
+    State &s = S();
+    Fiber *f = s.cur;
+    if (!f) return kind == BAR_COUNT ? (pred != 0) : (pred != 0);
+    f->bar_file = file; f->bar_line = line; f->bar_kind = kind; f->bar_pred = pred != 0;
+    f->state = ST_BAR;
+    s.n_bar++;
+    to_scheduler(f, false);
+    switch (kind) {
+    case BAR_COUNT: return s.bar_count;
+    case BAR_AND: return s.bar_count == s.nthreads;
+    case BAR_OR: return s.bar_count > 0;
+    default: return 0;
+    }
+}
+
+static inline void make_order(int n) {
+    State &s = S();
+    s.perm.resize((size_t)n);
+    for (int i = 0; i < n; i++) s.perm[(size_t)i] = s.order == MF_EMU_ORDER_REVERSED ? n - 1 - i : i;
+    if (s.order == MF_EMU_ORDER_SHUFFLED)
+        for (int i = n - 1; i > 0; i--) std::swap(s.perm[(size_t)i], s.perm[(size_t)(rnd() % (uint64_t)(i + 1))]);
+}
+
+static inline bool same_site(const Fiber &a, const Fiber &b) {
+    return a.bar_line == b.bar_line && a.bar_kind == b.bar_kind &&
+           (a.bar_file == b.bar_file || strcmp(a.bar_file, b.bar_file) == 0);
+}
+
+/* after the run queue drained: release a barrier, or diagnose why the block is stuck */
+static inline bool block_barrier_step() {
+    State &s = S();
+    int n = s.nthreads;
+    char a[48], b[48];
+    if (s.n_wwait) {
+        for (int t = 0; t < n; t++) {
+            Fiber &f = s.fib[(size_t)t];
+            if (f.state != ST_WARP) continue;
+            unsigned need = f.wmask & s.warps[(size_t)(t >> 5)].alive & ~s.warps[(size_t)(t >> 5)].waiting;
+            int l = __builtin_ctz(need);
+            Fiber &g = s.fib[(size_t)((t & ~31) + l)];
+            describe_tid(a, sizeof a, f.tid); describe_tid(b, sizeof b, g.tid);
+            char where[400];
+            if (g.state == ST_BAR) snprintf(where, sizeof where, "waits at %s at %s:%d", bar_names[g.bar_kind], g.bar_file, g.bar_line);
+            else snprintf(where, sizeof where, "is in a different warp rendezvous (%s mask 0x%08x)", warp_op_names[g.wop], g.wmask);
+            kernel_fault("warp deadlock: thread %s waits in %s(mask 0x%08x) but thread %s (lane %d) of that mask %s",
+                         a, warp_op_names[f.wop], f.wmask, b, l, where);
+            return false;
+        }
+    }
+    int first = -1;
+    for (int t = 0; t < n; t++) if (s.fib[(size_t)t].state == ST_BAR) { first = t; break; }
+    if (first < 0) return false;
+    Fiber &f0 = s.fib[(size_t)first];
+    describe_tid(a, sizeof a, f0.tid);
+    for (int t = 0; t < n; t++) {
+        Fiber &g = s.fib[(size_t)t];
+        if (g.state == ST_DONE) {
+            describe_tid(b, sizeof b, g.tid);
+            kernel_fault("divergent %s: thread %s exited while thread %s waits at %s:%d", bar_names[f0.bar_kind], b, a,
+                         f0.bar_file, f0.bar_line);
+            return false;
+        }
+        if (!same_site(g, f0)) {
+            describe_tid(b, sizeof b, g.tid);
+            kernel_fault("divergent __syncthreads: thread %s waits at %s at %s:%d but thread %s waits at %s at %s:%d", a,
+                         bar_names[f0.bar_kind], f0.bar_file, f0.bar_line, b, bar_names[g.bar_kind], g.bar_file,
+                         g.bar_line);
+            return false;
+        }
+    }
+    int cnt = 0;
+    for (int t = 0; t < n; t++) cnt += s.fib[(size_t)t].bar_pred;
+    s.bar_count = cnt;
+    s.n_bar = 0;
+    make_order(n);
+    for (int i = 0; i < n; i++) { s.fib[(size_t)s.perm[(size_t)i]].state = ST_READY; push_ready(s.perm[(size_t)i]); }
+    return true;
+}
+
+static inline void run_block() {
+    State &s = S();
+    int n = s.nthreads;
+    for (int t = 0; t < n; t++) { s.fib[(size_t)t].state = ST_NEW; s.fib[(size_t)t].has_stack = 0; }
+    for (size_t w = 0; w < s.warps.size(); w++) {
+        int lanes = n - (int)w * 32;
+        s.warps[w].alive = lanes >= 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+        s.warps[w].waiting = 0;
+    }
+    s.n_done = s.n_bar = s.n_wwait = 0;
+    s.qhead = s.qtail = 0;
+    make_order(n);
+    for (int i = 0; i < n; i++) push_ready(s.perm[(size_t)i]);
+    for (;;) {
+        while (s.qhead != s.qtail && !s.failed) {
+            int t = s.queue[s.qhead % s.queue.size()];
+            s.qhead++;
+            resume(s.fib[(size_t)t]);
+        }
+        if (s.failed || s.n_done == n) break;
+        if (!block_barrier_step()) break;
+    }
+    if (s.failed) { /* abandon the suspended fibers; their stacks go back to the pool */
+        for (int t = 0; t < n; t++) {
+            Fiber &f = s.fib[(size_t)t];
+            if (!f.has_stack) continue;
+#ifdef MF_EMU_ASAN
+            ASAN_UNPOISON_MEMORY_REGION(f.stack.lo, f.stack.size);
+#endif
+            s.pool.push_back(f.stack);
+            f.has_stack = 0;
+        }
+    }
+}
+
+static inline int dyn_limit(const void *k) {
+    State &s = S();
+    std::map<const void *, int>::iterator it = s.smem_limit.find(k);
+    return it == s.smem_limit.end() ? 48 * 1024 : it->second;
+}
+
+static inline void launch_impl(const char *name, const void *k, dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, void (*inv)(void *), void *ctx) {
+    State &s = S();
+    (void)stream;
+    unsigned long long nth = (unsigned long long)block.x * block.y * block.z;
+    if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 || nth > 1024) {
+        set_error(cudaErrorInvalidConfiguration,
+                  "launch of '%s': invalid block (%u,%u,%u): each dim >= 1, x,y <= 1024, z <= 64, product <= 1024",
+                  name, block.x, block.y, block.z);
+        return;
+    }
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        set_error(cudaErrorInvalidConfiguration,
+                  "launch of '%s': invalid grid (%u,%u,%u): each dim >= 1, x <= 2^31-1, y,z <= 65535", name, grid.x,
+                  grid.y, grid.z);
+        return;
+    }
+    if (s.cur) {
+        set_error(cudaErrorNotSupported, "launch of '%s' from inside kernel '%s': dynamic parallelism is not emulated",
+                  name, s.kname);
+        return;
+    }
+    std::lock_guard<std::mutex> lk(s.launch_mu);
+    int lim = dyn_limit(k);
+    if (smem > (size_t)lim) {
+        set_error(cudaErrorInvalidValue,
+                  "launch of '%s': %zu bytes of dynamic shared memory exceed the kernel's limit of %d (48 KiB unless "
+                  "raised with cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n), n <= 232448)",
+                  name, smem, lim);
+        return;
+    }
+    s.launches++;
+    s.kname = name; s.inv = inv; s.ctx = ctx; s.failed = 0;
+    s.nthreads = (int)nth;
+    if (s.fib.size() < nth) s.fib.resize((size_t)nth);
+    s.warps.resize((size_t)((nth + 31) / 32));
+    s.queue.resize((size_t)nth);
+    for (unsigned t = 0; t < nth; t++) {
+        Fiber &f = s.fib[t];
+        f.lin = (int)t;
+        f.tid.x = t % block.x; f.tid.y = (t / block.x) % block.y; f.tid.z = t / (block.x * block.y);
+    }
+    s.dyn = (unsigned char *)malloc(smem ? smem : 1);
+    if (!s.dyn) { set_error(cudaErrorMemoryAllocation, "launch of '%s': cannot allocate shared memory", name); return; }
+    G<0>::bdim = block;
+    G<0>::gdim = grid;
+    unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
+    std::vector<unsigned long long> border;
+    if (s.order == MF_EMU_ORDER_SHUFFLED) {
+        border.resize((size_t)nb);
+        for (unsigned long long i = 0; i < nb; i++) border[(size_t)i] = i;
+        for (unsigned long long i = nb - 1; i > 0; i--) std::swap(border[(size_t)i], border[(size_t)(rnd() % (i + 1))]);
+    }
+    char *sh_lo = __start_mf_emu_shared, *sh_hi = __stop_mf_emu_shared;
+    for (unsigned long long i = 0; i < nb && !s.failed; i++) {
+        unsigned long long b = s.order == MF_EMU_ORDER_IN ? i : s.order == MF_EMU_ORDER_REVERSED ? nb - 1 - i : border[(size_t)i];
+        G<0>::bid.x = (unsigned)(b % grid.x);
+        G<0>::bid.y = (unsigned)((b / grid.x) % grid.y);
+        G<0>::bid.z = (unsigned)(b / ((unsigned long long)grid.x * grid.y));
+        memset(s.dyn, s.poison ? 0xFF : 0, smem ? smem : 1);
+        if (s.poison && sh_lo && sh_hi > sh_lo) memset(sh_lo, 0xFF, (size_t)(sh_hi - sh_lo));
+        run_block();
+    }
+    free(s.dyn);
+    s.dyn = nullptr;
+    s.inv = nullptr; s.ctx = nullptr;
+    G<0>::tid = make_uint3(0, 0, 0);
+    G<0>::bid = make_uint3(0, 0, 0);
+}
+
+/* kernel arguments are converted to the parameter types once, like a real launch does */
+template <class P, class A>
+static inline typename std::enable_if<std::is_pointer<P>::value && std::is_integral<typename std::decay<A>::type>::value, P>::type
+conv_arg(A &&a) { return a == 0 ? (P)nullptr : (P)(uintptr_t)a; } /* literal 0 / NULL for a pointer */
+template <class P, class A>
+static inline typename std::enable_if<!(std::is_pointer<P>::value && std::is_integral<typename std::decay<A>::type>::value), P>::type
+conv_arg(A &&a) { P r = std::forward<A>(a); return r; } /* implicit conversions only, as in a real launch */
+
+template <class... P> struct Pack {
+    void (*k)(P...);
+    std::tuple<typename std::decay<P>::type...> args;
+};
+template <class PackT, class... P, size_t... I>
+static inline void call_pack(PackT *pk, std::index_sequence<I...>) { pk->k(std::get<I>(pk->args)...); }
+template <class... P> static void invoke(void *p) {
+    Pack<P...> *pk = (Pack<P...> *)p;
+    call_pack<Pack<P...>, P...>(pk, std::index_sequence_for<P...>());
+}
+
+template <class... P, class... A>
+static inline void launch(const char *name, void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          A &&...a) {
+    static_assert(sizeof...(P) == sizeof...(A), "MF_LAUNCH: wrong number of kernel arguments");
+    Pack<P...> pk = {k, std::tuple<typename std::decay<P>::type...>(conv_arg<typename std::decay<P>::type>(std::forward<A>(a))...)};
+    launch_impl(name, (const void *)k, grid, block, smem, stream, &invoke<P...>, &pk);
+}
+
+static inline unsigned char *dyn_smem() { return S().dyn; }
+
+} /* namespace mf_emu */
+
+/* ------------------------------------------------------------------------------------------------
+ * Kernel language
+ * ---------------------------------------------------------------------------------------------- */
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __managed__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static __attribute__((section("mf_emu_shared")))
+#define __grid_constant__
+
+#define threadIdx (static_cast<const uint3 &>(::mf_emu::G<0>::tid))
+#define blockIdx (static_cast<const uint3 &>(::mf_emu::G<0>::bid))
+#define blockDim (static_cast<const dim3 &>(::mf_emu::G<0>::bdim))
+#define gridDim (static_cast<const dim3 &>(::mf_emu::G<0>::gdim))
+static constexpr int warpSize = 32; /* a variable, as in CUDA (prop.warpSize keeps working) */
+
+#undef MF_DYN_SMEM
+#undef MF_LAUNCH
+#define MF_DYN_SMEM(T, name) T *name = reinterpret_cast<T *>(::mf_emu::dyn_smem())
+/* MF_LAUNCH(kernel, grid, block, smem_bytes, stream, args...) */
+#define MF_LAUNCH(kernel, ...) ::mf_emu::launch(#kernel, kernel, __VA_ARGS__)
+
+#define __syncthreads() ::mf_emu::syncthreads_impl(__FILE__, __LINE__, ::mf_emu::BAR_PLAIN, 0)
+#define __syncthreads_count(p) ::mf_emu::syncthreads_impl(__FILE__, __LINE__, ::mf_emu::BAR_COUNT, (p))
+#define __syncthreads_and(p) ::mf_emu::syncthreads_impl(__FILE__, __LINE__, ::mf_emu::BAR_AND, (p))
+#define __syncthreads_or(p) ::mf_emu::syncthreads_impl(__FILE__, __LINE__, ::mf_emu::BAR_OR, (p))
+
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { mf_emu::warp_op(mf_emu::W_SYNC, mask, 0, 0, 32); }
+static inline void __threadfence(void) {}
+static inline void __threadfence_block(void) {}
+static inline void __threadfence_system(void) {}
+static inline void __nanosleep(unsigned ns) { (void)ns; }
+static inline void __trap(void) { mf_emu::kernel_fault("__trap() called"); }
+static inline long long clock64(void) {
+    return (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+static inline unsigned __activemask(void) {
+    mf_emu::State &s = mf_emu::S();
+    return s.cur ? s.warps[(size_t)(s.cur->lin >> 5)].alive : 1u;
+}
+
+namespace mf_emu {
+template <class T> static inline uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "warp shuffle of a type over 8 bytes");
+    uint64_t b = 0; memcpy(&b, &v, sizeof(T)); return b;
+}
+template <class T> static inline T from_bits(uint64_t b) { T v; memcpy(&v, &b, sizeof(T)); return v; }
+}
+template <class T> static inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = 32) {
+    return mf_emu::from_bits<T>(mf_emu::warp_op(mf_emu::W_SHFL, mask, mf_emu::to_bits(var), srcLane, width));
+}
+template <class T> static inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+    return mf_emu::from_bits<T>(mf_emu::warp_op(mf_emu::W_UP, mask, mf_emu::to_bits(var), (int)delta, width));
+}
+template <class T> static inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+    return mf_emu::from_bits<T>(mf_emu::warp_op(mf_emu::W_DOWN, mask, mf_emu::to_bits(var), (int)delta, width));
+}
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = 32) {
+    return mf_emu::from_bits<T>(mf_emu::warp_op(mf_emu::W_XOR, mask, mf_emu::to_bits(var), laneMask, width));
+}
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    return (unsigned)mf_emu::warp_op(mf_emu::W_BALLOT, mask, pred != 0, 0, 32);
+}
+static inline int __any_sync(unsigned mask, int pred) { return (int)mf_emu::warp_op(mf_emu::W_ANY, mask, pred != 0, 0, 32); }
+static inline int __all_sync(unsigned mask, int pred) { return (int)mf_emu::warp_op(mf_emu::W_ALL, mask, pred != 0, 0, 32); }
+static inline unsigned __reduce_add_sync(unsigned mask, unsigned v) { return (unsigned)mf_emu::warp_op(mf_emu::W_RADD, mask, v, 0, 32); }
+static inline int __reduce_add_sync(unsigned mask, int v) { return (int)(unsigned)mf_emu::warp_op(mf_emu::W_RADD, mask, (unsigned)v, 0, 32); }
+static inline unsigned __reduce_min_sync(unsigned mask, unsigned v) { return (unsigned)mf_emu::warp_op(mf_emu::W_RMIN_U, mask, v, 0, 32); }
+static inline int __reduce_min_sync(unsigned mask, int v) { return (int)(unsigned)mf_emu::warp_op(mf_emu::W_RMIN_S, mask, (unsigned)v, 0, 32); }
+static inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return (unsigned)mf_emu::warp_op(mf_emu::W_RMAX_U, mask, v, 0, 32); }
+static inline int __reduce_max_sync(unsigned mask, int v) { return (int)(unsigned)mf_emu::warp_op(mf_emu::W_RMAX_S, mask, (unsigned)v, 0, 32); }
+static inline unsigned __reduce_and_sync(unsigned mask, unsigned v) { return (unsigned)mf_emu::warp_op(mf_emu::W_RAND, mask, v, 0, 32); }
+static inline unsigned __reduce_or_sync(unsigned mask, unsigned v) { return (unsigned)mf_emu::warp_op(mf_emu::W_ROR, mask, v, 0, 32); }
+static inline unsigned __reduce_xor_sync(unsigned mask, unsigned v) { return (unsigned)mf_emu::warp_op(mf_emu::W_RXOR, mask, v, 0, 32); }
+
+/* atomics: threads only switch at barriers, so a plain read-modify-write is atomic */
+#define MF_EMU_ATOMIC_ADD(T) \
+    static inline T atomicAdd(T *a, T v) { T o = *a; *a = (T)(o + v); return o; } \
+    static inline T atomicAdd_block(T *a, T v) { return atomicAdd(a, v); } \
+    static inline T atomicAdd_system(T *a, T v) { return atomicAdd(a, v); } \
+    static inline T atomicExch(T *a, T v) { T o = *a; *a = v; return o; }
+MF_EMU_ATOMIC_ADD(int) MF_EMU_ATOMIC_ADD(unsigned) MF_EMU_ATOMIC_ADD(unsigned long long)
+MF_EMU_ATOMIC_ADD(float) MF_EMU_ATOMIC_ADD(double)
+#undef MF_EMU_ATOMIC_ADD
+#define MF_EMU_ATOMIC_INT(T) \
+    static inline T atomicSub(T *a, T v) { T o = *a; *a = (T)(o - v); return o; } \
+    static inline T atomicMax(T *a, T v) { T o = *a; *a = o > v ? o : v; return o; } \
+    static inline T atomicMin(T *a, T v) { T o = *a; *a = o < v ? o : v; return o; } \
+    static inline T atomicAnd(T *a, T v) { T o = *a; *a = o & v; return o; } \
+    static inline T atomicOr(T *a, T v) { T o = *a; *a = o | v; return o; } \
+    static inline T atomicXor(T *a, T v) { T o = *a; *a = o ^ v; return o; } \
+    static inline T atomicCAS(T *a, T cmp, T v) { T o = *a; if (o == cmp) *a = v; return o; }
+MF_EMU_ATOMIC_INT(int) MF_EMU_ATOMIC_INT(unsigned) MF_EMU_ATOMIC_INT(unsigned long long) MF_EMU_ATOMIC_INT(long long)
+#undef MF_EMU_ATOMIC_INT
+static inline unsigned short atomicCAS(unsigned short *a, unsigned short cmp, unsigned short v) {
+    unsigned short o = *a; if (o == cmp) *a = v; return o;
+}
+static inline unsigned atomicInc(unsigned *a, unsigned v) { unsigned o = *a; *a = o >= v ? 0 : o + 1; return o; }
+static inline unsigned atomicDec(unsigned *a, unsigned v) { unsigned o = *a; *a = (o == 0 || o > v) ? v : o - 1; return o; }
+
+/* loads/stores with cache hints */
+template <class T> static inline T __ldg(const T *p) { return *p; }
+template <class T> static inline T __ldcg(const T *p) { return *p; }
+template <class T> static inline T __ldca(const T *p) { return *p; }
+template <class T> static inline T __ldcs(const T *p) { return *p; }
+template <class T> static inline T __ldlu(const T *p) { return *p; }
+template <class T> static inline T __ldcv(const T *p) { return *p; }
+template <class T> static inline void __stwb(T *p, T v) { *p = v; }
+template <class T> static inline void __stcg(T *p, T v) { *p = v; }
+template <class T> static inline void __stcs(T *p, T v) { *p = v; }
+template <class T> static inline void __stwt(T *p, T v) { *p = v; }
+
+/* math intrinsics (glibc declares some of these names itself, hence the object-like macros) */
+namespace mf_emu {
+static inline float i_expf(float x) { return ::expf(x); }
+static inline float i_exp10f(float x) { return ::powf(10.0f, x); }
+static inline float i_logf(float x) { return ::logf(x); }
+static inline float i_log2f(float x) { return ::log2f(x); }
+static inline float i_log10f(float x) { return ::log10f(x); }
+static inline float i_sinf(float x) { return ::sinf(x); }
+static inline float i_cosf(float x) { return ::cosf(x); }
+static inline float i_tanf(float x) { return ::tanf(x); }
+static inline float i_tanhf(float x) { return ::tanhf(x); }
+static inline float i_powf(float x, float y) { return ::powf(x, y); }
+static inline void i_sincosf(float x, float *s, float *c) { *s = ::sinf(x); *c = ::cosf(x); }
+}
+#define __expf mf_emu::i_expf
+#define __exp10f mf_emu::i_exp10f
+#define __logf mf_emu::i_logf
+#define __log2f mf_emu::i_log2f
+#define __log10f mf_emu::i_log10f
+#define __sinf mf_emu::i_sinf
+#define __cosf mf_emu::i_cosf
+#define __tanf mf_emu::i_tanf
+#define __tanhf mf_emu::i_tanhf
+#define __powf mf_emu::i_powf
+#define __sincosf mf_emu::i_sincosf
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fsqrt_rn(float x) { return sqrtf(x); }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+static inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; } /* NaN -> 0 */
+static inline int __float_as_int(float x) { int r; memcpy(&r, &x, 4); return r; }
+static inline float __int_as_float(int x) { float r; memcpy(&r, &x, 4); return r; }
+static inline unsigned __float_as_uint(float x) { unsigned r; memcpy(&r, &x, 4); return r; }
+static inline float __uint_as_float(unsigned x) { float r; memcpy(&r, &x, 4); return r; }
+static inline long long __double_as_longlong(double x) { long long r; memcpy(&r, &x, 8); return r; }
+static inline double __longlong_as_double(long long x) { double r; memcpy(&r, &x, 8); return r; }
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __float2int_rd(float x) { return (int)floorf(x); }
+static inline int __float2int_ru(float x) { return (int)ceilf(x); }
+static inline float __int2float_rn(int x) { return (float)x; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+static inline unsigned __brev(unsigned x) {
+    x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
+    x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
+    x = ((x >> 4) & 0x0F0F0F0Fu) | ((x & 0x0F0F0F0Fu) << 4);
+    x = ((x >> 8) & 0x00FF00FFu) | ((x & 0x00FF00FFu) << 8);
+    return (x >> 16) | (x << 16);
+}
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+static inline int __mul24(int a, int b) { return a * b; }
+static inline unsigned __umul24(unsigned a, unsigned b) { return a * b; }
+/* CUDA's device min/max: exact overloads, and a template for mixed types (common type, as CUDA) */
+#define MF_EMU_MINMAX(T) \
+    static inline T min(T a, T b) { return a < b ? a : b; } \
+    static inline T max(T a, T b) { return a > b ? a : b; }
+MF_EMU_MINMAX(int) MF_EMU_MINMAX(unsigned) MF_EMU_MINMAX(long) MF_EMU_MINMAX(unsigned long)
+MF_EMU_MINMAX(long long) MF_EMU_MINMAX(unsigned long long)
+#undef MF_EMU_MINMAX
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+template <class A, class B> static inline typename std::common_type<A, B>::type min(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    return min((C)a, (C)b);
+}
+template <class A, class B> static inline typename std::common_type<A, B>::type max(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    return max((C)a, (C)b);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Runtime API
+ * ---------------------------------------------------------------------------------------------- */
+namespace mf_emu {
+static inline double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+/* is [p, p+n) inside one cudaMalloc allocation? */
+static inline bool in_device(const void *p, size_t n) {
+    State &s = S();
+    std::lock_guard<std::mutex> lk(s.alloc_mu);
+    uintptr_t a = (uintptr_t)p;
+    std::map<uintptr_t, size_t>::iterator it = s.allocs.upper_bound(a);
+    if (it == s.allocs.begin()) return false;
+    --it;
+    return a >= it->first && a - it->first <= it->second && n <= it->second - (a - it->first);
+}
+static inline cudaError_t check_dev(const char *fn, const char *what, const void *p, size_t n) {
+    if (in_device(p, n)) return cudaSuccess;
+    return set_error(cudaErrorInvalidValue, "%s: %s range [%p, +%zu) is not inside one cudaMalloc allocation", fn, what, p, n);
+}
+static inline cudaError_t do_memcpy(const char *fn, void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return cudaSuccess;
+    if (!dst || !src) return set_error(cudaErrorInvalidValue, "%s: null pointer", fn);
+    cudaError_t e = cudaSuccess;
+    switch (kind) {
+    case cudaMemcpyHostToHost: case cudaMemcpyDefault: break;
+    case cudaMemcpyHostToDevice: e = check_dev(fn, "destination", dst, n); break;
+    case cudaMemcpyDeviceToHost: e = check_dev(fn, "source", src, n); break;
+    case cudaMemcpyDeviceToDevice:
+        e = check_dev(fn, "destination", dst, n);
+        if (e == cudaSuccess) e = check_dev(fn, "source", src, n);
+        break;
+    default: return set_error(cudaErrorInvalidMemcpyDirection, "%s: invalid cudaMemcpyKind %d", fn, (int)kind);
+    }
+    if (e != cudaSuccess) return e;
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+static inline cudaError_t sync_result() {
+    State &s = S();
+    cudaError_t e = s.pending_error;
+    s.pending_error = cudaSuccess;
+    return e;
+}
+} /* namespace mf_emu */
+
+static inline cudaError_t cudaMalloc(void **p, size_t n) {
+    mf_emu::State &s = mf_emu::S();
+    if (!p) return mf_emu::set_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
+    *p = nullptr;
+    if (n == 0) return cudaSuccess;
+    void *m = nullptr;
+    if (posix_memalign(&m, 256, n) != 0 || !m)
+        return mf_emu::set_error(cudaErrorMemoryAllocation, "cudaMalloc: out of memory (%zu bytes)", n);
+    memset(m, s.poison ? 0xFF : 0, n);
+    {
+        std::lock_guard<std::mutex> lk(s.alloc_mu);
+        s.allocs[(uintptr_t)m] = n;
+        s.alloc_bytes += n;
+    }
+    *p = m;
+    return cudaSuccess;
+}
+template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+static inline cudaError_t cudaFree(void *p) {
+    mf_emu::State &s = mf_emu::S();
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lk(s.alloc_mu);
+        std::map<uintptr_t, size_t>::iterator it = s.allocs.find((uintptr_t)p);
+        if (it == s.allocs.end()) goto bad;
+        s.alloc_bytes -= it->second;
+        s.allocs.erase(it);
+    }
+    free(p);
+    return cudaSuccess;
+bad:
+    return mf_emu::set_error(cudaErrorInvalidValue, "cudaFree(%p): not a live cudaMalloc pointer", p);
+}
+static inline cudaError_t cudaMallocHost(void **p, size_t n) {
+    if (!p) return cudaErrorInvalidValue;
+    *p = n ? malloc(n) : nullptr;
+    return (n && !*p) ? mf_emu::set_error(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory") : cudaSuccess;
+}
+template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
+static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cudaMallocHost(p, n); }
+static inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    return mf_emu::do_memcpy("cudaMemcpy", dst, src, n, kind);
+}
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t st = 0) {
+    (void)st;
+    return mf_emu::do_memcpy("cudaMemcpyAsync", dst, src, n, kind);
+}
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (n == 0) return cudaSuccess;
+    cudaError_t e = mf_emu::check_dev("cudaMemset", "destination", p, n);
+    if (e == cudaSuccess) memset(p, v, n);
+    return e;
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st = 0) { (void)st; return cudaMemset(p, v, n); }
+template <class T>
+static inline cudaError_t cudaMemcpyToSymbol(T &sym, const void *src, size_t n, size_t off = 0,
+                                             cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
+    (void)kind;
+    if (off + n > sizeof(T)) return mf_emu::set_error(cudaErrorInvalidValue, "cudaMemcpyToSymbol: out of range");
+    memcpy((char *)&sym + off, src, n);
+    return cudaSuccess;
+}
+template <class T>
+static inline cudaError_t cudaMemcpyFromSymbol(void *dst, const T &sym, size_t n, size_t off = 0,
+                                               cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+    (void)kind;
+    if (off + n > sizeof(T)) return mf_emu::set_error(cudaErrorInvalidValue, "cudaMemcpyFromSymbol: out of range");
+    memcpy(dst, (const char *)&sym + off, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    size_t used = 0;
+    mf_emu_live_allocations(&used);
+    const size_t tot = (size_t)80 << 30;
+    if (free_b) *free_b = used < tot ? tot - used : 0;
+    if (total) *total = tot;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGetLastError(void) {
+    mf_emu::State &s = mf_emu::S();
+    cudaError_t e = s.last_error;
+    s.last_error = cudaSuccess;
+    s.pending_error = cudaSuccess;
+    return e;
+}
+static inline cudaError_t cudaPeekAtLastError(void) { return mf_emu::S().last_error; }
+static inline cudaError_t cudaDeviceSynchronize(void) { return mf_emu::sync_result(); }
+static inline cudaError_t cudaDeviceReset(void) {
+    mf_emu::State &s = mf_emu::S();
+    std::lock_guard<std::mutex> lk(s.alloc_mu);
+    for (std::map<uintptr_t, size_t>::iterator it = s.allocs.begin(); it != s.allocs.end(); ++it) free((void *)it->first);
+    s.allocs.clear();
+    s.alloc_bytes = 0;
+    s.smem_limit.clear();
+    s.last_error = s.pending_error = cudaSuccess;
+    return cudaSuccess;
+}
+static inline const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+#define MF_EMU_E(x) case x: return #x;
+    MF_EMU_E(cudaSuccess) MF_EMU_E(cudaErrorInvalidValue) MF_EMU_E(cudaErrorMemoryAllocation)
+    MF_EMU_E(cudaErrorInitializationError) MF_EMU_E(cudaErrorInvalidConfiguration)
+    MF_EMU_E(cudaErrorInvalidDevicePointer) MF_EMU_E(cudaErrorInvalidMemcpyDirection) MF_EMU_E(cudaErrorNoDevice)
+    MF_EMU_E(cudaErrorInvalidDevice) MF_EMU_E(cudaErrorInvalidResourceHandle) MF_EMU_E(cudaErrorNotReady)
+    MF_EMU_E(cudaErrorIllegalAddress) MF_EMU_E(cudaErrorLaunchOutOfResources) MF_EMU_E(cudaErrorLaunchFailure)
+    MF_EMU_E(cudaErrorNotSupported) MF_EMU_E(cudaErrorUnknown)
+#undef MF_EMU_E
+    }
+    return "cudaErrorUnknown";
+}
+static inline const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    default: return "unknown error";
+    }
+}
+
+static inline cudaError_t cudaGetDeviceCount(int *n) { if (n) *n = 1; return cudaSuccess; }
+static inline cudaError_t cudaSetDevice(int d) {
+    if (d != 0) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulator has one device", d);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGetDevice(int *d) { if (d) *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (!p) return cudaErrorInvalidValue;
+    if (d != 0) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): one device", d);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuda_emu");
+    p->totalGlobalMem = (size_t)80 << 30;
+    p->sharedMemPerBlock = 48 * 1024;
+    p->sharedMemPerBlockOptin = 232448;
+    p->sharedMemPerMultiprocessor = 233472;
+    p->totalConstMem = 65536;
+    p->regsPerBlock = p->regsPerMultiprocessor = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->clockRate = 1980000;
+    p->major = 9; p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->maxBlocksPerMultiProcessor = 32;
+    p->l2CacheSize = 50 * 1024 * 1024;
+    p->memoryBusWidth = 5120;
+    p->concurrentKernels = 1;
+    p->unifiedAddressing = 1;
+    p->managedMemory = 1;
+    p->cooperativeLaunch = 1;
+    p->asyncEngineCount = 3;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
+    cudaDeviceProp p;
+    if (!v || cudaGetDeviceProperties(&p, d) != cudaSuccess) return cudaErrorInvalidValue;
+    switch (a) {
+    case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)p.sharedMemPerBlock; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)p.sharedMemPerBlockOptin; break;
+    default: return mf_emu::set_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute %d not emulated", (int)a);
+    }
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaFuncSetAttribute(const void *k, cudaFuncAttribute attr, int value) {
+    mf_emu::State &s = mf_emu::S();
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > 232448)
+            return mf_emu::set_error(cudaErrorInvalidValue,
+                                     "cudaFuncSetAttribute: MaxDynamicSharedMemorySize %d is over the opt-in limit 232448", value);
+        std::lock_guard<std::mutex> lk(s.launch_mu);
+        s.smem_limit[k] = value;
+        return cudaSuccess;
+    }
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
+    return mf_emu::set_error(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute %d not emulated", (int)attr);
+}
+template <class... P> static inline cudaError_t cudaFuncSetAttribute(void (*k)(P...), cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void *)k, attr, value);
+}
+template <class... P> static inline cudaError_t cudaFuncSetCacheConfig(void (*k)(P...), cudaFuncCache c) { (void)k; (void)c; return cudaSuccess; }
+template <class... P>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void (*k)(P...), int block, size_t smem) {
+    (void)k;
+    if (!n || block <= 0) return cudaErrorInvalidValue;
+    int by_threads = 2048 / block, by_smem = smem ? (int)(233472 / smem) : 32;
+    *n = std::min(32, std::min(by_threads, by_smem));
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {
+    if (!st) return cudaErrorInvalidValue;
+    *st = new mf_emu_stream;
+    (*st)->magic = 0x5EA3u;
+    (*st)->flags = flags;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, cudaStreamDefault); }
+static inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *st, unsigned flags, int prio) { (void)prio; return cudaStreamCreateWithFlags(st, flags); }
+static inline cudaError_t cudaStreamDestroy(cudaStream_t st) {
+    if (!st || st->magic != 0x5EA3u) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
+    st->magic = 0;
+    delete st;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t st) { (void)st; return mf_emu::sync_result(); }
+static inline cudaError_t cudaStreamQuery(cudaStream_t st) { (void)st; return cudaSuccess; }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags = 0) { (void)st; (void)ev; (void)flags; return cudaSuccess; }
+
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags) {
+    (void)flags;
+    if (!ev) return cudaErrorInvalidValue;
+    *ev = new mf_emu_event;
+    (*ev)->magic = 0xE7E7u; (*ev)->recorded = 0; (*ev)->t_ms = 0;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, cudaEventDefault); }
+static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st = 0) {
+    (void)st;
+    if (!ev || ev->magic != 0xE7E7u) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
+    ev->recorded = 1;
+    ev->t_ms = mf_emu::now_ms();
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) { (void)ev; return mf_emu::sync_result(); }
+static inline cudaError_t cudaEventQuery(cudaEvent_t ev) { (void)ev; return cudaSuccess; }
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!ms || !a || !b || a->magic != 0xE7E7u || b->magic != 0xE7E7u) return cudaErrorInvalidResourceHandle;
+    if (!a->recorded || !b->recorded) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event not recorded");
+    *ms = (float)(b->t_ms - a->t_ms);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    if (!ev || ev->magic != 0xE7E7u) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event");
+    ev->magic = 0;
+    delete ev;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * cuBLAS stand-ins (column-major, like the real library)
+ * ---------------------------------------------------------------------------------------------- */
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_ARCH_MISMATCH = 8, CUBLAS_STATUS_MAPPING_ERROR = 11,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13, CUBLAS_STATUS_INTERNAL_ERROR = 14, CUBLAS_STATUS_NOT_SUPPORTED = 15
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_PEDANTIC_MATH = 2,
+               CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+struct mf_emu_cublas { unsigned magic; cudaStream_t stream; cublasMath_t math; };
+typedef struct mf_emu_cublas *cublasHandle_t;
+
+static inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    *h = new mf_emu_cublas;
+    (*h)->magic = 0xB1A5u; (*h)->stream = 0; (*h)->math = CUBLAS_DEFAULT_MATH;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (!h || h->magic != 0xB1A5u) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->magic = 0;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t st) {
+    if (!h || h->magic != 0xB1A5u) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = st;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *st) {
+    if (!h || h->magic != 0xB1A5u) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (st) *st = h->stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
+    if (!h || h->magic != 0xB1A5u) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (m != CUBLAS_DEFAULT_MATH && m != CUBLAS_TENSOR_OP_MATH && m != CUBLAS_PEDANTIC_MATH && m != CUBLAS_TF32_TENSOR_OP_MATH)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    h->math = m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *m) {
+    if (!h || h->magic != 0xB1A5u) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (m) *m = h->math;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline const char *cublasGetStatusName(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+static inline const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    }
+    return "unknown error";
+}
+
+namespace mf_emu {
+static inline float to_tf32(float x) { /* round to nearest (ties away) to a 10-bit mantissa */
+    uint32_t u; memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) { u += 0x1000u; u &= 0xffffe000u; }
+    memcpy(&x, &u, 4);
+    return x;
+}
+static inline cublasStatus_t sgemm_one(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                                       float *C, int ldc, std::vector<float> &At, std::vector<float> &Bt) {
+    bool tf = h->math == CUBLAS_TF32_TENSOR_OP_MATH && S().tf32;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (k == 0 || alpha == 0.0f) {
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float &c = C[(size_t)i + (size_t)j * (size_t)ldc];
+                c = beta == 0.0f ? 0.0f : beta * c;
+            }
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    /* At: m x k, Bt: n x k, both row-major, so the inner product is contiguous */
+    At.resize((size_t)m * (size_t)k);
+    Bt.resize((size_t)n * (size_t)k);
+    for (int i = 0; i < m; i++)
+        for (int l = 0; l < k; l++) {
+            float a = ta == CUBLAS_OP_N ? A[(size_t)i + (size_t)l * (size_t)lda] : A[(size_t)l + (size_t)i * (size_t)lda];
+            At[(size_t)i * (size_t)k + (size_t)l] = tf ? to_tf32(a) : a;
+        }
+    for (int j = 0; j < n; j++)
+        for (int l = 0; l < k; l++) {
+            float b = tb == CUBLAS_OP_N ? B[(size_t)l + (size_t)j * (size_t)ldb] : B[(size_t)j + (size_t)l * (size_t)ldb];
+            Bt[(size_t)j * (size_t)k + (size_t)l] = tf ? to_tf32(b) : b;
+        }
+    for (int j = 0; j < n; j++) {
+        const float *bj = &Bt[(size_t)j * (size_t)k];
+        for (int i = 0; i < m; i++) {
+            const float *ai = &At[(size_t)i * (size_t)k];
+            double acc = 0.0;
+            for (int l = 0; l < k; l++) acc += (double)ai[l] * (double)bj[l];
+            float &c = C[(size_t)i + (size_t)j * (size_t)ldc];
+            c = beta == 0.0f ? (float)(alpha * acc) : (float)(alpha * acc + (double)beta * (double)c);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t sgemm_check(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                         int m, int n, int k, const float *alpha, const float *beta, int lda, int ldb,
+                                         int ldc, int batch) {
+    if (!h || h->magic != 0xB1A5u) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int ra = ta == CUBLAS_OP_N ? m : k, rb = tb == CUBLAS_OP_N ? k : n;
+    if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T && ta != CUBLAS_OP_C) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T && tb != CUBLAS_OP_C) ||
+        m < 0 || n < 0 || k < 0 || batch < 0 || !alpha || !beta || lda < std::max(1, ra) || ldb < std::max(1, rb) ||
+        ldc < std::max(1, m)) {
+        set_error(S().last_error, "%s: CUBLAS_STATUS_INVALID_VALUE (m=%d n=%d k=%d lda=%d ldb=%d ldc=%d batch=%d)", fn, m,
+                  n, k, lda, ldb, ldc, batch);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+} /* namespace mf_emu */
+
+static inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
+                                         const float *beta, float *C, int ldc) {
+    cublasStatus_t st = mf_emu::sgemm_check("cublasSgemm", h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    std::vector<float> At, Bt;
+    return mf_emu::sgemm_one(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc, At, Bt);
+}
+static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                                       int m, int n, int k, const float *alpha, const float *A, int lda,
+                                                       long long sA, const float *B, int ldb, long long sB,
+                                                       const float *beta, float *C, int ldc, long long sC, int batch) {
+    cublasStatus_t st = mf_emu::sgemm_check("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, batch);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    std::vector<float> At, Bt;
+    for (int b = 0; b < batch; b++)
+        mf_emu::sgemm_one(h, ta, tb, m, n, k, *alpha, A + (ptrdiff_t)b * sA, lda, B + (ptrdiff_t)b * sB, ldb, *beta,
+                          C + (ptrdiff_t)b * sC, ldc, At, Bt);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#endif /* MF_CUDA_EMU_H */

@@ -1,0 +1,885 @@
+/* test_cuda_emu.cpp - tests of the CPU CUDA emulator tests/cuda_emu.h.
+ *
+ *   g++ -std=c++14 -O1 -Wall -Wextra -Werror -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu
+ *   g++ -std=c++14 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -Itests \
+ *       tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   (-DMF_EMU_USE_UCONTEXT: the same tests on the portable ucontext fibers)
+ *
+ * The kernels below are ordinary CUDA source: they would compile unchanged with nvcc given
+ * dev/mf_cuda_launch.h. */
+#include "cuda_emu.h"
+#include "../dev/mf_cuda_launch.h"
+#include "mf_test.h"
+
+#include <string.h>
+#include <chrono>
+#include <vector>
+
+#define CK(x) MFT_CHECK((x) == cudaSuccess)
+static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
+static const char *const ORDER_NAMES[3] = {"in", "reversed", "shuffled"};
+
+/* the ucontext fallback pays two system calls per switch: its speed is reported, not checked */
+#ifdef MF_EMU_USE_UCONTEXT
+#define TIME_LIMIT(s) 1e9
+#else
+#define TIME_LIMIT(s) (s)
+#endif
+
+static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+static unsigned lcg(unsigned &s) { s = s * 1664525u + 1013904223u; return s >> 8; }
+
+/* ---------------------------------------------------------------- kernels */
+__global__ void k_axpb(const float *__restrict__ x, float *__restrict__ y, int n, float a, float b, int *count) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) atomicAdd(count, 1000000000);
+    if (i >= n) return;
+    y[i] = a * x[i] + b;
+    atomicAdd(count, 1);
+}
+
+/* first thread to run writes its linear id */
+__global__ void k_first(int *first, int *order_of_blocks, int *next) {
+    int t = threadIdx.x;
+    atomicCAS(first + blockIdx.x, -1, t);
+    if (t == 0) order_of_blocks[atomicAdd(next, 1)] = blockIdx.x;
+}
+
+template <int BLOCK>
+__global__ void k_block_sum(const float *x, float *out, int n) {
+    __shared__ float s[BLOCK];
+    int tid = threadIdx.x, i = blockIdx.x * BLOCK + tid;
+    s[tid] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int stride = BLOCK / 2; stride > 0; stride >>= 1) {
+        if (tid < stride) s[tid] += s[tid + stride];
+        __syncthreads();
+    }
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+
+/* the classic bug: no barrier between the steps of the tree */
+__global__ void k_block_sum_racy(const float *x, float *out, int n) {
+    __shared__ float s[256];
+    int tid = threadIdx.x, i = blockIdx.x * 256 + tid;
+    s[tid] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int stride = 128; stride > 0; stride >>= 1)
+        if (tid < stride) s[tid] += s[tid + stride];
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+
+/* reverse each block's chunk through dynamic shared memory */
+__global__ void k_reverse_dyn(const int *x, int *y, int n) {
+    MF_DYN_SMEM(int, buf);
+    int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid;
+    buf[tid] = i < n ? x[i] : -7;
+    __syncthreads();
+    int j = blockIdx.x * blockDim.x + (blockDim.x - 1 - tid);
+    if (j < n) y[j] = buf[tid];
+}
+
+__global__ void k_read_uninit_dyn(float *out) {
+    MF_DYN_SMEM(float, buf);
+    out[threadIdx.x] = buf[threadIdx.x];
+}
+
+__global__ void k_read_uninit_static(float *out) {
+    __shared__ float s[64];
+    if (threadIdx.x == 0) s[1] = 5.0f;
+    __syncthreads();
+    out[threadIdx.x] = s[threadIdx.x];
+}
+
+__global__ void k_big_smem(float *out) {
+    MF_DYN_SMEM(float, buf);
+    buf[threadIdx.x] = (float)threadIdx.x;
+    buf[60000 + threadIdx.x] = 1.0f; /* beyond 48 KiB: needs the opt-in */
+    __syncthreads();
+    out[threadIdx.x] = buf[threadIdx.x] + buf[60000 + threadIdx.x];
+}
+
+__device__ __forceinline__ float warp_sum_down(float v) {
+    for (int off = warpSize / 2; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_sum_xor(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* per warp: sums (down: lane 0; xor: all lanes), broadcast, inclusive scan, votes */
+__global__ void k_warp(const float *x, float *down, float *xr, float *bc, int *scan, unsigned *ballot, int *any,
+                       int *all, int *red) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
+    float v = x[i];
+    float d = warp_sum_down(v);
+    if (lane == 0) down[i / 32] = d;
+    xr[i] = warp_sum_xor(v);
+    bc[i] = __shfl_sync(0xffffffffu, v, 5);
+    int s = (int)v;
+    for (int off = 1; off < 32; off <<= 1) {
+        int o = __shfl_up_sync(0xffffffffu, s, off);
+        if (lane >= off) s += o;
+    }
+    scan[i] = s;
+    unsigned b = __ballot_sync(0xffffffffu, v > 2.0f);
+    if (lane == 0) ballot[i / 32] = b;
+    any[i] = __any_sync(0xffffffffu, v > 6.5f);
+    all[i] = __all_sync(0xffffffffu, v >= 0.0f);
+    red[i] = __reduce_add_sync(0xffffffffu, (int)v) + 1000 * __reduce_max_sync(0xffffffffu, (int)v);
+    __syncwarp();
+}
+
+/* sub-warp groups (width 8) and a partial last warp (block of 40 threads) */
+__global__ void k_warp_width(const int *x, int *out) {
+    int t = threadIdx.x;
+    int v = x[t];
+    for (int off = 4; off > 0; off >>= 1) v += __shfl_xor_sync(__activemask(), v, off, 8);
+    out[t] = v;
+}
+
+/* shuffle from a lane that does not exist: poison */
+__global__ void k_warp_partial_read(float *out) {
+    float v = (float)threadIdx.x;
+    out[threadIdx.x] = __shfl_down_sync(0xffffffffu, v, 8);
+}
+
+__global__ void k_hist(const float *x, int n, float *hist, int *ihist, int *imax, unsigned long long *total,
+                       float *fmax_) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int bin = (int)(x[i] * 16.0f);
+    if (bin > 15) bin = 15;
+    atomicAdd(&hist[bin], 1.0f);
+    atomicAdd(&ihist[bin], 1);
+    atomicMax(imax, (int)(x[i] * 1000000.0f));
+    atomicAdd(total, 1ull);
+    /* float max through atomicCAS, the usual idiom */
+    int *addr = (int *)fmax_, old = *addr, assumed;
+    do {
+        assumed = old;
+        old = atomicCAS(addr, assumed, __float_as_int(fmaxf(x[i], __int_as_float(assumed))));
+    } while (assumed != old);
+}
+
+__global__ void k_coords(int *out, int *count) {
+    int gx = blockIdx.x * blockDim.x + threadIdx.x;
+    int gy = blockIdx.y * blockDim.y + threadIdx.y;
+    int gz = blockIdx.z * blockDim.z + threadIdx.z;
+    int W = gridDim.x * blockDim.x, H = gridDim.y * blockDim.y;
+    int idx = (gz * H + gy) * W + gx;
+    out[3 * idx + 0] = gx;
+    out[3 * idx + 1] = gy;
+    out[3 * idx + 2] = gz;
+    atomicAdd(&count[idx], 1);
+}
+
+__global__ void k_divergent_sites(int *out) {
+    if (threadIdx.x < 16) {
+        out[threadIdx.x] = 1;
+        __syncthreads(); /* site A */
+    } else {
+        out[threadIdx.x] = 2;
+        __syncthreads(); /* site B */
+    }
+}
+static const int SITE_A = __LINE__ - 6, SITE_B = __LINE__ - 3;
+
+__global__ void k_early_exit_barrier(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    x[i] += 1.0f;
+    __syncthreads();
+    x[i] *= 2.0f;
+}
+
+__global__ void k_warp_deadlock(int *out) {
+    int v = threadIdx.x;
+    if (threadIdx.x < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+    __syncthreads();
+    out[threadIdx.x] = v;
+}
+
+__global__ void k_count_sync(const int *x, int *out) {
+    int c = __syncthreads_count(x[threadIdx.x] > 0);
+    int a = __syncthreads_and(x[threadIdx.x] > -100);
+    int o = __syncthreads_or(x[threadIdx.x] > 1000);
+    out[threadIdx.x] = c * 100 + a * 10 + o;
+}
+
+__global__ void k_noop(void) {}
+__global__ void k_mark(int *p) { p[blockIdx.x * blockDim.x + threadIdx.x] = 1; }
+
+/* 2-pass softmax over rows: one block per row, 128 threads, warp shuffles + shared memory */
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+__device__ __forceinline__ float block_reduce(float v, float *sm, bool is_max) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = is_max ? warp_max(v) : warp_sum_xor(v);
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? sm[lane] : (is_max ? -INFINITY : 0.0f);
+    r = is_max ? warp_max(r) : warp_sum_xor(r);
+    __syncthreads(); /* sm is reused by the next call */
+    return r;
+}
+__global__ void __launch_bounds__(128) k_softmax(const float *__restrict__ x, float *__restrict__ y, int cols) {
+    __shared__ float sm[32];
+    const float *xr = x + (size_t)blockIdx.x * cols;
+    float *yr = y + (size_t)blockIdx.x * cols;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, xr[c]);
+    m = block_reduce(m, sm, true);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) s += __expf(xr[c] - m);
+    s = block_reduce(s, sm, false);
+    float inv = __frcp_rn(s);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = __expf(xr[c] - m) * inv;
+}
+
+/* ---------------------------------------------------------------- helpers */
+template <class T> static T *dev_from(const std::vector<T> &h) {
+    T *d = nullptr;
+    cudaMalloc(&d, h.size() * sizeof(T));
+    cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return d;
+}
+template <class T> static std::vector<T> host_from(const T *d, size_t n) {
+    std::vector<T> h(n);
+    cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+}
+
+/* ---------------------------------------------------------------- tests */
+static void test_elementwise_odd_grid(void) {
+    const int n = 1000003, block = 256, grid = (n + block - 1) / block; /* 1000192 threads */
+    std::vector<float> hx(n);
+    for (int i = 0; i < n; i++) hx[(size_t)i] = (float)(i % 1000) * 0.5f;
+    float *x = dev_from(hx), *y = nullptr;
+    int *count = nullptr;
+    CK(cudaMalloc(&y, n * sizeof(float)));
+    CK(cudaMalloc(&count, sizeof(int)));
+    for (int o = 0; o < 3; o++) {
+        mf_emu_set_order(ORDERS[o], 7);
+        CK(cudaMemset(count, 0, sizeof(int)));
+        CK(cudaMemset(y, 0, n * sizeof(float)));
+        auto t0 = std::chrono::steady_clock::now();
+        MF_LAUNCH(k_axpb, grid, block, 0, 0, x, y, n, 2.0f, 1.0f, count);
+        double dt = seconds_since(t0);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        printf("    elementwise %d threads (%s order): %.3f s\n", grid * block, ORDER_NAMES[o], dt);
+        MFT_CHECK(dt < TIME_LIMIT(1.0));
+        std::vector<float> hy = host_from(y, (size_t)n);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += hy[(size_t)i] != 2.0f * hx[(size_t)i] + 1.0f;
+        MFT_CHECK(bad == 0);
+        std::vector<int> c = host_from(count, 1);
+        MFT_CHECK(c[0] == 1000000000 + n);
+    }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    cudaFree(x); cudaFree(y); cudaFree(count);
+}
+
+static void test_thread_and_block_order(void) {
+    const int nb = 6, bs = 64;
+    int *first = nullptr, *blocks = nullptr, *next = nullptr;
+    CK(cudaMalloc(&first, nb * sizeof(int)));
+    CK(cudaMalloc(&blocks, nb * sizeof(int)));
+    CK(cudaMalloc(&next, sizeof(int)));
+    for (int o = 0; o < 3; o++) {
+        mf_emu_set_order(ORDERS[o], 1234);
+        CK(cudaMemset(first, 0xFF, nb * sizeof(int)));
+        CK(cudaMemset(next, 0, sizeof(int)));
+        MF_LAUNCH(k_first, nb, bs, 0, 0, first, blocks, next);
+        CK(cudaGetLastError());
+        std::vector<int> f = host_from(first, nb), b = host_from(blocks, nb);
+        if (ORDERS[o] == MF_EMU_ORDER_IN) {
+            for (int i = 0; i < nb; i++) { MFT_CHECK(f[(size_t)i] == 0); MFT_CHECK(b[(size_t)i] == i); }
+        } else if (ORDERS[o] == MF_EMU_ORDER_REVERSED) {
+            for (int i = 0; i < nb; i++) { MFT_CHECK(f[(size_t)i] == bs - 1); MFT_CHECK(b[(size_t)i] == nb - 1 - i); }
+        } else {
+            int not_zero = 0, not_ordered = 0;
+            for (int i = 0; i < nb; i++) { not_zero += f[(size_t)i] != 0; not_ordered += b[(size_t)i] != i; }
+            MFT_CHECK(not_zero > 0 && not_ordered > 0);
+            std::vector<int> seen(nb, 0);
+            for (int i = 0; i < nb; i++) if (b[(size_t)i] >= 0 && b[(size_t)i] < nb) seen[(size_t)b[(size_t)i]]++;
+            for (int i = 0; i < nb; i++) MFT_CHECK(seen[(size_t)i] == 1);
+        }
+    }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    cudaFree(first); cudaFree(blocks); cudaFree(next);
+}
+
+static void test_reduction_all_orders(void) {
+    const int nblocks = 1000, n = nblocks * 256 - 77;
+    std::vector<float> hx((size_t)n);
+    unsigned seed = 1;
+    for (int i = 0; i < n; i++) hx[(size_t)i] = (float)(lcg(seed) % 17) - 8.0f; /* integers: sums are exact */
+    float *x = dev_from(hx), *out = nullptr;
+    CK(cudaMalloc(&out, nblocks * sizeof(float)));
+    for (int o = 0; o < 3; o++) {
+        mf_emu_set_order(ORDERS[o], 99);
+        auto t0 = std::chrono::steady_clock::now();
+        MF_LAUNCH(k_block_sum<256>, nblocks, 256, 0, 0, x, out, n);
+        double dt = seconds_since(t0);
+        CK(cudaGetLastError());
+        printf("    reduction 1000 x 256 threads, 9 barriers (%s order): %.3f s\n", ORDER_NAMES[o], dt);
+        MFT_CHECK(dt < TIME_LIMIT(3.0));
+        std::vector<float> h = host_from(out, nblocks);
+        int bad = 0;
+        for (int b = 0; b < nblocks; b++) {
+            double ref = 0;
+            for (int i = b * 256; i < (b + 1) * 256 && i < n; i++) ref += hx[(size_t)i];
+            bad += (double)h[(size_t)b] != ref;
+        }
+        MFT_CHECK(bad == 0);
+    }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    cudaFree(x); cudaFree(out);
+}
+
+static void test_missing_barrier_detected(void) {
+    const int nblocks = 8, n = nblocks * 256;
+    std::vector<float> hx((size_t)n);
+    for (int i = 0; i < n; i++) hx[(size_t)i] = (float)(i % 13) + 1.0f;
+    float *x = dev_from(hx), *out = nullptr;
+    CK(cudaMalloc(&out, nblocks * sizeof(float)));
+    int wrong_orders = 0;
+    for (int o = 0; o < 3; o++) {
+        mf_emu_set_order(ORDERS[o], 5);
+        MF_LAUNCH(k_block_sum_racy, nblocks, 256, 0, 0, x, out, n);
+        CK(cudaGetLastError());
+        std::vector<float> h = host_from(out, nblocks);
+        int wrong = 0;
+        for (int b = 0; b < nblocks; b++) {
+            double ref = 0;
+            for (int i = b * 256; i < (b + 1) * 256; i++) ref += hx[(size_t)i];
+            wrong += (double)h[(size_t)b] != ref;
+        }
+        printf("    racy reduction, %s order: %d of %d blocks wrong\n", ORDER_NAMES[o], wrong, nblocks);
+        wrong_orders += wrong > 0;
+    }
+    MFT_CHECK(wrong_orders >= 1);
+    /* thread 0 runs the whole loop first in the natural order, before the others added their halves */
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    MF_LAUNCH(k_block_sum_racy, nblocks, 256, 0, 0, x, out, n);
+    std::vector<float> h = host_from(out, nblocks);
+    double ref0 = 0;
+    for (int i = 0; i < 256; i++) ref0 += hx[(size_t)i];
+    MFT_CHECK((double)h[0] != ref0);
+    cudaFree(x); cudaFree(out);
+}
+
+static void test_dynamic_smem(void) {
+    const int n = 1000, bs = 128, nb = (n + bs - 1) / bs;
+    std::vector<int> hx((size_t)n);
+    for (int i = 0; i < n; i++) hx[(size_t)i] = i * 3 + 1;
+    int *x = dev_from(hx), *y = nullptr;
+    CK(cudaMalloc(&y, n * sizeof(int)));
+    CK(cudaMemset(y, 0, n * sizeof(int)));
+    for (int o = 0; o < 3; o++) {
+        mf_emu_set_order(ORDERS[o], 3);
+        MF_LAUNCH(k_reverse_dyn, nb, bs, bs * sizeof(int), 0, x, y, n);
+        CK(cudaGetLastError());
+        std::vector<int> h = host_from(y, (size_t)n);
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            int b = i / bs, t = bs - 1 - i % bs, src = b * bs + t;
+            int want = src < n ? hx[(size_t)src] : -7;
+            bad += h[(size_t)i] != want;
+        }
+        MFT_CHECK(bad == 0);
+    }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+
+    /* uninitialised shared memory reads NaN (dynamic and static) */
+    float *f = nullptr;
+    CK(cudaMalloc(&f, 64 * sizeof(float)));
+    MF_LAUNCH(k_read_uninit_dyn, 1, 64, 64 * sizeof(float), 0, f);
+    CK(cudaGetLastError());
+    std::vector<float> hf = host_from(f, 64);
+    MFT_CHECK(isnan(hf[0]) && isnan(hf[63]));
+    MF_LAUNCH(k_read_uninit_static, 2, 64, 0, 0, f);
+    CK(cudaGetLastError());
+    hf = host_from(f, 64);
+    MFT_CHECK(isnan(hf[0]) && hf[1] == 5.0f && isnan(hf[63]));
+
+    /* over 48 KiB needs cudaFuncSetAttribute; over the opt-in limit always fails */
+    const size_t big = (60000 + 64) * sizeof(float); /* 240256 bytes > 232448, the opt-in limit */
+    mf_emu_set_verbose(0);
+    MF_LAUNCH(k_big_smem, 1, 64, big, 0, f);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    MFT_CHECK(cudaFuncSetAttribute(k_big_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)big) == cudaErrorInvalidValue);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    MFT_CHECK(strstr(mf_emu_last_message(), "232448") != nullptr);
+    MF_LAUNCH(k_big_smem, 1, 64, big, 0, f);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    mf_emu_set_verbose(1);
+    cudaFree(f);
+    cudaFree(x); cudaFree(y);
+}
+
+__global__ void k_smem_100k(float *out) {
+    MF_DYN_SMEM(float, buf);
+    int t = threadIdx.x;
+    for (int i = t; i < 25000; i += blockDim.x) buf[i] = (float)i;
+    __syncthreads();
+    float s = 0;
+    for (int i = t; i < 25000; i += blockDim.x) s += buf[24999 - i];
+    out[t] = s;
+}
+
+static void test_smem_optin(void) {
+    float *f = nullptr;
+    CK(cudaMalloc(&f, 128 * sizeof(float)));
+    mf_emu_set_verbose(0);
+    MF_LAUNCH(k_smem_100k, 1, 128, 100000, 0, f);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    mf_emu_set_verbose(1);
+    CK(cudaFuncSetAttribute(k_smem_100k, cudaFuncAttributeMaxDynamicSharedMemorySize, 100000));
+    MF_LAUNCH(k_smem_100k, 1, 128, 100000, 0, f);
+    CK(cudaGetLastError());
+    std::vector<float> h = host_from(f, 128);
+    double total = 0;
+    for (int t = 0; t < 128; t++) total += h[(size_t)t];
+    MFT_NEAR(total, 24999.0 * 25000.0 / 2.0, 1e-5);
+    cudaFree(f);
+}
+
+static void test_warp_primitives(void) {
+    const int nb = 3, bs = 96, n = nb * bs, nw = n / 32;
+    std::vector<float> hx((size_t)n);
+    unsigned seed = 11;
+    for (int i = 0; i < n; i++) hx[(size_t)i] = (float)(lcg(seed) % 8);
+    float *x = dev_from(hx), *down, *xr, *bc;
+    int *scan, *any, *all, *red;
+    unsigned *ballot;
+    CK(cudaMalloc(&down, nw * sizeof(float))); CK(cudaMalloc(&xr, n * sizeof(float)));
+    CK(cudaMalloc(&bc, n * sizeof(float))); CK(cudaMalloc(&scan, n * sizeof(int)));
+    CK(cudaMalloc(&ballot, nw * sizeof(unsigned))); CK(cudaMalloc(&any, n * sizeof(int)));
+    CK(cudaMalloc(&all, n * sizeof(int))); CK(cudaMalloc(&red, n * sizeof(int)));
+    for (int o = 0; o < 3; o++) {
+        mf_emu_set_order(ORDERS[o], 17);
+        MF_LAUNCH(k_warp, nb, bs, 0, 0, x, down, xr, bc, scan, ballot, any, all, red);
+        CK(cudaGetLastError());
+        std::vector<float> hd = host_from(down, nw), hxr = host_from(xr, n), hbc = host_from(bc, n);
+        std::vector<int> hs = host_from(scan, n), ha = host_from(any, n), hl = host_from(all, n), hr = host_from(red, n);
+        std::vector<unsigned> hb = host_from(ballot, nw);
+        int bad = 0;
+        for (int w = 0; w < nw; w++) {
+            float sum = 0; unsigned bal = 0; int anyv = 0, mx = 0, run = 0;
+            for (int l = 0; l < 32; l++) {
+                float v = hx[(size_t)(w * 32 + l)];
+                sum += v; if (v > 2.0f) bal |= 1u << l; if (v > 6.5f) anyv = 1; if ((int)v > mx) mx = (int)v;
+            }
+            bad += hd[(size_t)w] != sum;
+            bad += hb[(size_t)w] != bal;
+            for (int l = 0; l < 32; l++) {
+                size_t i = (size_t)(w * 32 + l);
+                run += (int)hx[i];
+                bad += hxr[i] != sum;
+                bad += hbc[i] != hx[(size_t)(w * 32 + 5)];
+                bad += hs[i] != run;
+                bad += ha[i] != anyv;
+                bad += hl[i] != 1;
+                bad += hr[i] != (int)sum + 1000 * mx;
+            }
+        }
+        MFT_CHECK(bad == 0);
+    }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+
+    /* width 8 groups, block of 40 threads: the last warp has 8 live lanes */
+    std::vector<int> hi(40);
+    for (int i = 0; i < 40; i++) hi[(size_t)i] = i;
+    int *xi = dev_from(hi), *oi = nullptr;
+    CK(cudaMalloc(&oi, 40 * sizeof(int)));
+    MF_LAUNCH(k_warp_width, 1, 40, 0, 0, xi, oi);
+    CK(cudaGetLastError());
+    std::vector<int> ho = host_from(oi, 40);
+    int bad = 0;
+    for (int i = 0; i < 40; i++) {
+        int g = i / 8 * 8, want = 0;
+        for (int j = g; j < g + 8; j++) want += j;
+        bad += ho[(size_t)i] != want;
+    }
+    MFT_CHECK(bad == 0);
+
+    /* reading a lane that does not exist yields NaN, not stale data */
+    float *pf = nullptr;
+    CK(cudaMalloc(&pf, 20 * sizeof(float)));
+    MF_LAUNCH(k_warp_partial_read, 1, 20, 0, 0, pf);
+    CK(cudaGetLastError());
+    std::vector<float> hp = host_from(pf, 20);
+    MFT_CHECK(hp[0] == 8.0f && hp[11] == 19.0f && isnan(hp[12]) && isnan(hp[19]));
+
+    cudaFree(pf); cudaFree(xi); cudaFree(oi);
+    cudaFree(x); cudaFree(down); cudaFree(xr); cudaFree(bc); cudaFree(scan); cudaFree(ballot);
+    cudaFree(any); cudaFree(all); cudaFree(red);
+}
+
+static void test_atomic_histogram(void) {
+    const int n = 100000;
+    std::vector<float> hx((size_t)n);
+    unsigned seed = 42;
+    for (int i = 0; i < n; i++) hx[(size_t)i] = (float)(lcg(seed) % 1000000) / 1000000.0f;
+    float *x = dev_from(hx), *hist, *fm;
+    int *ih, *im;
+    unsigned long long *tot;
+    CK(cudaMalloc(&hist, 16 * sizeof(float))); CK(cudaMalloc(&ih, 16 * sizeof(int)));
+    CK(cudaMalloc(&im, sizeof(int))); CK(cudaMalloc(&tot, sizeof(unsigned long long))); CK(cudaMalloc(&fm, sizeof(float)));
+    CK(cudaMemset(hist, 0, 16 * sizeof(float))); CK(cudaMemset(ih, 0, 16 * sizeof(int)));
+    CK(cudaMemset(im, 0, sizeof(int))); CK(cudaMemset(tot, 0, sizeof(unsigned long long))); CK(cudaMemset(fm, 0, sizeof(float)));
+    MF_LAUNCH(k_hist, (n + 255) / 256, 256, 0, 0, x, n, hist, ih, im, tot, fm);
+    CK(cudaGetLastError());
+    std::vector<float> h = host_from(hist, 16), hm = host_from(fm, 1);
+    std::vector<int> hi = host_from(ih, 16), hmax = host_from(im, 1);
+    std::vector<unsigned long long> ht = host_from(tot, 1);
+    int ref[16] = {0}, rmax = 0;
+    float fmx = 0;
+    for (int i = 0; i < n; i++) {
+        int b = (int)(hx[(size_t)i] * 16.0f);
+        ref[b > 15 ? 15 : b]++;
+        rmax = std::max(rmax, (int)(hx[(size_t)i] * 1000000.0f));
+        fmx = std::max(fmx, hx[(size_t)i]);
+    }
+    for (int b = 0; b < 16; b++) { MFT_CHECK(h[(size_t)b] == (float)ref[b]); MFT_CHECK(hi[(size_t)b] == ref[b]); }
+    MFT_CHECK(hmax[0] == rmax);
+    MFT_CHECK(ht[0] == (unsigned long long)n);
+    MFT_CHECK(hm[0] == fmx);
+    cudaFree(x); cudaFree(hist); cudaFree(ih); cudaFree(im); cudaFree(tot); cudaFree(fm);
+}
+
+static void test_multidim(void) {
+    dim3 grid(3, 4, 2), block(4, 3, 5);
+    const int W = 12, H = 12, D = 10, N = W * H * D;
+    int *out, *count;
+    CK(cudaMalloc(&out, 3 * N * sizeof(int)));
+    CK(cudaMalloc(&count, N * sizeof(int)));
+    for (int o = 0; o < 3; o++) {
+        mf_emu_set_order(ORDERS[o], 8);
+        CK(cudaMemset(count, 0, N * sizeof(int)));
+        MF_LAUNCH(k_coords, grid, block, 0, 0, out, count);
+        CK(cudaGetLastError());
+        std::vector<int> h = host_from(out, 3 * N), c = host_from(count, N);
+        int bad = 0;
+        for (int z = 0; z < D; z++)
+            for (int y = 0; y < H; y++)
+                for (int xx = 0; xx < W; xx++) {
+                    size_t idx = (size_t)((z * H + y) * W + xx);
+                    bad += h[3 * idx] != xx || h[3 * idx + 1] != y || h[3 * idx + 2] != z || c[idx] != 1;
+                }
+        MFT_CHECK(bad == 0);
+    }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    cudaFree(out); cudaFree(count);
+}
+
+static void test_divergent_barrier_reported(void) {
+    int *o = nullptr;
+    float *fx = nullptr;
+    CK(cudaMalloc(&o, 64 * sizeof(int)));
+    CK(cudaMalloc(&fx, 100 * sizeof(float)));
+    CK(cudaMemset(fx, 0, 100 * sizeof(float)));
+    mf_emu_set_verbose(0);
+    char want[64];
+
+    /* two different barrier sites */
+    MF_LAUNCH(k_divergent_sites, 2, 32, 0, 0, o);
+    MFT_CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+    MFT_CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    MFT_CHECK(cudaGetLastError() == cudaSuccess);
+    const char *m = mf_emu_last_message();
+    printf("    message: %s\n", m);
+    MFT_CHECK(strstr(m, "divergent") != nullptr);
+    MFT_CHECK(strstr(m, "k_divergent_sites") != nullptr);
+    MFT_CHECK(strstr(m, "block (0,0,0)") != nullptr);
+    snprintf(want, sizeof want, "test_cuda_emu.cpp:%d", SITE_A);
+    MFT_CHECK(strstr(m, want) != nullptr);
+    snprintf(want, sizeof want, "test_cuda_emu.cpp:%d", SITE_B);
+    MFT_CHECK(strstr(m, want) != nullptr);
+
+    /* early return before a barrier: fine while every thread of the block is in range */
+    MF_LAUNCH(k_early_exit_barrier, 4, 32, 0, 0, fx, 100);
+    MFT_CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    m = mf_emu_last_message();
+    printf("    message: %s\n", m);
+    MFT_CHECK(strstr(m, "exited") != nullptr && strstr(m, "block (3,0,0)") != nullptr);
+    std::vector<float> hf = host_from(fx, 100);
+    MFT_CHECK(hf[0] == 2.0f && hf[95] == 2.0f); /* blocks before the failing one completed */
+
+    /* half a warp in a shuffle, the other half at __syncthreads */
+    MF_LAUNCH(k_warp_deadlock, 1, 32, 0, 0, o);
+    MFT_CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    m = mf_emu_last_message();
+    printf("    message: %s\n", m);
+    MFT_CHECK(strstr(m, "warp deadlock") != nullptr);
+    mf_emu_set_verbose(1);
+
+    /* the emulator is usable afterwards */
+    int *mk = nullptr;
+    CK(cudaMalloc(&mk, 64 * sizeof(int)));
+    CK(cudaMemset(mk, 0, 64 * sizeof(int)));
+    MF_LAUNCH(k_mark, 2, 32, 0, 0, mk);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<int> hm = host_from(mk, 64);
+    int sum = 0;
+    for (int i = 0; i < 64; i++) sum += hm[(size_t)i];
+    MFT_CHECK(sum == 64);
+    cudaFree(mk); cudaFree(o); cudaFree(fx);
+}
+
+static void test_syncthreads_count(void) {
+    std::vector<int> hx(64);
+    for (int i = 0; i < 64; i++) hx[(size_t)i] = i % 3 == 0 ? 1 : -1;
+    int *x = dev_from(hx), *o = nullptr;
+    CK(cudaMalloc(&o, 64 * sizeof(int)));
+    MF_LAUNCH(k_count_sync, 1, 64, 0, 0, x, o);
+    CK(cudaGetLastError());
+    std::vector<int> h = host_from(o, 64);
+    MFT_CHECK(h[0] == 22 * 100 + 10 + 0 && h[63] == h[0]);
+    cudaFree(x); cudaFree(o);
+}
+
+static void test_invalid_launch(void) {
+    int *p = nullptr;
+    CK(cudaMalloc(&p, 4096 * sizeof(int)));
+    CK(cudaMemset(p, 0, 4096 * sizeof(int)));
+    unsigned long long before = mf_emu_launch_count();
+    mf_emu_set_verbose(0);
+    MF_LAUNCH(k_mark, 1, 1025, 0, 0, p);
+    MFT_CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    MFT_CHECK(cudaGetLastError() == cudaSuccess);
+    MF_LAUNCH(k_mark, 1, dim3(32, 32, 2), 0, 0, p);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    MF_LAUNCH(k_mark, 1, dim3(1, 1, 65), 0, 0, p);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    MF_LAUNCH(k_mark, dim3(1, 65536, 1), 32, 0, 0, p);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    MF_LAUNCH(k_mark, dim3(1, 1, 65536), 32, 0, 0, p);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    MF_LAUNCH(k_mark, 0, 32, 0, 0, p);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    MF_LAUNCH(k_mark, 1, 32, 300000, 0, p);
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    mf_emu_set_verbose(1);
+    MFT_CHECK(mf_emu_launch_count() == before);
+    std::vector<int> h = host_from(p, 4096);
+    int sum = 0;
+    for (int i = 0; i < 4096; i++) sum += h[(size_t)i];
+    MFT_CHECK(sum == 0);
+    MF_LAUNCH(k_mark, 1, 1024, 0, 0, p); /* the limit itself is fine */
+    CK(cudaGetLastError());
+    MF_LAUNCH(k_noop, 1, 1, 0, 0);
+    CK(cudaGetLastError());
+    cudaFree(p);
+}
+
+static void ref_gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const std::vector<float> &A,
+                        const std::vector<float> &B, float beta, std::vector<float> &C) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int l = 0; l < K; l++) {
+                double a = ta ? A[(size_t)(l * M + i)] : A[(size_t)(i * K + l)];
+                double b = tb ? B[(size_t)(j * K + l)] : B[(size_t)(l * N + j)];
+                acc += a * b;
+            }
+            C[(size_t)(i * N + j)] = (float)(alpha * acc + (beta == 0.0f ? 0.0 : beta * C[(size_t)(i * N + j)]));
+        }
+}
+
+static void test_cublas(void) {
+    cublasHandle_t h;
+    MFT_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    MFT_CHECK(cublasSetStream(h, st) == CUBLAS_STATUS_SUCCESS);
+    MFT_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH) == CUBLAS_STATUS_SUCCESS);
+    const int M = 37, N = 29, K = 23, BATCH = 3;
+    unsigned seed = 5;
+    std::vector<float> A((size_t)(M * K * BATCH)), B((size_t)(K * N * BATCH)), C0((size_t)(M * N * BATCH));
+    for (float &v : A) v = (float)(lcg(seed) % 2001) / 1000.0f - 1.0f;
+    for (float &v : B) v = (float)(lcg(seed) % 2001) / 1000.0f - 1.0f;
+    for (float &v : C0) v = (float)(lcg(seed) % 2001) / 1000.0f - 1.0f;
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = nullptr;
+    CK(cudaMalloc(&dC, C0.size() * sizeof(float)));
+    for (int combo = 0; combo < 4; combo++) {
+        bool ta = combo & 1, tb = combo & 2;
+        for (int bz = 0; bz < 2; bz++) {
+            float alpha = 1.5f, beta = bz ? 0.0f : 0.75f;
+            /* beta == 0 must not read C: fill it with NaN */
+            if (beta == 0.0f) CK(cudaMemset(dC, 0xFF, C0.size() * sizeof(float)));
+            else CK(cudaMemcpy(dC, C0.data(), C0.size() * sizeof(float), cudaMemcpyHostToDevice));
+            /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
+            int lda = ta ? M : K, ldb = tb ? K : N;
+            MFT_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                  dB, ldb, dA, lda, &beta, dC, N) == CUBLAS_STATUS_SUCCESS);
+            std::vector<float> got = host_from(dC, (size_t)(M * N)), ref(C0.begin(), C0.begin() + M * N);
+            std::vector<float> Ab(A.begin(), A.begin() + M * K), Bb(B.begin(), B.begin() + K * N);
+            ref_gemm_rm(ta, tb, M, N, K, alpha, Ab, Bb, beta, ref);
+            double maxerr = 0;
+            for (int i = 0; i < M * N; i++) maxerr = std::max(maxerr, (double)fabsf(got[(size_t)i] - ref[(size_t)i]));
+            MFT_CHECK(maxerr < 1e-5);
+
+            /* strided batched: same thing per batch */
+            if (beta == 0.0f) CK(cudaMemset(dC, 0xFF, C0.size() * sizeof(float)));
+            else CK(cudaMemcpy(dC, C0.data(), C0.size() * sizeof(float), cudaMemcpyHostToDevice));
+            MFT_CHECK(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                                &alpha, dB, ldb, (long long)K * N, dA, lda, (long long)M * K, &beta, dC,
+                                                N, (long long)M * N, BATCH) == CUBLAS_STATUS_SUCCESS);
+            got = host_from(dC, C0.size());
+            maxerr = 0;
+            for (int b = 0; b < BATCH; b++) {
+                std::vector<float> Ab2(A.begin() + b * M * K, A.begin() + (b + 1) * M * K);
+                std::vector<float> Bb2(B.begin() + b * K * N, B.begin() + (b + 1) * K * N);
+                std::vector<float> r2(C0.begin() + b * M * N, C0.begin() + (b + 1) * M * N);
+                ref_gemm_rm(ta, tb, M, N, K, alpha, Ab2, Bb2, beta, r2);
+                for (int i = 0; i < M * N; i++)
+                    maxerr = std::max(maxerr, (double)fabsf(got[(size_t)(b * M * N + i)] - r2[(size_t)i]));
+            }
+            MFT_CHECK(maxerr < 1e-5);
+        }
+    }
+    /* TF32 mode rounds the inputs: visibly less exact, still close */
+    MFT_CHECK(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH) == CUBLAS_STATUS_SUCCESS);
+    float one = 1.0f, zero = 0.0f;
+    MFT_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, dB, N, dA, K, &zero, dC, N) == CUBLAS_STATUS_SUCCESS);
+    std::vector<float> got = host_from(dC, (size_t)(M * N)), ref((size_t)(M * N));
+    std::vector<float> Ab(A.begin(), A.begin() + M * K), Bb(B.begin(), B.begin() + K * N);
+    ref_gemm_rm(false, false, M, N, K, 1.0f, Ab, Bb, 0.0f, ref);
+    double maxerr = 0;
+    for (int i = 0; i < M * N; i++) maxerr = std::max(maxerr, (double)fabsf(got[(size_t)i] - ref[(size_t)i]));
+    MFT_CHECK(maxerr > 1e-5 && maxerr < 2e-2);
+    /* invalid arguments */
+    mf_emu_set_verbose(0);
+    MFT_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, dB, N - 1, dA, K, &zero, dC, N) ==
+              CUBLAS_STATUS_INVALID_VALUE);
+    mf_emu_set_verbose(1);
+    MFT_CHECK(strcmp(cublasGetStatusString(CUBLAS_STATUS_SUCCESS), "success") == 0);
+    MFT_CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+    CK(cudaStreamDestroy(st));
+    cudaFree(dA); cudaFree(dB); cudaFree(dC);
+}
+
+static void test_memcpy_and_runtime(void) {
+    size_t live0 = mf_emu_live_allocations(nullptr);
+    const int n = 1000;
+    std::vector<double> h((size_t)n), back((size_t)n);
+    for (int i = 0; i < n; i++) h[(size_t)i] = i * 0.25;
+    double *a = nullptr, *b = nullptr;
+    CK(cudaMalloc(&a, n * sizeof(double)));
+    CK(cudaMalloc((void **)&b, n * sizeof(double)));
+    MFT_CHECK(((uintptr_t)a & 255) == 0);
+    MFT_CHECK(mf_emu_live_allocations(nullptr) == live0 + 2);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaMemcpy(a, h.data(), n * sizeof(double), cudaMemcpyHostToDevice));
+    CK(cudaMemcpyAsync(b, a, n * sizeof(double), cudaMemcpyDeviceToDevice, st));
+    CK(cudaMemsetAsync(b, 0, 10 * sizeof(double), st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(back.data(), b, n * sizeof(double), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += back[(size_t)i] != (i < 10 ? 0.0 : h[(size_t)i]);
+    MFT_CHECK(bad == 0);
+    CK(cudaMemcpy(back.data(), a + 500, 500 * sizeof(double), cudaMemcpyDefault));
+    MFT_CHECK(back[0] == h[500]);
+
+    mf_emu_set_verbose(0);
+    std::vector<double> big((size_t)n + 1);
+    MFT_CHECK(cudaMemcpy(a, big.data(), big.size() * sizeof(double), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+    MFT_CHECK(cudaMemcpy(h.data(), a, 8, cudaMemcpyHostToDevice) == cudaErrorInvalidValue); /* swapped */
+    MFT_CHECK(cudaFree(h.data()) == cudaErrorInvalidValue);
+    MFT_CHECK(cudaSetDevice(1) == cudaErrorInvalidDevice);
+    cudaGetLastError();
+    mf_emu_set_verbose(1);
+
+    int count = 0, dev = -1;
+    CK(cudaGetDeviceCount(&count)); MFT_CHECK(count == 1);
+    CK(cudaSetDevice(0)); CK(cudaGetDevice(&dev)); MFT_CHECK(dev == 0);
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    MFT_CHECK(strcmp(p.name, "cuda_emu") == 0 && p.warpSize == 32 && p.major == 9 && p.minor == 0);
+    MFT_CHECK(p.sharedMemPerBlock == 48 * 1024 && p.sharedMemPerBlockOptin == 227 * 1024 && p.maxThreadsPerBlock == 1024);
+    MFT_CHECK(p.multiProcessorCount > 0);
+    MFT_CHECK(strcmp(cudaGetErrorName(cudaErrorLaunchFailure), "cudaErrorLaunchFailure") == 0);
+    MFT_CHECK(strcmp(cudaGetErrorString(cudaSuccess), "no error") == 0);
+
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0, st));
+    MF_LAUNCH(k_noop, 1000, 128, 0, st);
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms = -1;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    MFT_CHECK(ms >= 0.0f);
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(a)); CK(cudaFree(b)); CK(cudaFree(nullptr));
+    MFT_CHECK(mf_emu_live_allocations(nullptr) == live0);
+}
+
+static void test_softmax_rows(void) {
+    const int shapes[3][2] = {{37, 1000}, {5, 77}, {3, 5}}; /* cols below, around and above 128 */
+    for (int s = 0; s < 3; s++) {
+        int rows = shapes[s][0], cols = shapes[s][1];
+        std::vector<float> hx((size_t)(rows * cols));
+        unsigned seed = 77 + s;
+        for (float &v : hx) v = (float)(lcg(seed) % 20001) / 1000.0f - 10.0f;
+        float *x = dev_from(hx), *y = nullptr;
+        CK(cudaMalloc(&y, hx.size() * sizeof(float)));
+        for (int o = 0; o < 3; o++) {
+            mf_emu_set_order(ORDERS[o], 21);
+            MF_LAUNCH(k_softmax, rows, 128, 0, 0, x, y, cols);
+            CK(cudaGetLastError());
+            std::vector<float> hy = host_from(y, hx.size());
+            double maxerr = 0;
+            for (int r = 0; r < rows; r++) {
+                double m = -1e300, z = 0;
+                for (int c = 0; c < cols; c++) m = std::max(m, (double)hx[(size_t)(r * cols + c)]);
+                for (int c = 0; c < cols; c++) z += exp((double)hx[(size_t)(r * cols + c)] - m);
+                for (int c = 0; c < cols; c++) {
+                    double ref = exp((double)hx[(size_t)(r * cols + c)] - m) / z;
+                    double e = fabs(hy[(size_t)(r * cols + c)] - ref);
+                    if (!(e <= maxerr)) maxerr = e; /* NaN sticks */
+                }
+            }
+            MFT_CHECK(maxerr < 1e-6);
+        }
+        cudaFree(x); cudaFree(y);
+    }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+}
+
+static void test_no_leaks(void) { MFT_CHECK(mf_emu_live_allocations(nullptr) == 0); }
+
+int main(void) {
+    auto t0 = std::chrono::steady_clock::now();
+    MFT_RUN(test_elementwise_odd_grid);
+    MFT_RUN(test_thread_and_block_order);
+    MFT_RUN(test_reduction_all_orders);
+    MFT_RUN(test_missing_barrier_detected);
+    MFT_RUN(test_dynamic_smem);
+    MFT_RUN(test_smem_optin);
+    MFT_RUN(test_warp_primitives);
+    MFT_RUN(test_atomic_histogram);
+    MFT_RUN(test_multidim);
+    MFT_RUN(test_divergent_barrier_reported);
+    MFT_RUN(test_syncthreads_count);
+    MFT_RUN(test_invalid_launch);
+    MFT_RUN(test_cublas);
+    MFT_RUN(test_memcpy_and_runtime);
+    MFT_RUN(test_softmax_rows);
+    MFT_RUN(test_no_leaks);
+    printf("    total %.2f s\n", seconds_since(t0));
+    return mft_finish();
+}

@@ -1,0 +1,1714 @@
+/* test_ops.c - every op of metaformer.h: forward values against naive references, gradients
+ * against finite differences (tests/gradcheck.h), autograd semantics, arena reuse, initialisers,
+ * SGEMM. Shapes are small (this runs under ASan too) and include odd and 1-sized dims. */
+#include <stdlib.h>
+/* count the library's allocations: a training step must not allocate once the arena is sized */
+static long n_allocs = 0;
+static void *count_malloc(size_t n) { n_allocs++; return malloc(n); }
+static void *count_realloc(void *p, size_t n) { n_allocs++; return realloc(p, n); }
+#define MF_MALLOC(sz) count_malloc(sz)
+#define MF_REALLOC(p, sz) count_realloc(p, sz)
+#define MF_FREE(p) free(p)
+#define METAFORMER_IMPLEMENTATION
+#include "metaformer.h"
+#include "mf_test.h"
+#include "gradcheck.h"
+#include <string.h>
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+/* uniform in [lo, hi) from (seed, i) */
+static float urand(uint64_t seed, uint64_t i, float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(mix64(mix64(seed) + i) >> 11) * (1.0 / 9007199254740992.0));
+}
+/* an activation tensor with seeded values in [lo, hi) */
+static mf_tensor *rnd(mf_ctx *c, int ndim, const int *shape, uint64_t seed, float lo, float hi) {
+    mf_tensor *t = mf_new(c, ndim, shape);
+    int64_t i;
+    if (t) for (i = 0; i < t->ne; i++) t->data[i] = urand(seed, (uint64_t)i, lo, hi);
+    return t;
+}
+static mf_tensor *rnd_param(mf_ctx *c, const char *name, int ndim, const int *shape, uint64_t seed) {
+    mf_tensor *t = mf_param(c, name, ndim, shape);
+    int64_t i;
+    if (t) for (i = 0; i < t->ne; i++) t->data[i] = urand(seed, (uint64_t)i, -1, 1);
+    return t;
+}
+static int shape_is(const mf_tensor *t, int ndim, int d0, int d1, int d2, int d3) {
+    int d[4], i;
+    d[0] = d0; d[1] = d1; d[2] = d2; d[3] = d3;
+    if (!t || t->ndim != ndim) return 0;
+    for (i = 0; i < ndim; i++) if (t->shape[i] != d[i]) return 0;
+    return 1;
+}
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d; /* NaN propagates */
+    }
+    return m;
+}
+/* runs a gradient check and fails the current test when it does not pass */
+#define GRADCHECK(name, n, specs, build, user) MFT_CHECK(GC_OK(gc_check(name, n, specs, build, user, NULL)))
+
+/* op arguments passed to the build functions */
+typedef struct args {
+    int i[8];
+    float f[4];
+    const int32_t *ids;
+    int ndim, shape[4];
+} args;
+static args A0(void) { args a; memset(&a, 0, sizeof a); return a; }
+
+/* ==== matmul ================================================================================== */
+typedef struct mm_case { int bnd_a, bnd_b; int batch[2]; int M, K, N; } mm_case;
+
+static void mm_shapes(const mm_case *c, int ta, int tb, int *nda, int *sa, int *ndb, int *sb) {
+    int i;
+    for (i = 0; i < c->bnd_a; i++) sa[i] = c->batch[i];
+    sa[c->bnd_a] = ta ? c->K : c->M; sa[c->bnd_a + 1] = ta ? c->M : c->K;
+    for (i = 0; i < c->bnd_b; i++) sb[i] = c->batch[i];
+    sb[c->bnd_b] = tb ? c->N : c->K; sb[c->bnd_b + 1] = tb ? c->K : c->N;
+    *nda = c->bnd_a + 2; *ndb = c->bnd_b + 2;
+}
+/* reference: each batch matrix of the batched operand(s); a 2-D operand is shared */
+static void naive_matmul(const mf_tensor *a, const mf_tensor *b, int ta, int tb, float *out, int *batch_out) {
+    int M = a->shape[a->ndim - (ta ? 1 : 2)], K = a->shape[a->ndim - (ta ? 2 : 1)];
+    int N = b->shape[b->ndim - (tb ? 2 : 1)];
+    int64_t ba = a->ne / ((int64_t)M * K), bb = b->ne / ((int64_t)K * N), batch = ba > bb ? ba : bb, bi;
+    for (bi = 0; bi < batch; bi++) {
+        const float *A = a->data + (a->ndim > 2 ? bi * M * K : 0), *B = b->data + (b->ndim > 2 ? bi * K * N : 0);
+        int i, j, k;
+        for (i = 0; i < M; i++)
+            for (j = 0; j < N; j++) {
+                double s = 0;
+                for (k = 0; k < K; k++)
+                    s += (double)(ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
+                out[(bi * M + i) * N + j] = (float)s;
+            }
+    }
+    *batch_out = (int)batch;
+}
+
+static const mm_case mm_cases[] = {
+    {0, 0, {1, 1}, 3, 4, 5},   /* 2-D @ 2-D */
+    {1, 1, {2, 1}, 3, 4, 5},   /* both batched, 3-D */
+    {2, 2, {2, 3}, 2, 3, 4},   /* both batched, 4-D */
+    {1, 0, {3, 1}, 3, 4, 5},   /* b shared */
+    {2, 0, {2, 2}, 3, 2, 3},   /* b shared, 4-D a */
+    {0, 1, {3, 1}, 3, 4, 5},   /* a shared */
+    {0, 2, {2, 2}, 2, 3, 4},   /* a shared, 4-D b */
+    {1, 1, {1, 1}, 1, 5, 1},   /* 1-sized batch, M = N = 1 */
+    {1, 0, {2, 1}, 5, 1, 3},   /* K = 1 */
+    {1, 1, {3, 1}, 7, 9, 11},  /* odd, bigger */
+};
+#define N_MM_CASES ((int)(sizeof mm_cases / sizeof mm_cases[0]))
+
+static void test_matmul_forward(void) {
+    mf_ctx *c = mf_ctx_new(1);
+    int ci, t;
+    for (ci = 0; ci < N_MM_CASES; ci++)
+        for (t = 0; t < 4; t++) {
+            const mm_case *mc = &mm_cases[ci];
+            int ta = t & 1, tb = t >> 1, nda, ndb, sa[4], sb[4], batch, bmax, i;
+            mf_tensor *a, *b, *y;
+            float *ref;
+            mm_shapes(mc, ta, tb, &nda, sa, &ndb, sb);
+            a = rnd(c, nda, sa, 10 + ci, -1, 1); b = rnd(c, ndb, sb, 20 + ci, -1, 1);
+            y = mf_matmul(c, a, b, ta, tb);
+            MFT_CHECK(y != NULL);
+            if (!y) { printf("    case %d trans %d %d: %s\n", ci, ta, tb, mf_error(c)); mf_clear_error(c); continue; }
+            ref = (float *)malloc((size_t)y->ne * sizeof(float));
+            naive_matmul(a, b, ta, tb, ref, &batch);
+            bmax = mc->bnd_a > mc->bnd_b ? mc->bnd_a : mc->bnd_b;
+            MFT_CHECK(y->ndim == bmax + 2);
+            for (i = 0; i < bmax; i++) MFT_CHECK(y->shape[i] == mc->batch[i]);
+            MFT_CHECK(y->shape[bmax] == mc->M && y->shape[bmax + 1] == mc->N);
+            MFT_CHECK(y->ne == (int64_t)batch * mc->M * mc->N);
+            if (max_abs_diff(y->data, ref, y->ne) > 1e-5) {
+                printf("    matmul case %d trans %d %d: max diff %g\n", ci, ta, tb, max_abs_diff(y->data, ref, y->ne));
+                MFT_CHECK(0);
+            }
+            free(ref);
+        }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+
+static mf_tensor *b_matmul(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_matmul(c, in[0], in[1], a->i[0], a->i[1]);
+}
+static void test_matmul_grad(void) {
+    int ci, t;
+    for (ci = 0; ci < N_MM_CASES - 1; ci++) /* the big odd case: forward only */
+        for (t = 0; t < 4; t++) {
+            mm_case mc = mm_cases[ci];
+            int nda, ndb, sa[4], sb[4];
+            gc_spec s[2];
+            args a = A0();
+            char name[64];
+            if (mc.M > 3) mc.M = 3;
+            if (mc.N > 3) mc.N = 3;
+            a.i[0] = t & 1; a.i[1] = t >> 1;
+            mm_shapes(&mc, a.i[0], a.i[1], &nda, sa, &ndb, sb);
+            s[0] = gc_in(nda, sa[0], sa[1], nda > 2 ? sa[2] : 0, nda > 3 ? sa[3] : 0);
+            s[1] = gc_in(ndb, sb[0], sb[1], ndb > 2 ? sb[2] : 0, ndb > 3 ? sb[3] : 0);
+            snprintf(name, sizeof name, "matmul case %d trans %d %d", ci, a.i[0], a.i[1]);
+            GRADCHECK(name, 2, s, b_matmul, &a);
+        }
+}
+/* the same tensor on both sides: x @ x^T and x^T @ x (gradients of both operands add up) */
+static mf_tensor *b_matmul_self(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_matmul(c, in[0], in[0], a->i[0], !a->i[0]);
+}
+static void test_matmul_self(void) {
+    gc_spec s[1];
+    args a = A0();
+    s[0] = gc_in(3, 2, 3, 4, 0);
+    GRADCHECK("x @ x^T", 1, s, b_matmul_self, &a);
+    a.i[0] = 1;
+    GRADCHECK("x^T @ x", 1, s, b_matmul_self, &a);
+}
+
+/* ==== linear ================================================================================== */
+static mf_tensor *b_linear(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_linear(c, in[0], in[1], a->i[0] ? in[2] : NULL);
+}
+static void test_linear(void) {
+    mf_ctx *c = mf_ctx_new(2);
+    int xs[3] = {2, 3, 4}, ws[2] = {5, 4}, bias_on;
+    mf_tensor *x = rnd(c, 3, xs, 1, -1, 1), *w = rnd(c, 2, ws, 2, -1, 1), *b = rnd(c, 1, &ws[0], 3, -1, 1);
+    for (bias_on = 0; bias_on < 2; bias_on++) {
+        mf_tensor *y = mf_linear(c, x, w, bias_on ? b : NULL);
+        int r, o, k;
+        double md = 0;
+        MFT_CHECK(shape_is(y, 3, 2, 3, 5, 0));
+        if (!y) break;
+        for (r = 0; r < 6; r++)
+            for (o = 0; o < 5; o++) {
+                double s = bias_on ? b->data[o] : 0;
+                for (k = 0; k < 4; k++) s += (double)x->data[r * 4 + k] * w->data[o * 4 + k];
+                if (fabs(s - y->data[r * 5 + o]) > md) md = fabs(s - y->data[r * 5 + o]);
+            }
+        MFT_CHECK(md < 1e-5);
+    }
+    { /* 1-D x */
+        mf_tensor *x1 = rnd(c, 1, &xs[2], 4, -1, 1), *y = mf_linear(c, x1, w, b);
+        MFT_CHECK(shape_is(y, 1, 5, 0, 0, 0));
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+    {
+        gc_spec s[3];
+        args a = A0();
+        s[0] = gc_in(2, 3, 4, 0, 0); s[1] = gc_in(2, 5, 4, 0, 0); s[2] = gc_in(1, 5, 0, 0, 0);
+        GRADCHECK("linear 2-D no bias", 2, s, b_linear, &a);
+        a.i[0] = 1;
+        GRADCHECK("linear 2-D bias", 3, s, b_linear, &a);
+        s[0] = gc_in(3, 2, 3, 4, 0);
+        GRADCHECK("linear 3-D bias", 3, s, b_linear, &a);
+        a.i[0] = 0;
+        GRADCHECK("linear 3-D no bias", 2, s, b_linear, &a);
+        s[0] = gc_in(3, 1, 1, 4, 0); s[1] = gc_in(2, 1, 4, 0, 0); s[2] = gc_in(1, 1, 0, 0, 0);
+        a.i[0] = 1;
+        GRADCHECK("linear 1-sized", 3, s, b_linear, &a);
+    }
+}
+
+/* ==== add / sub / mul ========================================================================= */
+static mf_tensor *b_binary(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    mf_tensor *x = in[a->i[1]], *y = in[1 - a->i[1]]; /* i[1] = 1: the smaller operand first */
+    switch (a->i[0]) {
+    case 0: return mf_add(c, x, y);
+    case 1: return mf_sub(c, x, y);
+    default: return mf_mul(c, x, y);
+    }
+}
+/* broadcast configurations: in[0] is the big operand, in[1] the small one */
+static const int bin_small[][5] = { /* ndim, shape */
+    {3, 2, 3, 4, 0},  /* same shape */
+    {1, 4, 0, 0, 0},  /* bias-like suffix [D] */
+    {2, 1, 4, 0, 0},  /* [1, D] */
+    {2, 3, 4, 0, 0},  /* trailing [T, D] */
+    {1, 1, 0, 0, 0},  /* one-element scalar */
+    {3, 1, 1, 1, 0},  /* one element, 3-D */
+};
+static void test_binary_forward(void) {
+    mf_ctx *c = mf_ctx_new(3);
+    int bs[3] = {2, 3, 4}, cfg, op, order;
+    mf_tensor *big = rnd(c, 3, bs, 1, -2, 2);
+    for (cfg = 0; cfg < (int)(sizeof bin_small / sizeof bin_small[0]); cfg++) {
+        mf_tensor *small = rnd(c, bin_small[cfg][0], &bin_small[cfg][1], 10 + cfg, -2, 2);
+        for (op = 0; op < 3; op++)
+            for (order = 0; order < 2; order++) {
+                mf_tensor *y = order == 0 ? (op == 0 ? mf_add(c, big, small) : op == 1 ? mf_sub(c, big, small) : mf_mul(c, big, small))
+                                          : (op == 0 ? mf_add(c, small, big) : op == 1 ? mf_sub(c, small, big) : mf_mul(c, small, big));
+                int64_t i;
+                int bad = 0;
+                MFT_CHECK(shape_is(y, 3, 2, 3, 4, 0));
+                if (!y) { printf("    %s\n", mf_error(c)); mf_clear_error(c); continue; }
+                for (i = 0; i < 24; i++) {
+                    float p = big->data[i], q = small->data[i % small->ne], l = order ? q : p, r = order ? p : q;
+                    float e = op == 0 ? l + r : op == 1 ? l - r : l * r;
+                    if (y->data[i] != e) bad = 1;
+                }
+                if (bad) printf("    binary op %d cfg %d order %d: wrong values\n", op, cfg, order);
+                MFT_CHECK(!bad);
+            }
+    }
+    { /* hand example: [2, 3] - [3] with the bias first */
+        int s2[2] = {2, 3}, s1 = 3;
+        const float xv[6] = {1, 2, 3, 4, 5, 6}, bv[3] = {10, 20, 30}, ev[6] = {9, 18, 27, 6, 15, 24};
+        mf_tensor *y = mf_sub(c, mf_from(c, 1, &s1, bv), mf_from(c, 2, s2, xv));
+        MFT_CHECK(y && max_abs_diff(y->data, ev, 6) == 0);
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static void test_binary_grad(void) {
+    int cfg, op, order;
+    for (cfg = 0; cfg < (int)(sizeof bin_small / sizeof bin_small[0]); cfg++)
+        for (op = 0; op < 3; op++)
+            for (order = 0; order < 2; order++) {
+                gc_spec s[2];
+                args a = A0();
+                char name[64];
+                const int *sm = bin_small[cfg];
+                s[0] = gc_in(3, 2, 3, 4, 0);
+                s[1] = gc_in(sm[0], sm[1], sm[2], sm[3], sm[4]);
+                a.i[0] = op; a.i[1] = order;
+                snprintf(name, sizeof name, "%s cfg %d %s", op == 0 ? "add" : op == 1 ? "sub" : "mul", cfg,
+                         order ? "small first" : "big first");
+                GRADCHECK(name, 2, s, b_binary, &a);
+            }
+}
+/* x * x: the same tensor twice */
+static mf_tensor *b_square(mf_ctx *c, mf_tensor **in, void *u) { (void)u; return mf_mul(c, in[0], in[0]); }
+static void test_binary_self(void) {
+    gc_spec s[1];
+    s[0] = gc_in(2, 3, 5, 0, 0);
+    GRADCHECK("x * x", 1, s, b_square, NULL);
+}
+
+/* ==== unary =================================================================================== */
+static mf_tensor *b_unary(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    switch (a->i[0]) {
+    case 0: return mf_scale(c, in[0], a->f[0]);
+    case 1: return mf_relu(c, in[0]);
+    case 2: return mf_gelu(c, in[0], 0);
+    case 3: return mf_gelu(c, in[0], 1);
+    case 4: return mf_sigmoid(c, in[0]);
+    case 5: return mf_silu(c, in[0]);
+    default: return mf_exp(c, in[0]);
+    }
+}
+static double ref_unary(int kind, double x, double s) {
+    switch (kind) {
+    case 0: return s * x;
+    case 1: return x > 0 ? x : 0;
+    case 2: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case 3: return 0.5 * x * (1 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case 4: return 1 / (1 + exp(-x));
+    case 5: return x / (1 + exp(-x));
+    default: return exp(x);
+    }
+}
+static void test_unary_forward(void) {
+    static const float xv[12] = {-30, -5, -2.5f, -1, -0.3f, 0, 0.25f, 0.5f, 1, 2, 4.5f, 12};
+    static const char *names[7] = {"scale", "relu", "gelu", "gelu_tanh", "sigmoid", "silu", "exp"};
+    mf_ctx *c = mf_ctx_new(4);
+    int n = 12, kind, i;
+    mf_tensor *x = mf_from(c, 1, &n, xv);
+    for (kind = 0; kind < 7; kind++) {
+        args a = A0();
+        mf_tensor *in[1], *y;
+        a.i[0] = kind; a.f[0] = -1.75f;
+        in[0] = x;
+        y = b_unary(c, in, &a);
+        MFT_CHECK(shape_is(y, 1, 12, 0, 0, 0));
+        if (!y) break;
+        for (i = 0; i < 12; i++) {
+            double e = ref_unary(kind, xv[i], a.f[0]);
+            if (!(fabs(y->data[i] - e) <= 2e-6 * (1 + fabs(e)))) {
+                printf("    %s(%g) = %.9g, expected %.9g\n", names[kind], (double)xv[i], (double)y->data[i], e);
+                MFT_CHECK(0);
+            }
+        }
+    }
+    /* a few published values */
+    {
+        const float one = 1.0f;
+        int k = 1;
+        mf_tensor *o = mf_from(c, 1, &k, &one);
+        MFT_NEAR(mf_gelu(c, o, 0)->data[0], 0.8413447460685429, 1e-6);
+        MFT_NEAR(mf_gelu(c, o, 1)->data[0], 0.8411919906082768, 1e-6);
+        MFT_NEAR(mf_silu(c, o)->data[0], 0.7310585786300049, 1e-6);
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static void test_unary_grad(void) {
+    static const char *names[7] = {"scale", "relu", "gelu", "gelu_tanh", "sigmoid", "silu", "exp"};
+    int kind;
+    for (kind = 0; kind < 7; kind++) {
+        gc_spec s[1];
+        args a = A0();
+        a.i[0] = kind; a.f[0] = -1.75f;
+        s[0] = gc_range(gc_in(3, 2, 3, 5, 0), -3, 3, kind == 1 ? 0.05f : 0.0f); /* relu: stay off 0 */
+        if (kind == 6) s[0] = gc_range(s[0], -2, 2, 0);
+        GRADCHECK(names[kind], 1, s, b_unary, &a);
+    }
+}
+
+/* ==== softmax / log_softmax =================================================================== */
+static void test_softmax_forward(void) {
+    mf_ctx *c = mf_ctx_new(5);
+    /* [B, Tq, Tk] cases: Tq == Tk, Tk > Tq (memory keys), Tk < Tq (early rows see nothing) */
+    static const int cases[][4] = {{2, 4, 4, 0}, {2, 3, 7, 0}, {1, 5, 2, 0}, {3, 1, 1, 0}, {1, 1, 6, 0}};
+    int ci, causal;
+    for (ci = 0; ci < 5; ci++)
+        for (causal = 0; causal < 2; causal++) {
+            int sh[3], B, Tq, Tk, b, i, j, bad_mask = 0, bad_sum = 0, bad_val = 0;
+            mf_tensor *x, *y;
+            sh[0] = B = cases[ci][0]; sh[1] = Tq = cases[ci][1]; sh[2] = Tk = cases[ci][2];
+            x = rnd(c, 3, sh, 30 + ci, -4, 4);
+            y = mf_softmax(c, x, causal);
+            MFT_CHECK(shape_is(y, 3, B, Tq, Tk, 0));
+            if (!y) break;
+            for (b = 0; b < B; b++)
+                for (i = 0; i < Tq; i++) {
+                    const float *xr = x->data + (b * Tq + i) * Tk, *yr = y->data + (b * Tq + i) * Tk;
+                    int vis = causal ? i + Tk - Tq + 1 : Tk;
+                    double mx = -1e30, z = 0, sum = 0;
+                    if (vis < 0) vis = 0;
+                    if (vis > Tk) vis = Tk;
+                    for (j = 0; j < vis; j++) if (xr[j] > mx) mx = xr[j];
+                    for (j = 0; j < vis; j++) z += exp(xr[j] - mx);
+                    for (j = 0; j < Tk; j++) {
+                        if (j >= vis) { if (yr[j] != 0.0f) bad_mask = 1; }
+                        else if (fabs(yr[j] - exp(xr[j] - mx) / z) > 1e-6) bad_val = 1;
+                        if (yr[j] != yr[j]) bad_val = 1; /* NaN */
+                        sum += yr[j];
+                    }
+                    if (fabs(sum - (vis > 0 ? 1.0 : 0.0)) > 1e-5) bad_sum = 1;
+                }
+            if (bad_mask || bad_sum || bad_val)
+                printf("    softmax case %d causal %d: mask %d sum %d value %d\n", ci, causal, bad_mask, bad_sum, bad_val);
+            MFT_CHECK(!bad_mask && !bad_sum && !bad_val);
+        }
+    { /* the masking pattern on a hand example: Tq = 2, Tk = 3 -> row 0 sees keys 0, 1 */
+        int sh[2] = {2, 3};
+        const float z[6] = {0, 0, 0, 0, 0, 0};
+        mf_tensor *y = mf_softmax(c, mf_from(c, 2, sh, z), 1);
+        MFT_CHECK(y && y->data[0] == 0.5f && y->data[1] == 0.5f && y->data[2] == 0.0f);
+        MFT_CHECK(y && fabsf(y->data[3] - 1.0f / 3) < 1e-7f && fabsf(y->data[5] - 1.0f / 3) < 1e-7f);
+    }
+    { /* 4-D causal */
+        int sh[4] = {2, 2, 3, 3}, r, j;
+        mf_tensor *y = mf_softmax(c, rnd(c, 4, sh, 39, -3, 3), 1);
+        MFT_CHECK(y != NULL);
+        for (r = 0; y && r < 12; r++)
+            for (j = 0; j < 3; j++) MFT_CHECK((j > r % 3) == (y->data[r * 3 + j] == 0.0f));
+    }
+    { /* large logits: no overflow */
+        int n = 3;
+        const float big[3] = {1000, 1001, -1000};
+        mf_tensor *y = mf_softmax(c, mf_from(c, 1, &n, big), 0), *l = mf_log_softmax(c, mf_from(c, 1, &n, big));
+        MFT_CHECK(y && fabsf(y->data[0] - 0.26894142f) < 1e-6f && fabsf(y->data[1] - 0.73105858f) < 1e-6f && y->data[2] == 0);
+        MFT_CHECK(l && fabsf(l->data[1] - (-0.31326169f)) < 1e-6f && isfinite(l->data[2]));
+    }
+    { /* large logits keep full precision: (x - max) - log(sum), not x - (max + log(sum)) */
+        int n = 3;
+        const float big[3] = {10000, 10001, 9990};
+        const int32_t t1[1] = {1}, t0[1] = {0};
+        mf_tensor *xb = mf_from(c, 1, &n, big), *l = mf_log_softmax(c, xb);
+        mf_tensor *ce1 = mf_cross_entropy(c, xb, t1, -1), *ce0 = mf_cross_entropy(c, xb, t0, -1);
+        double lse = 10001 + log(1 + exp(-1.0) + exp(-11.0));
+        MFT_CHECK(l && ce1 && ce0);
+        if (l && ce1 && ce0) {
+            MFT_NEAR(l->data[1], 10001 - lse, 1e-6);
+            MFT_NEAR(l->data[2], 9990 - lse, 1e-6);
+            MFT_NEAR(ce1->data[0], lse - 10001, 1e-6);
+            MFT_NEAR(ce0->data[0], lse - 10000, 1e-6);
+        }
+    }
+    { /* log_softmax = log(softmax) */
+        int sh[3] = {2, 3, 5};
+        mf_tensor *x = rnd(c, 3, sh, 41, -3, 3), *y = mf_softmax(c, x, 0), *l = mf_log_softmax(c, x);
+        int i, bad = 0;
+        for (i = 0; y && l && i < 30; i++) if (fabs(log(y->data[i]) - l->data[i]) > 1e-5) bad = 1;
+        MFT_CHECK(y && l && !bad);
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_softmax(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return a->i[0] == 2 ? mf_log_softmax(c, in[0]) : mf_softmax(c, in[0], a->i[0]);
+}
+static void test_softmax_grad(void) {
+    gc_spec s[1];
+    args a = A0();
+    s[0] = gc_range(gc_in(2, 3, 5, 0, 0), -2, 2, 0);
+    GRADCHECK("softmax plain 2-D", 1, s, b_softmax, &a);
+    s[0] = gc_range(gc_in(3, 2, 4, 4, 0), -2, 2, 0);
+    GRADCHECK("softmax plain 3-D", 1, s, b_softmax, &a);
+    a.i[0] = 1;
+    GRADCHECK("softmax causal Tq == Tk", 1, s, b_softmax, &a);
+    s[0] = gc_range(gc_in(3, 2, 3, 6, 0), -2, 2, 0);
+    GRADCHECK("softmax causal Tk > Tq", 1, s, b_softmax, &a);
+    s[0] = gc_range(gc_in(3, 1, 4, 2, 0), -2, 2, 0);
+    GRADCHECK("softmax causal Tk < Tq", 1, s, b_softmax, &a);
+    s[0] = gc_range(gc_in(4, 2, 2, 3, 3), -2, 2, 0);
+    GRADCHECK("softmax causal 4-D", 1, s, b_softmax, &a);
+    a.i[0] = 0;
+    GRADCHECK("softmax plain 4-D", 1, s, b_softmax, &a);
+    a.i[0] = 2;
+    GRADCHECK("log_softmax 4-D", 1, s, b_softmax, &a);
+    s[0] = gc_range(gc_in(1, 7, 0, 0, 0), -2, 2, 0);
+    GRADCHECK("log_softmax 1-D", 1, s, b_softmax, &a);
+    s[0] = gc_range(gc_in(2, 3, 1, 0, 0), -2, 2, 0);
+    GRADCHECK("log_softmax V = 1", 1, s, b_softmax, &a);
+}
+
+/* ==== cross_entropy / mse ===================================================================== */
+static void test_cross_entropy_forward(void) {
+    mf_ctx *c = mf_ctx_new(6);
+    int sh[2] = {3, 4};
+    const float lv[12] = {0, 0, 0, 0, 1, 2, 3, 4, -1, 0.5f, 2, -3};
+    const int32_t tg[3] = {0, 3, -100}, tg_all[3] = {-100, -100, -100}, tg_none[3] = {2, 1, 0};
+    mf_tensor *x = mf_from(c, 2, sh, lv), *l;
+    double l1 = log(4.0), l2 = log(exp(1.0) + exp(2.0) + exp(3.0) + exp(4.0)) - 4.0, l3;
+    /* hand computation: rows 0 and 1 count, row 2 is ignored */
+    l = mf_cross_entropy(c, x, tg, -100);
+    MFT_CHECK(shape_is(l, 1, 1, 0, 0, 0));
+    if (l) MFT_NEAR(l->data[0], (l1 + l2) / 2, 1e-6);
+    if (l) MFT_NEAR(l->data[0], (1.3862943611198906 + 0.4401896985611957) / 2, 1e-6);
+    /* -1 counts every row */
+    l3 = log(exp(-1.0) + exp(0.5) + exp(2.0) + exp(-3.0)) + 1.0;
+    l = mf_cross_entropy(c, x, tg_none, -1);
+    if (l) MFT_NEAR(l->data[0], (log(4.0) + (log(exp(1.0) + exp(2.0) + exp(3.0) + exp(4.0)) - 2.0) + l3) / 3, 1e-6);
+    /* cross_entropy == -mean(log_softmax[target]) */
+    {
+        int sh3[3] = {2, 3, 5}, r;
+        int32_t t6[6] = {4, 0, 2, 2, 1, 3};
+        mf_tensor *x3 = rnd(c, 3, sh3, 7, -3, 3), *ls = mf_log_softmax(c, x3), *ce = mf_cross_entropy(c, x3, t6, -1);
+        double s = 0;
+        for (r = 0; ls && r < 6; r++) s -= ls->data[r * 5 + t6[r]];
+        MFT_CHECK(ce != NULL);
+        if (ce) MFT_NEAR(ce->data[0], s / 6, 1e-6);
+    }
+    /* every row ignored: loss 0 and zero gradient */
+    {
+        mf_tensor *p = rnd_param(c, "logits", 2, sh, 8), *ce;
+        int i, nz = 0;
+        ce = mf_cross_entropy(c, p, tg_all, -100);
+        MFT_CHECK(ce && ce->data[0] == 0.0f);
+        MFT_CHECK(ce && mf_backward(c, ce) == 0);
+        for (i = 0; i < 12; i++) nz += p->grad[i] != 0.0f;
+        MFT_CHECK(nz == 0);
+        /* ignored rows get no gradient when others count */
+        ce = mf_cross_entropy(c, p, tg, -100);
+        MFT_CHECK(ce && mf_backward(c, ce) == 0);
+        for (i = 8; i < 12; i++) MFT_CHECK(p->grad[i] == 0.0f);
+        {   /* gradient rows sum to zero: softmax - onehot */
+            double s0 = 0;
+            for (i = 0; i < 4; i++) s0 += p->grad[i];
+            MFT_CHECK(fabs(s0) < 1e-6);
+        }
+    }
+    MFT_CHECK(mf_ok(c));
+    if (!mf_ok(c)) printf("    %s\n", mf_error(c));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_ce(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_cross_entropy(c, in[0], a->ids, a->i[0]);
+}
+static mf_tensor *b_mse(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return a->i[0] ? mf_mse(c, in[0], rnd(c, in[0]->ndim, in[0]->shape, 77, -1, 1)) : mf_mse(c, in[0], in[1]);
+}
+static void test_cross_entropy_mse_grad(void) {
+    static const int32_t t6[6] = {4, -100, 0, 2, -100, 1}, t3[3] = {1, 0, 2};
+    gc_spec s[2];
+    args a = A0();
+    a.ids = t6; a.i[0] = -100;
+    s[0] = gc_range(gc_in(3, 2, 3, 5, 0), -2, 2, 0);
+    GRADCHECK("cross_entropy with ignored rows", 1, s, b_ce, &a);
+    a.ids = t3; a.i[0] = -1;
+    s[0] = gc_range(gc_in(2, 3, 3, 0, 0), -2, 2, 0);
+    GRADCHECK("cross_entropy 2-D", 1, s, b_ce, &a);
+    s[0] = gc_in(3, 2, 3, 4, 0); s[1] = gc_in(3, 2, 3, 4, 0);
+    a.i[0] = 0;
+    GRADCHECK("mse both", 2, s, b_mse, &a);
+    a.i[0] = 1;
+    GRADCHECK("mse constant target", 1, s, b_mse, &a);
+    {
+        mf_ctx *c = mf_ctx_new(1);
+        int n = 4;
+        const float av[4] = {1, 2, 3, 4}, bv[4] = {0, 2, 5, 1};
+        mf_tensor *m = mf_mse(c, mf_from(c, 1, &n, av), mf_from(c, 1, &n, bv));
+        MFT_CHECK(m && m->data[0] == (1.0f + 0 + 4 + 9) / 4);
+        mf_ctx_free(c);
+    }
+}
+
+/* ==== layernorm =============================================================================== */
+static void test_layernorm_forward(void) {
+    mf_ctx *c = mf_ctx_new(7);
+    int sh[3] = {2, 3, 7}, r, j, gs = 7;
+    mf_tensor *x = rnd(c, 3, sh, 1, 3, 10), *y = mf_layernorm(c, x, NULL, NULL, 1e-5f);
+    mf_tensor *g = rnd(c, 1, &gs, 2, 0.5f, 2), *b = rnd(c, 1, &gs, 3, -1, 1), *yg = mf_layernorm(c, x, g, b, 1e-5f);
+    MFT_CHECK(shape_is(y, 3, 2, 3, 7, 0) && shape_is(yg, 3, 2, 3, 7, 0));
+    for (r = 0; y && yg && r < 6; r++) {
+        double m = 0, v = 0;
+        for (j = 0; j < 7; j++) m += y->data[r * 7 + j];
+        m /= 7;
+        for (j = 0; j < 7; j++) v += (y->data[r * 7 + j] - m) * (y->data[r * 7 + j] - m);
+        v /= 7;
+        MFT_NEAR(m, 0, 1e-5);
+        MFT_NEAR(v, 1, 1e-3);
+        for (j = 0; j < 7; j++) MFT_NEAR(yg->data[r * 7 + j], y->data[r * 7 + j] * g->data[j] + b->data[j], 1e-5);
+    }
+    { /* a hand example: [1, 2, 3] -> [-1.2247, 0, 1.2247] */
+        int n = 3;
+        const float v[3] = {1, 2, 3};
+        mf_tensor *h = mf_layernorm(c, mf_from(c, 1, &n, v), NULL, NULL, 1e-5f);
+        MFT_CHECK(h != NULL);
+        if (h) { MFT_NEAR(h->data[0], -1.0 / sqrt(2.0 / 3 + 1e-5), 1e-5); MFT_NEAR(h->data[1], 0, 1e-6); }
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_layernorm(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_layernorm(c, in[0], (a->i[0] & 1) ? in[1] : NULL, (a->i[0] & 2) ? in[2] : NULL, a->f[0]);
+}
+static void test_layernorm_grad(void) {
+    gc_spec s[3];
+    args a = A0();
+    s[0] = gc_in(3, 2, 3, 5, 0); s[1] = gc_range(gc_in(1, 5, 0, 0, 0), 0.5f, 1.5f, 0); s[2] = gc_in(1, 5, 0, 0, 0);
+    a.i[0] = 3; a.f[0] = 1e-5f;
+    GRADCHECK("layernorm gamma beta", 3, s, b_layernorm, &a);
+    a.i[0] = 0;
+    GRADCHECK("layernorm no gamma no beta", 1, s, b_layernorm, &a);
+    a.i[0] = 1;
+    GRADCHECK("layernorm gamma only", 2, s, b_layernorm, &a);
+    a.i[0] = 2;
+    GRADCHECK("layernorm beta only", 3, s, b_layernorm, &a);
+    /* D = 2 normalises to about +-1 whatever the values: the output only moves on the scale of
+       sqrt(eps), so a large eps keeps it smooth at the step size (and checks eps's gradient) */
+    s[0] = gc_in(2, 4, 2, 0, 0); s[1] = gc_in(1, 2, 0, 0, 0); s[2] = gc_in(1, 2, 0, 0, 0);
+    a.i[0] = 3; a.f[0] = 0.5f;
+    GRADCHECK("layernorm D = 2, eps 0.5", 3, s, b_layernorm, &a);
+    s[0] = gc_in(3, 1, 1, 6, 0); s[1] = gc_in(1, 6, 0, 0, 0); s[2] = gc_in(1, 6, 0, 0, 0);
+    a.f[0] = 1e-5f;
+    GRADCHECK("layernorm one row", 3, s, b_layernorm, &a);
+}
+
+/* ==== embedding =============================================================================== */
+static mf_tensor *b_embedding(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_embedding(c, in[0], a->ids, a->ndim, a->shape);
+}
+static void test_embedding(void) {
+    static const int32_t ids[6] = {3, 0, 3, 3, 4, 0};
+    mf_ctx *c = mf_ctx_new(8);
+    int ts[2] = {5, 3}, is[2] = {2, 3}, i, j;
+    mf_tensor *tb = rnd_param(c, "table", 2, ts, 1), *y = mf_embedding(c, tb, ids, 2, is), *l;
+    MFT_CHECK(shape_is(y, 3, 2, 3, 3, 0));
+    for (i = 0; y && i < 6; i++)
+        for (j = 0; j < 3; j++) MFT_CHECK(y->data[i * 3 + j] == tb->data[ids[i] * 3 + j]);
+    /* gradients of repeated ids add up: d sum(y) / d table[v] = count(v) */
+    l = mf_sum(c, y);
+    MFT_CHECK(l && mf_backward(c, l) == 0);
+    for (j = 0; j < 3; j++) {
+        MFT_CHECK(tb->grad[0 * 3 + j] == 2.0f && tb->grad[1 * 3 + j] == 0.0f && tb->grad[2 * 3 + j] == 0.0f);
+        MFT_CHECK(tb->grad[3 * 3 + j] == 3.0f && tb->grad[4 * 3 + j] == 1.0f);
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+    {
+        gc_spec s[1];
+        args a = A0();
+        s[0] = gc_in(2, 5, 3, 0, 0);
+        a.ids = ids; a.ndim = 2; a.shape[0] = 2; a.shape[1] = 3;
+        GRADCHECK("embedding 2-D ids", 1, s, b_embedding, &a);
+        a.ndim = 1; a.shape[0] = 6;
+        GRADCHECK("embedding 1-D ids", 1, s, b_embedding, &a);
+        a.ndim = 3; a.shape[0] = 1; a.shape[1] = 2; a.shape[2] = 3;
+        GRADCHECK("embedding 3-D ids", 1, s, b_embedding, &a);
+    }
+}
+
+/* ==== dropout ================================================================================= */
+static mf_tensor *b_dropout(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    /* two calls: two different masks, each fixed while checking */
+    return mf_dropout(c, mf_mul(c, mf_dropout(c, in[0], a->f[0]), in[0]), a->f[0]);
+}
+static void test_dropout(void) {
+    const float p = 0.3f;
+    const int n = 100000;
+    mf_ctx *c = mf_ctx_new(9), *c2 = mf_ctx_new(9), *c3 = mf_ctx_new(10);
+    mf_tensor *x = mf_new(c, 1, &n), *y1, *y2, *y3, *z1, *z2, *w;
+    int64_t i, kept = 0, diff12 = 0, bad_scale = 0, same_c2 = 1, diff_seed = 0, diff_reset = 0;
+    float *first;
+    for (i = 0; i < n; i++) x->data[i] = 1.0f + (float)(i % 7);
+    y1 = mf_dropout(c, x, p);
+    y2 = mf_dropout(c, x, p);
+    MFT_CHECK(y1 && y2 && y1 != x);
+    if (!y1 || !y2) { mf_ctx_free(c); mf_ctx_free(c2); mf_ctx_free(c3); return; }
+    for (i = 0; i < n; i++) {
+        if (y1->data[i] != 0) {
+            kept++;
+            if (fabsf(y1->data[i] - x->data[i] / (1.0f - p)) > 1e-5f * y1->data[i]) bad_scale++;
+        }
+        if ((y1->data[i] != 0) != (y2->data[i] != 0)) diff12++;
+    }
+    /* kept fraction ~ 1 - p (binomial std 0.0014), kept values scaled by 1 / (1 - p) */
+    MFT_NEAR((double)kept / n, 1.0 - p, 0.01);
+    MFT_CHECK(bad_scale == 0);
+    /* two calls: independent masks, disagreeing on ~2 p (1 - p) = 42% of the elements */
+    MFT_NEAR((double)diff12 / n, 2.0 * p * (1.0 - p), 0.02);
+    /* the same seed and call order reproduce the masks; another seed does not */
+    {
+        mf_tensor *x2 = mf_from(c2, 1, &n, x->data), *x3 = mf_from(c3, 1, &n, x->data);
+        z1 = mf_dropout(c2, x2, p); z2 = mf_dropout(c2, x2, p); y3 = mf_dropout(c3, x3, p);
+        MFT_CHECK(z1 && z2 && y3);
+        for (i = 0; z1 && z2 && y3 && i < n; i++) {
+            if (z1->data[i] != y1->data[i] || z2->data[i] != y2->data[i]) same_c2 = 0;
+            if ((y3->data[i] != 0) != (y1->data[i] != 0)) diff_seed++;
+        }
+        MFT_CHECK(same_c2);
+        MFT_CHECK(diff_seed > n / 10);
+    }
+    /* after mf_reset the next call draws a new mask (not step 1's again) */
+    first = (float *)malloc((size_t)n * sizeof(float));
+    memcpy(first, y1->data, (size_t)n * sizeof(float));
+    mf_reset(c);
+    x = mf_new(c, 1, &n);
+    for (i = 0; i < n; i++) x->data[i] = 1.0f + (float)(i % 7);
+    w = mf_dropout(c, x, p);
+    for (i = 0; w && i < n; i++) if ((w->data[i] != 0) != (first[i] != 0)) diff_reset++;
+    MFT_CHECK(diff_reset > n / 10);
+    free(first);
+    /* evaluation mode: identity; p = 0: identity */
+    MFT_CHECK(mf_set_training(c, 0) == 1);
+    w = mf_dropout(c, x, p);
+    MFT_CHECK(w && max_abs_diff(w->data, x->data, n) == 0);
+    MFT_CHECK(mf_set_training(c, 1) == 0);
+    w = mf_dropout(c, x, 0.0f);
+    MFT_CHECK(w && max_abs_diff(w->data, x->data, n) == 0);
+    /* the gradient is the same mask times 1 / (1 - p) */
+    {
+        int s2[2] = {4, 5};
+        mf_tensor *pp = rnd_param(c, "dp", 2, s2, 3), *d = mf_dropout(c, pp, 0.5f), *l = mf_sum(c, d);
+        int k, bad = 0;
+        MFT_CHECK(l && mf_backward(c, l) == 0);
+        for (k = 0; d && k < 20; k++) if (pp->grad[k] != (d->data[k] != 0 ? 2.0f : 0.0f)) bad = 1;
+        MFT_CHECK(!bad);
+    }
+    MFT_CHECK(mf_ok(c) && mf_ok(c2) && mf_ok(c3));
+    mf_ctx_free(c); mf_ctx_free(c2); mf_ctx_free(c3);
+    {
+        gc_spec s[1];
+        args a = A0();
+        a.f[0] = 0.3f;
+        s[0] = gc_in(3, 3, 4, 5, 0);
+        GRADCHECK("dropout (training, fixed seed)", 1, s, b_dropout, &a);
+    }
+}
+
+/* ==== reshape / permute / transpose =========================================================== */
+static mf_tensor *b_reshape(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    /* reshape, then something that mixes positions so a wrong layout would show; x also
+       reaches the output through exp, so its gradient has two contributions */
+    mf_tensor *r = mf_reshape(c, in[0], a->ndim, a->shape), *q = mf_reshape(c, mf_exp(c, in[0]), a->ndim, a->shape);
+    return mf_softmax(c, mf_mul(c, r, q), 0);
+}
+static void test_reshape(void) {
+    mf_ctx *c = mf_ctx_new(10);
+    int xs[3] = {2, 3, 4}, s1[2] = {6, -1}, s2[4] = {-1, 2, 2, 3}, s3[1] = {-1}, bad1[2] = {5, -1}, bad2[2] = {-1, -1};
+    mf_tensor *x = rnd(c, 3, xs, 1, -1, 1), *y;
+    y = mf_reshape(c, x, 2, s1);
+    MFT_CHECK(shape_is(y, 2, 6, 4, 0, 0) && y->data == x->data);
+    y = mf_reshape(c, x, 4, s2);
+    MFT_CHECK(shape_is(y, 4, 2, 2, 2, 3));
+    y = mf_reshape(c, x, 1, s3);
+    MFT_CHECK(shape_is(y, 1, 24, 0, 0, 0));
+    MFT_CHECK(mf_ok(c));
+    MFT_CHECK(mf_reshape(c, x, 2, bad1) == NULL && !mf_ok(c) && strstr(mf_error(c), "reshape"));
+    mf_clear_error(c);
+    MFT_CHECK(mf_reshape(c, x, 2, bad2) == NULL && !mf_ok(c));
+    mf_clear_error(c);
+    mf_ctx_free(c);
+    {
+        gc_spec s[1];
+        args a = A0();
+        s[0] = gc_in(3, 2, 3, 4, 0);
+        a.ndim = 2; a.shape[0] = -1; a.shape[1] = 6;
+        GRADCHECK("reshape [2,3,4] -> [-1, 6]", 1, s, b_reshape, &a);
+        a.ndim = 4; a.shape[0] = 3; a.shape[1] = 1; a.shape[2] = -1; a.shape[3] = 2;
+        GRADCHECK("reshape [2,3,4] -> [3,1,-1,2]", 1, s, b_reshape, &a);
+    }
+}
+
+/* out index -> in index by explicit multi-index arithmetic */
+static int check_permute(mf_ctx *c, const mf_tensor *x, const int *perm) {
+    mf_tensor *y = mf_permute(c, (mf_tensor *)x, perm);
+    int nd = x->ndim, d, bad = 0;
+    int64_t o;
+    if (!y) return 0;
+    for (d = 0; d < nd; d++) if (y->shape[d] != x->shape[perm[d]]) return 0;
+    for (o = 0; o < y->ne; o++) {
+        int64_t oi[4], xi[4], rem = o, in = 0;
+        for (d = nd - 1; d >= 0; d--) { oi[d] = rem % y->shape[d]; rem /= y->shape[d]; }
+        for (d = 0; d < nd; d++) xi[perm[d]] = oi[d];
+        for (d = 0; d < nd; d++) in = in * x->shape[d] + xi[d];
+        if (y->data[o] != x->data[in]) bad = 1;
+    }
+    return !bad;
+}
+static void test_permute_forward(void) {
+    mf_ctx *c = mf_ctx_new(11);
+    int s3[3] = {2, 3, 4}, s4[4] = {2, 1, 3, 5}, s2[2] = {3, 4}, perm[4], a, b, d, e, n3 = 0, n4 = 0;
+    mf_tensor *x3 = rnd(c, 3, s3, 1, -1, 1), *x4 = rnd(c, 4, s4, 2, -1, 1), *x2 = rnd(c, 2, s2, 3, -1, 1), *t1, *t2;
+    for (a = 0; a < 3; a++) for (b = 0; b < 3; b++) for (d = 0; d < 3; d++) {
+        if (a == b || a == d || b == d) continue;
+        perm[0] = a; perm[1] = b; perm[2] = d;
+        MFT_CHECK(check_permute(c, x3, perm));
+        n3++;
+    }
+    for (a = 0; a < 4; a++) for (b = 0; b < 4; b++) for (d = 0; d < 4; d++) for (e = 0; e < 4; e++) {
+        if (a == b || a == d || a == e || b == d || b == e || d == e) continue;
+        perm[0] = a; perm[1] = b; perm[2] = d; perm[3] = e;
+        MFT_CHECK(check_permute(c, x4, perm));
+        n4++;
+    }
+    MFT_CHECK(n3 == 6 && n4 == 24);
+    perm[0] = 1; perm[1] = 0;
+    MFT_CHECK(check_permute(c, x2, perm));
+    /* transpose with negative dims == the permutation */
+    t1 = mf_transpose(c, x4, -1, -3);
+    perm[0] = 0; perm[1] = 3; perm[2] = 2; perm[3] = 1;
+    t2 = mf_permute(c, x4, perm);
+    MFT_CHECK(t1 && t2 && shape_is(t1, 4, 2, 5, 3, 1) && max_abs_diff(t1->data, t2->data, t1->ne) == 0);
+    t1 = mf_transpose(c, x3, 0, -1);
+    MFT_CHECK(shape_is(t1, 3, 4, 3, 2, 0));
+    t1 = mf_transpose(c, x2, -2, 1);
+    MFT_CHECK(t1 && shape_is(t1, 2, 4, 3, 0, 0) && t1->data[1] == x2->data[4]);
+    t1 = mf_transpose(c, x2, 1, 1);
+    MFT_CHECK(t1 && max_abs_diff(t1->data, x2->data, 12) == 0);
+    MFT_CHECK(mf_ok(c));
+    MFT_CHECK(mf_transpose(c, x2, 0, 2) == NULL && strstr(mf_error(c), "transpose"));
+    mf_clear_error(c);
+    perm[0] = 0; perm[1] = 0; perm[2] = 1;
+    MFT_CHECK(mf_permute(c, x3, perm) == NULL && strstr(mf_error(c), "permute"));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_permute(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    if (a->i[4]) return mf_transpose(c, in[0], a->i[0], a->i[1]);
+    return mf_permute(c, in[0], a->i);
+}
+static void test_permute_grad(void) {
+    static const int perms3[4][3] = {{0, 2, 1}, {2, 0, 1}, {1, 2, 0}, {2, 1, 0}};
+    static const int perms4[4][4] = {{0, 2, 1, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}, {0, 1, 3, 2}};
+    gc_spec s[1];
+    int k, d;
+    char name[64];
+    for (k = 0; k < 4; k++) {
+        args a = A0();
+        for (d = 0; d < 3; d++) a.i[d] = perms3[k][d];
+        s[0] = gc_in(3, 2, 3, 4, 0);
+        snprintf(name, sizeof name, "permute3 %d%d%d", a.i[0], a.i[1], a.i[2]);
+        GRADCHECK(name, 1, s, b_permute, &a);
+        a = A0();
+        for (d = 0; d < 4; d++) a.i[d] = perms4[k][d];
+        s[0] = gc_in(4, 2, 1, 3, 2);
+        snprintf(name, sizeof name, "permute4 %d%d%d%d", a.i[0], a.i[1], a.i[2], a.i[3]);
+        GRADCHECK(name, 1, s, b_permute, &a);
+    }
+    {
+        args a = A0();
+        a.i[4] = 1; a.i[0] = -1; a.i[1] = -2;
+        s[0] = gc_in(3, 2, 3, 4, 0);
+        GRADCHECK("transpose -1 -2", 1, s, b_permute, &a);
+        a.i[0] = 0; a.i[1] = -1;
+        s[0] = gc_in(4, 2, 1, 3, 2);
+        GRADCHECK("transpose 0 -1", 1, s, b_permute, &a);
+    }
+}
+
+/* ==== concat / slice / roll =================================================================== */
+static void test_concat_slice_forward(void) {
+    mf_ctx *c = mf_ctx_new(12);
+    int sa[3] = {2, 3, 4}, ax;
+    mf_tensor *a = rnd(c, 3, sa, 1, -1, 1);
+    for (ax = -3; ax < 3; ax++) {
+        int axis = ax < 0 ? ax + 3 : ax, sb[3], i, j, k, bad = 0, cut;
+        mf_tensor *b, *y, *s0, *s1;
+        memcpy(sb, sa, sizeof sb);
+        sb[axis] = 2;
+        b = rnd(c, 3, sb, 2 + axis, -1, 1);
+        y = mf_concat(c, a, b, ax);
+        MFT_CHECK(y && y->shape[axis] == sa[axis] + 2);
+        if (!y) break;
+        for (i = 0; i < y->shape[0]; i++)
+            for (j = 0; j < y->shape[1]; j++)
+                for (k = 0; k < y->shape[2]; k++) {
+                    int idx[3], in_a;
+                    float e;
+                    idx[0] = i; idx[1] = j; idx[2] = k;
+                    in_a = idx[axis] < sa[axis];
+                    if (!in_a) idx[axis] -= sa[axis];
+                    e = in_a ? a->data[(idx[0] * sa[1] + idx[1]) * sa[2] + idx[2]]
+                             : b->data[(idx[0] * sb[1] + idx[1]) * sb[2] + idx[2]];
+                    if (y->data[(i * y->shape[1] + j) * y->shape[2] + k] != e) bad = 1;
+                }
+        MFT_CHECK(!bad);
+        /* slicing the concat gives a and b back */
+        cut = sa[axis];
+        s0 = mf_slice(c, y, ax, 0, cut);
+        s1 = mf_slice(c, y, ax, cut, 2);
+        MFT_CHECK(s0 && s1 && s0->ne == a->ne && s1->ne == b->ne);
+        if (s0 && s1) {
+            MFT_CHECK(max_abs_diff(s0->data, a->data, a->ne) == 0);
+            MFT_CHECK(max_abs_diff(s1->data, b->data, b->ne) == 0);
+        }
+    }
+    { /* hand example: rows 1..2 of a [4, 2] */
+        int s[2] = {4, 2};
+        const float v[8] = {0, 1, 2, 3, 4, 5, 6, 7}, e[4] = {2, 3, 4, 5}, e2[4] = {1, 3, 5, 7};
+        mf_tensor *x = mf_from(c, 2, s, v), *y = mf_slice(c, x, 0, 1, 2), *z = mf_slice(c, x, -1, 1, 1);
+        MFT_CHECK(shape_is(y, 2, 2, 2, 0, 0) && max_abs_diff(y->data, e, 4) == 0);
+        MFT_CHECK(shape_is(z, 2, 4, 1, 0, 0) && max_abs_diff(z->data, e2, 4) == 0);
+        MFT_CHECK(mf_slice(c, x, 0, 3, 2) == NULL && strstr(mf_error(c), "slice"));
+        mf_clear_error(c);
+        MFT_CHECK(mf_slice(c, x, 0, -1, 2) == NULL);
+        mf_clear_error(c);
+        MFT_CHECK(mf_concat(c, x, a, 0) == NULL && strstr(mf_error(c), "concat"));
+        mf_clear_error(c);
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_concat(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return a->i[1] ? mf_concat(c, in[0], in[0], a->i[0]) : mf_concat(c, in[0], in[1], a->i[0]);
+}
+static mf_tensor *b_slice(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_slice(c, in[0], a->i[0], a->i[1], a->i[2]);
+}
+static void test_concat_slice_grad(void) {
+    int ax;
+    char name[64];
+    for (ax = -4; ax < 4; ax++) {
+        int axis = ax < 0 ? ax + 4 : ax, sb[4] = {2, 1, 3, 2};
+        gc_spec s[2];
+        args a = A0();
+        s[0] = gc_in(4, 2, 1, 3, 2);
+        sb[axis] = axis == 1 ? 2 : 1;
+        s[1] = gc_in(4, sb[0], sb[1], sb[2], sb[3]);
+        a.i[0] = ax;
+        snprintf(name, sizeof name, "concat axis %d", ax);
+        GRADCHECK(name, 2, s, b_concat, &a);
+        a.i[1] = 1;
+        snprintf(name, sizeof name, "concat(x, x) axis %d", ax);
+        GRADCHECK(name, 1, s, b_concat, &a);
+        a = A0();
+        a.i[0] = ax; a.i[1] = axis == 1 ? 0 : 1; a.i[2] = 1;
+        s[0] = gc_in(4, 3, 1, 3, 2);
+        snprintf(name, sizeof name, "slice axis %d", ax);
+        GRADCHECK(name, 1, s, b_slice, &a);
+    }
+    {
+        gc_spec s[1];
+        args a = A0();
+        a.i[0] = 0; a.i[1] = 2; a.i[2] = 3;
+        s[0] = gc_in(1, 7, 0, 0, 0);
+        GRADCHECK("slice 1-D", 1, s, b_slice, &a);
+    }
+}
+
+static void test_roll_forward(void) {
+    mf_ctx *c = mf_ctx_new(13);
+    int n = 4, k;
+    const float v[4] = {0, 1, 2, 3};
+    static const int shifts[6] = {1, -1, 5, -6, 4, 0};
+    static const float expect[6][4] = {{3, 0, 1, 2}, {1, 2, 3, 0}, {3, 0, 1, 2}, {2, 3, 0, 1}, {0, 1, 2, 3}, {0, 1, 2, 3}};
+    mf_tensor *x = mf_from(c, 1, &n, v);
+    for (k = 0; k < 6; k++) {
+        mf_tensor *y = mf_roll(c, x, shifts[k], 0);
+        MFT_CHECK(y && max_abs_diff(y->data, expect[k], 4) == 0);
+        if (y && max_abs_diff(y->data, expect[k], 4) != 0)
+            printf("    roll(%d) = [%g %g %g %g]\n", shifts[k], (double)y->data[0], (double)y->data[1], (double)y->data[2], (double)y->data[3]);
+    }
+    { /* along each axis of a [2, 3, 4]: out[..., (i + s) mod n, ...] = x[..., i, ...] */
+        int sh[3] = {2, 3, 4}, ax, s, i, j, l;
+        mf_tensor *x3 = rnd(c, 3, sh, 1, -1, 1);
+        for (ax = -3; ax < 3; ax++)
+            for (s = -5; s <= 5; s += 2) {
+                int axis = ax < 0 ? ax + 3 : ax, bad = 0;
+                mf_tensor *y = mf_roll(c, x3, s, ax);
+                if (!y) { MFT_CHECK(0); break; }
+                for (i = 0; i < 2; i++) for (j = 0; j < 3; j++) for (l = 0; l < 4; l++) {
+                    int o[3];
+                    o[0] = i; o[1] = j; o[2] = l;
+                    o[axis] = ((o[axis] + s) % sh[axis] + sh[axis]) % sh[axis];
+                    if (y->data[(o[0] * 3 + o[1]) * 4 + o[2]] != x3->data[(i * 3 + j) * 4 + l]) bad = 1;
+                }
+                MFT_CHECK(!bad);
+            }
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_roll(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_roll(c, in[0], a->i[0], a->i[1]);
+}
+static void test_roll_grad(void) {
+    static const int cfg[5][2] = {{1, 1}, {-2, 2}, {7, -1}, {-9, 0}, {3, -3}};
+    int k;
+    char name[64];
+    for (k = 0; k < 5; k++) {
+        gc_spec s[1];
+        args a = A0();
+        a.i[0] = cfg[k][0]; a.i[1] = cfg[k][1];
+        s[0] = gc_in(3, 2, 3, 4, 0);
+        snprintf(name, sizeof name, "roll shift %d axis %d", a.i[0], a.i[1]);
+        GRADCHECK(name, 1, s, b_roll, &a);
+    }
+}
+
+/* ==== sum / mean / sum_axis =================================================================== */
+static void test_reductions_forward(void) {
+    mf_ctx *c = mf_ctx_new(14);
+    int sh[3] = {2, 3, 4}, ax, n = 5;
+    mf_tensor *x = rnd(c, 3, sh, 1, -1, 1), *s = mf_sum(c, x), *m = mf_mean(c, x), *x1 = rnd(c, 1, &n, 2, -1, 1), *y;
+    double tot = 0;
+    int64_t i;
+    for (i = 0; i < 24; i++) tot += x->data[i];
+    MFT_CHECK(shape_is(s, 1, 1, 0, 0, 0) && shape_is(m, 1, 1, 0, 0, 0));
+    if (s && m) { MFT_NEAR(s->data[0], tot, 1e-6); MFT_NEAR(m->data[0], tot / 24, 1e-6); }
+    for (ax = -3; ax < 3; ax++) {
+        int axis = ax < 0 ? ax + 3 : ax, i0, i1, k, bad = 0, os[2], no = 0, d;
+        y = mf_sum_axis(c, x, ax);
+        for (d = 0; d < 3; d++) if (d != axis) os[no++] = sh[d];
+        MFT_CHECK(shape_is(y, 2, os[0], os[1], 0, 0));
+        if (!y) break;
+        for (i0 = 0; i0 < os[0]; i0++)
+            for (i1 = 0; i1 < os[1]; i1++) {
+                double e = 0;
+                for (k = 0; k < sh[axis]; k++) {
+                    int idx[3], q = 0;
+                    for (d = 0; d < 3; d++) idx[d] = d == axis ? k : (q++ == 0 ? i0 : i1);
+                    e += x->data[(idx[0] * 3 + idx[1]) * 4 + idx[2]];
+                }
+                if (fabs(y->data[i0 * os[1] + i1] - e) > 1e-6) bad = 1;
+            }
+        MFT_CHECK(!bad);
+    }
+    y = mf_sum_axis(c, x1, 0);
+    MFT_CHECK(shape_is(y, 1, 1, 0, 0, 0));
+    if (y) MFT_NEAR(y->data[0], x1->data[0] + x1->data[1] + x1->data[2] + x1->data[3] + x1->data[4], 1e-6);
+    MFT_CHECK(mf_ok(c));
+    MFT_CHECK(mf_sum_axis(c, x, 3) == NULL && strstr(mf_error(c), "sum_axis"));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_reduce(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    /* the square makes the gradient depend on the values */
+    mf_tensor *x = mf_mul(c, in[0], in[0]);
+    if (a->i[0] == 0) return mf_sum(c, x);
+    if (a->i[0] == 1) return mf_mean(c, x);
+    return mf_sum_axis(c, x, a->i[1]);
+}
+static void test_reductions_grad(void) {
+    gc_spec s[1];
+    args a = A0();
+    int ax;
+    char name[64];
+    s[0] = gc_in(3, 2, 3, 4, 0);
+    GRADCHECK("sum", 1, s, b_reduce, &a);
+    a.i[0] = 1;
+    GRADCHECK("mean", 1, s, b_reduce, &a);
+    a.i[0] = 2;
+    for (ax = -4; ax < 4; ax++) {
+        a.i[1] = ax;
+        s[0] = gc_in(4, 2, 3, 1, 2);
+        snprintf(name, sizeof name, "sum_axis %d", ax);
+        GRADCHECK(name, 1, s, b_reduce, &a);
+    }
+    a.i[1] = 0;
+    s[0] = gc_in(1, 5, 0, 0, 0);
+    GRADCHECK("sum_axis 1-D", 1, s, b_reduce, &a);
+}
+
+/* ==== conv1d ================================================================================== */
+static void naive_conv1d(const mf_tensor *x, const mf_tensor *w, const mf_tensor *b, int stride, int pad,
+                         int To, float *y) {
+    int B = x->shape[0], T = x->shape[1], C = x->shape[2], Co = w->shape[0], K = w->shape[2];
+    int bi, t, o, ci, k;
+    for (bi = 0; bi < B; bi++)
+        for (t = 0; t < To; t++)
+            for (o = 0; o < Co; o++) {
+                double s = b ? b->data[o] : 0;
+                for (ci = 0; ci < C; ci++)
+                    for (k = 0; k < K; k++) {
+                        int ts = t * stride + k - pad;
+                        if (ts >= 0 && ts < T) s += (double)w->data[(o * C + ci) * K + k] * x->data[(bi * T + ts) * C + ci];
+                    }
+                y[(bi * To + t) * Co + o] = (float)s;
+            }
+}
+/* B, T, Cin, Cout, K, stride, pad */
+static const int conv_cases[][7] = {
+    {2, 6, 3, 4, 2, 2, 0},  /* kernel == stride: the compressive transformer's compression */
+    {1, 9, 2, 3, 3, 3, 0},  /* kernel == stride, 3 */
+    {2, 7, 3, 2, 3, 2, 1},  /* general, padded */
+    {1, 5, 1, 1, 3, 1, 2},  /* 1 channel, pad > K/2 */
+    {2, 8, 2, 3, 2, 3, 0},  /* stride > kernel (gaps), T not a multiple */
+    {1, 3, 2, 2, 3, 1, 0},  /* T == K: one output */
+};
+#define N_CONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
+static void test_conv1d_forward(void) {
+    mf_ctx *c = mf_ctx_new(15);
+    int ci, bias_on;
+    for (ci = 0; ci < N_CONV; ci++)
+        for (bias_on = 0; bias_on < 2; bias_on++) {
+            const int *k = conv_cases[ci];
+            int xs[3], ws[3], To = (k[1] + 2 * k[6] - k[4]) / k[5] + 1;
+            mf_tensor *x, *w, *b, *y;
+            float *ref;
+            xs[0] = k[0]; xs[1] = k[1]; xs[2] = k[2];
+            ws[0] = k[3]; ws[1] = k[2]; ws[2] = k[4];
+            x = rnd(c, 3, xs, 1 + ci, -1, 1); w = rnd(c, 3, ws, 11 + ci, -1, 1); b = rnd(c, 1, &ws[0], 21 + ci, -1, 1);
+            y = mf_conv1d(c, x, w, bias_on ? b : NULL, k[5], k[6]);
+            MFT_CHECK(shape_is(y, 3, k[0], To, k[3], 0));
+            if (!y) { printf("    %s\n", mf_error(c)); mf_clear_error(c); continue; }
+            ref = (float *)malloc((size_t)y->ne * sizeof(float));
+            naive_conv1d(x, w, bias_on ? b : NULL, k[5], k[6], To, ref);
+            if (max_abs_diff(y->data, ref, y->ne) > 1e-5) {
+                printf("    conv1d case %d bias %d: max diff %g\n", ci, bias_on, max_abs_diff(y->data, ref, y->ne));
+                MFT_CHECK(0);
+            }
+            free(ref);
+        }
+    { /* kernel == stride with a ones kernel: sums of consecutive pairs */
+        int xs[3] = {1, 4, 1}, ws[3] = {1, 1, 2};
+        const float xv[4] = {1, 2, 3, 4}, wv[2] = {1, 1}, e[2] = {3, 7};
+        mf_tensor *y = mf_conv1d(c, mf_from(c, 3, xs, xv), mf_from(c, 3, ws, wv), NULL, 2, 0);
+        MFT_CHECK(shape_is(y, 3, 1, 2, 1, 0) && max_abs_diff(y->data, e, 2) == 0);
+    }
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static mf_tensor *b_conv1d(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    return mf_conv1d(c, in[0], in[1], a->i[0] ? in[2] : NULL, a->i[1], a->i[2]);
+}
+static void test_conv1d_grad(void) {
+    int ci, bias_on;
+    char name[64];
+    for (ci = 0; ci < N_CONV; ci++)
+        for (bias_on = 0; bias_on < 2; bias_on++) {
+            const int *k = conv_cases[ci];
+            gc_spec s[3];
+            args a = A0();
+            s[0] = gc_in(3, k[0], k[1], k[2], 0);
+            s[1] = gc_in(3, k[3], k[2], k[4], 0);
+            s[2] = gc_in(1, k[3], 0, 0, 0);
+            a.i[0] = bias_on; a.i[1] = k[5]; a.i[2] = k[6];
+            snprintf(name, sizeof name, "conv1d case %d bias %d", ci, bias_on);
+            GRADCHECK(name, bias_on ? 3 : 2, s, b_conv1d, &a);
+        }
+}
+
+/* ==== avg_pool_seq ============================================================================ */
+static void test_avg_pool_seq(void) {
+    mf_ctx *c = mf_ctx_new(24);
+    static const int cases[][2] = {{3, 0}, {1, 0}, {5, 0}, {9, 0}, {1, 1}, {2, 1}, {3, 1}, {8, 1}}; /* kernel, causal */
+    int sh[3] = {2, 5, 3}, ci;
+    mf_tensor *x = rnd(c, 3, sh, 1, -1, 1);
+    for (ci = 0; ci < 8; ci++) {
+        int k = cases[ci][0], causal = cases[ci][1], b, t, d, bad = 0;
+        mf_tensor *y = mf_avg_pool_seq(c, x, k, causal);
+        MFT_CHECK(shape_is(y, 3, 2, 5, 3, 0));
+        if (!y) { printf("    %s\n", mf_error(c)); mf_clear_error(c); continue; }
+        for (b = 0; b < 2; b++) for (t = 0; t < 5; t++) for (d = 0; d < 3; d++) {
+            int lo = causal ? t - k + 1 : t - k / 2, hi = causal ? t : t + k / 2, s, n = 0;
+            double m = 0;
+            for (s = lo; s <= hi; s++) if (s >= 0 && s < 5) { m += x->data[(b * 5 + s) * 3 + d]; n++; }
+            if (fabs(y->data[(b * 5 + t) * 3 + d] - m / n) > 1e-6) bad = 1;
+        }
+        if (bad) printf("    avg_pool_seq kernel %d causal %d: wrong values\n", k, causal);
+        MFT_CHECK(!bad);
+    }
+    { /* hand example: [1, 2, 3, 4], centred 3 -> [1.5, 2, 3, 3.5]; causal 2 -> [1, 1.5, 2.5, 3.5] */
+        int s3[3] = {1, 4, 1};
+        const float v[4] = {1, 2, 3, 4}, e1[4] = {1.5f, 2, 3, 3.5f}, e2[4] = {1, 1.5f, 2.5f, 3.5f};
+        mf_tensor *h = mf_from(c, 3, s3, v), *y1 = mf_avg_pool_seq(c, h, 3, 0), *y2 = mf_avg_pool_seq(c, h, 2, 1);
+        MFT_CHECK(y1 && y2 && max_abs_diff(y1->data, e1, 4) < 1e-7 && max_abs_diff(y2->data, e2, 4) < 1e-7);
+    }
+    MFT_CHECK(mf_ok(c));
+    MFT_CHECK(mf_avg_pool_seq(c, x, 2, 0) == NULL && strstr(mf_error(c), "avg_pool_seq")); /* centred needs odd */
+    mf_ctx_free(c);
+}
+static mf_tensor *b_avg_pool(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    mf_tensor *y = mf_avg_pool_seq(c, in[0], a->i[0], a->i[1]);
+    return mf_mul(c, y, y); /* nonlinear, so every window weight matters */
+}
+static void test_avg_pool_seq_grad(void) {
+    static const int cases[][2] = {{3, 0}, {5, 0}, {9, 0}, {1, 1}, {2, 1}, {4, 1}, {7, 1}};
+    int ci;
+    char name[64];
+    for (ci = 0; ci < 7; ci++) {
+        gc_spec s[1];
+        args a = A0();
+        a.i[0] = cases[ci][0]; a.i[1] = cases[ci][1];
+        s[0] = gc_in(3, 2, 6, 2, 0);
+        snprintf(name, sizeof name, "avg_pool_seq kernel %d causal %d", a.i[0], a.i[1]);
+        GRADCHECK(name, 1, s, b_avg_pool, &a);
+    }
+}
+
+/* ==== composite graphs and the checker itself ================================================= */
+/* causal attention block: softmax(q k^T / sqrt(d), causal) v, heads split with reshape/permute,
+   then layernorm, gelu, linear and cross-entropy */
+typedef struct net { mf_tensor *wq, *wk, *wv, *g, *b, *w2, *b2; const int32_t *tg; } net;
+static int net_setup(mf_ctx *c, void *u) {
+    net *n = (net *)u;
+    int s_w[2] = {4, 4}, s_d = 4, s_o[2] = {5, 4}, s_b = 5;
+    n->wq = rnd_param(c, "wq", 2, s_w, 1); n->wk = rnd_param(c, "wk", 2, s_w, 2); n->wv = rnd_param(c, "wv", 2, s_w, 3);
+    n->g = rnd_param(c, "ln.g", 1, &s_d, 4); n->b = rnd_param(c, "ln.b", 1, &s_d, 5);
+    n->w2 = rnd_param(c, "out.w", 2, s_o, 6); n->b2 = rnd_param(c, "out.b", 1, &s_b, 7);
+    mf_param_set_trainable(n->b, 0); /* frozen: skipped by the checker */
+    return mf_ok(c) ? 0 : -1;
+}
+static mf_tensor *net_forward(mf_ctx *c, void *u) {
+    net *n = (net *)u;
+    int xs[3] = {2, 3, 4}, hs[4] = {2, 3, 2, 2}, perm[4] = {0, 2, 1, 3}, back[3] = {2, 3, 4};
+    mf_tensor *x = rnd(c, 3, xs, 99, -1, 1);
+    mf_tensor *q = mf_permute(c, mf_reshape(c, mf_linear(c, x, n->wq, NULL), 4, hs), perm);
+    mf_tensor *k = mf_permute(c, mf_reshape(c, mf_linear(c, x, n->wk, NULL), 4, hs), perm);
+    mf_tensor *v = mf_permute(c, mf_reshape(c, mf_linear(c, x, n->wv, NULL), 4, hs), perm);
+    mf_tensor *att = mf_softmax(c, mf_scale(c, mf_matmul(c, q, k, 0, 1), 0.70710678f), 1);
+    mf_tensor *h = mf_reshape(c, mf_permute(c, mf_matmul(c, att, v, 0, 0), perm), 3, back);
+    h = mf_add(c, x, h);
+    h = mf_gelu(c, mf_layernorm(c, h, n->g, n->b, 1e-5f), 0);
+    return mf_cross_entropy(c, mf_linear(c, h, n->w2, n->b2), n->tg, -1);
+}
+static void test_composite(void) {
+    static const int32_t tg[6] = {0, 4, 2, 2, 1, 3};
+    net n;
+    gc_opts o = gc_defaults();
+    memset(&n, 0, sizeof n);
+    n.tg = tg;
+    MFT_CHECK(GC_OK(gc_check_params("attention block", net_setup, net_forward, &n, NULL)));
+    MFT_CHECK(GC_OK(gc_check_dir("attention block (directional)", net_setup, net_forward, &n, 4, NULL)));
+    o.max_per_input = 5; /* the subset path */
+    MFT_CHECK(GC_OK(gc_check_params("attention block (5 per tensor)", net_setup, net_forward, &n, &o)));
+}
+
+/* a deliberately wrong op: y = x^2 with a configurable backward error. The checker must catch
+   a factor 2, a wrong sign and a missing term; it must pass the right one. */
+static void bad_sq_forward(mf_ctx *c, mf_tensor *out) {
+    int64_t i;
+    (void)c;
+    for (i = 0; i < out->ne; i++) out->data[i] = out->src[0]->data[i] * out->src[0]->data[i] + out->src[0]->data[i];
+}
+static void bad_sq_backward(mf_ctx *c, mf_tensor *out) {
+    int64_t i;
+    float *dx = mf__g(out->src[0]);
+    (void)c;
+    if (!dx) return;
+    for (i = 0; i < out->ne; i++) {
+        float x = out->src[0]->data[i], d;
+        switch (out->iarg[0]) {
+        case 0: d = 2 * x + 1; break;        /* right */
+        case 1: d = 2 * (2 * x + 1); break;  /* factor 2 */
+        case 2: d = -(2 * x + 1); break;     /* sign */
+        case 3: d = 2 * x; break;            /* missing term */
+        case 4: d = (i == 3) ? 1.1f * (2 * x + 1) : 2 * x + 1; break; /* one element 10% off */
+        case 5: d = (i == 2) ? NAN : 2 * x + 1; break;                 /* a NaN */
+        default: d = 2 * x + 1; break;
+        }
+        if (out->iarg[0] == 6) dx[i] = out->grad[i] * d;                  /* assigns instead of adding */
+        else dx[i] += out->grad[i] * d;
+    }
+}
+static const mf__op bad_sq_op = { "bad_sq", 1, mf__same_shape, bad_sq_forward, bad_sq_backward, 0 };
+static mf_tensor *b_bad(mf_ctx *c, mf_tensor **in, void *u) {
+    const args *a = (const args *)u;
+    mf_tensor *t = mf__begin(c, &bad_sq_op, in[0], NULL, NULL, NULL);
+    if (t) t->iarg[0] = a->i[0];
+    return mf__finish(c, t);
+}
+static void test_gradcheck_catches_errors(void) {
+    gc_spec s[1];
+    gc_opts o = gc_defaults();
+    int k;
+    o.quiet = 1; /* no failure report: the errors are expected */
+    s[0] = gc_range(gc_in(2, 3, 4, 0, 0), 0.1f, 2, 0);
+    for (k = 0; k < 7; k++) {
+        args a = A0();
+        double e;
+        a.i[0] = k;
+        e = gc_check("bad_sq", 1, s, b_bad, &a, &o);
+        if (k == 0) MFT_CHECK(e < 1e-3);
+        else if (k < 6) MFT_CHECK(e > 2 * GC_TOL && !GC_OK(e));
+        else MFT_CHECK(e == GC_FAILED); /* caught before any finite difference */
+        if (k == 0 || k == 6) { /* the directional check agrees */
+            gc__simple sm;
+            memset(&sm, 0, sizeof sm);
+            sm.n = 1; sm.specs = s; sm.build = b_bad; sm.user = &a; sm.seed = o.seed;
+            e = gc_check_dir("bad_sq", gc__simple_setup, gc__simple_forward, &sm, 2, &o);
+            MFT_CHECK(k == 0 ? e < 1e-3 : e == GC_FAILED);
+        }
+    }
+}
+
+/* ==== autograd semantics ====================================================================== */
+static void test_autograd_accumulation(void) {
+    mf_ctx *c = mf_ctx_new(16);
+    int sh[2] = {2, 3}, i;
+    mf_tensor *x = rnd_param(c, "x", 2, sh, 1), *l;
+    /* a tensor used twice: d sum(x * x) = 2x */
+    l = mf_sum(c, mf_mul(c, x, x));
+    MFT_CHECK(l && mf_backward(c, l) == 0);
+    for (i = 0; i < 6; i++) MFT_NEAR(x->grad[i], 2 * x->data[i], 1e-6);
+    /* a second backward adds the same again */
+    MFT_CHECK(mf_backward(c, l) == 0);
+    for (i = 0; i < 6; i++) MFT_NEAR(x->grad[i], 4 * x->data[i], 1e-6);
+    /* ... until mf_zero_grad */
+    mf_zero_grad(c);
+    for (i = 0; i < 6; i++) MFT_CHECK(x->grad[i] == 0.0f);
+    MFT_CHECK(mf_backward(c, l) == 0);
+    for (i = 0; i < 6; i++) MFT_NEAR(x->grad[i], 2 * x->data[i], 1e-6);
+    /* residual: y = x + relu(x) * 3 uses x on two paths */
+    mf_zero_grad(c);
+    l = mf_sum(c, mf_add(c, x, mf_scale(c, mf_relu(c, x), 3)));
+    MFT_CHECK(l && mf_backward(c, l) == 0);
+    for (i = 0; i < 6; i++) MFT_NEAR(x->grad[i], x->data[i] > 0 ? 4 : 1, 1e-6);
+    /* a backward that needs no gradient for the input: loss from a non-ancestor is refused */
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+static void test_detach_and_no_grad(void) {
+    mf_ctx *c = mf_ctx_new(17);
+    int sh[2] = {2, 3}, i, tape0, old;
+    mf_tensor *x = rnd_param(c, "x", 2, sh, 1), *d, *l, *y;
+    /* detach: sum(detach(x) * x) -> grad = x, not 2x */
+    d = mf_detach(c, x);
+    MFT_CHECK(d && d->data == x->data && !d->requires_grad && d->grad == NULL);
+    l = mf_sum(c, mf_mul(c, d, x));
+    MFT_CHECK(l && mf_backward(c, l) == 0);
+    for (i = 0; i < 6; i++) MFT_NEAR(x->grad[i], x->data[i], 1e-6);
+    /* a loss made only of detached values has no gradient path: clear error */
+    l = mf_sum(c, mf_scale(c, d, 2));
+    MFT_CHECK(l && !l->requires_grad);
+    MFT_CHECK(mf_backward(c, l) == -1 && !mf_ok(c) && strstr(mf_error(c), "mf_backward") != NULL);
+    mf_clear_error(c);
+    /* no-grad region: nothing recorded, results take no gradient */
+    tape0 = c->tape_len;
+    old = mf_set_grad(c, 0);
+    MFT_CHECK(old == 1);
+    y = mf_gelu(c, mf_linear(c, x, x, NULL), 0);
+    l = mf_mean(c, y);
+    MFT_CHECK(y && l && !y->requires_grad && !l->requires_grad && y->grad == NULL);
+    MFT_CHECK(c->tape_len == tape0);
+    MFT_CHECK(mf_set_grad(c, 1) == 0);
+    mf_zero_grad(c);
+    MFT_CHECK(mf_backward(c, l) == -1 && !mf_ok(c));
+    MFT_CHECK(strstr(mf_error(c), "no trainable parameter") != NULL || strstr(mf_error(c), "mf_set_grad") != NULL);
+    mf_clear_error(c);
+    for (i = 0; i < 6; i++) MFT_CHECK(x->grad[i] == 0.0f);
+    /* recording works again after the region */
+    l = mf_sum(c, mf_scale(c, x, 3));
+    MFT_CHECK(l && l->requires_grad && mf_backward(c, l) == 0);
+    for (i = 0; i < 6; i++) MFT_NEAR(x->grad[i], 3, 1e-6);
+    /* the loss must be one element */
+    MFT_CHECK(mf_backward(c, mf_scale(c, x, 1)) == -1 && strstr(mf_error(c), "one value"));
+    mf_clear_error(c);
+    MFT_CHECK(mf_backward(c, NULL) == -1);
+    mf_clear_error(c);
+    mf_ctx_free(c);
+}
+static void test_frozen_param(void) {
+    mf_ctx *c = mf_ctx_new(18);
+    int sw[2] = {3, 4}, sx[2] = {2, 4}, i, nz = 0;
+    mf_tensor *w = rnd_param(c, "w", 2, sw, 1), *b = rnd_param(c, "b", 1, sw, 2), *x = rnd(c, 2, sx, 3, -1, 1), *l, *y;
+    mf_param_set_trainable(w, 0);
+    l = mf_sum(c, mf_mul(c, mf_linear(c, x, w, b), mf_linear(c, x, w, b)));
+    MFT_CHECK(l && mf_backward(c, l) == 0);
+    for (i = 0; i < 12; i++) MFT_CHECK(w->grad[i] == 0.0f);
+    for (i = 0; i < 3; i++) nz += b->grad[i] != 0.0f;
+    MFT_CHECK(nz == 3);
+    /* only frozen inputs: the output takes no gradient */
+    y = mf_linear(c, x, w, NULL);
+    MFT_CHECK(y && !y->requires_grad);
+    /* unfreeze: gradients flow again */
+    mf_param_set_trainable(w, 1);
+    mf_zero_grad(c);
+    l = mf_sum(c, mf_linear(c, x, w, NULL));
+    MFT_CHECK(l && mf_backward(c, l) == 0);
+    for (i = 0; i < 4; i++) MFT_NEAR(w->grad[i], x->data[i] + x->data[4 + i], 1e-6);
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+
+/* a training-like step with every kind of op; returns the loss */
+static float one_step(mf_ctx *c, mf_tensor *emb, mf_tensor *w, mf_tensor *cw) {
+    static const int32_t ids[8] = {1, 4, 2, 2, 0, 3, 1, 1}, tg[8] = {4, 2, 2, 0, 3, 1, 1, -1};
+    int is[2] = {2, 4}, ss[4] = {2, 4, 1, 6};
+    mf_tensor *h = mf_embedding(c, emb, ids, 2, is);                 /* [2, 4, 6] */
+    mf_tensor *cv = mf_conv1d(c, h, cw, NULL, 2, 0);                  /* [2, 2, 6] */
+    mf_tensor *mem = mf_concat(c, cv, h, 1);                          /* [2, 6, 6] */
+    mf_tensor *sc = mf_matmul(c, h, mem, 0, 1);                       /* [2, 4, 6] */
+    mf_tensor *o = mf_matmul(c, mf_dropout(c, mf_softmax(c, sc, 1), 0.1f), mem, 0, 0);
+    o = mf_layernorm(c, mf_add(c, h, mf_roll(c, o, 1, 1)), NULL, NULL, 1e-5f);
+    o = mf_reshape(c, mf_permute(c, mf_reshape(c, o, 4, ss), (const int[]){0, 2, 1, 3}), 3, (const int[]){2, 4, 6});
+    o = mf_linear(c, mf_silu(c, o), w, NULL);                        /* [2, 4, 5] */
+    mf_tensor *l = mf_add(c, mf_cross_entropy(c, o, tg, -1), mf_scale(c, mf_mean(c, mf_sum_axis(c, mf_exp(c, mf_slice(c, o, 2, 0, 2)), 1)), 0.01f));
+    if (!l || mf_backward(c, l) != 0) return -1;
+    return l->data[0];
+}
+static void test_reset_and_arena(void) {
+    mf_ctx *c = mf_ctx_new(19);
+    int es[2] = {5, 6}, ws[2] = {5, 6}, cs[3] = {6, 6, 2}, step;
+    mf_tensor *emb = rnd_param(c, "emb", 2, es, 1), *w = rnd_param(c, "w", 2, ws, 2), *cw = rnd_param(c, "cw", 3, cs, 3);
+    size_t peak1 = 0, peak2 = 0;
+    long allocs3 = 0;
+    float l1 = 0, g1 = 0;
+    for (step = 0; step < 100; step++) {
+        float l;
+        mf_set_training(c, 0); /* the same loss every step */
+        l = one_step(c, emb, w, cw);
+        MFT_CHECK(mf_ok(c) && l > 0);
+        if (!mf_ok(c)) { printf("    step %d: %s\n", step, mf_error(c)); break; }
+        if (step == 0) { l1 = l; g1 = w->grad[3]; peak1 = mf_activation_peak_bytes(c); }
+        else {
+            MFT_CHECK(l == l1);           /* reuse after reset gives the same result */
+            MFT_CHECK(w->grad[3] == g1);
+        }
+        if (step == 1) peak2 = mf_activation_peak_bytes(c);
+        if (step == 2) allocs3 = n_allocs;
+        mf_zero_grad(c);
+        mf_reset(c);
+        MFT_CHECK(mf_activation_bytes(c) == 0);
+    }
+    /* the peak does not grow after the first step, and steps allocate nothing once sized */
+    MFT_CHECK(peak1 > 0 && peak2 == peak1);
+    MFT_CHECK(mf_activation_peak_bytes(c) == peak1);
+    MFT_CHECK(n_allocs == allocs3);
+    if (n_allocs != allocs3) printf("    %ld allocations in steps 3..99\n", n_allocs - allocs3);
+    /* training mode (dropout active) also stays bounded */
+    mf_set_training(c, 1);
+    for (step = 0; step < 5; step++) { one_step(c, emb, w, cw); mf_zero_grad(c); mf_reset(c); }
+    peak1 = mf_activation_peak_bytes(c);
+    allocs3 = n_allocs;
+    for (step = 0; step < 20; step++) { one_step(c, emb, w, cw); mf_zero_grad(c); mf_reset(c); }
+    MFT_CHECK(mf_activation_peak_bytes(c) == peak1 && n_allocs == allocs3);
+    MFT_CHECK(mf_ok(c));
+    mf_ctx_free(c);
+}
+
+/* shapes big enough that the parallel loops really run in parallel: one thread and all threads
+   must agree (races in forward or backward would show) */
+static float threads_step(mf_ctx *c, int n_threads, float *grads_out) {
+    static int32_t ids[4 * 64], tg[4 * 64];
+    int es[2] = {50, 48}, cs[3] = {48, 48, 2}, ws[2] = {40, 48}, is[2] = {4, 64}, i, hs[4] = {4, 64, 4, 12};
+    int perm[4] = {0, 2, 1, 3};
+    mf_tensor *emb, *cw, *w, *g, *h, *cv, *mem, *sc, *o, *q, *l;
+    for (i = 0; i < 4 * 64; i++) { ids[i] = (i * 7) % 50; tg[i] = i % 9 == 0 ? -1 : (i * 5) % 40; }
+    mf_set_threads(c, n_threads);
+    emb = rnd_param(c, "emb", 2, es, 1); cw = rnd_param(c, "cw", 3, cs, 2); w = rnd_param(c, "w", 2, ws, 3);
+    g = rnd_param(c, "g", 1, &es[1], 4);
+    h = mf_embedding(c, emb, ids, 2, is);                                   /* [4, 64, 48] */
+    cv = mf_conv1d(c, h, cw, NULL, 2, 0);                                   /* [4, 32, 48] */
+    mem = mf_concat(c, cv, h, 1);                                           /* [4, 96, 48] */
+    sc = mf_scale(c, mf_matmul(c, h, mem, 0, 1), 0.15f);                    /* [4, 64, 96] */
+    o = mf_matmul(c, mf_dropout(c, mf_softmax(c, sc, 1), 0.1f), mem, 0, 0); /* [4, 64, 48] */
+    q = mf_permute(c, mf_reshape(c, o, 4, hs), perm);                       /* [4, 4, 64, 12] */
+    q = mf_softmax(c, mf_matmul(c, q, q, 0, 1), 1);                         /* [4, 4, 64, 64] */
+    o = mf_add(c, o, mf_slice(c, mf_transpose(c, mf_sum_axis(c, q, 1), -1, -2), 2, 0, 48));
+    o = mf_layernorm(c, mf_add(c, h, mf_roll(c, o, 3, 1)), g, NULL, 1e-5f);
+    o = mf_mul(c, mf_gelu(c, o, 0), mf_sigmoid(c, mf_silu(c, mf_exp(c, mf_scale(c, o, 0.3f)))));
+    o = mf_linear(c, mf_relu(c, o), w, NULL);                               /* [4, 64, 40] */
+    l = mf_add(c, mf_cross_entropy(c, o, tg, -1), mf_mse(c, mf_log_softmax(c, o), mf_detach(c, o)));
+    if (!l || mf_backward(c, l) != 0) return -1;
+    memcpy(grads_out, mf_param_grads(c), (size_t)mf_param_count(c) * sizeof(float));
+    return l->data[0];
+}
+static void test_threads_consistent(void) {
+    mf_ctx *c1 = mf_ctx_new(23), *c2 = mf_ctx_new(23);
+    float *g1 = (float *)calloc(20000, sizeof(float)), *g2 = (float *)calloc(20000, sizeof(float));
+    float l1 = threads_step(c1, 1, g1), l2 = threads_step(c2, 0, g2);
+    double gmax = 0, dmax = 0;
+    int64_t i, n = mf_param_count(c1);
+    MFT_CHECK(mf_ok(c1) && mf_ok(c2) && n == mf_param_count(c2) && n <= 20000);
+    if (!mf_ok(c1)) printf("    %s\n", mf_error(c1));
+    MFT_CHECK(l1 > 0);
+    MFT_NEAR(l1, l2, 1e-5);
+    for (i = 0; i < n && i < 20000; i++) {
+        if (fabs(g1[i]) > gmax) gmax = fabs(g1[i]);
+        if (fabs(g1[i] - g2[i]) > dmax) dmax = fabs(g1[i] - g2[i]);
+    }
+    MFT_CHECK(gmax > 0 && dmax <= 1e-4 * gmax);
+    if (!(dmax <= 1e-4 * gmax)) printf("    max gradient difference %g (max gradient %g)\n", dmax, gmax);
+    free(g1); free(g2);
+    mf_ctx_free(c1); mf_ctx_free(c2);
+}
+
+/* ==== initialisers ============================================================================ */
+static void test_initialisers(void) {
+    mf_ctx *c = mf_ctx_new(20), *c2 = mf_ctx_new(20), *c3 = mf_ctx_new(21);
+    int ws[2] = {300, 200}, cs[3] = {8, 5, 3}, ns = 100000, bs = 5000;
+    mf_tensor *w = mf_param(c, "w", 2, ws), *cw = mf_param(c, "conv.w", 3, cs), *nrm = mf_param(c, "n", 1, &ns);
+    mf_tensor *bias = mf_param(c, "bias", 1, &bs), *v, *w2, *w3, *n2;
+    double bound = 1.0 / sqrt(200.0), mn = 1e9, mx = -1e9, m = 0, var = 0;
+    int64_t i;
+    int same = 1, diff = 0, out = 0;
+    MFT_CHECK(mf_init_kaiming_uniform(c, w) == 0);
+    for (i = 0; i < w->ne; i++) {
+        if (w->data[i] < mn) mn = w->data[i];
+        if (w->data[i] > mx) mx = w->data[i];
+        if (fabs(w->data[i]) > bound * (1 + 1e-6)) out++;
+        m += w->data[i];
+    }
+    MFT_CHECK(out == 0);
+    MFT_CHECK(mn < -0.995 * bound && mx > 0.995 * bound);
+    MFT_NEAR(m / (double)w->ne, 0, 0.02 * bound);
+    /* conv weight [Cout, Cin, K]: fan_in = Cin * K */
+    MFT_CHECK(mf_init_kaiming_uniform(c, cw) == 0);
+    for (i = 0, mx = 0; i < cw->ne; i++) if (fabs(cw->data[i]) > mx) mx = fabs(cw->data[i]);
+    MFT_CHECK(mx <= 1.0 / sqrt(15.0) * (1 + 1e-6) && mx > 0.8 / sqrt(15.0));
+    /* bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+    MFT_CHECK(mf_init_bias(c, bias, 64) == 0);
+    for (i = 0, mn = 1e9, mx = -1e9; i < bias->ne; i++) {
+        if (bias->data[i] < mn) mn = bias->data[i];
+        if (bias->data[i] > mx) mx = bias->data[i];
+    }
+    MFT_CHECK(mn >= -0.125 && mx <= 0.125 && mn < -0.12 && mx > 0.12);
+    /* normal: mean 0, std 1 over 1e5 values (standard errors 0.003 and 0.0022) */
+    MFT_CHECK(mf_init_normal(c, nrm, 0, 1) == 0);
+    for (i = 0, m = 0; i < nrm->ne; i++) m += nrm->data[i];
+    m /= (double)nrm->ne;
+    for (i = 0; i < nrm->ne; i++) var += (nrm->data[i] - m) * (nrm->data[i] - m);
+    var /= (double)nrm->ne;
+    MFT_NEAR(m, 0, 0.015);
+    MFT_NEAR(sqrt(var), 1, 0.015);
+    { /* tails look normal: P(|z| > 2) = 4.55% */
+        int64_t t2 = 0;
+        for (i = 0; i < nrm->ne; i++) t2 += fabsf(nrm->data[i]) > 2.0f;
+        MFT_NEAR((double)t2 / (double)nrm->ne, 0.0455, 0.004);
+    }
+    MFT_CHECK(mf_init_normal(c, nrm, 2, 0.5f) == 0);
+    for (i = 0, m = 0; i < nrm->ne; i++) m += nrm->data[i];
+    MFT_NEAR(m / (double)nrm->ne, 2, 0.01);
+    /* const, uniform */
+    MFT_CHECK(mf_init_const(c, bias, 0.25f) == 0 && bias->data[0] == 0.25f && bias->data[4999] == 0.25f);
+    MFT_CHECK(mf_init_uniform(c, bias, 3, 4) == 0);
+    for (i = 0, out = 0; i < bias->ne; i++) out += !(bias->data[i] >= 3 && bias->data[i] < 4);
+    MFT_CHECK(out == 0);
+    /* reproducible: same seed and name -> same values, whatever the creation order */
+    v = mf_param(c2, "v", 2, ws);
+    w2 = mf_param(c2, "w", 2, ws);
+    w3 = mf_param(c3, "w", 2, ws);
+    n2 = mf_param(c2, "n", 1, &ns);
+    mf_init_kaiming_uniform(c2, v); mf_init_kaiming_uniform(c2, w2); mf_init_kaiming_uniform(c3, w3);
+    mf_init_normal(c2, n2, 0, 1);
+    mf_init_normal(c, nrm, 0, 1);
+    for (i = 0; i < w->ne; i++) {
+        if (w2->data[i] != w->data[i]) same = 0;
+        if (v->data[i] != w->data[i]) diff++;
+    }
+    MFT_CHECK(same);
+    MFT_CHECK(diff > w->ne * 9 / 10);             /* another name: other values */
+    MFT_CHECK(max_abs_diff(n2->data, nrm->data, ns) == 0);
+    for (i = 0, diff = 0; i < w->ne; i++) diff += w3->data[i] != w->data[i];
+    MFT_CHECK(diff > w->ne * 9 / 10);             /* another seed: other values */
+    MFT_CHECK(mf_init_normal(c, nrm, 0, -1) == -1 && !mf_ok(c));
+    mf_clear_error(c);
+    MFT_CHECK(mf_init_bias(c, bias, 0) == -1);
+    mf_clear_error(c);
+    MFT_CHECK(mf_ok(c) && mf_ok(c2) && mf_ok(c3));
+    mf_ctx_free(c); mf_ctx_free(c2); mf_ctx_free(c3);
+}
+
+/* ==== SGEMM =================================================================================== */
+static int sgemm_case(int ta, int tb, int M, int N, int K, float alpha, float beta, int pad, int threads, int batch,
+                      int share_a, int share_b) {
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad, bi, i, j, k, bad = 0;
+    long long sA = share_a ? 0 : (long long)(ta ? K : M) * lda, sB = share_b ? 0 : (long long)(tb ? N : K) * ldb;
+    long long sC = (long long)M * ldc;
+    size_t nA = (size_t)(ta ? K : M) * lda * (share_a ? 1 : batch), nB = (size_t)(tb ? N : K) * ldb * (share_b ? 1 : batch);
+    size_t nC = (size_t)sC * batch, q;
+    float *Am = (float *)malloc(nA * sizeof(float)), *Bm = (float *)malloc(nB * sizeof(float));
+    float *C = (float *)malloc(nC * sizeof(float)), *C0 = (float *)malloc(nC * sizeof(float));
+    for (q = 0; q < nA; q++) Am[q] = urand(1, q, -1, 1);
+    for (q = 0; q < nB; q++) Bm[q] = urand(2, q, -1, 1);
+    for (q = 0; q < nC; q++) C0[q] = beta == 0 ? NAN : urand(3, q, -1, 1);
+    memcpy(C, C0, nC * sizeof(float));
+    if (batch == 1 && !share_a && !share_b)
+        mf_sgemm(ta, tb, M, N, K, alpha, Am, lda, Bm, ldb, beta, C, ldc, threads);
+    else
+        mf_sgemm_batched(ta, tb, M, N, K, alpha, Am, lda, sA, Bm, ldb, sB, beta, C, ldc, sC, batch, threads);
+    for (bi = 0; bi < batch; bi++) {
+        const float *a = Am + bi * sA, *b = Bm + bi * sB;
+        for (i = 0; i < M; i++)
+            for (j = 0; j < ldc; j++) {
+                size_t ci = (size_t)bi * sC + (size_t)i * ldc + j;
+                double s = 0, mag = 0, e;
+                if (j >= N) { /* padding is not touched */
+                    if (memcmp(&C[ci], &C0[ci], sizeof(float)) != 0) bad = 1;
+                    continue;
+                }
+                for (k = 0; k < K; k++) {
+                    double p = (double)(ta ? a[k * lda + i] : a[i * lda + k]) * (tb ? b[j * ldb + k] : b[k * ldb + j]);
+                    s += p; mag += fabs(p);
+                }
+                e = alpha * s + (beta == 0 ? 0.0 : beta * C0[ci]);
+                mag = fabs(alpha) * mag + (beta == 0 ? 0.0 : fabs(beta * C0[ci]));
+                if (!(fabs(C[ci] - e) <= 1e-5 * mag + 1e-6)) bad = 1;
+            }
+    }
+    if (bad) printf("    sgemm ta %d tb %d M %d N %d K %d alpha %g beta %g pad %d threads %d batch %d share %d%d: wrong\n",
+                    ta, tb, M, N, K, (double)alpha, (double)beta, pad, threads, batch, share_a, share_b);
+    free(Am); free(Bm); free(C); free(C0);
+    return !bad;
+}
+static void test_sgemm(void) {
+    static const int sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {1, 17, 9}, {19, 1, 3}, {33, 17, 64}, {67, 45, 131}, {16, 32, 8}, {5, 3, 300}};
+    static const float ab[][2] = {{1, 0}, {0.5f, 1}, {-1.5f, -0.7f}, {2, 0}, {1, 1}};
+    int si, t, k;
+    for (si = 0; si < (int)(sizeof sizes / sizeof sizes[0]); si++)
+        for (t = 0; t < 4; t++)
+            for (k = 0; k < 5; k++)
+                MFT_CHECK(sgemm_case(t & 1, t >> 1, sizes[si][0], sizes[si][1], sizes[si][2], ab[k][0], ab[k][1],
+                                     (si + k) % 3 == 0 ? 3 : 0, k % 2 ? 1 : 0, 1, 0, 0));
+    /* batched, with shared operands, and thread counts */
+    for (t = 0; t < 4; t++) {
+        MFT_CHECK(sgemm_case(t & 1, t >> 1, 9, 7, 11, 1, 0, 0, 0, 3, 0, 0));
+        MFT_CHECK(sgemm_case(t & 1, t >> 1, 9, 7, 11, 0.5f, 1, 2, 2, 3, 1, 0));
+        MFT_CHECK(sgemm_case(t & 1, t >> 1, 9, 7, 11, -1, 0.5f, 1, 1, 4, 0, 1));
+        MFT_CHECK(sgemm_case(t & 1, t >> 1, 40, 37, 70, 1, 0, 0, 2, 2, 0, 0));
+    }
+    /* big enough for a packed/blocked kernel path: M, K past typical MC/KC blocks, odd tails */
+    for (t = 0; t < 4; t++)
+        MFT_CHECK(sgemm_case(t & 1, t >> 1, 181, 131, 720, t == 2 ? -1.0f : 1.0f, t & 1 ? -0.5f : 0.0f, t == 1 ? 5 : 0, 0, 1, 0, 0));
+    /* K == 0: C = beta * C (alpha * empty sum) */
+    {
+        float C[4] = {1, 2, 3, 4}, Az = 0, Bz = 0;
+        mf_sgemm(0, 0, 2, 2, 0, 1, &Az, 1, &Bz, 2, 0.5f, C, 2, 1);
+        MFT_CHECK(C[0] == 0.5f && C[3] == 2.0f);
+        C[0] = NAN;
+        mf_sgemm(0, 0, 2, 2, 0, 1, &Az, 1, &Bz, 2, 0, C, 2, 1);
+        MFT_CHECK(C[0] == 0.0f && C[1] == 0.0f);
+    }
+}
+
+/* ==== errors: bad input fails cleanly with a message naming the op =========================== */
+static void test_errors(void) {
+    mf_ctx *c = mf_ctx_new(22);
+    int s23[2] = {2, 3}, s34[2] = {3, 4}, s4 = 4, one = 1, s33[3] = {2, 3, 3}, w3[3] = {2, 4, 2};
+    mf_tensor *a = rnd(c, 2, s23, 1, -1, 1), *b = rnd(c, 2, s34, 2, -1, 1), *v4 = rnd(c, 1, &s4, 3, -1, 1);
+    mf_tensor *x3 = rnd(c, 3, s33, 4, -1, 1), *cw = rnd(c, 3, w3, 5, -1, 1);
+    const int32_t bad_t[2] = {0, 3}, bad_id[1] = {5};
+    int i;
+    struct { mf_tensor *r; const char *word; } cases[16];
+    int n = 0;
+#define ERR_CASE(expr, w) do { cases[n].r = (expr); cases[n].word = (w); \
+        if (cases[n].r != NULL || mf_ok(c) || !strstr(mf_error(c), (w))) { \
+            printf("    expected an error naming \"%s\" from %s; got %s\n", (w), #expr, mf_error(c)); MFT_CHECK(0); } \
+        mf_clear_error(c); n++; } while (0)
+    ERR_CASE(mf_matmul(c, a, a, 0, 0), "matmul");
+    ERR_CASE(mf_matmul(c, x3, rnd(c, 3, w3, 6, -1, 1), 0, 0), "matmul");
+    ERR_CASE(mf_linear(c, a, b, NULL), "linear");
+    ERR_CASE(mf_add(c, a, v4), "add");
+    ERR_CASE(mf_mul(c, b, a), "mul");
+    ERR_CASE(mf_cross_entropy(c, a, bad_t, -1), "cross_entropy");
+    ERR_CASE(mf_mse(c, a, b), "mse");
+    ERR_CASE(mf_layernorm(c, a, v4, NULL, 1e-5f), "layernorm");
+    ERR_CASE(mf_embedding(c, a, bad_id, 1, &one), "embedding");
+    ERR_CASE(mf_dropout(c, a, 1.0f), "dropout");
+    ERR_CASE(mf_conv1d(c, x3, cw, NULL, 1, 0), "conv1d");
+    ERR_CASE(mf_conv1d(c, x3, rnd(c, 3, (const int[]){2, 3, 5}, 7, -1, 1), NULL, 1, 0), "conv1d");
+    ERR_CASE(mf_roll(c, a, 1, 2), "roll");
+    ERR_CASE(mf_softmax(c, v4, 1), "softmax");
+    ERR_CASE(mf_relu(c, NULL), "relu");
+#undef ERR_CASE
+    (void)cases;
+    /* sticky: after an error every op returns NULL until cleared */
+    MFT_CHECK(mf_matmul(c, a, a, 0, 0) == NULL);
+    MFT_CHECK(mf_add(c, a, a) == NULL && mf_relu(c, a) == NULL && mf_new(c, 2, s23) == NULL);
+    mf_clear_error(c);
+    MFT_CHECK(mf_ok(c) && mf_add(c, a, a) != NULL);
+    for (i = 0; i < n; i++) MFT_CHECK(cases[i].r == NULL);
+    mf_ctx_free(c);
+}
+
+int main(void) {
+    double t0 = mf_time();
+    MFT_RUN(test_matmul_forward);
+    MFT_RUN(test_matmul_grad);
+    MFT_RUN(test_matmul_self);
+    MFT_RUN(test_linear);
+    MFT_RUN(test_binary_forward);
+    MFT_RUN(test_binary_grad);
+    MFT_RUN(test_binary_self);
+    MFT_RUN(test_unary_forward);
+    MFT_RUN(test_unary_grad);
+    MFT_RUN(test_softmax_forward);
+    MFT_RUN(test_softmax_grad);
+    MFT_RUN(test_cross_entropy_forward);
+    MFT_RUN(test_cross_entropy_mse_grad);
+    MFT_RUN(test_layernorm_forward);
+    MFT_RUN(test_layernorm_grad);
+    MFT_RUN(test_embedding);
+    MFT_RUN(test_dropout);
+    MFT_RUN(test_reshape);
+    MFT_RUN(test_permute_forward);
+    MFT_RUN(test_permute_grad);
+    MFT_RUN(test_concat_slice_forward);
+    MFT_RUN(test_concat_slice_grad);
+    MFT_RUN(test_roll_forward);
+    MFT_RUN(test_roll_grad);
+    MFT_RUN(test_reductions_forward);
+    MFT_RUN(test_reductions_grad);
+    MFT_RUN(test_conv1d_forward);
+    MFT_RUN(test_conv1d_grad);
+    MFT_RUN(test_avg_pool_seq);
+    MFT_RUN(test_avg_pool_seq_grad);
+    MFT_RUN(test_composite);
+    MFT_RUN(test_gradcheck_catches_errors);
+    MFT_RUN(test_autograd_accumulation);
+    MFT_RUN(test_detach_and_no_grad);
+    MFT_RUN(test_frozen_param);
+    MFT_RUN(test_reset_and_arena);
+    MFT_RUN(test_threads_consistent);
+    MFT_RUN(test_initialisers);
+    MFT_RUN(test_sgemm);
+    MFT_RUN(test_errors);
+    printf("test_ops: %.2f s\n", mf_time() - t0);
+    return mft_finish();
+}
