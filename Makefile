@@ -1,7 +1,9 @@
 # metaformer.h - build, test and benchmark
 #   make test      header hygiene + every test, optimized and under ASan/UBSan (the CI command)
 #   make examples  build/hello ...
-#   make bench     SGEMM vs OpenBLAS (installs libopenblas-dev when missing and allowed)
+#   make demo      train the array sorter with the metric mixer (the README's first command)
+#   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
+#   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 CC      ?= gcc
 CXX     ?= g++
 WARN    := -Wall -Wextra -pedantic -Werror
@@ -16,9 +18,10 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_CXX  := $(wildcard tests/test_*.cpp)
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
 ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/asan/%,$(TEST_CXX))
-EXAMPLES  := $(BUILD)/hello
+EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
+PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench clean
+.PHONY: all test examples bench demo goldens clean
 all: examples
 
 $(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h
@@ -50,8 +53,21 @@ test: $(TESTS) $(ASAN) $(EXAMPLES)
 	    $(foreach t,$(TESTS),"$(t)") \
 	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
 
+# the README's first command: the array sorter with the metric-tensor mixer, no data needed
+demo: $(BUILD)/sort
+	./$(BUILD)/sort --mixer metric
+
+# PyTorch parity goldens (needs python3-torch; the committed goldens make `make test` Python-free)
+goldens: $(BUILD)/parity_export
+	$(PYTHON) tests/parity/make_goldens.py
+
+$(BUILD)/parity_export: tests/parity/export.c metaformer.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# benchmarks: SGEMM vs OpenBLAS, model training vs PyTorch, side by side in one run
 bench:
-	@echo "benchmarks arrive with the SGEMM kernel"
+	bash bench/run.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -489,6 +489,8 @@ struct mf_ctx {
     float *p_data, *p_grad, *p_m, *p_v;
     int64_t p_used, p_cap;  /* floats */
     int64_t opt_t;          /* optimizer steps taken */
+    int64_t *p_steps;       /* per parameter: updates it received (Adam's bias-correction t) */
+    unsigned char *p_touched; /* per parameter: reached by a backward since the last zero_grad */
     uint64_t rng_calls;     /* dropout calls so far: the RNG stream of the next one */
 };
 
@@ -622,7 +624,7 @@ MFDEF void mf_ctx_free(mf_ctx *ctx) {
         MF_FREE((void *)ctx->params[i]->name);
         MF_FREE(ctx->params[i]);
     }
-    MF_FREE(ctx->params);
+    MF_FREE(ctx->params); MF_FREE(ctx->p_steps); MF_FREE(ctx->p_touched);
     MF_FREE(ctx->p_data); MF_FREE(ctx->p_grad); MF_FREE(ctx->p_m); MF_FREE(ctx->p_v);
     MF_FREE(ctx->tape);
     mf__blocks_free(ctx->blocks);
@@ -686,9 +688,9 @@ static int64_t mf__check_shape(mf_ctx *ctx, const char *who, int ndim, const int
     for (i = 0; i < ndim; i++) {
         if (shape[i] <= 0)
             return (mf__fail(ctx, "%s: size %d of dimension %d is not positive", who, shape[i], i), -1);
-        ne *= shape[i];
-        if (ne > ((int64_t)1 << 40))
+        if (ne > (((int64_t)1 << 40) / shape[i]))
             return (mf__fail(ctx, "%s: shape has more than 2^40 elements", who), -1);
+        ne *= shape[i];
     }
     return ne;
 }
@@ -726,7 +728,7 @@ MFDEF mf_tensor *mf_from(mf_ctx *ctx, int ndim, const int *shape, const float *v
 /* ---- parameter arena ---- */
 static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     int64_t cap = ctx->p_cap ? ctx->p_cap : 4096;
-    int i;
+    int i, k;
     float **bufs[4];
     if (floats <= ctx->p_cap) return 0;
     while (cap < floats) cap *= 2;
@@ -735,19 +737,20 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
         float *nb;
         if (i >= 2 && !*bufs[i]) continue; /* moments appear with the first optimizer step */
         nb = (float *)MF_REALLOC(*bufs[i], (size_t)cap * sizeof(float));
-        if (!nb) {
-            mf__fail(ctx, "out of memory: cannot grow the parameter buffers to %lld floats", (long long)cap);
-            return -1;
-        }
+        if (!nb) break;
         memset(nb + ctx->p_cap, 0, (size_t)(cap - ctx->p_cap) * sizeof(float));
         *bufs[i] = nb;
     }
-    ctx->p_cap = cap;
-    for (i = 0; i < ctx->n_params; i++) { /* the buffers may have moved */
-        mf_tensor *p = ctx->params[i];
+    for (k = 0; k < ctx->n_params; k++) { /* the buffers may have moved, even after a failure */
+        mf_tensor *p = ctx->params[k];
         p->data = ctx->p_data + p->offset;
         p->grad = ctx->p_grad + p->offset;
     }
+    if (i < 4) {
+        mf__fail(ctx, "out of memory: cannot grow the parameter buffers to %lld floats", (long long)cap);
+        return -1;
+    }
+    ctx->p_cap = cap;
     return 0;
 }
 
@@ -789,8 +792,14 @@ MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *sh
     if (ctx->n_params == ctx->params_cap) {
         int cap = ctx->params_cap ? 2 * ctx->params_cap : 64;
         mf_tensor **np = (mf_tensor **)MF_REALLOC(ctx->params, (size_t)cap * sizeof(mf_tensor *));
-        if (!np) return (mf_tensor *)mf__fail(ctx, "out of memory: parameter list");
-        ctx->params = np; ctx->params_cap = cap;
+        int64_t *ns;
+        unsigned char *nt;
+        if (np) ctx->params = np;
+        ns = np ? (int64_t *)MF_REALLOC(ctx->p_steps, (size_t)cap * sizeof(int64_t)) : NULL;
+        if (ns) ctx->p_steps = ns;
+        nt = ns ? (unsigned char *)MF_REALLOC(ctx->p_touched, (size_t)cap) : NULL;
+        if (!nt) return (mf_tensor *)mf__fail(ctx, "out of memory: parameter list");
+        ctx->p_touched = nt; ctx->params_cap = cap;
     }
     t = (mf_tensor *)mf__xmalloc(sizeof(mf_tensor));
     nm = (char *)mf__xmalloc(strlen(name) + 1);
@@ -807,8 +816,20 @@ MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *sh
     t->is_param = 1;
     t->requires_grad = 1;
     ctx->p_used = off + ne;
+    ctx->p_steps[ctx->n_params] = 0;
+    ctx->p_touched[ctx->n_params] = 0;
     ctx->params[ctx->n_params++] = t;
     return t;
+}
+
+/* index of a parameter in creation order (offsets grow with it): binary search */
+static int mf__param_index(const mf_ctx *ctx, const mf_tensor *p) {
+    int lo = 0, hi = ctx->n_params - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (ctx->params[mid]->offset < p->offset) lo = mid + 1; else hi = mid;
+    }
+    return lo;
 }
 
 MFDEF mf_tensor *mf_param_at(const mf_ctx *ctx, int i) {
@@ -929,7 +950,10 @@ static mf_tensor *mf__finish(mf_ctx *ctx, mf_tensor *t) {
     else if (!(t->data = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float)))) return NULL;
     if (ctx->grad_enabled)
         for (i = 0; i < MF_MAX_SRC; i++)
-            if (t->src[i] && t->src[i]->requires_grad) t->requires_grad = 1;
+            if (t->src[i] && t->src[i]->requires_grad) {
+                t->requires_grad = 1;
+                if (t->src[i]->is_param) ctx->p_touched[mf__param_index(ctx, t->src[i])] = 1;
+            }
     t->op->forward(ctx, t);
     if (!mf_ok(ctx)) return NULL;
     if (t->requires_grad && mf__tape_push(ctx, t) < 0) return NULL;
@@ -954,6 +978,7 @@ MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x) {
 
 MFDEF void mf_zero_grad(mf_ctx *ctx) {
     if (ctx && ctx->p_grad) memset(ctx->p_grad, 0, (size_t)ctx->p_used * sizeof(float));
+    if (ctx && ctx->n_params) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
 }
 
 MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
@@ -961,16 +986,20 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     char s[64];
     if (!mf_ok(ctx)) return -1;
     if (!loss) return (mf__fail(ctx, "mf_backward: the loss is NULL"), -1);
+    /* find the loss by address first: a tensor from before mf_reset must not be read */
+    for (i = ctx->tape_len - 1; i >= 0; i--) if (ctx->tape[i] == loss) { end = i; break; }
+    if (end < 0) {
+        for (i = 0; i < ctx->n_params; i++)
+            if (ctx->params[i] == loss)
+                return (mf__fail(ctx, "mf_backward: the loss is the parameter \"%s\"; backward starts "
+                                 "from a value computed by ops", loss->name), -1);
+        return (mf__fail(ctx, "mf_backward: the loss is not on this context's tape: it depends on no "
+                         "trainable parameter (made under mf_set_grad(ctx, 0) or from detached inputs), "
+                         "or it was made before the last mf_reset or by another context"), -1);
+    }
     if (loss->ne != 1)
         return (mf__fail(ctx, "mf_backward: the loss has shape %s; backward starts from one value "
                          "(reduce it with mf_sum or mf_mean)", mf_shape_str(loss, s, sizeof s)), -1);
-    if (!loss->requires_grad)
-        return (mf__fail(ctx, "mf_backward: the loss depends on no trainable parameter (was it made "
-                         "under mf_set_grad(ctx, 0), from detached tensors, or is it a parameter?)"), -1);
-    for (i = ctx->tape_len - 1; i >= 0; i--) if (ctx->tape[i] == loss) { end = i; break; }
-    if (end < 0)
-        return (mf__fail(ctx, "mf_backward: the loss is not on this context's tape (made before the "
-                         "last mf_reset, or by another context?)"), -1);
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
         if (!t->grad && !(t->grad = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float)))) return -1;
@@ -3086,6 +3115,12 @@ MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char 
         snprintf(num, sizeof num, ", \"mf.opt_steps\": \"%lld\", \"mf.rng_calls\": \"%llu\", \"mf.seed\": \"%llu\"",
                  (long long)ctx->opt_t, (unsigned long long)ctx->rng_calls, (unsigned long long)ctx->seed);
         mf__buf_str(&h, num);
+        mf__buf_str(&h, ", \"mf.param_steps\": \"");
+        for (i = 0; i < ctx->n_params; i++) {
+            snprintf(num, sizeof num, i ? ",%lld" : "%lld", (long long)ctx->p_steps[i]);
+            mf__buf_str(&h, num);
+        }
+        mf__buf_str(&h, "\"");
     }
     for (i = 0; i < n_meta; i++) {
         if (!meta_kv[2 * i] || !meta_kv[2 * i + 1])
@@ -3283,22 +3318,28 @@ static void mf__ckpt_close(mf__ckpt *c) { MF_FREE(c->file); MF_FREE(c->e); memse
 /* find a metadata value; returns its length or -1 */
 static int mf__ckpt_meta(const mf__ckpt *c, const char *key, char *buf, size_t size) {
     mf__json j;
-    char k[512], v[4096];
+    char k[512], *v;
+    size_t cap;
+    int found = -1;
     if (!c->meta.p) return -1;
     j = c->meta; j.bad = 0;
-    if (!mf__jchar(&j, '{') || mf__jchar(&j, '}')) return -1;
-    do {
-        if (!mf__jstr(&j, k, sizeof k) || !mf__jchar(&j, ':')) return -1;
-        mf__jws(&j);
-        if (j.p < j.end && *j.p == '"') { if (!mf__jstr(&j, v, sizeof v)) return -1; }
-        else { mf__jskip(&j); continue; }
-        if (strcmp(k, key) == 0) {
-            size_t n = strlen(v);
-            if (buf && size) { size_t m = n < size - 1 ? n : size - 1; memcpy(buf, v, m); buf[m] = 0; }
-            return (int)n;
-        }
-    } while (mf__jchar(&j, ','));
-    return -1;
+    cap = (size_t)(j.end - j.p) + 1; /* no value is longer than the metadata object */
+    if (!(v = (char *)mf__xmalloc(cap))) return -1;
+    if (mf__jchar(&j, '{') && !mf__jchar(&j, '}'))
+        do {
+            if (!mf__jstr(&j, k, sizeof k) || !mf__jchar(&j, ':')) break;
+            mf__jws(&j);
+            if (j.p < j.end && *j.p == '"') { if (!mf__jstr(&j, v, cap)) break; }
+            else { mf__jskip(&j); continue; }
+            if (strcmp(k, key) == 0) {
+                size_t n = strlen(v);
+                if (buf && size) { size_t m = n < size - 1 ? n : size - 1; memcpy(buf, v, m); buf[m] = 0; }
+                found = (int)n;
+                break;
+            }
+        } while (mf__jchar(&j, ','));
+    MF_FREE(v);
+    return found;
 }
 
 static mf__entry *mf__ckpt_find(mf__ckpt *c, const char *prefix, const char *name) {
@@ -3309,11 +3350,36 @@ static mf__entry *mf__ckpt_find(mf__ckpt *c, const char *prefix, const char *nam
     return NULL;
 }
 
+/* the per-parameter update counts of a checkpoint ("mf.param_steps": "n0,n1,..."), or NULL */
+static int64_t *mf__ckpt_param_steps(mf_ctx *ctx, const mf__ckpt *c, const char *path) {
+    int n = mf__ckpt_meta(c, "mf.param_steps", NULL, 0), i;
+    char *txt, *p;
+    int64_t *steps;
+    if (n < 0) return (int64_t *)mf__fail(ctx, "mf_load: \"%s\" lacks mf.param_steps (written by an older version?)", path);
+    txt = (char *)mf__xmalloc((size_t)n + 1);
+    steps = (int64_t *)mf__xmalloc((size_t)(ctx->n_params ? ctx->n_params : 1) * sizeof(int64_t));
+    if (!txt || !steps) { MF_FREE(txt); MF_FREE(steps); return (int64_t *)mf__fail(ctx, "out of memory"); }
+    mf__ckpt_meta(c, "mf.param_steps", txt, (size_t)n + 1);
+    for (i = 0, p = txt; i < ctx->n_params; i++) {
+        char *end;
+        steps[i] = (int64_t)strtoll(p, &end, 10);
+        if (end == p || (*end != ',' && *end != 0) || (*end == 0 && i + 1 < ctx->n_params)) break;
+        p = *end ? end + 1 : end;
+    }
+    if (i < ctx->n_params || *p) {
+        MF_FREE(txt); MF_FREE(steps);
+        return (int64_t *)mf__fail(ctx, "mf_load: \"%s\": mf.param_steps does not list one count per parameter (%d)", path, ctx->n_params);
+    }
+    MF_FREE(txt);
+    return steps;
+}
+
 MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
     mf__ckpt c;
     const char *why;
     int i, k, nt;
     char steps[32] = "", calls[32] = "", seed[32] = "";
+    int64_t *psteps = NULL;
     if (!mf_ok(ctx)) return -1;
     if (!path) return (mf__fail(ctx, "mf_load: path is NULL"), -1);
     if (!mf__little_endian()) return (mf__fail(ctx, "mf_load: safetensors is little-endian; this host is not"), -1);
@@ -3332,6 +3398,7 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
         mf__ckpt_close(&c);
         return -1;
     }
+    if (with_optimizer && !(psteps = mf__ckpt_param_steps(ctx, &c, path))) { mf__ckpt_close(&c); return -1; }
     for (i = 0; i < nt; i++) {
         const char *prefix;
         const mf_tensor *p;
@@ -3355,7 +3422,7 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
             mf__fail(ctx, "mf_load: \"%s\" has a tensor \"%s\" that this model lacks (a checkpoint of another "
                      "model or config?)", path, c.e[i].name);
     if (mf_ok(ctx) && with_optimizer) mf__alloc_moments(ctx);
-    if (!mf_ok(ctx)) { mf__ckpt_close(&c); return -1; }
+    if (!mf_ok(ctx)) { MF_FREE(psteps); mf__ckpt_close(&c); return -1; }
     for (i = 0; i < nt; i++) {
         const char *prefix;
         const mf_tensor *p;
@@ -3364,6 +3431,8 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
         memcpy(dst, c.data + e->begin, (size_t)p->ne * sizeof(float));
     }
     if (with_optimizer) {
+        memcpy(ctx->p_steps, psteps, (size_t)ctx->n_params * sizeof(int64_t));
+        MF_FREE(psteps);
         ctx->opt_t = (int64_t)strtoll(steps, NULL, 10);
         ctx->rng_calls = (uint64_t)strtoull(calls, NULL, 10);
         ctx->seed = (uint64_t)strtoull(seed, NULL, 10);
@@ -3476,7 +3545,17 @@ static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o) {
     return 0;
 }
 
-/* One element of one update. Arrays are the flat buffers, so the optimizer is one loop. */
+/* A parameter no backward reached since the last mf_zero_grad and whose gradient is all zero
+   has no gradient this step (torch: grad is None) and is skipped: no decay, no momentum. */
+static int mf__no_gradient(const mf_ctx *ctx, int i) {
+    const mf_tensor *p = ctx->params[i];
+    int64_t k;
+    if (ctx->p_touched[i]) return 0;
+    for (k = 0; k < p->ne; k++) if (p->grad[k] != 0.0f) return 0;
+    return 1;
+}
+
+/* One update of every parameter that has a gradient. The moments live in flat buffers. */
 MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     int i;
     float lr, b1, b2, c1, c2;
@@ -3484,17 +3563,20 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     if (!mf_ok(ctx)) return -1;
     if (mf__check_optimizer(ctx, o) < 0) return -1;
     if (mf__alloc_moments(ctx) < 0) return -1;
-    t = ++ctx->opt_t;
-    lr = mf_schedule_lr(&o->schedule, t);
+    ctx->opt_t++;
     b1 = o->beta1; b2 = o->beta2;
-    c1 = (float)(1.0 - pow(b1, (double)t));   /* bias corrections, in double: 1 - b2^t in */
-    c2 = (float)(1.0 - pow(b2, (double)t));   /* float would lose 3-4 digits at small t */
     for (i = 0; i < ctx->n_params; i++) {
         const mf_tensor *p = ctx->params[i];
         float *w = p->data, *g = p->grad, *m = ctx->p_m + p->offset, *v = ctx->p_v + p->offset;
         float wd = o->weight_decay, eps = o->eps;
         int64_t k, n = p->ne;
-        if (!p->requires_grad) continue;
+        if (!p->requires_grad || mf__no_gradient(ctx, i)) continue;
+        /* each parameter counts its own updates, like torch's per-parameter state["step"]: one
+           created or unfrozen later starts its bias correction (and labml's schedule) at 1 */
+        t = ++ctx->p_steps[i];
+        lr = mf_schedule_lr(&o->schedule, o->kind == MF_OPT_ADAM_LABML ? t : ctx->opt_t);
+        c1 = (float)(1.0 - pow(b1, (double)t));   /* bias corrections, in double: 1 - b2^t in */
+        c2 = (float)(1.0 - pow(b2, (double)t));   /* float would lose 3-4 digits at small t */
         switch (o->kind) {
         case MF_OPT_ADAM:
         case MF_OPT_ADAMW: {

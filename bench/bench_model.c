@@ -1,0 +1,313 @@
+/* bench_model.c - training-step throughput of the metaformer.h language model, one mixer per run.
+ *
+ *   gcc -O3 -march=native -fopenmp -I. bench/bench_model.c -o build/bench_model -lm
+ *   ./build/bench_model --mixer sdpa --steps 10 --warmup 2 --threads 2
+ *
+ * One timed step = mf_model_loss (forward + cross-entropy) + mf_backward + mf_clip_grad_norm(1.0)
+ * + mf_optimizer_step (Adam, PyTorch defaults, lr 1e-3) + mf_zero_grad + mf_reset, on random
+ * tokens (seeded, a fresh batch every step, the targets are the next tokens).
+ *
+ * Flags (defaults = the reference config of the benchmark):
+ *   --mixer sdpa|metric|quadratic|pool|identity   --d-model 256 --heads 8 --layers 4 --d-ff 1024
+ *   --seq 256 --batch 8 --vocab 65 --pool-size 3 --steps 10 --warmup 2 --threads 2 (0 = all)
+ *   --max-time S   stop after S seconds in all (at least one warm-up step and one timed step; warm-up
+ *                  ends early past S/4; 0 = never)
+ *   --profile      also time every op of one step (forward re-run op by op, backward op by op)
+ *   --peak N       (only with -DMF_BENCH_OPENBLAS ... -lopenblas) measure OpenBLAS sgemm on one
+ *                  N x N x N product with --threads threads instead, best of 7 timings
+ *
+ * Analytic FLOPs per token count every matmul (2*m*n*k) of the model math; backward = 2 x
+ * forward. Attention QK^T and PV count the CAUSAL half only (query i sees i + 1 keys: T(T+1)/2
+ * pairs per sequence). Metric / quadratic count the projection p, the per-head p M (2*dk*dk per
+ * head and token) and the output map E - the spec's efficient evaluation (SPEC.md 9.2). Work an
+ * implementation adds on top (recomputing P in the flash backward, folding M into a D x D query
+ * projection) is not counted. LayerNorm, GELU, softmax, Adam are not counted.
+ *
+ * Output: human-readable lines, then one machine-readable line:
+ *   RESULT impl=c mixer=sdpa tok_s=... step_ms=... gflops=... mflop_tok=... rss_mb=... ...
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <sys/resource.h>
+
+#define METAFORMER_IMPLEMENTATION
+#include "metaformer.h"
+
+#ifdef MF_BENCH_OPENBLAS
+#include <cblas.h>
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+#endif
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint32_t rnd(void) { /* xorshift64* */
+    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* forward matmul FLOPs per token, see the header comment */
+static double flops_per_token_fwd(const mf_model_config *c, int T, int full_attention) {
+    double D = c->d_model, F = c->d_ff, V = c->vocab, H = c->n_heads, dk = D / H;
+    double keys = full_attention ? T : (T + 1) / 2.0; /* mean keys per query */
+    double attn = 2.0 * 2.0 * D * keys;               /* QK^T and PV over all heads */
+    double ffn = 2.0 * 2.0 * D * F, layer;
+    switch (c->mixer) {
+    case MF_MIXER_SDPA: layer = 4 * 2.0 * D * D + attn + ffn; break;
+    case MF_MIXER_METRIC:
+    case MF_MIXER_QUADRATIC: layer = 2 * 2.0 * D * D + H * 2.0 * dk * dk + attn + ffn; break;
+    default: layer = ffn; break; /* pool (elementwise window mean) and identity: FFN only */
+    }
+    return c->n_layers * layer + 2.0 * D * V;
+}
+
+/* ---- --profile: time every op of one step ------------------------------------------------- */
+typedef struct { char key[96]; double fwd, bwd; int n; } prof_row;
+static prof_row prows[512];
+static int nprows;
+static prof_row *prof_get(const mf_tensor *t) {
+    char key[96], s[64];
+    int i;
+    snprintf(key, sizeof key, "%-13s %s", t->op->name, mf_shape_str(t, s, sizeof s));
+    for (i = 0; i < nprows; i++) if (!strcmp(prows[i].key, key)) return &prows[i];
+    if (nprows == 512) return &prows[511];
+    memset(&prows[nprows], 0, sizeof prows[0]);
+    strcpy(prows[nprows].key, key);
+    return &prows[nprows++];
+}
+static int prof_cmp(const void *a, const void *b) {
+    const prof_row *x = (const prof_row *)a, *y = (const prof_row *)b;
+    double u = x->fwd + x->bwd, v = y->fwd + y->bwd;
+    return u < v ? 1 : u > v ? -1 : 0;
+}
+
+/* One profiled step: forward as usual (timed as a whole), then every tape op's forward is run
+   again on its own (ops are pure functions of their inputs, so the values do not change) and the
+   backward of mf_backward is replayed op by op. Relies on the implementation's internals. */
+static void profile_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, const int32_t *ids,
+                         const int32_t *tg, int B, int T) {
+    double t0, t_fwd, t_zero, t_clip, t_opt, t_zg, t_reset, sum_f = 0, sum_b = 0;
+    mf_tensor *loss;
+    int i, reps = 3;
+    nprows = 0;
+    t0 = now();
+    loss = mf_model_loss(m, ids, tg, B, T);
+    t_fwd = now() - t0;
+    if (!loss) return;
+    if (t_fwd > 1.0) reps = 1; /* slow build: one re-run is enough */
+    for (i = 0; i < ctx->tape_len; i++) {
+        mf_tensor *t = ctx->tape[i];
+        prof_row *r = prof_get(t);
+        int k;
+        double best = 1e30;
+        if (t->op->is_view) { r->n++; continue; }
+        for (k = 0; k < reps; k++) {
+            double s = now();
+            t->op->forward(ctx, t);
+            s = now() - s;
+            if (s < best) best = s;
+        }
+        r->fwd += best; r->n++; sum_f += best;
+    }
+    /* mf_backward, replayed */
+    t0 = now();
+    for (i = 0; i < ctx->tape_len; i++) {
+        mf_tensor *t = ctx->tape[i];
+        if (!t->grad) t->grad = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float));
+        memset(t->grad, 0, (size_t)t->ne * sizeof(float));
+    }
+    t_zero = now() - t0;
+    loss->grad[0] = 1.0f;
+    for (i = ctx->tape_len - 1; i >= 0; i--) {
+        mf_tensor *t = ctx->tape[i];
+        double s = now();
+        t->op->backward(ctx, t);
+        s = now() - s;
+        prof_get(t)->bwd += s; sum_b += s;
+    }
+    t0 = now(); mf_clip_grad_norm(ctx, 1.0f); t_clip = now() - t0;
+    t0 = now(); mf_optimizer_step(ctx, opt); t_opt = now() - t0;
+    t0 = now(); mf_zero_grad(ctx); t_zg = now() - t0;
+    t0 = now(); mf_reset(ctx); t_reset = now() - t0;
+    qsort(prows, (size_t)nprows, sizeof prows[0], prof_cmp);
+    {
+        double total = sum_f + t_zero + sum_b + t_clip + t_opt + t_zg + t_reset;
+        printf("\nprofile of one step (ms; forward: each op re-run alone, best of %d; forward as a whole took %.1f ms)\n",
+               reps, t_fwd * 1e3);
+        printf("  %-46s %5s %9s %9s %9s %6s\n", "op output-shape", "count", "fwd", "bwd", "total", "%");
+        for (i = 0; i < nprows && i < 30; i++)
+            printf("  %-46s %5d %9.2f %9.2f %9.2f %5.1f%%\n", prows[i].key, prows[i].n, prows[i].fwd * 1e3,
+                   prows[i].bwd * 1e3, (prows[i].fwd + prows[i].bwd) * 1e3, 100 * (prows[i].fwd + prows[i].bwd) / total);
+        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(backward: zero activation grads)", "", "", "", t_zero * 1e3, 100 * t_zero / total);
+        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_clip_grad_norm)", "", "", "", t_clip * 1e3, 100 * t_clip / total);
+        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_optimizer_step Adam)", "", "", "", t_opt * 1e3, 100 * t_opt / total);
+        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_zero_grad + mf_reset)", "", "", "", (t_zg + t_reset) * 1e3, 100 * (t_zg + t_reset) / total);
+        printf("  sum: forward ops %.1f ms, backward ops %.1f ms, step total %.1f ms\n", sum_f * 1e3, sum_b * 1e3, total * 1e3);
+    }
+}
+
+#ifdef MF_BENCH_OPENBLAS
+static int peak_gemm(int n, int threads) {
+    float *A = (float *)malloc(sizeof(float) * (size_t)n * n), *B = (float *)malloc(sizeof(float) * (size_t)n * n);
+    float *C = (float *)malloc(sizeof(float) * (size_t)n * n);
+    double best = 0, times[7];
+    long i;
+    int r;
+    if (!A || !B || !C) { fprintf(stderr, "out of memory\n"); return 1; }
+    for (i = 0; i < (long)n * n; i++) { A[i] = (float)(rnd() >> 8) / 16777216.0f - 0.5f; B[i] = (float)(rnd() >> 8) / 16777216.0f - 0.5f; }
+    openblas_set_num_threads(threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n); /* warm-up */
+    for (r = 0; r < 7; r++) {
+        double t = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        times[r] = now() - t;
+        if (2.0 * n * n * n / times[r] * 1e-9 > best) best = 2.0 * n * n * n / times[r] * 1e-9;
+    }
+    qsort(times, 7, sizeof(double), cmp_double);
+    printf("OpenBLAS sgemm %dx%dx%d, %d threads, core %s: best %.1f GFLOP/s, median %.1f GFLOP/s\n", n, n, n,
+           threads, openblas_get_corename(), best, 2.0 * n * n * n / times[3] * 1e-9);
+    printf("RESULT impl=openblas core=%s n=%d threads=%d gflops=%.2f median_gflops=%.2f\n", openblas_get_corename(),
+           n, threads, best, 2.0 * n * n * n / times[3] * 1e-9);
+    free(A); free(B); free(C);
+    return 0;
+}
+#endif
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_model [--mixer sdpa|metric|quadratic|pool|identity] [--steps N] [--warmup N]\n"
+                    "  [--threads N] [--max-time S] [--d-model N] [--heads N] [--layers N] [--d-ff N] [--seq N]\n"
+                    "  [--batch N] [--vocab N] [--pool-size N] [--seed N] [--profile] [--peak N]\n");
+}
+
+int main(int argc, char **argv) {
+    mf_model_config cfg = mf_model_config_default();
+    const char *mixer = "sdpa";
+    int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0;
+    double max_time = 0, *times, t_all, med, best, fpt, fpt_full, rss_before, t_first = 0;
+    mf_ctx *ctx;
+    mf_model *m;
+    mf_optimizer opt;
+    int32_t *seq, *ids, *tg;
+    float last_loss = 0;
+    cfg.d_model = 256; cfg.n_heads = 8; cfg.n_layers = 4; cfg.d_ff = 1024; cfg.vocab = 65;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define ARG(name) (!strcmp(a, name) && v && ++i)
+        if (ARG("--mixer")) mixer = v;
+        else if (ARG("--steps")) steps = atoi(v);
+        else if (ARG("--warmup")) warmup = atoi(v);
+        else if (ARG("--threads")) threads = atoi(v);
+        else if (ARG("--max-time")) max_time = atof(v);
+        else if (ARG("--d-model")) cfg.d_model = atoi(v);
+        else if (ARG("--heads")) cfg.n_heads = atoi(v);
+        else if (ARG("--layers")) cfg.n_layers = atoi(v);
+        else if (ARG("--d-ff")) cfg.d_ff = atoi(v);
+        else if (ARG("--seq")) T = atoi(v);
+        else if (ARG("--batch")) B = atoi(v);
+        else if (ARG("--vocab")) cfg.vocab = atoi(v);
+        else if (ARG("--pool-size")) cfg.pool_size = atoi(v);
+        else if (ARG("--seed")) rng_state = (uint64_t)strtoull(v, NULL, 10) * 0x9e3779b97f4a7c15ULL + 1;
+        else if (ARG("--peak")) peak = atoi(v);
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else { usage(); return 2; }
+#undef ARG
+    }
+    if (peak > 0) {
+#ifdef MF_BENCH_OPENBLAS
+        return peak_gemm(peak, threads > 0 ? threads : 1);
+#else
+        fprintf(stderr, "bench_model: --peak needs a build with -DMF_BENCH_OPENBLAS ... -lopenblas\n");
+        return 2;
+#endif
+    }
+    if (mf_mixer_from_name(mixer) < 0) { fprintf(stderr, "bench_model: unknown mixer \"%s\"\n", mixer); usage(); return 2; }
+    if (steps < 1 || warmup < 0 || T < 1 || B < 1) { usage(); return 2; }
+    cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(mixer);
+    cfg.max_seq = T;
+#ifdef _OPENMP
+    if (threads > 0) omp_set_num_threads(threads);
+#endif
+    rss_before = peak_rss_mb();
+    ctx = mf_ctx_new(1234);
+    mf_set_threads(ctx, threads);
+    m = mf_model_new(ctx, &cfg);
+    if (!m) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }
+    opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f);
+    seq = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * (T + 1));
+    ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * T);
+    tg = (int32_t *)malloc(sizeof(int32_t) * (size_t)B * T);
+    times = (double *)malloc(sizeof(double) * (size_t)steps);
+    if (!seq || !ids || !tg || !times) { fprintf(stderr, "out of memory\n"); return 1; }
+    t_all = now();
+    for (s = -warmup; s < steps; s++) {
+        int b, t;
+        double t0;
+        mf_tensor *loss;
+        for (b = 0; b < B; b++) {
+            for (t = 0; t <= T; t++) seq[b * (T + 1) + t] = (int32_t)(rnd() % (uint32_t)cfg.vocab);
+            for (t = 0; t < T; t++) { ids[b * T + t] = seq[b * (T + 1) + t]; tg[b * T + t] = seq[b * (T + 1) + t + 1]; }
+        }
+        t0 = now();
+        loss = mf_model_loss(m, ids, tg, B, T);
+        mf_backward(ctx, loss);
+        mf_clip_grad_norm(ctx, 1.0f);
+        mf_optimizer_step(ctx, &opt);
+        if (loss) last_loss = loss->data[0];
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+        t0 = now() - t0;
+        if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }
+        if (s == -warmup) t_first = t0;
+        if (s >= 0) {
+            times[done++] = t0;
+            if (max_time > 0 && now() - t_all > max_time) break;
+        } else if (s < -1 && max_time > 0 && now() - t_all > max_time / 4) {
+            s = -1; /* slow build: skip the remaining warm-up steps */
+        }
+    }
+    qsort(times, (size_t)done, sizeof(double), cmp_double);
+    med = done % 2 ? times[done / 2] : 0.5 * (times[done / 2 - 1] + times[done / 2]);
+    best = times[0];
+    fpt = 3.0 * flops_per_token_fwd(&cfg, T, 0);
+    fpt_full = 3.0 * flops_per_token_fwd(&cfg, T, 1);
+    printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %d threads, %lld params\n", mixer, B, T,
+           cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab, threads, (long long)mf_param_count(ctx));
+    printf("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f\n", done,
+           warmup, t_first * 1e3, med * 1e3, best * 1e3, (double)last_loss);
+    printf("  tokens/s %.0f (median step), analytic %.2f MFLOP/token (causal attention; %.2f counting the full T x T)\n",
+           B * T / med, fpt * 1e-6, fpt_full * 1e-6);
+    printf("  model GFLOP/s %.1f, peak RSS %.1f MB (%.1f MB before the model), activation arena peak %.1f MB\n",
+           fpt * B * T / med * 1e-9, peak_rss_mb(), rss_before, mf_activation_peak_bytes(ctx) / 1048576.0);
+    printf("RESULT impl=c mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
+           "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d loss=%.4f\n",
+           mixer, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
+           peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
+           (double)last_loss);
+    fflush(stdout);
+    if (profile) profile_step(ctx, m, &opt, ids, tg, B, T);
+    if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    free(seq); free(ids); free(tg); free(times);
+    return 0;
+}

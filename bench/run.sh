@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# bench/run.sh - `make bench`: SGEMM vs OpenBLAS, then a training step of every mixer, C vs PyTorch,
+# side by side in one invocation. Writes the report to bench/results/cpu_<date>[_devgemm].md.
+#
+#   bash bench/run.sh                  the library as it is (metaformer.h)
+#   bash bench/run.sh --dev-gemm       also splice dev/mf_gemm.h into a TEMPORARY copy of metaformer.h
+#                                      ([mf:gemm] .. [mf:gemm-end]) and bench that (the real header is
+#                                      not touched); bench_gemm gets -DMF_GEMM_DEV
+#   bash bench/run.sh --quick          1 repeat, short runs, no GEMM table, no profile (a smoke test)
+# Options (or the environment variables in brackets):
+#   --reps N [BENCH_REPS=3]            C / torch runs per mixer, interleaved; the table shows medians
+#   --mixers "a b" [BENCH_MIXERS]      default: sdpa metric quadratic pool identity
+#   --steps N [BENCH_STEPS=10] --warmup N [BENCH_WARMUP=2] --max-time S [BENCH_MAX_TIME=10]
+#                                      per run: warm-up + timed steps, cut off after S seconds
+#   --threads N [BENCH_THREADS=2]      threads for both sides (C OpenMP; torch intra-op + OpenBLAS)
+#   --no-gemm-table [BENCH_GEMM_TABLE=0]   --no-profile [BENCH_PROFILE=0]
+#   --perf [BENCH_PERF=1]              also `perf record` one short C run per mixer (top symbols)
+#   --out FILE                         report path
+#   [MF_GEMM=dev] = --dev-gemm   [PYTHON=/usr/bin/python3]   [CC=gcc]   [BENCH_NO_APT=1]
+#
+# Fairness settings for PyTorch (printed in the report): torch.set_num_threads(N), OMP_NUM_THREADS=N,
+# OPENBLAS_NUM_THREADS=N, OMP_WAIT_POLICY=PASSIVE (OpenMP workers sleep while OpenBLAS's pthreads
+# run, so the two pools do not fight), BLAS = OpenBLAS (checked in the torch process itself), and
+# OPENBLAS_CORETYPE = whichever OpenBLAS kernel set gives the best 2048^3 sgemm here (OpenBLAS
+# 0.3.21 does not know Sapphire/Emerald Rapids and falls back to SSE3 "Prescott" kernels; the peak
+# and PyTorch both get the best one). FP32 peak = the best GFLOP/s of one 2048^3 OpenBLAS sgemm
+# with N threads measured in this run (several times, interleaved with the model runs).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+
+MF_GEMM=${MF_GEMM:-header}
+REPS=${BENCH_REPS:-3}
+MIXERS=${BENCH_MIXERS:-"sdpa metric quadratic pool identity"}
+STEPS=${BENCH_STEPS:-10}
+WARMUP=${BENCH_WARMUP:-2}
+MAX_TIME=${BENCH_MAX_TIME:-10}
+THREADS=${BENCH_THREADS:-2}
+GEMM_TABLE=${BENCH_GEMM_TABLE:-1}
+PROFILE=${BENCH_PROFILE:-1}
+PERF=${BENCH_PERF:-0}
+PY=${PYTHON:-/usr/bin/python3}
+CC=${CC:-gcc}
+OUT=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --dev-gemm) MF_GEMM=dev ;;
+    --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0 ;;
+    --reps) REPS=$2; shift ;;
+    --mixers) MIXERS=$2; shift ;;
+    --steps) STEPS=$2; shift ;;
+    --warmup) WARMUP=$2; shift ;;
+    --max-time) MAX_TIME=$2; shift ;;
+    --threads) THREADS=$2; shift ;;
+    --no-gemm-table) GEMM_TABLE=0 ;;
+    --no-profile) PROFILE=0 ;;
+    --perf) PERF=1 ;;
+    --out) OUT=$2; shift ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "bench/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+T_START=$(date +%s)
+BUILD=build/bench
+mkdir -p "$BUILD" bench/results
+TAG=""
+[ "$MF_GEMM" = dev ] && TAG="_devgemm"
+[ -n "$OUT" ] || OUT="bench/results/cpu_$(date +%Y-%m-%d)${TAG}.md"
+RAW="$BUILD/raw${TAG}.txt"
+: > "$RAW"
+REPORT="$BUILD/report${TAG}.md"
+: > "$REPORT"
+
+say() { printf '%s\n' "$*"; }
+rep() { printf '%s\n' "$*" >> "$REPORT"; printf '%s\n' "$*"; }   # to the report and the terminal
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -n 1; }          # RESULT line -> value
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print ""; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+maxval() { sort -g | tail -n 1; }
+
+# ---- OpenBLAS ------------------------------------------------------------------------------
+have_openblas() {
+    printf '#include <cblas.h>\nint main(void){float a=1,b=1,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.0f,&a,1,&b,1,0.0f,&c,1);return c!=1;}\n' > "$BUILD/ob_check.c"
+    $CC "$BUILD/ob_check.c" -o "$BUILD/ob_check" -lopenblas >/dev/null 2>&1 && "$BUILD/ob_check"
+}
+OPENBLAS=1
+if ! have_openblas; then
+    if [ "$(id -u)" = 0 ] && [ -z "${BENCH_NO_APT:-}" ] && command -v apt-get >/dev/null; then
+        say "== installing libopenblas-dev (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenblas-dev >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenblas-dev >/dev/null 2>&1; }
+    fi
+    have_openblas || OPENBLAS=0
+fi
+NOTES=()
+[ "$OPENBLAS" = 1 ] || NOTES+=("OpenBLAS (libopenblas-dev) is not available and could not be installed (needs root and apt-get; BENCH_NO_APT set?): no GEMM table, no FP32 peak, no % of peak.")
+
+TORCH=1
+TORCH_WHY=""
+if ! "$PY" -c 'import torch' >/dev/null 2>&1; then TORCH=0; TORCH_WHY="$PY cannot import torch (install python3-torch)"; NOTES+=("PyTorch: $TORCH_WHY; torch columns are empty."); fi
+
+# ---- build ---------------------------------------------------------------------------------
+HDR_DIR=.
+if grep -q 'placeholder: replaced by the packed SIMD kernel' metaformer.h; then
+    HEADER_GEMM="placeholder (the slow reference loop in [mf:gemm])"
+else
+    HEADER_GEMM="packed SIMD engine in [mf:gemm]"
+fi
+GEMM_SRC="metaformer.h: $HEADER_GEMM"
+if [ "$MF_GEMM" = dev ]; then
+    say "== dev/mf_gemm.h: self-test, then a temporary metaformer.h with it in [mf:gemm]"
+    if ! $CC -O2 -std=c99 -march=native -fopenmp bench/gemm_selftest.c -o "$BUILD/gemm_selftest" -lm ||
+       ! "$BUILD/gemm_selftest" 200; then
+        say "dev/mf_gemm.h fails its self-test (bench/gemm_selftest.c): not benchmarking it"; exit 1
+    fi
+    HDR_DIR="$BUILD/devheader"
+    mkdir -p "$HDR_DIR"
+    if ! awk -v dev=dev/mf_gemm.h '
+        /^\/\* ==== \[mf:gemm\] =/ { print; while ((getline l < dev) > 0) print l; skip = 1; found++; next }
+        /^\/\* ==== \[mf:gemm-end\] =/ { skip = 0; found++ }
+        !skip { print }
+        END { exit found == 2 ? 0 : 1 }' metaformer.h > "$HDR_DIR/metaformer.h"; then
+        say "metaformer.h has no [mf:gemm] .. [mf:gemm-end] banners: cannot splice dev/mf_gemm.h"; exit 1
+    fi
+    GEMM_SRC="dev/mf_gemm.h spliced into a temporary copy of metaformer.h ($(sha1sum dev/mf_gemm.h | cut -c1-10))"
+fi
+CFLAGS_B="-O3 -march=native -fopenmp"
+say "== building bench_model ($GEMM_SRC)"
+$CC $CFLAGS_B -I"$HDR_DIR" bench/bench_model.c -o "$BUILD/bench_model" -lm || { say "build of bench_model failed"; exit 1; }
+if [ "$OPENBLAS" = 1 ]; then
+    $CC $CFLAGS_B -DMF_BENCH_OPENBLAS -I"$HDR_DIR" bench/bench_model.c -o "$BUILD/bench_peak" -lopenblas -lm || OPENBLAS=0
+    GEMM_DEF=""
+    [ "$MF_GEMM" = dev ] && GEMM_DEF="-DMF_GEMM_DEV"
+    if [ "$GEMM_TABLE" = 1 ]; then   # the build line of bench/bench_gemm.c
+        $CC $CFLAGS_B $GEMM_DEF bench/bench_gemm.c -o build/bench_gemm -lopenblas -lm ||
+            { NOTES+=("bench/bench_gemm.c did not build: no GEMM table."); GEMM_TABLE=0; }
+    fi
+fi
+
+# ---- OpenBLAS kernels and the FP32 peak ----------------------------------------------------
+PEAKS="$BUILD/peaks${TAG}.txt"
+: > "$PEAKS"
+measure_peak() {   # one 2048^3 sgemm measurement (best of 7) with the chosen core
+    [ "$OPENBLAS" = 1 ] || return 0
+    "$BUILD/bench_peak" --peak 2048 --threads "$THREADS" | grep '^RESULT' | tee -a "$PEAKS" >/dev/null
+}
+CORETYPE=""
+if [ "$OPENBLAS" = 1 ]; then
+    say "== OpenBLAS kernels: autodetected vs forced"
+    unset OPENBLAS_CORETYPE
+    auto=$("$BUILD/bench_peak" --peak 2048 --threads "$THREADS" | grep '^RESULT')
+    say "   autodetected: $(echo "$auto" | field core) $(echo "$auto" | field gflops) GFLOP/s"
+    best_core=$(echo "$auto" | field core); best_gf=$(echo "$auto" | field gflops)
+    CANDIDATES=""
+    grep -qw avx512f /proc/cpuinfo && CANDIDATES="SkylakeX Cooperlake"
+    grep -qw avx2 /proc/cpuinfo && CANDIDATES="$CANDIDATES Haswell"
+    for c in $CANDIDATES; do
+        [ "$c" = "$(echo "$auto" | field core)" ] && continue
+        r=$( (OPENBLAS_CORETYPE=$c "$BUILD/bench_peak" --peak 2048 --threads "$THREADS"
+              OPENBLAS_CORETYPE=$c "$BUILD/bench_peak" --peak 2048 --threads "$THREADS") | grep '^RESULT' |
+            sort -t= -k5 -g | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^gflops=/) { split($i, a, "="); if (a[2] > b) { b = a[2]; l = $0 } } } END { print l }')
+        say "   OPENBLAS_CORETYPE=$c: $(echo "$r" | field core) $(echo "$r" | field gflops) GFLOP/s"
+        if awk -v a="$(echo "$r" | field gflops)" -v b="$best_gf" 'BEGIN{exit !(a > b * 1.1)}'; then
+            best_core=$c; best_gf=$(echo "$r" | field gflops)
+        fi
+    done
+    if [ "$best_core" != "$(echo "$auto" | field core)" ]; then
+        CORETYPE=$best_core
+        export OPENBLAS_CORETYPE=$best_core
+        NOTES+=("OpenBLAS autodetects the '$(echo "$auto" | field core)' kernels on this CPU ($(echo "$auto" | field gflops) GFLOP/s at 2048^3); OPENBLAS_CORETYPE=$best_core is faster and is used for the peak, the GEMM table and PyTorch.")
+    fi
+    say "   using: ${OPENBLAS_CORETYPE:-autodetected}"
+    measure_peak
+fi
+
+# ---- GEMM table ----------------------------------------------------------------------------
+GEMM_OUT="$BUILD/gemm${TAG}.md"
+: > "$GEMM_OUT"
+if [ "$OPENBLAS" = 1 ] && [ "$GEMM_TABLE" = 1 ]; then
+    say "== SGEMM: mf_sgemm vs OpenBLAS (build/bench_gemm)"
+    build/bench_gemm | tee "$GEMM_OUT"
+    g=$(grep -E '^\| 2048\^3 \| '"$THREADS"' \|' "$GEMM_OUT" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
+    [ -n "$g" ] && echo "RESULT impl=openblas source=bench_gemm n=2048 threads=$THREADS gflops=$g" >> "$PEAKS"
+fi
+
+# ---- torch configuration -------------------------------------------------------------------
+TORCH_ENV=(env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" OMP_WAIT_POLICY=PASSIVE)
+C_ENV=(env OMP_NUM_THREADS="$THREADS")
+TORCH_INFO=""
+if [ "$TORCH" = 1 ]; then
+    TORCH_INFO=$("${TORCH_ENV[@]}" "$PY" bench/torch_ref.py --threads "$THREADS" --info 2>&1 | head -n 1)
+    say "== $TORCH_INFO"
+    "${TORCH_ENV[@]}" "$PY" bench/torch_ref.py --threads "$THREADS" --info 2>/dev/null | grep -q 'openblas=1' ||
+        NOTES+=("WARNING: the torch process does not have OpenBLAS loaded (see the torch line): its numbers use another BLAS.")
+fi
+
+# ---- the model runs: C and torch interleaved per mixer, REPS times ------------------------
+run_c() {
+    "${C_ENV[@]}" "$BUILD/bench_model" --mixer "$1" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+        --max-time "$MAX_TIME" > "$BUILD/last_c.txt" 2>&1
+    local line; line=$(grep '^RESULT' "$BUILD/last_c.txt")
+    if [ -n "$line" ]; then echo "rep=$2 $line" >> "$RAW"; say "   C     $1: $(echo "$line" | field tok_s) tok/s, $(echo "$line" | field rss_mb) MB";
+    else say "   C     $1: FAILED"; sed 's/^/      /' "$BUILD/last_c.txt" | tail -n 5; fi
+}
+run_torch() {
+    [ "$TORCH" = 1 ] || return 0
+    "${TORCH_ENV[@]}" "$PY" bench/torch_ref.py --mixer "$1" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+        --max-time "$MAX_TIME" > "$BUILD/last_torch.txt" 2>&1
+    local line; line=$(grep '^RESULT' "$BUILD/last_torch.txt")
+    if [ -n "$line" ]; then echo "rep=$2 $line" >> "$RAW"; say "   torch $1: $(echo "$line" | field tok_s) tok/s, $(echo "$line" | field rss_mb) MB";
+    else say "   torch $1: FAILED"; sed 's/^/      /' "$BUILD/last_torch.txt" | tail -n 5; fi
+}
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for r in $(seq 1 "$REPS"); do
+    say "== repeat $r of $REPS"
+    for m in $MIXERS; do
+        if [ $((r % 2)) = 1 ]; then run_c "$m" "$r"; run_torch "$m" "$r"; else run_torch "$m" "$r"; run_c "$m" "$r"; fi
+    done
+    measure_peak
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- the report ----------------------------------------------------------------------------
+PEAK=$(grep -h '^RESULT' "$PEAKS" | field gflops | maxval)
+CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+rep "# metaformer.h CPU benchmark, $(date '+%Y-%m-%d %H:%M')"
+rep ""
+rep "Command: \`bash bench/run.sh${TAG:+ --dev-gemm}\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run, $THREADS threads)."
+rep "Machine: $CPU, $(nproc) CPUs, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average $LOAD_BEFORE before, $LOAD_AFTER after (other jobs share this machine)."
+rep "C: $($CC --version | head -n 1), $CFLAGS_B; GEMM: $GEMM_SRC."
+[ -n "$TORCH_INFO" ] && rep "PyTorch: $TORCH_INFO"
+rep "C environment: OMP_NUM_THREADS=$THREADS, mf_set_threads($THREADS). PyTorch environment: OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE${CORETYPE:+ OPENBLAS_CORETYPE=$CORETYPE}, torch.set_num_threads($THREADS)."
+rep "Config: d_model 256, heads 8, layers 4, d_ff 1024, seq_len 256, batch 8, vocab 65; learned positions, GELU, biases, pool_size 3 causal, dropout 0."
+rep "Step: forward + cross-entropy + backward + clip_grad_norm(1.0) + Adam (lr 1e-3) + zero_grad, random tokens."
+if [ -n "$PEAK" ]; then
+    rep "FP32 peak: $PEAK GFLOP/s = best OpenBLAS sgemm 2048^3, $THREADS threads, core ${OPENBLAS_CORETYPE:-autodetected}, over $(grep -c '^RESULT' "$PEAKS") measurements in this run."
+fi
+rep ""
+rep "| mixer | C tok/s | torch tok/s | ratio | C GFLOP/s | % of peak | C peak RSS MB | torch peak RSS MB | torch GFLOP/s | MFLOP/token | goal |"
+rep "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+ALL_MET=1
+for m in $MIXERS; do
+    c_tok=$(grep "impl=c mixer=$m " "$RAW" | field tok_s | median)
+    t_tok=$(grep "impl=torch mixer=$m " "$RAW" | field tok_s | median)
+    c_gf=$(grep "impl=c mixer=$m " "$RAW" | field gflops | median)
+    t_gf=$(grep "impl=torch mixer=$m " "$RAW" | field gflops | median)
+    c_rss=$(grep "impl=c mixer=$m " "$RAW" | field rss_mb | maxval)
+    t_rss=$(grep "impl=torch mixer=$m " "$RAW" | field rss_mb | maxval)
+    mft=$(grep "impl=c mixer=$m " "$RAW" | field mflop_tok | head -n 1)
+    row=$(awk -v m="$m" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v tg="$t_gf" -v cr="$c_rss" -v tr="$t_rss" \
+              -v pk="$PEAK" -v mft="$mft" 'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+        BEGIN {
+            ratio = (ct != "" && tt != "" && tt > 0) ? ct / tt : ""
+            pct = (cg != "" && pk != "" && pk > 0) ? 100 * cg / pk : ""
+            # goal: C tok/s >= min(2 x torch tok/s, tok/s at 75% of peak), and less peak memory
+            speed = (ratio != "" && ratio >= 2) || (pct != "" && pct >= 75)
+            mem = cr != "" && tr != "" && cr + 0 < tr + 0
+            if (ct == "" || (ratio == "" && pct == "")) goal = "-"
+            else goal = (speed && mem) ? "met" : "NOT met (" (speed ? "" : "speed") (speed || mem ? "" : ", ") (mem ? "" : "memory") ")"
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, f(ct, 0), f(tt, 0), f(ratio, 2),
+                   f(cg, 1), f(pct, 1), f(cr, 0), f(tr, 0), f(tg, 1), f(mft, 2), goal
+        }')
+    rep "$row"
+    case "$row" in *"NOT met"*|*"| - |") ALL_MET=0 ;; esac
+done
+rep ""
+rep "tok/s and GFLOP/s: median over the $REPS runs of each side (each run: the median step). ratio = C / torch."
+rep "GFLOP/s = analytic model FLOPs per token x tokens/s: every matmul of the model math at 2*m*n*k, backward = 2 x forward;"
+rep "attention QK^T and PV counted for the CAUSAL half only (T(T+1)/2 query-key pairs); metric/quadratic count p, the per-head p M"
+rep "(2 dk^2 per head and token) and E; pool/identity count the FFN and the head only. Recomputation (the flash backward)"
+rep "and the C metric mixer's M-folded D x D query projection are not counted. % of peak = C GFLOP/s / FP32 peak."
+rep "Peak RSS: getrusage(RUSAGE_SELF).ru_maxrss of each process, max over runs. The torch process's includes the interpreter and"
+rep "libtorch: $(grep "impl=torch" "$RAW" | field rss_base_mb | median) MB after \`import torch\`, before the model."
+rep "goal (the issue): C tok/s >= min(2 x torch tok/s, the tok/s of 75% of peak), and C peak RSS < torch peak RSS."
+for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
+if [ -s "$GEMM_OUT" ]; then rep ""; rep "## SGEMM ($GEMM_SRC)"; rep ""; while IFS= read -r l; do rep "$l"; done < "$GEMM_OUT"; fi
+rep ""
+rep "## Raw runs"
+rep ""
+rep '```'
+while IFS= read -r l; do rep "$l"; done < "$RAW"
+grep -h '^RESULT' "$PEAKS" | while IFS= read -r l; do rep "$l"; done
+rep '```'
+
+# ---- op profile (C) and perf ---------------------------------------------------------------
+if [ "$PROFILE" = 1 ]; then
+    rep ""
+    rep "## C op profile (bench_model --profile: one step, ops timed one by one; top rows)"
+    for m in $MIXERS; do
+        "${C_ENV[@]}" "$BUILD/bench_model" --mixer "$m" --steps 1 --warmup 1 --threads "$THREADS" --profile > "$BUILD/prof_$m.txt" 2>&1
+        rep ""
+        rep "### $m"
+        rep '```'
+        sed -n '/^profile of one step/,$p' "$BUILD/prof_$m.txt" | awk 'NR <= 16 || /^  \(|^  sum/' | while IFS= read -r l; do rep "$l"; done
+        rep '```'
+    done
+fi
+if [ "$PERF" = 1 ] && command -v perf >/dev/null; then
+    rep ""
+    rep "## perf: top symbols of one C run per mixer (self time)"
+    for m in $MIXERS; do
+        "${C_ENV[@]}" perf record -q -o "$BUILD/perf_$m.data" "$BUILD/bench_model" --mixer "$m" --steps 2 --warmup 1 \
+            --threads "$THREADS" >/dev/null 2>&1
+        rep ""
+        rep "### $m"
+        rep '```'
+        perf report -i "$BUILD/perf_$m.data" --no-children --sort symbol --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -n 15 |
+            while IFS= read -r l; do rep "$l"; done
+        rep '```'
+    done
+fi
+T_END=$(date +%s)
+rep ""
+if [ "$ALL_MET" = 1 ]; then rep "Goal met by every mixer."; else rep "Goal NOT met by every mixer (see the goal column)."; fi
+rep "Runtime of this benchmark: $((T_END - T_START)) s."
+cp "$REPORT" "$OUT"
+say ""
+say "report: $OUT"

@@ -1,0 +1,376 @@
+/* PyTorch parity: every mixer's logits, loss and parameter gradients against committed goldens.
+ *
+ * tests/goldens/<config>.safetensors (written by tests/parity/make_goldens.py, `make goldens`)
+ * holds a model config in __metadata__ ("cfg.*"), the weights ("param.<name>"), a batch ("ids",
+ * "targets", I32 [B, T]) and what PyTorch computed in float64 from SPEC.md: "logits" [B, T, V],
+ * "loss" [1] and "grad.<name>" for every parameter. This test builds the model from the metadata,
+ * copies the weights in, runs forward, loss and backward in fp32 and compares every tensor:
+ *     err = max|c - golden| / max(max|golden|, 1e-6) <= 1e-4
+ * A golden gradient that is exactly zero (zero by the math: key biases, the LayerNorm beta before
+ * the pooling mixer; see make_goldens.py) is measured against the config's largest golden gradient
+ * instead, since fp32 can only return rounding noise for it. No Python is needed here.
+ *
+ * The golden file is read with a small reader of its own: it holds more than the model's
+ * parameters, which mf_load (rightly) refuses. */
+#define METAFORMER_IMPLEMENTATION
+#include "metaformer.h"
+#include "mf_test.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define GOLDEN_DIR "tests/goldens"
+#define TOL 1e-4
+
+/* ---- a minimal safetensors reader (F32 and I32 tensors, up to 4 dims) ---------------------- */
+typedef struct {
+    char name[160];
+    int i32, ndim, shape[4];
+    int64_t ne;
+    uint64_t begin, end;
+} gt_entry;
+
+typedef struct {
+    unsigned char *file;
+    size_t size;
+    const unsigned char *data; /* start of the data section */
+    uint64_t data_size;
+    gt_entry *e;
+    int n;
+} golden;
+
+typedef struct { const char *p, *end; int bad; } gt_json;
+
+static void gt_ws(gt_json *j) { while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t')) j->p++; }
+static int gt_char(gt_json *j, char c) {
+    gt_ws(j);
+    if (j->p < j->end && *j->p == c) { j->p++; return 1; }
+    return 0;
+}
+static void gt_str(gt_json *j, char *out, size_t cap) {
+    size_t n = 0;
+    if (!gt_char(j, '"')) { j->bad = 1; return; }
+    while (j->p < j->end && *j->p != '"') {
+        if (*j->p == '\\' && j->p + 1 < j->end) j->p++; /* names here need no unescaping beyond this */
+        if (out && n + 1 < cap) out[n++] = *j->p;
+        j->p++;
+    }
+    if (!gt_char(j, '"')) j->bad = 1;
+    if (out) out[n] = 0;
+}
+static int64_t gt_int(gt_json *j) {
+    int64_t v = 0;
+    int digits = 0;
+    gt_ws(j);
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9' && digits < 18) { v = v * 10 + (*j->p++ - '0'); digits++; }
+    if (!digits) j->bad = 1;
+    return v;
+}
+static void gt_skip(gt_json *j) { /* any JSON value */
+    int depth = 0;
+    gt_ws(j);
+    do {
+        if (j->p >= j->end) { j->bad = 1; return; }
+        if (*j->p == '"') { gt_str(j, NULL, 0); if (j->bad) return; continue; }
+        if (*j->p == '{' || *j->p == '[') depth++;
+        else if (*j->p == '}' || *j->p == ']') depth--;
+        else if (depth == 0 && (*j->p == ',')) return;
+        j->p++;
+    } while (depth > 0);
+}
+
+static void golden_close(golden *g) { free(g->file); free(g->e); memset(g, 0, sizeof *g); }
+
+/* NULL on success, else what is wrong */
+static const char *golden_open(golden *g, const char *path) {
+    FILE *f = fopen(path, "rb");
+    long sz;
+    uint64_t hlen = 0;
+    int i;
+    gt_json j;
+    memset(g, 0, sizeof *g);
+    if (!f) return "cannot open the file (run `make goldens` where torch is installed?)";
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 8 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return "not a safetensors file"; }
+    g->size = (size_t)sz;
+    if (!(g->file = (unsigned char *)malloc(g->size)) || fread(g->file, 1, g->size, f) != g->size) { fclose(f); return "read error"; }
+    fclose(f);
+    for (i = 0; i < 8; i++) hlen |= (uint64_t)g->file[i] << (8 * i);
+    if (hlen + 8 > g->size) return "the header is longer than the file";
+    g->data = g->file + 8 + hlen;
+    g->data_size = g->size - 8 - hlen;
+    j.p = (const char *)g->file + 8; j.end = j.p + hlen; j.bad = 0;
+    if (!gt_char(&j, '{')) return "the header is not a JSON object";
+    if (gt_char(&j, '}')) return NULL;
+    do {
+        char key[160];
+        gt_entry *e;
+        gt_str(&j, key, sizeof key);
+        if (j.bad || !gt_char(&j, ':')) return "malformed header (a key)";
+        if (strcmp(key, "__metadata__") == 0) { gt_skip(&j); if (j.bad) return "malformed __metadata__"; continue; }
+        if (!(e = (gt_entry *)realloc(g->e, (size_t)(g->n + 1) * sizeof *e))) return "out of memory";
+        g->e = e;
+        e = &g->e[g->n++];
+        memset(e, 0, sizeof *e);
+        strcpy(e->name, key);
+        if (!gt_char(&j, '{')) return "malformed header (a tensor entry)";
+        do {
+            char field[32], dtype[16];
+            gt_str(&j, field, sizeof field);
+            if (j.bad || !gt_char(&j, ':')) return "malformed header (a tensor field)";
+            if (strcmp(field, "dtype") == 0) {
+                gt_str(&j, dtype, sizeof dtype);
+                if (strcmp(dtype, "F32") != 0 && strcmp(dtype, "I32") != 0) return "a tensor is neither F32 nor I32";
+                e->i32 = dtype[0] == 'I';
+            } else if (strcmp(field, "shape") == 0) {
+                if (!gt_char(&j, '[')) return "malformed shape";
+                e->ne = 1;
+                if (!gt_char(&j, ']')) {
+                    do {
+                        int64_t v = gt_int(&j);
+                        if (e->ndim == 4 || v < 1 || v > (1 << 24)) return "a shape has more than 4 dims or a bad size";
+                        e->shape[e->ndim++] = (int)v;
+                        e->ne *= v;
+                    } while (gt_char(&j, ','));
+                    if (!gt_char(&j, ']')) return "malformed shape";
+                }
+            } else if (strcmp(field, "data_offsets") == 0) {
+                if (!gt_char(&j, '[')) return "malformed data_offsets";
+                e->begin = (uint64_t)gt_int(&j);
+                if (!gt_char(&j, ',')) return "malformed data_offsets";
+                e->end = (uint64_t)gt_int(&j);
+                if (!gt_char(&j, ']')) return "malformed data_offsets";
+            } else gt_skip(&j);
+            if (j.bad) return "malformed header (a tensor field)";
+        } while (gt_char(&j, ','));
+        if (!gt_char(&j, '}')) return "malformed header (a tensor entry is not closed)";
+        if (e->end < e->begin || e->end > g->data_size || e->end - e->begin != (uint64_t)e->ne * 4)
+            return "a tensor's data_offsets do not match its shape or the file size";
+    } while (gt_char(&j, ','));
+    if (!gt_char(&j, '}')) return "malformed header (not closed)";
+    return NULL;
+}
+
+static const gt_entry *golden_find(const golden *g, const char *prefix, const char *name) {
+    int i;
+    size_t lp = strlen(prefix);
+    for (i = 0; i < g->n; i++)
+        if (strncmp(g->e[i].name, prefix, lp) == 0 && strcmp(g->e[i].name + lp, name) == 0) return &g->e[i];
+    return NULL;
+}
+/* the entry as float (F32) or int32 (I32) values, copied out (unaligned-safe) */
+static void golden_floats(const golden *g, const gt_entry *e, float *out) { memcpy(out, g->data + e->begin, (size_t)e->ne * 4); }
+static void golden_ints(const golden *g, const gt_entry *e, int32_t *out) { memcpy(out, g->data + e->begin, (size_t)e->ne * 4); }
+
+static int same_shape(const gt_entry *e, int ndim, const int *shape) {
+    int d;
+    if (e->ndim != ndim) return 0;
+    for (d = 0; d < ndim; d++) if (e->shape[d] != shape[d]) return 0;
+    return 1;
+}
+
+/* ---- the config from the metadata ---------------------------------------------------------- */
+static int meta_int(const char *path, const char *key, int *ok) {
+    char buf[64];
+    if (mf_load_meta(path, key, buf, sizeof buf) < 0) { printf("    %s: no metadata \"%s\"\n", path, key); *ok = 0; return 0; }
+    return atoi(buf);
+}
+static int meta_enum(const char *path, const char *key, const char *const *names, int n, int *ok) {
+    char buf[64];
+    int i;
+    if (mf_load_meta(path, key, buf, sizeof buf) < 0) { printf("    %s: no metadata \"%s\"\n", path, key); *ok = 0; return 0; }
+    for (i = 0; i < n; i++) if (strcmp(buf, names[i]) == 0) return i;
+    printf("    %s: unknown %s \"%s\"\n", path, key, buf);
+    *ok = 0;
+    return 0;
+}
+
+static mf_model_config config_from(const char *path, int *B, int *T, int *ok) {
+    static const char *const pos[] = {"none", "learned", "sinusoidal"};
+    static const char *const act[] = {"relu", "gelu", "gelu_tanh", "silu"};
+    static const char *const mixers[] = {"sdpa", "metric", "quadratic", "pool", "identity"};
+    mf_model_config c = mf_model_config_default();
+    char buf[64];
+    c.mixer = (mf_mixer_kind)meta_enum(path, "cfg.mixer", mixers, MF_MIXER_COUNT, ok);
+    c.pos = (mf_pos_kind)meta_enum(path, "cfg.pos", pos, 3, ok);
+    c.ffn_act = (mf_act_kind)meta_enum(path, "cfg.ffn_act", act, 4, ok);
+    c.vocab = meta_int(path, "cfg.vocab", ok);
+    c.d_model = meta_int(path, "cfg.d_model", ok);
+    c.n_heads = meta_int(path, "cfg.n_heads", ok);
+    c.n_layers = meta_int(path, "cfg.n_layers", ok);
+    c.d_ff = meta_int(path, "cfg.d_ff", ok);
+    c.max_seq = meta_int(path, "cfg.max_seq", ok);
+    c.ffn_bias = meta_int(path, "cfg.ffn_bias", ok);
+    c.attn_bias = meta_int(path, "cfg.attn_bias", ok);
+    c.pool_size = meta_int(path, "cfg.pool_size", ok);
+    c.pool_causal = meta_int(path, "cfg.pool_causal", ok);
+    c.clone_layers = meta_int(path, "cfg.clone_layers", ok);
+    if (mf_load_meta(path, "cfg.ln_eps", buf, sizeof buf) < 0) *ok = 0; else c.ln_eps = (float)atof(buf);
+    if (mf_load_meta(path, "cfg.dropout", buf, sizeof buf) < 0) *ok = 0; else c.dropout = (float)atof(buf);
+    *B = meta_int(path, "parity.B", ok);
+    *T = meta_int(path, "parity.T", ok);
+    return c;
+}
+
+/* ---- comparison ------------------------------------------------------------------------------ */
+typedef struct { double worst; char worst_name[200]; int n_tensors, n_bad; } tally;
+
+/* compare n values of got with the golden entry; zero_scale: denominator for an all-zero golden */
+static void compare(tally *t, const golden *g, const gt_entry *e, const float *got, double zero_scale) {
+    float *want = (float *)malloc((size_t)e->ne * sizeof(float));
+    double maxdiff = 0, maxref = 0, err;
+    int64_t i;
+    if (!want) { MFT_CHECK(want != NULL); return; }
+    golden_floats(g, e, want);
+    for (i = 0; i < e->ne; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (!(d <= maxdiff)) maxdiff = d; /* NaN propagates */
+        if (fabs((double)want[i]) > maxref) maxref = fabs((double)want[i]);
+    }
+    err = maxdiff / (maxref == 0.0 ? zero_scale : (maxref > 1e-6 ? maxref : 1e-6));
+    t->n_tensors++;
+    if (!(err <= TOL)) { t->n_bad++; printf("    %-34s rel err %.3g > %g\n", e->name, err, TOL); }
+    if (!(err <= t->worst)) { t->worst = err; snprintf(t->worst_name, sizeof t->worst_name, "%s", e->name); }
+    free(want);
+}
+
+static char current[128]; /* the config being tested */
+static int mixers_seen[MF_MIXER_COUNT];
+
+static void test_config(void) {
+    char path[256];
+    golden g;
+    const char *why;
+    const gt_entry *e;
+    mf_ctx *ctx = NULL;
+    mf_model *m = NULL;
+    mf_model_config cfg;
+    int32_t *ids = NULL, *targets = NULL;
+    int B = 0, T = 0, ok = 1, i, n_param_entries = 0;
+    double gscale = 0;
+    tally t;
+    memset(&t, 0, sizeof t);
+    snprintf(path, sizeof path, "%s/%s.safetensors", GOLDEN_DIR, current);
+    if ((why = golden_open(&g, path))) { printf("    %s: %s\n", path, why); MFT_CHECK(why == NULL); golden_close(&g); return; }
+    cfg = config_from(path, &B, &T, &ok);
+    MFT_CHECK(ok);
+    if (!ok) goto done;
+    mixers_seen[cfg.mixer] = 1;
+    ctx = mf_ctx_new(1);
+    m = mf_model_new(ctx, &cfg);
+    if (!m) { printf("    %s\n", mf_error(ctx)); MFT_CHECK(m != NULL); goto done; }
+
+    /* the weights: every parameter from "param.<name>", and no stray "param." entry */
+    for (i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *p = mf_param_at(ctx, i);
+        e = golden_find(&g, "param.", p->name);
+        if (!e || e->i32 || !same_shape(e, p->ndim, p->shape)) {
+            printf("    %s: param.%s is missing or has another dtype/shape\n", path, p->name);
+            MFT_CHECK(0);
+            goto done;
+        }
+        golden_floats(&g, e, p->data);
+    }
+    for (i = 0; i < g.n; i++) n_param_entries += strncmp(g.e[i].name, "param.", 6) == 0;
+    MFT_CHECK(n_param_entries == mf_param_tensors(ctx));
+
+    /* the batch */
+    {
+        int bt[2];
+        const gt_entry *ei = golden_find(&g, "", "ids"), *et = golden_find(&g, "", "targets");
+        bt[0] = B; bt[1] = T;
+        if (!ei || !et || !ei->i32 || !et->i32 || !same_shape(ei, 2, bt) || !same_shape(et, 2, bt)) {
+            printf("    %s: ids / targets are missing or not I32 [%d, %d]\n", path, B, T);
+            MFT_CHECK(0);
+            goto done;
+        }
+        ids = (int32_t *)malloc((size_t)B * T * sizeof(int32_t));
+        targets = (int32_t *)malloc((size_t)B * T * sizeof(int32_t));
+        if (!ids || !targets) { MFT_CHECK(0); goto done; }
+        golden_ints(&g, ei, ids);
+        golden_ints(&g, et, targets);
+    }
+
+    /* forward: logits */
+    {
+        mf_tensor *logits = mf_model_forward(m, ids, B, T);
+        int shape[3];
+        shape[0] = B; shape[1] = T; shape[2] = cfg.vocab;
+        e = golden_find(&g, "", "logits");
+        MFT_CHECK(logits != NULL && e != NULL && !e->i32 && same_shape(e, 3, shape));
+        if (!logits || !e || e->i32 || !same_shape(e, 3, shape)) goto done;
+        compare(&t, &g, e, logits->data, 0.0);
+        mf_reset(ctx);
+    }
+    /* loss and backward: every parameter gradient */
+    {
+        mf_tensor *loss = mf_model_loss(m, ids, targets, B, T);
+        int one = 1;
+        e = golden_find(&g, "", "loss");
+        MFT_CHECK(loss != NULL && e != NULL && !e->i32 && same_shape(e, 1, &one));
+        if (!loss || !e || e->i32 || !same_shape(e, 1, &one)) goto done;
+        compare(&t, &g, e, loss->data, 0.0);
+        mf_zero_grad(ctx);
+        MFT_CHECK(mf_backward(ctx, loss) == 0);
+        for (i = 0; i < g.n; i++) /* the largest golden gradient: the scale for all-zero goldens */
+            if (strncmp(g.e[i].name, "grad.", 5) == 0 && !g.e[i].i32) {
+                int64_t k;
+                float *v = (float *)malloc((size_t)g.e[i].ne * sizeof(float));
+                if (!v) continue;
+                golden_floats(&g, &g.e[i], v);
+                for (k = 0; k < g.e[i].ne; k++) if (fabs((double)v[k]) > gscale) gscale = fabs((double)v[k]);
+                free(v);
+            }
+        for (i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            e = golden_find(&g, "grad.", p->name);
+            if (!e || e->i32 || !same_shape(e, p->ndim, p->shape) || !p->grad) {
+                printf("    %s: grad.%s is missing, has another shape, or the parameter has no gradient\n", path, p->name);
+                MFT_CHECK(0);
+                continue;
+            }
+            compare(&t, &g, e, p->grad, gscale);
+        }
+    }
+    MFT_CHECK(mf_ok(ctx));
+    if (!mf_ok(ctx)) printf("    %s\n", mf_error(ctx));
+    MFT_CHECK(t.n_bad == 0 && t.n_tensors == 2 + mf_param_tensors(ctx));
+    printf("    %-15s worst %-34s rel err %.2e  (%d tensors)\n", current, t.worst_name, t.worst, t.n_tensors);
+done:
+    free(ids); free(targets);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    golden_close(&g);
+}
+
+static void test_every_mixer_has_a_golden(void) {
+    int k;
+    for (k = 0; k < MF_MIXER_COUNT; k++) {
+        if (!mixers_seen[k]) printf("    no golden exercises the %s mixer\n", mf_mixer_name((mf_mixer_kind)k));
+        MFT_CHECK(mixers_seen[k]);
+    }
+}
+
+int main(void) {
+    FILE *f = fopen(GOLDEN_DIR "/manifest.txt", "r");
+    char line[128];
+    int n = 0;
+    double t0 = mf_time();
+    if (!f) {
+        printf("    cannot open " GOLDEN_DIR "/manifest.txt (run from the repository root; `make goldens` makes it)\n");
+        MFT_RUN(test_every_mixer_has_a_golden); /* fails: nothing was tested */
+        return mft_finish();
+    }
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\r\n");
+        char label[160];
+        line[len] = 0;
+        if (!len || line[0] == '#') continue;
+        snprintf(current, sizeof current, "%s", line);
+        snprintf(label, sizeof label, "parity_%s", current);
+        mft__run(label, test_config);
+        n++;
+    }
+    fclose(f);
+    MFT_RUN(test_every_mixer_has_a_golden);
+    printf("    %d parity configs in %.2f s\n", n, mf_time() - t0);
+    return mft_finish();
+}
