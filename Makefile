@@ -32,6 +32,11 @@ $(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
+# the portable (no SIMD) GEMM kernel, checked like the vector ones
+$(BUILD)/nosimd/test_gemm: tests/test_gemm.c metaformer.h tests/*.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMETAFORMER_NO_SIMD -I. -Itests $< -o $@ $(LDLIBS)
+
 # C++ tests: the CUDA emulator (tests/cuda_emu.h) runs the .cuh kernels on the CPU
 $(BUILD)/tests/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
@@ -48,9 +53,9 @@ $(BUILD)/%: examples/%.c metaformer.h
 examples: $(EXAMPLES)
 
 # ASAN_OPTIONS: fail on the first report; OMP threads 2 so the sanitized run stays quick
-test: $(TESTS) $(ASAN) $(EXAMPLES)
+test: $(TESTS) $(ASAN) $(EXAMPLES) $(BUILD)/nosimd/test_gemm
 	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" \
-	    $(foreach t,$(TESTS),"$(t)") \
+	    $(foreach t,$(TESTS),"$(t)") "$(BUILD)/nosimd/test_gemm" \
 	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
 
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed

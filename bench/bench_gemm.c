@@ -3,7 +3,6 @@
  *   gcc -O3 -march=native -fopenmp bench/bench_gemm.c -o build/bench_gemm -lopenblas -lm
  *   ./build/bench_gemm            (Markdown table on stdout)
  *
- * Until metaformer.h carries the GEMM engine, build with -DMF_GEMM_DEV to use dev/mf_gemm.h.
  * OpenBLAS picks its kernels from the CPU model; a CPU newer than the OpenBLAS build
  * (e.g. 0.3.21 on Sapphire/Emerald Rapids) falls back to "Prescott" SSE3 kernels.
  * OPENBLAS_CORETYPE=SkylakeX ./build/bench_gemm compares against its AVX-512 kernels.
@@ -16,19 +15,8 @@
 #include <time.h>
 #include <cblas.h>
 
-#ifdef MF_GEMM_DEV
-#include <stdint.h>
-#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
-#include <omp.h>
-#endif
-#define MFDEF
-#define MF_MALLOC(sz) malloc(sz)
-#define MF_FREE(p) free(p)
-#include "../dev/mf_gemm.h"
-#else
 #define METAFORMER_IMPLEMENTATION
 #include "../metaformer.h"
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif

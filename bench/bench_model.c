@@ -49,6 +49,13 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static double cpu_seconds(void) { /* user + system time of the process, all threads */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
 static double peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -204,6 +211,7 @@ int main(int argc, char **argv) {
     const char *mixer = "sdpa";
     int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0;
     double max_time = 0, *times, t_all, med, best, fpt, fpt_full, rss_before, t_first = 0;
+    double wall_timed = 0, cpu_timed = 0, c0;
     mf_ctx *ctx;
     mf_model *m;
     mf_optimizer opt;
@@ -268,6 +276,7 @@ int main(int argc, char **argv) {
             for (t = 0; t < T; t++) { ids[b * T + t] = seq[b * (T + 1) + t]; tg[b * T + t] = seq[b * (T + 1) + t + 1]; }
         }
         t0 = now();
+        c0 = cpu_seconds();
         loss = mf_model_loss(m, ids, tg, B, T);
         mf_backward(ctx, loss);
         mf_clip_grad_norm(ctx, 1.0f);
@@ -280,6 +289,8 @@ int main(int argc, char **argv) {
         if (s == -warmup) t_first = t0;
         if (s >= 0) {
             times[done++] = t0;
+            wall_timed += t0;
+            cpu_timed += cpu_seconds() - c0;
             if (max_time > 0 && now() - t_all > max_time) break;
         } else if (s < -1 && max_time > 0 && now() - t_all > max_time / 4) {
             s = -1; /* slow build: skip the remaining warm-up steps */
@@ -298,11 +309,13 @@ int main(int argc, char **argv) {
            B * T / med, fpt * 1e-6, fpt_full * 1e-6);
     printf("  model GFLOP/s %.1f, peak RSS %.1f MB (%.1f MB before the model), activation arena peak %.1f MB\n",
            fpt * B * T / med * 1e-9, peak_rss_mb(), rss_before, mf_activation_peak_bytes(ctx) / 1048576.0);
+    printf("  CPU time / wall time over the timed steps %.2f (%d threads; much lower = other processes took the CPUs)\n",
+           cpu_timed / wall_timed, threads);
     printf("RESULT impl=c mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
-           "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d loss=%.4f\n",
+           "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d cpu_util=%.2f loss=%.4f\n",
            mixer, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
            peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
-           (double)last_loss);
+           cpu_timed / wall_timed, (double)last_loss);
     fflush(stdout);
     if (profile) profile_step(ctx, m, &opt, ids, tg, B, T);
     if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }

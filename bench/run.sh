@@ -6,6 +6,8 @@
 #   bash bench/run.sh --dev-gemm       also splice dev/mf_gemm.h into a TEMPORARY copy of metaformer.h
 #                                      ([mf:gemm] .. [mf:gemm-end]) and bench that (the real header is
 #                                      not touched); bench_gemm gets -DMF_GEMM_DEV
+#   bash bench/run.sh --header git:HEAD   bench the committed header (or any file) instead of the
+#                                      working tree's, from a temporary copy [BENCH_HEADER]
 #   bash bench/run.sh --quick          1 repeat, short runs, no GEMM table, no profile (a smoke test)
 # Options (or the environment variables in brackets):
 #   --reps N [BENCH_REPS=3]            C / torch runs per mixer, interleaved; the table shows medians
@@ -15,7 +17,9 @@
 #   --threads N [BENCH_THREADS=2]      threads for both sides (C OpenMP; torch intra-op + OpenBLAS)
 #   --no-gemm-table [BENCH_GEMM_TABLE=0]   --no-profile [BENCH_PROFILE=0]
 #   --perf [BENCH_PERF=1]              also `perf record` one short C run per mixer (top symbols)
-#   --out FILE                         report path
+#   [BENCH_C_WAIT_POLICY=PASSIVE]      OMP_WAIT_POLICY of the C runs (default: the same as torch's;
+#                                      "default" = libgomp's spin-then-sleep, far slower on a loaded machine)
+#   --out FILE                         report path;   --build-only   build, then stop
 #   [MF_GEMM=dev] = --dev-gemm   [PYTHON=/usr/bin/python3]   [CC=gcc]   [BENCH_NO_APT=1]
 #
 # Fairness settings for PyTorch (printed in the report): torch.set_num_threads(N), OMP_NUM_THREADS=N,
@@ -30,6 +34,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
 MF_GEMM=${MF_GEMM:-header}
+HEADER=${BENCH_HEADER:-metaformer.h}
 REPS=${BENCH_REPS:-3}
 MIXERS=${BENCH_MIXERS:-"sdpa metric quadratic pool identity"}
 STEPS=${BENCH_STEPS:-10}
@@ -42,9 +47,11 @@ PERF=${BENCH_PERF:-0}
 PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-gcc}
 OUT=""
+BUILD_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --dev-gemm) MF_GEMM=dev ;;
+    --header) HEADER=$2; shift ;;
     --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0 ;;
     --reps) REPS=$2; shift ;;
     --mixers) MIXERS=$2; shift ;;
@@ -56,6 +63,7 @@ while [ $# -gt 0 ]; do
     --no-profile) PROFILE=0 ;;
     --perf) PERF=1 ;;
     --out) OUT=$2; shift ;;
+    --build-only) BUILD_ONLY=1 ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -66,7 +74,8 @@ T_START=$(date +%s)
 BUILD=build/bench
 mkdir -p "$BUILD" bench/results
 TAG=""
-[ "$MF_GEMM" = dev ] && TAG="_devgemm"
+[ "$HEADER" != metaformer.h ] && TAG="_$(printf '%s' "${HEADER#git:}" | tr -c 'A-Za-z0-9.-' '-')"
+[ "$MF_GEMM" = dev ] && TAG="${TAG}_devgemm"
 [ -n "$OUT" ] || OUT="bench/results/cpu_$(date +%Y-%m-%d)${TAG}.md"
 RAW="$BUILD/raw${TAG}.txt"
 : > "$RAW"
@@ -101,42 +110,78 @@ TORCH_WHY=""
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then TORCH=0; TORCH_WHY="$PY cannot import torch (install python3-torch)"; NOTES+=("PyTorch: $TORCH_WHY; torch columns are empty."); fi
 
 # ---- build ---------------------------------------------------------------------------------
+# The header under test is staged when it is not the working tree's metaformer.h as is: from git
+# (--header git:REV), another file, and/or with dev/mf_gemm.h spliced into [mf:gemm]. bench_gemm.c
+# includes "../metaformer.h", so a copy of it is staged next to the header too.
+CFLAGS_B="-O3 -march=native -fopenmp"
 HDR_DIR=.
-if grep -q 'placeholder: replaced by the packed SIMD kernel' metaformer.h; then
-    HEADER_GEMM="placeholder (the slow reference loop in [mf:gemm])"
-else
-    HEADER_GEMM="packed SIMD engine in [mf:gemm]"
+GEMM_C=bench/bench_gemm.c
+HDR_DESC="metaformer.h (working tree)"
+if [ "$HEADER" != metaformer.h ] || [ "$MF_GEMM" = dev ]; then
+    STAGE="$BUILD/stage${TAG}"
+    rm -rf "$STAGE"; mkdir -p "$STAGE/bench" "$STAGE/dev"
+    case "$HEADER" in
+    git:*) git show "${HEADER#git:}:metaformer.h" > "$STAGE/metaformer.h" ||
+               { say "cannot read metaformer.h at git revision ${HEADER#git:}"; exit 1; }
+           HDR_DESC="metaformer.h at git ${HEADER#git:} ($(git rev-parse --short "${HEADER#git:}"))" ;;
+    *)     cp "$HEADER" "$STAGE/metaformer.h" || exit 1; HDR_DESC="$HEADER"; [ "$HEADER" = metaformer.h ] && HDR_DESC="metaformer.h (working tree)" ;;
+    esac
+    cp bench/bench_gemm.c "$STAGE/bench/"; cp dev/mf_gemm.h "$STAGE/dev/" 2>/dev/null
+    HDR_DIR="$STAGE"; GEMM_C="$STAGE/bench/bench_gemm.c"
 fi
-GEMM_SRC="metaformer.h: $HEADER_GEMM"
+if grep -q 'placeholder: replaced by the packed SIMD kernel' "$HDR_DIR/metaformer.h"; then
+    GEMM_SRC="$HDR_DESC, [mf:gemm] = the placeholder (slow reference loops)"
+    NOTES+=("The header's [mf:gemm] is still the slow placeholder: the C numbers will improve when the engine lands (bash bench/run.sh --dev-gemm shows dev/mf_gemm.h).")
+else
+    GEMM_SRC="$HDR_DESC, [mf:gemm] = the packed SIMD engine"
+fi
 if [ "$MF_GEMM" = dev ]; then
-    say "== dev/mf_gemm.h: self-test, then a temporary metaformer.h with it in [mf:gemm]"
-    if ! $CC -O2 -std=c99 -march=native -fopenmp bench/gemm_selftest.c -o "$BUILD/gemm_selftest" -lm ||
-       ! "$BUILD/gemm_selftest" 200; then
-        say "dev/mf_gemm.h fails its self-test (bench/gemm_selftest.c): not benchmarking it"; exit 1
-    fi
-    HDR_DIR="$BUILD/devheader"
-    mkdir -p "$HDR_DIR"
+    say "== a temporary metaformer.h with dev/mf_gemm.h in [mf:gemm], then the GEMM test on it"
     if ! awk -v dev=dev/mf_gemm.h '
         /^\/\* ==== \[mf:gemm\] =/ { print; while ((getline l < dev) > 0) print l; skip = 1; found++; next }
         /^\/\* ==== \[mf:gemm-end\] =/ { skip = 0; found++ }
         !skip { print }
-        END { exit found == 2 ? 0 : 1 }' metaformer.h > "$HDR_DIR/metaformer.h"; then
-        say "metaformer.h has no [mf:gemm] .. [mf:gemm-end] banners: cannot splice dev/mf_gemm.h"; exit 1
+        END { exit found == 2 ? 0 : 1 }' "$HDR_DIR/metaformer.h" > "$HDR_DIR/metaformer.h.new"; then
+        say "$HDR_DESC has no [mf:gemm] .. [mf:gemm-end] banners: cannot splice dev/mf_gemm.h"; exit 1
     fi
-    GEMM_SRC="dev/mf_gemm.h spliced into a temporary copy of metaformer.h ($(sha1sum dev/mf_gemm.h | cut -c1-10))"
+    mv "$HDR_DIR/metaformer.h.new" "$HDR_DIR/metaformer.h"
+    rm -f "$BUILD/test_gemm.txt" "$BUILD/test_gemm"
+    if [ -f tests/test_gemm.c ]; then
+        $CC -O2 -std=c99 -march=native -fopenmp -I"$HDR_DIR" tests/test_gemm.c -o "$BUILD/test_gemm" -lm &&
+            "$BUILD/test_gemm" > "$BUILD/test_gemm.txt" 2>&1
+    else
+        $CC -O2 -std=c99 -march=native -fopenmp bench/gemm_selftest.c -o "$BUILD/test_gemm" -lm &&
+            "$BUILD/test_gemm" 200 > "$BUILD/test_gemm.txt" 2>&1
+    fi || { tail -n 5 "$BUILD/test_gemm.txt" 2>/dev/null
+            say "dev/mf_gemm.h in $HDR_DESC: the GEMM test does not build or fails (if it does not link, the header's"
+            say "[mf:ops] calls functions dev/mf_gemm.h lacks: the header already carries a newer engine; run without --dev-gemm)"
+            exit 1; }
+    say "   $(tail -n 1 "$BUILD/test_gemm.txt")"
+    GEMM_SRC="dev/mf_gemm.h ($(sha1sum dev/mf_gemm.h | cut -c1-10)) spliced into [mf:gemm] of a temporary copy of $HDR_DESC"
 fi
-CFLAGS_B="-O3 -march=native -fopenmp"
 say "== building bench_model ($GEMM_SRC)"
-$CC $CFLAGS_B -I"$HDR_DIR" bench/bench_model.c -o "$BUILD/bench_model" -lm || { say "build of bench_model failed"; exit 1; }
+HDR_SHA=$(sha1sum "$HDR_DIR/metaformer.h" | cut -c1-12)
+if ! $CC $CFLAGS_B -I"$HDR_DIR" bench/bench_model.c -o "$BUILD/bench_model" -lm; then
+    say "build of bench_model failed"
+    [ "$MF_GEMM" = dev ] && say "(with --dev-gemm: does dev/mf_gemm.h provide every function that the header's [mf:ops] calls? The header may already carry a newer engine - then run without --dev-gemm.)"
+    exit 1
+fi
 if [ "$OPENBLAS" = 1 ]; then
     $CC $CFLAGS_B -DMF_BENCH_OPENBLAS -I"$HDR_DIR" bench/bench_model.c -o "$BUILD/bench_peak" -lopenblas -lm || OPENBLAS=0
     GEMM_DEF=""
     [ "$MF_GEMM" = dev ] && GEMM_DEF="-DMF_GEMM_DEV"
     if [ "$GEMM_TABLE" = 1 ]; then   # the build line of bench/bench_gemm.c
-        $CC $CFLAGS_B $GEMM_DEF bench/bench_gemm.c -o build/bench_gemm -lopenblas -lm ||
+        $CC $CFLAGS_B $GEMM_DEF "$GEMM_C" -o build/bench_gemm -lopenblas -lm ||
             { NOTES+=("bench/bench_gemm.c did not build: no GEMM table."); GEMM_TABLE=0; }
     fi
 fi
+[ "$BUILD_ONLY" = 1 ] && { say "built: $BUILD/bench_model$([ "$OPENBLAS" = 1 ] && echo " $BUILD/bench_peak")$([ "$OPENBLAS" = 1 ] && [ "$GEMM_TABLE" = 1 ] && echo " build/bench_gemm")"; exit 0; }
+
+# ---- environments of the runs
+TORCH_ENV=(env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" OMP_WAIT_POLICY=PASSIVE)
+C_WAIT=${BENCH_C_WAIT_POLICY:-PASSIVE}
+if [ "$C_WAIT" = default ]; then C_ENV=(env -u OMP_WAIT_POLICY OMP_NUM_THREADS="$THREADS")
+else C_ENV=(env OMP_NUM_THREADS="$THREADS" OMP_WAIT_POLICY="$C_WAIT"); fi
 
 # ---- OpenBLAS kernels and the FP32 peak ----------------------------------------------------
 PEAKS="$BUILD/peaks${TAG}.txt"
@@ -179,14 +224,12 @@ GEMM_OUT="$BUILD/gemm${TAG}.md"
 : > "$GEMM_OUT"
 if [ "$OPENBLAS" = 1 ] && [ "$GEMM_TABLE" = 1 ]; then
     say "== SGEMM: mf_sgemm vs OpenBLAS (build/bench_gemm)"
-    build/bench_gemm | tee "$GEMM_OUT"
+    "${C_ENV[@]}" build/bench_gemm | tee "$GEMM_OUT"
     g=$(grep -E '^\| 2048\^3 \| '"$THREADS"' \|' "$GEMM_OUT" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
     [ -n "$g" ] && echo "RESULT impl=openblas source=bench_gemm n=2048 threads=$THREADS gflops=$g" >> "$PEAKS"
 fi
 
 # ---- torch configuration -------------------------------------------------------------------
-TORCH_ENV=(env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" OMP_WAIT_POLICY=PASSIVE)
-C_ENV=(env OMP_NUM_THREADS="$THREADS")
 TORCH_INFO=""
 if [ "$TORCH" = 1 ]; then
     TORCH_INFO=$("${TORCH_ENV[@]}" "$PY" bench/torch_ref.py --threads "$THREADS" --info 2>&1 | head -n 1)
@@ -226,11 +269,11 @@ PEAK=$(grep -h '^RESULT' "$PEAKS" | field gflops | maxval)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 rep "# metaformer.h CPU benchmark, $(date '+%Y-%m-%d %H:%M')"
 rep ""
-rep "Command: \`bash bench/run.sh${TAG:+ --dev-gemm}\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run, $THREADS threads)."
+rep "Command: \`bash bench/run.sh$([ "$HEADER" = metaformer.h ] || echo " --header $HEADER")$([ "$MF_GEMM" = dev ] && echo " --dev-gemm")\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run, $THREADS threads)."
 rep "Machine: $CPU, $(nproc) CPUs, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average $LOAD_BEFORE before, $LOAD_AFTER after (other jobs share this machine)."
-rep "C: $($CC --version | head -n 1), $CFLAGS_B; GEMM: $GEMM_SRC."
+rep "C: $($CC --version | head -n 1), $CFLAGS_B; header: $GEMM_SRC (sha1 $HDR_SHA at build time)."
 [ -n "$TORCH_INFO" ] && rep "PyTorch: $TORCH_INFO"
-rep "C environment: OMP_NUM_THREADS=$THREADS, mf_set_threads($THREADS). PyTorch environment: OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE${CORETYPE:+ OPENBLAS_CORETYPE=$CORETYPE}, torch.set_num_threads($THREADS)."
+rep "C environment: OMP_NUM_THREADS=$THREADS$([ "$C_WAIT" = default ] || echo " OMP_WAIT_POLICY=$C_WAIT"), mf_set_threads($THREADS). PyTorch environment: OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE${CORETYPE:+ OPENBLAS_CORETYPE=$CORETYPE}, torch.set_num_threads($THREADS)."
 rep "Config: d_model 256, heads 8, layers 4, d_ff 1024, seq_len 256, batch 8, vocab 65; learned positions, GELU, biases, pool_size 3 causal, dropout 0."
 rep "Step: forward + cross-entropy + backward + clip_grad_norm(1.0) + Adam (lr 1e-3) + zero_grad, random tokens."
 if [ -n "$PEAK" ]; then

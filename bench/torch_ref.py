@@ -30,6 +30,11 @@ import sys
 import time
 
 
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kilobytes
 
@@ -218,14 +223,14 @@ def main():
         opt = torch.optim.Adam(params, lr=1e-3)
     B, T, V = args.batch, args.seq, args.vocab
     gen = torch.Generator().manual_seed(args.seed)
-    times, loss_v, t_first = [], float("nan"), 0.0
+    times, loss_v, t_first, cpu_timed = [], float("nan"), 0.0, 0.0
     t_all = time.perf_counter()
     s = -args.warmup - 1
     while s + 1 < args.steps:
         s += 1
         seq = torch.randint(0, V, (B, T + 1), generator=gen)
         ids, tg = seq[:, :T], seq[:, 1:]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         logits = model(ids)
         loss = F.cross_entropy(logits.reshape(-1, V), tg.reshape(-1))
         loss.backward()
@@ -238,6 +243,7 @@ def main():
             t_first = dt
         if s >= 0:
             times.append(dt)
+            cpu_timed += cpu_seconds() - c0
             if args.max_time > 0 and time.perf_counter() - t_all > args.max_time:
                 break
         elif s < -1 and args.max_time > 0 and time.perf_counter() - t_all > args.max_time / 4:
@@ -251,10 +257,13 @@ def main():
         len(times), args.warmup, t_first * 1e3, med * 1e3, best * 1e3, loss_v))
     print("  tokens/s %.0f, model GFLOP/s %.1f, peak RSS %.1f MB (python %.1f MB, after import torch %.1f MB)" % (
         tok_s, fpt * tok_s * 1e-9, rss_mb(), rss_python, rss_torch))
+    util = cpu_timed / sum(times)
+    print("  CPU time / wall time over the timed steps %.2f (%d threads; idle OpenMP workers sleep: PASSIVE)" % (
+        util, args.threads))
     print("RESULT impl=torch mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
-          "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d loss=%.4f" % (
+          "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f" % (
               args.mixer, tok_s, med * 1e3, best * 1e3, fpt * tok_s * 1e-9, fpt * 1e-6, fpt_full * 1e-6, rss_mb(),
-              rss_torch, nparams, len(times), args.threads, loss_v))
+              rss_torch, nparams, len(times), args.threads, util, loss_v))
     return 0
 
 

@@ -65,7 +65,7 @@ static const option OPTIONS[] = {
     {"optimizer", TEXT, &S.optimizer, SAVED, 0, "adam|adam_labml|adamw|sgd", "optimizer"},
     {"schedule", TEXT, &S.schedule, SAVED, 0, "constant|warmup|noam|cosine",
      "learning-rate schedule (cosine: warm-up, then down to lr/10)"},
-    {"warmup", INT, &S.warmup, SAVED, 0, NULL, "warm-up steps"},
+    {"warmup", INT, &S.warmup, SAVED, 0, NULL, "warm-up steps (at most steps/10 unless given)"},
     {"weight-decay", FLOAT, &S.weight_decay, SAVED, 0, NULL, "weight decay (default 0.01 for adamw, else 0)"},
     {"clip", FLOAT, &S.clip, SAVED, 0, NULL, "max gradient norm (0 = no clipping)"},
     {"seed", INT, &S.seed, SAVED, 0, NULL, "seed of the initialisation, dropout and batches"},
@@ -76,9 +76,9 @@ static const option OPTIONS[] = {
     {"save", TEXT, &S.save, RUN_ONLY, 0, NULL, "checkpoint file, written every --save-every steps and at the end"},
     {"save-every", INT, &S.save_every, RUN_ONLY, 0, NULL, "steps between checkpoints (0 = at the end only)"},
     {"resume", TEXT, &S.resume, RUN_ONLY, 0, NULL, "continue from this checkpoint (its settings are used)"},
-    {"stop-after", INT, &S.stop_after, RUN_ONLY, 0, NULL, "stop after N steps of this run, e.g. to split a long job (0 = no)"},
+    {"stop-after", INT, &S.stop_after, RUN_ONLY, 0, NULL, "stop after N steps of this run (split a long job; 0 = no)"},
     {"sample", INT, &S.sample, RUN_ONLY, 0, NULL, "characters generated at the end"},
-    {"prompt", TEXT, &S.prompt, RUN_ONLY, 0, NULL, "prompt of the sample (default \"It is\" if the text has those characters)"},
+    {"prompt", TEXT, &S.prompt, RUN_ONLY, 0, NULL, "prompt of the sample [It is]"},
     {"temperature", FLOAT, &S.temperature, RUN_ONLY, 0, NULL, "sampling temperature (0 = greedy)"},
     {"top-k", INT, &S.top_k, RUN_ONLY, 0, NULL, "sample among the k most likely characters (0 = all)"},
 };
@@ -141,17 +141,22 @@ static const char *format_option(const option *o, char *buf, size_t size) {
     return buf;
 }
 
+static int option_index(const char *name) {
+    int i = 0;
+    while (i < N_OPTIONS && strcmp(OPTIONS[i].name, name) != 0) i++;
+    return i;
+}
+
 static void usage(FILE *f) {
-    char buf[64];
     fprintf(f, "usage: train FILE [options]   train a character-level language model on a text file\n\n");
     for (int i = 0; i < N_OPTIONS; i++) {
         const option *o = &OPTIONS[i];
         char left[64];
         snprintf(left, sizeof left, "--%s %s", o->name, o->choices ? o->choices : o->type == TEXT ? "TEXT" : "N");
         fprintf(f, "  %-44s %s", left, o->help);
-        format_option(o, buf, sizeof buf);
-        if (buf[0] && buf[0] != '-' && o->type != TEXT) fprintf(f, " [%s]", buf);
-        else if (o->choices) fprintf(f, " [%s]", buf);
+        if (o->type == INT) fprintf(f, " [%d]", *(int *)o->value);
+        if (o->type == FLOAT && *(float *)o->value >= 0) fprintf(f, " [%g]", (double)*(float *)o->value);
+        if (o->type == TEXT && *(const char **)o->value) fprintf(f, " [%s]", *(const char **)o->value);
         fprintf(f, "\n");
     }
     fprintf(f, "  %-44s %s\n", "--help", "this text");
@@ -170,8 +175,7 @@ static void parse_args(int argc, char **argv, const char **file, unsigned char *
         }
         value = strchr(arg, '='); /* --name=value or --name value */
         snprintf(name, sizeof name, "%.*s", value ? (int)(value - arg - 2) : (int)strlen(arg + 2), arg + 2);
-        for (i = 0; i < N_OPTIONS && strcmp(OPTIONS[i].name, name) != 0; i++) {}
-        if (i == N_OPTIONS) die("unknown option \"%s\" (see train --help)", arg);
+        if ((i = option_index(name)) == N_OPTIONS) die("unknown option \"%s\" (see train --help)", arg);
         if (value) value++;
         else if (a + 1 < argc) value = argv[++a];
         else die("option --%s needs a value (see train --help)", name);
@@ -360,7 +364,7 @@ int main(int argc, char **argv) {
         if ((text[i] < 32 && !strchr("\t\n\v\f\r", text[i])) || text[i] == 127) controls++;
         present[text[i]] = 1;
     }
-    if (controls * 10 > len)
+    if (controls * 20 > len) /* over 5%: real text has almost none besides tab, newline, form feed */
         die("\"%s\" looks binary (%zu of %zu bytes are control characters); train reads plain text", path, controls, len);
     for (int c = 0; c < 256; c++)
         if (present[c]) { itos[V] = c; stoi[c] = V; snprintf(vocab_hex + 2 * V, 3, "%02x", c); V++; }
@@ -375,16 +379,18 @@ int main(int argc, char **argv) {
         if (strtoull(meta("train.text_fnv1a", buf, sizeof buf), NULL, 16) != text_hash)
             printf("note: \"%s\" is not the text the checkpoint was trained on (same characters); continuing on it\n", path);
     }
+    if (!S.resume && !given[option_index("warmup")] && S.warmup >= S.steps) S.warmup = S.steps / 10; /* short runs */
     if (S.weight_decay < 0) S.weight_decay = strcmp(S.optimizer, "adamw") == 0 ? 0.01f : 0.0f;
 
     /* the splits: each needs at least one window of seq_len + 1 characters */
     int T = S.seq_len;
-    int64_t n_train = (int64_t)(len / 10 * 9 + len % 10 * 9 / 10), n_valid = (int64_t)len - n_train;
+    int64_t n_train = (int64_t)len * 9 / 10, n_valid = (int64_t)len - n_train; /* floor(0.9 * len) */
     if (n_train < T + 1 || n_valid < T + 1) {
-        size_t need = (size_t)T + 1;
-        while (need / 10 * 9 + need % 10 * 9 / 10 < (size_t)T + 1 || need - (need / 10 * 9 + need % 10 * 9 / 10) < (size_t)T + 1) need++;
-        die("\"%s\" is too short: %zu bytes, but --seq-len %d needs at least %zu (a window of %d characters in both "
-            "the 90%% training and the 10%% validation part); use a longer text or a smaller --seq-len", path, len, T, need, T + 1);
+        int64_t need = T + 1;
+        while (need * 9 / 10 < T + 1 || need - need * 9 / 10 < T + 1) need++;
+        die("\"%s\" is too short: %zu bytes, but --seq-len %d needs at least %lld (a window of %d characters in "
+            "both the 90%% training and the 10%% validation part); use a longer text or a smaller --seq-len",
+            path, len, T, (long long)need, T + 1);
     }
     int32_t *ids = malloc(len * sizeof *ids);
     if (!ids) die("out of memory");
@@ -394,7 +400,9 @@ int main(int argc, char **argv) {
     const char *prompt = S.prompt ? S.prompt : "It is";
     for (const char *p = prompt; *p; p++)
         if (!present[(unsigned char)*p]) {
-            if (S.prompt) die("the prompt's character '%c' (byte %d) never occurs in \"%s\"; use a prompt made of the text's characters", *p, (unsigned char)*p, path);
+            if (S.prompt)
+                die("the prompt's character '%c' (byte %d) never occurs in \"%s\"; use a prompt made of the "
+                    "text's characters", *p, (unsigned char)*p, path);
             snprintf(buf, sizeof buf, "%c", text[0]); /* default prompt: the text's first character */
             prompt = buf[0] ? buf : "\n";
             break;
@@ -422,7 +430,8 @@ int main(int argc, char **argv) {
     if ((opt.schedule.kind == MF_SCHED_WARMUP || opt.schedule.kind == MF_SCHED_NOAM) && S.warmup < 1)
         die("--schedule %s needs --warmup >= 1", S.schedule);
     if (opt.schedule.kind == MF_SCHED_COSINE && S.steps <= S.warmup)
-        die("--schedule cosine needs --steps (%d) > --warmup (%d); lower --warmup or use --schedule constant", S.steps, S.warmup);
+        die("--schedule cosine needs --steps (%d) > --warmup (%d); lower --warmup or use --schedule constant",
+            S.steps, S.warmup);
 
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     if (!ctx) die("out of memory");
@@ -445,7 +454,8 @@ int main(int argc, char **argv) {
         char tmp[4096];
         FILE *f;
         snprintf(tmp, sizeof tmp, "%s.tmp", S.save);
-        if (!(f = fopen(tmp, "wb"))) die("cannot write the checkpoint \"%s\": %s (does the directory exist?)", tmp, strerror(errno));
+        if (!(f = fopen(tmp, "wb")))
+            die("cannot write the checkpoint \"%s\": %s (does the directory exist?)", tmp, strerror(errno));
         fclose(f);
         remove(tmp);
     }
@@ -462,7 +472,7 @@ int main(int argc, char **argv) {
     /* training: forward, loss, backward, clip, optimizer step, zero grad (SPEC.md 11.5) */
     int32_t *x = malloc((size_t)S.batch * T * sizeof *x), *y = malloc((size_t)S.batch * T * sizeof *y);
     int64_t last = S.steps, tokens = 0, run_steps = 0;
-    double train_time = 0;
+    double train_time = 0, shown = 0;
     if (S.stop_after > 0 && step + S.stop_after < last) last = step + S.stop_after;
     while (step < last) {
         double t0 = mf_time();
@@ -475,11 +485,13 @@ int main(int argc, char **argv) {
         if (!mf_ok(ctx)) die("training step %lld failed: %s", (long long)step + 1, mf_error(ctx));
         float loss_value = loss->data[0];
         mf_reset(ctx);
-        if (!isfinite(loss_value)) die("the loss became %f at step %lld; lower --lr or keep --clip", (double)loss_value, (long long)step + 1);
+        if (!isfinite(loss_value))
+            die("the loss became %f at step %lld; lower --lr or keep --clip", (double)loss_value, (long long)step + 1);
         step++; run_steps++; tokens += (int64_t)b * T;
         train_time += mf_time() - t0;
 
-        if (tty || step % S.log_every == 0 || step == last || run_steps == 1) {
+        /* a terminal: one line updated in place (at most 10 times a second); else a line per log_every */
+        if (tty ? mf_time() - shown > 0.1 || step == last : step % S.log_every == 0 || step == last || run_steps == 1) {
             char eta[32];
             format_eta((double)(S.steps - step) * train_time / (double)run_steps, eta, sizeof eta);
             printf("%sstep %lld/%d  loss %.6f  lr %.3e  %.0f tok/s  ETA %s%s", tty ? "\r" : "", (long long)step,
@@ -487,18 +499,21 @@ int main(int argc, char **argv) {
                    (double)tokens / train_time, eta, tty ? "\033[K" : "\n");
             fflush(stdout);
             line_open = tty;
+            shown = mf_time();
         }
         if (S.eval_every > 0 && step % S.eval_every == 0 && step < last) {
             double vl = evaluate(ctx, model, ids + n_train, n_valid, x, y);
-            printf("%sstep %lld: valid loss %.6f (%.4f bits/char)\n", line_open ? "\n" : "", (long long)step, vl, vl / log(2.0));
+            printf("%sstep %lld: valid loss %.6f (%.4f bits/char)\n", line_open ? "\n" : "", (long long)step, vl,
+                   vl / log(2.0));
             line_open = 0;
         }
         if (S.save && ((S.save_every > 0 && step % S.save_every == 0) || step == last))
             save_checkpoint(ctx, vocab_hex, len, text_hash, &L);
     }
     if (line_open) printf("\n");
-    if (run_steps) printf("trained %lld steps in %.1f s (%.0f tokens/s)%s%s%s\n", (long long)run_steps, train_time,
-                          (double)tokens / train_time, S.save ? ", checkpoint \"" : "", S.save ? S.save : "", S.save ? "\"" : "");
+    if (run_steps)
+        printf("trained %lld steps in %.1f s (%.0f tokens/s)%s%s\n", (long long)run_steps, train_time,
+               (double)tokens / train_time, S.save ? ", saved " : "", S.save ? S.save : "");
     else printf("nothing to train: the checkpoint is at step %lld of --steps %d\n", (long long)step, S.steps);
 
     double vl = evaluate(ctx, model, ids + n_train, n_valid, x, y);
@@ -507,8 +522,10 @@ int main(int argc, char **argv) {
     if (S.sample > 0) { /* greedy unless --temperature > 0 */
         mf_sampler sampler = {S.temperature, S.top_k, (uint64_t)S.seed};
         int32_t *out = malloc((size_t)S.sample * sizeof *out);
-        if (mf_model_generate(model, prompt_ids, n_prompt, S.sample, &sampler, out) < 0) die("sampling failed: %s", mf_error(ctx));
-        printf("--- sample (%s) ---\n%s", S.temperature > 0 ? "temperature" : "greedy", prompt);
+        if (mf_model_generate(model, prompt_ids, n_prompt, S.sample, &sampler, out) < 0)
+            die("sampling failed: %s", mf_error(ctx));
+        if (S.temperature > 0) snprintf(buf, sizeof buf, "temperature %g, top-k %d", (double)S.temperature, S.top_k);
+        printf("--- sample (%s) ---\n%s", S.temperature > 0 ? buf : "greedy", prompt);
         for (int i = 0; i < S.sample; i++) putchar(itos[out[i]]);
         printf("\n---\n");
         free(out);

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The train example (examples/train.c) end to end: it learns and samples, --save + --resume
+# continues bit-identically, and every user error exits 1 with a message that names it.
+# Needs build/train (make examples). Prints ok/FAIL lines and the runner's summary line.
+set -u
+cd "$(dirname "$0")/.."
+TRAIN=${TRAIN:-$PWD/build/train}
+pass=0; fail=0
+if [ ! -x "$TRAIN" ]; then
+    echo "FAIL $TRAIN is missing: run make examples first"; echo "0 passed, 1 failed"; exit 1
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+ok()  { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -20; fail=$((fail + 1)); }
+
+# a few KB of English-ish text: 160 varied sentences
+awk 'BEGIN {
+    n = split("The king|A queen|My lord|The old fool|Good sir|The people|Her brother|That soldier", s, "|");
+    m = split("speaks of|dreams of|fights for|laughs at|waits for|sings to|weeps for", v, "|");
+    k = split("the crown|the sea|his honour|a red rose|the long night|the town|our fortune|the moon", o, "|");
+    split(".|!|?|;|,", p, "|");
+    for (i = 0; i < 160; i++) printf "%s %s %s%s\n", s[i % n + 1], v[(i * 7 + int(i / 3)) % m + 1], o[(i * 5 + 3) % k + 1], p[i % 5 + 1];
+}' > text.txt
+
+TINY=(--d-model 16 --heads 2 --layers 1 --d-ff 32 --seq-len 16 --batch 4 --threads 1 --log-every 1
+      --eval-batches 2 --sample 40)
+losses() { grep -E '^step [0-9]+/[0-9]+ ' "$1" | awk '{print $2, $4}'; }   # "N/M loss" per step
+
+# 1. it learns: the last losses are below the first ones, and it validates and samples
+"$TRAIN" text.txt "${TINY[@]}" --steps 40 --lr 1e-2 --schedule constant > learn.out 2> learn.err; rc=$?
+if [ $rc -eq 0 ] && losses learn.out | awk 'NR <= 5 {a += $2} NR > 35 {b += $2} END {exit !(NR == 40 && b < a - 0.5)}'
+then ok "40 steps: the loss falls (first 5 vs last 5 steps)"
+else bad "40 steps: the loss falls (first 5 vs last 5 steps)" "rc $rc" "$(cat learn.out learn.err)"; fi
+if grep -q 'valid loss [0-9.]* ([0-9.]* bits/char)' learn.out && grep -q -- '--- sample (greedy) ---' learn.out &&
+   [ "$(sed -n '/^--- sample/{n;p;}' learn.out | wc -c)" -gt 40 ]
+then ok "prints the validation loss in bits/char and a 40-character sample"
+else bad "prints the validation loss in bits/char and a 40-character sample" "$(cat learn.out)"; fi
+if ! grep -q $'\r' learn.out && [ "$(losses learn.out | wc -l)" -eq 40 ]
+then ok "stdout not a terminal: one plain progress line per --log-every step"
+else bad "stdout not a terminal: one plain progress line per --log-every step"; fi
+if "$TRAIN" text.txt "${TINY[@]}" --steps 20 --log-every 5 > every5.out 2>&1 &&
+   [ "$(losses every5.out | awk '{print $1}' | tr '\n' ' ')" = "1/20 5/20 10/20 15/20 20/20 " ]
+then ok "--log-every 5 prints steps 1, 5, 10, 15, 20"
+else bad "--log-every 5 prints steps 1, 5, 10, 15, 20" "$(cat every5.out)"; fi
+
+# 2. --save + --resume continues bit-identically (dropout on, so the dropout RNG counts too),
+#    interrupted mid-epoch and exactly at the end of the loader's first epoch
+RUN=("$TRAIN" text.txt "${TINY[@]}" --batch 16 --steps 30 --eval-every 5 --dropout 0.1)
+"${RUN[@]}" > full.out 2>&1
+n_train=$(sed -n 's/.* \([0-9]*\) train \/ .*/\1/p' full.out)
+epoch=$(( ((n_train - 1) / 16 + 15) / 16 ))   # batches per epoch: windows (n_train - 1) / T, 16 per batch
+for stop in 8 $epoch; do
+    rm -f ck.st
+    "${RUN[@]}" --save ck.st --stop-after $stop > part1.out 2>&1; rc1=$?
+    cp ck.st ck_step$stop.st
+    "${RUN[@]}" --save ck.st --resume ck.st > part2.out 2>&1; rc2=$?
+    name="$stop steps + --resume for $((30 - stop)) more: losses bit-identical to 30 uninterrupted steps"
+    if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(losses full.out | wc -l)" -eq 30 ] &&
+       [ "$(losses full.out)" = "$(cat <(losses part1.out) <(losses part2.out))" ] &&
+       [ "$(grep 'valid loss' full.out | tail -1)" = "$(grep 'valid loss' part2.out | tail -1)" ]
+    then ok "$name"
+    else bad "$name" "rc $rc1 $rc2" "$(diff <(losses full.out) <(cat <(losses part1.out) <(losses part2.out)))" \
+             "$(cat part1.out part2.out)"; fi
+done
+if grep -q "resumed from \"ck.st\" at step $epoch" part2.out; then ok "the resumed run reports its start step"
+else bad "the resumed run reports its start step" "$(head -5 part2.out)"; fi
+# the same command line plus --resume works; a changed model option does not
+"$TRAIN" text.txt --resume ck_step8.st --d-model 32 > conflict.out 2>&1; rc=$?
+if [ $rc -eq 1 ] && grep -q 'differs from the checkpoint' conflict.out; then ok "--resume with a different --d-model is refused"
+else bad "--resume with a different --d-model is refused" "rc $rc" "$(cat conflict.out)"; fi
+
+# 3. errors: exit status 1 and a message naming the problem
+expect_error() { # name, phrase, command...
+    local name=$1 phrase=$2; shift 2
+    "$@" > err.out 2>&1; local rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "$phrase" err.out; then ok "error: $name"
+    else bad "error: $name (want exit 1 and \"$phrase\")" "rc $rc" "$(cat err.out)"; fi
+}
+: > empty.txt
+printf 'just some text\0with a NUL byte\n%.0s' $(seq 50) > nul.bin
+awk 'BEGIN { for (i = 0; i < 3000; i++) printf "%c", (i % 3 ? 65 + i % 26 : 1 + i % 8) }' > ctrl.bin
+head -c 100 text.txt > short.txt
+mkdir adir
+cp text.txt other.txt; echo 'Zebra #42' >> other.txt
+head -c 3000 ck_step8.st > trunc.st; cp trunc.st trunc_copy.st
+printf 'this is not a checkpoint at all, just text that fills some bytes\n' > garbage.st
+before=$(cksum < ck_step8.st)
+
+expect_error "missing file"                 "cannot open"               "$TRAIN" no_such_file.txt "${TINY[@]}"
+expect_error "unreadable file (a directory)" "cannot read"              "$TRAIN" adir "${TINY[@]}"
+expect_error "empty file"                   "is empty"                  "$TRAIN" empty.txt "${TINY[@]}"
+expect_error "binary file (NUL bytes)"      "looks binary"              "$TRAIN" nul.bin "${TINY[@]}"
+expect_error "binary file (control bytes)"  "control characters"        "$TRAIN" ctrl.bin "${TINY[@]}"
+expect_error "file too short for seq-len"   "needs at least 161"        "$TRAIN" short.txt "${TINY[@]}"
+expect_error "d-model not divisible by heads" "not divisible by --heads" "$TRAIN" text.txt "${TINY[@]}" --heads 3
+expect_error "unknown mixer"                'unknown --mixer "fancy"'   "$TRAIN" text.txt "${TINY[@]}" --mixer fancy
+expect_error "unknown optimizer"            'unknown --optimizer'       "$TRAIN" text.txt "${TINY[@]}" --optimizer lion
+expect_error "unknown schedule"             'unknown --schedule'        "$TRAIN" text.txt "${TINY[@]}" --schedule linear
+expect_error "unknown option"               'unknown option "--frobnicate"' "$TRAIN" text.txt --frobnicate 3
+expect_error "non-numeric --lr"             "--lr expects a number"     "$TRAIN" text.txt "${TINY[@]}" --lr fast
+expect_error "non-integer --steps"          "--steps expects an integer" "$TRAIN" text.txt "${TINY[@]}" --steps 1.5
+expect_error "negative --batch"             "--batch must be >= 1"      "$TRAIN" text.txt "${TINY[@]}" --batch -2
+expect_error "option without value"         "--steps needs a value"     "$TRAIN" text.txt --steps
+expect_error "no file given"                "no text file given"        "$TRAIN" --steps 3
+expect_error "prompt char not in the text"  "never occurs"              "$TRAIN" text.txt "${TINY[@]}" --prompt 'xyz@'
+expect_error "unwritable --save path"       "cannot write the checkpoint" "$TRAIN" text.txt "${TINY[@]}" --save no_dir/ck.st
+expect_error "truncated checkpoint"         "truncated"                 "$TRAIN" text.txt "${TINY[@]}" --resume trunc.st --save trunc.st
+expect_error "not a checkpoint"             "cannot resume"             "$TRAIN" text.txt "${TINY[@]}" --resume garbage.st
+expect_error "missing checkpoint"           "cannot resume"             "$TRAIN" text.txt "${TINY[@]}" --resume nothing.st
+expect_error "checkpoint of other vocabulary" "vocabulary"              "$TRAIN" other.txt --resume ck_step8.st --threads 1
+if cmp -s trunc.st trunc_copy.st && [ "$(cksum < ck_step8.st)" = "$before" ] && [ ! -e trunc.st.tmp ]
+then ok "a rejected --resume leaves the checkpoint files untouched"
+else bad "a rejected --resume leaves the checkpoint files untouched"; fi
+
+# 4. --help
+if "$TRAIN" --help > help.out 2>&1 && grep -q -- '--mixer sdpa|metric|quadratic|pool|identity' help.out &&
+   grep -q -- '--resume' help.out
+then ok "--help lists the options"
+else bad "--help lists the options" "$(cat help.out)"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
