@@ -723,6 +723,7 @@ MFDEF mf_tensor *mf_from(mf_ctx *ctx, int ndim, const int *shape, const float *v
     mf_tensor *t;
     if (!mf_ok(ctx)) return NULL;
     if (!values) return (mf_tensor *)mf__fail(ctx, "mf_from: values is NULL; pass the data to copy");
+    if (mf__check_shape(ctx, "mf_from", ndim, shape) < 0) return NULL;
     t = mf_new(ctx, ndim, shape);
     if (t) memcpy(t->data, values, (size_t)t->ne * sizeof(float));
     return t;
@@ -1790,7 +1791,7 @@ MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
 }
 
 /* ---- add / sub / mul with a broadcast operand ---------------------------------------------------
-   iarg[0] = 1 when b is the larger operand. The smaller one repeats every `ns` elements. */
+   iarg[1] the kind. The smaller operand repeats every (its size) elements of the larger. */
 enum { MF__ADD, MF__SUB, MF__MUL };
 static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *a = out->src[0], *b = out->src[1];
@@ -1806,7 +1807,6 @@ static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
                                   "trailing dims of the larger or have one element", out->op->name,
                                   mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64));
     }
-    out->iarg[0] = big == b && big != a;
     mf__set_shape(out, big->ndim, big->shape);
     return 0;
 }
@@ -1826,7 +1826,14 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
     const float *g = out->grad;
     int64_t na = A->ne, nb = B->ne, n = out->ne, i;
     int kind = out->iarg[1];
-    (void)ctx;
+    if (na == n && nb == n) { /* same shapes (residual adds): elementwise, in parallel */
+        MF__PARFOR(ctx, n, 2)
+        for (i = 0; i < n; i++) {
+            if (da) da[i] += kind == MF__MUL ? g[i] * B->data[i] : g[i];
+            if (db) db[i] += kind == MF__MUL ? g[i] * A->data[i] : kind == MF__SUB ? -g[i] : g[i];
+        }
+        return;
+    }
     /* the larger operand: elementwise; the smaller: summed over its repeats (serial, no races) */
     for (i = 0; i < n; i++) {
         int64_t ia = na == n ? i : i % na, ib = nb == n ? i : i % nb;
@@ -2237,7 +2244,7 @@ MFDEF mf_tensor *mf_embedding(mf_ctx *ctx, mf_tensor *table, const int32_t *ids,
     if (!ids) return (mf_tensor *)mf__fail(ctx, "embedding: ids is NULL; pass one int per position");
     if (ndim > MF_MAX_DIMS - 1)
         return (mf_tensor *)mf__fail(ctx, "embedding: ids have %d dims; at most %d (the output adds one)", ndim, MF_MAX_DIMS - 1);
-    if ((n = mf__check_shape(ctx, "embedding", ndim, shape)) < 0) return NULL;
+    if ((n = mf__check_shape(ctx, "embedding (the ids' shape)", ndim, shape)) < 0) return NULL;
     if (!(t->aux = mf__alloc(ctx, (size_t)n * sizeof(int32_t)))) return NULL;
     memcpy(t->aux, ids, (size_t)n * sizeof(int32_t));
     mf__set_shape(t, ndim, shape);
@@ -2292,9 +2299,19 @@ static int mf__reshape_shape(mf_ctx *ctx, mf_tensor *out) {
         shape[i] = out->iarg[i];
         if (shape[i] == -1 && infer < 0) infer = i;
         else if (shape[i] <= 0) return MF__SHAPE_FAIL("reshape: size %d of dimension %d is invalid (positive, or one -1)", shape[i], i);
+        else if (shape[i] > x->ne / known) { /* also keeps the product from overflowing */
+            double holds = 1;
+            int k;
+            for (k = 0; k < ndim; k++) holds *= out->iarg[k] > 0 ? out->iarg[k] : 1;
+            return MF__SHAPE_FAIL("reshape: %s has %lld elements; the new shape holds %.0f",
+                                  mf_shape_str(x, s, 64), (long long)x->ne, holds);
+        }
         else known *= shape[i];
     }
-    if (infer >= 0 && x->ne % known == 0) shape[infer] = (int)(x->ne / known), known = x->ne;
+    if (infer >= 0 && x->ne % known != 0)
+        return MF__SHAPE_FAIL("reshape: cannot infer the -1 size: the %lld elements of %s are not divisible "
+                              "by %lld (the product of the other sizes)", (long long)x->ne, mf_shape_str(x, s, 64), (long long)known);
+    if (infer >= 0) shape[infer] = (int)(x->ne / known), known = x->ne;
     if (known != x->ne)
         return MF__SHAPE_FAIL("reshape: %s has %lld elements; the new shape holds %lld",
                               mf_shape_str(x, s, 64), (long long)x->ne, (long long)known);
@@ -2605,9 +2622,11 @@ static int mf__conv1d_shape(mf_ctx *ctx, mf_tensor *out) {
         return MF__SHAPE_FAIL("conv1d: x %s and w %s do not fit; x is [B, T, Cin], w is [Cout, Cin, K]",
                               mf_shape_str(x, sx, 64), mf_shape_str(w, sw, 64));
     if (b && b->ne != w->shape[0])
-        return MF__SHAPE_FAIL("conv1d: the bias needs %d elements (Cout)", w->shape[0]);
+        return MF__SHAPE_FAIL("conv1d: the bias %s must have %d elements (Cout, w's first size)", mf_shape_str(b, sx, 64), w->shape[0]);
     if (stride < 1 || pad < 0)
         return MF__SHAPE_FAIL("conv1d: stride %d must be >= 1 and pad %d >= 0", stride, pad);
+    if ((int64_t)x->shape[1] + 2 * (int64_t)pad > 0x7fffffff)
+        return MF__SHAPE_FAIL("conv1d: pad %d is absurdly large for an input of length %d", pad, x->shape[1]);
     To = x->shape[1] + 2 * pad - w->shape[2];
     if (To < 0)
         return MF__SHAPE_FAIL("conv1d: the input length %d (+ 2 * pad %d) is shorter than the kernel %d",

@@ -12,7 +12,8 @@
  *   --seq 256 --batch 8 --vocab 65 --pool-size 3 --steps 10 --warmup 2 --threads 2 (0 = all)
  *   --max-time S   stop after S seconds in all (at least one warm-up step and one timed step; warm-up
  *                  ends early past S/4; 0 = never)
- *   --profile      also time every op of one step (forward re-run op by op, backward op by op)
+ *   --profile N    then time every op over N more steps (forward re-run op by op, backward op by op;
+ *                  the fastest of the N steps per op)
  *   --peak N       (only with -DMF_BENCH_OPENBLAS ... -lopenblas) measure OpenBLAS sgemm on one
  *                  N x N x N product with --threads threads instead, best of 7 timings
  *
@@ -88,8 +89,8 @@ static double flops_per_token_fwd(const mf_model_config *c, int T, int full_atte
     return c->n_layers * layer + 2.0 * D * V;
 }
 
-/* ---- --profile: time every op of one step ------------------------------------------------- */
-typedef struct { char key[96]; double fwd, bwd; int n; } prof_row;
+/* ---- --profile N: time every op, best of N steps ----------------------------------------- */
+typedef struct { char key[96]; double fwd, bwd, best_fwd, best_bwd; int n, seen; } prof_row;
 static prof_row prows[512];
 static int nprows;
 static prof_row *prof_get(const mf_tensor *t) {
@@ -104,73 +105,76 @@ static prof_row *prof_get(const mf_tensor *t) {
 }
 static int prof_cmp(const void *a, const void *b) {
     const prof_row *x = (const prof_row *)a, *y = (const prof_row *)b;
-    double u = x->fwd + x->bwd, v = y->fwd + y->bwd;
+    double u = x->best_fwd + x->best_bwd, v = y->best_fwd + y->best_bwd;
     return u < v ? 1 : u > v ? -1 : 0;
 }
+static double minv(double a, double b) { return a < b ? a : b; }
 
-/* One profiled step: forward as usual (timed as a whole), then every tape op's forward is run
-   again on its own (ops are pure functions of their inputs, so the values do not change) and the
-   backward of mf_backward is replayed op by op. Relies on the implementation's internals. */
-static void profile_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, const int32_t *ids,
-                         const int32_t *tg, int B, int T) {
-    double t0, t_fwd, t_zero, t_clip, t_opt, t_zg, t_reset, sum_f = 0, sum_b = 0;
-    mf_tensor *loss;
-    int i, reps = 3;
+/* n_steps profiled steps on one batch: the forward runs as usual, then every tape op's forward is
+   run again on its own (ops are pure functions of their inputs: the values do not change) and
+   mf_backward is replayed op by op. Per op (name + output shape, instances summed) and for the
+   rest of the step, the fastest of the steps is kept: a machine shared with other jobs makes
+   single timings noisy. Relies on the implementation's internals (tape, op table). */
+static void profile_steps(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, const int32_t *ids,
+                          const int32_t *tg, int B, int T, int n_steps) {
+    double t0, fwd_all = 1e30, zero = 1e30, clip = 1e30, adam = 1e30, rst = 1e30, sum_f = 0, sum_b = 0, total;
+    int i, step;
     nprows = 0;
-    t0 = now();
-    loss = mf_model_loss(m, ids, tg, B, T);
-    t_fwd = now() - t0;
-    if (!loss) return;
-    if (t_fwd > 1.0) reps = 1; /* slow build: one re-run is enough */
-    for (i = 0; i < ctx->tape_len; i++) {
-        mf_tensor *t = ctx->tape[i];
-        prof_row *r = prof_get(t);
-        int k;
-        double best = 1e30;
-        if (t->op->is_view) { r->n++; continue; }
-        for (k = 0; k < reps; k++) {
-            double s = now();
+    for (step = 0; step < n_steps; step++) {
+        mf_tensor *loss;
+        t0 = now();
+        loss = mf_model_loss(m, ids, tg, B, T);
+        fwd_all = minv(fwd_all, now() - t0);
+        if (!loss) return;
+        for (i = 0; i < nprows; i++) prows[i].fwd = prows[i].bwd = 0, prows[i].n = 0;
+        for (i = 0; i < ctx->tape_len; i++) {
+            mf_tensor *t = ctx->tape[i];
+            prof_row *r = prof_get(t);
+            r->n++;
+            if (t->op->is_view) continue;
+            t0 = now();
             t->op->forward(ctx, t);
-            s = now() - s;
-            if (s < best) best = s;
+            r->fwd += now() - t0;
         }
-        r->fwd += best; r->n++; sum_f += best;
+        t0 = now(); /* mf_backward, replayed */
+        for (i = 0; i < ctx->tape_len; i++) {
+            mf_tensor *t = ctx->tape[i];
+            if (!t->grad) t->grad = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float));
+            memset(t->grad, 0, (size_t)t->ne * sizeof(float));
+        }
+        zero = minv(zero, now() - t0);
+        loss->grad[0] = 1.0f;
+        for (i = ctx->tape_len - 1; i >= 0; i--) {
+            mf_tensor *t = ctx->tape[i];
+            t0 = now();
+            t->op->backward(ctx, t);
+            prof_get(t)->bwd += now() - t0;
+        }
+        for (i = 0; i < nprows; i++) {
+            prof_row *r = &prows[i];
+            r->best_fwd = r->seen ? minv(r->best_fwd, r->fwd) : r->fwd;
+            r->best_bwd = r->seen ? minv(r->best_bwd, r->bwd) : r->bwd;
+            r->seen = 1;
+        }
+        t0 = now(); mf_clip_grad_norm(ctx, 1.0f); clip = minv(clip, now() - t0);
+        t0 = now(); mf_optimizer_step(ctx, opt); adam = minv(adam, now() - t0);
+        t0 = now(); mf_zero_grad(ctx); mf_reset(ctx); rst = minv(rst, now() - t0);
     }
-    /* mf_backward, replayed */
-    t0 = now();
-    for (i = 0; i < ctx->tape_len; i++) {
-        mf_tensor *t = ctx->tape[i];
-        if (!t->grad) t->grad = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float));
-        memset(t->grad, 0, (size_t)t->ne * sizeof(float));
-    }
-    t_zero = now() - t0;
-    loss->grad[0] = 1.0f;
-    for (i = ctx->tape_len - 1; i >= 0; i--) {
-        mf_tensor *t = ctx->tape[i];
-        double s = now();
-        t->op->backward(ctx, t);
-        s = now() - s;
-        prof_get(t)->bwd += s; sum_b += s;
-    }
-    t0 = now(); mf_clip_grad_norm(ctx, 1.0f); t_clip = now() - t0;
-    t0 = now(); mf_optimizer_step(ctx, opt); t_opt = now() - t0;
-    t0 = now(); mf_zero_grad(ctx); t_zg = now() - t0;
-    t0 = now(); mf_reset(ctx); t_reset = now() - t0;
     qsort(prows, (size_t)nprows, sizeof prows[0], prof_cmp);
-    {
-        double total = sum_f + t_zero + sum_b + t_clip + t_opt + t_zg + t_reset;
-        printf("\nprofile of one step (ms; forward: each op re-run alone, best of %d; forward as a whole took %.1f ms)\n",
-               reps, t_fwd * 1e3);
-        printf("  %-46s %5s %9s %9s %9s %6s\n", "op output-shape", "count", "fwd", "bwd", "total", "%");
-        for (i = 0; i < nprows && i < 30; i++)
-            printf("  %-46s %5d %9.2f %9.2f %9.2f %5.1f%%\n", prows[i].key, prows[i].n, prows[i].fwd * 1e3,
-                   prows[i].bwd * 1e3, (prows[i].fwd + prows[i].bwd) * 1e3, 100 * (prows[i].fwd + prows[i].bwd) / total);
-        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(backward: zero activation grads)", "", "", "", t_zero * 1e3, 100 * t_zero / total);
-        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_clip_grad_norm)", "", "", "", t_clip * 1e3, 100 * t_clip / total);
-        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_optimizer_step Adam)", "", "", "", t_opt * 1e3, 100 * t_opt / total);
-        printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_zero_grad + mf_reset)", "", "", "", (t_zg + t_reset) * 1e3, 100 * (t_zg + t_reset) / total);
-        printf("  sum: forward ops %.1f ms, backward ops %.1f ms, step total %.1f ms\n", sum_f * 1e3, sum_b * 1e3, total * 1e3);
-    }
+    for (i = 0; i < nprows; i++) { sum_f += prows[i].best_fwd; sum_b += prows[i].best_bwd; }
+    total = sum_f + zero + sum_b + clip + adam + rst;
+    printf("\nprofile (ms per step, the fastest of %d steps per row; forward: each op re-run alone; the forward as a "
+           "whole took %.1f ms)\n", n_steps, fwd_all * 1e3);
+    printf("  %-46s %5s %9s %9s %9s %6s\n", "op output-shape", "count", "fwd", "bwd", "total", "%");
+    for (i = 0; i < nprows && i < 30; i++)
+        printf("  %-46s %5d %9.2f %9.2f %9.2f %5.1f%%\n", prows[i].key, prows[i].n, prows[i].best_fwd * 1e3,
+               prows[i].best_bwd * 1e3, (prows[i].best_fwd + prows[i].best_bwd) * 1e3,
+               100 * (prows[i].best_fwd + prows[i].best_bwd) / total);
+    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(backward: zero activation grads)", "", "", "", zero * 1e3, 100 * zero / total);
+    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_clip_grad_norm)", "", "", "", clip * 1e3, 100 * clip / total);
+    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_optimizer_step Adam)", "", "", "", adam * 1e3, 100 * adam / total);
+    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_zero_grad + mf_reset)", "", "", "", rst * 1e3, 100 * rst / total);
+    printf("  sum: forward ops %.1f ms, backward ops %.1f ms, step total %.1f ms\n", sum_f * 1e3, sum_b * 1e3, total * 1e3);
 }
 
 #ifdef MF_BENCH_OPENBLAS
@@ -203,7 +207,7 @@ static int peak_gemm(int n, int threads) {
 static void usage(void) {
     fprintf(stderr, "usage: bench_model [--mixer sdpa|metric|quadratic|pool|identity] [--steps N] [--warmup N]\n"
                     "  [--threads N] [--max-time S] [--d-model N] [--heads N] [--layers N] [--d-ff N] [--seq N]\n"
-                    "  [--batch N] [--vocab N] [--pool-size N] [--seed N] [--profile] [--peak N]\n");
+                    "  [--batch N] [--vocab N] [--pool-size N] [--seed N] [--profile N] [--peak N]\n");
 }
 
 int main(int argc, char **argv) {
@@ -236,7 +240,7 @@ int main(int argc, char **argv) {
         else if (ARG("--pool-size")) cfg.pool_size = atoi(v);
         else if (ARG("--seed")) rng_state = (uint64_t)strtoull(v, NULL, 10) * 0x9e3779b97f4a7c15ULL + 1;
         else if (ARG("--peak")) peak = atoi(v);
-        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (ARG("--profile")) profile = atoi(v);
         else { usage(); return 2; }
 #undef ARG
     }
@@ -317,7 +321,7 @@ int main(int argc, char **argv) {
            peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
            cpu_timed / wall_timed, (double)last_loss);
     fflush(stdout);
-    if (profile) profile_step(ctx, m, &opt, ids, tg, B, T);
+    if (profile > 0) profile_steps(ctx, m, &opt, ids, tg, B, T, profile);
     if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }
     mf_model_free(m);
     mf_ctx_free(ctx);

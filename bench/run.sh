@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh - `make bench`: SGEMM vs OpenBLAS, then a training step of every mixer, C vs PyTorch,
-# side by side in one invocation. Writes the report to bench/results/cpu_<date>[_devgemm].md.
+# side by side in one invocation. Writes the report to bench/results/cpu_<date>[_<header>][_devgemm].md
+# (build/bench/ keeps the raw RESULT lines and the per-run logs).
 #
 #   bash bench/run.sh                  the library as it is (metaformer.h)
 #   bash bench/run.sh --dev-gemm       also splice dev/mf_gemm.h into a TEMPORARY copy of metaformer.h
@@ -31,7 +32,6 @@
 # with N threads measured in this run (several times, interleaved with the model runs).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
 
 MF_GEMM=${MF_GEMM:-header}
 HEADER=${BENCH_HEADER:-metaformer.h}
@@ -44,6 +44,7 @@ THREADS=${BENCH_THREADS:-2}
 GEMM_TABLE=${BENCH_GEMM_TABLE:-1}
 PROFILE=${BENCH_PROFILE:-1}
 PERF=${BENCH_PERF:-0}
+PROF_STEPS=${BENCH_PROFILE_STEPS:-3}
 PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-gcc}
 OUT=""
@@ -84,7 +85,7 @@ REPORT="$BUILD/report${TAG}.md"
 
 say() { printf '%s\n' "$*"; }
 rep() { printf '%s\n' "$*" >> "$REPORT"; printf '%s\n' "$*"; }   # to the report and the terminal
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -n 1; }          # RESULT line -> value
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }                        # RESULT lines -> values
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print ""; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 maxval() { sort -g | tail -n 1; }
 
@@ -204,7 +205,7 @@ if [ "$OPENBLAS" = 1 ]; then
         [ "$c" = "$(echo "$auto" | field core)" ] && continue
         r=$( (OPENBLAS_CORETYPE=$c "$BUILD/bench_peak" --peak 2048 --threads "$THREADS"
               OPENBLAS_CORETYPE=$c "$BUILD/bench_peak" --peak 2048 --threads "$THREADS") | grep '^RESULT' |
-            sort -t= -k5 -g | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^gflops=/) { split($i, a, "="); if (a[2] > b) { b = a[2]; l = $0 } } } END { print l }')
+            awk '{for (i = 1; i <= NF; i++) if ($i ~ /^gflops=/) { split($i, a, "="); if (a[2] > b) { b = a[2]; l = $0 } } } END { print l }')
         say "   OPENBLAS_CORETYPE=$c: $(echo "$r" | field core) $(echo "$r" | field gflops) GFLOP/s"
         if awk -v a="$(echo "$r" | field gflops)" -v b="$best_gf" 'BEGIN{exit !(a > b * 1.1)}'; then
             best_core=$c; best_gf=$(echo "$r" | field gflops)
@@ -316,6 +317,7 @@ rep "and the C metric mixer's M-folded D x D query projection are not counted. %
 rep "Peak RSS: getrusage(RUSAGE_SELF).ru_maxrss of each process, max over runs. The torch process's includes the interpreter and"
 rep "libtorch: $(grep "impl=torch" "$RAW" | field rss_base_mb | median) MB after \`import torch\`, before the model."
 rep "goal (the issue): C tok/s >= min(2 x torch tok/s, the tok/s of 75% of peak), and C peak RSS < torch peak RSS."
+rep "CPU time / wall time of the timed steps (median over all runs; $THREADS = every thread had a CPU): C $(grep "impl=c " "$RAW" | field cpu_util | median), torch $(grep "impl=torch " "$RAW" | field cpu_util | median)."
 for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
 if [ -s "$GEMM_OUT" ]; then rep ""; rep "## SGEMM ($GEMM_SRC)"; rep ""; while IFS= read -r l; do rep "$l"; done < "$GEMM_OUT"; fi
 rep ""
@@ -329,13 +331,14 @@ rep '```'
 # ---- op profile (C) and perf ---------------------------------------------------------------
 if [ "$PROFILE" = 1 ]; then
     rep ""
-    rep "## C op profile (bench_model --profile: one step, ops timed one by one; top rows)"
+    rep "## C op profile (bench_model --profile $PROF_STEPS: ops timed one by one, the fastest of $PROF_STEPS steps per row; top rows)"
     for m in $MIXERS; do
-        "${C_ENV[@]}" "$BUILD/bench_model" --mixer "$m" --steps 1 --warmup 1 --threads "$THREADS" --profile > "$BUILD/prof_$m.txt" 2>&1
+        "${C_ENV[@]}" "$BUILD/bench_model" --mixer "$m" --steps 1 --warmup 1 --threads "$THREADS" --max-time 1 \
+            --profile "$PROF_STEPS" > "$BUILD/prof_$m.txt" 2>&1
         rep ""
         rep "### $m"
         rep '```'
-        sed -n '/^profile of one step/,$p' "$BUILD/prof_$m.txt" | awk 'NR <= 16 || /^  \(|^  sum/' | while IFS= read -r l; do rep "$l"; done
+        sed -n '/^profile (ms/,$p' "$BUILD/prof_$m.txt" | awk 'NR <= 16 || /^  \(|^  sum/' | while IFS= read -r l; do rep "$l"; done
         rep '```'
     done
 fi

@@ -73,7 +73,7 @@ static const option OPTIONS[] = {
     {"eval-every", INT, &S.eval_every, RUN_ONLY, 0, NULL, "validate every N steps (0 = at the end only)"},
     {"eval-batches", INT, &S.eval_batches, RUN_ONLY, 1, NULL, "batches per validation"},
     {"log-every", INT, &S.log_every, RUN_ONLY, 1, NULL, "progress line every N steps when not on a terminal"},
-    {"save", TEXT, &S.save, RUN_ONLY, 0, NULL, "checkpoint file, written every --save-every steps and at the end"},
+    {"save", TEXT, &S.save, RUN_ONLY, 0, NULL, "checkpoint file, written every --save-every steps and at the end (with --resume: that file)"},
     {"save-every", INT, &S.save_every, RUN_ONLY, 0, NULL, "steps between checkpoints (0 = at the end only)"},
     {"resume", TEXT, &S.resume, RUN_ONLY, 0, NULL, "continue from this checkpoint (its settings are used)"},
     {"stop-after", INT, &S.stop_after, RUN_ONLY, 0, NULL, "stop after N steps of this run (split a long job; 0 = no)"},
@@ -318,7 +318,7 @@ static const char *meta(const char *key, char *buf, size_t size) {
 static void load_settings(const unsigned char *given) {
     static char stored[N_OPTIONS][64];
     char key[64], mine[64];
-    if (mf_load_meta(S.resume, "mf.format", stored[0], sizeof stored[0]) < 0) {
+    if (mf_load_meta(S.resume, "mf.format", key, sizeof key) < 0) {
         /* unreadable, truncated or not a checkpoint: let mf_load say which */
         mf_ctx *probe = mf_ctx_new(0);
         if (mf_load(probe, S.resume, 0) < 0) die("cannot resume: %s", mf_error(probe));
@@ -379,6 +379,7 @@ int main(int argc, char **argv) {
         if (strtoull(meta("train.text_fnv1a", buf, sizeof buf), NULL, 16) != text_hash)
             printf("note: \"%s\" is not the text the checkpoint was trained on (same characters); continuing on it\n", path);
     }
+    if (S.resume && !S.save) S.save = S.resume; /* keep saving where the run came from */
     if (!S.resume && !given[option_index("warmup")] && S.warmup >= S.steps) S.warmup = S.steps / 10; /* short runs */
     if (S.weight_decay < 0) S.weight_decay = strcmp(S.optimizer, "adamw") == 0 ? 0.01f : 0.0f;
 

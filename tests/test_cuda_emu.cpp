@@ -5,10 +5,9 @@
  *       tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
  *   (-DMF_EMU_USE_UCONTEXT: the same tests on the portable ucontext fibers)
  *
- * The kernels below are ordinary CUDA source: they would compile unchanged with nvcc given
- * dev/mf_cuda_launch.h. */
+ * The kernels below are ordinary CUDA source: they would compile unchanged with nvcc given the
+ * MF_LAUNCH / MF_DYN_SMEM definitions at the top of metaformer_cuda.cuh. */
 #include "cuda_emu.h"
-#include "../dev/mf_cuda_launch.h"
 #include "mf_test.h"
 
 #include <string.h>
