@@ -54,7 +54,7 @@ examples: $(EXAMPLES)
 
 # ASAN_OPTIONS: fail on the first report; OMP threads 2 so the sanitized run stays quick
 test: $(TESTS) $(ASAN) $(EXAMPLES) $(BUILD)/nosimd/test_gemm
-	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" \
+	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" "bash tests/test_cli.sh" \
 	    $(foreach t,$(TESTS),"$(t)") "$(BUILD)/nosimd/test_gemm" \
 	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
 

@@ -272,6 +272,28 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
 /* The number of usable CUDA devices, or 0 with the reason in why (size bytes, may be NULL):
    "this build has no CUDA" unless the implementation was compiled by nvcc with METAFORMER_CUDA. */
 MFDEF int mf_cuda_available(char *why, size_t size);
+/* Where a context keeps tensor data and runs its ops. Call mf_ctx_set_device right after
+   mf_ctx_new, before any parameter or tensor exists (-1 otherwise). On MF_DEVICE_CUDA the
+   tensor headers, op arguments and token ids stay in host memory but t->data, t->grad and the
+   flat parameter / gradient / moment buffers are DEVICE pointers (cudaMalloc): read them with
+   mf_to_host / mf_grad_to_host / mf_item, fill tensors with mf_from / the initialisers, and
+   never dereference them on the host. Returns 0, or -1 with the reason in ctx: "this build has
+   no CUDA ..." (the implementation was not compiled by nvcc with METAFORMER_CUDA) or
+   "no CUDA device: ..." (no usable GPU). Every op, the optimizers, clipping, checkpoints and
+   generation work on both devices and give the same results up to float rounding. */
+typedef enum mf_device { MF_DEVICE_CPU = 0, MF_DEVICE_CUDA = 1 } mf_device;
+MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev);
+MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
+/* CUDA: let cuBLAS use TF32 tensor cores for the matmuls (on = 1; faster, ~1e-3 relative error)
+   or exact float32 (on = 0, the default). Returns 0, or -1 (nothing changes, no error recorded)
+   when ctx is not on a CUDA device. */
+MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on);
+/* Copy the t->ne values (or gradients) of a tensor on any device into dst (host memory).
+   Returns 0, or -1 with the error in ctx (no gradient: -1). */
+MFDEF int mf_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst);
+MFDEF int mf_grad_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst);
+/* The first value of t (e.g. a loss) on any device; NaN when t is NULL or the context failed. */
+MFDEF float mf_item(mf_ctx *ctx, const mf_tensor *t);
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 /* C[M][N] = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T (trans != 0).
@@ -406,8 +428,9 @@ MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char 
    position, and fails if the file has none. All-or-nothing: on any error (missing file, truncated
    or corrupt header, shape mismatch) nothing in ctx changes. Returns 0 or -1. */
 MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer);
-/* Copy the metadata value of key into buf (NUL-terminated). Returns its length, or -1 when the
-   file cannot be read or has no such key (no context: nothing is recorded). */
+/* Copy the metadata value of key into buf (NUL-terminated, cut to size). Returns its full length,
+   -1 when the file has no such key, -2 when the file cannot be read or is not a valid checkpoint
+   (mf_load on it tells why). No context: nothing is recorded. */
 MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size);
 
 #ifdef __cplusplus
@@ -468,7 +491,31 @@ MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size
 #define MF__ALIGN 64
 #define MF__ERRLEN 512
 
+/* functions the CUDA kernels share with the CPU (the counter-based RNG) */
+#if defined(__CUDACC__)
+#define MF__HD __host__ __device__
+#else
+#define MF__HD
+#endif
+
 struct mf__block;
+
+/* The device backend of a context (NULL on the CPU): metaformer_cuda.cuh fills one in, so the
+   generic code below needs no CUDA types. Every function records its own error in ctx. */
+enum { MF__H2D = 1, MF__D2H = 2, MF__D2D = 3 };
+typedef struct mf__backend {
+    void *(*dalloc)(mf_ctx *ctx, size_t bytes, const char *what); /* persistent device memory */
+    void (*dfree)(mf_ctx *ctx, void *p);
+    void *(*arena)(mf_ctx *ctx, size_t bytes);     /* activation data, valid until mf_reset */
+    void (*reset)(mf_ctx *ctx);                    /* empty the device arena */
+    int (*copy)(mf_ctx *ctx, void *dst, const void *src, size_t bytes, int kind); /* MF__H2D.. */
+    int (*zero)(mf_ctx *ctx, void *dst, size_t bytes);
+    int (*forward)(mf_ctx *ctx, mf_tensor *out);   /* out->data allocated; fills it (+ saved) */
+    int (*backward)(mf_ctx *ctx, mf_tensor *out);
+    int (*optimizer_step)(mf_ctx *ctx, const struct mf_optimizer *o); /* after validation */
+    float (*clip)(mf_ctx *ctx, float max_norm);
+    void (*destroy)(mf_ctx *ctx);                  /* free the backend state (not the params) */
+} mf__backend;
 
 struct mf_ctx {
     uint64_t seed;
@@ -494,6 +541,9 @@ struct mf_ctx {
     uint64_t rng_calls;     /* dropout calls so far: the RNG stream of the next one */
     float *gemm_ws;         /* GEMM packing workspace */
     long gemm_ws_cap;
+    /* device: NULL on the CPU; the CUDA backend and its state (metaformer_cuda.cuh) */
+    const mf__backend *be;
+    void *be_state;
 };
 
 static void *mf__xmalloc(size_t n) { return n ? MF_MALLOC(n) : NULL; }
@@ -532,16 +582,16 @@ MFDEF double mf_time(void) {
 
 /* Counter-based RNG: a splitmix64-style hash of (seed, stream, index). Any element of any
    stream is computed directly, so CPU and GPU kernels draw identical numbers in any order. */
-static uint64_t mf__mix64(uint64_t z) {
+static MF__HD uint64_t mf__mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
-static uint64_t mf__rand64(uint64_t seed, uint64_t stream, uint64_t index) {
+static MF__HD uint64_t mf__rand64(uint64_t seed, uint64_t stream, uint64_t index) {
     return mf__mix64(mf__mix64(seed ^ mf__mix64(stream + 0x9e3779b97f4a7c15ULL)) + index);
 }
 /* uniform in [0, 1) with 24 random bits */
-static float mf__uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+static MF__HD float mf__uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(mf__rand64(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
 }
 /* standard normal (Box-Muller on two 32-bit halves of one draw) */
@@ -608,6 +658,42 @@ static void *mf__calloc(mf_ctx *ctx, size_t bytes) {
     if (p) memset(p, 0, bytes);
     return p;
 }
+/* Tensor data (values, gradients): the activation arena on the CPU, the device arena on CUDA. */
+static void *mf__alloc_data(mf_ctx *ctx, size_t bytes) {
+    return ctx->be ? ctx->be->arena(ctx, bytes) : mf__alloc(ctx, bytes);
+}
+/* memset 0 / memcpy of tensor data on the context's device; return 0 or -1 (error in ctx) */
+static int mf__dzero(mf_ctx *ctx, void *dst, size_t bytes) {
+    if (ctx->be) return ctx->be->zero(ctx, dst, bytes);
+    if (bytes) memset(dst, 0, bytes);
+    return 0;
+}
+static int mf__dcopy(mf_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    if (ctx->be) return ctx->be->copy(ctx, dst, src, bytes, MF__D2D);
+    if (bytes) memcpy(dst, src, bytes);
+    return 0;
+}
+/* host -> tensor data and tensor data -> host */
+static int mf__dupload(mf_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    if (ctx->be) return ctx->be->copy(ctx, dst, src, bytes, MF__H2D);
+    if (bytes) memcpy(dst, src, bytes);
+    return 0;
+}
+static int mf__ddownload(mf_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    if (ctx->be) return ctx->be->copy(ctx, dst, src, bytes, MF__D2H);
+    if (bytes) memcpy(dst, src, bytes);
+    return 0;
+}
+/* persistent buffers that hold tensor data (parameters, moments, model constants, caches) */
+static void *mf__dmalloc(mf_ctx *ctx, size_t bytes, const char *what) {
+    void *p;
+    if (ctx->be) return ctx->be->dalloc(ctx, bytes, what);
+    if (!(p = mf__xmalloc(bytes)) && bytes) mf__fail(ctx, "out of memory: %s (%zu bytes)", what, bytes);
+    return p;
+}
+static void mf__dfree(mf_ctx *ctx, void *p) {
+    if (ctx->be) ctx->be->dfree(ctx, p); else MF_FREE(p);
+}
 
 MFDEF mf_ctx *mf_ctx_new(uint64_t seed) {
     mf_ctx *ctx = (mf_ctx *)mf__xmalloc(sizeof(mf_ctx));
@@ -627,7 +713,8 @@ MFDEF void mf_ctx_free(mf_ctx *ctx) {
         MF_FREE(ctx->params[i]);
     }
     MF_FREE(ctx->params); MF_FREE(ctx->p_steps); MF_FREE(ctx->p_touched);
-    MF_FREE(ctx->p_data); MF_FREE(ctx->p_grad); MF_FREE(ctx->p_m); MF_FREE(ctx->p_v);
+    mf__dfree(ctx, ctx->p_data); mf__dfree(ctx, ctx->p_grad); mf__dfree(ctx, ctx->p_m); mf__dfree(ctx, ctx->p_v);
+    if (ctx->be) ctx->be->destroy(ctx);
     MF_FREE(ctx->tape);
     MF_FREE(ctx->gemm_ws);
     mf__blocks_free(ctx->blocks);
@@ -659,6 +746,7 @@ MFDEF void mf_reset(mf_ctx *ctx) {
     if (!ctx) return;
     ctx->tape_len = 0;
     ctx->act_used = 0;
+    if (ctx->be) ctx->be->reset(ctx);
     if (!ctx->blocks) return;
     if (!ctx->blocks->next) { ctx->blocks->used = 0; return; }
     /* several blocks: replace them by one block that holds what this step needed */
@@ -715,6 +803,10 @@ MFDEF mf_tensor *mf_new(mf_ctx *ctx, int ndim, const int *shape) {
     if (mf__check_shape(ctx, "mf_new", ndim, shape) < 0) return NULL;
     t = mf__header(ctx, ndim, shape);
     if (!t) return NULL;
+    if (ctx->be) { /* device memory */
+        t->data = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float));
+        return t->data && mf__dzero(ctx, t->data, (size_t)t->ne * sizeof(float)) == 0 ? t : NULL;
+    }
     t->data = (float *)mf__calloc(ctx, (size_t)t->ne * sizeof(float));
     return t->data ? t : NULL;
 }
@@ -724,6 +816,11 @@ MFDEF mf_tensor *mf_from(mf_ctx *ctx, int ndim, const int *shape, const float *v
     if (!mf_ok(ctx)) return NULL;
     if (!values) return (mf_tensor *)mf__fail(ctx, "mf_from: values is NULL; pass the data to copy");
     if (mf__check_shape(ctx, "mf_from", ndim, shape) < 0) return NULL;
+    if (ctx->be) { /* device memory: no need to zero it first */
+        if (!(t = mf__header(ctx, ndim, shape))) return NULL;
+        t->data = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float));
+        return t->data && mf__dupload(ctx, t->data, values, (size_t)t->ne * sizeof(float)) == 0 ? t : NULL;
+    }
     t = mf_new(ctx, ndim, shape);
     if (t) memcpy(t->data, values, (size_t)t->ne * sizeof(float));
     return t;
@@ -740,6 +837,18 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     for (i = 0; i < 4; i++) {
         float *nb;
         if (i >= 2 && !*bufs[i]) continue; /* moments appear with the first optimizer step */
+        if (ctx->be) { /* device: no realloc; allocate, copy, free */
+            nb = (float *)ctx->be->dalloc(ctx, (size_t)cap * sizeof(float), "the parameter buffers");
+            if (!nb) break;
+            if ((ctx->p_cap && ctx->be->copy(ctx, nb, *bufs[i], (size_t)ctx->p_cap * sizeof(float), MF__D2D) < 0) ||
+                ctx->be->zero(ctx, nb + ctx->p_cap, (size_t)(cap - ctx->p_cap) * sizeof(float)) < 0) {
+                ctx->be->dfree(ctx, nb);
+                break;
+            }
+            ctx->be->dfree(ctx, *bufs[i]);
+            *bufs[i] = nb;
+            continue;
+        }
         nb = (float *)MF_REALLOC(*bufs[i], (size_t)cap * sizeof(float));
         if (!nb) break;
         memset(nb + ctx->p_cap, 0, (size_t)(cap - ctx->p_cap) * sizeof(float));
@@ -762,6 +871,15 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
 static int mf__alloc_moments(mf_ctx *ctx) {
     size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (ctx->p_m) return 0;
+    if (ctx->be) {
+        ctx->p_m = (float *)ctx->be->dalloc(ctx, bytes, "optimizer moments");
+        ctx->p_v = ctx->p_m ? (float *)ctx->be->dalloc(ctx, bytes, "optimizer moments") : NULL;
+        if (!ctx->p_v || ctx->be->zero(ctx, ctx->p_m, bytes) < 0 || ctx->be->zero(ctx, ctx->p_v, bytes) < 0) {
+            ctx->be->dfree(ctx, ctx->p_m); ctx->be->dfree(ctx, ctx->p_v); ctx->p_m = ctx->p_v = NULL;
+            return -1;
+        }
+        return 0;
+    }
     ctx->p_m = (float *)mf__xmalloc(bytes);
     ctx->p_v = (float *)mf__xmalloc(bytes);
     if (!ctx->p_m || !ctx->p_v) {
@@ -856,28 +974,50 @@ static int mf__init_target(mf_ctx *ctx, mf_tensor *t, const char *who) {
 static uint64_t mf__stream_of(const mf_tensor *t) {
     return t->name ? mf__hash_str(t->name) : (uint64_t)(uintptr_t)t;
 }
+/* The values are made on the host: in t->data on the CPU, in a host buffer copied to the device
+   on CUDA (the same numbers on both). */
+static float *mf__init_begin(mf_ctx *ctx, mf_tensor *t) {
+    float *h;
+    if (!ctx->be) return t->data;
+    if (!(h = (float *)mf__xmalloc((size_t)t->ne * sizeof(float))))
+        mf__fail(ctx, "out of memory: initialising a tensor of %lld values", (long long)t->ne);
+    return h;
+}
+static int mf__init_end(mf_ctx *ctx, mf_tensor *t, float *h) {
+    int r = 0;
+    if (!ctx->be) return 0;
+    r = mf__dupload(ctx, t->data, h, (size_t)t->ne * sizeof(float));
+    MF_FREE(h);
+    return r;
+}
 MFDEF int mf_init_const(mf_ctx *ctx, mf_tensor *t, float value) {
     int64_t i;
+    float *d;
     if (mf__init_target(ctx, t, "mf_init_const") < 0) return -1;
-    for (i = 0; i < t->ne; i++) t->data[i] = value;
-    return 0;
+    if (!(d = mf__init_begin(ctx, t))) return -1;
+    for (i = 0; i < t->ne; i++) d[i] = value;
+    return mf__init_end(ctx, t, d);
 }
 MFDEF int mf_init_uniform(mf_ctx *ctx, mf_tensor *t, float lo, float hi) {
     int64_t i;
     uint64_t st;
+    float *d;
     if (mf__init_target(ctx, t, "mf_init_uniform") < 0) return -1;
+    if (!(d = mf__init_begin(ctx, t))) return -1;
     st = mf__stream_of(t);
-    for (i = 0; i < t->ne; i++) t->data[i] = lo + (hi - lo) * mf__uniform(ctx->seed, st, (uint64_t)i);
-    return 0;
+    for (i = 0; i < t->ne; i++) d[i] = lo + (hi - lo) * mf__uniform(ctx->seed, st, (uint64_t)i);
+    return mf__init_end(ctx, t, d);
 }
 MFDEF int mf_init_normal(mf_ctx *ctx, mf_tensor *t, float mean, float std) {
     int64_t i;
     uint64_t st;
+    float *d;
     if (mf__init_target(ctx, t, "mf_init_normal") < 0) return -1;
     if (!(std >= 0)) return (mf__fail(ctx, "mf_init_normal: std %g is negative or NaN", (double)std), -1);
+    if (!(d = mf__init_begin(ctx, t))) return -1;
     st = mf__stream_of(t);
-    for (i = 0; i < t->ne; i++) t->data[i] = mean + std * mf__normal(ctx->seed, st, (uint64_t)i);
-    return 0;
+    for (i = 0; i < t->ne; i++) d[i] = mean + std * mf__normal(ctx->seed, st, (uint64_t)i);
+    return mf__init_end(ctx, t, d);
 }
 MFDEF int mf_init_kaiming_uniform(mf_ctx *ctx, mf_tensor *t) {
     float b;
@@ -951,14 +1091,15 @@ static mf_tensor *mf__finish(mf_ctx *ctx, mf_tensor *t) {
             return (mf_tensor *)mf__fail(ctx, "%s: input %d is NULL; pass a tensor made by this context", t->op->name, i + 1);
     if (t->op->shape(ctx, t) < 0 || !mf_ok(ctx)) return NULL;
     if (t->op->is_view) t->data = t->src[0]->data;
-    else if (!(t->data = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float)))) return NULL;
+    else if (!(t->data = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return NULL;
     if (ctx->grad_enabled)
         for (i = 0; i < MF_MAX_SRC; i++)
             if (t->src[i] && t->src[i]->requires_grad) {
                 t->requires_grad = 1;
                 if (t->src[i]->is_param) ctx->p_touched[mf__param_index(ctx, t->src[i])] = 1;
             }
-    t->op->forward(ctx, t);
+    if (ctx->be) ctx->be->forward(ctx, t); /* the op's kernels on the device */
+    else t->op->forward(ctx, t);
     if (!mf_ok(ctx)) return NULL;
     if (t->requires_grad && mf__tape_push(ctx, t) < 0) return NULL;
     return t;
@@ -981,7 +1122,7 @@ MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x) {
 }
 
 MFDEF void mf_zero_grad(mf_ctx *ctx) {
-    if (ctx && ctx->p_grad) memset(ctx->p_grad, 0, (size_t)ctx->p_used * sizeof(float));
+    if (ctx && ctx->p_grad) mf__dzero(ctx, ctx->p_grad, (size_t)ctx->p_used * sizeof(float));
     if (ctx && ctx->n_params) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
 }
 
@@ -1006,8 +1147,14 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
                          "(reduce it with mf_sum or mf_mean)", mf_shape_str(loss, s, sizeof s)), -1);
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
-        if (!t->grad && !(t->grad = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float)))) return -1;
-        memset(t->grad, 0, (size_t)t->ne * sizeof(float));
+        if (!t->grad && !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return -1;
+        if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
+    }
+    if (ctx->be) {
+        static const float one = 1.0f;
+        if (ctx->be->copy(ctx, loss->grad, &one, sizeof one, MF__H2D) < 0) return -1;
+        for (i = end; i >= 0 && mf_ok(ctx); i--) ctx->be->backward(ctx, ctx->tape[i]);
+        return mf_ok(ctx) ? 0 : -1;
     }
     loss->grad[0] = 1.0f;
     for (i = end; i >= 0; i--) ctx->tape[i]->op->backward(ctx, ctx->tape[i]);
@@ -3842,15 +3989,20 @@ static int64_t mf__jint(mf__json *j) {
     return v;
 }
 /* skip any JSON value (metadata values are strings, but be lenient) */
+/* pass over a string of any length without copying it */
+static void mf__jskipstr(mf__json *j) {
+    if (!mf__jchar(j, '"')) { j->bad = 1; return; }
+    while (j->p < j->end && *j->p != '"') j->p += (*j->p == '\\' && j->p + 1 < j->end) ? 2 : 1;
+    if (!mf__jchar(j, '"')) j->bad = 1;
+}
 static void mf__jskip(mf__json *j) {
-    char tmp[4096];
     mf__jws(j);
     if (j->p >= j->end) { j->bad = 1; return; }
-    if (*j->p == '"') { mf__jstr(j, tmp, sizeof tmp); return; }
+    if (*j->p == '"') { mf__jskipstr(j); return; }
     if (*j->p == '{' || *j->p == '[') {
         int depth = 0;
         do {
-            if (*j->p == '"') { mf__jstr(j, tmp, sizeof tmp); if (j->bad) return; continue; }
+            if (*j->p == '"') { mf__jskipstr(j); if (j->bad) return; continue; }
             if (*j->p == '{' || *j->p == '[') depth++;
             if (*j->p == '}' || *j->p == ']') depth--;
             j->p++;
@@ -4066,8 +4218,8 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
 MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size) {
     mf__ckpt c;
     int n = -1;
-    if (!path || !key) return -1;
-    if (!mf__ckpt_open(&c, path)) n = mf__ckpt_meta(&c, key, buf, size);
+    if (!path || !key) return -2;
+    n = mf__ckpt_open(&c, path) ? -2 : mf__ckpt_meta(&c, key, buf, size);
     mf__ckpt_close(&c);
     return n;
 }

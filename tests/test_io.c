@@ -177,7 +177,32 @@ static void test_failed_save_keeps_old_file(void) {
     free(before); free(after); mf_ctx_free(a);
 }
 
+/* metadata values of any length, and many parameters (one step count each), round-trip */
+static void test_long_metadata(void) {
+    mf_ctx *a = mf_ctx_new(3), *b = mf_ctx_new(4);
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 0.01f);
+    char *longv = (char *)malloc(10001), buf[16];
+    const char *meta[2];
+    int i, one = 1;
+    memset(longv, 'x', 10000); longv[10000] = 0;
+    meta[0] = "long"; meta[1] = longv;
+    for (i = 0; i < 1500; i++) { /* 1500 tensors: mf.param_steps is ~3000 characters long */
+        char nm[32];
+        snprintf(nm, sizeof nm, "p%d", i);
+        mf_param(a, nm, 1, &one); mf_param(b, nm, 1, &one);
+    }
+    mf_optimizer_step(a, &opt);
+    MFT_CHECK(mf_save(a, CKPT, 1, meta, 1) == 0);
+    MFT_CHECK(mf_load(b, CKPT, 1) == 0);
+    MFT_CHECK(mf_ok(b) || (printf("    %s\n", mf_error(b)), 0));
+    MFT_CHECK(mf_load_meta(CKPT, "long", buf, sizeof buf) == 10000 && strlen(buf) == 15);
+    MFT_CHECK(mf_load_meta(CKPT, "absent", buf, sizeof buf) == -1);
+    MFT_CHECK(mf_load_meta("build/does/not/exist", "long", buf, sizeof buf) == -2);
+    free(longv); mf_ctx_free(a); mf_ctx_free(b);
+}
+
 int main(void) {
+    MFT_RUN(test_long_metadata);
     MFT_RUN(test_resume_is_bit_identical);
     MFT_RUN(test_weights_only_and_metadata);
     MFT_RUN(test_file_layout);
