@@ -4,6 +4,8 @@
 #   make demo      train the array sorter with the metric mixer (the README's first command)
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
+#   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
+#   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
 CC      ?= gcc
 CXX     ?= g++
 WARN    := -Wall -Wextra -pedantic -Werror
@@ -21,7 +23,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench demo goldens clean
+.PHONY: all test examples bench demo goldens clean test-cuda train-cuda
 all: examples
 
 $(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h
@@ -57,6 +59,34 @@ test: $(TESTS) $(ASAN) $(EXAMPLES) $(BUILD)/nosimd/test_gemm
 	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" "bash tests/test_cli.sh" \
 	    $(foreach t,$(TESTS),"$(t)") "$(BUILD)/nosimd/test_gemm" \
 	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
+
+# ---- CUDA (nvcc; CI has nvcc but no GPU: `make test` checks the kernels on the emulator and
+# tests/cuda_build.sh compiles these targets' sources with nvcc) ----
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVFLAGS   ?= -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -fopenmp
+NVLIBS    := -lcublas -lgomp
+
+# the parity suite of tests/test_cuda.cpp on the real GPU (no emulator)
+test-cuda: $(BUILD)/cuda/test_cuda
+	./$(BUILD)/cuda/test_cuda
+
+$(BUILD)/cuda/test_cuda: tests/test_cuda.cpp metaformer.h metaformer_cuda.cuh tests/mf_test.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
+
+# train.c stays C: the implementation (with the kernels) comes from examples/metaformer_cuda.cu;
+# -DMETAFORMER_IMPLEMENTATION_DONE skips the implementation that train.c itself includes
+train-cuda: $(BUILD)/train-cuda
+
+$(BUILD)/cuda/metaformer_cuda.o: examples/metaformer_cuda.cu metaformer.h metaformer_cuda.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/train-cuda: examples/train.c $(BUILD)/cuda/metaformer_cuda.o
+	@mkdir -p $(BUILD)/cuda
+	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train.o
+	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort

@@ -37,7 +37,10 @@
  *   MF_ASSERT(x)            internal invariant check (default: assert from <assert.h>)
  *   METAFORMER_NO_OPENMP    ignore OpenMP even when compiling with -fopenmp
  *   METAFORMER_NO_SIMD      use the portable C GEMM kernel instead of AVX-512 / AVX2
- *   METAFORMER_CUDA         also compile the CUDA backend (that file must be compiled by nvcc)
+ *   METAFORMER_CUDA         also compile the CUDA backend (that file must be compiled by nvcc and
+ *                           linked with -lcublas); then mf_ctx_set_device(ctx, MF_DEVICE_CUDA)
+ *                           puts a context on the GPU (see metaformer_cuda.cuh)
+ *   MF_CUDA_DEBUG           CUDA: synchronise after every kernel so a fault names its op
  *
  * CONCEPTS
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
@@ -161,7 +164,8 @@ MFDEF mf_tensor *mf_param_at(const mf_ctx *ctx, int i);
 MFDEF int mf_param_tensors(const mf_ctx *ctx);
 /* Freeze (0) or unfreeze (1) a parameter: frozen ones get no gradient and no update. */
 MFDEF void mf_param_set_trainable(mf_tensor *param, int trainable);
-/* The flat buffers: mf_param_count(ctx) floats each (gaps between tensors are zero). */
+/* The flat buffers: mf_param_count(ctx) floats each (gaps between tensors are zero); device
+   pointers on a CUDA context (see mf_ctx_set_device). */
 MFDEF float *mf_param_data(mf_ctx *ctx);
 MFDEF float *mf_param_grads(mf_ctx *ctx);
 
@@ -210,8 +214,9 @@ MFDEF mf_tensor *mf_exp(mf_ctx *ctx, mf_tensor *x);
    query i when j > i + (Tk - Tq) (the last Tq keys are the queries' own positions). */
 MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal);
 MFDEF mf_tensor *mf_log_softmax(mf_ctx *ctx, mf_tensor *x);
-/* Mean cross-entropy of softmax(logits [..., V]) against targets (one int per row of logits);
-   rows whose target == ignore_index do not count (use -1 to count all). Returns [1].
+/* Mean cross-entropy of softmax(logits [..., V]) against targets (one int per row of logits,
+   in [0, V)); rows whose target == ignore_index do not count (e.g. -1: mark padding with -1).
+   Returns [1].
    When every row is ignored the loss is 0. */
 MFDEF mf_tensor *mf_cross_entropy(mf_ctx *ctx, mf_tensor *logits, const int32_t *targets,
                                   int ignore_index);
@@ -292,6 +297,9 @@ MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on);
    Returns 0, or -1 with the error in ctx (no gradient: -1). */
 MFDEF int mf_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst);
 MFDEF int mf_grad_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst);
+/* Overwrite the t->ne values of a tensor (e.g. a parameter) on any device with values from host
+   memory. Returns 0, or -1 with the error in ctx. */
+MFDEF int mf_set_data(mf_ctx *ctx, mf_tensor *t, const float *values);
 /* The first value of t (e.g. a loss) on any device; NaN when t is NULL or the context failed. */
 MFDEF float mf_item(mf_ctx *ctx, const mf_tensor *t);
 
@@ -563,7 +571,7 @@ static void *mf__fail(mf_ctx *ctx, const char *fmt, ...) {
 #if MF__OMP
 static int mf__threads_for(const mf_ctx *ctx, double work) {
     int nt = (ctx && ctx->n_threads > 0) ? ctx->n_threads : omp_get_max_threads();
-    if (work < 32768.0) return 1; /* below ~30 kflop a fork/join costs more than it saves */
+    if (work < 262144.0) return 1; /* below ~0.25 Mflop a fork/join costs more than it saves */
     return nt < 1 ? 1 : nt;
 }
 #endif
@@ -824,6 +832,31 @@ MFDEF mf_tensor *mf_from(mf_ctx *ctx, int ndim, const int *shape, const float *v
     t = mf_new(ctx, ndim, shape);
     if (t) memcpy(t->data, values, (size_t)t->ne * sizeof(float));
     return t;
+}
+
+MFDEF mf_device mf_ctx_device(const mf_ctx *ctx) { return ctx && ctx->be ? MF_DEVICE_CUDA : MF_DEVICE_CPU; }
+
+static int mf__to_host(mf_ctx *ctx, const mf_tensor *t, float *dst, int grad) {
+    const float *src;
+    if (!mf_ok(ctx)) return -1;
+    if (!t || !dst) return (mf__fail(ctx, "%s: the tensor or the destination is NULL", grad ? "mf_grad_to_host" : "mf_to_host"), -1);
+    src = grad ? t->grad : t->data;
+    if (!src) return (mf__fail(ctx, "mf_grad_to_host: the tensor has no gradient (call mf_backward first; "
+                               "only tensors that need one get it)"), -1);
+    return mf__ddownload(ctx, dst, src, (size_t)t->ne * sizeof(float));
+}
+MFDEF int mf_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst) { return mf__to_host(ctx, t, dst, 0); }
+MFDEF int mf_set_data(mf_ctx *ctx, mf_tensor *t, const float *values) {
+    if (!mf_ok(ctx)) return -1;
+    if (!t || !values || !t->data) return (mf__fail(ctx, "mf_set_data: the tensor or the values are NULL"), -1);
+    return mf__dupload(ctx, t->data, values, (size_t)t->ne * sizeof(float));
+}
+MFDEF int mf_grad_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst) { return mf__to_host(ctx, t, dst, 1); }
+MFDEF float mf_item(mf_ctx *ctx, const mf_tensor *t) {
+    float v;
+    if (!mf_ok(ctx) || !t || !t->data) return NAN;
+    if (!ctx->be) return t->data[0];
+    return mf__ddownload(ctx, &v, t->data, sizeof v) == 0 ? v : NAN;
 }
 
 /* ---- parameter arena ---- */
@@ -2009,18 +2042,27 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
 }
 #define MF__SQRT_2_OVER_PI 0.7978845608028654f
 static float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* the exact (erf) GELU and its derivative Phi(x) + x phi(x) */
+static float mf__gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
+static float mf__gelu_grad(float v) {
+    return 0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * 0.3989422804014327f * expf(-0.5f * v * v);
+}
 static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
     float *y = out->data, s = out->farg[0];
     int64_t n = out->ne, i;
     int kind = out->iarg[0];
+    if (kind == MF__GELU) { /* the common FFN activation: its own loop */
+        MF__PARFOR(ctx, n, 8)
+        for (i = 0; i < n; i++) y[i] = mf__gelu(x[i]);
+        return;
+    }
     MF__PARFOR(ctx, n, 8)
     for (i = 0; i < n; i++) {
         float v = x[i];
         switch (kind) {
         case MF__SCALE: y[i] = s * v; break;
         case MF__RELU: y[i] = v > 0 ? v : 0; break;
-        case MF__GELU: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
         case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
         case MF__SIGMOID: y[i] = mf__sigmoidf(v); break;
         case MF__SILU: y[i] = v * mf__sigmoidf(v); break;
@@ -2034,15 +2076,17 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     int64_t n = out->ne, i;
     int kind = out->iarg[0];
     if (!dx) return;
+    if (kind == MF__GELU) {
+        MF__PARFOR(ctx, n, 8)
+        for (i = 0; i < n; i++) dx[i] += g[i] * mf__gelu_grad(x[i]);
+        return;
+    }
     MF__PARFOR(ctx, n, 8)
     for (i = 0; i < n; i++) {
         float v = x[i], d;
         switch (kind) {
         case MF__SCALE: d = s; break;
         case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;
-        case MF__GELU: /* Phi(v) + v * phi(v) */
-            d = 0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * 0.3989422804014327f * expf(-0.5f * v * v);
-            break;
         case MF__GELU_TANH: {
             float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);
             d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
@@ -3408,6 +3452,7 @@ struct mf_model {
     float *expand;      /* metric: [L][dk*dk], 1 where Mbar entry l lands in M */
     mf__layer *layers;
     int cache_len;      /* tokens held by the generation cache */
+    int on_device;      /* sinusoid, expand and the caches are device buffers (CUDA) */
 };
 
 static const char *const mf__mixer_names[MF_MIXER_COUNT] = {"sdpa", "metric", "quadratic", "pool", "identity"};
@@ -3526,6 +3571,7 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
     if (!m) return (mf_model *)mf__fail(ctx, "out of memory: model");
     memset(m, 0, sizeof *m);
     m->ctx = ctx; m->cfg = *cfg;
+    m->on_device = ctx->be != NULL;
     D = cfg->d_model;
     m->layers = (mf__layer *)mf__xmalloc((size_t)cfg->n_layers * sizeof(mf__layer));
     if (!m->layers) { MF_FREE(m); return (mf_model *)mf__fail(ctx, "out of memory: model layers"); }
@@ -3543,7 +3589,7 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
         for (l = 1; l < cfg->n_layers; l++) {
             int i;
             for (i = 0; i < m->layers[0].np; i++)
-                memcpy(m->layers[l].p[i]->data, m->layers[0].p[i]->data, (size_t)m->layers[0].p[i]->ne * sizeof(float));
+                mf__dcopy(ctx, m->layers[l].p[i]->data, m->layers[0].p[i]->data, (size_t)m->layers[0].p[i]->ne * sizeof(float));
         }
     m->lnf_w = mf_param(ctx, "ln_f.weight", 1, &D);
     mf_init_const(ctx, m->lnf_w, 1.0f);
@@ -3574,6 +3620,23 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
                 }
         }
     }
+    if (ctx->be && mf_ok(ctx)) { /* the constants live on the device */
+        float **consts[2];
+        size_t bytes[2];
+        int i;
+        consts[0] = &m->sinusoid; bytes[0] = (size_t)cfg->max_seq * D * sizeof(float);
+        consts[1] = &m->expand;
+        bytes[1] = cfg->mixer == MF_MIXER_METRIC ? (size_t)(D / cfg->n_heads) * (D / cfg->n_heads + 1) / 2 *
+                   (D / cfg->n_heads) * (D / cfg->n_heads) * sizeof(float) : 0;
+        for (i = 0; i < 2; i++) {
+            float *d;
+            if (!*consts[i]) continue;
+            d = (float *)mf__dmalloc(ctx, bytes[i], "model constants");
+            if (d && mf__dupload(ctx, d, *consts[i], bytes[i]) < 0) { mf__dfree(ctx, d); d = NULL; }
+            MF_FREE(*consts[i]);
+            *consts[i] = d;
+        }
+    }
     if (!mf_ok(ctx)) { mf_model_free(m); return NULL; }
     return m;
 }
@@ -3581,8 +3644,14 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
 MFDEF void mf_model_free(mf_model *m) {
     int l;
     if (!m) return;
-    for (l = 0; l < m->cfg.n_layers; l++) { MF_FREE(m->layers[l].cache_k); MF_FREE(m->layers[l].cache_v); }
-    MF_FREE(m->layers); MF_FREE(m->sinusoid); MF_FREE(m->expand);
+    if (m->on_device) { /* device buffers: a CUDA model must be freed before its context */
+        for (l = 0; l < m->cfg.n_layers; l++) { mf__dfree(m->ctx, m->layers[l].cache_k); mf__dfree(m->ctx, m->layers[l].cache_v); }
+        mf__dfree(m->ctx, m->sinusoid); mf__dfree(m->ctx, m->expand);
+    } else {
+        for (l = 0; l < m->cfg.n_layers; l++) { MF_FREE(m->layers[l].cache_k); MF_FREE(m->layers[l].cache_v); }
+        MF_FREE(m->sinusoid); MF_FREE(m->expand);
+    }
+    MF_FREE(m->layers);
     MF_FREE(m);
 }
 MFDEF const mf_model_config *mf_model_get_config(const mf_model *m) { return m ? &m->cfg : NULL; }
@@ -3614,11 +3683,11 @@ static mf_tensor *mf__cache_heads(mf_model *m, float *cache, mf_tensor *x, int p
     int H = x->shape[1], Tn = x->shape[2], dk = x->shape[3], S = m->cfg.max_seq, h, shape[4];
     mf_tensor *all;
     for (h = 0; h < H; h++)
-        memcpy(cache + ((int64_t)h * S + pos0) * dk, x->data + (int64_t)h * Tn * dk, (size_t)Tn * dk * sizeof(float));
+        mf__dcopy(m->ctx, cache + ((int64_t)h * S + pos0) * dk, x->data + (int64_t)h * Tn * dk, (size_t)Tn * dk * sizeof(float));
     shape[0] = 1; shape[1] = H; shape[2] = pos0 + Tn; shape[3] = dk;
     if (!(all = mf_new(m->ctx, 4, shape))) return NULL;
     for (h = 0; h < H; h++)
-        memcpy(all->data + (int64_t)h * (pos0 + Tn) * dk, cache + (int64_t)h * S * dk, (size_t)(pos0 + Tn) * dk * sizeof(float));
+        mf__dcopy(m->ctx, all->data + (int64_t)h * (pos0 + Tn) * dk, cache + (int64_t)h * S * dk, (size_t)(pos0 + Tn) * dk * sizeof(float));
     return all;
 }
 
@@ -3660,7 +3729,7 @@ static mf_tensor *mf__mixer(mf_model *m, int l, mf_tensor *xn, int pos0, int cac
         int T = xn->shape[1], keep = c->pool_size - 1, start;
         if (cache) { /* the window needs up to pool_size - 1 earlier rows */
             int shape[3];
-            memcpy(L->cache_k + (int64_t)pos0 * D, xn->data, (size_t)T * D * sizeof(float));
+            mf__dcopy(ctx, L->cache_k + (int64_t)pos0 * D, xn->data, (size_t)T * D * sizeof(float));
             start = pos0 - keep < 0 ? 0 : pos0 - keep;
             shape[0] = 1; shape[1] = pos0 + T - start; shape[2] = D;
             win = mf__wrap(ctx, 3, shape, L->cache_k + (int64_t)start * D);
@@ -3778,12 +3847,12 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
     per_layer = (size_t)c->max_seq * c->d_model * sizeof(float);
     for (l = 0; use_cache && l < c->n_layers; l++) {
         mf__layer *L = &m->layers[l];
-        if (!L->cache_k) L->cache_k = (float *)mf__xmalloc(per_layer);
-        if (!L->cache_v) L->cache_v = (float *)mf__xmalloc(per_layer);
+        if (!L->cache_k) L->cache_k = (float *)mf__dmalloc(ctx, per_layer, "generation cache");
+        if (!L->cache_v) L->cache_v = (float *)mf__dmalloc(ctx, per_layer, "generation cache");
         if (!L->cache_k || !L->cache_v) return (mf__fail(ctx, "out of memory: generation cache"), -1);
     }
     hist = (int32_t *)mf__xmalloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
-    scratch = (float *)mf__xmalloc((size_t)V * sizeof(float));
+    scratch = (float *)mf__xmalloc((size_t)V * 2 * sizeof(float)); /* + the last logits row (CUDA) */
     if (!hist || !scratch) { MF_FREE(hist); MF_FREE(scratch); return (mf__fail(ctx, "out of memory: generation"), -1); }
     memcpy(hist, prompt, (size_t)n_prompt * sizeof(int32_t));
     n_hist = n_prompt;
@@ -3807,7 +3876,14 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
             len = 1;
         }
         if (!logits) goto done;
-        out[i] = hist[n_hist++] = mf__sample(logits->data + (int64_t)(len - 1) * V, V, s, (uint64_t)i, scratch);
+        {
+            const float *row = logits->data + (int64_t)(len - 1) * V;
+            if (ctx->be) { /* the row the sampler reads, copied to the host */
+                if (mf__ddownload(ctx, scratch + V, row, (size_t)V * sizeof(float)) < 0) goto done;
+                row = scratch + V;
+            }
+            out[i] = hist[n_hist++] = mf__sample(row, V, s, (uint64_t)i, scratch);
+        }
     }
     ok = 1;
 done:
@@ -3926,11 +4002,21 @@ MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char 
         return -1;
     }
     ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len;
-    for (i = 0; ok && i < nt; i++) {
-        const char *prefix;
-        const mf_tensor *p;
-        const float *data = mf__ckpt_tensor(ctx, i, &prefix, &p);
-        ok = fwrite(data, sizeof(float), (size_t)p->ne, f) == (size_t)p->ne;
+    {
+        float *host = NULL; /* CUDA: each tensor passes through a host buffer */
+        if (ctx->be) {
+            int64_t big = 1;
+            for (i = 0; i < ctx->n_params; i++) if (ctx->params[i]->ne > big) big = ctx->params[i]->ne;
+            if (!(host = (float *)mf__xmalloc((size_t)big * sizeof(float)))) ok = 0;
+        }
+        for (i = 0; ok && i < nt; i++) {
+            const char *prefix;
+            const mf_tensor *p;
+            const float *data = mf__ckpt_tensor(ctx, i, &prefix, &p);
+            if (host) { ok = mf__ddownload(ctx, host, data, (size_t)p->ne * sizeof(float)) == 0; data = host; }
+            ok = ok && fwrite(data, sizeof(float), (size_t)p->ne, f) == (size_t)p->ne;
+        }
+        MF_FREE(host);
     }
     ok = (fflush(f) == 0) & ok;
     ok = (fclose(f) == 0) & ok;
@@ -4202,7 +4288,7 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
         const mf_tensor *p;
         float *dst = (float *)mf__ckpt_tensor(ctx, i, &prefix, &p);
         const mf__entry *e = mf__ckpt_find(&c, prefix, p->name);
-        memcpy(dst, c.data + e->begin, (size_t)p->ne * sizeof(float));
+        mf__dupload(ctx, dst, c.data + e->begin, (size_t)p->ne * sizeof(float));
     }
     if (with_optimizer) {
         memcpy(ctx->p_steps, psteps, (size_t)ctx->n_params * sizeof(int64_t));
@@ -4266,6 +4352,7 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
     int i;
     float norm;
     if (!mf_ok(ctx)) return 0.0f;
+    if (ctx->be) return ctx->be->clip(ctx, max_norm);
     for (i = 0; i < ctx->n_params; i++) {
         const mf_tensor *p = ctx->params[i];
         int64_t k;
@@ -4337,6 +4424,7 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     if (!mf_ok(ctx)) return -1;
     if (mf__check_optimizer(ctx, o) < 0) return -1;
     if (mf__alloc_moments(ctx) < 0) return -1;
+    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
     ctx->opt_t++;
     b1 = o->beta1; b2 = o->beta2;
     for (i = 0; i < ctx->n_params; i++) {
@@ -4399,12 +4487,18 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
 #ifdef METAFORMER_CUDA
 #include "metaformer_cuda.cuh"
 #else
+#define MF__NO_CUDA "this build has no CUDA: compile the implementation file with nvcc and -DMETAFORMER_CUDA (see the README)"
 MFDEF int mf_cuda_available(char *why, size_t size) {
-    if (why && size)
-        snprintf(why, size, "this build has no CUDA: compile the implementation file with nvcc and "
-                 "-DMETAFORMER_CUDA (see the README)");
+    if (why && size) snprintf(why, size, "%s", MF__NO_CUDA);
     return 0;
 }
+MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
+    if (!mf_ok(ctx)) return -1;
+    if (dev == MF_DEVICE_CPU) return 0;
+    if (dev == MF_DEVICE_CUDA) return (mf__fail(ctx, "mf_ctx_set_device: %s", MF__NO_CUDA), -1);
+    return (mf__fail(ctx, "mf_ctx_set_device: unknown device %d (MF_DEVICE_CPU or MF_DEVICE_CUDA)", (int)dev), -1);
+}
+MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) { (void)ctx; (void)on; return -1; }
 #endif
 
 #endif /* METAFORMER_IMPLEMENTATION_DONE */

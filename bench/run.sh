@@ -75,7 +75,11 @@ T_START=$(date +%s)
 BUILD=build/bench
 mkdir -p "$BUILD" bench/results
 TAG=""
-[ "$HEADER" != metaformer.h ] && TAG="_$(printf '%s' "${HEADER#git:}" | tr -c 'A-Za-z0-9.-' '-')"
+case "$HEADER" in   # a git revision is named by its hash: HEAD moves
+git:*) TAG="_git-$(git rev-parse --short "${HEADER#git:}" 2>/dev/null || printf '%s' "${HEADER#git:}" | tr -c 'A-Za-z0-9.-' '-')" ;;
+metaformer.h) ;;
+*) TAG="_$(basename "$HEADER" .h | tr -c 'A-Za-z0-9.-' '-')" ;;
+esac
 [ "$MF_GEMM" = dev ] && TAG="${TAG}_devgemm"
 [ -n "$OUT" ] || OUT="bench/results/cpu_$(date +%Y-%m-%d)${TAG}.md"
 RAW="$BUILD/raw${TAG}.txt"
@@ -199,7 +203,7 @@ if [ "$OPENBLAS" = 1 ]; then
     say "   autodetected: $(echo "$auto" | field core) $(echo "$auto" | field gflops) GFLOP/s"
     best_core=$(echo "$auto" | field core); best_gf=$(echo "$auto" | field gflops)
     CANDIDATES=""
-    grep -qw avx512f /proc/cpuinfo && CANDIDATES="SkylakeX Cooperlake"
+    grep -qw avx512f /proc/cpuinfo && CANDIDATES="SkylakeX"   # (Cooperlake: the same SGEMM kernels)
     grep -qw avx2 /proc/cpuinfo && CANDIDATES="$CANDIDATES Haswell"
     for c in $CANDIDATES; do
         [ "$c" = "$(echo "$auto" | field core)" ] && continue

@@ -97,13 +97,19 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(name, "--form")) { o->form = val; continue; }
         if (!strcmp(name, "--lr")) {
             double lr = strtod(val, &end);
-            if (end == val || *end || !(lr > 0 && lr < 10)) { fprintf(stderr, "error: --lr %s: need a number in (0, 10)\n", val); return -1; }
+            if (end == val || *end || !(lr > 0 && lr < 10)) {
+                fprintf(stderr, "error: --lr %s: need a number in (0, 10)\n", val);
+                return -1;
+            }
             o->lr = (float)lr;
             continue;
         }
         if (!strcmp(name, "--seed")) {
             o->seed = strtoull(val, &end, 10);
-            if (end == val || *end || val[0] == '-') { fprintf(stderr, "error: --seed %s: need a non-negative integer\n", val); return -1; }
+            if (end == val || *end || val[0] == '-') {
+                fprintf(stderr, "error: --seed %s: need a non-negative integer\n", val);
+                return -1;
+            }
             continue;
         }
         if (!strcmp(name, "--steps")) dst = &o->steps;
@@ -202,8 +208,8 @@ int main(int argc, char **argv) {
             printf("%s: token accuracy %.1f%% on %ld sorted tokens (step %d, %.0f s)\n", o.mixer, acc,
                    n_scored, o.steps, mf_time() - t0);
         else
-            printf("%s: token accuracy %.1f%% on %ld tokens, seed form (a causal model can reach about %.1f%%; step %d, %.0f s)\n",
-                   o.mixer, acc, n_scored, SEED_CEILING, o.steps, mf_time() - t0);
+            printf("%s: token accuracy %.1f%% on %ld tokens, seed form (a causal model can reach about %.1f%%; "
+                   "step %d, %.0f s)\n", o.mixer, acc, n_scored, SEED_CEILING, o.steps, mf_time() - t0);
     }
     if (mf_ok(ctx)) rc = 0;
     else fprintf(stderr, "error: %s\n", mf_error(ctx));   /* the first failing call says what and why */

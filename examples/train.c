@@ -29,13 +29,14 @@ typedef struct {
     int d_model, heads, layers, d_ff, seq_len, batch, steps, warmup, seed;
     int threads, eval_every, eval_batches, log_every, save_every, stop_after, sample, top_k;
     float lr, weight_decay, clip, dropout, temperature;
+    const char *device;
 } settings;
 
 static settings S = {
     .mixer = "sdpa", .pos = "learned", .act = "gelu", .optimizer = "adam", .schedule = "cosine",
     .d_model = 128, .heads = 4, .layers = 4, .d_ff = 512, .seq_len = 128, .batch = 16,
     .steps = 2000, .warmup = 100, .seed = 1, .lr = 1e-3f, .weight_decay = -1, .clip = 1.0f,
-    .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300};
+    .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300, .device = "cpu"};
 
 enum { INT, FLOAT, TEXT };
 enum { RUN_ONLY, SAVED, SAVED_CHANGEABLE }; /* SAVED: a resumed run must keep the checkpoint's value */
@@ -70,6 +71,7 @@ static const option OPTIONS[] = {
     {"clip", FLOAT, &S.clip, SAVED, 0, NULL, "max gradient norm (0 = no clipping)"},
     {"seed", INT, &S.seed, SAVED, 0, NULL, "seed of the initialisation, dropout and batches"},
     {"threads", INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
+    {"device", TEXT, &S.device, RUN_ONLY, 0, "cpu|cuda", "where to train (cuda: a build made by `make train-cuda`)"},
     {"eval-every", INT, &S.eval_every, RUN_ONLY, 0, NULL, "validate every N steps (0 = at the end only)"},
     {"eval-batches", INT, &S.eval_batches, RUN_ONLY, 1, NULL, "batches per validation"},
     {"log-every", INT, &S.log_every, RUN_ONLY, 1, NULL, "progress line every N steps when not on a terminal"},
@@ -273,7 +275,7 @@ static double evaluate(mf_ctx *ctx, mf_model *m, const int32_t *ids, int64_t n, 
             for (int t = 0; t < T; t++) { x[r * T + t] = ids[start + t]; y[r * T + t] = ids[start + t + 1]; }
         }
         if (!(loss = mf_model_loss(m, x, y, b, T))) break;
-        sum += (double)loss->data[0] * b;
+        sum += (double)mf_item(ctx, loss) * b; /* mf_item: the value on any device */
         done += b;
         mf_reset(ctx);
     }
@@ -436,6 +438,7 @@ int main(int argc, char **argv) {
 
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     if (!ctx) die("out of memory");
+    if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
     mf_set_threads(ctx, S.threads);
     mf_model *model = mf_model_check(ctx, &cfg) == 0 ? mf_model_new(ctx, &cfg) : NULL;
     if (!model) die("%s", mf_error(ctx));
@@ -484,7 +487,7 @@ int main(int argc, char **argv) {
         mf_optimizer_step(ctx, &opt);
         mf_zero_grad(ctx);
         if (!mf_ok(ctx)) die("training step %lld failed: %s", (long long)step + 1, mf_error(ctx));
-        float loss_value = loss->data[0];
+        float loss_value = mf_item(ctx, loss);
         mf_reset(ctx);
         if (!isfinite(loss_value))
             die("the loss became %f at step %lld; lower --lr or keep --clip", (double)loss_value, (long long)step + 1);

@@ -1,0 +1,414 @@
+/* test_cuda.cpp - the CUDA backend (metaformer_cuda.cuh) against the CPU, op by op and on whole
+ * training runs.
+ *
+ *   make test       g++ -std=c++14 with tests/cuda_emu.h: every kernel runs on the CPU emulator,
+ *                   in each of its thread orders (in, reversed, shuffled)
+ *   make test-cuda  nvcc -x cu for a real GPU (sm_90), without the emulator
+ *
+ * Each op case makes random inputs (odd sizes), runs the op on a CPU context and on a CUDA
+ * context, reduces the output to a loss sum(out * R) with a random R, back-propagates, and
+ * compares the output and every input gradient (max error relative to the tensor's largest value). */
+#ifndef __CUDACC__
+#include "cuda_emu.h"
+#endif
+#define METAFORMER_IMPLEMENTATION
+#define METAFORMER_CUDA
+#include "metaformer.h"
+#include "mf_test.h"
+
+#include <string.h>
+#include <string>
+#include <vector>
+
+#ifdef MF_CUDA_EMU
+static const int N_ORDERS = 3;
+static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
+static void set_order(int o) { mf_emu_set_order(ORDERS[o], 1234u + (unsigned)o); }
+#else
+static const int N_ORDERS = 1;
+static void set_order(int o) { (void)o; }
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MFT_SMALL 1 /* smaller shapes under ASan */
+#else
+#define MFT_SMALL 0
+#endif
+
+static const double TOL = 1e-5;
+
+static std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v((size_t)n);
+    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mf__uniform(seed, 77, (uint64_t)i);
+    return v;
+}
+static std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int grad) {
+    std::vector<float> v((size_t)t->ne);
+    if (grad) mf_grad_to_host(ctx, t, v.data()); else mf_to_host(ctx, t, v.data());
+    return v;
+}
+/* max |a - b| / max(max |b|, 1e-3) */
+static double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
+    double e = 0, s = 1e-3;
+    if (a.size() != b.size()) return 1e30;
+    for (size_t i = 0; i < a.size(); i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e)) e = d; /* NaN counts */
+        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
+    }
+    return e / s;
+}
+
+/* ---------------------------------------------------------------- op parity */
+struct Shape { int nd, s[4]; };
+typedef mf_tensor *(*BuildFn)(mf_ctx *ctx, mf_tensor **in);
+struct Case { const char *name; int n_in; Shape shapes[4]; BuildFn build; float lo, hi; };
+
+/* one context's run: inputs as parameters (so they get gradients), loss = sum(out * R) */
+struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
+static Run run_case(const Case &c, int cuda) {
+    Run r;
+    mf_ctx *ctx = mf_ctx_new(99);
+    mf_tensor *in[4] = {NULL, NULL, NULL, NULL}, *out, *loss;
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    for (int i = 0; i < c.n_in; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "in%d", i);
+        in[i] = mf_param(ctx, nm, c.shapes[i].nd, c.shapes[i].s);
+        if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 1000 + (uint64_t)i, c.lo, c.hi).data());
+    }
+    out = c.build(ctx, in);
+    if (out) {
+        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
+        loss = mf_sum(ctx, mf_mul(ctx, out, R));
+        mf_backward(ctx, loss);
+        if (mf_ok(ctx)) {
+            r.out = host_of(ctx, out, 0);
+            for (int i = 0; i < c.n_in; i++) r.grads.push_back(host_of(ctx, in[i], 1));
+        }
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_ctx_free(ctx);
+    return r;
+}
+static void check_case(const Case &c) {
+    Run cpu = run_case(c, 0);
+    if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", c.name, cpu.err.c_str()); MFT_CHECK(0); return; }
+    for (int o = 0; o < N_ORDERS; o++) {
+        set_order(o);
+        Run gpu = run_case(c, 1);
+        if (!gpu.err.empty()) { printf("    %s (order %d): CUDA run failed: %s\n", c.name, o, gpu.err.c_str()); MFT_CHECK(0); continue; }
+        double e = rel_err(gpu.out, cpu.out);
+        if (!(e <= TOL)) { printf("    %s (order %d): output differs, rel err %.3g\n", c.name, o, e); MFT_CHECK(0); }
+        for (int i = 0; i < c.n_in; i++) {
+            e = rel_err(gpu.grads[(size_t)i], cpu.grads[(size_t)i]);
+            if (!(e <= TOL)) { printf("    %s (order %d): gradient of input %d differs, rel err %.3g\n", c.name, o, i, e); MFT_CHECK(0); }
+        }
+    }
+    set_order(0);
+}
+
+#define S1(a) {1, {a, 0, 0, 0}}
+#define S2(a, b) {2, {a, b, 0, 0}}
+#define S3(a, b, c) {3, {a, b, c, 0}}
+#define S4(a, b, c, d) {4, {a, b, c, d}}
+#define NOS {0, {0, 0, 0, 0}}
+
+static const int32_t IDS[10] = {3, 0, 12, 3, 7, 7, 1, 12, 5, 3};
+static const int32_t TGT[10] = {4, -1, 10, 0, 3, 3, -1, 7, 9, 1};
+
+static const Case CASES[] = {
+    {"matmul", 2, {S3(3, 5, 7), S3(3, 7, 6), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 0, 0); }, -1, 1},
+    {"matmul trans_a trans_b", 2, {S3(3, 7, 5), S3(3, 6, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 1, 1); }, -1, 1},
+    {"matmul shared b", 2, {S3(2, 5, 7), S2(7, 3), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 0, 0); }, -1, 1},
+    {"matmul shared b^T", 2, {S3(2, 5, 7), S2(3, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 0, 1); }, -1, 1},
+    {"matmul shared a^T", 2, {S2(7, 5), S3(3, 7, 4), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 1, 0); }, -1, 1},
+    {"linear", 3, {S3(2, 5, 7), S2(9, 7), S1(9), NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_linear(c, x[0], x[1], x[2]); }, -1, 1},
+    {"linear no bias", 2, {S2(5, 7), S2(3, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_linear(c, x[0], x[1], NULL); }, -1, 1},
+    {"add", 2, {S3(3, 5, 7), S3(3, 5, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_add(c, x[0], x[1]); }, -1, 1},
+    {"add self", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_add(c, x[0], x[0]); }, -1, 1},
+    {"add broadcast", 2, {S3(3, 5, 7), S1(7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_add(c, x[0], x[1]); }, -1, 1},
+    {"sub broadcast first", 2, {S2(5, 7), S3(3, 5, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_sub(c, x[0], x[1]); }, -1, 1},
+    {"sub broadcast second", 2, {S3(3, 5, 7), S2(5, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_sub(c, x[0], x[1]); }, -1, 1},
+    {"mul", 2, {S2(5, 7), S2(5, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_mul(c, x[0], x[1]); }, -1, 1},
+    {"mul scalar", 2, {S1(1), S3(3, 5, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_mul(c, x[0], x[1]); }, -1, 1},
+    {"scale", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_scale(c, x[0], -1.7f); }, -1, 1},
+    {"relu", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_relu(c, x[0]); }, -1, 1},
+    {"gelu", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_gelu(c, x[0], 0); }, -3, 3},
+    {"gelu tanh", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_gelu(c, x[0], 1); }, -3, 3},
+    {"sigmoid", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_sigmoid(c, x[0]); }, -3, 3},
+    {"silu", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_silu(c, x[0]); }, -3, 3},
+    {"exp", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_exp(c, x[0]); }, -2, 2},
+    {"softmax", 1, {S2(3, 37), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_softmax(c, x[0], 0); }, -3, 3},
+    {"softmax causal Tk > Tq", 1, {S3(2, 5, 9), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_softmax(c, x[0], 1); }, -3, 3},
+    {"softmax causal Tq > Tk", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_softmax(c, x[0], 1); }, -3, 3},
+    {"softmax wide row", 1, {S2(2, 301), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_softmax(c, x[0], 0); }, -3, 3},
+    {"log_softmax", 1, {S2(4, 33), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_log_softmax(c, x[0]); }, -3, 3},
+    {"cross_entropy", 1, {S3(2, 5, 13), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_cross_entropy(c, x[0], TGT, -1); }, -3, 3},
+    {"cross_entropy all ignored", 1, {S2(2, 13), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) {
+        static const int32_t t[2] = {-1, -1}; return mf_cross_entropy(c, x[0], t, -1); }, -3, 3},
+    {"mse", 2, {S2(5, 7), S2(5, 7), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_mse(c, x[0], x[1]); }, -1, 1},
+    {"layernorm", 3, {S3(3, 4, 37), S1(37), S1(37), NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_layernorm(c, x[0], x[1], x[2], 1e-5f); }, -2, 2},
+    {"layernorm no affine", 1, {S2(5, 131), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_layernorm(c, x[0], NULL, NULL, 1e-5f); }, -2, 2},
+    {"embedding", 1, {S2(13, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { int sh[2] = {2, 5}; return mf_embedding(c, x[0], IDS, 2, sh); }, -1, 1},
+    {"dropout", 1, {S2(5, 41), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_dropout(c, mf_dropout(c, x[0], 0.3f), 0.5f); }, -1, 1},
+    {"reshape", 1, {S3(2, 3, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { int sh[2] = {5, -1}; return mf_scale(c, mf_reshape(c, x[0], 2, sh), 2.0f); }, -1, 1},
+    {"permute", 1, {S4(2, 3, 4, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { int p[4] = {3, 1, 0, 2}; return mf_permute(c, x[0], p); }, -1, 1},
+    {"transpose", 1, {S3(3, 4, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_transpose(c, x[0], 0, -1); }, -1, 1},
+    {"concat axis 1", 2, {S3(2, 3, 5), S3(2, 4, 5), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_concat(c, x[0], x[1], 1); }, -1, 1},
+    {"concat last axis", 2, {S2(3, 5), S2(3, 2), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_concat(c, x[0], x[1], -1); }, -1, 1},
+    {"slice", 1, {S3(2, 7, 3), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_slice(c, x[0], 1, 2, 4); }, -1, 1},
+    {"roll", 1, {S3(2, 7, 3), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_roll(c, x[0], -3, 1); }, -1, 1},
+    {"sum", 1, {S2(5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_sum(c, x[0]); }, -1, 1},
+    {"mean", 1, {S3(3, 5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_mean(c, x[0]); }, -1, 1},
+    {"sum_axis 0", 1, {S3(3, 5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_sum_axis(c, x[0], 0); }, -1, 1},
+    {"sum_axis 1", 1, {S3(3, 5, 7), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_sum_axis(c, x[0], 1); }, -1, 1},
+    {"sum_axis 1-D", 1, {S1(11), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_sum_axis(c, x[0], -1); }, -1, 1},
+    {"conv1d", 3, {S3(2, 9, 3), S3(4, 3, 3), S1(4), NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_conv1d(c, x[0], x[1], x[2], 2, 1); }, -1, 1},
+    {"conv1d no bias", 2, {S3(2, 7, 5), S3(3, 5, 2), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_conv1d(c, x[0], x[1], NULL, 1, 0); }, -1, 1},
+    {"avg_pool_seq causal", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 3, 1); }, -1, 1},
+    {"avg_pool_seq centred", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 5, 0); }, -1, 1},
+    {"attention causal", 3, {S4(2, 2, 9, 5), S4(2, 2, 9, 5), S4(2, 2, 9, 5), NOS}, [](mf_ctx *c, mf_tensor **x) {
+        return mf_attention(c, x[0], x[1], x[2], 0.45f, 1); }, -1, 1},
+    {"attention causal memory (Tk > Tq), dv != dk", 3, {S4(1, 3, 5, 4), S4(1, 3, 11, 4), S4(1, 3, 11, 6), NOS}, [](mf_ctx *c, mf_tensor **x) {
+        return mf_attention(c, x[0], x[1], x[2], 0.5f, 1); }, -1, 1},
+    {"attention causal Tq > Tk (rows without keys)", 3, {S4(1, 2, 7, 3), S4(1, 2, 4, 3), S4(1, 2, 4, 3), NOS}, [](mf_ctx *c, mf_tensor **x) {
+        return mf_attention(c, x[0], x[1], x[2], 0.7f, 1); }, -1, 1},
+    {"attention full", 3, {S4(2, 1, 6, 5), S4(2, 1, 13, 5), S4(2, 1, 13, 5), NOS}, [](mf_ctx *c, mf_tensor **x) {
+        return mf_attention(c, x[0], x[1], x[2], 0.45f, 0); }, -1, 1},
+    {"attention long row (> block)", 3, {S4(1, 1, 3, 4), S4(1, 1, MFT_SMALL ? 150 : 300, 4), S4(1, 1, MFT_SMALL ? 150 : 300, 4), NOS},
+     [](mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 1); }, -1, 1},
+    {"attention self (q = k = v)", 1, {S4(1, 2, 7, 4), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) {
+        return mf_attention(c, x[0], x[0], x[0], 0.5f, 1); }, -1, 1},
+};
+
+static void test_ops(void) {
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(CASES[i]);
+}
+
+/* ---------------------------------------------------------------- training runs */
+struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> sample; std::string err; };
+static TrainRun train(mf_model_config cfg, mf_optimizer_kind kind, int cuda, int steps, const char *save) {
+    TrainRun r;
+    mf_ctx *ctx = mf_ctx_new(7);
+    mf_model *m = NULL;
+    mf_optimizer opt = mf_optimizer_default(kind, 3e-3f);
+    const int B = 2, T = 8;
+    int32_t ids[B * T], tg[B * T];
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    m = mf_model_new(ctx, &cfg);
+    opt.weight_decay = 0.01f;
+    for (int s = 0; s < steps && m; s++) {
+        for (int i = 0; i < B * T; i++) { ids[i] = (i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
+        mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
+        mf_backward(ctx, loss);
+        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
+        mf_optimizer_step(ctx, &opt);
+        r.losses.push_back(mf_item(ctx, loss));
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+    }
+    if (m && mf_ok(ctx)) {
+        r.params.resize((size_t)mf_param_count(ctx));
+        for (int i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            mf_to_host(ctx, p, r.params.data() + p->offset);
+        }
+        if (save) mf_save(ctx, save, 1, NULL, 0);
+        int32_t prompt[3] = {1, 2, 3};
+        r.sample.resize(6);
+        mf_model_generate(m, prompt, 3, 6, NULL, r.sample.data());
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return r;
+}
+static mf_model_config small_config(mf_mixer_kind mixer) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 24; c.max_seq = 12;
+    c.mixer = mixer; c.dropout = 0.1f;
+    return c;
+}
+/* param_tol: Adam moves a parameter whose true gradient is 0 by +-lr according to the sign of
+   its rounding noise (the pool mixer's ln1.bias: pool(b) - b = 0), so there it is looser */
+static void check_train(mf_model_config cfg, mf_optimizer_kind kind, const char *what, double param_tol = 1e-5) {
+    TrainRun cpu = train(cfg, kind, 0, 3, NULL);
+    MFT_CHECK(cpu.err.empty());
+    for (int o = 0; o < N_ORDERS; o++) {
+        set_order(o);
+        TrainRun gpu = train(cfg, kind, 1, 3, NULL);
+        if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
+        MFT_CHECK(gpu.losses.size() == 3 && cpu.losses.size() == 3);
+        for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {
+            MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
+            MFT_NEAR(gpu.norms[s], cpu.norms[s], 1e-5);
+        }
+        double e = rel_err(gpu.params, cpu.params);
+        if (!(e <= param_tol)) { printf("    %s: parameters after 3 steps differ, rel err %.3g\n", what, e); MFT_CHECK(0); }
+        MFT_CHECK(gpu.sample == cpu.sample);
+    }
+    set_order(0);
+}
+static void test_train_sdpa(void) { check_train(small_config(MF_MIXER_SDPA), MF_OPT_ADAM, "sdpa + Adam"); }
+static void test_train_metric(void) { check_train(small_config(MF_MIXER_METRIC), MF_OPT_ADAMW, "metric + AdamW"); }
+static void test_train_pool(void) {
+    mf_model_config c = small_config(MF_MIXER_POOL);
+    c.pos = MF_POS_SINUSOIDAL; c.ffn_act = MF_ACT_SILU;
+    check_train(c, MF_OPT_ADAM_LABML, "pool + labml Adam", 1e-2);
+}
+static void test_train_sgd(void) {
+    mf_model_config c = small_config(MF_MIXER_QUADRATIC);
+    c.clone_layers = 1; c.ffn_act = MF_ACT_GELU_TANH;
+    check_train(c, MF_OPT_SGD, "quadratic + SGD");
+}
+
+/* a checkpoint written by the CUDA context loads into a CPU context and continues identically */
+static void test_checkpoint_cross_device(void) {
+    const char *path = "build/test_cuda_ckpt.safetensors";
+    mf_model_config cfg = small_config(MF_MIXER_SDPA);
+    TrainRun gpu = train(cfg, MF_OPT_ADAM, 1, 2, path);
+    MFT_CHECK(gpu.err.empty());
+    mf_ctx *ctx = mf_ctx_new(7);
+    mf_model *m = mf_model_new(ctx, &cfg);
+    MFT_CHECK(mf_load(ctx, path, 1) == 0);
+    std::vector<float> p((size_t)mf_param_count(ctx));
+    for (int i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *t = mf_param_at(ctx, i);
+        mf_to_host(ctx, t, p.data() + t->offset);
+    }
+    MFT_CHECK(rel_err(p, gpu.params) == 0.0);
+    MFT_CHECK(mf_optimizer_steps(ctx) == 2);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    /* and back onto the device */
+    ctx = mf_ctx_new(7);
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
+    m = mf_model_new(ctx, &cfg);
+    MFT_CHECK(mf_load(ctx, path, 1) == 0);
+    std::vector<float> q((size_t)mf_param_count(ctx));
+    for (int i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *t = mf_param_at(ctx, i);
+        mf_to_host(ctx, t, q.data() + t->offset);
+    }
+    MFT_CHECK(rel_err(q, gpu.params) == 0.0);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    remove(path);
+}
+
+/* ---------------------------------------------------------------- device selection and errors */
+static void test_device_api(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    int sh[1] = {4};
+    float v[4] = {1, 2, 3, 4}, w[4] = {0, 0, 0, 0};
+    MFT_CHECK(mf_ctx_device(ctx) == MF_DEVICE_CPU);
+    MFT_CHECK(mf_cuda_set_tf32(ctx, 1) == -1 && mf_ok(ctx)); /* CPU: refused, no error */
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
+    MFT_CHECK(mf_ctx_device(ctx) == MF_DEVICE_CUDA);
+    MFT_CHECK(mf_cuda_set_tf32(ctx, 0) == 0);
+    mf_tensor *t = mf_from(ctx, 1, sh, v);
+    MFT_CHECK(t && mf_to_host(ctx, t, w) == 0 && w[3] == 4.0f);
+    MFT_CHECK(mf_item(ctx, mf_sum(ctx, t)) == 10.0f);
+    MFT_CHECK(mf_grad_to_host(ctx, t, w) == -1 && strstr(mf_error(ctx), "no gradient"));
+    mf_clear_error(ctx);
+    /* too late to switch: tensors exist */
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CPU) == -1 && strstr(mf_error(ctx), "right after mf_ctx_new"));
+    mf_clear_error(ctx);
+    mf_reset(ctx);
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CPU) == 0 && mf_ctx_device(ctx) == MF_DEVICE_CPU);
+    MFT_CHECK(mf_ctx_set_device(ctx, (mf_device)7) == -1 && strstr(mf_error(ctx), "unknown device"));
+    mf_ctx_free(ctx);
+}
+/* the device arena grows by new blocks and mf_reset merges them into one */
+static void test_arena_growth(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    int big[1] = {5 << 20}, sh[1] = {3};
+    float v[3] = {1, 2, 3}, w[3];
+    mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+    for (int round = 0; round < 3; round++) {
+        mf_tensor *a = mf_from(ctx, 1, sh, v), *b = mf_new(ctx, 1, big), *c = mf_from(ctx, 1, sh, v);
+        MFT_CHECK(a && b && c && mf_activation_bytes(ctx) >= (size_t)(20 << 20));
+        MFT_CHECK(mf_to_host(ctx, mf_add(ctx, a, c), w) == 0 && w[2] == 6.0f);
+        MFT_CHECK(mf_item(ctx, mf_sum(ctx, b)) == 0.0f);
+        mf_reset(ctx);
+        MFT_CHECK(mf_activation_bytes(ctx) == 0 && mf_ok(ctx));
+    }
+    mf_ctx_free(ctx);
+}
+/* an op without a CUDA kernel fails with its name, never runs the CPU code on device memory */
+static int fake_shape(mf_ctx *ctx, mf_tensor *out) { return mf__same_shape(ctx, out); }
+static void fake_forward(mf_ctx *ctx, mf_tensor *out) { (void)ctx; out->data[0] = 1.0f; /* would crash on device */ }
+static const mf__op fake_op = {"fake_op", 1, fake_shape, fake_forward, fake_forward, 0};
+static void test_missing_kernel(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    int sh[1] = {3};
+    mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+    mf_tensor *x = mf_new(ctx, 1, sh);
+    MFT_CHECK(mf__finish(ctx, mf__begin(ctx, &fake_op, x, NULL, NULL, NULL)) == NULL);
+    MFT_CHECK(strstr(mf_error(ctx), "fake_op: this op has no CUDA kernel") != NULL);
+    mf_ctx_free(ctx);
+}
+/* a sequence too long for the simple attention kernel's shared memory: a clear error, no launch */
+static void test_attention_too_long(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    int sh[4] = {1, 1, 60000, 4};
+    mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+    mf_tensor *q = mf_new(ctx, 4, sh);
+    MFT_CHECK(mf_attention(ctx, q, q, q, 1.0f, 0) == NULL);
+    MFT_CHECK(strstr(mf_error(ctx), "attention") != NULL && strstr(mf_error(ctx), "shared memory") != NULL);
+    mf_ctx_free(ctx);
+}
+/* TF32 is opt-in: the default matmul is exact float32, TF32 rounds the inputs */
+static void test_tf32(void) {
+    int sh[2] = {4, 4};
+    std::vector<float> a = rand_vec(16, 3), out(16), out32(16);
+    for (int tf = 0; tf < 2; tf++) {
+        mf_ctx *ctx = mf_ctx_new(1);
+        mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+        if (tf) MFT_CHECK(mf_cuda_set_tf32(ctx, 1) == 0);
+        mf_tensor *x = mf_from(ctx, 2, sh, a.data());
+        mf_to_host(ctx, mf_matmul(ctx, x, x, 0, 0), tf ? out32.data() : out.data());
+        MFT_CHECK(mf_ok(ctx));
+        mf_ctx_free(ctx);
+    }
+    mf_ctx *cpu = mf_ctx_new(1);
+    mf_tensor *x = mf_from(cpu, 2, sh, a.data());
+    std::vector<float> ref = host_of(cpu, mf_matmul(cpu, x, x, 0, 0), 0);
+    MFT_CHECK(rel_err(out, ref) <= 1e-6);
+#ifdef MF_CUDA_EMU
+    MFT_CHECK(rel_err(out32, ref) > 1e-6 && rel_err(out32, ref) < 1e-2);
+#endif
+    mf_ctx_free(cpu);
+}
+#ifdef MF_CUDA_EMU
+/* no device memory is left behind */
+static void test_no_leaks(void) {
+    size_t bytes = 0;
+    MFT_CHECK(mf_emu_live_allocations(&bytes) == 0);
+}
+#endif
+
+int main(void) {
+#ifdef MF_CUDA_EMU
+    mf_emu_set_verbose(0);
+#else
+    char why[256];
+    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL test_cuda: %s\n0 passed, 1 failed\n", why); return 1; }
+#endif
+    MFT_RUN(test_device_api);
+    MFT_RUN(test_missing_kernel);
+    MFT_RUN(test_attention_too_long);
+    MFT_RUN(test_arena_growth);
+    MFT_RUN(test_tf32);
+    MFT_RUN(test_ops);
+    MFT_RUN(test_train_sdpa);
+    MFT_RUN(test_train_metric);
+    MFT_RUN(test_train_pool);
+    MFT_RUN(test_train_sgd);
+    MFT_RUN(test_checkpoint_cross_device);
+#ifdef MF_CUDA_EMU
+    MFT_RUN(test_no_leaks);
+#endif
+    return mft_finish();
+}

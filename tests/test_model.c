@@ -1,0 +1,110 @@
+/* The MetaFormer model: gradient checks of every mixer (elementwise on every parameter of a tiny
+   model, and directional on the loss with dropout), and config validation. */
+#define METAFORMER_IMPLEMENTATION
+#include "metaformer.h"
+#include "mf_test.h"
+#include "gradcheck.h"
+#include <string.h>
+
+enum { B = 2, T = 5, V = 7 };
+static const int32_t ids[B * T] = {1, 4, 0, 6, 2, 3, 3, 5, 1, 0};
+static const int32_t targets[B * T] = {4, 0, -1, 2, 3, 3, 5, 1, -1, 6};
+
+typedef struct { mf_model_config cfg; mf_model *model; int loss; } case_t;
+
+static int setup(mf_ctx *ctx, void *user) {
+    case_t *c = (case_t *)user;
+    mf_model_free(c->model); /* the checker builds a fresh context per evaluation */
+    c->model = mf_model_new(ctx, &c->cfg);
+    return c->model ? 0 : -1;
+}
+static mf_tensor *forward(mf_ctx *ctx, void *user) {
+    case_t *c = (case_t *)user;
+    (void)ctx;
+    return c->loss ? mf_model_loss(c->model, ids, targets, B, T) : mf_model_forward(c->model, ids, B, T);
+}
+
+static mf_model_config tiny(mf_mixer_kind mixer) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = V; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 12; c.max_seq = 8;
+    c.mixer = mixer;
+    c.ffn_act = MF_ACT_GELU; /* smooth: finite differences never straddle a kink */
+    return c;
+}
+
+static void check_mixer(mf_mixer_kind mixer, mf_pos_kind pos, int pool_causal) {
+    case_t c;
+    char name[64];
+    memset(&c, 0, sizeof c);
+    c.cfg = tiny(mixer);
+    c.cfg.pos = pos;
+    c.cfg.pool_causal = pool_causal;
+    snprintf(name, sizeof name, "%s logits", mf_mixer_name(mixer));
+    MFT_CHECK(GC_OK(gc_check_params(name, setup, forward, &c, NULL)));
+    c.loss = 1; /* the whole model through the loss, with dropout: directional */
+    c.cfg.dropout = 0.2f;
+    snprintf(name, sizeof name, "%s loss + dropout", mf_mixer_name(mixer));
+    MFT_CHECK(GC_OK(gc_check_dir(name, setup, forward, &c, 6, NULL)));
+    mf_model_free(c.model);
+}
+
+static void test_grad_sdpa(void) { check_mixer(MF_MIXER_SDPA, MF_POS_LEARNED, 1); }
+static void test_grad_metric(void) { check_mixer(MF_MIXER_METRIC, MF_POS_LEARNED, 1); }
+static void test_grad_quadratic(void) { check_mixer(MF_MIXER_QUADRATIC, MF_POS_SINUSOIDAL, 1); }
+static void test_grad_pool_causal(void) { check_mixer(MF_MIXER_POOL, MF_POS_LEARNED, 1); }
+static void test_grad_pool_centred(void) { check_mixer(MF_MIXER_POOL, MF_POS_NONE, 0); }
+static void test_grad_identity(void) { check_mixer(MF_MIXER_IDENTITY, MF_POS_LEARNED, 1); }
+
+/* the metric M is symmetric: swapping the roles of two keys' p leaves the score unchanged, and
+   the gradient of the upper-triangle parameter folds both off-diagonal entries */
+static void test_metric_is_symmetric(void) {
+    mf_ctx *ctx = mf_ctx_new(5);
+    mf_model_config cfg = tiny(MF_MIXER_METRIC);
+    mf_model *m = mf_model_new(ctx, &cfg);
+    mf_tensor *mbar = mf_param_find(ctx, "layers.0.attn.metric");
+    MFT_CHECK(mbar != NULL && mbar->shape[0] == 2 && mbar->shape[1] == 4 * 5 / 2);
+    MFT_CHECK(mf_param_find(ctx, "layers.0.attn.p.bias") == NULL); /* Wp and E are bias-free */
+    MFT_CHECK(mf_param_find(ctx, "layers.0.attn.e.bias") == NULL);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+
+static void expect_bad(mf_model_config c, const char *phrase) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    MFT_CHECK(mf_model_new(ctx, &c) == NULL);
+    MFT_CHECK(strstr(mf_error(ctx), phrase) != NULL);
+    printf("    msg: %s\n", mf_error(ctx));
+    mf_ctx_free(ctx);
+}
+static void test_bad_configs(void) {
+    mf_model_config c = tiny(MF_MIXER_SDPA);
+    mf_ctx *ctx = mf_ctx_new(1);
+    mf_model *m;
+    c.d_model = 10; c.n_heads = 4; expect_bad(c, "not divisible by n_heads");
+    c = tiny(MF_MIXER_SDPA); c.vocab = 0; expect_bad(c, "vocab");
+    c = tiny(MF_MIXER_POOL); c.pool_causal = 0; c.pool_size = 4; expect_bad(c, "odd");
+    c = tiny(MF_MIXER_SDPA); c.dropout = 1.0f; expect_bad(c, "dropout");
+    c = tiny(MF_MIXER_SDPA); c.mixer = (mf_mixer_kind)42; expect_bad(c, "unknown mixer");
+    c = tiny(MF_MIXER_POOL); c.d_model = 10; c.n_heads = 4; /* pool has no heads: fine */
+    m = mf_model_new(ctx, &c);
+    MFT_CHECK(m != NULL);
+    MFT_CHECK(mf_model_forward(m, ids, B, 9) == NULL); /* T > max_seq */
+    MFT_CHECK(strstr(mf_error(ctx), "max_seq") != NULL);
+    printf("    msg: %s\n", mf_error(ctx));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    MFT_CHECK(mf_mixer_from_name("metric") == MF_MIXER_METRIC && mf_mixer_from_name("nope") == -1);
+    MFT_CHECK(strcmp(mf_mixer_name(MF_MIXER_POOL), "pool") == 0);
+}
+
+int main(void) {
+    MFT_RUN(test_grad_sdpa);
+    MFT_RUN(test_grad_metric);
+    MFT_RUN(test_grad_quadratic);
+    MFT_RUN(test_grad_pool_causal);
+    MFT_RUN(test_grad_pool_centred);
+    MFT_RUN(test_grad_identity);
+    MFT_RUN(test_metric_is_symmetric);
+    MFT_RUN(test_bad_configs);
+    return mft_finish();
+}
