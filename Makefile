@@ -39,6 +39,15 @@ $(BUILD)/nosimd/test_gemm: tests/test_gemm.c metaformer.h tests/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DMETAFORMER_NO_SIMD -I. -Itests $< -o $@ $(LDLIBS)
 
+# examples/train.c on the emulated CUDA device: the implementation with the backend compiled by
+# g++ over tests/cuda_emu.h, train.c by cc without its own copy (see examples/metaformer_cuda.cu)
+$(BUILD)/emu/train_emu: examples/train.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	printf '#include "cuda_emu.h"\n#define METAFORMER_IMPLEMENTATION\n#define METAFORMER_CUDA\n#include "metaformer.h"\n' > $(BUILD)/emu/impl.cpp
+	$(CXX) -std=c++14 -O2 -I. -Itests -c $(BUILD)/emu/impl.cpp -o $(BUILD)/emu/impl.o
+	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/emu/train.o
+	$(CXX) $(BUILD)/emu/train.o $(BUILD)/emu/impl.o -o $@ -lm -fopenmp
+
 # C++ tests: the CUDA emulator (tests/cuda_emu.h) runs the .cuh kernels on the CPU
 $(BUILD)/tests/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
@@ -55,8 +64,8 @@ $(BUILD)/%: examples/%.c metaformer.h
 examples: $(EXAMPLES)
 
 # ASAN_OPTIONS: fail on the first report; OMP threads 2 so the sanitized run stays quick
-test: $(TESTS) $(ASAN) $(EXAMPLES) $(BUILD)/nosimd/test_gemm
-	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" "bash tests/test_cli.sh" \
+test: $(TESTS) $(ASAN) $(EXAMPLES) $(BUILD)/nosimd/test_gemm $(BUILD)/emu/train_emu
+	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" "bash tests/test_cli.sh" "bash tests/train_emu.sh" \
 	    $(foreach t,$(TESTS),"$(t)") "$(BUILD)/nosimd/test_gemm" \
 	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
 

@@ -59,7 +59,7 @@
  *
  * CONTENTS (search for the banners, e.g. "[mf:ops]")
  *   [mf:api]        public declarations
- *   [mf:platform]   allocator, errors, threads, timer, counter-based RNG
+ *   [mf:platform]   allocator, errors, threads, SIMD vectors, timer, counter-based RNG
  *   [mf:memory]     context, activation arena, parameter arena, tensor creation
  *   [mf:init]       parameter initialisers (PyTorch defaults)
  *   [mf:autograd]   tape, backward, no-grad
@@ -488,12 +488,145 @@ MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size
 /* Parallel loop over n independent iterations of `cost` flops each; small loops stay serial. */
 #define MF__PARFOR(ctx, n, cost) \
     MF__PRAGMA(omp parallel for schedule(static) num_threads(mf__threads_for(ctx, (double)(n) * (cost))))
+/* One parallel region of up to the context's threads (work in flops, as MF__PARFOR); inside it
+   MF__TID() / MF__NTH() number the threads. */
+#define MF__PARALLEL(ctx, work) MF__PRAGMA(omp parallel num_threads(mf__threads_for(ctx, (double)(work))))
+#define MF__TID() omp_get_thread_num()
+#define MF__NTH() omp_get_num_threads()
 #else
 #define MF__PARFOR(ctx, n, cost) (void)(ctx);
+#define MF__PARALLEL(ctx, work) (void)(ctx);
+#define MF__TID() 0
+#define MF__NTH() 1
 #endif
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
+#endif
+
+/* SIMD vectors of MF__AW floats for the row / elementwise ops (GELU, layernorm, Adam) and the
+   attention kernels: masked loads / stores for row tails, exp, horizontal sum; AVX-512, AVX2 + FMA
+   or portable (one float, plain C). */
+#if !defined(METAFORMER_NO_SIMD) && defined(__AVX512F__)
+#include <immintrin.h>
+#define MF__AW 16
+#define MF__AV_MAXV 4 /* vectors per register tile row: 4 rows x 4 vectors = 16 of 32 zmm */
+#define MF__AV_R8V 2
+typedef __m512 mf__av;
+typedef __mmask16 mf__am;
+#define mf__av_zero() _mm512_setzero_ps()
+#define mf__av_set1(x) _mm512_set1_ps(x)
+#define mf__av_load(p) _mm512_loadu_ps(p)
+#define mf__av_store(p, v) _mm512_storeu_ps(p, v)
+#define mf__av_loadm(p, m) _mm512_maskz_loadu_ps(m, p)
+#define mf__av_storem(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define mf__av_mask(n) ((__mmask16)((n) >= 16 ? 0xFFFFu : (1u << (n)) - 1u))
+#define mf__av_add(a, b) _mm512_add_ps(a, b)
+#define mf__av_sub(a, b) _mm512_sub_ps(a, b)
+#define mf__av_mul(a, b) _mm512_mul_ps(a, b)
+#define mf__av_max(a, b) _mm512_mask_max_ps(a, 0xFFFF, a, b)
+#define mf__av_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define mf__av_div(a, b) _mm512_div_ps(a, b)
+#define mf__av_abs(a) _mm512_abs_ps(a)
+#define mf__av_sqrt(a) _mm512_sqrt_ps(a)
+/* a where x < 0, else b */
+#define mf__av_ifneg(x, a, b) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), b, a)
+#define mf__av_hsum(a) _mm512_reduce_add_ps(a)
+/* x[0], x[ld], ..., x[15 ld] (masked forms here and below: the plain ones trip g++'s
+   -Wmaybe-uninitialized inside immintrin.h) */
+#define mf__av_gather(x, ld) \
+    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, \
+                             5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ld)), x, 4)
+/* exp (Cephes polynomial, ~2 ulp); 0 below -87 and for -inf */
+static mf__av mf__av_exp(mf__av x) {
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    __m512 n, r, p;
+    x = _mm512_mask_min_ps(x, 0xFFFF, x, _mm512_set1_ps(88.0f));
+    x = _mm512_mask_max_ps(x, 0xFFFF, x, _mm512_set1_ps(-87.0f));
+    n = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    n = _mm512_mask_roundscale_ps(n, 0xFFFF, n, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_mask_mov_ps(_mm512_mask_scalef_ps(p, 0xFFFF, p, n), tiny, _mm512_setzero_ps());
+}
+#elif !defined(METAFORMER_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define MF__AW 8
+#define MF__AV_MAXV 2 /* 4 rows x 2 vectors = 8 of 16 ymm */
+#define MF__AV_R8V 1
+typedef __m256 mf__av;
+typedef __m256i mf__am;
+#define mf__av_zero() _mm256_setzero_ps()
+#define mf__av_set1(x) _mm256_set1_ps(x)
+#define mf__av_load(p) _mm256_loadu_ps(p)
+#define mf__av_store(p, v) _mm256_storeu_ps(p, v)
+#define mf__av_loadm(p, m) _mm256_maskload_ps(p, m)
+#define mf__av_storem(p, m, v) _mm256_maskstore_ps(p, m, v)
+#define mf__av_mask(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define mf__av_add(a, b) _mm256_add_ps(a, b)
+#define mf__av_sub(a, b) _mm256_sub_ps(a, b)
+#define mf__av_mul(a, b) _mm256_mul_ps(a, b)
+#define mf__av_max(a, b) _mm256_max_ps(a, b)
+#define mf__av_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define mf__av_div(a, b) _mm256_div_ps(a, b)
+#define mf__av_abs(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)
+#define mf__av_sqrt(a) _mm256_sqrt_ps(a)
+#define mf__av_ifneg(x, a, b) _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ))
+static inline float mf__av_hsum(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+#define mf__av_gather(x, ld) \
+    _mm256_i32gather_ps(x, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(ld)), 4)
+static mf__av mf__av_exp(mf__av x) {
+    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), n, r, p;
+    __m256i e;
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+#else /* portable: "vectors" of one float, the register tile is 4 x 4 scalars */
+#define MF__AW 1
+#define MF__AV_MAXV 4
+#define MF__AV_R8V 0
+typedef float mf__av;
+typedef int mf__am;
+#define mf__av_zero() 0.0f
+#define mf__av_set1(x) (x)
+#define mf__av_load(p) (*(p))
+#define mf__av_store(p, v) (*(p) = (v))
+#define mf__av_loadm(p, m) ((void)(m), *(p))
+#define mf__av_storem(p, m, v) ((void)(m), *(p) = (v))
+#define mf__av_mask(n) (n)
+#define mf__av_add(a, b) ((a) + (b))
+#define mf__av_sub(a, b) ((a) - (b))
+#define mf__av_mul(a, b) ((a) * (b))
+#define mf__av_max(a, b) ((a) > (b) ? (a) : (b))
+#define mf__av_fma(a, b, c) ((a) * (b) + (c))
+#define mf__av_div(a, b) ((a) / (b))
+#define mf__av_abs(a) fabsf(a)
+#define mf__av_sqrt(a) sqrtf(a)
+#define mf__av_ifneg(x, a, b) ((x) < 0 ? (a) : (b))
+#define mf__av_hsum(a) (a)
+#define mf__av_gather(x, ld) ((void)(ld), *(x))
+#define mf__av_exp(x) expf(x)
 #endif
 
 #define MF__ALIGN 64
@@ -1154,6 +1287,16 @@ MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x) {
     return t;
 }
 
+/* x[0..n) = 0, in parallel for large n (host memory) */
+static void mf__zero_floats(mf_ctx *ctx, float *x, int64_t n) {
+    int64_t nb = (n + 65535) / 65536, b;
+    MF__PARFOR(ctx, nb, 65536.0 * 4)
+    for (b = 0; b < nb; b++) {
+        int64_t lo = b * 65536, len = n - lo < 65536 ? n - lo : 65536;
+        memset(x + lo, 0, (size_t)len * sizeof(float));
+    }
+}
+
 MFDEF void mf_zero_grad(mf_ctx *ctx) {
     if (ctx && ctx->p_grad) mf__dzero(ctx, ctx->p_grad, (size_t)ctx->p_used * sizeof(float));
     if (ctx && ctx->n_params) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
@@ -1181,7 +1324,8 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
         if (!t->grad && !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return -1;
-        if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
+        if (!ctx->be) t->offset = -1; /* CPU: zeroed lazily below (offset is unused by activations) */
+        else if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
     }
     if (ctx->be) {
         static const float one = 1.0f;
@@ -1189,8 +1333,21 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         for (i = end; i >= 0 && mf_ok(ctx); i--) ctx->be->backward(ctx, ctx->tape[i]);
         return mf_ok(ctx) ? 0 : -1;
     }
+    /* CPU: a gradient is zeroed just before the first backward that adds into it (the latest
+       consumer on the tape), while it is about to be used and still in cache; one that no op
+       wrote is zeroed before its own backward reads it. */
     loss->grad[0] = 1.0f;
-    for (i = end; i >= 0; i--) ctx->tape[i]->op->backward(ctx, ctx->tape[i]);
+    loss->offset = 0;
+    for (i = end; i >= 0; i--) {
+        mf_tensor *t = ctx->tape[i];
+        int k;
+        if (t->offset == -1) mf__zero_floats(ctx, t->grad, t->ne), t->offset = 0;
+        for (k = 0; k < MF_MAX_SRC; k++) {
+            mf_tensor *s = t->src[k];
+            if (s && !s->is_param && s->requires_grad && s->offset == -1) mf__zero_floats(ctx, s->grad, s->ne), s->offset = 0;
+        }
+        t->op->backward(ctx, t);
+    }
     return mf_ok(ctx) ? 0 : -1;
 }
 
@@ -1921,6 +2078,42 @@ MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a,
     return mf__finish(ctx, t);
 }
 
+/* sum of x[0..n) in MF__AW lanes (then across the lanes) */
+static float mf__vsum(const float *x, int n) {
+    mf__av s = mf__av_zero();
+    int j = 0;
+    float r;
+    for (; j + MF__AW <= n; j += MF__AW) s = mf__av_add(s, mf__av_load(x + j));
+    r = mf__av_hsum(s);
+    for (; j < n; j++) r += x[j];
+    return r;
+}
+/* column sums over rows: cols[j] += sum_r a[r][j] (* b[r][j] when b), a and b [rows][D] with
+   row stride D; parallel over column blocks, each column summed in row order (deterministic for
+   any thread count, no shared partials). With st (layernorm): b is x and the term is
+   a * (b - st[2r]) * st[2r + 1]. */
+static void mf__colsum(mf_ctx *ctx, const float *a, const float *b, const float *st, int64_t rows, int D,
+                       float *cols) {
+    int nblk = (D + 63) / 64;
+    int64_t blk;
+    MF__PARFOR(ctx, nblk, (double)rows * 64 * (b ? 3 : 1))
+    for (blk = 0; blk < nblk; blk++) {
+        int j0 = (int)blk * 64, j1 = j0 + 64 < D ? j0 + 64 : D, j;
+        int64_t r;
+        float acc[64];
+        for (j = 0; j < j1 - j0; j++) acc[j] = 0;
+        for (r = 0; r < rows; r++) {
+            const float *ar = a + r * D + j0, *br = b ? b + r * D + j0 : NULL;
+            if (!b) for (j = 0; j < j1 - j0; j++) acc[j] += ar[j];
+            else if (!st) for (j = 0; j < j1 - j0; j++) acc[j] += ar[j] * br[j];
+            else {
+                float mean = st[2 * r], rstd = st[2 * r + 1];
+                for (j = 0; j < j1 - j0; j++) acc[j] += ar[j] * ((br[j] - mean) * rstd);
+            }
+        }
+        for (j = 0; j < j1 - j0; j++) cols[j0 + j] += acc[j];
+    }
+}
 /* ---- linear: x [..., in] @ w [out, in]^T + b [out] -> [..., out] ------------------------------ */
 static int mf__linear_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
@@ -1954,16 +2147,11 @@ static void mf__linear_forward(mf_ctx *ctx, mf_tensor *out) {
 static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
     int in = w->shape[1], nout = w->shape[0];
-    int64_t rows = mf__rows(x), r;
+    int64_t rows = mf__rows(x);
     float *dx = mf__g(x), *dw = mf__g(w), *db = mf__g(b);
     if (dx) mf__gemm(ctx, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, 1.0f, dx, 0, 1);
     if (dw) mf__gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, 1.0f, dw, 0, 1);
-    if (db)
-        for (r = 0; r < rows; r++) {
-            const float *g = out->grad + r * nout;
-            int j;
-            for (j = 0; j < nout; j++) db[j] += g[j];
-        }
+    if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db);
 }
 static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward, 0 };
 MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b) {
@@ -1990,14 +2178,34 @@ static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
     mf__set_shape(out, big->ndim, big->shape);
     return 0;
 }
+/* out = a (op) b where one operand repeats: rows of the larger, each row over the smaller one */
 static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *a = out->src[0]->data, *b = out->src[1]->data;
     int64_t na = out->src[0]->ne, nb = out->src[1]->ne, n = out->ne, i;
     int kind = out->iarg[1];
-    MF__PARFOR(ctx, n, 1)
-    for (i = 0; i < n; i++) {
-        float x = a[na == n ? i : i % na], y = b[nb == n ? i : i % nb];
-        out->data[i] = kind == MF__ADD ? x + y : kind == MF__SUB ? x - y : x * y;
+    if (na == n && nb == n) { /* same shapes: one flat loop the compiler vectorises */
+        float *y = out->data;
+        MF__PARFOR(ctx, n, 1)
+        for (i = 0; i < n; i++) y[i] = kind == MF__ADD ? a[i] + b[i] : kind == MF__SUB ? a[i] - b[i] : a[i] * b[i];
+        return;
+    }
+    if (na == 1 || nb == 1) {
+        MF__PARFOR(ctx, n, 1)
+        for (i = 0; i < n; i++) {
+            float x = a[na == n ? i : 0], y = b[nb == n ? i : 0];
+            out->data[i] = kind == MF__ADD ? x + y : kind == MF__SUB ? x - y : x * y;
+        }
+        return;
+    }
+    { /* the smaller operand (ns elements) repeats n / ns times */
+        int64_t ns = na < nb ? na : nb, reps = n / ns, r;
+        MF__PARFOR(ctx, reps, ns)
+        for (r = 0; r < reps; r++) {
+            const float *x = na == n ? a + r * ns : a, *z = nb == n ? b + r * ns : b;
+            float *y = out->data + r * ns;
+            int64_t k;
+            for (k = 0; k < ns; k++) y[k] = kind == MF__ADD ? x[k] + z[k] : kind == MF__SUB ? x[k] - z[k] : x[k] * z[k];
+        }
     }
 }
 static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -2007,14 +2215,48 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
     int64_t na = A->ne, nb = B->ne, n = out->ne, i;
     int kind = out->iarg[1];
     if (na == n && nb == n) { /* same shapes (residual adds): elementwise, in parallel */
+        if (kind != MF__MUL) {
+            float sb = kind == MF__SUB ? -1.0f : 1.0f;
+            if (da) {
+                MF__PARFOR(ctx, n, 1)
+                for (i = 0; i < n; i++) da[i] += g[i];
+            }
+            if (db) {
+                MF__PARFOR(ctx, n, 1)
+                for (i = 0; i < n; i++) db[i] += sb * g[i];
+            }
+            return;
+        }
         MF__PARFOR(ctx, n, 2)
         for (i = 0; i < n; i++) {
-            if (da) da[i] += kind == MF__MUL ? g[i] * B->data[i] : g[i];
-            if (db) db[i] += kind == MF__MUL ? g[i] * A->data[i] : kind == MF__SUB ? -g[i] : g[i];
+            if (da) da[i] += g[i] * B->data[i];
+            if (db) db[i] += g[i] * A->data[i];
         }
         return;
     }
-    /* the larger operand: elementwise; the smaller: summed over its repeats (serial, no races) */
+    if (na > 1 && nb > 1 && kind != MF__MUL && (na < nb ? na : nb) <= 0x7fffffff) {
+        /* a repeating operand under add / sub: the larger one elementwise, the smaller one summed
+           over its repeats (column sums: parallel, each element summed in repeat order) */
+        int64_t ns = na < nb ? na : nb;
+        float *dbig = na == n ? da : db, *dsmall = na == n ? db : da;
+        float sbig = (na == n || kind == MF__ADD) ? 1.0f : -1.0f, ssmall = (na == n && kind == MF__SUB) ? -1.0f : 1.0f;
+        if (dbig) {
+            MF__PARFOR(ctx, n, 1)
+            for (i = 0; i < n; i++) dbig[i] += sbig * g[i];
+        }
+        if (dsmall) {
+            if (ssmall == 1.0f) mf__colsum(ctx, g, NULL, NULL, n / ns, (int)ns, dsmall);
+            else {
+                float *tmp = (float *)mf__calloc(ctx, (size_t)ns * sizeof(float));
+                if (!tmp) return;
+                mf__colsum(ctx, g, NULL, NULL, n / ns, (int)ns, tmp);
+                for (i = 0; i < ns; i++) dsmall[i] -= tmp[i];
+            }
+        }
+        return;
+    }
+    /* the general case: the larger operand elementwise; the smaller summed over its repeats
+       (serial, no races) */
     for (i = 0; i < n; i++) {
         int64_t ia = na == n ? i : i % na, ib = nb == n ? i : i % nb;
         if (da) da[ia] += kind == MF__MUL ? g[i] * B->data[ib] : g[i];
@@ -2042,19 +2284,61 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
 }
 #define MF__SQRT_2_OVER_PI 0.7978845608028654f
 static float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-/* the exact (erf) GELU and its derivative Phi(x) + x phi(x) */
-static float mf__gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
-static float mf__gelu_grad(float v) {
-    return 0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * 0.3989422804014327f * expf(-0.5f * v * v);
+/* Phi(v) = P(N(0, 1) <= v) on vectors, and exp(-v^2 / 2) in *gauss when asked. erfc(z) =
+   t exp(-z^2 - 1.26551223 + t P(t)), t = 1 / (1 + z / 2), z = |v| / sqrt(2) (the Chebyshev fit of
+   Numerical Recipes: relative error below 1.2e-7 for every z >= 0, so the tail Phi(v < 0) =
+   erfc(z) / 2 keeps its relative accuracy); Phi(v >= 0) = 1 - erfc(z) / 2. */
+static mf__av mf__av_phi(mf__av v, mf__av *gauss) {
+    const mf__av one = mf__av_set1(1.0f);
+    mf__av z = mf__av_mul(mf__av_abs(v), mf__av_set1(0.70710678118654752f)), zz = mf__av_mul(z, z), h;
+    mf__av t = mf__av_div(one, mf__av_fma(z, mf__av_set1(0.5f), one)), p = mf__av_set1(0.17087277f);
+    p = mf__av_fma(p, t, mf__av_set1(-0.82215223f));
+    p = mf__av_fma(p, t, mf__av_set1(1.48851587f));
+    p = mf__av_fma(p, t, mf__av_set1(-1.13520398f));
+    p = mf__av_fma(p, t, mf__av_set1(0.27886807f));
+    p = mf__av_fma(p, t, mf__av_set1(-0.18628806f));
+    p = mf__av_fma(p, t, mf__av_set1(0.09678418f));
+    p = mf__av_fma(p, t, mf__av_set1(0.37409196f));
+    p = mf__av_fma(p, t, mf__av_set1(1.00002368f));
+    p = mf__av_fma(p, t, mf__av_set1(-1.26551223f));
+    t = mf__av_mul(t, mf__av_set1(0.5f));
+    if (gauss) { /* exp(-z^2) exp(p): the first is the derivative's Gaussian */
+        *gauss = mf__av_exp(mf__av_sub(mf__av_zero(), zz));
+        h = mf__av_mul(mf__av_mul(t, *gauss), mf__av_exp(p));
+    } else h = mf__av_mul(t, mf__av_exp(mf__av_sub(p, zz)));
+    return mf__av_ifneg(v, h, mf__av_sub(one, h));
+}
+/* the exact GELU x Phi(x): y = gelu(x) (g NULL), or y += g * (Phi(x) + x phi(x)) */
+static mf__av mf__av_gelu_step(mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    mf__av e, ph;
+    if (!g) return mf__av_mul(v, mf__av_phi(v, NULL));
+    ph = mf__av_phi(v, &e);
+    ph = mf__av_fma(mf__av_mul(v, mf__av_set1(0.3989422804014327f)), e, ph);
+    return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), ph);
+}
+static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n) {
+    int64_t nb = (n + 4095) / 4096, b;
+    MF__PARFOR(ctx, nb, 4096.0 * 6)
+    for (b = 0; b < nb; b++) {
+        int64_t i = b * 4096, end = i + 4096 < n ? i + 4096 : n;
+        for (; i + MF__AW <= end; i += MF__AW) {
+            mf__av r = mf__av_gelu_step(mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
+            mf__av_store(y + i, g ? mf__av_add(mf__av_load(y + i), r) : r);
+        }
+        if (i < end) { /* vector tail */
+            mf__am mk = mf__av_mask((int)(end - i));
+            mf__av r = mf__av_gelu_step(mf__av_loadm(x + i, mk), g, mk, i, 1);
+            mf__av_storem(y + i, mk, g ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
+        }
+    }
 }
 static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
     float *y = out->data, s = out->farg[0];
     int64_t n = out->ne, i;
     int kind = out->iarg[0];
-    if (kind == MF__GELU) { /* the common FFN activation: its own loop */
-        MF__PARFOR(ctx, n, 8)
-        for (i = 0; i < n; i++) y[i] = mf__gelu(x[i]);
+    if (kind == MF__GELU) { /* the common FFN activation: vectorised */
+        mf__gelu_run(ctx, x, NULL, y, n);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -2077,8 +2361,7 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     int kind = out->iarg[0];
     if (!dx) return;
     if (kind == MF__GELU) {
-        MF__PARFOR(ctx, n, 8)
-        for (i = 0; i < n; i++) dx[i] += g[i] * mf__gelu_grad(x[i]);
+        mf__gelu_run(ctx, x, g, dx, n);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -2338,13 +2621,26 @@ static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, rows, 6 * D)
     for (r = 0; r < rows; r++) {
         const float *xr = x->data + r * D;
-        float *yr = out->data + r * D, mean = 0, var = 0, rstd;
-        int j;
-        for (j = 0; j < D; j++) mean += xr[j];
-        mean /= (float)D;
-        for (j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
+        float *yr = out->data + r * D, mean, var, rstd;
+        mf__av vm, vr, sv = mf__av_zero();
+        int j = 0;
+        mean = mf__vsum(xr, D) / (float)D;
+        vm = mf__av_set1(mean);
+        for (; j + MF__AW <= D; j += MF__AW) {
+            mf__av d = mf__av_sub(mf__av_load(xr + j), vm);
+            sv = mf__av_fma(d, d, sv);
+        }
+        var = mf__av_hsum(sv);
+        for (; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
         rstd = 1.0f / sqrtf(var / (float)D + eps);
-        for (j = 0; j < D; j++)
+        vr = mf__av_set1(rstd);
+        for (j = 0; j + MF__AW <= D; j += MF__AW) {
+            mf__av y = mf__av_mul(mf__av_sub(mf__av_load(xr + j), vm), vr);
+            if (gm) y = mf__av_mul(y, mf__av_load(gm->data + j));
+            if (bt) y = mf__av_add(y, mf__av_load(bt->data + j));
+            mf__av_store(yr + j, y);
+        }
+        for (; j < D; j++)
             yr[j] = (xr[j] - mean) * rstd * (gm ? gm->data[j] : 1.0f) + (bt ? bt->data[j] : 0.0f);
         st[2 * r] = mean; st[2 * r + 1] = rstd;
     }
@@ -2360,28 +2656,37 @@ static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
         for (r = 0; r < rows; r++) {
             /* dx = rstd * (dxh - mean(dxh) - xh * mean(dxh * xh)), dxh = dy * gamma */
             const float *xr = x->data + r * D, *g = out->grad + r * D;
-            float mean = st[2 * r], rstd = st[2 * r + 1], m1 = 0, m2 = 0;
-            int j;
-            for (j = 0; j < D; j++) {
+            float mean = st[2 * r], rstd = st[2 * r + 1], m1, m2;
+            mf__av a1 = mf__av_zero(), a2 = mf__av_zero(), vm = mf__av_set1(mean), vr = mf__av_set1(rstd);
+            mf__av v1, v2;
+            int j = 0;
+            for (; j + MF__AW <= D; j += MF__AW) {
+                mf__av dxh = mf__av_load(g + j), xh = mf__av_mul(mf__av_sub(mf__av_load(xr + j), vm), vr);
+                if (gm) dxh = mf__av_mul(dxh, mf__av_load(gm->data + j));
+                a1 = mf__av_add(a1, dxh);
+                a2 = mf__av_fma(dxh, xh, a2);
+            }
+            m1 = mf__av_hsum(a1); m2 = mf__av_hsum(a2);
+            for (; j < D; j++) {
                 float dxh = g[j] * (gm ? gm->data[j] : 1.0f), xh = (xr[j] - mean) * rstd;
                 m1 += dxh; m2 += dxh * xh;
             }
             m1 /= (float)D; m2 /= (float)D;
-            for (j = 0; j < D; j++) {
+            v1 = mf__av_set1(m1); v2 = mf__av_set1(m2);
+            for (j = 0; j + MF__AW <= D; j += MF__AW) {
+                mf__av dxh = mf__av_load(g + j), xh = mf__av_mul(mf__av_sub(mf__av_load(xr + j), vm), vr);
+                if (gm) dxh = mf__av_mul(dxh, mf__av_load(gm->data + j));
+                dxh = mf__av_sub(mf__av_sub(dxh, v1), mf__av_mul(xh, v2));
+                mf__av_store(dx + r * D + j, mf__av_fma(vr, dxh, mf__av_load(dx + r * D + j)));
+            }
+            for (; j < D; j++) {
                 float dxh = g[j] * (gm ? gm->data[j] : 1.0f), xh = (xr[j] - mean) * rstd;
                 dx[r * D + j] += rstd * (dxh - m1 - xh * m2);
             }
         }
     }
-    if (dg || db)
-        for (r = 0; r < rows; r++) {
-            const float *xr = x->data + r * D, *g = out->grad + r * D;
-            int j;
-            for (j = 0; j < D; j++) {
-                if (dg) dg[j] += g[j] * (xr[j] - st[2 * r]) * st[2 * r + 1];
-                if (db) db[j] += g[j];
-            }
-        }
+    if (dg) mf__colsum(ctx, out->grad, x->data, st, rows, D, dg);
+    if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, D, db);
 }
 static const mf__op mf__op_layernorm = { "layernorm", 1, mf__layernorm_shape, mf__layernorm_forward, mf__layernorm_backward, 0 };
 MFDEF mf_tensor *mf_layernorm(mf_ctx *ctx, mf_tensor *x, mf_tensor *gamma, mf_tensor *beta, float eps) {
@@ -2578,6 +2883,14 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
         MF__PARFOR(ctx, n01, (double)sh[2] * sh[3])
         for (ab = 0; ab < n01; ab++) {
             int64_t a = ab / sh[1], b = ab % sh[1], c, d, o = ab * sh[2] * sh[3];
+            if (st[3] == 1) { /* the last axis stays last: contiguous runs of sh[3] */
+                for (c = 0; c < sh[2]; c++, o += sh[3]) {
+                    const int64_t in = a * st[0] + b * st[1] + c * st[2];
+                    if (backward) { for (d = 0; d < sh[3]; d++) dx[in + d] += out->grad[o + d]; }
+                    else memcpy(out->data + o, out->src[0]->data + in, (size_t)sh[3] * sizeof(float));
+                }
+                continue;
+            }
             for (c = 0; c < sh[2]; c++)
                 for (d = 0; d < sh[3]; d++, o++) {
                     int64_t in = a * st[0] + b * st[1] + c * st[2] + d * st[3];
@@ -2864,14 +3177,10 @@ static void mf__conv1d_forward(mf_ctx *ctx, mf_tensor *out) {
 static void mf__conv1d_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *w = out->src[1];
     float *dx = mf__g(out->src[0]), *dw = mf__g(out->src[1]), *db = mf__g(out->src[2]);
-    int64_t rows = (int64_t)out->shape[0] * out->shape[1], r;
+    int64_t rows = (int64_t)out->shape[0] * out->shape[1];
     int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
     if (dw) mf__gemm(ctx, 1, 0, Co, CK, (int)rows, out->grad, 0, out->saved, 0, 1.0f, dw, 0, 1);
-    if (db)
-        for (r = 0; r < rows; r++) {
-            int j;
-            for (j = 0; j < Co; j++) db[j] += out->grad[r * Co + j];
-        }
+    if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, Co, db);
     if (dx) {
         float *dcols = (float *)mf__alloc(ctx, (size_t)(rows * CK) * sizeof(float));
         if (!dcols) return;
@@ -2975,108 +3284,6 @@ MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int caus
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
 #define MF__AT_BK 64 /* keys per tile */
 
-/* Vectors for the attention kernels: MF__AW floats, masked loads / stores for row tails, exp. */
-#if !defined(METAFORMER_NO_SIMD) && defined(__AVX512F__)
-#include <immintrin.h>
-#define MF__AW 16
-#define MF__AV_MAXV 4 /* vectors per register tile row: 4 rows x 4 vectors = 16 of 32 zmm */
-#define MF__AV_R8V 2
-typedef __m512 mf__av;
-typedef __mmask16 mf__am;
-#define mf__av_zero() _mm512_setzero_ps()
-#define mf__av_set1(x) _mm512_set1_ps(x)
-#define mf__av_load(p) _mm512_loadu_ps(p)
-#define mf__av_store(p, v) _mm512_storeu_ps(p, v)
-#define mf__av_loadm(p, m) _mm512_maskz_loadu_ps(m, p)
-#define mf__av_storem(p, m, v) _mm512_mask_storeu_ps(p, m, v)
-#define mf__av_mask(n) ((__mmask16)((n) >= 16 ? 0xFFFFu : (1u << (n)) - 1u))
-#define mf__av_add(a, b) _mm512_add_ps(a, b)
-#define mf__av_sub(a, b) _mm512_sub_ps(a, b)
-#define mf__av_mul(a, b) _mm512_mul_ps(a, b)
-#define mf__av_max(a, b) _mm512_mask_max_ps(a, 0xFFFF, a, b)
-#define mf__av_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
-/* x[0], x[ld], ..., x[15 ld] (masked forms here and below: the plain ones trip g++'s
-   -Wmaybe-uninitialized inside immintrin.h) */
-#define mf__av_gather(x, ld) \
-    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, \
-                             5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ld)), x, 4)
-/* exp (Cephes polynomial, ~2 ulp); 0 below -87 and for -inf */
-static mf__av mf__av_exp(mf__av x) {
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    __m512 n, r, p;
-    x = _mm512_mask_min_ps(x, 0xFFFF, x, _mm512_set1_ps(88.0f));
-    x = _mm512_mask_max_ps(x, 0xFFFF, x, _mm512_set1_ps(-87.0f));
-    n = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    n = _mm512_mask_roundscale_ps(n, 0xFFFF, n, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_mask_mov_ps(_mm512_mask_scalef_ps(p, 0xFFFF, p, n), tiny, _mm512_setzero_ps());
-}
-#elif !defined(METAFORMER_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define MF__AW 8
-#define MF__AV_MAXV 2 /* 4 rows x 2 vectors = 8 of 16 ymm */
-#define MF__AV_R8V 1
-typedef __m256 mf__av;
-typedef __m256i mf__am;
-#define mf__av_zero() _mm256_setzero_ps()
-#define mf__av_set1(x) _mm256_set1_ps(x)
-#define mf__av_load(p) _mm256_loadu_ps(p)
-#define mf__av_store(p, v) _mm256_storeu_ps(p, v)
-#define mf__av_loadm(p, m) _mm256_maskload_ps(p, m)
-#define mf__av_storem(p, m, v) _mm256_maskstore_ps(p, m, v)
-#define mf__av_mask(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
-#define mf__av_add(a, b) _mm256_add_ps(a, b)
-#define mf__av_sub(a, b) _mm256_sub_ps(a, b)
-#define mf__av_mul(a, b) _mm256_mul_ps(a, b)
-#define mf__av_max(a, b) _mm256_max_ps(a, b)
-#define mf__av_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define mf__av_gather(x, ld) \
-    _mm256_i32gather_ps(x, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(ld)), 4)
-static mf__av mf__av_exp(mf__av x) {
-    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), n, r, p;
-    __m256i e;
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
-    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-#else /* portable: "vectors" of one float, the register tile is 4 x 4 scalars */
-#define MF__AW 1
-#define MF__AV_MAXV 4
-#define MF__AV_R8V 0
-typedef float mf__av;
-typedef int mf__am;
-#define mf__av_zero() 0.0f
-#define mf__av_set1(x) (x)
-#define mf__av_load(p) (*(p))
-#define mf__av_store(p, v) (*(p) = (v))
-#define mf__av_loadm(p, m) ((void)(m), *(p))
-#define mf__av_storem(p, m, v) ((void)(m), *(p) = (v))
-#define mf__av_mask(n) (n)
-#define mf__av_add(a, b) ((a) + (b))
-#define mf__av_sub(a, b) ((a) - (b))
-#define mf__av_mul(a, b) ((a) * (b))
-#define mf__av_max(a, b) ((a) > (b) ? (a) : (b))
-#define mf__av_fma(a, b, c) ((a) * (b) + (c))
-#define mf__av_gather(x, ld) ((void)(ld), *(x))
-#define mf__av_exp(x) expf(x)
-#endif
 
 /* Register tile of mf__attn_mm: R (1, 4 or 8) rows of C x NV (1..MF__AV_MAXV) vectors; the last
    vector is masked by mk. R and NV are constants at every use, so the dead parts fold away.
@@ -4347,26 +4554,61 @@ MFDEF float mf_schedule_lr(const mf_schedule *s, int64_t t) {
 
 MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx) { return ctx ? ctx->opt_t : 0; }
 
+/* The trainable parameters are processed in chunks of MF__PCHUNK elements, chunk c by thread
+   c % threads, in one parallel region: per-tensor loops would fork and join once per tensor, and
+   the small tensors would stay serial. */
+#define MF__PCHUNK 16384
+static int mf__trainable(const mf_ctx *ctx, int i) { return ctx->params[i]->requires_grad; }
+
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
-    double ss = 0;
+    double ss = 0, *part;
+    int64_t nch = 0, total = 0, c;
     int i;
     float norm;
     if (!mf_ok(ctx)) return 0.0f;
     if (ctx->be) return ctx->be->clip(ctx, max_norm);
-    for (i = 0; i < ctx->n_params; i++) {
-        const mf_tensor *p = ctx->params[i];
-        int64_t k;
-        if (!p->requires_grad) continue;
-        for (k = 0; k < p->ne; k++) ss += (double)p->grad[k] * p->grad[k];
+    for (i = 0; i < ctx->n_params; i++)
+        if (mf__trainable(ctx, i)) { nch += (ctx->params[i]->ne + MF__PCHUNK - 1) / MF__PCHUNK; total += ctx->params[i]->ne; }
+    /* per-chunk partial sums in double, added in chunk order: the same norm for any thread count */
+    if (!(part = (double *)mf__alloc(ctx, (size_t)(nch + 1) * sizeof(double)))) return 0.0f;
+    MF__PARALLEL(ctx, 2.0 * (double)total)
+    {
+        int tid = MF__TID(), nth = MF__NTH(), j;
+        int64_t ch = 0, lo;
+        for (j = 0; j < ctx->n_params; j++) {
+            const mf_tensor *p = ctx->params[j];
+            if (!mf__trainable(ctx, j)) continue;
+            for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
+                int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
+                double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                const float *g = p->grad;
+                if (ch % nth != tid) continue;
+                for (k = lo; k + 4 <= hi; k += 4) {
+                    s0 += (double)g[k] * g[k]; s1 += (double)g[k + 1] * g[k + 1];
+                    s2 += (double)g[k + 2] * g[k + 2]; s3 += (double)g[k + 3] * g[k + 3];
+                }
+                for (; k < hi; k++) s0 += (double)g[k] * g[k];
+                part[ch] = (s0 + s1) + (s2 + s3);
+            }
+        }
     }
+    for (c = 0; c < nch; c++) ss += part[c];
     norm = (float)sqrt(ss);
     if (max_norm > 0 && norm > max_norm) {
         float f = max_norm / (norm + 1e-6f);
-        for (i = 0; i < ctx->n_params; i++) {
-            mf_tensor *p = ctx->params[i];
-            int64_t k;
-            if (!p->requires_grad) continue;
-            for (k = 0; k < p->ne; k++) p->grad[k] *= f;
+        MF__PARALLEL(ctx, (double)total)
+        {
+            int tid = MF__TID(), nth = MF__NTH(), j;
+            int64_t ch = 0, lo;
+            for (j = 0; j < ctx->n_params; j++) {
+                mf_tensor *p = ctx->params[j];
+                if (!mf__trainable(ctx, j)) continue;
+                for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
+                    int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
+                    if (ch % nth != tid) continue;
+                    for (k = lo; k < hi; k++) p->grad[k] *= f;
+                }
+            }
         }
     }
     return norm;
@@ -4416,22 +4658,83 @@ static int mf__no_gradient(const mf_ctx *ctx, int i) {
     return 1;
 }
 
+/* the update of one parameter: its coefficients, computed before the parallel sweep */
+typedef struct mf__opt_job {
+    int param;       /* index; -1: no update this step */
+    int first;       /* SGD: the first step sets the momentum buffer */
+    float lr, step, rc2, decay;
+} mf__opt_job;
+
+/* elements [lo, hi) of parameter j->param */
+static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi) {
+    const mf_tensor *p = ctx->params[j->param];
+    float *w = p->data, *g = p->grad, *m = ctx->p_m + p->offset, *v = ctx->p_v + p->offset;
+    float b1 = o->beta1, b2 = o->beta2, wd = o->weight_decay, eps = o->eps, step = j->step, decay = j->decay;
+    int64_t k = lo;
+    switch (o->kind) {
+    case MF_OPT_ADAM:
+    case MF_OPT_ADAMW:
+    case MF_OPT_ADAM_LABML: {
+        /* Adam / AdamW: w -= step * m / (sqrt(v) * rc2 + eps) (rc2 = 1 / sqrt(1 - b2^t)); labml:
+           w -= step * m / (sqrt(v) + eps), eps before the correction (rc2 = 1); AdamW and labml
+           decay w first, Adam adds wd * w to the gradient */
+        const float gw = o->kind == MF_OPT_ADAM ? wd : 0.0f, rc2 = j->rc2;
+        const mf__av vb1 = mf__av_set1(b1), vb2 = mf__av_set1(b2), va1 = mf__av_set1(1.0f - b1);
+        const mf__av va2 = mf__av_set1(1.0f - b2), vgw = mf__av_set1(gw), vdec = mf__av_set1(decay);
+        const mf__av vst = mf__av_set1(step), vrc = mf__av_set1(rc2), veps = mf__av_set1(eps);
+        for (; k + MF__AW <= hi; k += MF__AW) {
+            mf__av wk = mf__av_load(w + k), gk = mf__av_add(mf__av_load(g + k), mf__av_mul(vgw, wk));
+            mf__av mk = mf__av_add(mf__av_mul(vb1, mf__av_load(m + k)), mf__av_mul(va1, gk));
+            mf__av vk = mf__av_add(mf__av_mul(vb2, mf__av_load(v + k)), mf__av_mul(mf__av_mul(va2, gk), gk));
+            wk = mf__av_mul(wk, vdec);
+            mf__av_store(m + k, mk);
+            mf__av_store(v + k, vk);
+            mf__av_store(w + k, mf__av_sub(wk, mf__av_div(mf__av_mul(vst, mk),
+                                                          mf__av_add(mf__av_mul(mf__av_sqrt(vk), vrc), veps))));
+        }
+        for (; k < hi; k++) {
+            float gk = g[k] + gw * w[k];
+            w[k] *= decay;
+            m[k] = b1 * m[k] + (1.0f - b1) * gk;
+            v[k] = b2 * v[k] + (1.0f - b2) * gk * gk;
+            w[k] -= step * m[k] / (sqrtf(v[k]) * rc2 + eps);
+        }
+        break;
+    }
+    default: { /* SGD; m is the momentum buffer (torch: the first step sets buf = g) */
+        float mu = o->momentum, lr = j->lr;
+        for (; k < hi; k++) {
+            float gk = g[k] + wd * w[k];
+            if (mu > 0) {
+                m[k] = j->first ? gk : mu * m[k] + gk;
+                gk = o->nesterov ? gk + mu * m[k] : m[k];
+            }
+            w[k] -= lr * gk;
+        }
+        break;
+    }
+    }
+}
+
 /* One update of every parameter that has a gradient. The moments live in flat buffers. */
 MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     int i;
-    float lr, b1, b2, c1, c2;
-    int64_t t;
+    float b1, b2;
+    int64_t total = 0;
+    mf__opt_job *jobs;
     if (!mf_ok(ctx)) return -1;
     if (mf__check_optimizer(ctx, o) < 0) return -1;
     if (mf__alloc_moments(ctx) < 0) return -1;
     if (ctx->be) return ctx->be->optimizer_step(ctx, o);
+    if (!(jobs = (mf__opt_job *)mf__alloc(ctx, (size_t)(ctx->n_params + 1) * sizeof(mf__opt_job)))) return -1;
     ctx->opt_t++;
     b1 = o->beta1; b2 = o->beta2;
     for (i = 0; i < ctx->n_params; i++) {
         const mf_tensor *p = ctx->params[i];
-        float *w = p->data, *g = p->grad, *m = ctx->p_m + p->offset, *v = ctx->p_v + p->offset;
-        float wd = o->weight_decay, eps = o->eps;
-        int64_t k, n = p->ne;
+        mf__opt_job *j = &jobs[i];
+        int64_t t;
+        float lr, c1, c2;
+        j->param = -1;
         if (!p->requires_grad || mf__no_gradient(ctx, i)) continue;
         /* each parameter counts its own updates, like torch's per-parameter state["step"]: one
            created or unfrozen later starts its bias correction (and labml's schedule) at 1 */
@@ -4439,46 +4742,26 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         lr = mf_schedule_lr(&o->schedule, o->kind == MF_OPT_ADAM_LABML ? t : ctx->opt_t);
         c1 = (float)(1.0 - pow(b1, (double)t));   /* bias corrections, in double: 1 - b2^t in */
         c2 = (float)(1.0 - pow(b2, (double)t));   /* float would lose 3-4 digits at small t */
-        switch (o->kind) {
-        case MF_OPT_ADAM:
-        case MF_OPT_ADAMW: {
-            float step = lr / c1, rc2 = 1.0f / sqrtf(c2);
-            float decay = o->kind == MF_OPT_ADAMW ? 1.0f - lr * wd : 1.0f;
-            MF__PARFOR(ctx, n, 10)
-            for (k = 0; k < n; k++) {
-                float gk = g[k] + (o->kind == MF_OPT_ADAM ? wd * w[k] : 0.0f);
-                w[k] *= decay;
-                m[k] = b1 * m[k] + (1.0f - b1) * gk;
-                v[k] = b2 * v[k] + (1.0f - b2) * gk * gk;
-                w[k] -= step * m[k] / (sqrtf(v[k]) * rc2 + eps);
-            }
-            break;
+        j->param = i; j->first = t == 1; j->lr = lr;
+        if (o->kind == MF_OPT_ADAM_LABML) {
+            j->step = lr * sqrtf(c2) / c1; j->rc2 = 1.0f; j->decay = 1.0f - o->schedule.lr * o->weight_decay;
+        } else {
+            j->step = lr / c1; j->rc2 = 1.0f / sqrtf(c2);
+            j->decay = o->kind == MF_OPT_ADAMW ? 1.0f - lr * o->weight_decay : 1.0f;
         }
-        case MF_OPT_ADAM_LABML: {
-            /* lr_t * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps): eps before the correction */
-            float step = lr * sqrtf(c2) / c1, decay = 1.0f - o->schedule.lr * wd;
-            MF__PARFOR(ctx, n, 10)
-            for (k = 0; k < n; k++) {
-                w[k] *= decay;
-                m[k] = b1 * m[k] + (1.0f - b1) * g[k];
-                v[k] = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
-                w[k] -= step * m[k] / (sqrtf(v[k]) + eps);
+        total += p->ne;
+    }
+    MF__PARALLEL(ctx, 10.0 * (double)total)
+    {
+        int tid = MF__TID(), nth = MF__NTH(), k;
+        int64_t ch = 0, lo;
+        for (k = 0; k < ctx->n_params; k++) {
+            const mf__opt_job *j = &jobs[k];
+            if (j->param < 0) continue;
+            for (lo = 0; lo < ctx->params[k]->ne; lo += MF__PCHUNK, ch++) {
+                int64_t n = ctx->params[k]->ne;
+                if (ch % nth == tid) mf__opt_update(ctx, o, j, lo, n - lo < MF__PCHUNK ? n : lo + MF__PCHUNK);
             }
-            break;
-        }
-        default: { /* SGD; m is the momentum buffer (torch: the first step sets buf = g) */
-            float mu = o->momentum;
-            MF__PARFOR(ctx, n, 4)
-            for (k = 0; k < n; k++) {
-                float gk = g[k] + wd * w[k];
-                if (mu > 0) {
-                    m[k] = t == 1 ? gk : mu * m[k] + gk;
-                    gk = o->nesterov ? gk + mu * m[k] : m[k];
-                }
-                w[k] -= lr * gk;
-            }
-            break;
-        }
         }
     }
     return 0;

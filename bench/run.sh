@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # bench/run.sh - `make bench`: SGEMM vs OpenBLAS, then a training step of every mixer, C vs PyTorch,
-# side by side in one invocation. Writes the report to bench/results/cpu_<date>[_<header>][_devgemm].md
+# side by side in one invocation. Writes the report to bench/results/cpu_<date>[_<header>].md
 # (build/bench/ keeps the raw RESULT lines and the per-run logs).
 #
 #   bash bench/run.sh                  the library as it is (metaformer.h)
-#   bash bench/run.sh --dev-gemm       also splice dev/mf_gemm.h into a TEMPORARY copy of metaformer.h
-#                                      ([mf:gemm] .. [mf:gemm-end]) and bench that (the real header is
-#                                      not touched); bench_gemm gets -DMF_GEMM_DEV
 #   bash bench/run.sh --header git:HEAD   bench the committed header (or any file) instead of the
 #                                      working tree's, from a temporary copy [BENCH_HEADER]
 #   bash bench/run.sh --quick          1 repeat, short runs, no GEMM table, no profile (a smoke test)
@@ -21,7 +18,7 @@
 #   [BENCH_C_WAIT_POLICY=PASSIVE]      OMP_WAIT_POLICY of the C runs (default: the same as torch's;
 #                                      "default" = libgomp's spin-then-sleep, far slower on a loaded machine)
 #   --out FILE                         report path;   --build-only   build, then stop
-#   [MF_GEMM=dev] = --dev-gemm   [PYTHON=/usr/bin/python3]   [CC=gcc]   [BENCH_NO_APT=1]
+#   [PYTHON=/usr/bin/python3]   [CC=gcc]   [BENCH_NO_APT=1]
 #
 # Fairness settings for PyTorch (printed in the report): torch.set_num_threads(N), OMP_NUM_THREADS=N,
 # OPENBLAS_NUM_THREADS=N, OMP_WAIT_POLICY=PASSIVE (OpenMP workers sleep while OpenBLAS's pthreads
@@ -33,7 +30,6 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
-MF_GEMM=${MF_GEMM:-header}
 HEADER=${BENCH_HEADER:-metaformer.h}
 REPS=${BENCH_REPS:-3}
 MIXERS=${BENCH_MIXERS:-"sdpa metric quadratic pool identity"}
@@ -51,7 +47,6 @@ OUT=""
 BUILD_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
-    --dev-gemm) MF_GEMM=dev ;;
     --header) HEADER=$2; shift ;;
     --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0 ;;
     --reps) REPS=$2; shift ;;
@@ -65,7 +60,7 @@ while [ $# -gt 0 ]; do
     --perf) PERF=1 ;;
     --out) OUT=$2; shift ;;
     --build-only) BUILD_ONLY=1 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -80,7 +75,6 @@ git:*) TAG="_git-$(git rev-parse --short "${HEADER#git:}" 2>/dev/null || printf 
 metaformer.h) ;;
 *) TAG="_$(basename "$HEADER" .h | tr -c 'A-Za-z0-9.-' '-')" ;;
 esac
-[ "$MF_GEMM" = dev ] && TAG="${TAG}_devgemm"
 [ -n "$OUT" ] || OUT="bench/results/cpu_$(date +%Y-%m-%d)${TAG}.md"
 RAW="$BUILD/raw${TAG}.txt"
 : > "$RAW"
@@ -116,67 +110,35 @@ if ! "$PY" -c 'import torch' >/dev/null 2>&1; then TORCH=0; TORCH_WHY="$PY canno
 
 # ---- build ---------------------------------------------------------------------------------
 # The header under test is staged when it is not the working tree's metaformer.h as is: from git
-# (--header git:REV), another file, and/or with dev/mf_gemm.h spliced into [mf:gemm]. bench_gemm.c
+# (--header git:REV) or another file. bench_gemm.c
 # includes "../metaformer.h", so a copy of it is staged next to the header too.
 CFLAGS_B="-O3 -march=native -fopenmp"
 HDR_DIR=.
 GEMM_C=bench/bench_gemm.c
 HDR_DESC="metaformer.h (working tree)"
-if [ "$HEADER" != metaformer.h ] || [ "$MF_GEMM" = dev ]; then
+if [ "$HEADER" != metaformer.h ]; then
     STAGE="$BUILD/stage${TAG}"
-    rm -rf "$STAGE"; mkdir -p "$STAGE/bench" "$STAGE/dev"
+    rm -rf "$STAGE"; mkdir -p "$STAGE/bench"
     case "$HEADER" in
     git:*) git show "${HEADER#git:}:metaformer.h" > "$STAGE/metaformer.h" ||
                { say "cannot read metaformer.h at git revision ${HEADER#git:}"; exit 1; }
            HDR_DESC="metaformer.h at git ${HEADER#git:} ($(git rev-parse --short "${HEADER#git:}"))" ;;
     *)     cp "$HEADER" "$STAGE/metaformer.h" || exit 1; HDR_DESC="$HEADER"; [ "$HEADER" = metaformer.h ] && HDR_DESC="metaformer.h (working tree)" ;;
     esac
-    cp bench/bench_gemm.c "$STAGE/bench/"; cp dev/mf_gemm.h "$STAGE/dev/" 2>/dev/null
+    cp bench/bench_gemm.c "$STAGE/bench/"
     HDR_DIR="$STAGE"; GEMM_C="$STAGE/bench/bench_gemm.c"
 fi
-if grep -q 'placeholder: replaced by the packed SIMD kernel' "$HDR_DIR/metaformer.h"; then
-    GEMM_SRC="$HDR_DESC, [mf:gemm] = the placeholder (slow reference loops)"
-    NOTES+=("The header's [mf:gemm] is still the slow placeholder: the C numbers will improve when the engine lands (bash bench/run.sh --dev-gemm shows dev/mf_gemm.h).")
-else
-    GEMM_SRC="$HDR_DESC, [mf:gemm] = the packed SIMD engine"
-fi
-if [ "$MF_GEMM" = dev ]; then
-    say "== a temporary metaformer.h with dev/mf_gemm.h in [mf:gemm], then the GEMM test on it"
-    if ! awk -v dev=dev/mf_gemm.h '
-        /^\/\* ==== \[mf:gemm\] =/ { print; while ((getline l < dev) > 0) print l; skip = 1; found++; next }
-        /^\/\* ==== \[mf:gemm-end\] =/ { skip = 0; found++ }
-        !skip { print }
-        END { exit found == 2 ? 0 : 1 }' "$HDR_DIR/metaformer.h" > "$HDR_DIR/metaformer.h.new"; then
-        say "$HDR_DESC has no [mf:gemm] .. [mf:gemm-end] banners: cannot splice dev/mf_gemm.h"; exit 1
-    fi
-    mv "$HDR_DIR/metaformer.h.new" "$HDR_DIR/metaformer.h"
-    rm -f "$BUILD/test_gemm.txt" "$BUILD/test_gemm"
-    if [ -f tests/test_gemm.c ]; then
-        $CC -O2 -std=c99 -march=native -fopenmp -I"$HDR_DIR" tests/test_gemm.c -o "$BUILD/test_gemm" -lm &&
-            "$BUILD/test_gemm" > "$BUILD/test_gemm.txt" 2>&1
-    else
-        $CC -O2 -std=c99 -march=native -fopenmp bench/gemm_selftest.c -o "$BUILD/test_gemm" -lm &&
-            "$BUILD/test_gemm" 200 > "$BUILD/test_gemm.txt" 2>&1
-    fi || { tail -n 5 "$BUILD/test_gemm.txt" 2>/dev/null
-            say "dev/mf_gemm.h in $HDR_DESC: the GEMM test does not build or fails (if it does not link, the header's"
-            say "[mf:ops] calls functions dev/mf_gemm.h lacks: the header already carries a newer engine; run without --dev-gemm)"
-            exit 1; }
-    say "   $(tail -n 1 "$BUILD/test_gemm.txt")"
-    GEMM_SRC="dev/mf_gemm.h ($(sha1sum dev/mf_gemm.h | cut -c1-10)) spliced into [mf:gemm] of a temporary copy of $HDR_DESC"
-fi
+GEMM_SRC="$HDR_DESC"
 say "== building bench_model ($GEMM_SRC)"
 HDR_SHA=$(sha1sum "$HDR_DIR/metaformer.h" | cut -c1-12)
 if ! $CC $CFLAGS_B -I"$HDR_DIR" bench/bench_model.c -o "$BUILD/bench_model" -lm; then
     say "build of bench_model failed"
-    [ "$MF_GEMM" = dev ] && say "(with --dev-gemm: does dev/mf_gemm.h provide every function that the header's [mf:ops] calls? The header may already carry a newer engine - then run without --dev-gemm.)"
     exit 1
 fi
 if [ "$OPENBLAS" = 1 ]; then
     $CC $CFLAGS_B -DMF_BENCH_OPENBLAS -I"$HDR_DIR" bench/bench_model.c -o "$BUILD/bench_peak" -lopenblas -lm || OPENBLAS=0
-    GEMM_DEF=""
-    [ "$MF_GEMM" = dev ] && GEMM_DEF="-DMF_GEMM_DEV"
     if [ "$GEMM_TABLE" = 1 ]; then   # the build line of bench/bench_gemm.c
-        $CC $CFLAGS_B $GEMM_DEF "$GEMM_C" -o build/bench_gemm -lopenblas -lm ||
+        $CC $CFLAGS_B "$GEMM_C" -o build/bench_gemm -lopenblas -lm ||
             { NOTES+=("bench/bench_gemm.c did not build: no GEMM table."); GEMM_TABLE=0; }
     fi
 fi
@@ -274,7 +236,7 @@ PEAK=$(grep -h '^RESULT' "$PEAKS" | field gflops | maxval)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 rep "# metaformer.h CPU benchmark, $(date '+%Y-%m-%d %H:%M')"
 rep ""
-rep "Command: \`bash bench/run.sh$([ "$HEADER" = metaformer.h ] || echo " --header $HEADER")$([ "$MF_GEMM" = dev ] && echo " --dev-gemm")\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run, $THREADS threads)."
+rep "Command: \`bash bench/run.sh$([ "$HEADER" = metaformer.h ] || echo " --header $HEADER")\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run, $THREADS threads)."
 rep "Machine: $CPU, $(nproc) CPUs, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average $LOAD_BEFORE before, $LOAD_AFTER after (other jobs share this machine)."
 rep "C: $($CC --version | head -n 1), $CFLAGS_B; header: $GEMM_SRC (sha1 $HDR_SHA at build time)."
 [ -n "$TORCH_INFO" ] && rep "PyTorch: $TORCH_INFO"

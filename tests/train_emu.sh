@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# examples/train.c end to end on the emulated CUDA device (tests/cuda_emu.h runs the kernels on the
+# CPU): every printed loss, validation loss and the greedy sample must equal the CPU run's.
+# Uses build/emu/train_emu (made by `make test`). Prints ok/FAIL lines and the runner's summary.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${TRAIN_EMU:-build/emu/train_emu}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+awk 'BEGIN { srand(3); split("the king and queen of a land far away spoke to the people who listened", w, " ");
+             for (i = 0; i < 2500; i++) printf "%s%s", w[int(rand() * 15) + 1], (i % 12 == 11 ? ".\n" : " ") }' > "$tmp/text.txt"
+for mixer in sdpa metric pool; do
+    args="$tmp/text.txt --mixer $mixer --d-model 32 --heads 2 --layers 2 --d-ff 48 --seq-len 24 --batch 3 --steps 8 --log-every 2 --eval-every 4 --eval-batches 2 --dropout 0.1 --sample 30"
+    # drop what legitimately differs (speed, timing)
+    "$BIN" $args --device cpu  2>&1 | sed -e 's/ *[0-9.]* tok\/s.*//' -e 's/ in [0-9.]* s.*//' > "$tmp/cpu.txt"
+    "$BIN" $args --device cuda 2>&1 | sed -e 's/ *[0-9.]* tok\/s.*//' -e 's/ in [0-9.]* s.*//' > "$tmp/cuda.txt"
+    if grep -q "valid loss" "$tmp/cpu.txt" && cmp -s "$tmp/cpu.txt" "$tmp/cuda.txt"; then
+        echo "ok   train.c $mixer: the emulated CUDA device prints the CPU's losses and sample"; pass=$((pass+1))
+    else
+        echo "FAIL train.c $mixer: emulated CUDA vs CPU"; diff "$tmp/cpu.txt" "$tmp/cuda.txt" | head -10; fail=$((fail+1))
+    fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
