@@ -407,6 +407,8 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *cfg);
 /* Create the model's parameters in ctx (names "tok_emb", "pos_emb", "layers.<l>.<...>",
    "ln_f.weight", "head.weight", ...) with PyTorch's default initialisation. NULL on error. */
 MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg);
+/* Free the model (not its parameters: they belong to the context). Call it BEFORE
+   mf_ctx_free: on a CUDA context the model's device buffers are released through the context. */
 MFDEF void mf_model_free(mf_model *m);
 MFDEF const mf_model_config *mf_model_get_config(const mf_model *m);
 /* Logits [B, T, vocab] of ids [B][T] (row-major, B*T ints), T <= max_seq. */
