@@ -15,8 +15,10 @@
 #   --threads N [BENCH_THREADS=2]      threads for both sides (C OpenMP; torch intra-op + OpenBLAS)
 #   --no-gemm-table [BENCH_GEMM_TABLE=0]   --no-profile [BENCH_PROFILE=0]
 #   --perf [BENCH_PERF=1]              also `perf record` one short C run per mixer (top symbols)
-#   [BENCH_C_WAIT_POLICY=PASSIVE]      OMP_WAIT_POLICY of the C runs (default: the same as torch's;
-#                                      "default" = libgomp's spin-then-sleep, far slower on a loaded machine)
+#   [BENCH_C_WAIT_POLICY=default]      OMP_WAIT_POLICY of the C runs: "default" = libgomp's own (its
+#                                      one OpenMP pool spins briefly between parallel regions, as a
+#                                      program normally runs); PASSIVE makes every region pay a
+#                                      futex wake-up - use it only on a machine loaded by other jobs
 #   --out FILE                         report path;   --build-only   build, then stop
 #   [PYTHON=/usr/bin/python3]   [CC=gcc]   [BENCH_NO_APT=1]
 #
@@ -146,7 +148,7 @@ fi
 
 # ---- environments of the runs
 TORCH_ENV=(env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" OMP_WAIT_POLICY=PASSIVE)
-C_WAIT=${BENCH_C_WAIT_POLICY:-PASSIVE}
+C_WAIT=${BENCH_C_WAIT_POLICY:-default}
 if [ "$C_WAIT" = default ]; then C_ENV=(env -u OMP_WAIT_POLICY OMP_NUM_THREADS="$THREADS")
 else C_ENV=(env OMP_NUM_THREADS="$THREADS" OMP_WAIT_POLICY="$C_WAIT"); fi
 
