@@ -118,6 +118,7 @@ typedef struct mf_tensor {
     float *saved;                /* values the forward keeps for the backward */
     int requires_grad;
     int is_param;
+    int grad_pending;            /* mf_backward: the gradient buffer is not zeroed yet */
     int64_t offset;              /* parameters: position in the flat buffers */
 } mf_tensor;
 
@@ -1326,7 +1327,7 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
         if (!t->grad && !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return -1;
-        if (!ctx->be) t->offset = -1; /* CPU: zeroed lazily below (offset is unused by activations) */
+        if (!ctx->be) t->grad_pending = 1; /* CPU: zeroed lazily below */
         else if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
     }
     if (ctx->be) {
@@ -1339,14 +1340,14 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
        consumer on the tape), while it is about to be used and still in cache; one that no op
        wrote is zeroed before its own backward reads it. */
     loss->grad[0] = 1.0f;
-    loss->offset = 0;
+    loss->grad_pending = 0;
     for (i = end; i >= 0; i--) {
         mf_tensor *t = ctx->tape[i];
         int k;
-        if (t->offset == -1) mf__zero_floats(ctx, t->grad, t->ne), t->offset = 0;
+        if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
         for (k = 0; k < MF_MAX_SRC; k++) {
             mf_tensor *s = t->src[k];
-            if (s && !s->is_param && s->requires_grad && s->offset == -1) mf__zero_floats(ctx, s->grad, s->ne), s->offset = 0;
+            if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;
         }
         t->op->backward(ctx, t);
     }
