@@ -372,16 +372,22 @@ static __global__ void mf__k_softmax_bwd(float *dx, const float *y, const float 
     dot = mf__cu_bred(dot, sh, 0);
     for (j = threadIdx.x; j < n; j += blockDim.x) dx[r * n + j] += yr[j] * (gr[j] - dot);
 }
-static __global__ void mf__k_log_softmax(float *y, const float *x, int n) {
-    __shared__ float sh[32];
-    long long r = blockIdx.x;
-    const float *xr = x + r * n;
-    float mx = -INFINITY, sum = 0, l;
+/* log(sum(exp(xr - max))) of a row of n values, the max in *mx; every thread of the block calls it */
+static __device__ float mf__cu_row_lse(const float *xr, int n, float *sh, float *mx_out) {
+    float mx = -INFINITY, sum = 0;
     int j;
     for (j = threadIdx.x; j < n; j += blockDim.x) mx = xr[j] > mx ? xr[j] : mx;
     mx = mf__cu_bred(mx, sh, 1);
     for (j = threadIdx.x; j < n; j += blockDim.x) sum += expf(xr[j] - mx);
-    l = logf(mf__cu_bred(sum, sh, 0));
+    *mx_out = mx;
+    return logf(mf__cu_bred(sum, sh, 0));
+}
+static __global__ void mf__k_log_softmax(float *y, const float *x, int n) {
+    __shared__ float sh[32];
+    long long r = blockIdx.x;
+    const float *xr = x + r * n;
+    float mx, l = mf__cu_row_lse(xr, n, sh, &mx);
+    int j;
     for (j = threadIdx.x; j < n; j += blockDim.x) y[r * n + j] = (xr[j] - mx) - l;
 }
 static __global__ void mf__k_log_softmax_bwd(float *dx, const float *y, const float *g, int n) {
@@ -398,12 +404,7 @@ static __global__ void mf__k_ce_rows(const float *x, int V, const int *tg, int i
     __shared__ float sh[32];
     long long r = blockIdx.x;
     const float *xr = x + r * V;
-    float mx = -INFINITY, sum = 0, l;
-    int j;
-    for (j = threadIdx.x; j < V; j += blockDim.x) mx = xr[j] > mx ? xr[j] : mx;
-    mx = mf__cu_bred(mx, sh, 1);
-    for (j = threadIdx.x; j < V; j += blockDim.x) sum += expf(xr[j] - mx);
-    l = logf(mf__cu_bred(sum, sh, 0));
+    float mx, l = mf__cu_row_lse(xr, V, sh, &mx);
     if (threadIdx.x == 0) {
         st[2 * r] = mx; st[2 * r + 1] = l;
         loss[r] = tg[r] == ignore ? 0.0 : ((double)mx - xr[tg[r]]) + l;
