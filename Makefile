@@ -104,6 +104,7 @@ demo: $(BUILD)/sort
 # PyTorch parity goldens (needs python3-torch; the committed goldens make `make test` Python-free)
 goldens: $(BUILD)/parity_export
 	$(PYTHON) tests/parity/make_goldens.py
+	for f in tests/parity/goldens_*.py; do [ ! -e "$$f" ] || $(PYTHON) "$$f" || exit 1; done
 
 $(BUILD)/parity_export: tests/parity/export.c metaformer.h
 	@mkdir -p $(dir $@)

@@ -67,6 +67,9 @@
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
  *   [mf:model]      the MetaFormer language model: config, mixers, forward, loss, generation
+ *   [mf:xl]         Transformer-XL relative attention, segment memory, compressive transformer
+ *   [mf:fastweights] fast weights (DPFP + delta rule) and linear attention
+ *   [mf:feedback]   the feedback transformer (original and shared-KV)
  *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
  *
@@ -374,10 +377,16 @@ typedef enum mf_mixer_kind {
     MF_MIXER_QUADRATIC, /* the same with an unconstrained M per head */
     MF_MIXER_POOL,      /* mean over a window of pool_size tokens minus x (count_include_pad = false) */
     MF_MIXER_IDENTITY,  /* no token mixing: the mixer sub-block is skipped */
+    MF_MIXER_RELATIVE,  /* Transformer-XL relative attention over [memory; x] (SPEC 5); mem_len, compressive (SPEC 6) */
+    MF_MIXER_FAST_WEIGHTS, /* DPFP + delta rule fast weights (SPEC 7); no LayerNorm before this mixer */
+    MF_MIXER_LINEAR,    /* linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q)) */
+    MF_MIXER_FEEDBACK,  /* feedback transformer, per-layer key/value projections (SPEC 8.4) */
+    MF_MIXER_FEEDBACK_KV, /* feedback transformer, one key/value projection shared by all layers (SPEC 8.5) */
     MF_MIXER_COUNT
 } mf_mixer_kind;
 typedef enum mf_pos_kind { MF_POS_NONE = 0, MF_POS_LEARNED, MF_POS_SINUSOIDAL } mf_pos_kind;
 typedef enum mf_act_kind { MF_ACT_RELU = 0, MF_ACT_GELU, MF_ACT_GELU_TANH, MF_ACT_SILU } mf_act_kind;
+typedef enum mf_feature_kind { MF_FEATURE_DPFP = 0, MF_FEATURE_ELU1 } mf_feature_kind;
 
 typedef struct mf_model_config {
     int vocab;              /* tokens 0 .. vocab-1 (required) */
@@ -393,6 +402,15 @@ typedef struct mf_model_config {
     float dropout;          /* on both residual branches and the FFN hidden layer */
     int clone_layers;       /* labml: all layers start as copies of layer 0 */
     float ln_eps;
+    /* relative (Transformer-XL / compressive transformer) */
+    int mem_len;            /* memories kept per layer: the detached inputs of the last mem_len positions */
+    int compressive;        /* compressive transformer: a conv1d compressor per layer and the AR loss */
+    int c_mem_len;          /* compressive: compressed memories kept per layer */
+    int compression_rate;   /* compressive: c, the compressor's kernel size and stride */
+    /* fast_weights / linear */
+    int dpfp_nu;            /* DPFP order nu: feature size 2 * dk * nu */
+    mf_feature_kind linear_feature; /* linear: DPFP or elu(x) + 1 features */
+    int chunk_size;         /* fast_weights training kernel: 0 = automatic, 1 = recurrent, n = chunkwise by n */
 } mf_model_config;
 
 typedef struct mf_model mf_model;
@@ -400,7 +418,8 @@ typedef struct mf_model mf_model;
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
    GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; vocab unset. */
 MFDEF mf_model_config mf_model_config_default(void);
-/* "sdpa", "metric", "quadratic", "pool", "identity" <-> kind (-1 when unknown). */
+/* "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
+   "feedback", "feedback_kv" <-> kind (-1 when unknown). */
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
 MFDEF int mf_mixer_from_name(const char *name);
 /* Check a config; returns 0, or -1 with the reason in ctx. */
@@ -424,6 +443,16 @@ typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sa
    mf_reset) and never records gradients. Returns 0 or -1. */
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out);
+/* Relative mixer (Transformer-XL, compressive transformer): the memories carried from one call of
+   mf_model_forward / mf_model_loss to the next, so batch row b of a call must continue row b of
+   the previous call. Two independent slots: 0 (training, the default) and 1 (validation).
+   mf_model_memory_slot selects one and returns the previous slot (-1 on a bad slot);
+   mf_model_reset_memory empties the current slot (call it when a pass over the data restarts).
+   mf_model_aux_loss: the attention-reconstruction loss of the last forward (0 when that step
+   compressed nothing or the model is not compressive); mf_model_loss already includes it. */
+MFDEF int mf_model_memory_slot(mf_model *m, int slot);
+MFDEF void mf_model_reset_memory(mf_model *m);
+MFDEF float mf_model_aux_loss(const mf_model *m);
 
 /* ---- checkpoints (safetensors: loadable with safetensors.torch.load_file) ---------------------
    Every parameter is stored under its name as F32. With with_optimizer != 0 the optimizer moments
@@ -3651,6 +3680,9 @@ typedef struct mf__layer {
     mf_tensor *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;   /* sdpa */
     mf_tensor *wp, *mform, *we;                          /* metric (mform = Mbar) / quadratic (M) */
     mf_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    mf_tensor *rel_u, *rel_r, *rel_s;                    /* relative / feedback: u [H][dk], R, S tables */
+    mf_tensor *cmp_w, *cmp_b;                            /* compressive: conv1d compressor [D][D][c], [D] */
+    mf_tensor *wbeta;                                    /* fast weights: gate projection [H][D] */
     float *cache_k, *cache_v;  /* generation: [H][max_seq][dk] keys/values (metric: p), pool: xn [max_seq][D] */
 } mf__layer;
 
@@ -3661,11 +3693,41 @@ struct mf_model {
     float *sinusoid;    /* [max_seq][D] when pos == SINUSOIDAL */
     float *expand;      /* metric: [L][dk*dk], 1 where Mbar entry l lands in M */
     mf__layer *layers;
+    mf_tensor *fb_w, *fb_wk, *fb_wv;    /* feedback: layer weights [N+1]; feedback_kv: shared k, v [D][D] */
+    struct mf__xl_state *xl;            /* relative: memories (see [mf:xl]) */
+    struct mf__rec_state *rec;          /* fast_weights / linear: generation state (see [mf:fastweights]) */
+    struct mf__fb_state *fb;            /* feedback: stacks and step workspace (see [mf:feedback]) */
     int cache_len;      /* tokens held by the generation cache */
     int on_device;      /* sinusoid, expand and the caches are device buffers (CUDA) */
 };
 
-static const char *const mf__mixer_names[MF_MIXER_COUNT] = {"sdpa", "metric", "quadratic", "pool", "identity"};
+/* The variant families live in their own sections after this one ([mf:xl], [mf:fastweights],
+   [mf:feedback]); the generic model code calls them through these. */
+static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c);     /* 0, or -1 with the reason */
+static void mf__xl_make_layer(mf_model *m, int l);                   /* the mixer's parameters */
+static void mf__xl_init(mf_model *m);                                /* state, after all parameters */
+static void mf__xl_free(mf_model *m);
+static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int gen); /* x: layer input [B, T, D] */
+static mf_tensor *mf__xl_aux_loss(mf_model *m);                      /* AR loss of the last forward or NULL */
+static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c);
+static void mf__fw_make_layer(mf_model *m, int l);
+static void mf__fw_free(mf_model *m);
+static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen); /* x: layer input */
+static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c);
+static void mf__fb_make_layer(mf_model *m, int l);
+static void mf__fb_init(mf_model *m);                                /* model-level parameters, state */
+static void mf__fb_free(mf_model *m);
+static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen); /* embeddings -> outputs [B, T, D] */
+
+static int mf__is_feedback(mf_mixer_kind k) { return k == MF_MIXER_FEEDBACK || k == MF_MIXER_FEEDBACK_KV; }
+static int mf__is_fast(mf_mixer_kind k) { return k == MF_MIXER_FAST_WEIGHTS || k == MF_MIXER_LINEAR; }
+/* mixers whose generation state has a fixed size: with no position table they generate past max_seq */
+static int mf__unbounded(const mf_model_config *c) {
+    return (c->mixer == MF_MIXER_RELATIVE || mf__is_fast(c->mixer)) && c->pos == MF_POS_NONE;
+}
+
+static const char *const mf__mixer_names[MF_MIXER_COUNT] = {"sdpa", "metric", "quadratic", "pool", "identity",
+    "relative", "fast_weights", "linear", "feedback", "feedback_kv"};
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind) {
     return ((int)kind >= 0 && kind < MF_MIXER_COUNT) ? mf__mixer_names[kind] : "unknown";
 }
@@ -3681,10 +3743,11 @@ MFDEF mf_model_config mf_model_config_default(void) {
     c.d_model = 128; c.n_heads = 4; c.n_layers = 4; c.d_ff = 512; c.max_seq = 256;
     c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
     c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
+    c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
     return c;
 }
 
-static int mf__uses_heads(mf_mixer_kind k) { return k == MF_MIXER_SDPA || k == MF_MIXER_METRIC || k == MF_MIXER_QUADRATIC; }
+static int mf__uses_heads(mf_mixer_kind k) { return k != MF_MIXER_POOL && k != MF_MIXER_IDENTITY; }
 
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
     if (!mf_ok(ctx)) return -1;
@@ -3705,6 +3768,9 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
     if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
 #undef MF__BAD
+    if (c->mixer == MF_MIXER_RELATIVE) return mf__xl_check(ctx, c);
+    if (mf__is_fast(c->mixer)) return mf__fw_check(ctx, c);
+    if (mf__is_feedback(c->mixer)) return mf__fb_check(ctx, c);
     return 0;
 }
 
@@ -3747,7 +3813,8 @@ static void mf__make_layer(mf_model *m, int l) {
     mf__layer *L = &m->layers[l];
     int D = c->d_model, H = c->n_heads, dk = mf__uses_heads(c->mixer) ? D / H : 0;
     mf_tensor *unused;
-    if (c->mixer != MF_MIXER_IDENTITY) mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
+    if (c->mixer != MF_MIXER_IDENTITY && c->mixer != MF_MIXER_FAST_WEIGHTS) /* fast weights: no LN (SPEC 7.4) */
+        mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
     switch (c->mixer) {
     case MF_MIXER_SDPA:
         mf__layer_linear(m, l, "attn.q", D, D, c->attn_bias, &L->wq, &L->bq);
@@ -3765,6 +3832,11 @@ static void mf__make_layer(mf_model *m, int l) {
         mf__layer_linear(m, l, "attn.e", D, D, 0, &L->we, &unused);
         break;
     }
+    case MF_MIXER_RELATIVE: mf__xl_make_layer(m, l); break;
+    case MF_MIXER_FAST_WEIGHTS:
+    case MF_MIXER_LINEAR: mf__fw_make_layer(m, l); break;
+    case MF_MIXER_FEEDBACK:
+    case MF_MIXER_FEEDBACK_KV: mf__fb_make_layer(m, l); break;
     default:
         break;
     }
@@ -3801,6 +3873,8 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
             for (i = 0; i < m->layers[0].np; i++)
                 mf__dcopy(ctx, m->layers[l].p[i]->data, m->layers[0].p[i]->data, (size_t)m->layers[0].p[i]->ne * sizeof(float));
         }
+    if (cfg->mixer == MF_MIXER_RELATIVE) mf__xl_init(m);
+    if (mf__is_feedback(cfg->mixer)) mf__fb_init(m);
     m->lnf_w = mf_param(ctx, "ln_f.weight", 1, &D);
     mf_init_const(ctx, m->lnf_w, 1.0f);
     m->lnf_b = mf_param(ctx, "ln_f.bias", 1, &D);
@@ -3861,6 +3935,7 @@ MFDEF void mf_model_free(mf_model *m) {
         for (l = 0; l < m->cfg.n_layers; l++) { MF_FREE(m->layers[l].cache_k); MF_FREE(m->layers[l].cache_v); }
         MF_FREE(m->sinusoid); MF_FREE(m->expand);
     }
+    mf__xl_free(m); mf__fw_free(m); mf__fb_free(m);
     MF_FREE(m->layers);
     MF_FREE(m);
 }
@@ -3971,7 +4046,7 @@ static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, i
     mf_tensor *x;
     if (!mf_ok(ctx)) return NULL;
     if (!ids) return (mf_tensor *)mf__fail(ctx, "model: ids is NULL");
-    if (B < 1 || T < 1 || pos0 + T > c->max_seq)
+    if (B < 1 || T < 1 || (mf__unbounded(c) ? T : pos0 + T) > c->max_seq)
         return (mf_tensor *)mf__fail(ctx, "model: batch %d x length %d (from position %d) does not fit; need B >= 1 and "
                                      "1 <= T <= max_seq = %d (raise max_seq in the config)", B, T, pos0, c->max_seq);
     idshape[0] = B; idshape[1] = T;
@@ -3989,11 +4064,14 @@ static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, i
         } else pos = mf__wrap(ctx, 2, pshape, m->sinusoid + (int64_t)pos0 * D);
         x = mf_add(ctx, x, pos);
     }
-    for (l = 0; l < c->n_layers; l++) {
+    if (mf__is_feedback(c->mixer)) x = mf__fb_run(m, x, pos0, cache); /* the whole recurrence */
+    for (l = 0; l < c->n_layers && !mf__is_feedback(c->mixer); l++) {
         mf__layer *L = &m->layers[l];
         mf_tensor *h;
         if (c->mixer != MF_MIXER_IDENTITY) {
-            h = mf__mixer(m, l, mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), pos0, cache);
+            if (c->mixer == MF_MIXER_RELATIVE) h = mf__xl_mixer(m, l, x, cache);
+            else if (mf__is_fast(c->mixer)) h = mf__fw_mixer(m, l, x, pos0, cache);
+            else h = mf__mixer(m, l, mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), pos0, cache);
             x = mf_add(ctx, x, mf_dropout(ctx, h, p));
         }
         h = mf__activation(ctx, c->ffn_act, mf_linear(ctx, mf_layernorm(ctx, x, L->ln2_w, L->ln2_b, c->ln_eps), L->fc1_w, L->fc1_b));
@@ -4009,10 +4087,12 @@ MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T)
 }
 
 MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T) {
-    mf_tensor *logits;
+    mf_tensor *logits, *loss, *aux;
     if (!m) return NULL;
     logits = mf__model_run(m, ids, B, T, 0, 0);
-    return mf_cross_entropy(m->ctx, logits, targets, -1);
+    loss = mf_cross_entropy(m->ctx, logits, targets, -1);
+    if (m->cfg.mixer == MF_MIXER_RELATIVE && (aux = mf__xl_aux_loss(m)) != NULL) loss = mf_add(m->ctx, loss, aux);
+    return loss;
 }
 
 /* index of the sampled token from logits[V] */
@@ -4055,7 +4135,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
             return (mf__fail(ctx, "generate: prompt token %d at position %d is outside [0, %d)", (int)prompt[i], i, V), -1);
     use_cache = !(c->mixer == MF_MIXER_POOL && !c->pool_causal); /* a centred window sees the future */
     per_layer = (size_t)c->max_seq * c->d_model * sizeof(float);
-    for (l = 0; use_cache && l < c->n_layers; l++) {
+    for (l = 0; use_cache && c->mixer <= MF_MIXER_IDENTITY && l < c->n_layers; l++) { /* the others keep their own state */
         mf__layer *L = &m->layers[l];
         if (!L->cache_k) L->cache_k = (float *)mf__dmalloc(ctx, per_layer, "generation cache");
         if (!L->cache_v) L->cache_v = (float *)mf__dmalloc(ctx, per_layer, "generation cache");
@@ -4073,7 +4153,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
         mf_tensor *logits;
         int start, len;
         mf_reset(ctx);
-        if (!use_cache || m->cache_len == 0 || m->cache_len + 1 > c->max_seq) {
+        if (!use_cache || m->cache_len == 0 || (m->cache_len + 1 > c->max_seq && !mf__unbounded(c))) {
             /* (re)prime: the whole window, or its last half when the window is full */
             len = n_hist <= c->max_seq ? n_hist : (use_cache ? c->max_seq / 2 : c->max_seq);
             if (len < 1) len = 1;
@@ -4103,6 +4183,43 @@ done:
     MF_FREE(hist); MF_FREE(scratch);
     return ok ? 0 : -1;
 }
+
+/* ==== [mf:xl] =============================================================================== */
+/* Transformer-XL relative attention with segment memory and the compressive transformer
+   (SPEC.md sections 5, 6). */
+struct mf__xl_state { int unused; };
+static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c) {
+    (void)c; return (mf__fail(ctx, "the relative mixer is not implemented yet"), -1);
+}
+static void mf__xl_make_layer(mf_model *m, int l) { (void)m; (void)l; }
+static void mf__xl_init(mf_model *m) { (void)m; }
+static void mf__xl_free(mf_model *m) { (void)m; }
+static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int gen) { (void)m; (void)l; (void)x; (void)gen; return NULL; }
+static mf_tensor *mf__xl_aux_loss(mf_model *m) { (void)m; return NULL; }
+MFDEF int mf_model_memory_slot(mf_model *m, int slot) { (void)m; (void)slot; return -1; }
+MFDEF void mf_model_reset_memory(mf_model *m) { (void)m; }
+MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
+
+/* ==== [mf:fastweights] ====================================================================== */
+/* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7). */
+struct mf__rec_state { int unused; };
+static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
+    (void)c; return (mf__fail(ctx, "the fast_weights and linear mixers are not implemented yet"), -1);
+}
+static void mf__fw_make_layer(mf_model *m, int l) { (void)m; (void)l; }
+static void mf__fw_free(mf_model *m) { (void)m; }
+static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) { (void)m; (void)l; (void)x; (void)pos0; (void)gen; return NULL; }
+
+/* ==== [mf:feedback] ========================================================================= */
+/* The feedback transformer, original and shared-KV variants (SPEC.md section 8). */
+struct mf__fb_state { int unused; };
+static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
+    (void)c; return (mf__fail(ctx, "the feedback mixers are not implemented yet"), -1);
+}
+static void mf__fb_make_layer(mf_model *m, int l) { (void)m; (void)l; }
+static void mf__fb_init(mf_model *m) { (void)m; }
+static void mf__fb_free(mf_model *m) { (void)m; }
+static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) { (void)m; (void)x; (void)pos0; (void)gen; return NULL; }
 
 /* ==== [mf:io] =============================================================================== */
 /* safetensors: u64 little-endian header size N, N bytes of JSON
