@@ -99,7 +99,7 @@ extern "C" {
 #endif
 
 #define MF_MAX_DIMS 4
-#define MF_MAX_SRC 4
+#define MF_MAX_SRC 8   /* inputs of one op: mf__begin sets src[0..3], an op with more sets src[4..7] before mf__finish */
 
 typedef struct mf_ctx mf_ctx;
 typedef struct mf__op mf__op;
