@@ -8,8 +8,14 @@
  * tokens (seeded, a fresh batch every step, the targets are the next tokens).
  *
  * Flags (defaults = the reference config of the benchmark):
- *   --mixer sdpa|metric|quadratic|pool|identity   --d-model 256 --heads 8 --layers 4 --d-ff 1024
- *   --seq 256 --batch 8 --vocab 65 --pool-size 3 --steps 10 --warmup 2 --threads 2 (0 = all)
+ *   --mixer sdpa|metric|quadratic|pool|identity|relative|fast_weights|linear|feedback|feedback_kv
+ *   --d-model 256 --heads 8 --layers 4 --d-ff 1024 --seq 256 --batch 8 --vocab 65 --pool-size 3
+ *   --pos none|learned|sinusoidal (learned)   --act relu|gelu (gelu)
+ *   --mem-len N --compressive --c-mem-len N --rate c   (relative: XL memory, compressive transformer;
+ *                  consecutive steps continue each other, so the memories are full after warm-up)
+ *   --chunk N --dpfp-nu N --feature dpfp|elu1         (fast_weights / linear)
+ *   --label NAME   the name in the RESULT line (default: the mixer, or "compressive")
+ *   --steps 10 --warmup 2 --threads 2 (0 = all)
  *   --max-time S   stop after S seconds in all (at least one warm-up step and one timed step; warm-up
  *                  ends early past S/4; 0 = never)
  *   --profile N    then time every op over N more steps (forward re-run op by op, backward op by op;
@@ -20,7 +26,14 @@
  * Analytic FLOPs per token count every matmul (2*m*n*k) of the model math; backward = 2 x
  * forward. Attention QK^T and PV count the CAUSAL half only (query i sees i + 1 keys: T(T+1)/2
  * pairs per sequence). Metric / quadratic count the projection p, the per-head p M (2*dk*dk per
- * head and token) and the output map E - the spec's efficient evaluation (SPEC.md 9.2). Work an
+ * head and token) and the output map E - the spec's efficient evaluation (SPEC.md 9.2). Relative
+ * counts a third dot product per visible key (the position term Q.R) and mem_len (+ c_mem_len)
+ * memory keys per query; compressive adds the compressor (2 D^2 per token) and the reconstruction
+ * loss forward (q of h, k/v of the compressed and the raw memories, two unmasked attentions).
+ * Fast weights count 6 dk d_dot per head and token (W phi(k), the rank-1 update, W phi(q)),
+ * linear 4 dk d_dot; feedback counts per token: q and out projections, the memory keys/values
+ * (per layer for the original variant, once for feedback_kv), attention over the t earlier
+ * steps (mean (T - 1) / 2, three dot products per key as relative). Work an
  * implementation adds on top (recomputing P in the flash backward, folding M into a D x D query
  * projection) is not counted. LayerNorm, GELU, softmax, Adam are not counted.
  *
@@ -76,17 +89,33 @@ static int cmp_double(const void *a, const void *b) {
 
 /* forward matmul FLOPs per token, see the header comment */
 static double flops_per_token_fwd(const mf_model_config *c, int T, int full_attention) {
-    double D = c->d_model, F = c->d_ff, V = c->vocab, H = c->n_heads, dk = D / H;
+    double D = c->d_model, F = c->d_ff, V = c->vocab, H = c->n_heads, dk = D / H, N = c->n_layers;
     double keys = full_attention ? T : (T + 1) / 2.0; /* mean keys per query */
     double attn = 2.0 * 2.0 * D * keys;               /* QK^T and PV over all heads */
-    double ffn = 2.0 * 2.0 * D * F, layer;
+    double ffn = 2.0 * 2.0 * D * F, layer, dd = 2.0 * dk * c->dpfp_nu, mem = c->mem_len, extra = 0;
     switch (c->mixer) {
     case MF_MIXER_SDPA: layer = 4 * 2.0 * D * D + attn + ffn; break;
     case MF_MIXER_METRIC:
     case MF_MIXER_QUADRATIC: layer = 2 * 2.0 * D * D + H * 2.0 * dk * dk + attn + ffn; break;
+    case MF_MIXER_RELATIVE:
+        if (c->compressive) { /* compressor, and the AR loss: q(h), k/v(m) and k/v(cm), two attentions */
+            mem += c->c_mem_len;
+            extra = 2.0 * D * D + 2.0 * D * D + 4.0 * D * D * (1 + 1.0 / c->compression_rate) +
+                    2.0 * 2.0 * D * (T + (double)T / c->compression_rate);
+        }
+        layer = 4 * 2.0 * D * D + 3.0 / 2.0 * 2.0 * 2.0 * D * (mem + keys) + ffn + extra;
+        break;
+    case MF_MIXER_FAST_WEIGHTS: layer = 4 * 2.0 * D * D + 2.0 * D * H + H * 6.0 * dk * dd + ffn; break;
+    case MF_MIXER_LINEAR: layer = 4 * 2.0 * D * D + H * 4.0 * dk * dd + ffn; break;
+    case MF_MIXER_FEEDBACK:
+    case MF_MIXER_FEEDBACK_KV: {
+        double fkeys = full_attention ? T - 1 : (T - 1) / 2.0; /* earlier steps only */
+        layer = 2 * 2.0 * D * D + 3.0 / 2.0 * 2.0 * 2.0 * D * fkeys + ffn + (c->mixer == MF_MIXER_FEEDBACK ? 2 * 2.0 * D * D : 0);
+        return N * layer + (c->mixer == MF_MIXER_FEEDBACK_KV ? 2 * 2.0 * D * D : 0) + 2.0 * D * V;
+    }
     default: layer = ffn; break; /* pool (elementwise window mean) and identity: FFN only */
     }
-    return c->n_layers * layer + 2.0 * D * V;
+    return N * layer + 2.0 * D * V;
 }
 
 /* ---- --profile N: time every op, best of N steps ----------------------------------------- */
@@ -206,14 +235,17 @@ static int peak_gemm(int n, int threads) {
 #endif
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_model [--mixer sdpa|metric|quadratic|pool|identity] [--steps N] [--warmup N]\n"
-                    "  [--threads N] [--max-time S] [--d-model N] [--heads N] [--layers N] [--d-ff N] [--seq N]\n"
-                    "  [--batch N] [--vocab N] [--pool-size N] [--seed N] [--profile N] [--peak N]\n");
+    fprintf(stderr, "usage: bench_model [--mixer sdpa|metric|quadratic|pool|identity|relative|fast_weights|linear|\n"
+                    "  feedback|feedback_kv] [--steps N] [--warmup N] [--threads N] [--max-time S] [--d-model N]\n"
+                    "  [--heads N] [--layers N] [--d-ff N] [--seq N] [--batch N] [--vocab N] [--pool-size N]\n"
+                    "  [--pos none|learned|sinusoidal] [--act relu|gelu] [--mem-len N] [--compressive] [--c-mem-len N]\n"
+                    "  [--rate c] [--chunk N] [--dpfp-nu N] [--feature dpfp|elu1] [--label NAME] [--seed N]\n"
+                    "  [--profile N] [--peak N]\n");
 }
 
 int main(int argc, char **argv) {
     mf_model_config cfg = mf_model_config_default();
-    const char *mixer = "sdpa";
+    const char *mixer = "sdpa", *label = NULL;
     int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0;
     double max_time = 0, *times, t_all, med, best, fpt, fpt_full, rss_before, t_first = 0;
     double wall_timed = 0, cpu_timed = 0, c0;
@@ -239,6 +271,16 @@ int main(int argc, char **argv) {
         else if (ARG("--batch")) B = atoi(v);
         else if (ARG("--vocab")) cfg.vocab = atoi(v);
         else if (ARG("--pool-size")) cfg.pool_size = atoi(v);
+        else if (ARG("--pos")) cfg.pos = !strcmp(v, "none") ? MF_POS_NONE : !strcmp(v, "sinusoidal") ? MF_POS_SINUSOIDAL : MF_POS_LEARNED;
+        else if (ARG("--act")) cfg.ffn_act = !strcmp(v, "relu") ? MF_ACT_RELU : MF_ACT_GELU;
+        else if (ARG("--mem-len")) cfg.mem_len = atoi(v);
+        else if (!strcmp(a, "--compressive")) cfg.compressive = 1;
+        else if (ARG("--c-mem-len")) cfg.c_mem_len = atoi(v);
+        else if (ARG("--rate")) cfg.compression_rate = atoi(v);
+        else if (ARG("--chunk")) cfg.chunk_size = atoi(v);
+        else if (ARG("--dpfp-nu")) cfg.dpfp_nu = atoi(v);
+        else if (ARG("--feature")) cfg.linear_feature = !strcmp(v, "elu1") ? MF_FEATURE_ELU1 : MF_FEATURE_DPFP;
+        else if (ARG("--label")) label = v;
         else if (ARG("--seed")) rng_state = (uint64_t)strtoull(v, NULL, 10) * 0x9e3779b97f4a7c15ULL + 1;
         else if (ARG("--peak")) peak = atoi(v);
         else if (ARG("--profile")) profile = atoi(v);
@@ -257,6 +299,7 @@ int main(int argc, char **argv) {
     if (steps < 1 || warmup < 0 || T < 1 || B < 1) { usage(); return 2; }
     cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(mixer);
     cfg.max_seq = T;
+    if (!label) label = cfg.compressive ? "compressive" : mixer;
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
 #endif
@@ -318,7 +361,7 @@ int main(int argc, char **argv) {
            cpu_timed / wall_timed, threads);
     printf("RESULT impl=c mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
            "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d cpu_util=%.2f loss=%.4f\n",
-           mixer, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
+           label, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
            peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
            cpu_timed / wall_timed, (double)last_loss);
     fflush(stdout);
