@@ -433,7 +433,8 @@ int main(int argc, char **argv) {
                (double)tokens / train_time, S.save ? ", saved " : "", S.save ? S.save : "");
     else printf("nothing to train: the checkpoint is at step %lld of --steps %d\n", (long long)step, S.steps);
 
-    print_validation(&pr, step, evaluate(ctx, model, &text, x, y, &ar), ar);
+    double vl = evaluate(ctx, model, &text, x, y, &ar);
+    print_validation(&pr, step, vl, ar);
     if (S.sample > 0) sample(ctx, model, &text, path);
     mf_model_free(model);
     mf_ctx_free(ctx);
