@@ -130,10 +130,11 @@ EX_FN int find_option(const option *opts, int n, const char *name) {
 EX_FN void print_options(FILE *f, const option *opts, int n) {
     for (int i = 0; i < n; i++) {
         const option *o = &opts[i];
-        char left[64];
+        char left[160];
         if (o->type == OPT_FLAG || o->type == OPT_ALIAS) snprintf(left, sizeof left, "--%s", o->name);
         else snprintf(left, sizeof left, "--%s %s", o->name, o->choices ? o->choices : o->type == OPT_TEXT ? "TEXT" : "N");
-        fprintf(f, "  %-44s %s", left, o->help);
+        if (strlen(left) > 44) fprintf(f, "  %s\n  %-44s %s", left, "", o->help); /* a long list of choices */
+        else fprintf(f, "  %-44s %s", left, o->help);
         if (o->type == OPT_INT && *(int *)o->value >= 0) fprintf(f, " [%d]", *(int *)o->value);
         if (o->type == OPT_FLOAT && *(float *)o->value >= 0) fprintf(f, " [%g]", (double)*(float *)o->value);
         if (o->type == OPT_TEXT && *(const char **)o->value) fprintf(f, " [%s]", *(const char **)o->value);
