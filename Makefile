@@ -27,11 +27,11 @@ PYTHON    ?= /usr/bin/python3
 .PHONY: all test examples bench demo ablate goldens clean test-cuda train-cuda
 all: examples
 
-$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h
+$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h
+$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
