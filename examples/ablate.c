@@ -39,13 +39,13 @@ static const char *const ALL_MODELS[] = {"sdpa", "relative", "fast_weights", "li
 typedef struct {
     const char *models, *out, *pos;
     int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, threads, eval_batches;
-    int mem_len, c_mem_len, compression_rate, log_every;
+    int mem_len, c_mem_len, compression_rate, log_every, log_y;
     float lr, clip;
 } settings;
 
 static settings S = {.models = "all", .out = "ablate", .pos = "learned", .steps = -1, .batch = -1, .seq_len = -1,
     .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1, .seed = 1, .threads = -1, .eval_batches = -1, .mem_len = -1,
-    .c_mem_len = -1, .compression_rate = 2, .lr = -1, .clip = 1.0f};
+    .c_mem_len = -1, .compression_rate = 2, .log_y = -1, .lr = -1, .clip = 1.0f};
 
 static const option OPTIONS[] = {
     {"models", OPT_TEXT, &S.models, RUN_ONLY, 0, NULL, "comma-separated models to compare, or all: sdpa, relative, fast_weights, "
@@ -68,6 +68,7 @@ static const option OPTIONS[] = {
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads per run, 0 = all [1: runs on a busy machine compare fairly]"},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "validation batches [sorter 8, text 20; --quick 8, 10]"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 0, NULL, "not on a terminal: a progress line every N steps (0 = one line per run)"},
+    {"log-y", OPT_FLAG, &S.log_y, RUN_ONLY, 0, NULL, "plot the loss on a log scale (--log-y=0: linear) [sorter: log, text: linear]"},
     {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "output prefix: PREFIX.csv, .md, _curves.csv, .svg (.png with gnuplot)"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
@@ -100,6 +101,7 @@ static void resolve_defaults(int text, const unsigned char *given) {
     S.mem_len = pick(S.mem_len, S.seq_len, S.seq_len, S.seq_len, S.seq_len, text);
     S.c_mem_len = pick(S.c_mem_len, (S.seq_len + 1) / 2, (S.seq_len + 1) / 2, (S.seq_len + 1) / 2, (S.seq_len + 1) / 2, text);
     if (S.lr < 0) S.lr = !text ? 1e-2f : S.quick ? 2e-3f : 1e-3f;
+    if (S.log_y < 0) S.log_y = !text; /* the sorter's loss falls to ~0.001 */
 }
 
 /* --models: names from ALL_MODELS, comma-separated, no repeats ("all" = every one) */
@@ -461,6 +463,43 @@ static double nice_step(double range) {
     return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * p;
 }
 
+/* the nearest 1, 2 or 5 times a power of ten at or below v (up: at or above) */
+static double log_tick(double v, int up) {
+    double p = pow(10, floor(log10(v))), r = v / p * (1 + (up ? -1e-9 : 1e-9));
+    if (up) return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * p;
+    return (r >= 5 ? 5 : r >= 2 ? 2 : 1) * p;
+}
+
+/* a chart axis: data range [lo, hi] drawn from pixel p0 to p1, linear or logarithmic */
+typedef struct axis { double lo, hi, p0, p1; int log; } axis;
+
+static double axis_px(const axis *a, double v) {
+    double t;
+    v = v > a->hi ? a->hi : v < a->lo ? a->lo : v; /* a diverging run's larger values: at the edge */
+    t = a->log ? log10(v / a->lo) / log10(a->hi / a->lo) : (v - a->lo) / (a->hi - a->lo);
+    return a->p0 + t * (a->p1 - a->p0);
+}
+
+/* Tick values into ticks (at most max); with widen, lo and hi move out to ticks first. Linear: a
+   nice step; logarithmic: 1, 2 and 5 times the powers of ten (only the powers over > 3 decades). */
+static int axis_ticks(axis *a, int widen, double *ticks, int max) {
+    int n = 0;
+    if (a->log) {
+        static const double mult[3] = {1, 2, 5};
+        if (widen) { a->lo = log_tick(a->lo, 0); a->hi = log_tick(a->hi, 1); }
+        int every = log10(a->hi / a->lo) > 3.01 ? 3 : 1;
+        for (double d = pow(10, floor(log10(a->lo))); d <= a->hi * 1.0001 && n < max; d *= 10)
+            for (int k = 0; k < 3 && n < max; k += every)
+                if (d * mult[k] >= a->lo * 0.9999 && d * mult[k] <= a->hi * 1.0001) ticks[n++] = d * mult[k];
+        return n;
+    }
+    double step = nice_step(a->hi - a->lo);
+    if (widen) { a->lo = floor(a->lo / step) * step; a->hi = ceil(a->hi / step) * step; }
+    for (double v = ceil(a->lo / step - 1e-9) * step; v <= a->hi + step * 1e-6 && n < max; v += step)
+        ticks[n++] = fabs(v) < step * 1e-6 ? 0.0 : v;
+    return n;
+}
+
 static void xml_text(FILE *f, const char *s) {
     for (; *s; s++)
         if (*s == '<') fputs("&lt;", f); else if (*s == '>') fputs("&gt;", f);
@@ -469,84 +508,92 @@ static void xml_text(FILE *f, const char *s) {
 
 static const char *const COLORS[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                                      "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"};
+#define N_COLORS ((int)(sizeof COLORS / sizeof COLORS[0]))
 
-/* The y range: from the lowest point to the highest first point (the initial loss); a diverging
-   run's larger values are drawn at the top edge. */
-static void y_range(const run *runs, int n, double *lo, double *hi) {
-    *lo = INFINITY; *hi = -INFINITY;
+/* The axes of the loss chart: x from 0 to the last step; y from the lowest point to the highest
+   first point (the initial loss), so a diverging run cannot squash the others. */
+static void chart_axes(const run *runs, int n, int log_y, axis *x, axis *y) {
+    x->lo = 0; x->hi = 1; x->log = 0;
+    y->lo = INFINITY; y->hi = -INFINITY; y->log = log_y;
     for (int i = 0; i < n; i++)
         for (int k = 0; k < runs[i].n_curve; k++) {
             double v = runs[i].curve[k].loss;
-            if (!isfinite(v)) continue;
-            if (v < *lo) *lo = v;
-            if (k == 0 && v > *hi) *hi = v;
+            if ((double)runs[i].curve[k].step > x->hi) x->hi = (double)runs[i].curve[k].step;
+            if (!isfinite(v) || (log_y && v <= 0)) continue;
+            if (v < y->lo) y->lo = v;
+            if (k == 0 && v > y->hi) y->hi = v;
         }
-    if (!(*hi > *lo)) { *hi = *lo + 1; *lo -= 1; }
-    if (!isfinite(*lo)) { *lo = 0; *hi = 1; }
+    if (!isfinite(y->lo)) { y->lo = log_y ? 0.1 : 0; y->hi = 1; }
+    if (!(y->hi > y->lo)) y->hi = log_y ? y->lo * 10 : y->lo + 1;
 }
 
-/* the loss curves as an SVG line chart: axes, ticks, labels, legend, a polyline per model */
-static void write_svg(const char *path, const run *runs, int n, const char *title) {
-    const double W = 900, H = 540, L = 70, R = 190, TOP = 44, BOT = 56, pw = W - L - R, ph = H - TOP - BOT;
-    double ylo, yhi, xmax = 1, ys, xs;
-    int legend = 0;
+static void svg_line(FILE *f, double x1, double y1, double x2, double y2) {
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x1, y1, x2, y2);
+}
+
+/* the loss curves as an SVG line chart: grid, ticks, labels, legend, a polyline per model */
+static void write_svg(const char *path, const run *runs, int n, const char *title, int log_y) {
+    const double W = 900, H = 540, L = 70, R = 190, TOP = 44, BOT = 56, right = W - R, bottom = H - BOT;
+    double xt[64], yt[64];
+    int nx, ny, legend = 0;
+    axis x, y;
     FILE *f = open_out(path);
-    for (int i = 0; i < n; i++)
-        if (runs[i].n_curve && runs[i].curve[runs[i].n_curve - 1].step > xmax) xmax = (double)runs[i].curve[runs[i].n_curve - 1].step;
-    y_range(runs, n, &ylo, &yhi);
-    ys = nice_step(yhi - ylo); xs = nice_step(xmax);
-    ylo = floor(ylo / ys) * ys; yhi = ceil(yhi / ys) * ys;
-#define PX(x) (L + (x) / xmax * pw)
-#define PY(y) (TOP + (yhi - ((y) > yhi ? yhi : (y))) / (yhi - ylo) * ph)
+    chart_axes(runs, n, log_y, &x, &y);
+    x.p0 = L; x.p1 = right; y.p0 = bottom; y.p1 = TOP;
+    ny = axis_ticks(&y, 1, yt, 64);
+    nx = axis_ticks(&x, 0, xt, 64);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
                "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H, W, H);
-    fprintf(f, "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">", L + pw / 2);
+    fprintf(f, "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">", (L + right) / 2);
     xml_text(f, title);
     fprintf(f, "</text>\n<g stroke=\"#ddd\">\n");
-    for (double y = ylo; y <= yhi + ys / 2; y += ys) fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", L, PY(y), L + pw, PY(y));
-    for (double x = 0; x <= xmax + xs / 2 && x <= xmax * 1.0001; x += xs) fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", PX(x), TOP, PX(x), TOP + ph);
-    fprintf(f, "</g>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", L, TOP, pw, ph);
-    for (double y = ylo; y <= yhi + ys / 2; y += ys)
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, PY(y) + 4, fabs(y) < ys / 1e6 ? 0.0 : y);
-    for (double x = 0; x <= xmax * 1.0001; x += xs)
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", PX(x), TOP + ph + 18, x);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">optimizer step</text>\n", L + pw / 2, H - 12);
+    for (int i = 0; i < ny; i++) svg_line(f, L, axis_px(&y, yt[i]), right, axis_px(&y, yt[i]));
+    for (int i = 0; i < nx; i++) svg_line(f, axis_px(&x, xt[i]), TOP, axis_px(&x, xt[i]), bottom);
+    fprintf(f, "</g>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", L, TOP,
+            right - L, bottom - TOP);
+    for (int i = 0; i < ny; i++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, axis_px(&y, yt[i]) + 4, yt[i]);
+    for (int i = 0; i < nx; i++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", axis_px(&x, xt[i]), bottom + 18, xt[i]);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">optimizer step</text>\n", (L + right) / 2, H - 12);
     fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">training loss (nats, "
-               "cross-entropy)</text>\n", TOP + ph / 2, TOP + ph / 2);
+               "cross-entropy%s)</text>\n", (TOP + bottom) / 2, (TOP + bottom) / 2, log_y ? ", log scale" : "");
     for (int i = 0; i < n; i++) {
-        const char *color = COLORS[i % (int)(sizeof COLORS / sizeof COLORS[0])];
+        const char *color = COLORS[i % N_COLORS];
         int drawn = 0;
         for (int k = 0; k < runs[i].n_curve; k++) {
-            if (!isfinite(runs[i].curve[k].loss)) continue;
+            double v = runs[i].curve[k].loss;
+            if (!isfinite(v) || (log_y && v <= 0)) continue;
             if (!drawn++) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"", color);
-            fprintf(f, "%.1f,%.1f ", PX((double)runs[i].curve[k].step), PY(runs[i].curve[k].loss));
+            fprintf(f, "%.1f,%.1f ", axis_px(&x, (double)runs[i].curve[k].step), axis_px(&y, v));
         }
         if (!drawn) continue;
         fprintf(f, "\"><title>%s</title></polyline>\n", runs[i].model);
-        fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"3\"/>"
-                   "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", L + pw + 14, TOP + 10 + 20.0 * legend, L + pw + 38,
-                TOP + 10 + 20.0 * legend, color, L + pw + 44, TOP + 14 + 20.0 * legend, runs[i].model);
+        fprintf(f, "<g stroke=\"%s\" stroke-width=\"3\">", color);
+        svg_line(f, right + 14, TOP + 10 + 20.0 * legend, right + 38, TOP + 10 + 20.0 * legend);
+        fprintf(f, "</g><text x=\"%.0f\" y=\"%.0f\">%s</text>\n", right + 44, TOP + 14 + 20.0 * legend, runs[i].model);
         legend++;
     }
-#undef PX
-#undef PY
     fprintf(f, "</svg>\n");
     close_out(f, path);
 }
 
 /* the same chart as PNG through gnuplot, when it is installed; 0 when the PNG was written */
-static int write_png(const char *png, const char *curves, const run *runs, int n, const char *title) {
+static int write_png(const char *png, const char *curves, const run *runs, int n, const char *title, int log_y) {
     FILE *g;
     if (system("command -v gnuplot > /dev/null 2>&1") != 0 || !(g = popen("gnuplot > /dev/null 2>&1", "w"))) return -1;
     remove(png);
     fprintf(g, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 900,540 noenhanced } "
                "else { set terminal png size 900,540 noenhanced }\n");
     fprintf(g, "set output '%s'\nset datafile separator ','\nset key outside right\nset grid\n", png);
-    fprintf(g, "set title '%s'\nset xlabel 'optimizer step'\nset ylabel 'training loss (nats, cross-entropy)'\n", title);
+    fprintf(g, "set title '%s'\nset xlabel 'optimizer step'\nset ylabel 'training loss (nats, cross-entropy%s)'\n%s", title,
+            log_y ? ", log scale" : "", log_y ? "set logscale y\n" : "");
     fprintf(g, "names = '");
     for (int i = 0; i < n; i++) if (runs[i].n_curve) fprintf(g, "%s ", runs[i].model);
+    fprintf(g, "'\ncolors = '");
+    for (int i = 0; i < n; i++) if (runs[i].n_curve) fprintf(g, "%s ", COLORS[i % N_COLORS]); /* as in the SVG */
     fprintf(g, "'\nplot for [i=1:words(names)] '%s' using 2:(strcol(1) eq word(names, i) ? $4 : NaN) "
-               "with lines lw 2 title word(names, i)\n", curves);
+               "with lines lw 2 lc rgb word(colors, i) title word(names, i)\n", curves);
     if (pclose(g) != 0) return -1;
     FILE *f = fopen(png, "rb");
     if (!f) return -1;
@@ -621,9 +668,9 @@ int main(int argc, char **argv) {
     print_table(stdout, runs, n_runs, path != NULL);
     write_csv(csv, runs, n_runs, path != NULL);
     write_curves(curves, runs, n_runs);
-    write_svg(svg, runs, n_runs, title);
-    int have_png = write_png(png, curves, runs, n_runs, title) == 0;
-    write_markdown(md, command, setup, base_name(have_png ? png : svg), runs, n_runs, path != NULL);
+    write_svg(svg, runs, n_runs, title, S.log_y);
+    int have_png = write_png(png, curves, runs, n_runs, title, S.log_y) == 0;
+    write_markdown(md, command, setup, base_name(svg), runs, n_runs, path != NULL); /* the SVG: always there */
     printf("\nwrote %s, %s, %s, %s%s%s\n", md, csv, curves, svg, have_png ? ", " : " (no gnuplot: no PNG)",
            have_png ? png : "");
     for (int i = 0; i < n_runs; i++) free(runs[i].curve);

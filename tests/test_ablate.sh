@@ -80,6 +80,10 @@ then ok "the SVG plot: axes, a polyline and a legend entry per trained model"
 else bad "the SVG plot: a polyline and a legend entry per trained model" "$polylines polylines for:$trained"; fi
 if grep -q "wrote ab.md, ab.csv, ab_curves.csv, ab.svg" all.out; then ok "the file names are printed at the end"
 else bad "the file names are printed at the end" "$(tail -3 all.out)"; fi
+if command -v gnuplot > /dev/null 2>&1; then
+    if [ "$(head -c 4 ab.png | tail -c 3)" = PNG ] && grep -q "ab.svg, ab.png" all.out; then ok "gnuplot is installed: the PNG plot too"
+    else bad "gnuplot is installed: the PNG plot too" "$(tail -1 all.out)"; fi
+fi
 
 # 2. a model that cannot be built is reported in its row; the others go on
 "$ABLATE" "${TINY[@]}" --heads 3 --models sdpa,pool,identity --out heads > heads.out 2>&1; rc=$?
