@@ -2,7 +2,7 @@
 #   make test      header hygiene + every test, optimized and under ASan/UBSan (the CI command)
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
-#   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (build/ablate)
+#   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
@@ -104,9 +104,10 @@ demo: $(BUILD)/sort
 	./$(BUILD)/sort --mixer metric
 
 # issue #9: every mixer and memory model on the array sorter with the same budget (a few minutes
-# on 2 cores); writes ablate.csv / .md / .svg (+ .png with gnuplot). On text: build/ablate FILE --quick
+# on 2 cores): a table, build/ablate_sorter.csv / .md / .svg (+ .png with gnuplot).
+# On a text file: ./build/ablate FILE --quick
 ablate: $(BUILD)/ablate
-	./$(BUILD)/ablate --quick
+	./$(BUILD)/ablate --quick --out $(BUILD)/ablate_sorter
 
 # PyTorch parity goldens (needs python3-torch; the committed goldens make `make test` Python-free)
 goldens: $(BUILD)/parity_export

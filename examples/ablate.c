@@ -128,6 +128,13 @@ static int parse_models(const char *list, const char **models) {
     return n;
 }
 
+/* whether a memory model (sequential loader) is among the models */
+static int uses_memory(const char *const *models, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(models[i], "relative") == 0 || strcmp(models[i], "compressive") == 0) return 1;
+    return 0;
+}
+
 /* a model of the study: a mixer name, or "compressive" = relative with compressed memories */
 static mf_model_config model_config(const char *model, const text_data *text) {
     mf_model_config c = mf_model_config_default();
@@ -646,7 +653,9 @@ int main(int argc, char **argv) {
     if (path) {
         text_load(&text, path);
         text_need_windows(&text, path, S.seq_len);
-        if (text.n_valid / S.batch < 2) die("\"%s\": the validation text is too short for --batch %d sequential columns", path, S.batch);
+        if (uses_memory(models, n_runs) && (text.n_train / S.batch < 2 || text.n_valid / S.batch < 2))
+            die("\"%s\" is too short for --batch %d: cut into %d columns, the %s text leaves fewer than 2 characters "
+                "per column; use a smaller --batch", path, S.batch, S.batch, text.n_train / S.batch < 2 ? "training" : "validation");
     }
     snprintf(csv, sizeof csv, "%s.csv", S.out); snprintf(md, sizeof md, "%s.md", S.out);
     snprintf(curves, sizeof curves, "%s_curves.csv", S.out); snprintf(svg, sizeof svg, "%s.svg", S.out);
