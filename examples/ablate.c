@@ -13,7 +13,9 @@
    then its sorted copy; accuracy on the sorted half). With a text file, a character-level model
    as in train.c: the first 90% trains, the rest validates; the memory models (relative,
    compressive) read both sequentially (examples/common.h), the others read shuffled windows.
-   Every run draws the same batches: the data streams are seeded by --seed alone.
+   Every run draws the same batches: the data streams are seeded by --seed alone. On the sorter
+   the memory models keep their memories from batch to batch like on text (the sequences are
+   independent there, so the memory is context they must learn to ignore).
 
    Each run trains in a child process, so a model that cannot be built, diverges (NaN/Inf loss) or
    even crashes is reported in its row, with the error or the step, and the other runs go on; the
@@ -93,13 +95,13 @@ static void resolve_defaults(int text, const unsigned char *given) {
     S.batch = pick(S.batch, 64, 16, 32, 16, text);
     S.seq_len = text ? pick(S.seq_len, 0, 128, 0, 64, 1) : SORT_MAX_T - 1;
     S.d_model = pick(S.d_model, 32, 128, 32, 64, text);
-    S.heads = pick(S.heads, 4, 4, 4, 4, text);
+    if (S.heads < 0) S.heads = 4;
     S.layers = pick(S.layers, 2, 4, 2, 2, text);
     S.d_ff = pick(S.d_ff, 2 * S.d_model, 4 * S.d_model, 2 * S.d_model, 4 * S.d_model, text);
     if (S.threads < 0) S.threads = 1;
     S.eval_batches = pick(S.eval_batches, 8, 20, 8, 10, text);
-    S.mem_len = pick(S.mem_len, S.seq_len, S.seq_len, S.seq_len, S.seq_len, text);
-    S.c_mem_len = pick(S.c_mem_len, (S.seq_len + 1) / 2, (S.seq_len + 1) / 2, (S.seq_len + 1) / 2, (S.seq_len + 1) / 2, text);
+    if (S.mem_len < 0) S.mem_len = S.seq_len;
+    if (S.c_mem_len < 0) S.c_mem_len = (S.seq_len + 1) / 2;
     if (S.lr < 0) S.lr = !text ? 1e-2f : S.quick ? 2e-3f : 1e-3f;
     if (S.log_y < 0) S.log_y = !text; /* the sorter's loss falls to ~0.001 */
 }
@@ -616,9 +618,10 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
                      text->len, text->V);
     else k = snprintf(buf, size, "array sorter (SPEC.md 13, solvable form, %d tokens of {0,1,2})", SORT_W);
     snprintf(buf + k, size - (size_t)k, "; %d models: d_model %d, %d heads, %d layers, d_ff %d, T %d, %s positions; batch %d, "
-             "%d steps, Adam lr %g (warm-up, cosine to lr/10), clip %g, seed %d; relative/compressive mem_len %d, "
-             "compressive c_mem_len %d, rate %d", n_runs, S.d_model, S.heads, S.layers, S.d_ff, S.seq_len, S.pos, S.batch,
-             S.steps, (double)S.lr, (double)S.clip, S.seed, S.mem_len, S.c_mem_len, S.compression_rate);
+             "%d steps (%lld tokens), Adam lr %g (warm-up, cosine to lr/10), clip %g, seed %d, %d thread%s; relative and "
+             "compressive mem_len %d, compressive c_mem_len %d, rate %d", n_runs, S.d_model, S.heads, S.layers, S.d_ff,
+             S.seq_len, S.pos, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, (double)S.lr, (double)S.clip,
+             S.seed, S.threads, S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate);
 }
 
 static void write_markdown(const char *path, const char *command, const char *setup, const char *plot,
