@@ -2,6 +2,7 @@
 #   make test      header hygiene + every test, optimized and under ASan/UBSan (the CI command)
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
+#   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
@@ -23,14 +24,14 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench demo goldens clean test-cuda train-cuda
+.PHONY: all test examples bench demo ablate goldens clean test-cuda train-cuda
 all: examples
 
-$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h
+$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h
+$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
@@ -41,7 +42,7 @@ $(BUILD)/nosimd/test_gemm: tests/test_gemm.c metaformer.h tests/*.h
 
 # examples/train.c on the emulated CUDA device: the implementation with the backend compiled by
 # g++ over tests/cuda_emu.h, train.c by cc without its own copy (see examples/metaformer_cuda.cu)
-$(BUILD)/emu/train_emu: examples/train.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
+$(BUILD)/emu/train_emu: examples/train.c examples/common.h metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
 	@mkdir -p $(dir $@)
 	printf '#include "cuda_emu.h"\n#define METAFORMER_IMPLEMENTATION\n#define METAFORMER_CUDA\n#include "metaformer.h"\n' > $(BUILD)/emu/impl.cpp
 	$(CXX) -std=c++14 -O2 -I. -Itests -c $(BUILD)/emu/impl.cpp -o $(BUILD)/emu/impl.o
@@ -57,7 +58,7 @@ $(BUILD)/asan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -g -fsanitize=address,undefined -fno-sanitize-recover=all -I. -Itests $< -o $@ $(LDLIBS)
 
-$(BUILD)/%: examples/%.c metaformer.h
+$(BUILD)/%: examples/%.c examples/common.h metaformer.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -66,6 +67,7 @@ examples: $(EXAMPLES)
 # ASAN_OPTIONS: fail on the first report; OMP threads 2 so the sanitized run stays quick
 test: $(TESTS) $(ASAN) $(EXAMPLES) $(BUILD)/nosimd/test_gemm $(BUILD)/emu/train_emu
 	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" "bash tests/test_cli.sh" "bash tests/train_emu.sh" \
+	    "bash tests/test_ablate.sh" \
 	    $(foreach t,$(TESTS),"$(t)") "$(BUILD)/nosimd/test_gemm" \
 	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
 
@@ -92,7 +94,7 @@ $(BUILD)/cuda/metaformer_cuda.o: examples/metaformer_cuda.cu metaformer.h metafo
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(BUILD)/train-cuda: examples/train.c $(BUILD)/cuda/metaformer_cuda.o
+$(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer_cuda.o
 	@mkdir -p $(BUILD)/cuda
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train.o
 	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
@@ -100,6 +102,12 @@ $(BUILD)/train-cuda: examples/train.c $(BUILD)/cuda/metaformer_cuda.o
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort
 	./$(BUILD)/sort --mixer metric
+
+# issue #9: every mixer and memory model on the array sorter with the same budget (a few minutes
+# on 2 cores): a table, build/ablate_sorter.csv / .md / .svg (+ .png with gnuplot).
+# On a text file: ./build/ablate FILE --quick
+ablate: $(BUILD)/ablate
+	./$(BUILD)/ablate --quick --out $(BUILD)/ablate_sorter
 
 # PyTorch parity goldens (needs python3-torch; the committed goldens make `make test` Python-free)
 goldens: $(BUILD)/parity_export

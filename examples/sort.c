@@ -7,13 +7,12 @@
                          the next sorted token; every input token is visible, so 100% is possible.
      seed:               the source's form: at position w (seeing x[0..w] only) predict sorted(x)[w];
                          a causal model cannot do better than ~85.7% token accuracy there. */
+#define _POSIX_C_SOURCE 200809L /* isatty, in common.h */
 #define METAFORMER_IMPLEMENTATION
 #include "../metaformer.h"
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#define EX_PROG "sort"
+#include "common.h" /* sort_batch, sort_evaluate: the task's data, shared with ablate.c */
 
-enum { W = 11, VOCAB = 3 };
 #define SEED_CEILING 85.7 /* best token accuracy of a causal model on the seed form (SPEC.md 13) */
 
 typedef struct options {
@@ -22,58 +21,6 @@ typedef struct options {
     float lr;
     unsigned long long seed;
 } options;
-
-/* splitmix64: a tiny reproducible generator for the data */
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-/* One batch: ids [B][T] and targets [B][T] (-1 = not scored). Returns T. */
-static int make_batch(uint64_t *rng, int solvable, int B, int32_t *ids, int32_t *targets) {
-    int T = solvable ? 2 * W - 1 : W, b, i;
-    for (b = 0; b < B; b++) {
-        int32_t x[W], y[W], count[VOCAB] = {0}, *id = ids + b * T, *tg = targets + b * T, v, n = 0;
-        for (i = 0; i < W; i++) count[x[i] = (int32_t)(next_u64(rng) % VOCAB)]++;
-        for (v = 0; v < VOCAB; v++) while (count[v]--) y[n++] = v;   /* counting sort */
-        if (solvable) { /* sequence x ++ y (2W tokens): feed the first 2W-1, score the W that predict y */
-            for (i = 0; i < T; i++) {
-                id[i] = i < W ? x[i] : y[i - W];
-                tg[i] = i >= W - 1 ? y[i - (W - 1)] : -1;
-            }
-        } else {
-            for (i = 0; i < W; i++) { id[i] = x[i]; tg[i] = y[i]; }
-        }
-    }
-    return T;
-}
-
-/* Token accuracy (percent) on n_batches fresh batches, without gradients or dropout. */
-static double evaluate(mf_model *model, mf_ctx *ctx, uint64_t *rng, int solvable, int B, int n_batches,
-                       int32_t *ids, int32_t *targets, long *n_scored) {
-    long right = 0, total = 0;
-    int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0), k, i, v;
-    for (k = 0; k < n_batches; k++) {
-        int T = make_batch(rng, solvable, B, ids, targets);
-        mf_tensor *logits = mf_model_forward(model, ids, B, T);
-        if (!logits) break;
-        for (i = 0; i < B * T; i++) {
-            const float *row = logits->data + (int64_t)i * VOCAB;
-            int best = 0;
-            if (targets[i] < 0) continue;
-            for (v = 1; v < VOCAB; v++) if (row[v] > row[best]) best = v;
-            right += best == targets[i];
-            total++;
-        }
-        mf_reset(ctx);
-    }
-    mf_set_grad(ctx, grad);
-    mf_set_training(ctx, training);
-    *n_scored = total;
-    return total ? 100.0 * right / total : 0.0;
-}
 
 static void usage(const char *argv0) {
     fprintf(stderr,
@@ -154,8 +101,8 @@ int main(int argc, char **argv) {
 
     if (parse(argc, argv, &o) < 0) return 2;
     solvable = !strcmp(o.form, "solvable");
-    cfg.vocab = VOCAB;
-    cfg.max_seq = 2 * W;
+    cfg.vocab = SORT_VOCAB;
+    cfg.max_seq = SORT_MAX_T;
     cfg.d_model = o.d_model; cfg.n_heads = o.heads; cfg.n_layers = o.layers; cfg.d_ff = o.d_ff;
     cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(o.mixer);
     cfg.pos = MF_POS_LEARNED;           /* the mixers carry no position information of their own */
@@ -170,14 +117,14 @@ int main(int argc, char **argv) {
     if (!ctx) { fprintf(stderr, "error: out of memory\n"); return 1; }
     mf_set_threads(ctx, o.threads);
     model = mf_model_new(ctx, &cfg);
-    ids = (int32_t *)malloc(sizeof(int32_t) * 2 * W * (o.batch > eval_B ? o.batch : eval_B));
-    targets = (int32_t *)malloc(sizeof(int32_t) * 2 * W * (o.batch > eval_B ? o.batch : eval_B));
+    ids = (int32_t *)malloc(sizeof(int32_t) * SORT_MAX_T * (o.batch > eval_B ? o.batch : eval_B));
+    targets = (int32_t *)malloc(sizeof(int32_t) * SORT_MAX_T * (o.batch > eval_B ? o.batch : eval_B));
     if (!model || !ids || !targets) {
         fprintf(stderr, "error: %s\n", model ? "out of memory" : mf_error(ctx));
         goto done;
     }
     printf("sorting %d tokens of {0, 1, 2}, %s form: %s mixer, d_model %d, %d heads, %d layers, d_ff %d, "
-           "%lld parameters; %d steps of %d sequences, Adam lr %g, seed %llu\n", W, o.form, o.mixer, o.d_model,
+           "%lld parameters; %d steps of %d sequences, Adam lr %g, seed %llu\n", SORT_W, o.form, o.mixer, o.d_model,
            o.heads, o.layers, o.d_ff, (long long)mf_param_count(ctx), o.steps, o.batch, (double)o.lr, o.seed);
 
     train_rng = o.seed * 2 + 1;        /* training and evaluation draw from different streams */
@@ -185,7 +132,7 @@ int main(int argc, char **argv) {
     report = o.steps / 10 > 0 ? o.steps / 10 : 1;
     t0 = mf_time();
     for (step = 1; step <= o.steps; step++) {
-        int T = make_batch(&train_rng, solvable, o.batch, ids, targets);
+        int T = sort_batch(&train_rng, solvable, o.batch, ids, targets);
         mf_tensor *loss = mf_model_loss(model, ids, targets, o.batch, T);
         mf_backward(ctx, loss);
         mf_clip_grad_norm(ctx, 1.0f);
@@ -195,7 +142,7 @@ int main(int argc, char **argv) {
         loss_sum += loss->data[0];
         mf_reset(ctx);
         if (step % report == 0) {
-            acc = evaluate(model, ctx, &eval_rng, solvable, eval_B, 2, ids, targets, &n_scored);
+            acc = sort_evaluate(model, ctx, &eval_rng, solvable, eval_B, 2, ids, targets, &n_scored, NULL);
             printf("step %5d  loss %.4f  lr %.2e  held-out accuracy %5.1f%%  (%.0f s)\n", step, loss_sum / report,
                    (double)mf_schedule_lr(&opt.schedule, step), acc, mf_time() - t0);
             fflush(stdout);
@@ -203,7 +150,7 @@ int main(int argc, char **argv) {
         }
     }
     if (mf_ok(ctx)) {
-        acc = evaluate(model, ctx, &eval_rng, solvable, eval_B, o.eval_batches, ids, targets, &n_scored);
+        acc = sort_evaluate(model, ctx, &eval_rng, solvable, eval_B, o.eval_batches, ids, targets, &n_scored, NULL);
         if (solvable)
             printf("%s: token accuracy %.1f%% on %ld sorted tokens (step %d, %.0f s)\n", o.mixer, acc,
                    n_scored, o.steps, mf_time() - t0);

@@ -1,0 +1,692 @@
+/* ablate.c - an ablation study in one command (issue #9): every token mixer and memory model
+   trains on the same data with the same tokenizer, width, depth, token budget, optimizer and
+   seed; the program prints one table (parameters, final training loss, validation loss, bits per
+   character or sorting accuracy, tokens/s, peak memory, wall time), writes it as CSV and Markdown,
+   and draws the loss curves of every run in one plot (SVG, plus PNG when gnuplot is installed).
+
+   build:  make examples        (POSIX: each run is a child process)
+   run:    ./build/ablate --quick                         the array sorter, no data (`make ablate`)
+           ./build/ablate input.txt --quick               a character-level LM on any text file
+           ./build/ablate input.txt --models sdpa,relative,compressive --steps 2000 --out ts
+
+   Task: without a file, the array sorter of SPEC.md section 13 in its solvable form (the input,
+   then its sorted copy; accuracy on the sorted half). With a text file, a character-level model
+   as in train.c: the first 90% trains, the rest validates; the memory models (relative,
+   compressive) read both sequentially (examples/common.h), the others read shuffled windows.
+   Every run draws the same batches: the data streams are seeded by --seed alone. On the sorter
+   the memory models keep their memories from batch to batch like on text (the sequences are
+   independent there, so the memory is context they must learn to ignore).
+
+   Each run trains in a child process, so a model that cannot be built, diverges (NaN/Inf loss) or
+   even crashes is reported in its row, with the error or the step, and the other runs go on; the
+   child's own peak resident memory (wait4) is the run's. */
+#define _DEFAULT_SOURCE          /* wait4 */
+#define _POSIX_C_SOURCE 200809L
+#define METAFORMER_IMPLEMENTATION
+#include "../metaformer.h"
+#define EX_PROG "ablate"
+#include "common.h"
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+/* the study, in the order of the table */
+static const char *const ALL_MODELS[] = {"sdpa", "relative", "fast_weights", "linear", "compressive", "feedback",
+                                         "feedback_kv", "metric", "quadratic", "pool", "identity"};
+#define N_ALL ((int)(sizeof ALL_MODELS / sizeof ALL_MODELS[0]))
+
+/* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
+typedef struct {
+    const char *models, *out, *pos;
+    int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, threads, eval_batches;
+    int mem_len, c_mem_len, compression_rate, log_every, log_y;
+    float lr, clip;
+} settings;
+
+static settings S = {.models = "all", .out = "ablate", .pos = "learned", .steps = -1, .batch = -1, .seq_len = -1,
+    .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1, .seed = 1, .threads = -1, .eval_batches = -1, .mem_len = -1,
+    .c_mem_len = -1, .compression_rate = 2, .log_y = -1, .lr = -1, .clip = 1.0f};
+
+static const option OPTIONS[] = {
+    {"models", OPT_TEXT, &S.models, RUN_ONLY, 0, NULL, "comma-separated models to compare, or all: sdpa, relative, fast_weights, "
+     "linear, compressive, feedback, feedback_kv, metric, quadratic, pool, identity"},
+    {"quick", OPT_FLAG, &S.quick, RUN_ONLY, 0, NULL, "a small model and budget: a few minutes on 2 cores"},
+    {"steps", OPT_INT, &S.steps, RUN_ONLY, 1, NULL, "optimizer steps per model [1000; --quick: sorter 300, text 500]"},
+    {"batch", OPT_INT, &S.batch, RUN_ONLY, 1, NULL, "sequences per step [sorter 64, text 16; --quick 32, 16]"},
+    {"seq-len", OPT_INT, &S.seq_len, RUN_ONLY, 1, NULL, "text: context length T [128; --quick 64]"},
+    {"d-model", OPT_INT, &S.d_model, RUN_ONLY, 1, NULL, "model width [sorter 32, text 128; --quick 32, 64]"},
+    {"heads", OPT_INT, &S.heads, RUN_ONLY, 1, NULL, "heads [4]"},
+    {"layers", OPT_INT, &S.layers, RUN_ONLY, 1, NULL, "blocks [sorter 2, text 4; --quick 2, 2]"},
+    {"d-ff", OPT_INT, &S.d_ff, RUN_ONLY, 1, NULL, "FFN hidden width [4 d-model, sorter 2 d-model]"},
+    {"pos", OPT_TEXT, &S.pos, RUN_ONLY, 0, "none|learned|sinusoidal", "positional encoding"},
+    {"mem-len", OPT_INT, &S.mem_len, RUN_ONLY, 0, NULL, "relative, compressive: memories per layer [T]"},
+    {"c-mem-len", OPT_INT, &S.c_mem_len, RUN_ONLY, 0, NULL, "compressive: compressed memories per layer [T/2]"},
+    {"compression-rate", OPT_INT, &S.compression_rate, RUN_ONLY, 1, NULL, "compressive: memories per compressed memory"},
+    {"lr", OPT_FLOAT, &S.lr, RUN_ONLY, 0, NULL, "Adam peak learning rate, warm-up then cosine to lr/10 [sorter 1e-2, text 1e-3, --quick 2e-3]"},
+    {"clip", OPT_FLOAT, &S.clip, RUN_ONLY, 0, NULL, "max gradient norm (0 = none)"},
+    {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of every run's initialisation and data"},
+    {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads per run, 0 = all [1: runs on a busy machine compare fairly]"},
+    {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "validation batches [sorter 8, text 20; --quick 8, 10]"},
+    {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 0, NULL, "not on a terminal: a progress line every N steps (0 = one line per run)"},
+    {"log-y", OPT_FLAG, &S.log_y, RUN_ONLY, 0, NULL, "plot the loss on a log scale (--log-y=0: linear) [sorter: log, text: linear]"},
+    {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "output prefix: PREFIX.csv, .md, _curves.csv, .svg (.png with gnuplot)"},
+};
+#define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ablate [FILE] [options]   compare every mixer and memory model on the same data\n"
+               "  without FILE: the array sorter (SPEC.md 13, solvable form); with FILE: a character-level LM\n\n");
+    print_options(f, OPTIONS, N_OPTIONS);
+}
+
+static int pick(int value, int sorter, int text, int quick_sorter, int quick_text, int is_text) {
+    if (value >= 0) return value;
+    if (S.quick) return is_text ? quick_text : quick_sorter;
+    return is_text ? text : sorter;
+}
+
+/* the defaults of the task (sorter: sort.c's model; text: train.c's, smaller with --quick) */
+static void resolve_defaults(int text, const unsigned char *given) {
+    if (!text && given[find_option(OPTIONS, N_OPTIONS, "seq-len")])
+        die("--seq-len applies to a text file; the sorter's sequences are %d tokens", SORT_MAX_T - 1);
+    S.steps = pick(S.steps, 1000, 1000, 300, 500, text);
+    S.batch = pick(S.batch, 64, 16, 32, 16, text);
+    S.seq_len = text ? pick(S.seq_len, 0, 128, 0, 64, 1) : SORT_MAX_T - 1;
+    S.d_model = pick(S.d_model, 32, 128, 32, 64, text);
+    if (S.heads < 0) S.heads = 4;
+    S.layers = pick(S.layers, 2, 4, 2, 2, text);
+    S.d_ff = pick(S.d_ff, 2 * S.d_model, 4 * S.d_model, 2 * S.d_model, 4 * S.d_model, text);
+    if (S.threads < 0) S.threads = 1;
+    S.eval_batches = pick(S.eval_batches, 8, 20, 8, 10, text);
+    if (S.mem_len < 0) S.mem_len = S.seq_len;
+    if (S.c_mem_len < 0) S.c_mem_len = (S.seq_len + 1) / 2;
+    if (S.lr < 0) S.lr = !text ? 1e-2f : S.quick ? 2e-3f : 1e-3f;
+    if (S.log_y < 0) S.log_y = !text; /* the sorter's loss falls to ~0.001 */
+}
+
+/* --models: names from ALL_MODELS, comma-separated, no repeats ("all" = every one) */
+static int parse_models(const char *list, const char **models) {
+    int n = 0;
+    const char *p = list;
+    if (strcmp(list, "all") == 0) {
+        for (n = 0; n < N_ALL; n++) models[n] = ALL_MODELS[n];
+        return n;
+    }
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int k = 0;
+        while (k < N_ALL && !(strlen(ALL_MODELS[k]) == len && strncmp(ALL_MODELS[k], p, len) == 0)) k++;
+        if (k == N_ALL)
+            die("unknown model \"%.*s\" in --models; choose among sdpa, relative, fast_weights, linear, compressive, "
+                "feedback, feedback_kv, metric, quadratic, pool, identity (or all)", (int)len, p);
+        for (int i = 0; i < n; i++)
+            if (models[i] == ALL_MODELS[k]) die("--models names \"%s\" twice", ALL_MODELS[k]);
+        models[n++] = ALL_MODELS[k];
+        p += len + (p[len] == ',');
+    }
+    if (n == 0) die("--models is empty; give at least one model (or all)");
+    return n;
+}
+
+/* whether a memory model (sequential loader) is among the models */
+static int uses_memory(const char *const *models, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(models[i], "relative") == 0 || strcmp(models[i], "compressive") == 0) return 1;
+    return 0;
+}
+
+/* a model of the study: a mixer name, or "compressive" = relative with compressed memories */
+static mf_model_config model_config(const char *model, const text_data *text) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = text ? text->V : SORT_VOCAB;
+    c.max_seq = text ? S.seq_len : SORT_MAX_T; /* the sorter: 2W positions, as sort.c */
+    c.d_model = S.d_model; c.n_heads = S.heads; c.n_layers = S.layers; c.d_ff = S.d_ff;
+    c.pos = (mf_pos_kind)choice_index("none|learned|sinusoidal", S.pos);
+    c.compressive = strcmp(model, "compressive") == 0;
+    c.mixer = c.compressive ? MF_MIXER_RELATIVE : (mf_mixer_kind)mf_mixer_from_name(model);
+    if (c.mixer == MF_MIXER_RELATIVE) c.mem_len = S.mem_len;
+    if (c.compressive) { c.c_mem_len = S.c_mem_len; c.compression_rate = S.compression_rate; }
+    return c;
+}
+
+/* ---- one run, in a child process: it reports to the parent through a pipe ---- */
+enum { MSG_POINT, MSG_RESULT };
+enum { RUN_OK, RUN_BUILD_FAILED, RUN_FAILED, RUN_DIVERGED, RUN_CRASHED };
+typedef struct run_msg {
+    int kind;
+    int status;                 /* MSG_RESULT */
+    int64_t step, tokens;       /* MSG_POINT: after this step; MSG_RESULT: the last step (or where it failed) */
+    double loss;                /* MSG_POINT: mean training loss (cross-entropy) since the previous point */
+    int64_t params;
+    double train_loss, valid_loss, score, ar, tok_s; /* score: accuracy (%) on the sorter, bits/char on text;
+                                                        ar: compressive, reconstruction loss of the last 10% of the steps */
+    char msg[600];              /* the error (MF__ERRLEN 512 + a prefix); a message stays below PIPE_BUF */
+} run_msg;
+
+typedef struct data {
+    const text_data *text;      /* NULL: the sorter */
+    shuffle_loader shuf;
+    seq_loader seq;
+    int sequential;
+    uint64_t rng;               /* the sorter's training batches */
+    int32_t *x, *y;
+} data;
+
+static void send_msg(int fd, const run_msg *m) {
+    const char *p = (const char *)m;
+    size_t left = sizeof *m;
+    while (left > 0) {
+        ssize_t n = write(fd, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) _exit(3); /* the parent is gone */
+        p += n; left -= (size_t)n;
+    }
+}
+
+static void send_result(int fd, int status, int64_t step, const char *fmt, ...) {
+    run_msg m;
+    va_list ap;
+    memset(&m, 0, sizeof m);
+    m.kind = MSG_RESULT; m.status = status; m.step = step;
+    va_start(ap, fmt);
+    vsnprintf(m.msg, sizeof m.msg, fmt, ap);
+    va_end(ap);
+    send_msg(fd, &m);
+}
+
+/* the next training batch: [B][T] ids and targets */
+static void next_batch(data *d, mf_model *model, int *B, int *T) {
+    int new_pass;
+    *B = S.batch; *T = S.seq_len;
+    if (!d->text) sort_batch(&d->rng, 1, S.batch, d->x, d->y);
+    else if (d->sequential) {
+        *T = seq_next(&d->seq, d->x, d->y, &new_pass);
+        if (new_pass) mf_model_reset_memory(model); /* a pass over the text starts with empty memories */
+    } else *B = shuffle_next(&d->shuf, S.batch, d->x, d->y);
+}
+
+static void open_data(data *d, const text_data *text, const mf_model_config *cfg) {
+    size_t n = (size_t)S.batch * (S.seq_len + 1);
+    memset(d, 0, sizeof *d);
+    d->text = text;
+    d->x = (int32_t *)malloc(n * sizeof *d->x); d->y = (int32_t *)malloc(n * sizeof *d->y);
+    if (!d->x || !d->y) die("out of memory");
+    d->rng = (uint64_t)S.seed * 2 + 1; /* as sort.c: training and evaluation draw from different streams */
+    if (!text) return;
+    d->sequential = has_memory(cfg);
+    shuffle_init(&d->shuf, text->ids, text->n_train, S.seq_len, (uint64_t)S.seed);
+    seq_init(&d->seq, text->ids, text->n_train, S.batch, S.seq_len);
+}
+
+/* validation: loss, and the accuracy (sorter) or bits per character (text) into *score */
+static double run_validation(mf_ctx *ctx, mf_model *model, data *d, double *score) {
+    double loss;
+    if (!d->text) {
+        uint64_t rng = (uint64_t)S.seed * 2 + 2 + 0x5EEDULL;
+        long n_scored;
+        *score = sort_evaluate(model, ctx, &rng, 1, S.batch, S.eval_batches, d->x, d->y, &n_scored, &loss);
+        return mf_ok(ctx) ? loss : NAN;
+    }
+    loss = validate(ctx, model, d->text->ids + d->text->n_train, d->text->n_valid, S.seq_len, S.batch, S.eval_batches,
+                    d->x, d->y, NULL);
+    *score = loss / log(2.0);
+    return loss;
+}
+
+/* the child: build, train, validate, report; returns the exit status (a failed child exits at
+   once: its memory goes with the process) */
+static int run_child(const char *model_name, int index, int n_runs, const text_data *text, int fd) {
+    mf_model_config cfg = model_config(model_name, text);
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, S.lr);
+    mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
+    mf_model *model;
+    data d;
+    progress pr = progress_new();
+    int every = S.steps / 50 > 0 ? S.steps / 50 : 1, tail = S.steps / 10 > 0 ? S.steps / 10 : 1;
+    double interval = 0, tail_sum = 0, ar_sum = 0, train_time = 0;
+    int64_t tokens = 0, step;
+
+    if (!ctx) { send_result(fd, RUN_BUILD_FAILED, 0, "out of memory"); return 1; }
+    mf_set_threads(ctx, S.threads);
+    if (!(model = mf_model_new(ctx, &cfg))) { send_result(fd, RUN_BUILD_FAILED, 0, "%s", mf_error(ctx)); return 1; }
+    opt.schedule.kind = MF_SCHED_COSINE; /* warm-up then cosine to lr/10, as train.c */
+    opt.schedule.warmup = S.steps / 10 < 100 ? S.steps / 10 : 100;
+    opt.schedule.total_steps = S.steps + 1; opt.schedule.min_lr = S.lr / 10;
+    open_data(&d, text, &cfg);
+    for (step = 1; step <= S.steps; step++) {
+        double t0 = mf_time();
+        float loss, ar;
+        int B, T;
+        next_batch(&d, model, &B, &T);
+        if (train_step(ctx, model, &opt, S.clip, d.x, d.y, B, T, &loss, &ar) < 0) {
+            progress_break(&pr);
+            send_result(fd, RUN_FAILED, step, "step %lld failed: %s", (long long)step, mf_error(ctx));
+            return 1;
+        }
+        if (!isfinite(loss)) {
+            progress_break(&pr);
+            send_result(fd, RUN_DIVERGED, step, "diverged at step %lld (loss %s)", (long long)step,
+                        isnan(loss) ? "NaN" : loss > 0 ? "+Inf" : "-Inf");
+            return 1;
+        }
+        train_time += mf_time() - t0;
+        tokens += (int64_t)B * T;
+        interval += loss - ar;
+        if (step > S.steps - tail) { tail_sum += loss - ar; ar_sum += ar; }
+        if (step % every == 0 || step == S.steps) { /* a point of the loss curve */
+            run_msg m;
+            memset(&m, 0, sizeof m);
+            m.kind = MSG_POINT; m.step = step; m.tokens = tokens;
+            m.loss = interval / (double)(step % every ? step % every : every);
+            send_msg(fd, &m);
+            interval = 0;
+        }
+        if (progress_due(&pr, 0, S.log_every > 0 && step % S.log_every == 0)) {
+            char eta[32];
+            format_eta((double)(S.steps - step) * train_time / (double)step, eta, sizeof eta);
+            progress_show(&pr, "[%d/%d] %-12s step %lld/%d  loss %.4f  %.0f tok/s  ETA %s", index + 1, n_runs, model_name,
+                          (long long)step, S.steps, (double)(loss - ar), (double)tokens / train_time, eta);
+        }
+    }
+    run_msg r;
+    memset(&r, 0, sizeof r);
+    r.kind = MSG_RESULT; r.status = RUN_OK; r.step = S.steps; r.tokens = tokens;
+    r.params = mf_param_count(ctx);
+    r.train_loss = tail_sum / tail;
+    r.ar = ar_sum / tail;
+    r.tok_s = (double)tokens / train_time;
+    r.valid_loss = run_validation(ctx, model, &d, &r.score);
+    if (!isfinite(r.valid_loss)) {
+        r.status = RUN_FAILED;
+        snprintf(r.msg, sizeof r.msg, "validation failed: %s", mf_ok(ctx) ? "the validation loss is not finite" : mf_error(ctx));
+    }
+    if (cfg.compressive && r.status == RUN_OK) snprintf(r.msg, sizeof r.msg, "reconstruction loss %.4f", r.ar);
+    send_msg(fd, &r);
+    mf_model_free(model);
+    mf_ctx_free(ctx);
+    free(d.x); free(d.y); free(d.shuf.perm);
+    return 0;
+}
+
+/* ---- the parent: one child per model, then the table and the plot ---- */
+typedef struct point { int64_t step, tokens; double loss; } point;
+typedef struct run {
+    const char *model;
+    run_msg result;
+    point *curve;
+    int n_curve, cap;
+    double wall_s, rss_mb;
+} run;
+
+/* read one message; 0 at the end of the stream */
+static int read_msg(int fd, run_msg *m) {
+    char *p = (char *)m;
+    size_t got = 0;
+    while (got < sizeof *m) {
+        ssize_t n = read(fd, p + got, sizeof *m - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return 0;
+        got += (size_t)n;
+    }
+    return 1;
+}
+
+static void add_point(run *r, const run_msg *m) {
+    if (r->n_curve == r->cap) {
+        point *p = (point *)realloc(r->curve, (size_t)(r->cap = r->cap ? 2 * r->cap : 128) * sizeof *p);
+        if (!p) die("out of memory");
+        r->curve = p;
+    }
+    r->curve[r->n_curve].step = m->step; r->curve[r->n_curve].tokens = m->tokens; r->curve[r->n_curve].loss = m->loss;
+    r->n_curve++;
+}
+
+/* fork, collect the child's messages, wait for it and take its own peak RSS */
+static void run_one(run *r, int index, int n_runs, const text_data *text) {
+    int fds[2], status = 0;
+    struct rusage ru;
+    run_msg m;
+    double t0 = mf_time();
+    pid_t pid;
+    memset(&r->result, 0, sizeof r->result);
+    r->result.status = -1;
+    fflush(stdout); fflush(stderr); /* nothing buffered may be written twice */
+    if (pipe(fds) < 0 || (pid = fork()) < 0) die("cannot start a run: %s", strerror(errno));
+    if (pid == 0) {
+        close(fds[0]);
+        int rc = run_child(r->model, index, n_runs, text, fds[1]);
+        fflush(stdout);
+        _exit(rc);
+    }
+    close(fds[1]);
+    while (read_msg(fds[0], &m)) {
+        if (m.kind == MSG_POINT) add_point(r, &m);
+        else r->result = m;
+    }
+    close(fds[0]);
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {}
+    r->wall_s = mf_time() - t0;
+#ifdef __APPLE__
+    r->rss_mb = (double)ru.ru_maxrss / (1024.0 * 1024.0); /* bytes */
+#else
+    r->rss_mb = (double)ru.ru_maxrss / 1024.0;            /* KiB */
+#endif
+    if (r->result.status < 0) { /* no result: it crashed */
+        int64_t last = r->n_curve ? r->curve[r->n_curve - 1].step : 0;
+        r->result.status = RUN_CRASHED; r->result.step = last;
+        if (WIFSIGNALED(status)) snprintf(r->result.msg, sizeof r->result.msg, "crashed (signal %d) after step %lld", WTERMSIG(status), (long long)last);
+        else snprintf(r->result.msg, sizeof r->result.msg, "exited with status %d after step %lld", WEXITSTATUS(status), (long long)last);
+    }
+}
+
+/* "3.045 bits/char" or "accuracy 99.1%" */
+static const char *score_text(const run *r, int text) {
+    static char buf[64];
+    if (text) snprintf(buf, sizeof buf, "%.3f bits/char", r->result.score);
+    else snprintf(buf, sizeof buf, "accuracy %.1f%%", r->result.score);
+    return buf;
+}
+
+static const char *status_text(const run *r) {
+    static char buf[700];
+    if (r->result.status == RUN_OK) snprintf(buf, sizeof buf, r->result.msg[0] ? "ok, %s" : "ok", r->result.msg);
+    else if (r->result.status == RUN_BUILD_FAILED) snprintf(buf, sizeof buf, "cannot build: %s", r->result.msg);
+    else snprintf(buf, sizeof buf, "%s", r->result.msg);
+    return buf;
+}
+
+/* one line per finished run (replacing its progress line on a terminal) */
+static void print_run_line(const run *r, int index, int n_runs, int text) {
+    progress pr = progress_new();
+    pr.open = pr.tty;
+    if (r->result.status == RUN_OK)
+        progress_show(&pr, "[%d/%d] %-12s valid loss %.4f (%s)  train loss %.4f  %.0f tok/s  %.0f MB  %.1f s", index + 1,
+                      n_runs, r->model, r->result.valid_loss, score_text(r, text), r->result.train_loss, r->result.tok_s,
+                      r->rss_mb, r->wall_s);
+    else progress_show(&pr, "[%d/%d] %-12s %s", index + 1, n_runs, r->model, status_text(r));
+    progress_break(&pr);
+}
+
+/* ---- outputs: Markdown table (stdout and PREFIX.md), CSV, curves CSV, SVG and PNG ---- */
+static void print_table(FILE *f, const run *runs, int n, int text) {
+    fprintf(f, "| model | params | train loss | valid loss | %s | tok/s | peak RSS (MB) | wall (s) | status |\n",
+            text ? "bits/char" : "accuracy");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int i = 0; i < n; i++) {
+        const run *r = &runs[i];
+        if (r->result.status == RUN_OK)
+            fprintf(f, "| %-12s | %lld | %.4f | %.4f | %.*f%s | %.0f | %.0f | %.1f | %s |\n", r->model,
+                    (long long)r->result.params, r->result.train_loss, r->result.valid_loss, text ? 3 : 1, r->result.score,
+                    text ? "" : "%", r->result.tok_s, r->rss_mb, r->wall_s, status_text(r));
+        else
+            fprintf(f, "| %-12s | - | - | - | - | - | %.0f | %.1f | %s |\n", r->model, r->rss_mb, r->wall_s, status_text(r));
+    }
+}
+
+static FILE *open_out(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) die("cannot write \"%s\": %s (does the directory exist?)", path, strerror(errno));
+    return f;
+}
+static void close_out(FILE *f, const char *path) {
+    if (ferror(f) | fclose(f)) die("cannot write \"%s\": %s", path, strerror(errno));
+}
+
+/* CSV: a header and a row per model; numbers empty for a failed run; the status quoted last */
+static void write_csv(const char *path, const run *runs, int n, int text) {
+    FILE *f = open_out(path);
+    fprintf(f, "model,params,train_loss,valid_loss,%s,tokens_per_s,peak_rss_mb,wall_s,step,status\n",
+            text ? "bits_per_char" : "accuracy_pct");
+    for (int i = 0; i < n; i++) {
+        const run *r = &runs[i];
+        char status[700];
+        snprintf(status, sizeof status, "%s", status_text(r));
+        for (char *c = status; *c; c++) if (*c == '"') *c = '\''; /* one quoted field, no escapes needed */
+        if (r->result.status == RUN_OK)
+            fprintf(f, "%s,%lld,%.6f,%.6f,%.4f,%.1f,%.1f,%.2f,%lld,\"%s\"\n", r->model, (long long)r->result.params,
+                    r->result.train_loss, r->result.valid_loss, r->result.score, r->result.tok_s, r->rss_mb, r->wall_s,
+                    (long long)r->result.step, status);
+        else
+            fprintf(f, "%s,,,,,,%.1f,%.2f,%lld,\"%s\"\n", r->model, r->rss_mb, r->wall_s, (long long)r->result.step, status);
+    }
+    close_out(f, path);
+}
+
+static void write_curves(const char *path, const run *runs, int n) {
+    FILE *f = open_out(path);
+    fprintf(f, "model,step,tokens,train_loss\n");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < runs[i].n_curve; k++)
+            if (isfinite(runs[i].curve[k].loss))
+                fprintf(f, "%s,%lld,%lld,%.6f\n", runs[i].model, (long long)runs[i].curve[k].step,
+                        (long long)runs[i].curve[k].tokens, runs[i].curve[k].loss);
+    close_out(f, path);
+}
+
+/* a "nice" tick spacing near range / 6: 1, 2 or 5 times a power of ten */
+static double nice_step(double range) {
+    double raw = range / 6, p = pow(10, floor(log10(raw))), r = raw / p;
+    return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * p;
+}
+
+/* the nearest 1, 2 or 5 times a power of ten at or below v (up: at or above) */
+static double log_tick(double v, int up) {
+    double p = pow(10, floor(log10(v))), r = v / p * (1 + (up ? -1e-9 : 1e-9));
+    if (up) return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * p;
+    return (r >= 5 ? 5 : r >= 2 ? 2 : 1) * p;
+}
+
+/* a chart axis: data range [lo, hi] drawn from pixel p0 to p1, linear or logarithmic */
+typedef struct axis { double lo, hi, p0, p1; int log; } axis;
+
+static double axis_px(const axis *a, double v) {
+    double t;
+    v = v > a->hi ? a->hi : v < a->lo ? a->lo : v; /* a diverging run's larger values: at the edge */
+    t = a->log ? log10(v / a->lo) / log10(a->hi / a->lo) : (v - a->lo) / (a->hi - a->lo);
+    return a->p0 + t * (a->p1 - a->p0);
+}
+
+/* Tick values into ticks (at most max); with widen, lo and hi move out to ticks first. Linear: a
+   nice step; logarithmic: 1, 2 and 5 times the powers of ten (only the powers over > 3 decades). */
+static int axis_ticks(axis *a, int widen, double *ticks, int max) {
+    int n = 0;
+    if (a->log) {
+        static const double mult[3] = {1, 2, 5};
+        if (widen) { a->lo = log_tick(a->lo, 0); a->hi = log_tick(a->hi, 1); }
+        int every = log10(a->hi / a->lo) > 3.01 ? 3 : 1;
+        for (double d = pow(10, floor(log10(a->lo))); d <= a->hi * 1.0001 && n < max; d *= 10)
+            for (int k = 0; k < 3 && n < max; k += every)
+                if (d * mult[k] >= a->lo * 0.9999 && d * mult[k] <= a->hi * 1.0001) ticks[n++] = d * mult[k];
+        return n;
+    }
+    double step = nice_step(a->hi - a->lo);
+    if (widen) { a->lo = floor(a->lo / step) * step; a->hi = ceil(a->hi / step) * step; }
+    for (double v = ceil(a->lo / step - 1e-9) * step; v <= a->hi + step * 1e-6 && n < max; v += step)
+        ticks[n++] = fabs(v) < step * 1e-6 ? 0.0 : v;
+    return n;
+}
+
+static void xml_text(FILE *f, const char *s) {
+    for (; *s; s++)
+        if (*s == '<') fputs("&lt;", f); else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f); else if (*s == '"') fputs("&quot;", f); else fputc(*s, f);
+}
+
+static const char *const COLORS[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                     "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"};
+#define N_COLORS ((int)(sizeof COLORS / sizeof COLORS[0]))
+
+/* The axes of the loss chart: x from 0 to the last step; y from the lowest point to the highest
+   first point (the initial loss), so a diverging run cannot squash the others. */
+static void chart_axes(const run *runs, int n, int log_y, axis *x, axis *y) {
+    x->lo = 0; x->hi = 1; x->log = 0;
+    y->lo = INFINITY; y->hi = -INFINITY; y->log = log_y;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < runs[i].n_curve; k++) {
+            double v = runs[i].curve[k].loss;
+            if ((double)runs[i].curve[k].step > x->hi) x->hi = (double)runs[i].curve[k].step;
+            if (!isfinite(v) || (log_y && v <= 0)) continue;
+            if (v < y->lo) y->lo = v;
+            if (k == 0 && v > y->hi) y->hi = v;
+        }
+    if (!isfinite(y->lo)) { y->lo = log_y ? 0.1 : 0; y->hi = 1; }
+    if (!(y->hi > y->lo)) y->hi = log_y ? y->lo * 10 : y->lo + 1;
+}
+
+static void svg_line(FILE *f, double x1, double y1, double x2, double y2) {
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x1, y1, x2, y2);
+}
+
+/* the loss curves as an SVG line chart: grid, ticks, labels, legend, a polyline per model */
+static void write_svg(const char *path, const run *runs, int n, const char *title, int log_y) {
+    const double W = 900, H = 540, L = 70, R = 190, TOP = 44, BOT = 56, right = W - R, bottom = H - BOT;
+    double xt[64], yt[64];
+    int nx, ny, legend = 0;
+    axis x, y;
+    FILE *f = open_out(path);
+    chart_axes(runs, n, log_y, &x, &y);
+    x.p0 = L; x.p1 = right; y.p0 = bottom; y.p1 = TOP;
+    ny = axis_ticks(&y, 1, yt, 64);
+    nx = axis_ticks(&x, 0, xt, 64);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H, W, H);
+    fprintf(f, "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">", (L + right) / 2);
+    xml_text(f, title);
+    fprintf(f, "</text>\n<g stroke=\"#ddd\">\n");
+    for (int i = 0; i < ny; i++) svg_line(f, L, axis_px(&y, yt[i]), right, axis_px(&y, yt[i]));
+    for (int i = 0; i < nx; i++) svg_line(f, axis_px(&x, xt[i]), TOP, axis_px(&x, xt[i]), bottom);
+    fprintf(f, "</g>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", L, TOP,
+            right - L, bottom - TOP);
+    for (int i = 0; i < ny; i++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, axis_px(&y, yt[i]) + 4, yt[i]);
+    for (int i = 0; i < nx; i++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", axis_px(&x, xt[i]), bottom + 18, xt[i]);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">optimizer step</text>\n", (L + right) / 2, H - 12);
+    fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">training loss (nats, "
+               "cross-entropy%s)</text>\n", (TOP + bottom) / 2, (TOP + bottom) / 2, log_y ? ", log scale" : "");
+    for (int i = 0; i < n; i++) {
+        const char *color = COLORS[i % N_COLORS];
+        int drawn = 0;
+        for (int k = 0; k < runs[i].n_curve; k++) {
+            double v = runs[i].curve[k].loss;
+            if (!isfinite(v) || (log_y && v <= 0)) continue;
+            if (!drawn++) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"", color);
+            fprintf(f, "%.1f,%.1f ", axis_px(&x, (double)runs[i].curve[k].step), axis_px(&y, v));
+        }
+        if (!drawn) continue;
+        fprintf(f, "\"><title>%s</title></polyline>\n", runs[i].model);
+        fprintf(f, "<g stroke=\"%s\" stroke-width=\"3\">", color);
+        svg_line(f, right + 14, TOP + 10 + 20.0 * legend, right + 38, TOP + 10 + 20.0 * legend);
+        fprintf(f, "</g><text x=\"%.0f\" y=\"%.0f\">%s</text>\n", right + 44, TOP + 14 + 20.0 * legend, runs[i].model);
+        legend++;
+    }
+    fprintf(f, "</svg>\n");
+    close_out(f, path);
+}
+
+/* the same chart as PNG through gnuplot, when it is installed; 0 when the PNG was written */
+static int write_png(const char *png, const char *curves, const run *runs, int n, const char *title, int log_y) {
+    FILE *g;
+    if (system("command -v gnuplot > /dev/null 2>&1") != 0 || !(g = popen("gnuplot > /dev/null 2>&1", "w"))) return -1;
+    remove(png);
+    fprintf(g, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 900,540 noenhanced } "
+               "else { set terminal png size 900,540 noenhanced }\n");
+    fprintf(g, "set output '%s'\nset datafile separator ','\nset key outside right\nset grid\n", png);
+    fprintf(g, "set title '%s'\nset xlabel 'optimizer step'\nset ylabel 'training loss (nats, cross-entropy%s)'\n%s", title,
+            log_y ? ", log scale" : "", log_y ? "set logscale y\n" : "");
+    fprintf(g, "names = '");
+    for (int i = 0; i < n; i++) if (runs[i].n_curve) fprintf(g, "%s ", runs[i].model);
+    fprintf(g, "'\ncolors = '");
+    for (int i = 0; i < n; i++) if (runs[i].n_curve) fprintf(g, "%s ", COLORS[i % N_COLORS]); /* as in the SVG */
+    fprintf(g, "'\nplot for [i=1:words(names)] '%s' using 2:(strcol(1) eq word(names, i) ? $4 : NaN) "
+               "with lines lw 2 lc rgb word(colors, i) title word(names, i)\n", curves);
+    if (pclose(g) != 0) return -1;
+    FILE *f = fopen(png, "rb");
+    if (!f) return -1;
+    fclose(f);
+    return 0;
+}
+
+/* "Tiny Shakespeare-like text (input.txt, ...)": the setup line of the Markdown file and the plot */
+static void describe(char *buf, size_t size, const char *path, const text_data *text, int n_runs) {
+    int k;
+    if (text)
+        k = snprintf(buf, size, "character-level LM on %s (%zu bytes, %d characters; 90%% train, 10%% valid)", path,
+                     text->len, text->V);
+    else k = snprintf(buf, size, "array sorter (SPEC.md 13, solvable form, %d tokens of {0,1,2})", SORT_W);
+    snprintf(buf + k, size - (size_t)k, "; %d models: d_model %d, %d heads, %d layers, d_ff %d, T %d, %s positions; batch %d, "
+             "%d steps (%lld tokens), Adam lr %g (warm-up, cosine to lr/10), clip %g, seed %d, %d thread%s; relative and "
+             "compressive mem_len %d, compressive c_mem_len %d, rate %d", n_runs, S.d_model, S.heads, S.layers, S.d_ff,
+             S.seq_len, S.pos, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, (double)S.lr, (double)S.clip,
+             S.seed, S.threads, S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate);
+}
+
+static void write_markdown(const char *path, const char *command, const char *setup, const char *plot,
+                           const run *runs, int n, int text) {
+    FILE *f = open_out(path);
+    fprintf(f, "Command: `%s`\n\nSetup: %s.\n\n", command, setup);
+    print_table(f, runs, n, text);
+    fprintf(f, "\nTrain loss: mean cross-entropy of the last 10%% of the steps; valid loss: %s. Tokens/s: "
+               "training only; peak RSS: the run's own process.\n\n![loss curves](%s)\n",
+            text ? "cross-entropy on the validation text" : "cross-entropy on held-out batches; accuracy on the sorted half",
+            plot);
+    close_out(f, path);
+}
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL, *models[N_ALL];
+    unsigned char given[N_OPTIONS] = {0};
+    char command[2048], setup[1024], title[300], csv[4096], md[4096], curves[4096], svg[4096], png[4096];
+    text_data text;
+    int n_runs, k = snprintf(command, sizeof command, "%s", argv[0]);
+    run *runs;
+
+    parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
+    for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);
+    n_runs = parse_models(S.models, models);
+    resolve_defaults(path != NULL, given);
+    if (path) {
+        text_load(&text, path);
+        text_need_windows(&text, path, S.seq_len);
+        if (uses_memory(models, n_runs) && (text.n_train / S.batch < 2 || text.n_valid / S.batch < 2))
+            die("\"%s\" is too short for --batch %d: cut into %d columns, the %s text leaves fewer than 2 characters "
+                "per column; use a smaller --batch", path, S.batch, S.batch, text.n_train / S.batch < 2 ? "training" : "validation");
+    }
+    snprintf(csv, sizeof csv, "%s.csv", S.out); snprintf(md, sizeof md, "%s.md", S.out);
+    snprintf(curves, sizeof curves, "%s_curves.csv", S.out); snprintf(svg, sizeof svg, "%s.svg", S.out);
+    snprintf(png, sizeof png, "%s.png", S.out);
+    close_out(open_out(csv), csv); /* fail now, not after an hour of training */
+    describe(setup, sizeof setup, path ? base_name(path) : NULL, path ? &text : NULL, n_runs);
+    if (path) snprintf(title, sizeof title, "training loss, character-level LM on %s", base_name(path));
+    else snprintf(title, sizeof title, "training loss, array sorter");
+    for (char *c = title; *c; c++) if (*c == '\'') *c = ' '; /* gnuplot quotes it */
+    printf("ablation: %s\n", setup);
+
+    if (!(runs = (run *)calloc((size_t)n_runs, sizeof *runs))) die("out of memory");
+    for (int i = 0; i < n_runs; i++) {
+        runs[i].model = models[i];
+        run_one(&runs[i], i, n_runs, path ? &text : NULL);
+        print_run_line(&runs[i], i, n_runs, path != NULL);
+    }
+    printf("\n");
+    print_table(stdout, runs, n_runs, path != NULL);
+    write_csv(csv, runs, n_runs, path != NULL);
+    write_curves(curves, runs, n_runs);
+    write_svg(svg, runs, n_runs, title, S.log_y);
+    int have_png = write_png(png, curves, runs, n_runs, title, S.log_y) == 0;
+    write_markdown(md, command, setup, base_name(svg), runs, n_runs, path != NULL); /* the SVG: always there */
+    printf("\nwrote %s, %s, %s, %s%s%s\n", md, csv, curves, svg, have_png ? ", " : " (no gnuplot: no PNG)",
+           have_png ? png : "");
+    for (int i = 0; i < n_runs; i++) free(runs[i].curve);
+    free(runs);
+    if (path) text_free(&text);
+    return 0;
+}

@@ -1,0 +1,163 @@
+/* test_loaders.c - the data side of the examples (examples/common.h): the sequential loader of the
+   memory models against SPEC.md section 12 (its Tiny Shakespeare batch counts, column layout,
+   short last batch, passes), the shuffled loader (epochs are permutations, windows in bounds,
+   --resume replays the same batches), the array sorter's batches (SPEC.md 13, both forms) and the
+   option table (flags, aliases, values and their errors). */
+#define _POSIX_C_SOURCE 200809L
+#define METAFORMER_IMPLEMENTATION
+#include "metaformer.h"
+#define EX_PROG "test_loaders"
+#include "examples/common.h"
+#include "mf_test.h"
+
+/* SPEC.md 12: Tiny Shakespeare's training split (1,003,854 ids), B = 32: columns of n = 31,370;
+   T = 2 -> 15,685 batches; T = 8 -> 3,922 batches, the last of length 1. Ids are their positions
+   here, so every token says where it came from. */
+static void check_sequential(int T, int64_t want_batches, int want_last) {
+    const int64_t len = 1003854;
+    const int B = 32;
+    int32_t *ids = (int32_t *)malloc((size_t)len * sizeof *ids), *x = (int32_t *)malloc((size_t)B * T * sizeof *x);
+    int32_t *y = (int32_t *)malloc((size_t)B * T * sizeof *y);
+    seq_loader L;
+    int64_t batches = 0, idx = 0, bad = 0, pass;
+    int Tb = 0, new_pass;
+    for (int64_t i = 0; i < len; i++) ids[i] = (int32_t)i;
+    MFT_CHECK(seq_init(&L, ids, len, B, T) == 0);
+    MFT_CHECK(L.n == 31370);
+    MFT_CHECK(seq_batches(&L) == want_batches);
+    for (pass = 0; pass < 2; pass++) { /* the second pass starts over with new_pass set */
+        for (batches = 0, idx = 0; batches < want_batches; batches++) {
+            Tb = seq_next(&L, x, y, &new_pass);
+            bad += new_pass != (batches == 0);
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < Tb; t++) /* row b continues column b: ids[b * n + idx + t] */
+                    bad += x[b * Tb + t] != b * L.n + idx + t || y[b * Tb + t] != x[b * Tb + t] + 1;
+            idx += Tb;
+        }
+        MFT_CHECK(Tb == want_last);
+        MFT_CHECK(idx == L.n - 1); /* every input position of the columns once */
+    }
+    MFT_CHECK(bad == 0);
+    free(ids); free(x); free(y);
+}
+static void test_sequential_t2(void) { check_sequential(2, 15685, 1); }
+static void test_sequential_t8(void) { check_sequential(8, 3922, 1); }
+
+static void test_sequential_too_short(void) {
+    int32_t ids[7] = {0};
+    seq_loader L;
+    MFT_CHECK(seq_init(&L, ids, 7, 4, 8) < 0); /* columns of 1 token: no target */
+    MFT_CHECK(seq_init(&L, ids, 7, 3, 8) == 0);
+}
+
+/* an epoch is a permutation of the windows; every window lies inside the text */
+static void test_shuffled_epoch(void) {
+    enum { N = 1000, T = 16, B = 5 };
+    int32_t ids[N], x[B * T], y[B * T];
+    int seen[N / T] = {0};
+    shuffle_loader L;
+    int64_t windows = 0, bad = 0;
+    for (int i = 0; i < N; i++) ids[i] = i;
+    shuffle_init(&L, ids, N, T, 7);
+    MFT_CHECK(L.items == (N - 1) / T);
+    while (windows < L.items) {
+        int b = shuffle_next(&L, B, x, y);
+        for (int r = 0; r < b; r++) {
+            int start = x[r * T];
+            seen[start / T]++;
+            bad += start % T > T - 1 || start + T + 1 > N;
+            for (int t = 0; t < T; t++) bad += x[r * T + t] != start + t || y[r * T + t] != start + t + 1;
+        }
+        windows += b;
+    }
+    MFT_CHECK(windows == L.items && bad == 0);
+    for (int i = 0; i < L.items; i++) MFT_CHECK(seen[i] == 1);
+    shuffle_next(&L, B, x, y); /* the next epoch starts */
+    MFT_CHECK(L.pos == B);
+    free(L.perm);
+}
+
+/* --resume: a loader restored from (epoch_rng, rng, pos) gives the same batches as the original */
+static void test_shuffled_restore(void) {
+    enum { N = 700, T = 8, B = 6 };
+    int32_t ids[N], x1[B * T], y1[B * T], x2[B * T], y2[B * T];
+    for (int i = 0; i < N; i++) ids[i] = (i * 7) % 13;
+    for (int stop = 0; stop < 40; stop += 13) {
+        shuffle_loader a, b;
+        int same = 1;
+        shuffle_init(&a, ids, N, T, 3);
+        for (int k = 0; k < stop; k++) shuffle_next(&a, B, x1, y1);
+        shuffle_init(&b, ids, N, T, 99);
+        shuffle_restore(&b, a.epoch_rng, a.rng, a.pos);
+        for (int k = 0; k < 30; k++) {
+            int n1 = shuffle_next(&a, B, x1, y1), n2 = shuffle_next(&b, B, x2, y2);
+            same &= n1 == n2 && memcmp(x1, x2, sizeof x1) == 0 && memcmp(y1, y2, sizeof y1) == 0;
+        }
+        MFT_CHECK(same);
+        free(a.perm); free(b.perm);
+    }
+}
+
+/* the solvable form: x, then sorted(x); only the W positions that predict the sorted half count */
+static void test_sorter_batches(void) {
+    enum { B = 50 };
+    int32_t ids[B * SORT_MAX_T], tg[B * SORT_MAX_T];
+    uint64_t rng = 11;
+    int bad = 0, T = sort_batch(&rng, 1, B, ids, tg);
+    MFT_CHECK(T == 2 * SORT_W - 1);
+    for (int b = 0; b < B; b++) {
+        const int32_t *id = ids + b * T, *t = tg + b * T;
+        int count[SORT_VOCAB] = {0}, sorted_count[SORT_VOCAB] = {0};
+        for (int i = 0; i < SORT_W; i++) count[id[i]]++;
+        for (int i = 0; i < T; i++) bad += i < SORT_W - 1 ? t[i] != -1 : t[i] < 0 || t[i] >= SORT_VOCAB;
+        for (int w = 0; w < SORT_W; w++) {
+            sorted_count[t[SORT_W - 1 + w]]++;
+            bad += w > 0 && t[SORT_W - 1 + w] < t[SORT_W - 2 + w];               /* ascending */
+            bad += w < SORT_W - 1 && id[SORT_W + w] != t[SORT_W - 1 + w];        /* fed back as input */
+        }
+        for (int v = 0; v < SORT_VOCAB; v++) bad += count[v] != sorted_count[v];
+    }
+    MFT_CHECK(bad == 0);
+    T = sort_batch(&rng, 0, B, ids, tg); /* the seed form: position w predicts sorted(x)[w] */
+    MFT_CHECK(T == SORT_W);
+    for (int b = 0; b < B; b++)
+        for (int w = 1; w < SORT_W; w++) bad += tg[b * T + w] < tg[b * T + w - 1];
+    MFT_CHECK(bad == 0);
+}
+
+static void test_options(void) {
+    struct { const char *mixer; int n, flag; float lr; } v = {"sdpa", 3, 0, 0.5f};
+    const option opts[] = {
+        {"mixer", OPT_TEXT, &v.mixer, SAVED, 0, "sdpa|feedback", "mixer"},
+        {"feedback", OPT_ALIAS, &v.mixer, RUN_ONLY, 0, "feedback", "alias"},
+        {"n", OPT_INT, &v.n, SAVED, 1, NULL, "an int"},
+        {"flag", OPT_FLAG, &v.flag, SAVED, 0, NULL, "a flag"},
+        {"lr", OPT_FLOAT, &v.lr, SAVED, 0, NULL, "a float"},
+    };
+    char *argv[] = {"prog", "file.txt", "--feedback", "--n=7", "--flag", "--lr", "0.25", NULL};
+    unsigned char given[5] = {0};
+    const char *file = NULL;
+    char buf[64];
+    parse_options(7, argv, opts, 5, given, &file, NULL);
+    MFT_CHECK(file && strcmp(file, "file.txt") == 0);
+    MFT_CHECK(strcmp(v.mixer, "feedback") == 0 && given[0] == 2 && given[1] == 1);
+    MFT_CHECK(v.n == 7 && v.flag == 1 && v.lr == 0.25f);
+    MFT_CHECK(strcmp(format_option(&opts[4], buf, sizeof buf), "0.25") == 0);
+    MFT_CHECK(strstr(set_option(&opts[2], "0"), "--n must be >= 1") != NULL);
+    MFT_CHECK(strstr(set_option(&opts[2], "1.5"), "expects an integer") != NULL);
+    MFT_CHECK(strstr(set_option(&opts[3], "2"), "expects 0 or 1") != NULL);
+    MFT_CHECK(strstr(set_option(&opts[0], "pool"), "choose one of sdpa|feedback") != NULL);
+    MFT_CHECK(set_option(&opts[3], "0") == NULL && v.flag == 0);
+    MFT_CHECK(choice_index("none|learned|sinusoidal", "learned") == 1 && choice_index("none|learned", "learn") == -1);
+}
+
+int main(void) {
+    MFT_RUN(test_sequential_t2);
+    MFT_RUN(test_sequential_t8);
+    MFT_RUN(test_sequential_too_short);
+    MFT_RUN(test_shuffled_epoch);
+    MFT_RUN(test_shuffled_restore);
+    MFT_RUN(test_sorter_batches);
+    MFT_RUN(test_options);
+    return mft_finish();
+}
