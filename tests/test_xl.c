@@ -257,11 +257,341 @@ static void test_rel_shape_errors(void) {
     mf_ctx_free(ctx);
 }
 
+/* ---- the model: tiny configs, non-zero tables, segments -------------------------------------- */
+enum { XV = 11 };
+
+static mf_model_config xl_tiny(int mem_len, int compressive) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = XV; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 12; c.max_seq = 8;
+    c.mixer = MF_MIXER_RELATIVE; c.pos = MF_POS_NONE; c.ffn_act = MF_ACT_GELU;
+    c.mem_len = mem_len; c.compressive = compressive; c.c_mem_len = 3; c.compression_rate = 2;
+    return c;
+}
+
+/* u, R and S start at zero (SPEC 5.1); give them values (R, S on the rows near P) so they matter */
+static void xl_tables(mf_model *m, uint64_t seed) {
+    const mf_model_config *c = mf_model_get_config(m);
+    int l, H = c->n_heads, dk = c->d_model / c->n_heads;
+    for (l = 0; l < c->n_layers; l++) {
+        char nm[64];
+        mf_tensor *u, *R, *S;
+        int64_t i, lo = (int64_t)(MF_XL_P - 24) * H, hi = (int64_t)(MF_XL_P + 8) * H;
+        snprintf(nm, sizeof nm, "layers.%d.attn.u", l); u = mf_param_find(m->ctx, nm);
+        snprintf(nm, sizeof nm, "layers.%d.attn.r", l); R = mf_param_find(m->ctx, nm);
+        snprintf(nm, sizeof nm, "layers.%d.attn.s", l); S = mf_param_find(m->ctx, nm);
+        if (!u || !R || !S) return;
+        ra_fill(u, seed + 10 * l, 0.5f);
+        for (i = lo * dk; i < hi * dk; i++) R->data[i] = 0.5f * ra_unif(seed + 10 * l + 1, (uint64_t)i);
+        for (i = lo; i < hi; i++) S->data[i] = ra_unif(seed + 10 * l + 2, (uint64_t)i);
+    }
+}
+
+/* the ids and targets of segment s (B x T, row-major); a few targets are -1 */
+static void xl_segment(int s, int B, int T, int32_t *ids, int32_t *tg) {
+    int b, t;
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++) {
+            ids[b * T + t] = (7 * s + 3 * b + 5 * t + 1 + (s * t) % 3) % XV;
+            tg[b * T + t] = (t + s) % 5 == 4 ? -1 : (11 * s + 2 * b + 3 * t + 4) % XV;
+        }
+}
+
+/* A model evaluated on segment n_prime after n_prime earlier segments that fill the memories. For
+   the gradient checks the earlier segments run with the parameters theta0 of setup (not the
+   checker's theta), so the memories are constants there as in the model's math (sg). */
+typedef struct xl_case {
+    mf_model_config cfg;
+    mf_model *model;
+    int B, T, n_prime;
+    int what;          /* 0 logits, 1 loss (CE + AR), 2 the AR loss alone */
+    int only_cmp;      /* freeze every parameter but the compressors */
+    int no_tables;     /* freeze R and S (elementwise checks: most of their rows are invisible) */
+    float *theta0;
+    int64_t n_theta;
+} xl_case;
+
+static int xl_setup(mf_ctx *ctx, void *user) {
+    xl_case *c = (xl_case *)user;
+    int i;
+    mf_model_free(c->model);
+    mf_set_threads(ctx, 1); /* tiny graphs */
+    c->model = mf_model_new(ctx, &c->cfg);
+    if (!c->model) return -1;
+    xl_tables(c->model, 77);
+    for (i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *p = mf_param_at(ctx, i);
+        int cmp = strstr(p->name, ".compress.") != NULL, tab = strstr(p->name, ".attn.r") || strstr(p->name, ".attn.s");
+        if ((c->only_cmp && !cmp) || (c->no_tables && tab)) mf_param_set_trainable(p, 0);
+    }
+    if (!c->theta0) {
+        c->n_theta = mf_param_count(ctx);
+        c->theta0 = (float *)malloc((size_t)c->n_theta * sizeof(float));
+        memcpy(c->theta0, mf_param_data(ctx), (size_t)c->n_theta * sizeof(float));
+    }
+    return 0;
+}
+static mf_tensor *xl_forward(mf_ctx *ctx, void *user) {
+    xl_case *c = (xl_case *)user;
+    int32_t ids[64], tg[64];
+    float *theta = (float *)malloc((size_t)c->n_theta * sizeof(float));
+    int s, grad;
+    mf_tensor *out;
+    memcpy(theta, mf_param_data(ctx), (size_t)c->n_theta * sizeof(float));
+    memcpy(mf_param_data(ctx), c->theta0, (size_t)c->n_theta * sizeof(float));
+    grad = mf_set_grad(ctx, 0);
+    for (s = 0; s < c->n_prime; s++) {
+        xl_segment(s, c->B, c->T, ids, tg);
+        mf_model_forward(c->model, ids, c->B, c->T);
+    }
+    mf_set_grad(ctx, grad);
+    memcpy(mf_param_data(ctx), theta, (size_t)c->n_theta * sizeof(float));
+    free(theta);
+    xl_segment(c->n_prime, c->B, c->T, ids, tg);
+    if (c->what == 1) return mf_model_loss(c->model, ids, tg, c->B, c->T);
+    out = mf_model_forward(c->model, ids, c->B, c->T);
+    return c->what == 2 ? mf__xl_aux_loss(c->model) : out;
+}
+
+static void xl_check(const char *name, xl_case c, int elementwise) {
+    gc_opts o = gc_defaults();
+    o.max_per_input = 24; /* every evaluation builds a model with 2 x 8192-row tables: sample */
+    if (elementwise) MFT_CHECK(GC_OK(gc_check_params(name, xl_setup, xl_forward, &c, &o)));
+    else MFT_CHECK(GC_OK(gc_check_dir(name, xl_setup, xl_forward, &c, 6, &o)));
+    mf_model_free(c.model);
+    free(c.theta0);
+}
+
+/* gradient checks of the whole model: without memory, with XL memories, compressive (the logits
+   through the compressed memories; the AR loss into the compressors) */
+static void test_model_gradients(void) {
+    xl_case c;
+    memset(&c, 0, sizeof c);
+    c.B = 2; c.T = 3;
+    c.cfg = xl_tiny(0, 0); c.cfg.pos = MF_POS_LEARNED; c.no_tables = 1;
+    xl_check("relative logits", c, 1);
+    c.no_tables = 0; c.what = 1; c.cfg.dropout = 0.2f;
+    xl_check("relative loss + dropout (directional)", c, 0);
+    c.cfg = xl_tiny(4, 0); c.n_prime = 2; c.what = 0; c.no_tables = 1;
+    xl_check("xl logits with memory", c, 1);
+    c.no_tables = 0; c.what = 1;
+    xl_check("xl loss with memory (directional)", c, 0);
+    c.cfg = xl_tiny(4, 1); c.what = 0; c.no_tables = 1; /* segments of 3, mem_len 4: the third compresses */
+    xl_check("compressive logits with memory", c, 1);
+    c.no_tables = 0;
+    xl_check("compressive logits (directional)", c, 0);
+    c.what = 2; c.only_cmp = 1;
+    xl_check("compressive AR loss -> compressors", c, 1);
+}
+
+/* a model on its own single-threaded context, tables filled */
+static mf_model *xl_model(mf_ctx **ctx, const mf_model_config *cfg, uint64_t seed) {
+    mf_model *m;
+    *ctx = mf_ctx_new(seed);
+    mf_set_threads(*ctx, 1);
+    m = mf_model_new(*ctx, cfg);
+    MFT_CHECK(m != NULL);
+    if (!m) printf("    %s\n", mf_error(*ctx));
+    else xl_tables(m, seed);
+    return m;
+}
+
+static double xl_rel(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 1e-6;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= num)) num = d;
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    }
+    return num / den;
+}
+
+/* segment A then segment B with memory = the B positions of one forward over [A ; B] (memory
+   fully visible, relative positions continue); reset and the two slots are independent */
+static void test_memory_continues_the_sequence(void) {
+    enum { B = 2, TA = 5, TB = 3, T = TA + TB };
+    mf_model_config cfg = xl_tiny(8, 0);
+    mf_ctx *ctx;
+    mf_model *m = xl_model(&ctx, &cfg, 5);
+    int32_t ab[B * T], a[B * TA], b[B * TB], tg[B * T];
+    float segB[B * TB * XV], fresh[B * TB * XV];
+    mf_tensor *lo;
+    int i, t;
+    if (!m) { mf_ctx_free(ctx); return; }
+    xl_segment(0, B, T, ab, tg);
+    for (i = 0; i < B; i++)
+        for (t = 0; t < T; t++) {
+            if (t < TA) a[i * TA + t] = ab[i * T + t]; else b[i * TB + t - TA] = ab[i * T + t];
+        }
+    mf_set_grad(ctx, 0);
+    MFT_CHECK(mf_model_forward(m, a, B, TA) != NULL);
+    lo = mf_model_forward(m, b, B, TB);
+    MFT_CHECK(lo != NULL);
+    if (lo) memcpy(segB, lo->data, sizeof segB);
+    MFT_CHECK(mf_model_memory_slot(m, 1) == 0); /* slot 1: empty, one forward over [A ; B] */
+    lo = mf_model_forward(m, ab, B, T);
+    MFT_CHECK(lo != NULL);
+    for (i = 0; lo && i < B; i++) {
+        double e = xl_rel(segB + i * TB * XV, lo->data + ((int64_t)i * T + TA) * XV, TB * XV);
+        if (!(e <= 1e-5)) printf("    row %d: segment B with memory vs full forward: rel err %.3g\n", i, e);
+        MFT_CHECK(e <= 1e-5);
+    }
+    /* reset: B alone from an empty memory, the same in either slot */
+    mf_model_reset_memory(m);
+    lo = mf_model_forward(m, b, B, TB);
+    if (lo) memcpy(fresh, lo->data, sizeof fresh);
+    MFT_CHECK(mf_model_memory_slot(m, 0) == 1);
+    mf_model_reset_memory(m);
+    lo = mf_model_forward(m, b, B, TB);
+    MFT_CHECK(lo && memcmp(lo->data, fresh, sizeof fresh) == 0);
+    MFT_CHECK(lo && xl_rel(segB, fresh, B * TB * XV) > 1e-3); /* the memory did matter */
+    MFT_CHECK(mf_model_memory_slot(m, 2) == -1 && mf_model_memory_slot(m, -1) == -1);
+    /* the batch size is fixed while a slot holds memories */
+    MFT_CHECK(mf_model_forward(m, b, 1, TB) == NULL);
+    MFT_CHECK(strstr(mf_error(ctx), "mf_model_reset_memory") != NULL);
+    mf_clear_error(ctx);
+    mf_model_reset_memory(m);
+    MFT_CHECK(mf_model_forward(m, b, 1, TB) != NULL);
+    MFT_CHECK(mf_ok(ctx));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+
+static int xl_argmax(const float *row, int V) {
+    int v, best = 0;
+    for (v = 1; v < V; v++) if (row[v] > row[best]) best = v;
+    return best;
+}
+
+/* greedy generation = the memory path fed the same tokens: the prompt with an empty memory, then
+   one token per call (mf_model_forward on slot 1, B = 1). ref_cfg: the reference model's config
+   (another context, same seed: the same weights). */
+static void xl_generate_check(const char *what, const mf_model_config *cfg, const mf_model_config *ref_cfg) {
+    enum { NP = 5, NN = 14 };
+    const int32_t prompt[NP] = {3, 1, 4, 1, 5};
+    int32_t out[NN], out2[NN];
+    mf_sampler greedy = {0.0f, 0, 1};
+    mf_ctx *ctx, *rctx;
+    mf_model *m = xl_model(&ctx, cfg, 9), *r = xl_model(&rctx, ref_cfg, 9);
+    int i, bad = 0;
+    if (!m || !r) goto done;
+    MFT_CHECK(mf_model_generate(m, prompt, NP, NN, &greedy, out) == 0);
+    MFT_CHECK(mf_model_generate(m, prompt, NP, NN, &greedy, out2) == 0); /* restarts from an empty memory */
+    MFT_CHECK(memcmp(out, out2, sizeof out) == 0);
+    mf_set_grad(rctx, 0);
+    mf_set_training(rctx, 0);
+    mf_model_memory_slot(r, 1);
+    for (i = 0; i < NN; i++) {
+        mf_tensor *lo = i == 0 ? mf_model_forward(r, prompt, 1, NP) : mf_model_forward(r, out + i - 1, 1, 1);
+        if (!lo) break;
+        bad += xl_argmax(lo->data + (int64_t)(lo->shape[1] - 1) * XV, XV) != out[i];
+        mf_reset(rctx);
+    }
+    if (bad) printf("    %s: %d of %d greedy tokens differ from the memory path\n", what, bad, NN);
+    MFT_CHECK(bad == 0);
+    MFT_CHECK(mf_ok(ctx) && mf_ok(rctx));
+    if (!mf_ok(ctx) || !mf_ok(rctx)) printf("    %s: %s %s\n", what, mf_error(ctx), mf_error(rctx));
+done:
+    mf_model_free(m); mf_model_free(r);
+    mf_ctx_free(ctx); mf_ctx_free(rctx);
+}
+static void test_generate_uses_the_memory_path(void) {
+    mf_model_config xl = xl_tiny(3, 0), cmp = xl_tiny(4, 1), plain = xl_tiny(0, 0), slide = xl_tiny(7, 0);
+    xl_generate_check("xl mem_len 3", &xl, &xl);
+    xl_generate_check("compressive", &cmp, &cmp);
+    /* mem_len 0 and no positions: generation keeps max_seq - 1 tokens (here past max_seq = 8), the
+       same as a Transformer-XL with mem_len = max_seq - 1 */
+    xl_generate_check("relative, no memory, past max_seq", &plain, &slide);
+}
+
+/* the AR loss reaches only the compressors, the cross-entropy never does (SPEC 6.5) */
+static void test_ar_loss_trains_only_the_compressors(void) {
+    enum { B = 2, T = 3 };
+    mf_model_config cfg = xl_tiny(4, 1);
+    mf_ctx *ctx;
+    mf_model *m = xl_model(&ctx, &cfg, 13);
+    int32_t ids[B * T], tg[B * T];
+    mf_tensor *logits, *ce, *aux, *loss;
+    int s, i, ce_cmp = 0, ce_other = 0, aux_cmp = 0, aux_other = 0, n_cmp = 0;
+    if (!m) { mf_ctx_free(ctx); return; }
+    for (s = 0; s < 2; s++) { /* 3 + 3 tokens: the second segment compresses 2 */
+        xl_segment(s, B, T, ids, tg);
+        loss = mf_model_loss(m, ids, tg, B, T);
+        MFT_CHECK(loss != NULL);
+        MFT_CHECK((mf__xl_aux_loss(m) != NULL) == (s == 1));
+        MFT_CHECK((mf_model_aux_loss(m) > 0) == (s == 1));
+        mf_reset(ctx);
+    }
+    xl_segment(2, B, T, ids, tg);
+    logits = mf_model_forward(m, ids, B, T); /* the third compresses 4 */
+    ce = mf_cross_entropy(ctx, logits, tg, -1);
+    aux = mf__xl_aux_loss(m);
+    MFT_CHECK(ce && aux && aux->data[0] > 0 && fabsf(aux->data[0] - mf_model_aux_loss(m)) <= 1e-6f * aux->data[0]);
+    if (!ce || !aux) goto done;
+    mf_zero_grad(ctx);
+    MFT_CHECK(mf_backward(ctx, ce) == 0);
+    for (i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *p = mf_param_at(ctx, i);
+        int64_t j, nz = 0;
+        for (j = 0; j < p->ne; j++) nz += p->grad[j] != 0.0f;
+        if (strstr(p->name, ".compress.")) { ce_cmp += nz > 0; n_cmp++; } else ce_other += nz > 0;
+    }
+    mf_zero_grad(ctx);
+    MFT_CHECK(mf_backward(ctx, aux) == 0);
+    for (i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *p = mf_param_at(ctx, i);
+        int64_t j, nz = 0;
+        for (j = 0; j < p->ne; j++) nz += p->grad[j] != 0.0f;
+        if (strstr(p->name, ".compress.")) aux_cmp += nz > 0; else aux_other += nz > 0;
+    }
+    MFT_CHECK(n_cmp == 4);                        /* weight and bias of both layers */
+    MFT_CHECK(ce_cmp == 0 && ce_other > 10);      /* CE: everything but the compressors */
+    MFT_CHECK(aux_cmp == n_cmp && aux_other == 0); /* AR: the compressors only */
+done:
+    MFT_CHECK(mf_ok(ctx));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+
+static void xl_expect_bad(mf_model_config c, const char *what) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    MFT_CHECK(mf_model_new(ctx, &c) == NULL);
+    MFT_CHECK(strstr(mf_error(ctx), what) != NULL);
+    if (!strstr(mf_error(ctx), what)) printf("    expected \"%s\" in: %s\n", what, mf_error(ctx));
+    mf_ctx_free(ctx);
+}
+static void test_bad_configs(void) {
+    mf_model_config c;
+    mf_ctx *ctx;
+    c = xl_tiny(-1, 0); xl_expect_bad(c, "mem_len");
+    c = xl_tiny(4, 0); c.c_mem_len = -2; xl_expect_bad(c, "c_mem_len");
+    c = xl_tiny(4, 1); c.compression_rate = 0; xl_expect_bad(c, "compression_rate");
+    c = xl_tiny(0, 1); xl_expect_bad(c, "mem_len 0");
+    c = xl_tiny(2, 1); c.compression_rate = 4; xl_expect_bad(c, "mem_len >= compression_rate - 1");
+    c = xl_tiny(4, 1); c.c_mem_len = 0; xl_expect_bad(c, "c_mem_len");
+    c = xl_tiny(4000, 0); c.max_seq = 100; xl_expect_bad(c, "max_seq 100 + mem_len 4000");
+    c = xl_tiny(8, 1); c.max_seq = 96; c.c_mem_len = 4000; xl_expect_bad(c, "c_mem_len");
+    c = xl_tiny(0, 0); c.max_seq = MF_XL_P + 1; xl_expect_bad(c, "max_seq");
+    c = xl_tiny(4, 0); c.n_heads = 3; xl_expect_bad(c, "n_heads");
+    /* fine: the largest key axis is exactly P; c_mem_len without compressive is unused */
+    ctx = mf_ctx_new(1);
+    c = xl_tiny(4000, 0); c.max_seq = MF_XL_P - 4000; c.d_model = 4; c.n_layers = 1;
+    MFT_CHECK(mf_model_check(ctx, &c) == 0);
+    c = xl_tiny(4, 0); c.c_mem_len = 5000;
+    MFT_CHECK(mf_model_check(ctx, &c) == 0);
+    mf_ctx_free(ctx);
+}
+
 int main(void) {
     MFT_RUN(test_rel_matches_reference);
     MFT_RUN(test_rel_finite_differences);
     MFT_RUN(test_rel_invisible_rows_get_no_gradient);
     MFT_RUN(test_rel_deterministic);
     MFT_RUN(test_rel_shape_errors);
+    MFT_RUN(test_model_gradients);
+    MFT_RUN(test_memory_continues_the_sequence);
+    MFT_RUN(test_generate_uses_the_memory_path);
+    MFT_RUN(test_ar_loss_trains_only_the_compressors);
+    MFT_RUN(test_bad_configs);
     return mft_finish();
 }
