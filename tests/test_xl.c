@@ -6,6 +6,7 @@
 #include "metaformer.h"
 #include "mf_test.h"
 #include "gradcheck.h"
+#include "golden.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -582,6 +583,130 @@ static void test_bad_configs(void) {
     mf_ctx_free(ctx);
 }
 
+/* ---- PyTorch parity over consecutive segments ----------------------------------------------- */
+/* R and S are stored as rows table_row0 .. (the rest is zero): a parameter's golden entry and the
+   offset of its first stored value */
+static int64_t xl_golden_offset(const mf_tensor *p, const gt_entry *e, int row0) {
+    int tab = strstr(p->name, ".attn.r") != NULL || strstr(p->name, ".attn.s") != NULL;
+    return tab ? (int64_t)row0 * (p->ne / p->shape[0]) : (e->ne == p->ne ? 0 : -1);
+}
+
+static void xl_parity(const char *file) {
+    char path[256];
+    golden g;
+    const char *why;
+    int ok = 1, B, T, steps, row0, s, i, worst_step = -1;
+    double worst = 0;
+    char worst_name[200] = "";
+    mf_model_config c = mf_model_config_default();
+    mf_ctx *ctx = NULL;
+    mf_model *m = NULL;
+    snprintf(path, sizeof path, "tests/goldens/%s", file);
+    if ((why = golden_open(&g, path)) != NULL) { printf("    %s: %s\n", path, why); MFT_CHECK(0); return; }
+    c.mixer = MF_MIXER_RELATIVE; c.pos = MF_POS_NONE; c.ffn_act = MF_ACT_RELU;
+    c.vocab = meta_int(path, "cfg.vocab", &ok); c.d_model = meta_int(path, "cfg.d_model", &ok);
+    c.n_heads = meta_int(path, "cfg.n_heads", &ok); c.n_layers = meta_int(path, "cfg.n_layers", &ok);
+    c.d_ff = meta_int(path, "cfg.d_ff", &ok); c.max_seq = meta_int(path, "cfg.max_seq", &ok);
+    c.mem_len = meta_int(path, "cfg.mem_len", &ok); c.compressive = meta_int(path, "cfg.compressive", &ok);
+    c.c_mem_len = meta_int(path, "cfg.c_mem_len", &ok); c.compression_rate = meta_int(path, "cfg.compression_rate", &ok);
+    B = meta_int(path, "cfg.B", &ok); T = meta_int(path, "cfg.T", &ok); steps = meta_int(path, "cfg.steps", &ok);
+    row0 = meta_int(path, "xl.table_row0", &ok);
+    MFT_CHECK(ok);
+    if (!ok) goto done;
+    ctx = mf_ctx_new(1);
+    mf_set_threads(ctx, 1);
+    m = mf_model_new(ctx, &c);
+    MFT_CHECK(m != NULL);
+    if (!m) { printf("    %s\n", mf_error(ctx)); goto done; }
+    for (i = 0; i < mf_param_tensors(ctx); i++) { /* the weights, by name */
+        mf_tensor *p = mf_param_at(ctx, i);
+        const gt_entry *e = golden_find(&g, "param.", p->name);
+        int64_t off = e ? xl_golden_offset(p, e, row0) : -1;
+        MFT_CHECK(e && off >= 0 && off + e->ne <= p->ne);
+        if (!e || off < 0 || off + e->ne > p->ne) { printf("    %s: no usable param.%s\n", file, p->name); goto done; }
+        memset(p->data, 0, (size_t)p->ne * sizeof(float));
+        golden_floats(&g, e, p->data + off);
+    }
+    for (s = 0; s < steps; s++) {
+        char nm[64];
+        int32_t ids[256], tg[256];
+        const gt_entry *e;
+        mf_tensor *lo, *loss;
+        float got[3];
+        double gmax = 0;
+        snprintf(nm, sizeof nm, "ids.%d", s); e = golden_find(&g, "", nm);
+        MFT_CHECK(e && e->ne == B * T && B * T <= 256);
+        if (!e || e->ne != B * T || B * T > 256) goto done;
+        golden_ints(&g, e, ids);
+        snprintf(nm, sizeof nm, "targets.%d", s); e = golden_find(&g, "", nm);
+        if (!e) { MFT_CHECK(0); goto done; }
+        golden_ints(&g, e, tg);
+        /* the logits from slot 1 (no gradient), loss and gradients from slot 0: the same segments */
+        mf_model_memory_slot(m, 1);
+        mf_set_grad(ctx, 0);
+        lo = mf_model_forward(m, ids, B, T);
+        mf_set_grad(ctx, 1);
+        mf_model_memory_slot(m, 0);
+        mf_zero_grad(ctx);
+        loss = mf_model_loss(m, ids, tg, B, T);
+        MFT_CHECK(lo && loss && mf_backward(ctx, loss) == 0);
+        if (!lo || !loss || !mf_ok(ctx)) { printf("    %s step %d: %s\n", file, s, mf_error(ctx)); goto done; }
+        got[0] = loss->data[0]; got[1] = mf_model_aux_loss(m); got[2] = got[0] - got[1];
+        for (i = 0; i < 4; i++) { /* logits, loss, ar, ce */
+            static const char *const what[4] = {"logits", "loss", "ar", "ce"};
+            double err;
+            snprintf(nm, sizeof nm, "%s.%d", what[i], s);
+            e = golden_find(&g, "", nm);
+            MFT_CHECK(e != NULL);
+            if (!e || !(i == 0 ? same_shape(e, 3, lo->shape) : e->ne == 1)) { MFT_CHECK(0); continue; }
+            err = golden_rel_err(&g, e, i == 0 ? lo->data : &got[i - 1], 1.0);
+            if (!(err <= 1e-4)) printf("    %s %s: rel err %.3g\n", file, nm, err);
+            MFT_CHECK(err <= 1e-4);
+            if (!(err <= worst)) { worst = err; worst_step = s; snprintf(worst_name, sizeof worst_name, "%s", nm); }
+        }
+        for (i = 0; i < mf_param_tensors(ctx); i++) { /* the largest golden gradient: scale of zero ones */
+            const gt_entry *ge;
+            int64_t j;
+            snprintf(nm, sizeof nm, "grad.%d.", s);
+            ge = golden_find(&g, nm, mf_param_at(ctx, i)->name);
+            if (ge) {
+                float *w = (float *)malloc((size_t)ge->ne * sizeof(float));
+                golden_floats(&g, ge, w);
+                for (j = 0; j < ge->ne; j++) if (fabs(w[j]) > gmax) gmax = fabs(w[j]);
+                free(w);
+            }
+        }
+        for (i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            const gt_entry *ge;
+            int64_t off, j;
+            double err;
+            int outside = 0;
+            snprintf(nm, sizeof nm, "grad.%d.", s);
+            ge = golden_find(&g, nm, p->name);
+            off = ge ? xl_golden_offset(p, ge, row0) : -1;
+            MFT_CHECK(ge && off >= 0);
+            if (!ge || off < 0) continue;
+            err = golden_rel_err(&g, ge, p->grad + off, gmax);
+            for (j = 0; j < p->ne; j++) outside += (j < off || j >= off + ge->ne) && p->grad[j] != 0.0f;
+            if (!(err <= 1e-4) || outside) printf("    %s step %d grad %s: rel err %.3g, %d non-zero outside the stored rows\n",
+                                                  file, s, p->name, err, outside);
+            MFT_CHECK(err <= 1e-4 && outside == 0);
+            if (!(err <= worst)) { worst = err; worst_step = s; snprintf(worst_name, sizeof worst_name, "grad %s", p->name); }
+        }
+        mf_reset(ctx);
+    }
+    printf("    %s: %d segments, worst rel err %.2e (step %d, %s)\n", file, steps, worst, worst_step, worst_name);
+done:
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    golden_close(&g);
+}
+static void test_parity_goldens(void) {
+    xl_parity("xl_relative.safetensors");
+    xl_parity("xl_compressive.safetensors");
+}
+
 int main(void) {
     MFT_RUN(test_rel_matches_reference);
     MFT_RUN(test_rel_finite_differences);
@@ -593,5 +718,6 @@ int main(void) {
     MFT_RUN(test_generate_uses_the_memory_path);
     MFT_RUN(test_ar_loss_trains_only_the_compressors);
     MFT_RUN(test_bad_configs);
+    MFT_RUN(test_parity_goldens);
     return mft_finish();
 }
