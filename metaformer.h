@@ -457,13 +457,27 @@ typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sa
    mf_reset) and never records gradients. Returns 0 or -1. */
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out);
-/* Relative mixer (Transformer-XL, compressive transformer): the memories carried from one call of
-   mf_model_forward / mf_model_loss to the next, so batch row b of a call must continue row b of
-   the previous call. Two independent slots: 0 (training, the default) and 1 (validation).
-   mf_model_memory_slot selects one and returns the previous slot (-1 on a bad slot);
-   mf_model_reset_memory empties the current slot (call it when a pass over the data restarts).
-   mf_model_aux_loss: the attention-reconstruction loss of the last forward (0 when that step
-   compressed nothing or the model is not compressive); mf_model_loss already includes it. */
+/* Relative mixer (Transformer-XL, compressive transformer; SPEC.md 5, 6): the memories carried from
+   one call of mf_model_forward / mf_model_loss to the next, so batch row b of a call continues
+   row b of the previous call (the batch size must stay the same until the memory is reset; each
+   call's learned / sinusoidal positions, if any, restart at 0: Transformer-XL uses pos = NONE).
+   Per layer the memory is the detached input of the layer at the last mem_len positions,
+   normalised by the layer's ln1 when used (ln1 also learns from it); with compressive = 1 the
+   oldest memories beyond mem_len are compressed c : 1 by the layer's conv1d into up to c_mem_len
+   compressed memories, keys [c_mem ; mem ; segment]. Memories are updated by every call, with or
+   without gradient, never carry gradient, and live in the model (mf_reset keeps them).
+   Two independent slots: 0 (training, the default) and 1 (validation). mf_model_memory_slot
+   selects one and returns the previous slot (-1 on a slot other than 0 and 1, nothing changes;
+   0 for models without memories); mf_model_reset_memory empties the current slot (call it when a
+   pass over the data restarts).
+   Generation (mf_model_generate) uses a third memory of its own, emptied whenever generation
+   starts (or re-primes) at position 0: the prompt runs with an empty memory, then one token per
+   step with the memory, maintained as in training (mem_len memories, compression; SPEC 5.6, 6.3).
+   With mem_len = 0 it keeps up to max_seq - 1 tokens instead, so generation equals the full
+   forward over the window (sliding past max_seq when pos = NONE).
+   mf_model_aux_loss: the attention-reconstruction loss of the last forward (0 when that call
+   compressed nothing or the model is not compressive); mf_model_loss already includes it, with
+   weight 1 (it reaches only the compressors, which the cross-entropy never reaches). */
 MFDEF int mf_model_memory_slot(mf_model *m, int slot);
 MFDEF void mf_model_reset_memory(mf_model *m);
 MFDEF float mf_model_aux_loss(const mf_model *m);
