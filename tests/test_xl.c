@@ -583,6 +583,40 @@ static void test_bad_configs(void) {
     mf_ctx_free(ctx);
 }
 
+/* clone_layers: the compressor is part of the cloned layer (SPEC 3.2); the tables start at zero */
+static void test_clone_copies_the_compressor(void) {
+    mf_model_config cfg = xl_tiny(4, 1);
+    mf_ctx *ctx = mf_ctx_new(2);
+    mf_model *m;
+    const char *names[3] = {"compress.weight", "compress.bias", "attn.q.weight"};
+    int i, clone;
+    for (clone = 0; clone < 2; clone++) {
+        cfg.clone_layers = clone;
+        m = mf_model_new(ctx, &cfg);
+        MFT_CHECK(m != NULL);
+        for (i = 0; m && i < 3; i++) {
+            char a[64], b[64];
+            mf_tensor *p0, *p1;
+            snprintf(a, sizeof a, "layers.0.%s", names[i]); snprintf(b, sizeof b, "layers.1.%s", names[i]);
+            p0 = mf_param_find(ctx, a); p1 = mf_param_find(ctx, b);
+            MFT_CHECK(p0 && p1 && p0->ne == p1->ne);
+            if (p0 && p1) MFT_CHECK((memcmp(p0->data, p1->data, (size_t)p0->ne * sizeof(float)) == 0) == clone);
+        }
+        if (m) {
+            mf_tensor *w = mf_param_find(ctx, "layers.1.compress.weight"), *r = mf_param_find(ctx, "layers.1.attn.r");
+            int64_t j, nz = 0;
+            MFT_CHECK(w && w->ndim == 3 && w->shape[0] == 8 && w->shape[1] == 8 && w->shape[2] == 2);
+            MFT_CHECK(r && r->ndim == 3 && r->shape[0] == 2 * MF_XL_P && r->shape[1] == 2 && r->shape[2] == 4);
+            for (j = 0; r && j < r->ne; j++) nz += r->data[j] != 0.0f;
+            MFT_CHECK(nz == 0);
+        }
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+        ctx = mf_ctx_new(2);
+    }
+    mf_ctx_free(ctx);
+}
+
 /* ---- PyTorch parity over consecutive segments ----------------------------------------------- */
 /* R and S are stored as rows table_row0 .. (the rest is zero): a parameter's golden entry and the
    offset of its first stored value */
@@ -718,6 +752,7 @@ int main(void) {
     MFT_RUN(test_generate_uses_the_memory_path);
     MFT_RUN(test_ar_loss_trains_only_the_compressors);
     MFT_RUN(test_bad_configs);
+    MFT_RUN(test_clone_copies_the_compressor);
     MFT_RUN(test_parity_goldens);
     return mft_finish();
 }
