@@ -269,6 +269,20 @@ MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int caus
    depend on the thread count). scale is usually 1 / sqrt(dk). */
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
                               int causal);
+/* Transformer-XL relative multi-head attention (SPEC.md 5.2), fused like mf_attention:
+   q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] with Tq <= Tk: the first M = Tk - Tq keys
+   are memory, visible to every query; the last Tq keys are the queries' own positions (causal).
+   u [H, dk] is the query bias of the content term; R [2P, H, dk] and S [2P, H] are the position
+   tables (P = rows / 2; row P = distance 0, row P - d = the key d steps in the past). -> [B, H, Tq, dv]:
+       score[i][j] = scale * ((q_i + u) . k_j + q_i . R[rho] + S[rho]),   rho = P + j - i - M,
+   softmax over the visible keys (j <= i + M), times v. Requires Tk <= P. No Tq x Tk matrix is
+   kept (the op saves the row log-sum-exp; the backward recomputes the scores tile by tile); only
+   the rows P - Tk + 1 .. P of R and S, the ones some query sees, receive gradient. Gradients are
+   deterministic; the backward runs one thread per (batch, head) pair. scale is usually 1/sqrt(dk). */
+MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
+                                  mf_tensor *R, mf_tensor *S, float scale);
+/* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1). */
+#define MF_XL_P 4096
 
 /* ---- layers ---------------------------------------------------------------------------------- */
 typedef struct mf_linear_layer { mf_tensor *weight, *bias; } mf_linear_layer;
@@ -443,13 +457,27 @@ typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sa
    mf_reset) and never records gradients. Returns 0 or -1. */
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out);
-/* Relative mixer (Transformer-XL, compressive transformer): the memories carried from one call of
-   mf_model_forward / mf_model_loss to the next, so batch row b of a call must continue row b of
-   the previous call. Two independent slots: 0 (training, the default) and 1 (validation).
-   mf_model_memory_slot selects one and returns the previous slot (-1 on a bad slot);
-   mf_model_reset_memory empties the current slot (call it when a pass over the data restarts).
-   mf_model_aux_loss: the attention-reconstruction loss of the last forward (0 when that step
-   compressed nothing or the model is not compressive); mf_model_loss already includes it. */
+/* Relative mixer (Transformer-XL, compressive transformer; SPEC.md 5, 6): the memories carried from
+   one call of mf_model_forward / mf_model_loss to the next, so batch row b of a call continues
+   row b of the previous call (the batch size must stay the same until the memory is reset; each
+   call's learned / sinusoidal positions, if any, restart at 0: Transformer-XL uses pos = NONE).
+   Per layer the memory is the detached input of the layer at the last mem_len positions,
+   normalised by the layer's ln1 when used (ln1 also learns from it); with compressive = 1 the
+   oldest memories beyond mem_len are compressed c : 1 by the layer's conv1d into up to c_mem_len
+   compressed memories, keys [c_mem ; mem ; segment]. Memories are updated by every call, with or
+   without gradient, never carry gradient, and live in the model (mf_reset keeps them).
+   Two independent slots: 0 (training, the default) and 1 (validation). mf_model_memory_slot
+   selects one and returns the previous slot (-1 on a slot other than 0 and 1, nothing changes;
+   0 for models without memories); mf_model_reset_memory empties the current slot (call it when a
+   pass over the data restarts).
+   Generation (mf_model_generate) uses a third memory of its own, emptied whenever generation
+   starts (or re-primes) at position 0: the prompt runs with an empty memory, then one token per
+   step with the memory, maintained as in training (mem_len memories, compression; SPEC 5.6, 6.3).
+   With mem_len = 0 it keeps up to max_seq - 1 tokens instead, so generation equals the full
+   forward over the window (sliding past max_seq when pos = NONE).
+   mf_model_aux_loss: the attention-reconstruction loss of the last forward (0 when that call
+   compressed nothing or the model is not compressive); mf_model_loss already includes it, with
+   weight 1 (it reaches only the compressors, which the cross-entropy never reaches). */
 MFDEF int mf_model_memory_slot(mf_model *m, int slot);
 MFDEF void mf_model_reset_memory(mf_model *m);
 MFDEF float mf_model_aux_loss(const mf_model *m);
@@ -3707,7 +3735,7 @@ static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c);     /* 0, or -1 
 static void mf__xl_make_layer(mf_model *m, int l);                   /* the mixer's parameters */
 static void mf__xl_init(mf_model *m);                                /* state, after all parameters */
 static void mf__xl_free(mf_model *m);
-static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int gen); /* x: layer input [B, T, D] */
+static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen); /* x: layer input [B, T, D] */
 static mf_tensor *mf__xl_aux_loss(mf_model *m);                      /* AR loss of the last forward or NULL */
 static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c);
 static void mf__fw_make_layer(mf_model *m, int l);
@@ -4069,7 +4097,7 @@ static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, i
         mf__layer *L = &m->layers[l];
         mf_tensor *h;
         if (c->mixer != MF_MIXER_IDENTITY) {
-            if (c->mixer == MF_MIXER_RELATIVE) h = mf__xl_mixer(m, l, x, cache);
+            if (c->mixer == MF_MIXER_RELATIVE) h = mf__xl_mixer(m, l, x, pos0, cache);
             else if (mf__is_fast(c->mixer)) h = mf__fw_mixer(m, l, x, pos0, cache);
             else h = mf__mixer(m, l, mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), pos0, cache);
             x = mf_add(ctx, x, mf_dropout(ctx, h, p));
@@ -4186,19 +4214,565 @@ done:
 
 /* ==== [mf:xl] =============================================================================== */
 /* Transformer-XL relative attention with segment memory and the compressive transformer
-   (SPEC.md sections 5, 6). */
-struct mf__xl_state { int unused; };
-static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c) {
-    (void)c; return (mf__fail(ctx, "the relative mixer is not implemented yet"), -1);
+   (SPEC.md sections 5, 6).
+
+   ---- mf_rel_attention: the fused kernel -----------------------------------------------------------
+   src: 0 q [B, H, Tq, dk], 1 k [B, H, Tk, dk], 2 v [B, H, Tk, dv], 3 u [H, dk], 4 R [2P, H, dk],
+   5 S [2P, H]; farg[0] scale; saved: the row log-sum-exp (B*H*Tq floats), as mf_attention.
+   The tiles, the transposed score layout st[key][query] and the online softmax are mf_attention's
+   (see its comment); only the scores differ. For a pair of a query tile (i0, bq queries) and a key
+   tile (j0, bk keys), query i and key j use the table row rho = P + j - i - M, so the pair needs
+   the nc = bk + bq - 1 consecutive rows rho0 = P + j0 - (i0 + bq - 1) - M ... rho0 + nc - 1, and
+   query lane ii uses row c = jj - ii + bq - 1 of them for key jj. One small product
+       gt[c][ii] = scale * R[rho0 + c][h] . q_ii + scale * S[rho0 + c][h]      (nc x 64, like st)
+   gives every positional term; st[jj][ii] += gt[jj - ii + bq - 1][ii] picks them (a strided
+   gather along a diagonal: the pad-shift of labml, per tile). The content term uses
+   scale * (q + u)^T. About 2x the products of mf_attention's forward, no T x Tk tensor.
+   Backward: with dS the score gradient times scale (as in mf_attention),
+       dQ += dS K + dG^T R_rows,  dK += dS^T (Q + u),  du += sum_i (dS K)_i,
+       dR_rows += dG Q,  dS_rows += rowsum(dG),  with dG[c][ii] = dS[c + ii - bq + 1][ii]
+   (the same diagonal, scattered back). dR, dS and du go to per-(b, h) partial buffers (each (b, h)
+   is one thread's, its pairs in a fixed order) that are summed over b in order at the end:
+   deterministic for any thread count, and only the visible rows (P - Tk + 1 .. P) are added. */
+#define MF__RA_GT (2 * MF__AT_BQ) /* rows of the positional tile: bk + bq - 1 <= 127 */
+
+/* The scores st[jj][ii] of a pair of head bh (content + position + causal mask); qu, qs: the
+   query tile's scale * (Q + u)^T and scale * Q^T, [dk][ldq]; gt: MF__RA_GT x 64 scratch. */
+static void mf__rel_scores(const mf_tensor *out, int64_t bh, int i0, int bq, int j0, int bk,
+                           const float *qu, const float *qs, int ldq, float *st, float *gt) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *R = out->src[4], *S = out->src[5];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], H = Q->shape[1], h = (int)(bh % H);
+    int M = Tk - Tq, nc = bk + bq - 1, rho0 = R->shape[0] / 2 + j0 - (i0 + bq - 1) - M, c, jj, ii;
+    float scale = out->farg[0];
+    mf__attn_mm(bk, MF__AT_BQ, dk, K->data + (bh * Tk + j0) * dk, dk, 1, qu, ldq, st, MF__AT_BQ, 0);
+    mf__attn_mm(nc, MF__AT_BQ, dk, R->data + ((int64_t)rho0 * H + h) * dk, H * dk, 1, qs, ldq, gt, MF__AT_BQ, 0);
+    for (c = 0; c < nc; c++) {
+        mf__av s = mf__av_set1(scale * S->data[(int64_t)(rho0 + c) * H + h]);
+        float *g = gt + c * MF__AT_BQ;
+        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) mf__av_store(g + ii, mf__av_add(mf__av_load(g + ii), s));
+    }
+    for (jj = 0; jj < bk; jj++) { /* lane ii reads gt[jj - ii + bq - 1][ii]: stride 1 - 64 */
+        float *s = st + jj * MF__AT_BQ;
+        for (ii = 0; ii + MF__AW <= bq; ii += MF__AW)
+            mf__av_store(s + ii, mf__av_add(mf__av_load(s + ii),
+                         mf__av_gather(gt + (jj + bq - 1 - ii) * MF__AT_BQ + ii, 1 - MF__AT_BQ)));
+        for (; ii < bq; ii++) s[ii] += gt[(jj + bq - 1 - ii) * MF__AT_BQ + ii];
+    }
+    if (j0 + bk - 1 > i0 + M) mf__attn_mask(st, j0, bk, i0, M);
 }
-static void mf__xl_make_layer(mf_model *m, int l) { (void)m; (void)l; }
-static void mf__xl_init(mf_model *m) { (void)m; }
-static void mf__xl_free(mf_model *m) { (void)m; }
-static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int gen) { (void)m; (void)l; (void)x; (void)gen; return NULL; }
-static mf_tensor *mf__xl_aux_loss(mf_model *m) { (void)m; return NULL; }
-MFDEF int mf_model_memory_slot(mf_model *m, int slot) { (void)m; (void)slot; return -1; }
-MFDEF void mf_model_reset_memory(mf_model *m) { (void)m; }
-MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
+
+/* dst [dk][ld] = scale * (q + u)^T of bq query rows from qs = scale * q^T (padding lanes 0) */
+static void mf__rel_add_u(const float *qs, int ld, int bq, int dk, const float *u, float scale, float *dst) {
+    int c, i;
+    for (c = 0; c < dk; c++)
+        for (i = 0; i < ld; i++) dst[(int64_t)c * ld + i] = qs[(int64_t)c * ld + i] + (i < bq ? scale * u[c] : 0.0f);
+}
+
+static int mf__rel_attention_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *u = out->src[3], *R = out->src[4];
+    mf_tensor *S = out->src[5];
+    char sq[64], sk[64], sv[64];
+    int H, dk, P;
+    if (mf__attention_shape(ctx, out) < 0) return -1; /* q, k, v and scale as mf_attention */
+    mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64);
+    H = q->shape[1]; dk = q->shape[3];
+    if (u->ndim != 2 || u->shape[0] != H || u->shape[1] != dk)
+        return MF__SHAPE_FAIL("rel_attention: u %s must be [H, dk] = [%d, %d] (q is %s)", mf_shape_str(u, sv, 64), H, dk, sq);
+    if (R->ndim != 3 || R->shape[0] < 2 || R->shape[0] % 2 || R->shape[1] != H || R->shape[2] != dk)
+        return MF__SHAPE_FAIL("rel_attention: R %s must be [2P, H, dk] with H = %d, dk = %d (an even number of rows)",
+                              mf_shape_str(R, sv, 64), H, dk);
+    P = R->shape[0] / 2;
+    if (S->ndim != 2 || S->shape[0] != 2 * P || S->shape[1] != H)
+        return MF__SHAPE_FAIL("rel_attention: S %s must be [2P, H] = [%d, %d] (R is [%d, %d, %d])", mf_shape_str(S, sv, 64),
+                              2 * P, H, 2 * P, H, dk);
+    if (k->shape[2] < q->shape[2])
+        return MF__SHAPE_FAIL("rel_attention: q %s has more positions than k %s; the keys are [memory; the queries' "
+                              "own positions], so Tk >= Tq", sq, sk);
+    if (k->shape[2] > P)
+        return MF__SHAPE_FAIL("rel_attention: %d keys exceed the P = %d relative positions of the tables; use "
+                              "fewer keys (shorter segments or memory) or larger tables", k->shape[2], P);
+    (void)v;
+    return 0;
+}
+
+static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
+    int M = Tk - Tq, i0 = qt * MF__AT_BQ, bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, kend, j0, ii, jj, c;
+    float scale = out->farg[0];
+    const float *v = V->data + bh * Tk * dv;
+    float *o = out->data + (bh * Tq + i0) * dv, *lse = out->saved + bh * Tq + i0;
+    float *qs = work, *qu = qs + (int64_t)dk * MF__AT_BQ, *st = qu + (int64_t)dk * MF__AT_BQ;
+    float *gt = st + MF__AT_BK * MF__AT_BQ, *acc = gt + MF__RA_GT * MF__AT_BQ;
+    float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
+    kend = i0 + bq + M < Tk ? i0 + bq + M : Tk; /* later keys are hidden from the whole tile */
+    mf__attn_transpose(Q->data + (bh * Tq + i0) * dk, dk, bq, MF__AT_BQ, dk, scale, qs, MF__AT_BQ);
+    mf__rel_add_u(qs, MF__AT_BQ, bq, dk, U->data + (int64_t)(bh % H) * dk, scale, qu);
+    for (ii = 0; ii < MF__AT_BQ; ii++) { m[ii] = -1e30f; l[ii] = 0; }
+    memset(acc, 0, (size_t)MF__AT_BQ * dv * sizeof(float));
+    for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
+        int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
+        mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, MF__AT_BQ, st, gt);
+        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* online softmax, as mf__attn_fwd_tile */
+            mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
+            for (jj = 0; jj < bk; jj++) mx = mf__av_max(mx, mf__av_load(st + jj * MF__AT_BQ + ii));
+            a = mf__av_exp(mf__av_sub(mo, mx));
+            for (jj = 0; jj < bk; jj++) {
+                mf__av p = mf__av_exp(mf__av_sub(mf__av_load(st + jj * MF__AT_BQ + ii), mx));
+                mf__av_store(st + jj * MF__AT_BQ + ii, p);
+                sum = mf__av_add(sum, p);
+            }
+            mf__av_store(m + ii, mx);
+            mf__av_store(al + ii, a);
+            mf__av_store(l + ii, mf__av_fma(a, mf__av_load(l + ii), sum));
+        }
+        for (ii = 0; ii < bq; ii++)
+            if (al[ii] != 1.0f)
+                for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
+        mf__attn_mm(bq, dv, bk, st, 1, MF__AT_BQ, v + (int64_t)j0 * dv, dv, acc, dv, 1);
+    }
+    for (ii = 0; ii < bq; ii++) { /* every query sees at least its own key: l > 0 */
+        float inv = 1.0f / l[ii];
+        for (c = 0; c < dv; c++) o[(int64_t)ii * dv + c] = acc[(int64_t)ii * dv + c] * inv;
+        lse[ii] = m[ii] + logf(l[ii]);
+    }
+}
+
+static void mf__rel_attention_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
+    int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
+    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], n = BH * nqt, t;
+    int64_t per = ((int64_t)(2 * dk + MF__AT_BK + MF__RA_GT + dv + 3) * MF__AT_BQ + 15) & ~(int64_t)15;
+    float *work;
+    nt = mf__attn_threads(ctx, 2.0 * (double)BH * Tq * Tk * (2 * dk + dv));
+    if (nt > n) nt = (int)n;
+    out->saved = (float *)mf__alloc(ctx, (size_t)(BH * Tq) * sizeof(float));
+    work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
+    if (!out->saved || !work) return;
+#if MF__OMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+    for (t = 0; t < n; t++)
+        mf__rel_fwd_tile(out, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+}
+
+/* Backward of the pair (key tile kt, query tile qt) of head bh. hd: the head's scale * Q^T,
+   scale * (Q + u)^T [dk][Tqp] each, dO^T [dv][Tqp], lse [Tqp], D [Tqp]; part: the head's partial
+   dR [Tq + Tk - 1][dk], dS [Tq + Tk - 1], du [dk] (row g <-> table row P - Tk + 1 + g);
+   st, dp: 64 x 64 tiles, gt: MF__RA_GT x 64. */
+static void mf__rel_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, const float *hd, float *part,
+                             float *st, float *dp, float *gt) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3], *R = out->src[4];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
+    int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, M = Tk - Tq, jj, ii, c;
+    int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK, h = (int)(bh % H);
+    int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, bk = Tk - j0 < MF__AT_BK ? Tk - j0 : MF__AT_BK;
+    int nc = bk + bq - 1, rho0 = R->shape[0] / 2 + j0 - (i0 + bq - 1) - M, g0 = j0 - i0 - bq + Tq;
+    float scale = out->farg[0];
+    float *gq = mf__g(Q), *gk = mf__g(K), *gv = mf__g(V), *gu = mf__g(U), *gR = mf__g(R), *gS = mf__g(out->src[5]);
+    const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + (bh * Tk + j0) * dk;
+    const float *v = V->data + (bh * Tk + j0) * dv, *dO = out->grad + (bh * Tq + i0) * dv;
+    const float *qs = hd + i0, *qu = hd + (int64_t)dk * Tqp + i0, *dot = hd + (int64_t)2 * dk * Tqp + i0;
+    const float *lse = hd + (int64_t)(2 * dk + dv) * Tqp + i0, *D = lse + Tqp, *u = U->data + (int64_t)h * dk;
+    float *pR = part, *pS = part + (int64_t)(Tq + Tk - 1) * dk, *pu = pS + (Tq + Tk - 1);
+    if (j0 > i0 + bq - 1 + M) return; /* every key of the tile is hidden */
+    mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, Tqp, st, gt);
+    for (jj = 0; jj < bk; jj++) /* P^T = exp(st - lse) */
+        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
+            float *s = st + jj * MF__AT_BQ + ii;
+            mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
+        }
+    if (gv) mf__attn_mm(bk, dv, bq, st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
+    if (!gq && !gk && !gu && !gR && !gS) return;
+    /* dS^T = scale * P^T * (V dO^T - D) */
+    mf__attn_mm(bk, MF__AT_BQ, dv, v, dv, 1, dot, Tqp, dp, MF__AT_BQ, 0);
+    for (jj = 0; jj < bk; jj++)
+        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
+            float *d = dp + jj * MF__AT_BQ + ii;
+            mf__av ds = mf__av_mul(mf__av_load(st + jj * MF__AT_BQ + ii), mf__av_sub(mf__av_load(d), mf__av_load(D + ii)));
+            mf__av_store(d, mf__av_mul(ds, mf__av_set1(scale)));
+        }
+    if (gq) mf__attn_mm(bq, dk, bk, dp, 1, MF__AT_BQ, k, dk, gq + (bh * Tq + i0) * dk, dk, 1);
+    if (gk) mf__attn_mm(bk, dk, bq, dp, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
+    if (gk || gu)
+        for (jj = 0; jj < bk; jj++) { /* the u term: dK += rowsum(dS^T) u, du += rowsum(dS^T) k */
+            float cs = 0;
+            for (ii = 0; ii < bq; ii++) cs += dp[jj * MF__AT_BQ + ii];
+            for (c = 0; gk && c < dk; c++) gk[(bh * Tk + j0 + jj) * dk + c] += cs * u[c];
+            for (c = 0; gu && c < dk; c++) pu[c] += cs * k[(int64_t)jj * dk + c];
+        }
+    if (!gq && !gR && !gS) return;
+    memset(gt, 0, (size_t)nc * MF__AT_BQ * sizeof(float)); /* dG: the diagonal scattered back */
+    for (jj = 0; jj < bk; jj++)
+        for (ii = 0; ii < bq; ii++) gt[(jj - ii + bq - 1) * MF__AT_BQ + ii] = dp[jj * MF__AT_BQ + ii];
+    if (gq) mf__attn_mm(bq, dk, nc, gt, 1, MF__AT_BQ, R->data + ((int64_t)rho0 * H + h) * dk, H * dk,
+                        gq + (bh * Tq + i0) * dk, dk, 1);
+    if (gR) mf__attn_mm(nc, dk, bq, gt, MF__AT_BQ, 1, q, dk, pR + (int64_t)g0 * dk, dk, 1);
+    if (gS)
+        for (c = 0; c < nc; c++) {
+            mf__av s = mf__av_zero();
+            for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) s = mf__av_add(s, mf__av_load(gt + c * MF__AT_BQ + ii));
+            pS[g0 + c] += mf__av_hsum(s);
+        }
+}
+
+static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1], B = Q->shape[0];
+    int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nkt = (Tk + MF__AT_BK - 1) / MF__AT_BK, P = out->src[4]->shape[0] / 2;
+    int Tqp = nqt * MF__AT_BQ, nt, ng = Tq + Tk - 1;
+    int64_t BH = (int64_t)B * H, hs = (int64_t)(2 * dk + dv + 2) * Tqp, ps = (int64_t)ng * (dk + 1) + dk, t;
+    int64_t per = 2 * MF__AT_BK * MF__AT_BQ + MF__RA_GT * MF__AT_BQ;
+    float scale = out->farg[0], *head, *part, *work;
+    float *gu = mf__g(U), *gR = mf__g(out->src[4]), *gS = mf__g(out->src[5]);
+    int i;
+    for (i = 0; i < 6 && !mf__g(out->src[i]); i++) {}
+    if (i == 6) return;
+    nt = mf__attn_threads(ctx, 4.0 * (double)BH * Tq * Tk * (2 * dk + dv));
+    if (nt > BH) nt = (int)BH;
+    head = (float *)mf__alloc(ctx, (size_t)(BH * hs) * sizeof(float));
+    part = (float *)mf__alloc(ctx, (size_t)(BH * ps) * sizeof(float));
+    work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
+    if (!head || !part || !work) return;
+#if MF__OMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (t = 0; t < BH; t++) { /* per head: scale Q^T, scale (Q + u)^T, dO^T, lse, D; zero partials */
+        const float *q = Q->data + t * Tq * dk, *o = out->data + t * Tq * dv, *g = out->grad + t * Tq * dv;
+        float *qs = head + t * hs, *qu = qs + (int64_t)dk * Tqp, *dot = qu + (int64_t)dk * Tqp;
+        float *lse = dot + (int64_t)dv * Tqp, *D = lse + Tqp;
+        int r, c;
+        mf__attn_transpose(q, dk, Tq, Tqp, dk, scale, qs, Tqp);
+        mf__rel_add_u(qs, Tqp, Tq, dk, U->data + (t % H) * dk, scale, qu);
+        mf__attn_transpose(g, dv, Tq, Tqp, dv, 1.0f, dot, Tqp);
+        for (r = 0; r < Tqp; r++) {
+            float d = 0;
+            if (r < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)r * dv + c] * o[(int64_t)r * dv + c];
+            lse[r] = r < Tq ? out->saved[t * Tq + r] : INFINITY;
+            D[r] = d;
+        }
+        memset(part + t * ps, 0, (size_t)ps * sizeof(float));
+    }
+#if MF__OMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+    for (t = 0; t < BH; t++) { /* one thread per head: its pairs in order */
+        float *st = work + per * mf__attn_thread_num();
+        int kt, qt;
+        for (kt = 0; kt < nkt; kt++)
+            for (qt = 0; qt < nqt; qt++)
+                mf__rel_bwd_pair(out, t, kt, qt, head + t * hs, part + t * ps, st, st + MF__AT_BK * MF__AT_BQ,
+                                 st + 2 * MF__AT_BK * MF__AT_BQ);
+    }
+    /* the partials summed over b in order; table row P - Tk + 1 + g for the visible g < Tk */
+#if MF__OMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (t = 0; t < H; t++) {
+        int b, g, c;
+        for (b = 0; b < B; b++) {
+            const float *p = part + ((int64_t)b * H + t) * ps;
+            for (g = 0; g < Tk; g++) {
+                int64_t row = P - Tk + 1 + g;
+                for (c = 0; gR && c < dk; c++) gR[(row * H + t) * dk + c] += p[(int64_t)g * dk + c];
+                if (gS) gS[row * H + t] += p[(int64_t)ng * dk + g];
+            }
+            for (c = 0; gu && c < dk; c++) gu[t * dk + c] += p[(int64_t)ng * (dk + 1) + c];
+        }
+    }
+}
+static const mf__op mf__op_rel_attention = { "rel_attention", 6, mf__rel_attention_shape, mf__rel_attention_forward,
+                                            mf__rel_attention_backward, 0 };
+MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
+                                  mf_tensor *R, mf_tensor *S, float scale) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_rel_attention, q, k, v, u);
+    if (t) { t->src[4] = R; t->src[5] = S; t->farg[0] = scale; t->iarg[0] = 1; /* causal, for mf__attention_shape */ }
+    if (t && ctx->be) return (mf_tensor *)mf__fail(ctx, "rel_attention runs on the CPU only so far; use a CPU context");
+    return mf__finish(ctx, t);
+}
+
+/* ---- the relative mixer: Transformer-XL and compressive transformer layers ----------------------
+   mf__xl_mixer(x) for layer l, with x the layer input [B, T, D] (SPEC 5.3, 6.2):
+       kv = [c_mem ; mem ; x]  (memories: constants)      xn = LN1(kv)  (ln1 also learns from memories)
+       out = Linear_out(rel_attention(q(xn[Mm:]), k(xn), v(xn), u, R, S))   Mm = |c_mem| + |mem|
+   then the memory of layer l is updated with x (SPEC 5.5, 6.3): the detached input of each layer,
+   the last mem_len rows of [mem ; x]; compressive: when that exceeds mem_len, the oldest
+   ceil((len - mem_len) / c) * c rows are compressed by the layer's conv1d (kernel = stride = c)
+   and appended to c_mem (the last c_mem_len kept), and the attention-reconstruction loss of the
+   layer (SPEC 6.4, mf__xl_ar_loss) is added to the step's auxiliary loss.
+   Memories live in host buffers owned by the model (they survive mf_reset), in three slots:
+   0 training, 1 validation (mf_model_memory_slot), 2 generation (reset when generation restarts at
+   position 0). The generation slot keeps mem_len memories like training (SPEC 5.6 / 6.3: the
+   prompt with an empty memory, then one token at a time); with mem_len = 0 it keeps up to
+   max_seq - 1 tokens instead, so that generation equals the full forward over the window. */
+typedef struct mf__xl_slot {
+    int B;              /* batch rows of the stored memories (0: none allocated) */
+    int cap;            /* memories kept per layer */
+    int *len, *clen;    /* per layer: memories and compressed memories held */
+    float *mem, *cmem;  /* [L][B][cap][D] and [L][B][c_mem_len][D], oldest first */
+} mf__xl_slot;
+struct mf__xl_state {
+    mf__xl_slot slot[3];
+    int cur;            /* the slot of mf_model_forward / mf_model_loss */
+    mf_tensor *aux;     /* the AR loss of the last forward (activation arena) or NULL */
+    float aux_value;
+};
+
+static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c) {
+    int64_t keys = (int64_t)c->max_seq + c->mem_len + (c->compressive ? c->c_mem_len : 0);
+#define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
+    if (ctx->be) MF__BAD("model config: the relative mixer runs on the CPU only so far; create the model on a CPU context");
+    if (c->mem_len < 0) MF__BAD("model config: mem_len %d must be >= 0 (memories kept per layer; 0 = none)", c->mem_len);
+    if (c->c_mem_len < 0) MF__BAD("model config: c_mem_len %d must be >= 0 (compressed memories kept per layer)", c->c_mem_len);
+    if (c->compressive) {
+        if (c->compression_rate < 1)
+            MF__BAD("model config: compression_rate %d must be >= 1 (the compressor's kernel size and stride)", c->compression_rate);
+        if (c->mem_len == 0)
+            MF__BAD("model config: compressive with mem_len 0 has nothing to compress (only memories older than the "
+                    "last mem_len get compressed); set mem_len > 0, or compressive = 0");
+        if (c->mem_len < c->compression_rate - 1)
+            MF__BAD("model config: compressive with mem_len %d < compression_rate %d - 1: the ceil((len - mem_len) / c) * c "
+                    "oldest memories to compress can outnumber the memories held; set mem_len >= compression_rate - 1",
+                    c->mem_len, c->compression_rate);
+        if (c->c_mem_len == 0)
+            MF__BAD("model config: compressive with c_mem_len 0 keeps no compressed memory; set c_mem_len > 0, or "
+                    "compressive = 0 for a plain Transformer-XL");
+    }
+    if (keys > MF_XL_P)
+        MF__BAD("model config: max_seq %d + mem_len %d + c_mem_len %d = %lld keys exceed the P = %d relative positions "
+                "of the relative mixer; lower max_seq, mem_len or c_mem_len", c->max_seq, c->mem_len,
+                c->compressive ? c->c_mem_len : 0, (long long)keys, MF_XL_P);
+#undef MF__BAD
+    return 0;
+}
+
+/* a parameter of layer l with a 3-D shape (the generic helper makes 1-D and 2-D ones) */
+static mf_tensor *mf__xl_param3(mf_model *m, int l, const char *name, int d0, int d1, int d2) {
+    mf_tensor *t = mf__layer_param(m, l, name, 2, d0, d1 * d2);
+    int shape[3];
+    shape[0] = d0; shape[1] = d1; shape[2] = d2;
+    if (t) mf__set_shape(t, 3, shape);
+    return t;
+}
+
+static void mf__xl_make_layer(mf_model *m, int l) {
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int D = c->d_model, H = c->n_heads, dk = D / H;
+    mf_tensor *unused;
+    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused); /* SPEC 5.1: q, k without bias */
+    mf__layer_linear(m, l, "attn.k", D, D, 0, &L->wk, &unused);
+    mf__layer_linear(m, l, "attn.v", D, D, 1, &L->wv, &L->bv);
+    mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
+    L->rel_u = mf__layer_param(m, l, "attn.u", 2, H, dk); /* u, R, S: zeros */
+    L->rel_r = mf__xl_param3(m, l, "attn.r", 2 * MF_XL_P, H, dk);
+    L->rel_s = mf__layer_param(m, l, "attn.s", 2, 2 * MF_XL_P, H);
+    if (c->compressive) { /* Conv1d(D, D, kernel c, stride c): PyTorch init, fan_in = D * c */
+        L->cmp_w = mf__xl_param3(m, l, "compress.weight", D, D, c->compression_rate);
+        mf_init_kaiming_uniform(m->ctx, L->cmp_w);
+        L->cmp_b = mf__layer_param(m, l, "compress.bias", 1, D, 0);
+        mf_init_bias(m->ctx, L->cmp_b, D * c->compression_rate);
+    }
+}
+
+static void mf__xl_free(mf_model *m) {
+    int i;
+    if (!m->xl) return;
+    for (i = 0; i < 3; i++) {
+        MF_FREE(m->xl->slot[i].len); MF_FREE(m->xl->slot[i].clen);
+        MF_FREE(m->xl->slot[i].mem); MF_FREE(m->xl->slot[i].cmem);
+    }
+    MF_FREE(m->xl);
+    m->xl = NULL;
+}
+
+static void mf__xl_init(mf_model *m) {
+    const mf_model_config *c = &m->cfg;
+    int i;
+    if (!mf_ok(m->ctx)) return;
+    if (!(m->xl = (struct mf__xl_state *)mf__xmalloc(sizeof(struct mf__xl_state)))) { mf__fail(m->ctx, "out of memory: model memories"); return; }
+    memset(m->xl, 0, sizeof *m->xl);
+    for (i = 0; i < 3; i++) {
+        mf__xl_slot *s = &m->xl->slot[i];
+        s->cap = i < 2 || c->mem_len > 0 ? c->mem_len : c->max_seq - 1;
+        s->len = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
+        s->clen = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
+        if (!s->len || !s->clen) { mf__fail(m->ctx, "out of memory: model memories"); return; }
+        memset(s->len, 0, (size_t)c->n_layers * sizeof(int));
+        memset(s->clen, 0, (size_t)c->n_layers * sizeof(int));
+    }
+}
+
+static void mf__xl_clear(const mf_model *m, mf__xl_slot *s) {
+    memset(s->len, 0, (size_t)m->cfg.n_layers * sizeof(int));
+    memset(s->clen, 0, (size_t)m->cfg.n_layers * sizeof(int));
+}
+
+/* the slot's buffers for B batch rows; a slot holding memories of another batch size is an error */
+static int mf__xl_prepare(mf_model *m, mf__xl_slot *s, int B) {
+    const mf_model_config *c = &m->cfg;
+    int l, held = 0;
+    size_t n, nc;
+    if (s->B == B) return 0;
+    for (l = 0; l < c->n_layers; l++) held |= s->len[l] | s->clen[l];
+    if (held)
+        return (mf__fail(m->ctx, "relative mixer: this call has batch %d but the memories (slot %d) hold %d rows from "
+                         "the previous call, and row b must continue row b; keep the batch size, or call "
+                         "mf_model_reset_memory first", B, (int)(s - m->xl->slot), s->B), -1);
+    n = (size_t)c->n_layers * B * s->cap * c->d_model;
+    nc = c->compressive ? (size_t)c->n_layers * B * c->c_mem_len * c->d_model : 0;
+    MF_FREE(s->mem); MF_FREE(s->cmem);
+    s->mem = (float *)mf__xmalloc(n * sizeof(float));
+    s->cmem = (float *)mf__xmalloc(nc * sizeof(float));
+    s->B = B;
+    if ((n && !s->mem) || (nc && !s->cmem)) { s->B = 0; return (mf__fail(m->ctx, "out of memory: model memories"), -1); }
+    return 0;
+}
+
+/* rows [0, n) of out[b] (rows of D floats, out has rows_out rows per batch row) = the last n rows of
+   [a[b] (na rows, stride sa) ; x[b] (nx rows, stride sx)] skipping the first `skip` of them */
+static void mf__xl_rows(float *out, int rows_out, const float *a, int na, int sa, const float *x, int nx, int sx,
+                        int skip, int n, int B, int D) {
+    int b, r;
+    for (b = 0; b < B; b++)
+        for (r = 0; r < n; r++) {
+            int i = skip + r;
+            const float *src = i < na ? a + ((int64_t)b * sa + i) * D : x + ((int64_t)b * sx + i - na) * D;
+            memcpy(out + ((int64_t)b * rows_out + r) * D, src, (size_t)D * sizeof(float));
+        }
+    (void)nx;
+}
+
+/* SPEC 6.4: the attention-reconstruction loss of layer l, mean((A(h', cm') - A(h', m'))^2) with
+   h' = LN(h), m' = LN(mc), cm' = LN(cm) under the layer's LN_att, and A the layer's q/k/v
+   projections + softmax(Q K^T / sqrt(dk)) V (no mask, positions, dropout or output projection).
+   Every parameter is detached; h and mc must be constants: only cm (the compressor's output)
+   carries gradient. */
+static mf_tensor *mf__xl_ar_loss(mf_model *m, int l, mf_tensor *h, mf_tensor *mc, mf_tensor *cm) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int H = c->n_heads, grad;
+    float scale = 1.0f / sqrtf((float)(c->d_model / H)), eps = c->ln_eps;
+    mf_tensor *g = mf_detach(ctx, L->ln1_w), *be = mf_detach(ctx, L->ln1_b), *wq = mf_detach(ctx, L->wq);
+    mf_tensor *wk = mf_detach(ctx, L->wk), *wv = mf_detach(ctx, L->wv), *bv = mf_detach(ctx, L->bv);
+    mf_tensor *q, *mn, *target, *cn;
+    grad = mf_set_grad(ctx, 0); /* the query and the target: constants */
+    q = mf__split_heads(ctx, mf_linear(ctx, mf_layernorm(ctx, h, g, be, eps), wq, NULL), H);
+    mn = mf_layernorm(ctx, mc, g, be, eps);
+    target = mf_attention(ctx, q, mf__split_heads(ctx, mf_linear(ctx, mn, wk, NULL), H),
+                          mf__split_heads(ctx, mf_linear(ctx, mn, wv, bv), H), scale, 0);
+    mf_set_grad(ctx, grad);
+    cn = mf_layernorm(ctx, cm, g, be, eps);
+    return mf_mse(ctx, mf_attention(ctx, q, mf__split_heads(ctx, mf_linear(ctx, cn, wk, NULL), H),
+                                     mf__split_heads(ctx, mf_linear(ctx, cn, wv, bv), H), scale, 0), target);
+}
+
+/* after layer l's attention: its memories continue with x [B, T, D] (SPEC 5.5, 6.3) */
+static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int gen) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int B = x->shape[0], T = x->shape[1], D = c->d_model, cap = s->cap, rate = c->compression_rate;
+    int len = s->len[l], n = len + T, keep, shape[3];
+    float *mem = s->mem + (int64_t)l * B * cap * D;
+    if (cap == 0) return;
+    if (c->compressive && n > cap) {
+        int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep, drop;
+        float *cmem = s->cmem + (int64_t)l * B * c->c_mem_len * D;
+        mf_tensor *old, *cm;
+        shape[0] = B; shape[1] = nold; shape[2] = D;
+        if (!(old = mf_new(ctx, 3, shape))) return;
+        mf__xl_rows(old->data, nold, mem, len, cap, x->data, T, T, 0, nold, B, D);
+        if (!(cm = mf_conv1d(ctx, old, L->cmp_w, L->cmp_b, rate, 0))) return; /* [B, nc, D] */
+        ckeep = cl + nc < c->c_mem_len ? cl + nc : c->c_mem_len;
+        drop = cl + nc - ckeep;
+        if (drop < cl) { /* the kept old compressed memories move to the front */
+            int b;
+            for (b = 0; b < B; b++)
+                memmove(cmem + (int64_t)b * c->c_mem_len * D, cmem + ((int64_t)b * c->c_mem_len + drop) * D,
+                        (size_t)(cl - drop) * D * sizeof(float));
+        }
+        { /* then the new ones (all, or the last ckeep when they alone overflow) */
+            int b, first = drop > cl ? drop - cl : 0, at = cl - drop > 0 ? cl - drop : 0;
+            for (b = 0; b < B; b++)
+                memcpy(cmem + ((int64_t)b * c->c_mem_len + at) * D, cm->data + ((int64_t)b * nc + first) * D,
+                       (size_t)(nc - first) * D * sizeof(float));
+        }
+        s->clen[l] = ckeep;
+        if (!gen) {
+            mf_tensor *ar = mf__xl_ar_loss(m, l, mf_detach(ctx, x), old, cm);
+            if (!ar) return;
+            m->xl->aux = m->xl->aux ? mf_add(ctx, m->xl->aux, ar) : ar;
+            m->xl->aux_value += ar->data[0];
+        }
+        keep = n - nold;
+    } else keep = n < cap ? n : cap;
+    { /* mem = the last keep rows of [mem ; x], through a copy (the ranges overlap) */
+        float *tmp = (float *)mf__alloc(ctx, (size_t)B * keep * D * sizeof(float));
+        int b;
+        if (!tmp) return;
+        mf__xl_rows(tmp, keep, mem, len, cap, x->data, T, T, n - keep, keep, B, D);
+        for (b = 0; b < B; b++)
+            memcpy(mem + (int64_t)b * cap * D, tmp + (int64_t)b * keep * D, (size_t)keep * D * sizeof(float));
+    }
+    s->len[l] = keep;
+}
+
+static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    struct mf__xl_state *xl = m->xl;
+    mf__xl_slot *s;
+    int B, T, D = c->d_model, H = c->n_heads, Mm;
+    mf_tensor *kv, *xn, *zq, *q, *k, *v, *o;
+    if (!x || !xl) return NULL;
+    B = x->shape[0]; T = x->shape[1];
+    s = &xl->slot[gen ? 2 : xl->cur];
+    if (!gen && l == 0) { xl->aux = NULL; xl->aux_value = 0; }
+    if (gen && pos0 == 0 && l == 0) mf__xl_clear(m, s); /* a new generation */
+    if (mf__xl_prepare(m, s, B) < 0) return NULL;
+    kv = x;
+    Mm = (c->compressive ? s->clen[l] : 0) + s->len[l];
+    if (Mm > 0) { /* [c_mem ; mem] of layer l copied into the arena: x then joins it */
+        int shape[3], b, cl = c->compressive ? s->clen[l] : 0;
+        mf_tensor *mem;
+        shape[0] = B; shape[1] = Mm; shape[2] = D;
+        if (!(mem = mf_new(ctx, 3, shape))) return NULL;
+        for (b = 0; b < B; b++) {
+            float *dst = mem->data + (int64_t)b * Mm * D;
+            if (cl) memcpy(dst, s->cmem + ((int64_t)l * B + b) * c->c_mem_len * D, (size_t)cl * D * sizeof(float));
+            memcpy(dst + (int64_t)cl * D, s->mem + ((int64_t)l * B + b) * s->cap * D, (size_t)s->len[l] * D * sizeof(float));
+        }
+        kv = mf_concat(ctx, mem, x, 1);
+    }
+    xn = mf_layernorm(ctx, kv, L->ln1_w, L->ln1_b, c->ln_eps);
+    zq = Mm > 0 ? mf_slice(ctx, xn, 1, Mm, T) : xn;
+    q = mf__split_heads(ctx, mf_linear(ctx, zq, L->wq, NULL), H);
+    k = mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H);
+    v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, L->bv), H);
+    o = mf_rel_attention(ctx, q, k, v, L->rel_u, L->rel_r, L->rel_s, 1.0f / sqrtf((float)(D / H)));
+    o = mf_linear(ctx, mf__merge_heads(ctx, o), L->wo, L->bo);
+    if (o) mf__xl_update(m, s, l, x, gen);
+    return mf_ok(ctx) ? o : NULL;
+}
+
+static mf_tensor *mf__xl_aux_loss(mf_model *m) { return m->xl && mf_ok(m->ctx) ? m->xl->aux : NULL; }
+
+MFDEF int mf_model_memory_slot(mf_model *m, int slot) {
+    int old;
+    if (!m || slot < 0 || slot > 1) return -1;
+    if (!m->xl) return 0; /* no memories: nothing to select */
+    old = m->xl->cur;
+    m->xl->cur = slot;
+    return old;
+}
+MFDEF void mf_model_reset_memory(mf_model *m) {
+    if (m && m->xl) mf__xl_clear(m, &m->xl->slot[m->xl->cur]);
+}
+MFDEF float mf_model_aux_loss(const mf_model *m) { return m && m->xl ? m->xl->aux_value : 0.0f; }
 
 /* ==== [mf:fastweights] ====================================================================== */
 /* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7). */
