@@ -259,6 +259,28 @@ MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
 /* Mean over a window of the sequence axis of x [B, T, D]: centred (t - k/2 .. t + k/2, k odd) or
    causal (t - k + 1 .. t); positions outside [0, T) do not count (count_include_pad = false). */
 MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal);
+/* ---- fast weights and linear attention (SPEC.md section 7) ------------------------------------
+   DPFP features (Schlag et al. 2021): x [..., dk] -> [..., 2 dk nu], nu in [1, 2 dk - 1]:
+   a = relu(concat(x, -x)), phi[(r - 1) 2dk + j] = a[j] a[(j - r) mod 2dk] for r = 1..nu (labml's
+   roll direction), out = phi / (sum(phi) + eps) (labml: eps 1e-6): non-negative, sums to ~1. */
+MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps);
+/* elu(x) + 1: x + 1 for x > 0, exp(x) else (the linear transformer's positive feature map). */
+MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x);
+/* Fast weights with the delta rule, per (batch, head), W [dv, d_dot] starting at zero:
+       W = W + beta_t (v_t - W k_t) k_t^T;  out_t = W q_t     (write first, then read: t sees itself)
+   q, k [B, H, T, d_dot] (features, e.g. mf_dpfp of the projections), v [B, H, T, dv],
+   beta [B, H, T] (gates in (0, 1)) -> [B, H, T, dv]. chunk picks the kernel (same values up to
+   rounding): 1 = recurrent (token by token, keeps ceil(T/32) states per head for the backward),
+   n > 1 = chunkwise-parallel with chunks of n tokens (DeltaNet's WY form: small dense products;
+   keeps T/n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent for short
+   sequences, chunkwise with 64 from T = 256 on). */
+MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
+                                 int chunk);
+/* Causal linear attention with the same kernels: W = W + v_t k_t^T, z = z + k_t,
+   out_t = W q_t / (z . q_t + eps) (features must be non-negative, e.g. mf_dpfp or mf_elu1; eps
+   guards a zero denominator, the mixer uses 1e-6). Shapes and chunk as mf_fast_weights. */
+MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps,
+                                     int chunk);
 /* Fused multi-head scaled dot-product attention (FlashAttention-2 style on the CPU):
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv],
    out = softmax(scale * q k^T [+ causal mask]) v. causal != 0: query i sees key j iff
@@ -4201,14 +4223,668 @@ MFDEF void mf_model_reset_memory(mf_model *m) { (void)m; }
 MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 
 /* ==== [mf:fastweights] ====================================================================== */
-/* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7). */
-struct mf__rec_state { int unused; };
-static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
-    (void)c; return (mf__fail(ctx, "the fast_weights and linear mixers are not implemented yet"), -1);
+/* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7).
+
+   Ops: mf_dpfp and mf_elu1 (the feature maps), mf_fast_weights and mf_linear_attention (the
+   recurrences). Both recurrences are one kernel ("the core") over per-head state S:
+       fast weights (delta):  u_t = beta_t (v_t - S_{t-1} k_t);  S_t = S_{t-1} + u_t k_t^T;  y_t = S_t q_t
+       linear:                u_t = v_t;                          S_t = S_{t-1} + u_t k_t^T;  y_t = S_t q_t
+   Linear attention also needs z_t = sum k and the denominator z_t . q_t: the core runs it with one
+   more value column that is constant 1 (dvp = dv + 1), whose row of S is z and whose output is the
+   denominator; y = num / (den + eps) happens after the core. The state is stored transposed,
+   S^T [dd][dvp] (row j = feature j), so every per-token product is a broadcast-FMA along the value
+   axis (no horizontal sums in the forward).
+
+   Two exact forms of the core, both parallel over the B*H heads:
+   - recurrent (the oracle; generation): token by token, O(dd * dvp) per token. The backward needs
+     S_{t-1} at every step; running the recurrence backwards (S_{t-1} = S_t - u_t k_t^T with u_t
+     depending on S_{t-1}) is not stable, so the forward keeps the state every MF__FW_CK tokens and
+     the backward recomputes the states of one segment at a time (kept: ceil(T / MF__FW_CK) * dd *
+     dvp floats per head; scratch: MF__FW_CK * dd * dvp floats per thread).
+   - chunkwise (training on long sequences; DeltaNet, Yang et al. 2024, the WY / UT form): within a
+     chunk of C tokens (rows), state S at its start,
+         A = tril(diag(beta) K K^T, -1),  (I + A) [W, U_] = diag(beta) [K, V]   (forward substitution)
+         U = U_ - W S^T,  Y = Q S^T + tril(Q K^T) U,  S <- S + U^T K
+     (linear: U = V). Every product is a small dense product (mf__attn_mm tiles, no packing); the
+     only sequential part is the C x C triangular solve. Kept: the state at every chunk start and
+     [W, U_] (T * (dd + dvp) floats per head) for the backward, which walks the chunks in reverse.
+   Both give the same values up to float rounding (tests/test_fastweights.c: 1e-5 relative). */
+
+#define MF__FW_CK 32 /* recurrent backward: tokens between state checkpoints */
+/* chunk_size 0 (automatic): chunkwise with MF__FW_AUTO_C from MF__FW_AUTO_T tokens on, recurrent
+   below. Measured with bench/bench_fw_sweep.c (forward + backward of the op alone). */
+#define MF__FW_AUTO_C 64
+#define MF__FW_AUTO_T 256
+
+/* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
+   iarg[0] nu, farg[0] eps. a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
+   (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). Nothing saved: the backward rebuilds
+   a from x and sum phi from out. */
+static float mf__dpfp_a(const float *x, int dk, int j) { /* relu(concat(x, -x))[j] */
+    float v = j < dk ? x[j] : -x[j - dk];
+    return v > 0 ? v : 0.0f;
 }
-static void mf__fw_make_layer(mf_model *m, int l) { (void)m; (void)l; }
-static void mf__fw_free(mf_model *m) { (void)m; }
-static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) { (void)m; (void)l; (void)x; (void)pos0; (void)gen; return NULL; }
+static int mf__dpfp_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0];
+    int dk = mf__last(x), nu = out->iarg[0], shape[MF_MAX_DIMS], i;
+    char s[64];
+    if (ctx->be) return MF__SHAPE_FAIL("dpfp runs on the CPU only so far; create the tensors on a CPU context");
+    if (nu < 1 || nu > 2 * dk - 1)
+        return MF__SHAPE_FAIL("dpfp: nu %d must be in [1, 2 * dk - 1] = [1, %d] for x %s (a roll by 2 dk "
+                              "repeats the roll by 0)", nu, 2 * dk - 1, mf_shape_str(x, s, 64));
+    if ((int64_t)2 * dk * nu > 1 << 24)
+        return MF__SHAPE_FAIL("dpfp: 2 * dk * nu = %lld features is too many (dk %d, nu %d)", (long long)2 * dk * nu, dk, nu);
+    if (!(out->farg[0] >= 0.0f && out->farg[0] < 1.0f))
+        return MF__SHAPE_FAIL("dpfp: eps %g must be in [0, 1) (labml: 1e-6)", (double)out->farg[0]);
+    for (i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+    shape[x->ndim - 1] = 2 * dk * nu;
+    mf__set_shape(out, x->ndim, shape);
+    return 0;
+}
+static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *X = out->src[0];
+    int dk = mf__last(X), nu = out->iarg[0], n2 = 2 * dk, dd = n2 * nu;
+    int64_t rows = mf__rows(X), r;
+    float eps = out->farg[0];
+    MF__PARFOR(ctx, rows, 3.0 * dd)
+    for (r = 0; r < rows; r++) {
+        const float *x = X->data + r * dk;
+        float *y = out->data + r * dd, sum = 0, inv;
+        int s, j, m;
+        for (s = 1; s <= nu; s++)
+            for (j = 0; j < n2; j++) {
+                float p = mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, (j - s + n2) % n2);
+                y[(s - 1) * n2 + j] = p;
+                sum += p;
+            }
+        inv = 1.0f / (sum + eps);
+        for (m = 0; m < dd; m++) y[m] *= inv;
+    }
+}
+/* d relu(concat(x, -x))[j] = val: x[j] > 0 for j < dk, x[j - dk] < 0 (with a minus) above */
+static void mf__dpfp_add_da(const float *x, float *dx, int dk, int j, float val) {
+    if (j < dk) { if (x[j] > 0) dx[j] += val; }
+    else if (x[j - dk] < 0) dx[j - dk] -= val;
+}
+static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *X = out->src[0];
+    float *DX = mf__g(X), eps = out->farg[0];
+    int dk = mf__last(X), nu = out->iarg[0], n2 = 2 * dk, dd = n2 * nu;
+    int64_t rows = mf__rows(X), r;
+    if (!DX) return;
+    MF__PARFOR(ctx, rows, 8.0 * dd)
+    for (r = 0; r < rows; r++) {
+        const float *x = X->data + r * dk, *y = out->data + r * dd, *g = out->grad + r * dd;
+        float *dx = DX + r * dk, sum = 0, gy = 0, inv;
+        int s, j, m;
+        /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps) */
+        for (s = 1; s <= nu; s++)
+            for (j = 0; j < n2; j++) sum += mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, (j - s + n2) % n2);
+        for (m = 0; m < dd; m++) gy += g[m] * y[m];
+        inv = 1.0f / (sum + eps);
+        for (s = 1; s <= nu; s++)
+            for (j = 0; j < n2; j++) {
+                int jr = (j - s + n2) % n2;
+                float dp = (g[(s - 1) * n2 + j] - gy) * inv;
+                mf__dpfp_add_da(x, dx, dk, j, dp * mf__dpfp_a(x, dk, jr));
+                mf__dpfp_add_da(x, dx, dk, jr, dp * mf__dpfp_a(x, dk, j));
+            }
+    }
+}
+static const mf__op mf__op_dpfp = { "dpfp", 1, mf__dpfp_shape, mf__dpfp_forward, mf__dpfp_backward, 0 };
+MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_dpfp, x, NULL, NULL, NULL);
+    if (t) { t->iarg[0] = nu; t->farg[0] = eps; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- elu(x) + 1: x + 1 for x > 0, exp(x) else (positive features of the linear transformer) ----- */
+static int mf__elu1_shape(mf_ctx *ctx, mf_tensor *out) {
+    if (ctx->be) return MF__SHAPE_FAIL("elu1 runs on the CPU only so far; create the tensors on a CPU context");
+    return mf__same_shape(ctx, out);
+}
+static void mf__elu1_forward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data;
+    int64_t i, n = out->ne;
+    MF__PARFOR(ctx, n, 8)
+    for (i = 0; i < n; i++) out->data[i] = x[i] > 0 ? x[i] + 1.0f : expf(x[i]);
+}
+static void mf__elu1_backward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data, *y = out->data, *g = out->grad;
+    float *dx = mf__g(out->src[0]);
+    int64_t i, n = out->ne;
+    if (!dx) return;
+    MF__PARFOR(ctx, n, 4)
+    for (i = 0; i < n; i++) dx[i] += g[i] * (x[i] > 0 ? 1.0f : y[i]);
+}
+static const mf__op mf__op_elu1 = { "elu1", 1, mf__elu1_shape, mf__elu1_forward, mf__elu1_backward, 0 };
+MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x) {
+    return mf__finish(ctx, mf__begin(ctx, &mf__op_elu1, x, NULL, NULL, NULL));
+}
+
+/* ---- small vector helpers on rows of n floats ---------------------------------------------------- */
+static void mf__fw_axpy(int n, float a, const float *x, float *y) { /* y += a x */
+    mf__av va = mf__av_set1(a);
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
+    if (i < n) {
+        mf__am mk = mf__av_mask(n - i);
+        mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
+    }
+}
+static float mf__fw_dot(int n, const float *a, const float *b) {
+    mf__av acc = mf__av_zero();
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
+    if (i < n) {
+        mf__am mk = mf__av_mask(n - i);
+        acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
+    }
+    return mf__av_hsum(acc);
+}
+/* acc[0..n) = sum_{j < m} w[j] M[j][0..n) (M row-major, rows of n); zero weights are skipped
+   (DPFP features are mostly zeros) */
+static void mf__fw_gemv_t(int m, int n, const float *w, const float *M, float *acc) {
+    int j;
+    memset(acc, 0, (size_t)n * sizeof(float));
+    for (j = 0; j < m; j++) if (w[j] != 0.0f) mf__fw_axpy(n, w[j], M + (int64_t)j * n, acc);
+}
+/* dst[c][r] = src[r][c] for r < rows, c < cols (src row stride lds, dst row stride ldd) */
+static void mf__fw_transpose(const float *src, int lds, int rows, int cols, float *dst, int ldd) {
+    int r, c;
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < cols; c++) dst[(int64_t)c * ldd + r] = src[(int64_t)r * lds + c];
+}
+
+/* ---- the core, one head ---------------------------------------------------------------------------
+   q, k [T][dd]; v [T][dv] (the core sees dvp = dv or dv + 1 columns: ones = the constant column);
+   beta [T] (delta rule) or NULL (linear). Outputs and their gradients have dvp columns. */
+typedef struct mf__fwh {
+    int T, dd, dv, dvp;
+    const float *q, *k, *v, *beta;
+} mf__fwh;
+
+static void mf__fw_load_v(const mf__fwh *h, int t, float *row) { /* v_t, then 1 for linear */
+    memcpy(row, h->v + (int64_t)t * h->dv, (size_t)h->dv * sizeof(float));
+    if (h->dvp > h->dv) row[h->dv] = 1.0f;
+}
+
+/* Recurrent forward: S [dd][dvp] holds the state (in: start, out: end); ck (NULL: none) gets the
+   state before tokens 0, MF__FW_CK, 2 MF__FW_CK, ...; y [T][dvp]; u: dvp floats of scratch. */
+static void mf__fw_rec_fwd(const mf__fwh *h, float *S, float *ck, float *y, float *u) {
+    int t, j, dd = h->dd, dvp = h->dvp;
+    size_t ss = (size_t)dd * dvp;
+    for (t = 0; t < h->T; t++) {
+        const float *kt = h->k + (int64_t)t * dd, *qt = h->q + (int64_t)t * dd;
+        float *yt = y + (int64_t)t * dvp;
+        if (ck && t % MF__FW_CK == 0) memcpy(ck + (size_t)(t / MF__FW_CK) * ss, S, ss * sizeof(float));
+        mf__fw_load_v(h, t, u);
+        if (h->beta) { /* u = beta (v - S k), the value to write; yt holds S k meanwhile */
+            float b = h->beta[t];
+            mf__fw_gemv_t(dd, dvp, kt, S, yt);
+            for (j = 0; j < dvp; j++) u[j] = b * (u[j] - yt[j]);
+        }
+        for (j = 0; j < dd; j++) if (kt[j] != 0.0f) mf__fw_axpy(dvp, kt[j], u, S + (size_t)j * dvp); /* write first */
+        mf__fw_gemv_t(dd, dvp, qt, S, yt);                                                            /* then read */
+    }
+}
+static size_t mf__fw_rec_work(int dd, int dvp) { /* floats of scratch per thread of mf__fw_rec_bwd */
+    return (size_t)(MF__FW_CK + 1) * dd * dvp + (size_t)(2 * MF__FW_CK + 2) * dvp;
+}
+/* Recurrent backward from the checkpoints ck: dy [T][dvp]; ADDS dq, dk [T][dd], dv [T][dv] and
+   dbeta [T] (each may be NULL). Per segment of MF__FW_CK tokens, from the last: recompute the
+   states S_{t-1} of the segment from its checkpoint, then walk it backwards carrying dS = dL/dS_t:
+       dq_t = S_t^T dy_t,  dS += dy_t q_t^T,  du = dS k_t,  dk_t = dS^T u_t
+       delta: dvbar = -beta du;  dk_t += S_{t-1}^T dvbar;  dS += dvbar k_t^T (-> dL/dS_{t-1});
+              dv_t = beta du;  dbeta_t = du . (v_t - S_{t-1} k_t)
+       linear: dv_t = du */
+static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, float *dq, float *dk,
+                           float *dv, float *db, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nseg = (T + MF__FW_CK - 1) / MF__FW_CK, seg, t, j, c;
+    size_t ss = (size_t)dd * dvp;
+    float *dS = work, *Sp = dS + ss, *U = Sp + MF__FW_CK * ss, *R = U + (size_t)MF__FW_CK * dvp;
+    float *du = R + (size_t)MF__FW_CK * dvp, *dvb = du + dvp;
+    memset(dS, 0, ss * sizeof(float));
+    for (seg = nseg - 1; seg >= 0; seg--) {
+        int t0 = seg * MF__FW_CK, t1 = t0 + MF__FW_CK < T ? t0 + MF__FW_CK : T;
+        memcpy(Sp, ck + (size_t)seg * ss, ss * sizeof(float));
+        for (t = t0; t < t1; t++) { /* Sp[i] = S_{t-1}, U[i] = u_t, R[i] = v_t - S_{t-1} k_t */
+            int i = t - t0;
+            const float *kt = h->k + (int64_t)t * dd;
+            float *S = Sp + i * ss, *u = U + (size_t)i * dvp, *r = R + (size_t)i * dvp;
+            mf__fw_load_v(h, t, r);
+            if (h->beta) {
+                mf__fw_gemv_t(dd, dvp, kt, S, u);
+                for (c = 0; c < dvp; c++) { r[c] -= u[c]; u[c] = h->beta[t] * r[c]; }
+            } else memcpy(u, r, (size_t)dvp * sizeof(float));
+            if (t + 1 < t1) {
+                memcpy(S + ss, S, ss * sizeof(float));
+                for (j = 0; j < dd; j++) if (kt[j] != 0.0f) mf__fw_axpy(dvp, kt[j], u, S + ss + (size_t)j * dvp);
+            }
+        }
+        for (t = t1 - 1; t >= t0; t--) {
+            int i = t - t0;
+            const float *kt = h->k + (int64_t)t * dd, *qt = h->q + (int64_t)t * dd, *g = dy + (int64_t)t * dvp;
+            const float *S = Sp + i * ss, *u = U + (size_t)i * dvp;
+            float ug = mf__fw_dot(dvp, u, g), b = h->beta ? h->beta[t] : 1.0f;
+            for (j = 0; j < dd; j++) {
+                if (qt[j] != 0.0f) mf__fw_axpy(dvp, qt[j], g, dS + (size_t)j * dvp);
+                if (dq) dq[(int64_t)t * dd + j] += mf__fw_dot(dvp, S + (size_t)j * dvp, g) + kt[j] * ug;
+            }
+            mf__fw_gemv_t(dd, dvp, kt, dS, du);
+            if (h->beta) {
+                for (c = 0; c < dvp; c++) dvb[c] = -b * du[c];
+                for (j = 0; j < dd; j++) {
+                    float *dSj = dS + (size_t)j * dvp;
+                    if (dk) dk[(int64_t)t * dd + j] += mf__fw_dot(dvp, dSj, u) + mf__fw_dot(dvp, S + (size_t)j * dvp, dvb);
+                    if (kt[j] != 0.0f) mf__fw_axpy(dvp, kt[j], dvb, dSj);
+                }
+                if (db) db[t] += mf__fw_dot(dvp, du, R + (size_t)i * dvp);
+            } else if (dk)
+                for (j = 0; j < dd; j++) dk[(int64_t)t * dd + j] += mf__fw_dot(dvp, dS + (size_t)j * dvp, u);
+            if (dv) for (c = 0; c < h->dv; c++) dv[(int64_t)t * h->dv + c] += b * du[c];
+        }
+    }
+}
+
+/* floats of scratch per thread of the chunkwise forward / backward (chunk C) */
+static size_t mf__fw_chunk_work(int C, int dd, int dvp) {
+    size_t ldx = (size_t)dd + dvp;
+    return (size_t)dd * C + 4 * (size_t)C * C + 5 * (size_t)C * dvp + 2 * (size_t)C * dd + 2 * ldx * C
+           + 3 * (size_t)dd * dvp + (size_t)dvp * C + 64;
+}
+/* rows t0 .. t0 + n - 1 of v (+ the ones column) into Vb [n][dvp], K^T into Kt [dd][n] */
+static void mf__fw_chunk_load(const mf__fwh *h, int t0, int n, float *Vb, float *Kt) {
+    int i;
+    for (i = 0; i < n; i++) mf__fw_load_v(h, t0 + i, Vb + (size_t)i * h->dvp);
+    mf__fw_transpose(h->k + (int64_t)t0 * h->dd, h->dd, n, h->dd, Kt, n);
+}
+/* (I + A) X = diag(beta) [K, V] by forward substitution, A[i][j] = beta_i Gm[i][j] for j < i;
+   X [n][dd + dvp] */
+static void mf__fw_chunk_solve(const mf__fwh *h, int t0, int n, const float *Gm, const float *Vb, float *X) {
+    int i, j, dd = h->dd, dvp = h->dvp, ldx = dd + dvp;
+    for (i = 0; i < n; i++) {
+        float b = h->beta[t0 + i], *xi = X + (size_t)i * ldx;
+        const float *ki = h->k + (int64_t)(t0 + i) * dd;
+        for (j = 0; j < dd; j++) xi[j] = b * ki[j];
+        for (j = 0; j < dvp; j++) xi[dd + j] = b * Vb[(size_t)i * dvp + j];
+        for (j = 0; j < i; j++) {
+            float a = b * Gm[(size_t)i * n + j];
+            if (a != 0.0f) mf__fw_axpy(ldx, -a, X + (size_t)j * ldx, xi);
+        }
+    }
+}
+/* U = U_ - W S^T for the chunk ([W, U_] = X rows, S^T [dd][dvp]) */
+static void mf__fw_chunk_u(int n, int dd, int dvp, const float *X, const float *S, float *U) {
+    int i, c, ldx = dd + dvp;
+    mf__attn_mm(n, dvp, dd, X, ldx, 1, S, dvp, U, dvp, 0);
+    for (i = 0; i < n; i++)
+        for (c = 0; c < dvp; c++) U[(size_t)i * dvp + c] = X[(size_t)i * ldx + dd + c] - U[(size_t)i * dvp + c];
+}
+static void mf__fw_tril(float *P, int n, int diag) { /* zero P[i][j] for j > i (diag) or j >= i */
+    int i, j;
+    for (i = 0; i < n; i++) for (j = diag ? i + 1 : i; j < n; j++) P[(size_t)i * n + j] = 0.0f;
+}
+
+/* Chunkwise forward, chunks of C: S [dd][dvp] (in: start, out: end); st (NULL: none) gets the state
+   at every chunk start [nc][dd][dvp]; X (delta; NULL: scratch) gets [W, U_] [T][dd + dvp]. */
+static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float *X, float *y, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, ldx = dd + dvp;
+    size_t ss = (size_t)dd * dvp;
+    float *Kt = work, *P = Kt + (size_t)dd * C, *Vb = P + (size_t)C * C, *U = Vb + (size_t)C * dvp;
+    float *Xs = U + (size_t)C * dvp;
+    for (c = 0; c < nc; c++) {
+        int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+        const float *K = h->k + (int64_t)t0 * dd, *Q = h->q + (int64_t)t0 * dd, *Uc = Vb;
+        float *Y = y + (int64_t)t0 * dvp;
+        if (st) memcpy(st + (size_t)c * ss, S, ss * sizeof(float));
+        mf__fw_chunk_load(h, t0, n, Vb, Kt);
+        if (h->beta) {
+            float *Xc = X ? X + (int64_t)t0 * ldx : Xs;
+            mf__attn_mm(n, n, dd, K, dd, 1, Kt, n, P, n, 0);          /* Gm = K K^T */
+            mf__fw_chunk_solve(h, t0, n, P, Vb, Xc);
+            mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
+            Uc = U;
+        }
+        mf__attn_mm(n, dvp, dd, Q, dd, 1, S, dvp, Y, dvp, 0);         /* Y = Q S^T */
+        mf__attn_mm(n, n, dd, Q, dd, 1, Kt, n, P, n, 0);              /* P = tril(Q K^T) */
+        mf__fw_tril(P, n, 1);
+        mf__attn_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, dvp, 1);          /* Y += P U */
+        mf__attn_mm(dd, dvp, n, K, 1, dd, Uc, dvp, S, dvp, 1);        /* S^T += K^T U */
+    }
+}
+
+/* Chunkwise backward (the forward's st and X): dy [T][dvp]; ADDS dq, dk, dv, dbeta (each may be
+   NULL). Per chunk, from the last, with dS = dL/dS^T at the chunk's end:
+     from S' = S + U^T K:      dU = K dS,  dK = U dS^T
+     from Y = Q S^T + P U:     dQ = dY S,  dP = tril(dY U^T),  dU += P^T dY,  dQ += dP K,  dK += dP^T Q,
+                               dS += Q^T dY
+     delta, U = U_ - W S^T:    dW = -dU S,  dS += -W^T dU
+           (I + A) X = B:      G = (I + A)^-T [dW, dU] (back substitution), dB = G, dA = -tril(G X^T, -1)
+           B = diag(beta)[K,V]: dK += beta G_K,  dV += beta G_V,  dbeta += G . [K, V]
+           A = diag(beta) tril(K K^T, -1):  E = diag(beta) dA,  dK += E K + E^T K,  dbeta += rowsum(dA * K K^T)
+     linear:                   dV = dU */
+static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const float *X, const float *dy,
+                             float *dq, float *dk, float *dv, float *db, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, i, j, ldx = dd + dvp;
+    size_t ss = (size_t)dd * dvp;
+    float *Kt = work, *P = Kt + (size_t)dd * C, *dP = P + (size_t)C * C, *Gm = dP + (size_t)C * C;
+    float *D = Gm + (size_t)C * C, *Vb = D + (size_t)C * C, *U = Vb + (size_t)C * dvp, *dU = U + (size_t)C * dvp;
+    float *dUn = dU + (size_t)C * dvp, *Ut = dUn + (size_t)C * dvp, *dQc = Ut + (size_t)dvp * C;
+    float *dKc = dQc + (size_t)C * dd, *dX = dKc + (size_t)C * dd, *Xt = dX + (size_t)C * ldx;
+    float *dS = Xt + (size_t)ldx * C, *dSt = dS + ss, *Sn = dSt + ss;
+    memset(dS, 0, ss * sizeof(float));
+    for (c = nc - 1; c >= 0; c--) {
+        int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+        const float *K = h->k + (int64_t)t0 * dd, *Q = h->q + (int64_t)t0 * dd, *G = dy + (int64_t)t0 * dvp;
+        const float *S = st + (size_t)c * ss, *Xc = h->beta ? X + (int64_t)t0 * ldx : NULL, *Uc = Vb;
+        mf__fw_chunk_load(h, t0, n, Vb, Kt);
+        if (h->beta) {
+            mf__attn_mm(n, n, dd, K, dd, 1, Kt, n, Gm, n, 0);
+            mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
+            Uc = U;
+        }
+        mf__fw_transpose(dS, dvp, dd, dvp, dSt, dd);                   /* dS^T [dvp][dd] */
+        mf__fw_transpose(S, dvp, dd, dvp, Sn, dd);                     /* S [dvp][dd] */
+        mf__fw_transpose(Uc, dvp, n, dvp, Ut, n);                      /* U^T [dvp][n] */
+        mf__attn_mm(n, dvp, dd, K, dd, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
+        mf__attn_mm(n, dd, dvp, Uc, dvp, 1, dSt, dd, dKc, dd, 0);      /* dK = U dS^T */
+        mf__attn_mm(n, dd, dvp, G, dvp, 1, Sn, dd, dQc, dd, 0);        /* dQ = dY S */
+        mf__attn_mm(n, n, dd, Q, dd, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
+        mf__fw_tril(P, n, 1);
+        mf__attn_mm(n, n, dvp, G, dvp, 1, Ut, n, dP, n, 0);            /* dP = tril(dY U^T) */
+        mf__fw_tril(dP, n, 1);
+        mf__attn_mm(n, dvp, n, P, 1, n, G, dvp, dU, dvp, 1);           /* dU += P^T dY */
+        mf__attn_mm(n, dd, n, dP, n, 1, K, dd, dQc, dd, 1);            /* dQ += dP K */
+        mf__attn_mm(n, dd, n, dP, 1, n, Q, dd, dKc, dd, 1);            /* dK += dP^T Q */
+        mf__attn_mm(dd, dvp, n, Q, 1, dd, G, dvp, dS, dvp, 1);         /* dS += Q^T dY */
+        if (h->beta) {
+            const float *beta = h->beta + t0;
+            for (i = 0; i < n * dvp; i++) dUn[i] = -dU[i];
+            mf__attn_mm(n, dd, dvp, dUn, dvp, 1, Sn, dd, dX, ldx, 0);  /* dW = -dU S */
+            for (i = 0; i < n; i++) memcpy(dX + (size_t)i * ldx + dd, dU + (size_t)i * dvp, (size_t)dvp * sizeof(float));
+            mf__attn_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU */
+            for (i = n - 1; i >= 0; i--)                                /* G = (I + A)^-T dX, in place */
+                for (j = i + 1; j < n; j++) {
+                    float a = beta[j] * Gm[(size_t)j * n + i];
+                    if (a != 0.0f) mf__fw_axpy(ldx, -a, dX + (size_t)j * ldx, dX + (size_t)i * ldx);
+                }
+            mf__fw_transpose(Xc, ldx, n, ldx, Xt, n);
+            mf__attn_mm(n, n, ldx, dX, ldx, 1, Xt, n, D, n, 0);        /* D = G X^T, dA = -D */
+            for (i = 0; i < n; i++) {
+                const float *gi = dX + (size_t)i * ldx;
+                float acc = mf__fw_dot(dd, gi, K + (size_t)i * dd) + mf__fw_dot(dvp, gi + dd, Vb + (size_t)i * dvp);
+                for (j = 0; j < i; j++) acc -= D[(size_t)i * n + j] * Gm[(size_t)i * n + j];
+                if (db) db[t0 + i] += acc;
+                mf__fw_axpy(dd, beta[i], gi, dKc + (size_t)i * dd);
+                if (dv) mf__fw_axpy(h->dv, beta[i], gi + dd, dv + (int64_t)(t0 + i) * h->dv);
+                for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -beta[i] * D[(size_t)i * n + j] : 0.0f; /* E */
+            }
+            mf__attn_mm(n, dd, n, D, n, 1, K, dd, dKc, dd, 1);         /* dK += E K */
+            mf__attn_mm(n, dd, n, D, 1, n, K, dd, dKc, dd, 1);         /* dK += E^T K */
+        } else if (dv)
+            for (i = 0; i < n; i++) mf__fw_axpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (int64_t)(t0 + i) * h->dv);
+        if (dq) for (i = 0; i < n * dd; i++) dq[(int64_t)t0 * dd + i] += dQc[i];
+        if (dk) for (i = 0; i < n * dd; i++) dk[(int64_t)t0 * dd + i] += dKc[i];
+    }
+}
+
+/* ---- the ops: fast weights (delta rule) and linear attention ----------------------------------------
+   q, k [B, H, T, dd], v [B, H, T, dv], beta [B, H, T] (fast weights) -> [B, H, T, dv].
+   iarg: 0 the form (1 = recurrent, n > 1 = chunkwise by n; resolved from the caller's chunk),
+   1 dvp (dv, or dv + 1 for linear's ones column); farg[0] linear's eps; aux: NULL, or a state
+   [B][H][dd][dvp] (S^T) to start from, overwritten with the end state (generation; the backward
+   treats it as a constant). saved, per head: the state at every checkpoint / chunk start
+   [nck][dd][dvp]; then the chunkwise delta rule's X [T][dd + dvp]; then linear's num [T][dvp]. */
+static int mf__fw_chunk_of(int chunk, int T) {
+    if (chunk == 0) return T >= MF__FW_AUTO_T ? MF__FW_AUTO_C : 1;
+    return chunk;
+}
+static int mf__fw_nck(int form, int T) { /* states kept per head */
+    int step = form == 1 ? MF__FW_CK : form;
+    return (T + step - 1) / step;
+}
+static int64_t mf__fw_saved_per_head(int form, int T, int dd, int dvp, int delta, int linear) {
+    return (int64_t)mf__fw_nck(form, T) * dd * dvp + (form > 1 && delta ? (int64_t)T * (dd + dvp) : 0)
+           + (linear ? (int64_t)T * dvp : 0);
+}
+static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *beta = out->src[3];
+    const char *who = out->op->name;
+    char sq[64], sk[64], sv[64], sb[64];
+    mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64); mf_shape_str(v, sv, 64);
+    if (ctx->be) return MF__SHAPE_FAIL("%s runs on the CPU only so far; create the tensors (the model) on a CPU context", who);
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return MF__SHAPE_FAIL("%s: q %s, k %s, v %s must be 4-D [B, H, T, d] (features of q and k, values v)", who, sq, sk, sv);
+    if (memcmp(q->shape, k->shape, sizeof q->shape) != 0)
+        return MF__SHAPE_FAIL("%s: q %s and k %s must have the same shape [B, H, T, d_dot]", who, sq, sk);
+    if (v->shape[0] != q->shape[0] || v->shape[1] != q->shape[1] || v->shape[2] != q->shape[2])
+        return MF__SHAPE_FAIL("%s: v %s must match q %s in [B, H, T]", who, sv, sq);
+    if (beta && (beta->ndim != 3 || memcmp(beta->shape, q->shape, 3 * sizeof(int)) != 0))
+        return MF__SHAPE_FAIL("%s: beta %s must be [B, H, T] = [%d, %d, %d] (one gate per token and head)", who,
+                              mf_shape_str(beta, sb, 64), q->shape[0], q->shape[1], q->shape[2]);
+    if (out->iarg[0] < 0)
+        return MF__SHAPE_FAIL("%s: chunk %d must be 0 (automatic), 1 (recurrent) or the chunk length", who, out->iarg[0]);
+    if (!beta && !(out->farg[0] >= 0.0f && out->farg[0] < 1.0f))
+        return MF__SHAPE_FAIL("%s: eps %g must be in [0, 1)", who, (double)out->farg[0]);
+    out->iarg[0] = mf__fw_chunk_of(out->iarg[0], q->shape[2]);
+    out->iarg[1] = v->shape[3] + (beta ? 0 : 1);
+    mf__set_shape(out, 4, v->shape);
+    return 0;
+}
+static mf__fwh mf__fw_head(const mf_tensor *out, int64_t bh) {
+    const mf_tensor *q = out->src[0], *v = out->src[2], *beta = out->src[3];
+    mf__fwh h;
+    h.T = q->shape[2]; h.dd = q->shape[3]; h.dv = v->shape[3]; h.dvp = out->iarg[1];
+    h.q = q->data + bh * h.T * h.dd;
+    h.k = out->src[1]->data + bh * h.T * h.dd;
+    h.v = v->data + bh * h.T * h.dv;
+    h.beta = beta ? beta->data + bh * h.T : NULL;
+    return h;
+}
+/* per thread: the state, the larger of the two forms' scratch */
+static size_t mf__fw_work(int form, int T, int dd, int dvp) {
+    size_t w = form == 1 ? mf__fw_rec_work(dd, dvp) : mf__fw_chunk_work(form < T ? form : T, dd, dvp);
+    return ((size_t)dd * dvp + (size_t)T * dvp + w + 15) & ~(size_t)15;
+}
+static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *q = out->src[0];
+    int T = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1], form = out->iarg[0];
+    int delta = out->src[3] != NULL, keep = out->requires_grad, nt;
+    int64_t BH = (int64_t)q->shape[0] * q->shape[1], per = mf__fw_saved_per_head(form, T, dd, dvp, delta, !delta), bh;
+    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
+    float *state = (float *)out->aux, *work, eps = out->farg[0];
+    nt = mf__attn_threads(ctx, 8.0 * (double)BH * T * dd * dvp);
+    if (nt > BH) nt = (int)BH;
+    work = (float *)mf__alloc(ctx, pw * nt * sizeof(float));
+    out->saved = keep ? (float *)mf__alloc(ctx, (size_t)(BH * per) * sizeof(float)) : NULL;
+    if (!work || (keep && !out->saved)) return;
+#if MF__OMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (bh = 0; bh < BH; bh++) {
+        mf__fwh h = mf__fw_head(out, bh);
+        float *w = work + pw * mf__attn_thread_num(), *S = w, *y = S + ss, *scratch = y + (size_t)T * dvp;
+        float *sv = keep ? out->saved + bh * per : NULL;
+        float *ck = sv, *X = sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL;
+        int t, c;
+        if (state) memcpy(S, state + bh * ss, ss * sizeof(float));
+        else memset(S, 0, ss * sizeof(float));
+        if (delta) y = out->data + bh * T * dv; /* dvp == dv */
+        else if (sv) y = sv + per - (int64_t)T * dvp;
+        if (form == 1) mf__fw_rec_fwd(&h, S, ck, y, scratch);
+        else mf__fw_chunk_fwd(&h, form, S, ck, delta ? X : NULL, y, scratch);
+        if (state) memcpy(state + bh * ss, S, ss * sizeof(float));
+        if (!delta) /* y = num / (den + eps), den = z . q >= 0 with non-negative features */
+            for (t = 0; t < T; t++) {
+                const float *nm = y + (int64_t)t * dvp;
+                float inv = 1.0f / (nm[dv] + eps), *o = out->data + (bh * T + t) * dv;
+                for (c = 0; c < dv; c++) o[c] = nm[c] * inv;
+            }
+    }
+}
+static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *q = out->src[0];
+    int T = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1], form = out->iarg[0];
+    int delta = out->src[3] != NULL, nt;
+    int64_t BH = (int64_t)q->shape[0] * q->shape[1], per = mf__fw_saved_per_head(form, T, dd, dvp, delta, !delta), bh;
+    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
+    float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
+    float *work, eps = out->farg[0];
+    if (!gq && !gk && !gv && !gb) return;
+    nt = mf__attn_threads(ctx, 20.0 * (double)BH * T * dd * dvp);
+    if (nt > BH) nt = (int)BH;
+    work = (float *)mf__alloc(ctx, pw * nt * sizeof(float));
+    if (!work) return;
+#if MF__OMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (bh = 0; bh < BH; bh++) {
+        mf__fwh h = mf__fw_head(out, bh);
+        float *w = work + pw * mf__attn_thread_num(), *dy = w + ss, *scratch = dy + (size_t)T * dvp;
+        const float *sv = out->saved + bh * per, *X = sv + (int64_t)mf__fw_nck(form, T) * ss;
+        const float *g = out->grad + bh * T * dv;
+        int64_t oq = bh * T * dd;
+        int t, c;
+        if (delta) dy = (float *)g;
+        else { /* y = num / (den + eps): dnum = g / (den + eps), dden = -g . y / (den + eps) */
+            const float *num = sv + per - (int64_t)T * dvp;
+            for (t = 0; t < T; t++) {
+                const float *nm = num + (int64_t)t * dvp, *gt = g + (int64_t)t * dv, *yt = out->data + (bh * T + t) * dv;
+                float inv = 1.0f / (nm[dv] + eps), *d = dy + (int64_t)t * dvp, gy = 0;
+                for (c = 0; c < dv; c++) { d[c] = gt[c] * inv; gy += gt[c] * yt[c]; }
+                d[dv] = -gy * inv;
+            }
+        }
+        if (form == 1)
+            mf__fw_rec_bwd(&h, sv, dy, gq ? gq + oq : NULL, gk ? gk + oq : NULL, gv ? gv + bh * T * dv : NULL,
+                           gb ? gb + bh * T : NULL, scratch);
+        else
+            mf__fw_chunk_bwd(&h, form, sv, X, dy, gq ? gq + oq : NULL, gk ? gk + oq : NULL,
+                             gv ? gv + bh * T * dv : NULL, gb ? gb + bh * T : NULL, scratch);
+    }
+}
+static const mf__op mf__op_fast_weights = { "fast_weights", 4, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
+static const mf__op mf__op_linear_attention = { "linear_attention", 3, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
+/* the op with an optional generation state (see above) */
+static mf_tensor *mf__fw_apply(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
+                               float eps, int chunk, float *state) {
+    mf_tensor *t = mf__begin(ctx, beta ? &mf__op_fast_weights : &mf__op_linear_attention, q, k, v, beta);
+    if (t) { t->iarg[0] = chunk; t->farg[0] = eps; t->aux = state; }
+    return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta, int chunk) {
+    if (mf_ok(ctx) && !beta) return (mf_tensor *)mf__fail(ctx, "fast_weights: beta is NULL; pass the gates [B, H, T] "
+                                                          "(for beta-free linear attention use mf_linear_attention)");
+    return mf__fw_apply(ctx, q, k, v, beta, 0.0f, chunk, NULL);
+}
+MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps, int chunk) {
+    return mf__fw_apply(ctx, q, k, v, NULL, eps, chunk, NULL);
+}
+
+/* ---- the mixers ---------------------------------------------------------------------------------
+   fast_weights (SPEC 7.2 - 7.4): q, k, v = HeadProj(D, H, dk) without bias, beta = sigmoid(x Wbeta^T)
+   [H] per token (no bias), phi' = DPFP(nu, 1e-6) on q and k, the delta rule, out Linear(D, D) with
+   bias; the mixer reads the layer input x itself (no LayerNorm before it).
+   linear: the same projections without the gate; W += v phi(k)^T, z += phi(k),
+   y = W phi(q) / (z . phi(q) + 1e-6) with phi = DPFP (default) or elu + 1 (config.linear_feature).
+   The seed has no layer class of its own for it (only the formulas), so it stays a MetaFormer mixer
+   with the block's LayerNorm before it (ln1); the +1e-6 keeps a zero denominator finite (DPFP
+   features are sparse: phi(q) and every phi(k) can have disjoint supports). */
+#define MF__FW_EPS 1e-6f
+struct mf__rec_state {
+    float *S;          /* per layer [H][dd][dvp]: W^T (linear: the column dv is z) */
+    int *next;         /* per layer: the position the next generation call must start at */
+    int64_t per_layer; /* floats */
+};
+
+static int mf__fw_dims(const mf_model_config *c, int *dd, int *dvp) {
+    int dk = c->d_model / c->n_heads;
+    int dpfp = c->mixer == MF_MIXER_FAST_WEIGHTS || c->linear_feature == MF_FEATURE_DPFP;
+    *dd = dpfp ? 2 * dk * c->dpfp_nu : dk;
+    *dvp = dk + (c->mixer == MF_MIXER_LINEAR);
+    return dk;
+}
+static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
+    const char *name = mf_mixer_name(c->mixer);
+    int dk = c->d_model / c->n_heads;
+    int dpfp = c->mixer == MF_MIXER_FAST_WEIGHTS || c->linear_feature == MF_FEATURE_DPFP;
+    if (ctx->be)
+        return (mf__fail(ctx, "model config: the %s mixer runs on the CPU only so far; create the model on a CPU "
+                         "context", name), -1);
+    if (c->mixer == MF_MIXER_LINEAR && c->linear_feature != MF_FEATURE_DPFP && c->linear_feature != MF_FEATURE_ELU1)
+        return (mf__fail(ctx, "model config: unknown linear_feature %d; use MF_FEATURE_DPFP (%d) or MF_FEATURE_ELU1 (%d)",
+                         (int)c->linear_feature, (int)MF_FEATURE_DPFP, (int)MF_FEATURE_ELU1), -1);
+    if (dpfp && (c->dpfp_nu < 1 || c->dpfp_nu > 2 * dk - 1))
+        return (mf__fail(ctx, "model config: dpfp_nu %d must be in [1, 2 * d_model / n_heads - 1] = [1, %d] for the %s "
+                         "mixer (labml: 1)", c->dpfp_nu, 2 * dk - 1, name), -1);
+    if (c->chunk_size < 0)
+        return (mf__fail(ctx, "model config: chunk_size %d must be 0 (automatic), 1 (recurrent kernel) or the chunk "
+                         "length of the chunkwise kernel", c->chunk_size), -1);
+    return 0;
+}
+static void mf__fw_make_layer(mf_model *m, int l) {
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int D = c->d_model;
+    mf_tensor *unused;
+    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused);
+    mf__layer_linear(m, l, "attn.k", D, D, 0, &L->wk, &unused);
+    mf__layer_linear(m, l, "attn.v", D, D, 0, &L->wv, &unused);
+    if (c->mixer == MF_MIXER_FAST_WEIGHTS) mf__layer_linear(m, l, "attn.beta", D, c->n_heads, 0, &L->wbeta, &unused);
+    mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
+}
+static void mf__fw_free(mf_model *m) {
+    if (!m->rec) return;
+    MF_FREE(m->rec->S); MF_FREE(m->rec->next); MF_FREE(m->rec);
+    m->rec = NULL;
+}
+/* layer l's generation state for tokens from pos0 on (zeroed at pos0 == 0), or NULL (error set) */
+static float *mf__fw_state(mf_model *m, int l, int B, int T, int pos0) {
+    const mf_model_config *c = &m->cfg;
+    struct mf__rec_state *r = m->rec;
+    int dd, dvp;
+    if (B != 1) return (float *)mf__fail(m->ctx, "%s generation: batch %d, expected 1", mf_mixer_name(c->mixer), B);
+    if (!r) {
+        mf__fw_dims(c, &dd, &dvp);
+        if (!(r = (struct mf__rec_state *)mf__xmalloc(sizeof *r))) return (float *)mf__fail(m->ctx, "out of memory: generation state");
+        r->per_layer = (int64_t)c->n_heads * dd * dvp;
+        r->S = (float *)mf__xmalloc((size_t)(r->per_layer * c->n_layers) * sizeof(float));
+        r->next = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
+        m->rec = r;
+        if (!r->S || !r->next) { mf__fw_free(m); return (float *)mf__fail(m->ctx, "out of memory: generation state"); }
+        memset(r->next, 0, (size_t)c->n_layers * sizeof(int));
+    }
+    if (pos0 == 0) memset(r->S + l * r->per_layer, 0, (size_t)r->per_layer * sizeof(float));
+    else if (r->next[l] != pos0)
+        return (float *)mf__fail(m->ctx, "%s generation: layer %d's state holds %d tokens, but the call starts at position "
+                                 "%d; generation must start at position 0 and continue in order",
+                                 mf_mixer_name(c->mixer), l, r->next[l], pos0);
+    r->next[l] = pos0 + T;
+    return r->S + l * r->per_layer;
+}
+static mf_tensor *mf__fw_feature(mf_model *m, mf_tensor *x) {
+    const mf_model_config *c = &m->cfg;
+    if (c->mixer == MF_MIXER_LINEAR && c->linear_feature == MF_FEATURE_ELU1) return mf_elu1(m->ctx, x);
+    return mf_dpfp(m->ctx, x, c->dpfp_nu, MF__FW_EPS);
+}
+static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int H = c->n_heads, fast = c->mixer == MF_MIXER_FAST_WEIGHTS;
+    mf_tensor *xn = fast ? x : mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), *q, *k, *v, *beta = NULL;
+    float *state = NULL;
+    if (!xn) return NULL;
+    q = mf__fw_feature(m, mf__split_heads(ctx, mf_linear(ctx, xn, L->wq, NULL), H));   /* [B, H, T, dd] */
+    k = mf__fw_feature(m, mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H));
+    v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, NULL), H);                     /* [B, H, T, dk] */
+    if (fast) beta = mf_transpose(ctx, mf_sigmoid(ctx, mf_linear(ctx, xn, L->wbeta, NULL)), 1, 2); /* [B, H, T] */
+    if (gen && !(state = mf__fw_state(m, l, x->shape[0], x->shape[1], pos0))) return NULL;
+    if (!q || !k || !v || (fast && !beta)) return NULL;
+    return mf_linear(ctx, mf__merge_heads(ctx, mf__fw_apply(ctx, q, k, v, beta, MF__FW_EPS, c->chunk_size, state)),
+                     L->wo, L->bo);
+}
 
 /* ==== [mf:feedback] ========================================================================= */
 /* The feedback transformer, original and shared-KV variants (SPEC.md section 8). */
