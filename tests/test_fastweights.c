@@ -182,6 +182,201 @@ static void test_op_errors(void) {
     mf_ctx_free(ctx);
 }
 
+/* ---- the mixers in the model --------------------------------------------------------------------- */
+enum { MB = 2, MT = 5, MV = 7 };
+static const int32_t m_ids[MB * MT] = {1, 4, 0, 6, 2, 3, 3, 5, 1, 0};
+static const int32_t m_targets[MB * MT] = {4, 0, -1, 2, 3, 3, 5, 1, -1, 6};
+typedef struct { mf_model_config cfg; mf_model *model; int loss, kinkfree; } model_case;
+/* DPFP is not smooth: relu kinks, and phi / sum(phi) jumps where only one product is non-zero and
+   it vanishes. A finite difference across one fails, so the DPFP models are set up kink-free by
+   construction (one layer: only the embedding and Wq, Wk are upstream of DPFP): embedding
+   dimension 0 is 2 for every token and the others are scaled by 0.1, Wq[f][0], Wk[f][0] = +-0.5
+   and the rest scaled by 0.1, so every projection (also after linear's LayerNorm) stays > 0.3
+   away from 0 however the checker perturbs a weight. The goldens check the 2-layer models. */
+static void m_kinkfree(mf_ctx *ctx, mf_model *m) {
+    const mf_model_config *c = &m->cfg;
+    const char *names[2] = {"layers.0.attn.q.weight", "layers.0.attn.k.weight"};
+    mf_tensor *E = mf_param_find(ctx, "tok_emb");
+    int i, d, D = c->d_model;
+    for (i = 0; i < c->vocab; i++)
+        for (d = 0; d < D; d++) E->data[i * D + d] = d == 0 ? 2.0f : 0.3f * E->data[i * D + d];
+    for (i = 0; i < 2; i++) {
+        mf_tensor *W = mf_param_find(ctx, names[i]);
+        int f;
+        for (f = 0; f < D; f++)
+            for (d = 0; d < D; d++)
+                W->data[f * D + d] = d == 0 ? ((f * 5 + i) % 3 == 0 ? -0.5f : 0.5f) : 0.3f * W->data[f * D + d];
+    }
+}
+static int m_setup(mf_ctx *ctx, void *user) {
+    model_case *c = (model_case *)user;
+    mf_model_free(c->model);
+    c->model = mf_model_new(ctx, &c->cfg);
+    if (c->model && c->kinkfree) m_kinkfree(ctx, c->model);
+    return c->model ? 0 : -1;
+}
+static mf_tensor *m_forward(mf_ctx *ctx, void *user) {
+    model_case *c = (model_case *)user;
+    (void)ctx;
+    return c->loss ? mf_model_loss(c->model, m_ids, m_targets, MB, MT) : mf_model_forward(c->model, m_ids, MB, MT);
+}
+static mf_model_config tiny(mf_mixer_kind mixer) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = MV; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 12; c.max_seq = 8;
+    c.mixer = mixer; c.pos = MF_POS_NONE; c.ffn_act = MF_ACT_GELU;
+    return c;
+}
+static void check_model(const char *what, mf_model_config cfg) {
+    model_case c;
+    char name[96];
+    memset(&c, 0, sizeof c);
+    c.cfg = cfg;
+    c.kinkfree = cfg.mixer == MF_MIXER_FAST_WEIGHTS || cfg.linear_feature == MF_FEATURE_DPFP;
+    if (c.kinkfree) c.cfg.n_layers = 1;
+    snprintf(name, sizeof name, "%s logits", what);
+    MFT_CHECK(GC_OK(gc_check_params(name, m_setup, m_forward, &c, NULL)));
+    c.loss = 1;
+    c.cfg.dropout = 0.2f;
+    snprintf(name, sizeof name, "%s loss + dropout", what);
+    MFT_CHECK(GC_OK(gc_check_dir(name, m_setup, m_forward, &c, 6, NULL)));
+    mf_model_free(c.model);
+}
+static void test_model_grad_fast_weights(void) {
+    mf_model_config c = tiny(MF_MIXER_FAST_WEIGHTS);
+    check_model("fast_weights recurrent", c);
+    c.chunk_size = 3; c.dpfp_nu = 2; c.pos = MF_POS_LEARNED;
+    check_model("fast_weights chunk 3 nu 2", c);
+}
+static void test_model_grad_linear(void) {
+    mf_model_config c = tiny(MF_MIXER_LINEAR);
+    check_model("linear dpfp", c);
+    c.linear_feature = MF_FEATURE_ELU1; c.chunk_size = 3;
+    check_model("linear elu1 chunk 3", c);
+}
+
+/* fast_weights has no LayerNorm before the mixer (SPEC 7.4); linear keeps the block's ln1 */
+static void test_model_params(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    mf_model_config c = tiny(MF_MIXER_FAST_WEIGHTS);
+    mf_model *m = mf_model_new(ctx, &c);
+    mf_tensor *b = mf_param_find(ctx, "layers.1.attn.beta.weight");
+    MFT_CHECK(m && b && b->ndim == 2 && b->shape[0] == 2 && b->shape[1] == 8);
+    MFT_CHECK(!mf_param_find(ctx, "layers.0.ln1.weight") && !mf_param_find(ctx, "layers.0.attn.q.bias"));
+    MFT_CHECK(mf_param_find(ctx, "layers.0.attn.out.bias") && mf_param_find(ctx, "layers.0.ln2.weight"));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    ctx = mf_ctx_new(1);
+    c = tiny(MF_MIXER_LINEAR);
+    m = mf_model_new(ctx, &c);
+    MFT_CHECK(m && mf_param_find(ctx, "layers.0.ln1.weight") && !mf_param_find(ctx, "layers.0.attn.beta.weight"));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+
+static void expect_bad(mf_model_config c, const char *what) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    mf_model *m = mf_model_new(ctx, &c);
+    MFT_CHECK(m == NULL && strstr(mf_error(ctx), what) != NULL);
+    if (!strstr(mf_error(ctx), what)) printf("    expected \"%s\" in: %s\n", what, mf_error(ctx));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+static void test_config_errors(void) {
+    mf_model_config c = tiny(MF_MIXER_FAST_WEIGHTS);
+    c.dpfp_nu = 0; expect_bad(c, "dpfp_nu 0");
+    c.dpfp_nu = 8; expect_bad(c, "dpfp_nu 8");
+    c = tiny(MF_MIXER_LINEAR); c.chunk_size = -1; expect_bad(c, "chunk_size -1");
+    c = tiny(MF_MIXER_LINEAR); c.linear_feature = (mf_feature_kind)7; expect_bad(c, "unknown linear_feature 7");
+    c = tiny(MF_MIXER_LINEAR); c.linear_feature = MF_FEATURE_ELU1; c.dpfp_nu = 0; /* nu unused with elu + 1 */
+    {
+        mf_ctx *ctx = mf_ctx_new(1);
+        mf_model *m = mf_model_new(ctx, &c);
+        MFT_CHECK(m != NULL);
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+    { /* a CUDA context is refused (no kernels yet): pretend one, only the check runs */
+        mf_ctx *ctx = mf_ctx_new(1);
+        c = tiny(MF_MIXER_FAST_WEIGHTS);
+        ctx->be = (const mf__backend *)ctx; /* never called */
+        MFT_CHECK(mf_model_check(ctx, &c) < 0 && strstr(mf_error(ctx), "CPU only"));
+        ctx->be = NULL;
+        mf_ctx_free(ctx);
+    }
+}
+
+/* ---- generation with O(1) state ---------------------------------------------------------------------
+   Logits of the prompt and then of one token per call (the model's recurrent state) against one
+   full forward over the whole sequence. With pos NONE the generating model's max_seq (8) is far
+   below the sequence (40): it never re-primes. The reference is a twin with max_seq 64 and the
+   same weights. */
+static void gen_case(mf_model_config cfg) {
+    enum { N = 40, NP = 5 };
+    mf_ctx *a = mf_ctx_new(3), *b = mf_ctx_new(4);
+    mf_model *ma, *mb;
+    int32_t seq[N];
+    int i;
+    double worst = 0;
+    mf_tensor *full;
+    cfg.max_seq = 8;
+    ma = mf_model_new(a, &cfg);
+    cfg.max_seq = 64;
+    mb = mf_model_new(b, &cfg);
+    MFT_CHECK(ma && mb);
+    if (!ma || !mb) goto done;
+    memcpy(mf_param_data(b), mf_param_data(a), (size_t)mf_param_count(a) * sizeof(float));
+    for (i = 0; i < N; i++) seq[i] = (int32_t)((i * 7 + 3) % MV);
+    mf_set_grad(a, 0); mf_set_grad(b, 0);
+    full = mf_model_forward(mb, seq, 1, N);
+    MFT_CHECK(full != NULL);
+    if (!full) goto done;
+    for (i = NP; i <= N; i++) { /* the prompt, then one token per call */
+        mf_tensor *lg = i == NP ? mf__model_run(ma, seq, 1, NP, 0, 1) : mf__model_run(ma, seq + i - 1, 1, 1, i - 1, 1);
+        int rows = i == NP ? NP : 1;
+        double e;
+        if (!lg) break;
+        e = rel_err(lg->data, full->data + (int64_t)(i - rows) * MV, (int64_t)rows * MV);
+        if (e > worst) worst = e;
+        mf_reset(a);
+    }
+    MFT_CHECK(mf_ok(a) && mf_ok(b));
+    if (!mf_ok(a)) printf("    %s\n", mf_error(a));
+    MFT_CHECK(worst <= 1e-5);
+    printf("    %s chunk %d: stepwise logits vs full forward over %d tokens, rel err %.2e\n",
+           mf_mixer_name(cfg.mixer), cfg.chunk_size, N, worst);
+    { /* greedy generation past max_seq = argmax of the full forward */
+        int32_t out[N - NP];
+        mf_tensor *lg;
+        int bad = 0;
+        MFT_CHECK(mf_model_generate(ma, seq, NP, N - NP, NULL, out) == 0);
+        memcpy(seq + NP, out, sizeof out);
+        lg = mf_model_forward(mb, seq, 1, N);
+        for (i = 0; lg && i < N - NP; i++) {
+            const float *row = lg->data + (int64_t)(NP - 1 + i) * MV;
+            int v, best = 0;
+            for (v = 1; v < MV; v++) if (row[v] > row[best]) best = v;
+            bad += row[best] - row[out[i]] > 1e-5f;
+        }
+        MFT_CHECK(lg != NULL && bad == 0);
+    }
+    /* a call out of order is an error, not a silent restart */
+    mf_reset(a);
+    MFT_CHECK(mf__model_run(ma, seq, 1, 1, 3, 1) == NULL && strstr(mf_error(a), "position"));
+done:
+    mf_model_free(ma); mf_model_free(mb);
+    mf_ctx_free(a); mf_ctx_free(b);
+}
+static void test_generation_state(void) {
+    mf_model_config c = tiny(MF_MIXER_FAST_WEIGHTS);
+    gen_case(c);
+    c.chunk_size = 4; /* the prompt through the chunkwise kernel */
+    gen_case(c);
+    c = tiny(MF_MIXER_LINEAR);
+    gen_case(c);
+    c.linear_feature = MF_FEATURE_ELU1;
+    gen_case(c);
+}
+
 int main(void) {
     MFT_RUN(test_dpfp_values);
     MFT_RUN(test_dpfp_grad);
@@ -189,5 +384,10 @@ int main(void) {
     MFT_RUN(test_recurrent_vs_chunkwise);
     MFT_RUN(test_linear_zero_denominator);
     MFT_RUN(test_op_errors);
+    MFT_RUN(test_model_params);
+    MFT_RUN(test_model_grad_fast_weights);
+    MFT_RUN(test_model_grad_linear);
+    MFT_RUN(test_config_errors);
+    MFT_RUN(test_generation_state);
     return mft_finish();
 }
