@@ -6,7 +6,7 @@
 #include "metaformer.h"
 #include "mf_test.h"
 #include "gradcheck.h"
-/* golden.h later */
+#include "golden.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -342,8 +342,8 @@ static void gen_case(mf_model_config cfg) {
     MFT_CHECK(mf_ok(a) && mf_ok(b));
     if (!mf_ok(a)) printf("    %s\n", mf_error(a));
     MFT_CHECK(worst <= 1e-5);
-    printf("    %s chunk %d: stepwise logits vs full forward over %d tokens, rel err %.2e\n",
-           mf_mixer_name(cfg.mixer), cfg.chunk_size, N, worst);
+    printf("    %s%s chunk %d: stepwise logits vs full forward over %d tokens, rel err %.2e\n", mf_mixer_name(cfg.mixer),
+           cfg.mixer == MF_MIXER_LINEAR ? (cfg.linear_feature == MF_FEATURE_ELU1 ? " elu1" : " dpfp") : "", cfg.chunk_size, N, worst);
     { /* greedy generation past max_seq = argmax of the full forward */
         int32_t out[N - NP];
         mf_tensor *lg;
@@ -377,6 +377,104 @@ static void test_generation_state(void) {
     gen_case(c);
 }
 
+/* ---- PyTorch goldens of the seed's token loop (tests/parity/goldens_fastweights.py) ---------------
+   A 2-layer model per file: every parameter is loaded by name; logits, loss and every parameter
+   gradient must match the float64 reference to 1e-4 relative, with the recurrent kernel, the
+   chunkwise one (ragged: T = 9 by 4) and the automatic choice. The file also holds a DPFP(nu 3)
+   input / output pair: the feature ORDER (roll direction j - r), which no model output can show. */
+static void golden_case(const char *name) {
+    char path[256], buf[64];
+    golden g;
+    const char *why;
+    const gt_entry *e;
+    int ok = 1, B, T, ci, i;
+    const int chunks[3] = {1, 4, 0};
+    mf_model_config cfg = mf_model_config_default();
+    snprintf(path, sizeof path, "tests/goldens/%s.safetensors", name);
+    if ((why = golden_open(&g, path))) { printf("    %s: %s\n", path, why); MFT_CHECK(0); return; }
+    if (mf_load_meta(path, "cfg.mixer", buf, sizeof buf) < 0 || mf_mixer_from_name(buf) < 0) ok = 0;
+    else cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(buf);
+    cfg.vocab = meta_int(path, "cfg.vocab", &ok);
+    cfg.d_model = meta_int(path, "cfg.d_model", &ok);
+    cfg.n_heads = meta_int(path, "cfg.n_heads", &ok);
+    cfg.n_layers = meta_int(path, "cfg.n_layers", &ok);
+    cfg.d_ff = meta_int(path, "cfg.d_ff", &ok);
+    cfg.dpfp_nu = meta_int(path, "cfg.dpfp_nu", &ok);
+    cfg.linear_feature = (mf_feature_kind)meta_int(path, "cfg.linear_feature", &ok);
+    B = meta_int(path, "parity.B", &ok);
+    T = meta_int(path, "parity.T", &ok);
+    cfg.pos = MF_POS_NONE; cfg.ffn_act = MF_ACT_RELU; cfg.ffn_bias = 1; cfg.max_seq = T; /* labml */
+    MFT_CHECK(ok);
+    if (!ok) { golden_close(&g); return; }
+    { /* DPFP feature order */
+        mf_ctx *ctx = mf_ctx_new(1);
+        const gt_entry *ex = golden_find(&g, "", "dpfp.x"), *eo = golden_find(&g, "", "dpfp.out");
+        float x[2 * 3 * 4];
+        int sx[3] = {2, 3, 4};
+        mf_tensor *y;
+        MFT_CHECK(ex && eo && ex->ne == 24 && eo->ne == 2 * 3 * 24);
+        if (ex && eo) {
+            golden_floats(&g, ex, x);
+            y = mf_dpfp(ctx, mf_from(ctx, 3, sx, x), meta_int(path, "dpfp.nu", &ok), 1e-6f);
+            MFT_CHECK(y && y->ne == eo->ne && golden_rel_err(&g, eo, y->data, 0) <= 1e-5);
+        }
+        mf_ctx_free(ctx);
+    }
+    for (ci = 0; ci < 3; ci++) {
+        mf_ctx *ctx = mf_ctx_new(1);
+        mf_model *m;
+        int32_t *ids = (int32_t *)malloc((size_t)B * T * sizeof(int32_t)), *tg = (int32_t *)malloc((size_t)B * T * sizeof(int32_t));
+        double worst = 0, err;
+        int n_param = 0, n_bad = 0;
+        mf_tensor *logits, *loss;
+        cfg.chunk_size = chunks[ci];
+        m = mf_model_new(ctx, &cfg);
+        MFT_CHECK(m != NULL);
+        if (!m) { printf("    %s\n", mf_error(ctx)); free(ids); free(tg); mf_ctx_free(ctx); break; }
+        for (i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            e = golden_find(&g, "param.", p->name);
+            if (!e || !same_shape(e, p->ndim, p->shape)) { printf("    %s: param.%s missing or misshapen\n", name, p->name); n_bad++; continue; }
+            golden_floats(&g, e, p->data);
+        }
+        for (i = 0; i < g.n; i++) n_param += strncmp(g.e[i].name, "param.", 6) == 0;
+        MFT_CHECK(n_param == mf_param_tensors(ctx)); /* no stray golden parameter (e.g. an ln1 for fast weights) */
+        e = golden_find(&g, "", "ids");
+        if (e && e->i32 && e->ne == (int64_t)B * T) golden_ints(&g, e, ids); else { MFT_CHECK(0); memset(ids, 0, (size_t)B * T * 4); }
+        e = golden_find(&g, "", "targets");
+        if (e && e->i32 && e->ne == (int64_t)B * T) golden_ints(&g, e, tg); else { MFT_CHECK(0); memset(tg, 0, (size_t)B * T * 4); }
+        logits = mf_model_forward(m, ids, B, T);
+        e = golden_find(&g, "", "logits");
+        MFT_CHECK(logits && e && e->ne == logits->ne);
+        if (logits && e) { err = golden_rel_err(&g, e, logits->data, 0); if (err > worst) worst = err; n_bad += !(err <= 1e-4); }
+        mf_reset(ctx);
+        loss = mf_model_loss(m, ids, tg, B, T);
+        e = golden_find(&g, "", "loss");
+        MFT_CHECK(loss && e);
+        if (loss && e) { err = golden_rel_err(&g, e, loss->data, 0); if (err > worst) worst = err; n_bad += !(err <= 1e-4); }
+        MFT_CHECK(mf_backward(ctx, loss) == 0);
+        for (i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            e = golden_find(&g, "grad.", p->name);
+            if (!e) { n_bad++; continue; }
+            err = golden_rel_err(&g, e, p->grad, 1.0);
+            if (err > worst) worst = err;
+            if (!(err <= 1e-4)) { printf("    %s chunk %d: grad.%s rel err %.3g\n", name, chunks[ci], p->name, err); n_bad++; }
+        }
+        MFT_CHECK(mf_ok(ctx) && n_bad == 0);
+        if (!mf_ok(ctx)) printf("    %s\n", mf_error(ctx));
+        printf("    %-16s chunk %d: worst rel err %.2e over logits, loss and %d gradients\n", name, chunks[ci], worst,
+               mf_param_tensors(ctx));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+        free(ids); free(tg);
+    }
+    golden_close(&g);
+}
+static void test_golden_fast_weights(void) { golden_case("fw_fast_weights"); }
+static void test_golden_linear_dpfp(void) { golden_case("fw_linear_dpfp"); }
+static void test_golden_linear_elu(void) { golden_case("fw_linear_elu"); }
+
 int main(void) {
     MFT_RUN(test_dpfp_values);
     MFT_RUN(test_dpfp_grad);
@@ -389,5 +487,8 @@ int main(void) {
     MFT_RUN(test_model_grad_linear);
     MFT_RUN(test_config_errors);
     MFT_RUN(test_generation_state);
+    MFT_RUN(test_golden_fast_weights);
+    MFT_RUN(test_golden_linear_dpfp);
+    MFT_RUN(test_golden_linear_elu);
     return mft_finish();
 }
