@@ -268,12 +268,13 @@ MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps);
 MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x);
 /* Fast weights with the delta rule, per (batch, head), W [dv, d_dot] starting at zero:
        W = W + beta_t (v_t - W k_t) k_t^T;  out_t = W q_t     (write first, then read: t sees itself)
-   q, k [B, H, T, d_dot] (features, e.g. mf_dpfp of the projections), v [B, H, T, dv],
-   beta [B, H, T] (gates in (0, 1)) -> [B, H, T, dv]. chunk picks the kernel (same values up to
-   rounding): 1 = recurrent (token by token, keeps ceil(T/32) states per head for the backward),
-   n > 1 = chunkwise-parallel with chunks of n tokens (DeltaNet's WY form: small dense products;
-   keeps T/n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent for short
-   sequences, chunkwise with 64 from T = 256 on). */
+   Token-major layout (the projections x W^T [B, T, H * d] reshaped, no head transposes):
+   q, k [B, T, H, d_dot] (features, e.g. mf_dpfp of the projections), v [B, T, H, dv],
+   beta [B, T, H] (gates in (0, 1)) -> [B, T, H, dv]. chunk picks the kernel (the same values up
+   to rounding): 1 = recurrent (token by token; keeps ceil(T / 32) states per head for the
+   backward), n > 1 = chunkwise-parallel with chunks of n tokens (DeltaNet's WY form: small dense
+   products; keeps T / n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent
+   below T = 256 tokens, chunkwise by 64 from there: the faster one on the CPU). */
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
                                  int chunk);
 /* Causal linear attention with the same kernels: W = W + v_t k_t^T, z = z + k_t,
@@ -4289,22 +4290,18 @@ static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, rows, 3.0 * dd)
     for (r = 0; r < rows; r++) {
         const float *x = X->data + r * dk;
-        float *y = out->data + r * dd, sum = 0, inv;
-        int s, j, m;
-        for (s = 1; s <= nu; s++)
-            for (j = 0; j < n2; j++) {
-                float p = mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, (j - s + n2) % n2);
-                y[(s - 1) * n2 + j] = p;
-                sum += p;
-            }
+        float *y = out->data + r * dd, sum = 0, inv, last;
+        int s, j;
+        for (j = 0; j < dk; j++) { y[j] = x[j] > 0 ? x[j] : 0.0f; y[dk + j] = x[j] < 0 ? -x[j] : 0.0f; } /* a in block 1 */
+        for (s = nu; s >= 2; s--) /* the blocks r >= 2 read a from block 1 */
+            for (j = 0; j < n2; j++) y[(s - 1) * n2 + j] = y[j] * y[j >= s ? j - s : j - s + n2];
+        last = y[n2 - 1]; /* block 1 in place, from the top: a[j - 1] is still intact */
+        for (j = n2 - 1; j >= 1; j--) y[j] *= y[j - 1];
+        y[0] *= last;
+        for (j = 0; j < dd; j++) sum += y[j];
         inv = 1.0f / (sum + eps);
-        for (m = 0; m < dd; m++) y[m] *= inv;
+        for (j = 0; j < dd; j++) y[j] *= inv;
     }
-}
-/* d relu(concat(x, -x))[j] = val: x[j] > 0 for j < dk, x[j - dk] < 0 (with a minus) above */
-static void mf__dpfp_add_da(const float *x, float *dx, int dk, int j, float val) {
-    if (j < dk) { if (x[j] > 0) dx[j] += val; }
-    else if (x[j - dk] < 0) dx[j - dk] -= val;
 }
 static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *X = out->src[0];
@@ -4317,18 +4314,21 @@ static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
         const float *x = X->data + r * dk, *y = out->data + r * dd, *g = out->grad + r * dd;
         float *dx = DX + r * dk, sum = 0, gy = 0, inv;
         int s, j, m;
-        /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps) */
+        /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps);
+           phi[s][j] = a[j] a[j - s]: da[j] = sum_s dphi[s][j] a[j - s] + dphi[s][j + s] a[j + s] */
         for (s = 1; s <= nu; s++)
-            for (j = 0; j < n2; j++) sum += mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, (j - s + n2) % n2);
+            for (j = 0; j < n2; j++) sum += mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, j >= s ? j - s : j - s + n2);
         for (m = 0; m < dd; m++) gy += g[m] * y[m];
         inv = 1.0f / (sum + eps);
-        for (s = 1; s <= nu; s++)
-            for (j = 0; j < n2; j++) {
-                int jr = (j - s + n2) % n2;
-                float dp = (g[(s - 1) * n2 + j] - gy) * inv;
-                mf__dpfp_add_da(x, dx, dk, j, dp * mf__dpfp_a(x, dk, jr));
-                mf__dpfp_add_da(x, dx, dk, jr, dp * mf__dpfp_a(x, dk, j));
+        for (j = 0; j < n2; j++) {
+            float da = 0;
+            if (mf__dpfp_a(x, dk, j) == 0.0f) continue; /* relu off (or x = 0): no gradient */
+            for (s = 1; s <= nu; s++) {
+                int jm = j >= s ? j - s : j - s + n2, jp = j + s < n2 ? j + s : j + s - n2;
+                da += (g[(s - 1) * n2 + j] - gy) * mf__dpfp_a(x, dk, jm) + (g[(s - 1) * n2 + jp] - gy) * mf__dpfp_a(x, dk, jp);
             }
+            if (j < dk) dx[j] += da * inv; else dx[j - dk] -= da * inv;
+        }
     }
 }
 static const mf__op mf__op_dpfp = { "dpfp", 1, mf__dpfp_shape, mf__dpfp_forward, mf__dpfp_backward, 0 };
@@ -4382,107 +4382,237 @@ static float mf__fw_dot(int n, const float *a, const float *b) {
     }
     return mf__av_hsum(acc);
 }
-/* acc[0..n) = sum_{j < m} w[j] M[j][0..n) (M row-major, rows of n); zero weights are skipped
-   (DPFP features are mostly zeros) */
-static void mf__fw_gemv_t(int m, int n, const float *w, const float *M, float *acc) {
-    int j;
-    memset(acc, 0, (size_t)n * sizeof(float));
-    for (j = 0; j < m; j++) if (w[j] != 0.0f) mf__fw_axpy(n, w[j], M + (int64_t)j * n, acc);
+/* Token-major inputs put the rows of one head H * d floats apart: beyond what the hardware
+   prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves. */
+#if MF__AW > 1
+#define MF__FW_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define MF__FW_PREFETCH(p) ((void)(p))
+#endif
+#define MF__FW_PF 4
+static void mf__fw_prefetch_row(const float *p, int n) { /* the cache lines of n floats at p */
+    int i;
+    for (i = 0; i < n; i += 16) MF__FW_PREFETCH(p + i);
+    MF__FW_PREFETCH(p + n - 1);
 }
-/* dst[c][r] = src[r][c] for r < rows, c < cols (src row stride lds, dst row stride ldd) */
-static void mf__fw_transpose(const float *src, int lds, int rows, int cols, float *dst, int ldd) {
+/* the j < m with w[j] != 0, into idx (m + 16 ints; DPFP features are mostly zeros: a product of
+   two relus); returns their number. AVX-512: 16 at a time with a compress. */
+static int mf__fw_nonzero(int m, const float *w, int *idx) {
+    int j = 0, n = 0;
+#if MF__AW == 16
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; j + 16 <= m; j += 16) {
+        __mmask16 nz = _mm512_cmp_ps_mask(_mm512_loadu_ps(w + j), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        unsigned bits = nz;
+        /* compress in a register, store all 16 (idx has 16 ints of slack): a compressing store to
+           memory is microcoded and slow on Intel */
+        _mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(nz, _mm512_add_epi32(iota, _mm512_set1_epi32(j))));
+        bits = bits - ((bits >> 1) & 0x5555u); /* popcount of 16 bits */
+        bits = (bits & 0x3333u) + ((bits >> 2) & 0x3333u);
+        bits = (bits + (bits >> 4)) & 0x0f0fu;
+        n += (int)((bits + (bits >> 8)) & 0x1fu);
+    }
+#endif
+    for (; j < m; j++) { /* on the bits: +-0 -> 0 (cheaper than a float compare) */
+        uint32_t b;
+        memcpy(&b, w + j, sizeof b);
+        idx[n] = j;
+        n += (b << 1) != 0;
+    }
+    return n;
+}
+/* Rows j of M [.][n] listed in idx (nz of them), in blocks of up to 4 vectors of columns kept in
+   registers (the last one masked): acc (+)= sum_j w[j] M[j] (mf__fw_rows_sum), or M[j] += w[j] u
+   (mf__fw_rows_axpy). One loop per block width, so the row loop has no branches. */
+#define MF__FW_LDM(p, v, nv, mk) ((v) == (nv) - 1 ? mf__av_loadm((p) + (v) * MF__AW, mk) : mf__av_load((p) + (v) * MF__AW))
+#define MF__FW_STM(p, v, nv, mk, x) \
+    do { if ((v) == (nv) - 1) mf__av_storem((p) + (v) * MF__AW, mk, x); else mf__av_store((p) + (v) * MF__AW, x); } while (0)
+#define MF__FW_SUM_LOOP(NV) \
+    for (i = 0; i < nz; i++) { \
+        const float *r = M + (size_t)idx[i] * n + c0; \
+        mf__av x = mf__av_set1(w[idx[i]]); \
+        a0 = mf__av_fma(x, MF__FW_LDM(r, 0, NV, mk), a0); \
+        if (NV > 1) a1 = mf__av_fma(x, MF__FW_LDM(r, 1, NV, mk), a1); \
+        if (NV > 2) a2 = mf__av_fma(x, MF__FW_LDM(r, 2, NV, mk), a2); \
+        if (NV > 3) a3 = mf__av_fma(x, MF__FW_LDM(r, 3, NV, mk), a3); \
+    }
+#define MF__FW_AXPY_LOOP(NV) \
+    for (i = 0; i < nz; i++) { \
+        float *r = M + (size_t)idx[i] * n + c0; \
+        mf__av x = mf__av_set1(w[idx[i]]); \
+        MF__FW_STM(r, 0, NV, mk, mf__av_fma(x, u0, MF__FW_LDM(r, 0, NV, mk))); \
+        if (NV > 1) MF__FW_STM(r, 1, NV, mk, mf__av_fma(x, u1, MF__FW_LDM(r, 1, NV, mk))); \
+        if (NV > 2) MF__FW_STM(r, 2, NV, mk, mf__av_fma(x, u2, MF__FW_LDM(r, 2, NV, mk))); \
+        if (NV > 3) MF__FW_STM(r, 3, NV, mk, mf__av_fma(x, u3, MF__FW_LDM(r, 3, NV, mk))); \
+    }
+static void mf__fw_rows_sum(int nz, const int *idx, const float *w, const float *M, int n, float *acc, int add) {
+    int c0, i;
+    for (c0 = 0; c0 < n; c0 += 4 * MF__AW) {
+        int wdt = n - c0 < 4 * MF__AW ? n - c0 : 4 * MF__AW, nv = (wdt + MF__AW - 1) / MF__AW;
+        mf__am mk = mf__av_mask(wdt - (nv - 1) * MF__AW);
+        mf__av a0 = mf__av_zero(), a1 = a0, a2 = a0, a3 = a0;
+        float *o = acc + c0;
+        switch (nv) {
+        case 1: MF__FW_SUM_LOOP(1) break;
+        case 2: MF__FW_SUM_LOOP(2) break;
+        case 3: MF__FW_SUM_LOOP(3) break;
+        default: MF__FW_SUM_LOOP(4) break;
+        }
+        if (add) {
+            a0 = mf__av_add(a0, MF__FW_LDM(o, 0, nv, mk));
+            if (nv > 1) a1 = mf__av_add(a1, MF__FW_LDM(o, 1, nv, mk));
+            if (nv > 2) a2 = mf__av_add(a2, MF__FW_LDM(o, 2, nv, mk));
+            if (nv > 3) a3 = mf__av_add(a3, MF__FW_LDM(o, 3, nv, mk));
+        }
+        MF__FW_STM(o, 0, nv, mk, a0);
+        if (nv > 1) MF__FW_STM(o, 1, nv, mk, a1);
+        if (nv > 2) MF__FW_STM(o, 2, nv, mk, a2);
+        if (nv > 3) MF__FW_STM(o, 3, nv, mk, a3);
+    }
+}
+static void mf__fw_rows_axpy(int nz, const int *idx, const float *w, const float *u, float *M, int n) {
+    int c0, i;
+    for (c0 = 0; c0 < n; c0 += 4 * MF__AW) {
+        int wdt = n - c0 < 4 * MF__AW ? n - c0 : 4 * MF__AW, nv = (wdt + MF__AW - 1) / MF__AW;
+        mf__am mk = mf__av_mask(wdt - (nv - 1) * MF__AW);
+        mf__av u0 = MF__FW_LDM(u + c0, 0, nv, mk), u1 = mf__av_zero(), u2 = u1, u3 = u1;
+        if (nv > 1) u1 = MF__FW_LDM(u + c0, 1, nv, mk);
+        if (nv > 2) u2 = MF__FW_LDM(u + c0, 2, nv, mk);
+        if (nv > 3) u3 = MF__FW_LDM(u + c0, 3, nv, mk);
+        switch (nv) {
+        case 1: MF__FW_AXPY_LOOP(1) break;
+        case 2: MF__FW_AXPY_LOOP(2) break;
+        case 3: MF__FW_AXPY_LOOP(3) break;
+        default: MF__FW_AXPY_LOOP(4) break;
+        }
+    }
+}
+#undef MF__FW_LDM
+#undef MF__FW_STM
+#undef MF__FW_SUM_LOOP
+#undef MF__FW_AXPY_LOOP
+/* dst[c][r] = src[r][c] for r < rows, c < cols (row strides lds, ldd) */
+static void mf__fw_transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int ldd) {
     int r, c;
     for (r = 0; r < rows; r++)
-        for (c = 0; c < cols; c++) dst[(int64_t)c * ldd + r] = src[(int64_t)r * lds + c];
+        for (c = 0; c < cols; c++) dst[(int64_t)c * ldd + r] = src[r * lds + c];
 }
 
 /* ---- the core, one head ---------------------------------------------------------------------------
-   q, k [T][dd]; v [T][dv] (the core sees dvp = dv or dv + 1 columns: ones = the constant column);
-   beta [T] (delta rule) or NULL (linear). Outputs and their gradients have dvp columns. */
+   Token t of the head: q, k rows q + t lq, k + t lq ([dd]); v + t lv ([dv]); beta[t lb] (delta
+   rule) or beta NULL (linear). The core sees dvp = dv or dv + 1 value columns (the ones column of
+   linear); its outputs y and their gradients dy have dvp columns (row strides ldy, ldg). The
+   gradients dq, dk, dv, dbeta have the inputs' strides. */
 typedef struct mf__fwh {
     int T, dd, dv, dvp;
+    int64_t lq, lv, lb;
     const float *q, *k, *v, *beta;
 } mf__fwh;
 
+static void mf__fw_prefetch_token(const mf__fwh *h, int t) {
+    mf__fw_prefetch_row(h->q + t * h->lq, h->dd);
+    mf__fw_prefetch_row(h->k + t * h->lq, h->dd);
+    mf__fw_prefetch_row(h->v + t * h->lv, h->dv);
+    if (h->beta) MF__FW_PREFETCH(h->beta + t * h->lb);
+}
 static void mf__fw_load_v(const mf__fwh *h, int t, float *row) { /* v_t, then 1 for linear */
-    memcpy(row, h->v + (int64_t)t * h->dv, (size_t)h->dv * sizeof(float));
+    memcpy(row, h->v + t * h->lv, (size_t)h->dv * sizeof(float));
     if (h->dvp > h->dv) row[h->dv] = 1.0f;
 }
 
 /* Recurrent forward: S [dd][dvp] holds the state (in: start, out: end); ck (NULL: none) gets the
-   state before tokens 0, MF__FW_CK, 2 MF__FW_CK, ...; y [T][dvp]; u: dvp floats of scratch. */
-static void mf__fw_rec_fwd(const mf__fwh *h, float *S, float *ck, float *y, float *u) {
-    int t, j, dd = h->dd, dvp = h->dvp;
+   state before tokens 0, MF__FW_CK, 2 MF__FW_CK, ...; y rows of ldy; work: dvp floats + 2 dd + 32 ints. */
+static void mf__fw_rec_fwd(const mf__fwh *h, float *S, float *ck, float *y, int64_t ldy, float *work) {
+    int t, c, dd = h->dd, dvp = h->dvp, *ik = (int *)(work + dvp), *iq = ik + dd + 16;
     size_t ss = (size_t)dd * dvp;
+    float *u = work;
     for (t = 0; t < h->T; t++) {
-        const float *kt = h->k + (int64_t)t * dd, *qt = h->q + (int64_t)t * dd;
-        float *yt = y + (int64_t)t * dvp;
+        const float *kt = h->k + t * h->lq, *qt = h->q + t * h->lq;
+        float *yt = y + t * ldy;
+        int nk, nq;
+        if (t + MF__FW_PF < h->T) mf__fw_prefetch_token(h, t + MF__FW_PF);
+        nk = mf__fw_nonzero(dd, kt, ik);
+        nq = mf__fw_nonzero(dd, qt, iq);
         if (ck && t % MF__FW_CK == 0) memcpy(ck + (size_t)(t / MF__FW_CK) * ss, S, ss * sizeof(float));
         mf__fw_load_v(h, t, u);
         if (h->beta) { /* u = beta (v - S k), the value to write; yt holds S k meanwhile */
-            float b = h->beta[t];
-            mf__fw_gemv_t(dd, dvp, kt, S, yt);
-            for (j = 0; j < dvp; j++) u[j] = b * (u[j] - yt[j]);
+            float b = h->beta[t * h->lb];
+            mf__fw_rows_sum(nk, ik, kt, S, dvp, yt, 0);
+            for (c = 0; c < dvp; c++) u[c] = b * (u[c] - yt[c]);
         }
-        for (j = 0; j < dd; j++) if (kt[j] != 0.0f) mf__fw_axpy(dvp, kt[j], u, S + (size_t)j * dvp); /* write first */
-        mf__fw_gemv_t(dd, dvp, qt, S, yt);                                                            /* then read */
+        mf__fw_rows_axpy(nk, ik, kt, u, S, dvp);   /* write first */
+        mf__fw_rows_sum(nq, iq, qt, S, dvp, yt, 0); /* then read */
     }
 }
 static size_t mf__fw_rec_work(int dd, int dvp) { /* floats of scratch per thread of mf__fw_rec_bwd */
-    return (size_t)(MF__FW_CK + 1) * dd * dvp + (size_t)(2 * MF__FW_CK + 2) * dvp;
+    return (size_t)(MF__FW_CK + 4) * dd * dvp + (size_t)(2 * MF__FW_CK + 2) * dvp + 2 * (size_t)dd + dvp + 64;
 }
-/* Recurrent backward from the checkpoints ck: dy [T][dvp]; ADDS dq, dk [T][dd], dv [T][dv] and
-   dbeta [T] (each may be NULL). Per segment of MF__FW_CK tokens, from the last: recompute the
-   states S_{t-1} of the segment from its checkpoint, then walk it backwards carrying dS = dL/dS_t:
+/* Recurrent backward from the checkpoints ck: dy rows of ldg; ADDS dq, dk, dv and dbeta (each may
+   be NULL). Per segment of MF__FW_CK tokens, from the last: recompute the states S_{t-1} of the
+   segment from its checkpoint, then walk it backwards carrying dS = dL/dS_t:
        dq_t = S_t^T dy_t,  dS += dy_t q_t^T,  du = dS k_t,  dk_t = dS^T u_t
        delta: dvbar = -beta du;  dk_t += S_{t-1}^T dvbar;  dS += dvbar k_t^T (-> dL/dS_{t-1});
               dv_t = beta du;  dbeta_t = du . (v_t - S_{t-1} k_t)
-       linear: dv_t = du */
-static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, float *dq, float *dk,
-                           float *dv, float *db, float *work) {
-    int dd = h->dd, dvp = h->dvp, T = h->T, nseg = (T + MF__FW_CK - 1) / MF__FW_CK, seg, t, j, c;
+       linear: dv_t = du
+   dq and dk reduce over the value axis, du and S k over the feature axis, so the states are kept
+   in both layouts: S^T [dd][dvp] (sparse rows: the zero features of DPFP are skipped) for S k and
+   du, S [dvp][dd] for dq and dk (broadcast-FMA along d_dot, no horizontal sums). The segment's
+   S_{t-1} are stored as [dvp][dd]. */
+static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, int64_t ldg, float *dq,
+                           float *dk, float *dv, float *db, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nseg = (T + MF__FW_CK - 1) / MF__FW_CK, seg, t, c;
     size_t ss = (size_t)dd * dvp;
-    float *dS = work, *Sp = dS + ss, *U = Sp + MF__FW_CK * ss, *R = U + (size_t)MF__FW_CK * dvp;
-    float *du = R + (size_t)MF__FW_CK * dvp, *dvb = du + dvp;
-    memset(dS, 0, ss * sizeof(float));
+    float *dS = work, *dSn = dS + ss, *Sr = dSn + ss, *Snr = Sr + ss, *Snp = Snr + ss;
+    float *U = Snp + MF__FW_CK * ss, *R = U + (size_t)MF__FW_CK * dvp, *du = R + (size_t)MF__FW_CK * dvp;
+    float *dvb = du + dvp;
+    int *ik = (int *)(dvb + dvp), *iq = ik + dd + 16, *id = iq + dd + 16;
+    for (c = 0; c < dvp; c++) id[c] = c; /* every row */
+    memset(dS, 0, 2 * ss * sizeof(float));
     for (seg = nseg - 1; seg >= 0; seg--) {
         int t0 = seg * MF__FW_CK, t1 = t0 + MF__FW_CK < T ? t0 + MF__FW_CK : T;
-        memcpy(Sp, ck + (size_t)seg * ss, ss * sizeof(float));
-        for (t = t0; t < t1; t++) { /* Sp[i] = S_{t-1}, U[i] = u_t, R[i] = v_t - S_{t-1} k_t */
-            int i = t - t0;
-            const float *kt = h->k + (int64_t)t * dd;
-            float *S = Sp + i * ss, *u = U + (size_t)i * dvp, *r = R + (size_t)i * dvp;
+        memcpy(Sr, ck + (size_t)seg * ss, ss * sizeof(float));
+        mf__fw_transpose(Sr, dvp, dd, dvp, Snr, dd);
+        for (t = t0; t < t1; t++) { /* Snp[i] = S_{t-1} ([dvp][dd]), U[i] = u_t, R[i] = v_t - S_{t-1} k_t */
+            int i = t - t0, nk;
+            const float *kt = h->k + t * h->lq;
+            float *u = U + (size_t)i * dvp, *r = R + (size_t)i * dvp;
+            if (t + MF__FW_PF < t1) mf__fw_prefetch_token(h, t + MF__FW_PF);
+            nk = mf__fw_nonzero(dd, kt, ik);
             mf__fw_load_v(h, t, r);
+            memcpy(Snp + i * ss, Snr, ss * sizeof(float));
             if (h->beta) {
-                mf__fw_gemv_t(dd, dvp, kt, S, u);
-                for (c = 0; c < dvp; c++) { r[c] -= u[c]; u[c] = h->beta[t] * r[c]; }
+                float b = h->beta[t * h->lb];
+                mf__fw_rows_sum(nk, ik, kt, Sr, dvp, u, 0);
+                for (c = 0; c < dvp; c++) { r[c] -= u[c]; u[c] = b * r[c]; }
             } else memcpy(u, r, (size_t)dvp * sizeof(float));
             if (t + 1 < t1) {
-                memcpy(S + ss, S, ss * sizeof(float));
-                for (j = 0; j < dd; j++) if (kt[j] != 0.0f) mf__fw_axpy(dvp, kt[j], u, S + ss + (size_t)j * dvp);
+                mf__fw_rows_axpy(nk, ik, kt, u, Sr, dvp);
+                mf__fw_rows_axpy(dvp, id, u, kt, Snr, dd);
             }
         }
         for (t = t1 - 1; t >= t0; t--) {
-            int i = t - t0;
-            const float *kt = h->k + (int64_t)t * dd, *qt = h->q + (int64_t)t * dd, *g = dy + (int64_t)t * dvp;
-            const float *S = Sp + i * ss, *u = U + (size_t)i * dvp;
-            float ug = mf__fw_dot(dvp, u, g), b = h->beta ? h->beta[t] : 1.0f;
-            for (j = 0; j < dd; j++) {
-                if (qt[j] != 0.0f) mf__fw_axpy(dvp, qt[j], g, dS + (size_t)j * dvp);
-                if (dq) dq[(int64_t)t * dd + j] += mf__fw_dot(dvp, S + (size_t)j * dvp, g) + kt[j] * ug;
+            int i = t - t0, nk, nq;
+            const float *kt = h->k + t * h->lq, *qt = h->q + t * h->lq, *g = dy + t * ldg;
+            const float *Sn = Snp + i * ss, *u = U + (size_t)i * dvp;
+            float ug = mf__fw_dot(dvp, u, g), b = h->beta ? h->beta[t * h->lb] : 1.0f;
+            nk = mf__fw_nonzero(dd, kt, ik);
+            nq = mf__fw_nonzero(dd, qt, iq);
+            if (dq) { /* S_t^T g = S_{t-1}^T g + k (u . g) */
+                mf__fw_rows_sum(dvp, id, g, Sn, dd, dq + t * h->lq, 1);
+                mf__fw_axpy(dd, ug, kt, dq + t * h->lq);
             }
-            mf__fw_gemv_t(dd, dvp, kt, dS, du);
+            mf__fw_rows_axpy(nq, iq, qt, g, dS, dvp);      /* dS = dL/dS_t, both layouts */
+            mf__fw_rows_axpy(dvp, id, g, qt, dSn, dd);
+            mf__fw_rows_sum(nk, ik, kt, dS, dvp, du, 0);
+            if (dk) mf__fw_rows_sum(dvp, id, u, dSn, dd, dk + t * h->lq, 1);
             if (h->beta) {
                 for (c = 0; c < dvp; c++) dvb[c] = -b * du[c];
-                for (j = 0; j < dd; j++) {
-                    float *dSj = dS + (size_t)j * dvp;
-                    if (dk) dk[(int64_t)t * dd + j] += mf__fw_dot(dvp, dSj, u) + mf__fw_dot(dvp, S + (size_t)j * dvp, dvb);
-                    if (kt[j] != 0.0f) mf__fw_axpy(dvp, kt[j], dvb, dSj);
-                }
-                if (db) db[t] += mf__fw_dot(dvp, du, R + (size_t)i * dvp);
-            } else if (dk)
-                for (j = 0; j < dd; j++) dk[(int64_t)t * dd + j] += mf__fw_dot(dvp, dS + (size_t)j * dvp, u);
-            if (dv) for (c = 0; c < h->dv; c++) dv[(int64_t)t * h->dv + c] += b * du[c];
+                if (dk) mf__fw_rows_sum(dvp, id, dvb, Sn, dd, dk + t * h->lq, 1);
+                mf__fw_rows_axpy(nk, ik, kt, dvb, dS, dvp); /* dS = dL/dS_{t-1} */
+                mf__fw_rows_axpy(dvp, id, dvb, kt, dSn, dd);
+                if (db) db[t * h->lb] += mf__fw_dot(dvp, du, R + (size_t)i * dvp);
+            }
+            if (dv) for (c = 0; c < h->dv; c++) dv[t * h->lv + c] += b * du[c];
         }
     }
 }
@@ -4491,21 +4621,21 @@ static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, f
 static size_t mf__fw_chunk_work(int C, int dd, int dvp) {
     size_t ldx = (size_t)dd + dvp;
     return (size_t)dd * C + 4 * (size_t)C * C + 5 * (size_t)C * dvp + 2 * (size_t)C * dd + 2 * ldx * C
-           + 3 * (size_t)dd * dvp + (size_t)dvp * C + 64;
+           + 3 * (size_t)dd * dvp + 64;
 }
 /* rows t0 .. t0 + n - 1 of v (+ the ones column) into Vb [n][dvp], K^T into Kt [dd][n] */
 static void mf__fw_chunk_load(const mf__fwh *h, int t0, int n, float *Vb, float *Kt) {
     int i;
     for (i = 0; i < n; i++) mf__fw_load_v(h, t0 + i, Vb + (size_t)i * h->dvp);
-    mf__fw_transpose(h->k + (int64_t)t0 * h->dd, h->dd, n, h->dd, Kt, n);
+    mf__fw_transpose(h->k + t0 * h->lq, h->lq, n, h->dd, Kt, n);
 }
 /* (I + A) X = diag(beta) [K, V] by forward substitution, A[i][j] = beta_i Gm[i][j] for j < i;
    X [n][dd + dvp] */
 static void mf__fw_chunk_solve(const mf__fwh *h, int t0, int n, const float *Gm, const float *Vb, float *X) {
     int i, j, dd = h->dd, dvp = h->dvp, ldx = dd + dvp;
     for (i = 0; i < n; i++) {
-        float b = h->beta[t0 + i], *xi = X + (size_t)i * ldx;
-        const float *ki = h->k + (int64_t)(t0 + i) * dd;
+        float b = h->beta[(t0 + i) * h->lb], *xi = X + (size_t)i * ldx;
+        const float *ki = h->k + (t0 + i) * h->lq;
         for (j = 0; j < dd; j++) xi[j] = b * ki[j];
         for (j = 0; j < dvp; j++) xi[dd + j] = b * Vb[(size_t)i * dvp + j];
         for (j = 0; j < i; j++) {
@@ -4521,40 +4651,41 @@ static void mf__fw_chunk_u(int n, int dd, int dvp, const float *X, const float *
     for (i = 0; i < n; i++)
         for (c = 0; c < dvp; c++) U[(size_t)i * dvp + c] = X[(size_t)i * ldx + dd + c] - U[(size_t)i * dvp + c];
 }
-static void mf__fw_tril(float *P, int n, int diag) { /* zero P[i][j] for j > i (diag) or j >= i */
+static void mf__fw_tril(float *P, int n) { /* zero P[i][j] for j > i */
     int i, j;
-    for (i = 0; i < n; i++) for (j = diag ? i + 1 : i; j < n; j++) P[(size_t)i * n + j] = 0.0f;
+    for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) P[(size_t)i * n + j] = 0.0f;
 }
 
 /* Chunkwise forward, chunks of C: S [dd][dvp] (in: start, out: end); st (NULL: none) gets the state
    at every chunk start [nc][dd][dvp]; X (delta; NULL: scratch) gets [W, U_] [T][dd + dvp]. */
-static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float *X, float *y, float *work) {
-    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, ldx = dd + dvp;
+static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float *X, float *y, int64_t ldy,
+                             float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, ldx = dd + dvp, lq = (int)h->lq;
     size_t ss = (size_t)dd * dvp;
     float *Kt = work, *P = Kt + (size_t)dd * C, *Vb = P + (size_t)C * C, *U = Vb + (size_t)C * dvp;
     float *Xs = U + (size_t)C * dvp;
     for (c = 0; c < nc; c++) {
         int t0 = c * C, n = T - t0 < C ? T - t0 : C;
-        const float *K = h->k + (int64_t)t0 * dd, *Q = h->q + (int64_t)t0 * dd, *Uc = Vb;
-        float *Y = y + (int64_t)t0 * dvp;
+        const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *Uc = Vb;
+        float *Y = y + t0 * ldy;
         if (st) memcpy(st + (size_t)c * ss, S, ss * sizeof(float));
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
         if (h->beta) {
             float *Xc = X ? X + (int64_t)t0 * ldx : Xs;
-            mf__attn_mm(n, n, dd, K, dd, 1, Kt, n, P, n, 0);          /* Gm = K K^T */
+            mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, P, n, 0);                  /* Gm = K K^T */
             mf__fw_chunk_solve(h, t0, n, P, Vb, Xc);
             mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
             Uc = U;
         }
-        mf__attn_mm(n, dvp, dd, Q, dd, 1, S, dvp, Y, dvp, 0);         /* Y = Q S^T */
-        mf__attn_mm(n, n, dd, Q, dd, 1, Kt, n, P, n, 0);              /* P = tril(Q K^T) */
-        mf__fw_tril(P, n, 1);
-        mf__attn_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, dvp, 1);          /* Y += P U */
-        mf__attn_mm(dd, dvp, n, K, 1, dd, Uc, dvp, S, dvp, 1);        /* S^T += K^T U */
+        mf__attn_mm(n, dvp, dd, Q, lq, 1, S, dvp, Y, (int)ldy, 0);           /* Y = Q S^T */
+        mf__attn_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);                      /* P = tril(Q K^T) */
+        mf__fw_tril(P, n);
+        mf__attn_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, (int)ldy, 1);            /* Y += P U */
+        mf__attn_mm(dd, dvp, n, K, 1, lq, Uc, dvp, S, dvp, 1);                /* S^T += K^T U */
     }
 }
 
-/* Chunkwise backward (the forward's st and X): dy [T][dvp]; ADDS dq, dk, dv, dbeta (each may be
+/* Chunkwise backward (the forward's st and X): dy rows of ldg; ADDS dq, dk, dv, dbeta (each may be
    NULL). Per chunk, from the last, with dS = dL/dS^T at the chunk's end:
      from S' = S + U^T K:      dU = K dS,  dK = U dS^T
      from Y = Q S^T + P U:     dQ = dY S,  dP = tril(dY U^T),  dU += P^T dY,  dQ += dP K,  dK += dP^T Q,
@@ -4564,9 +4695,10 @@ static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float
            B = diag(beta)[K,V]: dK += beta G_K,  dV += beta G_V,  dbeta += G . [K, V]
            A = diag(beta) tril(K K^T, -1):  E = diag(beta) dA,  dK += E K + E^T K,  dbeta += rowsum(dA * K K^T)
      linear:                   dV = dU */
-static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const float *X, const float *dy,
+static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const float *X, const float *dy, int64_t ldg,
                              float *dq, float *dk, float *dv, float *db, float *work) {
     int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, i, j, ldx = dd + dvp;
+    int lq = (int)h->lq, lg = (int)ldg;
     size_t ss = (size_t)dd * dvp;
     float *Kt = work, *P = Kt + (size_t)dd * C, *dP = P + (size_t)C * C, *Gm = dP + (size_t)C * C;
     float *D = Gm + (size_t)C * C, *Vb = D + (size_t)C * C, *U = Vb + (size_t)C * dvp, *dU = U + (size_t)C * dvp;
@@ -4576,66 +4708,69 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
     memset(dS, 0, ss * sizeof(float));
     for (c = nc - 1; c >= 0; c--) {
         int t0 = c * C, n = T - t0 < C ? T - t0 : C;
-        const float *K = h->k + (int64_t)t0 * dd, *Q = h->q + (int64_t)t0 * dd, *G = dy + (int64_t)t0 * dvp;
+        const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *G = dy + t0 * ldg;
         const float *S = st + (size_t)c * ss, *Xc = h->beta ? X + (int64_t)t0 * ldx : NULL, *Uc = Vb;
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
         if (h->beta) {
-            mf__attn_mm(n, n, dd, K, dd, 1, Kt, n, Gm, n, 0);
+            mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, Gm, n, 0);
             mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
             Uc = U;
         }
         mf__fw_transpose(dS, dvp, dd, dvp, dSt, dd);                   /* dS^T [dvp][dd] */
         mf__fw_transpose(S, dvp, dd, dvp, Sn, dd);                     /* S [dvp][dd] */
         mf__fw_transpose(Uc, dvp, n, dvp, Ut, n);                      /* U^T [dvp][n] */
-        mf__attn_mm(n, dvp, dd, K, dd, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
+        mf__attn_mm(n, dvp, dd, K, lq, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
         mf__attn_mm(n, dd, dvp, Uc, dvp, 1, dSt, dd, dKc, dd, 0);      /* dK = U dS^T */
-        mf__attn_mm(n, dd, dvp, G, dvp, 1, Sn, dd, dQc, dd, 0);        /* dQ = dY S */
-        mf__attn_mm(n, n, dd, Q, dd, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
-        mf__fw_tril(P, n, 1);
-        mf__attn_mm(n, n, dvp, G, dvp, 1, Ut, n, dP, n, 0);            /* dP = tril(dY U^T) */
-        mf__fw_tril(dP, n, 1);
-        mf__attn_mm(n, dvp, n, P, 1, n, G, dvp, dU, dvp, 1);           /* dU += P^T dY */
-        mf__attn_mm(n, dd, n, dP, n, 1, K, dd, dQc, dd, 1);            /* dQ += dP K */
-        mf__attn_mm(n, dd, n, dP, 1, n, Q, dd, dKc, dd, 1);            /* dK += dP^T Q */
-        mf__attn_mm(dd, dvp, n, Q, 1, dd, G, dvp, dS, dvp, 1);         /* dS += Q^T dY */
+        mf__attn_mm(n, dd, dvp, G, lg, 1, Sn, dd, dQc, dd, 0);         /* dQ = dY S */
+        mf__attn_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
+        mf__fw_tril(P, n);
+        mf__attn_mm(n, n, dvp, G, lg, 1, Ut, n, dP, n, 0);             /* dP = tril(dY U^T) */
+        mf__fw_tril(dP, n);
+        mf__attn_mm(n, dvp, n, P, 1, n, G, lg, dU, dvp, 1);            /* dU += P^T dY */
+        mf__attn_mm(n, dd, n, dP, n, 1, K, lq, dQc, dd, 1);            /* dQ += dP K */
+        mf__attn_mm(n, dd, n, dP, 1, n, Q, lq, dKc, dd, 1);            /* dK += dP^T Q */
+        mf__attn_mm(dd, dvp, n, Q, 1, lq, G, lg, dS, dvp, 1);          /* dS += Q^T dY */
         if (h->beta) {
-            const float *beta = h->beta + t0;
             for (i = 0; i < n * dvp; i++) dUn[i] = -dU[i];
             mf__attn_mm(n, dd, dvp, dUn, dvp, 1, Sn, dd, dX, ldx, 0);  /* dW = -dU S */
             for (i = 0; i < n; i++) memcpy(dX + (size_t)i * ldx + dd, dU + (size_t)i * dvp, (size_t)dvp * sizeof(float));
             mf__attn_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU */
             for (i = n - 1; i >= 0; i--)                                /* G = (I + A)^-T dX, in place */
                 for (j = i + 1; j < n; j++) {
-                    float a = beta[j] * Gm[(size_t)j * n + i];
+                    float a = h->beta[(t0 + j) * h->lb] * Gm[(size_t)j * n + i];
                     if (a != 0.0f) mf__fw_axpy(ldx, -a, dX + (size_t)j * ldx, dX + (size_t)i * ldx);
                 }
             mf__fw_transpose(Xc, ldx, n, ldx, Xt, n);
             mf__attn_mm(n, n, ldx, dX, ldx, 1, Xt, n, D, n, 0);        /* D = G X^T, dA = -D */
             for (i = 0; i < n; i++) {
                 const float *gi = dX + (size_t)i * ldx;
-                float acc = mf__fw_dot(dd, gi, K + (size_t)i * dd) + mf__fw_dot(dvp, gi + dd, Vb + (size_t)i * dvp);
+                float b = h->beta[(t0 + i) * h->lb];
+                float acc = mf__fw_dot(dd, gi, K + i * h->lq) + mf__fw_dot(dvp, gi + dd, Vb + (size_t)i * dvp);
                 for (j = 0; j < i; j++) acc -= D[(size_t)i * n + j] * Gm[(size_t)i * n + j];
-                if (db) db[t0 + i] += acc;
-                mf__fw_axpy(dd, beta[i], gi, dKc + (size_t)i * dd);
-                if (dv) mf__fw_axpy(h->dv, beta[i], gi + dd, dv + (int64_t)(t0 + i) * h->dv);
-                for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -beta[i] * D[(size_t)i * n + j] : 0.0f; /* E */
+                if (db) db[(t0 + i) * h->lb] += acc;
+                mf__fw_axpy(dd, b, gi, dKc + (size_t)i * dd);
+                if (dv) mf__fw_axpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv);
+                for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -b * D[(size_t)i * n + j] : 0.0f; /* E */
             }
-            mf__attn_mm(n, dd, n, D, n, 1, K, dd, dKc, dd, 1);         /* dK += E K */
-            mf__attn_mm(n, dd, n, D, 1, n, K, dd, dKc, dd, 1);         /* dK += E^T K */
+            mf__attn_mm(n, dd, n, D, n, 1, K, lq, dKc, dd, 1);         /* dK += E K */
+            mf__attn_mm(n, dd, n, D, 1, n, K, lq, dKc, dd, 1);         /* dK += E^T K */
         } else if (dv)
-            for (i = 0; i < n; i++) mf__fw_axpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (int64_t)(t0 + i) * h->dv);
-        if (dq) for (i = 0; i < n * dd; i++) dq[(int64_t)t0 * dd + i] += dQc[i];
-        if (dk) for (i = 0; i < n * dd; i++) dk[(int64_t)t0 * dd + i] += dKc[i];
+            for (i = 0; i < n; i++) mf__fw_axpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv);
+        for (i = 0; i < n; i++) {
+            if (dq) mf__fw_axpy(dd, 1.0f, dQc + (size_t)i * dd, dq + (t0 + i) * h->lq);
+            if (dk) mf__fw_axpy(dd, 1.0f, dKc + (size_t)i * dd, dk + (t0 + i) * h->lq);
+        }
     }
 }
 
 /* ---- the ops: fast weights (delta rule) and linear attention ----------------------------------------
-   q, k [B, H, T, dd], v [B, H, T, dv], beta [B, H, T] (fast weights) -> [B, H, T, dv].
-   iarg: 0 the form (1 = recurrent, n > 1 = chunkwise by n; resolved from the caller's chunk),
-   1 dvp (dv, or dv + 1 for linear's ones column); farg[0] linear's eps; aux: NULL, or a state
-   [B][H][dd][dvp] (S^T) to start from, overwritten with the end state (generation; the backward
-   treats it as a constant). saved, per head: the state at every checkpoint / chunk start
-   [nck][dd][dvp]; then the chunkwise delta rule's X [T][dd + dvp]; then linear's num [T][dvp]. */
+   Token-major like the projections: q, k [B, T, H, dd], v [B, T, H, dv], beta [B, T, H] (fast
+   weights) -> [B, T, H, dv] (x W^T viewed per head; no head transposes). iarg: 0 the form (1 =
+   recurrent, n > 1 = chunkwise by n; resolved from the caller's chunk), 1 dvp (dv, or dv + 1 for
+   linear's ones column); farg[0] linear's eps; aux: NULL, or a state [B][H][dd][dvp] (S^T) to start
+   from, overwritten with the end state (generation; the backward treats it as a constant).
+   saved, per (b, h): the state at every checkpoint / chunk start [nck][dd][dvp]; then the chunkwise
+   delta rule's X [T][dd + dvp]; then linear's num [T][dvp] (= [W phi(q), z . phi(q)]). */
 static int mf__fw_chunk_of(int chunk, int T) {
     if (chunk == 0) return T >= MF__FW_AUTO_T ? MF__FW_AUTO_C : 1;
     return chunk;
@@ -4644,9 +4779,9 @@ static int mf__fw_nck(int form, int T) { /* states kept per head */
     int step = form == 1 ? MF__FW_CK : form;
     return (T + step - 1) / step;
 }
-static int64_t mf__fw_saved_per_head(int form, int T, int dd, int dvp, int delta, int linear) {
+static int64_t mf__fw_saved_per_head(int form, int T, int dd, int dvp, int delta) {
     return (int64_t)mf__fw_nck(form, T) * dd * dvp + (form > 1 && delta ? (int64_t)T * (dd + dvp) : 0)
-           + (linear ? (int64_t)T * dvp : 0);
+           + (!delta ? (int64_t)T * dvp : 0);
 }
 static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *beta = out->src[3];
@@ -4655,43 +4790,48 @@ static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64); mf_shape_str(v, sv, 64);
     if (ctx->be) return MF__SHAPE_FAIL("%s runs on the CPU only so far; create the tensors (the model) on a CPU context", who);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
-        return MF__SHAPE_FAIL("%s: q %s, k %s, v %s must be 4-D [B, H, T, d] (features of q and k, values v)", who, sq, sk, sv);
+        return MF__SHAPE_FAIL("%s: q %s, k %s, v %s must be 4-D [B, T, H, d] (features of q and k, values v; "
+                              "the projections x W^T reshaped per head)", who, sq, sk, sv);
     if (memcmp(q->shape, k->shape, sizeof q->shape) != 0)
-        return MF__SHAPE_FAIL("%s: q %s and k %s must have the same shape [B, H, T, d_dot]", who, sq, sk);
+        return MF__SHAPE_FAIL("%s: q %s and k %s must have the same shape [B, T, H, d_dot]", who, sq, sk);
     if (v->shape[0] != q->shape[0] || v->shape[1] != q->shape[1] || v->shape[2] != q->shape[2])
-        return MF__SHAPE_FAIL("%s: v %s must match q %s in [B, H, T]", who, sv, sq);
+        return MF__SHAPE_FAIL("%s: v %s must match q %s in [B, T, H]", who, sv, sq);
     if (beta && (beta->ndim != 3 || memcmp(beta->shape, q->shape, 3 * sizeof(int)) != 0))
-        return MF__SHAPE_FAIL("%s: beta %s must be [B, H, T] = [%d, %d, %d] (one gate per token and head)", who,
+        return MF__SHAPE_FAIL("%s: beta %s must be [B, T, H] = [%d, %d, %d] (one gate per token and head)", who,
                               mf_shape_str(beta, sb, 64), q->shape[0], q->shape[1], q->shape[2]);
     if (out->iarg[0] < 0)
         return MF__SHAPE_FAIL("%s: chunk %d must be 0 (automatic), 1 (recurrent) or the chunk length", who, out->iarg[0]);
     if (!beta && !(out->farg[0] >= 0.0f && out->farg[0] < 1.0f))
         return MF__SHAPE_FAIL("%s: eps %g must be in [0, 1)", who, (double)out->farg[0]);
-    out->iarg[0] = mf__fw_chunk_of(out->iarg[0], q->shape[2]);
+    out->iarg[0] = mf__fw_chunk_of(out->iarg[0], q->shape[1]);
     out->iarg[1] = v->shape[3] + (beta ? 0 : 1);
     mf__set_shape(out, 4, v->shape);
     return 0;
 }
 static mf__fwh mf__fw_head(const mf_tensor *out, int64_t bh) {
     const mf_tensor *q = out->src[0], *v = out->src[2], *beta = out->src[3];
+    int T = q->shape[1], H = q->shape[2];
+    int64_t b = bh / H, hh = bh % H;
     mf__fwh h;
-    h.T = q->shape[2]; h.dd = q->shape[3]; h.dv = v->shape[3]; h.dvp = out->iarg[1];
-    h.q = q->data + bh * h.T * h.dd;
-    h.k = out->src[1]->data + bh * h.T * h.dd;
-    h.v = v->data + bh * h.T * h.dv;
-    h.beta = beta ? beta->data + bh * h.T : NULL;
+    h.T = T; h.dd = q->shape[3]; h.dv = v->shape[3]; h.dvp = out->iarg[1];
+    h.lq = (int64_t)H * h.dd; h.lv = (int64_t)H * h.dv; h.lb = H;
+    h.q = q->data + (b * T * H + hh) * h.dd;
+    h.k = out->src[1]->data + (b * T * H + hh) * h.dd;
+    h.v = v->data + (b * T * H + hh) * h.dv;
+    h.beta = beta ? beta->data + b * T * H + hh : NULL;
     return h;
 }
-/* per thread: the state, the larger of the two forms' scratch */
+/* per thread: the state, T * dvp floats (linear's num / dnum), the larger form's scratch */
 static size_t mf__fw_work(int form, int T, int dd, int dvp) {
     size_t w = form == 1 ? mf__fw_rec_work(dd, dvp) : mf__fw_chunk_work(form < T ? form : T, dd, dvp);
     return ((size_t)dd * dvp + (size_t)T * dvp + w + 15) & ~(size_t)15;
 }
 static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0];
-    int T = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1], form = out->iarg[0];
-    int delta = out->src[3] != NULL, keep = out->requires_grad, nt;
-    int64_t BH = (int64_t)q->shape[0] * q->shape[1], per = mf__fw_saved_per_head(form, T, dd, dvp, delta, !delta), bh;
+    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1];
+    int form = out->iarg[0], delta = out->src[3] != NULL, keep = out->requires_grad, nt;
+    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
+    int64_t ldo = (int64_t)H * dv;
     size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
     float *state = (float *)out->aux, *work, eps = out->farg[0];
     nt = mf__attn_threads(ctx, 8.0 * (double)BH * T * dd * dvp);
@@ -4705,29 +4845,31 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
     for (bh = 0; bh < BH; bh++) {
         mf__fwh h = mf__fw_head(out, bh);
         float *w = work + pw * mf__attn_thread_num(), *S = w, *y = S + ss, *scratch = y + (size_t)T * dvp;
-        float *sv = keep ? out->saved + bh * per : NULL;
-        float *ck = sv, *X = sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL;
+        float *sv = keep ? out->saved + bh * per : NULL, *o = out->data + (bh / H * T * H + bh % H) * dv;
+        float *X = sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL;
+        int64_t ldy = dvp;
         int t, c;
         if (state) memcpy(S, state + bh * ss, ss * sizeof(float));
         else memset(S, 0, ss * sizeof(float));
-        if (delta) y = out->data + bh * T * dv; /* dvp == dv */
+        if (delta) { y = o; ldy = ldo; } /* dvp == dv: straight into the output */
         else if (sv) y = sv + per - (int64_t)T * dvp;
-        if (form == 1) mf__fw_rec_fwd(&h, S, ck, y, scratch);
-        else mf__fw_chunk_fwd(&h, form, S, ck, delta ? X : NULL, y, scratch);
+        if (form == 1) mf__fw_rec_fwd(&h, S, sv, y, ldy, scratch);
+        else mf__fw_chunk_fwd(&h, form, S, sv, delta ? X : NULL, y, ldy, scratch);
         if (state) memcpy(state + bh * ss, S, ss * sizeof(float));
         if (!delta) /* y = num / (den + eps), den = z . q >= 0 with non-negative features */
             for (t = 0; t < T; t++) {
                 const float *nm = y + (int64_t)t * dvp;
-                float inv = 1.0f / (nm[dv] + eps), *o = out->data + (bh * T + t) * dv;
-                for (c = 0; c < dv; c++) o[c] = nm[c] * inv;
+                float inv = 1.0f / (nm[dv] + eps);
+                for (c = 0; c < dv; c++) o[t * ldo + c] = nm[c] * inv;
             }
     }
 }
 static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0];
-    int T = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1], form = out->iarg[0];
-    int delta = out->src[3] != NULL, nt;
-    int64_t BH = (int64_t)q->shape[0] * q->shape[1], per = mf__fw_saved_per_head(form, T, dd, dvp, delta, !delta), bh;
+    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1];
+    int form = out->iarg[0], delta = out->src[3] != NULL, nt;
+    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
+    int64_t ldo = (int64_t)H * dv;
     size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
     float *work, eps = out->farg[0];
@@ -4743,25 +4885,23 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__fwh h = mf__fw_head(out, bh);
         float *w = work + pw * mf__attn_thread_num(), *dy = w + ss, *scratch = dy + (size_t)T * dvp;
         const float *sv = out->saved + bh * per, *X = sv + (int64_t)mf__fw_nck(form, T) * ss;
-        const float *g = out->grad + bh * T * dv;
-        int64_t oq = bh * T * dd;
+        int64_t oq = (bh / H * T * H + bh % H), ldg = dvp;
+        const float *g = out->grad + oq * dv, *o = out->data + oq * dv;
+        float *dq = gq ? gq + oq * dd : NULL, *dk = gk ? gk + oq * dd : NULL, *dvv = gv ? gv + oq * dv : NULL;
+        float *db = gb ? gb + oq : NULL;
         int t, c;
-        if (delta) dy = (float *)g;
+        if (delta) { dy = (float *)g; ldg = ldo; }
         else { /* y = num / (den + eps): dnum = g / (den + eps), dden = -g . y / (den + eps) */
             const float *num = sv + per - (int64_t)T * dvp;
             for (t = 0; t < T; t++) {
-                const float *nm = num + (int64_t)t * dvp, *gt = g + (int64_t)t * dv, *yt = out->data + (bh * T + t) * dv;
+                const float *nm = num + (int64_t)t * dvp, *gt = g + t * ldo, *yt = o + t * ldo;
                 float inv = 1.0f / (nm[dv] + eps), *d = dy + (int64_t)t * dvp, gy = 0;
                 for (c = 0; c < dv; c++) { d[c] = gt[c] * inv; gy += gt[c] * yt[c]; }
                 d[dv] = -gy * inv;
             }
         }
-        if (form == 1)
-            mf__fw_rec_bwd(&h, sv, dy, gq ? gq + oq : NULL, gk ? gk + oq : NULL, gv ? gv + bh * T * dv : NULL,
-                           gb ? gb + bh * T : NULL, scratch);
-        else
-            mf__fw_chunk_bwd(&h, form, sv, X, dy, gq ? gq + oq : NULL, gk ? gk + oq : NULL,
-                             gv ? gv + bh * T * dv : NULL, gb ? gb + bh * T : NULL, scratch);
+        if (form == 1) mf__fw_rec_bwd(&h, sv, dy, ldg, dq, dk, dvv, db, scratch);
+        else mf__fw_chunk_bwd(&h, form, sv, X, dy, ldg, dq, dk, dvv, db, scratch);
     }
 }
 static const mf__op mf__op_fast_weights = { "fast_weights", 4, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
@@ -4774,7 +4914,7 @@ static mf_tensor *mf__fw_apply(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tenso
     return mf__finish(ctx, t);
 }
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta, int chunk) {
-    if (mf_ok(ctx) && !beta) return (mf_tensor *)mf__fail(ctx, "fast_weights: beta is NULL; pass the gates [B, H, T] "
+    if (mf_ok(ctx) && !beta) return (mf_tensor *)mf__fail(ctx, "fast_weights: beta is NULL; pass the gates [B, T, H] "
                                                           "(for beta-free linear attention use mf_linear_attention)");
     return mf__fw_apply(ctx, q, k, v, beta, 0.0f, chunk, NULL);
 }
@@ -4863,6 +5003,13 @@ static float *mf__fw_state(mf_model *m, int l, int B, int T, int pos0) {
     r->next[l] = pos0 + T;
     return r->S + l * r->per_layer;
 }
+/* [B, T, H*e] -> [B, T, H, e] (a view: the ops work token-major, no head transposes) */
+static mf_tensor *mf__fw_heads(mf_ctx *ctx, mf_tensor *x, int H) {
+    int shape[4];
+    if (!x) return NULL;
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = H; shape[3] = x->shape[2] / H;
+    return mf_reshape(ctx, x, 4, shape);
+}
 static mf_tensor *mf__fw_feature(mf_model *m, mf_tensor *x) {
     const mf_model_config *c = &m->cfg;
     if (c->mixer == MF_MIXER_LINEAR && c->linear_feature == MF_FEATURE_ELU1) return mf_elu1(m->ctx, x);
@@ -4873,17 +5020,17 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     const mf_model_config *c = &m->cfg;
     mf__layer *L = &m->layers[l];
     int H = c->n_heads, fast = c->mixer == MF_MIXER_FAST_WEIGHTS;
-    mf_tensor *xn = fast ? x : mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), *q, *k, *v, *beta = NULL;
+    mf_tensor *xn = fast ? x : mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), *q, *k, *v, *beta = NULL, *y;
     float *state = NULL;
     if (!xn) return NULL;
-    q = mf__fw_feature(m, mf__split_heads(ctx, mf_linear(ctx, xn, L->wq, NULL), H));   /* [B, H, T, dd] */
-    k = mf__fw_feature(m, mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H));
-    v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, NULL), H);                     /* [B, H, T, dk] */
-    if (fast) beta = mf_transpose(ctx, mf_sigmoid(ctx, mf_linear(ctx, xn, L->wbeta, NULL)), 1, 2); /* [B, H, T] */
+    q = mf__fw_feature(m, mf__fw_heads(ctx, mf_linear(ctx, xn, L->wq, NULL), H));   /* [B, T, H, dd] */
+    k = mf__fw_feature(m, mf__fw_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H));
+    v = mf__fw_heads(ctx, mf_linear(ctx, xn, L->wv, NULL), H);                       /* [B, T, H, dk] */
+    if (fast) beta = mf_sigmoid(ctx, mf_linear(ctx, xn, L->wbeta, NULL));              /* [B, T, H] */
     if (gen && !(state = mf__fw_state(m, l, x->shape[0], x->shape[1], pos0))) return NULL;
     if (!q || !k || !v || (fast && !beta)) return NULL;
-    return mf_linear(ctx, mf__merge_heads(ctx, mf__fw_apply(ctx, q, k, v, beta, MF__FW_EPS, c->chunk_size, state)),
-                     L->wo, L->bo);
+    y = mf__fw_apply(ctx, q, k, v, beta, MF__FW_EPS, c->chunk_size, state);          /* [B, T, H, dk] */
+    return y ? mf_linear(ctx, mf_reshape(ctx, y, 3, x->shape), L->wo, L->bo) : NULL;
 }
 
 /* ==== [mf:feedback] ========================================================================= */

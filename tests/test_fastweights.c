@@ -55,7 +55,7 @@ static void test_dpfp_grad(void) {
 
 /* ---- the ops ------------------------------------------------------------------------------------- */
 typedef struct { int chunk, linear; } op_case;
-/* in: q, k features [B, H, T, dd], v [B, H, T, dv], beta [B, H, T] */
+/* in: q, k features [B, T, H, dd], v [B, T, H, dv], beta [B, T, H] */
 static mf_tensor *b_fw(mf_ctx *ctx, mf_tensor **in, void *user) {
     op_case *c = (op_case *)user;
     if (c->linear) return mf_linear_attention(ctx, in[0], in[1], in[2], 1e-6f, c->chunk);
@@ -66,10 +66,10 @@ static void test_fast_weights_grad(void) {
     op_case c;
     int chunks[3] = {1, 3, 16}, i;
     /* features >= 0 with |k|^2 < 1 (as DPFP's, which sum to 1) so the state stays bounded */
-    s[0] = gc_range(gc_in(4, 2, 2, 7, 6), 0, 0.4f, 0);
-    s[1] = gc_range(gc_in(4, 2, 2, 7, 6), 0, 0.4f, 0);
-    s[2] = gc_in(4, 2, 2, 7, 4);
-    s[3] = gc_range(gc_in(3, 2, 2, 7, 0), 0.05f, 0.95f, 0);
+    s[0] = gc_range(gc_in(4, 2, 7, 2, 6), 0, 0.4f, 0);
+    s[1] = gc_range(gc_in(4, 2, 7, 2, 6), 0, 0.4f, 0);
+    s[2] = gc_in(4, 2, 7, 2, 4);
+    s[3] = gc_range(gc_in(3, 2, 7, 2, 0), 0.05f, 0.95f, 0);
     for (i = 0; i < 3; i++) {
         char name[64];
         c.chunk = chunks[i]; c.linear = 0;
@@ -88,7 +88,7 @@ static void test_fast_weights_grad(void) {
 typedef struct { float *y, *g[4]; } fw_result;
 static fw_result run_op(int kind, int chunk, int B, int H, int T, int dk, int nu) {
     mf_ctx *ctx = mf_ctx_new(7);
-    int sx[4] = {B, H, T, dk}, sb[3] = {B, H, T}, i, j;
+    int sx[4] = {B, T, H, dk}, sb[3] = {B, T, H}, i, j;
     mf_tensor *xq = mf_param(ctx, "xq", 4, sx), *xk = mf_param(ctx, "xk", 4, sx), *v = mf_param(ctx, "v", 4, sx);
     mf_tensor *bl = mf_param(ctx, "beta_logit", 3, sb), *q, *k, *beta, *y, *R, *in[4];
     fw_result r;
@@ -152,7 +152,7 @@ static void test_recurrent_vs_chunkwise(void) {
 /* linear attention whose features never overlap: the denominator is 0 + eps, the output stays finite */
 static void test_linear_zero_denominator(void) {
     mf_ctx *ctx = mf_ctx_new(1);
-    int s[4] = {1, 1, 2, 2}, i;
+    int s[4] = {1, 2, 1, 2}, i;
     const float q[4] = {1, 0, 1, 0}, k[4] = {0, 1, 0, 1}, v[4] = {1, 2, 3, 4};
     mf_tensor *y = mf_linear_attention(ctx, mf_from(ctx, 4, s, q), mf_from(ctx, 4, s, k), mf_from(ctx, 4, s, v), 1e-6f, 1);
     MFT_CHECK(y != NULL);
