@@ -273,8 +273,8 @@ MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x);
    beta [B, T, H] (gates in (0, 1)) -> [B, T, H, dv]. chunk picks the kernel (the same values up
    to rounding): 1 = recurrent (token by token; keeps ceil(T / 32) states per head for the
    backward), n > 1 = chunkwise-parallel with chunks of n tokens (DeltaNet's WY form: small dense
-   products; keeps T / n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent
-   below T = 256 tokens, chunkwise by 64 from there: the faster one on the CPU). */
+   products; keeps 2 T / n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent
+   below T = 16 tokens, chunkwise by 16 from there: the faster one on the CPU). */
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
                                  int chunk);
 /* Causal linear attention with the same kernels: W = W + v_t k_t^T, z = z + k_t,
@@ -4236,26 +4236,36 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
    S^T [dd][dvp] (row j = feature j), so every per-token product is a broadcast-FMA along the value
    axis (no horizontal sums in the forward).
 
-   Two exact forms of the core, both parallel over the B*H heads:
-   - recurrent (the oracle; generation): token by token, O(dd * dvp) per token. The backward needs
-     S_{t-1} at every step; running the recurrence backwards (S_{t-1} = S_t - u_t k_t^T with u_t
-     depending on S_{t-1}) is not stable, so the forward keeps the state every MF__FW_CK tokens and
-     the backward recomputes the states of one segment at a time (kept: ceil(T / MF__FW_CK) * dd *
-     dvp floats per head; scratch: MF__FW_CK * dd * dvp floats per thread).
-   - chunkwise (training on long sequences; DeltaNet, Yang et al. 2024, the WY / UT form): within a
-     chunk of C tokens (rows), state S at its start,
+   Two exact forms of the core, both parallel over the B*H heads (MF__PARFOR-style OpenMP loop with
+   per-thread scratch), reading the token-major [B, T, H, d] inputs in place:
+   - recurrent (the oracle; generation): token by token, O(dd * dvp) per token; rows of S whose
+     feature is 0 are skipped (DPFP: about 3/4 of them). The backward needs S_{t-1} at every step;
+     running the recurrence backwards (S_{t-1} = S_t - u_t k_t^T with u_t depending on S_{t-1}) is
+     not stable, so the forward keeps the state every MF__FW_CK tokens and the backward recomputes
+     the states of one segment at a time. Memory: kept ceil(T / MF__FW_CK) * dd * dvp floats per
+     head; scratch (MF__FW_CK + 4) * dd * dvp floats per thread.
+   - chunkwise (training; DeltaNet, Yang et al. 2024, the WY / UT form): within a chunk of C tokens
+     (rows), state S at its start,
          A = tril(diag(beta) K K^T, -1),  (I + A) [W, U_] = diag(beta) [K, V]   (forward substitution)
          U = U_ - W S^T,  Y = Q S^T + tril(Q K^T) U,  S <- S + U^T K
-     (linear: U = V). Every product is a small dense product (mf__attn_mm tiles, no packing); the
-     only sequential part is the C x C triangular solve. Kept: the state at every chunk start and
-     [W, U_] (T * (dd + dvp) floats per head) for the backward, which walks the chunks in reverse.
+     (linear: U = V). Every product is a small dense product (mf__attn_mm register tiles: packing
+     mf__sgemm_ws would cost more than it saves on 16 x 64 tiles); the only sequential part is the
+     C x C triangular solve. Memory: kept the state at every chunk start in both layouts
+     (2 ceil(T / C) * dd * dvp floats per head: the backward needs S and S^T) and [W, U_]
+     (T * (dd + dvp)); the backward walks the chunks in reverse.
    Both give the same values up to float rounding (tests/test_fastweights.c: 1e-5 relative). */
 
 #define MF__FW_CK 32 /* recurrent backward: tokens between state checkpoints */
-/* chunk_size 0 (automatic): chunkwise with MF__FW_AUTO_C from MF__FW_AUTO_T tokens on, recurrent
-   below. Measured with bench/bench_fw_sweep.c (forward + backward of the op alone). */
-#define MF__FW_AUTO_C 64
-#define MF__FW_AUTO_T 256
+/* chunk_size 0 (automatic): chunkwise with chunks of MF__FW_AUTO_C from MF__FW_AUTO_T tokens on,
+   recurrent below. Measured with bench/bench_fw_sweep.c (forward + backward of the op alone, one
+   thread, AVX-512): both forms are O(T), so the ratio hardly moves with the length. With the bench
+   model's heads (dk 32, DPFP d_dot 64) they are within +-10% of each other at every T >= 16 and
+   the recurrent one wins below (T = 4: 1.4x, T = 8: 1.15x); with dk 64 (d_dot 128) chunks of 16
+   are 1.3x faster from T = 8 and 1.45x from T = 16 on, linear attention's chunkwise form 1.25x
+   from T = 8. Chunks of 16 beat 32 and 64 everywhere (the triangular solve and the masked halves
+   of the chunk products grow with C). */
+#define MF__FW_AUTO_C 16
+#define MF__FW_AUTO_T 16
 
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
    iarg[0] nu, farg[0] eps. a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
@@ -4621,7 +4631,7 @@ static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, i
 static size_t mf__fw_chunk_work(int C, int dd, int dvp) {
     size_t ldx = (size_t)dd + dvp;
     return (size_t)dd * C + 4 * (size_t)C * C + 5 * (size_t)C * dvp + 2 * (size_t)C * dd + 2 * ldx * C
-           + 3 * (size_t)dd * dvp + 64;
+           + 2 * (size_t)dd * dvp + 2 * (size_t)C + 64;
 }
 /* rows t0 .. t0 + n - 1 of v (+ the ones column) into Vb [n][dvp], K^T into Kt [dd][n] */
 static void mf__fw_chunk_load(const mf__fwh *h, int t0, int n, float *Vb, float *Kt) {
@@ -4630,18 +4640,17 @@ static void mf__fw_chunk_load(const mf__fwh *h, int t0, int n, float *Vb, float 
     mf__fw_transpose(h->k + t0 * h->lq, h->lq, n, h->dd, Kt, n);
 }
 /* (I + A) X = diag(beta) [K, V] by forward substitution, A[i][j] = beta_i Gm[i][j] for j < i;
-   X [n][dd + dvp] */
-static void mf__fw_chunk_solve(const mf__fwh *h, int t0, int n, const float *Gm, const float *Vb, float *X) {
+   X [n][dd + dvp]; w: n floats of scratch, id: 0 .. n-1 */
+static void mf__fw_chunk_solve(const mf__fwh *h, int t0, int n, const float *Gm, const float *Vb, float *X,
+                               float *w, const int *id) {
     int i, j, dd = h->dd, dvp = h->dvp, ldx = dd + dvp;
     for (i = 0; i < n; i++) {
         float b = h->beta[(t0 + i) * h->lb], *xi = X + (size_t)i * ldx;
         const float *ki = h->k + (t0 + i) * h->lq;
         for (j = 0; j < dd; j++) xi[j] = b * ki[j];
         for (j = 0; j < dvp; j++) xi[dd + j] = b * Vb[(size_t)i * dvp + j];
-        for (j = 0; j < i; j++) {
-            float a = b * Gm[(size_t)i * n + j];
-            if (a != 0.0f) mf__fw_axpy(ldx, -a, X + (size_t)j * ldx, xi);
-        }
+        for (j = 0; j < i; j++) w[j] = -b * Gm[(size_t)i * n + j];
+        mf__fw_rows_sum(i, id, w, X, ldx, xi, 1);                    /* x_i -= sum_j A[i][j] x_j */
     }
 }
 /* U = U_ - W S^T for the chunk ([W, U_] = X rows, S^T [dd][dvp]) */
@@ -4656,24 +4665,33 @@ static void mf__fw_tril(float *P, int n) { /* zero P[i][j] for j > i */
     for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) P[(size_t)i * n + j] = 0.0f;
 }
 
-/* Chunkwise forward, chunks of C: S [dd][dvp] (in: start, out: end); st (NULL: none) gets the state
-   at every chunk start [nc][dd][dvp]; X (delta; NULL: scratch) gets [W, U_] [T][dd + dvp]. */
-static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float *X, float *y, int64_t ldy,
-                             float *work) {
-    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, ldx = dd + dvp, lq = (int)h->lq;
+/* Chunkwise forward, chunks of C: S [dd][dvp] (S^T; in: start, out: end). For the backward (st not
+   NULL): st gets S^T at every chunk start [nc][dd][dvp] and stn the same states as S [nc][dvp][dd]
+   (kept up to date with one more product per chunk instead of transposing them there), X (delta)
+   gets [W, U_] [T][dd + dvp]. */
+static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float *stn, float *X, float *y,
+                             int64_t ldy, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, i, ldx = dd + dvp, lq = (int)h->lq;
     size_t ss = (size_t)dd * dvp;
     float *Kt = work, *P = Kt + (size_t)dd * C, *Vb = P + (size_t)C * C, *U = Vb + (size_t)C * dvp;
-    float *Xs = U + (size_t)C * dvp;
+    float *Xs = U + (size_t)C * dvp, *Sn = Xs + (size_t)C * ldx, *w = Sn + ss;
+    int *id = (int *)(w + C);
+    for (i = 0; i < C; i++) id[i] = i;
+    if (st) mf__fw_transpose(S, dvp, dd, dvp, Sn, dd);
     for (c = 0; c < nc; c++) {
         int t0 = c * C, n = T - t0 < C ? T - t0 : C;
         const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *Uc = Vb;
         float *Y = y + t0 * ldy;
-        if (st) memcpy(st + (size_t)c * ss, S, ss * sizeof(float));
+        if (st) {
+            memcpy(st + (size_t)c * ss, S, ss * sizeof(float));
+            memcpy(stn + (size_t)c * ss, Sn, ss * sizeof(float));
+        }
+        for (i = t0 + C; i < T && i < t0 + 2 * C; i++) mf__fw_prefetch_token(h, i); /* the next chunk */
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
         if (h->beta) {
             float *Xc = X ? X + (int64_t)t0 * ldx : Xs;
             mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, P, n, 0);                  /* Gm = K K^T */
-            mf__fw_chunk_solve(h, t0, n, P, Vb, Xc);
+            mf__fw_chunk_solve(h, t0, n, P, Vb, Xc, w, id);
             mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
             Uc = U;
         }
@@ -4682,11 +4700,13 @@ static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float
         mf__fw_tril(P, n);
         mf__attn_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, (int)ldy, 1);            /* Y += P U */
         mf__attn_mm(dd, dvp, n, K, 1, lq, Uc, dvp, S, dvp, 1);                /* S^T += K^T U */
+        if (st) mf__attn_mm(dvp, dd, n, Uc, 1, dvp, K, lq, Sn, dd, 1);        /* S += U^T K */
     }
 }
 
-/* Chunkwise backward (the forward's st and X): dy rows of ldg; ADDS dq, dk, dv, dbeta (each may be
-   NULL). Per chunk, from the last, with dS = dL/dS^T at the chunk's end:
+/* Chunkwise backward (the forward's st, stn and X): dy rows of ldg; ADDS dq, dk, dv, dbeta (each
+   may be NULL). Per chunk, from the last, with dS = dL/dS^T at the chunk's end (kept in both
+   layouts, dS [dd][dvp] and dSn [dvp][dd], like the states):
      from S' = S + U^T K:      dU = K dS,  dK = U dS^T
      from Y = Q S^T + P U:     dQ = dY S,  dP = tril(dY U^T),  dU += P^T dY,  dQ += dP K,  dK += dP^T Q,
                                dS += Q^T dY
@@ -4695,8 +4715,8 @@ static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float
            B = diag(beta)[K,V]: dK += beta G_K,  dV += beta G_V,  dbeta += G . [K, V]
            A = diag(beta) tril(K K^T, -1):  E = diag(beta) dA,  dK += E K + E^T K,  dbeta += rowsum(dA * K K^T)
      linear:                   dV = dU */
-static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const float *X, const float *dy, int64_t ldg,
-                             float *dq, float *dk, float *dv, float *db, float *work) {
+static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const float *stn, const float *X,
+                             const float *dy, int64_t ldg, float *dq, float *dk, float *dv, float *db, float *work) {
     int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, i, j, ldx = dd + dvp;
     int lq = (int)h->lq, lg = (int)ldg;
     size_t ss = (size_t)dd * dvp;
@@ -4704,23 +4724,25 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
     float *D = Gm + (size_t)C * C, *Vb = D + (size_t)C * C, *U = Vb + (size_t)C * dvp, *dU = U + (size_t)C * dvp;
     float *dUn = dU + (size_t)C * dvp, *Ut = dUn + (size_t)C * dvp, *dQc = Ut + (size_t)dvp * C;
     float *dKc = dQc + (size_t)C * dd, *dX = dKc + (size_t)C * dd, *Xt = dX + (size_t)C * ldx;
-    float *dS = Xt + (size_t)ldx * C, *dSt = dS + ss, *Sn = dSt + ss;
-    memset(dS, 0, ss * sizeof(float));
+    float *dS = Xt + (size_t)ldx * C, *dSn = dS + ss, *w = dSn + ss;
+    int *id = (int *)(w + C);
+    for (i = 0; i < C; i++) id[i] = i;
+    memset(dS, 0, 2 * ss * sizeof(float));
     for (c = nc - 1; c >= 0; c--) {
         int t0 = c * C, n = T - t0 < C ? T - t0 : C;
         const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *G = dy + t0 * ldg;
-        const float *S = st + (size_t)c * ss, *Xc = h->beta ? X + (int64_t)t0 * ldx : NULL, *Uc = Vb;
+        const float *S = st + (size_t)c * ss, *Sn = stn + (size_t)c * ss;
+        const float *Xc = h->beta ? X + (int64_t)t0 * ldx : NULL, *Uc = Vb;
+        for (i = t0 - C; i >= 0 && i < t0; i++) mf__fw_prefetch_token(h, i); /* the next chunk (backwards) */
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
         if (h->beta) {
             mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, Gm, n, 0);
             mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
             Uc = U;
         }
-        mf__fw_transpose(dS, dvp, dd, dvp, dSt, dd);                   /* dS^T [dvp][dd] */
-        mf__fw_transpose(S, dvp, dd, dvp, Sn, dd);                     /* S [dvp][dd] */
         mf__fw_transpose(Uc, dvp, n, dvp, Ut, n);                      /* U^T [dvp][n] */
         mf__attn_mm(n, dvp, dd, K, lq, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
-        mf__attn_mm(n, dd, dvp, Uc, dvp, 1, dSt, dd, dKc, dd, 0);      /* dK = U dS^T */
+        mf__attn_mm(n, dd, dvp, Uc, dvp, 1, dSn, dd, dKc, dd, 0);      /* dK = U dS^T */
         mf__attn_mm(n, dd, dvp, G, lg, 1, Sn, dd, dQc, dd, 0);         /* dQ = dY S */
         mf__attn_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
         mf__fw_tril(P, n);
@@ -4729,17 +4751,18 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
         mf__attn_mm(n, dvp, n, P, 1, n, G, lg, dU, dvp, 1);            /* dU += P^T dY */
         mf__attn_mm(n, dd, n, dP, n, 1, K, lq, dQc, dd, 1);            /* dQ += dP K */
         mf__attn_mm(n, dd, n, dP, 1, n, Q, lq, dKc, dd, 1);            /* dK += dP^T Q */
-        mf__attn_mm(dd, dvp, n, Q, 1, lq, G, lg, dS, dvp, 1);          /* dS += Q^T dY */
+        mf__attn_mm(dd, dvp, n, Q, 1, lq, G, lg, dS, dvp, 1);          /* dS += Q^T dY (both layouts) */
+        mf__attn_mm(dvp, dd, n, G, 1, lg, Q, lq, dSn, dd, 1);
         if (h->beta) {
             for (i = 0; i < n * dvp; i++) dUn[i] = -dU[i];
             mf__attn_mm(n, dd, dvp, dUn, dvp, 1, Sn, dd, dX, ldx, 0);  /* dW = -dU S */
             for (i = 0; i < n; i++) memcpy(dX + (size_t)i * ldx + dd, dU + (size_t)i * dvp, (size_t)dvp * sizeof(float));
-            mf__attn_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU */
-            for (i = n - 1; i >= 0; i--)                                /* G = (I + A)^-T dX, in place */
-                for (j = i + 1; j < n; j++) {
-                    float a = h->beta[(t0 + j) * h->lb] * Gm[(size_t)j * n + i];
-                    if (a != 0.0f) mf__fw_axpy(ldx, -a, dX + (size_t)j * ldx, dX + (size_t)i * ldx);
-                }
+            mf__attn_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU (both layouts) */
+            mf__attn_mm(dvp, dd, n, dUn, 1, dvp, Xc, ldx, dSn, dd, 1);
+            for (i = n - 2; i >= 0; i--) {                              /* G = (I + A)^-T dX, in place */
+                for (j = i + 1; j < n; j++) w[j] = -h->beta[(t0 + j) * h->lb] * Gm[(size_t)j * n + i];
+                mf__fw_rows_sum(n - 1 - i, id + i + 1, w, dX, ldx, dX + (size_t)i * ldx, 1);
+            }
             mf__fw_transpose(Xc, ldx, n, ldx, Xt, n);
             mf__attn_mm(n, n, ldx, dX, ldx, 1, Xt, n, D, n, 0);        /* D = G X^T, dA = -D */
             for (i = 0; i < n; i++) {
@@ -4779,8 +4802,11 @@ static int mf__fw_nck(int form, int T) { /* states kept per head */
     int step = form == 1 ? MF__FW_CK : form;
     return (T + step - 1) / step;
 }
+static int64_t mf__fw_states(int form, int T, int dd, int dvp) { /* floats of the kept states */
+    return (int64_t)mf__fw_nck(form, T) * dd * dvp * (form > 1 ? 2 : 1); /* chunkwise: both layouts */
+}
 static int64_t mf__fw_saved_per_head(int form, int T, int dd, int dvp, int delta) {
-    return (int64_t)mf__fw_nck(form, T) * dd * dvp + (form > 1 && delta ? (int64_t)T * (dd + dvp) : 0)
+    return mf__fw_states(form, T, dd, dvp) + (form > 1 && delta ? (int64_t)T * (dd + dvp) : 0)
            + (!delta ? (int64_t)T * dvp : 0);
 }
 static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
@@ -4846,7 +4872,7 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
         mf__fwh h = mf__fw_head(out, bh);
         float *w = work + pw * mf__attn_thread_num(), *S = w, *y = S + ss, *scratch = y + (size_t)T * dvp;
         float *sv = keep ? out->saved + bh * per : NULL, *o = out->data + (bh / H * T * H + bh % H) * dv;
-        float *X = sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL;
+        float *X = sv ? sv + mf__fw_states(form, T, dd, dvp) : NULL;
         int64_t ldy = dvp;
         int t, c;
         if (state) memcpy(S, state + bh * ss, ss * sizeof(float));
@@ -4854,7 +4880,8 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
         if (delta) { y = o; ldy = ldo; } /* dvp == dv: straight into the output */
         else if (sv) y = sv + per - (int64_t)T * dvp;
         if (form == 1) mf__fw_rec_fwd(&h, S, sv, y, ldy, scratch);
-        else mf__fw_chunk_fwd(&h, form, S, sv, delta ? X : NULL, y, ldy, scratch);
+        else mf__fw_chunk_fwd(&h, form, S, sv, sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL, delta ? X : NULL, y,
+                              ldy, scratch);
         if (state) memcpy(state + bh * ss, S, ss * sizeof(float));
         if (!delta) /* y = num / (den + eps), den = z . q >= 0 with non-negative features */
             for (t = 0; t < T; t++) {
@@ -4884,7 +4911,7 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
     for (bh = 0; bh < BH; bh++) {
         mf__fwh h = mf__fw_head(out, bh);
         float *w = work + pw * mf__attn_thread_num(), *dy = w + ss, *scratch = dy + (size_t)T * dvp;
-        const float *sv = out->saved + bh * per, *X = sv + (int64_t)mf__fw_nck(form, T) * ss;
+        const float *sv = out->saved + bh * per, *X = sv + mf__fw_states(form, T, dd, dvp);
         int64_t oq = (bh / H * T * H + bh % H), ldg = dvp;
         const float *g = out->grad + oq * dv, *o = out->data + oq * dv;
         float *dq = gq ? gq + oq * dd : NULL, *dk = gk ? gk + oq * dd : NULL, *dvv = gv ? gv + oq * dv : NULL;
@@ -4901,7 +4928,7 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
             }
         }
         if (form == 1) mf__fw_rec_bwd(&h, sv, dy, ldg, dq, dk, dvv, db, scratch);
-        else mf__fw_chunk_bwd(&h, form, sv, X, dy, ldg, dq, dk, dvv, db, scratch);
+        else mf__fw_chunk_bwd(&h, form, sv, sv + (int64_t)mf__fw_nck(form, T) * ss, X, dy, ldg, dq, dk, dvv, db, scratch);
     }
 }
 static const mf__op mf__op_fast_weights = { "fast_weights", 4, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
