@@ -4267,10 +4267,30 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 #define MF__FW_AUTO_C 16
 #define MF__FW_AUTO_T 16
 
+/* ---- small vector helpers on rows of n floats ---------------------------------------------------- */
+static void mf__fw_axpy(int n, float a, const float *x, float *y) { /* y += a x */
+    mf__av va = mf__av_set1(a);
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
+    if (i < n) {
+        mf__am mk = mf__av_mask(n - i);
+        mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
+    }
+}
+static float mf__fw_dot(int n, const float *a, const float *b) { /* vectorised: float sums do not reassociate */
+    mf__av acc = mf__av_zero();
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
+    if (i < n) {
+        mf__am mk = mf__av_mask(n - i);
+        acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
+    }
+    return mf__av_hsum(acc);
+}
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
    iarg[0] nu, farg[0] eps. a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
-   (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). Nothing saved: the backward rebuilds
-   a from x and sum phi from out. */
+   (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
+   the backward rebuilds a from x. */
 static float mf__dpfp_a(const float *x, int dk, int j) { /* relu(concat(x, -x))[j] */
     float v = j < dk ? x[j] : -x[j - dk];
     return v > 0 ? v : 0.0f;
@@ -4296,7 +4316,11 @@ static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *X = out->src[0];
     int dk = mf__last(X), nu = out->iarg[0], n2 = 2 * dk, dd = n2 * nu;
     int64_t rows = mf__rows(X), r;
-    float eps = out->farg[0];
+    float eps = out->farg[0], *one = (float *)mf__alloc(ctx, (size_t)dd * sizeof(float));
+    if (!one) return;
+    for (r = 0; r < dd; r++) one[r] = 1.0f;
+    out->saved = out->requires_grad ? (float *)mf__alloc(ctx, (size_t)rows * sizeof(float)) : NULL;
+    if (out->requires_grad && !out->saved) return;
     MF__PARFOR(ctx, rows, 3.0 * dd)
     for (r = 0; r < rows; r++) {
         const float *x = X->data + r * dk;
@@ -4308,11 +4332,31 @@ static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
         last = y[n2 - 1]; /* block 1 in place, from the top: a[j - 1] is still intact */
         for (j = n2 - 1; j >= 1; j--) y[j] *= y[j - 1];
         y[0] *= last;
-        for (j = 0; j < dd; j++) sum += y[j];
+        sum = mf__fw_dot(dd, y, one);
         inv = 1.0f / (sum + eps);
+        if (out->saved) out->saved[r] = inv;
         for (j = 0; j < dd; j++) y[j] *= inv;
     }
 }
+/* one row of the backward for very wide rows (2 dk > MF__DPFP_ROW): a recomputed on the fly */
+static void mf__dpfp_backward_row(const float *x, const float *y, const float *g, float *dx, int dk, int nu, float eps) {
+    int n2 = 2 * dk, dd = n2 * nu, s, j, m;
+    float sum = 0, gy = 0, inv;
+    for (s = 1; s <= nu; s++)
+        for (j = 0; j < n2; j++) sum += mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, j >= s ? j - s : j - s + n2);
+    for (m = 0; m < dd; m++) gy += g[m] * y[m];
+    inv = 1.0f / (sum + eps);
+    for (j = 0; j < n2; j++) {
+        float da = 0;
+        if (mf__dpfp_a(x, dk, j) == 0.0f) continue; /* relu off (or x = 0): no gradient */
+        for (s = 1; s <= nu; s++) {
+            int jm = j >= s ? j - s : j - s + n2, jp = j + s < n2 ? j + s : j + s - n2;
+            da += (g[(s - 1) * n2 + j] - gy) * mf__dpfp_a(x, dk, jm) + (g[(s - 1) * n2 + jp] - gy) * mf__dpfp_a(x, dk, jp);
+        }
+        if (j < dk) dx[j] += da * inv; else dx[j - dk] -= da * inv;
+    }
+}
+#define MF__DPFP_ROW 512 /* 2 dk up to this: the backward keeps a row of a and da on the stack */
 static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *X = out->src[0];
     float *DX = mf__g(X), eps = out->farg[0];
@@ -4322,23 +4366,25 @@ static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, rows, 8.0 * dd)
     for (r = 0; r < rows; r++) {
         const float *x = X->data + r * dk, *y = out->data + r * dd, *g = out->grad + r * dd;
-        float *dx = DX + r * dk, sum = 0, gy = 0, inv;
-        int s, j, m;
-        /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps);
-           phi[s][j] = a[j] a[j - s]: da[j] = sum_s dphi[s][j] a[j - s] + dphi[s][j + s] a[j + s] */
-        for (s = 1; s <= nu; s++)
-            for (j = 0; j < n2; j++) sum += mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, j >= s ? j - s : j - s + n2);
-        for (m = 0; m < dd; m++) gy += g[m] * y[m];
-        inv = 1.0f / (sum + eps);
-        for (j = 0; j < n2; j++) {
-            float da = 0;
-            if (mf__dpfp_a(x, dk, j) == 0.0f) continue; /* relu off (or x = 0): no gradient */
-            for (s = 1; s <= nu; s++) {
-                int jm = j >= s ? j - s : j - s + n2, jp = j + s < n2 ? j + s : j + s - n2;
-                da += (g[(s - 1) * n2 + j] - gy) * mf__dpfp_a(x, dk, jm) + (g[(s - 1) * n2 + jp] - gy) * mf__dpfp_a(x, dk, jp);
-            }
-            if (j < dk) dx[j] += da * inv; else dx[j - dk] -= da * inv;
+        float *dx = DX + r * dk, gy, inv;
+        float a[MF__DPFP_ROW], da[MF__DPFP_ROW], p[MF__DPFP_ROW]; /* a = relu(concat(x, -x)), its gradient, dphi */
+        int s, j;
+        if (n2 > MF__DPFP_ROW) { mf__dpfp_backward_row(x, y, g, dx, dk, nu, eps); continue; }
+        for (j = 0; j < dk; j++) { a[j] = x[j] > 0 ? x[j] : 0.0f; a[dk + j] = x[j] < 0 ? -x[j] : 0.0f; }
+        gy = mf__fw_dot(dd, g, y);
+        inv = out->saved[r]; /* 1 / (sum phi + eps) of the forward */
+        for (j = 0; j < n2; j++) da[j] = 0.0f;
+        /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps) (the 1 / (S + eps) comes
+           last); phi[s][j] = a[j] a[j - s]: da[j] += dphi[s][j] a[j - s], da[j - s] += dphi[s][j] a[j] */
+        for (s = 1; s <= nu; s++) { /* each loop on its own vectorises (no overlap inside one) */
+            const float *gs = g + (s - 1) * n2;
+            for (j = 0; j < n2; j++) p[j] = gs[j] - gy;
+            for (j = s; j < n2; j++) da[j] += p[j] * a[j - s];
+            for (j = 0; j < s; j++) da[j] += p[j] * a[j - s + n2];
+            for (j = 0; j < n2 - s; j++) da[j] += p[j + s] * a[j + s];
+            for (j = n2 - s; j < n2; j++) da[j] += p[j + s - n2] * a[j + s - n2];
         }
+        for (j = 0; j < dk; j++) dx[j] += ((x[j] > 0 ? da[j] : 0.0f) - (x[j] < 0 ? da[dk + j] : 0.0f)) * inv;
     }
 }
 static const mf__op mf__op_dpfp = { "dpfp", 1, mf__dpfp_shape, mf__dpfp_forward, mf__dpfp_backward, 0 };
@@ -4372,26 +4418,6 @@ MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x) {
     return mf__finish(ctx, mf__begin(ctx, &mf__op_elu1, x, NULL, NULL, NULL));
 }
 
-/* ---- small vector helpers on rows of n floats ---------------------------------------------------- */
-static void mf__fw_axpy(int n, float a, const float *x, float *y) { /* y += a x */
-    mf__av va = mf__av_set1(a);
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
-    if (i < n) {
-        mf__am mk = mf__av_mask(n - i);
-        mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
-    }
-}
-static float mf__fw_dot(int n, const float *a, const float *b) {
-    mf__av acc = mf__av_zero();
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
-    if (i < n) {
-        mf__am mk = mf__av_mask(n - i);
-        acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
-    }
-    return mf__av_hsum(acc);
-}
 /* Token-major inputs put the rows of one head H * d floats apart: beyond what the hardware
    prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves. */
 #if MF__AW > 1

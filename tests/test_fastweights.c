@@ -49,6 +49,9 @@ static void test_dpfp_grad(void) {
     gc_spec s = gc_range(gc_in(3, 2, 3, 4, 0), -1, 1, 0.05f); /* away from relu's kink at 0 */
     int nu;
     for (nu = 1; nu <= 3; nu++) MFT_CHECK(GC_OK(gc_check("dpfp", 1, &s, b_dpfp, &nu, NULL)));
+    s = gc_range(gc_in(2, 2, 257, 0, 0), -1, 1, 0.05f); /* 2 dk > 512: the backward's wide-row path */
+    nu = 2;
+    MFT_CHECK(GC_OK(gc_check("dpfp wide", 1, &s, b_dpfp, &nu, NULL)));
     s = gc_range(gc_in(2, 3, 5, 0, 0), -2, 2, 0.05f);
     MFT_CHECK(GC_OK(gc_check("elu1", 1, &s, b_elu1, NULL, NULL)));
 }
