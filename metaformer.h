@@ -3836,7 +3836,8 @@ static void mf__make_layer(mf_model *m, int l) {
     mf__layer *L = &m->layers[l];
     int D = c->d_model, H = c->n_heads, dk = mf__uses_heads(c->mixer) ? D / H : 0;
     mf_tensor *unused;
-    if (c->mixer != MF_MIXER_IDENTITY && c->mixer != MF_MIXER_FAST_WEIGHTS) /* fast weights: no LN (SPEC 7.4) */
+    /* fast weights: no LN before the mixer (SPEC 7.4); linear keeps the block's pre-LN ([mf:fastweights]) */
+    if (c->mixer != MF_MIXER_IDENTITY && c->mixer != MF_MIXER_FAST_WEIGHTS)
         mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
     switch (c->mixer) {
     case MF_MIXER_SDPA:
@@ -4906,8 +4907,8 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
         if (delta) { y = o; ldy = ldo; } /* dvp == dv: straight into the output */
         else if (sv) y = sv + per - (int64_t)T * dvp;
         if (form == 1) mf__fw_rec_fwd(&h, S, sv, y, ldy, scratch);
-        else mf__fw_chunk_fwd(&h, form, S, sv, sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL, delta ? X : NULL, y,
-                              ldy, scratch);
+        else mf__fw_chunk_fwd(&h, form < T ? form : T, S, sv, sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL,
+                              delta ? X : NULL, y, ldy, scratch); /* a chunk longer than T is T: the scratch's size */
         if (state) memcpy(state + bh * ss, S, ss * sizeof(float));
         if (!delta) /* y = num / (den + eps), den = z . q >= 0 with non-negative features */
             for (t = 0; t < T; t++) {
@@ -4954,7 +4955,8 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
             }
         }
         if (form == 1) mf__fw_rec_bwd(&h, sv, dy, ldg, dq, dk, dvv, db, scratch);
-        else mf__fw_chunk_bwd(&h, form, sv, sv + (int64_t)mf__fw_nck(form, T) * ss, X, dy, ldg, dq, dk, dvv, db, scratch);
+        else mf__fw_chunk_bwd(&h, form < T ? form : T, sv, sv + (int64_t)mf__fw_nck(form, T) * ss, X, dy, ldg, dq, dk,
+                              dvv, db, scratch);
     }
 }
 static const mf__op mf__op_fast_weights = { "fast_weights", 4, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
