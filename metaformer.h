@@ -259,6 +259,29 @@ MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
 /* Mean over a window of the sequence axis of x [B, T, D]: centred (t - k/2 .. t + k/2, k odd) or
    causal (t - k + 1 .. t); positions outside [0, T) do not count (count_include_pad = false). */
 MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal);
+/* ---- fast weights and linear attention (SPEC.md section 7) ------------------------------------
+   DPFP features (Schlag et al. 2021): x [..., dk] -> [..., 2 dk nu], nu in [1, 2 dk - 1]:
+   a = relu(concat(x, -x)), phi[(r - 1) 2dk + j] = a[j] a[(j - r) mod 2dk] for r = 1..nu (labml's
+   roll direction), out = phi / (sum(phi) + eps) (labml: eps 1e-6): non-negative, sums to ~1. */
+MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps);
+/* elu(x) + 1: x + 1 for x > 0, exp(x) else (the linear transformer's positive feature map). */
+MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x);
+/* Fast weights with the delta rule, per (batch, head), W [dv, d_dot] starting at zero:
+       W = W + beta_t (v_t - W k_t) k_t^T;  out_t = W q_t     (write first, then read: t sees itself)
+   Token-major layout (the projections x W^T [B, T, H * d] reshaped, no head transposes):
+   q, k [B, T, H, d_dot] (features, e.g. mf_dpfp of the projections), v [B, T, H, dv],
+   beta [B, T, H] (gates in (0, 1)) -> [B, T, H, dv]. chunk picks the kernel (the same values up
+   to rounding): 1 = recurrent (token by token; keeps ceil(T / 32) states per head for the
+   backward), n > 1 = chunkwise-parallel with chunks of n tokens (DeltaNet's WY form: small dense
+   products; keeps 2 T / n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent
+   below T = 16 tokens, chunkwise by 16 from there: the faster one on the CPU). */
+MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
+                                 int chunk);
+/* Causal linear attention with the same kernels: W = W + v_t k_t^T, z = z + k_t,
+   out_t = W q_t / (z . q_t + eps) (features must be non-negative, e.g. mf_dpfp or mf_elu1; eps
+   guards a zero denominator, the mixer uses 1e-6). Shapes and chunk as mf_fast_weights. */
+MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps,
+                                     int chunk);
 /* Fused multi-head scaled dot-product attention (FlashAttention-2 style on the CPU):
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv],
    out = softmax(scale * q k^T [+ causal mask]) v. causal != 0: query i sees key j iff
@@ -3841,7 +3864,8 @@ static void mf__make_layer(mf_model *m, int l) {
     mf__layer *L = &m->layers[l];
     int D = c->d_model, H = c->n_heads, dk = mf__uses_heads(c->mixer) ? D / H : 0;
     mf_tensor *unused;
-    if (c->mixer != MF_MIXER_IDENTITY && c->mixer != MF_MIXER_FAST_WEIGHTS) /* fast weights: no LN (SPEC 7.4) */
+    /* fast weights: no LN before the mixer (SPEC 7.4); linear keeps the block's pre-LN ([mf:fastweights]) */
+    if (c->mixer != MF_MIXER_IDENTITY && c->mixer != MF_MIXER_FAST_WEIGHTS)
         mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
     switch (c->mixer) {
     case MF_MIXER_SDPA:
@@ -4775,14 +4799,868 @@ MFDEF void mf_model_reset_memory(mf_model *m) {
 MFDEF float mf_model_aux_loss(const mf_model *m) { return m && m->xl ? m->xl->aux_value : 0.0f; }
 
 /* ==== [mf:fastweights] ====================================================================== */
-/* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7). */
-struct mf__rec_state { int unused; };
-static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
-    (void)c; return (mf__fail(ctx, "the fast_weights and linear mixers are not implemented yet"), -1);
+/* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7).
+
+   Ops: mf_dpfp and mf_elu1 (the feature maps), mf_fast_weights and mf_linear_attention (the
+   recurrences). Both recurrences are one kernel ("the core") over per-head state S:
+       fast weights (delta):  u_t = beta_t (v_t - S_{t-1} k_t);  S_t = S_{t-1} + u_t k_t^T;  y_t = S_t q_t
+       linear:                u_t = v_t;                          S_t = S_{t-1} + u_t k_t^T;  y_t = S_t q_t
+   Linear attention also needs z_t = sum k and the denominator z_t . q_t: the core runs it with one
+   more value column that is constant 1 (dvp = dv + 1), whose row of S is z and whose output is the
+   denominator; y = num / (den + eps) happens after the core. The state is stored transposed,
+   S^T [dd][dvp] (row j = feature j), so every per-token product is a broadcast-FMA along the value
+   axis (no horizontal sums in the forward).
+
+   Two exact forms of the core, both parallel over the B*H heads (MF__PARFOR-style OpenMP loop with
+   per-thread scratch), reading the token-major [B, T, H, d] inputs in place:
+   - recurrent (the oracle; generation): token by token, O(dd * dvp) per token; rows of S whose
+     feature is 0 are skipped (DPFP: about 3/4 of them). The backward needs S_{t-1} at every step;
+     running the recurrence backwards (S_{t-1} = S_t - u_t k_t^T with u_t depending on S_{t-1}) is
+     not stable, so the forward keeps the state every MF__FW_CK tokens and the backward recomputes
+     the states of one segment at a time. Memory: kept ceil(T / MF__FW_CK) * dd * dvp floats per
+     head; scratch (MF__FW_CK + 4) * dd * dvp floats per thread.
+   - chunkwise (training; DeltaNet, Yang et al. 2024, the WY / UT form): within a chunk of C tokens
+     (rows), state S at its start,
+         A = tril(diag(beta) K K^T, -1),  (I + A) [W, U_] = diag(beta) [K, V]   (forward substitution)
+         U = U_ - W S^T,  Y = Q S^T + tril(Q K^T) U,  S <- S + U^T K
+     (linear: U = V). Every product is a small dense product (mf__attn_mm register tiles: packing
+     mf__sgemm_ws would cost more than it saves on 16 x 64 tiles); the only sequential part is the
+     C x C triangular solve. Memory: kept the state at every chunk start in both layouts
+     (2 ceil(T / C) * dd * dvp floats per head: the backward needs S and S^T) and [W, U_]
+     (T * (dd + dvp)); the backward walks the chunks in reverse.
+   Both give the same values up to float rounding (tests/test_fastweights.c: 1e-5 relative). */
+
+#define MF__FW_CK 32 /* recurrent backward: tokens between state checkpoints */
+/* chunk_size 0 (automatic): chunkwise with chunks of MF__FW_AUTO_C from MF__FW_AUTO_T tokens on,
+   recurrent below. Measured with bench/bench_fw_sweep.c (forward + backward of the op alone, one
+   thread, AVX-512): both forms are O(T), so the ratio hardly moves with the length. With the bench
+   model's heads (dk 32, DPFP d_dot 64) they are within +-10% of each other at every T >= 16 and
+   the recurrent one wins below (T = 4: 1.4x, T = 8: 1.15x); with dk 64 (d_dot 128) chunks of 16
+   are 1.3x faster from T = 8 and 1.45x from T = 16 on, linear attention's chunkwise form 1.25x
+   from T = 8. Chunks of 16 beat 32 and 64 everywhere (the triangular solve and the masked halves
+   of the chunk products grow with C). */
+#define MF__FW_AUTO_C 16
+#define MF__FW_AUTO_T 16
+
+/* ---- small vector helpers on rows of n floats ---------------------------------------------------- */
+static void mf__fw_axpy(int n, float a, const float *x, float *y) { /* y += a x */
+    mf__av va = mf__av_set1(a);
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
+    if (i < n) {
+        mf__am mk = mf__av_mask(n - i);
+        mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
+    }
 }
-static void mf__fw_make_layer(mf_model *m, int l) { (void)m; (void)l; }
-static void mf__fw_free(mf_model *m) { (void)m; }
-static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) { (void)m; (void)l; (void)x; (void)pos0; (void)gen; return NULL; }
+static float mf__fw_dot(int n, const float *a, const float *b) { /* vectorised: float sums do not reassociate */
+    mf__av acc = mf__av_zero();
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
+    if (i < n) {
+        mf__am mk = mf__av_mask(n - i);
+        acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
+    }
+    return mf__av_hsum(acc);
+}
+/* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
+   iarg[0] nu, farg[0] eps. a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
+   (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
+   the backward rebuilds a from x. */
+static float mf__dpfp_a(const float *x, int dk, int j) { /* relu(concat(x, -x))[j] */
+    float v = j < dk ? x[j] : -x[j - dk];
+    return v > 0 ? v : 0.0f;
+}
+static int mf__dpfp_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0];
+    int dk = mf__last(x), nu = out->iarg[0], shape[MF_MAX_DIMS], i;
+    char s[64];
+    if (ctx->be) return MF__SHAPE_FAIL("dpfp runs on the CPU only so far; create the tensors on a CPU context");
+    if (nu < 1 || nu > 2 * dk - 1)
+        return MF__SHAPE_FAIL("dpfp: nu %d must be in [1, 2 * dk - 1] = [1, %d] for x %s (a roll by 2 dk "
+                              "repeats the roll by 0)", nu, 2 * dk - 1, mf_shape_str(x, s, 64));
+    if ((int64_t)2 * dk * nu > 1 << 24)
+        return MF__SHAPE_FAIL("dpfp: 2 * dk * nu = %lld features is too many (dk %d, nu %d)", (long long)2 * dk * nu, dk, nu);
+    if (!(out->farg[0] >= 0.0f && out->farg[0] < 1.0f))
+        return MF__SHAPE_FAIL("dpfp: eps %g must be in [0, 1) (labml: 1e-6)", (double)out->farg[0]);
+    for (i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+    shape[x->ndim - 1] = 2 * dk * nu;
+    mf__set_shape(out, x->ndim, shape);
+    return 0;
+}
+static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *X = out->src[0];
+    int dk = mf__last(X), nu = out->iarg[0], n2 = 2 * dk, dd = n2 * nu;
+    int64_t rows = mf__rows(X), r;
+    float eps = out->farg[0], *one = (float *)mf__alloc(ctx, (size_t)dd * sizeof(float));
+    if (!one) return;
+    for (r = 0; r < dd; r++) one[r] = 1.0f;
+    out->saved = out->requires_grad ? (float *)mf__alloc(ctx, (size_t)rows * sizeof(float)) : NULL;
+    if (out->requires_grad && !out->saved) return;
+    MF__PARFOR(ctx, rows, 3.0 * dd)
+    for (r = 0; r < rows; r++) {
+        const float *x = X->data + r * dk;
+        float *y = out->data + r * dd, sum = 0, inv, last;
+        int s, j;
+        for (j = 0; j < dk; j++) { y[j] = x[j] > 0 ? x[j] : 0.0f; y[dk + j] = x[j] < 0 ? -x[j] : 0.0f; } /* a in block 1 */
+        for (s = nu; s >= 2; s--) /* the blocks r >= 2 read a from block 1 */
+            for (j = 0; j < n2; j++) y[(s - 1) * n2 + j] = y[j] * y[j >= s ? j - s : j - s + n2];
+        last = y[n2 - 1]; /* block 1 in place, from the top: a[j - 1] is still intact */
+        for (j = n2 - 1; j >= 1; j--) y[j] *= y[j - 1];
+        y[0] *= last;
+        sum = mf__fw_dot(dd, y, one);
+        inv = 1.0f / (sum + eps);
+        if (out->saved) out->saved[r] = inv;
+        for (j = 0; j < dd; j++) y[j] *= inv;
+    }
+}
+/* one row of the backward for very wide rows (2 dk > MF__DPFP_ROW): a recomputed on the fly */
+static void mf__dpfp_backward_row(const float *x, const float *y, const float *g, float *dx, int dk, int nu, float eps) {
+    int n2 = 2 * dk, dd = n2 * nu, s, j, m;
+    float sum = 0, gy = 0, inv;
+    for (s = 1; s <= nu; s++)
+        for (j = 0; j < n2; j++) sum += mf__dpfp_a(x, dk, j) * mf__dpfp_a(x, dk, j >= s ? j - s : j - s + n2);
+    for (m = 0; m < dd; m++) gy += g[m] * y[m];
+    inv = 1.0f / (sum + eps);
+    for (j = 0; j < n2; j++) {
+        float da = 0;
+        if (mf__dpfp_a(x, dk, j) == 0.0f) continue; /* relu off (or x = 0): no gradient */
+        for (s = 1; s <= nu; s++) {
+            int jm = j >= s ? j - s : j - s + n2, jp = j + s < n2 ? j + s : j + s - n2;
+            da += (g[(s - 1) * n2 + j] - gy) * mf__dpfp_a(x, dk, jm) + (g[(s - 1) * n2 + jp] - gy) * mf__dpfp_a(x, dk, jp);
+        }
+        if (j < dk) dx[j] += da * inv; else dx[j - dk] -= da * inv;
+    }
+}
+#define MF__DPFP_ROW 512 /* 2 dk up to this: the backward keeps a row of a and da on the stack */
+static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *X = out->src[0];
+    float *DX = mf__g(X), eps = out->farg[0];
+    int dk = mf__last(X), nu = out->iarg[0], n2 = 2 * dk, dd = n2 * nu;
+    int64_t rows = mf__rows(X), r;
+    if (!DX) return;
+    MF__PARFOR(ctx, rows, 8.0 * dd)
+    for (r = 0; r < rows; r++) {
+        const float *x = X->data + r * dk, *y = out->data + r * dd, *g = out->grad + r * dd;
+        float *dx = DX + r * dk, gy, inv;
+        float a[MF__DPFP_ROW], da[MF__DPFP_ROW], p[MF__DPFP_ROW]; /* a = relu(concat(x, -x)), its gradient, dphi */
+        int s, j;
+        if (n2 > MF__DPFP_ROW) { mf__dpfp_backward_row(x, y, g, dx, dk, nu, eps); continue; }
+        for (j = 0; j < dk; j++) { a[j] = x[j] > 0 ? x[j] : 0.0f; a[dk + j] = x[j] < 0 ? -x[j] : 0.0f; }
+        gy = mf__fw_dot(dd, g, y);
+        inv = out->saved[r]; /* 1 / (sum phi + eps) of the forward */
+        for (j = 0; j < n2; j++) da[j] = 0.0f;
+        /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps) (the 1 / (S + eps) comes
+           last); phi[s][j] = a[j] a[j - s]: da[j] += dphi[s][j] a[j - s], da[j - s] += dphi[s][j] a[j] */
+        for (s = 1; s <= nu; s++) { /* each loop on its own vectorises (no overlap inside one) */
+            const float *gs = g + (s - 1) * n2;
+            for (j = 0; j < n2; j++) p[j] = gs[j] - gy;
+            for (j = s; j < n2; j++) da[j] += p[j] * a[j - s];
+            for (j = 0; j < s; j++) da[j] += p[j] * a[j - s + n2];
+            for (j = 0; j < n2 - s; j++) da[j] += p[j + s] * a[j + s];
+            for (j = n2 - s; j < n2; j++) da[j] += p[j + s - n2] * a[j + s - n2];
+        }
+        for (j = 0; j < dk; j++) dx[j] += ((x[j] > 0 ? da[j] : 0.0f) - (x[j] < 0 ? da[dk + j] : 0.0f)) * inv;
+    }
+}
+static const mf__op mf__op_dpfp = { "dpfp", 1, mf__dpfp_shape, mf__dpfp_forward, mf__dpfp_backward, 0 };
+MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_dpfp, x, NULL, NULL, NULL);
+    if (t) { t->iarg[0] = nu; t->farg[0] = eps; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- elu(x) + 1: x + 1 for x > 0, exp(x) else (positive features of the linear transformer) ----- */
+static int mf__elu1_shape(mf_ctx *ctx, mf_tensor *out) {
+    if (ctx->be) return MF__SHAPE_FAIL("elu1 runs on the CPU only so far; create the tensors on a CPU context");
+    return mf__same_shape(ctx, out);
+}
+static void mf__elu1_forward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data;
+    int64_t i, n = out->ne;
+    MF__PARFOR(ctx, n, 8)
+    for (i = 0; i < n; i++) out->data[i] = x[i] > 0 ? x[i] + 1.0f : expf(x[i]);
+}
+static void mf__elu1_backward(mf_ctx *ctx, mf_tensor *out) {
+    const float *x = out->src[0]->data, *y = out->data, *g = out->grad;
+    float *dx = mf__g(out->src[0]);
+    int64_t i, n = out->ne;
+    if (!dx) return;
+    MF__PARFOR(ctx, n, 4)
+    for (i = 0; i < n; i++) dx[i] += g[i] * (x[i] > 0 ? 1.0f : y[i]);
+}
+static const mf__op mf__op_elu1 = { "elu1", 1, mf__elu1_shape, mf__elu1_forward, mf__elu1_backward, 0 };
+MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x) {
+    return mf__finish(ctx, mf__begin(ctx, &mf__op_elu1, x, NULL, NULL, NULL));
+}
+
+/* Token-major inputs put the rows of one head H * d floats apart: beyond what the hardware
+   prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves. */
+#if MF__AW > 1
+#define MF__FW_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define MF__FW_PREFETCH(p) ((void)(p))
+#endif
+#define MF__FW_PF 4
+static void mf__fw_prefetch_row(const float *p, int n) { /* the cache lines of n floats at p */
+    int i;
+    for (i = 0; i < n; i += 16) MF__FW_PREFETCH(p + i);
+    MF__FW_PREFETCH(p + n - 1);
+}
+/* the j < m with w[j] != 0, into idx (m + 16 ints; DPFP features are mostly zeros: a product of
+   two relus); returns their number. AVX-512: 16 at a time with a compress. */
+static int mf__fw_nonzero(int m, const float *w, int *idx) {
+    int j = 0, n = 0;
+#if MF__AW == 16
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; j + 16 <= m; j += 16) {
+        __mmask16 nz = _mm512_cmp_ps_mask(_mm512_loadu_ps(w + j), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        unsigned bits = nz;
+        /* compress in a register, store all 16 (idx has 16 ints of slack): a compressing store to
+           memory is microcoded and slow on Intel */
+        _mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(nz, _mm512_add_epi32(iota, _mm512_set1_epi32(j))));
+        bits = bits - ((bits >> 1) & 0x5555u); /* popcount of 16 bits */
+        bits = (bits & 0x3333u) + ((bits >> 2) & 0x3333u);
+        bits = (bits + (bits >> 4)) & 0x0f0fu;
+        n += (int)((bits + (bits >> 8)) & 0x1fu);
+    }
+#endif
+    for (; j < m; j++) { /* on the bits: +-0 -> 0 (cheaper than a float compare) */
+        uint32_t b;
+        memcpy(&b, w + j, sizeof b);
+        idx[n] = j;
+        n += (b << 1) != 0;
+    }
+    return n;
+}
+/* Rows j of M [.][n] listed in idx (nz of them), in blocks of up to 4 vectors of columns kept in
+   registers (the last one masked): acc (+)= sum_j w[j] M[j] (mf__fw_rows_sum), or M[j] += w[j] u
+   (mf__fw_rows_axpy). One loop per block width, so the row loop has no branches. */
+#define MF__FW_LDM(p, v, nv, mk) ((v) == (nv) - 1 ? mf__av_loadm((p) + (v) * MF__AW, mk) : mf__av_load((p) + (v) * MF__AW))
+#define MF__FW_STM(p, v, nv, mk, x) \
+    do { if ((v) == (nv) - 1) mf__av_storem((p) + (v) * MF__AW, mk, x); else mf__av_store((p) + (v) * MF__AW, x); } while (0)
+#define MF__FW_SUM_LOOP(NV) \
+    for (i = 0; i < nz; i++) { \
+        const float *r = M + (size_t)idx[i] * n + c0; \
+        mf__av x = mf__av_set1(w[idx[i]]); \
+        a0 = mf__av_fma(x, MF__FW_LDM(r, 0, NV, mk), a0); \
+        if (NV > 1) a1 = mf__av_fma(x, MF__FW_LDM(r, 1, NV, mk), a1); \
+        if (NV > 2) a2 = mf__av_fma(x, MF__FW_LDM(r, 2, NV, mk), a2); \
+        if (NV > 3) a3 = mf__av_fma(x, MF__FW_LDM(r, 3, NV, mk), a3); \
+    }
+#define MF__FW_AXPY_LOOP(NV) \
+    for (i = 0; i < nz; i++) { \
+        float *r = M + (size_t)idx[i] * n + c0; \
+        mf__av x = mf__av_set1(w[idx[i]]); \
+        MF__FW_STM(r, 0, NV, mk, mf__av_fma(x, u0, MF__FW_LDM(r, 0, NV, mk))); \
+        if (NV > 1) MF__FW_STM(r, 1, NV, mk, mf__av_fma(x, u1, MF__FW_LDM(r, 1, NV, mk))); \
+        if (NV > 2) MF__FW_STM(r, 2, NV, mk, mf__av_fma(x, u2, MF__FW_LDM(r, 2, NV, mk))); \
+        if (NV > 3) MF__FW_STM(r, 3, NV, mk, mf__av_fma(x, u3, MF__FW_LDM(r, 3, NV, mk))); \
+    }
+static void mf__fw_rows_sum(int nz, const int *idx, const float *w, const float *M, int n, float *acc, int add) {
+    int c0, i;
+    for (c0 = 0; c0 < n; c0 += 4 * MF__AW) {
+        int wdt = n - c0 < 4 * MF__AW ? n - c0 : 4 * MF__AW, nv = (wdt + MF__AW - 1) / MF__AW;
+        mf__am mk = mf__av_mask(wdt - (nv - 1) * MF__AW);
+        mf__av a0 = mf__av_zero(), a1 = a0, a2 = a0, a3 = a0;
+        float *o = acc + c0;
+        switch (nv) {
+        case 1: MF__FW_SUM_LOOP(1) break;
+        case 2: MF__FW_SUM_LOOP(2) break;
+        case 3: MF__FW_SUM_LOOP(3) break;
+        default: MF__FW_SUM_LOOP(4) break;
+        }
+        if (add) {
+            a0 = mf__av_add(a0, MF__FW_LDM(o, 0, nv, mk));
+            if (nv > 1) a1 = mf__av_add(a1, MF__FW_LDM(o, 1, nv, mk));
+            if (nv > 2) a2 = mf__av_add(a2, MF__FW_LDM(o, 2, nv, mk));
+            if (nv > 3) a3 = mf__av_add(a3, MF__FW_LDM(o, 3, nv, mk));
+        }
+        MF__FW_STM(o, 0, nv, mk, a0);
+        if (nv > 1) MF__FW_STM(o, 1, nv, mk, a1);
+        if (nv > 2) MF__FW_STM(o, 2, nv, mk, a2);
+        if (nv > 3) MF__FW_STM(o, 3, nv, mk, a3);
+    }
+}
+static void mf__fw_rows_axpy(int nz, const int *idx, const float *w, const float *u, float *M, int n) {
+    int c0, i;
+    for (c0 = 0; c0 < n; c0 += 4 * MF__AW) {
+        int wdt = n - c0 < 4 * MF__AW ? n - c0 : 4 * MF__AW, nv = (wdt + MF__AW - 1) / MF__AW;
+        mf__am mk = mf__av_mask(wdt - (nv - 1) * MF__AW);
+        mf__av u0 = MF__FW_LDM(u + c0, 0, nv, mk), u1 = mf__av_zero(), u2 = u1, u3 = u1;
+        if (nv > 1) u1 = MF__FW_LDM(u + c0, 1, nv, mk);
+        if (nv > 2) u2 = MF__FW_LDM(u + c0, 2, nv, mk);
+        if (nv > 3) u3 = MF__FW_LDM(u + c0, 3, nv, mk);
+        switch (nv) {
+        case 1: MF__FW_AXPY_LOOP(1) break;
+        case 2: MF__FW_AXPY_LOOP(2) break;
+        case 3: MF__FW_AXPY_LOOP(3) break;
+        default: MF__FW_AXPY_LOOP(4) break;
+        }
+    }
+}
+#undef MF__FW_LDM
+#undef MF__FW_STM
+#undef MF__FW_SUM_LOOP
+#undef MF__FW_AXPY_LOOP
+/* dst[c][r] = src[r][c] for r < rows, c < cols (row strides lds, ldd) */
+static void mf__fw_transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int ldd) {
+    int r, c;
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < cols; c++) dst[(int64_t)c * ldd + r] = src[r * lds + c];
+}
+
+/* ---- the core, one head ---------------------------------------------------------------------------
+   Token t of the head: q, k rows q + t lq, k + t lq ([dd]); v + t lv ([dv]); beta[t lb] (delta
+   rule) or beta NULL (linear). The core sees dvp = dv or dv + 1 value columns (the ones column of
+   linear); its outputs y and their gradients dy have dvp columns (row strides ldy, ldg). The
+   gradients dq, dk, dv, dbeta have the inputs' strides. */
+typedef struct mf__fwh {
+    int T, dd, dv, dvp;
+    int64_t lq, lv, lb;
+    const float *q, *k, *v, *beta;
+} mf__fwh;
+
+static void mf__fw_prefetch_token(const mf__fwh *h, int t) {
+    mf__fw_prefetch_row(h->q + t * h->lq, h->dd);
+    mf__fw_prefetch_row(h->k + t * h->lq, h->dd);
+    mf__fw_prefetch_row(h->v + t * h->lv, h->dv);
+    if (h->beta) MF__FW_PREFETCH(h->beta + t * h->lb);
+}
+static void mf__fw_load_v(const mf__fwh *h, int t, float *row) { /* v_t, then 1 for linear */
+    memcpy(row, h->v + t * h->lv, (size_t)h->dv * sizeof(float));
+    if (h->dvp > h->dv) row[h->dv] = 1.0f;
+}
+
+/* Recurrent forward: S [dd][dvp] holds the state (in: start, out: end); ck (NULL: none) gets the
+   state before tokens 0, MF__FW_CK, 2 MF__FW_CK, ...; y rows of ldy; work: dvp floats + 2 dd + 32 ints. */
+static void mf__fw_rec_fwd(const mf__fwh *h, float *S, float *ck, float *y, int64_t ldy, float *work) {
+    int t, c, dd = h->dd, dvp = h->dvp, *ik = (int *)(work + dvp), *iq = ik + dd + 16;
+    size_t ss = (size_t)dd * dvp;
+    float *u = work;
+    for (t = 0; t < h->T; t++) {
+        const float *kt = h->k + t * h->lq, *qt = h->q + t * h->lq;
+        float *yt = y + t * ldy;
+        int nk, nq;
+        if (t + MF__FW_PF < h->T) mf__fw_prefetch_token(h, t + MF__FW_PF);
+        nk = mf__fw_nonzero(dd, kt, ik);
+        nq = mf__fw_nonzero(dd, qt, iq);
+        if (ck && t % MF__FW_CK == 0) memcpy(ck + (size_t)(t / MF__FW_CK) * ss, S, ss * sizeof(float));
+        mf__fw_load_v(h, t, u);
+        if (h->beta) { /* u = beta (v - S k), the value to write; yt holds S k meanwhile */
+            float b = h->beta[t * h->lb];
+            mf__fw_rows_sum(nk, ik, kt, S, dvp, yt, 0);
+            for (c = 0; c < dvp; c++) u[c] = b * (u[c] - yt[c]);
+        }
+        mf__fw_rows_axpy(nk, ik, kt, u, S, dvp);   /* write first */
+        mf__fw_rows_sum(nq, iq, qt, S, dvp, yt, 0); /* then read */
+    }
+}
+static size_t mf__fw_rec_work(int dd, int dvp) { /* floats of scratch per thread of mf__fw_rec_bwd */
+    return (size_t)(MF__FW_CK + 4) * dd * dvp + (size_t)(2 * MF__FW_CK + 2) * dvp + 2 * (size_t)dd + dvp + 64;
+}
+/* Recurrent backward from the checkpoints ck: dy rows of ldg; ADDS dq, dk, dv and dbeta (each may
+   be NULL). Per segment of MF__FW_CK tokens, from the last: recompute the states S_{t-1} of the
+   segment from its checkpoint, then walk it backwards carrying dS = dL/dS_t:
+       dq_t = S_t^T dy_t,  dS += dy_t q_t^T,  du = dS k_t,  dk_t = dS^T u_t
+       delta: dvbar = -beta du;  dk_t += S_{t-1}^T dvbar;  dS += dvbar k_t^T (-> dL/dS_{t-1});
+              dv_t = beta du;  dbeta_t = du . (v_t - S_{t-1} k_t)
+       linear: dv_t = du
+   dq and dk reduce over the value axis, du and S k over the feature axis, so the states are kept
+   in both layouts: S^T [dd][dvp] (sparse rows: the zero features of DPFP are skipped) for S k and
+   du, S [dvp][dd] for dq and dk (broadcast-FMA along d_dot, no horizontal sums). The segment's
+   S_{t-1} are stored as [dvp][dd]. */
+static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, int64_t ldg, float *dq,
+                           float *dk, float *dv, float *db, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nseg = (T + MF__FW_CK - 1) / MF__FW_CK, seg, t, c;
+    size_t ss = (size_t)dd * dvp;
+    float *dS = work, *dSn = dS + ss, *Sr = dSn + ss, *Snr = Sr + ss, *Snp = Snr + ss;
+    float *U = Snp + MF__FW_CK * ss, *R = U + (size_t)MF__FW_CK * dvp, *du = R + (size_t)MF__FW_CK * dvp;
+    float *dvb = du + dvp;
+    int *ik = (int *)(dvb + dvp), *iq = ik + dd + 16, *id = iq + dd + 16;
+    for (c = 0; c < dvp; c++) id[c] = c; /* every row */
+    memset(dS, 0, 2 * ss * sizeof(float));
+    for (seg = nseg - 1; seg >= 0; seg--) {
+        int t0 = seg * MF__FW_CK, t1 = t0 + MF__FW_CK < T ? t0 + MF__FW_CK : T;
+        memcpy(Sr, ck + (size_t)seg * ss, ss * sizeof(float));
+        mf__fw_transpose(Sr, dvp, dd, dvp, Snr, dd);
+        for (t = t0; t < t1; t++) { /* Snp[i] = S_{t-1} ([dvp][dd]), U[i] = u_t, R[i] = v_t - S_{t-1} k_t */
+            int i = t - t0, nk;
+            const float *kt = h->k + t * h->lq;
+            float *u = U + (size_t)i * dvp, *r = R + (size_t)i * dvp;
+            if (t + MF__FW_PF < t1) mf__fw_prefetch_token(h, t + MF__FW_PF);
+            nk = mf__fw_nonzero(dd, kt, ik);
+            mf__fw_load_v(h, t, r);
+            memcpy(Snp + i * ss, Snr, ss * sizeof(float));
+            if (h->beta) {
+                float b = h->beta[t * h->lb];
+                mf__fw_rows_sum(nk, ik, kt, Sr, dvp, u, 0);
+                for (c = 0; c < dvp; c++) { r[c] -= u[c]; u[c] = b * r[c]; }
+            } else memcpy(u, r, (size_t)dvp * sizeof(float));
+            if (t + 1 < t1) {
+                mf__fw_rows_axpy(nk, ik, kt, u, Sr, dvp);
+                mf__fw_rows_axpy(dvp, id, u, kt, Snr, dd);
+            }
+        }
+        for (t = t1 - 1; t >= t0; t--) {
+            int i = t - t0, nk, nq;
+            const float *kt = h->k + t * h->lq, *qt = h->q + t * h->lq, *g = dy + t * ldg;
+            const float *Sn = Snp + i * ss, *u = U + (size_t)i * dvp;
+            float ug = mf__fw_dot(dvp, u, g), b = h->beta ? h->beta[t * h->lb] : 1.0f;
+            nk = mf__fw_nonzero(dd, kt, ik);
+            nq = mf__fw_nonzero(dd, qt, iq);
+            if (dq) { /* S_t^T g = S_{t-1}^T g + k (u . g) */
+                mf__fw_rows_sum(dvp, id, g, Sn, dd, dq + t * h->lq, 1);
+                mf__fw_axpy(dd, ug, kt, dq + t * h->lq);
+            }
+            mf__fw_rows_axpy(nq, iq, qt, g, dS, dvp);      /* dS = dL/dS_t, both layouts */
+            mf__fw_rows_axpy(dvp, id, g, qt, dSn, dd);
+            mf__fw_rows_sum(nk, ik, kt, dS, dvp, du, 0);
+            if (dk) mf__fw_rows_sum(dvp, id, u, dSn, dd, dk + t * h->lq, 1);
+            if (h->beta) {
+                for (c = 0; c < dvp; c++) dvb[c] = -b * du[c];
+                if (dk) mf__fw_rows_sum(dvp, id, dvb, Sn, dd, dk + t * h->lq, 1);
+                mf__fw_rows_axpy(nk, ik, kt, dvb, dS, dvp); /* dS = dL/dS_{t-1} */
+                mf__fw_rows_axpy(dvp, id, dvb, kt, dSn, dd);
+                if (db) db[t * h->lb] += mf__fw_dot(dvp, du, R + (size_t)i * dvp);
+            }
+            if (dv) for (c = 0; c < h->dv; c++) dv[t * h->lv + c] += b * du[c];
+        }
+    }
+}
+
+/* floats of scratch per thread of the chunkwise forward / backward (chunk C) */
+static size_t mf__fw_chunk_work(int C, int dd, int dvp) {
+    size_t ldx = (size_t)dd + dvp;
+    return (size_t)dd * C + 4 * (size_t)C * C + 5 * (size_t)C * dvp + 2 * (size_t)C * dd + 2 * ldx * C
+           + 2 * (size_t)dd * dvp + 2 * (size_t)C + 64;
+}
+/* rows t0 .. t0 + n - 1 of v (+ the ones column) into Vb [n][dvp], K^T into Kt [dd][n] */
+static void mf__fw_chunk_load(const mf__fwh *h, int t0, int n, float *Vb, float *Kt) {
+    int i;
+    for (i = 0; i < n; i++) mf__fw_load_v(h, t0 + i, Vb + (size_t)i * h->dvp);
+    mf__fw_transpose(h->k + t0 * h->lq, h->lq, n, h->dd, Kt, n);
+}
+/* (I + A) X = diag(beta) [K, V] by forward substitution, A[i][j] = beta_i Gm[i][j] for j < i;
+   X [n][dd + dvp]; w: n floats of scratch, id: 0 .. n-1 */
+static void mf__fw_chunk_solve(const mf__fwh *h, int t0, int n, const float *Gm, const float *Vb, float *X,
+                               float *w, const int *id) {
+    int i, j, dd = h->dd, dvp = h->dvp, ldx = dd + dvp;
+    for (i = 0; i < n; i++) {
+        float b = h->beta[(t0 + i) * h->lb], *xi = X + (size_t)i * ldx;
+        const float *ki = h->k + (t0 + i) * h->lq;
+        for (j = 0; j < dd; j++) xi[j] = b * ki[j];
+        for (j = 0; j < dvp; j++) xi[dd + j] = b * Vb[(size_t)i * dvp + j];
+        for (j = 0; j < i; j++) w[j] = -b * Gm[(size_t)i * n + j];
+        mf__fw_rows_sum(i, id, w, X, ldx, xi, 1);                    /* x_i -= sum_j A[i][j] x_j */
+    }
+}
+/* U = U_ - W S^T for the chunk ([W, U_] = X rows, S^T [dd][dvp]) */
+static void mf__fw_chunk_u(int n, int dd, int dvp, const float *X, const float *S, float *U) {
+    int i, c, ldx = dd + dvp;
+    mf__attn_mm(n, dvp, dd, X, ldx, 1, S, dvp, U, dvp, 0);
+    for (i = 0; i < n; i++)
+        for (c = 0; c < dvp; c++) U[(size_t)i * dvp + c] = X[(size_t)i * ldx + dd + c] - U[(size_t)i * dvp + c];
+}
+static void mf__fw_tril(float *P, int n) { /* zero P[i][j] for j > i */
+    int i, j;
+    for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) P[(size_t)i * n + j] = 0.0f;
+}
+
+/* Chunkwise forward, chunks of C: S [dd][dvp] (S^T; in: start, out: end). For the backward (st not
+   NULL): st gets S^T at every chunk start [nc][dd][dvp] and stn the same states as S [nc][dvp][dd]
+   (kept up to date with one more product per chunk instead of transposing them there), X (delta)
+   gets [W, U_] [T][dd + dvp]. */
+static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float *stn, float *X, float *y,
+                             int64_t ldy, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, i, ldx = dd + dvp, lq = (int)h->lq;
+    size_t ss = (size_t)dd * dvp;
+    float *Kt = work, *P = Kt + (size_t)dd * C, *Vb = P + (size_t)C * C, *U = Vb + (size_t)C * dvp;
+    float *Xs = U + (size_t)C * dvp, *Sn = Xs + (size_t)C * ldx, *w = Sn + ss;
+    int *id = (int *)(w + C);
+    for (i = 0; i < C; i++) id[i] = i;
+    if (st) mf__fw_transpose(S, dvp, dd, dvp, Sn, dd);
+    for (c = 0; c < nc; c++) {
+        int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+        const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *Uc = Vb;
+        float *Y = y + t0 * ldy;
+        if (st) {
+            memcpy(st + (size_t)c * ss, S, ss * sizeof(float));
+            memcpy(stn + (size_t)c * ss, Sn, ss * sizeof(float));
+        }
+        for (i = t0 + C; i < T && i < t0 + 2 * C; i++) mf__fw_prefetch_token(h, i); /* the next chunk */
+        mf__fw_chunk_load(h, t0, n, Vb, Kt);
+        if (h->beta) {
+            float *Xc = X ? X + (int64_t)t0 * ldx : Xs;
+            mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, P, n, 0);                  /* Gm = K K^T */
+            mf__fw_chunk_solve(h, t0, n, P, Vb, Xc, w, id);
+            mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
+            Uc = U;
+        }
+        mf__attn_mm(n, dvp, dd, Q, lq, 1, S, dvp, Y, (int)ldy, 0);           /* Y = Q S^T */
+        mf__attn_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);                      /* P = tril(Q K^T) */
+        mf__fw_tril(P, n);
+        mf__attn_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, (int)ldy, 1);            /* Y += P U */
+        mf__attn_mm(dd, dvp, n, K, 1, lq, Uc, dvp, S, dvp, 1);                /* S^T += K^T U */
+        if (st) mf__attn_mm(dvp, dd, n, Uc, 1, dvp, K, lq, Sn, dd, 1);        /* S += U^T K */
+    }
+}
+
+/* Chunkwise backward (the forward's st, stn and X): dy rows of ldg; ADDS dq, dk, dv, dbeta (each
+   may be NULL). Per chunk, from the last, with dS = dL/dS^T at the chunk's end (kept in both
+   layouts, dS [dd][dvp] and dSn [dvp][dd], like the states):
+     from S' = S + U^T K:      dU = K dS,  dK = U dS^T
+     from Y = Q S^T + P U:     dQ = dY S,  dP = tril(dY U^T),  dU += P^T dY,  dQ += dP K,  dK += dP^T Q,
+                               dS += Q^T dY
+     delta, U = U_ - W S^T:    dW = -dU S,  dS += -W^T dU
+           (I + A) X = B:      G = (I + A)^-T [dW, dU] (back substitution), dB = G, dA = -tril(G X^T, -1)
+           B = diag(beta)[K,V]: dK += beta G_K,  dV += beta G_V,  dbeta += G . [K, V]
+           A = diag(beta) tril(K K^T, -1):  E = diag(beta) dA,  dK += E K + E^T K,  dbeta += rowsum(dA * K K^T)
+     linear:                   dV = dU */
+static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const float *stn, const float *X,
+                             const float *dy, int64_t ldg, float *dq, float *dk, float *dv, float *db, float *work) {
+    int dd = h->dd, dvp = h->dvp, T = h->T, nc = (T + C - 1) / C, c, i, j, ldx = dd + dvp;
+    int lq = (int)h->lq, lg = (int)ldg;
+    size_t ss = (size_t)dd * dvp;
+    float *Kt = work, *P = Kt + (size_t)dd * C, *dP = P + (size_t)C * C, *Gm = dP + (size_t)C * C;
+    float *D = Gm + (size_t)C * C, *Vb = D + (size_t)C * C, *U = Vb + (size_t)C * dvp, *dU = U + (size_t)C * dvp;
+    float *dUn = dU + (size_t)C * dvp, *Ut = dUn + (size_t)C * dvp, *dQc = Ut + (size_t)dvp * C;
+    float *dKc = dQc + (size_t)C * dd, *dX = dKc + (size_t)C * dd, *Xt = dX + (size_t)C * ldx;
+    float *dS = Xt + (size_t)ldx * C, *dSn = dS + ss, *w = dSn + ss;
+    int *id = (int *)(w + C);
+    for (i = 0; i < C; i++) id[i] = i;
+    memset(dS, 0, 2 * ss * sizeof(float));
+    for (c = nc - 1; c >= 0; c--) {
+        int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+        const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *G = dy + t0 * ldg;
+        const float *S = st + (size_t)c * ss, *Sn = stn + (size_t)c * ss;
+        const float *Xc = h->beta ? X + (int64_t)t0 * ldx : NULL, *Uc = Vb;
+        for (i = t0 - C; i >= 0 && i < t0; i++) mf__fw_prefetch_token(h, i); /* the next chunk (backwards) */
+        mf__fw_chunk_load(h, t0, n, Vb, Kt);
+        if (h->beta) {
+            mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, Gm, n, 0);
+            mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
+            Uc = U;
+        }
+        mf__fw_transpose(Uc, dvp, n, dvp, Ut, n);                      /* U^T [dvp][n] */
+        mf__attn_mm(n, dvp, dd, K, lq, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
+        mf__attn_mm(n, dd, dvp, Uc, dvp, 1, dSn, dd, dKc, dd, 0);      /* dK = U dS^T */
+        mf__attn_mm(n, dd, dvp, G, lg, 1, Sn, dd, dQc, dd, 0);         /* dQ = dY S */
+        mf__attn_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
+        mf__fw_tril(P, n);
+        mf__attn_mm(n, n, dvp, G, lg, 1, Ut, n, dP, n, 0);             /* dP = tril(dY U^T) */
+        mf__fw_tril(dP, n);
+        mf__attn_mm(n, dvp, n, P, 1, n, G, lg, dU, dvp, 1);            /* dU += P^T dY */
+        mf__attn_mm(n, dd, n, dP, n, 1, K, lq, dQc, dd, 1);            /* dQ += dP K */
+        mf__attn_mm(n, dd, n, dP, 1, n, Q, lq, dKc, dd, 1);            /* dK += dP^T Q */
+        mf__attn_mm(dd, dvp, n, Q, 1, lq, G, lg, dS, dvp, 1);          /* dS += Q^T dY (both layouts) */
+        mf__attn_mm(dvp, dd, n, G, 1, lg, Q, lq, dSn, dd, 1);
+        if (h->beta) {
+            for (i = 0; i < n * dvp; i++) dUn[i] = -dU[i];
+            mf__attn_mm(n, dd, dvp, dUn, dvp, 1, Sn, dd, dX, ldx, 0);  /* dW = -dU S */
+            for (i = 0; i < n; i++) memcpy(dX + (size_t)i * ldx + dd, dU + (size_t)i * dvp, (size_t)dvp * sizeof(float));
+            mf__attn_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU (both layouts) */
+            mf__attn_mm(dvp, dd, n, dUn, 1, dvp, Xc, ldx, dSn, dd, 1);
+            for (i = n - 2; i >= 0; i--) {                              /* G = (I + A)^-T dX, in place */
+                for (j = i + 1; j < n; j++) w[j] = -h->beta[(t0 + j) * h->lb] * Gm[(size_t)j * n + i];
+                mf__fw_rows_sum(n - 1 - i, id + i + 1, w, dX, ldx, dX + (size_t)i * ldx, 1);
+            }
+            mf__fw_transpose(Xc, ldx, n, ldx, Xt, n);
+            mf__attn_mm(n, n, ldx, dX, ldx, 1, Xt, n, D, n, 0);        /* D = G X^T, dA = -D */
+            for (i = 0; i < n; i++) {
+                const float *gi = dX + (size_t)i * ldx;
+                float b = h->beta[(t0 + i) * h->lb];
+                float acc = mf__fw_dot(dd, gi, K + i * h->lq) + mf__fw_dot(dvp, gi + dd, Vb + (size_t)i * dvp);
+                for (j = 0; j < i; j++) acc -= D[(size_t)i * n + j] * Gm[(size_t)i * n + j];
+                if (db) db[(t0 + i) * h->lb] += acc;
+                mf__fw_axpy(dd, b, gi, dKc + (size_t)i * dd);
+                if (dv) mf__fw_axpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv);
+                for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -b * D[(size_t)i * n + j] : 0.0f; /* E */
+            }
+            mf__attn_mm(n, dd, n, D, n, 1, K, lq, dKc, dd, 1);         /* dK += E K */
+            mf__attn_mm(n, dd, n, D, 1, n, K, lq, dKc, dd, 1);         /* dK += E^T K */
+        } else if (dv)
+            for (i = 0; i < n; i++) mf__fw_axpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv);
+        for (i = 0; i < n; i++) {
+            if (dq) mf__fw_axpy(dd, 1.0f, dQc + (size_t)i * dd, dq + (t0 + i) * h->lq);
+            if (dk) mf__fw_axpy(dd, 1.0f, dKc + (size_t)i * dd, dk + (t0 + i) * h->lq);
+        }
+    }
+}
+
+/* ---- the ops: fast weights (delta rule) and linear attention ----------------------------------------
+   Token-major like the projections: q, k [B, T, H, dd], v [B, T, H, dv], beta [B, T, H] (fast
+   weights) -> [B, T, H, dv] (x W^T viewed per head; no head transposes). iarg: 0 the form (1 =
+   recurrent, n > 1 = chunkwise by n; resolved from the caller's chunk), 1 dvp (dv, or dv + 1 for
+   linear's ones column); farg[0] linear's eps; aux: NULL, or a state [B][H][dd][dvp] (S^T) to start
+   from, overwritten with the end state (generation; the backward treats it as a constant).
+   saved, per (b, h): the state at every checkpoint / chunk start [nck][dd][dvp]; then the chunkwise
+   delta rule's X [T][dd + dvp]; then linear's num [T][dvp] (= [W phi(q), z . phi(q)]). */
+static int mf__fw_chunk_of(int chunk, int T) {
+    if (chunk == 0) return T >= MF__FW_AUTO_T ? MF__FW_AUTO_C : 1;
+    return chunk;
+}
+static int mf__fw_nck(int form, int T) { /* states kept per head */
+    int step = form == 1 ? MF__FW_CK : form;
+    return (T + step - 1) / step;
+}
+static int64_t mf__fw_states(int form, int T, int dd, int dvp) { /* floats of the kept states */
+    return (int64_t)mf__fw_nck(form, T) * dd * dvp * (form > 1 ? 2 : 1); /* chunkwise: both layouts */
+}
+static int64_t mf__fw_saved_per_head(int form, int T, int dd, int dvp, int delta) {
+    return mf__fw_states(form, T, dd, dvp) + (form > 1 && delta ? (int64_t)T * (dd + dvp) : 0)
+           + (!delta ? (int64_t)T * dvp : 0);
+}
+static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *beta = out->src[3];
+    const char *who = out->op->name;
+    char sq[64], sk[64], sv[64], sb[64];
+    mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64); mf_shape_str(v, sv, 64);
+    if (ctx->be) return MF__SHAPE_FAIL("%s runs on the CPU only so far; create the tensors (the model) on a CPU context", who);
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return MF__SHAPE_FAIL("%s: q %s, k %s, v %s must be 4-D [B, T, H, d] (features of q and k, values v; "
+                              "the projections x W^T reshaped per head)", who, sq, sk, sv);
+    if (memcmp(q->shape, k->shape, sizeof q->shape) != 0)
+        return MF__SHAPE_FAIL("%s: q %s and k %s must have the same shape [B, T, H, d_dot]", who, sq, sk);
+    if (v->shape[0] != q->shape[0] || v->shape[1] != q->shape[1] || v->shape[2] != q->shape[2])
+        return MF__SHAPE_FAIL("%s: v %s must match q %s in [B, T, H]", who, sv, sq);
+    if (beta && (beta->ndim != 3 || memcmp(beta->shape, q->shape, 3 * sizeof(int)) != 0))
+        return MF__SHAPE_FAIL("%s: beta %s must be [B, T, H] = [%d, %d, %d] (one gate per token and head)", who,
+                              mf_shape_str(beta, sb, 64), q->shape[0], q->shape[1], q->shape[2]);
+    if (out->iarg[0] < 0)
+        return MF__SHAPE_FAIL("%s: chunk %d must be 0 (automatic), 1 (recurrent) or the chunk length", who, out->iarg[0]);
+    if (!beta && !(out->farg[0] >= 0.0f && out->farg[0] < 1.0f))
+        return MF__SHAPE_FAIL("%s: eps %g must be in [0, 1)", who, (double)out->farg[0]);
+    out->iarg[0] = mf__fw_chunk_of(out->iarg[0], q->shape[1]);
+    out->iarg[1] = v->shape[3] + (beta ? 0 : 1);
+    mf__set_shape(out, 4, v->shape);
+    return 0;
+}
+static mf__fwh mf__fw_head(const mf_tensor *out, int64_t bh) {
+    const mf_tensor *q = out->src[0], *v = out->src[2], *beta = out->src[3];
+    int T = q->shape[1], H = q->shape[2];
+    int64_t b = bh / H, hh = bh % H;
+    mf__fwh h;
+    h.T = T; h.dd = q->shape[3]; h.dv = v->shape[3]; h.dvp = out->iarg[1];
+    h.lq = (int64_t)H * h.dd; h.lv = (int64_t)H * h.dv; h.lb = H;
+    h.q = q->data + (b * T * H + hh) * h.dd;
+    h.k = out->src[1]->data + (b * T * H + hh) * h.dd;
+    h.v = v->data + (b * T * H + hh) * h.dv;
+    h.beta = beta ? beta->data + b * T * H + hh : NULL;
+    return h;
+}
+/* per thread: the state, T * dvp floats (linear's num / dnum), the larger form's scratch */
+static size_t mf__fw_work(int form, int T, int dd, int dvp) {
+    size_t w = form == 1 ? mf__fw_rec_work(dd, dvp) : mf__fw_chunk_work(form < T ? form : T, dd, dvp);
+    return ((size_t)dd * dvp + (size_t)T * dvp + w + 15) & ~(size_t)15;
+}
+static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *q = out->src[0];
+    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1];
+    int form = out->iarg[0], delta = out->src[3] != NULL, keep = out->requires_grad, nt;
+    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
+    int64_t ldo = (int64_t)H * dv;
+    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
+    float *state = (float *)out->aux, *work, eps = out->farg[0];
+    nt = mf__attn_threads(ctx, 8.0 * (double)BH * T * dd * dvp);
+    if (nt > BH) nt = (int)BH;
+    work = (float *)mf__alloc(ctx, pw * nt * sizeof(float));
+    out->saved = keep ? (float *)mf__alloc(ctx, (size_t)(BH * per) * sizeof(float)) : NULL;
+    if (!work || (keep && !out->saved)) return;
+#if MF__OMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (bh = 0; bh < BH; bh++) {
+        mf__fwh h = mf__fw_head(out, bh);
+        float *w = work + pw * mf__attn_thread_num(), *S = w, *y = S + ss, *scratch = y + (size_t)T * dvp;
+        float *sv = keep ? out->saved + bh * per : NULL, *o = out->data + (bh / H * T * H + bh % H) * dv;
+        float *X = sv ? sv + mf__fw_states(form, T, dd, dvp) : NULL;
+        int64_t ldy = dvp;
+        int t, c;
+        if (state) memcpy(S, state + bh * ss, ss * sizeof(float));
+        else memset(S, 0, ss * sizeof(float));
+        if (delta) { y = o; ldy = ldo; } /* dvp == dv: straight into the output */
+        else if (sv) y = sv + per - (int64_t)T * dvp;
+        if (form == 1) mf__fw_rec_fwd(&h, S, sv, y, ldy, scratch);
+        else mf__fw_chunk_fwd(&h, form < T ? form : T, S, sv, sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL,
+                              delta ? X : NULL, y, ldy, scratch); /* a chunk longer than T is T: the scratch's size */
+        if (state) memcpy(state + bh * ss, S, ss * sizeof(float));
+        if (!delta) /* y = num / (den + eps), den = z . q >= 0 with non-negative features */
+            for (t = 0; t < T; t++) {
+                const float *nm = y + (int64_t)t * dvp;
+                float inv = 1.0f / (nm[dv] + eps);
+                for (c = 0; c < dv; c++) o[t * ldo + c] = nm[c] * inv;
+            }
+    }
+}
+static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *q = out->src[0];
+    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1];
+    int form = out->iarg[0], delta = out->src[3] != NULL, nt;
+    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
+    int64_t ldo = (int64_t)H * dv;
+    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
+    float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
+    float *work, eps = out->farg[0];
+    if (!gq && !gk && !gv && !gb) return;
+    nt = mf__attn_threads(ctx, 20.0 * (double)BH * T * dd * dvp);
+    if (nt > BH) nt = (int)BH;
+    work = (float *)mf__alloc(ctx, pw * nt * sizeof(float));
+    if (!work) return;
+#if MF__OMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (bh = 0; bh < BH; bh++) {
+        mf__fwh h = mf__fw_head(out, bh);
+        float *w = work + pw * mf__attn_thread_num(), *dy = w + ss, *scratch = dy + (size_t)T * dvp;
+        const float *sv = out->saved + bh * per, *X = sv + mf__fw_states(form, T, dd, dvp);
+        int64_t oq = (bh / H * T * H + bh % H), ldg = dvp;
+        const float *g = out->grad + oq * dv, *o = out->data + oq * dv;
+        float *dq = gq ? gq + oq * dd : NULL, *dk = gk ? gk + oq * dd : NULL, *dvv = gv ? gv + oq * dv : NULL;
+        float *db = gb ? gb + oq : NULL;
+        int t, c;
+        if (delta) { dy = (float *)g; ldg = ldo; }
+        else { /* y = num / (den + eps): dnum = g / (den + eps), dden = -g . y / (den + eps) */
+            const float *num = sv + per - (int64_t)T * dvp;
+            for (t = 0; t < T; t++) {
+                const float *nm = num + (int64_t)t * dvp, *gt = g + t * ldo, *yt = o + t * ldo;
+                float inv = 1.0f / (nm[dv] + eps), *d = dy + (int64_t)t * dvp, gy = 0;
+                for (c = 0; c < dv; c++) { d[c] = gt[c] * inv; gy += gt[c] * yt[c]; }
+                d[dv] = -gy * inv;
+            }
+        }
+        if (form == 1) mf__fw_rec_bwd(&h, sv, dy, ldg, dq, dk, dvv, db, scratch);
+        else mf__fw_chunk_bwd(&h, form < T ? form : T, sv, sv + (int64_t)mf__fw_nck(form, T) * ss, X, dy, ldg, dq, dk,
+                              dvv, db, scratch);
+    }
+}
+static const mf__op mf__op_fast_weights = { "fast_weights", 4, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
+static const mf__op mf__op_linear_attention = { "linear_attention", 3, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
+/* the op with an optional generation state (see above) */
+static mf_tensor *mf__fw_apply(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
+                               float eps, int chunk, float *state) {
+    mf_tensor *t = mf__begin(ctx, beta ? &mf__op_fast_weights : &mf__op_linear_attention, q, k, v, beta);
+    if (t) { t->iarg[0] = chunk; t->farg[0] = eps; t->aux = state; }
+    return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta, int chunk) {
+    if (mf_ok(ctx) && !beta) return (mf_tensor *)mf__fail(ctx, "fast_weights: beta is NULL; pass the gates [B, T, H] "
+                                                          "(for beta-free linear attention use mf_linear_attention)");
+    return mf__fw_apply(ctx, q, k, v, beta, 0.0f, chunk, NULL);
+}
+MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps, int chunk) {
+    return mf__fw_apply(ctx, q, k, v, NULL, eps, chunk, NULL);
+}
+
+/* ---- the mixers ---------------------------------------------------------------------------------
+   fast_weights (SPEC 7.2 - 7.4): q, k, v = HeadProj(D, H, dk) without bias, beta = sigmoid(x Wbeta^T)
+   [H] per token (no bias), phi' = DPFP(nu, 1e-6) on q and k, the delta rule, out Linear(D, D) with
+   bias; the mixer reads the layer input x itself (no LayerNorm before it).
+   linear: the same projections without the gate; W += v phi(k)^T, z += phi(k),
+   y = W phi(q) / (z . phi(q) + 1e-6) with phi = DPFP (default) or elu + 1 (config.linear_feature).
+   The seed has no layer class of its own for it (only the formulas), so it stays a MetaFormer mixer
+   with the block's LayerNorm before it (ln1); the +1e-6 keeps a zero denominator finite (DPFP
+   features are sparse: phi(q) and every phi(k) can have disjoint supports). */
+#define MF__FW_EPS 1e-6f
+struct mf__rec_state {
+    float *S;          /* per layer [H][dd][dvp]: W^T (linear: the column dv is z) */
+    int *next;         /* per layer: the position the next generation call must start at */
+    int64_t per_layer; /* floats */
+};
+
+static int mf__fw_dims(const mf_model_config *c, int *dd, int *dvp) {
+    int dk = c->d_model / c->n_heads;
+    int dpfp = c->mixer == MF_MIXER_FAST_WEIGHTS || c->linear_feature == MF_FEATURE_DPFP;
+    *dd = dpfp ? 2 * dk * c->dpfp_nu : dk;
+    *dvp = dk + (c->mixer == MF_MIXER_LINEAR);
+    return dk;
+}
+static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
+    const char *name = mf_mixer_name(c->mixer);
+    int dk = c->d_model / c->n_heads;
+    int dpfp = c->mixer == MF_MIXER_FAST_WEIGHTS || c->linear_feature == MF_FEATURE_DPFP;
+    if (ctx->be)
+        return (mf__fail(ctx, "model config: the %s mixer runs on the CPU only so far; create the model on a CPU "
+                         "context", name), -1);
+    if (c->mixer == MF_MIXER_LINEAR && c->linear_feature != MF_FEATURE_DPFP && c->linear_feature != MF_FEATURE_ELU1)
+        return (mf__fail(ctx, "model config: unknown linear_feature %d; use MF_FEATURE_DPFP (%d) or MF_FEATURE_ELU1 (%d)",
+                         (int)c->linear_feature, (int)MF_FEATURE_DPFP, (int)MF_FEATURE_ELU1), -1);
+    if (dpfp && (c->dpfp_nu < 1 || c->dpfp_nu > 2 * dk - 1))
+        return (mf__fail(ctx, "model config: dpfp_nu %d must be in [1, 2 * d_model / n_heads - 1] = [1, %d] for the %s "
+                         "mixer (labml: 1)", c->dpfp_nu, 2 * dk - 1, name), -1);
+    if (c->chunk_size < 0)
+        return (mf__fail(ctx, "model config: chunk_size %d must be 0 (automatic), 1 (recurrent kernel) or the chunk "
+                         "length of the chunkwise kernel", c->chunk_size), -1);
+    return 0;
+}
+static void mf__fw_make_layer(mf_model *m, int l) {
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int D = c->d_model;
+    mf_tensor *unused;
+    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused);
+    mf__layer_linear(m, l, "attn.k", D, D, 0, &L->wk, &unused);
+    mf__layer_linear(m, l, "attn.v", D, D, 0, &L->wv, &unused);
+    if (c->mixer == MF_MIXER_FAST_WEIGHTS) mf__layer_linear(m, l, "attn.beta", D, c->n_heads, 0, &L->wbeta, &unused);
+    mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
+}
+static void mf__fw_free(mf_model *m) {
+    if (!m->rec) return;
+    MF_FREE(m->rec->S); MF_FREE(m->rec->next); MF_FREE(m->rec);
+    m->rec = NULL;
+}
+/* layer l's generation state for tokens from pos0 on (zeroed at pos0 == 0), or NULL (error set) */
+static float *mf__fw_state(mf_model *m, int l, int B, int T, int pos0) {
+    const mf_model_config *c = &m->cfg;
+    struct mf__rec_state *r = m->rec;
+    int dd, dvp;
+    if (B != 1) return (float *)mf__fail(m->ctx, "%s generation: batch %d, expected 1", mf_mixer_name(c->mixer), B);
+    if (!r) {
+        mf__fw_dims(c, &dd, &dvp);
+        if (!(r = (struct mf__rec_state *)mf__xmalloc(sizeof *r))) return (float *)mf__fail(m->ctx, "out of memory: generation state");
+        r->per_layer = (int64_t)c->n_heads * dd * dvp;
+        r->S = (float *)mf__xmalloc((size_t)(r->per_layer * c->n_layers) * sizeof(float));
+        r->next = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
+        m->rec = r;
+        if (!r->S || !r->next) { mf__fw_free(m); return (float *)mf__fail(m->ctx, "out of memory: generation state"); }
+        memset(r->next, 0, (size_t)c->n_layers * sizeof(int));
+    }
+    if (pos0 == 0) memset(r->S + l * r->per_layer, 0, (size_t)r->per_layer * sizeof(float));
+    else if (r->next[l] != pos0)
+        return (float *)mf__fail(m->ctx, "%s generation: layer %d's state holds %d tokens, but the call starts at position "
+                                 "%d; generation must start at position 0 and continue in order",
+                                 mf_mixer_name(c->mixer), l, r->next[l], pos0);
+    r->next[l] = pos0 + T;
+    return r->S + l * r->per_layer;
+}
+/* [B, T, H*e] -> [B, T, H, e] (a view: the ops work token-major, no head transposes) */
+static mf_tensor *mf__fw_heads(mf_ctx *ctx, mf_tensor *x, int H) {
+    int shape[4];
+    if (!x) return NULL;
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = H; shape[3] = x->shape[2] / H;
+    return mf_reshape(ctx, x, 4, shape);
+}
+static mf_tensor *mf__fw_feature(mf_model *m, mf_tensor *x) {
+    const mf_model_config *c = &m->cfg;
+    if (c->mixer == MF_MIXER_LINEAR && c->linear_feature == MF_FEATURE_ELU1) return mf_elu1(m->ctx, x);
+    return mf_dpfp(m->ctx, x, c->dpfp_nu, MF__FW_EPS);
+}
+static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf__layer *L = &m->layers[l];
+    int H = c->n_heads, fast = c->mixer == MF_MIXER_FAST_WEIGHTS;
+    mf_tensor *xn = fast ? x : mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), *q, *k, *v, *beta = NULL, *y;
+    float *state = NULL;
+    if (!xn) return NULL;
+    q = mf__fw_feature(m, mf__fw_heads(ctx, mf_linear(ctx, xn, L->wq, NULL), H));   /* [B, T, H, dd] */
+    k = mf__fw_feature(m, mf__fw_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H));
+    v = mf__fw_heads(ctx, mf_linear(ctx, xn, L->wv, NULL), H);                       /* [B, T, H, dk] */
+    if (fast) beta = mf_sigmoid(ctx, mf_linear(ctx, xn, L->wbeta, NULL));              /* [B, T, H] */
+    if (gen && !(state = mf__fw_state(m, l, x->shape[0], x->shape[1], pos0))) return NULL;
+    if (!q || !k || !v || (fast && !beta)) return NULL;
+    y = mf__fw_apply(ctx, q, k, v, beta, MF__FW_EPS, c->chunk_size, state);          /* [B, T, H, dk] */
+    return y ? mf_linear(ctx, mf_reshape(ctx, y, 3, x->shape), L->wo, L->bo) : NULL;
+}
 
 /* ==== [mf:feedback] ========================================================================= */
 /* The feedback transformer, original and shared-KV variants (SPEC.md section 8). */

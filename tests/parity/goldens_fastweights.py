@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""PyTorch goldens for the fast_weights and linear mixers (`make goldens`; needs python3-torch).
+
+The reference is the seed's module structure and token loop (labml
+transformers/fast_weights/__init__.py, seeds/000_5761b2f2ac373807.txt; SPEC.md section 7), written
+here in the labml layout: activations [T][B][D] sequence-first, per-head views [T][B][H][dk].
+It is independent of metaformer.h: the C test (tests/test_fastweights.c) converts at the boundary
+(ids_lib[b][t] = ids[t][b], logits_lib[b][t][v] = logits[t][b][v]).
+
+    fw_fast_weights   DPFP(nu 1) + delta rule, no LayerNorm before attention (SPEC 7.4)
+    fw_linear_dpfp    linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6),
+                      DPFP(nu 2) features, pre-LN layer (the library's MetaFormer block)
+    fw_linear_elu     the same with phi = elu + 1
+
+Model (SPEC 3.5): Embedding N(0,1), no positional encoding -> 2 layers -> final LayerNorm ->
+generator Linear(D, V); FFN = labml FeedForward (Linear, ReLU, Linear, biases). Weights come from
+torch's default init with a fixed seed; LayerNorm gamma / beta are moved away from 1 / 0 so that a
+missing or misplaced LayerNorm shows. Everything runs in float64 (the golden) and in float32 (to
+check that fp32 can meet the test's 1e-4). Each file holds
+    ids, targets [B, T] (I32, library layout)       logits [B, T, V], loss [1]
+    param.<library name>, grad.<library name>       dpfp.x [2, 3, 4], dpfp.out [2, 3, 24] (nu 3)
+and the config in __metadata__ ("cfg.*").
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "goldens")
+
+
+def write_safetensors(path, tensors, meta):
+    """tensors: list of (name, np.ndarray of float32 or int32), written in that order."""
+    header = {"__metadata__": {k: str(v) for k, v in meta.items()}}
+    chunks, off = [], 0
+    for name, arr in tensors:
+        code = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[arr.dtype]
+        raw = arr.astype("<f4" if code == "F32" else "<i4").tobytes()
+        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    h += b" " * (-len(h) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for c in chunks:
+            f.write(c)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------- the seed
+class DPFP(nn.Module):
+    """The seed's DPFP: phi = [k, -k] relu, times itself rolled by 1..nu; normalised by sum + eps."""
+
+    def __init__(self, nu=1, eps=1e-6):
+        super().__init__()
+        self.nu = nu
+        self.relu = nn.ReLU()
+        self.eps = eps
+
+    def forward(self, k):
+        k = self.dpfp(k)
+        return k / (torch.sum(k, dim=-1, keepdim=True) + self.eps)
+
+    def dpfp(self, k):
+        x = self.relu(torch.cat([k, -k], dim=-1))
+        x_rolled = [x.roll(shifts=i, dims=-1) for i in range(1, self.nu + 1)]
+        x_rolled = torch.cat(x_rolled, dim=-1)
+        x_repeat = torch.cat([x] * self.nu, dim=-1)
+        return x_repeat * x_rolled
+
+
+class EluFeature(nn.Module):
+    def forward(self, x):
+        return F.elu(x) + 1
+
+
+class PrepareForMultiHeadAttention(nn.Module):
+    """labml: Linear(d_model, heads * d_k) viewed as [..., heads, d_k]."""
+
+    def __init__(self, d_model, heads, d_k, bias):
+        super().__init__()
+        self.linear = nn.Linear(d_model, heads * d_k, bias=bias)
+        self.heads, self.d_k = heads, d_k
+
+    def forward(self, x):
+        head_shape = x.shape[:-1]
+        return self.linear(x).view(*head_shape, self.heads, self.d_k)
+
+
+class FastWeightsAttention(nn.Module):
+    """The seed's module and token loop (SPEC 7.2, 7.3)."""
+
+    def __init__(self, heads, d_model, phi):
+        super().__init__()
+        self.d_k = d_model // heads
+        self.heads = heads
+        self.query = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+        self.key = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+        self.value = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+        self.interpolation_weight = nn.Sequential(PrepareForMultiHeadAttention(d_model, heads, 1, bias=False), nn.Sigmoid())
+        self.phi = phi
+        self.output = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        seq_len = x.shape[0]
+        query = self.phi(self.query(x))
+        key = self.phi(self.key(x))
+        value = self.value(x)
+        beta = self.interpolation_weight(x)
+        weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
+        outputs = []
+        for i in range(seq_len):
+            value_existing = torch.einsum('bhvk,bhk->bhv', weights, key[i])
+            weights = weights + torch.einsum('bhv,bhk->bhvk', beta[i] * (value[i] - value_existing), key[i])
+            y = torch.einsum('bhvk,bhk->bhv', weights, query[i])
+            outputs.append(y.reshape(y.shape[0], -1))
+        x = torch.stack(outputs)
+        return self.output(x)
+
+
+class LinearAttention(nn.Module):
+    """The linear-attention baseline of the seed's docstring, as the same kind of token loop:
+    W = W + v phi(k)^T, z = z + phi(k), y = W phi(q) / (z . phi(q) + eps)."""
+
+    def __init__(self, heads, d_model, phi, eps=1e-6):
+        super().__init__()
+        self.d_k = d_model // heads
+        self.heads = heads
+        self.query = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+        self.key = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+        self.value = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+        self.phi = phi
+        self.eps = eps
+        self.output = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        seq_len = x.shape[0]
+        query = self.phi(self.query(x))
+        key = self.phi(self.key(x))
+        value = self.value(x)
+        weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
+        z = key.new_zeros((key.shape[1], key.shape[2], key.shape[3]))
+        outputs = []
+        for i in range(seq_len):
+            weights = weights + torch.einsum('bhv,bhk->bhvk', value[i], key[i])
+            z = z + key[i]
+            num = torch.einsum('bhvk,bhk->bhv', weights, query[i])
+            den = torch.einsum('bhk,bhk->bh', z, query[i]) + self.eps
+            y = num / den[..., None]
+            outputs.append(y.reshape(y.shape[0], -1))
+        return self.output(torch.stack(outputs))
+
+
+class FeedForward(nn.Module):
+    """labml FeedForward: Linear -> ReLU -> (dropout 0) -> Linear, with biases."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.layer1 = nn.Linear(d_model, d_ff)
+        self.layer2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.layer2(F.relu(self.layer1(x)))
+
+
+class Layer(nn.Module):
+    """The seed's FastWeightsAttentionTransformerLayer (norm_self_attn exists but is not used);
+    pre_ln = True: the MetaFormer block the linear mixer lives in (x + attn(LN1(x)))."""
+
+    def __init__(self, d_model, attn, feed_forward, pre_ln):
+        super().__init__()
+        self.size = d_model
+        self.attn = attn
+        self.feed_forward = feed_forward
+        self.pre_ln = pre_ln
+        self.norm_self_attn = nn.LayerNorm([d_model])
+        self.norm_ff = nn.LayerNorm([d_model])
+
+    def forward(self, x):
+        attn = self.attn(self.norm_self_attn(x) if self.pre_ln else x)
+        x = x + attn
+        z = self.norm_ff(x)
+        ff = self.feed_forward(z)
+        return x + ff
+
+
+class Model(nn.Module):
+    """Embedding -> layers -> final LayerNorm (FastWeightsAttentionTransformer.norm) -> generator."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        D, H = cfg["d_model"], cfg["n_heads"]
+        self.embed = nn.Embedding(cfg["vocab"], D)
+        layers = []
+        for _ in range(cfg["n_layers"]):
+            if cfg["mixer"] == "fast_weights":
+                attn = FastWeightsAttention(H, D, DPFP(cfg["dpfp_nu"]))
+            else:
+                phi = DPFP(cfg["dpfp_nu"]) if cfg["linear_feature"] == 0 else EluFeature()
+                attn = LinearAttention(H, D, phi)
+            layers.append(Layer(D, attn, FeedForward(D, cfg["d_ff"]), pre_ln=cfg["mixer"] == "linear"))
+        self.layers = nn.ModuleList(layers)
+        self.norm = nn.LayerNorm([D])
+        self.generator = nn.Linear(D, cfg["vocab"])
+
+    def forward(self, ids):  # ids [T][B]
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.generator(self.norm(x))  # [T][B][V]
+
+    def library_names(self):
+        """(library parameter name, torch parameter) for every parameter metaformer.h has."""
+        out = [("tok_emb", self.embed.weight)]
+        for l, layer in enumerate(self.layers):
+            p, a = f"layers.{l}.", layer.attn
+            if layer.pre_ln:
+                out += [(p + "ln1.weight", layer.norm_self_attn.weight), (p + "ln1.bias", layer.norm_self_attn.bias)]
+            out += [(p + "attn.q.weight", a.query.linear.weight), (p + "attn.k.weight", a.key.linear.weight),
+                    (p + "attn.v.weight", a.value.linear.weight)]
+            if isinstance(a, FastWeightsAttention):
+                out.append((p + "attn.beta.weight", a.interpolation_weight[0].linear.weight))
+            out += [(p + "attn.out.weight", a.output.weight), (p + "attn.out.bias", a.output.bias),
+                    (p + "ln2.weight", layer.norm_ff.weight), (p + "ln2.bias", layer.norm_ff.bias),
+                    (p + "ffn.fc1.weight", layer.feed_forward.layer1.weight),
+                    (p + "ffn.fc1.bias", layer.feed_forward.layer1.bias),
+                    (p + "ffn.fc2.weight", layer.feed_forward.layer2.weight),
+                    (p + "ffn.fc2.bias", layer.feed_forward.layer2.bias)]
+        out += [("ln_f.weight", self.norm.weight), ("ln_f.bias", self.norm.bias),
+                ("head.weight", self.generator.weight), ("head.bias", self.generator.bias)]
+        return out
+
+
+# ---------------------------------------------------------------------------------- goldens
+BASE = {"vocab": 11, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "dpfp_nu": 1, "linear_feature": 0}
+CASES = [
+    ("fw_fast_weights", dict(BASE, mixer="fast_weights")),
+    ("fw_linear_dpfp", dict(BASE, mixer="linear", dpfp_nu=2)),
+    ("fw_linear_elu", dict(BASE, mixer="linear", linear_feature=1)),
+]
+B, T = 2, 9
+
+
+def run(model, ids, targets, dtype):
+    m = model.to(dtype)
+    for p in m.parameters():
+        p.grad = None
+    logits = m(torch.tensor(ids.T.copy(), dtype=torch.long))  # [T][B][V]
+    V = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, V), torch.tensor(targets.T.copy(), dtype=torch.long).reshape(-1))
+    loss.backward()
+    grads = {n: p.grad.detach().numpy().copy() for n, p in m.library_names()}
+    return logits.detach().transpose(0, 1).numpy().copy(), float(loss.detach()), grads
+
+
+def rel_err(a, b):
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-6))
+
+
+def golden(name, cfg, seed):
+    torch.manual_seed(seed)
+    model = Model(cfg)
+    with torch.no_grad():  # LayerNorms away from 1 / 0 (torch init otherwise)
+        for mod in model.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.weight.add_(0.2 * torch.randn_like(mod.weight))
+                mod.bias.add_(0.2 * torch.randn_like(mod.bias))
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, cfg["vocab"], (B, T), generator=gen).numpy().astype(np.int32)
+    targets = torch.randint(0, cfg["vocab"], (B, T), generator=gen).numpy().astype(np.int32)
+    params = {n: p.detach().numpy().astype(np.float32) for n, p in model.library_names()}
+    model64 = model.double()
+    with torch.no_grad():  # the float64 run starts from exactly the stored float32 weights
+        for n, p in model64.library_names():
+            p.copy_(torch.tensor(params[n], dtype=torch.float64))
+    logits64, loss64, grads64 = run(model64, ids, targets, torch.float64)
+    logits32, loss32, grads32 = run(model64, ids, targets, torch.float32)
+    errs = {"logits": rel_err(logits32, logits64), "loss": abs(loss32 - loss64) / abs(loss64)}
+    errs.update({"grad." + n: rel_err(grads32[n], grads64[n]) for n in params})
+    worst = max(errs, key=errs.get)
+    dx = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)
+    dout = DPFP(nu=3)(dx)
+    tensors = [("ids", ids), ("targets", targets), ("logits", logits64.astype(np.float32)),
+               ("loss", np.array([loss64], dtype=np.float32)),
+               ("dpfp.x", dx.numpy().astype(np.float32)), ("dpfp.out", dout.numpy().astype(np.float32))]
+    tensors += [("param." + n, w) for n, w in params.items()]
+    tensors += [("grad." + n, grads64[n].astype(np.float32)) for n in params]
+    meta = {"cfg." + k: v for k, v in cfg.items()}
+    meta.update({"parity.B": B, "parity.T": T, "dpfp.nu": 3,
+                 "golden.made_by": "tests/parity/goldens_fastweights.py (PyTorch %s, float64)" % torch.__version__,
+                 "golden.fp32_worst": "%s %.3g" % (worst, errs[worst])})
+    dst = os.path.join(OUT, name + ".safetensors")
+    write_safetensors(dst, tensors, meta)
+    print(f"{name:16s} loss {loss64:.6f}  torch fp32 vs fp64: worst {worst} {errs[worst]:.2e}  "
+          f"-> {os.path.relpath(dst, ROOT)} ({os.path.getsize(dst)} bytes)")
+    if errs[worst] > 1e-5:
+        print(f"  warning: torch's own fp32 run is {errs[worst]:.2e} from fp64 on {worst}", file=sys.stderr)
+
+
+def main():
+    torch.set_num_threads(1)
+    os.makedirs(OUT, exist_ok=True)
+    for i, (name, cfg) in enumerate(CASES):
+        golden(name, cfg, 100 + i)
+
+
+if __name__ == "__main__":
+    main()
