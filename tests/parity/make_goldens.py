@@ -306,12 +306,13 @@ def main():
     out = subprocess.run([EXPORT, WORK], check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
     paths = [line.strip() for line in out.splitlines() if line.strip()]
     names = [golden_for(p) for p in paths]
-    old = [n for n in open(os.path.join(OUT, "manifest.txt")).read().split()] if os.path.exists(os.path.join(OUT, "manifest.txt")) else []
+    manifest = os.path.join(OUT, "manifest.txt")
+    old = open(manifest).read().split() if os.path.exists(manifest) else []
     for n in old:  # goldens of configs that no longer exist (the family scripts' files are theirs)
         f = n + ".safetensors"
         if n not in names and os.path.exists(os.path.join(OUT, f)):
             os.remove(os.path.join(OUT, f))
-    with open(os.path.join(OUT, "manifest.txt"), "w") as f:
+    with open(manifest, "w") as f:
         f.write("".join(n + "\n" for n in names))
     total = sum(os.path.getsize(os.path.join(OUT, n + ".safetensors")) for n in names)
     print(f"{len(names)} goldens, {total} bytes, in {os.path.relpath(OUT, ROOT)}/")
