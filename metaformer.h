@@ -416,7 +416,7 @@ typedef enum mf_mixer_kind {
     MF_MIXER_IDENTITY,  /* no token mixing: the mixer sub-block is skipped */
     MF_MIXER_RELATIVE,  /* Transformer-XL relative attention over [memory; x] (SPEC 5); mem_len, compressive (SPEC 6) */
     MF_MIXER_FAST_WEIGHTS, /* DPFP + delta rule fast weights (SPEC 7); no LayerNorm before this mixer */
-    MF_MIXER_LINEAR,    /* linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q)) */
+    MF_MIXER_LINEAR,    /* linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6) */
     MF_MIXER_FEEDBACK,  /* feedback transformer, per-layer key/value projections (SPEC 8.4) */
     MF_MIXER_FEEDBACK_KV, /* feedback transformer, one key/value projection shared by all layers (SPEC 8.5) */
     MF_MIXER_COUNT
@@ -474,10 +474,13 @@ MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T)
 MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T);
 /* Sampling: temperature <= 0 is greedy (argmax); top_k > 0 keeps the k most likely tokens. */
 typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sampler;
-/* Continue prompt (n_prompt >= 1 tokens) by n_new tokens written to out, with a KV cache: the
-   prompt is run once, then each new token costs one step. Past max_seq tokens the window slides
-   (the cache is rebuilt from the last max_seq / 2 tokens). Uses the activation arena (it calls
-   mf_reset) and never records gradients. Returns 0 or -1. */
+/* Continue prompt (n_prompt >= 1 tokens) by n_new tokens written to out, with a cache: the
+   prompt is run once, then each new token costs one step (softmax mixers: a KV cache; relative:
+   the XL memories; fast_weights / linear: the O(1) fast-weight state; feedback: the memory
+   stacks). Past max_seq tokens the window slides (the cache is rebuilt from the last max_seq / 2
+   tokens) - except for relative, fast_weights and linear with pos = MF_POS_NONE, whose state
+   has a fixed size: they go on without limit. Uses the activation arena (it calls mf_reset)
+   and never records gradients. Returns 0 or -1. */
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out);
 /* Relative mixer (Transformer-XL, compressive transformer; SPEC.md 5, 6): the memories carried from
