@@ -259,6 +259,16 @@ MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
 /* Mean over a window of the sequence axis of x [B, T, D]: centred (t - k/2 .. t + k/2, k odd) or
    causal (t - k + 1 .. t); positions outside [0, T) do not count (count_include_pad = false). */
 MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal);
+/* Feedback attention (SPEC.md 8.2): one query per batch row and head against n memory slots, with
+   the relative position tables of the feedback transformer. q [B, H, dk]; k, v [B, H, n, dk]
+   (slot 0 the oldest); u [H, dk] the query position bias; r [P, H, dk] the key position
+   embeddings and s [P, H] the key position biases, of which the LAST n rows are used (slot j reads
+   row P - n + j: the previous step is row P - 1), n <= P -> [B, H, dk]:
+       out[b][h] = sum_j a_j v[b][h][j],  a = softmax_j(scale * ((q + u) . k_j + q . r_j + s_j))
+   (scale is usually 1 / sqrt(dk)). The query never sees itself: the slots are the past only.
+   Saves B*H floats (the log-sum-exp); the backward recomputes the probabilities. */
+MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v,
+                                       mf_tensor *u, mf_tensor *r, mf_tensor *s, float scale);
 /* Fused multi-head scaled dot-product attention (FlashAttention-2 style on the CPU):
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv],
    out = softmax(scale * q k^T [+ causal mask]) v. causal != 0: query i sees key j iff
@@ -4211,15 +4221,653 @@ static void mf__fw_free(mf_model *m) { (void)m; }
 static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) { (void)m; (void)l; (void)x; (void)pos0; (void)gen; return NULL; }
 
 /* ==== [mf:feedback] ========================================================================= */
-/* The feedback transformer, original and shared-KV variants (SPEC.md section 8). */
-struct mf__fb_state { int unused; };
-static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
-    (void)c; return (mf__fail(ctx, "the feedback mixers are not implemented yet"), -1);
+/* The feedback transformer, original and shared-KV variants (SPEC.md section 8).
+
+   The recurrence (SPEC 8.3 - 8.5), token by token: step t runs every layer on x_t (the token
+   embedding, plus the position embedding when the config has one); at t > 0 layer l first attends
+   from LN_att(h) (only the query is normed) to the memories m_0 .. m_{t-1} (never to the current
+   step; at t = 0 the attention sub-layer is skipped), then runs its FFN. The memory of step t is
+   m_t = sum_l softmax(w)[l] * hs_t[l] over the embedding and every layer's output. Keys and values
+   of a memory slot never change once written, so each slot is projected ONCE, at the end of the
+   step that writes it: per layer in the original variant (K_l = m Wk_l^T, V_l = m Wv_l^T + bv_l),
+   by the shared bias-free k, v in the KV variant. The slots live in one buffer [slot][B][ld]: row
+   (slot, b) holds every layer's K | V (original: ld = 2 N D, K_l at 2 l D, V_l at 2 l D + D) or
+   the shared K | V (KV: ld = 2 D) - the seed's Stack of the KV variant, preallocated.
+
+   The whole recurrence is ONE tape node ("feedback") with an explicit backward in reverse time
+   (SPEC 8.6, the llm.c way): no tape node and no allocation per token. The forward keeps every
+   step's activations in step-major buffers [layer][T][B][...] taken from the arena once per call;
+   a step is a few [B x D] GEMMs per layer (mf__sgemm_ws) and the per-(batch, head) attention
+   (parallel over batch x heads). The backward walks t = T-1 .. 0: when it reaches step t, every
+   reader of slot t (the later steps) is done, so the slot's key/value gradient is complete and
+   dm_t = dK_t Wk + dV_t Wv is handed to hs_t[l] with weight softmax(w)[l]. Weight gradients are
+   not formed per step: the per-step input gradients are kept and each weight gets one GEMM over
+   all T*B rows at the end (dW += dY^T X), where a GEMM is fast. Attention keeps only the
+   log-sum-exp of each query and recomputes the probabilities in the backward (no T x T buffer).
+
+   Capacity: max_seq is the stack capacity (the seed's Stack holds 512): at most max_seq memory
+   slots per sequence, and max_seq <= P = 4096, the rows of the relative tables. Generation keeps
+   the slots in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n continues after the n tokens
+   so far, one step per new token. Dropout (config.dropout, training only) acts where the generic
+   block has it: both residual branches and the FFN hidden layer (not on the attention
+   probabilities, like the sdpa mixer). */
+#define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
+
+struct mf__fb_state {
+    float *slots;  /* generation: [max_seq][ld] keys | values of the memory slots (batch 1) */
+    int n_slots;   /* slots written so far */
+};
+
+/* ---- feedback attention of one (batch, head): the query against n memory slots ---------------- */
+typedef struct mf__fb_head {
+    const float *q, *u;       /* [dk] query, query position bias */
+    const float *k, *v;       /* slot j at k + j * kvs, v + j * kvs */
+    const float *r, *s;       /* slot j: R row at r + j * rs, S at s[j * ss] (rows P - n + j) */
+    float *dq, *du, *dk, *dv, *dr, *ds; /* gradients (+=) at the same places; any may be NULL */
+    int64_t kvs, rs, ss;
+    int n, d;                 /* slots, head size */
+    float scale;
+} mf__fb_head;
+
+static float mf__fb_dot(const float *a, const float *b, int n) {
+    mf__av s = mf__av_zero();
+    int i = 0;
+    float r;
+    for (; i + MF__AW <= n; i += MF__AW) s = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), s);
+    r = mf__av_hsum(s);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
 }
-static void mf__fb_make_layer(mf_model *m, int l) { (void)m; (void)l; }
-static void mf__fb_init(mf_model *m) { (void)m; }
-static void mf__fb_free(mf_model *m) { (void)m; }
-static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) { (void)m; (void)x; (void)pos0; (void)gen; return NULL; }
+/* y[0..n) += a * x */
+static void mf__fb_axpy(float *y, float a, const float *x, int n) {
+    mf__av va = mf__av_set1(a);
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+/* scale * ((q + u) . k_j + q . r_j + s_j) */
+static float mf__fb_score(const mf__fb_head *h, int j) {
+    const float *k = h->k + j * h->kvs, *r = h->r + j * h->rs;
+    mf__av a = mf__av_zero();
+    int i = 0;
+    float x;
+    for (; i + MF__AW <= h->d; i += MF__AW) {
+        mf__av q = mf__av_load(h->q + i);
+        a = mf__av_fma(mf__av_add(q, mf__av_load(h->u + i)), mf__av_load(k + i), a);
+        a = mf__av_fma(q, mf__av_load(r + i), a);
+    }
+    x = mf__av_hsum(a);
+    for (; i < h->d; i++) x += (h->q[i] + h->u[i]) * k[i] + h->q[i] * r[i];
+    return (x + h->s[j * h->ss]) * h->scale;
+}
+/* o [d] = sum_j softmax_j(score_j) v_j, online softmax over blocks of 64 slots; returns the
+   log-sum-exp of the scores (n >= 1) */
+static float mf__fb_head_forward(const mf__fb_head *h, float *o) {
+    float sc[64], m = -INFINITY, l = 0.0f;
+    int j0, j, i;
+    for (i = 0; i < h->d; i++) o[i] = 0.0f;
+    for (j0 = 0; j0 < h->n; j0 += 64) {
+        int c = h->n - j0 < 64 ? h->n - j0 : 64;
+        float bm = m;
+        for (j = 0; j < c; j++) {
+            sc[j] = mf__fb_score(h, j0 + j);
+            if (sc[j] > bm) bm = sc[j];
+        }
+        if (bm > m) { /* a new maximum: rescale what is summed so far */
+            float a = expf(m - bm);
+            l *= a;
+            for (i = 0; i < h->d; i++) o[i] *= a;
+            m = bm;
+        }
+        for (j = 0; j < c; j++) {
+            float p = expf(sc[j] - m);
+            l += p;
+            mf__fb_axpy(o, p, h->v + (j0 + j) * h->kvs, h->d);
+        }
+    }
+    for (i = 0; i < h->d; i++) o[i] /= l;
+    return m + logf(l);
+}
+/* gradients of one head from dout [d], given the forward's o and lse (FlashAttention-2 style):
+   p_j = exp(score_j - lse), g_j = scale * p_j (dout . v_j - dout . o);
+   dq += g_j (k_j + r_j), du += g_j k_j, dk_j += g_j (q + u), dv_j += p_j dout, dr_j += g_j q, ds_j += g_j */
+static void mf__fb_head_backward(const mf__fb_head *h, const float *o, float lse, const float *dout) {
+    float D = mf__fb_dot(dout, o, h->d);
+    int j;
+    for (j = 0; j < h->n; j++) {
+        const float *k = h->k + j * h->kvs, *v = h->v + j * h->kvs;
+        float p = expf(mf__fb_score(h, j) - lse), g = h->scale * p * (mf__fb_dot(dout, v, h->d) - D);
+        if (h->dq) { mf__fb_axpy(h->dq, g, k, h->d); mf__fb_axpy(h->dq, g, h->r + j * h->rs, h->d); }
+        if (h->du) mf__fb_axpy(h->du, g, k, h->d);
+        if (h->dk) { mf__fb_axpy(h->dk + j * h->kvs, g, h->q, h->d); mf__fb_axpy(h->dk + j * h->kvs, g, h->u, h->d); }
+        if (h->dv) mf__fb_axpy(h->dv + j * h->kvs, p, dout, h->d);
+        if (h->dr) mf__fb_axpy(h->dr + j * h->rs, g, h->q, h->d);
+        if (h->ds) h->ds[j * h->ss] += g;
+    }
+}
+
+/* ---- feedback attention op: q [B, H, dk], k, v [B, H, n, dk], u [H, dk], r [P, H, dk], s [P, H]
+   -> [B, H, dk]; src 0..5 = q, k, v, u, r, s; farg[0] scale; saved: lse [B*H] */
+static int mf__fba_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *u = out->src[3];
+    const mf_tensor *r = out->src[4], *s = out->src[5];
+    int B, H, dk, n;
+    char sq[64], sk[64], sv[64], su[64], sr[64], ss[64];
+    if (!u || !r || !s)
+        return MF__SHAPE_FAIL("feedback_attention: u, r and s must not be NULL (zero tables are the seed's init)");
+    if (q->ndim != 3 || k->ndim != 4 || v->ndim != 4)
+        return MF__SHAPE_FAIL("feedback_attention: q must be [B, H, dk] and k, v [B, H, n, dk]; got q %s, k %s, v %s",
+                              mf_shape_str(q, sq, 64), mf_shape_str(k, sk, 64), mf_shape_str(v, sv, 64));
+    B = q->shape[0]; H = q->shape[1]; dk = q->shape[2]; n = k->shape[2];
+    if (k->shape[0] != B || k->shape[1] != H || k->shape[3] != dk || memcmp(k->shape, v->shape, sizeof k->shape) != 0)
+        return MF__SHAPE_FAIL("feedback_attention: k %s and v %s must both be [B, H, n, dk] = [%d, %d, n, %d] (q %s)",
+                              mf_shape_str(k, sk, 64), mf_shape_str(v, sv, 64), B, H, dk, mf_shape_str(q, sq, 64));
+    if (u->ndim != 2 || u->shape[0] != H || u->shape[1] != dk || r->ndim != 3 || r->shape[1] != H ||
+        r->shape[2] != dk || s->ndim != 2 || s->shape[1] != H || s->shape[0] != r->shape[0])
+        return MF__SHAPE_FAIL("feedback_attention: u %s, r %s, s %s must be [H, dk], [P, H, dk], [P, H] with H = %d, dk = %d",
+                              mf_shape_str(u, su, 64), mf_shape_str(r, sr, 64), mf_shape_str(s, ss, 64), H, dk);
+    if (n > r->shape[0])
+        return MF__SHAPE_FAIL("feedback_attention: %d memory slots but the tables have P = %d rows; n must be <= P",
+                              n, r->shape[0]);
+    mf__set_shape(out, 3, q->shape);
+    return 0;
+}
+/* the view of (b, h) of the op's tensors; grads too when `grads` */
+static mf__fb_head mf__fba_head(const mf_tensor *out, int b, int h, int grads) {
+    const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *u = out->src[3];
+    const mf_tensor *r = out->src[4], *s = out->src[5];
+    int H = q->shape[1], d = q->shape[2], n = k->shape[2], P = r->shape[0];
+    int64_t oq = ((int64_t)b * H + h) * d, ok = oq * n, orr = ((int64_t)(P - n) * H + h) * d, os = (int64_t)(P - n) * H + h;
+    mf__fb_head hd;
+    memset(&hd, 0, sizeof hd);
+    hd.q = q->data + oq; hd.u = u->data + (int64_t)h * d;
+    hd.k = k->data + ok; hd.v = v->data + ok; hd.kvs = d;
+    hd.r = r->data + orr; hd.rs = (int64_t)H * d;
+    hd.s = s->data + os; hd.ss = H;
+    hd.n = n; hd.d = d; hd.scale = out->farg[0];
+    if (grads) {
+        float *g;
+        hd.dq = (g = mf__g(q)) ? g + oq : NULL;
+        hd.du = (g = mf__g(u)) ? g + (int64_t)h * d : NULL;
+        hd.dk = (g = mf__g(k)) ? g + ok : NULL;
+        hd.dv = (g = mf__g(v)) ? g + ok : NULL;
+        hd.dr = (g = mf__g(r)) ? g + orr : NULL;
+        hd.ds = (g = mf__g(s)) ? g + os : NULL;
+    }
+    return hd;
+}
+static void mf__fba_forward(mf_ctx *ctx, mf_tensor *out) {
+    int B = out->shape[0], H = out->shape[1], d = out->shape[2];
+    int64_t i;
+    float *lse = out->saved = (float *)mf__alloc(ctx, (size_t)B * H * sizeof(float));
+    if (!lse) return;
+    MF__PARFOR(ctx, (int64_t)B * H, 8.0 * out->src[1]->shape[2] * d)
+    for (i = 0; i < (int64_t)B * H; i++) {
+        mf__fb_head hd = mf__fba_head(out, (int)(i / H), (int)(i % H), 0);
+        lse[i] = mf__fb_head_forward(&hd, out->data + i * d);
+    }
+}
+static void mf__fba_backward(mf_ctx *ctx, mf_tensor *out) {
+    int B = out->shape[0], H = out->shape[1], d = out->shape[2], h;
+    /* parallel over heads: du, dr, ds of a head are shared by the batch rows */
+    MF__PARFOR(ctx, H, 14.0 * B * out->src[1]->shape[2] * d)
+    for (h = 0; h < H; h++) {
+        int b;
+        for (b = 0; b < B; b++) {
+            mf__fb_head hd = mf__fba_head(out, b, h, 1);
+            int64_t i = (int64_t)b * H + h;
+            mf__fb_head_backward(&hd, out->data + i * d, out->saved[i], out->grad + i * d);
+        }
+    }
+}
+static const mf__op mf__op_feedback_attention = { "feedback_attention", 3, mf__fba_shape, mf__fba_forward, mf__fba_backward, 0 };
+MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
+                                       mf_tensor *r, mf_tensor *s, float scale) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_feedback_attention, q, k, v, u);
+    if (t) { t->src[4] = r; t->src[5] = s; t->farg[0] = scale; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- the feedback transformer: one forward call's state and buffers ----------------------------- */
+typedef struct mf__fb_fwd {
+    mf_model *m;
+    int B, T, pos0, gen;
+    int ld;              /* floats per (slot, batch) row of the key/value slots */
+    float drop;          /* dropout p; 0 when not training */
+    uint64_t stream;     /* dropout RNG stream of this call */
+    float *sw;           /* softmax(w) [N + 1] */
+    float *slots;        /* [slots][B][ld] keys | values (the arena; generation: mf__fb_state) */
+    float *hs;           /* [N + 1][T][B][D] the embedding and each layer's output */
+    float *z, *q, *o;    /* [N][T][B][D] LN_att output, query, attention output (t >= 1) */
+    float *xm, *y2;      /* [N][T][B][D] after the attention sub-layer, LN_ff output */
+    float *a1, *g1;      /* [N][T][B][F] FFN pre-activation, activation (after dropout) */
+    float *st1, *st2;    /* [N][T][B][2] LayerNorm mean, 1/std */
+    float *lse;          /* [N][T][B][H] attention log-sum-exp */
+    float *mem;          /* [T][B][D] the memories m_t */
+    float *tmp;          /* [B][D] scratch */
+} mf__fb_fwd;
+
+/* row block of layer l, step t in a [layer][T][B][w] buffer */
+#define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
+
+/* C[M][N] = beta * C + op(A) op(B), leading dimensions given: the context's GEMM workspace */
+static void mf__fb_mm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    float *ws;
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    if ((ws = mf__gemm_workspace(ctx, M, N, K)) != NULL)
+        mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, ctx->n_threads, ws);
+}
+/* y [rows][out] = x [rows][in] W^T + b (W [out][in], b may be NULL) */
+static void mf__fb_linear(mf_ctx *ctx, const float *x, const mf_tensor *w, const mf_tensor *b, int rows, float *y) {
+    int in = w->shape[1], out = w->shape[0], r, j;
+    mf__fb_mm(ctx, 0, 1, rows, out, in, x, in, w->data, in, 0.0f, y, out);
+    if (b) for (r = 0; r < rows; r++) for (j = 0; j < out; j++) y[(int64_t)r * out + j] += b->data[j];
+}
+/* LayerNorm of x [rows][D] -> y; st[2r], st[2r + 1] = mean, 1/std of row r (the layout the
+   layernorm op's backward reads, see mf__fb_layernorm_backward) */
+static void mf__fb_layernorm(const float *x, const mf_tensor *g, const mf_tensor *b, float eps, int rows, int D,
+                             float *y, float *st) {
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + (int64_t)r * D;
+        float *yr = y + (int64_t)r * D, mean = mf__vsum(xr, D) / (float)D, var = 0.0f, rstd;
+        for (j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
+        rstd = 1.0f / sqrtf(var / (float)D + eps);
+        for (j = 0; j < D; j++) yr[j] = (xr[j] - mean) * rstd * (g ? g->data[j] : 1.0f) + (b ? b->data[j] : 0.0f);
+        st[2 * r] = mean; st[2 * r + 1] = rstd;
+    }
+}
+/* dx += the LayerNorm backward of dy for x [rows][D] (g, b: the LN's parameters; their gradients
+   are added when they take one): the layernorm op's own backward, on headers on the stack */
+static void mf__fb_layernorm_backward(mf_ctx *ctx, float *x, float *st, mf_tensor *g, mf_tensor *b, float *dy,
+                                      float *dx, int rows, int D) {
+    mf_tensor in, out;
+    int shape[2];
+    shape[0] = rows; shape[1] = D;
+    memset(&in, 0, sizeof in); memset(&out, 0, sizeof out);
+    mf__set_shape(&in, 2, shape); mf__set_shape(&out, 2, shape);
+    in.data = x; in.grad = dx; in.requires_grad = 1;
+    out.src[0] = &in; out.src[1] = g; out.src[2] = b; out.grad = dy; out.saved = st;
+    mf__layernorm_backward(ctx, &out);
+}
+/* the FFN activation: y = act(x) (dx == NULL) or dx += act'(x) * dy, n values: the unary op's
+   own kernels, on headers on the stack */
+static void mf__fb_act(mf_ctx *ctx, mf_act_kind a, float *x, float *y, float *dy, float *dx, int n) {
+    mf_tensor in, out;
+    memset(&in, 0, sizeof in); memset(&out, 0, sizeof out);
+    mf__set_shape(&in, 1, &n); mf__set_shape(&out, 1, &n);
+    in.data = x; in.grad = dx; in.requires_grad = dx != NULL;
+    out.src[0] = &in; out.data = y; out.grad = dy;
+    out.iarg[0] = a == MF_ACT_RELU ? MF__RELU : a == MF_ACT_GELU ? MF__GELU : a == MF_ACT_GELU_TANH ? MF__GELU_TANH : MF__SILU;
+    if (dx) mf__unary_backward(ctx, &out); else mf__unary_forward(ctx, &out);
+}
+/* dropout of element e of the [B][w] block of (site, layer l, step t): sites 0 attention branch,
+   1 FFN hidden, 2 FFN branch; x *= 1 / (1 - p) or 0. The backward redraws the same masks. */
+static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int l, int t, float *x, int w) {
+    const mf_model_config *c = &f->m->cfg;
+    int64_t e, n = (int64_t)f->B * w, wmax = c->d_ff > c->d_model ? c->d_ff : c->d_model;
+    int64_t base = (((int64_t)site * c->n_layers + l) * f->T + t) * f->B * wmax;
+    float s = 1.0f / (1.0f - f->drop);
+    if (f->drop <= 0.0f) return;
+    for (e = 0; e < n; e++)
+        x[e] = mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, f->stream, (uint64_t)(base + e)) >= f->drop ? x[e] * s : 0.0f;
+}
+/* layer l's attention at step t over slots 0 .. n-1, for batch row b and head h */
+static mf__fb_head mf__fb_model_head(const mf__fb_fwd *f, int l, int n, const float *q, int b, int h) {
+    const mf_model_config *c = &f->m->cfg;
+    const mf__layer *L = &f->m->layers[l];
+    int D = c->d_model, H = c->n_heads, d = D / H;
+    int64_t kv = (int64_t)b * f->ld + (c->mixer == MF_MIXER_FEEDBACK ? 2 * (int64_t)l * D : 0) + (int64_t)h * d;
+    mf__fb_head hd;
+    memset(&hd, 0, sizeof hd);
+    hd.q = q + (int64_t)b * D + (int64_t)h * d; hd.u = L->rel_u->data + (int64_t)h * d;
+    hd.k = f->slots + kv; hd.v = f->slots + kv + D; hd.kvs = (int64_t)f->B * f->ld;
+    hd.r = L->rel_r->data + ((int64_t)(MF__FB_P - n) * H + h) * d; hd.rs = (int64_t)H * d;
+    hd.s = L->rel_s->data + (int64_t)(MF__FB_P - n) * H + h; hd.ss = H;
+    hd.n = n; hd.d = d; hd.scale = 1.0f / sqrtf((float)d);
+    return hd;
+}
+/* the key/value weight and its place in a slot row: block i < 2 (KV) or 2 N (original) */
+static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor **b, int64_t *off) {
+    const mf__layer *L = &m->layers[i / 2];
+    if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
+    else { *w = i % 2 ? m->fb_wv : m->fb_wk; *b = NULL; }
+    *off = (int64_t)i * m->cfg.d_model;
+}
+
+/* ---- forward: step t of the whole batch --------------------------------------------------------- */
+static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i;
+    int n = f->pos0 + t; /* memory slots before this step */
+    int64_t e, bd = (int64_t)B * D;
+    float *mem = f->mem + (int64_t)t * bd;
+    for (l = 0; l < N && mf_ok(ctx); l++) {
+        mf__layer *L = &f->m->layers[l];
+        float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
+        float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
+        if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
+            float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
+            mf__fb_layernorm(x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, MF__FB_AT(f, f->z, l, t, D), MF__FB_AT(f, f->st1, l, t, 2));
+            mf__fb_linear(ctx, MF__FB_AT(f, f->z, l, t, D), L->wq, NULL, B, q);
+            MF__PARFOR(ctx, (int64_t)B * H, 8.0 * n * D / H)
+            for (i = 0; i < B * H; i++) {
+                mf__fb_head hd = mf__fb_model_head(f, l, n, q, i / H, i % H);
+                lse[i] = mf__fb_head_forward(&hd, o + (int64_t)i * (D / H));
+            }
+            mf__fb_linear(ctx, o, L->wo, L->bo, B, f->tmp);
+            mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
+            for (e = 0; e < bd; e++) xm[e] = x[e] + f->tmp[e];
+        } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* step 0: no memory, no attention sub-layer */
+        /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
+        mf__fb_layernorm(xm, L->ln2_w, L->ln2_b, c->ln_eps, B, D, y2, MF__FB_AT(f, f->st2, l, t, 2));
+        mf__fb_linear(ctx, y2, L->fc1_w, L->fc1_b, B, a1);
+        mf__fb_act(ctx, c->ffn_act, a1, g1, NULL, NULL, B * F);
+        mf__fb_dropout(ctx, f, 1, l, t, g1, F);
+        mf__fb_linear(ctx, g1, L->fc2_w, L->fc2_b, B, f->tmp);
+        mf__fb_dropout(ctx, f, 2, l, t, f->tmp, D);
+        for (e = 0; e < bd; e++) y[e] = xm[e] + f->tmp[e];
+    }
+    /* m_t = sum_l softmax(w)[l] hs_t[l]; its keys/values go to slot n (the last step's slot is
+       never read in training: only generation continues from it) */
+    for (e = 0; e < bd; e++) mem[e] = 0.0f;
+    for (l = 0; l <= N; l++) {
+        const float *h = MF__FB_AT(f, f->hs, l, t, D);
+        for (e = 0; e < bd; e++) mem[e] += f->sw[l] * h[e];
+    }
+    if (t < f->T - 1 || f->gen) {
+        float *slot = f->slots + (int64_t)n * B * f->ld;
+        int nb = c->mixer == MF_MIXER_FEEDBACK ? 2 * N : 2, b, j;
+        for (i = 0; i < nb; i++) {
+            mf_tensor *w, *bias;
+            int64_t off;
+            mf__fb_kv_block(f->m, i, &w, &bias, &off);
+            mf__fb_mm(ctx, 0, 1, B, D, D, mem, D, w->data, D, 0.0f, slot + off, f->ld);
+            if (bias) for (b = 0; b < B; b++) for (j = 0; j < D; j++) slot[(int64_t)b * f->ld + off + j] += bias->data[j];
+        }
+    }
+}
+
+static int mf__fb_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf__fb_fwd *f = (const mf__fb_fwd *)out->aux;
+    const mf_tensor *x = out->src[0];
+    char s[64];
+    if (x->ndim != 3 || x->shape[2] != f->m->cfg.d_model)
+        return MF__SHAPE_FAIL("feedback: the input must be [B, T, d_model = %d], got %s", f->m->cfg.d_model,
+                              mf_shape_str(x, s, 64));
+    mf__set_shape(out, 3, x->shape);
+    return 0;
+}
+
+static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
+    mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t, b, l;
+    size_t tb = (size_t)T * B, fl = sizeof(float);
+    float mx = -INFINITY, sum = 0.0f, *w = f->m->fb_w->data;
+    f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
+    f->hs = (float *)mf__alloc(ctx, (size_t)(N + 1) * tb * D * fl);
+    f->z = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->q = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->o = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->xm = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->y2 = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->a1 = (float *)mf__alloc(ctx, N * tb * F * fl);
+    f->g1 = (float *)mf__alloc(ctx, N * tb * F * fl);
+    f->st1 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
+    f->st2 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
+    f->lse = (float *)mf__alloc(ctx, N * tb * H * fl);
+    f->mem = (float *)mf__alloc(ctx, tb * D * fl);
+    f->tmp = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    if (!f->gen) f->slots = (float *)mf__alloc(ctx, tb * f->ld * fl);
+    if (!mf_ok(ctx)) return;
+    for (l = 0; l <= N; l++) if (w[l] > mx) mx = w[l];
+    for (l = 0; l <= N; l++) sum += f->sw[l] = expf(w[l] - mx);
+    for (l = 0; l <= N; l++) f->sw[l] /= sum;
+    for (b = 0; b < B; b++) /* [B][T][D] -> step-major hs[0] [T][B][D] */
+        for (t = 0; t < T; t++)
+            memcpy(f->hs + ((int64_t)t * B + b) * D, out->src[0]->data + ((int64_t)b * T + t) * D, (size_t)D * fl);
+    for (t = 0; t < T && mf_ok(ctx); t++) mf__fb_step(ctx, f, t);
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++)
+            memcpy(out->data + ((int64_t)b * T + t) * D, MF__FB_AT(f, f->hs, N, t, D) + (int64_t)b * D, (size_t)D * fl);
+}
+
+/* ---- backward ------------------------------------------------------------------------------------ */
+typedef struct mf__fb_grads {
+    float *slots;        /* [T][B][ld] gradients of the keys | values of each slot */
+    float *q, *ao, *fo;  /* [N][T][B][D] d query, d attention branch (out-proj output), d FFN branch */
+    float *a1;           /* [N][T][B][F] d FFN pre-activation */
+    float *dsw;          /* [N + 1] d softmax(w) */
+    float *dh, *dm, *dd; /* [B][D] step scratch: d hs, d m_t, d (LN input / attention output) */
+    float *df;           /* [B][F] step scratch */
+} mf__fb_grads;
+
+/* backward of step t (training: slots before step t = t) */
+static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads *g, const float *dout, float *dx, int t) {
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i, b, h;
+    int64_t e, bd = (int64_t)B * D;
+    int has_dm = t < T - 1; /* slot t is read by the later steps */
+    float *dh = g->dh, *dm = g->dm, *dd = g->dd, *df = g->df;
+    if (has_dm) { /* dm_t = sum over blocks dK|dV_t W; dsw[l] += dm_t . hs_t[l] */
+        const float *ds = g->slots + (int64_t)t * B * f->ld;
+        int nb = c->mixer == MF_MIXER_FEEDBACK ? 2 * N : 2;
+        for (i = 0; i < nb; i++) {
+            mf_tensor *w, *bias;
+            int64_t off;
+            mf__fb_kv_block(f->m, i, &w, &bias, &off);
+            mf__fb_mm(ctx, 0, 0, B, D, D, ds + off, f->ld, w->data, D, i ? 1.0f : 0.0f, dm, D);
+        }
+        for (l = 0; l <= N; l++) g->dsw[l] += mf__fb_dot(dm, MF__FB_AT(f, f->hs, l, t, D), (int)bd);
+    }
+    for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
+    if (has_dm) mf__fb_axpy(dh, f->sw[N], dm, (int)bd);
+    for (l = N - 1; l >= 0 && mf_ok(ctx); l--) {
+        mf__layer *L = &f->m->layers[l];
+        float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F);
+        /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
+        memcpy(fo, dh, (size_t)bd * sizeof(float));
+        mf__fb_dropout(ctx, f, 2, l, t, fo, D);
+        mf__fb_mm(ctx, 0, 0, B, F, D, fo, D, L->fc2_w->data, F, 0.0f, df, F);
+        mf__fb_dropout(ctx, f, 1, l, t, df, F);
+        memset(da1, 0, (size_t)B * F * sizeof(float));
+        mf__fb_act(ctx, c->ffn_act, MF__FB_AT(f, f->a1, l, t, F), MF__FB_AT(f, f->g1, l, t, F), df, da1, B * F);
+        mf__fb_mm(ctx, 0, 0, B, D, F, da1, F, L->fc1_w->data, D, 0.0f, dd, D);
+        mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->xm, l, t, D), MF__FB_AT(f, f->st2, l, t, 2), L->ln2_w, L->ln2_b,
+                                  dd, dh, B, D);
+        if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
+            float *ao = MF__FB_AT(f, g->ao, l, t, D), *dq = MF__FB_AT(f, g->q, l, t, D);
+            const float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
+            float *gu = mf__g(L->rel_u), *gr = mf__g(L->rel_r), *gs = mf__g(L->rel_s);
+            memcpy(ao, dh, (size_t)bd * sizeof(float));
+            mf__fb_dropout(ctx, f, 0, l, t, ao, D);
+            mf__fb_mm(ctx, 0, 0, B, D, D, ao, D, L->wo->data, D, 0.0f, dd, D);
+            memset(dq, 0, (size_t)bd * sizeof(float));
+            MF__PARFOR(ctx, H, 14.0 * B * t * D / H)
+            for (h = 0; h < H; h++) { /* parallel over heads: du, dr, ds of a head are shared by the batch */
+                int bb, d = D / H;
+                for (bb = 0; bb < B; bb++) {
+                    mf__fb_head hd = mf__fb_model_head(f, l, t, q, bb, h);
+                    int64_t kv = hd.k - f->slots, oo = (int64_t)bb * D + (int64_t)h * d;
+                    hd.dq = dq + oo;
+                    hd.du = gu ? gu + (int64_t)h * d : NULL;
+                    hd.dk = g->slots + kv; hd.dv = g->slots + kv + D;
+                    hd.dr = gr ? gr + (hd.r - L->rel_r->data) : NULL;
+                    hd.ds = gs ? gs + (hd.s - L->rel_s->data) : NULL;
+                    mf__fb_head_backward(&hd, o + oo, lse[(int64_t)bb * H + h], dd + oo);
+                }
+            }
+            mf__fb_mm(ctx, 0, 0, B, D, D, dq, D, L->wq->data, D, 0.0f, dd, D);
+            mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
+                                      dd, dh, B, D);
+        }
+        if (has_dm) mf__fb_axpy(dh, f->sw[l], dm, (int)bd); /* hs_t[l] also feeds m_t */
+    }
+    if (dx) for (b = 0; b < B; b++) for (e = 0; e < D; e++) dx[((int64_t)b * T + t) * D + e] += dh[(int64_t)b * D + e];
+}
+
+/* dW += dY^T X over rows (X [rows][in], dY [rows][out] with row stride ldy); db += column sums */
+static void mf__fb_weight_grad(mf_ctx *ctx, mf_tensor *w, mf_tensor *bias, const float *dy, int ldy, const float *x,
+                               int rows) {
+    int out = w->shape[0], in = w->shape[1], r, j;
+    float *gw = mf__g(w), *gb = mf__g(bias);
+    if (rows <= 0) return;
+    if (gw) mf__fb_mm(ctx, 1, 0, out, in, rows, dy, ldy, x, in, 1.0f, gw, in);
+    if (gb && ldy == out) mf__colsum(ctx, dy, NULL, NULL, rows, out, gb);
+    else if (gb) for (r = 0; r < rows; r++) for (j = 0; j < out; j++) gb[j] += dy[(int64_t)r * ldy + j];
+}
+
+static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf__fb_fwd *f = (const mf__fb_fwd *)out->aux;
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, N = c->n_layers, t, l, i;
+    size_t tb = (size_t)T * B, fl = sizeof(float);
+    int64_t r1 = (int64_t)B * D;  /* attention rows start at step 1 */
+    float *gw = mf__g(f->m->fb_w);
+    mf__fb_grads g;
+    if (f->gen || f->pos0 != 0) { mf__fail(ctx, "feedback: generation steps have no backward"); return; }
+    g.slots = (float *)mf__calloc(ctx, tb * f->ld * fl);
+    g.q = (float *)mf__alloc(ctx, N * tb * D * fl);
+    g.ao = (float *)mf__alloc(ctx, N * tb * D * fl);
+    g.fo = (float *)mf__alloc(ctx, N * tb * D * fl);
+    g.a1 = (float *)mf__alloc(ctx, N * tb * F * fl);
+    g.dsw = (float *)mf__calloc(ctx, (size_t)(N + 1) * fl);
+    g.dh = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    g.dm = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    g.dd = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    g.df = (float *)mf__alloc(ctx, (size_t)B * F * fl);
+    if (!mf_ok(ctx)) return;
+    for (t = T - 1; t >= 0 && mf_ok(ctx); t--) mf__fb_step_backward(ctx, f, &g, out->grad, mf__g(out->src[0]), t);
+    /* the weight gradients of all steps at once */
+    for (l = 0; l < N; l++) {
+        mf__layer *L = &f->m->layers[l];
+        int64_t at = (int64_t)l * tb * D, af = (int64_t)l * tb * F;
+        mf__fb_weight_grad(ctx, L->wq, NULL, g.q + at + r1, D, f->z + at + r1, (T - 1) * B);
+        mf__fb_weight_grad(ctx, L->wo, L->bo, g.ao + at + r1, D, f->o + at + r1, (T - 1) * B);
+        mf__fb_weight_grad(ctx, L->fc1_w, L->fc1_b, g.a1 + af, F, f->y2 + at, T * B);
+        mf__fb_weight_grad(ctx, L->fc2_w, L->fc2_b, g.fo + at, D, f->g1 + af, T * B);
+    }
+    for (i = 0; i < (c->mixer == MF_MIXER_FEEDBACK ? 2 * N : 2); i++) { /* slots 0 .. T-2 are read */
+        mf_tensor *w, *bias;
+        int64_t off;
+        mf__fb_kv_block(f->m, i, &w, &bias, &off);
+        mf__fb_weight_grad(ctx, w, bias, g.slots + off, f->ld, f->mem, (T - 1) * B);
+    }
+    if (gw) { /* softmax backward: dw_i = sw_i (dsw_i - sum_j sw_j dsw_j) */
+        float dot = mf__fb_dot(f->sw, g.dsw, N + 1);
+        for (l = 0; l <= N; l++) gw[l] += f->sw[l] * (g.dsw[l] - dot);
+    }
+}
+static const mf__op mf__op_feedback = { "feedback", 1, mf__fb_shape, mf__fb_forward, mf__fb_backward, 0 };
+
+/* ---- model hooks ----------------------------------------------------------------------------------- */
+static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
+    if (ctx->be)
+        return (mf__fail(ctx, "model config: the %s mixer runs on the CPU only so far; create the model on a CPU "
+                         "context (without mf_ctx_set_device)", mf_mixer_name(c->mixer)), -1);
+    if (c->max_seq > MF__FB_P)
+        return (mf__fail(ctx, "model config: max_seq %d is too long for the %s mixer: its memory holds at most P = %d "
+                         "steps (the rows of the relative position tables); use max_seq <= %d", c->max_seq,
+                         mf_mixer_name(c->mixer), MF__FB_P, MF__FB_P), -1);
+    return 0;
+}
+
+/* the attention parameters of layer l (SPEC 8.1); LN_att, LN_ff and the FFN come from mf__make_layer */
+static void mf__fb_make_layer(mf_model *m, int l) {
+    mf_ctx *ctx = m->ctx;
+    mf__layer *L = &m->layers[l];
+    int D = m->cfg.d_model, H = m->cfg.n_heads, shape[3];
+    char nm[96];
+    mf_tensor *unused;
+    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused);
+    if (m->cfg.mixer == MF_MIXER_FEEDBACK) {
+        mf__layer_linear(m, l, "attn.k", D, D, 0, &L->wk, &unused);
+        mf__layer_linear(m, l, "attn.v", D, D, 1, &L->wv, &L->bv);
+    }
+    mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
+    L->rel_u = mf__layer_param(m, l, "attn.u", 2, H, D / H);
+    shape[0] = MF__FB_P; shape[1] = H; shape[2] = D / H; /* [P, H, dk]: three dims, so not mf__layer_param */
+    snprintf(nm, sizeof nm, "layers.%d.attn.r", l);
+    L->rel_r = mf_param(ctx, nm, 3, shape);
+    if (L->rel_r && L->np < (int)(sizeof L->p / sizeof L->p[0])) L->p[L->np++] = L->rel_r;
+    L->rel_s = mf__layer_param(m, l, "attn.s", 2, MF__FB_P, H);
+    mf_init_const(ctx, L->rel_u, 0.0f); /* the relative tables start at zero (SPEC 3.1) */
+    mf_init_const(ctx, L->rel_r, 0.0f);
+    mf_init_const(ctx, L->rel_s, 0.0f);
+}
+
+/* the model-level parameters: layer weights w [N + 1] = 1; KV: the shared k, v (bias-free) */
+static void mf__fb_init(mf_model *m) {
+    mf_ctx *ctx = m->ctx;
+    int n = m->cfg.n_layers + 1, shape[2];
+    m->fb_w = mf_param(ctx, "feedback.weights", 1, &n);
+    mf_init_const(ctx, m->fb_w, 1.0f);
+    if (m->cfg.mixer == MF_MIXER_FEEDBACK_KV) {
+        shape[0] = shape[1] = m->cfg.d_model;
+        m->fb_wk = mf_param(ctx, "feedback.k.weight", 2, shape);
+        mf_init_kaiming_uniform(ctx, m->fb_wk);
+        m->fb_wv = mf_param(ctx, "feedback.v.weight", 2, shape);
+        mf_init_kaiming_uniform(ctx, m->fb_wv);
+    }
+    if (mf_ok(ctx) && !(m->fb = (struct mf__fb_state *)mf__xmalloc(sizeof *m->fb))) mf__fail(ctx, "out of memory: feedback state");
+    if (m->fb) memset(m->fb, 0, sizeof *m->fb);
+}
+static void mf__fb_free(mf_model *m) {
+    if (!m->fb) return;
+    MF_FREE(m->fb->slots);
+    MF_FREE(m->fb);
+    m->fb = NULL;
+}
+
+/* x [B, T, D] (embeddings) -> the last layer's outputs [B, T, D]; gen: batch 1, continuing the
+   generation state after pos0 tokens (pos0 = 0: start over) */
+static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    struct mf__fb_state *st = m->fb;
+    mf__fb_fwd *f;
+    mf_tensor *t;
+    int B, T, l, i;
+    if (!mf_ok(ctx) || !x) return NULL;
+    B = x->shape[0]; T = x->ndim == 3 ? x->shape[1] : 0;
+    if (pos0 < 0 || pos0 + T > c->max_seq)
+        return (mf_tensor *)mf__fail(ctx, "feedback: %d memory slots needed (%d tokens from position %d) but the memory "
+                                     "holds max_seq = %d; raise max_seq in the config (at most %d)", pos0 + T, T, pos0,
+                                     c->max_seq, MF__FB_P);
+    if (gen && pos0 > 0 && (B != 1 || pos0 != st->n_slots))
+        return (mf_tensor *)mf__fail(ctx, "feedback: generation continues after %d tokens (batch 1) but got position %d, "
+                                     "batch %d; start with position 0", st->n_slots, pos0, B);
+    if (!gen && pos0 != 0)
+        return (mf_tensor *)mf__fail(ctx, "feedback: a forward starts at position 0 (memory resets every call)");
+    if (!(f = (mf__fb_fwd *)mf__calloc(ctx, sizeof *f))) return NULL;
+    f->m = m; f->B = B; f->T = T; f->pos0 = pos0; f->gen = gen;
+    f->ld = (c->mixer == MF_MIXER_FEEDBACK ? 2 * c->n_layers : 2) * c->d_model;
+    f->drop = ctx->training ? c->dropout : 0.0f;
+    if (f->drop > 0.0f) f->stream = ctx->rng_calls++;
+    if (gen) {
+        if (B != 1) return (mf_tensor *)mf__fail(ctx, "feedback: generation runs batch 1, got %d", B);
+        if (!st->slots && !(st->slots = (float *)mf__xmalloc((size_t)c->max_seq * f->ld * sizeof(float))))
+            return (mf_tensor *)mf__fail(ctx, "out of memory: feedback generation memory (%d slots)", c->max_seq);
+        f->slots = st->slots;
+        st->n_slots = 0; /* valid again when this call succeeds */
+    }
+    t = mf__begin(ctx, &mf__op_feedback, x, m->fb_w, m->fb_wk, m->fb_wv);
+    if (!t) return NULL;
+    t->aux = f;
+    if (ctx->grad_enabled && !gen) /* the node takes a gradient when any parameter it reads does */
+        for (l = 0; l < c->n_layers; l++)
+            for (i = 0; i < m->layers[l].np; i++) {
+                mf_tensor *p = m->layers[l].p[i];
+                if (!p->requires_grad) continue;
+                t->requires_grad = 1;
+                ctx->p_touched[mf__param_index(ctx, p)] = 1;
+            }
+    t = mf__finish(ctx, t);
+    if (t && gen) st->n_slots = pos0 + T;
+    return t;
+}
 
 /* ==== [mf:io] =============================================================================== */
 /* safetensors: u64 little-endian header size N, N bytes of JSON
