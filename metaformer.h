@@ -4254,7 +4254,8 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
 #define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
 
 struct mf__fb_state {
-    float *slots;  /* generation: [max_seq][ld] keys | values of the memory slots (batch 1) */
+    float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots */
+    float *wf;     /* generation: the weights packed for the forward, at the prompt */
     int n_slots;   /* slots written so far */
 };
 
@@ -4428,29 +4429,53 @@ MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, 
     return mf__finish(ctx, t);
 }
 
-/* ---- the feedback transformer: one forward call's state and buffers ----------------------------- */
-typedef struct mf__fb_fwd {
-    mf_model *m;
-    int B, T, pos0, gen;
-    int ld;              /* floats per (slot, batch) row of the key/value slots */
-    float drop;          /* dropout p; 0 when not training */
-    uint64_t stream;     /* dropout RNG stream of this call */
-    float *sw;           /* softmax(w) [N + 1] */
-    float *slots;        /* [slots][B][ld] keys | values (the arena; generation: mf__fb_state) */
-    float *hs;           /* [N + 1][T][B][D] the embedding and each layer's output */
-    float *z, *q, *o;    /* [N][T][B][D] LN_att output, query, attention output (t >= 1) */
-    float *xm, *y2;      /* [N][T][B][D] after the attention sub-layer, LN_ff output */
-    float *a1, *g1;      /* [N][T][B][F] FFN pre-activation, activation (after dropout) */
-    float *st1, *st2;    /* [N][T][B][2] LayerNorm mean, 1/std */
-    float *lse;          /* [N][T][B][H] attention log-sum-exp */
-    float *mem;          /* [T][B][D] the memories m_t */
-    float *tmp;          /* [B][D] scratch */
-} mf__fb_fwd;
+/* ---- per-step products: a few rows times a weight ------------------------------------------------
+   A step multiplies the B rows of the batch by each weight. The general GEMM packs the whole weight
+   on every call, which for 8 rows costs as much as the product itself; here every weight is packed
+   ONCE per forward (and once per backward) into column panels (panel p: columns 32p .. 32p + 31 of
+   the right operand [K][N], row-major [K][w], w = 32 but the last), which the attention's
+   small-tile kernel (mf__attn_mm: 8 rows x 32 columns of accumulators, the operand read in place)
+   streams contiguously; threads split the panels. */
+#define MF__FB_NP 32
 
-/* row block of layer l, step t in a [layer][T][B][w] buffer */
-#define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
-
-/* C[M][N] = beta * C + op(A) op(B), leading dimensions given: the context's GEMM workspace */
+/* panel p of a packed [K][N] operand and its width */
+static float *mf__fb_panel(float *P, int K, int N, int p, int *w) {
+    *w = N - p * MF__FB_NP < MF__FB_NP ? N - p * MF__FB_NP : MF__FB_NP;
+    return P + (int64_t)p * MF__FB_NP * K;
+}
+/* rows k0 .. k0 + rows - 1 of the operand [K][N] from src [rows][N] */
+static void mf__fb_pack_rows(float *P, int K, int N, int k0, const float *src, int rows) {
+    int k, p, w;
+    for (p = 0; p * MF__FB_NP < N; p++) {
+        float *d = mf__fb_panel(P, K, N, p, &w);
+        for (k = 0; k < rows; k++)
+            memcpy(d + (int64_t)(k0 + k) * w, src + (int64_t)k * N + p * MF__FB_NP, (size_t)w * sizeof(float));
+    }
+}
+/* columns o0 .. o0 + cols - 1 of the operand [K][N] = src^T, src [cols][K] (a Linear weight
+   [out][in] for y = x W^T) */
+static void mf__fb_pack_cols(float *P, int K, int N, int o0, const float *src, int cols) {
+    int o = o0, w;
+    while (o < o0 + cols) {
+        int c0 = o % MF__FB_NP, run = o0 + cols - o;
+        float *d = mf__fb_panel(P, K, N, o / MF__FB_NP, &w);
+        if (run > w - c0) run = w - c0;
+        mf__attn_transpose(src + (int64_t)(o - o0) * K, K, run, run, K, 1.0f, d + c0, w);
+        o += run;
+    }
+}
+/* C [M][N] = A [M][K] (row stride lda) @ the packed operand, or C += it (add) */
+static void mf__fb_pmm(mf_ctx *ctx, int M, const float *A, int lda, float *P, int K, int N, float *C, int ldc,
+                       int add) {
+    int np = (N + MF__FB_NP - 1) / MF__FB_NP, p;
+    MF__PARFOR(ctx, np, 2.0 * M * K * MF__FB_NP)
+    for (p = 0; p < np; p++) {
+        int w;
+        const float *b = mf__fb_panel(P, K, N, p, &w);
+        mf__attn_mm(M, w, K, A, lda, 1, b, w, C + p * MF__FB_NP, ldc, add);
+    }
+}
+/* C[M][N] = beta * C + op(A) op(B) with leading dimensions: the big products (weight gradients) */
 static void mf__fb_mm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc) {
     float *ws;
@@ -4458,11 +4483,81 @@ static void mf__fb_mm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const fl
     if ((ws = mf__gemm_workspace(ctx, M, N, K)) != NULL)
         mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, ctx->n_threads, ws);
 }
-/* y [rows][out] = x [rows][in] W^T + b (W [out][in], b may be NULL) */
-static void mf__fb_linear(mf_ctx *ctx, const float *x, const mf_tensor *w, const mf_tensor *b, int rows, float *y) {
-    int in = w->shape[1], out = w->shape[0], r, j;
-    mf__fb_mm(ctx, 0, 1, rows, out, in, x, in, w->data, in, 0.0f, y, out);
-    if (b) for (r = 0; r < rows; r++) for (j = 0; j < out; j++) y[(int64_t)r * out + j] += b->data[j];
+
+/* The model's weights, packed: per layer q, out, fc1, fc2, then the key/value blocks (original:
+   k_0, v_0, k_1, ...; KV: k, v). fwd: the operands of y = x W^T (q, out [D x D], fc1 [D x F],
+   fc2 [F x D], key/value [D x ld]); else those of dx = dy W (q, out [D x D], fc1 [F x D], fc2 [D x F],
+   key/value [ld x D]). MF__FB_Q .. MF__FB_KV name the pieces. */
+enum { MF__FB_Q, MF__FB_OUT, MF__FB_FC1, MF__FB_FC2, MF__FB_KV };
+static int mf__fb_nblk(const mf_model *m) { return m->cfg.mixer == MF_MIXER_FEEDBACK ? 2 * m->cfg.n_layers : 2; }
+static int64_t mf__fb_packed_floats(const mf_model *m) {
+    int64_t D = m->cfg.d_model, F = m->cfg.d_ff;
+    return m->cfg.n_layers * (2 * D * D + 2 * D * F) + D * D * mf__fb_nblk(m);
+}
+static float *mf__fb_piece(const mf_model *m, float *P, int l, int which) {
+    int64_t D = m->cfg.d_model, F = m->cfg.d_ff, at[4];
+    at[0] = 0; at[1] = D * D; at[2] = 2 * D * D; at[3] = 2 * D * D + D * F;
+    if (which == MF__FB_KV) return P + m->cfg.n_layers * (2 * D * D + 2 * D * F);
+    return P + l * (2 * D * D + 2 * D * F) + at[which];
+}
+/* key/value block i: its weight, bias (original v only) and column offset in a slot row */
+static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor **b) {
+    const mf__layer *L = &m->layers[i / 2];
+    if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
+    else { *w = i % 2 ? m->fb_wv : m->fb_wk; *b = NULL; }
+}
+static void mf__fb_pack(mf_ctx *ctx, const mf_model *m, float *P, int fwd) {
+    int D = m->cfg.d_model, F = m->cfg.d_ff, N = m->cfg.n_layers, nb = mf__fb_nblk(m), ld = nb * D, u;
+    MF__PARFOR(ctx, 4 * N + 1, 2.0 * D * F)
+    for (u = 0; u <= 4 * N; u++) { /* one piece each (the key/value blocks together) */
+        int l = u / 4, which = u == 4 * N ? MF__FB_KV : u % 4, i;
+        float *p = mf__fb_piece(m, P, l, which);
+        const mf__layer *L = &m->layers[l < N ? l : 0];
+        mf_tensor *w, *b;
+        switch (which) {
+        case MF__FB_Q: if (fwd) mf__fb_pack_cols(p, D, D, 0, L->wq->data, D); else mf__fb_pack_rows(p, D, D, 0, L->wq->data, D); break;
+        case MF__FB_OUT: if (fwd) mf__fb_pack_cols(p, D, D, 0, L->wo->data, D); else mf__fb_pack_rows(p, D, D, 0, L->wo->data, D); break;
+        case MF__FB_FC1: if (fwd) mf__fb_pack_cols(p, D, F, 0, L->fc1_w->data, F); else mf__fb_pack_rows(p, F, D, 0, L->fc1_w->data, F); break;
+        case MF__FB_FC2: if (fwd) mf__fb_pack_cols(p, F, D, 0, L->fc2_w->data, D); else mf__fb_pack_rows(p, D, F, 0, L->fc2_w->data, D); break;
+        default:
+            for (i = 0; i < nb; i++) {
+                mf__fb_kv_block(m, i, &w, &b);
+                if (fwd) mf__fb_pack_cols(p, D, ld, i * D, w->data, D); else mf__fb_pack_rows(p, ld, D, i * D, w->data, D);
+            }
+        }
+    }
+}
+
+/* ---- the feedback transformer: one forward call's state and buffers ----------------------------- */
+typedef struct mf__fb_fwd {
+    mf_model *m;
+    int B, T, pos0, gen;
+    int cap;             /* slots the slot buffer holds (training: T; generation: max_seq) */
+    int nr;              /* rows of the relative tables this call reads: the last pos0 + T */
+    float drop;          /* dropout p; 0 when not training */
+    uint64_t stream;     /* dropout RNG stream of this call */
+    float *sw;           /* softmax(w) [N + 1] */
+    float *wf;           /* the weights packed for the forward (mf__fb_pack) */
+    float *slots;        /* [nblk][B][H][cap][dk] keys / values per block, head and slot */
+    float *rh, *sh;      /* [N][H][nr][dk], [N][H][nr]: the tables' last nr rows, head-major */
+    float *hs;           /* [N + 1][T][B][D] the embedding and each layer's output */
+    float *z, *q, *o;    /* [N][T][B][D] LN_att output, query, attention output (steps >= 1) */
+    float *xm, *y2;      /* [N][T][B][D] after the attention sub-layer, LN_ff output */
+    float *a1, *g1;      /* [N][T][B][F] FFN pre-activation, activation (after dropout) */
+    float *st1, *st2;    /* [N][T][B][2] LayerNorm mean, 1/std */
+    float *lse;          /* [N][T][B][H] attention log-sum-exp */
+    float *mem;          /* [T][B][D] the memories m_t */
+    float *tmp;          /* [B][max(D, ld)] scratch */
+} mf__fb_fwd;
+
+/* row block of layer l, step t in a [layer][T][B][w] buffer */
+#define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
+
+/* y [rows][N] = x [rows][K] W^T + b, W packed (b may be NULL) */
+static void mf__fb_linear(mf_ctx *ctx, const float *x, float *W, int K, int N, const mf_tensor *b, int rows, float *y) {
+    int r, j;
+    mf__fb_pmm(ctx, rows, x, K, W, K, N, y, N, 0);
+    if (b) for (r = 0; r < rows; r++) for (j = 0; j < N; j++) y[(int64_t)r * N + j] += b->data[j];
 }
 /* LayerNorm of x [rows][D] -> y; st[2r], st[2r + 1] = mean, 1/std of row r (the layout the
    layernorm op's backward reads, see mf__fb_layernorm_backward) */
@@ -4502,8 +4597,8 @@ static void mf__fb_act(mf_ctx *ctx, mf_act_kind a, float *x, float *y, float *dy
     out.iarg[0] = a == MF_ACT_RELU ? MF__RELU : a == MF_ACT_GELU ? MF__GELU : a == MF_ACT_GELU_TANH ? MF__GELU_TANH : MF__SILU;
     if (dx) mf__unary_backward(ctx, &out); else mf__unary_forward(ctx, &out);
 }
-/* dropout of element e of the [B][w] block of (site, layer l, step t): sites 0 attention branch,
-   1 FFN hidden, 2 FFN branch; x *= 1 / (1 - p) or 0. The backward redraws the same masks. */
+/* dropout of the [B][w] block of (site, layer l, step t): sites 0 attention branch, 1 FFN hidden,
+   2 FFN branch; x *= 1 / (1 - p) or 0. The backward redraws the same masks. */
 static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int l, int t, float *x, int w) {
     const mf_model_config *c = &f->m->cfg;
     int64_t e, n = (int64_t)f->B * w, wmax = c->d_ff > c->d_model ? c->d_ff : c->d_model;
@@ -4513,27 +4608,35 @@ static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int
     for (e = 0; e < n; e++)
         x[e] = mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, f->stream, (uint64_t)(base + e)) >= f->drop ? x[e] * s : 0.0f;
 }
-/* layer l's attention at step t over slots 0 .. n-1, for batch row b and head h */
+/* start of (block, b, h) in a [nblk][B][H][cap][dk] slot buffer */
+static int64_t mf__fb_slot_head(const mf__fb_fwd *f, int blk, int b, int h) {
+    const mf_model_config *c = &f->m->cfg;
+    return (((int64_t)blk * f->B + b) * c->n_heads + h) * f->cap * (c->d_model / c->n_heads);
+}
+/* move the slot rows of step-major [B][nblk * D] to / from slot n of a head-major slot buffer */
+static void mf__fb_slot_copy(const mf__fb_fwd *f, float *slots, int n, float *rows, int to_slots) {
+    const mf_model_config *c = &f->m->cfg;
+    int D = c->d_model, H = c->n_heads, d = D / H, nb = mf__fb_nblk(f->m), blk, b, h;
+    for (blk = 0; blk < nb; blk++)
+        for (b = 0; b < f->B; b++)
+            for (h = 0; h < H; h++) {
+                float *s = slots + mf__fb_slot_head(f, blk, b, h) + (int64_t)n * d;
+                float *r = rows + (int64_t)b * nb * D + (int64_t)blk * D + (int64_t)h * d;
+                memcpy(to_slots ? s : r, to_slots ? r : s, (size_t)d * sizeof(float));
+            }
+}
+/* layer l's attention over slots 0 .. n-1, for batch row b and head h (values, no gradients) */
 static mf__fb_head mf__fb_model_head(const mf__fb_fwd *f, int l, int n, const float *q, int b, int h) {
     const mf_model_config *c = &f->m->cfg;
-    const mf__layer *L = &f->m->layers[l];
-    int D = c->d_model, H = c->n_heads, d = D / H;
-    int64_t kv = (int64_t)b * f->ld + (c->mixer == MF_MIXER_FEEDBACK ? 2 * (int64_t)l * D : 0) + (int64_t)h * d;
+    int D = c->d_model, H = c->n_heads, d = D / H, kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
     mf__fb_head hd;
     memset(&hd, 0, sizeof hd);
-    hd.q = q + (int64_t)b * D + (int64_t)h * d; hd.u = L->rel_u->data + (int64_t)h * d;
-    hd.k = f->slots + kv; hd.v = f->slots + kv + D; hd.kvs = (int64_t)f->B * f->ld;
-    hd.r = L->rel_r->data + ((int64_t)(MF__FB_P - n) * H + h) * d; hd.rs = (int64_t)H * d;
-    hd.s = L->rel_s->data + (int64_t)(MF__FB_P - n) * H + h; hd.ss = H;
+    hd.q = q + (int64_t)b * D + (int64_t)h * d; hd.u = f->m->layers[l].rel_u->data + (int64_t)h * d;
+    hd.k = f->slots + mf__fb_slot_head(f, kv, b, h); hd.v = f->slots + mf__fb_slot_head(f, kv + 1, b, h); hd.kvs = d;
+    hd.r = f->rh + (((int64_t)l * H + h) * f->nr + f->nr - n) * d; hd.rs = d;  /* slot j: table row P - n + j */
+    hd.s = f->sh + ((int64_t)l * H + h) * f->nr + f->nr - n; hd.ss = 1;
     hd.n = n; hd.d = d; hd.scale = 1.0f / sqrtf((float)d);
     return hd;
-}
-/* the key/value weight and its place in a slot row: block i < 2 (KV) or 2 N (original) */
-static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor **b, int64_t *off) {
-    const mf__layer *L = &m->layers[i / 2];
-    if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
-    else { *w = i % 2 ? m->fb_wv : m->fb_wk; *b = NULL; }
-    *off = (int64_t)i * m->cfg.d_model;
 }
 
 /* ---- forward: step t of the whole batch --------------------------------------------------------- */
@@ -4548,44 +4651,44 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
         float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
         float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
         if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
-            float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
-            mf__fb_layernorm(x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, MF__FB_AT(f, f->z, l, t, D), MF__FB_AT(f, f->st1, l, t, 2));
-            mf__fb_linear(ctx, MF__FB_AT(f, f->z, l, t, D), L->wq, NULL, B, q);
+            float *z = MF__FB_AT(f, f->z, l, t, D), *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D);
+            float *lse = MF__FB_AT(f, f->lse, l, t, H);
+            mf__fb_layernorm(x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
+            mf__fb_linear(ctx, z, mf__fb_piece(f->m, f->wf, l, MF__FB_Q), D, D, NULL, B, q);
             MF__PARFOR(ctx, (int64_t)B * H, 8.0 * n * D / H)
             for (i = 0; i < B * H; i++) {
                 mf__fb_head hd = mf__fb_model_head(f, l, n, q, i / H, i % H);
                 lse[i] = mf__fb_head_forward(&hd, o + (int64_t)i * (D / H));
             }
-            mf__fb_linear(ctx, o, L->wo, L->bo, B, f->tmp);
+            mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, L->bo, B, f->tmp);
             mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
             for (e = 0; e < bd; e++) xm[e] = x[e] + f->tmp[e];
-        } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* step 0: no memory, no attention sub-layer */
+        } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* no memory yet: no attention sub-layer */
         /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
         mf__fb_layernorm(xm, L->ln2_w, L->ln2_b, c->ln_eps, B, D, y2, MF__FB_AT(f, f->st2, l, t, 2));
-        mf__fb_linear(ctx, y2, L->fc1_w, L->fc1_b, B, a1);
+        mf__fb_linear(ctx, y2, mf__fb_piece(f->m, f->wf, l, MF__FB_FC1), D, F, L->fc1_b, B, a1);
         mf__fb_act(ctx, c->ffn_act, a1, g1, NULL, NULL, B * F);
         mf__fb_dropout(ctx, f, 1, l, t, g1, F);
-        mf__fb_linear(ctx, g1, L->fc2_w, L->fc2_b, B, f->tmp);
+        mf__fb_linear(ctx, g1, mf__fb_piece(f->m, f->wf, l, MF__FB_FC2), F, D, L->fc2_b, B, f->tmp);
         mf__fb_dropout(ctx, f, 2, l, t, f->tmp, D);
         for (e = 0; e < bd; e++) y[e] = xm[e] + f->tmp[e];
     }
-    /* m_t = sum_l softmax(w)[l] hs_t[l]; its keys/values go to slot n (the last step's slot is
-       never read in training: only generation continues from it) */
+    /* m_t = sum_l softmax(w)[l] hs_t[l]; its keys/values go to slot n (in training the last
+       step's slot is never read: only generation continues from it) */
     for (e = 0; e < bd; e++) mem[e] = 0.0f;
     for (l = 0; l <= N; l++) {
         const float *h = MF__FB_AT(f, f->hs, l, t, D);
         for (e = 0; e < bd; e++) mem[e] += f->sw[l] * h[e];
     }
     if (t < f->T - 1 || f->gen) {
-        float *slot = f->slots + (int64_t)n * B * f->ld;
-        int nb = c->mixer == MF_MIXER_FEEDBACK ? 2 * N : 2, b, j;
+        int nb = mf__fb_nblk(f->m), ld = nb * D, b, j;
+        mf__fb_pmm(ctx, B, mem, D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, f->tmp, ld, 0);
         for (i = 0; i < nb; i++) {
             mf_tensor *w, *bias;
-            int64_t off;
-            mf__fb_kv_block(f->m, i, &w, &bias, &off);
-            mf__fb_mm(ctx, 0, 1, B, D, D, mem, D, w->data, D, 0.0f, slot + off, f->ld);
-            if (bias) for (b = 0; b < B; b++) for (j = 0; j < D; j++) slot[(int64_t)b * f->ld + off + j] += bias->data[j];
+            mf__fb_kv_block(f->m, i, &w, &bias);
+            if (bias) for (b = 0; b < B; b++) for (j = 0; j < D; j++) f->tmp[(int64_t)b * ld + (int64_t)i * D + j] += bias->data[j];
         }
+        mf__fb_slot_copy(f, f->slots, n, f->tmp, 1);
     }
 }
 
@@ -4600,13 +4703,28 @@ static int mf__fb_shape(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 
+/* the relative tables' last nr rows, head-major: dst [N][H][nr][w] from src [P][H][w] (w = dk or 1);
+   back = 1: add dst into src instead (the gradients) */
+static void mf__fb_tables(const mf__fb_fwd *f, float *dst, int w, int l, float *src, int back) {
+    int H = f->m->cfg.n_heads, h, r, i;
+    for (h = 0; h < H; h++)
+        for (r = 0; r < f->nr; r++) {
+            float *a = dst + (((int64_t)l * H + h) * f->nr + r) * w, *b = src + ((int64_t)(MF__FB_P - f->nr + r) * H + h) * w;
+            if (back) for (i = 0; i < w; i++) b[i] += a[i];
+            else memcpy(a, b, (size_t)w * sizeof(float));
+        }
+}
+
 static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
-    const mf_model_config *c = &f->m->cfg;
+    mf_model *m = f->m;
+    const mf_model_config *c = &m->cfg;
     int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t, b, l;
-    size_t tb = (size_t)T * B, fl = sizeof(float);
-    float mx = -INFINITY, sum = 0.0f, *w = f->m->fb_w->data;
+    size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)mf__fb_nblk(m) * D;
+    float mx = -INFINITY, sum = 0.0f, *w = m->fb_w->data;
     f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
+    f->rh = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
+    f->sh = (float *)mf__alloc(ctx, (size_t)N * f->nr * H * fl);
     f->hs = (float *)mf__alloc(ctx, (size_t)(N + 1) * tb * D * fl);
     f->z = (float *)mf__alloc(ctx, N * tb * D * fl);
     f->q = (float *)mf__alloc(ctx, N * tb * D * fl);
@@ -4619,9 +4737,15 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     f->st2 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
     f->lse = (float *)mf__alloc(ctx, N * tb * H * fl);
     f->mem = (float *)mf__alloc(ctx, tb * D * fl);
-    f->tmp = (float *)mf__alloc(ctx, (size_t)B * D * fl);
-    if (!f->gen) f->slots = (float *)mf__alloc(ctx, tb * f->ld * fl);
+    f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
+    if (!f->gen) f->slots = (float *)mf__alloc(ctx, tb * ld * fl);
+    if (!f->gen) f->wf = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
     if (!mf_ok(ctx)) return;
+    if (!f->gen || f->pos0 == 0) mf__fb_pack(ctx, m, f->wf, 1); /* generation: once, at the prompt */
+    for (l = 0; l < N; l++) {
+        mf__fb_tables(f, f->rh, D / H, l, m->layers[l].rel_r->data, 0);
+        mf__fb_tables(f, f->sh, 1, l, m->layers[l].rel_s->data, 0);
+    }
     for (l = 0; l <= N; l++) if (w[l] > mx) mx = w[l];
     for (l = 0; l <= N; l++) sum += f->sw[l] = expf(w[l] - mx);
     for (l = 0; l <= N; l++) f->sw[l] /= sum;
@@ -4636,7 +4760,10 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
 
 /* ---- backward ------------------------------------------------------------------------------------ */
 typedef struct mf__fb_grads {
-    float *slots;        /* [T][B][ld] gradients of the keys | values of each slot */
+    float *wb;           /* the weights packed for the backward (mf__fb_pack) */
+    float *slots;        /* [nblk][B][H][T][dk] gradients of the slots' keys / values */
+    float *kv;           /* [T][B][ld] the same, step-major (for the weight gradients) */
+    float *rh, *sh;      /* [N][H][nr][dk], [N][H][nr] gradients of the tables' last rows */
     float *q, *ao, *fo;  /* [N][T][B][D] d query, d attention branch (out-proj output), d FFN branch */
     float *a1;           /* [N][T][B][F] d FFN pre-activation */
     float *dsw;          /* [N + 1] d softmax(w) */
@@ -4647,19 +4774,15 @@ typedef struct mf__fb_grads {
 /* backward of step t (training: slots before step t = t) */
 static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads *g, const float *dout, float *dx, int t) {
     const mf_model_config *c = &f->m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i, b, h;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, b, h;
+    int nb = mf__fb_nblk(f->m), ld = nb * D;
     int64_t e, bd = (int64_t)B * D;
     int has_dm = t < T - 1; /* slot t is read by the later steps */
     float *dh = g->dh, *dm = g->dm, *dd = g->dd, *df = g->df;
-    if (has_dm) { /* dm_t = sum over blocks dK|dV_t W; dsw[l] += dm_t . hs_t[l] */
-        const float *ds = g->slots + (int64_t)t * B * f->ld;
-        int nb = c->mixer == MF_MIXER_FEEDBACK ? 2 * N : 2;
-        for (i = 0; i < nb; i++) {
-            mf_tensor *w, *bias;
-            int64_t off;
-            mf__fb_kv_block(f->m, i, &w, &bias, &off);
-            mf__fb_mm(ctx, 0, 0, B, D, D, ds + off, f->ld, w->data, D, i ? 1.0f : 0.0f, dm, D);
-        }
+    if (has_dm) { /* the readers of slot t are done: dm_t = dK|dV_t Wkv; dsw[l] += dm_t . hs_t[l] */
+        float *kv = g->kv + (int64_t)t * B * ld;
+        mf__fb_slot_copy(f, g->slots, t, kv, 0);
+        mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, dm, D, 0);
         for (l = 0; l <= N; l++) g->dsw[l] += mf__fb_dot(dm, MF__FB_AT(f, f->hs, l, t, D), (int)bd);
     }
     for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
@@ -4670,36 +4793,35 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
         /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
         memcpy(fo, dh, (size_t)bd * sizeof(float));
         mf__fb_dropout(ctx, f, 2, l, t, fo, D);
-        mf__fb_mm(ctx, 0, 0, B, F, D, fo, D, L->fc2_w->data, F, 0.0f, df, F);
+        mf__fb_pmm(ctx, B, fo, D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, df, F, 0);
         mf__fb_dropout(ctx, f, 1, l, t, df, F);
         memset(da1, 0, (size_t)B * F * sizeof(float));
         mf__fb_act(ctx, c->ffn_act, MF__FB_AT(f, f->a1, l, t, F), MF__FB_AT(f, f->g1, l, t, F), df, da1, B * F);
-        mf__fb_mm(ctx, 0, 0, B, D, F, da1, F, L->fc1_w->data, D, 0.0f, dd, D);
+        mf__fb_pmm(ctx, B, da1, F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, dd, D, 0);
         mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->xm, l, t, D), MF__FB_AT(f, f->st2, l, t, 2), L->ln2_w, L->ln2_b,
                                   dd, dh, B, D);
         if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
             float *ao = MF__FB_AT(f, g->ao, l, t, D), *dq = MF__FB_AT(f, g->q, l, t, D);
             const float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
-            float *gu = mf__g(L->rel_u), *gr = mf__g(L->rel_r), *gs = mf__g(L->rel_s);
+            float *gu = mf__g(L->rel_u);
             memcpy(ao, dh, (size_t)bd * sizeof(float));
             mf__fb_dropout(ctx, f, 0, l, t, ao, D);
-            mf__fb_mm(ctx, 0, 0, B, D, D, ao, D, L->wo->data, D, 0.0f, dd, D);
+            mf__fb_pmm(ctx, B, ao, D, mf__fb_piece(f->m, g->wb, l, MF__FB_OUT), D, D, dd, D, 0);
             memset(dq, 0, (size_t)bd * sizeof(float));
             MF__PARFOR(ctx, H, 14.0 * B * t * D / H)
             for (h = 0; h < H; h++) { /* parallel over heads: du, dr, ds of a head are shared by the batch */
                 int bb, d = D / H;
                 for (bb = 0; bb < B; bb++) {
                     mf__fb_head hd = mf__fb_model_head(f, l, t, q, bb, h);
-                    int64_t kv = hd.k - f->slots, oo = (int64_t)bb * D + (int64_t)h * d;
+                    int64_t oo = (int64_t)bb * D + (int64_t)h * d;
                     hd.dq = dq + oo;
                     hd.du = gu ? gu + (int64_t)h * d : NULL;
-                    hd.dk = g->slots + kv; hd.dv = g->slots + kv + D;
-                    hd.dr = gr ? gr + (hd.r - L->rel_r->data) : NULL;
-                    hd.ds = gs ? gs + (hd.s - L->rel_s->data) : NULL;
+                    hd.dk = g->slots + (hd.k - f->slots); hd.dv = g->slots + (hd.v - f->slots);
+                    hd.dr = g->rh + (hd.r - f->rh); hd.ds = g->sh + (hd.s - f->sh);
                     mf__fb_head_backward(&hd, o + oo, lse[(int64_t)bb * H + h], dd + oo);
                 }
             }
-            mf__fb_mm(ctx, 0, 0, B, D, D, dq, D, L->wq->data, D, 0.0f, dd, D);
+            mf__fb_pmm(ctx, B, dq, D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, dd, D, 0);
             mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
                                       dd, dh, B, D);
         }
@@ -4721,14 +4843,19 @@ static void mf__fb_weight_grad(mf_ctx *ctx, mf_tensor *w, mf_tensor *bias, const
 
 static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf__fb_fwd *f = (const mf__fb_fwd *)out->aux;
-    const mf_model_config *c = &f->m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, N = c->n_layers, t, l, i;
-    size_t tb = (size_t)T * B, fl = sizeof(float);
+    mf_model *m = f->m;
+    const mf_model_config *c = &m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, nb = mf__fb_nblk(m), t, l, i;
+    size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)nb * D;
     int64_t r1 = (int64_t)B * D;  /* attention rows start at step 1 */
-    float *gw = mf__g(f->m->fb_w);
+    float *gw = mf__g(m->fb_w);
     mf__fb_grads g;
     if (f->gen || f->pos0 != 0) { mf__fail(ctx, "feedback: generation steps have no backward"); return; }
-    g.slots = (float *)mf__calloc(ctx, tb * f->ld * fl);
+    g.wb = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
+    g.slots = (float *)mf__calloc(ctx, tb * ld * fl);
+    g.kv = (float *)mf__calloc(ctx, tb * ld * fl);
+    g.rh = (float *)mf__calloc(ctx, (size_t)N * f->nr * D * fl);
+    g.sh = (float *)mf__calloc(ctx, (size_t)N * f->nr * H * fl);
     g.q = (float *)mf__alloc(ctx, N * tb * D * fl);
     g.ao = (float *)mf__alloc(ctx, N * tb * D * fl);
     g.fo = (float *)mf__alloc(ctx, N * tb * D * fl);
@@ -4739,21 +4866,23 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
     g.dd = (float *)mf__alloc(ctx, (size_t)B * D * fl);
     g.df = (float *)mf__alloc(ctx, (size_t)B * F * fl);
     if (!mf_ok(ctx)) return;
+    mf__fb_pack(ctx, m, g.wb, 0);
     for (t = T - 1; t >= 0 && mf_ok(ctx); t--) mf__fb_step_backward(ctx, f, &g, out->grad, mf__g(out->src[0]), t);
     /* the weight gradients of all steps at once */
     for (l = 0; l < N; l++) {
-        mf__layer *L = &f->m->layers[l];
+        mf__layer *L = &m->layers[l];
         int64_t at = (int64_t)l * tb * D, af = (int64_t)l * tb * F;
         mf__fb_weight_grad(ctx, L->wq, NULL, g.q + at + r1, D, f->z + at + r1, (T - 1) * B);
         mf__fb_weight_grad(ctx, L->wo, L->bo, g.ao + at + r1, D, f->o + at + r1, (T - 1) * B);
         mf__fb_weight_grad(ctx, L->fc1_w, L->fc1_b, g.a1 + af, F, f->y2 + at, T * B);
         mf__fb_weight_grad(ctx, L->fc2_w, L->fc2_b, g.fo + at, D, f->g1 + af, T * B);
+        if (mf__g(L->rel_r)) mf__fb_tables(f, g.rh, D / H, l, L->rel_r->grad, 1);
+        if (mf__g(L->rel_s)) mf__fb_tables(f, g.sh, 1, l, L->rel_s->grad, 1);
     }
-    for (i = 0; i < (c->mixer == MF_MIXER_FEEDBACK ? 2 * N : 2); i++) { /* slots 0 .. T-2 are read */
+    for (i = 0; i < nb; i++) { /* slots 0 .. T-2 are read */
         mf_tensor *w, *bias;
-        int64_t off;
-        mf__fb_kv_block(f->m, i, &w, &bias, &off);
-        mf__fb_weight_grad(ctx, w, bias, g.slots + off, f->ld, f->mem, (T - 1) * B);
+        mf__fb_kv_block(m, i, &w, &bias);
+        mf__fb_weight_grad(ctx, w, bias, g.kv + (int64_t)i * D, (int)ld, f->mem, (T - 1) * B);
     }
     if (gw) { /* softmax backward: dw_i = sw_i (dsw_i - sum_j sw_j dsw_j) */
         float dot = mf__fb_dot(f->sw, g.dsw, N + 1);
@@ -4817,6 +4946,7 @@ static void mf__fb_init(mf_model *m) {
 static void mf__fb_free(mf_model *m) {
     if (!m->fb) return;
     MF_FREE(m->fb->slots);
+    MF_FREE(m->fb->wf);
     MF_FREE(m->fb);
     m->fb = NULL;
 }
@@ -4843,14 +4973,18 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
         return (mf_tensor *)mf__fail(ctx, "feedback: a forward starts at position 0 (memory resets every call)");
     if (!(f = (mf__fb_fwd *)mf__calloc(ctx, sizeof *f))) return NULL;
     f->m = m; f->B = B; f->T = T; f->pos0 = pos0; f->gen = gen;
-    f->ld = (c->mixer == MF_MIXER_FEEDBACK ? 2 * c->n_layers : 2) * c->d_model;
+    f->cap = gen ? c->max_seq : T;
+    f->nr = pos0 + T;
     f->drop = ctx->training ? c->dropout : 0.0f;
     if (f->drop > 0.0f) f->stream = ctx->rng_calls++;
-    if (gen) {
+    if (gen) { /* the memory and the packed weights persist between the calls (allocated once) */
+        size_t slots = (size_t)c->max_seq * mf__fb_nblk(m) * c->d_model;
         if (B != 1) return (mf_tensor *)mf__fail(ctx, "feedback: generation runs batch 1, got %d", B);
-        if (!st->slots && !(st->slots = (float *)mf__xmalloc((size_t)c->max_seq * f->ld * sizeof(float))))
+        if (!st->slots) st->slots = (float *)mf__xmalloc(slots * sizeof(float));
+        if (!st->wf) st->wf = (float *)mf__xmalloc((size_t)mf__fb_packed_floats(m) * sizeof(float));
+        if (!st->slots || !st->wf)
             return (mf_tensor *)mf__fail(ctx, "out of memory: feedback generation memory (%d slots)", c->max_seq);
-        f->slots = st->slots;
+        f->slots = st->slots; f->wf = st->wf;
         st->n_slots = 0; /* valid again when this call succeeds */
     }
     t = mf__begin(ctx, &mf__op_feedback, x, m->fb_w, m->fb_wk, m->fb_wv);
