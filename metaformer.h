@@ -4259,16 +4259,32 @@ struct mf__fb_state {
     int n_slots;   /* slots written so far */
 };
 
-/* ---- feedback attention of one (batch, head): the query against n memory slots ---------------- */
-typedef struct mf__fb_head {
-    const float *q, *u;       /* [dk] query, query position bias */
-    const float *k, *v;       /* slot j at k + j * kvs, v + j * kvs */
-    const float *r, *s;       /* slot j: R row at r + j * rs, S at s[j * ss] (rows P - n + j) */
-    float *dq, *du, *dk, *dv, *dr, *ds; /* gradients (+=) at the same places; any may be NULL */
-    int64_t kvs, rs, ss;
-    int n, d;                 /* slots, head size */
+/* ---- feedback attention of one step, for the whole batch ------------------------------------------
+   Per (b, h): s_j = scale ((q + u) . k_j + q . r_j + s_j) over the n memory slots, a = softmax(s),
+   o = sum_j a_j v_j; the backward recomputes a from the log-sum-exp (FlashAttention-2 style:
+   g_j = scale a_j (dout . v_j - dout . o)). Every product runs on contiguous rows with the small-tile
+   kernel (mf__attn_mm), never a horizontal sum per key: the keys and values of a head are kept both
+   row-major [n][d] and transposed [d][ldt], the table rows likewise, and the positional scores
+   q . r_j of a head are one [B x n] product for all batch rows (the tables are shared by the batch).
+   Parallel over heads: du, dr, ds of a head collect every batch row. */
+typedef struct mf__fb_attn {
+    int B, H, d, n;              /* batch, heads, head size, memory slots */
     float scale;
-} mf__fb_head;
+    const float *q, *u;          /* [B][H d] queries, [H][d] query position bias */
+    const float *k, *kt, *v, *vt;/* head (b, h) at + b sb + h sh: k, v rows [n][d]; kt, vt [d][ldt] */
+    int64_t sb, sh;
+    int ldt;
+    const float *r, *rt, *s;     /* [H][nr][d], [H][d][nr], [H][nr]: slot j reads row nr - n + j */
+    int nr;
+    float *qu;                   /* [B][H d] scratch: q + u */
+    float *work;                 /* per head (2 B + 2) n + d floats */
+    float *o, *lse;              /* [B][H d], [B][H] */
+    /* backward */
+    const float *dout;           /* [B][H d] */
+    float *dq, *du, *dk, *dv, *dr, *ds; /* += ; dk, dv: head (b, h) at + b dsb + h dsh, rows [n][d];
+                                    dr, ds laid out as r, s; du [H][d]; any but dq may be NULL */
+    int64_t dsb, dsh;
+} mf__fb_attn;
 
 static float mf__fb_dot(const float *a, const float *b, int n) {
     mf__av s = mf__av_zero();
@@ -4286,69 +4302,139 @@ static void mf__fb_axpy(float *y, float a, const float *x, int n) {
     for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
-/* scale * ((q + u) . k_j + q . r_j + s_j) */
-static float mf__fb_score(const mf__fb_head *h, int j) {
-    const float *k = h->k + j * h->kvs, *r = h->r + j * h->rs;
-    mf__av a = mf__av_zero();
+/* y [N] = x [K] @ M [K][N] (row-major, ldm), or y += it (add). One row: four rows of M at a time
+   into separate accumulators, so the sum is not one long chain of dependent FMAs (the small-tile
+   kernel's one-row tile is). */
+static void mf__fb_vm(int N, int K, const float *x, const float *M, int ldm, float *y, int add) {
+    int j, k, c;
+    for (j = 0; j < N; j += 2 * MF__AW) {
+        int w0 = N - j < MF__AW ? N - j : MF__AW, w1 = N - j - MF__AW;
+        mf__am m0 = mf__av_mask(w0), m1 = mf__av_mask(w1 > 0 ? (w1 < MF__AW ? w1 : MF__AW) : 0);
+        mf__av a[4][2];
+        const float *mj = M + j;
+        for (c = 0; c < 4; c++) a[c][0] = a[c][1] = mf__av_zero();
+        for (k = 0; k + 4 <= K; k += 4)
+            for (c = 0; c < 4; c++) {
+                const float *row = mj + (int64_t)(k + c) * ldm;
+                mf__av xv = mf__av_set1(x[k + c]);
+                a[c][0] = mf__av_fma(xv, mf__av_loadm(row, m0), a[c][0]);
+                if (w1 > 0) a[c][1] = mf__av_fma(xv, mf__av_loadm(row + MF__AW, m1), a[c][1]);
+            }
+        for (; k < K; k++) {
+            const float *row = mj + (int64_t)k * ldm;
+            mf__av xv = mf__av_set1(x[k]);
+            a[0][0] = mf__av_fma(xv, mf__av_loadm(row, m0), a[0][0]);
+            if (w1 > 0) a[0][1] = mf__av_fma(xv, mf__av_loadm(row + MF__AW, m1), a[0][1]);
+        }
+        for (c = 0; c < 2; c++) {
+            mf__av s = mf__av_add(mf__av_add(a[0][c], a[1][c]), mf__av_add(a[2][c], a[3][c]));
+            float *yc = y + j + c * MF__AW;
+            mf__am mc = c ? m1 : m0;
+            if (c && w1 <= 0) break;
+            if (add) s = mf__av_add(s, mf__av_loadm(yc, mc));
+            mf__av_storem(yc, mc, s);
+        }
+    }
+}
+/* x[0..n) = exp(x - m) (vectorised); returns their sum */
+static float mf__fb_exp(float *x, int n, float m) {
+    mf__av vm = mf__av_set1(m), acc = mf__av_zero();
     int i = 0;
-    float x;
-    for (; i + MF__AW <= h->d; i += MF__AW) {
-        mf__av q = mf__av_load(h->q + i);
-        a = mf__av_fma(mf__av_add(q, mf__av_load(h->u + i)), mf__av_load(k + i), a);
-        a = mf__av_fma(q, mf__av_load(r + i), a);
+    float sum;
+    for (; i + MF__AW <= n; i += MF__AW) {
+        mf__av e = mf__av_exp(mf__av_sub(mf__av_load(x + i), vm));
+        mf__av_store(x + i, e);
+        acc = mf__av_add(acc, e);
     }
-    x = mf__av_hsum(a);
-    for (; i < h->d; i++) x += (h->q[i] + h->u[i]) * k[i] + h->q[i] * r[i];
-    return (x + h->s[j * h->ss]) * h->scale;
+    sum = mf__av_hsum(acc);
+    for (; i < n; i++) sum += x[i] = expf(x[i] - m);
+    return sum;
 }
-/* o [d] = sum_j softmax_j(score_j) v_j, online softmax over blocks of 64 slots; returns the
-   log-sum-exp of the scores (n >= 1) */
-static float mf__fb_head_forward(const mf__fb_head *h, float *o) {
-    float sc[64], m = -INFINITY, l = 0.0f;
-    int j0, j, i;
-    for (i = 0; i < h->d; i++) o[i] = 0.0f;
-    for (j0 = 0; j0 < h->n; j0 += 64) {
-        int c = h->n - j0 < 64 ? h->n - j0 : 64;
-        float bm = m;
-        for (j = 0; j < c; j++) {
-            sc[j] = mf__fb_score(h, j0 + j);
-            if (sc[j] > bm) bm = sc[j];
+/* the scores of head (b, h) into sc [n] (pos: its positional scores q . r_j) */
+static void mf__fb_scores(const mf__fb_attn *a, int b, int h, const float *pos, float *sc) {
+    int D = a->H * a->d, n = a->n, j;
+    const float *srow = a->s + (int64_t)h * a->nr + a->nr - n;
+    mf__fb_vm(n, a->d, a->qu + (int64_t)b * D + (int64_t)h * a->d, a->kt + b * a->sb + h * a->sh, a->ldt, sc, 0); /* (q + u) . k_j */
+    for (j = 0; j < n; j++) sc[j] = a->scale * (sc[j] + pos[j] + srow[j]);
+}
+/* q + u, and the positional scores of head h for every batch row: pos [B][n] = q_h [B x d] @ r_h^T */
+static void mf__fb_attn_prep(const mf__fb_attn *a, int h, float *pos) {
+    int D = a->H * a->d, b, i;
+    for (b = 0; b < a->B; b++)
+        for (i = 0; i < a->d; i++) {
+            int64_t e = (int64_t)b * D + (int64_t)h * a->d + i;
+            a->qu[e] = a->q[e] + a->u[(int64_t)h * a->d + i];
         }
-        if (bm > m) { /* a new maximum: rescale what is summed so far */
-            float a = expf(m - bm);
-            l *= a;
-            for (i = 0; i < h->d; i++) o[i] *= a;
-            m = bm;
-        }
-        for (j = 0; j < c; j++) {
-            float p = expf(sc[j] - m);
-            l += p;
-            mf__fb_axpy(o, p, h->v + (j0 + j) * h->kvs, h->d);
+    mf__attn_mm(a->B, a->n, a->d, a->q + (int64_t)h * a->d, D, 1, a->rt + (int64_t)h * a->d * a->nr + a->nr - a->n, a->nr,
+                pos, a->n, 0);
+}
+static void mf__fb_attn_forward(mf_ctx *ctx, const mf__fb_attn *a) {
+    int D = a->H * a->d, h;
+    MF__PARFOR(ctx, a->H, 6.0 * a->B * a->n * a->d)
+    for (h = 0; h < a->H; h++) {
+        float *pos = a->work + (int64_t)h * ((2 * a->B + 2) * a->n + a->d), *sc = pos + (int64_t)a->B * a->n, mx;
+        int b, j;
+        mf__fb_attn_prep(a, h, pos);
+        for (b = 0; b < a->B; b++) {
+            int64_t qo = (int64_t)b * D + (int64_t)h * a->d;
+            float sum;
+            mf__fb_scores(a, b, h, pos + (int64_t)b * a->n, sc);
+            for (mx = sc[0], j = 1; j < a->n; j++) if (sc[j] > mx) mx = sc[j];
+            sum = mf__fb_exp(sc, a->n, mx);
+            for (j = 0; j < a->n; j++) sc[j] /= sum;
+            a->lse[(int64_t)b * a->H + h] = mx + logf(sum);
+            mf__fb_vm(a->d, a->n, sc, a->v + b * a->sb + h * a->sh, a->d, a->o + qo, 0); /* o = a^T V */
         }
     }
-    for (i = 0; i < h->d; i++) o[i] /= l;
-    return m + logf(l);
 }
-/* gradients of one head from dout [d], given the forward's o and lse (FlashAttention-2 style):
-   p_j = exp(score_j - lse), g_j = scale * p_j (dout . v_j - dout . o);
-   dq += g_j (k_j + r_j), du += g_j k_j, dk_j += g_j (q + u), dv_j += p_j dout, dr_j += g_j q, ds_j += g_j */
-static void mf__fb_head_backward(const mf__fb_head *h, const float *o, float lse, const float *dout) {
-    float D = mf__fb_dot(dout, o, h->d);
-    int j;
-    for (j = 0; j < h->n; j++) {
-        const float *k = h->k + j * h->kvs, *v = h->v + j * h->kvs;
-        float p = expf(mf__fb_score(h, j) - lse), g = h->scale * p * (mf__fb_dot(dout, v, h->d) - D);
-        if (h->dq) { mf__fb_axpy(h->dq, g, k, h->d); mf__fb_axpy(h->dq, g, h->r + j * h->rs, h->d); }
-        if (h->du) mf__fb_axpy(h->du, g, k, h->d);
-        if (h->dk) { mf__fb_axpy(h->dk + j * h->kvs, g, h->q, h->d); mf__fb_axpy(h->dk + j * h->kvs, g, h->u, h->d); }
-        if (h->dv) mf__fb_axpy(h->dv + j * h->kvs, p, dout, h->d);
-        if (h->dr) mf__fb_axpy(h->dr + j * h->rs, g, h->q, h->d);
-        if (h->ds) h->ds[j * h->ss] += g;
+static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
+    int D = a->H * a->d, n = a->n, d = a->d, h;
+    MF__PARFOR(ctx, a->H, 16.0 * a->B * n * d)
+    for (h = 0; h < a->H; h++) {
+        float *pos = a->work + (int64_t)h * ((2 * a->B + 2) * n + d), *G = pos + (int64_t)a->B * n;
+        float *p = G + (int64_t)a->B * n, *dp = p + n, *kg = dp + n;
+        int b, j, i;
+        mf__fb_attn_prep(a, h, pos);
+        for (b = 0; b < a->B; b++) {
+            int64_t qo = (int64_t)b * D + (int64_t)h * d, hb = b * a->sb + h * a->sh, dhb = b * a->dsb + h * a->dsh;
+            const float *dout = a->dout + qo;
+            float *g = G + (int64_t)b * n, Dd = mf__fb_dot(dout, a->o + qo, d);
+            mf__fb_scores(a, b, h, pos + (int64_t)b * n, p);
+            mf__fb_exp(p, n, a->lse[(int64_t)b * a->H + h]);                       /* a_j */
+            mf__fb_vm(n, d, dout, a->vt + hb, a->ldt, dp, 0);                       /* dout . v_j */
+            for (j = 0; j < n; j++) g[j] = a->scale * p[j] * (dp[j] - Dd);
+            mf__fb_vm(d, n, g, a->k + hb, d, kg, 0);                                /* sum_j g_j k_j */
+            for (i = 0; i < d; i++) a->dq[qo + i] += kg[i];
+            if (a->du) for (i = 0; i < d; i++) a->du[(int64_t)h * d + i] += kg[i];
+            mf__fb_vm(d, n, g, a->r + ((int64_t)h * a->nr + a->nr - n) * d, d, a->dq + qo, 1); /* + g_j r_j */
+            if (a->dk) mf__attn_mm(n, d, 1, g, 1, 1, a->qu + qo, d, a->dk + dhb, d, 1); /* dk_j += g_j (q + u) */
+            if (a->dv) mf__attn_mm(n, d, 1, p, 1, 1, dout, d, a->dv + dhb, d, 1);      /* dv_j += a_j dout */
+        }
+        if (a->dr) /* dr_j += sum_b g_bj q_b */
+            mf__attn_mm(n, d, a->B, G, 1, n, a->q + (int64_t)h * d, D, a->dr + ((int64_t)h * a->nr + a->nr - n) * d, d, 1);
+        if (a->ds)
+            for (b = 0; b < a->B; b++)
+                for (j = 0; j < n; j++) a->ds[(int64_t)h * a->nr + a->nr - n + j] += G[(int64_t)b * n + j];
+    }
+}
+/* the last nr rows of a relative table [P][H][w] (w = d or 1), head-major: dst [H][nr][w]; with
+   dst_t also transposed, [H][w][nr]. back: add dst into the table instead (its gradient). */
+static void mf__fb_table_rows(float *dst, float *dst_t, float *src, int P, int H, int w, int nr, int back) {
+    int h, r, i;
+    for (h = 0; h < H; h++) {
+        float *dh = dst + (int64_t)h * nr * w;
+        for (r = 0; r < nr; r++) {
+            float *x = dh + (int64_t)r * w, *y = src + ((int64_t)(P - nr + r) * H + h) * w;
+            if (back) for (i = 0; i < w; i++) y[i] += x[i];
+            else memcpy(x, y, (size_t)w * sizeof(float));
+        }
+        if (dst_t && !back) mf__attn_transpose(dh, w, nr, nr, w, 1.0f, dst_t + (int64_t)h * w * nr, nr);
     }
 }
 
 /* ---- feedback attention op: q [B, H, dk], k, v [B, H, n, dk], u [H, dk], r [P, H, dk], s [P, H]
-   -> [B, H, dk]; src 0..5 = q, k, v, u, r, s; farg[0] scale; saved: lse [B*H] */
+   -> [B, H, dk]; src 0..5 = q, k, v, u, r, s; farg[0] scale; saved: lse [B*H]. Forward and backward
+   lay the inputs out as the kernels want them (transposed keys/values, head-major table rows). */
 static int mf__fba_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *u = out->src[3];
     const mf_tensor *r = out->src[4], *s = out->src[5];
@@ -4373,53 +4459,53 @@ static int mf__fba_shape(mf_ctx *ctx, mf_tensor *out) {
     mf__set_shape(out, 3, q->shape);
     return 0;
 }
-/* the view of (b, h) of the op's tensors; grads too when `grads` */
-static mf__fb_head mf__fba_head(const mf_tensor *out, int b, int h, int grads) {
-    const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *u = out->src[3];
-    const mf_tensor *r = out->src[4], *s = out->src[5];
-    int H = q->shape[1], d = q->shape[2], n = k->shape[2], P = r->shape[0];
-    int64_t oq = ((int64_t)b * H + h) * d, ok = oq * n, orr = ((int64_t)(P - n) * H + h) * d, os = (int64_t)(P - n) * H + h;
-    mf__fb_head hd;
-    memset(&hd, 0, sizeof hd);
-    hd.q = q->data + oq; hd.u = u->data + (int64_t)h * d;
-    hd.k = k->data + ok; hd.v = v->data + ok; hd.kvs = d;
-    hd.r = r->data + orr; hd.rs = (int64_t)H * d;
-    hd.s = s->data + os; hd.ss = H;
-    hd.n = n; hd.d = d; hd.scale = out->farg[0];
-    if (grads) {
-        float *g;
-        hd.dq = (g = mf__g(q)) ? g + oq : NULL;
-        hd.du = (g = mf__g(u)) ? g + (int64_t)h * d : NULL;
-        hd.dk = (g = mf__g(k)) ? g + ok : NULL;
-        hd.dv = (g = mf__g(v)) ? g + ok : NULL;
-        hd.dr = (g = mf__g(r)) ? g + orr : NULL;
-        hd.ds = (g = mf__g(s)) ? g + os : NULL;
+/* the kernels' view of the op (arena scratch); NULL when out of memory */
+static int mf__fba_setup(mf_ctx *ctx, const mf_tensor *out, mf__fb_attn *a) {
+    const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2];
+    int B = q->shape[0], H = q->shape[1], d = q->shape[2], n = k->shape[2], P = out->src[4]->shape[0], bh;
+    float *kt, *vt, *r, *rt, *s;
+    memset(a, 0, sizeof *a);
+    a->B = B; a->H = H; a->d = d; a->n = n; a->nr = n; a->scale = out->farg[0];
+    a->q = q->data; a->u = out->src[3]->data; a->k = k->data; a->v = v->data;
+    a->sb = (int64_t)H * n * d; a->sh = (int64_t)n * d; a->ldt = n;
+    a->kt = kt = (float *)mf__alloc(ctx, 2 * (size_t)B * H * n * d * sizeof(float));
+    a->r = r = (float *)mf__alloc(ctx, 2 * (size_t)H * n * d * sizeof(float));
+    a->s = s = (float *)mf__alloc(ctx, (size_t)H * n * sizeof(float));
+    a->qu = (float *)mf__alloc(ctx, (size_t)B * H * d * sizeof(float));
+    a->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * n + d) * sizeof(float));
+    if (!mf_ok(ctx)) return -1;
+    a->vt = vt = kt + (int64_t)B * H * n * d;
+    a->rt = rt = r + (int64_t)H * n * d;
+    for (bh = 0; bh < B * H; bh++) {
+        mf__attn_transpose(k->data + (int64_t)bh * n * d, d, n, n, d, 1.0f, kt + (int64_t)bh * n * d, n);
+        mf__attn_transpose(v->data + (int64_t)bh * n * d, d, n, n, d, 1.0f, vt + (int64_t)bh * n * d, n);
     }
-    return hd;
+    mf__fb_table_rows(r, rt, out->src[4]->data, P, H, d, n, 0);
+    mf__fb_table_rows(s, NULL, out->src[5]->data, P, H, 1, n, 0);
+    a->o = out->data; a->lse = out->saved;
+    return 0;
 }
 static void mf__fba_forward(mf_ctx *ctx, mf_tensor *out) {
-    int B = out->shape[0], H = out->shape[1], d = out->shape[2];
-    int64_t i;
-    float *lse = out->saved = (float *)mf__alloc(ctx, (size_t)B * H * sizeof(float));
-    if (!lse) return;
-    MF__PARFOR(ctx, (int64_t)B * H, 8.0 * out->src[1]->shape[2] * d)
-    for (i = 0; i < (int64_t)B * H; i++) {
-        mf__fb_head hd = mf__fba_head(out, (int)(i / H), (int)(i % H), 0);
-        lse[i] = mf__fb_head_forward(&hd, out->data + i * d);
-    }
+    mf__fb_attn a;
+    if (!(out->saved = (float *)mf__alloc(ctx, (size_t)out->shape[0] * out->shape[1] * sizeof(float)))) return;
+    if (mf__fba_setup(ctx, out, &a) == 0) mf__fb_attn_forward(ctx, &a);
 }
 static void mf__fba_backward(mf_ctx *ctx, mf_tensor *out) {
-    int B = out->shape[0], H = out->shape[1], d = out->shape[2], h;
-    /* parallel over heads: du, dr, ds of a head are shared by the batch rows */
-    MF__PARFOR(ctx, H, 14.0 * B * out->src[1]->shape[2] * d)
-    for (h = 0; h < H; h++) {
-        int b;
-        for (b = 0; b < B; b++) {
-            mf__fb_head hd = mf__fba_head(out, b, h, 1);
-            int64_t i = (int64_t)b * H + h;
-            mf__fb_head_backward(&hd, out->data + i * d, out->saved[i], out->grad + i * d);
-        }
-    }
+    mf_tensor *q = out->src[0], *r = out->src[4], *s = out->src[5];
+    int H = q->shape[1], d = q->shape[2], n = out->src[1]->shape[2], P = r->shape[0];
+    mf__fb_attn a;
+    float *dq = mf__g(q);
+    if (mf__fba_setup(ctx, out, &a) < 0) return;
+    a.dout = out->grad;
+    a.dq = dq ? dq : (float *)mf__calloc(ctx, (size_t)q->ne * sizeof(float)); /* the kernel always forms dq */
+    a.du = mf__g(out->src[3]); a.dk = mf__g(out->src[1]); a.dv = mf__g(out->src[2]);
+    a.dsb = a.sb; a.dsh = a.sh;
+    if (mf__g(r)) a.dr = (float *)mf__calloc(ctx, (size_t)H * n * d * sizeof(float));
+    if (mf__g(s)) a.ds = (float *)mf__calloc(ctx, (size_t)H * n * sizeof(float));
+    if (!a.dq || !mf_ok(ctx)) return;
+    mf__fb_attn_backward(ctx, &a);
+    if (a.dr) mf__fb_table_rows(a.dr, NULL, r->grad, P, H, d, n, 1);
+    if (a.ds) mf__fb_table_rows(a.ds, NULL, s->grad, P, H, 1, n, 1);
 }
 static const mf__op mf__op_feedback_attention = { "feedback_attention", 3, mf__fba_shape, mf__fba_forward, mf__fba_backward, 0 };
 MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
@@ -4538,8 +4624,10 @@ typedef struct mf__fb_fwd {
     uint64_t stream;     /* dropout RNG stream of this call */
     float *sw;           /* softmax(w) [N + 1] */
     float *wf;           /* the weights packed for the forward (mf__fb_pack) */
-    float *slots;        /* [nblk][B][H][cap][dk] keys / values per block, head and slot */
-    float *rh, *sh;      /* [N][H][nr][dk], [N][H][nr]: the tables' last nr rows, head-major */
+    float *slots;        /* [nblk][B][H][2][...] keys / values per block and head: [cap][dk] rows,
+                            then transposed [dk][cap] (see mf__fb_attn) */
+    float *rh, *rt, *sh; /* [N][H][nr][dk], [N][H][dk][nr], [N][H][nr]: the tables' last nr rows */
+    float *qu, *work;    /* mf__fb_attn scratch */
     float *hs;           /* [N + 1][T][B][D] the embedding and each layer's output */
     float *z, *q, *o;    /* [N][T][B][D] LN_att output, query, attention output (steps >= 1) */
     float *xm, *y2;      /* [N][T][B][D] after the attention sub-layer, LN_ff output */
@@ -4608,35 +4696,52 @@ static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int
     for (e = 0; e < n; e++)
         x[e] = mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, f->stream, (uint64_t)(base + e)) >= f->drop ? x[e] * s : 0.0f;
 }
-/* start of (block, b, h) in a [nblk][B][H][cap][dk] slot buffer */
-static int64_t mf__fb_slot_head(const mf__fb_fwd *f, int blk, int b, int h) {
+/* head (b, h) of key/value block blk: slot buffers [nblk][B][H][2][cap][dk] (rows, then
+   transposed), their gradients [nblk][B][H][cap][dk] (rows) */
+static int64_t mf__fb_slot_head(const mf__fb_fwd *f, int blk, int b, int h, int grad) {
     const mf_model_config *c = &f->m->cfg;
-    return (((int64_t)blk * f->B + b) * c->n_heads + h) * f->cap * (c->d_model / c->n_heads);
+    return (((int64_t)blk * f->B + b) * c->n_heads + h) * (grad ? 1 : 2) * f->cap * (c->d_model / c->n_heads);
 }
-/* move the slot rows of step-major [B][nblk * D] to / from slot n of a head-major slot buffer */
-static void mf__fb_slot_copy(const mf__fb_fwd *f, float *slots, int n, float *rows, int to_slots) {
+/* slot n of every block and head from step-major rows [B][nblk * D] (both layouts) */
+static void mf__fb_slot_write(const mf__fb_fwd *f, int n, const float *rows) {
+    const mf_model_config *c = &f->m->cfg;
+    int D = c->d_model, H = c->n_heads, d = D / H, nb = mf__fb_nblk(f->m), blk, b, h, i;
+    for (blk = 0; blk < nb; blk++)
+        for (b = 0; b < f->B; b++)
+            for (h = 0; h < H; h++) {
+                float *s = f->slots + mf__fb_slot_head(f, blk, b, h, 0), *st = s + (int64_t)f->cap * d;
+                const float *r = rows + (int64_t)b * nb * D + (int64_t)blk * D + (int64_t)h * d;
+                memcpy(s + (int64_t)n * d, r, (size_t)d * sizeof(float));
+                for (i = 0; i < d; i++) st[(int64_t)i * f->cap + n] = r[i];
+            }
+}
+/* the gradient of slot n of every block and head as step-major rows [B][nblk * D] */
+static void mf__fb_slot_grad(const mf__fb_fwd *f, const float *dslots, int n, float *rows) {
     const mf_model_config *c = &f->m->cfg;
     int D = c->d_model, H = c->n_heads, d = D / H, nb = mf__fb_nblk(f->m), blk, b, h;
     for (blk = 0; blk < nb; blk++)
         for (b = 0; b < f->B; b++)
-            for (h = 0; h < H; h++) {
-                float *s = slots + mf__fb_slot_head(f, blk, b, h) + (int64_t)n * d;
-                float *r = rows + (int64_t)b * nb * D + (int64_t)blk * D + (int64_t)h * d;
-                memcpy(to_slots ? s : r, to_slots ? r : s, (size_t)d * sizeof(float));
-            }
+            for (h = 0; h < H; h++)
+                memcpy(rows + (int64_t)b * nb * D + (int64_t)blk * D + (int64_t)h * d,
+                       dslots + mf__fb_slot_head(f, blk, b, h, 1) + (int64_t)n * d, (size_t)d * sizeof(float));
 }
-/* layer l's attention over slots 0 .. n-1, for batch row b and head h (values, no gradients) */
-static mf__fb_head mf__fb_model_head(const mf__fb_fwd *f, int l, int n, const float *q, int b, int h) {
+/* layer l's attention at a step with n memory slots: query q, output o, log-sum-exp lse (rows of
+   the batch) */
+static mf__fb_attn mf__fb_layer_attn(const mf__fb_fwd *f, int l, int n, const float *q, float *o, float *lse) {
     const mf_model_config *c = &f->m->cfg;
     int D = c->d_model, H = c->n_heads, d = D / H, kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
-    mf__fb_head hd;
-    memset(&hd, 0, sizeof hd);
-    hd.q = q + (int64_t)b * D + (int64_t)h * d; hd.u = f->m->layers[l].rel_u->data + (int64_t)h * d;
-    hd.k = f->slots + mf__fb_slot_head(f, kv, b, h); hd.v = f->slots + mf__fb_slot_head(f, kv + 1, b, h); hd.kvs = d;
-    hd.r = f->rh + (((int64_t)l * H + h) * f->nr + f->nr - n) * d; hd.rs = d;  /* slot j: table row P - n + j */
-    hd.s = f->sh + ((int64_t)l * H + h) * f->nr + f->nr - n; hd.ss = 1;
-    hd.n = n; hd.d = d; hd.scale = 1.0f / sqrtf((float)d);
-    return hd;
+    mf__fb_attn a;
+    memset(&a, 0, sizeof a);
+    a.B = f->B; a.H = H; a.d = d; a.n = n; a.scale = 1.0f / sqrtf((float)d);
+    a.q = q; a.u = f->m->layers[l].rel_u->data;
+    a.k = f->slots + mf__fb_slot_head(f, kv, 0, 0, 0); a.kt = a.k + (int64_t)f->cap * d;
+    a.v = f->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 0); a.vt = a.v + (int64_t)f->cap * d;
+    a.sh = 2 * (int64_t)f->cap * d; a.sb = a.sh * H; a.ldt = f->cap;
+    a.dsh = (int64_t)f->cap * d; a.dsb = a.dsh * H;
+    a.nr = f->nr;
+    a.r = f->rh + (int64_t)l * H * f->nr * d; a.rt = f->rt + (int64_t)l * H * f->nr * d; a.s = f->sh + (int64_t)l * H * f->nr;
+    a.qu = f->qu; a.work = f->work; a.o = o; a.lse = lse;
+    return a;
 }
 
 /* ---- forward: step t of the whole batch --------------------------------------------------------- */
@@ -4655,10 +4760,9 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             float *lse = MF__FB_AT(f, f->lse, l, t, H);
             mf__fb_layernorm(x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
             mf__fb_linear(ctx, z, mf__fb_piece(f->m, f->wf, l, MF__FB_Q), D, D, NULL, B, q);
-            MF__PARFOR(ctx, (int64_t)B * H, 8.0 * n * D / H)
-            for (i = 0; i < B * H; i++) {
-                mf__fb_head hd = mf__fb_model_head(f, l, n, q, i / H, i % H);
-                lse[i] = mf__fb_head_forward(&hd, o + (int64_t)i * (D / H));
+            {
+                mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
+                mf__fb_attn_forward(ctx, &a);
             }
             mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, L->bo, B, f->tmp);
             mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
@@ -4688,7 +4792,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             mf__fb_kv_block(f->m, i, &w, &bias);
             if (bias) for (b = 0; b < B; b++) for (j = 0; j < D; j++) f->tmp[(int64_t)b * ld + (int64_t)i * D + j] += bias->data[j];
         }
-        mf__fb_slot_copy(f, f->slots, n, f->tmp, 1);
+        mf__fb_slot_write(f, n, f->tmp);
     }
 }
 
@@ -4703,18 +4807,6 @@ static int mf__fb_shape(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 
-/* the relative tables' last nr rows, head-major: dst [N][H][nr][w] from src [P][H][w] (w = dk or 1);
-   back = 1: add dst into src instead (the gradients) */
-static void mf__fb_tables(const mf__fb_fwd *f, float *dst, int w, int l, float *src, int back) {
-    int H = f->m->cfg.n_heads, h, r, i;
-    for (h = 0; h < H; h++)
-        for (r = 0; r < f->nr; r++) {
-            float *a = dst + (((int64_t)l * H + h) * f->nr + r) * w, *b = src + ((int64_t)(MF__FB_P - f->nr + r) * H + h) * w;
-            if (back) for (i = 0; i < w; i++) b[i] += a[i];
-            else memcpy(a, b, (size_t)w * sizeof(float));
-        }
-}
-
 static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
     mf_model *m = f->m;
@@ -4724,7 +4816,10 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     float mx = -INFINITY, sum = 0.0f, *w = m->fb_w->data;
     f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
     f->rh = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
+    f->rt = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->sh = (float *)mf__alloc(ctx, (size_t)N * f->nr * H * fl);
+    f->qu = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    f->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * f->nr + D / H) * fl);
     f->hs = (float *)mf__alloc(ctx, (size_t)(N + 1) * tb * D * fl);
     f->z = (float *)mf__alloc(ctx, N * tb * D * fl);
     f->q = (float *)mf__alloc(ctx, N * tb * D * fl);
@@ -4738,13 +4833,14 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     f->lse = (float *)mf__alloc(ctx, N * tb * H * fl);
     f->mem = (float *)mf__alloc(ctx, tb * D * fl);
     f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
-    if (!f->gen) f->slots = (float *)mf__alloc(ctx, tb * ld * fl);
+    if (!f->gen) f->slots = (float *)mf__alloc(ctx, 2 * tb * ld * fl);
     if (!f->gen) f->wf = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
     if (!mf_ok(ctx)) return;
     if (!f->gen || f->pos0 == 0) mf__fb_pack(ctx, m, f->wf, 1); /* generation: once, at the prompt */
     for (l = 0; l < N; l++) {
-        mf__fb_tables(f, f->rh, D / H, l, m->layers[l].rel_r->data, 0);
-        mf__fb_tables(f, f->sh, 1, l, m->layers[l].rel_s->data, 0);
+        int64_t o = (int64_t)l * H * f->nr;
+        mf__fb_table_rows(f->rh + o * (D / H), f->rt + o * (D / H), m->layers[l].rel_r->data, MF__FB_P, H, D / H, f->nr, 0);
+        mf__fb_table_rows(f->sh + o, NULL, m->layers[l].rel_s->data, MF__FB_P, H, 1, f->nr, 0);
     }
     for (l = 0; l <= N; l++) if (w[l] > mx) mx = w[l];
     for (l = 0; l <= N; l++) sum += f->sw[l] = expf(w[l] - mx);
@@ -4761,7 +4857,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
 /* ---- backward ------------------------------------------------------------------------------------ */
 typedef struct mf__fb_grads {
     float *wb;           /* the weights packed for the backward (mf__fb_pack) */
-    float *slots;        /* [nblk][B][H][T][dk] gradients of the slots' keys / values */
+    float *slots;        /* [nblk][B][H][T][dk] gradients of the slots' keys / values (rows) */
     float *kv;           /* [T][B][ld] the same, step-major (for the weight gradients) */
     float *rh, *sh;      /* [N][H][nr][dk], [N][H][nr] gradients of the tables' last rows */
     float *q, *ao, *fo;  /* [N][T][B][D] d query, d attention branch (out-proj output), d FFN branch */
@@ -4774,14 +4870,14 @@ typedef struct mf__fb_grads {
 /* backward of step t (training: slots before step t = t) */
 static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads *g, const float *dout, float *dx, int t) {
     const mf_model_config *c = &f->m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, b, h;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, b;
     int nb = mf__fb_nblk(f->m), ld = nb * D;
     int64_t e, bd = (int64_t)B * D;
     int has_dm = t < T - 1; /* slot t is read by the later steps */
     float *dh = g->dh, *dm = g->dm, *dd = g->dd, *df = g->df;
     if (has_dm) { /* the readers of slot t are done: dm_t = dK|dV_t Wkv; dsw[l] += dm_t . hs_t[l] */
         float *kv = g->kv + (int64_t)t * B * ld;
-        mf__fb_slot_copy(f, g->slots, t, kv, 0);
+        mf__fb_slot_grad(f, g->slots, t, kv);
         mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, dm, D, 0);
         for (l = 0; l <= N; l++) g->dsw[l] += mf__fb_dot(dm, MF__FB_AT(f, f->hs, l, t, D), (int)bd);
     }
@@ -4803,23 +4899,18 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
         if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
             float *ao = MF__FB_AT(f, g->ao, l, t, D), *dq = MF__FB_AT(f, g->q, l, t, D);
             const float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
-            float *gu = mf__g(L->rel_u);
             memcpy(ao, dh, (size_t)bd * sizeof(float));
             mf__fb_dropout(ctx, f, 0, l, t, ao, D);
             mf__fb_pmm(ctx, B, ao, D, mf__fb_piece(f->m, g->wb, l, MF__FB_OUT), D, D, dd, D, 0);
             memset(dq, 0, (size_t)bd * sizeof(float));
-            MF__PARFOR(ctx, H, 14.0 * B * t * D / H)
-            for (h = 0; h < H; h++) { /* parallel over heads: du, dr, ds of a head are shared by the batch */
-                int bb, d = D / H;
-                for (bb = 0; bb < B; bb++) {
-                    mf__fb_head hd = mf__fb_model_head(f, l, t, q, bb, h);
-                    int64_t oo = (int64_t)bb * D + (int64_t)h * d;
-                    hd.dq = dq + oo;
-                    hd.du = gu ? gu + (int64_t)h * d : NULL;
-                    hd.dk = g->slots + (hd.k - f->slots); hd.dv = g->slots + (hd.v - f->slots);
-                    hd.dr = g->rh + (hd.r - f->rh); hd.ds = g->sh + (hd.s - f->sh);
-                    mf__fb_head_backward(&hd, o + oo, lse[(int64_t)bb * H + h], dd + oo);
-                }
+            {
+                mf__fb_attn a = mf__fb_layer_attn(f, l, t, q, (float *)o, (float *)lse);
+                int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
+                int64_t rows = (int64_t)l * H * f->nr;
+                a.dout = dd; a.dq = dq; a.du = mf__g(L->rel_u);
+                a.dk = g->slots + mf__fb_slot_head(f, kv, 0, 0, 1); a.dv = g->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 1);
+                a.dr = g->rh + rows * (D / H); a.ds = g->sh + rows;
+                mf__fb_attn_backward(ctx, &a);
             }
             mf__fb_pmm(ctx, B, dq, D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, dd, D, 0);
             mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
@@ -4876,8 +4967,8 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__fb_weight_grad(ctx, L->wo, L->bo, g.ao + at + r1, D, f->o + at + r1, (T - 1) * B);
         mf__fb_weight_grad(ctx, L->fc1_w, L->fc1_b, g.a1 + af, F, f->y2 + at, T * B);
         mf__fb_weight_grad(ctx, L->fc2_w, L->fc2_b, g.fo + at, D, f->g1 + af, T * B);
-        if (mf__g(L->rel_r)) mf__fb_tables(f, g.rh, D / H, l, L->rel_r->grad, 1);
-        if (mf__g(L->rel_s)) mf__fb_tables(f, g.sh, 1, l, L->rel_s->grad, 1);
+        if (mf__g(L->rel_r)) mf__fb_table_rows(g.rh + (int64_t)l * H * f->nr * (D / H), NULL, L->rel_r->grad, MF__FB_P, H, D / H, f->nr, 1);
+        if (mf__g(L->rel_s)) mf__fb_table_rows(g.sh + (int64_t)l * H * f->nr, NULL, L->rel_s->grad, MF__FB_P, H, 1, f->nr, 1);
     }
     for (i = 0; i < nb; i++) { /* slots 0 .. T-2 are read */
         mf_tensor *w, *bias;
@@ -4978,7 +5069,7 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     f->drop = ctx->training ? c->dropout : 0.0f;
     if (f->drop > 0.0f) f->stream = ctx->rng_calls++;
     if (gen) { /* the memory and the packed weights persist between the calls (allocated once) */
-        size_t slots = (size_t)c->max_seq * mf__fb_nblk(m) * c->d_model;
+        size_t slots = 2 * (size_t)c->max_seq * mf__fb_nblk(m) * c->d_model;
         if (B != 1) return (mf_tensor *)mf__fail(ctx, "feedback: generation runs batch 1, got %d", B);
         if (!st->slots) st->slots = (float *)mf__xmalloc(slots * sizeof(float));
         if (!st->wf) st->wf = (float *)mf__xmalloc((size_t)mf__fb_packed_floats(m) * sizeof(float));

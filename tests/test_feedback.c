@@ -332,6 +332,44 @@ static void test_one_token(void) {
     }
 }
 
+/* ---- the thread count changes nothing: loss and every gradient bit-identical ------------------------ */
+static void test_threads_bit_identical(void) {
+    enum { TB = 8, TT = 48 };
+    int k, i;
+    for (k = MF_MIXER_FEEDBACK; k <= MF_MIXER_FEEDBACK_KV; k++) {
+        float loss[2] = {0, 0}, *grads[2] = {NULL, NULL};
+        int64_t n = 0;
+        int nt;
+        for (nt = 1; nt <= 2; nt++) {
+            mf_ctx *ctx = mf_ctx_new(8);
+            mf_model_config cfg = mf_model_config_default();
+            mf_model *m;
+            mf_tensor *l;
+            int32_t ids[TB * TT], tg[TB * TT];
+            uint64_t s = 3;
+            mf_set_threads(ctx, nt);
+            cfg.vocab = 17; cfg.d_model = 128; cfg.n_heads = 4; cfg.n_layers = 2; cfg.d_ff = 256; cfg.max_seq = TT;
+            cfg.mixer = (mf_mixer_kind)k; cfg.dropout = 0.1f;
+            m = mf_model_new(ctx, &cfg);
+            MFT_CHECK(m != NULL);
+            if (!m) { mf_ctx_free(ctx); continue; }
+            perturb(m, TT, 4);
+            for (i = 0; i < TB * TT; i++) { ids[i] = (int32_t)(rng_next(&s) % 17); tg[i] = (int32_t)(rng_next(&s) % 17); }
+            l = mf_model_loss(m, ids, tg, TB, TT);
+            MFT_CHECK(l != NULL && mf_backward(ctx, l) == 0);
+            n = mf_param_count(ctx);
+            loss[nt - 1] = l ? l->data[0] : NAN;
+            grads[nt - 1] = (float *)malloc((size_t)n * sizeof(float));
+            if (grads[nt - 1]) memcpy(grads[nt - 1], mf_param_grads(ctx), (size_t)n * sizeof(float));
+            mf_model_free(m);
+            mf_ctx_free(ctx);
+        }
+        MFT_CHECK(memcmp(&loss[0], &loss[1], sizeof(float)) == 0);
+        MFT_CHECK(grads[0] && grads[1] && memcmp(grads[0], grads[1], (size_t)n * sizeof(float)) == 0);
+        free(grads[0]); free(grads[1]);
+    }
+}
+
 /* ---- bad input: clear errors, no crash ----------------------------------------------------------- */
 static void expect_error(mf_ctx *ctx, const char *what) {
     MFT_CHECK(!mf_ok(ctx));
@@ -422,6 +460,7 @@ int main(void) {
     RUN(test_parity_feedback_kv);
     RUN(test_generation_matches_forward);
     RUN(test_one_token);
+    RUN(test_threads_bit_identical);
     RUN(test_bad_input);
     return mft_finish();
 }
