@@ -4230,24 +4230,27 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
    m_t = sum_l softmax(w)[l] * hs_t[l] over the embedding and every layer's output. Keys and values
    of a memory slot never change once written, so each slot is projected ONCE, at the end of the
    step that writes it: per layer in the original variant (K_l = m Wk_l^T, V_l = m Wv_l^T + bv_l),
-   by the shared bias-free k, v in the KV variant. The slots live in one buffer [slot][B][ld]: row
-   (slot, b) holds every layer's K | V (original: ld = 2 N D, K_l at 2 l D, V_l at 2 l D + D) or
-   the shared K | V (KV: ld = 2 D) - the seed's Stack of the KV variant, preallocated.
+   by the shared bias-free k, v in the KV variant: one product per step, whose row holds every
+   block (original: K_0 | V_0 | K_1 | ..., ld = 2 N D wide; KV: K | V, ld = 2 D), copied into the
+   slot buffer - the seed's Stack of the KV variant, preallocated - laid out per block, batch row
+   and head, rows and transposed (what the attention kernels read contiguously, mf__fb_attn).
 
    The whole recurrence is ONE tape node ("feedback") with an explicit backward in reverse time
    (SPEC 8.6, the llm.c way): no tape node and no allocation per token. The forward keeps every
    step's activations in step-major buffers [layer][T][B][...] taken from the arena once per call;
-   a step is a few [B x D] GEMMs per layer (mf__sgemm_ws) and the per-(batch, head) attention
-   (parallel over batch x heads). The backward walks t = T-1 .. 0: when it reaches step t, every
-   reader of slot t (the later steps) is done, so the slot's key/value gradient is complete and
-   dm_t = dK_t Wk + dV_t Wv is handed to hs_t[l] with weight softmax(w)[l]. Weight gradients are
-   not formed per step: the per-step input gradients are kept and each weight gets one GEMM over
-   all T*B rows at the end (dW += dY^T X), where a GEMM is fast. Attention keeps only the
-   log-sum-exp of each query and recomputes the probabilities in the backward (no T x T buffer).
+   a step is, per layer, four products of the B batch rows with a weight (q, out, fc1, fc2: weights
+   packed once per call, mf__fb_pmm) and the attention of each (batch row, head). The backward
+   walks t = T-1 .. 0: when it reaches step t, every reader of slot t (the later steps) is done,
+   so the slot's key/value gradient is complete and dm_t = dK_t Wk + dV_t Wv is handed to hs_t[l]
+   with weight softmax(w)[l]. Weight gradients are not formed per step: the per-step gradients of
+   each weight's output are kept and every weight gets one GEMM over all T*B rows at the end
+   (dW += dY^T X, mf__sgemm_ws), where a GEMM is fast. Attention keeps only the log-sum-exp of each
+   query and recomputes the probabilities in the backward (no T x T buffer). The results do not
+   depend on the thread count (every sum runs in a fixed order).
 
    Capacity: max_seq is the stack capacity (the seed's Stack holds 512): at most max_seq memory
    slots per sequence, and max_seq <= P = 4096, the rows of the relative tables. Generation keeps
-   the slots in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n continues after the n tokens
+   the slots (and the packed weights) in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n continues after the n tokens
    so far, one step per new token. Dropout (config.dropout, training only) acts where the generic
    block has it: both residual branches and the FFN hidden layer (not on the attention
    probabilities, like the sdpa mixer). */
@@ -4944,7 +4947,7 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
     if (f->gen || f->pos0 != 0) { mf__fail(ctx, "feedback: generation steps have no backward"); return; }
     g.wb = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
     g.slots = (float *)mf__calloc(ctx, tb * ld * fl);
-    g.kv = (float *)mf__calloc(ctx, tb * ld * fl);
+    g.kv = (float *)mf__alloc(ctx, tb * ld * fl);      /* rows of slots 0 .. T-2 are written and read */
     g.rh = (float *)mf__calloc(ctx, (size_t)N * f->nr * D * fl);
     g.sh = (float *)mf__calloc(ctx, (size_t)N * f->nr * H * fl);
     g.q = (float *)mf__alloc(ctx, N * tb * D * fl);
