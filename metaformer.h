@@ -4250,10 +4250,10 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
 
    Capacity: max_seq is the stack capacity (the seed's Stack holds 512): at most max_seq memory
    slots per sequence, and max_seq <= P = 4096, the rows of the relative tables. Generation keeps
-   the slots (and the packed weights) in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n continues after the n tokens
-   so far, one step per new token. Dropout (config.dropout, training only) acts where the generic
-   block has it: both residual branches and the FFN hidden layer (not on the attention
-   probabilities, like the sdpa mixer). */
+   the slots and the packed weights in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n
+   continues after the n tokens so far, one step per new token. Dropout (config.dropout, training
+   only) acts where the generic block has it: both residual branches and the FFN hidden layer (not
+   on the attention probabilities, like the sdpa mixer). */
 #define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
 
 struct mf__fb_state {
@@ -4595,24 +4595,29 @@ static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor *
     if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
     else { *w = i % 2 ? m->fb_wv : m->fb_wk; *b = NULL; }
 }
+/* weight w [out][in], block i of a stack of n such weights (rows i out ..): fwd: columns of the
+   operand [in][n out] of y = x W^T; else rows of the operand [n out][in] of dx = dy W */
+static void mf__fb_pack_weight(float *P, const mf_tensor *w, int i, int n, int fwd) {
+    int out = w->shape[0], in = w->shape[1];
+    if (fwd) mf__fb_pack_cols(P, in, n * out, i * out, w->data, out);
+    else mf__fb_pack_rows(P, n * out, in, i * out, w->data, out);
+}
 static void mf__fb_pack(mf_ctx *ctx, const mf_model *m, float *P, int fwd) {
-    int D = m->cfg.d_model, F = m->cfg.d_ff, N = m->cfg.n_layers, nb = mf__fb_nblk(m), ld = nb * D, u;
-    MF__PARFOR(ctx, 4 * N + 1, 2.0 * D * F)
+    int N = m->cfg.n_layers, nb = mf__fb_nblk(m), u;
+    MF__PARFOR(ctx, 4 * N + 1, 2.0 * m->cfg.d_model * m->cfg.d_ff)
     for (u = 0; u <= 4 * N; u++) { /* one piece each (the key/value blocks together) */
-        int l = u / 4, which = u == 4 * N ? MF__FB_KV : u % 4, i;
-        float *p = mf__fb_piece(m, P, l, which);
-        const mf__layer *L = &m->layers[l < N ? l : 0];
+        int i;
         mf_tensor *w, *b;
-        switch (which) {
-        case MF__FB_Q: if (fwd) mf__fb_pack_cols(p, D, D, 0, L->wq->data, D); else mf__fb_pack_rows(p, D, D, 0, L->wq->data, D); break;
-        case MF__FB_OUT: if (fwd) mf__fb_pack_cols(p, D, D, 0, L->wo->data, D); else mf__fb_pack_rows(p, D, D, 0, L->wo->data, D); break;
-        case MF__FB_FC1: if (fwd) mf__fb_pack_cols(p, D, F, 0, L->fc1_w->data, F); else mf__fb_pack_rows(p, F, D, 0, L->fc1_w->data, F); break;
-        case MF__FB_FC2: if (fwd) mf__fb_pack_cols(p, F, D, 0, L->fc2_w->data, D); else mf__fb_pack_rows(p, D, F, 0, L->fc2_w->data, D); break;
-        default:
+        if (u == 4 * N)
             for (i = 0; i < nb; i++) {
                 mf__fb_kv_block(m, i, &w, &b);
-                if (fwd) mf__fb_pack_cols(p, D, ld, i * D, w->data, D); else mf__fb_pack_rows(p, ld, D, i * D, w->data, D);
+                mf__fb_pack_weight(mf__fb_piece(m, P, 0, MF__FB_KV), w, i, nb, fwd);
             }
+        else {
+            const mf__layer *L = &m->layers[u / 4];
+            mf_tensor *piece[4];
+            piece[MF__FB_Q] = L->wq; piece[MF__FB_OUT] = L->wo; piece[MF__FB_FC1] = L->fc1_w; piece[MF__FB_FC2] = L->fc2_w;
+            mf__fb_pack_weight(mf__fb_piece(m, P, u / 4, u % 4), piece[u % 4], 0, 1, fwd);
         }
     }
 }
