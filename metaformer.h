@@ -4265,11 +4265,12 @@ struct mf__fb_state {
 /* ---- feedback attention of one step, for the whole batch ------------------------------------------
    Per (b, h): s_j = scale ((q + u) . k_j + q . r_j + s_j) over the n memory slots, a = softmax(s),
    o = sum_j a_j v_j; the backward recomputes a from the log-sum-exp (FlashAttention-2 style:
-   g_j = scale a_j (dout . v_j - dout . o)). Every product runs on contiguous rows with the small-tile
-   kernel (mf__attn_mm), never a horizontal sum per key: the keys and values of a head are kept both
-   row-major [n][d] and transposed [d][ldt], the table rows likewise, and the positional scores
-   q . r_j of a head are one [B x n] product for all batch rows (the tables are shared by the batch).
-   Parallel over heads: du, dr, ds of a head collect every batch row. */
+   g_j = scale a_j (dout . v_j - dout . o)). Every product reads contiguous rows (a vector times a
+   matrix, mf__fb_vm, or the small-tile kernel mf__attn_mm), never a horizontal sum per key: the
+   keys and values of a head are kept both row-major [n][d] and transposed [d][ldt], the table rows
+   likewise, and the positional scores q . r_j of a head are one [B x n] product for all batch rows
+   (the tables are shared by the batch). Parallel over heads: du, dr, ds of a head collect every
+   batch row. */
 typedef struct mf__fb_attn {
     int B, H, d, n;              /* batch, heads, head size, memory slots */
     float scale;
@@ -4462,7 +4463,7 @@ static int mf__fba_shape(mf_ctx *ctx, mf_tensor *out) {
     mf__set_shape(out, 3, q->shape);
     return 0;
 }
-/* the kernels' view of the op (arena scratch); NULL when out of memory */
+/* the kernels' view of the op (scratch from the arena); -1 when out of memory */
 static int mf__fba_setup(mf_ctx *ctx, const mf_tensor *out, mf__fb_attn *a) {
     const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2];
     int B = q->shape[0], H = q->shape[1], d = q->shape[2], n = k->shape[2], P = out->src[4]->shape[0], bh;

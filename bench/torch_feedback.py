@@ -25,6 +25,7 @@ every step (about T / 2 times the projection work); that extra work is not count
 Prints one machine-readable line: RESULT impl=torch mixer=... tok_s=... gflops=... rss_mb=...
 """
 import argparse
+import ctypes
 import math
 import os
 import resource
@@ -58,7 +59,7 @@ def parse():
     p.add_argument("--vocab", type=int, default=65)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--foreach", type=int, default=1, help="Adam(foreach=...): 1 multi-tensor (fast), 0 per tensor")
-    p.add_argument("--info", action="store_true", help="print the threading configuration and exit")
+    p.add_argument("--info", action="store_true", help="print the BLAS / threading configuration and exit")
     return p.parse_args()
 
 
@@ -69,6 +70,24 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 torch.set_num_threads(args.threads)
+
+
+def blas_info():
+    """What BLAS torch really calls: the libraries mapped into this process after a matmul (as torch_ref.py)."""
+    a = torch.randn(256, 256)
+    (a @ a).sum().item()
+    libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "blas" in ln.split()[-1] or "lapack" in ln.split()[-1]})
+    info = {"libs": libs, "openblas": False, "core": "?", "blas_threads": "?"}
+    for path in libs:
+        if "openblas" in os.path.basename(path):
+            try:
+                lib = ctypes.CDLL(path)
+                lib.openblas_get_corename.restype = ctypes.c_char_p
+                info.update(openblas=True, core=lib.openblas_get_corename().decode(),
+                            blas_threads=lib.openblas_get_num_threads())
+            except OSError:
+                pass
+    return info
 
 
 # ---------------------------------------------------------------- the seed (labml feedback.py)
@@ -305,12 +324,15 @@ def flops_per_token_fwd(a):
 
 
 def main():
+    info = blas_info()
     env = " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in
                    ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))
-    print("torch %s: intra-op threads %d, inter-op threads %d; %s" % (
-        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), env))
-    print("INFO impl=torch version=%s threads=%d interop=%d" % (
-        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads()))
+    print("torch %s: intra-op threads %d, inter-op threads %d; BLAS libraries %s; OpenBLAS %s core %s, %s threads; %s" % (
+        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), ",".join(info["libs"]),
+        "yes" if info["openblas"] else "NO", info["core"], info["blas_threads"], env))
+    print("INFO impl=torch version=%s threads=%d interop=%d openblas=%d core=%s blas_threads=%s" % (
+        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), int(info["openblas"]),
+        info["core"], info["blas_threads"]))
     if args.info:
         return 0
     torch.manual_seed(args.seed)
