@@ -282,6 +282,16 @@ MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_ten
    guards a zero denominator, the mixer uses 1e-6). Shapes and chunk as mf_fast_weights. */
 MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps,
                                      int chunk);
+/* Feedback attention (SPEC.md 8.2): one query per batch row and head against n memory slots, with
+   the relative position tables of the feedback transformer. q [B, H, dk]; k, v [B, H, n, dk]
+   (slot 0 the oldest); u [H, dk] the query position bias; r [P, H, dk] the key position
+   embeddings and s [P, H] the key position biases, of which the LAST n rows are used (slot j reads
+   row P - n + j: the previous step is row P - 1), n <= P -> [B, H, dk]:
+       out[b][h] = sum_j a_j v[b][h][j],  a = softmax_j(scale * ((q + u) . k_j + q . r_j + s_j))
+   (scale is usually 1 / sqrt(dk)). The query never sees itself: the slots are the past only.
+   Saves B*H floats (the log-sum-exp); the backward recomputes the probabilities. */
+MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v,
+                                       mf_tensor *u, mf_tensor *r, mf_tensor *s, float scale);
 /* Fused multi-head scaled dot-product attention (FlashAttention-2 style on the CPU):
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv],
    out = softmax(scale * q k^T [+ causal mask]) v. causal != 0: query i sees key j iff
@@ -5666,15 +5676,887 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
 }
 
 /* ==== [mf:feedback] ========================================================================= */
-/* The feedback transformer, original and shared-KV variants (SPEC.md section 8). */
-struct mf__fb_state { int unused; };
-static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
-    (void)c; return (mf__fail(ctx, "the feedback mixers are not implemented yet"), -1);
+/* The feedback transformer, original and shared-KV variants (SPEC.md section 8).
+
+   The recurrence (SPEC 8.3 - 8.5), token by token: step t runs every layer on x_t (the token
+   embedding, plus the position embedding when the config has one); at t > 0 layer l first attends
+   from LN_att(h) (only the query is normed) to the memories m_0 .. m_{t-1} (never to the current
+   step; at t = 0 the attention sub-layer is skipped), then runs its FFN. The memory of step t is
+   m_t = sum_l softmax(w)[l] * hs_t[l] over the embedding and every layer's output. Keys and values
+   of a memory slot never change once written, so each slot is projected ONCE, at the end of the
+   step that writes it: per layer in the original variant (K_l = m Wk_l^T, V_l = m Wv_l^T + bv_l),
+   by the shared bias-free k, v in the KV variant: one product per step, whose row holds every
+   block (original: K_0 | V_0 | K_1 | ..., ld = 2 N D wide; KV: K | V, ld = 2 D), copied into the
+   slot buffer - the seed's Stack of the KV variant, preallocated - laid out per block, batch row
+   and head, rows and transposed (what the attention kernels read contiguously, mf__fb_attn).
+
+   The whole recurrence is ONE tape node ("feedback") with an explicit backward in reverse time
+   (SPEC 8.6, the llm.c way): no tape node and no allocation per token. The forward keeps every
+   step's activations in step-major buffers [layer][T][B][...] taken from the arena once per call;
+   a step is, per layer, four products of the B batch rows with a weight (q, out, fc1, fc2: weights
+   packed once per call, mf__fb_pmm) and the attention of each (batch row, head). The backward
+   walks t = T-1 .. 0: when it reaches step t, every reader of slot t (the later steps) is done,
+   so the slot's key/value gradient is complete and dm_t = dK_t Wk + dV_t Wv is handed to hs_t[l]
+   with weight softmax(w)[l]. Weight gradients are not formed per step: the per-step gradients of
+   each weight's output are kept and every weight gets one GEMM over all T*B rows at the end
+   (dW += dY^T X, mf__sgemm_ws), where a GEMM is fast. Attention keeps only the log-sum-exp of each
+   query and recomputes the probabilities in the backward (no T x T buffer). The results do not
+   depend on the thread count (every sum runs in a fixed order).
+
+   Capacity: max_seq is the stack capacity (the seed's Stack holds 512): at most max_seq memory
+   slots per sequence, and max_seq <= P = 4096, the rows of the relative tables. Generation keeps
+   the slots and the packed weights in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n
+   continues after the n tokens so far, one step per new token. Dropout (config.dropout, training
+   only) acts where the generic block has it: both residual branches and the FFN hidden layer (not
+   on the attention probabilities, like the sdpa mixer). */
+#define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
+
+struct mf__fb_state {
+    float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots */
+    float *wf;     /* generation: the weights packed for the forward, at the prompt */
+    int n_slots;   /* slots written so far */
+};
+
+/* ---- feedback attention of one step, for the whole batch ------------------------------------------
+   Per (b, h): s_j = scale ((q + u) . k_j + q . r_j + s_j) over the n memory slots, a = softmax(s),
+   o = sum_j a_j v_j; the backward recomputes a from the log-sum-exp (FlashAttention-2 style:
+   g_j = scale a_j (dout . v_j - dout . o)). Every product reads contiguous rows (a vector times a
+   matrix, mf__fb_vm, or the small-tile kernel mf__attn_mm), never a horizontal sum per key: the
+   keys and values of a head are kept both row-major [n][d] and transposed [d][ldt], the table rows
+   likewise, and the positional scores q . r_j of a head are one [B x n] product for all batch rows
+   (the tables are shared by the batch). Parallel over heads: du, dr, ds of a head collect every
+   batch row. */
+typedef struct mf__fb_attn {
+    int B, H, d, n;              /* batch, heads, head size, memory slots */
+    float scale;
+    const float *q, *u;          /* [B][H d] queries, [H][d] query position bias */
+    const float *k, *kt, *v, *vt;/* head (b, h) at + b sb + h sh: k, v rows [n][d]; kt, vt [d][ldt] */
+    int64_t sb, sh;
+    int ldt;
+    const float *r, *rt, *s;     /* [H][nr][d], [H][d][nr], [H][nr]: slot j reads row nr - n + j */
+    int nr;
+    float *qu;                   /* [B][H d] scratch: q + u */
+    float *work;                 /* per head (2 B + 2) n + d floats */
+    float *o, *lse;              /* [B][H d], [B][H] */
+    /* backward */
+    const float *dout;           /* [B][H d] */
+    float *dq, *du, *dk, *dv, *dr, *ds; /* += ; dk, dv: head (b, h) at + b dsb + h dsh, rows [n][d];
+                                    dr, ds laid out as r, s; du [H][d]; any but dq may be NULL */
+    int64_t dsb, dsh;
+} mf__fb_attn;
+
+static float mf__fb_dot(const float *a, const float *b, int n) {
+    mf__av s = mf__av_zero();
+    int i = 0;
+    float r;
+    for (; i + MF__AW <= n; i += MF__AW) s = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), s);
+    r = mf__av_hsum(s);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
 }
-static void mf__fb_make_layer(mf_model *m, int l) { (void)m; (void)l; }
-static void mf__fb_init(mf_model *m) { (void)m; }
-static void mf__fb_free(mf_model *m) { (void)m; }
-static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) { (void)m; (void)x; (void)pos0; (void)gen; return NULL; }
+/* y[0..n) += a * x */
+static void mf__fb_axpy(float *y, float a, const float *x, int n) {
+    mf__av va = mf__av_set1(a);
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+/* y [N] = x [K] @ M [K][N] (row-major, ldm), or y += it (add). One row: four rows of M at a time
+   into separate accumulators, so the sum is not one long chain of dependent FMAs (the small-tile
+   kernel's one-row tile is). */
+static void mf__fb_vm(int N, int K, const float *x, const float *M, int ldm, float *y, int add) {
+    int j, k, c;
+    for (j = 0; j < N; j += 2 * MF__AW) {
+        int w0 = N - j < MF__AW ? N - j : MF__AW, w1 = N - j - MF__AW;
+        mf__am m0 = mf__av_mask(w0), m1 = mf__av_mask(w1 > 0 ? (w1 < MF__AW ? w1 : MF__AW) : 0);
+        mf__av a[4][2];
+        const float *mj = M + j;
+        for (c = 0; c < 4; c++) a[c][0] = a[c][1] = mf__av_zero();
+        for (k = 0; k + 4 <= K; k += 4)
+            for (c = 0; c < 4; c++) {
+                const float *row = mj + (int64_t)(k + c) * ldm;
+                mf__av xv = mf__av_set1(x[k + c]);
+                a[c][0] = mf__av_fma(xv, mf__av_loadm(row, m0), a[c][0]);
+                if (w1 > 0) a[c][1] = mf__av_fma(xv, mf__av_loadm(row + MF__AW, m1), a[c][1]);
+            }
+        for (; k < K; k++) {
+            const float *row = mj + (int64_t)k * ldm;
+            mf__av xv = mf__av_set1(x[k]);
+            a[0][0] = mf__av_fma(xv, mf__av_loadm(row, m0), a[0][0]);
+            if (w1 > 0) a[0][1] = mf__av_fma(xv, mf__av_loadm(row + MF__AW, m1), a[0][1]);
+        }
+        for (c = 0; c < 2; c++) {
+            mf__av s = mf__av_add(mf__av_add(a[0][c], a[1][c]), mf__av_add(a[2][c], a[3][c]));
+            float *yc = y + j + c * MF__AW;
+            mf__am mc = c ? m1 : m0;
+            if (c && w1 <= 0) break;
+            if (add) s = mf__av_add(s, mf__av_loadm(yc, mc));
+            mf__av_storem(yc, mc, s);
+        }
+    }
+}
+/* x[0..n) = exp(x - m) (vectorised); returns their sum */
+static float mf__fb_exp(float *x, int n, float m) {
+    mf__av vm = mf__av_set1(m), acc = mf__av_zero();
+    int i = 0;
+    float sum;
+    for (; i + MF__AW <= n; i += MF__AW) {
+        mf__av e = mf__av_exp(mf__av_sub(mf__av_load(x + i), vm));
+        mf__av_store(x + i, e);
+        acc = mf__av_add(acc, e);
+    }
+    sum = mf__av_hsum(acc);
+    for (; i < n; i++) sum += x[i] = expf(x[i] - m);
+    return sum;
+}
+/* the scores of head (b, h) into sc [n] (pos: its positional scores q . r_j) */
+static void mf__fb_scores(const mf__fb_attn *a, int b, int h, const float *pos, float *sc) {
+    int D = a->H * a->d, n = a->n, j;
+    const float *srow = a->s + (int64_t)h * a->nr + a->nr - n;
+    mf__fb_vm(n, a->d, a->qu + (int64_t)b * D + (int64_t)h * a->d, a->kt + b * a->sb + h * a->sh, a->ldt, sc, 0); /* (q + u) . k_j */
+    for (j = 0; j < n; j++) sc[j] = a->scale * (sc[j] + pos[j] + srow[j]);
+}
+/* q + u, and the positional scores of head h for every batch row: pos [B][n] = q_h [B x d] @ r_h^T */
+static void mf__fb_attn_prep(const mf__fb_attn *a, int h, float *pos) {
+    int D = a->H * a->d, b, i;
+    for (b = 0; b < a->B; b++)
+        for (i = 0; i < a->d; i++) {
+            int64_t e = (int64_t)b * D + (int64_t)h * a->d + i;
+            a->qu[e] = a->q[e] + a->u[(int64_t)h * a->d + i];
+        }
+    mf__attn_mm(a->B, a->n, a->d, a->q + (int64_t)h * a->d, D, 1, a->rt + (int64_t)h * a->d * a->nr + a->nr - a->n, a->nr,
+                pos, a->n, 0);
+}
+static void mf__fb_attn_forward(mf_ctx *ctx, const mf__fb_attn *a) {
+    int D = a->H * a->d, h;
+    MF__PARFOR(ctx, a->H, 6.0 * a->B * a->n * a->d)
+    for (h = 0; h < a->H; h++) {
+        float *pos = a->work + (int64_t)h * ((2 * a->B + 2) * a->n + a->d), *sc = pos + (int64_t)a->B * a->n, mx;
+        int b, j;
+        mf__fb_attn_prep(a, h, pos);
+        for (b = 0; b < a->B; b++) {
+            int64_t qo = (int64_t)b * D + (int64_t)h * a->d;
+            float sum;
+            mf__fb_scores(a, b, h, pos + (int64_t)b * a->n, sc);
+            for (mx = sc[0], j = 1; j < a->n; j++) if (sc[j] > mx) mx = sc[j];
+            sum = mf__fb_exp(sc, a->n, mx);
+            for (j = 0; j < a->n; j++) sc[j] /= sum;
+            a->lse[(int64_t)b * a->H + h] = mx + logf(sum);
+            mf__fb_vm(a->d, a->n, sc, a->v + b * a->sb + h * a->sh, a->d, a->o + qo, 0); /* o = a^T V */
+        }
+    }
+}
+static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
+    int D = a->H * a->d, n = a->n, d = a->d, h;
+    MF__PARFOR(ctx, a->H, 16.0 * a->B * n * d)
+    for (h = 0; h < a->H; h++) {
+        float *pos = a->work + (int64_t)h * ((2 * a->B + 2) * n + d), *G = pos + (int64_t)a->B * n;
+        float *p = G + (int64_t)a->B * n, *dp = p + n, *kg = dp + n;
+        int b, j, i;
+        mf__fb_attn_prep(a, h, pos);
+        for (b = 0; b < a->B; b++) {
+            int64_t qo = (int64_t)b * D + (int64_t)h * d, hb = b * a->sb + h * a->sh, dhb = b * a->dsb + h * a->dsh;
+            const float *dout = a->dout + qo;
+            float *g = G + (int64_t)b * n, Dd = mf__fb_dot(dout, a->o + qo, d);
+            mf__fb_scores(a, b, h, pos + (int64_t)b * n, p);
+            mf__fb_exp(p, n, a->lse[(int64_t)b * a->H + h]);                       /* a_j */
+            mf__fb_vm(n, d, dout, a->vt + hb, a->ldt, dp, 0);                       /* dout . v_j */
+            for (j = 0; j < n; j++) g[j] = a->scale * p[j] * (dp[j] - Dd);
+            mf__fb_vm(d, n, g, a->k + hb, d, kg, 0);                                /* sum_j g_j k_j */
+            for (i = 0; i < d; i++) a->dq[qo + i] += kg[i];
+            if (a->du) for (i = 0; i < d; i++) a->du[(int64_t)h * d + i] += kg[i];
+            mf__fb_vm(d, n, g, a->r + ((int64_t)h * a->nr + a->nr - n) * d, d, a->dq + qo, 1); /* + g_j r_j */
+            if (a->dk) mf__attn_mm(n, d, 1, g, 1, 1, a->qu + qo, d, a->dk + dhb, d, 1); /* dk_j += g_j (q + u) */
+            if (a->dv) mf__attn_mm(n, d, 1, p, 1, 1, dout, d, a->dv + dhb, d, 1);      /* dv_j += a_j dout */
+        }
+        if (a->dr) /* dr_j += sum_b g_bj q_b */
+            mf__attn_mm(n, d, a->B, G, 1, n, a->q + (int64_t)h * d, D, a->dr + ((int64_t)h * a->nr + a->nr - n) * d, d, 1);
+        if (a->ds)
+            for (b = 0; b < a->B; b++)
+                for (j = 0; j < n; j++) a->ds[(int64_t)h * a->nr + a->nr - n + j] += G[(int64_t)b * n + j];
+    }
+}
+/* the last nr rows of a relative table [P][H][w] (w = d or 1), head-major: dst [H][nr][w]; with
+   dst_t also transposed, [H][w][nr]. back: add dst into the table instead (its gradient). */
+static void mf__fb_table_rows(float *dst, float *dst_t, float *src, int P, int H, int w, int nr, int back) {
+    int h, r, i;
+    for (h = 0; h < H; h++) {
+        float *dh = dst + (int64_t)h * nr * w;
+        for (r = 0; r < nr; r++) {
+            float *x = dh + (int64_t)r * w, *y = src + ((int64_t)(P - nr + r) * H + h) * w;
+            if (back) for (i = 0; i < w; i++) y[i] += x[i];
+            else memcpy(x, y, (size_t)w * sizeof(float));
+        }
+        if (dst_t && !back) mf__attn_transpose(dh, w, nr, nr, w, 1.0f, dst_t + (int64_t)h * w * nr, nr);
+    }
+}
+
+/* ---- feedback attention op: q [B, H, dk], k, v [B, H, n, dk], u [H, dk], r [P, H, dk], s [P, H]
+   -> [B, H, dk]; src 0..5 = q, k, v, u, r, s; farg[0] scale; saved: lse [B*H]. Forward and backward
+   lay the inputs out as the kernels want them (transposed keys/values, head-major table rows). */
+static int mf__fba_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *u = out->src[3];
+    const mf_tensor *r = out->src[4], *s = out->src[5];
+    int B, H, dk, n;
+    char sq[64], sk[64], sv[64], su[64], sr[64], ss[64];
+    if (!u || !r || !s)
+        return MF__SHAPE_FAIL("feedback_attention: u, r and s must not be NULL (zero tables are the seed's init)");
+    if (q->ndim != 3 || k->ndim != 4 || v->ndim != 4)
+        return MF__SHAPE_FAIL("feedback_attention: q must be [B, H, dk] and k, v [B, H, n, dk]; got q %s, k %s, v %s",
+                              mf_shape_str(q, sq, 64), mf_shape_str(k, sk, 64), mf_shape_str(v, sv, 64));
+    B = q->shape[0]; H = q->shape[1]; dk = q->shape[2]; n = k->shape[2];
+    if (k->shape[0] != B || k->shape[1] != H || k->shape[3] != dk || memcmp(k->shape, v->shape, sizeof k->shape) != 0)
+        return MF__SHAPE_FAIL("feedback_attention: k %s and v %s must both be [B, H, n, dk] = [%d, %d, n, %d] (q %s)",
+                              mf_shape_str(k, sk, 64), mf_shape_str(v, sv, 64), B, H, dk, mf_shape_str(q, sq, 64));
+    if (u->ndim != 2 || u->shape[0] != H || u->shape[1] != dk || r->ndim != 3 || r->shape[1] != H ||
+        r->shape[2] != dk || s->ndim != 2 || s->shape[1] != H || s->shape[0] != r->shape[0])
+        return MF__SHAPE_FAIL("feedback_attention: u %s, r %s, s %s must be [H, dk], [P, H, dk], [P, H] with H = %d, dk = %d",
+                              mf_shape_str(u, su, 64), mf_shape_str(r, sr, 64), mf_shape_str(s, ss, 64), H, dk);
+    if (n > r->shape[0])
+        return MF__SHAPE_FAIL("feedback_attention: %d memory slots but the tables have P = %d rows; n must be <= P",
+                              n, r->shape[0]);
+    mf__set_shape(out, 3, q->shape);
+    return 0;
+}
+/* the kernels' view of the op (scratch from the arena); -1 when out of memory */
+static int mf__fba_setup(mf_ctx *ctx, const mf_tensor *out, mf__fb_attn *a) {
+    const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2];
+    int B = q->shape[0], H = q->shape[1], d = q->shape[2], n = k->shape[2], P = out->src[4]->shape[0], bh;
+    float *kt, *vt, *r, *rt, *s;
+    memset(a, 0, sizeof *a);
+    a->B = B; a->H = H; a->d = d; a->n = n; a->nr = n; a->scale = out->farg[0];
+    a->q = q->data; a->u = out->src[3]->data; a->k = k->data; a->v = v->data;
+    a->sb = (int64_t)H * n * d; a->sh = (int64_t)n * d; a->ldt = n;
+    a->kt = kt = (float *)mf__alloc(ctx, 2 * (size_t)B * H * n * d * sizeof(float));
+    a->r = r = (float *)mf__alloc(ctx, 2 * (size_t)H * n * d * sizeof(float));
+    a->s = s = (float *)mf__alloc(ctx, (size_t)H * n * sizeof(float));
+    a->qu = (float *)mf__alloc(ctx, (size_t)B * H * d * sizeof(float));
+    a->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * n + d) * sizeof(float));
+    if (!mf_ok(ctx)) return -1;
+    a->vt = vt = kt + (int64_t)B * H * n * d;
+    a->rt = rt = r + (int64_t)H * n * d;
+    for (bh = 0; bh < B * H; bh++) {
+        mf__attn_transpose(k->data + (int64_t)bh * n * d, d, n, n, d, 1.0f, kt + (int64_t)bh * n * d, n);
+        mf__attn_transpose(v->data + (int64_t)bh * n * d, d, n, n, d, 1.0f, vt + (int64_t)bh * n * d, n);
+    }
+    mf__fb_table_rows(r, rt, out->src[4]->data, P, H, d, n, 0);
+    mf__fb_table_rows(s, NULL, out->src[5]->data, P, H, 1, n, 0);
+    a->o = out->data; a->lse = out->saved;
+    return 0;
+}
+static void mf__fba_forward(mf_ctx *ctx, mf_tensor *out) {
+    mf__fb_attn a;
+    if (!(out->saved = (float *)mf__alloc(ctx, (size_t)out->shape[0] * out->shape[1] * sizeof(float)))) return;
+    if (mf__fba_setup(ctx, out, &a) == 0) mf__fb_attn_forward(ctx, &a);
+}
+static void mf__fba_backward(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *q = out->src[0], *r = out->src[4], *s = out->src[5];
+    int H = q->shape[1], d = q->shape[2], n = out->src[1]->shape[2], P = r->shape[0];
+    mf__fb_attn a;
+    float *dq = mf__g(q);
+    if (mf__fba_setup(ctx, out, &a) < 0) return;
+    a.dout = out->grad;
+    a.dq = dq ? dq : (float *)mf__calloc(ctx, (size_t)q->ne * sizeof(float)); /* the kernel always forms dq */
+    a.du = mf__g(out->src[3]); a.dk = mf__g(out->src[1]); a.dv = mf__g(out->src[2]);
+    a.dsb = a.sb; a.dsh = a.sh;
+    if (mf__g(r)) a.dr = (float *)mf__calloc(ctx, (size_t)H * n * d * sizeof(float));
+    if (mf__g(s)) a.ds = (float *)mf__calloc(ctx, (size_t)H * n * sizeof(float));
+    if (!a.dq || !mf_ok(ctx)) return;
+    mf__fb_attn_backward(ctx, &a);
+    if (a.dr) mf__fb_table_rows(a.dr, NULL, r->grad, P, H, d, n, 1);
+    if (a.ds) mf__fb_table_rows(a.ds, NULL, s->grad, P, H, 1, n, 1);
+}
+static const mf__op mf__op_feedback_attention = { "feedback_attention", 3, mf__fba_shape, mf__fba_forward, mf__fba_backward, 0 };
+MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
+                                       mf_tensor *r, mf_tensor *s, float scale) {
+    mf_tensor *t = mf__begin(ctx, &mf__op_feedback_attention, q, k, v, u);
+    if (t) { t->src[4] = r; t->src[5] = s; t->farg[0] = scale; }
+    return mf__finish(ctx, t);
+}
+
+/* ---- per-step products: a few rows times a weight ------------------------------------------------
+   A step multiplies the B rows of the batch by each weight. The general GEMM packs the whole weight
+   on every call, which for 8 rows costs as much as the product itself; here every weight is packed
+   ONCE per forward (and once per backward) into column panels (panel p: columns 32p .. 32p + 31 of
+   the right operand [K][N], row-major [K][w], w = 32 but the last), which the attention's
+   small-tile kernel (mf__attn_mm: 8 rows x 32 columns of accumulators, the operand read in place)
+   streams contiguously; threads split the panels. */
+#define MF__FB_NP 32
+
+/* panel p of a packed [K][N] operand and its width */
+static float *mf__fb_panel(float *P, int K, int N, int p, int *w) {
+    *w = N - p * MF__FB_NP < MF__FB_NP ? N - p * MF__FB_NP : MF__FB_NP;
+    return P + (int64_t)p * MF__FB_NP * K;
+}
+/* rows k0 .. k0 + rows - 1 of the operand [K][N] from src [rows][N] */
+static void mf__fb_pack_rows(float *P, int K, int N, int k0, const float *src, int rows) {
+    int k, p, w;
+    for (p = 0; p * MF__FB_NP < N; p++) {
+        float *d = mf__fb_panel(P, K, N, p, &w);
+        for (k = 0; k < rows; k++)
+            memcpy(d + (int64_t)(k0 + k) * w, src + (int64_t)k * N + p * MF__FB_NP, (size_t)w * sizeof(float));
+    }
+}
+/* columns o0 .. o0 + cols - 1 of the operand [K][N] = src^T, src [cols][K] (a Linear weight
+   [out][in] for y = x W^T) */
+static void mf__fb_pack_cols(float *P, int K, int N, int o0, const float *src, int cols) {
+    int o = o0, w;
+    while (o < o0 + cols) {
+        int c0 = o % MF__FB_NP, run = o0 + cols - o;
+        float *d = mf__fb_panel(P, K, N, o / MF__FB_NP, &w);
+        if (run > w - c0) run = w - c0;
+        mf__attn_transpose(src + (int64_t)(o - o0) * K, K, run, run, K, 1.0f, d + c0, w);
+        o += run;
+    }
+}
+/* C [M][N] = A [M][K] (row stride lda) @ the packed operand, or C += it (add) */
+static void mf__fb_pmm(mf_ctx *ctx, int M, const float *A, int lda, float *P, int K, int N, float *C, int ldc,
+                       int add) {
+    int np = (N + MF__FB_NP - 1) / MF__FB_NP, p;
+    MF__PARFOR(ctx, np, 2.0 * M * K * MF__FB_NP)
+    for (p = 0; p < np; p++) {
+        int w;
+        const float *b = mf__fb_panel(P, K, N, p, &w);
+        mf__attn_mm(M, w, K, A, lda, 1, b, w, C + p * MF__FB_NP, ldc, add);
+    }
+}
+/* C[M][N] = beta * C + op(A) op(B) with leading dimensions: the big products (weight gradients) */
+static void mf__fb_mm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    float *ws;
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    if ((ws = mf__gemm_workspace(ctx, M, N, K)) != NULL)
+        mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, ctx->n_threads, ws);
+}
+
+/* The model's weights, packed: per layer q, out, fc1, fc2, then the key/value blocks (original:
+   k_0, v_0, k_1, ...; KV: k, v). fwd: the operands of y = x W^T (q, out [D x D], fc1 [D x F],
+   fc2 [F x D], key/value [D x ld]); else those of dx = dy W (q, out [D x D], fc1 [F x D], fc2 [D x F],
+   key/value [ld x D]). MF__FB_Q .. MF__FB_KV name the pieces. */
+enum { MF__FB_Q, MF__FB_OUT, MF__FB_FC1, MF__FB_FC2, MF__FB_KV };
+static int mf__fb_nblk(const mf_model *m) { return m->cfg.mixer == MF_MIXER_FEEDBACK ? 2 * m->cfg.n_layers : 2; }
+static int64_t mf__fb_packed_floats(const mf_model *m) {
+    int64_t D = m->cfg.d_model, F = m->cfg.d_ff;
+    return m->cfg.n_layers * (2 * D * D + 2 * D * F) + D * D * mf__fb_nblk(m);
+}
+static float *mf__fb_piece(const mf_model *m, float *P, int l, int which) {
+    int64_t D = m->cfg.d_model, F = m->cfg.d_ff, at[4];
+    at[0] = 0; at[1] = D * D; at[2] = 2 * D * D; at[3] = 2 * D * D + D * F;
+    if (which == MF__FB_KV) return P + m->cfg.n_layers * (2 * D * D + 2 * D * F);
+    return P + l * (2 * D * D + 2 * D * F) + at[which];
+}
+/* key/value block i: its weight, bias (original v only) and column offset in a slot row */
+static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor **b) {
+    const mf__layer *L = &m->layers[i / 2];
+    if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
+    else { *w = i % 2 ? m->fb_wv : m->fb_wk; *b = NULL; }
+}
+/* weight w [out][in], block i of a stack of n such weights (rows i out ..): fwd: columns of the
+   operand [in][n out] of y = x W^T; else rows of the operand [n out][in] of dx = dy W */
+static void mf__fb_pack_weight(float *P, const mf_tensor *w, int i, int n, int fwd) {
+    int out = w->shape[0], in = w->shape[1];
+    if (fwd) mf__fb_pack_cols(P, in, n * out, i * out, w->data, out);
+    else mf__fb_pack_rows(P, n * out, in, i * out, w->data, out);
+}
+static void mf__fb_pack(mf_ctx *ctx, const mf_model *m, float *P, int fwd) {
+    int N = m->cfg.n_layers, nb = mf__fb_nblk(m), u;
+    MF__PARFOR(ctx, 4 * N + 1, 2.0 * m->cfg.d_model * m->cfg.d_ff)
+    for (u = 0; u <= 4 * N; u++) { /* one piece each (the key/value blocks together) */
+        int i;
+        mf_tensor *w, *b;
+        if (u == 4 * N)
+            for (i = 0; i < nb; i++) {
+                mf__fb_kv_block(m, i, &w, &b);
+                mf__fb_pack_weight(mf__fb_piece(m, P, 0, MF__FB_KV), w, i, nb, fwd);
+            }
+        else {
+            const mf__layer *L = &m->layers[u / 4];
+            mf_tensor *piece[4];
+            piece[MF__FB_Q] = L->wq; piece[MF__FB_OUT] = L->wo; piece[MF__FB_FC1] = L->fc1_w; piece[MF__FB_FC2] = L->fc2_w;
+            mf__fb_pack_weight(mf__fb_piece(m, P, u / 4, u % 4), piece[u % 4], 0, 1, fwd);
+        }
+    }
+}
+
+/* ---- the feedback transformer: one forward call's state and buffers ----------------------------- */
+typedef struct mf__fb_fwd {
+    mf_model *m;
+    int B, T, pos0, gen;
+    int cap;             /* slots the slot buffer holds (training: T; generation: max_seq) */
+    int nr;              /* rows of the relative tables this call reads: the last pos0 + T */
+    float drop;          /* dropout p; 0 when not training */
+    uint64_t stream;     /* dropout RNG stream of this call */
+    float *sw;           /* softmax(w) [N + 1] */
+    float *wf;           /* the weights packed for the forward (mf__fb_pack) */
+    float *slots;        /* [nblk][B][H][2][...] keys / values per block and head: [cap][dk] rows,
+                            then transposed [dk][cap] (see mf__fb_attn) */
+    float *rh, *rt, *sh; /* [N][H][nr][dk], [N][H][dk][nr], [N][H][nr]: the tables' last nr rows */
+    float *qu, *work;    /* mf__fb_attn scratch */
+    float *hs;           /* [N + 1][T][B][D] the embedding and each layer's output */
+    float *z, *q, *o;    /* [N][T][B][D] LN_att output, query, attention output (steps >= 1) */
+    float *xm, *y2;      /* [N][T][B][D] after the attention sub-layer, LN_ff output */
+    float *a1, *g1;      /* [N][T][B][F] FFN pre-activation, activation (after dropout) */
+    float *st1, *st2;    /* [N][T][B][2] LayerNorm mean, 1/std */
+    float *lse;          /* [N][T][B][H] attention log-sum-exp */
+    float *mem;          /* [T][B][D] the memories m_t */
+    float *tmp;          /* [B][max(D, ld)] scratch */
+} mf__fb_fwd;
+
+/* row block of layer l, step t in a [layer][T][B][w] buffer */
+#define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
+
+/* y [rows][N] = x [rows][K] W^T + b, W packed (b may be NULL) */
+static void mf__fb_linear(mf_ctx *ctx, const float *x, float *W, int K, int N, const mf_tensor *b, int rows, float *y) {
+    int r, j;
+    mf__fb_pmm(ctx, rows, x, K, W, K, N, y, N, 0);
+    if (b) for (r = 0; r < rows; r++) for (j = 0; j < N; j++) y[(int64_t)r * N + j] += b->data[j];
+}
+/* LayerNorm of x [rows][D] -> y; st[2r], st[2r + 1] = mean, 1/std of row r (the layout the
+   layernorm op's backward reads, see mf__fb_layernorm_backward) */
+static void mf__fb_layernorm(const float *x, const mf_tensor *g, const mf_tensor *b, float eps, int rows, int D,
+                             float *y, float *st) {
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + (int64_t)r * D;
+        float *yr = y + (int64_t)r * D, mean = mf__vsum(xr, D) / (float)D, var = 0.0f, rstd;
+        for (j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
+        rstd = 1.0f / sqrtf(var / (float)D + eps);
+        for (j = 0; j < D; j++) yr[j] = (xr[j] - mean) * rstd * (g ? g->data[j] : 1.0f) + (b ? b->data[j] : 0.0f);
+        st[2 * r] = mean; st[2 * r + 1] = rstd;
+    }
+}
+/* dx += the LayerNorm backward of dy for x [rows][D] (g, b: the LN's parameters; their gradients
+   are added when they take one): the layernorm op's own backward, on headers on the stack */
+static void mf__fb_layernorm_backward(mf_ctx *ctx, float *x, float *st, mf_tensor *g, mf_tensor *b, float *dy,
+                                      float *dx, int rows, int D) {
+    mf_tensor in, out;
+    int shape[2];
+    shape[0] = rows; shape[1] = D;
+    memset(&in, 0, sizeof in); memset(&out, 0, sizeof out);
+    mf__set_shape(&in, 2, shape); mf__set_shape(&out, 2, shape);
+    in.data = x; in.grad = dx; in.requires_grad = 1;
+    out.src[0] = &in; out.src[1] = g; out.src[2] = b; out.grad = dy; out.saved = st;
+    mf__layernorm_backward(ctx, &out);
+}
+/* the FFN activation: y = act(x) (dx == NULL) or dx += act'(x) * dy, n values: the unary op's
+   own kernels, on headers on the stack */
+static void mf__fb_act(mf_ctx *ctx, mf_act_kind a, float *x, float *y, float *dy, float *dx, int n) {
+    mf_tensor in, out;
+    memset(&in, 0, sizeof in); memset(&out, 0, sizeof out);
+    mf__set_shape(&in, 1, &n); mf__set_shape(&out, 1, &n);
+    in.data = x; in.grad = dx; in.requires_grad = dx != NULL;
+    out.src[0] = &in; out.data = y; out.grad = dy;
+    out.iarg[0] = a == MF_ACT_RELU ? MF__RELU : a == MF_ACT_GELU ? MF__GELU : a == MF_ACT_GELU_TANH ? MF__GELU_TANH : MF__SILU;
+    if (dx) mf__unary_backward(ctx, &out); else mf__unary_forward(ctx, &out);
+}
+/* dropout of the [B][w] block of (site, layer l, step t): sites 0 attention branch, 1 FFN hidden,
+   2 FFN branch; x *= 1 / (1 - p) or 0. The backward redraws the same masks. */
+static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int l, int t, float *x, int w) {
+    const mf_model_config *c = &f->m->cfg;
+    int64_t e, n = (int64_t)f->B * w, wmax = c->d_ff > c->d_model ? c->d_ff : c->d_model;
+    int64_t base = (((int64_t)site * c->n_layers + l) * f->T + t) * f->B * wmax;
+    float s = 1.0f / (1.0f - f->drop);
+    if (f->drop <= 0.0f) return;
+    for (e = 0; e < n; e++)
+        x[e] = mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, f->stream, (uint64_t)(base + e)) >= f->drop ? x[e] * s : 0.0f;
+}
+/* head (b, h) of key/value block blk: slot buffers [nblk][B][H][2][cap][dk] (rows, then
+   transposed), their gradients [nblk][B][H][cap][dk] (rows) */
+static int64_t mf__fb_slot_head(const mf__fb_fwd *f, int blk, int b, int h, int grad) {
+    const mf_model_config *c = &f->m->cfg;
+    return (((int64_t)blk * f->B + b) * c->n_heads + h) * (grad ? 1 : 2) * f->cap * (c->d_model / c->n_heads);
+}
+/* slot n of every block and head from step-major rows [B][nblk * D] (both layouts) */
+static void mf__fb_slot_write(const mf__fb_fwd *f, int n, const float *rows) {
+    const mf_model_config *c = &f->m->cfg;
+    int D = c->d_model, H = c->n_heads, d = D / H, nb = mf__fb_nblk(f->m), blk, b, h, i;
+    for (blk = 0; blk < nb; blk++)
+        for (b = 0; b < f->B; b++)
+            for (h = 0; h < H; h++) {
+                float *s = f->slots + mf__fb_slot_head(f, blk, b, h, 0), *st = s + (int64_t)f->cap * d;
+                const float *r = rows + (int64_t)b * nb * D + (int64_t)blk * D + (int64_t)h * d;
+                memcpy(s + (int64_t)n * d, r, (size_t)d * sizeof(float));
+                for (i = 0; i < d; i++) st[(int64_t)i * f->cap + n] = r[i];
+            }
+}
+/* the gradient of slot n of every block and head as step-major rows [B][nblk * D] */
+static void mf__fb_slot_grad(const mf__fb_fwd *f, const float *dslots, int n, float *rows) {
+    const mf_model_config *c = &f->m->cfg;
+    int D = c->d_model, H = c->n_heads, d = D / H, nb = mf__fb_nblk(f->m), blk, b, h;
+    for (blk = 0; blk < nb; blk++)
+        for (b = 0; b < f->B; b++)
+            for (h = 0; h < H; h++)
+                memcpy(rows + (int64_t)b * nb * D + (int64_t)blk * D + (int64_t)h * d,
+                       dslots + mf__fb_slot_head(f, blk, b, h, 1) + (int64_t)n * d, (size_t)d * sizeof(float));
+}
+/* layer l's attention at a step with n memory slots: query q, output o, log-sum-exp lse (rows of
+   the batch) */
+static mf__fb_attn mf__fb_layer_attn(const mf__fb_fwd *f, int l, int n, const float *q, float *o, float *lse) {
+    const mf_model_config *c = &f->m->cfg;
+    int D = c->d_model, H = c->n_heads, d = D / H, kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
+    mf__fb_attn a;
+    memset(&a, 0, sizeof a);
+    a.B = f->B; a.H = H; a.d = d; a.n = n; a.scale = 1.0f / sqrtf((float)d);
+    a.q = q; a.u = f->m->layers[l].rel_u->data;
+    a.k = f->slots + mf__fb_slot_head(f, kv, 0, 0, 0); a.kt = a.k + (int64_t)f->cap * d;
+    a.v = f->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 0); a.vt = a.v + (int64_t)f->cap * d;
+    a.sh = 2 * (int64_t)f->cap * d; a.sb = a.sh * H; a.ldt = f->cap;
+    a.dsh = (int64_t)f->cap * d; a.dsb = a.dsh * H;
+    a.nr = f->nr;
+    a.r = f->rh + (int64_t)l * H * f->nr * d; a.rt = f->rt + (int64_t)l * H * f->nr * d; a.s = f->sh + (int64_t)l * H * f->nr;
+    a.qu = f->qu; a.work = f->work; a.o = o; a.lse = lse;
+    return a;
+}
+
+/* ---- forward: step t of the whole batch --------------------------------------------------------- */
+static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i;
+    int n = f->pos0 + t; /* memory slots before this step */
+    int64_t e, bd = (int64_t)B * D;
+    float *mem = f->mem + (int64_t)t * bd;
+    for (l = 0; l < N && mf_ok(ctx); l++) {
+        mf__layer *L = &f->m->layers[l];
+        float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
+        float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
+        if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
+            float *z = MF__FB_AT(f, f->z, l, t, D), *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D);
+            float *lse = MF__FB_AT(f, f->lse, l, t, H);
+            mf__fb_layernorm(x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
+            mf__fb_linear(ctx, z, mf__fb_piece(f->m, f->wf, l, MF__FB_Q), D, D, NULL, B, q);
+            {
+                mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
+                mf__fb_attn_forward(ctx, &a);
+            }
+            mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, L->bo, B, f->tmp);
+            mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
+            for (e = 0; e < bd; e++) xm[e] = x[e] + f->tmp[e];
+        } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* no memory yet: no attention sub-layer */
+        /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
+        mf__fb_layernorm(xm, L->ln2_w, L->ln2_b, c->ln_eps, B, D, y2, MF__FB_AT(f, f->st2, l, t, 2));
+        mf__fb_linear(ctx, y2, mf__fb_piece(f->m, f->wf, l, MF__FB_FC1), D, F, L->fc1_b, B, a1);
+        mf__fb_act(ctx, c->ffn_act, a1, g1, NULL, NULL, B * F);
+        mf__fb_dropout(ctx, f, 1, l, t, g1, F);
+        mf__fb_linear(ctx, g1, mf__fb_piece(f->m, f->wf, l, MF__FB_FC2), F, D, L->fc2_b, B, f->tmp);
+        mf__fb_dropout(ctx, f, 2, l, t, f->tmp, D);
+        for (e = 0; e < bd; e++) y[e] = xm[e] + f->tmp[e];
+    }
+    /* m_t = sum_l softmax(w)[l] hs_t[l]; its keys/values go to slot n (in training the last
+       step's slot is never read: only generation continues from it) */
+    for (e = 0; e < bd; e++) mem[e] = 0.0f;
+    for (l = 0; l <= N; l++) {
+        const float *h = MF__FB_AT(f, f->hs, l, t, D);
+        for (e = 0; e < bd; e++) mem[e] += f->sw[l] * h[e];
+    }
+    if (t < f->T - 1 || f->gen) {
+        int nb = mf__fb_nblk(f->m), ld = nb * D, b, j;
+        mf__fb_pmm(ctx, B, mem, D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, f->tmp, ld, 0);
+        for (i = 0; i < nb; i++) {
+            mf_tensor *w, *bias;
+            mf__fb_kv_block(f->m, i, &w, &bias);
+            if (bias) for (b = 0; b < B; b++) for (j = 0; j < D; j++) f->tmp[(int64_t)b * ld + (int64_t)i * D + j] += bias->data[j];
+        }
+        mf__fb_slot_write(f, n, f->tmp);
+    }
+}
+
+static int mf__fb_shape(mf_ctx *ctx, mf_tensor *out) {
+    const mf__fb_fwd *f = (const mf__fb_fwd *)out->aux;
+    const mf_tensor *x = out->src[0];
+    char s[64];
+    if (x->ndim != 3 || x->shape[2] != f->m->cfg.d_model)
+        return MF__SHAPE_FAIL("feedback: the input must be [B, T, d_model = %d], got %s", f->m->cfg.d_model,
+                              mf_shape_str(x, s, 64));
+    mf__set_shape(out, 3, x->shape);
+    return 0;
+}
+
+static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
+    mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
+    mf_model *m = f->m;
+    const mf_model_config *c = &m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t, b, l;
+    size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)mf__fb_nblk(m) * D;
+    float mx = -INFINITY, sum = 0.0f, *w = m->fb_w->data;
+    f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
+    f->rh = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
+    f->rt = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
+    f->sh = (float *)mf__alloc(ctx, (size_t)N * f->nr * H * fl);
+    f->qu = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    f->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * f->nr + D / H) * fl);
+    f->hs = (float *)mf__alloc(ctx, (size_t)(N + 1) * tb * D * fl);
+    f->z = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->q = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->o = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->xm = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->y2 = (float *)mf__alloc(ctx, N * tb * D * fl);
+    f->a1 = (float *)mf__alloc(ctx, N * tb * F * fl);
+    f->g1 = (float *)mf__alloc(ctx, N * tb * F * fl);
+    f->st1 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
+    f->st2 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
+    f->lse = (float *)mf__alloc(ctx, N * tb * H * fl);
+    f->mem = (float *)mf__alloc(ctx, tb * D * fl);
+    f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
+    if (!f->gen) f->slots = (float *)mf__alloc(ctx, 2 * tb * ld * fl);
+    if (!f->gen) f->wf = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
+    if (!mf_ok(ctx)) return;
+    if (!f->gen || f->pos0 == 0) mf__fb_pack(ctx, m, f->wf, 1); /* generation: once, at the prompt */
+    for (l = 0; l < N; l++) {
+        int64_t o = (int64_t)l * H * f->nr;
+        mf__fb_table_rows(f->rh + o * (D / H), f->rt + o * (D / H), m->layers[l].rel_r->data, MF__FB_P, H, D / H, f->nr, 0);
+        mf__fb_table_rows(f->sh + o, NULL, m->layers[l].rel_s->data, MF__FB_P, H, 1, f->nr, 0);
+    }
+    for (l = 0; l <= N; l++) if (w[l] > mx) mx = w[l];
+    for (l = 0; l <= N; l++) sum += f->sw[l] = expf(w[l] - mx);
+    for (l = 0; l <= N; l++) f->sw[l] /= sum;
+    for (b = 0; b < B; b++) /* [B][T][D] -> step-major hs[0] [T][B][D] */
+        for (t = 0; t < T; t++)
+            memcpy(f->hs + ((int64_t)t * B + b) * D, out->src[0]->data + ((int64_t)b * T + t) * D, (size_t)D * fl);
+    for (t = 0; t < T && mf_ok(ctx); t++) mf__fb_step(ctx, f, t);
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++)
+            memcpy(out->data + ((int64_t)b * T + t) * D, MF__FB_AT(f, f->hs, N, t, D) + (int64_t)b * D, (size_t)D * fl);
+}
+
+/* ---- backward ------------------------------------------------------------------------------------ */
+typedef struct mf__fb_grads {
+    float *wb;           /* the weights packed for the backward (mf__fb_pack) */
+    float *slots;        /* [nblk][B][H][T][dk] gradients of the slots' keys / values (rows) */
+    float *kv;           /* [T][B][ld] the same, step-major (for the weight gradients) */
+    float *rh, *sh;      /* [N][H][nr][dk], [N][H][nr] gradients of the tables' last rows */
+    float *q, *ao, *fo;  /* [N][T][B][D] d query, d attention branch (out-proj output), d FFN branch */
+    float *a1;           /* [N][T][B][F] d FFN pre-activation */
+    float *dsw;          /* [N + 1] d softmax(w) */
+    float *dh, *dm, *dd; /* [B][D] step scratch: d hs, d m_t, d (LN input / attention output) */
+    float *df;           /* [B][F] step scratch */
+} mf__fb_grads;
+
+/* backward of step t (training: slots before step t = t) */
+static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads *g, const float *dout, float *dx, int t) {
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, b;
+    int nb = mf__fb_nblk(f->m), ld = nb * D;
+    int64_t e, bd = (int64_t)B * D;
+    int has_dm = t < T - 1; /* slot t is read by the later steps */
+    float *dh = g->dh, *dm = g->dm, *dd = g->dd, *df = g->df;
+    if (has_dm) { /* the readers of slot t are done: dm_t = dK|dV_t Wkv; dsw[l] += dm_t . hs_t[l] */
+        float *kv = g->kv + (int64_t)t * B * ld;
+        mf__fb_slot_grad(f, g->slots, t, kv);
+        mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, dm, D, 0);
+        for (l = 0; l <= N; l++) g->dsw[l] += mf__fb_dot(dm, MF__FB_AT(f, f->hs, l, t, D), (int)bd);
+    }
+    for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
+    if (has_dm) mf__fb_axpy(dh, f->sw[N], dm, (int)bd);
+    for (l = N - 1; l >= 0 && mf_ok(ctx); l--) {
+        mf__layer *L = &f->m->layers[l];
+        float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F);
+        /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
+        memcpy(fo, dh, (size_t)bd * sizeof(float));
+        mf__fb_dropout(ctx, f, 2, l, t, fo, D);
+        mf__fb_pmm(ctx, B, fo, D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, df, F, 0);
+        mf__fb_dropout(ctx, f, 1, l, t, df, F);
+        memset(da1, 0, (size_t)B * F * sizeof(float));
+        mf__fb_act(ctx, c->ffn_act, MF__FB_AT(f, f->a1, l, t, F), MF__FB_AT(f, f->g1, l, t, F), df, da1, B * F);
+        mf__fb_pmm(ctx, B, da1, F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, dd, D, 0);
+        mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->xm, l, t, D), MF__FB_AT(f, f->st2, l, t, 2), L->ln2_w, L->ln2_b,
+                                  dd, dh, B, D);
+        if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
+            float *ao = MF__FB_AT(f, g->ao, l, t, D), *dq = MF__FB_AT(f, g->q, l, t, D);
+            const float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
+            memcpy(ao, dh, (size_t)bd * sizeof(float));
+            mf__fb_dropout(ctx, f, 0, l, t, ao, D);
+            mf__fb_pmm(ctx, B, ao, D, mf__fb_piece(f->m, g->wb, l, MF__FB_OUT), D, D, dd, D, 0);
+            memset(dq, 0, (size_t)bd * sizeof(float));
+            {
+                mf__fb_attn a = mf__fb_layer_attn(f, l, t, q, (float *)o, (float *)lse);
+                int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
+                int64_t rows = (int64_t)l * H * f->nr;
+                a.dout = dd; a.dq = dq; a.du = mf__g(L->rel_u);
+                a.dk = g->slots + mf__fb_slot_head(f, kv, 0, 0, 1); a.dv = g->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 1);
+                a.dr = g->rh + rows * (D / H); a.ds = g->sh + rows;
+                mf__fb_attn_backward(ctx, &a);
+            }
+            mf__fb_pmm(ctx, B, dq, D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, dd, D, 0);
+            mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
+                                      dd, dh, B, D);
+        }
+        if (has_dm) mf__fb_axpy(dh, f->sw[l], dm, (int)bd); /* hs_t[l] also feeds m_t */
+    }
+    if (dx) for (b = 0; b < B; b++) for (e = 0; e < D; e++) dx[((int64_t)b * T + t) * D + e] += dh[(int64_t)b * D + e];
+}
+
+/* dW += dY^T X over rows (X [rows][in], dY [rows][out] with row stride ldy); db += column sums */
+static void mf__fb_weight_grad(mf_ctx *ctx, mf_tensor *w, mf_tensor *bias, const float *dy, int ldy, const float *x,
+                               int rows) {
+    int out = w->shape[0], in = w->shape[1], r, j;
+    float *gw = mf__g(w), *gb = mf__g(bias);
+    if (rows <= 0) return;
+    if (gw) mf__fb_mm(ctx, 1, 0, out, in, rows, dy, ldy, x, in, 1.0f, gw, in);
+    if (gb && ldy == out) mf__colsum(ctx, dy, NULL, NULL, rows, out, gb);
+    else if (gb) for (r = 0; r < rows; r++) for (j = 0; j < out; j++) gb[j] += dy[(int64_t)r * ldy + j];
+}
+
+static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
+    const mf__fb_fwd *f = (const mf__fb_fwd *)out->aux;
+    mf_model *m = f->m;
+    const mf_model_config *c = &m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, nb = mf__fb_nblk(m), t, l, i;
+    size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)nb * D;
+    int64_t r1 = (int64_t)B * D;  /* attention rows start at step 1 */
+    float *gw = mf__g(m->fb_w);
+    mf__fb_grads g;
+    if (f->gen || f->pos0 != 0) { mf__fail(ctx, "feedback: generation steps have no backward"); return; }
+    g.wb = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
+    g.slots = (float *)mf__calloc(ctx, tb * ld * fl);
+    g.kv = (float *)mf__alloc(ctx, tb * ld * fl);      /* rows of slots 0 .. T-2 are written and read */
+    g.rh = (float *)mf__calloc(ctx, (size_t)N * f->nr * D * fl);
+    g.sh = (float *)mf__calloc(ctx, (size_t)N * f->nr * H * fl);
+    g.q = (float *)mf__alloc(ctx, N * tb * D * fl);
+    g.ao = (float *)mf__alloc(ctx, N * tb * D * fl);
+    g.fo = (float *)mf__alloc(ctx, N * tb * D * fl);
+    g.a1 = (float *)mf__alloc(ctx, N * tb * F * fl);
+    g.dsw = (float *)mf__calloc(ctx, (size_t)(N + 1) * fl);
+    g.dh = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    g.dm = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    g.dd = (float *)mf__alloc(ctx, (size_t)B * D * fl);
+    g.df = (float *)mf__alloc(ctx, (size_t)B * F * fl);
+    if (!mf_ok(ctx)) return;
+    mf__fb_pack(ctx, m, g.wb, 0);
+    for (t = T - 1; t >= 0 && mf_ok(ctx); t--) mf__fb_step_backward(ctx, f, &g, out->grad, mf__g(out->src[0]), t);
+    /* the weight gradients of all steps at once */
+    for (l = 0; l < N; l++) {
+        mf__layer *L = &m->layers[l];
+        int64_t at = (int64_t)l * tb * D, af = (int64_t)l * tb * F;
+        mf__fb_weight_grad(ctx, L->wq, NULL, g.q + at + r1, D, f->z + at + r1, (T - 1) * B);
+        mf__fb_weight_grad(ctx, L->wo, L->bo, g.ao + at + r1, D, f->o + at + r1, (T - 1) * B);
+        mf__fb_weight_grad(ctx, L->fc1_w, L->fc1_b, g.a1 + af, F, f->y2 + at, T * B);
+        mf__fb_weight_grad(ctx, L->fc2_w, L->fc2_b, g.fo + at, D, f->g1 + af, T * B);
+        if (mf__g(L->rel_r)) mf__fb_table_rows(g.rh + (int64_t)l * H * f->nr * (D / H), NULL, L->rel_r->grad, MF__FB_P, H, D / H, f->nr, 1);
+        if (mf__g(L->rel_s)) mf__fb_table_rows(g.sh + (int64_t)l * H * f->nr, NULL, L->rel_s->grad, MF__FB_P, H, 1, f->nr, 1);
+    }
+    for (i = 0; i < nb; i++) { /* slots 0 .. T-2 are read */
+        mf_tensor *w, *bias;
+        mf__fb_kv_block(m, i, &w, &bias);
+        mf__fb_weight_grad(ctx, w, bias, g.kv + (int64_t)i * D, (int)ld, f->mem, (T - 1) * B);
+    }
+    if (gw) { /* softmax backward: dw_i = sw_i (dsw_i - sum_j sw_j dsw_j) */
+        float dot = mf__fb_dot(f->sw, g.dsw, N + 1);
+        for (l = 0; l <= N; l++) gw[l] += f->sw[l] * (g.dsw[l] - dot);
+    }
+}
+static const mf__op mf__op_feedback = { "feedback", 1, mf__fb_shape, mf__fb_forward, mf__fb_backward, 0 };
+
+/* ---- model hooks ----------------------------------------------------------------------------------- */
+static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
+    if (ctx->be)
+        return (mf__fail(ctx, "model config: the %s mixer runs on the CPU only so far; create the model on a CPU "
+                         "context (without mf_ctx_set_device)", mf_mixer_name(c->mixer)), -1);
+    if (c->max_seq > MF__FB_P)
+        return (mf__fail(ctx, "model config: max_seq %d is too long for the %s mixer: its memory holds at most P = %d "
+                         "steps (the rows of the relative position tables); use max_seq <= %d", c->max_seq,
+                         mf_mixer_name(c->mixer), MF__FB_P, MF__FB_P), -1);
+    return 0;
+}
+
+/* the attention parameters of layer l (SPEC 8.1); LN_att, LN_ff and the FFN come from mf__make_layer */
+static void mf__fb_make_layer(mf_model *m, int l) {
+    mf_ctx *ctx = m->ctx;
+    mf__layer *L = &m->layers[l];
+    int D = m->cfg.d_model, H = m->cfg.n_heads, shape[3];
+    char nm[96];
+    mf_tensor *unused;
+    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused);
+    if (m->cfg.mixer == MF_MIXER_FEEDBACK) {
+        mf__layer_linear(m, l, "attn.k", D, D, 0, &L->wk, &unused);
+        mf__layer_linear(m, l, "attn.v", D, D, 1, &L->wv, &L->bv);
+    }
+    mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
+    L->rel_u = mf__layer_param(m, l, "attn.u", 2, H, D / H);
+    shape[0] = MF__FB_P; shape[1] = H; shape[2] = D / H; /* [P, H, dk]: three dims, so not mf__layer_param */
+    snprintf(nm, sizeof nm, "layers.%d.attn.r", l);
+    L->rel_r = mf_param(ctx, nm, 3, shape);
+    if (L->rel_r && L->np < (int)(sizeof L->p / sizeof L->p[0])) L->p[L->np++] = L->rel_r;
+    L->rel_s = mf__layer_param(m, l, "attn.s", 2, MF__FB_P, H);
+    mf_init_const(ctx, L->rel_u, 0.0f); /* the relative tables start at zero (SPEC 3.1) */
+    mf_init_const(ctx, L->rel_r, 0.0f);
+    mf_init_const(ctx, L->rel_s, 0.0f);
+}
+
+/* the model-level parameters: layer weights w [N + 1] = 1; KV: the shared k, v (bias-free) */
+static void mf__fb_init(mf_model *m) {
+    mf_ctx *ctx = m->ctx;
+    int n = m->cfg.n_layers + 1, shape[2];
+    m->fb_w = mf_param(ctx, "feedback.weights", 1, &n);
+    mf_init_const(ctx, m->fb_w, 1.0f);
+    if (m->cfg.mixer == MF_MIXER_FEEDBACK_KV) {
+        shape[0] = shape[1] = m->cfg.d_model;
+        m->fb_wk = mf_param(ctx, "feedback.k.weight", 2, shape);
+        mf_init_kaiming_uniform(ctx, m->fb_wk);
+        m->fb_wv = mf_param(ctx, "feedback.v.weight", 2, shape);
+        mf_init_kaiming_uniform(ctx, m->fb_wv);
+    }
+    if (mf_ok(ctx) && !(m->fb = (struct mf__fb_state *)mf__xmalloc(sizeof *m->fb))) mf__fail(ctx, "out of memory: feedback state");
+    if (m->fb) memset(m->fb, 0, sizeof *m->fb);
+}
+static void mf__fb_free(mf_model *m) {
+    if (!m->fb) return;
+    MF_FREE(m->fb->slots);
+    MF_FREE(m->fb->wf);
+    MF_FREE(m->fb);
+    m->fb = NULL;
+}
+
+/* x [B, T, D] (embeddings) -> the last layer's outputs [B, T, D]; gen: batch 1, continuing the
+   generation state after pos0 tokens (pos0 = 0: start over) */
+static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    struct mf__fb_state *st = m->fb;
+    mf__fb_fwd *f;
+    mf_tensor *t;
+    int B, T, l, i;
+    if (!mf_ok(ctx) || !x) return NULL;
+    B = x->shape[0]; T = x->ndim == 3 ? x->shape[1] : 0;
+    if (pos0 < 0 || pos0 + T > c->max_seq)
+        return (mf_tensor *)mf__fail(ctx, "feedback: %d memory slots needed (%d tokens from position %d) but the memory "
+                                     "holds max_seq = %d; raise max_seq in the config (at most %d)", pos0 + T, T, pos0,
+                                     c->max_seq, MF__FB_P);
+    if (gen && pos0 > 0 && (B != 1 || pos0 != st->n_slots))
+        return (mf_tensor *)mf__fail(ctx, "feedback: generation continues after %d tokens (batch 1) but got position %d, "
+                                     "batch %d; start with position 0", st->n_slots, pos0, B);
+    if (!gen && pos0 != 0)
+        return (mf_tensor *)mf__fail(ctx, "feedback: a forward starts at position 0 (memory resets every call)");
+    if (!(f = (mf__fb_fwd *)mf__calloc(ctx, sizeof *f))) return NULL;
+    f->m = m; f->B = B; f->T = T; f->pos0 = pos0; f->gen = gen;
+    f->cap = gen ? c->max_seq : T;
+    f->nr = pos0 + T;
+    f->drop = ctx->training ? c->dropout : 0.0f;
+    if (f->drop > 0.0f) f->stream = ctx->rng_calls++;
+    if (gen) { /* the memory and the packed weights persist between the calls (allocated once) */
+        size_t slots = 2 * (size_t)c->max_seq * mf__fb_nblk(m) * c->d_model;
+        if (B != 1) return (mf_tensor *)mf__fail(ctx, "feedback: generation runs batch 1, got %d", B);
+        if (!st->slots) st->slots = (float *)mf__xmalloc(slots * sizeof(float));
+        if (!st->wf) st->wf = (float *)mf__xmalloc((size_t)mf__fb_packed_floats(m) * sizeof(float));
+        if (!st->slots || !st->wf)
+            return (mf_tensor *)mf__fail(ctx, "out of memory: feedback generation memory (%d slots)", c->max_seq);
+        f->slots = st->slots; f->wf = st->wf;
+        st->n_slots = 0; /* valid again when this call succeeds */
+    }
+    t = mf__begin(ctx, &mf__op_feedback, x, m->fb_w, m->fb_wk, m->fb_wv);
+    if (!t) return NULL;
+    t->aux = f;
+    if (ctx->grad_enabled && !gen) /* the node takes a gradient when any parameter it reads does */
+        for (l = 0; l < c->n_layers; l++)
+            for (i = 0; i < m->layers[l].np; i++) {
+                mf_tensor *p = m->layers[l].p[i];
+                if (!p->requires_grad) continue;
+                t->requires_grad = 1;
+                ctx->p_touched[mf__param_index(ctx, p)] = 1;
+            }
+    t = mf__finish(ctx, t);
+    if (t && gen) st->n_slots = pos0 + T;
+    return t;
+}
 
 /* ==== [mf:io] =============================================================================== */
 /* safetensors: u64 little-endian header size N, N bytes of JSON
