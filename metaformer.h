@@ -438,7 +438,8 @@ typedef enum mf_feature_kind { MF_FEATURE_DPFP = 0, MF_FEATURE_ELU1 } mf_feature
 typedef struct mf_model_config {
     int vocab;              /* tokens 0 .. vocab-1 (required) */
     int d_model, n_heads, n_layers, d_ff;
-    int max_seq;            /* longest sequence (size of the learned position table, generation window) */
+    int max_seq;            /* longest sequence (size of the learned position table, generation window;
+                               feedback: the capacity of the memory stacks, at most 4096) */
     mf_mixer_kind mixer;
     mf_pos_kind pos;
     mf_act_kind ffn_act;

@@ -128,51 +128,44 @@ expect_error "unknown --feature"                'unknown --feature "relu"'      
 expect_error "--feedback against --mixer"       "contradict"                        "$TRAIN" text.txt "${TINY[@]}" --feedback --mixer sdpa
 expect_error "--compressive=2"                  "--compressive expects 0 or 1"      "$TRAIN" text.txt "${TINY[@]}" --compressive=2
 "$TRAIN" text.txt "${TINY[@]}" --steps 3 --feedback-kv > alias.out 2>&1
-if grep -q 'feedback_kv mixer' alias.out || grep -q 'feedback mixers are not implemented yet' alias.out
+if grep -q 'feedback_kv mixer' alias.out
 then ok "--feedback-kv selects --mixer feedback_kv"
 else bad "--feedback-kv selects --mixer feedback_kv" "$(cat alias.out)"; fi
 
-# 5. the families train (a family that is still a stub in this tree is skipped, not passed)
-family() { # name, out file, args...: 0 = ran, 1 = failed, 2 = not implemented here
-    local name=$1 out=$2; shift 2
-    "$TRAIN" text.txt "${TINY[@]}" "$@" > "$out" 2>&1; local rc=$?
-    if grep -q 'not implemented yet' "$out"; then echo "skip $name: $(grep -o 'the .* not implemented yet' "$out")"; return 2; fi
-    return $rc
+# 5. the families train
+family() { # out file, args...: the exit status of train
+    local out=$1; shift
+    "$TRAIN" text.txt "${TINY[@]}" "$@" > "$out" 2>&1
 }
 falls() { losses "$1" | awk 'NR <= 5 {a += $2} NR > 15 {b += $2} END {exit !(NR == 20 && b < a - 0.2)}'; }
 for args in "--mixer fast_weights" "--mixer fast_weights --chunk 1" "--mixer linear" "--mixer linear --feature elu1" \
             "--feedback" "--feedback-kv"; do
-    family "$args" fam.out $args --steps 20 --lr 1e-2 --schedule constant; rc=$?
-    [ $rc -eq 2 ] && continue
+    family fam.out $args --steps 20 --lr 1e-2 --schedule constant; rc=$?
     if [ $rc -eq 0 ] && falls fam.out && grep -q 'valid loss' fam.out && grep -q -- '--- sample' fam.out
     then ok "$args: 20 steps, the loss falls, it validates and samples"
     else bad "$args: 20 steps, the loss falls, it validates and samples" "rc $rc" "$(cat fam.out)"; fi
 done
-family "--mixer relative --mem-len 8" rel.out --mixer relative --mem-len 8 --steps 20 --lr 1e-2 --schedule constant --eval-every 10; rc=$?
-if [ $rc -ne 2 ]; then
-    if [ $rc -eq 0 ] && falls rel.out && grep -q '^loader: sequential, 4 columns' rel.out && [ "$(grep -c 'valid loss' rel.out)" -eq 2 ]
-    then ok "--mixer relative --mem-len 8: the sequential loader, the loss falls, validation on its own memory"
-    else bad "--mixer relative --mem-len 8: the sequential loader" "rc $rc" "$(cat rel.out)"; fi
-    rm -f rel.st
-    "$TRAIN" text.txt "${TINY[@]}" --mixer relative --mem-len 8 --steps 20 --save rel.st --stop-after 10 > rel1.out 2>&1
-    "$TRAIN" text.txt "${TINY[@]}" --mixer relative --mem-len 8 --steps 20 --resume rel.st > rel2.out 2>&1; rc=$?
-    if [ $rc -eq 0 ] && grep -q 'memories start empty' rel2.out && grep -q 'resumed from "rel.st" at step 10' rel2.out &&
-       [ "$(losses rel2.out | wc -l)" -eq 10 ]
-    then ok "--mixer relative: --resume continues (with empty memories, and says so)"
-    else bad "--mixer relative: --resume continues" "rc $rc" "$(cat rel1.out rel2.out)"; fi
-    expect_error "--resume a relative model with another --mem-len" "--mem-len 4 differs from the checkpoint's 8" \
-        "$TRAIN" text.txt --resume rel.st --mem-len 4
-fi
-family "--compressive" cmp.out --compressive --mem-len 8 --c-mem-len 8 --steps 20 --lr 1e-2 --schedule constant; rc=$?
-if [ $rc -ne 2 ]; then
-    if [ $rc -eq 0 ] && falls cmp.out && grep -q 'relative mixer (mem_len 8, compressive: c_mem_len 8, rate 2)' cmp.out &&
-       grep -E '^step [0-9]+/' cmp.out | awk '{ l = $4; c = $6; a = $9; sub(/\)/, "", a); n++
-                                           if ($5 != "(ce" || $7 != "+" || $8 != "ar" || (c + a - l) ^ 2 > 1e-10) bad = 1 }
-                                           END { exit bad || n != 20 }' &&
-       grep -q 'valid loss [0-9.]* ([0-9.]* bits/char)  reconstruction loss [0-9.]*$' cmp.out
-    then ok "--compressive: the loss falls, and every line shows loss = ce + ar, validation its reconstruction loss"
-    else bad "--compressive: loss = ce + ar on every line" "rc $rc" "$(cat cmp.out)"; fi
-fi
+family rel.out --mixer relative --mem-len 8 --steps 20 --lr 1e-2 --schedule constant --eval-every 10; rc=$?
+if [ $rc -eq 0 ] && falls rel.out && grep -q '^loader: sequential, 4 columns' rel.out && [ "$(grep -c 'valid loss' rel.out)" -eq 2 ]
+then ok "--mixer relative --mem-len 8: the sequential loader, the loss falls, validation on its own memory"
+else bad "--mixer relative --mem-len 8: the sequential loader" "rc $rc" "$(cat rel.out)"; fi
+rm -f rel.st
+"$TRAIN" text.txt "${TINY[@]}" --mixer relative --mem-len 8 --steps 20 --save rel.st --stop-after 10 > rel1.out 2>&1
+"$TRAIN" text.txt "${TINY[@]}" --mixer relative --mem-len 8 --steps 20 --resume rel.st > rel2.out 2>&1; rc=$?
+if [ $rc -eq 0 ] && grep -q 'memories start empty' rel2.out && grep -q 'resumed from "rel.st" at step 10' rel2.out &&
+   [ "$(losses rel2.out | wc -l)" -eq 10 ]
+then ok "--mixer relative: --resume continues (with empty memories, and says so)"
+else bad "--mixer relative: --resume continues" "rc $rc" "$(cat rel1.out rel2.out)"; fi
+expect_error "--resume a relative model with another --mem-len" "--mem-len 4 differs from the checkpoint's 8" \
+    "$TRAIN" text.txt --resume rel.st --mem-len 4
+family cmp.out --compressive --mem-len 8 --c-mem-len 8 --steps 20 --lr 1e-2 --schedule constant; rc=$?
+if [ $rc -eq 0 ] && falls cmp.out && grep -q 'relative mixer (mem_len 8, compressive: c_mem_len 8, rate 2)' cmp.out &&
+   grep -E '^step [0-9]+/' cmp.out | awk '{ l = $4; c = $6; a = $9; sub(/\)/, "", a); n++
+                                       if ($5 != "(ce" || $7 != "+" || $8 != "ar" || (c + a - l) ^ 2 > 1e-10) bad = 1 }
+                                       END { exit bad || n != 20 }' &&
+   grep -q 'valid loss [0-9.]* ([0-9.]* bits/char)  reconstruction loss [0-9.]*$' cmp.out
+then ok "--compressive: the loss falls, and every line shows loss = ce + ar, validation its reconstruction loss"
+else bad "--compressive: loss = ce + ar on every line" "rc $rc" "$(cat cmp.out)"; fi
 
 # 6. --help
 if "$TRAIN" --help > help.out 2>&1 && grep -q -- '--mixer sdpa|metric|quadratic|pool|identity|relative|fast_weights|linear|feedback|feedback_kv' help.out &&
