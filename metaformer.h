@@ -444,7 +444,8 @@ typedef struct mf_model_config {
     mf_pos_kind pos;
     mf_act_kind ffn_act;
     int ffn_bias;           /* biases in both FFN Linears (labml: 1) */
-    int attn_bias;          /* sdpa: biases in q, k, v and the output Linear (labml: 1) */
+    int attn_bias;          /* sdpa: biases in q, k, v and the output Linear (labml: 1); the other
+                               mixers have the biases of their seeds (see SPEC.md section 16) */
     int pool_size;          /* pool: window length, odd when centred */
     int pool_causal;        /* pool: window [t - pool_size + 1, t] instead of centred (required for LM) */
     float dropout;          /* on both residual branches and the FFN hidden layer */
@@ -464,7 +465,10 @@ typedef struct mf_model_config {
 typedef struct mf_model mf_model;
 
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
-   GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; vocab unset. */
+   GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; mem_len 0, not
+   compressive, c_mem_len 0, compression_rate 2; dpfp_nu 1, DPFP features, chunk_size 0
+   (automatic); vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
+   ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
 /* "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
    "feedback", "feedback_kv" <-> kind (-1 when unknown). */
