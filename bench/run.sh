@@ -15,6 +15,8 @@
 #                                      per run: warm-up + timed steps, cut off after S seconds
 #   --threads N [BENCH_THREADS=2]      threads for both sides (C OpenMP; torch intra-op + OpenBLAS)
 #   --no-gemm-table [BENCH_GEMM_TABLE=0]   --no-profile [BENCH_PROFILE=0]
+#   --no-fw-sweep [BENCH_FW_SWEEP=0]   skip the fast-weights kernel sweep (recurrent vs chunkwise vs the
+#                                      seed's PyTorch loop, T = 128 .. 2048; about 2 minutes)
 #   --perf [BENCH_PERF=1]              also `perf record` one short C run per mixer (top symbols)
 #   [BENCH_C_WAIT_POLICY=default]      OMP_WAIT_POLICY of the C runs: "default" = libgomp's own (its
 #                                      one OpenMP pool spins briefly between parallel regions, as a
@@ -42,6 +44,7 @@ MAX_TIME=${BENCH_MAX_TIME:-10}
 THREADS=${BENCH_THREADS:-2}
 GEMM_TABLE=${BENCH_GEMM_TABLE:-1}
 PROFILE=${BENCH_PROFILE:-1}
+FW_SWEEP=${BENCH_FW_SWEEP:-1}
 PERF=${BENCH_PERF:-0}
 PROF_STEPS=${BENCH_PROFILE_STEPS:-3}
 PY=${PYTHON:-/usr/bin/python3}
@@ -51,7 +54,7 @@ BUILD_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --header) HEADER=$2; shift ;;
-    --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0 ;;
+    --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0; FW_SWEEP=0 ;;
     --reps) REPS=$2; shift ;;
     --mixers) MIXERS=$2; shift ;;
     --steps) STEPS=$2; shift ;;
@@ -60,6 +63,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift ;;
     --no-gemm-table) GEMM_TABLE=0 ;;
     --no-profile) PROFILE=0 ;;
+    --no-fw-sweep) FW_SWEEP=0 ;;
     --perf) PERF=1 ;;
     --out) OUT=$2; shift ;;
     --build-only) BUILD_ONLY=1 ;;
@@ -327,6 +331,24 @@ rep '```'
 while IFS= read -r l; do rep "$l"; done < "$RAW"
 grep -h '^RESULT' "$PEAKS" | while IFS= read -r l; do rep "$l"; done
 rep '```'
+
+# ---- fast weights: the kernels alone over sequence lengths ---------------------------------
+if [ "$FW_SWEEP" = 1 ]; then
+    rep ""
+    rep "## Fast weights kernels: recurrent vs chunkwise (C) vs the seed's token loop (PyTorch), T = 128 .. 2048"
+    rep ""
+    rep "Forward + backward of the delta-rule op alone at the bench model's attention (H 8, dk 32, DPFP nu 1), 8192 tokens per"
+    rep "run (B = 8192 / T). The library picks recurrent below T = 16 and chunks of 16 from there (chunk_size 0)."
+    rep '```'
+    if $CC $CFLAGS_B -I"$HDR_DIR" bench/bench_fw_sweep.c -o "$BUILD/bench_fw_sweep" -lm; then
+        "${C_ENV[@]}" "$BUILD/bench_fw_sweep" --threads "$THREADS" 2>&1 | while IFS= read -r l; do rep "$l"; done
+    else rep "bench/bench_fw_sweep.c did not build"; fi
+    if [ "$TORCH" = 1 ]; then
+        "${TORCH_ENV[@]}" "$PY" bench/torch_fastweights.py --threads "$THREADS" --reps 1 --sweep "128 256 512 1024 2048" 2>&1 |
+            grep -v '^INFO\|^torch ' | while IFS= read -r l; do rep "$l"; done
+    fi
+    rep '```'
+fi
 
 # ---- op profile (C) and perf ---------------------------------------------------------------
 if [ "$PROFILE" = 1 ]; then
