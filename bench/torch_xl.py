@@ -26,46 +26,23 @@ the compressor 2 D^2 per compressed memory and the AR attention (not counted: sm
 steady-state number of memory keys (mem_len, + c_mem_len when compressive).
 Prints one machine-readable line: RESULT impl=torch mixer=... tok_s=... gflops=... rss_mb=...
 """
-import argparse
 import math
 import os
-import resource
-import statistics
 import sys
-import time
 
-
-def cpu_seconds():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kilobytes
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_harness as th  # noqa: E402
 
 
 def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = th.parser(__doc__, seq=None)
     p.add_argument("--mixer", default="relative", choices=["relative", "compressive"])
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--max-time", type=float, default=0.0, help="stop after S seconds in all (>= 1 warm-up and 1 timed step; warm-up ends early past S/4)")
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=1024)
-    p.add_argument("--seq", type=int, default=None, help="segment length (default 64 relative, 32 compressive)")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--vocab", type=int, default=65)
     p.add_argument("--mem-len", type=int, default=None, help="memories per layer (default 64 relative, 32 compressive)")
     p.add_argument("--c-mem-len", type=int, default=64)
     p.add_argument("--rate", type=int, default=2, help="compression rate c")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--foreach", type=int, default=1, help="Adam(foreach=...): 1 multi-tensor (fast), 0 per tensor")
     a = p.parse_args()
     comp = a.mixer == "compressive"
-    if a.seq is None:
+    if a.seq is None:  # segment length: 64 relative, 32 compressive
         a.seq = 32 if comp else 64
     if a.mem_len is None:
         a.mem_len = 32 if comp else 64
@@ -73,12 +50,10 @@ def parse():
 
 
 args = parse()
-rss_python = rss_mb()
-import torch  # noqa: E402
+torch = th.start(args)
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-torch.set_num_threads(args.threads)
 P = 4096
 
 
@@ -233,67 +208,29 @@ def flops_per_token_fwd(a, comp):
 
 
 def main():
-    print("torch %s: intra-op threads %d, inter-op threads %d; %s" % (
-        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(),
-        " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in
-                 ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))))
+    th.print_setup()
+    if args.info:
+        return 0
     comp = args.mixer == "compressive"
     torch.manual_seed(args.seed)
-    rss_torch = rss_mb()
     model = Model(args, args.rate if comp else 0)
-    params = list(model.parameters())
-    nparams = sum(p.numel() for p in params)
-    try:
-        opt = torch.optim.Adam(params, lr=1e-3, foreach=bool(args.foreach))
-    except TypeError:
-        opt = torch.optim.Adam(params, lr=1e-3)
     B, T, V = args.batch, args.seq, args.vocab
-    gen = torch.Generator().manual_seed(args.seed)
-    mem, c_mem = [], []
-    times, loss_v, t_first, cpu_timed = [], float("nan"), 0.0, 0.0
-    t_all = time.perf_counter()
-    s = -args.warmup - 1
-    while s + 1 < args.steps:
-        s += 1
+    state = {"mem": [], "c_mem": []}
+
+    def loss_fn(gen):  # consecutive steps continue each other: the memories carry over
         ids = torch.randint(0, V, (T, B), generator=gen)
         tg = torch.randint(0, V, (T, B), generator=gen)
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        logits, new_mem = model(ids, mem, c_mem)
-        mem, c_mem, to_compress = merge_compress_memory(model, args, comp, mem, c_mem, new_mem)
+        logits, new_mem = model(ids, state["mem"], state["c_mem"])
+        state["mem"], state["c_mem"], to_compress = merge_compress_memory(model, args, comp, state["mem"],
+                                                                          state["c_mem"], new_mem)
         loss = F.cross_entropy(logits.reshape(-1, V), tg.reshape(-1))
         if to_compress:
             loss = loss + ar_loss(model.layers, new_mem, to_compress)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        dt = time.perf_counter() - t0
-        loss_v = loss.item()
-        if s == -args.warmup:
-            t_first = dt
-        if s >= 0:
-            times.append(dt)
-            cpu_timed += cpu_seconds() - c0
-            if args.max_time > 0 and time.perf_counter() - t_all > args.max_time:
-                break
-        elif s < -1 and args.max_time > 0 and time.perf_counter() - t_all > args.max_time / 4:
-            s = -1
-    med, best = statistics.median(times), min(times)
-    fpt = 3 * flops_per_token_fwd(args, comp)
-    tok_s = B * T / med
-    print("torch %s train step: B=%d T=%d mem_len=%d%s D=%d H=%d L=%d d_ff=%d V=%d, %d threads, %d params" % (
-        args.mixer, B, T, args.mem_len, " c_mem_len=%d c=%d" % (args.c_mem_len, args.rate) if comp else "",
-        args.d_model, args.heads, args.layers, args.d_ff, V, args.threads, nparams))
-    print("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f" % (
-        len(times), args.warmup, t_first * 1e3, med * 1e3, best * 1e3, loss_v))
-    print("  tokens/s %.0f, model GFLOP/s %.1f, peak RSS %.1f MB (python %.1f MB, after import torch %.1f MB)" % (
-        tok_s, fpt * tok_s * 1e-9, rss_mb(), rss_python, rss_torch))
-    util = cpu_timed / sum(times)
-    print("RESULT impl=torch mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
-          "rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f" % (
-              args.mixer, tok_s, med * 1e3, best * 1e3, fpt * tok_s * 1e-9, fpt * 1e-6, rss_mb(), rss_torch,
-              nparams, len(times), args.threads, util, loss_v))
-    return 0
+        return loss
+    describe = "B=%d T=%d mem_len=%d%s D=%d H=%d L=%d d_ff=%d V=%d" % (
+        B, T, args.mem_len, " c_mem_len=%d c=%d" % (args.c_mem_len, args.rate) if comp else "",
+        args.d_model, args.heads, args.layers, args.d_ff, V)
+    return th.train(args, args.mixer, describe, model, loss_fn, B * T, flops_per_token_fwd(args, comp))
 
 
 if __name__ == "__main__":

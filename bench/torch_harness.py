@@ -1,0 +1,155 @@
+"""torch_harness.py - what the PyTorch side of `make bench` shares (bench/torch_ref.py, torch_xl.py,
+torch_fastweights.py, torch_feedback.py): the common options, the BLAS / threading report, and the
+timed training loop with its machine-readable RESULT line, so every script measures the same way.
+
+    import torch_harness as th
+    p = th.parser(__doc__, seq=256); p.add_argument(...); args = p.parse_args()
+    th.start(args)                     # records the RSS before torch, imports torch, sets the threads
+    ...build the model...
+    th.train(args, name, model, loss_fn, tokens_per_step, flops_per_token)
+
+One timed step: loss_fn(gen) (forward + loss), backward, clip_grad_norm_(1.0), Adam (lr 1e-3,
+PyTorch defaults) step, zero_grad(set_to_none=True). --max-time S stops after S seconds in all
+(at least one warm-up and one timed step; the warm-up ends early past S/4).
+"""
+import argparse
+import ctypes
+import os
+import resource
+import statistics
+import time
+
+torch = None
+_rss_python = 0.0
+
+
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kilobytes
+
+
+def parser(doc, seq):
+    """The options every script takes (the model sizes default to the bench config)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-time", type=float, default=0.0, help="stop after S seconds in all (>= 1 warm-up and 1 timed step; warm-up ends early past S/4)")
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--seq", type=int, default=seq)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=65)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--foreach", type=int, default=1, help="Adam(foreach=...): 1 multi-tensor (fast), 0 per tensor")
+    p.add_argument("--info", action="store_true", help="print the BLAS / threading configuration and exit")
+    return p
+
+
+def start(args):
+    """Import torch (after recording the interpreter's RSS) with args.threads intra-op threads."""
+    global torch, _rss_python
+    _rss_python = rss_mb()
+    import torch as t
+    torch = t
+    torch.set_num_threads(args.threads)
+    return torch
+
+
+def blas_info():
+    """What BLAS torch really calls: the libraries mapped into this process after a matmul."""
+    a = torch.randn(256, 256)
+    (a @ a).sum().item()
+    libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "blas" in ln.split()[-1] or "lapack" in ln.split()[-1]})
+    info = {"libs": libs, "openblas": False, "core": "?", "blas_threads": "?", "config": "?"}
+    for path in libs:
+        if "openblas" in os.path.basename(path):
+            try:
+                lib = ctypes.CDLL(path)
+                lib.openblas_get_corename.restype = ctypes.c_char_p
+                lib.openblas_get_config.restype = ctypes.c_char_p
+                info.update(openblas=True, core=lib.openblas_get_corename().decode(),
+                            blas_threads=lib.openblas_get_num_threads(),
+                            config=lib.openblas_get_config().decode().strip())
+            except OSError:
+                pass
+    cfg = torch.__config__.show()
+    blas_line = [w for w in cfg.replace(",", " ").split() if w.startswith("BLAS_INFO=")]
+    info["torch_blas_info"] = blas_line[0] if blas_line else "?"
+    info["mkl"] = torch.backends.mkl.is_available()
+    info["mkldnn"] = torch.backends.mkldnn.is_available()
+    return info
+
+
+def print_setup():
+    """One human-readable line and one INFO line: torch, threads, the BLAS really loaded, the environment."""
+    info = blas_info()
+    env = " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in
+                   ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))
+    print("torch %s: intra-op threads %d, inter-op threads %d, %s, %s; BLAS libraries %s; OpenBLAS %s core %s, "
+          "%s threads (%s); MKL %s, MKL-DNN %s; %s" % (
+              torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(),
+              torch.__config__.parallel_info().splitlines()[-1].strip(), info["torch_blas_info"],
+              ",".join(info["libs"]), "yes" if info["openblas"] else "NO", info["core"], info["blas_threads"],
+              info["config"], info["mkl"], info["mkldnn"], env))
+    print("INFO impl=torch version=%s threads=%d interop=%d openblas=%d core=%s blas_threads=%s" % (
+        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), int(info["openblas"]),
+        info["core"], info["blas_threads"]))
+
+
+def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fwd_full=None, nparams=None):
+    """Time training steps of model; loss_fn(gen) runs the forward and returns the loss. fpt_fwd:
+    analytic forward FLOPs per token (training = 3x). Prints the summary and the RESULT line."""
+    rss_torch = rss_mb()
+    params = list(model.parameters())
+    if nparams is None:
+        nparams = sum(p.numel() for p in params)
+    try:
+        opt = torch.optim.Adam(params, lr=1e-3, foreach=bool(args.foreach))
+    except TypeError:
+        opt = torch.optim.Adam(params, lr=1e-3)
+    gen = torch.Generator().manual_seed(args.seed)
+    times, loss_v, t_first, cpu_timed = [], float("nan"), 0.0, 0.0
+    t_all = time.perf_counter()
+    s = -args.warmup - 1
+    while s + 1 < args.steps:
+        s += 1
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        loss = loss_fn(gen)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        loss_v = loss.item()
+        if s == -args.warmup:
+            t_first = dt
+        if s >= 0:
+            times.append(dt)
+            cpu_timed += cpu_seconds() - c0
+            if args.max_time > 0 and time.perf_counter() - t_all > args.max_time:
+                break
+        elif s < -1 and args.max_time > 0 and time.perf_counter() - t_all > args.max_time / 4:
+            s = -1  # slow run: skip the remaining warm-up steps
+    med, best = statistics.median(times), min(times)
+    fpt = 3 * fpt_fwd
+    fpt_full = 3 * (fpt_fwd_full if fpt_fwd_full is not None else fpt_fwd)
+    tok_s = tokens_per_step / med
+    util = cpu_timed / sum(times)
+    print("torch %s train step: %s, %d threads, %d params" % (name, describe, args.threads, nparams))
+    print("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f" % (
+        len(times), args.warmup, t_first * 1e3, med * 1e3, best * 1e3, loss_v))
+    print("  tokens/s %.0f, model GFLOP/s %.1f, peak RSS %.1f MB (python %.1f MB, after import torch %.1f MB)" % (
+        tok_s, fpt * tok_s * 1e-9, rss_mb(), _rss_python, rss_torch))
+    print("  CPU time / wall time over the timed steps %.2f (%d threads)" % (util, args.threads))
+    print("RESULT impl=torch mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
+          "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f" % (
+              name, tok_s, med * 1e3, best * 1e3, fpt * tok_s * 1e-9, fpt * 1e-6, fpt_full * 1e-6, rss_mb(),
+              rss_torch, nparams, len(times), args.threads, util, loss_v))
+    return 0
