@@ -24,73 +24,21 @@ head (2 D V); backward = 2 x forward. The seed's original variant re-projects ev
 every step (about T / 2 times the projection work); that extra work is not counted.
 Prints one machine-readable line: RESULT impl=torch mixer=... tok_s=... gflops=... rss_mb=...
 """
-import argparse
-import ctypes
 import math
 import os
-import resource
-import statistics
 import sys
-import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_harness as th  # noqa: E402
 
-def cpu_seconds():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kilobytes
-
-
-def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mixer", default="feedback", choices=["feedback", "feedback_kv"])
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--max-time", type=float, default=0.0, help="stop after S seconds in all (>= 1 warm-up and 1 timed step; warm-up ends early past S/4)")
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=1024)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--vocab", type=int, default=65)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--foreach", type=int, default=1, help="Adam(foreach=...): 1 multi-tensor (fast), 0 per tensor")
-    p.add_argument("--info", action="store_true", help="print the BLAS / threading configuration and exit")
-    return p.parse_args()
-
-
-args = parse()
-rss_python = rss_mb()
-import torch  # noqa: E402
+_p = th.parser(__doc__, seq=64)
+_p.add_argument("--mixer", default="feedback", choices=["feedback", "feedback_kv"])
+args = _p.parse_args()
+torch = th.start(args)
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-torch.set_num_threads(args.threads)
 
-
-def blas_info():
-    """What BLAS torch really calls: the libraries mapped into this process after a matmul (as torch_ref.py)."""
-    a = torch.randn(256, 256)
-    (a @ a).sum().item()
-    libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "blas" in ln.split()[-1] or "lapack" in ln.split()[-1]})
-    info = {"libs": libs, "openblas": False, "core": "?", "blas_threads": "?"}
-    for path in libs:
-        if "openblas" in os.path.basename(path):
-            try:
-                lib = ctypes.CDLL(path)
-                lib.openblas_get_corename.restype = ctypes.c_char_p
-                info.update(openblas=True, core=lib.openblas_get_corename().decode(),
-                            blas_threads=lib.openblas_get_num_threads())
-            except OSError:
-                pass
-    return info
-
-
-# ---------------------------------------------------------------- the seed (labml feedback.py)
 class PrepareForMultiHeadAttention(nn.Module):
     """labml: Linear(d_model, heads * d_k) viewed as [..., heads, d_k]"""
 
@@ -324,69 +272,18 @@ def flops_per_token_fwd(a):
 
 
 def main():
-    info = blas_info()
-    env = " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in
-                   ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))
-    print("torch %s: intra-op threads %d, inter-op threads %d; BLAS libraries %s; OpenBLAS %s core %s, %s threads; %s" % (
-        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), ",".join(info["libs"]),
-        "yes" if info["openblas"] else "NO", info["core"], info["blas_threads"], env))
-    print("INFO impl=torch version=%s threads=%d interop=%d openblas=%d core=%s blas_threads=%s" % (
-        torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), int(info["openblas"]),
-        info["core"], info["blas_threads"]))
+    th.print_setup()
     if args.info:
         return 0
     torch.manual_seed(args.seed)
-    rss_torch = rss_mb()
     model = Model(args)
-    params = [p for p in model.parameters()]
-    nparams = sum(p.numel() for p in params)
-    try:
-        opt = torch.optim.Adam(params, lr=1e-3, foreach=bool(args.foreach))
-    except TypeError:
-        opt = torch.optim.Adam(params, lr=1e-3)
     B, T, V = args.batch, args.seq, args.vocab
-    gen = torch.Generator().manual_seed(args.seed)
-    times, loss_v, t_first, cpu_timed = [], float("nan"), 0.0, 0.0
-    t_all = time.perf_counter()
-    s = -args.warmup - 1
-    while s + 1 < args.steps:
-        s += 1
+
+    def loss_fn(gen):
         seq = torch.randint(0, V, (B, T + 1), generator=gen)
-        ids, tg = seq[:, :T], seq[:, 1:]
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        logits = model(ids)
-        loss = F.cross_entropy(logits.reshape(-1, V), tg.reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        dt = time.perf_counter() - t0
-        loss_v = loss.item()
-        if s == -args.warmup:
-            t_first = dt
-        if s >= 0:
-            times.append(dt)
-            cpu_timed += cpu_seconds() - c0
-            if args.max_time > 0 and time.perf_counter() - t_all > args.max_time:
-                break
-        elif s < -1 and args.max_time > 0 and time.perf_counter() - t_all > args.max_time / 4:
-            s = -1  # slow run: skip the remaining warm-up steps
-    med, best = statistics.median(times), min(times)
-    fpt = 3 * flops_per_token_fwd(args)
-    tok_s = B * T / med
-    print("torch %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %d threads, %d params" % (
-        args.mixer, B, T, args.d_model, args.heads, args.layers, args.d_ff, V, args.threads, nparams))
-    print("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f" % (
-        len(times), args.warmup, t_first * 1e3, med * 1e3, best * 1e3, loss_v))
-    print("  tokens/s %.0f, model GFLOP/s %.1f, peak RSS %.1f MB (python %.1f MB, after import torch %.1f MB)" % (
-        tok_s, fpt * tok_s * 1e-9, rss_mb(), rss_python, rss_torch))
-    util = cpu_timed / sum(times)
-    print("  CPU time / wall time over the timed steps %.2f (%d threads)" % (util, args.threads))
-    print("RESULT impl=torch mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
-          "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f" % (
-              args.mixer, tok_s, med * 1e3, best * 1e3, fpt * tok_s * 1e-9, fpt * 1e-6, fpt * 1e-6, rss_mb(),
-              rss_torch, nparams, len(times), args.threads, util, loss_v))
-    return 0
+        return F.cross_entropy(model(seq[:, :T]).reshape(-1, V), seq[:, 1:].reshape(-1))
+    describe = "B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d" % (B, T, args.d_model, args.heads, args.layers, args.d_ff, V)
+    return th.train(args, args.mixer, describe, model, loss_fn, B * T, flops_per_token_fwd(args))
 
 
 if __name__ == "__main__":
