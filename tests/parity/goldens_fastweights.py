@@ -21,9 +21,7 @@ check that fp32 can meet the test's 1e-4). Each file holds
     param.<library name>, grad.<library name>       dpfp.x [2, 3, 4], dpfp.out [2, 3, 24] (nu 3)
 and the config in __metadata__ ("cfg.*").
 """
-import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -35,25 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OUT = os.path.join(ROOT, "tests", "goldens")
 
 
-def write_safetensors(path, tensors, meta):
-    """tensors: list of (name, np.ndarray of float32 or int32), written in that order."""
-    header = {"__metadata__": {k: str(v) for k, v in meta.items()}}
-    chunks, off = [], 0
-    for name, arr in tensors:
-        code = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[arr.dtype]
-        raw = arr.astype("<f4" if code == "F32" else "<i4").tobytes()
-        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    h += b" " * (-len(h) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for c in chunks:
-            f.write(c)
-    os.replace(tmp, path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_goldens import write_safetensors  # noqa: E402  (the same writer for every golden)
 
 
 # ---------------------------------------------------------------------------------- the seed

@@ -22,10 +22,8 @@ keep the files small only their last T rows are stored (param.* and grad.*), eve
 zero in the parameter and in its gradient ("rel_rows" in the metadata).
 """
 import copy
-import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
@@ -39,30 +37,8 @@ OUT = os.path.join(ROOT, "tests", "goldens")
 V, D, H, N, DFF, T, B = 7, 8, 2, 2, 12, 6, 3
 
 
-# ---------------------------------------------------------------------------------- safetensors
-def write_safetensors(path, tensors, meta):
-    """tensors: list of (name, np.ndarray of float32 or int32), written in that order."""
-    header = {"__metadata__": {k: str(v) for k, v in meta.items()}}
-    chunks, off = [], 0
-    for name, arr in tensors:
-        if arr.dtype == np.float32:
-            code, raw = "F32", arr.astype("<f4").tobytes()
-        elif arr.dtype == np.int32:
-            code, raw = "I32", arr.astype("<i4").tobytes()
-        else:
-            raise TypeError(f"{name}: unsupported dtype {arr.dtype}")
-        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    h += b" " * (-len(h) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for c in chunks:
-            f.write(c)
-    os.replace(tmp, path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_goldens import write_safetensors  # noqa: E402  (the same writer for every golden)
 
 
 # ---------------------------------------------------------------------------------- the seed

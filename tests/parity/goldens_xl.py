@@ -20,10 +20,8 @@ R [2P, H, dk] and S [2P, H] (P = 4096) are stored as the rows table_row0 .. tabl
 only (metadata xl.table_row0): every other row is zero, and its gradient must be exactly zero.
 The C side is tests/test_xl.c (test_parity_goldens).
 """
-import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
@@ -38,25 +36,8 @@ LN_EPS = 1e-5
 torch.set_default_dtype(torch.float64)
 
 
-def write_safetensors(path, tensors, meta):
-    """tensors: list of (name, np.ndarray of float32 or int32), written in that order."""
-    header = {"__metadata__": {k: str(v) for k, v in meta.items()}}
-    chunks, off = [], 0
-    for name, arr in tensors:
-        code = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[arr.dtype]
-        raw = arr.astype("<f4" if code == "F32" else "<i4").tobytes()
-        header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    h += b" " * (-len(h) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for c in chunks:
-            f.write(c)
-    os.replace(tmp, path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_goldens import write_safetensors  # noqa: E402  (the same writer for every golden)
 
 
 # ------------------------------------------------------------------------------ labml structure
