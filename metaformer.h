@@ -3524,11 +3524,54 @@ static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 
+/* The online softmax of a query tile (FlashAttention-2), shared by the fused kernels: per query a
+   running max m, a running sum l of exp(s - m) and an accumulator acc [MF__AT_BQ][dv] of exp(s - m) v.
+   m starts very negative but finite: exp(m_old - m_new) is then 1 or 0, never NaN. */
+static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
+    int ii;
+    for (ii = 0; ii < MF__AT_BQ; ii++) { m[ii] = -1e30f; l[ii] = 0; }
+    memset(acc, 0, (size_t)MF__AT_BQ * dv * sizeof(float));
+}
+/* One key block: st [bk][MF__AT_BQ] holds the (transposed, scaled, masked) scores and is replaced by
+   exp(s - m_new); acc (bq rows) is rescaled by al = exp(m_old - m_new) and gains P vblk
+   (vblk [bk][dv], the block's values). al: MF__AT_BQ floats of scratch. */
+static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, float *m, float *l,
+                                  float *al, float *acc) {
+    int ii, jj, c;
+    for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* MF__AW queries at a time */
+        mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
+        for (jj = 0; jj < bk; jj++) mx = mf__av_max(mx, mf__av_load(st + jj * MF__AT_BQ + ii));
+        a = mf__av_exp(mf__av_sub(mo, mx));
+        for (jj = 0; jj < bk; jj++) {
+            mf__av p = mf__av_exp(mf__av_sub(mf__av_load(st + jj * MF__AT_BQ + ii), mx));
+            mf__av_store(st + jj * MF__AT_BQ + ii, p);
+            sum = mf__av_add(sum, p);
+        }
+        mf__av_store(m + ii, mx);
+        mf__av_store(al + ii, a);
+        mf__av_store(l + ii, mf__av_fma(a, mf__av_load(l + ii), sum));
+    }
+    for (ii = 0; ii < bq; ii++)
+        if (al[ii] != 1.0f)
+            for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
+    mf__attn_mm(bq, dv, bk, st, 1, MF__AT_BQ, vblk, dv, acc, dv, 1);
+}
+/* o = acc / l and the row log-sum-exp m + log l; a query that saw no key: zeros and +inf */
+static void mf__attn_online_finish(const float *acc, const float *m, const float *l, int bq, int dv, float *o,
+                                   float *lse) {
+    int ii, c;
+    for (ii = 0; ii < bq; ii++) {
+        float inv = l[ii] > 0 ? 1.0f / l[ii] : 0.0f;
+        for (c = 0; c < dv; c++) o[(int64_t)ii * dv + c] = acc[(int64_t)ii * dv + c] * inv;
+        lse[ii] = l[ii] > 0 ? m[ii] + logf(l[ii]) : INFINITY;
+    }
+}
+
 /* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 floats. */
 static void mf__attn_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    int causal = out->iarg[0], off = Tk - Tq, i0 = qt * MF__AT_BQ, ii, jj, c, j0, kend;
+    int causal = out->iarg[0], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ;
     float scale = out->farg[0];
     const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + bh * Tk * dk;
@@ -3539,36 +3582,14 @@ static void mf__attn_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     /* keys from kend on are hidden from every query of the tile */
     kend = causal ? (i0 + bq + off < Tk ? i0 + bq + off : Tk) : Tk;
     mf__attn_transpose(q, dk, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
-    /* m starts very negative but finite: exp(m_old - m_new) is then 1 or 0, never NaN */
-    for (ii = 0; ii < MF__AT_BQ; ii++) { m[ii] = -1e30f; l[ii] = 0; }
-    memset(acc, 0, (size_t)MF__AT_BQ * dv * sizeof(float));
+    mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
         mf__attn_mm(bk, MF__AT_BQ, dk, k + (int64_t)j0 * dk, dk, 1, qt_, MF__AT_BQ, st, MF__AT_BQ, 0);
         if (causal && j0 + bk - 1 > i0 + off) mf__attn_mask(st, j0, bk, i0, off);
-        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* online softmax, MF__AW queries at a time */
-            mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
-            for (jj = 0; jj < bk; jj++) mx = mf__av_max(mx, mf__av_load(st + jj * MF__AT_BQ + ii));
-            a = mf__av_exp(mf__av_sub(mo, mx));
-            for (jj = 0; jj < bk; jj++) {
-                mf__av p = mf__av_exp(mf__av_sub(mf__av_load(st + jj * MF__AT_BQ + ii), mx));
-                mf__av_store(st + jj * MF__AT_BQ + ii, p);
-                sum = mf__av_add(sum, p);
-            }
-            mf__av_store(m + ii, mx);
-            mf__av_store(al + ii, a);
-            mf__av_store(l + ii, mf__av_fma(a, mf__av_load(l + ii), sum));
-        }
-        for (ii = 0; ii < bq; ii++)
-            if (al[ii] != 1.0f)
-                for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
-        mf__attn_mm(bq, dv, bk, st, 1, MF__AT_BQ, v + (int64_t)j0 * dv, dv, acc, dv, 1);
+        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc);
     }
-    for (ii = 0; ii < bq; ii++) {
-        float inv = l[ii] > 0 ? 1.0f / l[ii] : 0.0f;
-        for (c = 0; c < dv; c++) o[(int64_t)ii * dv + c] = acc[(int64_t)ii * dv + c] * inv;
-        lse[ii] = l[ii] > 0 ? m[ii] + logf(l[ii]) : INFINITY;
-    }
+    mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
 }
 
 static int mf__attn_threads(mf_ctx *ctx, double work) {
@@ -4340,7 +4361,7 @@ static int mf__rel_attention_shape(mf_ctx *ctx, mf_tensor *out) {
 static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
-    int M = Tk - Tq, i0 = qt * MF__AT_BQ, bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, kend, j0, ii, jj, c;
+    int M = Tk - Tq, i0 = qt * MF__AT_BQ, bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, kend, j0;
     float scale = out->farg[0];
     const float *v = V->data + bh * Tk * dv;
     float *o = out->data + (bh * Tq + i0) * dv, *lse = out->saved + bh * Tq + i0;
@@ -4350,34 +4371,13 @@ static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     kend = i0 + bq + M < Tk ? i0 + bq + M : Tk; /* later keys are hidden from the whole tile */
     mf__attn_transpose(Q->data + (bh * Tq + i0) * dk, dk, bq, MF__AT_BQ, dk, scale, qs, MF__AT_BQ);
     mf__rel_add_u(qs, MF__AT_BQ, bq, dk, U->data + (int64_t)(bh % H) * dk, scale, qu);
-    for (ii = 0; ii < MF__AT_BQ; ii++) { m[ii] = -1e30f; l[ii] = 0; }
-    memset(acc, 0, (size_t)MF__AT_BQ * dv * sizeof(float));
+    mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
         mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, MF__AT_BQ, st, gt);
-        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* online softmax, as mf__attn_fwd_tile */
-            mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
-            for (jj = 0; jj < bk; jj++) mx = mf__av_max(mx, mf__av_load(st + jj * MF__AT_BQ + ii));
-            a = mf__av_exp(mf__av_sub(mo, mx));
-            for (jj = 0; jj < bk; jj++) {
-                mf__av p = mf__av_exp(mf__av_sub(mf__av_load(st + jj * MF__AT_BQ + ii), mx));
-                mf__av_store(st + jj * MF__AT_BQ + ii, p);
-                sum = mf__av_add(sum, p);
-            }
-            mf__av_store(m + ii, mx);
-            mf__av_store(al + ii, a);
-            mf__av_store(l + ii, mf__av_fma(a, mf__av_load(l + ii), sum));
-        }
-        for (ii = 0; ii < bq; ii++)
-            if (al[ii] != 1.0f)
-                for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
-        mf__attn_mm(bq, dv, bk, st, 1, MF__AT_BQ, v + (int64_t)j0 * dv, dv, acc, dv, 1);
+        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc);
     }
-    for (ii = 0; ii < bq; ii++) { /* every query sees at least its own key: l > 0 */
-        float inv = 1.0f / l[ii];
-        for (c = 0; c < dv; c++) o[(int64_t)ii * dv + c] = acc[(int64_t)ii * dv + c] * inv;
-        lse[ii] = m[ii] + logf(l[ii]);
-    }
+    mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
 }
 
 static void mf__rel_attention_forward(mf_ctx *ctx, mf_tensor *out) {
