@@ -2377,7 +2377,7 @@ MFDEF mf_tensor *mf_sub(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__bi
 MFDEF mf_tensor *mf_mul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_mul, MF__MUL, a, b); }
 
 /* ---- elementwise unary ops: y = f(x); iarg[0] picks f, farg[0] its parameter -------------------- */
-enum { MF__SCALE, MF__RELU, MF__GELU, MF__GELU_TANH, MF__SIGMOID, MF__SILU, MF__EXP };
+enum { MF__SCALE, MF__RELU, MF__GELU, MF__GELU_TANH, MF__SIGMOID, MF__SILU, MF__EXP, MF__ELU1 };
 static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
     (void)ctx;
     mf__set_shape(out, out->src[0]->ndim, out->src[0]->shape);
@@ -2451,6 +2451,7 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
         case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
         case MF__SIGMOID: y[i] = mf__sigmoidf(v); break;
         case MF__SILU: y[i] = v * mf__sigmoidf(v); break;
+        case MF__ELU1: y[i] = v > 0 ? v + 1.0f : expf(v); break;
         default: y[i] = expf(v); break;
         }
     }
@@ -2478,6 +2479,7 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
         }
         case MF__SIGMOID: d = y[i] * (1.0f - y[i]); break;
         case MF__SILU: { float sg = mf__sigmoidf(v); d = sg * (1.0f + v * (1.0f - sg)); break; }
+        case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
         default: d = y[i]; break;
         }
         dx[i] += g[i] * d;
@@ -2489,6 +2491,7 @@ static const mf__op mf__op_gelu = { "gelu", 1, mf__same_shape, mf__unary_forward
 static const mf__op mf__op_sigmoid = { "sigmoid", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
 static const mf__op mf__op_silu = { "silu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
 static const mf__op mf__op_exp = { "exp", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 }; /* CPU only */
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[0] = kind; t->farg[0] = s; }
@@ -2502,6 +2505,7 @@ MFDEF mf_tensor *mf_gelu(mf_ctx *ctx, mf_tensor *x, int tanh_approx) {
 MFDEF mf_tensor *mf_sigmoid(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_sigmoid, MF__SIGMOID, x, 0); }
 MFDEF mf_tensor *mf_silu(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_silu, MF__SILU, x, 0); }
 MFDEF mf_tensor *mf_exp(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_exp, MF__EXP, x, 0); }
+MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_elu1, MF__ELU1, x, 0); }
 
 /* ---- softmax over the last axis, optionally causal: x [..., Tq, Tk] ------------------------------
    iarg[0] causal. Query i of a [Tq, Tk] block sees keys 0 .. i + Tk - Tq; a row that sees no key
@@ -4987,29 +4991,6 @@ MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps) {
     return mf__finish(ctx, t);
 }
 
-/* ---- elu(x) + 1: x + 1 for x > 0, exp(x) else (positive features of the linear transformer) ----- */
-static int mf__elu1_shape(mf_ctx *ctx, mf_tensor *out) {
-    if (ctx->be) return MF__SHAPE_FAIL("elu1 runs on the CPU only so far; create the tensors on a CPU context");
-    return mf__same_shape(ctx, out);
-}
-static void mf__elu1_forward(mf_ctx *ctx, mf_tensor *out) {
-    const float *x = out->src[0]->data;
-    int64_t i, n = out->ne;
-    MF__PARFOR(ctx, n, 8)
-    for (i = 0; i < n; i++) out->data[i] = x[i] > 0 ? x[i] + 1.0f : expf(x[i]);
-}
-static void mf__elu1_backward(mf_ctx *ctx, mf_tensor *out) {
-    const float *x = out->src[0]->data, *y = out->data, *g = out->grad;
-    float *dx = mf__g(out->src[0]);
-    int64_t i, n = out->ne;
-    if (!dx) return;
-    MF__PARFOR(ctx, n, 4)
-    for (i = 0; i < n; i++) dx[i] += g[i] * (x[i] > 0 ? 1.0f : y[i]);
-}
-static const mf__op mf__op_elu1 = { "elu1", 1, mf__elu1_shape, mf__elu1_forward, mf__elu1_backward, 0 };
-MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x) {
-    return mf__finish(ctx, mf__begin(ctx, &mf__op_elu1, x, NULL, NULL, NULL));
-}
 
 /* Token-major inputs put the rows of one head H * d floats apart: beyond what the hardware
    prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves. */
