@@ -2716,17 +2716,15 @@ static int mf__layernorm_shape(mf_ctx *ctx, mf_tensor *out) {
         return MF__SHAPE_FAIL("layernorm: eps %g must be positive (PyTorch uses 1e-5)", (double)out->farg[0]);
     return mf__same_shape(ctx, out);
 }
-static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0], *gm = out->src[1], *bt = out->src[2];
-    int D = mf__last(x);
-    int64_t rows = mf__rows(x), r;
-    float eps = out->farg[0];
-    float *st = out->saved = (float *)mf__alloc(ctx, 2 * (size_t)rows * sizeof(float));
-    if (!st) return;
+/* y = LayerNorm(x) for x [rows][D] (gm, bt may be NULL); st[2r], st[2r + 1] = mean and 1/std of row r,
+   what the backward reads */
+static void mf__layernorm_rows(mf_ctx *ctx, const float *x, const mf_tensor *gm, const mf_tensor *bt, float eps,
+                               int64_t rows, int D, float *y, float *st) {
+    int64_t r;
     MF__PARFOR(ctx, rows, 6 * D)
     for (r = 0; r < rows; r++) {
-        const float *xr = x->data + r * D;
-        float *yr = out->data + r * D, mean, var, rstd;
+        const float *xr = x + r * D;
+        float *yr = y + r * D, mean, var, rstd;
         mf__av vm, vr, sv = mf__av_zero();
         int j = 0;
         mean = mf__vsum(xr, D) / (float)D;
@@ -2749,6 +2747,12 @@ static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
             yr[j] = (xr[j] - mean) * rstd * (gm ? gm->data[j] : 1.0f) + (bt ? bt->data[j] : 0.0f);
         st[2 * r] = mean; st[2 * r + 1] = rstd;
     }
+}
+static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int64_t rows = mf__rows(x);
+    out->saved = (float *)mf__alloc(ctx, 2 * (size_t)rows * sizeof(float));
+    if (out->saved) mf__layernorm_rows(ctx, x->data, out->src[1], out->src[2], out->farg[0], rows, mf__last(x), out->data, out->saved);
 }
 static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *gm = out->src[1];
@@ -6097,20 +6101,6 @@ static void mf__fb_linear(mf_ctx *ctx, const float *x, float *W, int K, int N, c
     mf__fb_pmm(ctx, rows, x, K, W, K, N, y, N, 0);
     if (b) for (r = 0; r < rows; r++) for (j = 0; j < N; j++) y[(int64_t)r * N + j] += b->data[j];
 }
-/* LayerNorm of x [rows][D] -> y; st[2r], st[2r + 1] = mean, 1/std of row r (the layout the
-   layernorm op's backward reads, see mf__fb_layernorm_backward) */
-static void mf__fb_layernorm(const float *x, const mf_tensor *g, const mf_tensor *b, float eps, int rows, int D,
-                             float *y, float *st) {
-    int r, j;
-    for (r = 0; r < rows; r++) {
-        const float *xr = x + (int64_t)r * D;
-        float *yr = y + (int64_t)r * D, mean = mf__vsum(xr, D) / (float)D, var = 0.0f, rstd;
-        for (j = 0; j < D; j++) var += (xr[j] - mean) * (xr[j] - mean);
-        rstd = 1.0f / sqrtf(var / (float)D + eps);
-        for (j = 0; j < D; j++) yr[j] = (xr[j] - mean) * rstd * (g ? g->data[j] : 1.0f) + (b ? b->data[j] : 0.0f);
-        st[2 * r] = mean; st[2 * r + 1] = rstd;
-    }
-}
 /* dx += the LayerNorm backward of dy for x [rows][D] (g, b: the LN's parameters; their gradients
    are added when they take one): the layernorm op's own backward, on headers on the stack */
 static void mf__fb_layernorm_backward(mf_ctx *ctx, float *x, float *st, mf_tensor *g, mf_tensor *b, float *dy,
@@ -6208,7 +6198,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
         if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
             float *z = MF__FB_AT(f, f->z, l, t, D), *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D);
             float *lse = MF__FB_AT(f, f->lse, l, t, H);
-            mf__fb_layernorm(x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
+            mf__layernorm_rows(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
             mf__fb_linear(ctx, z, mf__fb_piece(f->m, f->wf, l, MF__FB_Q), D, D, NULL, B, q);
             {
                 mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
@@ -6219,7 +6209,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             for (e = 0; e < bd; e++) xm[e] = x[e] + f->tmp[e];
         } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* no memory yet: no attention sub-layer */
         /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
-        mf__fb_layernorm(xm, L->ln2_w, L->ln2_b, c->ln_eps, B, D, y2, MF__FB_AT(f, f->st2, l, t, 2));
+        mf__layernorm_rows(ctx, xm, L->ln2_w, L->ln2_b, c->ln_eps, B, D, y2, MF__FB_AT(f, f->st2, l, t, 2));
         mf__fb_linear(ctx, y2, mf__fb_piece(f->m, f->wf, l, MF__FB_FC1), D, F, L->fc1_b, B, a1);
         mf__fb_act(ctx, c->ffn_act, a1, g1, NULL, NULL, B * F);
         mf__fb_dropout(ctx, f, 1, l, t, g1, F);
