@@ -80,11 +80,12 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 NVFLAGS   ?= -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -fopenmp
 NVLIBS    := -lcublas -lgomp
 
-# the parity suite of tests/test_cuda.cpp on the real GPU (no emulator)
-test-cuda: $(BUILD)/cuda/test_cuda
-	./$(BUILD)/cuda/test_cuda
+# every CUDA parity suite (tests/test_cuda*.cpp) built by nvcc and run on the real GPU (no emulator)
+CUDA_SUITES := $(patsubst tests/%.cpp,$(BUILD)/cuda/%,$(filter-out tests/test_cuda_emu.cpp,$(wildcard tests/test_cuda*.cpp)))
+test-cuda: $(CUDA_SUITES)
+	@bash tests/run.sh $(foreach t,$(CUDA_SUITES),"$(t)")
 
-$(BUILD)/cuda/test_cuda: tests/test_cuda.cpp metaformer.h metaformer_cuda.cuh tests/mf_test.h
+$(BUILD)/cuda/test_cuda%: tests/test_cuda%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
 
