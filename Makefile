@@ -85,7 +85,7 @@ CUDA_SUITES := $(patsubst tests/%.cpp,$(BUILD)/cuda/%,$(filter-out tests/test_cu
 test-cuda: $(CUDA_SUITES)
 	@bash tests/run.sh $(foreach t,$(CUDA_SUITES),"$(t)")
 
-$(BUILD)/cuda/test_cuda%: tests/test_cuda%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
+$(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
 
