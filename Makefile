@@ -7,6 +7,7 @@
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
+#   make bench-cuda every model and the attention / fast-weights kernels vs PyTorch on the GPU
 CC      ?= gcc
 CXX     ?= g++
 WARN    := -Wall -Wextra -pedantic -Werror
@@ -26,7 +27,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench demo ablate goldens clean test-cuda train-cuda
+.PHONY: all test examples bench bench-cuda demo ablate goldens clean test-cuda train-cuda
 all: examples
 
 $(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h
@@ -124,6 +125,10 @@ $(BUILD)/parity_export: tests/parity/export.c metaformer.h
 # benchmarks: SGEMM vs OpenBLAS, model training vs PyTorch, side by side in one run
 bench:
 	bash bench/run.sh
+
+# the same on an NVIDIA GPU against PyTorch on that GPU (needs nvcc, a GPU and torch 2.x with CUDA)
+bench-cuda:
+	bash bench/run_cuda.sh
 
 clean:
 	rm -rf $(BUILD)

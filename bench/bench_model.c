@@ -22,6 +22,13 @@
  *                  the fastest of the N steps per op)
  *   --peak N       (only with -DMF_BENCH_OPENBLAS ... -lopenblas) measure OpenBLAS sgemm on one
  *                  N x N x N product with --threads threads instead, best of 7 timings
+ *   --device cpu|cuda   cuda: only in the CUDA build (`make bench-cuda` builds build/cuda/bench_model:
+ *                  nvcc -x cu -DMF_BENCH_CUDA bench/bench_model.c -lcublas); --tf32 lets cuBLAS use
+ *                  TF32 tensor cores (mf_cuda_set_tf32). Each step ends by reading the loss (mf_item),
+ *                  which waits for the GPU, so the step time is the GPU's. Instead of the peak RSS the
+ *                  CUDA run reports gpu_mb: the most device memory the model and its steps held (the
+ *                  drop of cudaMemGetInfo's free memory from just before the context was set up, so
+ *                  cuBLAS's workspace counts, the CUDA runtime's own context does not). No --profile.
  *
  * Analytic FLOPs per token count every matmul (2*m*n*k) of the model math; backward = 2 x
  * forward. Attention QK^T and PV count the CAUSAL half only (query i sees i + 1 keys: T(T+1)/2
@@ -48,6 +55,9 @@
 #include <time.h>
 #include <sys/resource.h>
 
+#ifdef MF_BENCH_CUDA
+#define METAFORMER_CUDA
+#endif
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
 
@@ -234,19 +244,31 @@ static int peak_gemm(int n, int threads) {
 }
 #endif
 
+/* device memory in use now (CUDA build; 0 elsewhere): total - free */
+static double gpu_used_mb(void) {
+#ifdef MF_BENCH_CUDA
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return (double)(total_b - free_b) / 1048576.0;
+#else
+    return 0;
+#endif
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: bench_model [--mixer sdpa|metric|quadratic|pool|identity|relative|fast_weights|linear|\n"
                     "  feedback|feedback_kv] [--steps N] [--warmup N] [--threads N] [--max-time S] [--d-model N]\n"
                     "  [--heads N] [--layers N] [--d-ff N] [--seq N] [--batch N] [--vocab N] [--pool-size N]\n"
                     "  [--pos none|learned|sinusoidal] [--act relu|gelu] [--mem-len N] [--compressive] [--c-mem-len N]\n"
                     "  [--rate c] [--chunk N] [--dpfp-nu N] [--feature dpfp|elu1] [--label NAME] [--seed N]\n"
-                    "  [--profile N] [--peak N]\n");
+                    "  [--profile N] [--peak N] [--device cpu|cuda] [--tf32]\n");
 }
 
 int main(int argc, char **argv) {
     mf_model_config cfg = mf_model_config_default();
     const char *mixer = "sdpa", *label = NULL;
-    int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0;
+    int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0, cuda = 0, tf32 = 0;
+    double gpu_base = 0, gpu_peak = 0;
     double max_time = 0, *times, t_all, med, best, fpt, fpt_full, rss_before, t_first = 0;
     double wall_timed = 0, cpu_timed = 0, c0;
     mf_ctx *ctx;
@@ -284,6 +306,8 @@ int main(int argc, char **argv) {
         else if (ARG("--seed")) rng_state = (uint64_t)strtoull(v, NULL, 10) * 0x9e3779b97f4a7c15ULL + 1;
         else if (ARG("--peak")) peak = atoi(v);
         else if (ARG("--profile")) profile = atoi(v);
+        else if (ARG("--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda"))) cuda = !strcmp(v, "cuda");
+        else if (!strcmp(a, "--tf32")) tf32 = 1;
         else { usage(); return 2; }
 #undef ARG
     }
@@ -303,9 +327,20 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
 #endif
+    if (cuda && profile) { fprintf(stderr, "bench_model: --profile times ops on the CPU only; drop it with --device cuda\n"); return 2; }
     rss_before = peak_rss_mb();
     ctx = mf_ctx_new(1234);
     mf_set_threads(ctx, threads);
+    if (cuda) {
+#ifdef MF_BENCH_CUDA
+        (void)cudaFree(0); /* the CUDA runtime's context first: its memory is not the model's */
+#endif
+        gpu_base = gpu_used_mb();
+        if (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || (tf32 && mf_cuda_set_tf32(ctx, 1) < 0)) {
+            fprintf(stderr, "bench_model: --device cuda: %s\n", mf_error(ctx));
+            return 1;
+        }
+    }
     m = mf_model_new(ctx, &cfg);
     if (!m) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }
     opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f);
@@ -329,7 +364,8 @@ int main(int argc, char **argv) {
         mf_backward(ctx, loss);
         mf_clip_grad_norm(ctx, 1.0f);
         mf_optimizer_step(ctx, &opt);
-        if (loss) last_loss = loss->data[0];
+        if (loss) last_loss = mf_item(ctx, loss); /* on a GPU: waits for the step's kernels */
+        if (cuda && gpu_used_mb() - gpu_base > gpu_peak) gpu_peak = gpu_used_mb() - gpu_base;
         mf_zero_grad(ctx);
         mf_reset(ctx);
         t0 = now() - t0;
@@ -349,8 +385,10 @@ int main(int argc, char **argv) {
     best = times[0];
     fpt = 3.0 * flops_per_token_fwd(&cfg, T, 0);
     fpt_full = 3.0 * flops_per_token_fwd(&cfg, T, 1);
-    printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %d threads, %lld params\n", mixer, B, T,
-           cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab, threads, (long long)mf_param_count(ctx));
+    printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %s, %d CPU threads, %lld params\n", mixer,
+           B, T, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab,
+           cuda ? (tf32 ? "CUDA (TF32 matmuls)" : "CUDA (fp32)") : "CPU", threads, (long long)mf_param_count(ctx));
+    if (cuda) printf("  device memory held %.1f MB (parameters, gradients, moments, activations, cuBLAS workspace)\n", gpu_peak);
     printf("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f\n", done,
            warmup, t_first * 1e3, med * 1e3, best * 1e3, (double)last_loss);
     printf("  tokens/s %.0f (median step), analytic %.2f MFLOP/token (causal attention; %.2f counting the full T x T)\n",
@@ -360,10 +398,11 @@ int main(int argc, char **argv) {
     printf("  CPU time / wall time over the timed steps %.2f (%d threads; much lower = other processes took the CPUs)\n",
            cpu_timed / wall_timed, threads);
     printf("RESULT impl=c mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
-           "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d cpu_util=%.2f loss=%.4f\n",
+           "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d cpu_util=%.2f loss=%.4f "
+           "device=%s gpu_mb=%.1f\n",
            label, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
            peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
-           cpu_timed / wall_timed, (double)last_loss);
+           cpu_timed / wall_timed, (double)last_loss, cuda ? (tf32 ? "cuda-tf32" : "cuda") : "cpu", gpu_peak);
     fflush(stdout);
     if (profile > 0) profile_steps(ctx, m, &opt, ids, tg, B, T, profile);
     if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }

@@ -88,11 +88,8 @@ RAW="$BUILD/raw${TAG}.txt"
 REPORT="$BUILD/report${TAG}.md"
 : > "$REPORT"
 
-say() { printf '%s\n' "$*"; }
-rep() { printf '%s\n' "$*" >> "$REPORT"; printf '%s\n' "$*"; }   # to the report and the terminal
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }                        # RESULT lines -> values
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print ""; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
-maxval() { sort -g | tail -n 1; }
+# shellcheck source=bench/common.sh
+. bench/common.sh
 
 # ---- OpenBLAS ------------------------------------------------------------------------------
 have_openblas() {
@@ -238,7 +235,6 @@ for m in $MIXERS; do [ -n "$(row_spec "$m")" ] || { say "bench/run.sh: unknown r
 
 # ---- the model runs: C and torch interleaved per row, REPS times --------------------------
 # (a RESULT line is relabelled with its row's name: the compressive row runs --mixer relative)
-relabel() { sed "s/ mixer=[^ ]* / mixer=$1 /"; }
 run_c() {
     # shellcheck disable=SC2046
     "${C_ENV[@]}" "$BUILD/bench_model" $(row_field "$1" 1) --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \

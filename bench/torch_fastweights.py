@@ -181,7 +181,7 @@ def sweep():
     print("%6s %4s | %12s | %s" % ("T", "B", "torch loop", "ktok/s"))
     for T in [int(v) for v in args.sweep.replace(",", " ").split()]:
         B = max(1, args.tokens // T)
-        g = torch.Generator().manual_seed(args.seed)
+        g = torch.Generator(device=args.device).manual_seed(args.seed)
         q = phi(torch.rand(T, B, H, dk, generator=g) * 2 - 1).requires_grad_()
         k = phi(torch.rand(T, B, H, dk, generator=g) * 2 - 1).requires_grad_()
         v = torch.randn(T, B, H, dk, generator=g).requires_grad_()
@@ -191,6 +191,7 @@ def sweep():
             t0 = time.perf_counter()
             y = linear_loop(q, k, v) if args.mixer == "linear" else fast_weights_loop(q, k, v, beta)
             y.sum().backward()
+            th.sync(args)
             dt = time.perf_counter() - t0
             for t in (q, k, v, beta):
                 t.grad = None

@@ -11,6 +11,12 @@ timed training loop with its machine-readable RESULT line, so every script measu
 One timed step: loss_fn(gen) (forward + loss), backward, clip_grad_norm_(1.0), Adam (lr 1e-3,
 PyTorch defaults) step, zero_grad(set_to_none=True). --max-time S stops after S seconds in all
 (at least one warm-up and one timed step; the warm-up ends early past S/4).
+
+--device cuda (torch >= 2.0 with a GPU): every tensor and module is created on the GPU (the default
+device), the step is timed up to torch.cuda.synchronize(), and the RESULT line adds gpu_mb: the most
+memory PyTorch's caching allocator reserved from the GPU (max_memory_reserved; gpu_alloc_mb is the
+most its tensors used). Matmuls are exact fp32 unless --tf32 (torch.backends.cuda.matmul.allow_tf32
+and cudnn.allow_tf32), matching bench_model's --tf32.
 """
 import argparse
 import ctypes
@@ -21,6 +27,7 @@ import time
 
 torch = None
 _rss_python = 0.0
+_device = "cpu"
 
 
 def cpu_seconds():
@@ -49,17 +56,33 @@ def parser(doc, seq):
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--foreach", type=int, default=1, help="Adam(foreach=...): 1 multi-tensor (fast), 0 per tensor")
     p.add_argument("--info", action="store_true", help="print the BLAS / threading configuration and exit")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--tf32", action="store_true", help="cuda: let matmuls use TF32 tensor cores")
     return p
 
 
 def start(args):
     """Import torch (after recording the interpreter's RSS) with args.threads intra-op threads."""
-    global torch, _rss_python
+    global torch, _rss_python, _device
     _rss_python = rss_mb()
+    _device = args.device
     import torch as t
     torch = t
     torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        if not hasattr(torch, "set_default_device"):
+            raise SystemExit("--device cuda needs torch >= 2.0 (this is torch %s)" % torch.__version__)
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: torch %s sees no CUDA GPU" % torch.__version__)
+        torch.set_default_device("cuda")
+        torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(args.tf32)
     return torch
+
+
+def sync(args):
+    if args.device == "cuda":
+        torch.cuda.synchronize()
 
 
 def blas_info():
@@ -89,6 +112,12 @@ def blas_info():
 
 def print_setup():
     """One human-readable line and one INFO line: torch, threads, the BLAS really loaded, the environment."""
+    if _device == "cuda":
+        print("torch %s on %s (CUDA %s), TF32 matmuls %s" % (torch.__version__, torch.cuda.get_device_name(),
+                                                            torch.version.cuda, torch.backends.cuda.matmul.allow_tf32))
+        print("INFO impl=torch version=%s device=cuda gpu=%s" % (torch.__version__,
+                                                                 torch.cuda.get_device_name().replace(" ", "_")))
+        return
     info = blas_info()
     env = " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in
                    ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))
@@ -114,7 +143,9 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
         opt = torch.optim.Adam(params, lr=1e-3, foreach=bool(args.foreach))
     except TypeError:
         opt = torch.optim.Adam(params, lr=1e-3)
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator(device=args.device).manual_seed(args.seed)
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times, loss_v, t_first, cpu_timed = [], float("nan"), 0.0, 0.0
     t_all = time.perf_counter()
     s = -args.warmup - 1
@@ -126,6 +157,7 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync(args)
         dt = time.perf_counter() - t0
         loss_v = loss.item()
         if s == -args.warmup:
@@ -142,14 +174,22 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
     fpt_full = 3 * (fpt_fwd_full if fpt_fwd_full is not None else fpt_fwd)
     tok_s = tokens_per_step / med
     util = cpu_timed / sum(times)
+    gpu_mb = gpu_alloc_mb = 0.0
+    if args.device == "cuda":
+        gpu_mb = torch.cuda.max_memory_reserved() / 1048576.0
+        gpu_alloc_mb = torch.cuda.max_memory_allocated() / 1048576.0
     print("torch %s train step: %s, %d threads, %d params" % (name, describe, args.threads, nparams))
     print("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f" % (
         len(times), args.warmup, t_first * 1e3, med * 1e3, best * 1e3, loss_v))
     print("  tokens/s %.0f, model GFLOP/s %.1f, peak RSS %.1f MB (python %.1f MB, after import torch %.1f MB)" % (
         tok_s, fpt * tok_s * 1e-9, rss_mb(), _rss_python, rss_torch))
     print("  CPU time / wall time over the timed steps %.2f (%d threads)" % (util, args.threads))
+    if args.device == "cuda":
+        print("  GPU memory reserved %.1f MB, allocated at most %.1f MB" % (gpu_mb, gpu_alloc_mb))
     print("RESULT impl=torch mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
-          "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f" % (
+          "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f "
+          "device=%s gpu_mb=%.1f gpu_alloc_mb=%.1f" % (
               name, tok_s, med * 1e3, best * 1e3, fpt * tok_s * 1e-9, fpt * 1e-6, fpt_full * 1e-6, rss_mb(),
-              rss_torch, nparams, len(times), args.threads, util, loss_v))
+              rss_torch, nparams, len(times), args.threads, util, loss_v,
+              args.device + ("-tf32" if args.tf32 and args.device == "cuda" else ""), gpu_mb, gpu_alloc_mb))
     return 0

@@ -9,7 +9,8 @@ The same model and train step as bench/bench_model.c (SPEC.md sections 3, 4, 9, 
   (x += mixer(LN1(x)); x += fc2(GELU(fc1(LN2(x))))) -> final LN -> Linear(D, V), PyTorch init.
   sdpa      causal MHA, q/k/v/out Linear with bias (q, k, v fused into one Linear(D, 3D): the same
             math, the usual fast way), explicit matmul + masked softmax (torch 1.13 has no
-            F.scaled_dot_product_attention)
+            F.scaled_dot_product_attention); with --device cuda (torch 2.x) sdpa, metric and quadratic
+            attend through F.scaled_dot_product_attention (flash / memory-efficient kernels)
   metric    per head p = x Wp (no bias), M symmetric from its upper triangle Mbar [H, dk(dk+1)/2],
             r = (p M) p^T / sqrt(dk), causal softmax, t = s p (values = p), E without bias
   quadratic the same with an unconstrained M [H, dk, dk]
@@ -34,6 +35,14 @@ args = _p.parse_args()
 torch = th.start(args)
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+
+def sdpa(q, k, v):
+    """Causal F.scaled_dot_product_attention of an already scaled q (its scale= argument is torch >= 2.1)."""
+    try:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+    except TypeError:
+        return F.scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, is_causal=True)
 
 
 class Mixer(nn.Module):
@@ -67,6 +76,8 @@ class Mixer(nn.Module):
 
     def attend(self, q, k, v):
         # q, k, v [B, H, T, dk]; q already scaled
+        if args.device == "cuda":  # torch 2.x: its fused kernels (flash / memory-efficient), as a user would
+            return sdpa(q, k, v)
         T = q.shape[2]
         s = torch.matmul(q, k.transpose(-2, -1)).masked_fill_(self.mask[:T, :T], float("-inf"))
         return torch.matmul(torch.softmax(s, dim=-1), v)
