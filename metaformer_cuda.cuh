@@ -740,12 +740,23 @@ static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const f
 }
 
 /* ==== optimizers and clipping over the flat buffers =========================================== */
-typedef struct { long long off, n; float step, rc2, decay, lr; int first; } mf__cu_seg;
-/* every segment (parameter) s: blockIdx.y strides the segments, blockIdx.x the elements */
+/* a parameter's range of the flat buffers [off, off + n), and its place [start, start + n) in the
+   segments laid end to end (mf__cu_put_segs sets start) */
+typedef struct { long long off, n, start; float step, rc2, decay, lr; int first; } mf__cu_seg;
+/* element e of the segments laid end to end: its segment *s (which only moves forward, as e grows)
+   and its index *k in the flat buffers; 0 past the end */
+static __device__ int mf__cu_seg_at(const mf__cu_seg *segs, int nseg, long long e, int *s, long long *k) {
+    while (*s < nseg && e >= segs[*s].start + segs[*s].n) (*s)++;
+    if (*s >= nseg) return 0;
+    *k = segs[*s].off + (e - segs[*s].start);
+    return 1;
+}
+/* every element k of every segment s, grid-stride over all of them together: one thread per element
+   whatever the sizes (a grid per segment would leave most of its threads idle on the small ones) */
 #define MF__CU_SEG_LOOP(s, k, segs, nseg) \
-    for (int s = blockIdx.y; s < (nseg); s += gridDim.y) \
-        for (long long k = (segs)[s].off + (long long)blockIdx.x * blockDim.x + threadIdx.x; \
-             k < (segs)[s].off + (segs)[s].n; k += (long long)gridDim.x * blockDim.x)
+    for (int s = 0, mf__once = 1; mf__once; mf__once = 0) \
+        for (long long mf__e = (long long)blockIdx.x * blockDim.x + threadIdx.x, k = 0; \
+             mf__cu_seg_at((segs), (nseg), mf__e, &s, &k); mf__e += (long long)gridDim.x * blockDim.x)
 static __global__ void mf__k_nonzero(const float *g, const mf__cu_seg *segs, int nseg, int *flag) {
     MF__CU_SEG_LOOP(s, k, segs, nseg) if (g[k] != 0.0f) flag[s] = 1;
 }
@@ -788,14 +799,17 @@ static __global__ void mf__k_sumsq(const float *g, const mf__cu_seg *segs, int n
 static __global__ void mf__k_scale_segs(float *g, const mf__cu_seg *segs, int nseg, float f) {
     MF__CU_SEG_LOOP(s, k, segs, nseg) g[k] *= f;
 }
-static dim3 mf__cu_seg_grid(long long biggest, int nseg) {
-    long long gx = (biggest + MF__CU_BS - 1) / MF__CU_BS;
-    if (gx > 1024) gx = 1024;
-    return dim3((unsigned)(gx < 1 ? 1 : gx), (unsigned)(nseg < 65535 ? (nseg < 1 ? 1 : nseg) : 65535), 1);
+/* the grid of MF__CU_SEG_LOOP kernels over `total` elements */
+static unsigned mf__cu_seg_grid(long long total) {
+    long long g = (total + MF__CU_BS - 1) / MF__CU_BS;
+    return (unsigned)(g > 1024 ? 1024 : g < 1 ? 1 : g);
 }
-/* upload a segment table to the scratch (after `extra` bytes kept for the caller) */
-static mf__cu_seg *mf__cu_put_segs(mf_ctx *ctx, const mf__cu_seg *h, int n, size_t extra) {
+/* number the segments end to end (start), upload the table to the scratch (after `extra` bytes kept
+   for the caller); *total = their element count */
+static mf__cu_seg *mf__cu_put_segs(mf_ctx *ctx, mf__cu_seg *h, int n, size_t extra, long long *total) {
     char *d = (char *)mf__cu_scratch(ctx, extra + (size_t)(n ? n : 1) * sizeof(mf__cu_seg));
+    int i;
+    for (*total = 0, i = 0; i < n; i++) { h[i].start = *total; *total += h[i].n; }
     if (!d || mf__cu_copy(ctx, d + extra, h, (size_t)n * sizeof(mf__cu_seg), MF__H2D) < 0) return NULL;
     return (mf__cu_seg *)(d + extra);
 }
@@ -803,7 +817,7 @@ static mf__cu_seg *mf__cu_put_segs(mf_ctx *ctx, const mf__cu_seg *h, int n, size
 static float mf__cu_clip(mf_ctx *ctx, float max_norm) {
     mf__cu_seg *hs, *ds;
     int i, n = 0;
-    long long big = 1;
+    long long total;
     double ss = 0, *partial;
     float norm;
     size_t head = (MF__CU_RED_BLOCKS + 1) * sizeof(double);
@@ -813,11 +827,10 @@ static float mf__cu_clip(mf_ctx *ctx, float max_norm) {
         if (!p->requires_grad) continue;
         memset(&hs[n], 0, sizeof hs[n]);
         hs[n].off = p->offset; hs[n].n = p->ne;
-        if (p->ne > big) big = p->ne;
         n++;
     }
     if (n == 0) return 0.0f;
-    if (!(ds = mf__cu_put_segs(ctx, hs, n, head))) return 0.0f;
+    if (!(ds = mf__cu_put_segs(ctx, hs, n, head, &total))) return 0.0f;
     partial = (double *)((char *)ds - head);
     if (MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_sumsq, MF__CU_RED_BLOCKS, MF__CU_BS, 0, (const float *)ctx->p_grad,
                    (const mf__cu_seg *)ds, n, partial) < 0 ||
@@ -828,7 +841,7 @@ static float mf__cu_clip(mf_ctx *ctx, float max_norm) {
     norm = (float)sqrt(ss);
     if (max_norm > 0 && norm > max_norm) {
         float f = max_norm / (norm + 1e-6f);
-        MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_scale_segs, mf__cu_seg_grid(big, n), MF__CU_BS, 0, ctx->p_grad,
+        MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_scale_segs, mf__cu_seg_grid(total), MF__CU_BS, 0, ctx->p_grad,
                    (const mf__cu_seg *)ds, n, f);
     }
     return norm;
@@ -837,7 +850,7 @@ static float mf__cu_clip(mf_ctx *ctx, float max_norm) {
 static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     mf__cu_seg *hs, *ds;
     int i, n = 0, nq = 0, *flags = NULL;
-    long long big = 1;
+    long long total;
     float b1 = o->beta1, b2 = o->beta2;
     const char *what = "mf_optimizer_step";
     size_t fbytes = (size_t)(ctx->n_params + 1) * sizeof(int);
@@ -850,22 +863,20 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         if (!p->requires_grad || ctx->p_touched[i]) continue;
         memset(&hs[nq], 0, sizeof hs[nq]);
         hs[nq].off = p->offset; hs[nq].n = p->ne;
-        if (p->ne > big) big = p->ne;
         nq++;
     }
     if (nq) {
         int *dflags;
         size_t extra = (fbytes + 255) & ~(size_t)255;
-        if (!(ds = mf__cu_put_segs(ctx, hs, nq, extra))) return -1;
+        if (!(ds = mf__cu_put_segs(ctx, hs, nq, extra, &total))) return -1;
         dflags = (int *)((char *)ds - extra);
         if (mf__cu_zero(ctx, dflags, (size_t)nq * sizeof(int)) < 0 ||
-            MF__CU_RUN(ctx, what, mf__k_nonzero, mf__cu_seg_grid(big, nq), MF__CU_BS, 0, (const float *)ctx->p_grad,
+            MF__CU_RUN(ctx, what, mf__k_nonzero, mf__cu_seg_grid(total), MF__CU_BS, 0, (const float *)ctx->p_grad,
                        (const mf__cu_seg *)ds, nq, dflags) < 0 ||
             mf__cu_copy(ctx, flags, dflags, (size_t)nq * sizeof(int), MF__D2H) < 0)
             return -1;
     }
     ctx->opt_t++;
-    big = 1;
     for (i = 0, nq = 0; i < ctx->n_params; i++) {
         const mf_tensor *p = ctx->params[i];
         mf__cu_seg *sg;
@@ -886,11 +897,10 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         } else if (o->kind == MF_OPT_ADAM_LABML) {
             sg->step = lr * sqrtf(c2) / c1; sg->decay = 1.0f - o->schedule.lr * o->weight_decay;
         }
-        if (p->ne > big) big = p->ne;
     }
     if (n == 0) return 0;
-    if (!(ds = mf__cu_put_segs(ctx, hs, n, 0))) return -1;
-    return MF__CU_RUN(ctx, what, mf__k_optimizer, mf__cu_seg_grid(big, n), MF__CU_BS, 0, ctx->p_data,
+    if (!(ds = mf__cu_put_segs(ctx, hs, n, 0, &total))) return -1;
+    return MF__CU_RUN(ctx, what, mf__k_optimizer, mf__cu_seg_grid(total), MF__CU_BS, 0, ctx->p_data,
                       (const float *)ctx->p_grad, ctx->p_m, ctx->p_v, (const mf__cu_seg *)ds, n, (int)o->kind, b1, b2,
                       o->eps, o->weight_decay, o->momentum, o->nesterov);
 }
