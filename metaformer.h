@@ -5698,12 +5698,18 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
    the slots and the packed weights in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n
    continues after the n tokens so far, one step per new token. Dropout (config.dropout, training
    only) acts where the generic block has it: both residual branches and the FFN hidden layer (not
-   on the attention probabilities, like the sdpa mixer). */
+   on the attention probabilities, like the sdpa mixer).
+
+   On a CUDA context the two ops (feedback_attention, feedback) run the kernels of [cu:feedback] in
+   metaformer_cuda.cuh: the same node, buffers and reverse-time backward, with the slot stack, the
+   step buffers and the generation slots in device memory (laid out for the GPU: [nblk][cap][B][D],
+   nothing packed), dropout masks from the same RNG counters (mf__fb_drop_base), and a token loop
+   that never waits on the host. */
 #define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
 
 struct mf__fb_state {
-    float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots */
-    float *wf;     /* generation: the weights packed for the forward, at the prompt */
+    float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots (device memory on CUDA) */
+    float *wf;     /* generation: the weights packed for the forward, at the prompt (CPU only) */
     int n_slots;   /* slots written so far */
 };
 
@@ -6481,7 +6487,8 @@ static void mf__fb_init(mf_model *m) {
 }
 static void mf__fb_free(mf_model *m) {
     if (!m->fb) return;
-    mf__dfree(m->ctx, m->fb->slots); /* a device buffer on CUDA */
+    if (m->on_device) mf__dfree(m->ctx, m->fb->slots); /* a device buffer (the context is still alive) */
+    else MF_FREE(m->fb->slots);
     MF_FREE(m->fb->wf);
     MF_FREE(m->fb);
     m->fb = NULL;

@@ -191,7 +191,7 @@ static void check_train(mf_model_config cfg, const char *what, int only_order = 
     }
     set_order(0);
 }
-static void test_train_feedback(void) { check_train(small_config(MF_MIXER_FEEDBACK, 0.0f), "feedback"); }
+static void test_train_feedback(void) { check_train(small_config(MF_MIXER_FEEDBACK, 0.0f), "feedback", MFT_SMALL ? 2 : -1); }
 static void test_train_feedback_dropout(void) {
     mf_model_config c = small_config(MF_MIXER_FEEDBACK, 0.1f);
     c.ffn_act = MF_ACT_GELU;
