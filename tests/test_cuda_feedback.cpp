@@ -231,6 +231,46 @@ static void test_one_token(void) {
     }
 }
 
+/* generation on the device, step by step: the logits of the prompt and of each kept-memory step
+   equal the CPU's, with random relative tables (so the positional terms matter) */
+static std::vector<float> gen_logits(mf_model_config cfg, int cuda) {
+    std::vector<float> all;
+    mf_ctx *ctx = mf_ctx_new(11);
+    if (cuda) mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+    mf_model *m = mf_model_new(ctx, &cfg);
+    const int32_t ids[7] = {3, 1, 4, 1, 5, 9, 2};
+    for (int l = 0; m && l < cfg.n_layers; l++) {
+        mf__layer *L = &m->layers[l];
+        mf_set_data(ctx, L->rel_u, rand_vec(L->rel_u->ne, 30 + (uint64_t)l, -0.5f, 0.5f).data());
+        mf_set_data(ctx, L->rel_r, rand_vec(L->rel_r->ne, 40 + (uint64_t)l, -0.5f, 0.5f).data());
+        mf_set_data(ctx, L->rel_s, rand_vec(L->rel_s->ne, 50 + (uint64_t)l, -0.5f, 0.5f).data());
+    }
+    mf_set_grad(ctx, 0);
+    mf_set_training(ctx, 0);
+    for (int pos = 0; m && pos < 7; pos = pos ? pos + 1 : 4) { /* the prompt (4 tokens), then one at a time */
+        int T = pos ? 1 : 4;
+        mf_tensor *lg = mf__model_run(m, ids + pos, 1, T, pos, 1);
+        if (!lg) break;
+        std::vector<float> v = host_of(ctx, lg, 0);
+        all.insert(all.end(), v.begin(), v.end());
+        mf_reset(ctx);
+    }
+    if (!mf_ok(ctx)) { printf("    %s: %s\n", cuda ? "CUDA" : "CPU", mf_error(ctx)); all.clear(); }
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return all;
+}
+static void test_generation_steps(void) {
+    for (int k = MF_MIXER_FEEDBACK; k <= MF_MIXER_FEEDBACK_KV; k++) {
+        mf_model_config cfg = small_config((mf_mixer_kind)k, 0.1f); /* dropout: off when generating */
+        std::vector<float> cpu = gen_logits(cfg, 0), gpu = gen_logits(cfg, 1);
+        MFT_CHECK(!cpu.empty() && cpu.size() == (size_t)(4 + 3) * cfg.vocab);
+        double e = rel_err(gpu, cpu);
+        printf("    %s: logits of the prompt and 3 kept-memory steps, rel err %.2e\n", mf_mixer_name(cfg.mixer), e);
+        MFT_CHECK(e <= TOL);
+    }
+}
+
 #ifdef MF_CUDA_EMU
 /* the token loop never waits on the host: over the feedback node's forward and its backward, every
    synchronisation is one of the emulator's per-launch checks (mf__cu_launched under MF_CUDA_EMU) and
@@ -326,6 +366,7 @@ int main(void) {
 #endif
     MFT_RUN(test_feedback_attention);
     MFT_RUN(test_one_token);
+    MFT_RUN(test_generation_steps);
 #ifdef MF_CUDA_EMU
     MFT_RUN(test_no_host_sync);
 #endif
