@@ -300,6 +300,7 @@ static void test_no_host_sync(void) {
             MFT_CHECK(c1 == c0);
             MFT_CHECK(s1 - s0 == l1 - l0 && l1 - l0 > 7);
             std::vector<float> gx = host_of(ctx, x, 1);
+            MFT_CHECK(mf_emu_host_copy_count() > c1); /* the counter does count a copy to the host */
             double mx = 0;
             for (size_t i = 0; i < gx.size(); i++) mx = fabs(gx[i]) > mx ? fabs(gx[i]) : mx;
             MFT_CHECK(mx > 0 && mx < 1e3); /* the input's gradient arrived */
