@@ -5698,12 +5698,18 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
    the slots and the packed weights in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n
    continues after the n tokens so far, one step per new token. Dropout (config.dropout, training
    only) acts where the generic block has it: both residual branches and the FFN hidden layer (not
-   on the attention probabilities, like the sdpa mixer). */
+   on the attention probabilities, like the sdpa mixer).
+
+   On a CUDA context the two ops (feedback_attention, feedback) run the kernels of [cu:feedback] in
+   metaformer_cuda.cuh: the same node, buffers and reverse-time backward, with the slot stack, the
+   step buffers and the generation slots in device memory (laid out for the GPU: [nblk][cap][B][D],
+   nothing packed), dropout masks from the same RNG counters (mf__fb_drop_base), and a token loop
+   that never waits on the host. */
 #define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
 
 struct mf__fb_state {
-    float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots */
-    float *wf;     /* generation: the weights packed for the forward, at the prompt */
+    float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots (device memory on CUDA) */
+    float *wf;     /* generation: the weights packed for the forward, at the prompt (CPU only) */
     int n_slots;   /* slots written so far */
 };
 
@@ -6116,21 +6122,29 @@ static void mf__fb_layernorm_backward(mf_ctx *ctx, float *x, float *st, mf_tenso
 }
 /* the FFN activation: y = act(x) (dx == NULL) or dx += act'(x) * dy, n values: the unary op's
    own kernels, on headers on the stack */
+static int mf__fb_act_kind(mf_act_kind a) { /* the unary op's kind of the FFN activation (CPU and CUDA) */
+    return a == MF_ACT_RELU ? MF__RELU : a == MF_ACT_GELU ? MF__GELU : a == MF_ACT_GELU_TANH ? MF__GELU_TANH : MF__SILU;
+}
 static void mf__fb_act(mf_ctx *ctx, mf_act_kind a, float *x, float *y, float *dy, float *dx, int n) {
     mf_tensor in, out;
     memset(&in, 0, sizeof in); memset(&out, 0, sizeof out);
     mf__set_shape(&in, 1, &n); mf__set_shape(&out, 1, &n);
     in.data = x; in.grad = dx; in.requires_grad = dx != NULL;
     out.src[0] = &in; out.data = y; out.grad = dy;
-    out.iarg[0] = a == MF_ACT_RELU ? MF__RELU : a == MF_ACT_GELU ? MF__GELU : a == MF_ACT_GELU_TANH ? MF__GELU_TANH : MF__SILU;
+    out.iarg[0] = mf__fb_act_kind(a);
     if (dx) mf__unary_backward(ctx, &out); else mf__unary_forward(ctx, &out);
+}
+/* the RNG counter of element 0 of the [B][w] dropout block of (site, layer l, step t); the CUDA
+   kernels draw the same counters, so CPU and GPU masks agree */
+static int64_t mf__fb_drop_base(const mf__fb_fwd *f, int site, int l, int t) {
+    const mf_model_config *c = &f->m->cfg;
+    int64_t wmax = c->d_ff > c->d_model ? c->d_ff : c->d_model;
+    return (((int64_t)site * c->n_layers + l) * f->T + t) * f->B * wmax;
 }
 /* dropout of the [B][w] block of (site, layer l, step t): sites 0 attention branch, 1 FFN hidden,
    2 FFN branch; x *= 1 / (1 - p) or 0. The backward redraws the same masks. */
 static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int l, int t, float *x, int w) {
-    const mf_model_config *c = &f->m->cfg;
-    int64_t e, n = (int64_t)f->B * w, wmax = c->d_ff > c->d_model ? c->d_ff : c->d_model;
-    int64_t base = (((int64_t)site * c->n_layers + l) * f->T + t) * f->B * wmax;
+    int64_t e, n = (int64_t)f->B * w, base = mf__fb_drop_base(f, site, l, t);
     float s = 1.0f / (1.0f - f->drop);
     if (f->drop <= 0.0f) return;
     for (e = 0; e < n; e++)
@@ -6424,9 +6438,6 @@ static const mf__op mf__op_feedback = { "feedback", 1, mf__fb_shape, mf__fb_forw
 
 /* ---- model hooks ----------------------------------------------------------------------------------- */
 static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
-    if (ctx->be)
-        return (mf__fail(ctx, "model config: the %s mixer runs on the CPU only so far; create the model on a CPU "
-                         "context (without mf_ctx_set_device)", mf_mixer_name(c->mixer)), -1);
     if (c->max_seq > MF__FB_P)
         return (mf__fail(ctx, "model config: max_seq %d is too long for the %s mixer: its memory holds at most P = %d "
                          "steps (the rows of the relative position tables); use max_seq <= %d", c->max_seq,
@@ -6476,7 +6487,8 @@ static void mf__fb_init(mf_model *m) {
 }
 static void mf__fb_free(mf_model *m) {
     if (!m->fb) return;
-    MF_FREE(m->fb->slots);
+    if (m->on_device) mf__dfree(m->ctx, m->fb->slots); /* a device buffer (the context is still alive) */
+    else MF_FREE(m->fb->slots);
     MF_FREE(m->fb->wf);
     MF_FREE(m->fb);
     m->fb = NULL;
@@ -6508,12 +6520,13 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     f->nr = pos0 + T;
     f->drop = ctx->training ? c->dropout : 0.0f;
     if (f->drop > 0.0f) f->stream = ctx->rng_calls++;
-    if (gen) { /* the memory and the packed weights persist between the calls (allocated once) */
-        size_t slots = 2 * (size_t)c->max_seq * mf__fb_nblk(m) * c->d_model;
+    if (gen) { /* the memory and the packed weights persist between the calls (allocated once); on
+                  CUDA the slots are a device buffer [nblk][max_seq][D] and nothing is packed */
+        size_t slots = (ctx->be ? 1 : 2) * (size_t)c->max_seq * mf__fb_nblk(m) * c->d_model;
         if (B != 1) return (mf_tensor *)mf__fail(ctx, "feedback: generation runs batch 1, got %d", B);
-        if (!st->slots) st->slots = (float *)mf__xmalloc(slots * sizeof(float));
-        if (!st->wf) st->wf = (float *)mf__xmalloc((size_t)mf__fb_packed_floats(m) * sizeof(float));
-        if (!st->slots || !st->wf)
+        if (!st->slots) st->slots = (float *)mf__dmalloc(ctx, slots * sizeof(float), "feedback generation memory");
+        if (!st->wf && !ctx->be) st->wf = (float *)mf__xmalloc((size_t)mf__fb_packed_floats(m) * sizeof(float));
+        if (!st->slots || (!st->wf && !ctx->be))
             return (mf_tensor *)mf__fail(ctx, "out of memory: feedback generation memory (%d slots)", c->max_seq);
         f->slots = st->slots; f->wf = st->wf;
         st->n_slots = 0; /* valid again when this call succeeds */

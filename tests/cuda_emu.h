@@ -44,7 +44,8 @@
  *
  * Emulator API: mf_emu_set_order(order, seed), mf_emu_get_order(), mf_emu_last_message(),
  * mf_emu_clear_message(), mf_emu_set_verbose(on), mf_emu_set_poison(on), mf_emu_set_tf32(on),
- * mf_emu_set_stack_size(bytes), mf_emu_live_allocations(&bytes), mf_emu_launch_count();
+ * mf_emu_set_stack_size(bytes), mf_emu_live_allocations(&bytes), mf_emu_launch_count(),
+ * mf_emu_sync_count(), mf_emu_host_copy_count();
  * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
  *
  * Not emulated: inline PTX asm, WMMA/mma, cp.async, cooperative groups, dynamic parallelism (a
@@ -232,6 +233,7 @@ struct State {
     std::map<const void *, int> smem_limit;
     int device = 0;
     unsigned long long launches = 0;
+    unsigned long long syncs = 0, host_copies = 0; /* host waits: synchronisations, host <-> device copies */
     /* the launch being run */
     const char *kname = "";
     void (*inv)(void *) = nullptr;
@@ -316,6 +318,11 @@ static inline size_t mf_emu_live_allocations(size_t *bytes) {
     return s.allocs.size();
 }
 static inline unsigned long long mf_emu_launch_count(void) { return mf_emu::S().launches; }
+/* host synchronisations (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize) and
+   host <-> device copies so far: a test checks that a sequence of launches never waits on the host
+   (subtract the launches checked by a synchronisation, as metaformer_cuda.cuh does under MF_CUDA_EMU) */
+static inline unsigned long long mf_emu_sync_count(void) { return mf_emu::S().syncs; }
+static inline unsigned long long mf_emu_host_copy_count(void) { return mf_emu::S().host_copies; }
 
 /* ------------------------------------------------------------------------------------------------
  * Fibers
@@ -1028,11 +1035,13 @@ static inline cudaError_t do_memcpy(const char *fn, void *dst, const void *src, 
     default: return set_error(cudaErrorInvalidMemcpyDirection, "%s: invalid cudaMemcpyKind %d", fn, (int)kind);
     }
     if (e != cudaSuccess) return e;
+    if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost) S().host_copies++;
     memmove(dst, src, n);
     return cudaSuccess;
 }
 static inline cudaError_t sync_result() {
     State &s = S();
+    s.syncs++;
     cudaError_t e = s.pending_error;
     s.pending_error = cudaSuccess;
     return e;

@@ -1,0 +1,383 @@
+/* test_cuda_feedback.cpp - the feedback transformer on CUDA ([cu:feedback] of metaformer_cuda.cuh)
+ * against the CPU ([mf:feedback] of metaformer.h).
+ *
+ *   make test       g++ -std=c++14 with tests/cuda_emu.h: every kernel runs on the CPU emulator,
+ *                   in each of its thread orders (in, reversed, shuffled)
+ *   make test-cuda  nvcc -x cu for a real GPU (sm_90), without the emulator
+ *
+ * The feedback_attention op: output and all six input gradients, CUDA vs CPU (odd sizes, one slot,
+ * n = P, more slots than a block has threads). Both models (original and shared-KV), with dropout 0
+ * and 0.1 (the CUDA dropout draws the CPU's counters): three training steps give the CPU's losses,
+ * gradient norms and parameters, and greedy generation afterwards (past max_seq, so the memory is
+ * primed again) gives the CPU's tokens. The token loop never waits on the host (emulator counters).
+ * Bad input still gives the CPU's clear errors. */
+#ifndef __CUDACC__
+#include "cuda_emu.h"
+#endif
+#define METAFORMER_IMPLEMENTATION
+#define METAFORMER_CUDA
+#include "metaformer.h"
+#include "mf_test.h"
+
+#include <string.h>
+#include <string>
+#include <vector>
+
+#ifdef MF_CUDA_EMU
+static const int N_ORDERS = 3;
+static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
+static void set_order(int o) { mf_emu_set_order(ORDERS[o], 4321u + (unsigned)o); }
+#else
+static const int N_ORDERS = 1;
+static void set_order(int o) { (void)o; }
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MFT_SMALL 1 /* smaller shapes under ASan */
+#else
+#define MFT_SMALL 0
+#endif
+
+static const double TOL = 1e-5;
+
+static std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v((size_t)n);
+    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mf__uniform(seed, 77, (uint64_t)i);
+    return v;
+}
+static std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int grad) {
+    std::vector<float> v((size_t)t->ne);
+    if (grad) mf_grad_to_host(ctx, t, v.data()); else mf_to_host(ctx, t, v.data());
+    return v;
+}
+/* max |a - b| / max(max |b|, 1e-3) */
+static double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
+    double e = 0, s = 1e-3;
+    if (a.size() != b.size()) return 1e30;
+    for (size_t i = 0; i < a.size(); i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e)) e = d; /* NaN counts */
+        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
+    }
+    return e / s;
+}
+
+/* ---------------------------------------------------------------- the feedback_attention op */
+struct Fba { int B, H, d, n, P; };
+struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
+/* q, k, v, u, r, s as parameters (so every one gets a gradient); loss = sum(out * R) */
+static Run run_fba(const Fba &c, int cuda) {
+    Run r;
+    mf_ctx *ctx = mf_ctx_new(99);
+    int sh[6][4] = {{c.B, c.H, c.d, 0}, {c.B, c.H, c.n, c.d}, {c.B, c.H, c.n, c.d}, {c.H, c.d, 0, 0},
+                    {c.P, c.H, c.d, 0}, {c.P, c.H, 0, 0}};
+    int nd[6] = {3, 4, 4, 2, 3, 2};
+    mf_tensor *in[6], *out;
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    for (int i = 0; i < 6; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "in%d", i);
+        in[i] = mf_param(ctx, nm, nd[i], sh[i]);
+        if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 2000 + (uint64_t)i, -1.5f, 1.5f).data());
+    }
+    out = mf_feedback_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.d));
+    if (out) {
+        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
+        mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, R)));
+        if (mf_ok(ctx)) {
+            r.out = host_of(ctx, out, 0);
+            for (int i = 0; i < 6; i++) r.grads.push_back(host_of(ctx, in[i], 1));
+        }
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_ctx_free(ctx);
+    return r;
+}
+static void check_fba(const Fba &c) {
+    static const char *names[6] = {"q", "k", "v", "u", "r", "s"};
+    Run cpu = run_fba(c, 0);
+    if (!cpu.err.empty()) { printf("    CPU run failed: %s\n", cpu.err.c_str()); MFT_CHECK(0); return; }
+    for (int o = 0; o < N_ORDERS; o++) {
+        set_order(o);
+        Run gpu = run_fba(c, 1);
+        if (!gpu.err.empty()) { printf("    CUDA run failed: %s\n", gpu.err.c_str()); MFT_CHECK(0); continue; }
+        double e = rel_err(gpu.out, cpu.out), worst = e;
+        if (!(e <= TOL)) { printf("    B %d H %d d %d n %d P %d (order %d): output differs, rel err %.3g\n", c.B, c.H, c.d, c.n, c.P, o, e); MFT_CHECK(0); }
+        for (int i = 0; i < 6; i++) {
+            e = rel_err(gpu.grads[(size_t)i], cpu.grads[(size_t)i]);
+            if (e > worst) worst = e;
+            if (!(e <= TOL)) { printf("    B %d H %d d %d n %d P %d (order %d): d%s differs, rel err %.3g\n", c.B, c.H, c.d, c.n, c.P, o, names[i], e); MFT_CHECK(0); }
+        }
+        if (o == 0) printf("    B %d H %d dk %d n %d P %d: worst rel err %.2e\n", c.B, c.H, c.d, c.n, c.P, worst);
+    }
+    set_order(0);
+}
+static void test_feedback_attention(void) {
+    const Fba cases[] = {
+        {2, 3, 5, 7, 9},                              /* odd sizes, P > n */
+        {1, 1, 4, 1, 4},                              /* one slot: the last table row */
+        {3, 2, 3, 13, 13},                            /* n = P: every table row */
+        {1, 2, 8, MFT_SMALL ? 140 : 200, MFT_SMALL ? 150 : 211}, /* more slots than the block's threads */
+        {2, 1, 33, 3, 5},                             /* head size over a warp */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_fba(cases[i]);
+}
+
+/* ---------------------------------------------------------------- whole models */
+struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> sample; std::string err; };
+static const int GEN_NEW = 12; /* with the 3-token prompt past max_seq = 12: the memory is primed again */
+static TrainRun train(mf_model_config cfg, int cuda, int steps) {
+    TrainRun r;
+    mf_ctx *ctx = mf_ctx_new(7);
+    mf_model *m = NULL;
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 3e-3f);
+    const int B = 2, T = 8;
+    int32_t ids[B * T], tg[B * T];
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    m = mf_model_new(ctx, &cfg);
+    opt.weight_decay = 0.01f;
+    for (int s = 0; s < steps && m; s++) {
+        for (int i = 0; i < B * T; i++) { ids[i] = (i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
+        mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
+        mf_backward(ctx, loss);
+        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
+        mf_optimizer_step(ctx, &opt);
+        r.losses.push_back(mf_item(ctx, loss));
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+    }
+    if (m && mf_ok(ctx)) {
+        r.params.resize((size_t)mf_param_count(ctx));
+        for (int i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            mf_to_host(ctx, p, r.params.data() + p->offset);
+        }
+        int32_t prompt[3] = {1, 2, 3};
+        r.sample.resize(GEN_NEW);
+        mf_model_generate(m, prompt, 3, GEN_NEW, NULL, r.sample.data());
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return r;
+}
+static mf_model_config small_config(mf_mixer_kind mixer, float dropout) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 24; c.max_seq = 12;
+    c.mixer = mixer; c.dropout = dropout;
+    return c;
+}
+/* only_order < 0: every thread order; else only that one (a device run costs ~2 s under the
+   emulator, mostly the optimizer over the 4096-row relative tables, so the suite spreads the orders
+   over the configurations; the op tests run every kernel in every order) */
+static void check_train(mf_model_config cfg, const char *what, int only_order = -1) {
+    const int steps = 3;
+    TrainRun cpu = train(cfg, 0, steps);
+    if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str()); MFT_CHECK(0); return; }
+    for (int o = 0; o < N_ORDERS; o++) {
+        if (only_order >= 0 && o != only_order % N_ORDERS) continue;
+        set_order(o);
+        TrainRun gpu = train(cfg, 1, steps);
+        if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
+        MFT_CHECK(gpu.losses.size() == (size_t)steps && cpu.losses.size() == (size_t)steps);
+        for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {
+            MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
+            MFT_NEAR(gpu.norms[s], cpu.norms[s], 1e-5);
+        }
+        double e = rel_err(gpu.params, cpu.params);
+        if (o == 0 || only_order >= 0) printf("    %s: losses %.6f %.6f %.6f, parameters rel err %.2e\n", what, cpu.losses[0], cpu.losses[1], cpu.losses[2], e);
+        if (!(e <= 1e-5)) { printf("    %s: parameters after %d steps differ, rel err %.3g\n", what, steps, e); MFT_CHECK(0); }
+        if (gpu.sample != cpu.sample) { printf("    %s: generated tokens differ\n", what); MFT_CHECK(0); }
+    }
+    set_order(0);
+}
+static void test_train_feedback(void) { check_train(small_config(MF_MIXER_FEEDBACK, 0.0f), "feedback", MFT_SMALL ? 2 : -1); }
+static void test_train_feedback_dropout(void) {
+    mf_model_config c = small_config(MF_MIXER_FEEDBACK, 0.1f);
+    c.ffn_act = MF_ACT_GELU;
+    check_train(c, "feedback, dropout 0.1, gelu", 2);
+}
+static void test_train_feedback_kv(void) {
+    mf_model_config c = small_config(MF_MIXER_FEEDBACK_KV, 0.0f);
+    c.pos = MF_POS_NONE; c.n_layers = 3;
+    check_train(c, "feedback_kv, no positions, 3 layers", 1);
+}
+static void test_train_feedback_kv_dropout(void) {
+    mf_model_config c = small_config(MF_MIXER_FEEDBACK_KV, 0.1f);
+    c.n_heads = 4; c.ffn_act = MF_ACT_SILU;
+    check_train(c, "feedback_kv, dropout 0.1, 4 heads, silu", 2);
+}
+
+/* one sequence (T = 1): no attention at all, no slot read */
+static void test_one_token(void) {
+    for (int k = MF_MIXER_FEEDBACK; k <= MF_MIXER_FEEDBACK_KV; k++) {
+        mf_model_config cfg = small_config((mf_mixer_kind)k, 0.0f);
+        float loss[2], gw[2][3];
+        for (int cuda = 0; cuda < 2; cuda++) {
+            mf_ctx *ctx = mf_ctx_new(3);
+            if (cuda) mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+            mf_model *m = mf_model_new(ctx, &cfg);
+            int32_t ids[2] = {4, 9}, tg[2] = {5, 1};
+            mf_tensor *l = mf_model_loss(m, ids, tg, 2, 1);
+            MFT_CHECK(mf_backward(ctx, l) == 0);
+            loss[cuda] = mf_item(ctx, l);
+            mf_grad_to_host(ctx, m->fb_w, gw[cuda]);
+            MFT_CHECK(mf_ok(ctx));
+            mf_model_free(m);
+            mf_ctx_free(ctx);
+        }
+        MFT_NEAR(loss[1], loss[0], 1e-6);
+        for (int i = 0; i < 3; i++) MFT_NEAR(gw[1][i], gw[0][i], 1e-6);
+    }
+}
+
+/* generation on the device, step by step: the logits of the prompt and of each kept-memory step
+   equal the CPU's, with random relative tables (so the positional terms matter) */
+static std::vector<float> gen_logits(mf_model_config cfg, int cuda) {
+    std::vector<float> all;
+    mf_ctx *ctx = mf_ctx_new(11);
+    if (cuda) mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+    mf_model *m = mf_model_new(ctx, &cfg);
+    const int32_t ids[7] = {3, 1, 4, 1, 5, 9, 2};
+    for (int l = 0; m && l < cfg.n_layers; l++) {
+        mf__layer *L = &m->layers[l];
+        mf_set_data(ctx, L->rel_u, rand_vec(L->rel_u->ne, 30 + (uint64_t)l, -0.5f, 0.5f).data());
+        mf_set_data(ctx, L->rel_r, rand_vec(L->rel_r->ne, 40 + (uint64_t)l, -0.5f, 0.5f).data());
+        mf_set_data(ctx, L->rel_s, rand_vec(L->rel_s->ne, 50 + (uint64_t)l, -0.5f, 0.5f).data());
+    }
+    mf_set_grad(ctx, 0);
+    mf_set_training(ctx, 0);
+    for (int pos = 0; m && pos < 7; pos = pos ? pos + 1 : 4) { /* the prompt (4 tokens), then one at a time */
+        int T = pos ? 1 : 4;
+        mf_tensor *lg = mf__model_run(m, ids + pos, 1, T, pos, 1);
+        if (!lg) break;
+        std::vector<float> v = host_of(ctx, lg, 0);
+        all.insert(all.end(), v.begin(), v.end());
+        mf_reset(ctx);
+    }
+    if (!mf_ok(ctx)) { printf("    %s: %s\n", cuda ? "CUDA" : "CPU", mf_error(ctx)); all.clear(); }
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return all;
+}
+static void test_generation_steps(void) {
+    for (int k = MF_MIXER_FEEDBACK; k <= MF_MIXER_FEEDBACK_KV; k++) {
+        mf_model_config cfg = small_config((mf_mixer_kind)k, 0.1f); /* dropout: off when generating */
+        std::vector<float> cpu = gen_logits(cfg, 0), gpu = gen_logits(cfg, 1);
+        MFT_CHECK(!cpu.empty() && cpu.size() == (size_t)(4 + 3) * cfg.vocab);
+        double e = rel_err(gpu, cpu);
+        printf("    %s: logits of the prompt and 3 kept-memory steps, rel err %.2e\n", mf_mixer_name(cfg.mixer), e);
+        MFT_CHECK(e <= TOL);
+    }
+}
+
+#ifdef MF_CUDA_EMU
+/* the token loop never waits on the host: over the feedback node's forward and its backward, every
+   synchronisation is one of the emulator's per-launch checks (mf__cu_launched under MF_CUDA_EMU) and
+   no byte crosses between host and device */
+static void test_no_host_sync(void) {
+    for (int k = MF_MIXER_FEEDBACK; k <= MF_MIXER_FEEDBACK_KV; k++) {
+        mf_model_config cfg = small_config((mf_mixer_kind)k, 0.1f);
+        mf_ctx *ctx = mf_ctx_new(5);
+        mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+        mf_model *m = mf_model_new(ctx, &cfg);
+        int shape[3] = {2, 7, cfg.d_model};
+        mf_tensor *x = mf_param(ctx, "x", 3, shape);
+        mf_set_data(ctx, x, rand_vec(x->ne, 8).data());
+        mf_zero_grad(ctx);
+        unsigned long long s0 = mf_emu_sync_count(), c0 = mf_emu_host_copy_count(), l0 = mf_emu_launch_count();
+        mf_tensor *y = mf__fb_run(m, x, 0, 0);
+        unsigned long long s1 = mf_emu_sync_count(), c1 = mf_emu_host_copy_count(), l1 = mf_emu_launch_count();
+        MFT_CHECK(y != NULL && y->requires_grad);
+        MFT_CHECK(c1 == c0);
+        MFT_CHECK(s1 - s0 == l1 - l0 && l1 - l0 > 7);
+        if (y) {
+            y->grad = (float *)mf__alloc_data(ctx, (size_t)y->ne * sizeof(float));
+            mf__dupload(ctx, y->grad, rand_vec(y->ne, 9).data(), (size_t)y->ne * sizeof(float));
+            s0 = mf_emu_sync_count(); c0 = mf_emu_host_copy_count(); l0 = mf_emu_launch_count();
+            MFT_CHECK(ctx->be->backward(ctx, y) == 0);
+            s1 = mf_emu_sync_count(); c1 = mf_emu_host_copy_count(); l1 = mf_emu_launch_count();
+            MFT_CHECK(c1 == c0);
+            MFT_CHECK(s1 - s0 == l1 - l0 && l1 - l0 > 7);
+            std::vector<float> gx = host_of(ctx, x, 1);
+            MFT_CHECK(mf_emu_host_copy_count() > c1); /* the counter does count a copy to the host */
+            double mx = 0;
+            for (size_t i = 0; i < gx.size(); i++) mx = fabs(gx[i]) > mx ? fabs(gx[i]) : mx;
+            MFT_CHECK(mx > 0 && mx < 1e3); /* the input's gradient arrived */
+        }
+        MFT_CHECK(mf_ok(ctx));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+}
+#endif
+
+/* ---------------------------------------------------------------- bad input */
+static void expect_error(mf_ctx *ctx, const char *part) {
+    const char *e = mf_error(ctx);
+    if (!e || !strstr(e, part)) { printf("    expected an error with \"%s\", got \"%s\"\n", part, e ? e : "(none)"); MFT_CHECK(0); }
+    mf_clear_error(ctx);
+}
+static void test_bad_input(void) {
+    int32_t ids[16] = {0};
+    for (int k = MF_MIXER_FEEDBACK; k <= MF_MIXER_FEEDBACK_KV; k++) {
+        mf_model_config cfg = small_config((mf_mixer_kind)k, 0.0f);
+        cfg.max_seq = 6;
+        mf_ctx *ctx = mf_ctx_new(1);
+        mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+        mf_model *m = mf_model_new(ctx, &cfg);
+        MFT_CHECK(m != NULL);
+        MFT_CHECK(mf_model_forward(m, ids, 1, cfg.max_seq + 1) == NULL); /* longer than the stack */
+        expect_error(ctx, "max_seq");
+        {
+            int shape[3] = {1, cfg.max_seq + 1, cfg.d_model};
+            mf_tensor *x = mf_new(ctx, 3, shape);
+            MFT_CHECK(mf__fb_run(m, x, 0, 0) == NULL);
+            expect_error(ctx, "raise max_seq");
+        }
+        mf_set_grad(ctx, 0); /* generation must continue where it stopped */
+        MFT_CHECK(mf__model_run(m, ids, 1, 2, 0, 1) != NULL);
+        mf_reset(ctx);
+        MFT_CHECK(mf__model_run(m, ids, 1, 1, 3, 1) == NULL);
+        expect_error(ctx, "generation continues after 2 tokens");
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+        ctx = mf_ctx_new(1); /* max_seq beyond the P = 4096 rows of the tables */
+        mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+        cfg.max_seq = 4097;
+        MFT_CHECK(mf_model_new(ctx, &cfg) == NULL);
+        expect_error(ctx, "max_seq <= 4096");
+        mf_ctx_free(ctx);
+    }
+}
+
+#ifdef MF_CUDA_EMU
+static void test_no_leaks(void) {
+    size_t bytes = 0;
+    MFT_CHECK(mf_emu_live_allocations(&bytes) == 0);
+}
+#endif
+
+int main(void) {
+#ifdef MF_CUDA_EMU
+    mf_emu_set_verbose(0);
+#else
+    char why[256];
+    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL test_cuda_feedback: %s\n0 passed, 1 failed\n", why); return 1; }
+#endif
+    MFT_RUN(test_feedback_attention);
+    MFT_RUN(test_one_token);
+    MFT_RUN(test_generation_steps);
+#ifdef MF_CUDA_EMU
+    MFT_RUN(test_no_host_sync);
+#endif
+    MFT_RUN(test_train_feedback);
+    MFT_RUN(test_train_feedback_dropout);
+    MFT_RUN(test_train_feedback_kv);
+    MFT_RUN(test_train_feedback_kv_dropout);
+    MFT_RUN(test_bad_input);
+#ifdef MF_CUDA_EMU
+    MFT_RUN(test_no_leaks);
+#endif
+    return mft_finish();
+}
