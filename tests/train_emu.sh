@@ -9,8 +9,12 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
 awk 'BEGIN { srand(3); split("the king and queen of a land far away spoke to the people who listened", w, " ");
              for (i = 0; i < 2500; i++) printf "%s%s", w[int(rand() * 15) + 1], (i % 12 == 11 ? ".\n" : " ") }' > "$tmp/text.txt"
-for mixer in sdpa metric pool; do
-    args="$tmp/text.txt --mixer $mixer --d-model 32 --heads 2 --layers 2 --d-ff 48 --seq-len 24 --batch 3 --steps 8 --log-every 2 --eval-every 4 --eval-batches 2 --dropout 0.1 --sample 30"
+# one run per mixer and memory model: "name|its options"
+MODELS=("sdpa|--mixer sdpa" "metric|--mixer metric" "pool|--mixer pool"
+        "feedback|--feedback" "feedback_kv|--feedback-kv")
+for model in "${MODELS[@]}"; do
+    mixer=${model%%|*}
+    args="$tmp/text.txt ${model#*|} --d-model 32 --heads 2 --layers 2 --d-ff 48 --seq-len 24 --batch 3 --steps 8 --log-every 2 --eval-every 4 --eval-batches 2 --dropout 0.1 --sample 30"
     # drop what legitimately differs (speed, timing)
     "$BIN" $args --device cpu  2>&1 | sed -e 's/ *[0-9.]* tok\/s.*//' -e 's/ in [0-9.]* s.*//' > "$tmp/cpu.txt"
     "$BIN" $args --device cuda 2>&1 | sed -e 's/ *[0-9.]* tok\/s.*//' -e 's/ in [0-9.]* s.*//' > "$tmp/cuda.txt"
