@@ -4538,7 +4538,6 @@ MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_te
                                   mf_tensor *R, mf_tensor *S, float scale) {
     mf_tensor *t = mf__begin(ctx, &mf__op_rel_attention, q, k, v, u);
     if (t) { t->src[4] = R; t->src[5] = S; t->farg[0] = scale; t->iarg[0] = 1; /* causal, for mf__attention_shape */ }
-    if (t && ctx->be) return (mf_tensor *)mf__fail(ctx, "rel_attention runs on the CPU only so far; use a CPU context");
     return mf__finish(ctx, t);
 }
 
@@ -4551,7 +4550,8 @@ MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_te
    ceil((len - mem_len) / c) * c rows are compressed by the layer's conv1d (kernel = stride = c)
    and appended to c_mem (the last c_mem_len kept), and the attention-reconstruction loss of the
    layer (SPEC 6.4, mf__xl_ar_loss) is added to the step's auxiliary loss.
-   Memories live in host buffers owned by the model (they survive mf_reset), in three slots:
+   Memories live in buffers owned by the model on its device (host memory on the CPU, device
+   memory from the context's backend on CUDA; they survive mf_reset), in three slots:
    0 training, 1 validation (mf_model_memory_slot), 2 generation (reset when generation restarts at
    position 0). The generation slot keeps mem_len memories like training (SPEC 5.6 / 6.3: the
    prompt with an empty memory, then one token at a time); with mem_len = 0 it keeps up to
@@ -4572,7 +4572,6 @@ struct mf__xl_state {
 static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c) {
     int64_t keys = (int64_t)c->max_seq + c->mem_len + (c->compressive ? c->c_mem_len : 0);
 #define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
-    if (ctx->be) MF__BAD("model config: the relative mixer runs on the CPU only so far; create the model on a CPU context");
     if (c->mem_len < 0) MF__BAD("model config: mem_len %d must be >= 0 (memories kept per layer; 0 = none)", c->mem_len);
     if (c->c_mem_len < 0) MF__BAD("model config: c_mem_len %d must be >= 0 (compressed memories kept per layer)", c->c_mem_len);
     if (c->compressive) {
@@ -4629,9 +4628,9 @@ static void mf__xl_make_layer(mf_model *m, int l) {
 static void mf__xl_free(mf_model *m) {
     int i;
     if (!m->xl) return;
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 3; i++) { /* mem, cmem: on the model's device (a CUDA model is freed before its context) */
         MF_FREE(m->xl->slot[i].len); MF_FREE(m->xl->slot[i].clen);
-        MF_FREE(m->xl->slot[i].mem); MF_FREE(m->xl->slot[i].cmem);
+        mf__dfree(m->ctx, m->xl->slot[i].mem); mf__dfree(m->ctx, m->xl->slot[i].cmem);
     }
     MF_FREE(m->xl);
     m->xl = NULL;
@@ -4672,26 +4671,37 @@ static int mf__xl_prepare(mf_model *m, mf__xl_slot *s, int B) {
                          "mf_model_reset_memory first", B, (int)(s - m->xl->slot), s->B), -1);
     n = (size_t)c->n_layers * B * s->cap * c->d_model;
     nc = c->compressive ? (size_t)c->n_layers * B * c->c_mem_len * c->d_model : 0;
-    MF_FREE(s->mem); MF_FREE(s->cmem);
-    s->mem = (float *)mf__xmalloc(n * sizeof(float));
-    s->cmem = (float *)mf__xmalloc(nc * sizeof(float));
+    mf__dfree(m->ctx, s->mem); mf__dfree(m->ctx, s->cmem);
+    s->mem = s->cmem = NULL;
+    s->B = 0;
+    if (n && !(s->mem = (float *)mf__dmalloc(m->ctx, n * sizeof(float), "model memories"))) return -1;
+    if (nc && !(s->cmem = (float *)mf__dmalloc(m->ctx, nc * sizeof(float), "model compressed memories"))) return -1;
     s->B = B;
-    if ((n && !s->mem) || (nc && !s->cmem)) { s->B = 0; return (mf__fail(m->ctx, "out of memory: model memories"), -1); }
     return 0;
 }
 
-/* rows [0, n) of out[b] (rows of D floats, out has rows_out rows per batch row) = the last n rows of
-   [a[b] (na rows, stride sa) ; x[b] (nx rows, stride sx)] skipping the first `skip` of them */
-static void mf__xl_rows(float *out, int rows_out, const float *a, int na, int sa, const float *x, int nx, int sx,
-                        int skip, int n, int B, int D) {
-    int b, r;
-    for (b = 0; b < B; b++)
-        for (r = 0; r < n; r++) {
-            int i = skip + r;
-            const float *src = i < na ? a + ((int64_t)b * sa + i) * D : x + ((int64_t)b * sx + i - na) * D;
-            memcpy(out + ((int64_t)b * rows_out + r) * D, src, (size_t)D * sizeof(float));
-        }
-    (void)nx;
+/* rows [0, n) of out[b] (rows of D floats, out has rows_out rows per batch row) = rows skip ..
+   skip + n - 1 of [a[b] (na rows, stride sa) ; x[b] (stride sx)]: at most two copies per batch row,
+   on the context's device. 0 or -1 (error in ctx). */
+static int mf__xl_rows(mf_ctx *ctx, float *out, int rows_out, const float *a, int na, int sa, const float *x, int sx,
+                       int skip, int n, int B, int D) {
+    int b, from_a = skip < na ? (na - skip < n ? na - skip : n) : 0;
+    size_t row = (size_t)D * sizeof(float);
+    for (b = 0; b < B; b++) {
+        float *o = out + (int64_t)b * rows_out * D;
+        if (from_a && mf__dcopy(ctx, o, a + ((int64_t)b * sa + skip) * D, (size_t)from_a * row) < 0) return -1;
+        if (n > from_a && mf__dcopy(ctx, o + (int64_t)from_a * D, x + ((int64_t)b * sx + skip + from_a - na) * D,
+                                    (size_t)(n - from_a) * row) < 0)
+            return -1;
+    }
+    return 0;
+}
+/* buf[b] (cap rows, len held) = the last keep rows of [buf[b] ; x[b] (nx rows)], through a copy in
+   the arena (the ranges overlap) */
+static int mf__xl_keep(mf_ctx *ctx, float *buf, int cap, int len, const float *x, int nx, int keep, int B, int D) {
+    float *tmp = (float *)mf__alloc_data(ctx, (size_t)B * keep * D * sizeof(float));
+    if (!tmp || mf__xl_rows(ctx, tmp, keep, buf, len, cap, x, nx, len + nx - keep, keep, B, D) < 0) return -1;
+    return mf__xl_rows(ctx, buf, cap, tmp, keep, keep, NULL, 0, 0, keep, B, D);
 }
 
 /* SPEC 6.4: the attention-reconstruction loss of layer l, mean((A(h', cm') - A(h', m'))^2) with
@@ -4729,44 +4739,26 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
     float *mem = s->mem + (int64_t)l * B * cap * D;
     if (cap == 0) return;
     if (c->compressive && n > cap) {
-        int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep, drop;
+        int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep;
         float *cmem = s->cmem + (int64_t)l * B * c->c_mem_len * D;
         mf_tensor *old, *cm;
         shape[0] = B; shape[1] = nold; shape[2] = D;
-        if (!(old = mf_new(ctx, 3, shape))) return;
-        mf__xl_rows(old->data, nold, mem, len, cap, x->data, T, T, 0, nold, B, D);
+        if (!(old = mf_new(ctx, 3, shape)) ||
+            mf__xl_rows(ctx, old->data, nold, mem, len, cap, x->data, T, 0, nold, B, D) < 0)
+            return;
         if (!(cm = mf_conv1d(ctx, old, L->cmp_w, L->cmp_b, rate, 0))) return; /* [B, nc, D] */
-        ckeep = cl + nc < c->c_mem_len ? cl + nc : c->c_mem_len;
-        drop = cl + nc - ckeep;
-        if (drop < cl) { /* the kept old compressed memories move to the front */
-            int b;
-            for (b = 0; b < B; b++)
-                memmove(cmem + (int64_t)b * c->c_mem_len * D, cmem + ((int64_t)b * c->c_mem_len + drop) * D,
-                        (size_t)(cl - drop) * D * sizeof(float));
-        }
-        { /* then the new ones (all, or the last ckeep when they alone overflow) */
-            int b, first = drop > cl ? drop - cl : 0, at = cl - drop > 0 ? cl - drop : 0;
-            for (b = 0; b < B; b++)
-                memcpy(cmem + ((int64_t)b * c->c_mem_len + at) * D, cm->data + ((int64_t)b * nc + first) * D,
-                       (size_t)(nc - first) * D * sizeof(float));
-        }
+        ckeep = cl + nc < c->c_mem_len ? cl + nc : c->c_mem_len; /* the last c_mem_len of [c_mem ; cm] */
+        if (mf__xl_keep(ctx, cmem, c->c_mem_len, cl, cm->data, nc, ckeep, B, D) < 0) return;
         s->clen[l] = ckeep;
         if (!gen) {
             mf_tensor *ar = mf__xl_ar_loss(m, l, mf_detach(ctx, x), old, cm);
             if (!ar) return;
             m->xl->aux = m->xl->aux ? mf_add(ctx, m->xl->aux, ar) : ar;
-            m->xl->aux_value += ar->data[0];
+            m->xl->aux_value += mf_item(ctx, ar); /* the host waits here on CUDA: one float per layer */
         }
         keep = n - nold;
     } else keep = n < cap ? n : cap;
-    { /* mem = the last keep rows of [mem ; x], through a copy (the ranges overlap) */
-        float *tmp = (float *)mf__alloc(ctx, (size_t)B * keep * D * sizeof(float));
-        int b;
-        if (!tmp) return;
-        mf__xl_rows(tmp, keep, mem, len, cap, x->data, T, T, n - keep, keep, B, D);
-        for (b = 0; b < B; b++)
-            memcpy(mem + (int64_t)b * cap * D, tmp + (int64_t)b * keep * D, (size_t)keep * D * sizeof(float));
-    }
+    if (mf__xl_keep(ctx, mem, cap, len, x->data, T, keep, B, D) < 0) return; /* the last keep rows of [mem ; x] */
     s->len[l] = keep;
 }
 
@@ -4791,10 +4783,12 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
         mf_tensor *mem;
         shape[0] = B; shape[1] = Mm; shape[2] = D;
         if (!(mem = mf_new(ctx, 3, shape))) return NULL;
-        for (b = 0; b < B; b++) {
+        for (b = 0; b < B; b++) { /* device copies on CUDA */
             float *dst = mem->data + (int64_t)b * Mm * D;
-            if (cl) memcpy(dst, s->cmem + ((int64_t)l * B + b) * c->c_mem_len * D, (size_t)cl * D * sizeof(float));
-            memcpy(dst + (int64_t)cl * D, s->mem + ((int64_t)l * B + b) * s->cap * D, (size_t)s->len[l] * D * sizeof(float));
+            if ((cl && mf__dcopy(ctx, dst, s->cmem + ((int64_t)l * B + b) * c->c_mem_len * D, (size_t)cl * D * sizeof(float)) < 0) ||
+                mf__dcopy(ctx, dst + (int64_t)cl * D, s->mem + ((int64_t)l * B + b) * s->cap * D,
+                          (size_t)s->len[l] * D * sizeof(float)) < 0)
+                return NULL;
         }
         kv = mf_concat(ctx, mem, x, 1);
     }
