@@ -155,7 +155,7 @@ static void test_rel_attention_too_big(void) {
 enum { XV = 13 };
 static mf_model_config xl_config(int mem_len, int compressive) {
     mf_model_config c = mf_model_config_default();
-    c.vocab = XV; c.d_model = 12; c.n_heads = 2; c.n_layers = 2; c.d_ff = 20; c.max_seq = 8;
+    c.vocab = XV; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 16; c.max_seq = 8;
     c.mixer = MF_MIXER_RELATIVE; c.pos = MF_POS_NONE; c.ffn_act = MF_ACT_GELU; c.dropout = 0.1f;
     c.mem_len = mem_len; c.compressive = compressive; c.c_mem_len = 4; c.compression_rate = 2;
     return c;
@@ -256,7 +256,9 @@ static void xl_train_check(mf_model_config cfg, const char *what, int steps, int
     double aux = 0;
     for (size_t i = 0; i < cpu.aux.size(); i++) aux += cpu.aux[i];
     MFT_CHECK((aux > 0) == (expect_aux != 0)); /* the compressive runs do compress */
-    for (int o = 0; o < N_ORDERS; o++) {
+    /* the R, S tables (2 x 8192 rows a layer) make every optimizer step a big emulated launch:
+       the in and shuffled orders only (the shuffled one alone under ASan) */
+    for (int o = MFT_SMALL ? N_ORDERS - 1 : 0; o < N_ORDERS; o += 2) {
         set_order(o);
         XlRun gpu = xl_train(cfg, 1, steps);
         if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
@@ -271,8 +273,10 @@ static void xl_train_check(mf_model_config cfg, const char *what, int steps, int
     set_order(0);
 }
 static void test_train_relative_no_memory(void) { xl_train_check(xl_config(0, 0), "relative, mem_len 0", 3, 0); }
-static void test_train_xl(void) { xl_train_check(xl_config(6, 0), "xl mem_len 6", MFT_SMALL ? 4 : 5, 0); }
-static void test_train_compressive(void) { xl_train_check(xl_config(6, 1), "compressive", MFT_SMALL ? 4 : 6, 1); }
+static void test_train_xl(void) { xl_train_check(xl_config(6, 0), "xl mem_len 6", 4, 0); }
+/* segments of 5, mem_len 6, rate 2, c_mem_len 4: step 1 compresses 4 rows into 2, step 2 six into
+   three (c_mem trimmed from 5 to 4), step 3 four into two */
+static void test_train_compressive(void) { xl_train_check(xl_config(6, 1), "compressive", 4, 1); }
 
 /* the memory API on the device, step by step against the CPU: segments continue, slots are
    independent, reset, batch-size change refused while memories are held */
