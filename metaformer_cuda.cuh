@@ -758,12 +758,13 @@ static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const f
      mf__k_xl_bwd_dq   grid BH * ceil(Tq/32): recomputes P, dS = scale P (dO.v - D) per key tile,
                        dQ_i += sum_j dS_ij (k_j + R[rho_ij]).
      mf__k_xl_bwd_dkv  grid BH * ceil(Tk/32): per query tile that sees the keys, dV_j += P^T dO,
-                       dK_j += dS^T q + (sum_i dS_ij) u; the column sums go to cs for du.
+                       dK_j += dS^T q + (sum_i dS_ij) u; the block's part of du, sum_j (sum_i dS_ij) k_j,
+                       goes to a [BH][key tiles][dk] buffer.
      mf__k_xl_bwd_rel  grid H * ceil(Tk/32): one block owns 32 relative distances d = i + M - j
                        (table rows P - d) of one head and walks every b and query tile along those
                        diagonals: dR[P - d] += sum dS_ij q_i, dS[P - d] += sum dS_ij. Only the Tk
                        visible rows P - Tk + 1 .. P are written (the CPU's rule).
-     mf__k_xl_bwd_du   du[h] += sum_b sum_j cs_bhj k_bhj, in order.
+     mf__k_xl_bwd_du   du[h] += those parts over b and key tiles, in order.
    Every value is summed by one thread in a fixed order (no atomics): deterministic. */
 #define MF__XL_BQ 32                          /* queries of a tile */
 #define MF__XL_BK 32                          /* keys of a tile; relative distances of a dR block */
@@ -803,17 +804,19 @@ static __device__ float mf__cu_xl_dscore(float s, float lse, const float *go, co
 }
 
 /* ---- tile staging ---- */
-/* dst [n][w] = rows r0 .. r0 + n - 1 of a matrix of `rows` rows (row stride ld); rows outside are 0 */
-static __device__ void mf__cu_xl_stage(float *dst, const float *src, long long ld, int r0, int n, int rows, int w) {
+/* dst [n][w] (row stride ldd) = rows r0 .. r0 + n - 1 of a matrix of `rows` rows (row stride lds);
+   rows outside are 0. The tiles of width dk / dv are kept with an odd row stride (dk | 1, dv | 1):
+   lanes that read different rows of a column then hit different shared-memory banks. */
+static __device__ void mf__cu_xl_stage(float *dst, int ldd, const float *src, long long lds, int r0, int n, int rows, int w) {
     for (int e = threadIdx.x; e < n * w; e += blockDim.x) {
         int r = e / w, g = r0 + r;
-        dst[e] = g >= 0 && g < rows ? src[(long long)g * ld + e % w] : 0.0f;
+        dst[r * ldd + e % w] = g >= 0 && g < rows ? src[(long long)g * lds + e % w] : 0.0f;
     }
 }
 /* the table rows rho0 .. rho0 + n - 1 of head h: R into rs [n][dk], S into ss [n] */
 static __device__ void mf__cu_xl_stage_rows(const mf__cu_xl_args &a, int h, int rho0, int n, float *rs, float *ss) {
-    mf__cu_xl_stage(rs, a.R + (long long)h * a.dk, (long long)a.H * a.dk, rho0, n, 2 * a.P, a.dk);
-    mf__cu_xl_stage(ss, a.S + h, a.H, rho0, n, 2 * a.P, 1);
+    mf__cu_xl_stage(rs, a.dk | 1, a.R + (long long)h * a.dk, (long long)a.H * a.dk, rho0, n, 2 * a.P, a.dk);
+    mf__cu_xl_stage(ss, 1, a.S + h, a.H, rho0, n, 2 * a.P, 1);
 }
 /* sum over the 4 lanes of a tile row (adjacent lanes of one warp; every thread of the block calls it) */
 static __device__ float mf__cu_xl_rowsum(float v) {
@@ -836,25 +839,26 @@ static __global__ void mf__k_xl_fwd(mf__cu_xl_args a, float *o, float *lse) {
     int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, nqt = (a.Tq + BQ - 1) / BQ, n, jj, e, j0, kend;
     long long bh = blockIdx.x / nqt;
     int h = (int)(bh % a.H), i0 = (int)(blockIdx.x % nqt) * BQ, ii = threadIdx.x / MF__XL_TPR, sub = threadIdx.x % MF__XL_TPR;
-    float *qs = sm, *us = qs + BQ * dk, *ks = us + dk, *vs = ks + BK * dk, *rs = vs + BK * dv, *ss = rs + NR * dk;
+    int lk = dk | 1, lv = dv | 1;
+    float *qs = sm, *us = qs + BQ * lk, *ks = us + dk, *vs = ks + BK * lk, *rs = vs + BK * lv, *ss = rs + NR * lk;
     float *p = ss + NR, *acc = p + BQ * BK, *al = acc + BQ * dv, *ls = al + BQ;
     float m = -INFINITY, l = 0;
     kend = i0 + BQ + M < a.Tk ? i0 + BQ + M : a.Tk; /* later keys are hidden from the whole tile */
-    mf__cu_xl_stage(qs, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
-    mf__cu_xl_stage(us, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
     for (e = threadIdx.x; e < BQ * dv; e += blockDim.x) acc[e] = 0.0f;
     for (j0 = 0; j0 < kend; j0 += BK) {
         float sc[MF__XL_BK / MF__XL_TPR], mx = -INFINITY, mnew, alpha, sum = 0;
         __syncthreads(); /* the previous tile is consumed */
-        mf__cu_xl_stage(ks, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
-        mf__cu_xl_stage(vs, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
+        mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
+        mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
         mf__cu_xl_stage_rows(a, h, a.P + j0 - i0 - (BQ - 1) - M, NR, rs, ss);
         __syncthreads();
         for (n = 0; n < BK / MF__XL_TPR; n++) {
             int r;
             jj = sub + n * MF__XL_TPR; r = jj - ii + BQ - 1;
             sc[n] = mf__cu_xl_visible(a, i0 + ii, j0 + jj)
-                        ? mf__cu_xl_score(qs + ii * dk, us, ks + jj * dk, rs + r * dk, ss[r], dk, a.scale) : -INFINITY;
+                        ? mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale) : -INFINITY;
             mx = sc[n] > mx ? sc[n] : mx;
         }
         mx = mf__cu_xl_rowmax(mx);
@@ -873,7 +877,7 @@ static __global__ void mf__k_xl_fwd(mf__cu_xl_args a, float *o, float *lse) {
         for (e = threadIdx.x; e < BQ * dv; e += blockDim.x) { /* O = alpha O + P V */
             int r = e / dv, c = e % dv;
             float s = 0;
-            for (jj = 0; jj < BK; jj++) s += p[r * BK + jj] * vs[jj * dv + c];
+            for (jj = 0; jj < BK; jj++) s += p[r * BK + jj] * vs[jj * lv + c];
             acc[e] = acc[e] * al[r] + s;
         }
     }
@@ -901,34 +905,35 @@ static __global__ void mf__k_xl_bwd_dq(mf__cu_xl_args a, float *dq) {
     int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, nqt = (a.Tq + BQ - 1) / BQ, n, e, j0, kend;
     long long bh = blockIdx.x / nqt;
     int h = (int)(bh % a.H), i0 = (int)(blockIdx.x % nqt) * BQ, ii = threadIdx.x / MF__XL_TPR, sub = threadIdx.x % MF__XL_TPR;
-    float *qs = sm, *gs = qs + BQ * dk, *us = gs + BQ * dv, *ks = us + dk, *vs = ks + BK * dk, *rs = vs + BK * dv;
-    float *ss = rs + NR * dk, *ds = ss + NR, *acc = ds + BQ * BK;
+    int lk = dk | 1, lv = dv | 1;
+    float *qs = sm, *gs = qs + BQ * lk, *us = gs + BQ * lv, *ks = us + dk, *vs = ks + BK * lk, *rs = vs + BK * lv;
+    float *ss = rs + NR * lk, *ds = ss + NR, *acc = ds + BQ * BK;
     long long row = bh * a.Tq + i0 + ii;
     float L = i0 + ii < a.Tq ? a.lse[row] : 0.0f, Dr = i0 + ii < a.Tq ? a.D[row] : 0.0f;
     kend = i0 + BQ + M < a.Tk ? i0 + BQ + M : a.Tk;
-    mf__cu_xl_stage(qs, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
-    mf__cu_xl_stage(gs, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
-    mf__cu_xl_stage(us, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+    mf__cu_xl_stage(gs, lv, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
     for (e = threadIdx.x; e < BQ * dk; e += blockDim.x) acc[e] = 0.0f;
     for (j0 = 0; j0 < kend; j0 += BK) {
         __syncthreads();
-        mf__cu_xl_stage(ks, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
-        mf__cu_xl_stage(vs, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
+        mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
+        mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
         mf__cu_xl_stage_rows(a, h, a.P + j0 - i0 - (BQ - 1) - M, NR, rs, ss);
         __syncthreads();
         for (n = 0; n < BK / MF__XL_TPR; n++) {
             int jj = sub + n * MF__XL_TPR, r = jj - ii + BQ - 1;
             float d = 0, pr;
             if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
-                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * dk, us, ks + jj * dk, rs + r * dk, ss[r], dk, a.scale), L,
-                                     gs + ii * dv, vs + jj * dv, dv, Dr, a.scale, &pr);
+                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale), L,
+                                     gs + ii * lv, vs + jj * lv, dv, Dr, a.scale, &pr);
             ds[ii * BK + jj] = d;
         }
         __syncthreads();
         for (e = threadIdx.x; e < BQ * dk; e += blockDim.x) { /* dQ += dS (K + R_diagonal) */
             int r = e / dk, c = e % dk, jj;
             float s = 0;
-            for (jj = 0; jj < BK; jj++) s += ds[r * BK + jj] * (ks[jj * dk + c] + rs[(jj - r + BQ - 1) * dk + c]);
+            for (jj = 0; jj < BK; jj++) s += ds[r * BK + jj] * (ks[jj * lk + c] + rs[(jj - r + BQ - 1) * lk + c]);
             acc[e] += s;
         }
     }
@@ -938,36 +943,38 @@ static __global__ void mf__k_xl_bwd_dq(mf__cu_xl_args a, float *dq) {
 
 /* ---- dK, dV: one block per (b*h, key tile), the query tiles that see it in order ---- */
 /* shared: K [BK][dk], V [BK][dv], u [dk], q [BQ][dk], dO [BQ][dv], R [NR][dk], S [NR], lse [BQ], D [BQ],
-   P^T [BK][BQ], dS^T [BK][BQ], dK [BK][dk], dV [BK][dv], colsum [BK]. cs (or NULL): colsum(dS) per key */
-static __global__ void mf__k_xl_bwd_dkv(mf__cu_xl_args a, float *dk_, float *dv_, float *cs) {
+   P^T [BK][BQ], dS^T [BK][BQ], dK [BK][dk], dV [BK][dv], colsum [BK] (row strides of q, k, R, dO, v
+   padded). dup (or NULL): the block's part of du, sum_j colsum(dS)_j k_j, at [b*h][key tile][dk] */
+static __global__ void mf__k_xl_bwd_dkv(mf__cu_xl_args a, float *dk_, float *dv_, float *dup) {
     MF_DYN_SMEM(float, sm);
     const int BQ = MF__XL_BQ, BK = MF__XL_BK, NR = MF__XL_NR;
     int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, nkt = (a.Tk + BK - 1) / BK, n, e, i0;
     long long bh = blockIdx.x / nkt;
     int h = (int)(bh % a.H), j0 = (int)(blockIdx.x % nkt) * BK, jj = threadIdx.x / MF__XL_TPR, sub = threadIdx.x % MF__XL_TPR;
-    float *ks = sm, *vs = ks + BK * dk, *us = vs + BK * dv, *qs = us + dk, *gs = qs + BQ * dk, *rs = gs + BQ * dv;
-    float *ss = rs + NR * dk, *lq = ss + NR, *dq = lq + BQ, *pt = dq + BQ, *dt = pt + BK * BQ, *ak = dt + BK * BQ;
+    int lk = dk | 1, lv = dv | 1;
+    float *ks = sm, *vs = ks + BK * lk, *us = vs + BK * lv, *qs = us + dk, *gs = qs + BQ * lk, *rs = gs + BQ * lv;
+    float *ss = rs + NR * lk, *lq = ss + NR, *dq = lq + BQ, *pt = dq + BQ, *dt = pt + BK * BQ, *ak = dt + BK * BQ;
     float *av = ak + BK * dk, *csum = av + BK * dv, cacc = 0;
-    mf__cu_xl_stage(ks, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
-    mf__cu_xl_stage(vs, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
-    mf__cu_xl_stage(us, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
+    mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
     for (e = threadIdx.x; e < BK * dk; e += blockDim.x) ak[e] = 0.0f;
     for (e = threadIdx.x; e < BK * dv; e += blockDim.x) av[e] = 0.0f;
     i0 = j0 - M > 0 ? (j0 - M) / BQ * BQ : 0; /* query i sees key j iff i >= j - M */
     for (; i0 < a.Tq; i0 += BQ) {
         __syncthreads();
-        mf__cu_xl_stage(qs, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
-        mf__cu_xl_stage(gs, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
-        mf__cu_xl_stage(lq, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
-        mf__cu_xl_stage(dq, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+        mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+        mf__cu_xl_stage(gs, lv, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
+        mf__cu_xl_stage(lq, 1, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+        mf__cu_xl_stage(dq, 1, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
         mf__cu_xl_stage_rows(a, h, a.P + j0 - i0 - (BQ - 1) - M, NR, rs, ss);
         __syncthreads();
         for (n = 0; n < BQ / MF__XL_TPR; n++) {
             int ii = sub + n * MF__XL_TPR, r = jj - ii + BQ - 1;
             float d = 0, pr = 0;
             if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
-                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * dk, us, ks + jj * dk, rs + r * dk, ss[r], dk, a.scale),
-                                     lq[ii], gs + ii * dv, vs + jj * dv, dv, dq[ii], a.scale, &pr);
+                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale),
+                                     lq[ii], gs + ii * lv, vs + jj * lv, dv, dq[ii], a.scale, &pr);
             pt[jj * BQ + ii] = pr;
             dt[jj * BQ + ii] = d;
             cacc += d;
@@ -976,22 +983,24 @@ static __global__ void mf__k_xl_bwd_dkv(mf__cu_xl_args a, float *dk_, float *dv_
         for (e = threadIdx.x; e < BK * dv; e += blockDim.x) { /* dV += P^T dO */
             int r = e / dv, c = e % dv, ii;
             float s = 0;
-            for (ii = 0; ii < BQ; ii++) s += pt[r * BQ + ii] * gs[ii * dv + c];
+            for (ii = 0; ii < BQ; ii++) s += pt[r * BQ + ii] * gs[ii * lv + c];
             av[e] += s;
         }
         for (e = threadIdx.x; e < BK * dk; e += blockDim.x) { /* dK += dS^T q */
             int r = e / dk, c = e % dk, ii;
             float s = 0;
-            for (ii = 0; ii < BQ; ii++) s += dt[r * BQ + ii] * qs[ii * dk + c];
+            for (ii = 0; ii < BQ; ii++) s += dt[r * BQ + ii] * qs[ii * lk + c];
             ak[e] += s;
         }
     }
     cacc = mf__cu_xl_rowsum(cacc);
-    if (sub == 0) {
-        csum[jj] = cacc;
-        if (cs && j0 + jj < a.Tk) cs[bh * a.Tk + j0 + jj] = cacc;
-    }
+    if (sub == 0) csum[jj] = cacc;
     __syncthreads();
+    for (e = threadIdx.x; dup && e < dk; e += blockDim.x) { /* keys past Tk are zero rows */
+        float s = 0;
+        for (n = 0; n < BK; n++) s += csum[n] * ks[n * lk + e];
+        dup[(long long)blockIdx.x * dk + e] = s;
+    }
     for (e = threadIdx.x; dv_ && e < BK * dv; e += blockDim.x)
         if (j0 + e / dv < a.Tk) dv_[(bh * a.Tk + j0) * dv + e] += av[e];
     for (e = threadIdx.x; dk_ && e < BK * dk; e += blockDim.x) /* the u term: + colsum(dS) u */
@@ -1009,12 +1018,13 @@ static __global__ void mf__k_xl_bwd_rel(mf__cu_xl_args a, int B, float *dR, floa
     int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, ndt = (a.Tk + BK - 1) / BK, n, e, b, i0;
     int h = (int)(blockIdx.x / ndt), d0 = (int)(blockIdx.x % ndt) * BK, dd = threadIdx.x / MF__XL_TPR;
     int sub = threadIdx.x % MF__XL_TPR;
-    float *us = sm, *rs = us + dk, *ss = rs + BK * dk, *qs = ss + BK, *gs = qs + BQ * dk, *lq = gs + BQ * dv;
-    float *dq = lq + BQ, *ks = dq + BQ, *vs = ks + NR * dk, *dt = vs + NR * dv, *ar = dt + BK * BQ, sacc = 0;
-    mf__cu_xl_stage(us, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    int lk = dk | 1, lv = dv | 1;
+    float *us = sm, *rs = us + dk, *ss = rs + BK * lk, *qs = ss + BK, *gs = qs + BQ * lk, *lq = gs + BQ * lv;
+    float *dq = lq + BQ, *ks = dq + BQ, *vs = ks + NR * lk, *dt = vs + NR * lv, *ar = dt + BK * BQ, sacc = 0;
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
     for (e = threadIdx.x; e < BK * dk; e += blockDim.x) { /* row dd: table row P - d0 - dd (descending) */
         int r = e / dk;
-        rs[e] = d0 + r < a.Tk ? a.R[((long long)(a.P - d0 - r) * a.H + h) * dk + e % dk] : 0.0f;
+        rs[r * lk + e % dk] = d0 + r < a.Tk ? a.R[((long long)(a.P - d0 - r) * a.H + h) * dk + e % dk] : 0.0f;
         ar[e] = 0.0f;
     }
     for (e = threadIdx.x; e < BK; e += blockDim.x) ss[e] = d0 + e < a.Tk ? a.S[(long long)(a.P - d0 - e) * a.H + h] : 0.0f;
@@ -1024,19 +1034,19 @@ static __global__ void mf__k_xl_bwd_rel(mf__cu_xl_args a, int B, float *dR, floa
             int jlo = i0 + M - d0 - (BK - 1);
             if (i0 + BQ - 1 + M < d0) continue; /* every pair of the tile has j < 0 */
             __syncthreads();
-            mf__cu_xl_stage(qs, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
-            mf__cu_xl_stage(gs, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
-            mf__cu_xl_stage(lq, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
-            mf__cu_xl_stage(dq, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
-            mf__cu_xl_stage(ks, a.k + bh * a.Tk * dk, dk, jlo, NR, a.Tk, dk);
-            mf__cu_xl_stage(vs, a.v + bh * a.Tk * dv, dv, jlo, NR, a.Tk, dv);
+            mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+            mf__cu_xl_stage(gs, lv, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
+            mf__cu_xl_stage(lq, 1, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+            mf__cu_xl_stage(dq, 1, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+            mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, jlo, NR, a.Tk, dk);
+            mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, jlo, NR, a.Tk, dv);
             __syncthreads();
             for (n = 0; n < BQ / MF__XL_TPR; n++) {
                 int ii = sub + n * MF__XL_TPR, jl = ii - dd + BK - 1;
                 float d = 0, pr;
                 if (d0 + dd < a.Tk && mf__cu_xl_visible(a, i0 + ii, jlo + jl))
-                    d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * dk, us, ks + jl * dk, rs + dd * dk, ss[dd], dk, a.scale),
-                                         lq[ii], gs + ii * dv, vs + jl * dv, dv, dq[ii], a.scale, &pr);
+                    d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jl * lk, rs + dd * lk, ss[dd], dk, a.scale),
+                                         lq[ii], gs + ii * lv, vs + jl * lv, dv, dq[ii], a.scale, &pr);
                 dt[dd * BQ + ii] = d;
                 sacc += d;
             }
@@ -1044,7 +1054,7 @@ static __global__ void mf__k_xl_bwd_rel(mf__cu_xl_args a, int B, float *dR, floa
             for (e = threadIdx.x; e < BK * dk; e += blockDim.x) { /* dR_rows += dS_diagonals q */
                 int r = e / dk, c = e % dk, ii;
                 float s = 0;
-                for (ii = 0; ii < BQ; ii++) s += dt[r * BQ + ii] * qs[ii * dk + c];
+                for (ii = 0; ii < BQ; ii++) s += dt[r * BQ + ii] * qs[ii * lk + c];
                 ar[e] += s;
             }
         }
@@ -1055,15 +1065,13 @@ static __global__ void mf__k_xl_bwd_rel(mf__cu_xl_args a, int B, float *dR, floa
         if (d0 + e / dk < a.Tk) dR[((long long)(a.P - d0 - e / dk) * a.H + h) * dk + e % dk] += ar[e];
 }
 
-/* du[h][c] += sum over b, then keys j (in order) of colsum(dS)[b, h, j] * k[b, h, j, c] */
-static __global__ void mf__k_xl_bwd_du(float *du, const float *cs, const float *k, int B, int H, int Tk, int dk) {
+/* du[h][c] += the dK/dV blocks' parts dup [B*H][nkt][dk], over b then key tiles, in order */
+static __global__ void mf__k_xl_bwd_du(float *du, const float *dup, int B, int H, int nkt, int dk) {
     MF__CU_LOOP(e, (long long)H * dk) {
         long long h = e / dk, c = e % dk;
         float acc = du[e];
-        for (int b = 0; b < B; b++) {
-            long long bh = (long long)b * H + h;
-            for (int j = 0; j < Tk; j++) acc += cs[bh * Tk + j] * k[(bh * Tk + j) * dk + c];
-        }
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < nkt; t++) acc += dup[(((long long)b * H + h) * nkt + t) * dk + c];
         du[e] = acc;
     }
 }
@@ -1090,8 +1098,9 @@ template <class K> static int mf__cu_xl_smem(mf_ctx *ctx, K kernel, size_t float
 static int mf__cu_rel_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_xl_args a = mf__cu_xl_args_of(out);
     long long BH = (long long)out->src[0]->shape[0] * a.H, nqt = (a.Tq + MF__XL_BQ - 1) / MF__XL_BQ;
-    size_t smem = (size_t)(MF__XL_BQ + 1 + MF__XL_BK) * a.dk + (size_t)(MF__XL_BK + MF__XL_BQ) * a.dv +
-                  (size_t)MF__XL_NR * (a.dk + 1) + MF__XL_BQ * MF__XL_BK + 2 * MF__XL_BQ;
+    size_t lk = (size_t)(a.dk | 1), lv = (size_t)(a.dv | 1);
+    size_t smem = (MF__XL_BQ + MF__XL_BK) * lk + a.dk + MF__XL_BK * lv + (size_t)MF__XL_BQ * a.dv +
+                  MF__XL_NR * (lk + 1) + MF__XL_BQ * MF__XL_BK + 2 * MF__XL_BQ;
     if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     if (mf__cu_xl_smem(ctx, mf__k_xl_fwd, smem, "the forward", a) < 0) return -1;
     return MF__CU_RUN(ctx, "rel_attention", mf__k_xl_fwd, (unsigned)(BH * nqt), MF__XL_NT, smem * sizeof(float), a,
@@ -1104,14 +1113,15 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gu = mf__g(out->src[3]);
     float *gR = mf__g(out->src[4]), *gS = mf__g(out->src[5]), *D, *cs = NULL;
     const int BQ = MF__XL_BQ, BK = MF__XL_BK, NR = MF__XL_NR;
-    size_t s_dq = (size_t)(2 * BQ + 1 + BK) * a.dk + (size_t)(BQ + BK) * a.dv + (size_t)NR * (a.dk + 1) + BQ * BK;
-    size_t s_kv = (size_t)(2 * BK + 1 + BQ) * a.dk + (size_t)(2 * BK + BQ) * a.dv + (size_t)NR * (a.dk + 1) + 2 * BQ +
-                  2 * BK * BQ + BK;
-    size_t s_rel = (size_t)(1 + 2 * BK + BQ + NR) * a.dk + (size_t)(BQ + NR) * a.dv + BK + 2 * BQ + BK * BQ;
+    size_t lk = (size_t)(a.dk | 1), lv = (size_t)(a.dv | 1); /* the padded row strides of the kernels */
+    size_t s_dq = (BQ + BK) * lk + (size_t)(BQ + 1) * a.dk + (BQ + BK) * lv + NR * (lk + 1) + BQ * BK;
+    size_t s_kv = (BK + BQ) * lk + (size_t)(BK + 1) * a.dk + (BK + BQ) * lv + (size_t)BK * a.dv + NR * (lk + 1) +
+                  2 * BQ + 2 * BK * BQ + BK;
+    size_t s_rel = (BK + BQ + NR) * lk + (size_t)(BK + 1) * a.dk + (BQ + NR) * lv + BK + 2 * BQ + BK * BQ;
     const char *op = "rel_attention (backward)";
     if (!gq && !gk && !gv && !gu && !gR && !gS) return 0;
     if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
-    if (gu && !(cs = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tk) * sizeof(float)))) return -1;
+    if (gu && !(cs = (float *)mf__cu_arena(ctx, (size_t)(BH * nkt * a.dk) * sizeof(float)))) return -1;
     a.D = D;
     if (MF__CU_RUN(ctx, op, mf__k_xl_dot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, (const float *)out->grad,
                    (const float *)out->data, a.dv, BH * a.Tq) < 0)
@@ -1124,7 +1134,7 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
                                         a, gk, gv, cs) < 0))
         return -1;
     if (gu && MF__CU_RUN(ctx, op, mf__k_xl_bwd_du, mf__cu_grid((long long)a.H * a.dk, MF__CU_BS), MF__CU_BS, 0, gu,
-                         (const float *)cs, a.k, B, a.H, a.Tk, a.dk) < 0)
+                         (const float *)cs, B, a.H, (int)nkt, a.dk) < 0)
         return -1;
     if ((gR || gS) && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_rel, s_rel, "the dR/dS backward", a) < 0 ||
                        MF__CU_RUN(ctx, op, mf__k_xl_bwd_rel, (unsigned)((long long)a.H * nkt), MF__XL_NT,
