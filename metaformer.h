@@ -311,7 +311,8 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
    softmax over the visible keys (j <= i + M), times v. Requires Tk <= P. No Tq x Tk matrix is
    kept (the op saves the row log-sum-exp; the backward recomputes the scores tile by tile); only
    the rows P - Tk + 1 .. P of R and S, the ones some query sees, receive gradient. Gradients are
-   deterministic; the backward runs one thread per (batch, head) pair. scale is usually 1/sqrt(dk). */
+   deterministic; the CPU backward runs one thread per (batch, head) pair, CUDA uses tiled kernels
+   (metaformer_cuda.cuh, [cu:xl]). scale is usually 1/sqrt(dk). */
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                   mf_tensor *R, mf_tensor *S, float scale);
 /* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1). */
