@@ -4556,12 +4556,15 @@ MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_te
    0 training, 1 validation (mf_model_memory_slot), 2 generation (reset when generation restarts at
    position 0). The generation slot keeps mem_len memories like training (SPEC 5.6 / 6.3: the
    prompt with an empty memory, then one token at a time); with mem_len = 0 it keeps up to
-   max_seq - 1 tokens instead, so that generation equals the full forward over the window. */
+   max_seq - 1 tokens instead, so that generation equals the full forward over the window.
+   The memories are read and rebuilt with ops on constants (mf_concat / mf_slice of tensors over the
+   slot buffers, mf__wrap): one kernel each on CUDA, then one contiguous copy back per buffer. */
 typedef struct mf__xl_slot {
     int B;              /* batch rows of the stored memories (0: none allocated) */
     int cap;            /* memories kept per layer */
     int *len, *clen;    /* per layer: memories and compressed memories held */
-    float *mem, *cmem;  /* [L][B][cap][D] and [L][B][c_mem_len][D], oldest first */
+    float *mem, *cmem;  /* per layer l a block of B * cap (c_mem_len) rows of D floats at l * B * cap * D
+                           (l * B * c_mem_len * D), holding [B][len][D] ([B][clen][D]) densely, oldest first */
 } mf__xl_slot;
 struct mf__xl_state {
     mf__xl_slot slot[3];
@@ -4681,28 +4684,20 @@ static int mf__xl_prepare(mf_model *m, mf__xl_slot *s, int B) {
     return 0;
 }
 
-/* rows [0, n) of out[b] (rows of D floats, out has rows_out rows per batch row) = rows skip ..
-   skip + n - 1 of [a[b] (na rows, stride sa) ; x[b] (stride sx)]: at most two copies per batch row,
-   on the context's device. 0 or -1 (error in ctx). */
-static int mf__xl_rows(mf_ctx *ctx, float *out, int rows_out, const float *a, int na, int sa, const float *x, int sx,
-                       int skip, int n, int B, int D) {
-    int b, from_a = skip < na ? (na - skip < n ? na - skip : n) : 0;
-    size_t row = (size_t)D * sizeof(float);
-    for (b = 0; b < B; b++) {
-        float *o = out + (int64_t)b * rows_out * D;
-        if (from_a && mf__dcopy(ctx, o, a + ((int64_t)b * sa + skip) * D, (size_t)from_a * row) < 0) return -1;
-        if (n > from_a && mf__dcopy(ctx, o + (int64_t)from_a * D, x + ((int64_t)b * sx + skip + from_a - na) * D,
-                                    (size_t)(n - from_a) * row) < 0)
-            return -1;
-    }
-    return 0;
+/* n rows per batch row held densely at buf as a constant tensor [B, n, D] (NULL when n = 0) */
+static mf_tensor *mf__xl_wrap(mf_ctx *ctx, float *buf, int B, int n, int D) {
+    int shape[3];
+    shape[0] = B; shape[1] = n; shape[2] = D;
+    return n > 0 && mf_ok(ctx) ? mf__wrap(ctx, 3, shape, buf) : NULL;
 }
-/* buf[b] (cap rows, len held) = the last keep rows of [buf[b] ; x[b] (nx rows)], through a copy in
-   the arena (the ranges overlap) */
-static int mf__xl_keep(mf_ctx *ctx, float *buf, int cap, int len, const float *x, int nx, int keep, int B, int D) {
-    float *tmp = (float *)mf__alloc_data(ctx, (size_t)B * keep * D * sizeof(float));
-    if (!tmp || mf__xl_rows(ctx, tmp, keep, buf, len, cap, x, nx, len + nx - keep, keep, B, D) < 0) return -1;
-    return mf__xl_rows(ctx, buf, cap, tmp, keep, keep, NULL, 0, 0, keep, B, D);
+/* [a ; b] along the sequence axis; either may be NULL (empty) */
+static mf_tensor *mf__xl_cat(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return !a ? b : !b ? a : mf_concat(ctx, a, b, 1); }
+/* buf (dense [B, keep, D]) = the last keep rows of the constant x [B, n, D]; 0 or -1 */
+static int mf__xl_store(mf_ctx *ctx, float *buf, mf_tensor *x, int keep) {
+    mf_tensor *t;
+    if (!x) return -1;
+    t = keep < x->shape[1] ? mf_slice(ctx, x, 1, x->shape[1] - keep, keep) : x;
+    return t ? mf__dcopy(ctx, buf, t->data, (size_t)t->ne * sizeof(float)) : -1;
 }
 
 /* SPEC 6.4: the attention-reconstruction loss of layer l, mean((A(h', cm') - A(h', m'))^2) with
@@ -4736,20 +4731,18 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
     const mf_model_config *c = &m->cfg;
     mf__layer *L = &m->layers[l];
     int B = x->shape[0], T = x->shape[1], D = c->d_model, cap = s->cap, rate = c->compression_rate;
-    int len = s->len[l], n = len + T, keep, shape[3];
+    int len = s->len[l], n = len + T, keep;
     float *mem = s->mem + (int64_t)l * B * cap * D;
+    mf_tensor *all; /* [mem ; x] [B, n, D], a constant in the arena (or x itself) */
     if (cap == 0) return;
+    if (!(all = mf__xl_cat(ctx, mf__xl_wrap(ctx, mem, B, len, D), mf_detach(ctx, x)))) return;
     if (c->compressive && n > cap) {
         int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep;
         float *cmem = s->cmem + (int64_t)l * B * c->c_mem_len * D;
-        mf_tensor *old, *cm;
-        shape[0] = B; shape[1] = nold; shape[2] = D;
-        if (!(old = mf_new(ctx, 3, shape)) ||
-            mf__xl_rows(ctx, old->data, nold, mem, len, cap, x->data, T, 0, nold, B, D) < 0)
-            return;
-        if (!(cm = mf_conv1d(ctx, old, L->cmp_w, L->cmp_b, rate, 0))) return; /* [B, nc, D] */
+        mf_tensor *old = mf_slice(ctx, all, 1, 0, nold), *cm;                  /* the oldest nold rows */
+        if (!old || !(cm = mf_conv1d(ctx, old, L->cmp_w, L->cmp_b, rate, 0))) return; /* [B, nc, D] */
         ckeep = cl + nc < c->c_mem_len ? cl + nc : c->c_mem_len; /* the last c_mem_len of [c_mem ; cm] */
-        if (mf__xl_keep(ctx, cmem, c->c_mem_len, cl, cm->data, nc, ckeep, B, D) < 0) return;
+        if (mf__xl_store(ctx, cmem, mf__xl_cat(ctx, mf__xl_wrap(ctx, cmem, B, cl, D), mf_detach(ctx, cm)), ckeep) < 0) return;
         s->clen[l] = ckeep;
         if (!gen) {
             mf_tensor *ar = mf__xl_ar_loss(m, l, mf_detach(ctx, x), old, cm);
@@ -4757,9 +4750,9 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
             m->xl->aux = m->xl->aux ? mf_add(ctx, m->xl->aux, ar) : ar;
             m->xl->aux_value += mf_item(ctx, ar); /* the host waits here on CUDA: one float per layer */
         }
-        keep = n - nold;
+        keep = n - nold; /* can be 0 when mem_len = compression_rate - 1 */
     } else keep = n < cap ? n : cap;
-    if (mf__xl_keep(ctx, mem, cap, len, x->data, T, keep, B, D) < 0) return; /* the last keep rows of [mem ; x] */
+    if (keep > 0 && mf__xl_store(ctx, mem, all, keep) < 0) return; /* the last keep rows of [mem ; x] */
     s->len[l] = keep;
 }
 
@@ -4779,19 +4772,9 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     if (mf__xl_prepare(m, s, B) < 0) return NULL;
     kv = x;
     Mm = (c->compressive ? s->clen[l] : 0) + s->len[l];
-    if (Mm > 0) { /* [c_mem ; mem] of layer l copied into the arena: x then joins it */
-        int shape[3], b, cl = c->compressive ? s->clen[l] : 0;
-        mf_tensor *mem;
-        shape[0] = B; shape[1] = Mm; shape[2] = D;
-        if (!(mem = mf_new(ctx, 3, shape))) return NULL;
-        for (b = 0; b < B; b++) { /* device copies on CUDA */
-            float *dst = mem->data + (int64_t)b * Mm * D;
-            if ((cl && mf__dcopy(ctx, dst, s->cmem + ((int64_t)l * B + b) * c->c_mem_len * D, (size_t)cl * D * sizeof(float)) < 0) ||
-                mf__dcopy(ctx, dst + (int64_t)cl * D, s->mem + ((int64_t)l * B + b) * s->cap * D,
-                          (size_t)s->len[l] * D * sizeof(float)) < 0)
-                return NULL;
-        }
-        kv = mf_concat(ctx, mem, x, 1);
+    if (Mm > 0) { /* [c_mem ; mem ; x]: the memories are constants over the slot buffers */
+        mf_tensor *cmem = c->compressive ? mf__xl_wrap(ctx, s->cmem + (int64_t)l * B * c->c_mem_len * D, B, s->clen[l], D) : NULL;
+        kv = mf_concat(ctx, mf__xl_cat(ctx, cmem, mf__xl_wrap(ctx, s->mem + (int64_t)l * B * s->cap * D, B, s->len[l], D)), x, 1);
     }
     xn = mf_layernorm(ctx, kv, L->ln1_w, L->ln1_b, c->ln_eps);
     zq = Mm > 0 ? mf_slice(ctx, xn, 1, Mm, T) : xn;

@@ -281,9 +281,8 @@ static void test_train_compressive(void) { xl_train_check(xl_config(6, 1), "comp
 /* the memory API on the device, step by step against the CPU: segments continue, slots are
    independent, reset, batch-size change refused while memories are held */
 struct MemRun { std::vector<std::vector<float> > outs; std::vector<int> rets; std::vector<std::string> errs; };
-static MemRun mem_script(int cuda) {
+static MemRun mem_script(mf_model_config cfg, int cuda) {
     MemRun r;
-    mf_model_config cfg = xl_config(6, 1);
     mf_ctx *ctx = mf_ctx_new(5);
     int32_t ids[3 * 5], tg[3 * 5];
     if (cuda) mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
@@ -310,12 +309,12 @@ static MemRun mem_script(int cuda) {
     mf_ctx_free(ctx);
     return r;
 }
-static void test_memory_slots(void) {
-    MemRun cpu = mem_script(0);
+static void mem_check(mf_model_config cfg) {
+    MemRun cpu = mem_script(cfg, 0);
     MFT_CHECK(cpu.errs.size() == 9 && cpu.errs[6] == "batch" && cpu.errs[7] == "" && cpu.errs[8] == "");
     for (int o = 0; o < N_ORDERS; o++) {
         set_order(o);
-        MemRun gpu = mem_script(1);
+        MemRun gpu = mem_script(cfg, 1);
         MFT_CHECK(gpu.errs == cpu.errs && gpu.rets == cpu.rets && gpu.outs.size() == cpu.outs.size());
         for (size_t i = 0; i < gpu.outs.size() && i < cpu.outs.size(); i++) {
             double e = rel_err(gpu.outs[i], cpu.outs[i]);
@@ -323,6 +322,14 @@ static void test_memory_slots(void) {
         }
     }
     set_order(0);
+}
+static void test_memory_slots(void) {
+    mem_check(xl_config(6, 1));
+    mem_check(xl_config(6, 0));
+    /* mem_len = compression_rate - 1: a step can compress every memory and keep none (then the
+       next segment sees c_mem only) */
+    mf_model_config edge = xl_config(1, 1);
+    mem_check(edge);
 }
 
 /* generation: greedy and sampled, with memories, compressive, and mem_len 0 past max_seq */
