@@ -4632,9 +4632,10 @@ static void mf__xl_make_layer(mf_model *m, int l) {
 static void mf__xl_free(mf_model *m) {
     int i;
     if (!m->xl) return;
-    for (i = 0; i < 3; i++) { /* mem, cmem: on the model's device (a CUDA model is freed before its context) */
+    for (i = 0; i < 3; i++) { /* mem, cmem: on the model's device (only a CUDA model needs its context alive) */
         MF_FREE(m->xl->slot[i].len); MF_FREE(m->xl->slot[i].clen);
-        mf__dfree(m->ctx, m->xl->slot[i].mem); mf__dfree(m->ctx, m->xl->slot[i].cmem);
+        if (m->on_device) { mf__dfree(m->ctx, m->xl->slot[i].mem); mf__dfree(m->ctx, m->xl->slot[i].cmem); }
+        else { MF_FREE(m->xl->slot[i].mem); MF_FREE(m->xl->slot[i].cmem); }
     }
     MF_FREE(m->xl);
     m->xl = NULL;
