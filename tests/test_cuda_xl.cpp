@@ -137,6 +137,7 @@ static void test_rel_attention_op(void) {
         {3, 1, 33, 40, 4, 4, 80}, /* memory longer than a tile */
         {1, 3, 70, 5, 5, 3, 80},
         {MFT_SMALL ? 1 : 3, 2, 70, 40, 3, 6, 110}, /* Tk = 110 = P, 4 key tiles */
+        {1, 1, 33, 40, 64, 64, 80}, /* head size 64: every kernel over 48 KiB of shared memory */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) rel_check(cases[i]);
 }
