@@ -311,7 +311,8 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
    softmax over the visible keys (j <= i + M), times v. Requires Tk <= P. No Tq x Tk matrix is
    kept (the op saves the row log-sum-exp; the backward recomputes the scores tile by tile); only
    the rows P - Tk + 1 .. P of R and S, the ones some query sees, receive gradient. Gradients are
-   deterministic; the backward runs one thread per (batch, head) pair. scale is usually 1/sqrt(dk). */
+   deterministic; the CPU backward runs one thread per (batch, head) pair, CUDA uses tiled kernels
+   (metaformer_cuda.cuh, [cu:xl]). scale is usually 1/sqrt(dk). */
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                   mf_tensor *R, mf_tensor *S, float scale);
 /* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1). */
@@ -4538,7 +4539,6 @@ MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_te
                                   mf_tensor *R, mf_tensor *S, float scale) {
     mf_tensor *t = mf__begin(ctx, &mf__op_rel_attention, q, k, v, u);
     if (t) { t->src[4] = R; t->src[5] = S; t->farg[0] = scale; t->iarg[0] = 1; /* causal, for mf__attention_shape */ }
-    if (t && ctx->be) return (mf_tensor *)mf__fail(ctx, "rel_attention runs on the CPU only so far; use a CPU context");
     return mf__finish(ctx, t);
 }
 
@@ -4551,16 +4551,20 @@ MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_te
    ceil((len - mem_len) / c) * c rows are compressed by the layer's conv1d (kernel = stride = c)
    and appended to c_mem (the last c_mem_len kept), and the attention-reconstruction loss of the
    layer (SPEC 6.4, mf__xl_ar_loss) is added to the step's auxiliary loss.
-   Memories live in host buffers owned by the model (they survive mf_reset), in three slots:
+   Memories live in buffers owned by the model on its device (host memory on the CPU, device
+   memory from the context's backend on CUDA; they survive mf_reset), in three slots:
    0 training, 1 validation (mf_model_memory_slot), 2 generation (reset when generation restarts at
    position 0). The generation slot keeps mem_len memories like training (SPEC 5.6 / 6.3: the
    prompt with an empty memory, then one token at a time); with mem_len = 0 it keeps up to
-   max_seq - 1 tokens instead, so that generation equals the full forward over the window. */
+   max_seq - 1 tokens instead, so that generation equals the full forward over the window.
+   The memories are read and rebuilt with ops on constants (mf_concat / mf_slice of tensors over the
+   slot buffers, mf__wrap): one kernel each on CUDA, then one contiguous copy back per buffer. */
 typedef struct mf__xl_slot {
     int B;              /* batch rows of the stored memories (0: none allocated) */
     int cap;            /* memories kept per layer */
     int *len, *clen;    /* per layer: memories and compressed memories held */
-    float *mem, *cmem;  /* [L][B][cap][D] and [L][B][c_mem_len][D], oldest first */
+    float *mem, *cmem;  /* per layer l a block of B * cap (c_mem_len) rows of D floats at l * B * cap * D
+                           (l * B * c_mem_len * D), holding [B][len][D] ([B][clen][D]) densely, oldest first */
 } mf__xl_slot;
 struct mf__xl_state {
     mf__xl_slot slot[3];
@@ -4572,7 +4576,6 @@ struct mf__xl_state {
 static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c) {
     int64_t keys = (int64_t)c->max_seq + c->mem_len + (c->compressive ? c->c_mem_len : 0);
 #define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
-    if (ctx->be) MF__BAD("model config: the relative mixer runs on the CPU only so far; create the model on a CPU context");
     if (c->mem_len < 0) MF__BAD("model config: mem_len %d must be >= 0 (memories kept per layer; 0 = none)", c->mem_len);
     if (c->c_mem_len < 0) MF__BAD("model config: c_mem_len %d must be >= 0 (compressed memories kept per layer)", c->c_mem_len);
     if (c->compressive) {
@@ -4629,9 +4632,10 @@ static void mf__xl_make_layer(mf_model *m, int l) {
 static void mf__xl_free(mf_model *m) {
     int i;
     if (!m->xl) return;
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 3; i++) { /* mem, cmem: on the model's device (only a CUDA model needs its context alive) */
         MF_FREE(m->xl->slot[i].len); MF_FREE(m->xl->slot[i].clen);
-        MF_FREE(m->xl->slot[i].mem); MF_FREE(m->xl->slot[i].cmem);
+        if (m->on_device) { mf__dfree(m->ctx, m->xl->slot[i].mem); mf__dfree(m->ctx, m->xl->slot[i].cmem); }
+        else { MF_FREE(m->xl->slot[i].mem); MF_FREE(m->xl->slot[i].cmem); }
     }
     MF_FREE(m->xl);
     m->xl = NULL;
@@ -4672,26 +4676,29 @@ static int mf__xl_prepare(mf_model *m, mf__xl_slot *s, int B) {
                          "mf_model_reset_memory first", B, (int)(s - m->xl->slot), s->B), -1);
     n = (size_t)c->n_layers * B * s->cap * c->d_model;
     nc = c->compressive ? (size_t)c->n_layers * B * c->c_mem_len * c->d_model : 0;
-    MF_FREE(s->mem); MF_FREE(s->cmem);
-    s->mem = (float *)mf__xmalloc(n * sizeof(float));
-    s->cmem = (float *)mf__xmalloc(nc * sizeof(float));
+    mf__dfree(m->ctx, s->mem); mf__dfree(m->ctx, s->cmem);
+    s->mem = s->cmem = NULL;
+    s->B = 0;
+    if (n && !(s->mem = (float *)mf__dmalloc(m->ctx, n * sizeof(float), "model memories"))) return -1;
+    if (nc && !(s->cmem = (float *)mf__dmalloc(m->ctx, nc * sizeof(float), "model compressed memories"))) return -1;
     s->B = B;
-    if ((n && !s->mem) || (nc && !s->cmem)) { s->B = 0; return (mf__fail(m->ctx, "out of memory: model memories"), -1); }
     return 0;
 }
 
-/* rows [0, n) of out[b] (rows of D floats, out has rows_out rows per batch row) = the last n rows of
-   [a[b] (na rows, stride sa) ; x[b] (nx rows, stride sx)] skipping the first `skip` of them */
-static void mf__xl_rows(float *out, int rows_out, const float *a, int na, int sa, const float *x, int nx, int sx,
-                        int skip, int n, int B, int D) {
-    int b, r;
-    for (b = 0; b < B; b++)
-        for (r = 0; r < n; r++) {
-            int i = skip + r;
-            const float *src = i < na ? a + ((int64_t)b * sa + i) * D : x + ((int64_t)b * sx + i - na) * D;
-            memcpy(out + ((int64_t)b * rows_out + r) * D, src, (size_t)D * sizeof(float));
-        }
-    (void)nx;
+/* n rows per batch row held densely at buf as a constant tensor [B, n, D] (NULL when n = 0) */
+static mf_tensor *mf__xl_wrap(mf_ctx *ctx, float *buf, int B, int n, int D) {
+    int shape[3];
+    shape[0] = B; shape[1] = n; shape[2] = D;
+    return n > 0 && mf_ok(ctx) ? mf__wrap(ctx, 3, shape, buf) : NULL;
+}
+/* [a ; b] along the sequence axis; either may be NULL (empty) */
+static mf_tensor *mf__xl_cat(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return !a ? b : !b ? a : mf_concat(ctx, a, b, 1); }
+/* buf (dense [B, keep, D]) = the last keep rows of the constant x [B, n, D]; 0 or -1 */
+static int mf__xl_store(mf_ctx *ctx, float *buf, mf_tensor *x, int keep) {
+    mf_tensor *t;
+    if (!x) return -1;
+    t = keep < x->shape[1] ? mf_slice(ctx, x, 1, x->shape[1] - keep, keep) : x;
+    return t ? mf__dcopy(ctx, buf, t->data, (size_t)t->ne * sizeof(float)) : -1;
 }
 
 /* SPEC 6.4: the attention-reconstruction loss of layer l, mean((A(h', cm') - A(h', m'))^2) with
@@ -4725,48 +4732,28 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
     const mf_model_config *c = &m->cfg;
     mf__layer *L = &m->layers[l];
     int B = x->shape[0], T = x->shape[1], D = c->d_model, cap = s->cap, rate = c->compression_rate;
-    int len = s->len[l], n = len + T, keep, shape[3];
+    int len = s->len[l], n = len + T, keep;
     float *mem = s->mem + (int64_t)l * B * cap * D;
+    mf_tensor *all; /* [mem ; x] [B, n, D], a constant in the arena (or x itself) */
     if (cap == 0) return;
+    if (!(all = mf__xl_cat(ctx, mf__xl_wrap(ctx, mem, B, len, D), mf_detach(ctx, x)))) return;
     if (c->compressive && n > cap) {
-        int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep, drop;
+        int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep;
         float *cmem = s->cmem + (int64_t)l * B * c->c_mem_len * D;
-        mf_tensor *old, *cm;
-        shape[0] = B; shape[1] = nold; shape[2] = D;
-        if (!(old = mf_new(ctx, 3, shape))) return;
-        mf__xl_rows(old->data, nold, mem, len, cap, x->data, T, T, 0, nold, B, D);
-        if (!(cm = mf_conv1d(ctx, old, L->cmp_w, L->cmp_b, rate, 0))) return; /* [B, nc, D] */
-        ckeep = cl + nc < c->c_mem_len ? cl + nc : c->c_mem_len;
-        drop = cl + nc - ckeep;
-        if (drop < cl) { /* the kept old compressed memories move to the front */
-            int b;
-            for (b = 0; b < B; b++)
-                memmove(cmem + (int64_t)b * c->c_mem_len * D, cmem + ((int64_t)b * c->c_mem_len + drop) * D,
-                        (size_t)(cl - drop) * D * sizeof(float));
-        }
-        { /* then the new ones (all, or the last ckeep when they alone overflow) */
-            int b, first = drop > cl ? drop - cl : 0, at = cl - drop > 0 ? cl - drop : 0;
-            for (b = 0; b < B; b++)
-                memcpy(cmem + ((int64_t)b * c->c_mem_len + at) * D, cm->data + ((int64_t)b * nc + first) * D,
-                       (size_t)(nc - first) * D * sizeof(float));
-        }
+        mf_tensor *old = mf_slice(ctx, all, 1, 0, nold), *cm;                  /* the oldest nold rows */
+        if (!old || !(cm = mf_conv1d(ctx, old, L->cmp_w, L->cmp_b, rate, 0))) return; /* [B, nc, D] */
+        ckeep = cl + nc < c->c_mem_len ? cl + nc : c->c_mem_len; /* the last c_mem_len of [c_mem ; cm] */
+        if (mf__xl_store(ctx, cmem, mf__xl_cat(ctx, mf__xl_wrap(ctx, cmem, B, cl, D), mf_detach(ctx, cm)), ckeep) < 0) return;
         s->clen[l] = ckeep;
         if (!gen) {
             mf_tensor *ar = mf__xl_ar_loss(m, l, mf_detach(ctx, x), old, cm);
             if (!ar) return;
             m->xl->aux = m->xl->aux ? mf_add(ctx, m->xl->aux, ar) : ar;
-            m->xl->aux_value += ar->data[0];
+            m->xl->aux_value += mf_item(ctx, ar); /* the host waits here on CUDA: one float per layer */
         }
-        keep = n - nold;
+        keep = n - nold; /* can be 0 when mem_len = compression_rate - 1 */
     } else keep = n < cap ? n : cap;
-    { /* mem = the last keep rows of [mem ; x], through a copy (the ranges overlap) */
-        float *tmp = (float *)mf__alloc(ctx, (size_t)B * keep * D * sizeof(float));
-        int b;
-        if (!tmp) return;
-        mf__xl_rows(tmp, keep, mem, len, cap, x->data, T, T, n - keep, keep, B, D);
-        for (b = 0; b < B; b++)
-            memcpy(mem + (int64_t)b * cap * D, tmp + (int64_t)b * keep * D, (size_t)keep * D * sizeof(float));
-    }
+    if (keep > 0 && mf__xl_store(ctx, mem, all, keep) < 0) return; /* the last keep rows of [mem ; x] */
     s->len[l] = keep;
 }
 
@@ -4786,17 +4773,9 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     if (mf__xl_prepare(m, s, B) < 0) return NULL;
     kv = x;
     Mm = (c->compressive ? s->clen[l] : 0) + s->len[l];
-    if (Mm > 0) { /* [c_mem ; mem] of layer l copied into the arena: x then joins it */
-        int shape[3], b, cl = c->compressive ? s->clen[l] : 0;
-        mf_tensor *mem;
-        shape[0] = B; shape[1] = Mm; shape[2] = D;
-        if (!(mem = mf_new(ctx, 3, shape))) return NULL;
-        for (b = 0; b < B; b++) {
-            float *dst = mem->data + (int64_t)b * Mm * D;
-            if (cl) memcpy(dst, s->cmem + ((int64_t)l * B + b) * c->c_mem_len * D, (size_t)cl * D * sizeof(float));
-            memcpy(dst + (int64_t)cl * D, s->mem + ((int64_t)l * B + b) * s->cap * D, (size_t)s->len[l] * D * sizeof(float));
-        }
-        kv = mf_concat(ctx, mem, x, 1);
+    if (Mm > 0) { /* [c_mem ; mem ; x]: the memories are constants over the slot buffers */
+        mf_tensor *cmem = c->compressive ? mf__xl_wrap(ctx, s->cmem + (int64_t)l * B * c->c_mem_len * D, B, s->clen[l], D) : NULL;
+        kv = mf_concat(ctx, mf__xl_cat(ctx, cmem, mf__xl_wrap(ctx, s->mem + (int64_t)l * B * s->cap * D, B, s->len[l], D)), x, 1);
     }
     xn = mf_layernorm(ctx, kv, L->ln1_w, L->ln1_b, c->ln_eps);
     zq = Mm > 0 ? mf_slice(ctx, xn, 1, Mm, T) : xn;

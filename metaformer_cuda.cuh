@@ -1310,6 +1310,410 @@ static int mf__cu_fb_bwd(mf_ctx *ctx, mf_tensor *out) {
     return mf__cu_fb_weights_bwd(ctx, f, &g);
 }
 
+/* ==== [cu:xl] Transformer-XL relative attention (mf_rel_attention) ============================ */
+/* FlashAttention-2 style kernels for the relative attention of SPEC 5.2 (the CPU twin is
+   mf__rel_attention_forward / _backward in [mf:xl]): no Tq x Tk tensor is ever stored.
+     score[i][j] = scale * ((q_i + u) . k_j + q_i . R[rho] + S[rho]),  rho = P + j - i - M,
+     M = Tk - Tq memory keys (all visible), causal among the current tokens: j <= i + M.
+   The tile loops are separate from the score terms: mf__cu_xl_score is the only place the three
+   terms are formed, and every kernel calls it on tiles staged by mf__cu_xl_stage.
+   A tile pair (queries i0 .. i0 + 31, keys j0 .. j0 + 31) needs the 63 consecutive table rows
+   rho0 = P + j0 - i0 - 31 - M ...; query lane ii / key lane jj uses local row jj - ii + 31 (the
+   diagonal that labml's pad-shift realises). Rows outside the table are staged as zeros (they
+   only occur at masked positions).
+   Kernels (128 threads, 4 per row of a 32-row tile; dynamic shared memory in floats):
+     mf__k_xl_fwd      grid BH * ceil(Tq/32): q tile, u; per key tile K, V, 63 R rows, 63 S;
+                       online softmax (row max / sum over the 4 lanes of a row by shuffles), the
+                       output tile accumulated in shared memory; saves the row log-sum-exp.
+     mf__k_xl_dot      D_i = dO_i . O_i.
+     mf__k_xl_bwd_dq   grid BH * ceil(Tq/32): recomputes P, dS = scale P (dO.v - D) per key tile,
+                       dQ_i += sum_j dS_ij (k_j + R[rho_ij]).
+     mf__k_xl_bwd_dkv  grid BH * ceil(Tk/32): per query tile that sees the keys, dV_j += P^T dO,
+                       dK_j += dS^T q + (sum_i dS_ij) u; the block's part of du, sum_j (sum_i dS_ij) k_j,
+                       goes to a [BH][key tiles][dk] buffer.
+     mf__k_xl_bwd_rel  grid H * ceil(Tk/32): one block owns 32 relative distances d = i + M - j
+                       (table rows P - d) of one head and walks every b and query tile along those
+                       diagonals: dR[P - d] += sum dS_ij q_i, dS[P - d] += sum dS_ij. Only the Tk
+                       visible rows P - Tk + 1 .. P are written (the CPU's rule).
+     mf__k_xl_bwd_du   du[h] += those parts over b and key tiles, in order.
+   Every value is summed by one thread in a fixed order (no atomics): deterministic. */
+#define MF__XL_BQ 32                          /* queries of a tile */
+#define MF__XL_BK 32                          /* keys of a tile; relative distances of a dR block */
+#define MF__XL_NT 128                         /* threads of a block */
+#define MF__XL_TPR 4                          /* threads per tile row */
+#define MF__XL_NR (MF__XL_BK + MF__XL_BQ - 1) /* table rows (or keys) a tile pair needs */
+
+typedef struct {
+    const float *q, *k, *v, *u, *R, *S; /* q [BH, Tq, dk], k [BH, Tk, dk], v [BH, Tk, dv], u [H, dk], R [2P, H, dk], S [2P, H] */
+    const float *go, *lse, *D;          /* backward: dO [BH, Tq, dv], row log-sum-exp, D = dO . O [BH, Tq] */
+    int H, Tq, Tk, dk, dv, P;
+    float scale;
+} mf__cu_xl_args;
+
+/* ---- the score terms ---- */
+/* scale * ((q + u) . k + q . r + s) of one (query, key) pair; r, s: the pair's table row */
+static __device__ float mf__cu_xl_score(const float *q, const float *u, const float *k, const float *r, float s,
+                                        int dk, float scale) {
+    float a = 0;
+    for (int c = 0; c < dk; c++) a += (q[c] + u[c]) * k[c] + q[c] * r[c];
+    return scale * (a + s);
+}
+static __device__ float mf__cu_xl_dotp(const float *a, const float *b, int n) {
+    float s = 0;
+    for (int c = 0; c < n; c++) s += a[c] * b[c];
+    return s;
+}
+/* query i sees key j: memory fully, the current tokens causally */
+static __device__ int mf__cu_xl_visible(const mf__cu_xl_args &a, int i, int j) {
+    return i < a.Tq && j >= 0 && j < a.Tk && j <= i + a.Tk - a.Tq;
+}
+/* dS of a visible pair: scale * P * (dO_i . v_j - D_i), P recomputed from the saved lse */
+static __device__ float mf__cu_xl_dscore(float s, float lse, const float *go, const float *v, int dv, float D,
+                                         float scale, float *p) {
+    *p = expf(s - lse);
+    return scale * *p * (mf__cu_xl_dotp(go, v, dv) - D);
+}
+
+/* ---- tile staging ---- */
+/* dst [n][w] (row stride ldd) = rows r0 .. r0 + n - 1 of a matrix of `rows` rows (row stride lds);
+   rows outside are 0. The tiles of width dk / dv are kept with an odd row stride (dk | 1, dv | 1):
+   lanes that read different rows of a column then hit different shared-memory banks. */
+static __device__ void mf__cu_xl_stage(float *dst, int ldd, const float *src, long long lds, int r0, int n, int rows, int w) {
+    for (int e = threadIdx.x; e < n * w; e += blockDim.x) {
+        int r = e / w, g = r0 + r;
+        dst[r * ldd + e % w] = g >= 0 && g < rows ? src[(long long)g * lds + e % w] : 0.0f;
+    }
+}
+/* the table rows rho0 .. rho0 + n - 1 of head h: R into rs [n][dk], S into ss [n] */
+static __device__ void mf__cu_xl_stage_rows(const mf__cu_xl_args &a, int h, int rho0, int n, float *rs, float *ss) {
+    mf__cu_xl_stage(rs, a.dk | 1, a.R + (long long)h * a.dk, (long long)a.H * a.dk, rho0, n, 2 * a.P, a.dk);
+    mf__cu_xl_stage(ss, 1, a.S + h, a.H, rho0, n, 2 * a.P, 1);
+}
+/* sum over the 4 lanes of a tile row (adjacent lanes of one warp; every thread of the block calls it) */
+static __device__ float mf__cu_xl_rowsum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+static __device__ float mf__cu_xl_rowmax(float v) {
+    float o = __shfl_xor_sync(0xffffffffu, v, 1);
+    v = o > v ? o : v;
+    o = __shfl_xor_sync(0xffffffffu, v, 2);
+    return o > v ? o : v;
+}
+
+/* ---- forward: one block per (b*h, query tile) ---- */
+/* shared: q [BQ][dk], u [dk], K [BK][dk], V [BK][dv], R [NR][dk], S [NR], P [BQ][BK], O [BQ][dv],
+   alpha [BQ], l [BQ] */
+static __global__ void mf__k_xl_fwd(mf__cu_xl_args a, float *o, float *lse) {
+    MF_DYN_SMEM(float, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NR = MF__XL_NR;
+    int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, nqt = (a.Tq + BQ - 1) / BQ, n, jj, e, j0, kend;
+    long long bh = blockIdx.x / nqt;
+    int h = (int)(bh % a.H), i0 = (int)(blockIdx.x % nqt) * BQ, ii = threadIdx.x / MF__XL_TPR, sub = threadIdx.x % MF__XL_TPR;
+    int lk = dk | 1, lv = dv | 1;
+    float *qs = sm, *us = qs + BQ * lk, *ks = us + dk, *vs = ks + BK * lk, *rs = vs + BK * lv, *ss = rs + NR * lk;
+    float *p = ss + NR, *acc = p + BQ * BK, *al = acc + BQ * dv, *ls = al + BQ;
+    float m = -INFINITY, l = 0;
+    kend = i0 + BQ + M < a.Tk ? i0 + BQ + M : a.Tk; /* later keys are hidden from the whole tile */
+    mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    for (e = threadIdx.x; e < BQ * dv; e += blockDim.x) acc[e] = 0.0f;
+    for (j0 = 0; j0 < kend; j0 += BK) {
+        float sc[MF__XL_BK / MF__XL_TPR], mx = -INFINITY, mnew, alpha, sum = 0;
+        __syncthreads(); /* the previous tile is consumed */
+        mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
+        mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
+        mf__cu_xl_stage_rows(a, h, a.P + j0 - i0 - (BQ - 1) - M, NR, rs, ss);
+        __syncthreads();
+        for (n = 0; n < BK / MF__XL_TPR; n++) {
+            int r;
+            jj = sub + n * MF__XL_TPR; r = jj - ii + BQ - 1;
+            sc[n] = mf__cu_xl_visible(a, i0 + ii, j0 + jj)
+                        ? mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale) : -INFINITY;
+            mx = sc[n] > mx ? sc[n] : mx;
+        }
+        mx = mf__cu_xl_rowmax(mx);
+        mnew = mx > m ? mx : m;
+        alpha = mnew == -INFINITY ? 1.0f : expf(m - mnew);
+        for (n = 0; n < BK / MF__XL_TPR; n++) {
+            float pe = sc[n] == -INFINITY ? 0.0f : expf(sc[n] - mnew);
+            p[ii * BK + sub + n * MF__XL_TPR] = pe;
+            sum += pe;
+        }
+        sum = mf__cu_xl_rowsum(sum);
+        l = l * alpha + sum;
+        m = mnew;
+        if (sub == 0) al[ii] = alpha;
+        __syncthreads();
+        for (e = threadIdx.x; e < BQ * dv; e += blockDim.x) { /* O = alpha O + P V */
+            int r = e / dv, c = e % dv;
+            float s = 0;
+            for (jj = 0; jj < BK; jj++) s += p[r * BK + jj] * vs[jj * lv + c];
+            acc[e] = acc[e] * al[r] + s;
+        }
+    }
+    if (sub == 0) {
+        ls[ii] = l;
+        if (i0 + ii < a.Tq) lse[bh * a.Tq + i0 + ii] = l > 0 ? m + logf(l) : INFINITY;
+    }
+    __syncthreads();
+    for (e = threadIdx.x; e < BQ * dv; e += blockDim.x) {
+        int r = e / dv;
+        if (i0 + r < a.Tq) o[(bh * a.Tq + i0 + r) * dv + e % dv] = ls[r] > 0 ? acc[e] / ls[r] : 0.0f;
+    }
+}
+
+/* D[row] = dO . O */
+static __global__ void mf__k_xl_dot(float *D, const float *g, const float *o, int dv, long long rows) {
+    MF__CU_LOOP(r, rows) D[r] = mf__cu_xl_dotp(g + r * dv, o + r * dv, dv);
+}
+
+/* ---- dQ: one block per (b*h, query tile), its key tiles in order ---- */
+/* shared: q [BQ][dk], dO [BQ][dv], u [dk], K [BK][dk], V [BK][dv], R [NR][dk], S [NR], dS [BQ][BK], dQ [BQ][dk] */
+static __global__ void mf__k_xl_bwd_dq(mf__cu_xl_args a, float *dq) {
+    MF_DYN_SMEM(float, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NR = MF__XL_NR;
+    int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, nqt = (a.Tq + BQ - 1) / BQ, n, e, j0, kend;
+    long long bh = blockIdx.x / nqt;
+    int h = (int)(bh % a.H), i0 = (int)(blockIdx.x % nqt) * BQ, ii = threadIdx.x / MF__XL_TPR, sub = threadIdx.x % MF__XL_TPR;
+    int lk = dk | 1, lv = dv | 1;
+    float *qs = sm, *gs = qs + BQ * lk, *us = gs + BQ * lv, *ks = us + dk, *vs = ks + BK * lk, *rs = vs + BK * lv;
+    float *ss = rs + NR * lk, *ds = ss + NR, *acc = ds + BQ * BK;
+    long long row = bh * a.Tq + i0 + ii;
+    float L = i0 + ii < a.Tq ? a.lse[row] : 0.0f, Dr = i0 + ii < a.Tq ? a.D[row] : 0.0f;
+    kend = i0 + BQ + M < a.Tk ? i0 + BQ + M : a.Tk;
+    mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+    mf__cu_xl_stage(gs, lv, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    for (e = threadIdx.x; e < BQ * dk; e += blockDim.x) acc[e] = 0.0f;
+    for (j0 = 0; j0 < kend; j0 += BK) {
+        __syncthreads();
+        mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
+        mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
+        mf__cu_xl_stage_rows(a, h, a.P + j0 - i0 - (BQ - 1) - M, NR, rs, ss);
+        __syncthreads();
+        for (n = 0; n < BK / MF__XL_TPR; n++) {
+            int jj = sub + n * MF__XL_TPR, r = jj - ii + BQ - 1;
+            float d = 0, pr;
+            if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
+                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale), L,
+                                     gs + ii * lv, vs + jj * lv, dv, Dr, a.scale, &pr);
+            ds[ii * BK + jj] = d;
+        }
+        __syncthreads();
+        for (e = threadIdx.x; e < BQ * dk; e += blockDim.x) { /* dQ += dS (K + R_diagonal) */
+            int r = e / dk, c = e % dk, jj;
+            float s = 0;
+            for (jj = 0; jj < BK; jj++) s += ds[r * BK + jj] * (ks[jj * lk + c] + rs[(jj - r + BQ - 1) * lk + c]);
+            acc[e] += s;
+        }
+    }
+    for (e = threadIdx.x; e < BQ * dk; e += blockDim.x)
+        if (i0 + e / dk < a.Tq) dq[(bh * a.Tq + i0) * dk + e] += acc[e];
+}
+
+/* ---- dK, dV: one block per (b*h, key tile), the query tiles that see it in order ---- */
+/* shared: K [BK][dk], V [BK][dv], u [dk], q [BQ][dk], dO [BQ][dv], R [NR][dk], S [NR], lse [BQ], D [BQ],
+   P^T [BK][BQ], dS^T [BK][BQ], dK [BK][dk], dV [BK][dv], colsum [BK] (row strides of q, k, R, dO, v
+   padded). dup (or NULL): the block's part of du, sum_j colsum(dS)_j k_j, at [b*h][key tile][dk] */
+static __global__ void mf__k_xl_bwd_dkv(mf__cu_xl_args a, float *dk_, float *dv_, float *dup) {
+    MF_DYN_SMEM(float, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NR = MF__XL_NR;
+    int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, nkt = (a.Tk + BK - 1) / BK, n, e, i0;
+    long long bh = blockIdx.x / nkt;
+    int h = (int)(bh % a.H), j0 = (int)(blockIdx.x % nkt) * BK, jj = threadIdx.x / MF__XL_TPR, sub = threadIdx.x % MF__XL_TPR;
+    int lk = dk | 1, lv = dv | 1;
+    float *ks = sm, *vs = ks + BK * lk, *us = vs + BK * lv, *qs = us + dk, *gs = qs + BQ * lk, *rs = gs + BQ * lv;
+    float *ss = rs + NR * lk, *lq = ss + NR, *dq = lq + BQ, *pt = dq + BQ, *dt = pt + BK * BQ, *ak = dt + BK * BQ;
+    float *av = ak + BK * dk, *csum = av + BK * dv, cacc = 0;
+    mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk);
+    mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv);
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    for (e = threadIdx.x; e < BK * dk; e += blockDim.x) ak[e] = 0.0f;
+    for (e = threadIdx.x; e < BK * dv; e += blockDim.x) av[e] = 0.0f;
+    i0 = j0 - M > 0 ? (j0 - M) / BQ * BQ : 0; /* query i sees key j iff i >= j - M */
+    for (; i0 < a.Tq; i0 += BQ) {
+        __syncthreads();
+        mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+        mf__cu_xl_stage(gs, lv, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
+        mf__cu_xl_stage(lq, 1, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+        mf__cu_xl_stage(dq, 1, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+        mf__cu_xl_stage_rows(a, h, a.P + j0 - i0 - (BQ - 1) - M, NR, rs, ss);
+        __syncthreads();
+        for (n = 0; n < BQ / MF__XL_TPR; n++) {
+            int ii = sub + n * MF__XL_TPR, r = jj - ii + BQ - 1;
+            float d = 0, pr = 0;
+            if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
+                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale),
+                                     lq[ii], gs + ii * lv, vs + jj * lv, dv, dq[ii], a.scale, &pr);
+            pt[jj * BQ + ii] = pr;
+            dt[jj * BQ + ii] = d;
+            cacc += d;
+        }
+        __syncthreads();
+        for (e = threadIdx.x; e < BK * dv; e += blockDim.x) { /* dV += P^T dO */
+            int r = e / dv, c = e % dv, ii;
+            float s = 0;
+            for (ii = 0; ii < BQ; ii++) s += pt[r * BQ + ii] * gs[ii * lv + c];
+            av[e] += s;
+        }
+        for (e = threadIdx.x; e < BK * dk; e += blockDim.x) { /* dK += dS^T q */
+            int r = e / dk, c = e % dk, ii;
+            float s = 0;
+            for (ii = 0; ii < BQ; ii++) s += dt[r * BQ + ii] * qs[ii * lk + c];
+            ak[e] += s;
+        }
+    }
+    cacc = mf__cu_xl_rowsum(cacc);
+    if (sub == 0) csum[jj] = cacc;
+    __syncthreads();
+    for (e = threadIdx.x; dup && e < dk; e += blockDim.x) { /* keys past Tk are zero rows */
+        float s = 0;
+        for (n = 0; n < BK; n++) s += csum[n] * ks[n * lk + e];
+        dup[(long long)blockIdx.x * dk + e] = s;
+    }
+    for (e = threadIdx.x; dv_ && e < BK * dv; e += blockDim.x)
+        if (j0 + e / dv < a.Tk) dv_[(bh * a.Tk + j0) * dv + e] += av[e];
+    for (e = threadIdx.x; dk_ && e < BK * dk; e += blockDim.x) /* the u term: + colsum(dS) u */
+        if (j0 + e / dk < a.Tk) dk_[(bh * a.Tk + j0) * dk + e] += ak[e] + csum[e / dk] * us[e % dk];
+}
+
+/* ---- dR, dS: one block per (head, 32 relative distances), every b and query tile in order ---- */
+/* Distance d = i + M - j (table row P - d); query lane ii and distance lane dd pair with key
+   j = i0 + ii + M - d0 - dd, the local key ii - dd + BK - 1 of the NR keys from jlo = i0 + M - d0 - BK + 1.
+   shared: u [dk], R [BK][dk], S [BK], q [BQ][dk], dO [BQ][dv], lse [BQ], D [BQ], K [NR][dk], V [NR][dv],
+   dS [BK][BQ], dR [BK][dk] */
+static __global__ void mf__k_xl_bwd_rel(mf__cu_xl_args a, int B, float *dR, float *dS) {
+    MF_DYN_SMEM(float, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NR = MF__XL_NR;
+    int dk = a.dk, dv = a.dv, M = a.Tk - a.Tq, ndt = (a.Tk + BK - 1) / BK, n, e, b, i0;
+    int h = (int)(blockIdx.x / ndt), d0 = (int)(blockIdx.x % ndt) * BK, dd = threadIdx.x / MF__XL_TPR;
+    int sub = threadIdx.x % MF__XL_TPR;
+    int lk = dk | 1, lv = dv | 1;
+    float *us = sm, *rs = us + dk, *ss = rs + BK * lk, *qs = ss + BK, *gs = qs + BQ * lk, *lq = gs + BQ * lv;
+    float *dq = lq + BQ, *ks = dq + BQ, *vs = ks + NR * lk, *dt = vs + NR * lv, *ar = dt + BK * BQ, sacc = 0;
+    mf__cu_xl_stage(us, dk, a.u + (long long)h * dk, dk, 0, 1, 1, dk);
+    for (e = threadIdx.x; e < BK * dk; e += blockDim.x) { /* row dd: table row P - d0 - dd (descending) */
+        int r = e / dk;
+        rs[r * lk + e % dk] = d0 + r < a.Tk ? a.R[((long long)(a.P - d0 - r) * a.H + h) * dk + e % dk] : 0.0f;
+        ar[e] = 0.0f;
+    }
+    for (e = threadIdx.x; e < BK; e += blockDim.x) ss[e] = d0 + e < a.Tk ? a.S[(long long)(a.P - d0 - e) * a.H + h] : 0.0f;
+    for (b = 0; b < B; b++) {
+        long long bh = (long long)b * a.H + h;
+        for (i0 = 0; i0 < a.Tq; i0 += BQ) {
+            int jlo = i0 + M - d0 - (BK - 1);
+            if (i0 + BQ - 1 + M < d0) continue; /* every pair of the tile has j < 0 */
+            __syncthreads();
+            mf__cu_xl_stage(qs, lk, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk);
+            mf__cu_xl_stage(gs, lv, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv);
+            mf__cu_xl_stage(lq, 1, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+            mf__cu_xl_stage(dq, 1, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+            mf__cu_xl_stage(ks, lk, a.k + bh * a.Tk * dk, dk, jlo, NR, a.Tk, dk);
+            mf__cu_xl_stage(vs, lv, a.v + bh * a.Tk * dv, dv, jlo, NR, a.Tk, dv);
+            __syncthreads();
+            for (n = 0; n < BQ / MF__XL_TPR; n++) {
+                int ii = sub + n * MF__XL_TPR, jl = ii - dd + BK - 1;
+                float d = 0, pr;
+                if (d0 + dd < a.Tk && mf__cu_xl_visible(a, i0 + ii, jlo + jl))
+                    d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jl * lk, rs + dd * lk, ss[dd], dk, a.scale),
+                                         lq[ii], gs + ii * lv, vs + jl * lv, dv, dq[ii], a.scale, &pr);
+                dt[dd * BQ + ii] = d;
+                sacc += d;
+            }
+            __syncthreads();
+            for (e = threadIdx.x; e < BK * dk; e += blockDim.x) { /* dR_rows += dS_diagonals q */
+                int r = e / dk, c = e % dk, ii;
+                float s = 0;
+                for (ii = 0; ii < BQ; ii++) s += dt[r * BQ + ii] * qs[ii * lk + c];
+                ar[e] += s;
+            }
+        }
+    }
+    sacc = mf__cu_xl_rowsum(sacc);
+    if (dS && sub == 0 && d0 + dd < a.Tk) dS[(long long)(a.P - d0 - dd) * a.H + h] += sacc;
+    for (e = threadIdx.x; dR && e < BK * dk; e += blockDim.x)
+        if (d0 + e / dk < a.Tk) dR[((long long)(a.P - d0 - e / dk) * a.H + h) * dk + e % dk] += ar[e];
+}
+
+/* du[h][c] += the dK/dV blocks' parts dup [B*H][nkt][dk], over b then key tiles, in order */
+static __global__ void mf__k_xl_bwd_du(float *du, const float *dup, int B, int H, int nkt, int dk) {
+    MF__CU_LOOP(e, (long long)H * dk) {
+        long long h = e / dk, c = e % dk;
+        float acc = du[e];
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < nkt; t++) acc += dup[(((long long)b * H + h) * nkt + t) * dk + c];
+        du[e] = acc;
+    }
+}
+
+/* ---- host wrappers ---- */
+static mf__cu_xl_args mf__cu_xl_args_of(const mf_tensor *out) {
+    mf__cu_xl_args a;
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    a.q = Q->data; a.k = K->data; a.v = V->data; a.u = out->src[3]->data; a.R = out->src[4]->data; a.S = out->src[5]->data;
+    a.go = out->grad; a.lse = out->saved; a.D = NULL;
+    a.H = Q->shape[1]; a.Tq = Q->shape[2]; a.Tk = K->shape[2]; a.dk = Q->shape[3]; a.dv = V->shape[3];
+    a.P = out->src[4]->shape[0] / 2; a.scale = out->farg[0];
+    return a;
+}
+/* dynamic shared memory of a kernel: raise its limit over 48 KiB; more than 227 KiB is refused */
+template <class K> static int mf__cu_xl_smem(mf_ctx *ctx, K kernel, size_t floats, const char *what, const mf__cu_xl_args &a) {
+    size_t bytes = floats * sizeof(float);
+    if (bytes <= 48 * 1024) return 0;
+    if (bytes > 227 * 1024)
+        return (mf__fail(ctx, "rel_attention: %s needs %zu bytes of shared memory (more than 227 KiB) for head sizes "
+                         "dk = %d, dv = %d; use smaller heads (more heads of the same d_model)", what, bytes, a.dk, a.dv), -1);
+    return MF_CUDA_CHECK(ctx, "rel_attention", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+static int mf__cu_rel_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__cu_xl_args a = mf__cu_xl_args_of(out);
+    long long BH = (long long)out->src[0]->shape[0] * a.H, nqt = (a.Tq + MF__XL_BQ - 1) / MF__XL_BQ;
+    size_t lk = (size_t)(a.dk | 1), lv = (size_t)(a.dv | 1);
+    size_t smem = (MF__XL_BQ + MF__XL_BK) * lk + a.dk + MF__XL_BK * lv + (size_t)MF__XL_BQ * a.dv +
+                  MF__XL_NR * (lk + 1) + MF__XL_BQ * MF__XL_BK + 2 * MF__XL_BQ;
+    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
+    if (mf__cu_xl_smem(ctx, mf__k_xl_fwd, smem, "the forward", a) < 0) return -1;
+    return MF__CU_RUN(ctx, "rel_attention", mf__k_xl_fwd, (unsigned)(BH * nqt), MF__XL_NT, smem * sizeof(float), a,
+                      out->data, out->saved);
+}
+static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__cu_xl_args a = mf__cu_xl_args_of(out);
+    int B = out->src[0]->shape[0];
+    long long BH = (long long)B * a.H, nqt = (a.Tq + MF__XL_BQ - 1) / MF__XL_BQ, nkt = (a.Tk + MF__XL_BK - 1) / MF__XL_BK;
+    float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gu = mf__g(out->src[3]);
+    float *gR = mf__g(out->src[4]), *gS = mf__g(out->src[5]), *D, *cs = NULL;
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NR = MF__XL_NR;
+    size_t lk = (size_t)(a.dk | 1), lv = (size_t)(a.dv | 1); /* the padded row strides of the kernels */
+    size_t s_dq = (BQ + BK) * lk + (size_t)(BQ + 1) * a.dk + (BQ + BK) * lv + NR * (lk + 1) + BQ * BK;
+    size_t s_kv = (BK + BQ) * lk + (size_t)(BK + 1) * a.dk + (BK + BQ) * lv + (size_t)BK * a.dv + NR * (lk + 1) +
+                  2 * BQ + 2 * BK * BQ + BK;
+    size_t s_rel = (BK + BQ + NR) * lk + (size_t)(BK + 1) * a.dk + (BQ + NR) * lv + BK + 2 * BQ + BK * BQ;
+    const char *op = "rel_attention (backward)";
+    if (!gq && !gk && !gv && !gu && !gR && !gS) return 0;
+    if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
+    if (gu && !(cs = (float *)mf__cu_arena(ctx, (size_t)(BH * nkt * a.dk) * sizeof(float)))) return -1;
+    a.D = D;
+    if (MF__CU_RUN(ctx, op, mf__k_xl_dot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, (const float *)out->grad,
+                   (const float *)out->data, a.dv, BH * a.Tq) < 0)
+        return -1;
+    if (gq && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_dq, s_dq, "the dQ backward", a) < 0 ||
+               MF__CU_RUN(ctx, op, mf__k_xl_bwd_dq, (unsigned)(BH * nqt), MF__XL_NT, s_dq * sizeof(float), a, gq) < 0))
+        return -1;
+    if ((gk || gv || gu) && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_dkv, s_kv, "the dK/dV backward", a) < 0 ||
+                             MF__CU_RUN(ctx, op, mf__k_xl_bwd_dkv, (unsigned)(BH * nkt), MF__XL_NT, s_kv * sizeof(float),
+                                        a, gk, gv, cs) < 0))
+        return -1;
+    if (gu && MF__CU_RUN(ctx, op, mf__k_xl_bwd_du, mf__cu_grid((long long)a.H * a.dk, MF__CU_BS), MF__CU_BS, 0, gu,
+                         (const float *)cs, B, a.H, (int)nkt, a.dk) < 0)
+        return -1;
+    if ((gR || gS) && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_rel, s_rel, "the dR/dS backward", a) < 0 ||
+                       MF__CU_RUN(ctx, op, mf__k_xl_bwd_rel, (unsigned)((long long)a.H * nkt), MF__XL_NT,
+                                  s_rel * sizeof(float), a, B, gR, gS) < 0))
+        return -1;
+    return 0;
+}
+
 /* ==== optimizers and clipping over the flat buffers =========================================== */
 /* a parameter's range of the flat buffers [off, off + n), and its place [start, start + n) in the
    segments laid end to end (mf__cu_put_segs sets start) */
@@ -1885,6 +2289,8 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     /* feedback ([cu:feedback]) */
     {&mf__op_feedback_attention, mf__cu_fba_fwd, mf__cu_fba_bwd},
     {&mf__op_feedback, mf__cu_fb_fwd, mf__cu_fb_bwd},
+    /* xl: Transformer-XL relative attention ([cu:xl]) */
+    {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd},
 };
 static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
     size_t i;
