@@ -782,7 +782,8 @@ static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const f
                      back substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
    Kept for the backward (out->saved): the chunk-start states, [W, U_], U, Gm, P (and linear's
    numerators). */
-#define MF__CU_FW_CW 32 /* value columns (threads) per block of the column-sequential kernels */
+#define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
+#define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
 /* a b + c: nvcc contracts it to one FMA; the host compiler under the emulator does what the CPU
    path of the same build does (its portable vectors: a b + c) */
 #define MF__CU_FMA(a, b, c) ((a) * (b) + (c))
@@ -1040,40 +1041,59 @@ static __global__ void mf__k_fw_solve(mf__cu_fw p, const float *Gm, float *X, lo
         }
     }
 }
-/* The state pass, sequential over the chunks; grid (B H, slices), thread = value column c, its S^T
-   column in shared memory. st [bh][nc][dd][dvp] gets the state at every chunk start, U [bh][T][dvp]
-   the chunk's U = U_ - W S^T (linear: [v, 1]); state as in mf__k_fw_rec_fwd. */
-static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, float *U, float *state) {
+/* The state pass, sequential over the chunks: grid (B H, slices of cw value columns), MF__CU_FW_NT
+   threads that share the slice's S^T [dd][cw] (shared memory, then the chunk's U [C][cw]). Per
+   chunk: keep S^T in st [bh][nc][dd][dvp]; U = U_ - W S^T (linear: [v, 1]) into U [bh][T][dvp]
+   (thread per (token, column): a dd-long dot); S^T += K^T U (thread per (feature, column): a C-long
+   sum). state as in mf__k_fw_rec_fwd. */
+static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, float *U, float *state, int cw) {
     MF_DYN_SMEM(float, sm);
     long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp;
-    int cw = blockDim.x, c = blockIdx.y * cw + threadIdx.x, dd = p.dd, dvp = p.dvp, ldx = dd + dvp;
-    int C = p.C, nc = (p.T + C - 1) / C, ch, i, j;
-    float *S = sm + threadIdx.x;
-    if (c >= dvp) return;
-    for (j = 0; j < dd; j++) S[j * cw] = state ? state[bh * ss + (long long)j * dvp + c] : 0.0f;
+    int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * cw, nt = blockDim.x;
+    int C = p.C, nc = (p.T + C - 1) / C, ch, i, j, e, cl;
+    float *S = sm, *Us = sm + dd * cw; /* S[j cw + cl], Us[i cw + cl] */
+    for (e = threadIdx.x; e < dd * cw; e += nt) {
+        j = e / cw; cl = e % cw;
+        S[e] = state && c0 + cl < dvp ? state[bh * ss + (long long)j * dvp + c0 + cl] : 0.0f;
+    }
+    __syncthreads();
     for (ch = 0; ch < nc; ch++) {
         int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
-        float *Uc = U + (bh * p.T + t0) * dvp + c;
-        for (j = 0; j < dd; j++) st[(bh * nc + ch) * ss + (long long)j * dvp + c] = S[j * cw];
-        for (i = 0; i < cn; i++) {
-            long long r = mf__cu_fw_row(p, bh, t0 + i);
-            float u;
-            if (p.beta) {
-                const float *xi = X + (bh * p.T + t0 + i) * ldx;
-                float acc = 0;
-                for (j = 0; j < dd; j++) acc = MF__CU_FMA(xi[j], S[j * cw], acc);
-                u = xi[dd + c] - acc;
-            } else u = mf__cu_fw_v(p, r, c);
-            Uc[(long long)i * dvp] = u;
+        for (e = threadIdx.x; e < dd * cw; e += nt) {
+            j = e / cw; cl = e % cw;
+            if (c0 + cl < dvp) st[(bh * nc + ch) * ss + (long long)j * dvp + c0 + cl] = S[e];
         }
-        for (j = 0; j < dd; j++) { /* S^T += K^T U */
+        for (e = threadIdx.x; e < cn * cw; e += nt) {
+            int c;
+            long long r;
+            float u = 0;
+            i = e / cw; cl = e % cw; c = c0 + cl;
+            r = mf__cu_fw_row(p, bh, t0 + i);
+            if (c < dvp) {
+                if (p.beta) {
+                    const float *xi = X + (bh * p.T + t0 + i) * ldx;
+                    float acc = 0;
+                    for (j = 0; j < dd; j++) acc = MF__CU_FMA(xi[j], S[j * cw + cl], acc);
+                    u = xi[dd + c] - acc;
+                } else u = mf__cu_fw_v(p, r, c);
+                U[(bh * p.T + t0 + i) * dvp + c] = u;
+            }
+            Us[e] = u;
+        }
+        __syncthreads();
+        for (e = threadIdx.x; e < dd * cw; e += nt) { /* S^T += K^T U */
             float acc = 0;
-            for (i = 0; i < cn; i++) acc = MF__CU_FMA(p.k[mf__cu_fw_row(p, bh, t0 + i) * dd + j], Uc[(long long)i * dvp], acc);
-            S[j * cw] += acc;
+            j = e / cw; cl = e % cw;
+            for (i = 0; i < cn; i++) acc = MF__CU_FMA(p.k[mf__cu_fw_row(p, bh, t0 + i) * dd + j], Us[i * cw + cl], acc);
+            S[e] += acc;
         }
+        __syncthreads();
     }
     if (state)
-        for (j = 0; j < dd; j++) state[bh * ss + (long long)j * dvp + c] = S[j * cw];
+        for (e = threadIdx.x; e < dd * cw; e += nt) {
+            j = e / cw; cl = e % cw;
+            if (c0 + cl < dvp) state[bh * ss + (long long)j * dvp + c0 + cl] = S[e];
+        }
 }
 /* y [rows][dvp] = Q S^T + P U, one thread per element (every chunk in parallel) */
 static __global__ void mf__k_fw_cout(mf__cu_fw p, const float *st, const float *U, const float *P, float *y, long long n) {
@@ -1089,40 +1109,53 @@ static __global__ void mf__k_fw_cout(mf__cu_fw p, const float *st, const float *
         y[e] = a + s;
     }
 }
-/* Backward state pass, chunks from the last; thread = value column, dL/dS^T column in shared memory.
-   dSe [bh][nc][dd][dvp] gets dL/dS^T at every chunk's end, dU [bh][T][dvp] = K dS^T + P^T dY; then
-   dS^T += Q^T dY (- W^T dU for the delta rule). dy [rows][dvp]. */
+/* Backward state pass, chunks from the last; blocks and shared memory as mf__k_fw_cstate, with
+   dL/dS^T [dd][cw] and the chunk's dU [C][cw]. dSe [bh][nc][dd][dvp] gets dL/dS^T at every chunk's
+   end, dU [bh][T][dvp] = K dS^T + P^T dY; then dS^T += Q^T dY (- W^T dU for the delta rule).
+   dy [rows][dvp]. */
 static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float *P, const float *dy, float *dSe,
-                                        float *dU) {
+                                        float *dU, int cw) {
     MF_DYN_SMEM(float, sm);
     long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp;
-    int cw = blockDim.x, c = blockIdx.y * cw + threadIdx.x, dd = p.dd, dvp = p.dvp, ldx = dd + dvp;
-    int C = p.C, nc = (p.T + C - 1) / C, ch, i, j, m;
-    float *S = sm + threadIdx.x;
-    if (c >= dvp) return;
-    for (j = 0; j < dd; j++) S[j * cw] = 0.0f;
+    int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * cw, nt = blockDim.x;
+    int C = p.C, nc = (p.T + C - 1) / C, ch, i, j, m, e, cl;
+    float *S = sm, *dUs = sm + dd * cw;
+    for (e = threadIdx.x; e < dd * cw; e += nt) S[e] = 0.0f;
+    __syncthreads();
     for (ch = nc - 1; ch >= 0; ch--) {
         int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
         const float *Pc = P + (bh * nc + ch) * C * C;
-        float *dUc = dU + (bh * p.T + t0) * dvp + c;
-        for (j = 0; j < dd; j++) dSe[(bh * nc + ch) * ss + (long long)j * dvp + c] = S[j * cw];
-        for (i = 0; i < cn; i++) {
-            const float *ki = p.k + mf__cu_fw_row(p, bh, t0 + i) * dd;
-            float a = 0, s = 0;
-            for (j = 0; j < dd; j++) a = MF__CU_FMA(ki[j], S[j * cw], a);
-            for (m = i; m < cn; m++) s = MF__CU_FMA(Pc[m * C + i], dy[mf__cu_fw_row(p, bh, t0 + m) * dvp + c], s);
-            dUc[(long long)i * dvp] = a + s;
+        for (e = threadIdx.x; e < dd * cw; e += nt) {
+            j = e / cw; cl = e % cw;
+            if (c0 + cl < dvp) dSe[(bh * nc + ch) * ss + (long long)j * dvp + c0 + cl] = S[e];
         }
-        for (j = 0; j < dd; j++) {
+        for (e = threadIdx.x; e < cn * cw; e += nt) {
+            int c;
+            float a = 0, s = 0;
+            i = e / cw; cl = e % cw; c = c0 + cl;
+            if (c < dvp) {
+                const float *ki = p.k + mf__cu_fw_row(p, bh, t0 + i) * dd;
+                for (j = 0; j < dd; j++) a = MF__CU_FMA(ki[j], S[j * cw + cl], a);
+                for (m = i; m < cn; m++) s = MF__CU_FMA(Pc[m * C + i], dy[mf__cu_fw_row(p, bh, t0 + m) * dvp + c], s);
+                dU[(bh * p.T + t0 + i) * dvp + c] = a + s;
+            }
+            dUs[e] = a + s;
+        }
+        __syncthreads();
+        for (e = threadIdx.x; e < dd * cw; e += nt) {
             float a = 0, w = 0;
+            int c;
+            j = e / cw; cl = e % cw; c = c0 + cl;
+            if (c >= dvp) continue;
             for (i = 0; i < cn; i++) {
                 long long r = mf__cu_fw_row(p, bh, t0 + i);
                 a = MF__CU_FMA(p.q[r * dd + j], dy[r * dvp + c], a);
-                if (p.beta) w = MF__CU_FMA(X[(bh * p.T + t0 + i) * ldx + j], -dUc[(long long)i * dvp], w);
+                if (p.beta) w = MF__CU_FMA(X[(bh * p.T + t0 + i) * ldx + j], -dUs[i * cw + cl], w);
             }
-            S[j * cw] += a;
-            if (p.beta) S[j * cw] += w;
+            S[e] += a;
+            if (p.beta) S[e] += w;
         }
+        __syncthreads();
     }
 }
 /* The gradients of one chunk: one block per (chunk, head), grid B H nc. shared: dP [C][C] and D / E
@@ -1269,18 +1302,21 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     if (!(out->saved = (float *)mf__cu_arena(ctx, bytes))) return -1;
     mf__cu_fw_carve(&p, form, delta, out->saved, &b);
     y = delta ? out->data : b.num;
-    if ((cw = mf__cu_fw_cw(ctx, p.dvp, (size_t)p.dd, 0, &smem)) < 0) return -1;
     if (form == 1) {
+        if ((cw = mf__cu_fw_cw(ctx, p.dvp, (size_t)p.dd, 0, &smem)) < 0) return -1;
         if (MF__CU_RUN(ctx, op, mf__k_fw_rec_fwd, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), cw, smem, p,
                        state, out->requires_grad ? b.st : (float *)NULL, y) < 0)
             return -1;
     } else {
         long long ng = BH * nc * p.C * p.C, ns = BH * nc * (p.dd + p.dvp);
+        size_t csmem;
+        int ccw = mf__cu_fw_cw(ctx, p.dvp, (size_t)(p.dd + p.C), 0, &csmem);
+        if (ccw < 0) return -1;
         if (MF__CU_RUN(ctx, op, mf__k_fw_gram, mf__cu_grid(ng, MF__CU_BS), MF__CU_BS, 0, p, b.Gm, b.P, ng) < 0 ||
             (delta && MF__CU_RUN(ctx, op, mf__k_fw_solve, mf__cu_grid(ns, MF__CU_BS), MF__CU_BS, 0, p,
                                  (const float *)b.Gm, b.X, ns) < 0) ||
-            MF__CU_RUN(ctx, op, mf__k_fw_cstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), cw, smem, p,
-                       (const float *)b.X, b.st, b.U, state) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_fw_cstate, dim3((unsigned)BH, (unsigned)((p.dvp + ccw - 1) / ccw)), MF__CU_FW_NT,
+                       csmem, p, (const float *)b.X, b.st, b.U, state, ccw) < 0 ||
             MF__CU_RUN(ctx, op, mf__k_fw_cout, mf__cu_grid(rows * p.dvp, MF__CU_BS), MF__CU_BS, 0, p,
                        (const float *)b.st, (const float *)b.U, (const float *)b.P, y, rows * p.dvp) < 0)
             return -1;
@@ -1337,7 +1373,7 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
         if (!dSe) return -1;
         dU = dSe + BH * nc * ss;
         if (delta && !(Gb = (float *)mf__cu_arena(ctx, (size_t)(rows * (p.dd + p.dvp)) * sizeof(float)))) return -1;
-        if ((cw = mf__cu_fw_cw(ctx, p.dvp, (size_t)p.dd, 0, &smem)) < 0) return -1;
+        if ((cw = mf__cu_fw_cw(ctx, p.dvp, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
         if (gsm > 48 * 1024) {
             if (gsm > 227 * 1024)
                 return (mf__fail(ctx, "%s: chunks of %d tokens need %zu bytes of shared memory (more than 227 KiB) in "
@@ -1347,8 +1383,8 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
                                                             (int)gsm)) < 0)
                 return -1;
         }
-        if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), cw, smem, p,
-                       (const float *)b.X, (const float *)b.P, dy, dSe, dU) < 0)
+        if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), MF__CU_FW_NT,
+                       smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
             return -1;
         return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.st,
                           (const float *)dSe, (const float *)b.X, (const float *)b.U, (const float *)dU,
