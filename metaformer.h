@@ -274,7 +274,8 @@ MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x);
    to rounding): 1 = recurrent (token by token; keeps ceil(T / 32) states per head for the
    backward), n > 1 = chunkwise-parallel with chunks of n tokens (DeltaNet's WY form: small dense
    products; keeps 2 T / n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent
-   below T = 16 tokens, chunkwise by 16 from there: the faster one on the CPU). */
+   below T = 16 tokens, chunkwise by 16 from there: the faster one on the CPU). A CUDA context runs
+   the same forms on the GPU (same selection; its chunkwise backward takes chunks of up to 128). */
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
                                  int chunk);
 /* Causal linear attention with the same kernels: W = W + v_t k_t^T, z = z + k_t,
@@ -4854,7 +4855,10 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { return m && m->xl ? m->xl->au
      C x C triangular solve. Memory: kept the state at every chunk start in both layouts
      (2 ceil(T / C) * dd * dvp floats per head: the backward needs S and S^T) and [W, U_]
      (T * (dd + dvp)); the backward walks the chunks in reverse.
-   Both give the same values up to float rounding (tests/test_fastweights.c: 1e-5 relative). */
+   Both give the same values up to float rounding (tests/test_fastweights.c: 1e-5 relative).
+   On a CUDA context the ops run the GPU twins of both forms ([cu:fastweights] in
+   metaformer_cuda.cuh: same form selection, same checkpoint interval MF__FW_CK, own layout of
+   out->saved); the generation state (mf__rec_state) is then device memory. */
 
 #define MF__FW_CK 32 /* recurrent backward: tokens between state checkpoints */
 /* chunk_size 0 (automatic): chunkwise with chunks of MF__FW_AUTO_C from MF__FW_AUTO_T tokens on,
