@@ -772,11 +772,12 @@ static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const f
      mf__k_fw_gram   (B H nc C C threads)   Gm = tril(K K^T, -1) (delta), P = tril(Q K^T)
      mf__k_fw_solve  (B H nc (dd + dvp))    (I + diag(beta) Gm) [W, U_] = diag(beta) [K, V]: the
                                             columns of the forward substitution are independent
-     mf__k_fw_cstate (grid (B H, slices), thread = value column, S^T_c in shared memory): the only
-                     sequential part: per chunk keep S^T, U = U_ - W S^T (linear: U = V), S^T += K^T U
+     mf__k_fw_cstate (grid (B H, dvp / 8 column slices), 256 threads sharing the slice's S^T [dd][8]
+                     and the chunk's U in shared memory): the only sequential part: per chunk keep
+                     S^T, U = U_ - W S^T (linear: U = V), S^T += K^T U, each a parallel phase
      mf__k_fw_cout   (B H T dvp)            Y = Q S^T + P U   (every chunk in parallel)
    backward:
-     mf__k_fw_cdstate (sequential over chunks, thread = value column): dS^T at every chunk end,
+     mf__k_fw_cdstate (sequential over chunks, blocks as mf__k_fw_cstate): dS^T at every chunk end,
                      dU = K dS^T + P^T dY, dS^T += Q^T dY - W^T dU
      mf__k_fw_cgrad  (one block per (chunk, head), MF__CU_ROW threads, shared [2][C][C]): dP, the
                      back substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
@@ -784,6 +785,7 @@ static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const f
    numerators). */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
+#define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
 /* a b + c: nvcc contracts it to one FMA; the host compiler under the emulator does what the CPU
    path of the same build does (its portable vectors: a b + c) */
 #define MF__CU_FMA(a, b, c) ((a) * (b) + (c))
@@ -1278,17 +1280,17 @@ static size_t mf__cu_fw_carve(const mf__cu_fw *p, int form, int delta, float *ba
     if (!delta) o += (long long)p->B * p->T * p->H * p->dvp;
     return (size_t)o * sizeof(float);
 }
-/* value columns per block: cw halves until the per-thread shared floats fit in 48 KiB */
-static int mf__cu_fw_cw(mf_ctx *ctx, int dvp, size_t per_col, size_t fixed, size_t *smem) {
-    int cw = MF__CU_FW_CW;
-    while (cw > dvp && cw > 1) cw /= 2;
-    if (cw < dvp && cw < MF__CU_FW_CW) cw *= 2;
+/* value columns per block: the power of two >= dvp up to `most`, halved until the shared floats
+   (per_col per column + fixed) fit in 48 KiB */
+static int mf__cu_fw_cw(mf_ctx *ctx, const mf__cu_fw *p, int most, size_t per_col, size_t fixed, size_t *smem) {
+    int cw = 1;
+    while (cw < p->dvp && cw < most) cw *= 2;
     while (cw > 1 && (per_col * cw + fixed) * sizeof(float) > 48 * 1024) cw /= 2;
     *smem = (per_col * cw + fixed) * sizeof(float);
     if (*smem > 48 * 1024)
-        return (mf__fail(ctx, "fast weights / linear attention: %zu features per head need %zu bytes of shared memory "
-                         "(more than 48 KiB) in the CUDA kernels; use fewer features (a smaller dpfp_nu or head size)",
-                         per_col, *smem), -1);
+        return (mf__fail(ctx, "fast weights / linear attention: %d features per head (chunk %d) need %zu bytes of shared "
+                         "memory (more than 48 KiB) in the CUDA kernels; use fewer features (a smaller dpfp_nu or head "
+                         "size) or a smaller chunk", p->dd, p->C, *smem), -1);
     return cw;
 }
 static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
@@ -1303,14 +1305,14 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw_carve(&p, form, delta, out->saved, &b);
     y = delta ? out->data : b.num;
     if (form == 1) {
-        if ((cw = mf__cu_fw_cw(ctx, p.dvp, (size_t)p.dd, 0, &smem)) < 0) return -1;
+        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CW, (size_t)p.dd, 0, &smem)) < 0) return -1;
         if (MF__CU_RUN(ctx, op, mf__k_fw_rec_fwd, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), cw, smem, p,
                        state, out->requires_grad ? b.st : (float *)NULL, y) < 0)
             return -1;
     } else {
         long long ng = BH * nc * p.C * p.C, ns = BH * nc * (p.dd + p.dvp);
         size_t csmem;
-        int ccw = mf__cu_fw_cw(ctx, p.dvp, (size_t)(p.dd + p.C), 0, &csmem);
+        int ccw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &csmem);
         if (ccw < 0) return -1;
         if (MF__CU_RUN(ctx, op, mf__k_fw_gram, mf__cu_grid(ng, MF__CU_BS), MF__CU_BS, 0, p, b.Gm, b.P, ng) < 0 ||
             (delta && MF__CU_RUN(ctx, op, mf__k_fw_solve, mf__cu_grid(ns, MF__CU_BS), MF__CU_BS, 0, p,
@@ -1348,7 +1350,7 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (form == 1) {
         int ns;
         float *seg, *pq, *pk, *pb;
-        if ((cw = mf__cu_fw_cw(ctx, p.dvp, (size_t)2 * p.dd + 2 * MF__FW_CK + 4, (size_t)p.dd, &smem)) < 0) return -1;
+        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CW, (size_t)2 * p.dd + 2 * MF__FW_CK + 4, (size_t)p.dd, &smem)) < 0) return -1;
         ns = (p.dvp + cw - 1) / cw;
         seg = (float *)mf__cu_arena(ctx, (size_t)(BH * ns * MF__FW_CK * p.dd * cw) * sizeof(float));
         pq = (float *)mf__cu_arena(ctx, (size_t)(2 * ns * rows * p.dd + ns * rows) * sizeof(float));
@@ -1373,7 +1375,7 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
         if (!dSe) return -1;
         dU = dSe + BH * nc * ss;
         if (delta && !(Gb = (float *)mf__cu_arena(ctx, (size_t)(rows * (p.dd + p.dvp)) * sizeof(float)))) return -1;
-        if ((cw = mf__cu_fw_cw(ctx, p.dvp, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
+        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
         if (gsm > 48 * 1024) {
             if (gsm > 227 * 1024)
                 return (mf__fail(ctx, "%s: chunks of %d tokens need %zu bytes of shared memory (more than 227 KiB) in "
