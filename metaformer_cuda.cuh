@@ -799,6 +799,8 @@ typedef struct {
 static __device__ long long mf__cu_fw_row(const mf__cu_fw &p, long long bh, int t) {
     return ((bh / p.H) * p.T + t) * p.H + bh % p.H;
 }
+/* the same inside a kernel that has rb = mf__cu_fw_row(p, bh, 0): no division in the loops */
+#define MF__FW_R(t) (rb + (long long)(t) * p.H)
 static __device__ float mf__cu_fw_v(const mf__cu_fw &p, long long r, int c) { /* v, then the ones column */
     return c < p.dv ? p.v[r * p.dv + c] : 1.0f;
 }
@@ -906,11 +908,12 @@ static __global__ void mf__k_fw_rec_fwd(mf__cu_fw p, float *state, float *ck, fl
     int cw = blockDim.x, c = blockIdx.y * cw + threadIdx.x, dd = p.dd, dvp = p.dvp, j, t;
     int nck = (p.T + MF__FW_CK - 1) / MF__FW_CK;
     long long ss = (long long)dd * dvp;
+    long long rb = mf__cu_fw_row(p, bh, 0);
     float *S = sm + threadIdx.x;
     if (c >= dvp) return;
     for (j = 0; j < dd; j++) S[j * cw] = state ? state[bh * ss + (long long)j * dvp + c] : 0.0f;
     for (t = 0; t < p.T; t++) {
-        long long r = mf__cu_fw_row(p, bh, t);
+        long long r = MF__FW_R(t);
         const float *kt = p.k + r * dd, *qt = p.q + r * dd;
         float u = mf__cu_fw_v(p, r, c), acc = 0;
         if (ck && t % MF__FW_CK == 0)
@@ -943,7 +946,7 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
     float *dS = sm, *Sc = dS + dd * lp, *U = Sc + dd * cw, *R = U + MF__FW_CK * cw, *gs = R + MF__FW_CK * cw;
     float *db = gs + cw, *ur = db + cw;
     float *sg = seg + ((long long)blockIdx.x * gridDim.y + blockIdx.y) * MF__FW_CK * dd * cw;
-    long long po = (long long)blockIdx.y * rows; /* this slice's partials */
+    long long po = (long long)blockIdx.y * rows, rb = mf__cu_fw_row(p, bh, 0); /* po: this slice's partials */
     for (j = 0; j < dd; j++) dS[j * lp + tid] = 0.0f;
     for (sgi = nck - 1; sgi >= 0; sgi--) {
         int t0 = sgi * MF__FW_CK, t1 = t0 + MF__FW_CK < p.T ? t0 + MF__FW_CK : p.T;
@@ -951,7 +954,7 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
         for (j = 0; j < dd; j++) Sc[j * cw + tid] = on ? ck[(bh * nck + sgi) * ss + (long long)j * p.dvp + c] : 0.0f;
         for (t = t0; t < t1; t++) {
             int i = t - t0;
-            long long r = mf__cu_fw_row(p, bh, t);
+            long long r = MF__FW_R(t);
             const float *kt = p.k + r * dd;
             float v = on ? mf__cu_fw_v(p, r, c) : 0.0f, u = v, rr = v;
             for (j = 0; j < dd; j++) sg[((long long)i * dd + j) * cw + tid] = Sc[j * cw + tid];
@@ -969,7 +972,7 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
         __syncthreads();
         for (t = t1 - 1; t >= t0; t--) {
             int i = t - t0;
-            long long r = mf__cu_fw_row(p, bh, t);
+            long long r = MF__FW_R(t);
             const float *kt = p.k + r * dd, *qt = p.q + r * dd, *Sp = sg + (long long)i * dd * cw, *Ui = U + i * cw;
             float b = p.beta ? p.beta[r] : 1.0f, g = on ? dy[r * p.dvp + c] : 0.0f, du = 0, ug = 0;
             /* column phase: dS += q g^T (dS = dL/dS_t), du = dS^T k */
@@ -1014,12 +1017,12 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
 static __global__ void mf__k_fw_gram(mf__cu_fw p, float *Gm, float *P, long long n) {
     MF__CU_LOOP(e, n) {
         int C = p.C, nc = (p.T + C - 1) / C, m = (int)(e % C), i = (int)(e / C % C), ch = (int)(e / ((long long)C * C) % nc);
-        long long bh = e / ((long long)C * C * nc);
+        long long bh = e / ((long long)C * C * nc), rb = mf__cu_fw_row(p, bh, 0);
         int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C, j;
         float g = 0, s = 0;
         if (i < cn && m <= i) {
-            const float *ki = p.k + mf__cu_fw_row(p, bh, t0 + i) * p.dd, *qi = p.q + mf__cu_fw_row(p, bh, t0 + i) * p.dd;
-            const float *km = p.k + mf__cu_fw_row(p, bh, t0 + m) * p.dd;
+            const float *ki = p.k + MF__FW_R(t0 + i) * p.dd, *qi = p.q + MF__FW_R(t0 + i) * p.dd;
+            const float *km = p.k + MF__FW_R(t0 + m) * p.dd;
             for (j = 0; j < p.dd; j++) { s = MF__CU_FMA(qi[j], km[j], s); if (m < i) g = MF__CU_FMA(ki[j], km[j], g); }
         }
         if (Gm) Gm[e] = m < i ? g : 0.0f;
@@ -1031,12 +1034,12 @@ static __global__ void mf__k_fw_gram(mf__cu_fw p, float *Gm, float *P, long long
 static __global__ void mf__k_fw_solve(mf__cu_fw p, const float *Gm, float *X, long long n) {
     MF__CU_LOOP(e, n) {
         int C = p.C, nc = (p.T + C - 1) / C, ldx = p.dd + p.dvp, col = (int)(e % ldx), ch = (int)(e / ldx % nc), i, m;
-        long long bh = e / ((long long)ldx * nc);
+        long long bh = e / ((long long)ldx * nc), rb = mf__cu_fw_row(p, bh, 0);
         int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
         const float *G = Gm + (bh * nc + ch) * C * C;
         float *Xc = X + (bh * p.T + t0) * ldx + col;
         for (i = 0; i < cn; i++) {
-            long long r = mf__cu_fw_row(p, bh, t0 + i);
+            long long r = MF__FW_R(t0 + i);
             float b = p.beta[r], acc = 0;
             for (m = 0; m < i; m++) acc = MF__CU_FMA(-b * G[i * C + m], Xc[(long long)m * ldx], acc);
             Xc[(long long)i * ldx] = acc + b * (col < p.dd ? p.k[r * p.dd + col] : mf__cu_fw_v(p, r, col - p.dd));
@@ -1053,6 +1056,7 @@ static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, f
     long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp;
     int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * cw, nt = blockDim.x;
     int C = p.C, nc = (p.T + C - 1) / C, ch, i, j, e, cl;
+    long long rb = mf__cu_fw_row(p, bh, 0);
     float *S = sm, *Us = sm + dd * cw; /* S[j cw + cl], Us[i cw + cl] */
     for (e = threadIdx.x; e < dd * cw; e += nt) {
         j = e / cw; cl = e % cw;
@@ -1070,7 +1074,7 @@ static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, f
             long long r;
             float u = 0;
             i = e / cw; cl = e % cw; c = c0 + cl;
-            r = mf__cu_fw_row(p, bh, t0 + i);
+            r = MF__FW_R(t0 + i);
             if (c < dvp) {
                 if (p.beta) {
                     const float *xi = X + (bh * p.T + t0 + i) * ldx;
@@ -1086,7 +1090,7 @@ static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, f
         for (e = threadIdx.x; e < dd * cw; e += nt) { /* S^T += K^T U */
             float acc = 0;
             j = e / cw; cl = e % cw;
-            for (i = 0; i < cn; i++) acc = MF__CU_FMA(p.k[mf__cu_fw_row(p, bh, t0 + i) * dd + j], Us[i * cw + cl], acc);
+            for (i = 0; i < cn; i++) acc = MF__CU_FMA(p.k[MF__FW_R(t0 + i) * dd + j], Us[i * cw + cl], acc);
             S[e] += acc;
         }
         __syncthreads();
@@ -1121,6 +1125,7 @@ static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float
     long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp;
     int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * cw, nt = blockDim.x;
     int C = p.C, nc = (p.T + C - 1) / C, ch, i, j, m, e, cl;
+    long long rb = mf__cu_fw_row(p, bh, 0);
     float *S = sm, *dUs = sm + dd * cw;
     for (e = threadIdx.x; e < dd * cw; e += nt) S[e] = 0.0f;
     __syncthreads();
@@ -1136,9 +1141,9 @@ static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float
             float a = 0, s = 0;
             i = e / cw; cl = e % cw; c = c0 + cl;
             if (c < dvp) {
-                const float *ki = p.k + mf__cu_fw_row(p, bh, t0 + i) * dd;
+                const float *ki = p.k + MF__FW_R(t0 + i) * dd;
                 for (j = 0; j < dd; j++) a = MF__CU_FMA(ki[j], S[j * cw + cl], a);
-                for (m = i; m < cn; m++) s = MF__CU_FMA(Pc[m * C + i], dy[mf__cu_fw_row(p, bh, t0 + m) * dvp + c], s);
+                for (m = i; m < cn; m++) s = MF__CU_FMA(Pc[m * C + i], dy[MF__FW_R(t0 + m) * dvp + c], s);
                 dU[(bh * p.T + t0 + i) * dvp + c] = a + s;
             }
             dUs[e] = a + s;
@@ -1150,7 +1155,7 @@ static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float
             j = e / cw; cl = e % cw; c = c0 + cl;
             if (c >= dvp) continue;
             for (i = 0; i < cn; i++) {
-                long long r = mf__cu_fw_row(p, bh, t0 + i);
+                long long r = MF__FW_R(t0 + i);
                 a = MF__CU_FMA(p.q[r * dd + j], dy[r * dvp + c], a);
                 if (p.beta) w = MF__CU_FMA(X[(bh * p.T + t0 + i) * ldx + j], -dUs[i * cw + cl], w);
             }
@@ -1168,14 +1173,14 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *st, const float 
                                       float *gq, float *gk, float *gv, float *gb) {
     MF_DYN_SMEM(float, sm);
     int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, dvp = p.dvp, ldx = dd + dvp, nt = blockDim.x, e, i, j, m, c;
-    long long bh = blockIdx.x / nc, ss = (long long)dd * dvp;
+    long long bh = blockIdx.x / nc, ss = (long long)dd * dvp, rb = mf__cu_fw_row(p, bh, 0);
     int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
     const float *S = st + (bh * nc + ch) * ss, *dS = dSe + (bh * nc + ch) * ss;
     const float *Uc = U + (bh * p.T + t0) * dvp, *dUc = dU + (bh * p.T + t0) * dvp;
     const float *Gc = p.beta ? Gm + (bh * nc + ch) * C * C : NULL;
     const float *Xc = p.beta ? X + (bh * p.T + t0) * ldx : NULL;
     float *dP = sm, *D = sm + C * C, *G = p.beta ? Gb + (bh * p.T + t0) * ldx : NULL;
-#define MF__FWR(i) mf__cu_fw_row(p, bh, t0 + (i))
+#define MF__FWR(i) MF__FW_R(t0 + (i))
     for (e = threadIdx.x; e < cn * cn; e += nt) { /* dP = tril(dY U^T) */
         float a = 0;
         i = e / cn; m = e % cn;
@@ -1251,6 +1256,8 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *st, const float 
         }
 #undef MF__FWR
 }
+
+#undef MF__FW_R
 
 /* ---- host side ---- */
 static mf__cu_fw mf__cu_fw_args(const mf_tensor *out) {
