@@ -933,8 +933,9 @@ static __global__ void mf__k_fw_rec_fwd(mf__cu_fw p, float *state, float *ck, fl
     if (state)
         for (j = 0; j < dd; j++) state[bh * ss + (long long)j * dvp + c] = S[j * cw];
 }
-/* Backward. shared: dS [dd][cw + 1], the recompute's state column [dd][cw], U and R = v - S k of
-   the segment [MF__FW_CK][cw], then g, dvbar and du r of the token [cw] each. seg: per block the
+/* Backward. shared: dS [dd][cw + 1], the recompute's state columns [dd][cw + 1], U and R = v - S k of
+   the segment [MF__FW_CK][cw], then g, dvbar and du r of the token [cw] each (the state column
+   array [dd][cw + 1] holds S_{t-1} of the token during the walk). seg: per block the
    segment's S_{t-1} [MF__FW_CK][dd][cw]. pq, pk [slices][rows][dd], pb [slices][rows]: this slice's
    partial dq, dk, dbeta; dv (may be NULL): added directly (one thread per element). */
 static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const float *dy, float *seg, float *pq,
@@ -943,7 +944,7 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
     long long bh = blockIdx.x, rows = (long long)p.B * p.T * p.H, ss = (long long)p.dd * p.dvp;
     int cw = blockDim.x, tid = threadIdx.x, c = blockIdx.y * cw + tid, on = c < p.dvp, dd = p.dd, lp = cw + 1;
     int nck = (p.T + MF__FW_CK - 1) / MF__FW_CK, sgi, t, j, cc;
-    float *dS = sm, *Sc = dS + dd * lp, *U = Sc + dd * cw, *R = U + MF__FW_CK * cw, *gs = R + MF__FW_CK * cw;
+    float *dS = sm, *Sc = dS + dd * lp, *U = Sc + dd * lp, *R = U + MF__FW_CK * cw, *gs = R + MF__FW_CK * cw;
     float *db = gs + cw, *ur = db + cw;
     float *sg = seg + ((long long)blockIdx.x * gridDim.y + blockIdx.y) * MF__FW_CK * dd * cw;
     long long po = (long long)blockIdx.y * rows, rb = mf__cu_fw_row(p, bh, 0); /* po: this slice's partials */
@@ -951,23 +952,23 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
     for (sgi = nck - 1; sgi >= 0; sgi--) {
         int t0 = sgi * MF__FW_CK, t1 = t0 + MF__FW_CK < p.T ? t0 + MF__FW_CK : p.T;
         /* recompute the segment's states S_{t-1}, u_t and r_t = v_t - S_{t-1} k_t (thread = column) */
-        for (j = 0; j < dd; j++) Sc[j * cw + tid] = on ? ck[(bh * nck + sgi) * ss + (long long)j * p.dvp + c] : 0.0f;
+        for (j = 0; j < dd; j++) Sc[j * lp + tid] = on ? ck[(bh * nck + sgi) * ss + (long long)j * p.dvp + c] : 0.0f;
         for (t = t0; t < t1; t++) {
             int i = t - t0;
             long long r = MF__FW_R(t);
             const float *kt = p.k + r * dd;
             float v = on ? mf__cu_fw_v(p, r, c) : 0.0f, u = v, rr = v;
-            for (j = 0; j < dd; j++) sg[((long long)i * dd + j) * cw + tid] = Sc[j * cw + tid];
+            for (j = 0; j < dd; j++) sg[((long long)i * dd + j) * cw + tid] = Sc[j * lp + tid];
             if (p.beta) {
                 float sk = 0;
-                for (j = 0; j < dd; j++) sk = MF__CU_FMA(kt[j], Sc[j * cw + tid], sk);
+                for (j = 0; j < dd; j++) sk = MF__CU_FMA(kt[j], Sc[j * lp + tid], sk);
                 rr = v - sk;
                 u = p.beta[r] * rr;
             }
             R[i * cw + tid] = rr;
             U[i * cw + tid] = u;
             if (t + 1 < t1)
-                for (j = 0; j < dd; j++) Sc[j * cw + tid] = MF__CU_FMA(kt[j], u, Sc[j * cw + tid]);
+                for (j = 0; j < dd; j++) Sc[j * lp + tid] = MF__CU_FMA(kt[j], u, Sc[j * lp + tid]);
         }
         __syncthreads();
         for (t = t1 - 1; t >= t0; t--) {
@@ -975,7 +976,9 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
             long long r = MF__FW_R(t);
             const float *kt = p.k + r * dd, *qt = p.q + r * dd, *Sp = sg + (long long)i * dd * cw, *Ui = U + i * cw;
             float b = p.beta ? p.beta[r] : 1.0f, g = on ? dy[r * p.dvp + c] : 0.0f, du = 0, ug = 0;
-            /* column phase: dS += q g^T (dS = dL/dS_t), du = dS^T k */
+            /* column phase: S_{t-1} into shared memory (the row phase reads it across columns);
+               dS += q g^T (dS = dL/dS_t), du = dS^T k */
+            for (j = 0; j < dd; j++) Sc[j * lp + tid] = Sp[(long long)j * cw + tid];
             for (j = 0; j < dd; j++) {
                 float d = MF__CU_FMA(qt[j], g, dS[j * lp + tid]);
                 dS[j * lp + tid] = d;
@@ -990,7 +993,7 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
                dk = dS^T u + S_{t-1}^T dvbar, summed over this slice's columns */
             for (cc = 0; cc < cw; cc++) ug = MF__CU_FMA(Ui[cc], gs[cc], ug);
             for (j = tid; j < dd; j += cw) {
-                const float *sr = Sp + (long long)j * cw, *dr = dS + j * lp;
+                const float *sr = Sc + j * lp, *dr = dS + j * lp;
                 float aq = 0, ak = 0;
                 for (cc = 0; cc < cw; cc++) aq = MF__CU_FMA(gs[cc], sr[cc], aq);
                 aq = MF__CU_FMA(ug, kt[j], aq);
@@ -1357,7 +1360,7 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (form == 1) {
         int ns;
         float *seg, *pq, *pk, *pb;
-        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CW, (size_t)2 * p.dd + 2 * MF__FW_CK + 4, (size_t)p.dd, &smem)) < 0) return -1;
+        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CW, (size_t)2 * p.dd + 2 * MF__FW_CK + 4, (size_t)2 * p.dd, &smem)) < 0) return -1;
         ns = (p.dvp + cw - 1) / cw;
         seg = (float *)mf__cu_arena(ctx, (size_t)(BH * ns * MF__FW_CK * p.dd * cw) * sizeof(float));
         pq = (float *)mf__cu_arena(ctx, (size_t)(2 * ns * rows * p.dd + ns * rows) * sizeof(float));
