@@ -769,9 +769,9 @@ static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const f
 
    Chunkwise (training; DeltaNet's WY / UT form, the CPU's mf__fw_chunk_fwd / _bwd). Chunk of C
    tokens, n <= C of them in the last one:
-     mf__k_fw_gram   (B H nc C C threads)   Gm = tril(K K^T, -1) (delta), P = tril(Q K^T)
-     mf__k_fw_solve  (B H nc (dd + dvp))    (I + diag(beta) Gm) [W, U_] = diag(beta) [K, V]: the
-                                            columns of the forward substitution are independent
+     mf__k_fw_prep   (one block per (chunk, head), K and Q in shared memory): Gm = tril(K K^T, -1)
+                     (delta), P = tril(Q K^T); (I + diag(beta) Gm) [W, U_] = diag(beta) [K, V] by
+                     forward substitution, a thread per column (the columns are independent)
      mf__k_fw_cstate (grid (B H, dvp / 8 column slices), 256 threads sharing the slice's S^T [dd][8]
                      and the chunk's U in shared memory): the only sequential part: per chunk keep
                      S^T, U = U_ - W S^T (linear: U = V), S^T += K^T U, each a parallel phase
@@ -779,10 +779,12 @@ static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const f
    backward:
      mf__k_fw_cdstate (sequential over chunks, blocks as mf__k_fw_cstate): dS^T at every chunk end,
                      dU = K dS^T + P^T dY, dS^T += Q^T dY - W^T dU
-     mf__k_fw_cgrad  (one block per (chunk, head), MF__CU_ROW threads, shared [2][C][C]): dP, the
-                     back substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
-   Kept for the backward (out->saved): the chunk-start states, [W, U_], U, Gm, P (and linear's
-   numerators). */
+     mf__k_fw_cgrad  (one block per (chunk, head), MF__CU_ROW threads; dY, U, dU, G, X of the chunk in
+                     shared memory, the states read as [dvp][dd] so the loads coalesce): dP, the back
+                     substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
+   Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
+   U, Gm, P (and linear's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
+   opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size. */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
 #define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
@@ -1016,36 +1018,46 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
 }
 
 /* ---- chunkwise form ---- */
-/* Gm[bh][ch][i][m] = k_i . k_m (m < i; delta rule only), P = q_i . k_m (m <= i); 0 elsewhere */
-static __global__ void mf__k_fw_gram(mf__cu_fw p, float *Gm, float *P, long long n) {
-    MF__CU_LOOP(e, n) {
-        int C = p.C, nc = (p.T + C - 1) / C, m = (int)(e % C), i = (int)(e / C % C), ch = (int)(e / ((long long)C * C) % nc);
-        long long bh = e / ((long long)C * C * nc), rb = mf__cu_fw_row(p, bh, 0);
-        int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C, j;
-        float g = 0, s = 0;
-        if (i < cn && m <= i) {
-            const float *ki = p.k + MF__FW_R(t0 + i) * p.dd, *qi = p.q + MF__FW_R(t0 + i) * p.dd;
-            const float *km = p.k + MF__FW_R(t0 + m) * p.dd;
-            for (j = 0; j < p.dd; j++) { s = MF__CU_FMA(qi[j], km[j], s); if (m < i) g = MF__CU_FMA(ki[j], km[j], g); }
-        }
-        if (Gm) Gm[e] = m < i ? g : 0.0f;
-        P[e] = s;
+/* The chunk's products that need no state, one block per (chunk, head) (grid B H nc), K and Q of
+   the chunk staged in shared memory ([C][dd + 1] each: conflict-free row dots), then [C][C] for Gm:
+   Gm[bh][ch][i][m] = k_i . k_m (m < i; delta rule only) and P = q_i . k_m (m <= i), 0 elsewhere;
+   then (delta rule) the forward substitution (I + A) X = diag(beta) [K, V], A[i][m] = beta_i
+   Gm[i][m], into X [bh][T][dd + dvp]: one thread per column (the columns are independent). */
+static __global__ void mf__k_fw_prep(mf__cu_fw p, float *Gm, float *P, float *X) {
+    MF_DYN_SMEM(float, sm);
+    int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, lk = dd + 1, ldx = dd + p.dvp, nt = blockDim.x, e, i, m, j;
+    long long bh = blockIdx.x / nc, rb = mf__cu_fw_row(p, bh, 0), cb = (long long)blockIdx.x * C * C;
+    int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+    float *Ks = sm, *Qs = Ks + C * lk, *Gs = Qs + C * lk;
+    for (e = threadIdx.x; e < cn * dd; e += nt) {
+        long long r;
+        i = e / dd; j = e % dd;
+        r = MF__FW_R(t0 + i);
+        Ks[i * lk + j] = p.k[r * dd + j];
+        Qs[i * lk + j] = p.q[r * dd + j];
     }
-}
-/* the forward substitution (I + A) X = diag(beta) [K, V], A[i][m] = beta_i Gm[i][m]: one thread per
-   column of X [bh][T][dd + dvp] of one chunk (the columns are independent) */
-static __global__ void mf__k_fw_solve(mf__cu_fw p, const float *Gm, float *X, long long n) {
-    MF__CU_LOOP(e, n) {
-        int C = p.C, nc = (p.T + C - 1) / C, ldx = p.dd + p.dvp, col = (int)(e % ldx), ch = (int)(e / ldx % nc), i, m;
-        long long bh = e / ((long long)ldx * nc), rb = mf__cu_fw_row(p, bh, 0);
-        int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
-        const float *G = Gm + (bh * nc + ch) * C * C;
-        float *Xc = X + (bh * p.T + t0) * ldx + col;
+    __syncthreads();
+    for (e = threadIdx.x; e < C * C; e += nt) {
+        float g = 0, s = 0;
+        i = e / C; m = e % C;
+        if (i < cn && m <= i)
+            for (j = 0; j < dd; j++) {
+                s = MF__CU_FMA(Qs[i * lk + j], Ks[m * lk + j], s);
+                if (m < i) g = MF__CU_FMA(Ks[i * lk + j], Ks[m * lk + j], g);
+            }
+        Gs[e] = m < i ? g : 0.0f;
+        if (Gm) Gm[cb + e] = Gs[e];
+        P[cb + e] = s;
+    }
+    if (!p.beta) return; /* uniform over the block: no barrier follows for anyone */
+    __syncthreads();
+    for (j = threadIdx.x; j < ldx; j += nt) {
+        float *Xc = X + (bh * p.T + t0) * ldx + j;
         for (i = 0; i < cn; i++) {
             long long r = MF__FW_R(t0 + i);
             float b = p.beta[r], acc = 0;
-            for (m = 0; m < i; m++) acc = MF__CU_FMA(-b * G[i * C + m], Xc[(long long)m * ldx], acc);
-            Xc[(long long)i * ldx] = acc + b * (col < p.dd ? p.k[r * p.dd + col] : mf__cu_fw_v(p, r, col - p.dd));
+            for (m = 0; m < i; m++) acc = MF__CU_FMA(-b * Gs[i * C + m], Xc[(long long)m * ldx], acc);
+            Xc[(long long)i * ldx] = acc + b * (j < dd ? Ks[i * lk + j] : mf__cu_fw_v(p, r, j - dd));
         }
     }
 }
@@ -1053,8 +1065,10 @@ static __global__ void mf__k_fw_solve(mf__cu_fw p, const float *Gm, float *X, lo
    threads that share the slice's S^T [dd][cw] (shared memory, then the chunk's U [C][cw]). Per
    chunk: keep S^T in st [bh][nc][dd][dvp]; U = U_ - W S^T (linear: [v, 1]) into U [bh][T][dvp]
    (thread per (token, column): a dd-long dot); S^T += K^T U (thread per (feature, column): a C-long
-   sum). state as in mf__k_fw_rec_fwd. */
-static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, float *U, float *state, int cw) {
+   sum). stn (NULL: not kept) gets the chunk-start states again as [dvp][dd] for the backward.
+   state as in mf__k_fw_rec_fwd. */
+static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, float *stn, float *U, float *state,
+                                       int cw) {
     MF_DYN_SMEM(float, sm);
     long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp;
     int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * cw, nt = blockDim.x;
@@ -1072,6 +1086,11 @@ static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, f
             j = e / cw; cl = e % cw;
             if (c0 + cl < dvp) st[(bh * nc + ch) * ss + (long long)j * dvp + c0 + cl] = S[e];
         }
+        if (stn) /* the same state as [dvp][dd] (the backward's layout), rows along d_dot */
+            for (e = threadIdx.x; e < dd * cw; e += nt) {
+                cl = e / dd; j = e % dd;
+                if (c0 + cl < dvp) stn[(bh * nc + ch) * ss + (long long)(c0 + cl) * dd + j] = S[j * cw + cl];
+            }
         for (e = threadIdx.x; e < cn * cw; e += nt) {
             int c;
             long long r;
@@ -1119,7 +1138,7 @@ static __global__ void mf__k_fw_cout(mf__cu_fw p, const float *st, const float *
     }
 }
 /* Backward state pass, chunks from the last; blocks and shared memory as mf__k_fw_cstate, with
-   dL/dS^T [dd][cw] and the chunk's dU [C][cw]. dSe [bh][nc][dd][dvp] gets dL/dS^T at every chunk's
+   dL/dS^T [dd][cw] and the chunk's dU [C][cw]. dSe [bh][nc][dvp][dd] gets dL/dS^T at every chunk's
    end, dU [bh][T][dvp] = K dS^T + P^T dY; then dS^T += Q^T dY (- W^T dU for the delta rule).
    dy [rows][dvp]. */
 static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float *P, const float *dy, float *dSe,
@@ -1135,9 +1154,9 @@ static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float
     for (ch = nc - 1; ch >= 0; ch--) {
         int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
         const float *Pc = P + (bh * nc + ch) * C * C;
-        for (e = threadIdx.x; e < dd * cw; e += nt) {
-            j = e / cw; cl = e % cw;
-            if (c0 + cl < dvp) dSe[(bh * nc + ch) * ss + (long long)j * dvp + c0 + cl] = S[e];
+        for (e = threadIdx.x; e < dd * cw; e += nt) { /* [dvp][dd], rows along d_dot */
+            cl = e / dd; j = e % dd;
+            if (c0 + cl < dvp) dSe[(bh * nc + ch) * ss + (long long)(c0 + cl) * dd + j] = S[j * cw + cl];
         }
         for (e = threadIdx.x; e < cn * cw; e += nt) {
             int c;
@@ -1168,54 +1187,65 @@ static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float
         __syncthreads();
     }
 }
-/* The gradients of one chunk: one block per (chunk, head), grid B H nc. shared: dP [C][C] and D / E
-   [C][C]. Gb [bh][T][dd + dvp] (delta): scratch for G = (I + A)^-T [dW, dU]. Each output element is
-   written by one thread (+=). */
-static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *st, const float *dSe, const float *X, const float *U,
-                                      const float *dU, const float *Gm, const float *dy, float *Gb,
-                                      float *gq, float *gk, float *gv, float *gb) {
+/* The gradients of one chunk: one block per (chunk, head), grid B H nc. Inputs: the chunk-start
+   state and dL/dS^T at its end in the [dvp][dd] layout (Sn, dSn: the products below run over the
+   value axis with the threads along d_dot, so their reads coalesce), X, U, dU, Gm, dY.
+   shared: dP, D / E [C][C]; the chunk's dY, U, dU [C][dvp + 1]; (delta rule) G = (I + A)^-T
+   [dW, dU] and X [C][dd + dvp + 1]. Each output element is added by one thread. */
+static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float *dSn, const float *X, const float *U,
+                                      const float *dU, const float *Gm, const float *dy, float *gq, float *gk, float *gv,
+                                      float *gb) {
     MF_DYN_SMEM(float, sm);
-    int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, dvp = p.dvp, ldx = dd + dvp, nt = blockDim.x, e, i, j, m, c;
+    int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, dvp = p.dvp, ldx = dd + dvp, lg = ldx + 1, lu = dvp + 1;
+    int nt = blockDim.x, e, i, j, m, c;
     long long bh = blockIdx.x / nc, ss = (long long)dd * dvp, rb = mf__cu_fw_row(p, bh, 0);
     int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
-    const float *S = st + (bh * nc + ch) * ss, *dS = dSe + (bh * nc + ch) * ss;
-    const float *Uc = U + (bh * p.T + t0) * dvp, *dUc = dU + (bh * p.T + t0) * dvp;
+    const float *Sn = stn + (bh * nc + ch) * ss, *dS = dSn + (bh * nc + ch) * ss;
     const float *Gc = p.beta ? Gm + (bh * nc + ch) * C * C : NULL;
-    const float *Xc = p.beta ? X + (bh * p.T + t0) * ldx : NULL;
-    float *dP = sm, *D = sm + C * C, *G = p.beta ? Gb + (bh * p.T + t0) * ldx : NULL;
+    float *dP = sm, *D = dP + C * C, *dYs = D + C * C, *Us = dYs + C * lu, *dUs = Us + C * lu;
+    float *Gs = dUs + C * lu, *Xs = Gs + C * lg;
 #define MF__FWR(i) MF__FW_R(t0 + (i))
+    for (e = threadIdx.x; e < cn * dvp; e += nt) {
+        i = e / dvp; c = e % dvp;
+        dYs[i * lu + c] = dy[MF__FWR(i) * dvp + c];
+        Us[i * lu + c] = U[(bh * p.T + t0) * dvp + e];
+        dUs[i * lu + c] = dU[(bh * p.T + t0) * dvp + e];
+    }
+    if (p.beta)
+        for (e = threadIdx.x; e < cn * ldx; e += nt) Xs[e / ldx * lg + e % ldx] = X[(bh * p.T + t0) * ldx + e];
+    __syncthreads();
     for (e = threadIdx.x; e < cn * cn; e += nt) { /* dP = tril(dY U^T) */
         float a = 0;
         i = e / cn; m = e % cn;
-        if (m <= i) for (c = 0; c < dvp; c++) a = MF__CU_FMA(dy[MF__FWR(i) * dvp + c], Uc[(long long)m * dvp + c], a);
+        if (m <= i) for (c = 0; c < dvp; c++) a = MF__CU_FMA(dYs[i * lu + c], Us[m * lu + c], a);
         dP[i * C + m] = a;
     }
     if (p.beta) {
         for (e = threadIdx.x; e < cn * ldx; e += nt) { /* [dW, dU] = [-dU S, dU] */
             float a = 0;
             i = e / ldx; j = e % ldx;
-            if (j < dd) for (c = 0; c < dvp; c++) a = MF__CU_FMA(-dUc[(long long)i * dvp + c], S[(long long)j * dvp + c], a);
-            else a = dUc[(long long)i * dvp + j - dd];
-            G[(long long)i * ldx + j] = a;
+            if (j < dd) for (c = 0; c < dvp; c++) a = MF__CU_FMA(-dUs[i * lu + c], Sn[(long long)c * dd + j], a);
+            else a = dUs[i * lu + j - dd];
+            Gs[i * lg + j] = a;
         }
         __syncthreads();
         for (j = threadIdx.x; j < ldx; j += nt) /* G = (I + A)^-T [dW, dU]: back substitution per column */
             for (i = cn - 2; i >= 0; i--) {
                 float a = 0;
-                for (m = i + 1; m < cn; m++) a = MF__CU_FMA(-p.beta[MF__FWR(m)] * Gc[m * C + i], G[(long long)m * ldx + j], a);
-                G[(long long)i * ldx + j] = a + G[(long long)i * ldx + j];
+                for (m = i + 1; m < cn; m++) a = MF__CU_FMA(-p.beta[MF__FWR(m)] * Gc[m * C + i], Gs[m * lg + j], a);
+                Gs[i * lg + j] = a + Gs[i * lg + j];
             }
         __syncthreads();
         for (e = threadIdx.x; e < cn * cn; e += nt) { /* D = G X^T (m < i) */
             float a = 0;
             i = e / cn; m = e % cn;
-            if (m < i) for (j = 0; j < ldx; j++) a = MF__CU_FMA(G[(long long)i * ldx + j], Xc[(long long)m * ldx + j], a);
+            if (m < i) for (j = 0; j < ldx; j++) a = MF__CU_FMA(Gs[i * lg + j], Xs[m * lg + j], a);
             D[i * C + m] = a;
         }
         __syncthreads();
         for (i = threadIdx.x; i < cn; i += nt) { /* dbeta, then E = -diag(beta) D (row i: this thread's) */
             long long r = MF__FWR(i);
-            const float *gi = G + (long long)i * ldx;
+            const float *gi = Gs + i * lg;
             float b = p.beta[r], a = 0, a2 = 0;
             for (j = 0; j < dd; j++) a = MF__CU_FMA(gi[j], p.k[r * dd + j], a);
             for (c = 0; c < dvp; c++) a2 = MF__CU_FMA(gi[dd + c], mf__cu_fw_v(p, r, c), a2);
@@ -1232,18 +1262,18 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *st, const float 
         i = e / dd; j = e % dd;
         r = MF__FWR(i);
         if (gq) {
-            for (c = 0; c < dvp; c++) a = MF__CU_FMA(dy[r * dvp + c], S[(long long)j * dvp + c], a);
+            for (c = 0; c < dvp; c++) a = MF__CU_FMA(dYs[i * lu + c], Sn[(long long)c * dd + j], a);
             for (m = 0; m <= i; m++) a2 = MF__CU_FMA(dP[i * C + m], p.k[MF__FWR(m) * dd + j], a2);
             gq[r * dd + j] += a + a2;
         }
         if (gk) {
             float a3 = 0;
             a = 0; a2 = 0;
-            for (c = 0; c < dvp; c++) a = MF__CU_FMA(Uc[(long long)i * dvp + c], dS[(long long)j * dvp + c], a);
+            for (c = 0; c < dvp; c++) a = MF__CU_FMA(Us[i * lu + c], dS[(long long)c * dd + j], a);
             for (m = i; m < cn; m++) a2 = MF__CU_FMA(dP[m * C + i], p.q[MF__FWR(m) * dd + j], a2);
             a += a2;
             if (p.beta) {
-                a = MF__CU_FMA(p.beta[r], G[(long long)i * ldx + j], a);
+                a = MF__CU_FMA(p.beta[r], Gs[i * lg + j], a);
                 for (m = 0; m < cn; m++) a3 = MF__CU_FMA(D[i * C + m] + D[m * C + i], p.k[MF__FWR(m) * dd + j], a3);
                 a += a3;
             }
@@ -1255,7 +1285,7 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *st, const float 
             long long r;
             i = e / p.dv; c = e % p.dv;
             r = MF__FWR(i);
-            gv[r * p.dv + c] += p.beta ? p.beta[r] * G[(long long)i * ldx + dd + c] : dUc[(long long)i * dvp + c];
+            gv[r * p.dv + c] += p.beta ? p.beta[r] * Gs[i * lg + dd + c] : dUs[i * lu + c];
         }
 #undef MF__FWR
 }
@@ -1272,15 +1302,16 @@ static mf__cu_fw mf__cu_fw_args(const mf_tensor *out) {
     p.C = out->iarg[0] < p.T ? out->iarg[0] : p.T; /* a chunk longer than T is T */
     return p;
 }
-/* out->saved, carved: recurrent: the checkpoints; chunkwise: the chunk-start states, X, U, Gm, P;
-   then linear attention's numerators [rows][dvp] */
-typedef struct { float *st, *X, *U, *Gm, *P, *num; } mf__cu_fw_buf;
+/* out->saved, carved: recurrent: the checkpoints; chunkwise: the chunk-start states in both layouts
+   (st [dd][dvp], stn [dvp][dd]), X, U, Gm, P; then linear attention's numerators [rows][dvp] */
+typedef struct { float *st, *stn, *X, *U, *Gm, *P, *num; } mf__cu_fw_buf;
 static size_t mf__cu_fw_carve(const mf__cu_fw *p, int form, int delta, float *base, mf__cu_fw_buf *b) {
     long long BH = (long long)p->B * p->H, ss = (long long)p->dd * p->dvp, nc = (p->T + p->C - 1) / p->C;
     long long nck = form == 1 ? (p->T + MF__FW_CK - 1) / MF__FW_CK : nc, o = 0;
     b->st = base; o += BH * nck * ss;
-    b->X = b->U = b->Gm = b->P = NULL;
+    b->stn = b->X = b->U = b->Gm = b->P = NULL;
     if (form > 1) {
+        b->stn = base ? base + o : NULL; o += BH * nc * ss;
         if (delta) { b->X = base ? base + o : NULL; o += BH * p->T * (p->dd + p->dvp); }
         b->U = base ? base + o : NULL; o += BH * p->T * p->dvp;
         if (delta) { b->Gm = base ? base + o : NULL; o += BH * nc * p->C * p->C; }
@@ -1303,6 +1334,15 @@ static int mf__cu_fw_cw(mf_ctx *ctx, const mf__cu_fw *p, int most, size_t per_co
                          "size) or a smaller chunk", p->dd, p->C, *smem), -1);
     return cw;
 }
+/* dynamic shared memory above 48 KiB: opt the kernel in (up to 227 KiB), else a clear error */
+template <class K> static int mf__cu_fw_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *op, const mf__cu_fw *p) {
+    if (bytes <= 48 * 1024) return 0;
+    if (bytes > 227 * 1024)
+        return (mf__fail(ctx, "%s: chunks of %d tokens (d_dot %d, dv %d) need %zu bytes of shared memory per block in the "
+                         "CUDA kernels (more than 227 KiB); use a smaller chunk_size (16 is the automatic choice)", op,
+                         p->C, p->dd, p->dv, bytes), -1);
+    return MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
 static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
@@ -1320,15 +1360,14 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
                        state, out->requires_grad ? b.st : (float *)NULL, y) < 0)
             return -1;
     } else {
-        long long ng = BH * nc * p.C * p.C, ns = BH * nc * (p.dd + p.dvp);
-        size_t csmem;
+        size_t csmem, psmem = (size_t)(2 * p.C * (p.dd + 1) + p.C * p.C) * sizeof(float);
         int ccw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &csmem);
         if (ccw < 0) return -1;
-        if (MF__CU_RUN(ctx, op, mf__k_fw_gram, mf__cu_grid(ng, MF__CU_BS), MF__CU_BS, 0, p, b.Gm, b.P, ng) < 0 ||
-            (delta && MF__CU_RUN(ctx, op, mf__k_fw_solve, mf__cu_grid(ns, MF__CU_BS), MF__CU_BS, 0, p,
-                                 (const float *)b.Gm, b.X, ns) < 0) ||
+        if (mf__cu_fw_smem(ctx, mf__k_fw_prep, psmem, op, &p) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_fw_prep, (unsigned)(BH * nc), MF__CU_FW_NT, psmem, p, b.Gm, b.P, b.X) < 0 ||
             MF__CU_RUN(ctx, op, mf__k_fw_cstate, dim3((unsigned)BH, (unsigned)((p.dvp + ccw - 1) / ccw)), MF__CU_FW_NT,
-                       csmem, p, (const float *)b.X, b.st, b.U, state, ccw) < 0 ||
+                       csmem, p, (const float *)b.X, b.st, out->requires_grad ? b.stn : (float *)NULL, b.U, state,
+                       ccw) < 0 ||
             MF__CU_RUN(ctx, op, mf__k_fw_cout, mf__cu_grid(rows * p.dvp, MF__CU_BS), MF__CU_BS, 0, p,
                        (const float *)b.st, (const float *)b.U, (const float *)b.P, y, rows * p.dvp) < 0)
             return -1;
@@ -1380,27 +1419,19 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
             return -1;
         return 0;
     } else {
-        float *dSe = (float *)mf__cu_arena(ctx, (size_t)(BH * nc * ss + rows * p.dvp) * sizeof(float)), *dU, *Gb = NULL;
-        size_t gsm = (size_t)2 * p.C * p.C * sizeof(float);
+        float *dSe = (float *)mf__cu_arena(ctx, (size_t)(BH * nc * ss + rows * p.dvp) * sizeof(float)), *dU;
+        size_t gsm = (size_t)(2 * p.C * p.C + 3 * p.C * (p.dvp + 1) + (delta ? 2 * p.C * (p.dd + p.dvp + 1) : 0))
+                     * sizeof(float);
         if (!dSe) return -1;
         dU = dSe + BH * nc * ss;
-        if (delta && !(Gb = (float *)mf__cu_arena(ctx, (size_t)(rows * (p.dd + p.dvp)) * sizeof(float)))) return -1;
         if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
-        if (gsm > 48 * 1024) {
-            if (gsm > 227 * 1024)
-                return (mf__fail(ctx, "%s: chunks of %d tokens need %zu bytes of shared memory (more than 227 KiB) in "
-                                 "the CUDA kernel; use a chunk_size of at most 128 (16 is the automatic choice)", op, p.C,
-                                 gsm), -1);
-            if (MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(mf__k_fw_cgrad, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                            (int)gsm)) < 0)
-                return -1;
-        }
+        if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0) return -1;
         if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), MF__CU_FW_NT,
                        smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
             return -1;
-        return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.st,
+        return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.stn,
                           (const float *)dSe, (const float *)b.X, (const float *)b.U, (const float *)dU,
-                          (const float *)b.Gm, dy, Gb, gq, gk, gv, gb);
+                          (const float *)b.Gm, dy, gq, gk, gv, gb);
     }
 }
 
