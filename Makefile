@@ -90,6 +90,11 @@ $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
 
+# the fast-weights kernels on the GPU, recurrent vs chunkwise: build/cuda/bench_fw_sweep --device cuda
+$(BUILD)/cuda/bench_fw_sweep: bench/bench_fw_sweep.c metaformer.h metaformer_cuda.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_CUDA -I. $< -o $@ $(NVLIBS)
+
 # train.c stays C: the implementation (with the kernels) comes from examples/metaformer_cuda.cu;
 # -DMETAFORMER_IMPLEMENTATION_DONE skips the implementation that train.c itself includes
 train-cuda: $(BUILD)/train-cuda

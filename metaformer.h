@@ -274,7 +274,8 @@ MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x);
    to rounding): 1 = recurrent (token by token; keeps ceil(T / 32) states per head for the
    backward), n > 1 = chunkwise-parallel with chunks of n tokens (DeltaNet's WY form: small dense
    products; keeps 2 T / n states and T * (d_dot + dv) floats per head), 0 = automatic (recurrent
-   below T = 16 tokens, chunkwise by 16 from there: the faster one on the CPU). */
+   below T = 16 tokens, chunkwise by 16 from there: the faster one on the CPU). A CUDA context runs
+   the same forms on the GPU (same selection; its chunkwise backward takes chunks of up to 128). */
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
                                  int chunk);
 /* Causal linear attention with the same kernels: W = W + v_t k_t^T, z = z + k_t,
@@ -2492,7 +2493,7 @@ static const mf__op mf__op_gelu = { "gelu", 1, mf__same_shape, mf__unary_forward
 static const mf__op mf__op_sigmoid = { "sigmoid", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
 static const mf__op mf__op_silu = { "silu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
 static const mf__op mf__op_exp = { "exp", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
-static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 }; /* CPU only */
+static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[0] = kind; t->farg[0] = s; }
@@ -4833,7 +4834,10 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { return m && m->xl ? m->xl->au
      C x C triangular solve. Memory: kept the state at every chunk start in both layouts
      (2 ceil(T / C) * dd * dvp floats per head: the backward needs S and S^T) and [W, U_]
      (T * (dd + dvp)); the backward walks the chunks in reverse.
-   Both give the same values up to float rounding (tests/test_fastweights.c: 1e-5 relative). */
+   Both give the same values up to float rounding (tests/test_fastweights.c: 1e-5 relative).
+   On a CUDA context the ops run the GPU twins of both forms ([cu:fastweights] in
+   metaformer_cuda.cuh: same form selection, same checkpoint interval MF__FW_CK, own layout of
+   out->saved); the generation state (mf__rec_state) is then device memory. */
 
 #define MF__FW_CK 32 /* recurrent backward: tokens between state checkpoints */
 /* chunk_size 0 (automatic): chunkwise with chunks of MF__FW_AUTO_C from MF__FW_AUTO_T tokens on,
@@ -4879,7 +4883,6 @@ static int mf__dpfp_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0];
     int dk = mf__last(x), nu = out->iarg[0], shape[MF_MAX_DIMS], i;
     char s[64];
-    if (ctx->be) return MF__SHAPE_FAIL("dpfp runs on the CPU only so far; create the tensors on a CPU context");
     if (nu < 1 || nu > 2 * dk - 1)
         return MF__SHAPE_FAIL("dpfp: nu %d must be in [1, 2 * dk - 1] = [1, %d] for x %s (a roll by 2 dk "
                               "repeats the roll by 0)", nu, 2 * dk - 1, mf_shape_str(x, s, 64));
@@ -5397,7 +5400,6 @@ static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
     const char *who = out->op->name;
     char sq[64], sk[64], sv[64], sb[64];
     mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64); mf_shape_str(v, sv, 64);
-    if (ctx->be) return MF__SHAPE_FAIL("%s runs on the CPU only so far; create the tensors (the model) on a CPU context", who);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
         return MF__SHAPE_FAIL("%s: q %s, k %s, v %s must be 4-D [B, T, H, d] (features of q and k, values v; "
                               "the projections x W^T reshaped per head)", who, sq, sk, sv);
@@ -5544,7 +5546,7 @@ MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf
    features are sparse: phi(q) and every phi(k) can have disjoint supports). */
 #define MF__FW_EPS 1e-6f
 struct mf__rec_state {
-    float *S;          /* per layer [H][dd][dvp]: W^T (linear: the column dv is z) */
+    float *S;          /* per layer [H][dd][dvp]: W^T (linear: the column dv is z); device memory on CUDA */
     int *next;         /* per layer: the position the next generation call must start at */
     int64_t per_layer; /* floats */
 };
@@ -5560,9 +5562,6 @@ static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
     const char *name = mf_mixer_name(c->mixer);
     int dk = c->d_model / c->n_heads;
     int dpfp = c->mixer == MF_MIXER_FAST_WEIGHTS || c->linear_feature == MF_FEATURE_DPFP;
-    if (ctx->be)
-        return (mf__fail(ctx, "model config: the %s mixer runs on the CPU only so far; create the model on a CPU "
-                         "context", name), -1);
     if (c->mixer == MF_MIXER_LINEAR && c->linear_feature != MF_FEATURE_DPFP && c->linear_feature != MF_FEATURE_ELU1)
         return (mf__fail(ctx, "model config: unknown linear_feature %d; use MF_FEATURE_DPFP (%d) or MF_FEATURE_ELU1 (%d)",
                          (int)c->linear_feature, (int)MF_FEATURE_DPFP, (int)MF_FEATURE_ELU1), -1);
@@ -5587,7 +5586,8 @@ static void mf__fw_make_layer(mf_model *m, int l) {
 }
 static void mf__fw_free(mf_model *m) {
     if (!m->rec) return;
-    MF_FREE(m->rec->S); MF_FREE(m->rec->next); MF_FREE(m->rec);
+    mf__dfree(m->ctx, m->rec->S); /* device memory on a CUDA context */
+    MF_FREE(m->rec->next); MF_FREE(m->rec);
     m->rec = NULL;
 }
 /* layer l's generation state for tokens from pos0 on (zeroed at pos0 == 0), or NULL (error set) */
@@ -5600,14 +5600,15 @@ static float *mf__fw_state(mf_model *m, int l, int B, int T, int pos0) {
         mf__fw_dims(c, &dd, &dvp);
         if (!(r = (struct mf__rec_state *)mf__xmalloc(sizeof *r))) return (float *)mf__fail(m->ctx, "out of memory: generation state");
         r->per_layer = (int64_t)c->n_heads * dd * dvp;
-        r->S = (float *)mf__xmalloc((size_t)(r->per_layer * c->n_layers) * sizeof(float));
+        r->S = (float *)mf__dmalloc(m->ctx, (size_t)(r->per_layer * c->n_layers) * sizeof(float), "generation state");
         r->next = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
         m->rec = r;
         if (!r->S || !r->next) { mf__fw_free(m); return (float *)mf__fail(m->ctx, "out of memory: generation state"); }
         memset(r->next, 0, (size_t)c->n_layers * sizeof(int));
     }
-    if (pos0 == 0) memset(r->S + l * r->per_layer, 0, (size_t)r->per_layer * sizeof(float));
-    else if (r->next[l] != pos0)
+    if (pos0 == 0) {
+        if (mf__dzero(m->ctx, r->S + l * r->per_layer, (size_t)r->per_layer * sizeof(float)) < 0) return NULL;
+    } else if (r->next[l] != pos0)
         return (float *)mf__fail(m->ctx, "%s generation: layer %d's state holds %d tokens, but the call starts at position "
                                  "%d; generation must start at position 0 and continue in order",
                                  mf_mixer_name(c->mixer), l, r->next[l], pos0);

@@ -320,6 +320,7 @@ static __global__ void mf__k_unary(float *y, const float *x, long long n, int ki
         case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
         case MF__SIGMOID: y[i] = mf__cu_sigmoid(v); break;
         case MF__SILU: y[i] = v * mf__cu_sigmoid(v); break;
+        case MF__ELU1: y[i] = v > 0 ? v + 1.0f : expf(v); break;
         default: y[i] = expf(v); break;
         }
     }
@@ -341,6 +342,7 @@ static __global__ void mf__k_unary_bwd(float *dx, const float *x, const float *y
         }
         case MF__SIGMOID: d = y[i] * (1.0f - y[i]); break;
         case MF__SILU: { float sg = mf__cu_sigmoid(v); d = sg * (1.0f + v * (1.0f - sg)); break; }
+        case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
         default: d = y[i]; break;
         }
         dx[i] += g[i] * d;
@@ -1714,6 +1716,700 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 
+/* ==== [cu:fastweights] DPFP, fast weights (delta rule) and linear attention ================== */
+/* The CUDA twins of [mf:fastweights] in metaformer.h (mf_dpfp, mf_fast_weights, mf_linear_attention;
+   mf_elu1 is a kind of the unary kernel above). Same math, same forms, same selection (iarg[0]:
+   1 = recurrent, C > 1 = chunkwise by C, resolved by the shape check from the caller's chunk), so CPU
+   and GPU agree to float rounding. Every kernel is deterministic: each output element is summed by
+   one thread in a fixed order; the value-column slices of the recurrent backward write partial
+   sums that a second kernel adds in slice order (no atomics).
+
+   Notation (per head bh = b H + h): S^T [dd][dvp] the fast-weight state (row j = feature j,
+   column c = value column; linear attention's extra column c = dv is the normaliser z, its value
+   is constantly 1 and its output the denominator), tokens t of the head at row r = (b T + t) H + h
+   of the token-major inputs q, k [B, T, H, dd], v [B, T, H, dv], beta [B, T, H].
+
+   Recurrent (the oracle and the generation path). The delta rule's columns are independent: column
+   c of S^T only needs its own values and the shared k_t, q_t. Grid (B H, ceil(dvp / cw)), block cw
+   (<= 32) threads, thread = one value column whose dd state values live in shared memory
+   (dd cw floats; cw halves until it fits in 48 KiB). Forward: per token sk = S^T_c . k, u = beta
+   (v - sk) (linear: u = v), S^T_c += u k, y = S^T_c . q - no barrier at all (k and q are
+   broadcast reads). The state is kept every MF__FW_CK tokens for the backward. Backward, like the
+   CPU: per segment of MF__FW_CK tokens from the last, recompute the states S_{t-1} of the segment
+   from its checkpoint (into a per-block global buffer [MF__FW_CK][dd][cw]), then walk back in time
+   with dL/dS^T in shared memory ([dd][cw + 1]: conflict-free for both the column phase (du, dS
+   updates: thread = column) and the row phase (dq, dk: thread = feature row, reduce over the
+   block's columns)). dq, dk and dbeta are sums over value columns: each slice writes its partial
+   sums, mf__k_fw_slices adds them in slice order.
+
+   Chunkwise (training; DeltaNet's WY / UT form, the CPU's mf__fw_chunk_fwd / _bwd). Chunk of C
+   tokens, n <= C of them in the last one:
+     mf__k_fw_prep   (one block per (chunk, head), K and Q in shared memory): Gm = tril(K K^T, -1)
+                     (delta), P = tril(Q K^T); (I + diag(beta) Gm) [W, U_] = diag(beta) [K, V] by
+                     forward substitution, a thread per column (the columns are independent)
+     mf__k_fw_cstate (grid (B H, dvp / 8 column slices), 256 threads sharing the slice's S^T [dd][8]
+                     and the chunk's U in shared memory): the only sequential part: per chunk keep
+                     S^T, U = U_ - W S^T (linear: U = V), S^T += K^T U, each a parallel phase
+     mf__k_fw_cout   (B H T dvp)            Y = Q S^T + P U   (every chunk in parallel)
+   backward:
+     mf__k_fw_cdstate (sequential over chunks, blocks as mf__k_fw_cstate): dS^T at every chunk end,
+                     dU = K dS^T + P^T dY, dS^T += Q^T dY - W^T dU
+     mf__k_fw_cgrad  (one block per (chunk, head), MF__CU_ROW threads; dY, U, dU, G, X of the chunk in
+                     shared memory, the states read as [dvp][dd] so the loads coalesce): dP, the back
+                     substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
+   Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
+   U, Gm, P (and linear's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
+   opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size. */
+#define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
+#define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
+#define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
+/* a b + c: nvcc contracts it to one FMA; the host compiler under the emulator does what the CPU
+   path of the same build does (its portable vectors: a b + c) */
+#define MF__CU_FMA(a, b, c) ((a) * (b) + (c))
+
+typedef struct {
+    const float *q, *k, *v, *beta; /* beta NULL: linear attention */
+    int B, T, H, dd, dv, dvp, C;   /* C: the chunk (chunkwise forms) */
+} mf__cu_fw;
+
+/* row of token t of head bh in the token-major layout */
+static __device__ long long mf__cu_fw_row(const mf__cu_fw &p, long long bh, int t) {
+    return ((bh / p.H) * p.T + t) * p.H + bh % p.H;
+}
+/* the same inside a kernel that has rb = mf__cu_fw_row(p, bh, 0): no division in the loops */
+#define MF__FW_R(t) (rb + (long long)(t) * p.H)
+static __device__ float mf__cu_fw_v(const mf__cu_fw &p, long long r, int c) { /* v, then the ones column */
+    return c < p.dv ? p.v[r * p.dv + c] : 1.0f;
+}
+
+/* ---- DPFP: one block per row of x [rows][dk] -> y [rows][2 dk nu] (SPEC 7.1) ---- */
+static __device__ float mf__cu_dpfp_a(const float *x, int dk, int j) { /* relu(concat(x, -x))[j] */
+    float v = j < dk ? x[j] : -x[j - dk];
+    return v > 0 ? v : 0.0f;
+}
+/* inv[r] = 1 / (sum phi + eps) for the backward (may be NULL) */
+static __global__ void mf__k_dpfp(float *y, float *inv, const float *x, int dk, int nu, float eps) {
+    __shared__ float sh[32];
+    long long r = blockIdx.x;
+    int n2 = 2 * dk, dd = n2 * nu, m;
+    const float *xr = x + r * dk;
+    float *yr = y + r * dd, sum = 0, iv;
+    for (m = threadIdx.x; m < dd; m += blockDim.x) {
+        int s = m / n2 + 1, j = m % n2, jm = j >= s ? j - s : j - s + n2;
+        float ph = mf__cu_dpfp_a(xr, dk, j) * mf__cu_dpfp_a(xr, dk, jm);
+        yr[m] = ph;
+        sum += ph;
+    }
+    sum = mf__cu_bred(sum, sh, 0);
+    iv = 1.0f / (sum + eps);
+    for (m = threadIdx.x; m < dd; m += blockDim.x) yr[m] *= iv;
+    if (inv && threadIdx.x == 0) inv[r] = iv;
+}
+/* dx += d out / dx: dphi_m = (g_m - g . y) / (sum + eps); phi[s][j] = a[j] a[j - s] */
+static __global__ void mf__k_dpfp_bwd(float *dx, const float *x, const float *y, const float *g, const float *inv,
+                                      int dk, int nu) {
+    __shared__ float sh[32];
+    long long r = blockIdx.x;
+    int n2 = 2 * dk, dd = n2 * nu, m, j, s, half;
+    const float *xr = x + r * dk, *yr = y + r * dd, *gr = g + r * dd;
+    float gy = 0, iv = inv[r];
+    for (m = threadIdx.x; m < dd; m += blockDim.x) gy += gr[m] * yr[m];
+    gy = mf__cu_bred(gy, sh, 0);
+    for (j = threadIdx.x; j < dk; j += blockDim.x) {
+        float d = 0;
+        for (half = 0; half < 2; half++) { /* a[j] (x > 0) and a[dk + j] (x < 0) */
+            int jj = j + half * dk;
+            float da = 0;
+            if (mf__cu_dpfp_a(xr, dk, jj) == 0.0f) continue; /* relu off: no gradient */
+            for (s = 1; s <= nu; s++) {
+                int jm = jj >= s ? jj - s : jj - s + n2, jp = jj + s < n2 ? jj + s : jj + s - n2;
+                da += (gr[(s - 1) * n2 + jj] - gy) * mf__cu_dpfp_a(xr, dk, jm);
+                da += (gr[(s - 1) * n2 + jp] - gy) * mf__cu_dpfp_a(xr, dk, jp);
+            }
+            d = half ? d - da : d + da;
+        }
+        dx[r * dk + j] += d * iv;
+    }
+}
+static int mf__cu_dpfp_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    long long rows = mf__rows(x);
+    out->saved = NULL;
+    if (out->requires_grad && !(out->saved = (float *)mf__cu_arena(ctx, (size_t)rows * sizeof(float)))) return -1;
+    return MF__CU_RUN(ctx, "dpfp", mf__k_dpfp, (unsigned)rows, MF__CU_ROW, 0, out->data, out->saved,
+                      (const float *)x->data, mf__last(x), out->iarg[0], out->farg[0]);
+}
+static int mf__cu_dpfp_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    float *dx = mf__g(out->src[0]);
+    if (!dx) return 0;
+    return MF__CU_RUN(ctx, "dpfp (backward)", mf__k_dpfp_bwd, (unsigned)mf__rows(x), MF__CU_ROW, 0, dx,
+                      (const float *)x->data, (const float *)out->data, (const float *)out->grad,
+                      (const float *)out->saved, mf__last(x), out->iarg[0]);
+}
+
+/* ---- linear attention's normaliser: y = num / (den + eps), den = num[dv] ---- */
+static __global__ void mf__k_fw_norm(float *y, const float *num, int dv, float eps, long long n) {
+    MF__CU_LOOP(e, n) {
+        long long r = e / dv;
+        y[e] = num[r * (dv + 1) + e % dv] * (1.0f / (num[r * (dv + 1) + dv] + eps));
+    }
+}
+/* dnum = g / (den + eps), dden = -(g . y) / (den + eps); one thread per row (columns in order) */
+static __global__ void mf__k_fw_norm_bwd(float *dnum, const float *num, const float *g, const float *y, int dv,
+                                         float eps, long long rows) {
+    MF__CU_LOOP(r, rows) {
+        const float *gr = g + r * dv, *yr = y + r * dv;
+        float inv = 1.0f / (num[r * (dv + 1) + dv] + eps), gy = 0, *d = dnum + r * (dv + 1);
+        for (int c = 0; c < dv; c++) { d[c] = gr[c] * inv; gy += gr[c] * yr[c]; }
+        d[dv] = -gy * inv;
+    }
+}
+/* dst[e] += sum over the ns slices of part[s][e], slices in order */
+static __global__ void mf__k_fw_slices(float *dst, const float *part, int ns, long long n) {
+    MF__CU_LOOP(e, n) {
+        float acc = 0;
+        for (int s = 0; s < ns; s++) acc += part[s * n + e];
+        dst[e] += acc;
+    }
+}
+
+/* ---- recurrent form ---- */
+/* grid (B H, slices), block cw; shared: the thread's state column, sm[j cw + tid]. state: the start
+   state S^T [BH][dd][dvp] (NULL: zeros), overwritten with the end state; ck (NULL: not kept): the
+   state before tokens 0, MF__FW_CK, ... [BH][nck][dd][dvp]; y [rows][dvp]. No barriers: a thread
+   past the last column returns at once. */
+static __global__ void mf__k_fw_rec_fwd(mf__cu_fw p, float *state, float *ck, float *y) {
+    MF_DYN_SMEM(float, sm);
+    long long bh = blockIdx.x;
+    int cw = blockDim.x, c = blockIdx.y * cw + threadIdx.x, dd = p.dd, dvp = p.dvp, j, t;
+    int nck = (p.T + MF__FW_CK - 1) / MF__FW_CK;
+    long long ss = (long long)dd * dvp;
+    long long rb = mf__cu_fw_row(p, bh, 0);
+    float *S = sm + threadIdx.x;
+    if (c >= dvp) return;
+    for (j = 0; j < dd; j++) S[j * cw] = state ? state[bh * ss + (long long)j * dvp + c] : 0.0f;
+    for (t = 0; t < p.T; t++) {
+        long long r = MF__FW_R(t);
+        const float *kt = p.k + r * dd, *qt = p.q + r * dd;
+        float u = mf__cu_fw_v(p, r, c), acc = 0;
+        if (ck && t % MF__FW_CK == 0)
+            for (j = 0; j < dd; j++) ck[(bh * nck + t / MF__FW_CK) * ss + (long long)j * dvp + c] = S[j * cw];
+        if (p.beta) { /* u = beta (v - S k): the delta rule's write */
+            float sk = 0;
+            for (j = 0; j < dd; j++) sk = MF__CU_FMA(kt[j], S[j * cw], sk);
+            u = p.beta[r] * (u - sk);
+        }
+        for (j = 0; j < dd; j++) { /* write first, then read with the updated state */
+            float s = MF__CU_FMA(kt[j], u, S[j * cw]);
+            S[j * cw] = s;
+            acc = MF__CU_FMA(qt[j], s, acc);
+        }
+        y[r * dvp + c] = acc;
+    }
+    if (state)
+        for (j = 0; j < dd; j++) state[bh * ss + (long long)j * dvp + c] = S[j * cw];
+}
+/* Backward. shared: dS [dd][cw + 1], the recompute's state columns [dd][cw + 1], U and R = v - S k of
+   the segment [MF__FW_CK][cw], then g, dvbar and du r of the token [cw] each (the state column
+   array [dd][cw + 1] holds S_{t-1} of the token during the walk). seg: per block the
+   segment's S_{t-1} [MF__FW_CK][dd][cw]. pq, pk [slices][rows][dd], pb [slices][rows]: this slice's
+   partial dq, dk, dbeta; dv (may be NULL): added directly (one thread per element). */
+static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const float *dy, float *seg, float *pq,
+                                        float *pk, float *pb, float *dv) {
+    MF_DYN_SMEM(float, sm);
+    long long bh = blockIdx.x, rows = (long long)p.B * p.T * p.H, ss = (long long)p.dd * p.dvp;
+    int cw = blockDim.x, tid = threadIdx.x, c = blockIdx.y * cw + tid, on = c < p.dvp, dd = p.dd, lp = cw + 1;
+    int nck = (p.T + MF__FW_CK - 1) / MF__FW_CK, sgi, t, j, cc;
+    float *dS = sm, *Sc = dS + dd * lp, *U = Sc + dd * lp, *R = U + MF__FW_CK * cw, *gs = R + MF__FW_CK * cw;
+    float *db = gs + cw, *ur = db + cw;
+    float *sg = seg + ((long long)blockIdx.x * gridDim.y + blockIdx.y) * MF__FW_CK * dd * cw;
+    long long po = (long long)blockIdx.y * rows, rb = mf__cu_fw_row(p, bh, 0); /* po: this slice's partials */
+    for (j = 0; j < dd; j++) dS[j * lp + tid] = 0.0f;
+    for (sgi = nck - 1; sgi >= 0; sgi--) {
+        int t0 = sgi * MF__FW_CK, t1 = t0 + MF__FW_CK < p.T ? t0 + MF__FW_CK : p.T;
+        /* recompute the segment's states S_{t-1}, u_t and r_t = v_t - S_{t-1} k_t (thread = column) */
+        for (j = 0; j < dd; j++) Sc[j * lp + tid] = on ? ck[(bh * nck + sgi) * ss + (long long)j * p.dvp + c] : 0.0f;
+        for (t = t0; t < t1; t++) {
+            int i = t - t0;
+            long long r = MF__FW_R(t);
+            const float *kt = p.k + r * dd;
+            float v = on ? mf__cu_fw_v(p, r, c) : 0.0f, u = v, rr = v;
+            for (j = 0; j < dd; j++) sg[((long long)i * dd + j) * cw + tid] = Sc[j * lp + tid];
+            if (p.beta) {
+                float sk = 0;
+                for (j = 0; j < dd; j++) sk = MF__CU_FMA(kt[j], Sc[j * lp + tid], sk);
+                rr = v - sk;
+                u = p.beta[r] * rr;
+            }
+            R[i * cw + tid] = rr;
+            U[i * cw + tid] = u;
+            if (t + 1 < t1)
+                for (j = 0; j < dd; j++) Sc[j * lp + tid] = MF__CU_FMA(kt[j], u, Sc[j * lp + tid]);
+        }
+        __syncthreads();
+        for (t = t1 - 1; t >= t0; t--) {
+            int i = t - t0;
+            long long r = MF__FW_R(t);
+            const float *kt = p.k + r * dd, *qt = p.q + r * dd, *Sp = sg + (long long)i * dd * cw, *Ui = U + i * cw;
+            float b = p.beta ? p.beta[r] : 1.0f, g = on ? dy[r * p.dvp + c] : 0.0f, du = 0, ug = 0;
+            /* column phase: S_{t-1} into shared memory (the row phase reads it across columns);
+               dS += q g^T (dS = dL/dS_t), du = dS^T k */
+            for (j = 0; j < dd; j++) Sc[j * lp + tid] = Sp[(long long)j * cw + tid];
+            for (j = 0; j < dd; j++) {
+                float d = MF__CU_FMA(qt[j], g, dS[j * lp + tid]);
+                dS[j * lp + tid] = d;
+                du = MF__CU_FMA(kt[j], d, du);
+            }
+            gs[tid] = g;
+            db[tid] = p.beta ? -b * du : 0.0f;
+            ur[tid] = du * R[i * cw + tid];
+            if (dv && on && c < p.dv) dv[r * p.dv + c] += b * du;
+            __syncthreads();
+            /* row phase (thread = feature j): dq = S_t^T g = S_{t-1}^T g + k (u . g),
+               dk = dS^T u + S_{t-1}^T dvbar, summed over this slice's columns */
+            for (cc = 0; cc < cw; cc++) ug = MF__CU_FMA(Ui[cc], gs[cc], ug);
+            for (j = tid; j < dd; j += cw) {
+                const float *sr = Sc + j * lp, *dr = dS + j * lp;
+                float aq = 0, ak = 0;
+                for (cc = 0; cc < cw; cc++) aq = MF__CU_FMA(gs[cc], sr[cc], aq);
+                aq = MF__CU_FMA(ug, kt[j], aq);
+                for (cc = 0; cc < cw; cc++) ak = MF__CU_FMA(Ui[cc], dr[cc], ak);
+                if (p.beta)
+                    for (cc = 0; cc < cw; cc++) ak = MF__CU_FMA(db[cc], sr[cc], ak);
+                pq[(po + r) * dd + j] = aq;
+                pk[(po + r) * dd + j] = ak;
+            }
+            if (p.beta && tid == 0) { /* dbeta = du . (v - S_{t-1} k) */
+                float acc = 0;
+                for (cc = 0; cc < cw; cc++) acc += ur[cc];
+                pb[po + r] = acc;
+            }
+            __syncthreads();
+            if (p.beta) /* dS += dvbar k^T: dL/dS_{t-1} (own column; the next token's phase reads it) */
+                for (j = 0; j < dd; j++) dS[j * lp + tid] = MF__CU_FMA(kt[j], db[tid], dS[j * lp + tid]);
+        }
+    }
+}
+
+/* ---- chunkwise form ---- */
+/* The chunk's products that need no state, one block per (chunk, head) (grid B H nc), K and Q of
+   the chunk staged in shared memory ([C][dd + 1] each: conflict-free row dots), then [C][C] for Gm:
+   Gm[bh][ch][i][m] = k_i . k_m (m < i; delta rule only) and P = q_i . k_m (m <= i), 0 elsewhere;
+   then (delta rule) the forward substitution (I + A) X = diag(beta) [K, V], A[i][m] = beta_i
+   Gm[i][m], into X [bh][T][dd + dvp]: one thread per column (the columns are independent). */
+static __global__ void mf__k_fw_prep(mf__cu_fw p, float *Gm, float *P, float *X) {
+    MF_DYN_SMEM(float, sm);
+    int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, lk = dd + 1, ldx = dd + p.dvp, nt = blockDim.x, e, i, m, j;
+    long long bh = blockIdx.x / nc, rb = mf__cu_fw_row(p, bh, 0), cb = (long long)blockIdx.x * C * C;
+    int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+    float *Ks = sm, *Qs = Ks + C * lk, *Gs = Qs + C * lk;
+    for (e = threadIdx.x; e < cn * dd; e += nt) {
+        long long r;
+        i = e / dd; j = e % dd;
+        r = MF__FW_R(t0 + i);
+        Ks[i * lk + j] = p.k[r * dd + j];
+        Qs[i * lk + j] = p.q[r * dd + j];
+    }
+    __syncthreads();
+    for (e = threadIdx.x; e < C * C; e += nt) {
+        float g = 0, s = 0;
+        i = e / C; m = e % C;
+        if (i < cn && m <= i)
+            for (j = 0; j < dd; j++) {
+                s = MF__CU_FMA(Qs[i * lk + j], Ks[m * lk + j], s);
+                if (m < i) g = MF__CU_FMA(Ks[i * lk + j], Ks[m * lk + j], g);
+            }
+        Gs[e] = m < i ? g : 0.0f;
+        if (Gm) Gm[cb + e] = Gs[e];
+        P[cb + e] = s;
+    }
+    if (!p.beta) return; /* uniform over the block: no barrier follows for anyone */
+    __syncthreads();
+    for (j = threadIdx.x; j < ldx; j += nt) {
+        float *Xc = X + (bh * p.T + t0) * ldx + j;
+        for (i = 0; i < cn; i++) {
+            long long r = MF__FW_R(t0 + i);
+            float b = p.beta[r], acc = 0;
+            for (m = 0; m < i; m++) acc = MF__CU_FMA(-b * Gs[i * C + m], Xc[(long long)m * ldx], acc);
+            Xc[(long long)i * ldx] = acc + b * (j < dd ? Ks[i * lk + j] : mf__cu_fw_v(p, r, j - dd));
+        }
+    }
+}
+/* The state pass, sequential over the chunks: grid (B H, slices of cw value columns), MF__CU_FW_NT
+   threads that share the slice's S^T [dd][cw] (shared memory, then the chunk's U [C][cw]). Per
+   chunk: keep S^T in st [bh][nc][dd][dvp]; U = U_ - W S^T (linear: [v, 1]) into U [bh][T][dvp]
+   (thread per (token, column): a dd-long dot); S^T += K^T U (thread per (feature, column): a C-long
+   sum). stn (NULL: not kept) gets the chunk-start states again as [dvp][dd] for the backward.
+   state as in mf__k_fw_rec_fwd. */
+static __global__ void mf__k_fw_cstate(mf__cu_fw p, const float *X, float *st, float *stn, float *U, float *state,
+                                       int cw) {
+    MF_DYN_SMEM(float, sm);
+    long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp;
+    int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * cw, nt = blockDim.x;
+    int C = p.C, nc = (p.T + C - 1) / C, ch, i, j, e, cl;
+    long long rb = mf__cu_fw_row(p, bh, 0);
+    float *S = sm, *Us = sm + dd * cw; /* S[j cw + cl], Us[i cw + cl] */
+    for (e = threadIdx.x; e < dd * cw; e += nt) {
+        j = e / cw; cl = e % cw;
+        S[e] = state && c0 + cl < dvp ? state[bh * ss + (long long)j * dvp + c0 + cl] : 0.0f;
+    }
+    __syncthreads();
+    for (ch = 0; ch < nc; ch++) {
+        int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+        for (e = threadIdx.x; e < dd * cw; e += nt) {
+            j = e / cw; cl = e % cw;
+            if (c0 + cl < dvp) st[(bh * nc + ch) * ss + (long long)j * dvp + c0 + cl] = S[e];
+        }
+        if (stn) /* the same state as [dvp][dd] (the backward's layout), rows along d_dot */
+            for (e = threadIdx.x; e < dd * cw; e += nt) {
+                cl = e / dd; j = e % dd;
+                if (c0 + cl < dvp) stn[(bh * nc + ch) * ss + (long long)(c0 + cl) * dd + j] = S[j * cw + cl];
+            }
+        for (e = threadIdx.x; e < cn * cw; e += nt) {
+            int c;
+            long long r;
+            float u = 0;
+            i = e / cw; cl = e % cw; c = c0 + cl;
+            r = MF__FW_R(t0 + i);
+            if (c < dvp) {
+                if (p.beta) {
+                    const float *xi = X + (bh * p.T + t0 + i) * ldx;
+                    float acc = 0;
+                    for (j = 0; j < dd; j++) acc = MF__CU_FMA(xi[j], S[j * cw + cl], acc);
+                    u = xi[dd + c] - acc;
+                } else u = mf__cu_fw_v(p, r, c);
+                U[(bh * p.T + t0 + i) * dvp + c] = u;
+            }
+            Us[e] = u;
+        }
+        __syncthreads();
+        for (e = threadIdx.x; e < dd * cw; e += nt) { /* S^T += K^T U */
+            float acc = 0;
+            j = e / cw; cl = e % cw;
+            for (i = 0; i < cn; i++) acc = MF__CU_FMA(p.k[MF__FW_R(t0 + i) * dd + j], Us[i * cw + cl], acc);
+            S[e] += acc;
+        }
+        __syncthreads();
+    }
+    if (state)
+        for (e = threadIdx.x; e < dd * cw; e += nt) {
+            j = e / cw; cl = e % cw;
+            if (c0 + cl < dvp) state[bh * ss + (long long)j * dvp + c0 + cl] = S[e];
+        }
+}
+/* y [rows][dvp] = Q S^T + P U, one thread per element (every chunk in parallel) */
+static __global__ void mf__k_fw_cout(mf__cu_fw p, const float *st, const float *U, const float *P, float *y, long long n) {
+    MF__CU_LOOP(e, n) {
+        int dvp = p.dvp, c = (int)(e % dvp), C = p.C, nc = (p.T + C - 1) / C, j, m;
+        long long r = e / dvp, h = r % p.H, b = r / ((long long)p.T * p.H), bh = b * p.H + h;
+        int t = (int)(r / p.H % p.T), ch = t / C, i = t - ch * C;
+        const float *qt = p.q + r * p.dd, *S = st + (bh * nc + ch) * p.dd * (long long)dvp + c;
+        const float *Pi = P + ((bh * nc + ch) * C + i) * C, *Uc = U + (bh * p.T + ch * C) * dvp + c;
+        float a = 0, s = 0;
+        for (j = 0; j < p.dd; j++) a = MF__CU_FMA(qt[j], S[(long long)j * dvp], a);
+        for (m = 0; m <= i; m++) s = MF__CU_FMA(Pi[m], Uc[(long long)m * dvp], s);
+        y[e] = a + s;
+    }
+}
+/* Backward state pass, chunks from the last; blocks and shared memory as mf__k_fw_cstate, with
+   dL/dS^T [dd][cw] and the chunk's dU [C][cw]. dSe [bh][nc][dvp][dd] gets dL/dS^T at every chunk's
+   end, dU [bh][T][dvp] = K dS^T + P^T dY; then dS^T += Q^T dY (- W^T dU for the delta rule).
+   dy [rows][dvp]. */
+static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float *P, const float *dy, float *dSe,
+                                        float *dU, int cw) {
+    MF_DYN_SMEM(float, sm);
+    long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp;
+    int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * cw, nt = blockDim.x;
+    int C = p.C, nc = (p.T + C - 1) / C, ch, i, j, m, e, cl;
+    long long rb = mf__cu_fw_row(p, bh, 0);
+    float *S = sm, *dUs = sm + dd * cw;
+    for (e = threadIdx.x; e < dd * cw; e += nt) S[e] = 0.0f;
+    __syncthreads();
+    for (ch = nc - 1; ch >= 0; ch--) {
+        int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+        const float *Pc = P + (bh * nc + ch) * C * C;
+        for (e = threadIdx.x; e < dd * cw; e += nt) { /* [dvp][dd], rows along d_dot */
+            cl = e / dd; j = e % dd;
+            if (c0 + cl < dvp) dSe[(bh * nc + ch) * ss + (long long)(c0 + cl) * dd + j] = S[j * cw + cl];
+        }
+        for (e = threadIdx.x; e < cn * cw; e += nt) {
+            int c;
+            float a = 0, s = 0;
+            i = e / cw; cl = e % cw; c = c0 + cl;
+            if (c < dvp) {
+                const float *ki = p.k + MF__FW_R(t0 + i) * dd;
+                for (j = 0; j < dd; j++) a = MF__CU_FMA(ki[j], S[j * cw + cl], a);
+                for (m = i; m < cn; m++) s = MF__CU_FMA(Pc[m * C + i], dy[MF__FW_R(t0 + m) * dvp + c], s);
+                dU[(bh * p.T + t0 + i) * dvp + c] = a + s;
+            }
+            dUs[e] = a + s;
+        }
+        __syncthreads();
+        for (e = threadIdx.x; e < dd * cw; e += nt) {
+            float a = 0, w = 0;
+            int c;
+            j = e / cw; cl = e % cw; c = c0 + cl;
+            if (c >= dvp) continue;
+            for (i = 0; i < cn; i++) {
+                long long r = MF__FW_R(t0 + i);
+                a = MF__CU_FMA(p.q[r * dd + j], dy[r * dvp + c], a);
+                if (p.beta) w = MF__CU_FMA(X[(bh * p.T + t0 + i) * ldx + j], -dUs[i * cw + cl], w);
+            }
+            S[e] += a;
+            if (p.beta) S[e] += w;
+        }
+        __syncthreads();
+    }
+}
+/* The gradients of one chunk: one block per (chunk, head), grid B H nc. Inputs: the chunk-start
+   state and dL/dS^T at its end in the [dvp][dd] layout (Sn, dSn: the products below run over the
+   value axis with the threads along d_dot, so their reads coalesce), X, U, dU, Gm, dY.
+   shared: dP, D / E [C][C]; the chunk's dY, U, dU [C][dvp + 1]; (delta rule) G = (I + A)^-T
+   [dW, dU] and X [C][dd + dvp + 1]. Each output element is added by one thread. */
+static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float *dSn, const float *X, const float *U,
+                                      const float *dU, const float *Gm, const float *dy, float *gq, float *gk, float *gv,
+                                      float *gb) {
+    MF_DYN_SMEM(float, sm);
+    int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, dvp = p.dvp, ldx = dd + dvp, lg = ldx + 1, lu = dvp + 1;
+    int nt = blockDim.x, e, i, j, m, c;
+    long long bh = blockIdx.x / nc, ss = (long long)dd * dvp, rb = mf__cu_fw_row(p, bh, 0);
+    int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+    const float *Sn = stn + (bh * nc + ch) * ss, *dS = dSn + (bh * nc + ch) * ss;
+    const float *Gc = p.beta ? Gm + (bh * nc + ch) * C * C : NULL;
+    float *dP = sm, *D = dP + C * C, *dYs = D + C * C, *Us = dYs + C * lu, *dUs = Us + C * lu;
+    float *Gs = dUs + C * lu, *Xs = Gs + C * lg;
+#define MF__FWR(i) MF__FW_R(t0 + (i))
+    for (e = threadIdx.x; e < cn * dvp; e += nt) {
+        i = e / dvp; c = e % dvp;
+        dYs[i * lu + c] = dy[MF__FWR(i) * dvp + c];
+        Us[i * lu + c] = U[(bh * p.T + t0) * dvp + e];
+        dUs[i * lu + c] = dU[(bh * p.T + t0) * dvp + e];
+    }
+    if (p.beta)
+        for (e = threadIdx.x; e < cn * ldx; e += nt) Xs[e / ldx * lg + e % ldx] = X[(bh * p.T + t0) * ldx + e];
+    __syncthreads();
+    for (e = threadIdx.x; e < cn * cn; e += nt) { /* dP = tril(dY U^T) */
+        float a = 0;
+        i = e / cn; m = e % cn;
+        if (m <= i) for (c = 0; c < dvp; c++) a = MF__CU_FMA(dYs[i * lu + c], Us[m * lu + c], a);
+        dP[i * C + m] = a;
+    }
+    if (p.beta) {
+        for (e = threadIdx.x; e < cn * ldx; e += nt) { /* [dW, dU] = [-dU S, dU] */
+            float a = 0;
+            i = e / ldx; j = e % ldx;
+            if (j < dd) for (c = 0; c < dvp; c++) a = MF__CU_FMA(-dUs[i * lu + c], Sn[(long long)c * dd + j], a);
+            else a = dUs[i * lu + j - dd];
+            Gs[i * lg + j] = a;
+        }
+        __syncthreads();
+        for (j = threadIdx.x; j < ldx; j += nt) /* G = (I + A)^-T [dW, dU]: back substitution per column */
+            for (i = cn - 2; i >= 0; i--) {
+                float a = 0;
+                for (m = i + 1; m < cn; m++) a = MF__CU_FMA(-p.beta[MF__FWR(m)] * Gc[m * C + i], Gs[m * lg + j], a);
+                Gs[i * lg + j] = a + Gs[i * lg + j];
+            }
+        __syncthreads();
+        for (e = threadIdx.x; e < cn * cn; e += nt) { /* D = G X^T (m < i) */
+            float a = 0;
+            i = e / cn; m = e % cn;
+            if (m < i) for (j = 0; j < ldx; j++) a = MF__CU_FMA(Gs[i * lg + j], Xs[m * lg + j], a);
+            D[i * C + m] = a;
+        }
+        __syncthreads();
+        for (i = threadIdx.x; i < cn; i += nt) { /* dbeta, then E = -diag(beta) D (row i: this thread's) */
+            long long r = MF__FWR(i);
+            const float *gi = Gs + i * lg;
+            float b = p.beta[r], a = 0, a2 = 0;
+            for (j = 0; j < dd; j++) a = MF__CU_FMA(gi[j], p.k[r * dd + j], a);
+            for (c = 0; c < dvp; c++) a2 = MF__CU_FMA(gi[dd + c], mf__cu_fw_v(p, r, c), a2);
+            a += a2;
+            for (m = 0; m < i; m++) a -= D[i * C + m] * Gc[i * C + m];
+            if (gb) gb[r] += a;
+            for (m = 0; m < cn; m++) D[i * C + m] = m < i ? -b * D[i * C + m] : 0.0f;
+        }
+    }
+    __syncthreads();
+    for (e = threadIdx.x; e < cn * dd; e += nt) { /* dQ = dY S + dP K;  dK = U dS^T + dP^T Q (+ delta terms) */
+        long long r;
+        float a = 0, a2 = 0;
+        i = e / dd; j = e % dd;
+        r = MF__FWR(i);
+        if (gq) {
+            for (c = 0; c < dvp; c++) a = MF__CU_FMA(dYs[i * lu + c], Sn[(long long)c * dd + j], a);
+            for (m = 0; m <= i; m++) a2 = MF__CU_FMA(dP[i * C + m], p.k[MF__FWR(m) * dd + j], a2);
+            gq[r * dd + j] += a + a2;
+        }
+        if (gk) {
+            float a3 = 0;
+            a = 0; a2 = 0;
+            for (c = 0; c < dvp; c++) a = MF__CU_FMA(Us[i * lu + c], dS[(long long)c * dd + j], a);
+            for (m = i; m < cn; m++) a2 = MF__CU_FMA(dP[m * C + i], p.q[MF__FWR(m) * dd + j], a2);
+            a += a2;
+            if (p.beta) {
+                a = MF__CU_FMA(p.beta[r], Gs[i * lg + j], a);
+                for (m = 0; m < cn; m++) a3 = MF__CU_FMA(D[i * C + m] + D[m * C + i], p.k[MF__FWR(m) * dd + j], a3);
+                a += a3;
+            }
+            gk[r * dd + j] += a;
+        }
+    }
+    if (gv)
+        for (e = threadIdx.x; e < cn * p.dv; e += nt) {
+            long long r;
+            i = e / p.dv; c = e % p.dv;
+            r = MF__FWR(i);
+            gv[r * p.dv + c] += p.beta ? p.beta[r] * Gs[i * lg + dd + c] : dUs[i * lu + c];
+        }
+#undef MF__FWR
+}
+
+#undef MF__FW_R
+
+/* ---- host side ---- */
+static mf__cu_fw mf__cu_fw_args(const mf_tensor *out) {
+    const mf_tensor *q = out->src[0], *beta = out->src[3];
+    mf__cu_fw p;
+    p.q = q->data; p.k = out->src[1]->data; p.v = out->src[2]->data; p.beta = beta ? beta->data : NULL;
+    p.B = q->shape[0]; p.T = q->shape[1]; p.H = q->shape[2]; p.dd = q->shape[3]; p.dv = out->shape[3];
+    p.dvp = out->iarg[1];
+    p.C = out->iarg[0] < p.T ? out->iarg[0] : p.T; /* a chunk longer than T is T */
+    return p;
+}
+/* out->saved, carved: recurrent: the checkpoints; chunkwise: the chunk-start states in both layouts
+   (st [dd][dvp], stn [dvp][dd]), X, U, Gm, P; then linear attention's numerators [rows][dvp] */
+typedef struct { float *st, *stn, *X, *U, *Gm, *P, *num; } mf__cu_fw_buf;
+static size_t mf__cu_fw_carve(const mf__cu_fw *p, int form, int delta, float *base, mf__cu_fw_buf *b) {
+    long long BH = (long long)p->B * p->H, ss = (long long)p->dd * p->dvp, nc = (p->T + p->C - 1) / p->C;
+    long long nck = form == 1 ? (p->T + MF__FW_CK - 1) / MF__FW_CK : nc, o = 0;
+    b->st = base; o += BH * nck * ss;
+    b->stn = b->X = b->U = b->Gm = b->P = NULL;
+    if (form > 1) {
+        b->stn = base ? base + o : NULL; o += BH * nc * ss;
+        if (delta) { b->X = base ? base + o : NULL; o += BH * p->T * (p->dd + p->dvp); }
+        b->U = base ? base + o : NULL; o += BH * p->T * p->dvp;
+        if (delta) { b->Gm = base ? base + o : NULL; o += BH * nc * p->C * p->C; }
+        b->P = base ? base + o : NULL; o += BH * nc * p->C * p->C;
+    }
+    b->num = delta || !base ? NULL : base + o;
+    if (!delta) o += (long long)p->B * p->T * p->H * p->dvp;
+    return (size_t)o * sizeof(float);
+}
+/* value columns per block: the power of two >= dvp up to `most`, halved until the shared floats
+   (per_col per column + fixed) fit in 48 KiB */
+static int mf__cu_fw_cw(mf_ctx *ctx, const mf__cu_fw *p, int most, size_t per_col, size_t fixed, size_t *smem) {
+    int cw = 1;
+    while (cw < p->dvp && cw < most) cw *= 2;
+    while (cw > 1 && (per_col * cw + fixed) * sizeof(float) > 48 * 1024) cw /= 2;
+    *smem = (per_col * cw + fixed) * sizeof(float);
+    if (*smem > 48 * 1024)
+        return (mf__fail(ctx, "fast weights / linear attention: %d features per head (chunk %d) need %zu bytes of shared "
+                         "memory (more than 48 KiB) in the CUDA kernels; use fewer features (a smaller dpfp_nu or head "
+                         "size) or a smaller chunk", p->dd, p->C, *smem), -1);
+    return cw;
+}
+/* dynamic shared memory above 48 KiB: opt the kernel in (up to 227 KiB), else a clear error */
+template <class K> static int mf__cu_fw_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *op, const mf__cu_fw *p) {
+    if (bytes <= 48 * 1024) return 0;
+    if (bytes > 227 * 1024)
+        return (mf__fail(ctx, "%s: chunks of %d tokens (d_dot %d, dv %d) need %zu bytes of shared memory per block in the "
+                         "CUDA kernels (more than 227 KiB); use a smaller chunk_size (16 is the automatic choice)", op,
+                         p->C, p->dd, p->dv, bytes), -1);
+    return MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__cu_fw p = mf__cu_fw_args(out);
+    mf__cu_fw_buf b;
+    int form = out->iarg[0], delta = p.beta != NULL, cw;
+    long long BH = (long long)p.B * p.H, rows = BH * p.T, nc = (p.T + p.C - 1) / p.C;
+    const char *op = out->op->name;
+    float *state = (float *)out->aux, *y;
+    size_t smem, bytes = mf__cu_fw_carve(&p, form, delta, NULL, &b);
+    if (!(out->saved = (float *)mf__cu_arena(ctx, bytes))) return -1;
+    mf__cu_fw_carve(&p, form, delta, out->saved, &b);
+    y = delta ? out->data : b.num;
+    if (form == 1) {
+        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CW, (size_t)p.dd, 0, &smem)) < 0) return -1;
+        if (MF__CU_RUN(ctx, op, mf__k_fw_rec_fwd, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), cw, smem, p,
+                       state, out->requires_grad ? b.st : (float *)NULL, y) < 0)
+            return -1;
+    } else {
+        size_t csmem, psmem = (size_t)(2 * p.C * (p.dd + 1) + p.C * p.C) * sizeof(float);
+        int ccw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &csmem);
+        if (ccw < 0) return -1;
+        if (mf__cu_fw_smem(ctx, mf__k_fw_prep, psmem, op, &p) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_fw_prep, (unsigned)(BH * nc), MF__CU_FW_NT, psmem, p, b.Gm, b.P, b.X) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_fw_cstate, dim3((unsigned)BH, (unsigned)((p.dvp + ccw - 1) / ccw)), MF__CU_FW_NT,
+                       csmem, p, (const float *)b.X, b.st, out->requires_grad ? b.stn : (float *)NULL, b.U, state,
+                       ccw) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_fw_cout, mf__cu_grid(rows * p.dvp, MF__CU_BS), MF__CU_BS, 0, p,
+                       (const float *)b.st, (const float *)b.U, (const float *)b.P, y, rows * p.dvp) < 0)
+            return -1;
+    }
+    if (!delta)
+        return MF__CU_RUN(ctx, op, mf__k_fw_norm, mf__cu_grid(rows * p.dv, MF__CU_BS), MF__CU_BS, 0, out->data,
+                          (const float *)b.num, p.dv, out->farg[0], rows * p.dv);
+    return 0;
+}
+static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__cu_fw p = mf__cu_fw_args(out);
+    mf__cu_fw_buf b;
+    int form = out->iarg[0], delta = p.beta != NULL, cw;
+    long long BH = (long long)p.B * p.H, rows = BH * p.T, nc = (p.T + p.C - 1) / p.C, ss = (long long)p.dd * p.dvp;
+    float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
+    const float *dy = out->grad;
+    const char *op = "fast weights / linear attention (backward)";
+    size_t smem;
+    if (!gq && !gk && !gv && !gb) return 0;
+    mf__cu_fw_carve(&p, form, delta, out->saved, &b);
+    if (!delta) { /* through y = num / (den + eps) */
+        float *dn = (float *)mf__cu_arena(ctx, (size_t)(rows * p.dvp) * sizeof(float));
+        if (!dn || MF__CU_RUN(ctx, op, mf__k_fw_norm_bwd, mf__cu_grid(rows, MF__CU_BS), MF__CU_BS, 0, dn,
+                              (const float *)b.num, (const float *)out->grad, (const float *)out->data, p.dv,
+                              out->farg[0], rows) < 0)
+            return -1;
+        dy = dn;
+    }
+    if (form == 1) {
+        int ns;
+        float *seg, *pq, *pk, *pb;
+        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CW, (size_t)2 * p.dd + 2 * MF__FW_CK + 4, (size_t)2 * p.dd, &smem)) < 0) return -1;
+        ns = (p.dvp + cw - 1) / cw;
+        seg = (float *)mf__cu_arena(ctx, (size_t)(BH * ns * MF__FW_CK * p.dd * cw) * sizeof(float));
+        pq = (float *)mf__cu_arena(ctx, (size_t)(2 * ns * rows * p.dd + ns * rows) * sizeof(float));
+        if (!seg || !pq) return -1;
+        pk = pq + ns * rows * p.dd; pb = pk + ns * rows * p.dd;
+        if (MF__CU_RUN(ctx, op, mf__k_fw_rec_bwd, dim3((unsigned)BH, (unsigned)ns), cw, smem, p, (const float *)b.st, dy,
+                       seg, pq, pk, pb, gv) < 0)
+            return -1;
+        if (gq && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows * p.dd, MF__CU_BS), MF__CU_BS, 0, gq,
+                             (const float *)pq, ns, rows * p.dd) < 0)
+            return -1;
+        if (gk && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows * p.dd, MF__CU_BS), MF__CU_BS, 0, gk,
+                             (const float *)pk, ns, rows * p.dd) < 0)
+            return -1;
+        if (gb && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows, MF__CU_BS), MF__CU_BS, 0, gb, (const float *)pb,
+                             ns, rows) < 0)
+            return -1;
+        return 0;
+    } else {
+        float *dSe = (float *)mf__cu_arena(ctx, (size_t)(BH * nc * ss + rows * p.dvp) * sizeof(float)), *dU;
+        size_t gsm = (size_t)(2 * p.C * p.C + 3 * p.C * (p.dvp + 1) + (delta ? 2 * p.C * (p.dd + p.dvp + 1) : 0))
+                     * sizeof(float);
+        if (!dSe) return -1;
+        dU = dSe + BH * nc * ss;
+        if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
+        if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0) return -1;
+        if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), MF__CU_FW_NT,
+                       smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
+            return -1;
+        return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.stn,
+                          (const float *)dSe, (const float *)b.X, (const float *)b.U, (const float *)dU,
+                          (const float *)b.Gm, dy, gq, gk, gv, gb);
+    }
+}
+
 /* ==== optimizers and clipping over the flat buffers =========================================== */
 /* a parameter's range of the flat buffers [off, off + n), and its place [start, start + n) in the
    segments laid end to end (mf__cu_put_segs sets start) */
@@ -2291,6 +2987,11 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_feedback, mf__cu_fb_fwd, mf__cu_fb_bwd},
     /* xl: Transformer-XL relative attention ([cu:xl]) */
     {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd},
+    /* fastweights ([cu:fastweights]) */
+    {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd},
+    {&mf__op_dpfp, mf__cu_dpfp_fwd, mf__cu_dpfp_bwd},
+    {&mf__op_fast_weights, mf__cu_fw_fwd, mf__cu_fw_bwd},
+    {&mf__op_linear_attention, mf__cu_fw_fwd, mf__cu_fw_bwd},
 };
 static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
     size_t i;

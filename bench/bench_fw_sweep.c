@@ -7,7 +7,15 @@
    Defaults: the bench model's attention (H 8, dk 32, DPFP nu 1: d_dot 64), T = 128 .. 2048.
    Every run processes --tokens tokens (default 8192: B = 8192 / T sequences, at least 1) so the
    rows are comparable: the table shows ms per fwd+bwd and tokens/s; the best form is marked.
-   Inputs: DPFP features of N(0,1) projections, beta = sigmoid(N(0,2)), v N(0,1). */
+   Inputs: DPFP features of uniform(-1, 1) projections, beta = sigmoid(uniform(-2, 2)), v uniform(-1, 1).
+
+   On a GPU (the CUDA kernels of [cu:fastweights] in metaformer_cuda.cuh):
+     make build/cuda/bench_fw_sweep        (nvcc -x cu -DMETAFORMER_CUDA ...)
+     build/cuda/bench_fw_sweep --device cuda [--batch B] [the options above]
+   With --device cuda the defaults are the issue's GPU model: d_model 512, 8 heads (dk 64, DPFP
+   d_dot 128), batch 16 (--batch; --tokens is not used), T = 1024, 2048, 4096, chunks of 16, best of
+   3; the device is synchronised around every timed region. The table adds tokens/s of both forms
+   and the chunkwise speed-up (recurrent ms / chunkwise ms; the issue's goal: >= 5 at T = 4096). */
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
 
@@ -15,41 +23,69 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef METAFORMER_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static int H = 8, DK = 32, NU = 1, LINEAR = 0, THREADS = 0, REPS = 5, TOKENS = 8192, DEVICE = 0, BATCH = 16;
 
 /* seconds: wall clock, or with one thread the process's CPU time (robust to a machine shared with
-   other jobs: time the process waits for a core does not count) */
-static double now(int threads) { return threads == 1 ? (double)clock() / CLOCKS_PER_SEC : mf_time(); }
+   other jobs: time the process waits for a core does not count); on the GPU: wall clock after the
+   device has finished everything queued */
+static double now(int threads) {
+#ifdef METAFORMER_CUDA
+    if (DEVICE) { cudaDeviceSynchronize(); return mf_time(); }
+#endif
+    return threads == 1 ? (double)clock() / CLOCKS_PER_SEC : mf_time();
+}
 
-static int H = 8, DK = 32, NU = 1, LINEAR = 0, THREADS = 0, REPS = 5, TOKENS = 8192;
+/* the inputs, made on a CPU context: q, k = DPFP features, v, beta */
+static float *make_inputs(int T, int Bt, float **k, float **v, float **beta) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    int sx[4] = {Bt, T, H, DK}, sb[3] = {Bt, T, H}, i;
+    int64_t nf = (int64_t)Bt * T * H * 2 * DK * NU, nv = (int64_t)Bt * T * H * DK, nb = (int64_t)Bt * T * H;
+    mf_tensor *xq, *xk, *bl, *t;
+    float *q = (float *)malloc((size_t)nf * sizeof(float));
+    *k = (float *)malloc((size_t)nf * sizeof(float));
+    *v = (float *)malloc((size_t)nv * sizeof(float));
+    *beta = (float *)malloc((size_t)nb * sizeof(float));
+    if (!q || !*k || !*v || !*beta) { fprintf(stderr, "bench_fw_sweep: out of memory\n"); exit(1); }
+    mf_set_threads(ctx, THREADS);
+    mf_set_grad(ctx, 0);
+    xq = mf_new(ctx, 4, sx); xk = mf_new(ctx, 4, sx); bl = mf_new(ctx, 3, sb);
+    if (!xq || !xk || !bl) { fprintf(stderr, "bench_fw_sweep: %s\n", mf_error(ctx)); exit(1); }
+    for (i = 0; i < xq->ne; i++) {
+        xq->data[i] = 2 * mf__uniform(1, 1, (uint64_t)i) - 1;
+        xk->data[i] = 2 * mf__uniform(1, 2, (uint64_t)i) - 1;
+    }
+    for (i = 0; i < bl->ne; i++) bl->data[i] = 4 * mf__uniform(1, 3, (uint64_t)i) - 2;
+    t = mf_dpfp(ctx, xq, NU, 1e-6f); if (t) memcpy(q, t->data, (size_t)nf * sizeof(float));
+    t = mf_dpfp(ctx, xk, NU, 1e-6f); if (t) memcpy(*k, t->data, (size_t)nf * sizeof(float));
+    t = mf_sigmoid(ctx, bl); if (t) memcpy(*beta, t->data, (size_t)nb * sizeof(float));
+    for (i = 0; i < nv; i++) (*v)[i] = 2 * mf__uniform(1, 4, (uint64_t)i) - 1;
+    if (!mf_ok(ctx)) { fprintf(stderr, "bench_fw_sweep: %s\n", mf_error(ctx)); exit(1); }
+    mf_ctx_free(ctx);
+    return q;
+}
 
 /* best seconds of forward and of forward + backward for one form (chunk 1 = recurrent) */
 static void run(int T, int Bt, int chunk, double *fwd, double *total) {
     mf_ctx *ctx = mf_ctx_new(1);
     int dd = 2 * DK * NU, sf[4] = {Bt, T, H, dd}, sv[4] = {Bt, T, H, DK}, sb[3] = {Bt, T, H}, rep;
-    mf_tensor *q, *k, *v, *beta, *xq, *xk, *bl;
+    mf_tensor *q, *k, *v, *beta;
+    float *hq, *hk, *hv, *hb;
+#ifdef METAFORMER_CUDA
+    if (DEVICE && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { fprintf(stderr, "bench_fw_sweep: %s\n", mf_error(ctx)); exit(1); }
+#endif
     mf_set_threads(ctx, THREADS);
     /* the op's inputs as parameters (so it computes every input gradient), made once */
     q = mf_param(ctx, "q", 4, sf); k = mf_param(ctx, "k", 4, sf); v = mf_param(ctx, "v", 4, sv);
     beta = mf_param(ctx, "beta", 3, sb);
-    mf_init_normal(ctx, v, 0, 1);
-    {
-        int sx[4] = {Bt, T, H, DK};
-        mf_tensor *t;
-        int grad = mf_set_grad(ctx, 0);
-        xq = mf_new(ctx, 4, sx); xk = mf_new(ctx, 4, sx); bl = mf_new(ctx, 3, sb);
-        for (rep = 0; rep < xq->ne; rep++) {
-            xq->data[rep] = 2 * mf__uniform(1, 1, (uint64_t)rep) - 1;
-            xk->data[rep] = 2 * mf__uniform(1, 2, (uint64_t)rep) - 1;
-        }
-        for (rep = 0; rep < bl->ne; rep++) bl->data[rep] = 4 * mf__uniform(1, 3, (uint64_t)rep) - 2;
-        t = mf_dpfp(ctx, xq, NU, 1e-6f); memcpy(q->data, t->data, (size_t)q->ne * sizeof(float));
-        t = mf_dpfp(ctx, xk, NU, 1e-6f); memcpy(k->data, t->data, (size_t)k->ne * sizeof(float));
-        t = mf_sigmoid(ctx, bl); memcpy(beta->data, t->data, (size_t)beta->ne * sizeof(float));
-        mf_set_grad(ctx, grad);
-        mf_reset(ctx);
-    }
+    hq = make_inputs(T, Bt, &hk, &hv, &hb);
+    mf_set_data(ctx, q, hq); mf_set_data(ctx, k, hk); mf_set_data(ctx, v, hv); mf_set_data(ctx, beta, hb);
+    free(hq); free(hk); free(hv); free(hb);
     *fwd = *total = 1e30;
-    for (rep = -1; rep < REPS; rep++) {
+    for (rep = -1; rep < REPS && mf_ok(ctx); rep++) {
         double t0 = now(THREADS), t1, t2;
         mf_tensor *o = LINEAR ? mf_linear_attention(ctx, q, k, v, 1e-6f, chunk) : mf_fast_weights(ctx, q, k, v, beta, chunk);
         mf_tensor *loss = mf_sum(ctx, o);
@@ -79,22 +115,65 @@ static int parse_list(const char *s, int *out, int max) {
     return n;
 }
 
+#ifdef METAFORMER_CUDA
+/* --device cuda: the recurrent and the chunkwise kernels side by side at the GPU shapes */
+static void device_table(const int *lengths, int nl, const int *chunks, int nc) {
+    int i, j;
+    printf("CUDA %s kernels, fwd+bwd of the op alone (device synchronised): B=%d H=%d dk=%d d_dot=%d (nu %d), best of %d\n",
+           LINEAR ? "linear attention" : "fast weights (delta rule)", BATCH, H, DK, 2 * DK * NU, NU, REPS);
+    printf("%6s %4s | %11s %12s", "T", "B", "recurrent", "ktok/s");
+    for (j = 0; j < nc; j++) printf(" | chunk %-4d %12s %9s", chunks[j], "ktok/s", "speed-up");
+    printf("\n");
+    for (i = 0; i < nl; i++) {
+        int T = lengths[i];
+        double f, rec, t, tok = (double)BATCH * T;
+        run(T, BATCH, 1, &f, &rec);
+        printf("%6d %4d | %8.2f ms %12.0f", T, BATCH, rec * 1e3, tok / rec * 1e-3);
+        for (j = 0; j < nc; j++) {
+            run(T, BATCH, chunks[j], &f, &t);
+            printf(" | %7.2f ms %12.0f %8.2fx", t * 1e3, tok / t * 1e-3, rec / t);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+}
+#endif
+
 int main(int argc, char **argv) {
     int lengths[32] = {128, 256, 512, 1024, 2048}, nl = 5, chunks[16] = {16, 32, 64, 128}, nc = 4, i, j;
+    int set_len = 0, set_chunks = 0, set_h = 0, set_dk = 0, set_reps = 0;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--linear")) { LINEAR = 1; continue; }
         if (!v) { fprintf(stderr, "bench_fw_sweep: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--threads")) THREADS = atoi(v);
-        else if (!strcmp(a, "--heads")) H = atoi(v);
-        else if (!strcmp(a, "--dk")) DK = atoi(v);
+        else if (!strcmp(a, "--heads")) { H = atoi(v); set_h = 1; }
+        else if (!strcmp(a, "--dk")) { DK = atoi(v); set_dk = 1; }
         else if (!strcmp(a, "--nu")) NU = atoi(v);
-        else if (!strcmp(a, "--reps")) REPS = atoi(v);
+        else if (!strcmp(a, "--reps")) { REPS = atoi(v); set_reps = 1; }
         else if (!strcmp(a, "--tokens")) TOKENS = atoi(v);
-        else if (!strcmp(a, "--chunks")) nc = parse_list(v, chunks, 16);
-        else if (!strcmp(a, "--lengths")) nl = parse_list(v, lengths, 32);
-        else { fprintf(stderr, "bench_fw_sweep: unknown option %s (see the comment at the top)\n", a); return 2; }
+        else if (!strcmp(a, "--batch")) BATCH = atoi(v);
+        else if (!strcmp(a, "--chunks")) { nc = parse_list(v, chunks, 16); set_chunks = 1; }
+        else if (!strcmp(a, "--lengths")) { nl = parse_list(v, lengths, 32); set_len = 1; }
+        else if (!strcmp(a, "--device")) {
+            if (!strcmp(v, "cuda")) DEVICE = 1;
+            else if (strcmp(v, "cpu")) { fprintf(stderr, "bench_fw_sweep: --device %s: cpu or cuda\n", v); return 2; }
+        } else { fprintf(stderr, "bench_fw_sweep: unknown option %s (see the comment at the top)\n", a); return 2; }
         i++;
+    }
+    if (DEVICE) {
+        if (!set_h) H = 8;
+        if (!set_dk) DK = 64; /* d_model 512 / 8 heads */
+        if (!set_reps) REPS = 3;
+        if (!set_len) { lengths[0] = 1024; lengths[1] = 2048; lengths[2] = 4096; nl = 3; }
+        if (!set_chunks) { chunks[0] = 16; nc = 1; }
+#ifdef METAFORMER_CUDA
+        device_table(lengths, nl, chunks, nc);
+        return 0;
+#else
+        fprintf(stderr, "bench_fw_sweep: --device cuda needs the CUDA build (make build/cuda/bench_fw_sweep)\n");
+        return 2;
+#endif
     }
     printf("%s kernel, fwd+bwd of the op alone: H=%d dk=%d d_dot=%d (nu %d), %d tokens per run, threads=%d (0 = all; 1: CPU time), best of %d\n",
            LINEAR ? "linear attention" : "fast weights (delta rule)", H, DK, 2 * DK * NU, NU, TOKENS, THREADS, REPS);

@@ -1,0 +1,340 @@
+/* test_cuda_fastweights.cpp - the CUDA kernels of the fast-weights family ([cu:fastweights] in
+ * metaformer_cuda.cuh) against the CPU: DPFP and elu + 1, mf_fast_weights and mf_linear_attention
+ * in the recurrent and the chunkwise form, whole fast_weights / linear models (training steps and
+ * generation with the O(1) recurrent state on the device).
+ *
+ *   make test       g++ -std=c++14 with tests/cuda_emu.h: every kernel runs on the CPU emulator,
+ *                   in each of its thread orders (in, reversed, shuffled)
+ *   make test-cuda  nvcc -x cu for a real GPU (sm_90), without the emulator
+ *
+ * Each op case builds the same graph on a CPU and a CUDA context from the same random parameters,
+ * reduces the output to sum(out * R), back-propagates, and compares the output and the gradients
+ * of the op's inputs (max error relative to the tensor's largest value, <= 1e-5). */
+#ifndef __CUDACC__
+#include "cuda_emu.h"
+#endif
+#define METAFORMER_IMPLEMENTATION
+#define METAFORMER_CUDA
+#include "metaformer.h"
+#include "mf_test.h"
+
+#include <string.h>
+#include <functional>
+#include <string>
+#include <vector>
+
+#ifdef MF_CUDA_EMU
+static const int N_ORDERS = 3;
+static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
+static void set_order(int o) { mf_emu_set_order(ORDERS[o], 4321u + (unsigned)o); }
+#else
+static const int N_ORDERS = 1;
+static void set_order(int o) { (void)o; }
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MFT_SMALL 1 /* smaller shapes under ASan */
+#else
+#define MFT_SMALL 0
+#endif
+
+static const double TOL = 1e-5;
+
+static std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v((size_t)n);
+    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mf__uniform(seed, 77, (uint64_t)i);
+    return v;
+}
+static std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int grad) {
+    std::vector<float> v((size_t)t->ne);
+    if (grad) mf_grad_to_host(ctx, t, v.data()); else mf_to_host(ctx, t, v.data());
+    return v;
+}
+/* max |a - b| / max(max |b|, 1e-3) */
+static double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
+    double e = 0, s = 1e-3;
+    if (a.size() != b.size()) return 1e30;
+    for (size_t i = 0; i < a.size(); i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e)) e = d; /* NaN counts */
+        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
+    }
+    return e / s;
+}
+
+/* ---------------------------------------------------------------- graphs on both devices */
+/* A graph: makes its parameters (random values), returns the output and fills `watch` with the
+   tensors whose gradients are compared (the op's inputs: activations or parameters). */
+typedef std::function<mf_tensor *(mf_ctx *, std::vector<mf_tensor *> &)> Graph;
+struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
+static Run run_graph(const Graph &g, int cuda) {
+    Run r;
+    std::vector<mf_tensor *> watch;
+    mf_ctx *ctx = mf_ctx_new(99);
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    mf_tensor *out = g(ctx, watch);
+    if (out) {
+        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
+        mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, R)));
+        if (mf_ok(ctx)) {
+            r.out = host_of(ctx, out, 0);
+            for (size_t i = 0; i < watch.size(); i++) r.grads.push_back(host_of(ctx, watch[i], 1));
+        }
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_ctx_free(ctx);
+    return r;
+}
+static int compare(const Run &a, const Run &b, const char *what, double tol) {
+    int ok = 1;
+    double e = rel_err(a.out, b.out);
+    if (!(e <= tol)) { printf("    %s: output differs, rel err %.3g\n", what, e); ok = 0; }
+    for (size_t i = 0; i < b.grads.size(); i++) {
+        e = i < a.grads.size() ? rel_err(a.grads[i], b.grads[i]) : 1e30;
+        if (!(e <= tol)) { printf("    %s: gradient of input %d differs, rel err %.3g\n", what, (int)i, e); ok = 0; }
+    }
+    return ok;
+}
+/* the graph on the CPU and on the (emulated) device in every thread order */
+static void check_graph(const Graph &g, const char *what) {
+    Run cpu = run_graph(g, 0);
+    if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str()); MFT_CHECK(0); return; }
+    for (int o = 0; o < N_ORDERS; o++) {
+        set_order(o);
+        Run gpu = run_graph(g, 1);
+        if (!gpu.err.empty()) { printf("    %s (order %d): CUDA run failed: %s\n", what, o, gpu.err.c_str()); MFT_CHECK(0); continue; }
+        MFT_CHECK(compare(gpu, cpu, what, TOL));
+    }
+    set_order(0);
+}
+static mf_tensor *param(mf_ctx *ctx, const char *name, int nd, const int *shape, uint64_t seed, float lo, float hi) {
+    mf_tensor *t = mf_param(ctx, name, nd, shape);
+    if (t) mf_set_data(ctx, t, rand_vec(t->ne, seed, lo, hi).data());
+    return t;
+}
+
+/* ---------------------------------------------------------------- feature maps */
+static void test_dpfp(void) {
+    for (int nu = 1; nu <= 3; nu++) {
+        char what[32];
+        snprintf(what, sizeof what, "dpfp nu %d", nu);
+        check_graph([nu](mf_ctx *c, std::vector<mf_tensor *> &w) {
+            int sh[3] = {3, 5, 7};
+            mf_tensor *x = param(c, "x", 3, sh, 11, -1, 1);
+            w.push_back(x);
+            return mf_dpfp(c, x, nu, 1e-6f);
+        }, what);
+    }
+    check_graph([](mf_ctx *c, std::vector<mf_tensor *> &w) { /* rows wider than the block, zero rows */
+        int sh[2] = {4, 150};
+        mf_tensor *x = param(c, "x", 2, sh, 12, -1, 1);
+        w.push_back(x);
+        return mf_dpfp(c, mf_relu(c, x), 2, 1e-6f); /* relu: x >= 0, a[dk + j] = 0 */
+    }, "dpfp wide rows");
+}
+static void test_elu1(void) {
+    check_graph([](mf_ctx *c, std::vector<mf_tensor *> &w) {
+        int sh[2] = {5, 33};
+        mf_tensor *x = param(c, "x", 2, sh, 13, -3, 3);
+        w.push_back(x);
+        return mf_elu1(c, x);
+    }, "elu1");
+}
+
+/* ---------------------------------------------------------------- the recurrences */
+/* features: DPFP (nu >= 1: dd = 2 dk nu, the rows sum to 1) or elu + 1 (nu 0: dd = dk; scaled by
+   1 / dk for the delta rule so beta |k|^2 stays < 2 and the recurrence bounded) */
+struct FwShape { int B, T, H, dk, dv, nu; };
+static Graph fw_graph(FwShape s, int linear, int chunk) {
+    return [s, linear, chunk](mf_ctx *c, std::vector<mf_tensor *> &w) -> mf_tensor * {
+        int sx[4] = {s.B, s.T, s.H, s.dk}, sv[4] = {s.B, s.T, s.H, s.dv}, sb[3] = {s.B, s.T, s.H};
+        mf_tensor *xq = param(c, "xq", 4, sx, 21, -1, 1), *xk = param(c, "xk", 4, sx, 22, -1, 1);
+        mf_tensor *v = param(c, "v", 4, sv, 23, -1, 1), *bl = param(c, "bl", 3, sb, 24, -2, 2), *q, *k, *beta = NULL;
+        if (s.nu) { q = mf_dpfp(c, xq, s.nu, 1e-6f); k = mf_dpfp(c, xk, s.nu, 1e-6f); }
+        else if (linear) { q = mf_elu1(c, xq); k = mf_elu1(c, xk); }
+        else { q = mf_scale(c, mf_elu1(c, xq), 0.5f / s.dk); k = mf_scale(c, mf_elu1(c, xk), 0.5f / s.dk); }
+        if (!linear) beta = mf_sigmoid(c, bl);
+        w.push_back(q); w.push_back(k); w.push_back(v);
+        if (beta) w.push_back(beta);
+        w.push_back(xq); w.push_back(xk); /* and through the feature maps */
+        return linear ? mf_linear_attention(c, q, k, v, 1e-6f, chunk) : mf_fast_weights(c, q, k, v, beta, chunk);
+    };
+}
+static const FwShape SHAPES[] = {
+    {1, 1, 1, 3, 5, 0},   /* T = 1 */
+    {2, 5, 3, 7, 5, 0},   /* odd d_dot 7; chunks ragged */
+    {1, 37, 3, 4, 4, 2},  /* 2 checkpoint segments, DPFP nu 2 (d_dot 16) */
+    {2, 64, 1, 5, 3, 1},  /* two full segments */
+    {1, 5, 1, 400, 33, 0}, /* wide state: the column slices shrink to fit shared memory */
+    {1, 37, 1, 35, 40, 1}, /* d_dot 70 > the block, 40 (41) value columns: two column slices */
+};
+static const int N_SHAPES = (int)(sizeof SHAPES / sizeof SHAPES[0]) - MFT_SMALL; /* ASan: not the last */
+static void check_fw(int linear) {
+    const int chunks[4] = {1, 2, 3, 16};
+    for (int i = 0; i < N_SHAPES; i++)
+        for (int ci = 0; ci < 4; ci++) {
+            FwShape s = SHAPES[i];
+            char what[128];
+            snprintf(what, sizeof what, "%s chunk %d B %d T %d H %d dk %d dv %d nu %d", linear ? "linear_attention" : "fast_weights",
+                     chunks[ci], s.B, s.T, s.H, s.dk, s.dv, s.nu);
+            check_graph(fw_graph(s, linear, chunks[ci]), what);
+        }
+}
+static void test_fast_weights_op(void) { check_fw(0); }
+static void test_linear_attention_op(void) { check_fw(1); }
+/* on the device: the chunkwise kernels against the recurrent one (CPU test's tolerance) */
+static void test_recurrent_vs_chunkwise(void) {
+    const int chunks[4] = {2, 3, 16, 0};
+    for (int linear = 0; linear < 2; linear++)
+        for (int i = 2; i < N_SHAPES; i++) {
+            Run ref = run_graph(fw_graph(SHAPES[i], linear, 1), 1);
+            MFT_CHECK(ref.err.empty());
+            for (int ci = 0; ci < 4 && ref.err.empty(); ci++) {
+                char what[96];
+                Run r = run_graph(fw_graph(SHAPES[i], linear, chunks[ci]), 1);
+                snprintf(what, sizeof what, "device %s chunk %d vs recurrent, shape %d", linear ? "linear" : "fast_weights",
+                         chunks[ci], i);
+                MFT_CHECK(r.err.empty() && compare(r, ref, what, TOL));
+            }
+        }
+}
+/* long chunks: the backward's shared memory above 48 KiB (opted in) up to 128 tokens; beyond that
+   a clear error, no launch */
+static void test_chunk_long(void) {
+    FwShape s = {1, 100, 1, 2, 3, 1};
+    check_graph(fw_graph(s, 0, 100), "fast_weights chunk 100 (80 KiB of shared memory)");
+    mf_ctx *ctx = mf_ctx_new(1);
+    int sh[4] = {1, 200, 1, 2}, sb[3] = {1, 200, 1};
+    mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+    mf_tensor *q = param(ctx, "q", 4, sh, 1, 0, 0.3f), *b = param(ctx, "b", 3, sb, 2, 0, 1);
+    mf_tensor *y = mf_fast_weights(ctx, q, q, q, b, 200);
+    MFT_CHECK(y != NULL);
+    mf_backward(ctx, mf_sum(ctx, y));
+    MFT_CHECK(!mf_ok(ctx) && strstr(mf_error(ctx), "chunk_size") != NULL);
+    mf_ctx_free(ctx);
+}
+/* bad input on a CUDA context: the CPU's shape errors */
+static void test_errors(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    int s4[4] = {1, 2, 3, 4}, s4b[4] = {1, 2, 4, 4}, s3[3] = {1, 2, 3};
+    mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
+    mf_tensor *q = mf_new(ctx, 4, s4), *qb = mf_new(ctx, 4, s4b), *b = mf_new(ctx, 3, s3);
+    MFT_CHECK(mf_fast_weights(ctx, q, qb, q, b, 1) == NULL && strstr(mf_error(ctx), "same shape"));
+    mf_clear_error(ctx);
+    MFT_CHECK(mf_dpfp(ctx, q, 8, 1e-6f) == NULL && strstr(mf_error(ctx), "[1, 7]"));
+    mf_clear_error(ctx);
+    MFT_CHECK(mf_linear_attention(ctx, q, q, b, 1e-6f, 1) == NULL && strstr(mf_error(ctx), "4-D"));
+    mf_ctx_free(ctx);
+}
+
+/* ---------------------------------------------------------------- models */
+struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> sample, sample2; std::string err; };
+static TrainRun train(mf_model_config cfg, int cuda, int steps) {
+    TrainRun r;
+    mf_ctx *ctx = mf_ctx_new(7);
+    mf_model *m = NULL;
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 3e-3f);
+    const int B = 2, T = 8;
+    int32_t ids[B * T], tg[B * T];
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    m = mf_model_new(ctx, &cfg);
+    for (int s = 0; s < steps && m; s++) {
+        for (int i = 0; i < B * T; i++) { ids[i] = (i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
+        mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
+        mf_backward(ctx, loss);
+        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
+        mf_optimizer_step(ctx, &opt);
+        r.losses.push_back(mf_item(ctx, loss));
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+    }
+    if (m && mf_ok(ctx)) {
+        r.params.resize((size_t)mf_param_count(ctx));
+        for (int i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            mf_to_host(ctx, p, r.params.data() + p->offset);
+        }
+        int32_t prompt[5] = {1, 2, 3, 5, 8};
+        mf_sampler smp = {0.8f, 3, 17};
+        r.sample.resize(9);
+        mf_model_generate(m, prompt, 3, 9, NULL, r.sample.data()); /* greedy: prompt 3, then one token a step */
+        r.sample2.resize(6);
+        mf_model_generate(m, prompt, 5, 6, &smp, r.sample2.data()); /* sampled; the state starts over */
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return r;
+}
+static mf_model_config small_config(mf_mixer_kind mixer) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 24; c.max_seq = 12;
+    c.mixer = mixer; c.dropout = 0.1f;
+    return c;
+}
+static void check_train(mf_model_config cfg, const char *what) {
+    TrainRun cpu = train(cfg, 0, 3);
+    if (!cpu.err.empty()) printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str());
+    MFT_CHECK(cpu.err.empty());
+    for (int o = 0; o < N_ORDERS; o++) {
+        set_order(o);
+        TrainRun gpu = train(cfg, 1, 3);
+        if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
+        MFT_CHECK(gpu.losses.size() == 3 && cpu.losses.size() == 3);
+        for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {
+            MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
+            MFT_NEAR(gpu.norms[s], cpu.norms[s], 1e-5);
+        }
+        double e = rel_err(gpu.params, cpu.params);
+        if (!(e <= 1e-5)) { printf("    %s: parameters after 3 steps differ, rel err %.3g\n", what, e); MFT_CHECK(0); }
+        if (gpu.sample != cpu.sample || gpu.sample2 != cpu.sample2) { printf("    %s: generation differs\n", what); MFT_CHECK(0); }
+    }
+    set_order(0);
+}
+static void test_train_fast_weights(void) {
+    mf_model_config c = small_config(MF_MIXER_FAST_WEIGHTS);
+    check_train(c, "fast_weights (automatic: recurrent)");
+    c.chunk_size = 3; c.dpfp_nu = 2; /* chunkwise training, ragged chunks; generation through both forms */
+    check_train(c, "fast_weights chunk 3, nu 2");
+}
+/* DPFP nu 2: with nu 1 this tiny model starts with nearly disjoint feature supports, so some
+   denominators z . phi(q) are ~eps and the gradient of Wq is ill-conditioned (CPU recurrent vs CPU
+   chunkwise already differ by 7.5e-6 there; the device's ~1e-7 differences in the projections grow
+   to 4e-5). nu 2's denser features keep it well-conditioned (device vs CPU: 1e-7). */
+static void test_train_linear(void) {
+    mf_model_config c = small_config(MF_MIXER_LINEAR);
+    c.dpfp_nu = 2;
+    check_train(c, "linear dpfp nu 2 (recurrent)");
+    c.chunk_size = 3;
+    check_train(c, "linear dpfp nu 2 chunk 3");
+    c.linear_feature = MF_FEATURE_ELU1; c.chunk_size = 4;
+    check_train(c, "linear elu1 chunk 4");
+}
+#ifdef MF_CUDA_EMU
+static void test_no_leaks(void) { /* the generation state is freed with the model */
+    size_t bytes = 0;
+    MFT_CHECK(mf_emu_live_allocations(&bytes) == 0);
+}
+#endif
+
+int main(void) {
+#ifdef MF_CUDA_EMU
+    mf_emu_set_verbose(0);
+#else
+    char why[256];
+    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL test_cuda_fastweights: %s\n0 passed, 1 failed\n", why); return 1; }
+#endif
+    MFT_RUN(test_dpfp);
+    MFT_RUN(test_elu1);
+    MFT_RUN(test_fast_weights_op);
+    MFT_RUN(test_linear_attention_op);
+    MFT_RUN(test_recurrent_vs_chunkwise);
+    MFT_RUN(test_chunk_long);
+    MFT_RUN(test_errors);
+    MFT_RUN(test_train_fast_weights);
+    MFT_RUN(test_train_linear);
+#ifdef MF_CUDA_EMU
+    MFT_RUN(test_no_leaks);
+#endif
+    return mft_finish();
+}
