@@ -10,7 +10,11 @@ pass=0; fail=0
 awk 'BEGIN { srand(3); split("the king and queen of a land far away spoke to the people who listened", w, " ");
              for (i = 0; i < 2500; i++) printf "%s%s", w[int(rand() * 15) + 1], (i % 12 == 11 ? ".\n" : " ") }' > "$tmp/text.txt"
 # one run per mixer and memory model: "name|its options"
+# (linear with elu+1 features: DPFP nu 1 starts this tiny model with nearly disjoint features, whose
+#  ~eps denominators make its 7th printed digit depend on the summation order)
 MODELS=("sdpa|--mixer sdpa" "metric|--mixer metric" "pool|--mixer pool"
+        "relative|--mixer relative --mem-len 16" "compressive|--compressive --mem-len 16 --c-mem-len 8 --compression-rate 2"
+        "fast_weights|--mixer fast_weights" "linear|--mixer linear --feature elu1"
         "feedback|--feedback" "feedback_kv|--feedback-kv")
 for model in "${MODELS[@]}"; do
     mixer=${model%%|*}
