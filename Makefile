@@ -90,8 +90,9 @@ $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
 
-# the fast-weights kernels on the GPU, recurrent vs chunkwise: build/cuda/bench_fw_sweep --device cuda
-$(BUILD)/cuda/bench_fw_sweep: bench/bench_fw_sweep.c metaformer.h metaformer_cuda.cuh
+# the GPU benchmarks (bench/run_cuda.sh): the model step, the fast-weights kernels (recurrent vs
+# chunkwise), the attention kernel; each runs with --device cuda
+$(BUILD)/cuda/bench_%: bench/bench_%.c metaformer.h metaformer_cuda.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_CUDA -I. $< -o $@ $(NVLIBS)
 

@@ -22,8 +22,8 @@
  *                  the fastest of the N steps per op)
  *   --peak N       (only with -DMF_BENCH_OPENBLAS ... -lopenblas) measure OpenBLAS sgemm on one
  *                  N x N x N product with --threads threads instead, best of 7 timings
- *   --device cpu|cuda   cuda: only in the CUDA build (`make bench-cuda` builds build/cuda/bench_model:
- *                  nvcc -x cu -DMF_BENCH_CUDA bench/bench_model.c -lcublas); --tf32 lets cuBLAS use
+ *   --device cpu|cuda   cuda: only in the CUDA build (make build/cuda/bench_model:
+ *                  nvcc -x cu -DMETAFORMER_CUDA bench/bench_model.c -lcublas); --tf32 lets cuBLAS use
  *                  TF32 tensor cores (mf_cuda_set_tf32). Each step ends by reading the loss (mf_item),
  *                  which waits for the GPU, so the step time is the GPU's. Instead of the peak RSS the
  *                  CUDA run reports gpu_mb: the most device memory the model and its steps held (the
@@ -55,9 +55,6 @@
 #include <time.h>
 #include <sys/resource.h>
 
-#ifdef MF_BENCH_CUDA
-#define METAFORMER_CUDA
-#endif
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
 
@@ -246,7 +243,7 @@ static int peak_gemm(int n, int threads) {
 
 /* device memory in use now (CUDA build; 0 elsewhere): total - free */
 static double gpu_used_mb(void) {
-#ifdef MF_BENCH_CUDA
+#ifdef METAFORMER_CUDA
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
     return (double)(total_b - free_b) / 1048576.0;
@@ -332,7 +329,7 @@ int main(int argc, char **argv) {
     ctx = mf_ctx_new(1234);
     mf_set_threads(ctx, threads);
     if (cuda) {
-#ifdef MF_BENCH_CUDA
+#ifdef METAFORMER_CUDA
         (void)cudaFree(0); /* the CUDA runtime's context first: its memory is not the model's */
 #endif
         gpu_base = gpu_used_mb();

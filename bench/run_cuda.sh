@@ -61,14 +61,14 @@ REPORT="$BUILD/report.md"; : > "$REPORT"
 
 # ---- build -------------------------------------------------------------------------------------
 [ -x "$NVCC" ] || { say "make bench-cuda: nvcc not found (set NVCC=...): the CUDA benchmark needs the CUDA compiler"; exit 1; }
-NVFLAGS="-x cu -std=c++14 -O3 $ARCH -Xcompiler -fopenmp,-march=native -I."
-say "== building $BUILD/bench_model with nvcc"
+BINS="build/cuda/bench_model build/cuda/bench_attention build/cuda/bench_fw_sweep"
+say "== building $BINS (nvcc)"
 # shellcheck disable=SC2086
-"$NVCC" $NVFLAGS -DMF_BENCH_CUDA bench/bench_model.c -o "$BUILD/bench_model" -lcublas -lgomp || { say "build failed"; exit 1; }
-[ "$BUILD_ONLY" = 1 ] && { say "built: $BUILD/bench_model"; exit 0; }
+make -s NVCC="$NVCC" CUDA_ARCH="$ARCH" $BINS || { say "build failed"; exit 1; }
+[ "$BUILD_ONLY" = 1 ] && { say "built: $BINS"; exit 0; }
 
 # ---- is there a GPU, and torch with CUDA? ------------------------------------------------------
-if ! "$BUILD/bench_model" --device cuda --seq 8 --batch 1 --layers 1 --steps 1 --warmup 0 > "$BUILD/probe.txt" 2>&1; then
+if ! build/cuda/bench_model --device cuda --seq 8 --batch 1 --layers 1 --steps 1 --warmup 0 > "$BUILD/probe.txt" 2>&1; then
     say "make bench-cuda: no usable CUDA GPU here: $(tail -n 1 "$BUILD/probe.txt")"
     say "(the CUDA benchmark needs an NVIDIA GPU; \`make bench\` measures the CPU)"
     exit 1
@@ -104,7 +104,7 @@ run_side() { # run_side c|torch ROW REP
     local log="$BUILD/last_$1.txt" line
     # shellcheck disable=SC2046,SC2086
     if [ "$1" = c ]; then
-        "$BUILD/bench_model" --device cuda $SIZES $(row_field "$2" 1) $TF32 --steps "$STEPS" --warmup "$WARMUP" \
+        build/cuda/bench_model --device cuda $SIZES $(row_field "$2" 1) $TF32 --steps "$STEPS" --warmup "$WARMUP" \
             --max-time "$MAX_TIME" > "$log" 2>&1
     else
         [ "$TORCH" = 1 ] || return 0
@@ -129,7 +129,7 @@ rep "Command: \`bash bench/run_cuda.sh${TF32:+ --tf32}\` (reps $REPS, steps $STE
 rep "GPU: ${GPU:-unknown (no nvidia-smi)}; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs."
 PREC="exact fp32 on both sides"; ALLOW=False
 [ -n "$TF32" ] && { PREC="TF32 matmuls on both sides (cuBLAS and the attention kernel's tensor-core path)"; ALLOW=True; }
-rep "C: $("$NVCC" --version | tail -n 1), $NVFLAGS; precision: $PREC."
+rep "C: $("$NVCC" --version | tail -n 1), the Makefile's NVFLAGS ($(make -s -p -n 2>/dev/null | sed -n 's/^NVFLAGS = //p' | head -n 1), CUDA_ARCH $ARCH); precision: $PREC."
 [ "$TORCH" = 1 ] && rep "PyTorch: $("$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -n 1), eager, fp32 parameters, torch.backends.cuda.matmul.allow_tf32 = $ALLOW; sdpa/metric/quadratic attend through F.scaled_dot_product_attention."
 rep "Config: $SIZES, dropout 0; sequence and memory lengths per row. MetaFormer mixers: learned positions, GELU; relative, compressive, fast_weights, linear, feedback: the seeds' models (no positions, ReLU FFN) against the seeds' PyTorch code."
 rep "Step: forward + cross-entropy + backward + clip_grad_norm(1.0) + Adam (lr 1e-3) + zero_grad on random tokens, timed until the GPU is done (C: mf_item of the loss; torch: torch.cuda.synchronize())."
@@ -160,6 +160,15 @@ rep "TFLOP/s: the analytic model FLOPs of bench/bench_model.c's header (causal h
 rep "GPU MB: C = the most device memory the model and its steps held (cudaMemGetInfo, cuBLAS workspace included);"
 rep "torch = torch.cuda.max_memory_reserved() (its caching allocator's holding; max_memory_allocated is in the raw lines)."
 for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
+
+# ---- the kernels alone -------------------------------------------------------------------------
+verbatim() { rep '```'; "$@" 2>&1 | while IFS= read -r l; do rep "$l"; done; rep '```'; }
+if [ "$FW_SWEEP" = 1 ]; then
+    rep ""
+    rep "## Fast weights: the recurrent vs the chunkwise kernel (forward + backward; goal: chunkwise >= 5x recurrent at T = 4096)"
+    rep ""
+    verbatim build/cuda/bench_fw_sweep --device cuda
+fi
 rep ""
 rep "## Raw runs"
 rep ""
