@@ -34,9 +34,11 @@
  * kernel against its CPU twin). Under the emulator MF_CUDA_EMU is defined and the CUDA runtime and
  * cuBLAS come from the emulator instead of NVIDIA's headers.
  *
- * Part 1 limits (later issues): attention is a straightforward kernel (one block per query row,
- * scores in shared memory, so Tk is limited to ~55000 keys), not the fused tensor-core
- * FlashAttention; the embedding and bias gradients are parallel over the columns only.
+ * Attention ([cu:attention]) is a fused FlashAttention-2 kernel family (tiles in shared memory, online
+ * softmax, backward by recomputation from the row log-sum-exp, no Tq x Tk buffer, any sequence
+ * length): exact fp32 by default, TF32 tensor cores (WMMA) after mf_cuda_set_tf32(ctx, 1) on sm_80+.
+ * Part 1 limits (later issues): the embedding and bias gradients are parallel over the columns only;
+ * the attention head size is bounded by shared memory (dk = dv = 256 fits on sm_80+).
  */
 #ifndef METAFORMER_CUDA_CUH
 #define METAFORMER_CUDA_CUH
@@ -100,6 +102,9 @@ typedef struct mf__cu {
     size_t scratch_cap;
     void *host;                /* host staging for those tables */
     size_t host_cap;
+    int tf32;                  /* mf_cuda_set_tf32: cuBLAS and the attention kernels on TF32 tensor cores */
+    int tc_tf32;               /* the device has TF32 tensor cores (sm_80+; the emulator counts as one) */
+    int smem_optin;            /* shared memory a block may opt in to (bytes) */
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
@@ -638,105 +643,335 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
     }
 }
 
-/* ==== attention: one block per (head, query row) ============================================= */
-/* shared: scale * q [dk], then the scores / probabilities of the row [Tk] */
-static __global__ void mf__k_attn_fwd(const float *q, const float *k, const float *v, float *o, float *lse, int Tq,
-                                      int Tk, int dk, int dv, float scale, int causal) {
-    __shared__ float sh[32];
-    MF_DYN_SMEM(float, sm);
-    float *qs = sm, *p = sm + dk, mx = -INFINITY, l = 0;
-    long long bh = blockIdx.x / Tq;
-    int i = (int)(blockIdx.x % Tq), vis = Tk, j, c;
-    const float *qr = q + (bh * Tq + i) * dk, *kh = k + bh * Tk * dk, *vh = v + bh * Tk * dv;
-    if (causal) { vis = i + Tk - Tq + 1; vis = vis < 0 ? 0 : vis > Tk ? Tk : vis; }
-    for (c = threadIdx.x; c < dk; c += blockDim.x) qs[c] = scale * qr[c];
-    __syncthreads();
-    for (j = threadIdx.x; j < vis; j += blockDim.x) {
-        float s = 0;
-        for (c = 0; c < dk; c++) s += kh[(long long)j * dk + c] * qs[c];
-        p[j] = s;
-        mx = s > mx ? s : mx;
-    }
-    mx = mf__cu_bred(mx, sh, 1);
-    for (j = threadIdx.x; j < vis; j += blockDim.x) { float e = expf(p[j] - mx); p[j] = e; l += e; }
-    l = mf__cu_bred(l, sh, 0); /* its barrier also publishes p */
-    for (c = threadIdx.x; c < dv; c += blockDim.x) {
-        float acc = 0;
-        for (j = 0; j < vis; j++) acc += p[j] * vh[(long long)j * dv + c];
-        o[(bh * Tq + i) * dv + c] = l > 0 ? acc * (1.0f / l) : 0.0f;
-    }
-    if (threadIdx.x == 0) lse[bh * Tq + i] = l > 0 ? mx + logf(l) : INFINITY;
+/* ==== [cu:attention] fused FlashAttention-2 forward and backward, fp32 and TF32 tensor cores ==== */
+/* mf_attention (metaformer.h [mf:ops]): q [BH, Tq, dk], k [BH, Tk, dk], v [BH, Tk, dv] -> o [BH, Tq, dv]
+   and the row log-sum-exp lse [BH, Tq] (+inf for a query that sees no key, whose output is zero),
+   exactly the CPU op's convention. Query i sees key j iff !causal or j <= i + Tk - Tq.
+   Design (one family of three kernels, MF__FA_THREADS threads, square tiles of B queries / keys):
+     - every operand tile (Q scaled by `scale`, K, V, dO) is staged in shared memory, zero-padded
+       to 16 columns (dkp, dvp) and 16 rows, with row strides dkp + 4 / dvp + 4 / B + 4 floats
+       (multiples of 4 and 32-byte aligned sub-tiles, as WMMA needs);
+     - the accumulators (O, dK, dV, dQ) also live in shared memory, so one code handles any head
+       size: the tile products are loops over the padded sizes (no register array bounded by d);
+       B (64, 32 or 16) is chosen at launch so the block fits the device's shared memory (with a
+       preference for two blocks per SM), which is what bounds the head size (dk = dv = 256 fits
+       B = 32 within 227 KiB on sm_90);
+     - the tile products C (+)= A B and C = A B^T go through mf__fa_mm: fp32 FMA (4x4 outputs per
+       thread, k ascending: deterministic) or, with TF32 (mf_cuda_set_tf32 on sm_80+), WMMA
+       m16n16k8 tensor-core tiles (one 16x16 output tile per warp at a time, inputs rounded with
+       __float_to_tf32, fp32 accumulation);
+     - forward: one block per (head, query tile), looping over the key tiles the tile can see:
+       S = Qs K^T, online softmax per row in registers (2-8 threads per row, shuffles), O rescaled
+       and O += P V; at the end O / l and lse = m + log l;
+     - backward (no atomics, fixed order: deterministic): D = rowsum(dO * O); dK, dV: one block per
+       (head, key tile) over the query tiles that see it (P^T = exp(S^T - lse), dV += P^T dO,
+       dS^T = P^T (dP^T - D), dK += dS^T Qs); dQ: one block per (head, query tile) over its key
+       tiles (dQ += scale dS K). Results are added to the gradient buffers; NULL ones are skipped. */
+#ifndef MF_CUDA_EMU
+#include <mma.h>
+#endif
+#if defined(MF_CUDA_EMU) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define MF__FA_WMMA 1 /* TF32 WMMA exists (sm_80+); elsewhere the TF32 kernels fall back to fp32 */
+#endif
+#define MF__FA_THREADS 128
+
+typedef struct {
+    const float *q, *k, *v, *o, *g, *lse, *D; /* g: dO */
+    float *out, *lse_out, *gq, *gk, *gv; /* NULL: no gradient wanted */
+    int Tq, Tk, dk, dv, B, causal;
+    float scale;
+} mf__fa_args;
+
+static __host__ __device__ int mf__fa_pad(int d) { return (d + 15) & ~15; }
+/* shared floats of the forward and of each backward kernel for tiles of B */
+static size_t mf__fa_smem(int B, int dk, int dv, int bwd) {
+    size_t ldk = (size_t)mf__fa_pad(dk) + 4, ldv = (size_t)mf__fa_pad(dv) + 4, lds = (size_t)B + 4;
+    return (bwd ? B * (3 * ldk + 3 * ldv + 2 * lds) + 2 * B : B * (2 * ldk + 2 * ldv + lds) + B) * sizeof(float);
 }
-/* D[row] = dO . O */
-static __global__ void mf__k_attn_dot(float *D, const float *g, const float *o, int dv, long long rows) {
+
+/* dst [B][ld] = s * rows [0, rows) of src [.][d], zero elsewhere up to dp columns and B rows */
+static __device__ void mf__fa_load(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
+    for (int e = threadIdx.x; e < B * dp; e += blockDim.x) {
+        int r = e / dp, c = e - r * dp;
+        dst[r * ld + c] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f;
+    }
+}
+static __device__ void mf__fa_zero(float *dst, int ld, int B, int dp) {
+    for (int e = threadIdx.x; e < B * dp; e += blockDim.x) dst[(e / dp) * ld + e % dp] = 0.0f;
+}
+/* dst[r] = src[r] for r < rows, pad after (lse: +inf, D: 0) */
+static __device__ void mf__fa_load_vec(float *dst, const float *src, int rows, int B, float pad) {
+    for (int r = threadIdx.x; r < B; r += blockDim.x) dst[r] = r < rows ? src[r] : pad;
+}
+/* dst rows [0, rows) of [.][d] += src [.][ld] */
+static __device__ void mf__fa_add_out(float *dst, int d, const float *src, int ld, int rows) {
+    for (int e = threadIdx.x; e < rows * d; e += blockDim.x) dst[e] += src[(e / d) * ld + e % d];
+}
+
+#ifdef MF__FA_WMMA
+/* C [M][N] (+)= A [M][K] B: 16x16 output tiles per warp, k steps of 8, TF32 inputs, fp32 sums */
+template <int BCOL>
+static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *A, int lda, const float *Bm, int ldb, int M, int N,
+                                    int K, int acc) {
+    namespace w = nvcuda::wmma;
+    typedef typename std::conditional<BCOL != 0, w::col_major, w::row_major>::type LB;
+    int ntn = N / 16, tiles = (M / 16) * ntn;
+    for (int t = threadIdx.x / 32; t < tiles; t += blockDim.x / 32) { /* warp-uniform */
+        int m0 = t / ntn * 16, n0 = t % ntn * 16;
+        w::fragment<w::accumulator, 16, 16, 8, float> fc;
+        if (acc) w::load_matrix_sync(fc, C + m0 * ldc + n0, ldc, w::mem_row_major);
+        else w::fill_fragment(fc, 0.0f);
+        for (int k = 0; k < K; k += 8) {
+            w::fragment<w::matrix_a, 16, 16, 8, w::precision::tf32, w::row_major> fa;
+            w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, LB> fb;
+            w::load_matrix_sync(fa, A + m0 * lda + k, lda);
+            w::load_matrix_sync(fb, BCOL ? Bm + n0 * ldb + k : Bm + k * ldb + n0, ldb);
+            for (int i = 0; i < fa.num_elements; i++) fa.x[i] = w::__float_to_tf32(fa.x[i]);
+            for (int i = 0; i < fb.num_elements; i++) fb.x[i] = w::__float_to_tf32(fb.x[i]);
+            w::mma_sync(fc, fa, fb, fc);
+        }
+        w::store_matrix_sync(C + m0 * ldc + n0, fc, ldc, w::mem_row_major);
+    }
+}
+#endif
+/* C [M][N] (+ when acc)= A [M][K] B, all in shared memory, A row-major (lda); B [K][N] (ldb), or
+   given as [N][K] when BCOL (then the product is A B^T of that array). M, N multiples of 16;
+   K a multiple of 8. fp32: each thread owns 4 x 4 outputs strided by M/4 rows and N/4 columns
+   (neighbouring threads read neighbouring B elements), summed over k in order. */
+template <int TC, int BCOL>
+static __device__ void mf__fa_mm(float *C, int ldc, const float *A, int lda, const float *Bm, int ldb, int M, int N,
+                                 int K, int acc) {
+#ifdef MF__FA_WMMA
+    if (TC) { mf__fa_mm_tc<BCOL>(C, ldc, A, lda, Bm, ldb, M, N, K, acc); return; }
+#endif
+    int mq = M / 4, nq = N / 4;
+    for (int t = threadIdx.x; t < mq * nq; t += blockDim.x) {
+        int mb = t / nq, nb = t - mb * nq, i, j, k;
+        float c[4][4];
+        for (i = 0; i < 4; i++)
+            for (j = 0; j < 4; j++) c[i][j] = acc ? C[(mb + i * mq) * ldc + nb + j * nq] : 0.0f;
+        for (k = 0; k < K; k++) {
+            float a[4], b[4];
+            for (i = 0; i < 4; i++) a[i] = A[(mb + i * mq) * lda + k];
+            for (j = 0; j < 4; j++) b[j] = BCOL ? Bm[(nb + j * nq) * ldb + k] : Bm[k * ldb + nb + j * nq];
+            for (i = 0; i < 4; i++)
+                for (j = 0; j < 4; j++) c[i][j] += a[i] * b[j];
+        }
+        for (i = 0; i < 4; i++)
+            for (j = 0; j < 4; j++) C[(mb + i * mq) * ldc + nb + j * nq] = c[i][j];
+    }
+}
+
+/* forward: block = (head, query tile), the tiles with the most keys first. shared: Qs [B][ldk],
+   K [B][ldk], V [B][ldv], S/P [B][lds], O [B][ldv], 1 / l [B] */
+template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_fwd(mf__fa_args a) {
+    MF_DYN_SMEM(float, sm);
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), ldk = dkp + 4, ldv = dvp + 4, lds = B + 4;
+    float *qs = sm, *ks = qs + B * ldk, *vs = ks + B * ldk, *ss = vs + B * ldv, *os = ss + B * lds, *il = os + B * ldv;
+    int nqt = (a.Tq + B - 1) / B, qt = nqt - 1 - (int)(blockIdx.x % nqt), off = a.Tk - a.Tq;
+    long long bh = blockIdx.x / nqt;
+    int i0 = qt * B, bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
+    int tpr = blockDim.x / B, r = threadIdx.x / tpr, part = threadIdx.x % tpr, c, o;
+    int lim = a.causal ? i0 + r + off : a.Tk; /* row r sees the keys j <= lim */
+    float m = -1e30f, l = 0.0f;               /* finite start: exp(m_old - m_new) is never NaN */
+    mf__fa_load(qs, ldk, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_zero(os, ldv, B, dvp);
+    for (int j0 = 0; j0 < kend; j0 += B) {
+        int bk = min(B, kend - j0);
+        __syncthreads(); /* the previous tile's products are done with K and V */
+        mf__fa_load(ks, ldk, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(vs, ldv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        __syncthreads();
+        mf__fa_mm<TC, 1>(ss, lds, qs, ldk, ks, ldk, B, B, dkp, 0);
+        __syncthreads();
+        { /* online softmax of row r by its tpr threads (neighbouring lanes) */
+            float *sr = ss + r * lds, mx = m, sum = 0.0f, al;
+            for (c = part; c < B; c += tpr) {
+                float s = c < bk && j0 + c <= lim ? sr[c] : -INFINITY;
+                sr[c] = s;
+                mx = fmaxf(mx, s);
+            }
+            for (o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            for (c = part; c < B; c += tpr) { float p = expf(sr[c] - mx); sr[c] = p; sum += p; }
+            for (o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            al = expf(m - mx);
+            l = al * l + sum;
+            m = mx;
+            if (al != 1.0f)
+                for (c = part; c < dvp; c += tpr) os[r * ldv + c] *= al;
+        }
+        __syncthreads();
+        mf__fa_mm<TC, 0>(os, ldv, ss, lds, vs, ldv, B, dvp, B, 1);
+    }
+    if (part == 0) {
+        il[r] = l > 0.0f ? 1.0f / l : 0.0f;
+        if (r < bq) a.lse_out[bh * a.Tq + i0 + r] = l > 0.0f ? m + logf(l) : INFINITY;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < bq * a.dv; e += blockDim.x) {
+        int rr = e / a.dv, cc = e - rr * a.dv;
+        a.out[(bh * a.Tq + i0) * a.dv + e] = os[rr * ldv + cc] * il[rr];
+    }
+}
+
+/* D[row] = dO . O (the CPU's order) */
+static __global__ void mf__k_fa_rowdot(float *D, const float *g, const float *o, int dv, long long rows) {
     MF__CU_LOOP(r, rows) {
         float d = 0;
         for (int c = 0; c < dv; c++) d += g[r * dv + c] * o[r * dv + c];
         D[r] = d;
     }
 }
-/* dQ of one query row: dS_j = P_j (dP_j - D) scale, dq += sum_j dS_j k_j. shared: scale*q [dk], dO [dv], dS [Tk] */
-static __global__ void mf__k_attn_bwd_q(const float *q, const float *k, const float *v, const float *g,
-                                        const float *lse, const float *D, float *dq, int Tq, int Tk, int dk, int dv,
-                                        float scale, int causal) {
+
+/* dK, dV: block = (head, key tile) over the query tiles that see it. shared: K [B][ldk], V [B][ldv],
+   dK [B][ldk], dV [B][ldv], Qs [B][ldk], dO [B][ldv], S^T/P^T [B][lds], dP^T/dS^T [B][lds], lse [B], D [B] */
+template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_kv(mf__fa_args a) {
     MF_DYN_SMEM(float, sm);
-    float *qs = sm, *go = sm + dk, *ds = go + dv;
-    long long bh = blockIdx.x / Tq, row = blockIdx.x;
-    int i = (int)(blockIdx.x % Tq), vis = Tk, j, c;
-    const float *kh = k + bh * Tk * dk, *vh = v + bh * Tk * dv;
-    float L = lse[row], Dr = D[row];
-    if (causal) { vis = i + Tk - Tq + 1; vis = vis < 0 ? 0 : vis > Tk ? Tk : vis; }
-    for (c = threadIdx.x; c < dk; c += blockDim.x) qs[c] = scale * q[row * dk + c];
-    for (c = threadIdx.x; c < dv; c += blockDim.x) go[c] = g[row * dv + c];
-    __syncthreads();
-    for (j = threadIdx.x; j < vis; j += blockDim.x) {
-        float s = 0, dp = 0, pr;
-        for (c = 0; c < dk; c++) s += kh[(long long)j * dk + c] * qs[c];
-        for (c = 0; c < dv; c++) dp += vh[(long long)j * dv + c] * go[c];
-        pr = expf(s - L);
-        ds[j] = pr * (dp - Dr) * scale;
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), ldk = dkp + 4, ldv = dvp + 4, lds = B + 4;
+    float *ks = sm, *vs = ks + B * ldk, *dks = vs + B * ldv, *dvs = dks + B * ldk, *qs = dvs + B * ldv;
+    float *gs = qs + B * ldk, *st = gs + B * ldv, *dpt = st + B * lds, *ls = dpt + B * lds, *Ds = ls + B;
+    int nkt = (a.Tk + B - 1) / B, j0 = (int)(blockIdx.x % nkt) * B, off = a.Tk - a.Tq;
+    long long bh = blockIdx.x / nkt;
+    int bk = min(B, a.Tk - j0), first = a.causal ? max(0, j0 - off) : 0; /* the first query that sees a key */
+    mf__fa_load(ks, ldk, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+    mf__fa_load(vs, ldv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+    mf__fa_zero(dks, ldk, B, dkp);
+    mf__fa_zero(dvs, ldv, B, dvp);
+    for (int i0 = first / B * B; i0 < a.Tq; i0 += B) {
+        int bq = min(B, a.Tq - i0);
+        __syncthreads();
+        mf__fa_load(qs, ldk, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+        mf__fa_load(gs, ldv, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
+        mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
+        mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
+        __syncthreads();
+        mf__fa_mm<TC, 1>(st, lds, ks, ldk, qs, ldk, B, B, dkp, 0); /* S^T = K Qs^T */
+        if (a.gk) mf__fa_mm<TC, 1>(dpt, lds, vs, ldv, gs, ldv, B, B, dvp, 0); /* dP^T = V dO^T */
+        __syncthreads();
+        for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
+            int jj = e / B, ii = e - jj * B;
+            int vis = jj < bk && ii < bq && (!a.causal || j0 + jj <= i0 + ii + off);
+            float p = vis ? expf(st[jj * lds + ii] - ls[ii]) : 0.0f;
+            st[jj * lds + ii] = p;
+            if (a.gk) dpt[jj * lds + ii] = p * (dpt[jj * lds + ii] - Ds[ii]); /* dS^T / scale: Qs has it */
+        }
+        __syncthreads();
+        if (a.gv) mf__fa_mm<TC, 0>(dvs, ldv, st, lds, gs, ldv, B, dvp, B, 1);  /* dV += P^T dO */
+        if (a.gk) mf__fa_mm<TC, 0>(dks, ldk, dpt, lds, qs, ldk, B, dkp, B, 1); /* dK += dS^T Q */
     }
     __syncthreads();
-    for (c = threadIdx.x; c < dk; c += blockDim.x) {
-        float acc = 0;
-        for (j = 0; j < vis; j++) acc += ds[j] * kh[(long long)j * dk + c];
-        dq[row * dk + c] += acc;
-    }
+    if (a.gk) mf__fa_add_out(a.gk + (bh * a.Tk + j0) * a.dk, a.dk, dks, ldk, bk);
+    if (a.gv) mf__fa_add_out(a.gv + (bh * a.Tk + j0) * a.dv, a.dv, dvs, ldv, bk);
 }
-/* dK and dV of one key row over the queries that see it. shared: k [dk], v [dv], P [Tq], dS [Tq] */
-static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const float *v, const float *g,
-                                         const float *lse, const float *D, float *dk_, float *dv_, int Tq, int Tk,
-                                         int dk, int dv, float scale, int causal) {
+
+/* dQ: block = (head, query tile) over its visible key tiles. shared: Qs [B][ldk], dO [B][ldv],
+   dQ [B][ldk], K [B][ldk], V [B][ldv], S/P [B][lds], dP/dS [B][lds], lse [B], D [B] */
+template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_q(mf__fa_args a) {
     MF_DYN_SMEM(float, sm);
-    float *kr = sm, *vr = sm + dk, *P = vr + dv, *ds = P + Tq;
-    long long bh = blockIdx.x / Tk, krow = blockIdx.x;
-    int j = (int)(blockIdx.x % Tk), i0 = 0, i, c;
-    const float *qh = q + bh * Tq * dk, *gh = g + bh * Tq * dv, *lh = lse + bh * Tq, *Dh = D + bh * Tq;
-    if (causal) { i0 = j - (Tk - Tq); i0 = i0 < 0 ? 0 : i0; } /* query i sees key j iff j <= i + Tk - Tq */
-    for (c = threadIdx.x; c < dk; c += blockDim.x) kr[c] = k[krow * dk + c];
-    for (c = threadIdx.x; c < dv; c += blockDim.x) vr[c] = v[krow * dv + c];
-    __syncthreads();
-    for (i = i0 + threadIdx.x; i < Tq; i += blockDim.x) {
-        float s = 0, dp = 0, pr;
-        for (c = 0; c < dk; c++) s += kr[c] * (scale * qh[(long long)i * dk + c]);
-        for (c = 0; c < dv; c++) dp += vr[c] * gh[(long long)i * dv + c];
-        pr = expf(s - lh[i]);
-        P[i] = pr;
-        ds[i] = pr * (dp - Dh[i]) * scale;
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), ldk = dkp + 4, ldv = dvp + 4, lds = B + 4;
+    float *qs = sm, *gs = qs + B * ldk, *dqs = gs + B * ldv, *ks = dqs + B * ldk, *vs = ks + B * ldk;
+    float *ss = vs + B * ldv, *dps = ss + B * lds, *ls = dps + B * lds, *Ds = ls + B;
+    int nqt = (a.Tq + B - 1) / B, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B, off = a.Tk - a.Tq;
+    long long bh = blockIdx.x / nqt;
+    int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
+    mf__fa_load(qs, ldk, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_load(gs, ldv, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
+    mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
+    mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
+    mf__fa_zero(dqs, ldk, B, dkp);
+    for (int j0 = 0; j0 < kend; j0 += B) {
+        int bk = min(B, kend - j0);
+        __syncthreads();
+        mf__fa_load(ks, ldk, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(vs, ldv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        __syncthreads();
+        mf__fa_mm<TC, 1>(ss, lds, qs, ldk, ks, ldk, B, B, dkp, 0);  /* S = Qs K^T */
+        mf__fa_mm<TC, 1>(dps, lds, gs, ldv, vs, ldv, B, B, dvp, 0); /* dP = dO V^T */
+        __syncthreads();
+        for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
+            int ii = e / B, jj = e - ii * B;
+            int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
+            float p = vis ? expf(ss[ii * lds + jj] - ls[ii]) : 0.0f;
+            dps[ii * lds + jj] = p * (dps[ii * lds + jj] - Ds[ii]) * a.scale; /* dS */
+        }
+        __syncthreads();
+        mf__fa_mm<TC, 0>(dqs, ldk, dps, lds, ks, ldk, B, dkp, B, 1); /* dQ += dS K */
     }
     __syncthreads();
-    if (dv_)
-        for (c = threadIdx.x; c < dv; c += blockDim.x) {
-            float acc = 0;
-            for (i = i0; i < Tq; i++) acc += P[i] * gh[(long long)i * dv + c];
-            dv_[krow * dv + c] += acc;
-        }
-    if (dk_)
-        for (c = threadIdx.x; c < dk; c += blockDim.x) {
-            float acc = 0;
-            for (i = i0; i < Tq; i++) acc += ds[i] * qh[(long long)i * dk + c];
-            dk_[krow * dk + c] += acc;
-        }
+    mf__fa_add_out(a.gq + (bh * a.Tq + i0) * a.dk, a.dk, dqs, ldk, bq);
+}
+
+/* the tensor-core path: TF32 switched on for the context and a device that has it (sm_80+) */
+static int mf__cu_fa_tc(mf_ctx *ctx) { return MF__CU(ctx)->tf32 && MF__CU(ctx)->tc_tf32; }
+/* the tile B: the largest of 64, 32, 16 whose block leaves room for two per SM, else the largest
+   that fits; 0 (and an error) when even 16 does not fit */
+static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int bwd, const char *op) {
+    size_t lim = (size_t)MF__CU(ctx)->smem_optin;
+    int B, pass;
+    for (pass = 0; pass < 2; pass++)
+        for (B = 64; B >= 16; B /= 2)
+            if (mf__fa_smem(B, dk, dv, bwd) <= (pass ? lim : lim / 2)) return B;
+    mf__fail(ctx, "%s: head sizes dk = %d, dv = %d need %zu bytes of shared memory per block even with 16-query tiles, "
+             "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv, mf__fa_smem(16, dk, dv, bwd), lim);
+    return 0;
+}
+/* launch a fused-attention kernel with `bytes` of dynamic shared memory (raising its limit over 48 KiB) */
+#define MF__CU_FA_RUN(ctx, op, kernel, grid, bytes, args) \
+    (((bytes) > 48 * 1024 && MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                                                         (int)(bytes))) < 0) \
+         ? -1 : MF__CU_RUN(ctx, op, kernel, grid, MF__FA_THREADS, bytes, args))
+
+static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    mf__fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = Q->data; a.k = K->data; a.v = V->data; a.o = out->data; a.g = out->grad; a.lse = out->saved;
+    a.Tq = Q->shape[2]; a.Tk = K->shape[2]; a.dk = Q->shape[3]; a.dv = V->shape[3];
+    a.causal = out->iarg[0]; a.scale = out->farg[0];
+    return a;
+}
+static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__fa_args a = mf__cu_fa_args(out);
+    long long BH = (long long)out->shape[0] * out->shape[1];
+    int tc = mf__cu_fa_tc(ctx);
+    size_t bytes;
+    unsigned grid;
+    if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 0, "attention"))) return -1;
+    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
+    a.out = out->data; a.lse_out = out->saved;
+    bytes = mf__fa_smem(a.B, a.dk, a.dv, 0);
+    grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
+    return tc ? MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<1>, grid, bytes, a)
+              : MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<0>, grid, bytes, a);
+}
+static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    mf__fa_args a = mf__cu_fa_args(out);
+    long long BH = (long long)out->shape[0] * out->shape[1];
+    int tc = mf__cu_fa_tc(ctx);
+    const char *op = "attention (backward)";
+    size_t bytes;
+    float *D;
+    a.gq = mf__g(Q); a.gk = mf__g(K); a.gv = mf__g(V);
+    if (!a.gq && !a.gk && !a.gv) return 0;
+    if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 1, op))) return -1;
+    if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
+    a.D = D;
+    bytes = mf__fa_smem(a.B, a.dk, a.dv, 1);
+    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, a.g, a.o, a.dv, BH * a.Tq) < 0) return -1;
+    if (a.gk || a.gv) {
+        unsigned grid = (unsigned)(BH * ((a.Tk + a.B - 1) / a.B));
+        if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<1>, grid, bytes, a)
+                : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<0>, grid, bytes, a)) < 0)
+            return -1;
+    }
+    if (a.gq) {
+        unsigned grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
+        if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<1>, grid, bytes, a)
+                : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<0>, grid, bytes, a)) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* ==== optimizers and clipping over the flat buffers =========================================== */
@@ -1225,51 +1460,6 @@ static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
                       out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], (long long)out->ne);
 }
 
-/* dynamic shared memory of an attention kernel: raise the kernel's limit when over 48 KiB */
-template <class K> static int mf__cu_attn_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *what) {
-    if (bytes <= 48 * 1024) return 0;
-    if (bytes > 227 * 1024)
-        return (mf__fail(ctx, "attention: %s needs %zu bytes of shared memory (more than 227 KiB): the sequence is too "
-                         "long for the simple CUDA attention kernel (a tiled kernel is planned)", what, bytes), -1);
-    return MF_CUDA_CHECK(ctx, "attention", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    long long BH = (long long)Q->shape[0] * Q->shape[1];
-    size_t smem = (size_t)(dk + Tk) * sizeof(float);
-    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * Tq) * sizeof(float)))) return -1;
-    if (mf__cu_attn_smem(ctx, mf__k_attn_fwd, smem, "the forward") < 0) return -1;
-    return MF__CU_RUN(ctx, "attention", mf__k_attn_fwd, (unsigned)(BH * Tq), MF__CU_ROW, smem, (const float *)Q->data,
-                      (const float *)K->data, (const float *)V->data, out->data, out->saved, Tq, Tk, dk, dv,
-                      out->farg[0], out->iarg[0]);
-}
-static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    long long BH = (long long)Q->shape[0] * Q->shape[1];
-    float *gq = mf__g(Q), *gk = mf__g(K), *gv = mf__g(V), *D;
-    size_t sq = (size_t)(dk + dv + Tk) * sizeof(float), skv = (size_t)(dk + dv + 2 * Tq) * sizeof(float);
-    const char *op = "attention (backward)";
-    if (!gq && !gk && !gv) return 0;
-    if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * Tq) * sizeof(float)))) return -1;
-    if (MF__CU_RUN(ctx, op, mf__k_attn_dot, MF__EW(BH * Tq), D, (const float *)out->grad, (const float *)out->data, dv,
-                   BH * Tq) < 0)
-        return -1;
-    if (gq && (mf__cu_attn_smem(ctx, mf__k_attn_bwd_q, sq, "the dQ backward") < 0 ||
-               MF__CU_RUN(ctx, op, mf__k_attn_bwd_q, (unsigned)(BH * Tq), MF__CU_ROW, sq, (const float *)Q->data,
-                          (const float *)K->data, (const float *)V->data, (const float *)out->grad,
-                          (const float *)out->saved, (const float *)D, gq, Tq, Tk, dk, dv, out->farg[0], out->iarg[0]) < 0))
-        return -1;
-    if ((gk || gv) && (mf__cu_attn_smem(ctx, mf__k_attn_bwd_kv, skv, "the dK/dV backward") < 0 ||
-                       MF__CU_RUN(ctx, op, mf__k_attn_bwd_kv, (unsigned)(BH * Tk), MF__CU_ROW, skv, (const float *)Q->data,
-                                  (const float *)K->data, (const float *)V->data, (const float *)out->grad,
-                                  (const float *)out->saved, (const float *)D, gk, gv, Tq, Tk, dk, dv, out->farg[0],
-                                  out->iarg[0]) < 0))
-        return -1;
-    return 0;
-}
-
 /* every op of metaformer.h and its CUDA forward / backward */
 static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_matmul, mf__cu_matmul_fwd, mf__cu_matmul_bwd},
@@ -1367,14 +1557,27 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
         mf__cu_destroy(ctx);
         return -1;
     }
+    { /* what the attention kernels may use: TF32 tensor cores, opt-in shared memory */
+        int dev = 0, major = 0, optin = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            major = 0; optin = 0;
+        }
+        cu->tc_tf32 = major >= 8;
+        cu->smem_optin = optin > 48 * 1024 ? optin : 48 * 1024;
+    }
     ctx->be = &mf__cuda_backend;
     return 0;
 }
 
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) {
     if (!ctx || !ctx->be || !mf_ok(ctx)) return -1;
-    return MF_CUBLAS_CHECK(ctx, "mf_cuda_set_tf32", cublasSetMathMode(MF__CU(ctx)->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                                          : CUBLAS_DEFAULT_MATH));
+    if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_tf32", cublasSetMathMode(MF__CU(ctx)->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                         : CUBLAS_DEFAULT_MATH)) < 0)
+        return -1;
+    MF__CU(ctx)->tf32 = on != 0;
+    return 0;
 }
 
 #endif /* METAFORMER_CUDA_CUH */
