@@ -647,26 +647,26 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
 /* mf_attention (metaformer.h [mf:ops]): q [BH, Tq, dk], k [BH, Tk, dk], v [BH, Tk, dv] -> o [BH, Tq, dv]
    and the row log-sum-exp lse [BH, Tq] (+inf for a query that sees no key, whose output is zero),
    exactly the CPU op's convention. Query i sees key j iff !causal or j <= i + Tk - Tq.
-   Design (one family of three kernels, MF__FA_THREADS threads, square tiles of B queries / keys):
-     - every operand tile (Q scaled by `scale`, K, V, dO) is staged in shared memory, zero-padded
-       to 16 columns (dkp, dvp) and 16 rows, with row strides dkp + 4 / dvp + 4 / B + 4 floats
-       (multiples of 4 and 32-byte aligned sub-tiles, as WMMA needs);
-     - the accumulators (O, dK, dV, dQ) also live in shared memory, so one code handles any head
-       size: the tile products are loops over the padded sizes (no register array bounded by d);
-       B (64, 32 or 16) is chosen at launch so the block fits the device's shared memory (with a
-       preference for two blocks per SM), which is what bounds the head size (dk = dv = 256 fits
-       B = 32 within 227 KiB on sm_90);
-     - the tile products C (+)= A B and C = A B^T go through mf__fa_mm: fp32 FMA (4x4 outputs per
-       thread, k ascending: deterministic) or, with TF32 (mf_cuda_set_tf32 on sm_80+), WMMA
-       m16n16k8 tensor-core tiles (one 16x16 output tile per warp at a time, inputs rounded with
-       __float_to_tf32, fp32 accumulation);
-     - forward: one block per (head, query tile), looping over the key tiles the tile can see:
-       S = Qs K^T, online softmax per row in registers (2-8 threads per row, shuffles), O rescaled
-       and O += P V; at the end O / l and lse = m + log l;
-     - backward (no atomics, fixed order: deterministic): D = rowsum(dO * O); dK, dV: one block per
-       (head, key tile) over the query tiles that see it (P^T = exp(S^T - lse), dV += P^T dO,
-       dS^T = P^T (dP^T - D), dK += dS^T Qs); dQ: one block per (head, query tile) over its key
-       tiles (dQ += scale dS K). Results are added to the gradient buffers; NULL ones are skipped. */
+   Design: three kernels of MF__FA_THREADS threads over square tiles of B queries / keys.
+     - Every tile lives in shared memory: the operands (Q scaled by `scale`, K, V, dO), the score
+       tiles and the accumulators (O, dK, dV, dQ). Head sizes are zero-padded to dkp, dvp (multiples
+       of 16), so one code handles any dk, dv with no register array bounded by them; B (64, 32 or
+       16) is chosen at launch so that the block fits the device's opt-in shared memory, preferring
+       two blocks per SM. Shared memory is what bounds the head size (dk = dv = 256 fits with B = 16
+       in the backward on sm_90's 227 KiB; the forward with B = 32).
+     - Every tile product is C [M][N] (+)= sum_k At[k][m] Bk[k][n] with both operands stored k-major
+       ("T" tiles [d][B + 4] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
+       per thread, float4 loads of both operands, k ascending: deterministic) or, with TF32
+       (mf_cuda_set_tf32 on sm_80+), WMMA m16n16k8 (16 x 16 output tiles per warp, matrix_a
+       col_major, inputs rounded by __float_to_tf32, fp32 accumulation). Row strides (B + 4,
+       d + 4 floats) are multiples of 4 and keep WMMA's 32-byte alignment.
+     - Forward: block = (head, query tile), the tiles with the most keys first, looping over the
+       key tiles it can see: S^T = K Qs^T; online softmax per query in registers (128 / B threads
+       per query, shuffles); O rescaled; O += P V; at the end O / l and lse = m + log l.
+     - Backward, no atomics and a fixed order: D = rowsum(dO * O); dK, dV: block = (head, key tile)
+       over the query tiles that see it: P = exp(S - lse), dV += P^T dO, dS = P (dP - D),
+       dK += dS^T Qs; dQ: block = (head, query tile) over its key tiles: dQ += scale dS K. Results
+       are added into the gradient buffers; a NULL one (no gradient wanted) is skipped. */
 #ifndef MF_CUDA_EMU
 #include <mma.h>
 #endif
@@ -677,23 +677,33 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
 
 typedef struct {
     const float *q, *k, *v, *o, *g, *lse, *D; /* g: dO */
-    float *out, *lse_out, *gq, *gk, *gv; /* NULL: no gradient wanted */
+    float *out, *lse_out, *gq, *gk, *gv;      /* NULL: no gradient wanted */
     int Tq, Tk, dk, dv, B, causal;
     float scale;
 } mf__fa_args;
 
 static __host__ __device__ int mf__fa_pad(int d) { return (d + 15) & ~15; }
-/* shared floats of the forward and of each backward kernel for tiles of B */
-static size_t mf__fa_smem(int B, int dk, int dv, int bwd) {
-    size_t ldk = (size_t)mf__fa_pad(dk) + 4, ldv = (size_t)mf__fa_pad(dv) + 4, lds = (size_t)B + 4;
-    return (bwd ? B * (3 * ldk + 3 * ldv + 2 * lds) + 2 * B : B * (2 * ldk + 2 * ldv + lds) + B) * sizeof(float);
+/* bytes of shared memory of the forward (kind 0), the dK/dV (1) and the dQ (2) kernel for tiles of B */
+static size_t mf__fa_smem(int B, int dk, int dv, int kind) {
+    size_t dkp = (size_t)mf__fa_pad(dk), dvp = (size_t)mf__fa_pad(dv), lt = (size_t)B + 4, lk = dkp + 4, lv = dvp + 4;
+    size_t n = kind == 0 ? 2 * dkp * lt + 2 * B * lv + B * lt + B
+             : kind == 1 ? 2 * (dkp + dvp) * lt + 2 * B * (lk + lv) + 2 * B * lt + 2 * B
+                         : 2 * (dkp + dvp) * lt + 2 * B * lk + 2 * B * lt + 2 * B;
+    return n * sizeof(float);
 }
 
-/* dst [B][ld] = s * rows [0, rows) of src [.][d], zero elsewhere up to dp columns and B rows */
+/* dst [B][ld] = s * rows [0, rows) of src [.][d]; zero elsewhere up to B rows and dp columns */
 static __device__ void mf__fa_load(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
     for (int e = threadIdx.x; e < B * dp; e += blockDim.x) {
         int r = e / dp, c = e - r * dp;
         dst[r * ld + c] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f;
+    }
+}
+/* the same transposed: dst [dp][ld] (a "T" tile), dst[c][r] = s * src[r][c] */
+static __device__ void mf__fa_load_t(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
+    for (int e = threadIdx.x; e < B * dp; e += blockDim.x) {
+        int r = e / dp, c = e - r * dp;
+        dst[c * ld + r] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f;
     }
 }
 static __device__ void mf__fa_zero(float *dst, int ld, int B, int dp) {
@@ -709,12 +719,9 @@ static __device__ void mf__fa_add_out(float *dst, int d, const float *src, int l
 }
 
 #ifdef MF__FA_WMMA
-/* C [M][N] (+)= A [M][K] B: 16x16 output tiles per warp, k steps of 8, TF32 inputs, fp32 sums */
-template <int BCOL>
-static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *A, int lda, const float *Bm, int ldb, int M, int N,
+static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
                                     int K, int acc) {
     namespace w = nvcuda::wmma;
-    typedef typename std::conditional<BCOL != 0, w::col_major, w::row_major>::type LB;
     int ntn = N / 16, tiles = (M / 16) * ntn;
     for (int t = threadIdx.x / 32; t < tiles; t += blockDim.x / 32) { /* warp-uniform */
         int m0 = t / ntn * 16, n0 = t % ntn * 16;
@@ -722,10 +729,10 @@ static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *A, int lda, 
         if (acc) w::load_matrix_sync(fc, C + m0 * ldc + n0, ldc, w::mem_row_major);
         else w::fill_fragment(fc, 0.0f);
         for (int k = 0; k < K; k += 8) {
-            w::fragment<w::matrix_a, 16, 16, 8, w::precision::tf32, w::row_major> fa;
-            w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, LB> fb;
-            w::load_matrix_sync(fa, A + m0 * lda + k, lda);
-            w::load_matrix_sync(fb, BCOL ? Bm + n0 * ldb + k : Bm + k * ldb + n0, ldb);
+            w::fragment<w::matrix_a, 16, 16, 8, w::precision::tf32, w::col_major> fa;
+            w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, w::row_major> fb;
+            w::load_matrix_sync(fa, At + k * lda + m0, lda);
+            w::load_matrix_sync(fb, Bk + k * ldb + n0, ldb);
             for (int i = 0; i < fa.num_elements; i++) fa.x[i] = w::__float_to_tf32(fa.x[i]);
             for (int i = 0; i < fb.num_elements; i++) fb.x[i] = w::__float_to_tf32(fb.x[i]);
             w::mma_sync(fc, fa, fb, fc);
@@ -734,74 +741,70 @@ static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *A, int lda, 
     }
 }
 #endif
-/* C [M][N] (+ when acc)= A [M][K] B, all in shared memory, A row-major (lda); B [K][N] (ldb), or
-   given as [N][K] when BCOL (then the product is A B^T of that array). M, N multiples of 16;
-   K a multiple of 8. fp32: each thread owns 4 x 4 outputs strided by M/4 rows and N/4 columns
-   (neighbouring threads read neighbouring B elements), summed over k in order. */
-template <int TC, int BCOL>
-static __device__ void mf__fa_mm(float *C, int ldc, const float *A, int lda, const float *Bm, int ldb, int M, int N,
+/* C [M][N] (+ when acc)= sum over k < K of At[k][m] Bk[k][n], all in shared memory, both operands
+   k-major (lda, ldb, ldc multiples of 4; M, N multiples of 16, K of 8). No barrier inside. */
+template <int TC>
+static __device__ void mf__fa_mm(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
                                  int K, int acc) {
 #ifdef MF__FA_WMMA
-    if (TC) { mf__fa_mm_tc<BCOL>(C, ldc, A, lda, Bm, ldb, M, N, K, acc); return; }
+    if (TC) { mf__fa_mm_tc(C, ldc, At, lda, Bk, ldb, M, N, K, acc); return; }
 #endif
-    int mq = M / 4, nq = N / 4;
-    for (int t = threadIdx.x; t < mq * nq; t += blockDim.x) {
-        int mb = t / nq, nb = t - mb * nq, i, j, k;
-        float c[4][4];
-        for (i = 0; i < 4; i++)
-            for (j = 0; j < 4; j++) c[i][j] = acc ? C[(mb + i * mq) * ldc + nb + j * nq] : 0.0f;
+    int nq = N / 4;
+    for (int t = threadIdx.x; t < (M / 4) * nq; t += blockDim.x) {
+        int m0 = t / nq * 4, n0 = (t % nq) * 4, i, k;
+        float4 c[4];
+        for (i = 0; i < 4; i++) c[i] = acc ? *(const float4 *)(C + (m0 + i) * ldc + n0) : make_float4(0, 0, 0, 0);
         for (k = 0; k < K; k++) {
-            float a[4], b[4];
-            for (i = 0; i < 4; i++) a[i] = A[(mb + i * mq) * lda + k];
-            for (j = 0; j < 4; j++) b[j] = BCOL ? Bm[(nb + j * nq) * ldb + k] : Bm[k * ldb + nb + j * nq];
-            for (i = 0; i < 4; i++)
-                for (j = 0; j < 4; j++) c[i][j] += a[i] * b[j];
+            float4 a = *(const float4 *)(At + k * lda + m0), b = *(const float4 *)(Bk + k * ldb + n0);
+            float av[4] = {a.x, a.y, a.z, a.w};
+            for (i = 0; i < 4; i++) {
+                c[i].x += av[i] * b.x; c[i].y += av[i] * b.y; c[i].z += av[i] * b.z; c[i].w += av[i] * b.w;
+            }
         }
-        for (i = 0; i < 4; i++)
-            for (j = 0; j < 4; j++) C[(mb + i * mq) * ldc + nb + j * nq] = c[i][j];
+        for (i = 0; i < 4; i++) *(float4 *)(C + (m0 + i) * ldc + n0) = c[i];
     }
 }
 
-/* forward: block = (head, query tile), the tiles with the most keys first. shared: Qs [B][ldk],
-   K [B][ldk], V [B][ldv], S/P [B][lds], O [B][ldv], 1 / l [B] */
+/* forward: block = (head, query tile). shared: Qs^T [dkp][lt], K^T [dkp][lt], V [B][lv],
+   S^T / P^T [B][lt], O [B][lv], 1 / l [B] */
 template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_fwd(mf__fa_args a) {
     MF_DYN_SMEM(float, sm);
-    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), ldk = dkp + 4, ldv = dvp + 4, lds = B + 4;
-    float *qs = sm, *ks = qs + B * ldk, *vs = ks + B * ldk, *ss = vs + B * ldv, *os = ss + B * lds, *il = os + B * ldv;
-    int nqt = (a.Tq + B - 1) / B, qt = nqt - 1 - (int)(blockIdx.x % nqt), off = a.Tk - a.Tq;
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lv = dvp + 4;
+    float *qt = sm, *kt = qt + dkp * lt, *vs = kt + dkp * lt, *st = vs + B * lv, *os = st + B * lt, *il = os + B * lv;
+    int nqt = (a.Tq + B - 1) / B, off = a.Tk - a.Tq, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B;
     long long bh = blockIdx.x / nqt;
-    int i0 = qt * B, bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
+    int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
     int tpr = blockDim.x / B, r = threadIdx.x / tpr, part = threadIdx.x % tpr, c, o;
-    int lim = a.causal ? i0 + r + off : a.Tk; /* row r sees the keys j <= lim */
+    int lim = a.causal ? i0 + r + off : a.Tk; /* query r sees the keys j <= lim */
     float m = -1e30f, l = 0.0f;               /* finite start: exp(m_old - m_new) is never NaN */
-    mf__fa_load(qs, ldk, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
-    mf__fa_zero(os, ldv, B, dvp);
+    mf__fa_load_t(qt, lt, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_zero(os, lv, B, dvp);
     for (int j0 = 0; j0 < kend; j0 += B) {
         int bk = min(B, kend - j0);
         __syncthreads(); /* the previous tile's products are done with K and V */
-        mf__fa_load(ks, ldk, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load(vs, ldv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        mf__fa_load_t(kt, lt, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(vs, lv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
         __syncthreads();
-        mf__fa_mm<TC, 1>(ss, lds, qs, ldk, ks, ldk, B, B, dkp, 0);
+        mf__fa_mm<TC>(st, lt, kt, lt, qt, lt, B, B, dkp, 0); /* S^T [key][query] */
         __syncthreads();
-        { /* online softmax of row r by its tpr threads (neighbouring lanes) */
-            float *sr = ss + r * lds, mx = m, sum = 0.0f, al;
+        { /* online softmax of query r (column r of S^T) by its tpr threads (neighbouring lanes) */
+            float mx = m, sum = 0.0f, al;
             for (c = part; c < B; c += tpr) {
-                float s = c < bk && j0 + c <= lim ? sr[c] : -INFINITY;
-                sr[c] = s;
+                float s = c < bk && j0 + c <= lim ? st[c * lt + r] : -INFINITY;
+                st[c * lt + r] = s;
                 mx = fmaxf(mx, s);
             }
             for (o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            for (c = part; c < B; c += tpr) { float p = expf(sr[c] - mx); sr[c] = p; sum += p; }
+            for (c = part; c < B; c += tpr) { float p = expf(st[c * lt + r] - mx); st[c * lt + r] = p; sum += p; }
             for (o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             al = expf(m - mx);
             l = al * l + sum;
             m = mx;
             if (al != 1.0f)
-                for (c = part; c < dvp; c += tpr) os[r * ldv + c] *= al;
+                for (c = part; c < dvp; c += tpr) os[r * lv + c] *= al;
         }
         __syncthreads();
-        mf__fa_mm<TC, 0>(os, ldv, ss, lds, vs, ldv, B, dvp, B, 1);
+        mf__fa_mm<TC>(os, lv, st, lt, vs, lv, B, dvp, B, 1); /* O += P V */
     }
     if (part == 0) {
         il[r] = l > 0.0f ? 1.0f / l : 0.0f;
@@ -810,7 +813,7 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
     __syncthreads();
     for (int e = threadIdx.x; e < bq * a.dv; e += blockDim.x) {
         int rr = e / a.dv, cc = e - rr * a.dv;
-        a.out[(bh * a.Tq + i0) * a.dv + e] = os[rr * ldv + cc] * il[rr];
+        a.out[(bh * a.Tq + i0) * a.dv + e] = os[rr * lv + cc] * il[rr];
     }
 }
 
@@ -823,96 +826,104 @@ static __global__ void mf__k_fa_rowdot(float *D, const float *g, const float *o,
     }
 }
 
-/* dK, dV: block = (head, key tile) over the query tiles that see it. shared: K [B][ldk], V [B][ldv],
-   dK [B][ldk], dV [B][ldv], Qs [B][ldk], dO [B][ldv], S^T/P^T [B][lds], dP^T/dS^T [B][lds], lse [B], D [B] */
+/* dK, dV: block = (head, key tile) over the query tiles that see it. shared: K^T [dkp][lt],
+   V^T [dvp][lt], dK [B][lk], dV [B][lv], Qs^T [dkp][lt], Qs [B][lk], dO^T [dvp][lt], dO [B][lv],
+   S / P [B][lt], dP / dS [B][lt] ([query][key]), lse [B], D [B] */
 template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_kv(mf__fa_args a) {
     MF_DYN_SMEM(float, sm);
-    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), ldk = dkp + 4, ldv = dvp + 4, lds = B + 4;
-    float *ks = sm, *vs = ks + B * ldk, *dks = vs + B * ldv, *dvs = dks + B * ldk, *qs = dvs + B * ldv;
-    float *gs = qs + B * ldk, *st = gs + B * ldv, *dpt = st + B * lds, *ls = dpt + B * lds, *Ds = ls + B;
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lk = dkp + 4, lv = dvp + 4;
+    float *kt = sm, *vt = kt + dkp * lt, *dks = vt + dvp * lt, *dvs = dks + B * lk, *qt = dvs + B * lv;
+    float *qs = qt + dkp * lt, *gt = qs + B * lk, *gs = gt + dvp * lt, *ss = gs + B * lv, *dps = ss + B * lt;
+    float *ls = dps + B * lt, *Ds = ls + B;
     int nkt = (a.Tk + B - 1) / B, j0 = (int)(blockIdx.x % nkt) * B, off = a.Tk - a.Tq;
     long long bh = blockIdx.x / nkt;
     int bk = min(B, a.Tk - j0), first = a.causal ? max(0, j0 - off) : 0; /* the first query that sees a key */
-    mf__fa_load(ks, ldk, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
-    mf__fa_load(vs, ldv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
-    mf__fa_zero(dks, ldk, B, dkp);
-    mf__fa_zero(dvs, ldv, B, dvp);
+    mf__fa_load_t(kt, lt, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+    mf__fa_load_t(vt, lt, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+    mf__fa_zero(dks, lk, B, dkp);
+    mf__fa_zero(dvs, lv, B, dvp);
     for (int i0 = first / B * B; i0 < a.Tq; i0 += B) {
         int bq = min(B, a.Tq - i0);
+        const float *q = a.q + (bh * a.Tq + i0) * a.dk, *g = a.g + (bh * a.Tq + i0) * a.dv;
         __syncthreads();
-        mf__fa_load(qs, ldk, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
-        mf__fa_load(gs, ldv, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
+        mf__fa_load_t(qt, lt, q, a.dk, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load(qs, lk, q, a.dk, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load_t(gt, lt, g, a.dv, bq, B, dvp, 1.0f);
+        if (a.gv) mf__fa_load(gs, lv, g, a.dv, bq, B, dvp, 1.0f);
         mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
         mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
         __syncthreads();
-        mf__fa_mm<TC, 1>(st, lds, ks, ldk, qs, ldk, B, B, dkp, 0); /* S^T = K Qs^T */
-        if (a.gk) mf__fa_mm<TC, 1>(dpt, lds, vs, ldv, gs, ldv, B, B, dvp, 0); /* dP^T = V dO^T */
-        __syncthreads();
-        for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
-            int jj = e / B, ii = e - jj * B;
-            int vis = jj < bk && ii < bq && (!a.causal || j0 + jj <= i0 + ii + off);
-            float p = vis ? expf(st[jj * lds + ii] - ls[ii]) : 0.0f;
-            st[jj * lds + ii] = p;
-            if (a.gk) dpt[jj * lds + ii] = p * (dpt[jj * lds + ii] - Ds[ii]); /* dS^T / scale: Qs has it */
-        }
-        __syncthreads();
-        if (a.gv) mf__fa_mm<TC, 0>(dvs, ldv, st, lds, gs, ldv, B, dvp, B, 1);  /* dV += P^T dO */
-        if (a.gk) mf__fa_mm<TC, 0>(dks, ldk, dpt, lds, qs, ldk, B, dkp, B, 1); /* dK += dS^T Q */
-    }
-    __syncthreads();
-    if (a.gk) mf__fa_add_out(a.gk + (bh * a.Tk + j0) * a.dk, a.dk, dks, ldk, bk);
-    if (a.gv) mf__fa_add_out(a.gv + (bh * a.Tk + j0) * a.dv, a.dv, dvs, ldv, bk);
-}
-
-/* dQ: block = (head, query tile) over its visible key tiles. shared: Qs [B][ldk], dO [B][ldv],
-   dQ [B][ldk], K [B][ldk], V [B][ldv], S/P [B][lds], dP/dS [B][lds], lse [B], D [B] */
-template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_q(mf__fa_args a) {
-    MF_DYN_SMEM(float, sm);
-    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), ldk = dkp + 4, ldv = dvp + 4, lds = B + 4;
-    float *qs = sm, *gs = qs + B * ldk, *dqs = gs + B * ldv, *ks = dqs + B * ldk, *vs = ks + B * ldk;
-    float *ss = vs + B * ldv, *dps = ss + B * lds, *ls = dps + B * lds, *Ds = ls + B;
-    int nqt = (a.Tq + B - 1) / B, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B, off = a.Tk - a.Tq;
-    long long bh = blockIdx.x / nqt;
-    int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
-    mf__fa_load(qs, ldk, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
-    mf__fa_load(gs, ldv, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
-    mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
-    mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
-    mf__fa_zero(dqs, ldk, B, dkp);
-    for (int j0 = 0; j0 < kend; j0 += B) {
-        int bk = min(B, kend - j0);
-        __syncthreads();
-        mf__fa_load(ks, ldk, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load(vs, ldv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
-        __syncthreads();
-        mf__fa_mm<TC, 1>(ss, lds, qs, ldk, ks, ldk, B, B, dkp, 0);  /* S = Qs K^T */
-        mf__fa_mm<TC, 1>(dps, lds, gs, ldv, vs, ldv, B, B, dvp, 0); /* dP = dO V^T */
+        mf__fa_mm<TC>(ss, lt, qt, lt, kt, lt, B, B, dkp, 0);            /* S = Qs K^T */
+        if (a.gk) mf__fa_mm<TC>(dps, lt, gt, lt, vt, lt, B, B, dvp, 0); /* dP = dO V^T */
         __syncthreads();
         for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
             int ii = e / B, jj = e - ii * B;
             int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
-            float p = vis ? expf(ss[ii * lds + jj] - ls[ii]) : 0.0f;
-            dps[ii * lds + jj] = p * (dps[ii * lds + jj] - Ds[ii]) * a.scale; /* dS */
+            float p = vis ? expf(ss[ii * lt + jj] - ls[ii]) : 0.0f;
+            ss[ii * lt + jj] = p;
+            if (a.gk) dps[ii * lt + jj] = p * (dps[ii * lt + jj] - Ds[ii]); /* dS / scale: Qs has it */
         }
         __syncthreads();
-        mf__fa_mm<TC, 0>(dqs, ldk, dps, lds, ks, ldk, B, dkp, B, 1); /* dQ += dS K */
+        if (a.gv) mf__fa_mm<TC>(dvs, lv, ss, lt, gs, lv, B, dvp, B, 1);  /* dV += P^T dO */
+        if (a.gk) mf__fa_mm<TC>(dks, lk, dps, lt, qs, lk, B, dkp, B, 1); /* dK += dS^T Qs */
     }
     __syncthreads();
-    mf__fa_add_out(a.gq + (bh * a.Tq + i0) * a.dk, a.dk, dqs, ldk, bq);
+    if (a.gk) mf__fa_add_out(a.gk + (bh * a.Tk + j0) * a.dk, a.dk, dks, lk, bk);
+    if (a.gv) mf__fa_add_out(a.gv + (bh * a.Tk + j0) * a.dv, a.dv, dvs, lv, bk);
+}
+
+/* dQ: block = (head, query tile) over its visible key tiles. shared: Qs^T [dkp][lt], dO^T [dvp][lt],
+   dQ [B][lk], K^T [dkp][lt], K [B][lk], V^T [dvp][lt], S^T / P^T [B][lt], dP^T / dS^T [B][lt]
+   ([key][query]), lse [B], D [B] */
+template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_q(mf__fa_args a) {
+    MF_DYN_SMEM(float, sm);
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lk = dkp + 4;
+    float *qt = sm, *gt = qt + dkp * lt, *dqs = gt + dvp * lt, *kt = dqs + B * lk, *ks = kt + dkp * lt;
+    float *vt = ks + B * lk, *st = vt + dvp * lt, *dpt = st + B * lt, *ls = dpt + B * lt, *Ds = ls + B;
+    int nqt = (a.Tq + B - 1) / B, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B, off = a.Tk - a.Tq;
+    long long bh = blockIdx.x / nqt;
+    int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
+    mf__fa_load_t(qt, lt, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_load_t(gt, lt, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
+    mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
+    mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
+    mf__fa_zero(dqs, lk, B, dkp);
+    for (int j0 = 0; j0 < kend; j0 += B) {
+        int bk = min(B, kend - j0);
+        const float *k = a.k + (bh * a.Tk + j0) * a.dk;
+        __syncthreads();
+        mf__fa_load_t(kt, lt, k, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(ks, lk, k, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load_t(vt, lt, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        __syncthreads();
+        mf__fa_mm<TC>(st, lt, kt, lt, qt, lt, B, B, dkp, 0);  /* S^T = K Qs^T */
+        mf__fa_mm<TC>(dpt, lt, vt, lt, gt, lt, B, B, dvp, 0); /* dP^T = V dO^T */
+        __syncthreads();
+        for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
+            int jj = e / B, ii = e - jj * B;
+            int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
+            float p = vis ? expf(st[jj * lt + ii] - ls[ii]) : 0.0f;
+            dpt[jj * lt + ii] = p * (dpt[jj * lt + ii] - Ds[ii]) * a.scale; /* dS^T */
+        }
+        __syncthreads();
+        mf__fa_mm<TC>(dqs, lk, dpt, lt, ks, lk, B, dkp, B, 1); /* dQ += dS K */
+    }
+    __syncthreads();
+    mf__fa_add_out(a.gq + (bh * a.Tq + i0) * a.dk, a.dk, dqs, lk, bq);
 }
 
 /* the tensor-core path: TF32 switched on for the context and a device that has it (sm_80+) */
 static int mf__cu_fa_tc(mf_ctx *ctx) { return MF__CU(ctx)->tf32 && MF__CU(ctx)->tc_tf32; }
-/* the tile B: the largest of 64, 32, 16 whose block leaves room for two per SM, else the largest
-   that fits; 0 (and an error) when even 16 does not fit */
-static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int bwd, const char *op) {
+/* the tile B of kernel `kind` (mf__fa_smem): the largest of 64, 32, 16 whose block leaves room for two
+   per SM, else the largest that fits; 0 (and an error) when even 16 does not fit */
+static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int kind, const char *op) {
     size_t lim = (size_t)MF__CU(ctx)->smem_optin;
     int B, pass;
     for (pass = 0; pass < 2; pass++)
         for (B = 64; B >= 16; B /= 2)
-            if (mf__fa_smem(B, dk, dv, bwd) <= (pass ? lim : lim / 2)) return B;
+            if (mf__fa_smem(B, dk, dv, kind) <= (pass ? lim : lim / 2)) return B;
     mf__fail(ctx, "%s: head sizes dk = %d, dv = %d need %zu bytes of shared memory per block even with 16-query tiles, "
-             "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv, mf__fa_smem(16, dk, dv, bwd), lim);
+             "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv, mf__fa_smem(16, dk, dv, kind), lim);
     return 0;
 }
 /* launch a fused-attention kernel with `bytes` of dynamic shared memory (raising its limit over 48 KiB) */
@@ -933,7 +944,6 @@ static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
 static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__fa_args a = mf__cu_fa_args(out);
     long long BH = (long long)out->shape[0] * out->shape[1];
-    int tc = mf__cu_fa_tc(ctx);
     size_t bytes;
     unsigned grid;
     if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 0, "attention"))) return -1;
@@ -941,8 +951,8 @@ static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     a.out = out->data; a.lse_out = out->saved;
     bytes = mf__fa_smem(a.B, a.dk, a.dv, 0);
     grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
-    return tc ? MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<1>, grid, bytes, a)
-              : MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<0>, grid, bytes, a);
+    return mf__cu_fa_tc(ctx) ? MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<1>, grid, bytes, a)
+                             : MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<0>, grid, bytes, a);
 }
 static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
@@ -950,23 +960,29 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     long long BH = (long long)out->shape[0] * out->shape[1];
     int tc = mf__cu_fa_tc(ctx);
     const char *op = "attention (backward)";
-    size_t bytes;
     float *D;
     a.gq = mf__g(Q); a.gk = mf__g(K); a.gv = mf__g(V);
     if (!a.gq && !a.gk && !a.gv) return 0;
-    if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 1, op))) return -1;
     if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     a.D = D;
-    bytes = mf__fa_smem(a.B, a.dk, a.dv, 1);
-    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, a.g, a.o, a.dv, BH * a.Tq) < 0) return -1;
+    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, a.g, a.o, a.dv, BH * a.Tq) < 0)
+        return -1;
     if (a.gk || a.gv) {
-        unsigned grid = (unsigned)(BH * ((a.Tk + a.B - 1) / a.B));
+        size_t bytes;
+        unsigned grid;
+        if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 1, op))) return -1;
+        bytes = mf__fa_smem(a.B, a.dk, a.dv, 1);
+        grid = (unsigned)(BH * ((a.Tk + a.B - 1) / a.B));
         if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<1>, grid, bytes, a)
                 : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<0>, grid, bytes, a)) < 0)
             return -1;
     }
     if (a.gq) {
-        unsigned grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
+        size_t bytes;
+        unsigned grid;
+        if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 2, op))) return -1;
+        bytes = mf__fa_smem(a.B, a.dk, a.dv, 2);
+        grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
         if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<1>, grid, bytes, a)
                 : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<0>, grid, bytes, a)) < 0)
             return -1;
