@@ -692,22 +692,27 @@ static size_t mf__fa_smem(int B, int dk, int dv, int kind) {
     return n * sizeof(float);
 }
 
+/* for every (r, c) of a rows x cols block, threads striding over it row by row (neighbouring threads
+   on neighbouring columns), without a division per element */
+#define MF__FA_EACH(r, c, rows, cols, ...) \
+    do { \
+        const int mf__dc = (int)blockDim.x % (cols), mf__dr = (int)blockDim.x / (cols); \
+        int r = (int)threadIdx.x / (cols), c = (int)threadIdx.x % (cols); \
+        for (; r < (rows); r += mf__dr, c += mf__dc) { \
+            if (c >= (cols)) { c -= (cols); r++; if (r >= (rows)) break; } \
+            __VA_ARGS__; \
+        } \
+    } while (0)
 /* dst [B][ld] = s * rows [0, rows) of src [.][d]; zero elsewhere up to B rows and dp columns */
 static __device__ void mf__fa_load(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
-    for (int e = threadIdx.x; e < B * dp; e += blockDim.x) {
-        int r = e / dp, c = e - r * dp;
-        dst[r * ld + c] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f;
-    }
+    MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f);
 }
 /* the same transposed: dst [dp][ld] (a "T" tile), dst[c][r] = s * src[r][c] */
 static __device__ void mf__fa_load_t(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
-    for (int e = threadIdx.x; e < B * dp; e += blockDim.x) {
-        int r = e / dp, c = e - r * dp;
-        dst[c * ld + r] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f;
-    }
+    MF__FA_EACH(r, c, B, dp, dst[c * ld + r] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f);
 }
 static __device__ void mf__fa_zero(float *dst, int ld, int B, int dp) {
-    for (int e = threadIdx.x; e < B * dp; e += blockDim.x) dst[(e / dp) * ld + e % dp] = 0.0f;
+    MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = 0.0f);
 }
 /* dst[r] = src[r] for r < rows, pad after (lse: +inf, D: 0) */
 static __device__ void mf__fa_load_vec(float *dst, const float *src, int rows, int B, float pad) {
@@ -715,7 +720,7 @@ static __device__ void mf__fa_load_vec(float *dst, const float *src, int rows, i
 }
 /* dst rows [0, rows) of [.][d] += src [.][ld] */
 static __device__ void mf__fa_add_out(float *dst, int d, const float *src, int ld, int rows) {
-    for (int e = threadIdx.x; e < rows * d; e += blockDim.x) dst[e] += src[(e / d) * ld + e % d];
+    MF__FA_EACH(r, c, rows, d, dst[(long long)r * d + c] += src[r * ld + c]);
 }
 
 #ifdef MF__FA_WMMA
@@ -811,10 +816,7 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         if (r < bq) a.lse_out[bh * a.Tq + i0 + r] = l > 0.0f ? m + logf(l) : INFINITY;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < bq * a.dv; e += blockDim.x) {
-        int rr = e / a.dv, cc = e - rr * a.dv;
-        a.out[(bh * a.Tq + i0) * a.dv + e] = os[rr * lv + cc] * il[rr];
-    }
+    MF__FA_EACH(rr, cc, bq, a.dv, a.out[(bh * a.Tq + i0 + rr) * a.dv + cc] = os[rr * lv + cc] * il[rr]);
 }
 
 /* D[row] = dO . O (the CPU's order) */
@@ -856,13 +858,12 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         mf__fa_mm<TC>(ss, lt, qt, lt, kt, lt, B, B, dkp, 0);            /* S = Qs K^T */
         if (a.gk) mf__fa_mm<TC>(dps, lt, gt, lt, vt, lt, B, B, dvp, 0); /* dP = dO V^T */
         __syncthreads();
-        for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
-            int ii = e / B, jj = e - ii * B;
+        MF__FA_EACH(ii, jj, B, B, {
             int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
             float p = vis ? expf(ss[ii * lt + jj] - ls[ii]) : 0.0f;
             ss[ii * lt + jj] = p;
             if (a.gk) dps[ii * lt + jj] = p * (dps[ii * lt + jj] - Ds[ii]); /* dS / scale: Qs has it */
-        }
+        });
         __syncthreads();
         if (a.gv) mf__fa_mm<TC>(dvs, lv, ss, lt, gs, lv, B, dvp, B, 1);  /* dV += P^T dO */
         if (a.gk) mf__fa_mm<TC>(dks, lk, dps, lt, qs, lk, B, dkp, B, 1); /* dK += dS^T Qs */
@@ -899,12 +900,11 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         mf__fa_mm<TC>(st, lt, kt, lt, qt, lt, B, B, dkp, 0);  /* S^T = K Qs^T */
         mf__fa_mm<TC>(dpt, lt, vt, lt, gt, lt, B, B, dvp, 0); /* dP^T = V dO^T */
         __syncthreads();
-        for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
-            int jj = e / B, ii = e - jj * B;
+        MF__FA_EACH(jj, ii, B, B, {
             int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
             float p = vis ? expf(st[jj * lt + ii] - ls[ii]) : 0.0f;
             dpt[jj * lt + ii] = p * (dpt[jj * lt + ii] - Ds[ii]) * a.scale; /* dS^T */
-        }
+        });
         __syncthreads();
         mf__fa_mm<TC>(dqs, lk, dpt, lt, ks, lk, B, dkp, B, 1); /* dQ += dS K */
     }
