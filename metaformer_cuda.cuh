@@ -724,50 +724,81 @@ static __device__ void mf__fa_add_out(float *dst, int d, const float *src, int l
 }
 
 #ifdef MF__FA_WMMA
+/* each warp computes a 16 x (16 g) strip (g accumulator tiles, g = 4, 2 or 1: as wide as leaves
+   every warp a strip), so that one A fragment serves g products */
 static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
                                     int K, int acc) {
     namespace w = nvcuda::wmma;
-    int ntn = N / 16, tiles = (M / 16) * ntn;
-    for (int t = threadIdx.x / 32; t < tiles; t += blockDim.x / 32) { /* warp-uniform */
-        int m0 = t / ntn * 16, n0 = t % ntn * 16;
-        w::fragment<w::accumulator, 16, 16, 8, float> fc;
-        if (acc) w::load_matrix_sync(fc, C + m0 * ldc + n0, ldc, w::mem_row_major);
-        else w::fill_fragment(fc, 0.0f);
+    int ntn = N / 16, nw = blockDim.x / 32, g = 4, ng, units;
+    while (g > 1 && (M / 16) * ((ntn + g - 1) / g) < nw) g /= 2;
+    ng = (ntn + g - 1) / g;
+    units = (M / 16) * ng;
+    for (int t = threadIdx.x / 32; t < units; t += nw) { /* warp-uniform */
+        int m0 = t / ng * 16, n0 = t % ng * g * 16, f, nf = min(g, (N - n0) / 16);
+        w::fragment<w::accumulator, 16, 16, 8, float> fc[4];
+        for (f = 0; f < 4; f++)
+            if (f < nf) {
+                if (acc) w::load_matrix_sync(fc[f], C + m0 * ldc + n0 + 16 * f, ldc, w::mem_row_major);
+                else w::fill_fragment(fc[f], 0.0f);
+            }
         for (int k = 0; k < K; k += 8) {
             w::fragment<w::matrix_a, 16, 16, 8, w::precision::tf32, w::col_major> fa;
-            w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, w::row_major> fb;
             w::load_matrix_sync(fa, At + k * lda + m0, lda);
-            w::load_matrix_sync(fb, Bk + k * ldb + n0, ldb);
             for (int i = 0; i < fa.num_elements; i++) fa.x[i] = w::__float_to_tf32(fa.x[i]);
-            for (int i = 0; i < fb.num_elements; i++) fb.x[i] = w::__float_to_tf32(fb.x[i]);
-            w::mma_sync(fc, fa, fb, fc);
+            for (f = 0; f < 4; f++)
+                if (f < nf) {
+                    w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, w::row_major> fb;
+                    w::load_matrix_sync(fb, Bk + k * ldb + n0 + 16 * f, ldb);
+                    for (int i = 0; i < fb.num_elements; i++) fb.x[i] = w::__float_to_tf32(fb.x[i]);
+                    w::mma_sync(fc[f], fa, fb, fc[f]);
+                }
         }
-        w::store_matrix_sync(C + m0 * ldc + n0, fc, ldc, w::mem_row_major);
+        for (f = 0; f < 4; f++)
+            if (f < nf) w::store_matrix_sync(C + m0 * ldc + n0 + 16 * f, fc[f], ldc, w::mem_row_major);
     }
 }
 #endif
+/* one vector load of 4 or 2 floats from shared memory (16- / 8-byte aligned) */
+static __device__ void mf__fa_ld(float (&v)[4], const float *p) {
+    float4 x = *(const float4 *)p;
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+}
+static __device__ void mf__fa_ld(float (&v)[2], const float *p) {
+    float2 x = *(const float2 *)p;
+    v[0] = x.x; v[1] = x.y;
+}
+/* fp32: each thread owns R x 4 outputs (consecutive rows and columns; neighbouring threads on
+   neighbouring columns), float2 / float4 loads of both operands, summed over k in order */
+template <int R>
+static __device__ void mf__fa_mm_fma(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
+                                     int K, int acc) {
+    int nq = N / 4;
+    for (int t = threadIdx.x; t < (M / R) * nq; t += blockDim.x) {
+        int m0 = t / nq * R, n0 = (t % nq) * 4, i, k;
+        float4 c[R];
+        for (i = 0; i < R; i++) c[i] = acc ? *(const float4 *)(C + (m0 + i) * ldc + n0) : make_float4(0, 0, 0, 0);
+        for (k = 0; k < K; k++) {
+            float av[R];
+            float4 b = *(const float4 *)(Bk + k * ldb + n0);
+            mf__fa_ld(av, At + k * lda + m0);
+            for (i = 0; i < R; i++) {
+                c[i].x += av[i] * b.x; c[i].y += av[i] * b.y; c[i].z += av[i] * b.z; c[i].w += av[i] * b.w;
+            }
+        }
+        for (i = 0; i < R; i++) *(float4 *)(C + (m0 + i) * ldc + n0) = c[i];
+    }
+}
 /* C [M][N] (+ when acc)= sum over k < K of At[k][m] Bk[k][n], all in shared memory, both operands
-   k-major (lda, ldb, ldc multiples of 4; M, N multiples of 16, K of 8). No barrier inside. */
+   k-major (lda, ldb, ldc multiples of 4; M, N multiples of 16, K of 8). No barrier inside.
+   fp32: 4 x 4 outputs per thread, 2 x 4 when that leaves threads idle (32 x 32 tiles). */
 template <int TC>
 static __device__ void mf__fa_mm(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
                                  int K, int acc) {
 #ifdef MF__FA_WMMA
     if (TC) { mf__fa_mm_tc(C, ldc, At, lda, Bk, ldb, M, N, K, acc); return; }
 #endif
-    int nq = N / 4;
-    for (int t = threadIdx.x; t < (M / 4) * nq; t += blockDim.x) {
-        int m0 = t / nq * 4, n0 = (t % nq) * 4, i, k;
-        float4 c[4];
-        for (i = 0; i < 4; i++) c[i] = acc ? *(const float4 *)(C + (m0 + i) * ldc + n0) : make_float4(0, 0, 0, 0);
-        for (k = 0; k < K; k++) {
-            float4 a = *(const float4 *)(At + k * lda + m0), b = *(const float4 *)(Bk + k * ldb + n0);
-            float av[4] = {a.x, a.y, a.z, a.w};
-            for (i = 0; i < 4; i++) {
-                c[i].x += av[i] * b.x; c[i].y += av[i] * b.y; c[i].z += av[i] * b.z; c[i].w += av[i] * b.w;
-            }
-        }
-        for (i = 0; i < 4; i++) *(float4 *)(C + (m0 + i) * ldc + n0) = c[i];
-    }
+    if ((M / 4) * (N / 4) < (int)blockDim.x) mf__fa_mm_fma<2>(C, ldc, At, lda, Bk, ldb, M, N, K, acc);
+    else mf__fa_mm_fma<4>(C, ldc, At, lda, Bk, ldb, M, N, K, acc);
 }
 
 /* forward: block = (head, query tile). shared: Qs^T [dkp][lt], K^T [dkp][lt], V [B][lv],
