@@ -7,7 +7,10 @@
  * CUDA: mf_attention's fused kernels on the GPU, exact fp32 and TF32 tensor cores, at
  * T = 1024, 2048, 4096, 8192 (the same shapes and columns as bench/torch_sdpa.py):
  *     make build/cuda/bench_attention      (nvcc -x cu -DMETAFORMER_CUDA ...)
- *     build/cuda/bench_attention --device cuda [B H dk]  (default 4 8 64)
+ *     build/cuda/bench_attention --device cuda [B H dk [T ...]]  (default 4 8 64 1024 2048 4096 8192)
+ * Smoke test without a GPU (the emulator; tiny shapes, meaningless times):
+ *     g++ -std=c++14 -include tests/cuda_emu.h -DMETAFORMER_CUDA -I. -Itests -x c++ bench/bench_attention.c \
+ *         -o build/bench_attention_emu && build/bench_attention_emu --device cuda 1 2 16 64 130
  * Timing: best of 10 after 2 warm-ups, a host timer around each call with cudaDeviceSynchronize
  * before and after. FLOPs as FlashAttention's benchmarks count them: forward 4 B H T^2 dk (two
  * products of 2 T^2 dk each per head; dv = dk), halved when causal; forward + backward 3.5x the
@@ -70,11 +73,13 @@ static void run(int fused, int threads, int cuda, double *fwd, double *total, si
 
 /* the GPU sweep: one line per (path, T), the columns of bench/torch_sdpa.py */
 static int run_cuda(int argc, char **argv) {
-    static const int Ts[4] = {1024, 2048, 4096, 8192};
+    int Ts[16] = {1024, 2048, 4096, 8192}, nT = 4;
     char why[256], name[320] = "GPU";
     int i, path;
     B = 4; H = 8; DK = 64;
     if (argc >= 3) { B = atoi(argv[0]); H = atoi(argv[1]); DK = atoi(argv[2]); }
+    if (argc >= 4) /* other sequence lengths */
+        for (nT = 0; nT < 16 && nT + 3 < argc; nT++) Ts[nT] = atoi(argv[nT + 3]);
     if (!mf_cuda_available(why, sizeof why)) {
         fprintf(stderr, "bench_attention --device cuda: %s\n", why[0] ? why : "this build has no CUDA (make build/cuda/bench_attention)");
         return 1;
@@ -88,7 +93,7 @@ static int run_cuda(int argc, char **argv) {
     printf("# mf_attention on %s: B=%d H=%d dk=dv=%d causal; fwd FLOPs = 4*B*H*T^2*dk/2, fwd+bwd = 3.5x\n", name, B, H, DK);
     printf("%-12s %-5s %6s %10s %10s %10s %10s\n", "impl", "path", "T", "fwd_ms", "fwd_TF/s", "fwdbwd_ms", "fwdbwd_TF/s");
     for (path = 1; path <= 2; path++)
-        for (i = 0; i < 4; i++) {
+        for (i = 0; i < nT; i++) {
             double f, t, flops;
             size_t peak;
             T = Ts[i];
