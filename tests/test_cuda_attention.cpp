@@ -178,6 +178,17 @@ static const Case CASES[] = {
 };
 static void test_attention_parity(void) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(CASES[i]);
+    { /* the TF32 kernels are deterministic too: the same bits in every thread order */
+        Run first;
+        for (int o = 0; o < N_ORDERS; o++) {
+            set_order(o);
+            Run tf = run_case(CASES[7], 2);
+            MFT_CHECK(tf.err.empty());
+            if (o == 0) first = tf;
+            else if (!same_bits(tf, first)) { printf("    TF32 results depend on the thread order\n"); MFT_CHECK(0); }
+        }
+        set_order(0);
+    }
     /* the TF32 kernels really round (else the tolerance above would hide a fp32 fallback) */
     printf("    worst TF32 error (relative, floor %g): %.3g\n", TF32_FLOOR, worst_tf32);
     if (!(worst_tf32 > 1e-5)) printf("    TF32 runs are as exact as fp32 (%.3g): no tensor-core path?\n", worst_tf32);
