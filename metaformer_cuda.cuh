@@ -652,14 +652,16 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
        tiles and the accumulators (O, dK, dV, dQ). Head sizes are zero-padded to dkp, dvp (multiples
        of 16), so one code handles any dk, dv with no register array bounded by them; B (64, 32 or
        16) is chosen at launch so that the block fits the device's opt-in shared memory, preferring
-       two blocks per SM. Shared memory is what bounds the head size (dk = dv = 256 fits with B = 16
-       in the backward on sm_90's 227 KiB; the forward with B = 32).
+       two blocks per SM. Shared memory is what bounds the head size (dk = dv = 256 fits in sm_80's
+       163 KiB and sm_90's 227 KiB: forward B = 32, dK/dV B = 16). Grid: BH x ceil(T / B) blocks of
+       the query (forward, dQ) or key (dK/dV) tiles; all barriers are block-wide and uniform.
      - Every tile product is C [M][N] (+)= sum_k At[k][m] Bk[k][n] with both operands stored k-major
        ("T" tiles [d][B + 4] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
-       per thread, float4 loads of both operands, k ascending: deterministic) or, with TF32
-       (mf_cuda_set_tf32 on sm_80+), WMMA m16n16k8 (16 x 16 output tiles per warp, matrix_a
-       col_major, inputs rounded by __float_to_tf32, fp32 accumulation). Row strides (B + 4,
-       d + 4 floats) are multiples of 4 and keep WMMA's 32-byte alignment.
+       per thread, 2 x 4 on 32 x 32 tiles, float4 loads of both operands, k ascending:
+       deterministic) or, with TF32 (mf_cuda_set_tf32 on sm_80+), WMMA m16n16k8 (a warp computes
+       a 16 x 64 strip, one A fragment for four products; matrix_a col_major, inputs rounded by
+       __float_to_tf32, fp32 accumulation in a fixed order). Row strides (B + 4, d + 4 floats) are
+       multiples of 4 and keep WMMA's 32-byte alignment.
      - Forward: block = (head, query tile), the tiles with the most keys first, looping over the
        key tiles it can see: S^T = K Qs^T; online softmax per query in registers (128 / B threads
        per query, shuffles); O rescaled; O += P V; at the end O / l and lse = m + log l.
