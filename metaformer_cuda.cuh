@@ -652,8 +652,9 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
        tiles and the accumulators (O, dK, dV, dQ). Head sizes are zero-padded to dkp, dvp (multiples
        of 16), so one code handles any dk, dv with no register array bounded by them; B (64, 32 or
        16) is chosen at launch so that the block fits the device's opt-in shared memory, preferring
-       two blocks per SM. Shared memory is what bounds the head size (dk = dv = 256 fits in sm_80's
-       163 KiB and sm_90's 227 KiB: forward B = 32, dK/dV B = 16). Grid: BH x ceil(T / B) blocks of
+       two blocks per SM, then tiles of at least 32 (d = 64 on sm_90: forward 64, backward 32).
+       Shared memory is what bounds the head size (dk = dv = 256 fits in sm_80's 163 KiB and
+       sm_90's 227 KiB: forward B = 32, dK/dV B = 16). Grid: BH x ceil(T / B) blocks of
        the query (forward, dQ) or key (dK/dV) tiles; all barriers are block-wide and uniform.
      - Every tile product is C [M][N] (+)= sum_k At[k][m] Bk[k][n] with both operands stored k-major
        ("T" tiles [d][B + 4] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
@@ -947,14 +948,16 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
 
 /* the tensor-core path: TF32 switched on for the context and a device that has it (sm_80+) */
 static int mf__cu_fa_tc(mf_ctx *ctx) { return MF__CU(ctx)->tf32 && MF__CU(ctx)->tc_tf32; }
-/* the tile B of kernel `kind` (mf__fa_smem): the largest of 64, 32, 16 whose block leaves room for two
-   per SM, else the largest that fits; 0 (and an error) when even 16 does not fit */
+/* the tile B of kernel `kind` (mf__fa_smem): 64 or 32 with room for two blocks per SM, else 64 or 32
+   alone, else 16 (16 x 16 score tiles keep only a quarter of the threads busy in the fp32 products:
+   the last resort, for the widest heads); 0 (and an error) when even 16 does not fit */
 static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int kind, const char *op) {
     size_t lim = (size_t)MF__CU(ctx)->smem_optin;
     int B, pass;
     for (pass = 0; pass < 2; pass++)
-        for (B = 64; B >= 16; B /= 2)
+        for (B = 64; B >= 32; B /= 2)
             if (mf__fa_smem(B, dk, dv, kind) <= (pass ? lim : lim / 2)) return B;
+    if (mf__fa_smem(16, dk, dv, kind) <= lim) return 16;
     mf__fail(ctx, "%s: head sizes dk = %d, dv = %d need %zu bytes of shared memory per block even with 16-query tiles, "
              "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv, mf__fa_smem(16, dk, dv, kind), lim);
     return 0;
