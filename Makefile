@@ -109,6 +109,12 @@ $(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train.o
 	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
+# the attention benchmark on the GPU (bench/bench_attention.c --device cuda; bench/torch_sdpa.py
+# measures PyTorch's scaled_dot_product_attention at the same shapes)
+$(BUILD)/cuda/bench_attention: bench/bench_attention.c metaformer.h metaformer_cuda.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_CUDA -I. $< -o $@ $(NVLIBS)
+
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort
 	./$(BUILD)/sort --mixer metric

@@ -342,8 +342,8 @@ MFDEF int mf_cuda_available(char *why, size_t size);
 typedef enum mf_device { MF_DEVICE_CPU = 0, MF_DEVICE_CUDA = 1 } mf_device;
 MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev);
 MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
-/* CUDA: let cuBLAS use TF32 tensor cores for the matmuls (on = 1; faster, ~1e-3 relative error)
-   or exact float32 (on = 0, the default). Returns 0, or -1 (nothing changes, no error recorded)
+/* CUDA: let cuBLAS (the matmuls) and the fused attention kernels (on sm_80+) use TF32 tensor
+   cores (on = 1; faster, ~1e-3 relative error) or exact float32 (on = 0, the default). Returns 0, or -1 (nothing changes, no error recorded)
    when ctx is not on a CUDA device. */
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on);
 /* Copy the t->ne values (or gradients) of a tensor on any device into dst (host memory).

@@ -34,9 +34,11 @@
  * kernel against its CPU twin). Under the emulator MF_CUDA_EMU is defined and the CUDA runtime and
  * cuBLAS come from the emulator instead of NVIDIA's headers.
  *
- * Part 1 limits (later issues): attention is a straightforward kernel (one block per query row,
- * scores in shared memory, so Tk is limited to ~55000 keys), not the fused tensor-core
- * FlashAttention; the embedding and bias gradients are parallel over the columns only.
+ * Attention ([cu:attention]) is a fused FlashAttention-2 kernel family (tiles in shared memory, online
+ * softmax, backward by recomputation from the row log-sum-exp, no Tq x Tk buffer, any sequence
+ * length): exact fp32 by default, TF32 tensor cores (WMMA) after mf_cuda_set_tf32(ctx, 1) on sm_80+.
+ * Part 1 limits (later issues): the embedding and bias gradients are parallel over the columns only;
+ * the attention head size is bounded by shared memory (dk = dv = 256 fits on sm_80+).
  */
 #ifndef METAFORMER_CUDA_CUH
 #define METAFORMER_CUDA_CUH
@@ -100,6 +102,9 @@ typedef struct mf__cu {
     size_t scratch_cap;
     void *host;                /* host staging for those tables */
     size_t host_cap;
+    int tf32;                  /* mf_cuda_set_tf32: cuBLAS and the attention kernels on TF32 tensor cores */
+    int tc_tf32;               /* the device has TF32 tensor cores (sm_80+; the emulator counts as one) */
+    int smem_optin;            /* shared memory a block may opt in to (bytes) */
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
@@ -640,105 +645,387 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
     }
 }
 
-/* ==== attention: one block per (head, query row) ============================================= */
-/* shared: scale * q [dk], then the scores / probabilities of the row [Tk] */
-static __global__ void mf__k_attn_fwd(const float *q, const float *k, const float *v, float *o, float *lse, int Tq,
-                                      int Tk, int dk, int dv, float scale, int causal) {
-    __shared__ float sh[32];
-    MF_DYN_SMEM(float, sm);
-    float *qs = sm, *p = sm + dk, mx = -INFINITY, l = 0;
-    long long bh = blockIdx.x / Tq;
-    int i = (int)(blockIdx.x % Tq), vis = Tk, j, c;
-    const float *qr = q + (bh * Tq + i) * dk, *kh = k + bh * Tk * dk, *vh = v + bh * Tk * dv;
-    if (causal) { vis = i + Tk - Tq + 1; vis = vis < 0 ? 0 : vis > Tk ? Tk : vis; }
-    for (c = threadIdx.x; c < dk; c += blockDim.x) qs[c] = scale * qr[c];
-    __syncthreads();
-    for (j = threadIdx.x; j < vis; j += blockDim.x) {
-        float s = 0;
-        for (c = 0; c < dk; c++) s += kh[(long long)j * dk + c] * qs[c];
-        p[j] = s;
-        mx = s > mx ? s : mx;
-    }
-    mx = mf__cu_bred(mx, sh, 1);
-    for (j = threadIdx.x; j < vis; j += blockDim.x) { float e = expf(p[j] - mx); p[j] = e; l += e; }
-    l = mf__cu_bred(l, sh, 0); /* its barrier also publishes p */
-    for (c = threadIdx.x; c < dv; c += blockDim.x) {
-        float acc = 0;
-        for (j = 0; j < vis; j++) acc += p[j] * vh[(long long)j * dv + c];
-        o[(bh * Tq + i) * dv + c] = l > 0 ? acc * (1.0f / l) : 0.0f;
-    }
-    if (threadIdx.x == 0) lse[bh * Tq + i] = l > 0 ? mx + logf(l) : INFINITY;
+/* ==== [cu:attention] fused FlashAttention-2 forward and backward, fp32 and TF32 tensor cores ==== */
+/* mf_attention (metaformer.h [mf:ops]): q [BH, Tq, dk], k [BH, Tk, dk], v [BH, Tk, dv] -> o [BH, Tq, dv]
+   and the row log-sum-exp lse [BH, Tq] (+inf for a query that sees no key, whose output is zero),
+   exactly the CPU op's convention. Query i sees key j iff !causal or j <= i + Tk - Tq.
+   Design: three kernels of MF__FA_THREADS threads over square tiles of B queries / keys.
+     - Every tile lives in shared memory: the operands (Q scaled by `scale`, K, V, dO), the score
+       tiles and the accumulators (O, dK, dV, dQ). Head sizes are zero-padded to dkp, dvp (multiples
+       of 16), so one code handles any dk, dv with no register array bounded by them; B (64, 32 or
+       16) is chosen at launch so that the block fits the device's opt-in shared memory, preferring
+       two blocks per SM, then tiles of at least 32 (d = 64 on sm_90: forward 64, backward 32).
+       Shared memory is what bounds the head size (dk = dv = 256 fits in sm_80's 163 KiB and
+       sm_90's 227 KiB: forward B = 32, dK/dV B = 16). Grid: BH x ceil(T / B) blocks of
+       the query (forward, dQ) or key (dK/dV) tiles; all barriers are block-wide and uniform.
+     - Every tile product is C [M][N] (+)= sum_k At[k][m] Bk[k][n] with both operands stored k-major
+       ("T" tiles [d][B + 4] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
+       per thread, 2 x 4 on 32 x 32 tiles, float4 loads of both operands, k ascending:
+       deterministic) or, with TF32 (mf_cuda_set_tf32 on sm_80+), WMMA m16n16k8 (a warp computes
+       a 16 x 64 strip, one A fragment for four products; matrix_a col_major, inputs rounded by
+       __float_to_tf32, fp32 accumulation in a fixed order). Row strides (B + 4, d + 4 floats) are
+       multiples of 4 and keep WMMA's 32-byte alignment.
+     - Forward: block = (head, query tile), the tiles with the most keys first, looping over the
+       key tiles it can see: S^T = K Qs^T; online softmax per query in registers (128 / B threads
+       per query, shuffles); O rescaled; O += P V; at the end O / l and lse = m + log l.
+     - Backward, no atomics and a fixed order: D = rowsum(dO * O); dK, dV: block = (head, key tile)
+       over the query tiles that see it: P = exp(S - lse), dV += P^T dO, dS = P (dP - D),
+       dK += dS^T Qs; dQ: block = (head, query tile) over its key tiles: dQ += scale dS K. Results
+       are added into the gradient buffers; a NULL one (no gradient wanted) is skipped. */
+#ifndef MF_CUDA_EMU
+#include <mma.h>
+#endif
+#if defined(MF_CUDA_EMU) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define MF__FA_WMMA 1 /* TF32 WMMA exists (sm_80+); elsewhere the TF32 kernels fall back to fp32 */
+#endif
+#define MF__FA_THREADS 128
+
+typedef struct {
+    const float *q, *k, *v, *o, *g, *lse, *D; /* g: dO */
+    float *out, *lse_out, *gq, *gk, *gv;      /* NULL: no gradient wanted */
+    int Tq, Tk, dk, dv, B, causal;
+    float scale;
+} mf__fa_args;
+
+static __host__ __device__ int mf__fa_pad(int d) { return (d + 15) & ~15; }
+/* bytes of shared memory of the forward (kind 0), the dK/dV (1) and the dQ (2) kernel for tiles of B */
+static size_t mf__fa_smem(int B, int dk, int dv, int kind) {
+    size_t dkp = (size_t)mf__fa_pad(dk), dvp = (size_t)mf__fa_pad(dv), lt = (size_t)B + 4, lk = dkp + 4, lv = dvp + 4;
+    size_t n = kind == 0 ? 2 * dkp * lt + 2 * B * lv + B * lt + B
+             : kind == 1 ? 2 * (dkp + dvp) * lt + 2 * B * (lk + lv) + 2 * B * lt + 2 * B
+                         : 2 * (dkp + dvp) * lt + 2 * B * lk + 2 * B * lt + 2 * B;
+    return n * sizeof(float);
 }
-/* D[row] = dO . O */
-static __global__ void mf__k_attn_dot(float *D, const float *g, const float *o, int dv, long long rows) {
+
+/* for every (r, c) of a rows x cols block, threads striding over it row by row (neighbouring threads
+   on neighbouring columns), without a division per element */
+#define MF__FA_EACH(r, c, rows, cols, ...) \
+    do { \
+        const int mf__dc = (int)blockDim.x % (cols), mf__dr = (int)blockDim.x / (cols); \
+        int r = (int)threadIdx.x / (cols), c = (int)threadIdx.x % (cols); \
+        for (; r < (rows); r += mf__dr, c += mf__dc) { \
+            if (c >= (cols)) { c -= (cols); r++; if (r >= (rows)) break; } \
+            __VA_ARGS__; \
+        } \
+    } while (0)
+/* dst [B][ld] = s * rows [0, rows) of src [.][d]; zero elsewhere up to B rows and dp columns */
+static __device__ void mf__fa_load(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f);
+}
+/* the same transposed: dst [dp][ld] (a "T" tile), dst[c][r] = s * src[r][c] */
+static __device__ void mf__fa_load_t(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, dst[c * ld + r] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f);
+}
+static __device__ void mf__fa_zero(float *dst, int ld, int B, int dp) {
+    MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = 0.0f);
+}
+/* dst[r] = src[r] for r < rows, pad after (lse: +inf, D: 0) */
+static __device__ void mf__fa_load_vec(float *dst, const float *src, int rows, int B, float pad) {
+    for (int r = threadIdx.x; r < B; r += blockDim.x) dst[r] = r < rows ? src[r] : pad;
+}
+/* dst rows [0, rows) of [.][d] += src [.][ld] */
+static __device__ void mf__fa_add_out(float *dst, int d, const float *src, int ld, int rows) {
+    MF__FA_EACH(r, c, rows, d, dst[(long long)r * d + c] += src[r * ld + c]);
+}
+
+#ifdef MF__FA_WMMA
+/* each warp computes a 16 x (16 g) strip (g accumulator tiles, g = 4, 2 or 1: as wide as leaves
+   every warp a strip), so that one A fragment serves g products */
+static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
+                                    int K, int acc) {
+    namespace w = nvcuda::wmma;
+    int ntn = N / 16, nw = blockDim.x / 32, g = 4, ng, units;
+    while (g > 1 && (M / 16) * ((ntn + g - 1) / g) < nw) g /= 2;
+    ng = (ntn + g - 1) / g;
+    units = (M / 16) * ng;
+    for (int t = threadIdx.x / 32; t < units; t += nw) { /* warp-uniform */
+        int m0 = t / ng * 16, n0 = t % ng * g * 16, f, nf = min(g, (N - n0) / 16);
+        w::fragment<w::accumulator, 16, 16, 8, float> fc[4];
+        for (f = 0; f < 4; f++)
+            if (f < nf) {
+                if (acc) w::load_matrix_sync(fc[f], C + m0 * ldc + n0 + 16 * f, ldc, w::mem_row_major);
+                else w::fill_fragment(fc[f], 0.0f);
+            }
+        for (int k = 0; k < K; k += 8) {
+            w::fragment<w::matrix_a, 16, 16, 8, w::precision::tf32, w::col_major> fa;
+            w::load_matrix_sync(fa, At + k * lda + m0, lda);
+            for (int i = 0; i < fa.num_elements; i++) fa.x[i] = w::__float_to_tf32(fa.x[i]);
+            for (f = 0; f < 4; f++)
+                if (f < nf) {
+                    w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, w::row_major> fb;
+                    w::load_matrix_sync(fb, Bk + k * ldb + n0 + 16 * f, ldb);
+                    for (int i = 0; i < fb.num_elements; i++) fb.x[i] = w::__float_to_tf32(fb.x[i]);
+                    w::mma_sync(fc[f], fa, fb, fc[f]);
+                }
+        }
+        for (f = 0; f < 4; f++)
+            if (f < nf) w::store_matrix_sync(C + m0 * ldc + n0 + 16 * f, fc[f], ldc, w::mem_row_major);
+    }
+}
+#endif
+/* one vector load of 4 or 2 floats from shared memory (16- / 8-byte aligned) */
+static __device__ void mf__fa_ld(float (&v)[4], const float *p) {
+    float4 x = *(const float4 *)p;
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+}
+static __device__ void mf__fa_ld(float (&v)[2], const float *p) {
+    float2 x = *(const float2 *)p;
+    v[0] = x.x; v[1] = x.y;
+}
+/* fp32: each thread owns R x 4 outputs (consecutive rows and columns; neighbouring threads on
+   neighbouring columns), float2 / float4 loads of both operands, summed over k in order */
+template <int R>
+static __device__ void mf__fa_mm_fma(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
+                                     int K, int acc) {
+    int nq = N / 4;
+    for (int t = threadIdx.x; t < (M / R) * nq; t += blockDim.x) {
+        int m0 = t / nq * R, n0 = (t % nq) * 4, i, k;
+        float4 c[R];
+        for (i = 0; i < R; i++) c[i] = acc ? *(const float4 *)(C + (m0 + i) * ldc + n0) : make_float4(0, 0, 0, 0);
+        for (k = 0; k < K; k++) {
+            float av[R];
+            float4 b = *(const float4 *)(Bk + k * ldb + n0);
+            mf__fa_ld(av, At + k * lda + m0);
+            for (i = 0; i < R; i++) {
+                c[i].x += av[i] * b.x; c[i].y += av[i] * b.y; c[i].z += av[i] * b.z; c[i].w += av[i] * b.w;
+            }
+        }
+        for (i = 0; i < R; i++) *(float4 *)(C + (m0 + i) * ldc + n0) = c[i];
+    }
+}
+/* C [M][N] (+ when acc)= sum over k < K of At[k][m] Bk[k][n], all in shared memory, both operands
+   k-major (lda, ldb, ldc multiples of 4; M, N multiples of 16, K of 8). No barrier inside.
+   fp32: 4 x 4 outputs per thread, 2 x 4 when that leaves threads idle (32 x 32 tiles). */
+template <int TC>
+static __device__ void mf__fa_mm(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
+                                 int K, int acc) {
+#ifdef MF__FA_WMMA
+    if (TC) { mf__fa_mm_tc(C, ldc, At, lda, Bk, ldb, M, N, K, acc); return; }
+#endif
+    if ((M / 4) * (N / 4) < (int)blockDim.x) mf__fa_mm_fma<2>(C, ldc, At, lda, Bk, ldb, M, N, K, acc);
+    else mf__fa_mm_fma<4>(C, ldc, At, lda, Bk, ldb, M, N, K, acc);
+}
+
+/* forward: block = (head, query tile). shared: Qs^T [dkp][lt], K^T [dkp][lt], V [B][lv],
+   S^T / P^T [B][lt], O [B][lv], 1 / l [B] */
+template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_fwd(mf__fa_args a) {
+    MF_DYN_SMEM(float, sm);
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lv = dvp + 4;
+    float *qt = sm, *kt = qt + dkp * lt, *vs = kt + dkp * lt, *st = vs + B * lv, *os = st + B * lt, *il = os + B * lv;
+    int nqt = (a.Tq + B - 1) / B, off = a.Tk - a.Tq, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B;
+    long long bh = blockIdx.x / nqt;
+    int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
+    int tpr = blockDim.x / B, r = threadIdx.x / tpr, part = threadIdx.x % tpr, c, o;
+    int lim = a.causal ? i0 + r + off : a.Tk; /* query r sees the keys j <= lim */
+    float m = -1e30f, l = 0.0f;               /* finite start: exp(m_old - m_new) is never NaN */
+    mf__fa_load_t(qt, lt, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_zero(os, lv, B, dvp);
+    for (int j0 = 0; j0 < kend; j0 += B) {
+        int bk = min(B, kend - j0);
+        __syncthreads(); /* the previous tile's products are done with K and V */
+        mf__fa_load_t(kt, lt, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(vs, lv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        __syncthreads();
+        mf__fa_mm<TC>(st, lt, kt, lt, qt, lt, B, B, dkp, 0); /* S^T [key][query] */
+        __syncthreads();
+        { /* online softmax of query r (column r of S^T) by its tpr threads (neighbouring lanes) */
+            float mx = m, sum = 0.0f, al;
+            for (c = part; c < B; c += tpr) {
+                float s = c < bk && j0 + c <= lim ? st[c * lt + r] : -INFINITY;
+                st[c * lt + r] = s;
+                mx = fmaxf(mx, s);
+            }
+            for (o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            for (c = part; c < B; c += tpr) { float p = expf(st[c * lt + r] - mx); st[c * lt + r] = p; sum += p; }
+            for (o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            al = expf(m - mx);
+            l = al * l + sum;
+            m = mx;
+            if (al != 1.0f)
+                for (c = part; c < dvp; c += tpr) os[r * lv + c] *= al;
+        }
+        __syncthreads();
+        mf__fa_mm<TC>(os, lv, st, lt, vs, lv, B, dvp, B, 1); /* O += P V */
+    }
+    if (part == 0) {
+        il[r] = l > 0.0f ? 1.0f / l : 0.0f;
+        if (r < bq) a.lse_out[bh * a.Tq + i0 + r] = l > 0.0f ? m + logf(l) : INFINITY;
+    }
+    __syncthreads();
+    MF__FA_EACH(rr, cc, bq, a.dv, a.out[(bh * a.Tq + i0 + rr) * a.dv + cc] = os[rr * lv + cc] * il[rr]);
+}
+
+/* D[row] = dO . O (the CPU's order) */
+static __global__ void mf__k_fa_rowdot(float *D, const float *g, const float *o, int dv, long long rows) {
     MF__CU_LOOP(r, rows) {
         float d = 0;
         for (int c = 0; c < dv; c++) d += g[r * dv + c] * o[r * dv + c];
         D[r] = d;
     }
 }
-/* dQ of one query row: dS_j = P_j (dP_j - D) scale, dq += sum_j dS_j k_j. shared: scale*q [dk], dO [dv], dS [Tk] */
-static __global__ void mf__k_attn_bwd_q(const float *q, const float *k, const float *v, const float *g,
-                                        const float *lse, const float *D, float *dq, int Tq, int Tk, int dk, int dv,
-                                        float scale, int causal) {
+
+/* dK, dV: block = (head, key tile) over the query tiles that see it. shared: K^T [dkp][lt],
+   V^T [dvp][lt], dK [B][lk], dV [B][lv], Qs^T [dkp][lt], Qs [B][lk], dO^T [dvp][lt], dO [B][lv],
+   S / P [B][lt], dP / dS [B][lt] ([query][key]), lse [B], D [B] */
+template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_kv(mf__fa_args a) {
     MF_DYN_SMEM(float, sm);
-    float *qs = sm, *go = sm + dk, *ds = go + dv;
-    long long bh = blockIdx.x / Tq, row = blockIdx.x;
-    int i = (int)(blockIdx.x % Tq), vis = Tk, j, c;
-    const float *kh = k + bh * Tk * dk, *vh = v + bh * Tk * dv;
-    float L = lse[row], Dr = D[row];
-    if (causal) { vis = i + Tk - Tq + 1; vis = vis < 0 ? 0 : vis > Tk ? Tk : vis; }
-    for (c = threadIdx.x; c < dk; c += blockDim.x) qs[c] = scale * q[row * dk + c];
-    for (c = threadIdx.x; c < dv; c += blockDim.x) go[c] = g[row * dv + c];
-    __syncthreads();
-    for (j = threadIdx.x; j < vis; j += blockDim.x) {
-        float s = 0, dp = 0, pr;
-        for (c = 0; c < dk; c++) s += kh[(long long)j * dk + c] * qs[c];
-        for (c = 0; c < dv; c++) dp += vh[(long long)j * dv + c] * go[c];
-        pr = expf(s - L);
-        ds[j] = pr * (dp - Dr) * scale;
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lk = dkp + 4, lv = dvp + 4;
+    float *kt = sm, *vt = kt + dkp * lt, *dks = vt + dvp * lt, *dvs = dks + B * lk, *qt = dvs + B * lv;
+    float *qs = qt + dkp * lt, *gt = qs + B * lk, *gs = gt + dvp * lt, *ss = gs + B * lv, *dps = ss + B * lt;
+    float *ls = dps + B * lt, *Ds = ls + B;
+    int nkt = (a.Tk + B - 1) / B, j0 = (int)(blockIdx.x % nkt) * B, off = a.Tk - a.Tq;
+    long long bh = blockIdx.x / nkt;
+    int bk = min(B, a.Tk - j0), first = a.causal ? max(0, j0 - off) : 0; /* the first query that sees a key */
+    mf__fa_load_t(kt, lt, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+    mf__fa_load_t(vt, lt, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+    mf__fa_zero(dks, lk, B, dkp);
+    mf__fa_zero(dvs, lv, B, dvp);
+    for (int i0 = first / B * B; i0 < a.Tq; i0 += B) {
+        int bq = min(B, a.Tq - i0);
+        const float *q = a.q + (bh * a.Tq + i0) * a.dk, *g = a.g + (bh * a.Tq + i0) * a.dv;
+        __syncthreads();
+        mf__fa_load_t(qt, lt, q, a.dk, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load(qs, lk, q, a.dk, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load_t(gt, lt, g, a.dv, bq, B, dvp, 1.0f);
+        if (a.gv) mf__fa_load(gs, lv, g, a.dv, bq, B, dvp, 1.0f);
+        mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
+        mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
+        __syncthreads();
+        mf__fa_mm<TC>(ss, lt, qt, lt, kt, lt, B, B, dkp, 0);            /* S = Qs K^T */
+        if (a.gk) mf__fa_mm<TC>(dps, lt, gt, lt, vt, lt, B, B, dvp, 0); /* dP = dO V^T */
+        __syncthreads();
+        MF__FA_EACH(ii, jj, B, B, {
+            int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
+            float p = vis ? expf(ss[ii * lt + jj] - ls[ii]) : 0.0f;
+            ss[ii * lt + jj] = p;
+            if (a.gk) dps[ii * lt + jj] = p * (dps[ii * lt + jj] - Ds[ii]); /* dS / scale: Qs has it */
+        });
+        __syncthreads();
+        if (a.gv) mf__fa_mm<TC>(dvs, lv, ss, lt, gs, lv, B, dvp, B, 1);  /* dV += P^T dO */
+        if (a.gk) mf__fa_mm<TC>(dks, lk, dps, lt, qs, lk, B, dkp, B, 1); /* dK += dS^T Qs */
     }
     __syncthreads();
-    for (c = threadIdx.x; c < dk; c += blockDim.x) {
-        float acc = 0;
-        for (j = 0; j < vis; j++) acc += ds[j] * kh[(long long)j * dk + c];
-        dq[row * dk + c] += acc;
-    }
+    if (a.gk) mf__fa_add_out(a.gk + (bh * a.Tk + j0) * a.dk, a.dk, dks, lk, bk);
+    if (a.gv) mf__fa_add_out(a.gv + (bh * a.Tk + j0) * a.dv, a.dv, dvs, lv, bk);
 }
-/* dK and dV of one key row over the queries that see it. shared: k [dk], v [dv], P [Tq], dS [Tq] */
-static __global__ void mf__k_attn_bwd_kv(const float *q, const float *k, const float *v, const float *g,
-                                         const float *lse, const float *D, float *dk_, float *dv_, int Tq, int Tk,
-                                         int dk, int dv, float scale, int causal) {
+
+/* dQ: block = (head, query tile) over its visible key tiles. shared: Qs^T [dkp][lt], dO^T [dvp][lt],
+   dQ [B][lk], K^T [dkp][lt], K [B][lk], V^T [dvp][lt], S^T / P^T [B][lt], dP^T / dS^T [B][lt]
+   ([key][query]), lse [B], D [B] */
+template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_q(mf__fa_args a) {
     MF_DYN_SMEM(float, sm);
-    float *kr = sm, *vr = sm + dk, *P = vr + dv, *ds = P + Tq;
-    long long bh = blockIdx.x / Tk, krow = blockIdx.x;
-    int j = (int)(blockIdx.x % Tk), i0 = 0, i, c;
-    const float *qh = q + bh * Tq * dk, *gh = g + bh * Tq * dv, *lh = lse + bh * Tq, *Dh = D + bh * Tq;
-    if (causal) { i0 = j - (Tk - Tq); i0 = i0 < 0 ? 0 : i0; } /* query i sees key j iff j <= i + Tk - Tq */
-    for (c = threadIdx.x; c < dk; c += blockDim.x) kr[c] = k[krow * dk + c];
-    for (c = threadIdx.x; c < dv; c += blockDim.x) vr[c] = v[krow * dv + c];
-    __syncthreads();
-    for (i = i0 + threadIdx.x; i < Tq; i += blockDim.x) {
-        float s = 0, dp = 0, pr;
-        for (c = 0; c < dk; c++) s += kr[c] * (scale * qh[(long long)i * dk + c]);
-        for (c = 0; c < dv; c++) dp += vr[c] * gh[(long long)i * dv + c];
-        pr = expf(s - lh[i]);
-        P[i] = pr;
-        ds[i] = pr * (dp - Dh[i]) * scale;
+    const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lk = dkp + 4;
+    float *qt = sm, *gt = qt + dkp * lt, *dqs = gt + dvp * lt, *kt = dqs + B * lk, *ks = kt + dkp * lt;
+    float *vt = ks + B * lk, *st = vt + dvp * lt, *dpt = st + B * lt, *ls = dpt + B * lt, *Ds = ls + B;
+    int nqt = (a.Tq + B - 1) / B, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B, off = a.Tk - a.Tq;
+    long long bh = blockIdx.x / nqt;
+    int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
+    mf__fa_load_t(qt, lt, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_load_t(gt, lt, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
+    mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
+    mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
+    mf__fa_zero(dqs, lk, B, dkp);
+    for (int j0 = 0; j0 < kend; j0 += B) {
+        int bk = min(B, kend - j0);
+        const float *k = a.k + (bh * a.Tk + j0) * a.dk;
+        __syncthreads();
+        mf__fa_load_t(kt, lt, k, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(ks, lk, k, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load_t(vt, lt, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        __syncthreads();
+        mf__fa_mm<TC>(st, lt, kt, lt, qt, lt, B, B, dkp, 0);  /* S^T = K Qs^T */
+        mf__fa_mm<TC>(dpt, lt, vt, lt, gt, lt, B, B, dvp, 0); /* dP^T = V dO^T */
+        __syncthreads();
+        MF__FA_EACH(jj, ii, B, B, {
+            int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
+            float p = vis ? expf(st[jj * lt + ii] - ls[ii]) : 0.0f;
+            dpt[jj * lt + ii] = p * (dpt[jj * lt + ii] - Ds[ii]) * a.scale; /* dS^T */
+        });
+        __syncthreads();
+        mf__fa_mm<TC>(dqs, lk, dpt, lt, ks, lk, B, dkp, B, 1); /* dQ += dS K */
     }
     __syncthreads();
-    if (dv_)
-        for (c = threadIdx.x; c < dv; c += blockDim.x) {
-            float acc = 0;
-            for (i = i0; i < Tq; i++) acc += P[i] * gh[(long long)i * dv + c];
-            dv_[krow * dv + c] += acc;
-        }
-    if (dk_)
-        for (c = threadIdx.x; c < dk; c += blockDim.x) {
-            float acc = 0;
-            for (i = i0; i < Tq; i++) acc += ds[i] * qh[(long long)i * dk + c];
-            dk_[krow * dk + c] += acc;
-        }
+    mf__fa_add_out(a.gq + (bh * a.Tq + i0) * a.dk, a.dk, dqs, lk, bq);
+}
+
+/* the tensor-core path: TF32 switched on for the context and a device that has it (sm_80+) */
+static int mf__cu_fa_tc(mf_ctx *ctx) { return MF__CU(ctx)->tf32 && MF__CU(ctx)->tc_tf32; }
+/* the tile B of kernel `kind` (mf__fa_smem): 64 or 32 with room for two blocks per SM, else 64 or 32
+   alone, else 16 (16 x 16 score tiles keep only a quarter of the threads busy in the fp32 products:
+   the last resort, for the widest heads); 0 (and an error) when even 16 does not fit */
+static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int kind, const char *op) {
+    size_t lim = (size_t)MF__CU(ctx)->smem_optin;
+    int B, pass;
+    for (pass = 0; pass < 2; pass++)
+        for (B = 64; B >= 32; B /= 2)
+            if (mf__fa_smem(B, dk, dv, kind) <= (pass ? lim : lim / 2)) return B;
+    if (mf__fa_smem(16, dk, dv, kind) <= lim) return 16;
+    mf__fail(ctx, "%s: head sizes dk = %d, dv = %d need %zu bytes of shared memory per block even with 16-query tiles, "
+             "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv, mf__fa_smem(16, dk, dv, kind), lim);
+    return 0;
+}
+/* launch a fused-attention kernel with `bytes` of dynamic shared memory (raising its limit over 48 KiB) */
+#define MF__CU_FA_RUN(ctx, op, kernel, grid, bytes, args) \
+    (((bytes) > 48 * 1024 && MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                                                         (int)(bytes))) < 0) \
+         ? -1 : MF__CU_RUN(ctx, op, kernel, grid, MF__FA_THREADS, bytes, args))
+
+static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    mf__fa_args a;
+    memset(&a, 0, sizeof a);
+    a.q = Q->data; a.k = K->data; a.v = V->data; a.o = out->data; a.g = out->grad; a.lse = out->saved;
+    a.Tq = Q->shape[2]; a.Tk = K->shape[2]; a.dk = Q->shape[3]; a.dv = V->shape[3];
+    a.causal = out->iarg[0]; a.scale = out->farg[0];
+    return a;
+}
+static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__fa_args a = mf__cu_fa_args(out);
+    long long BH = (long long)out->shape[0] * out->shape[1];
+    size_t bytes;
+    unsigned grid;
+    if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 0, "attention"))) return -1;
+    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
+    a.out = out->data; a.lse_out = out->saved;
+    bytes = mf__fa_smem(a.B, a.dk, a.dv, 0);
+    grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
+    return mf__cu_fa_tc(ctx) ? MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<1>, grid, bytes, a)
+                             : MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<0>, grid, bytes, a);
+}
+static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    mf__fa_args a = mf__cu_fa_args(out);
+    long long BH = (long long)out->shape[0] * out->shape[1];
+    int tc = mf__cu_fa_tc(ctx);
+    const char *op = "attention (backward)";
+    float *D;
+    a.gq = mf__g(Q); a.gk = mf__g(K); a.gv = mf__g(V);
+    if (!a.gq && !a.gk && !a.gv) return 0;
+    if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
+    a.D = D;
+    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, a.g, a.o, a.dv, BH * a.Tq) < 0)
+        return -1;
+    if (a.gk || a.gv) {
+        size_t bytes;
+        unsigned grid;
+        if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 1, op))) return -1;
+        bytes = mf__fa_smem(a.B, a.dk, a.dv, 1);
+        grid = (unsigned)(BH * ((a.Tk + a.B - 1) / a.B));
+        if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<1>, grid, bytes, a)
+                : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<0>, grid, bytes, a)) < 0)
+            return -1;
+    }
+    if (a.gq) {
+        size_t bytes;
+        unsigned grid;
+        if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 2, op))) return -1;
+        bytes = mf__fa_smem(a.B, a.dk, a.dv, 2);
+        grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
+        if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<1>, grid, bytes, a)
+                : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<0>, grid, bytes, a)) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* ==== [cu:feedback] the feedback transformer: feedback attention and the token recurrence ==== */
@@ -2906,51 +3193,6 @@ static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
                       out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], (long long)out->ne);
 }
 
-/* dynamic shared memory of an attention kernel: raise the kernel's limit when over 48 KiB */
-template <class K> static int mf__cu_attn_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *what) {
-    if (bytes <= 48 * 1024) return 0;
-    if (bytes > 227 * 1024)
-        return (mf__fail(ctx, "attention: %s needs %zu bytes of shared memory (more than 227 KiB): the sequence is too "
-                         "long for the simple CUDA attention kernel (a tiled kernel is planned)", what, bytes), -1);
-    return MF_CUDA_CHECK(ctx, "attention", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    long long BH = (long long)Q->shape[0] * Q->shape[1];
-    size_t smem = (size_t)(dk + Tk) * sizeof(float);
-    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * Tq) * sizeof(float)))) return -1;
-    if (mf__cu_attn_smem(ctx, mf__k_attn_fwd, smem, "the forward") < 0) return -1;
-    return MF__CU_RUN(ctx, "attention", mf__k_attn_fwd, (unsigned)(BH * Tq), MF__CU_ROW, smem, (const float *)Q->data,
-                      (const float *)K->data, (const float *)V->data, out->data, out->saved, Tq, Tk, dk, dv,
-                      out->farg[0], out->iarg[0]);
-}
-static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    long long BH = (long long)Q->shape[0] * Q->shape[1];
-    float *gq = mf__g(Q), *gk = mf__g(K), *gv = mf__g(V), *D;
-    size_t sq = (size_t)(dk + dv + Tk) * sizeof(float), skv = (size_t)(dk + dv + 2 * Tq) * sizeof(float);
-    const char *op = "attention (backward)";
-    if (!gq && !gk && !gv) return 0;
-    if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * Tq) * sizeof(float)))) return -1;
-    if (MF__CU_RUN(ctx, op, mf__k_attn_dot, MF__EW(BH * Tq), D, (const float *)out->grad, (const float *)out->data, dv,
-                   BH * Tq) < 0)
-        return -1;
-    if (gq && (mf__cu_attn_smem(ctx, mf__k_attn_bwd_q, sq, "the dQ backward") < 0 ||
-               MF__CU_RUN(ctx, op, mf__k_attn_bwd_q, (unsigned)(BH * Tq), MF__CU_ROW, sq, (const float *)Q->data,
-                          (const float *)K->data, (const float *)V->data, (const float *)out->grad,
-                          (const float *)out->saved, (const float *)D, gq, Tq, Tk, dk, dv, out->farg[0], out->iarg[0]) < 0))
-        return -1;
-    if ((gk || gv) && (mf__cu_attn_smem(ctx, mf__k_attn_bwd_kv, skv, "the dK/dV backward") < 0 ||
-                       MF__CU_RUN(ctx, op, mf__k_attn_bwd_kv, (unsigned)(BH * Tk), MF__CU_ROW, skv, (const float *)Q->data,
-                                  (const float *)K->data, (const float *)V->data, (const float *)out->grad,
-                                  (const float *)out->saved, (const float *)D, gk, gv, Tq, Tk, dk, dv, out->farg[0],
-                                  out->iarg[0]) < 0))
-        return -1;
-    return 0;
-}
-
 /* every op of metaformer.h and its CUDA forward / backward */
 static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_matmul, mf__cu_matmul_fwd, mf__cu_matmul_bwd},
@@ -3058,14 +3300,27 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
         mf__cu_destroy(ctx);
         return -1;
     }
+    { /* what the attention kernels may use: TF32 tensor cores, opt-in shared memory */
+        int dev = 0, major = 0, optin = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            major = 0; optin = 0;
+        }
+        cu->tc_tf32 = major >= 8;
+        cu->smem_optin = optin > 48 * 1024 ? optin : 48 * 1024;
+    }
     ctx->be = &mf__cuda_backend;
     return 0;
 }
 
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) {
     if (!ctx || !ctx->be || !mf_ok(ctx)) return -1;
-    return MF_CUBLAS_CHECK(ctx, "mf_cuda_set_tf32", cublasSetMathMode(MF__CU(ctx)->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                                          : CUBLAS_DEFAULT_MATH));
+    if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_tf32", cublasSetMathMode(MF__CU(ctx)->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                         : CUBLAS_DEFAULT_MATH)) < 0)
+        return -1;
+    MF__CU(ctx)->tf32 = on != 0;
+    return 0;
 }
 
 #endif /* METAFORMER_CUDA_CUH */

@@ -48,8 +48,19 @@
  * mf_emu_sync_count(), mf_emu_host_copy_count();
  * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
  *
- * Not emulated: inline PTX asm, WMMA/mma, cp.async, cooperative groups, dynamic parallelism (a
- * launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half/bfloat16
+ *   - WMMA (nvcuda::wmma): a stand-in for the TF32 shape only - fragment<matrix_a / matrix_b /
+ *     accumulator, 16, 16, 8, precision::tf32 / float, row_major / col_major>, fill_fragment,
+ *     load_matrix_sync, mma_sync, store_matrix_sync (mem_row_major / mem_col_major) and
+ *     __float_to_tf32 (round to nearest, ties away, to 10 mantissa bits: cvt.rna.tf32.f32). Every
+ *     lane holds the whole tile (CUDA leaves the lane layout unspecified: a kernel may only use the
+ *     collective functions and uniform element-wise operations). Each function is a rendezvous of
+ *     the warp (all 32 lanes, like the .sync of the hardware), so that every lane has loaded before
+ *     any lane stores. mma_sync multiplies the inputs truncated to TF32 (what tensor cores read of
+ *     an unconverted float) and accumulates in float, k ascending. Pointers must be 32-byte aligned
+ *     and ldm a multiple of 4 (else a launch failure, as the hardware's misaligned-address fault).
+ *
+ * Not emulated: inline PTX asm, other WMMA shapes and types, mma PTX, cp.async, cooperative groups,
+ * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half/bfloat16
  * types, __match_*_sync, per-lane independent progress inside a warp (lanes only interleave at
  * primitives), concurrency between streams (all work is synchronous),
  * the static __shared__ size in the smem limit, detection of host pointers passed to kernels,
@@ -736,7 +747,10 @@ static inline void launch_impl(const char *name, const void *k, dim3 grid, dim3 
         f.lin = (int)t;
         f.tid.x = t % block.x; f.tid.y = (t / block.x) % block.y; f.tid.z = t / (block.x * block.y);
     }
-    s.dyn = (unsigned char *)malloc(smem ? smem : 1);
+    { /* 128-byte aligned like the hardware's (WMMA pointers must be 32-byte aligned) */
+        void *d = nullptr;
+        s.dyn = posix_memalign(&d, 128, smem ? smem : 1) == 0 ? (unsigned char *)d : nullptr;
+    }
     if (!s.dyn) { set_error(cudaErrorMemoryAllocation, "launch of '%s': cannot allocate shared memory", name); return; }
     G<0>::bdim = block;
     G<0>::gdim = grid;
@@ -1465,5 +1479,91 @@ static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasO
                           C + (ptrdiff_t)b * sC, ldc, At, Bt);
     return CUBLAS_STATUS_SUCCESS;
 }
+
+/* ------------------------------------------------------------------------------------------------
+ * WMMA stand-in (TF32, m16n16k8): see the top comment
+ * ---------------------------------------------------------------------------------------------- */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision { struct tf32 {}; }
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K> struct mf_emu_dims;
+template <int M, int N, int K> struct mf_emu_dims<matrix_a, M, N, K> { enum { R = M, C = K }; };
+template <int M, int N, int K> struct mf_emu_dims<matrix_b, M, N, K> { enum { R = K, C = N }; };
+template <int M, int N, int K> struct mf_emu_dims<accumulator, M, N, K> { enum { R = M, C = N }; };
+
+/* the whole R x C tile, row-major, in every lane */
+template <class Use, int M, int N, int K, class T, class Layout = void> class fragment {
+    static_assert(M == 16 && N == 16 && K == 8, "wmma stand-in: only the m16n16k8 (TF32) shape is emulated");
+    static_assert(std::is_same<T, precision::tf32>::value || std::is_same<T, float>::value,
+                  "wmma stand-in: only precision::tf32 inputs and float accumulators are emulated");
+  public:
+    enum { rows = mf_emu_dims<Use, M, N, K>::R, cols = mf_emu_dims<Use, M, N, K>::C, num_elements = rows * cols };
+    float x[num_elements];
+};
+
+static inline float __float_to_tf32(float in) { return mf_emu::to_tf32(in); }
+
+static inline void mf_emu_wmma_check(const char *fn, const void *p, unsigned ldm) {
+    mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32); /* the .sync: a rendezvous of the warp */
+    if (((uintptr_t)p & 31u) != 0 || ldm % 4 != 0)
+        mf_emu::kernel_fault("%s: misaligned address %p or ldm %u (the pointer must be 32-byte aligned, ldm a "
+                             "multiple of 4 floats)", fn, p, ldm);
+}
+template <class Use, int M, int N, int K, class T, class L>
+static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v) {
+    mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32);
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
+}
+template <class Use, int M, int N, int K, class T, class L>
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const float *p, unsigned ldm) {
+    static_assert(!std::is_same<Use, accumulator>::value, "load_matrix_sync of an accumulator needs a layout_t");
+    typedef fragment<Use, M, N, K, T, L> F;
+    mf_emu_wmma_check("load_matrix_sync", p, ldm);
+    for (int r = 0; r < F::rows; r++)
+        for (int c = 0; c < F::cols; c++)
+            f.x[r * F::cols + c] = std::is_same<L, col_major>::value ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+template <int M, int N, int K>
+static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {
+    mf_emu_wmma_check("load_matrix_sync", p, ldm);
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++) f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+template <int M, int N, int K>
+static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {
+    mf_emu_wmma_check("store_matrix_sync", p, ldm);
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++) (l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[r * N + c];
+}
+static inline float mf_emu_tf32_trunc(float x) { /* the 19 bits a tensor core reads */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u &= 0xffffe000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+template <int M, int N, int K, class LA, class LB>
+static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, precision::tf32, LA> &a,
+                            const fragment<matrix_b, M, N, K, precision::tf32, LB> &b,
+                            const fragment<accumulator, M, N, K, float> &c) {
+    float r[M * N];
+    mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = c.x[i * N + j];
+            for (int l = 0; l < K; l++) acc += mf_emu_tf32_trunc(a.x[i * K + l]) * mf_emu_tf32_trunc(b.x[l * N + j]);
+            r[i * N + j] = acc;
+        }
+    memcpy(d.x, r, sizeof r);
+}
+} /* namespace wmma */
+} /* namespace nvcuda */
 
 #endif /* MF_CUDA_EMU_H */

@@ -859,6 +859,117 @@ static void test_softmax_rows(void) {
     mf_emu_set_order(MF_EMU_ORDER_IN, 0);
 }
 
+/* ---------------------------------------------------------------- WMMA stand-in (TF32 m16n16k8) */
+static void test_tf32_rounding(void) {
+    using nvcuda::wmma::__float_to_tf32;
+    const float u = ldexpf(1.0f, -10); /* the TF32 ulp at 1 */
+    MFT_CHECK(__float_to_tf32(1.0f + u) == 1.0f + u);           /* representable: unchanged */
+    MFT_CHECK(__float_to_tf32(1.0f + u / 4) == 1.0f);           /* below half an ulp: down */
+    MFT_CHECK(__float_to_tf32(1.0f + 3 * u / 4) == 1.0f + u);   /* above half: up */
+    MFT_CHECK(__float_to_tf32(1.0f + u / 2) == 1.0f + u);       /* a tie: away from zero */
+    MFT_CHECK(__float_to_tf32(-(1.0f + u / 2)) == -(1.0f + u));
+    MFT_CHECK(__float_to_tf32(1.0f + u / 2 + u) == 1.0f + 2 * u);
+    MFT_CHECK(__float_to_tf32(INFINITY) == INFINITY && __float_to_tf32(-INFINITY) == -INFINITY);
+    MFT_CHECK(__float_to_tf32(NAN) != __float_to_tf32(NAN));
+    MFT_CHECK(__float_to_tf32(0.0f) == 0.0f);
+    /* 10 mantissa bits survive: 1/3 rounded keeps 11 significant bits */
+    MFT_CHECK(fabsf(__float_to_tf32(1.0f / 3) - 1.0f / 3) <= ldexpf(1.0f, -13));
+}
+
+/* C [16 x 16] (+)= A [16 x 8] B [8 x 16] by one warp per 16-row tile, through shared memory as
+   the attention kernels do. bcol: B given as [16][8] (col_major); cvt: inputs rounded with
+   __float_to_tf32 (else the tensor core truncates them); ccol: C stored column-major. */
+template <int BCOL>
+__global__ void k_wmma(const float *a, const float *b, float *c, int cvt, int ccol, int accumulate) {
+    namespace w = nvcuda::wmma;
+    typedef typename std::conditional<BCOL != 0, w::col_major, w::row_major>::type LB;
+    MF_DYN_SMEM(float, sm);
+    float *as = sm, *bs = sm + 32 * 12, *cs = bs + 16 * 20; /* ld 12, 20, 20: padded, multiples of 4 */
+    int t = threadIdx.x, warp = t / 32, tiles = blockDim.x / 32;
+    for (int i = t; i < tiles * 16 * 8; i += blockDim.x) as[(i / 8) * 12 + i % 8] = a[i];
+    for (int i = t; i < 128; i += blockDim.x) bs[BCOL ? (i % 16) * 20 + i / 16 : (i / 16) * 20 + i % 16] = b[i];
+    for (int i = t; i < tiles * 256; i += blockDim.x) cs[(i / 16) * 20 + i % 16] = c[i];
+    __syncthreads();
+    {
+        w::fragment<w::matrix_a, 16, 16, 8, w::precision::tf32, w::row_major> fa;
+        w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, LB> fb;
+        w::fragment<w::accumulator, 16, 16, 8, float> fc;
+        float *ct = cs + warp * 16 * 20;
+        w::load_matrix_sync(fa, as + warp * 16 * 12, 12);
+        w::load_matrix_sync(fb, bs, 20);
+        if (cvt) {
+            for (int i = 0; i < fa.num_elements; i++) fa.x[i] = w::__float_to_tf32(fa.x[i]);
+            for (int i = 0; i < fb.num_elements; i++) fb.x[i] = w::__float_to_tf32(fb.x[i]);
+        }
+        if (accumulate) w::load_matrix_sync(fc, ct, 20, w::mem_row_major);
+        else w::fill_fragment(fc, 0.0f);
+        w::mma_sync(fc, fa, fb, fc);
+        w::store_matrix_sync(ct, fc, 20, ccol ? w::mem_col_major : w::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = t; i < tiles * 256; i += blockDim.x) c[i] = cs[(i / 16) * 20 + i % 16];
+}
+__global__ void k_wmma_misaligned(float *c) {
+    namespace w = nvcuda::wmma;
+    MF_DYN_SMEM(float, sm);
+    w::fragment<w::accumulator, 16, 16, 8, float> fc;
+    w::fill_fragment(fc, 1.0f);
+    w::store_matrix_sync(sm + 1, fc, 16, w::mem_row_major); /* 4-byte offset: a fault on the GPU */
+    __syncthreads();
+    if (threadIdx.x == 0) c[0] = sm[1];
+}
+static float trunc_tf32(float x) { uint32_t u; memcpy(&u, &x, 4); u &= 0xffffe000u; memcpy(&x, &u, 4); return x; }
+static void test_wmma_tf32(void) {
+    const int tiles = 2;
+    float *a, *b, *c;
+    std::vector<float> ha(tiles * 128), hb(128), hc(tiles * 256), out(tiles * 256);
+    unsigned seed = 7;
+    for (auto &x : ha) x = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    for (auto &x : hb) x = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    for (auto &x : hc) x = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    CK(cudaMalloc((void **)&a, ha.size() * 4)); CK(cudaMalloc((void **)&b, hb.size() * 4)); CK(cudaMalloc((void **)&c, hc.size() * 4));
+    CK(cudaMemcpy(a, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice));
+    for (int o = 0; o < 3; o++)
+        for (int v = 0; v < 16; v++) { /* bcol, cvt, ccol, accumulate */
+            int bcol = v & 1, cvt = (v >> 1) & 1, ccol = (v >> 2) & 1, acc = (v >> 3) & 1;
+            size_t smem = (32 * 12 + 16 * 20 + 32 * 20) * 4;
+            double worst = 0, moved = 0;
+            mf_emu_set_order(ORDERS[o], 11u + (unsigned)o);
+            CK(cudaMemcpy(c, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
+            if (bcol) MF_LAUNCH(k_wmma<1>, 1, 32 * tiles, smem, 0, a, b, c, cvt, ccol, acc);
+            else MF_LAUNCH(k_wmma<0>, 1, 32 * tiles, smem, 0, a, b, c, cvt, ccol, acc);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(out.data(), c, out.size() * 4, cudaMemcpyDeviceToHost));
+            for (int t = 0; t < tiles; t++)
+                for (int i = 0; i < 16; i++)
+                    for (int j = 0; j < 16; j++) {
+                        double ref = acc ? hc[(size_t)(t * 256 + i * 16 + j)] : 0.0, exact = ref;
+                        for (int l = 0; l < 8; l++) {
+                            float x = ha[(size_t)(t * 128 + i * 8 + l)], y = hb[(size_t)(l * 16 + j)];
+                            float xr = cvt ? nvcuda::wmma::__float_to_tf32(x) : trunc_tf32(x);
+                            float yr = cvt ? nvcuda::wmma::__float_to_tf32(y) : trunc_tf32(y);
+                            ref += (double)xr * yr;
+                            exact += (double)x * y;
+                        }
+                        /* stored column-major: element (i, j) of the tile lands at row j, column i */
+                        float got = out[(size_t)(t * 256 + (ccol ? j * 16 + i : i * 16 + j))];
+                        worst = std::max(worst, fabs(got - ref));
+                        moved = std::max(moved, fabs(got - exact));
+                    }
+            if (!(worst <= 1e-5)) printf("    wmma variant %d order %s: max error %.3g\n", v, ORDER_NAMES[o], worst);
+            MFT_CHECK(worst <= 1e-5);
+            MFT_CHECK(moved > 1e-6 && moved < 1e-2); /* the TF32 rounding is there, and small */
+        }
+    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_verbose(0);
+    MF_LAUNCH(k_wmma_misaligned, 1, 32, 4096, 0, c);
+    MFT_CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    MFT_CHECK(strstr(mf_emu_last_message(), "misaligned") != nullptr);
+    mf_emu_set_verbose(1);
+    CK(cudaFree(a)); CK(cudaFree(b)); CK(cudaFree(c));
+}
+
 static void test_no_leaks(void) { MFT_CHECK(mf_emu_live_allocations(nullptr) == 0); }
 
 int main(void) {
@@ -878,6 +989,8 @@ int main(void) {
     MFT_RUN(test_cublas);
     MFT_RUN(test_memcpy_and_runtime);
     MFT_RUN(test_softmax_rows);
+    MFT_RUN(test_tf32_rounding);
+    MFT_RUN(test_wmma_tf32);
     MFT_RUN(test_no_leaks);
     printf("    total %.2f s\n", seconds_since(t0));
     return mft_finish();

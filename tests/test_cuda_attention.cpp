@@ -1,0 +1,293 @@
+/* test_cuda_attention.cpp - the fused CUDA attention ([cu:attention] in metaformer_cuda.cuh) against
+ * the CPU's mf_attention: output and the gradients of q, k and v, on the exact fp32 kernels and on
+ * the TF32 tensor-core kernels (WMMA; under the emulator through its stand-in of nvcuda::wmma).
+ *
+ *   make test       g++ -std=c++14 with tests/cuda_emu.h: every kernel runs on the CPU emulator,
+ *                   fp32 in each thread order (in, reversed, shuffled), TF32 in one
+ *   make test-cuda  nvcc -x cu for a real GPU (sm_90), without the emulator
+ *
+ * Tolerances (max error relative to the tensor's largest value, as tests/test_cuda.cpp):
+ *   fp32: 1e-5 (the kernels sum in another order than the CPU's tiles).
+ *   TF32: 5e-3. A tensor core reads its inputs rounded to 10 mantissa bits (unit roundoff
+ *   u = 2^-11 = 4.9e-4), so each product q.k, p v, ... carries a relative error up to ~2u of the
+ *   sum of |terms|; the softmax passes the score error on to P (dP/P = dS, |S| <= scale * dk here)
+ *   and the backward chains three such products (dP, dS = P (dP - D), then dS K). With inputs in
+ *   [-1, 1] the worst case measured here is ~1.5e-3; 5e-3 is ~10 u, i.e. about what PyTorch
+ *   documents for TF32 matmuls (~1e-3 relative) plus one level of error propagation. The error is
+ *   relative to the size of the terms, not of the result: dS = P (dP - D) cancels exactly for a
+ *   query with one key (T = 1: dq = dk = 0 on the CPU, ~5e-5 in TF32), so the TF32 errors are
+ *   divided by max(max |reference|, 0.1) - the gradients here are O(0.1 .. 1). */
+#ifndef __CUDACC__
+#include "cuda_emu.h"
+#endif
+#define METAFORMER_IMPLEMENTATION
+#define METAFORMER_CUDA
+#include "metaformer.h"
+#include "mf_test.h"
+
+#include <string.h>
+#include <string>
+#include <vector>
+
+#ifdef MF_CUDA_EMU
+static const int N_ORDERS = 3;
+static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
+static void set_order(int o) { mf_emu_set_order(ORDERS[o], 4321u + (unsigned)o); }
+#else
+static const int N_ORDERS = 1;
+static void set_order(int o) { (void)o; }
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MFT_SMALL 1 /* smaller shapes under ASan */
+#else
+#define MFT_SMALL 0
+#endif
+
+static const double TOL = 1e-5, TOL_TF32 = 5e-3, TF32_FLOOR = 0.1;
+
+static std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v((size_t)n);
+    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mf__uniform(seed, 91, (uint64_t)i);
+    return v;
+}
+static std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int grad) {
+    std::vector<float> v((size_t)t->ne);
+    if (grad) mf_grad_to_host(ctx, t, v.data()); else mf_to_host(ctx, t, v.data());
+    return v;
+}
+/* max |a - b| / max(max |b|, floor) */
+static double rel_err(const std::vector<float> &a, const std::vector<float> &b, double floor = 1e-3) {
+    double e = 0, s = floor;
+    if (a.size() != b.size()) return 1e30;
+    for (size_t i = 0; i < a.size(); i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e)) e = d; /* NaN counts */
+        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
+    }
+    return e / s;
+}
+
+/* ---------------------------------------------------------------- op parity */
+/* one attention: q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv]; grads: bit i set = input i
+   is a parameter (gets a gradient), else a constant; self_attn: q = k = v (one parameter) */
+struct Case { const char *name; int B, H, Tq, Tk, dk, dv, causal; float scale; int grads, self_attn; };
+
+/* the run on one context (cuda: 0 CPU, 1 fp32 kernels, 2 TF32 kernels); loss = sum(out * R) */
+struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
+static Run run_case(const Case &c, int cuda) {
+    Run r;
+    mf_ctx *ctx = mf_ctx_new(5);
+    int shapes[3][4] = {{c.B, c.H, c.Tq, c.dk}, {c.B, c.H, c.Tk, c.dk}, {c.B, c.H, c.Tk, c.dv}};
+    mf_tensor *in[3] = {NULL, NULL, NULL}, *out, *loss;
+    int n_in = c.self_attn ? 1 : 3;
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    if (cuda == 2) mf_cuda_set_tf32(ctx, 1);
+    for (int i = 0; i < n_in; i++) {
+        char nm[16];
+        std::vector<float> x = rand_vec((int64_t)shapes[i][0] * shapes[i][1] * shapes[i][2] * shapes[i][3], 300 + (uint64_t)i);
+        snprintf(nm, sizeof nm, "in%d", i);
+        in[i] = (c.grads >> i) & 1 ? mf_param(ctx, nm, 4, shapes[i]) : mf_new(ctx, 4, shapes[i]);
+        if (in[i]) mf_set_data(ctx, in[i], x.data());
+    }
+    if (c.self_attn) in[1] = in[2] = in[0];
+    out = mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal);
+    if (out) {
+        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 777).data());
+        loss = mf_sum(ctx, mf_mul(ctx, out, R));
+        mf_backward(ctx, loss);
+        if (mf_ok(ctx)) {
+            r.out = host_of(ctx, out, 0);
+            for (int i = 0; i < n_in; i++)
+                r.grads.push_back((c.grads >> i) & 1 ? host_of(ctx, in[i], 1) : std::vector<float>());
+        }
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_ctx_free(ctx);
+    return r;
+}
+/* worst relative error of the output and the gradients; -1 when the run failed */
+static double compare(const Case &c, const Run &gpu, const Run &cpu, const char *what, double tol, double floor) {
+    double worst = 0;
+    if (!gpu.err.empty()) { printf("    %s (%s): CUDA run failed: %s\n", c.name, what, gpu.err.c_str()); return -1; }
+    double e = rel_err(gpu.out, cpu.out, floor);
+    if (!(e <= tol)) printf("    %s (%s): output differs, rel err %.3g\n", c.name, what, e);
+    worst = e;
+    for (size_t i = 0; i < gpu.grads.size(); i++) {
+        e = rel_err(gpu.grads[i], cpu.grads[i], floor);
+        if (!(e <= tol)) printf("    %s (%s): gradient of %s differs, rel err %.3g\n", c.name, what, i == 0 ? "q" : i == 1 ? "k" : "v", e);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+static int same_bits(const Run &a, const Run &b) {
+    if (a.out.size() != b.out.size() || a.grads.size() != b.grads.size()) return 0;
+    if (!a.out.empty() && memcmp(a.out.data(), b.out.data(), a.out.size() * 4) != 0) return 0;
+    for (size_t i = 0; i < a.grads.size(); i++)
+        if (a.grads[i].size() != b.grads[i].size() ||
+            (!a.grads[i].empty() && memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4) != 0))
+            return 0;
+    return 1;
+}
+static double worst_tf32 = 0; /* the largest TF32 error seen: the rounding must be visible */
+/* quick: fp32 in one thread order and no TF32 run (the long sequence: the emulator's WMMA stand-in
+   does each warp's tile product in all 32 lanes, too slow for 56000 keys) */
+static void check_case(const Case &c, int quick = 0) {
+    double t0 = mf_time();
+    Run cpu = run_case(c, 0), first;
+    if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", c.name, cpu.err.c_str()); MFT_CHECK(0); return; }
+    for (int o = quick ? N_ORDERS - 1 : 0; o < N_ORDERS; o++) {
+        set_order(o);
+        Run gpu = run_case(c, 1);
+        double e = compare(c, gpu, cpu, "fp32", TOL, 1e-3);
+        MFT_CHECK(e >= 0 && e <= TOL);
+        if (o == 0 || quick) first = gpu;
+        else if (!same_bits(gpu, first)) { printf("    %s: fp32 results depend on the thread order\n", c.name); MFT_CHECK(0); }
+    }
+    set_order(N_ORDERS - 1);
+    if (!quick) {
+        Run tf = run_case(c, 2);
+        double e = compare(c, tf, cpu, "tf32", TOL_TF32, TF32_FLOOR);
+        MFT_CHECK(e >= 0 && e <= TOL_TF32);
+        if (e > worst_tf32) worst_tf32 = e;
+    }
+    if (getenv("MFT_TIME")) printf("    %-50s %.2f s\n", c.name, mf_time() - t0);
+    set_order(0);
+}
+
+static const Case CASES[] = {
+    {"T = 1", 1, 2, 1, 1, 3, 3, 1, 0.5f, 7, 0},
+    {"T = 1 full", 2, 1, 1, 1, 5, 2, 0, 0.5f, 7, 0},
+    {"T = 7, d = 17, causal", 1, 2, 7, 7, 17, 17, 1, 0.24f, 7, 0},
+    {"T = 33, dk = 3, dv = 5, full", 2, 1, 33, 33, 3, 5, 0, 0.58f, 7, 0},
+    {"T = 65, d = 64, causal (ragged second tile)", 1, 2, 65, 65, 64, 64, 1, 0.125f, 7, 0},
+    {"T = 130, d = 16, causal", 1, 2, MFT_SMALL ? 70 : 130, MFT_SMALL ? 70 : 130, 16, 16, 1, 0.25f, 7, 0},
+    {"T = 130, dk = 8, dv = 12, full", 1, 1, MFT_SMALL ? 70 : 130, MFT_SMALL ? 70 : 130, 8, 12, 0, 0.35f, 7, 0},
+    {"memory keys Tq = 20 < Tk = 90, causal", 1, 2, 20, 90, 8, 12, 1, 0.35f, 7, 0},
+    {"memory keys Tq = 20 < Tk = 90, full", 1, 1, 20, 90, 8, 5, 0, 0.35f, 7, 0},
+    {"Tq = 70 > Tk = 6, causal: rows without keys", 1, 2, 70, 6, 5, 4, 1, 0.45f, 7, 0},
+    {"d = 80, causal", 1, 1, 19, 19, 80, 80, 1, 0.11f, 7, 0},
+    {"d = 128, full", 1, 1, 40, 40, 128, 128, 0, 0.088f, 7, 0},
+    {"d = 256, causal", 1, 1, 20, 20, 256, 256, 1, 0.0625f, 7, 0},
+    {"dk = 1, dv = 256", 1, 1, 9, 9, 1, 256, 1, 1.0f, 7, 0},
+    {"dk = 256, dv = 1", 1, 1, 9, 9, 256, 1, 0, 0.0625f, 7, 0},
+    {"only q needs a gradient", 1, 2, 21, 21, 6, 7, 1, 0.4f, 1, 0},
+    {"only k needs a gradient", 1, 2, 21, 21, 6, 7, 1, 0.4f, 2, 0},
+    {"only v needs a gradient", 1, 2, 21, 21, 6, 7, 0, 0.4f, 4, 0},
+    {"self attention q = k = v (gradients add up)", 2, 1, 23, 23, 6, 6, 1, 0.4f, 1, 1},
+};
+static void test_attention_parity(void) {
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(CASES[i]);
+    { /* the TF32 kernels are deterministic too: the same bits in every thread order */
+        Run first;
+        for (int o = 0; o < N_ORDERS; o++) {
+            set_order(o);
+            Run tf = run_case(CASES[7], 2);
+            MFT_CHECK(tf.err.empty());
+            if (o == 0) first = tf;
+            else if (!same_bits(tf, first)) { printf("    TF32 results depend on the thread order\n"); MFT_CHECK(0); }
+        }
+        set_order(0);
+    }
+    /* the TF32 kernels really round (else the tolerance above would hide a fp32 fallback) */
+    printf("    worst TF32 error (relative, floor %g): %.3g\n", TF32_FLOOR, worst_tf32);
+    if (!(worst_tf32 > 1e-5)) printf("    TF32 runs are as exact as fp32 (%.3g): no tensor-core path?\n", worst_tf32);
+    MFT_CHECK(worst_tf32 > 1e-5);
+}
+
+/* more keys than the old per-row kernel's shared memory held (~55000): no length limit now */
+static void test_long_sequence(void) {
+    const int Tk = MFT_SMALL ? 20000 : 56000;
+    Case c = {"Tq = 3, Tk = 56000, memory keys, causal", 1, 1, 3, Tk, 2, 3, 1, 0.7f, 7, 0};
+    check_case(c, 1);
+}
+
+/* ---------------------------------------------------------------- models */
+/* a few training steps of the three softmax mixers that use mf_attention, with sequences longer
+   than one tile (T = 70 > 64): losses and parameters as on the CPU */
+struct TrainRun { std::vector<float> losses, params; std::string err; };
+static TrainRun train(mf_mixer_kind mixer, int cuda) {
+    TrainRun r;
+    mf_ctx *ctx = mf_ctx_new(3);
+    mf_model_config cfg = mf_model_config_default();
+    /* SGD: Adam would move parameters whose true gradient is 0 (the key bias: softmax ignores a
+       constant per row) by +-lr according to the sign of their rounding noise */
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_SGD, 0.1f);
+    const int B = 1, T = MFT_SMALL ? 40 : 70;
+    std::vector<int32_t> ids(B * T), tg(B * T);
+    cfg.vocab = 13; cfg.d_model = 16; cfg.n_heads = 2; cfg.n_layers = 1; cfg.d_ff = 24; cfg.max_seq = T;
+    cfg.mixer = mixer;
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    mf_model *m = mf_model_new(ctx, &cfg);
+    for (int s = 0; s < 2 && m; s++) {
+        for (int i = 0; i < B * T; i++) { ids[(size_t)i] = (i * 5 + s) % cfg.vocab; tg[(size_t)i] = (ids[(size_t)i] + 2) % cfg.vocab; }
+        mf_tensor *loss = mf_model_loss(m, ids.data(), tg.data(), B, T);
+        mf_backward(ctx, loss);
+        mf_clip_grad_norm(ctx, 1.0f);
+        mf_optimizer_step(ctx, &opt);
+        r.losses.push_back(mf_item(ctx, loss));
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+    }
+    if (m && mf_ok(ctx)) {
+        r.params.resize((size_t)mf_param_count(ctx));
+        for (int i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            mf_to_host(ctx, p, r.params.data() + p->offset);
+        }
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return r;
+}
+static void test_models(void) {
+    const mf_mixer_kind mixers[3] = {MF_MIXER_SDPA, MF_MIXER_METRIC, MF_MIXER_QUADRATIC};
+    set_order(N_ORDERS - 1);
+    for (int i = 0; i < 3; i++) {
+        TrainRun cpu = train(mixers[i], 0), gpu = train(mixers[i], 1);
+        if (!cpu.err.empty() || !gpu.err.empty()) {
+            printf("    %s: %s%s\n", mf_mixer_name(mixers[i]), cpu.err.c_str(), gpu.err.c_str());
+            MFT_CHECK(0);
+            continue;
+        }
+        MFT_CHECK(cpu.losses.size() == 2 && gpu.losses.size() == 2);
+        for (size_t s = 0; s < cpu.losses.size() && s < gpu.losses.size(); s++) MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
+        double e = rel_err(gpu.params, cpu.params);
+        if (!(e <= 1e-5)) printf("    %s: parameters differ after 2 steps, rel err %.3g\n", mf_mixer_name(mixers[i]), e);
+        MFT_CHECK(e <= 1e-5);
+    }
+    set_order(0);
+}
+
+/* ---------------------------------------------------------------- errors */
+static void test_errors(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    int sq[4] = {1, 1, 3, 4}, sk[4] = {1, 1, 5, 3}, wide[4] = {1, 1, 2, 4096};
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
+    /* bad shapes: the op's own message, on the device as on the CPU */
+    MFT_CHECK(mf_attention(ctx, mf_new(ctx, 4, sq), mf_new(ctx, 4, sk), mf_new(ctx, 4, sk), 0.5f, 1) == NULL);
+    MFT_CHECK(strstr(mf_error(ctx), "head sizes dk") != NULL);
+    mf_clear_error(ctx);
+    mf_reset(ctx);
+    /* a head too wide for shared memory: a clear error naming the sizes, no launch */
+    mf_tensor *q = mf_new(ctx, 4, wide);
+    MFT_CHECK(mf_attention(ctx, q, q, q, 1.0f, 0) == NULL);
+    MFT_CHECK(strstr(mf_error(ctx), "dk = 4096") != NULL && strstr(mf_error(ctx), "shared memory") != NULL);
+    mf_ctx_free(ctx);
+}
+
+static void test_no_leaks(void) {
+#ifdef MF_CUDA_EMU
+    MFT_CHECK(mf_emu_live_allocations(NULL) == 0);
+#endif
+}
+
+int main(void) {
+    MFT_RUN(test_attention_parity);
+    MFT_RUN(test_long_sequence);
+    MFT_RUN(test_models);
+    MFT_RUN(test_errors);
+    MFT_RUN(test_no_leaks);
+    return mft_finish();
+}
