@@ -91,7 +91,8 @@ $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
 
 # the GPU benchmarks (bench/run_cuda.sh): the model step, the fast-weights kernels (recurrent vs
-# chunkwise), the attention kernel; each runs with --device cuda
+# chunkwise), the attention kernel (bench/torch_sdpa.py times PyTorch's SDPA at the same shapes);
+# each runs with --device cuda
 $(BUILD)/cuda/bench_%: bench/bench_%.c metaformer.h metaformer_cuda.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_CUDA -I. $< -o $@ $(NVLIBS)
@@ -108,12 +109,6 @@ $(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer
 	@mkdir -p $(BUILD)/cuda
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train.o
 	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
-
-# the attention benchmark on the GPU (bench/bench_attention.c --device cuda; bench/torch_sdpa.py
-# measures PyTorch's scaled_dot_product_attention at the same shapes)
-$(BUILD)/cuda/bench_attention: bench/bench_attention.c metaformer.h metaformer_cuda.cuh
-	@mkdir -p $(dir $@)
-	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_CUDA -I. $< -o $@ $(NVLIBS)
 
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort

@@ -243,6 +243,19 @@ template <class T> static __device__ T mf__cu_bred(T v, T *sh, int is_max) {
     return v;
 }
 
+/* Give `kernel` `bytes` of dynamic shared memory per block: past 48 KiB a kernel must opt in, up to the
+   device's limit (smem_optin, read once per context); beyond it, fail with a message naming the op, what
+   needed the memory and the fix. */
+template <class K> static int mf__cu_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *op, const char *what,
+                                          const char *fix) {
+    size_t lim = (size_t)MF__CU(ctx)->smem_optin;
+    if (bytes <= 48 * 1024) return 0;
+    if (bytes > lim)
+        return (mf__fail(ctx, "%s: %s needs %zu bytes of shared memory per block, more than this GPU's %zu: %s", op, what,
+                         bytes, lim, fix), -1);
+    return MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
 /* ==== GEMM through cuBLAS ===================================================================== */
 /* Row-major C_i = op(A_i) op(B_i) + beta C_i (i < batch), as mf__gemm: column-major cuBLAS computes
    C^T = op(B)^T op(A)^T. sC == 0 with batch > 1: every product adds into the same C. */
@@ -964,10 +977,9 @@ static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int kind, const char *op)
              "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv, mf__fa_smem(16, dk, dv, kind), lim);
     return 0;
 }
-/* launch a fused-attention kernel with `bytes` of dynamic shared memory (raising its limit over 48 KiB) */
+/* launch a fused-attention kernel with `bytes` of dynamic shared memory (mf__cu_fa_tile chose tiles that fit) */
 #define MF__CU_FA_RUN(ctx, op, kernel, grid, bytes, args) \
-    (((bytes) > 48 * 1024 && MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                                                         (int)(bytes))) < 0) \
+    (mf__cu_smem(ctx, kernel, bytes, op, "the fused attention", "use smaller heads") < 0 \
          ? -1 : MF__CU_RUN(ctx, op, kernel, grid, MF__FA_THREADS, bytes, args))
 
 static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
@@ -1060,7 +1072,6 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
    at b sb + h sh + j sj; slot j reads table row P - n + j; dr / ds rows (rb + j) */
 typedef struct { int H, d, n, P, rb; long long sb, sh, sj; float scale; } mf__cu_fba;
 #define MF__CU_FB_EW(n) mf__cu_grid((long long)(n), MF__CU_BS), MF__CU_BS, 0 /* grid, block, smem (MF__EW comes later) */
-template <class K> static int mf__cu_attn_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *what); /* [ops] below */
 
 /* scale ((q + u) . k_j + q . r_j + s_j) of slot j (qu = q + u, qq = q in shared memory) */
 static __device__ float mf__cu_fba_score(const float *qu, const float *qq, const float *kj, const float *rj, float sj,
@@ -1190,16 +1201,17 @@ typedef struct {
     const float *dout;
     float *dq, *du, *dk, *dv, *dr, *ds, *G, *Pr, *kg;
 } mf__cu_fba_io;
+#define MF__CU_FBA_FIX "use fewer memory slots (a smaller max_seq) or smaller heads"
 static int mf__cu_fba_run(mf_ctx *ctx, const char *op, const mf__cu_fba *a, int B, const mf__cu_fba_io *x, int backward) {
     unsigned blocks = (unsigned)(B * a->H);
     int th = mf__cu_fba_threads(a->n, a->d);
     size_t smem = (size_t)((backward ? 3 : 2) * a->d + a->n) * sizeof(float);
     long long nkv = (long long)blocks * a->n * a->d, ntab = (long long)a->H * a->n * a->d;
     if (!backward) {
-        if (mf__cu_attn_smem(ctx, mf__k_fba_fwd, smem, "the feedback attention forward") < 0) return -1;
+        if (mf__cu_smem(ctx, mf__k_fba_fwd, smem, op, "the forward", MF__CU_FBA_FIX) < 0) return -1;
         return MF__CU_RUN(ctx, op, mf__k_fba_fwd, blocks, th, smem, x->q, x->u, x->k, x->v, x->r, x->s, x->o, x->lse, *a);
     }
-    if (mf__cu_attn_smem(ctx, mf__k_fba_bwd_row, smem, "the feedback attention backward") < 0 ||
+    if (mf__cu_smem(ctx, mf__k_fba_bwd_row, smem, op, "the backward", MF__CU_FBA_FIX) < 0 ||
         MF__CU_RUN(ctx, op, mf__k_fba_bwd_row, blocks, th, smem, x->q, x->u, x->k, x->v, x->r, x->s,
                    (const float *)x->o, (const float *)x->lse, x->dout, x->G, x->Pr, x->dq, x->du ? x->kg : (float *)NULL,
                    *a) < 0)
@@ -1946,14 +1958,12 @@ static mf__cu_xl_args mf__cu_xl_args_of(const mf_tensor *out) {
     a.P = out->src[4]->shape[0] / 2; a.scale = out->farg[0];
     return a;
 }
-/* dynamic shared memory of a kernel: raise its limit over 48 KiB; more than 227 KiB is refused */
+/* `floats` of dynamic shared memory for one of the kernels (mf__cu_smem, the head sizes in the message) */
 template <class K> static int mf__cu_xl_smem(mf_ctx *ctx, K kernel, size_t floats, const char *what, const mf__cu_xl_args &a) {
-    size_t bytes = floats * sizeof(float);
-    if (bytes <= 48 * 1024) return 0;
-    if (bytes > 227 * 1024)
-        return (mf__fail(ctx, "rel_attention: %s needs %zu bytes of shared memory (more than 227 KiB) for head sizes "
-                         "dk = %d, dv = %d; use smaller heads (more heads of the same d_model)", what, bytes, a.dk, a.dv), -1);
-    return MF_CUDA_CHECK(ctx, "rel_attention", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    char w[96];
+    snprintf(w, sizeof w, "%s (head sizes dk = %d, dv = %d)", what, a.dk, a.dv);
+    return mf__cu_smem(ctx, kernel, floats * sizeof(float), "rel_attention", w,
+                       "use smaller heads (more heads of the same d_model)");
 }
 static int mf__cu_rel_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_xl_args a = mf__cu_xl_args_of(out);
@@ -2596,14 +2606,11 @@ static int mf__cu_fw_cw(mf_ctx *ctx, const mf__cu_fw *p, int most, size_t per_co
                          "size) or a smaller chunk", p->dd, p->C, *smem), -1);
     return cw;
 }
-/* dynamic shared memory above 48 KiB: opt the kernel in (up to 227 KiB), else a clear error */
+/* dynamic shared memory of a chunk kernel (mf__cu_smem, the chunk and state sizes in the message) */
 template <class K> static int mf__cu_fw_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *op, const mf__cu_fw *p) {
-    if (bytes <= 48 * 1024) return 0;
-    if (bytes > 227 * 1024)
-        return (mf__fail(ctx, "%s: chunks of %d tokens (d_dot %d, dv %d) need %zu bytes of shared memory per block in the "
-                         "CUDA kernels (more than 227 KiB); use a smaller chunk_size (16 is the automatic choice)", op,
-                         p->C, p->dd, p->dv, bytes), -1);
-    return MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    char w[96];
+    snprintf(w, sizeof w, "a chunk of %d tokens (d_dot %d, dv %d)", p->C, p->dd, p->dv);
+    return mf__cu_smem(ctx, kernel, bytes, op, w, "use a smaller chunk_size (16 is the automatic choice)");
 }
 static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);

@@ -163,6 +163,14 @@ for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
 
 # ---- the kernels alone -------------------------------------------------------------------------
 verbatim() { rep '```'; "$@" 2>&1 | while IFS= read -r l; do rep "$l"; done; rep '```'; }
+if [ "$ATTN" = 1 ]; then
+    rep ""
+    rep "## Attention: the fused kernel vs torch.nn.functional.scaled_dot_product_attention (B 4, H 8, dk 64, causal)"
+    rep ""
+    rep "Goal: at least PyTorch's SDPA TFLOP/s at the same precision (fp32 vs fp32, TF32 vs TF32). FLOPs as FlashAttention counts them."
+    verbatim build/cuda/bench_attention --device cuda 4 8 64 1024 2048 4096 8192
+    [ "$TORCH" = 1 ] && verbatim "$PY" bench/torch_sdpa.py --batch 4 --heads 8 --dk 64
+fi
 if [ "$FW_SWEEP" = 1 ]; then
     rep ""
     rep "## Fast weights: the recurrent vs the chunkwise kernel (forward + backward; goal: chunkwise >= 5x recurrent at T = 4096)"
