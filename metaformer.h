@@ -1317,6 +1317,29 @@ struct mf__op {
 /* the gradient buffer of an input, or NULL when it takes none */
 static float *mf__g(const mf_tensor *t) { return (t && t->requires_grad) ? t->grad : NULL; }
 
+/* CPU backward: an activation gradient is "pending" until its first writer (the latest consumer on
+   the tape) runs, its buffer not zeroed yet. mf_backward zeroes the pending input gradients of an op
+   before its backward, except for the ops of mf__op_assigns: their backward takes each input
+   gradient with one of these two, so the first writer stores (=) instead of zero + add (one pass
+   over the buffer less, and a GEMM that does not read C). */
+static int mf__op_assigns(const mf__op *op); /* [mf:ops], after the ops */
+/* The gradient of input s for a backward that writes every element: *assign = 1 when the backward
+   must store (=) rather than add, as the buffer's first writer. */
+static float *mf__g_claim(mf_tensor *s, int *assign) {
+    float *g = mf__g(s);
+    *assign = g && s->grad_pending;
+    if (g) s->grad_pending = 0;
+    return g;
+}
+/* The gradient of input s, zeroed if still pending, for a backward that adds (+=) into it. */
+static void mf__zero_floats(mf_ctx *ctx, float *x, int64_t n);
+static float *mf__g_add(mf_ctx *ctx, mf_tensor *s) {
+    int assign;
+    float *g = mf__g_claim(s, &assign);
+    if (assign) mf__zero_floats(ctx, g, s->ne);
+    return g;
+}
+
 static void mf__set_shape(mf_tensor *t, int ndim, const int *shape) {
     int i;
     t->ndim = ndim;
@@ -1435,15 +1458,16 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         return mf_ok(ctx) ? 0 : -1;
     }
     /* CPU: a gradient is zeroed just before the first backward that adds into it (the latest
-       consumer on the tape), while it is about to be used and still in cache; one that no op
-       wrote is zeroed before its own backward reads it. */
+       consumer on the tape), while it is about to be used and still in cache, unless that op
+       stores into it (mf__op_assigns); one that no op wrote is zeroed before its own backward
+       reads it. */
     loss->grad[0] = 1.0f;
     loss->grad_pending = 0;
     for (i = end; i >= 0; i--) {
         mf_tensor *t = ctx->tape[i];
         int k;
         if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
-        for (k = 0; k < MF_MAX_SRC; k++) {
+        for (k = 0; k < MF_MAX_SRC && !mf__op_assigns(t->op); k++) {
             mf_tensor *s = t->src[k];
             if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;
         }
@@ -2249,9 +2273,12 @@ static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
     int in = w->shape[1], nout = w->shape[0];
     int64_t rows = mf__rows(x);
-    float *dx = mf__g(x), *dw = mf__g(w), *db = mf__g(b);
-    if (dx) mf__gemm(ctx, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, 1.0f, dx, 0, 1);
-    if (dw) mf__gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, 1.0f, dw, 0, 1);
+    int ax, aw;
+    float *dx = mf__g_claim(x, &ax), *dw, *db;
+    if (dx) mf__gemm(ctx, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, ax ? 0.0f : 1.0f, dx, 0, 1);
+    dw = mf__g_claim(w, &aw);
+    if (dw) mf__gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, aw ? 0.0f : 1.0f, dw, 0, 1);
+    db = b ? mf__g_add(ctx, b) : NULL;
     if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db);
 }
 static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward, 0 };
@@ -2278,6 +2305,17 @@ static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
     }
     mf__set_shape(out, big->ndim, big->shape);
     return 0;
+}
+/* y = s * x (assign) or y += s * x, elementwise, in parallel */
+static void mf__axpy(mf_ctx *ctx, int64_t n, float s, const float *x, float *y, int assign) {
+    int64_t i;
+    if (assign) {
+        MF__PARFOR(ctx, n, 1)
+        for (i = 0; i < n; i++) y[i] = s * x[i];
+    } else {
+        MF__PARFOR(ctx, n, 1)
+        for (i = 0; i < n; i++) y[i] += s * x[i];
+    }
 }
 /* out = a (op) b where one operand repeats: rows of the larger, each row over the smaller one */
 static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
@@ -2311,23 +2349,19 @@ static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *A = out->src[0], *B = out->src[1];
-    float *da = mf__g(A), *db = mf__g(B);
+    float *da, *db;
     const float *g = out->grad;
     int64_t na = A->ne, nb = B->ne, n = out->ne, i;
-    int kind = out->iarg[1];
+    int kind = out->iarg[1], aa, ab;
     if (na == n && nb == n) { /* same shapes (residual adds): elementwise, in parallel */
         if (kind != MF__MUL) {
             float sb = kind == MF__SUB ? -1.0f : 1.0f;
-            if (da) {
-                MF__PARFOR(ctx, n, 1)
-                for (i = 0; i < n; i++) da[i] += g[i];
-            }
-            if (db) {
-                MF__PARFOR(ctx, n, 1)
-                for (i = 0; i < n; i++) db[i] += sb * g[i];
-            }
+            if ((da = mf__g_claim(A, &aa)) != NULL) mf__axpy(ctx, n, 1.0f, g, da, aa);
+            if ((db = mf__g_claim(B, &ab)) != NULL) mf__axpy(ctx, n, sb, g, db, ab);
             return;
         }
+        da = mf__g_add(ctx, A);
+        db = mf__g_add(ctx, B);
         MF__PARFOR(ctx, n, 2)
         for (i = 0; i < n; i++) {
             if (da) da[i] += g[i] * B->data[i];
@@ -2335,6 +2369,8 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
         }
         return;
     }
+    da = mf__g_add(ctx, A);
+    db = mf__g_add(ctx, B);
     if (na > 1 && nb > 1 && kind != MF__MUL && (na < nb ? na : nb) <= 0x7fffffff) {
         /* a repeating operand under add / sub: the larger one elementwise, the smaller one summed
            over its repeats (column sums: parallel, each element summed in repeat order) */
@@ -2417,19 +2453,20 @@ static mf__av mf__av_gelu_step(mf__av v, const float *g, mf__am mk, int64_t i, i
     ph = mf__av_fma(mf__av_mul(v, mf__av_set1(0.3989422804014327f)), e, ph);
     return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), ph);
 }
-static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n) {
+/* y = gelu(x) (g NULL), y = g * gelu'(x) (add 0) or y += g * gelu'(x) (add 1) */
+static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n, int add) {
     int64_t nb = (n + 4095) / 4096, b;
     MF__PARFOR(ctx, nb, 4096.0 * 6)
     for (b = 0; b < nb; b++) {
         int64_t i = b * 4096, end = i + 4096 < n ? i + 4096 : n;
         for (; i + MF__AW <= end; i += MF__AW) {
             mf__av r = mf__av_gelu_step(mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
-            mf__av_store(y + i, g ? mf__av_add(mf__av_load(y + i), r) : r);
+            mf__av_store(y + i, add ? mf__av_add(mf__av_load(y + i), r) : r);
         }
         if (i < end) { /* vector tail */
             mf__am mk = mf__av_mask((int)(end - i));
             mf__av r = mf__av_gelu_step(mf__av_loadm(x + i, mk), g, mk, i, 1);
-            mf__av_storem(y + i, mk, g ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
+            mf__av_storem(y + i, mk, add ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
         }
     }
 }
@@ -2439,7 +2476,7 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     int64_t n = out->ne, i;
     int kind = out->iarg[0];
     if (kind == MF__GELU) { /* the common FFN activation: vectorised */
-        mf__gelu_run(ctx, x, NULL, y, n);
+        mf__gelu_run(ctx, x, NULL, y, n, 0);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -2458,12 +2495,12 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data, *y = out->data, *g = out->grad;
-    float *dx = mf__g(out->src[0]), s = out->farg[0];
     int64_t n = out->ne, i;
-    int kind = out->iarg[0];
+    int kind = out->iarg[0], assign;
+    float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[0];
     if (!dx) return;
     if (kind == MF__GELU) {
-        mf__gelu_run(ctx, x, g, dx, n);
+        mf__gelu_run(ctx, x, g, dx, n, !assign);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -2482,7 +2519,7 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
         case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
         default: d = y[i]; break;
         }
-        dx[i] += g[i] * d;
+        dx[i] = assign ? g[i] * d : dx[i] + g[i] * d;
     }
 }
 static const mf__op mf__op_scale = { "scale", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
@@ -2640,16 +2677,22 @@ static void mf__cross_entropy_forward(mf_ctx *ctx, mf_tensor *out) {
 static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     const int32_t *tg = (const int32_t *)out->aux;
-    float *dx = mf__g(out->src[0]), g;
-    int V = mf__last(x);
+    int V = mf__last(x), assign;
+    float *dx = mf__g_claim(out->src[0], &assign), g;
     int64_t rows = mf__rows(x), r;
-    if (!dx || !out->iarg[1]) return;
+    if (!dx) return;
+    if (assign && !out->iarg[1]) mf__zero_floats(ctx, dx, x->ne);
+    if (!out->iarg[1]) return;
     g = out->grad[0] / (float)out->iarg[1];
     MF__PARFOR(ctx, rows, 4 * V)
     for (r = 0; r < rows; r++) { /* d/dx = (softmax - onehot) * g */
         int j;
-        if (tg[r] == out->iarg[0]) continue;
-        for (j = 0; j < V; j++) dx[r * V + j] += g * expf((x->data[r * V + j] - out->saved[2 * r]) - out->saved[2 * r + 1]);
+        if (tg[r] == out->iarg[0]) {
+            if (assign) memset(dx + r * V, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        for (j = 0; j < V; j++)
+            dx[r * V + j] = (assign ? 0.0f : dx[r * V + j]) + g * expf((x->data[r * V + j] - out->saved[2 * r]) - out->saved[2 * r + 1]);
         dx[r * V + tg[r]] -= g;
     }
 }
@@ -2756,7 +2799,8 @@ static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *gm = out->src[1];
-    float *dx = mf__g(out->src[0]), *dg = mf__g(out->src[1]), *db = mf__g(out->src[2]);
+    int assign;
+    float *dx = mf__g_claim(out->src[0], &assign), *dg = mf__g_add(ctx, out->src[1]), *db = mf__g_add(ctx, out->src[2]);
     int D = mf__last(x);
     int64_t rows = mf__rows(x), r;
     const float *st = out->saved;
@@ -2786,11 +2830,11 @@ static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
                 mf__av dxh = mf__av_load(g + j), xh = mf__av_mul(mf__av_sub(mf__av_load(xr + j), vm), vr);
                 if (gm) dxh = mf__av_mul(dxh, mf__av_load(gm->data + j));
                 dxh = mf__av_sub(mf__av_sub(dxh, v1), mf__av_mul(xh, v2));
-                mf__av_store(dx + r * D + j, mf__av_fma(vr, dxh, mf__av_load(dx + r * D + j)));
+                mf__av_store(dx + r * D + j, assign ? mf__av_mul(vr, dxh) : mf__av_fma(vr, dxh, mf__av_load(dx + r * D + j)));
             }
             for (; j < D; j++) {
                 float dxh = g[j] * (gm ? gm->data[j] : 1.0f), xh = (xr[j] - mean) * rstd;
-                dx[r * D + j] += rstd * (dxh - m1 - xh * m2);
+                dx[r * D + j] = (assign ? 0.0f : dx[r * D + j]) + rstd * (dxh - m1 - xh * m2);
             }
         }
     }
@@ -2925,11 +2969,9 @@ static int mf__reshape_shape(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__nop_forward(mf_ctx *ctx, mf_tensor *out) { (void)ctx; (void)out; }
 static void mf__reshape_backward(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    int64_t i;
-    if (!dx) return;
-    MF__PARFOR(ctx, out->ne, 1)
-    for (i = 0; i < out->ne; i++) dx[i] += out->grad[i];
+    int assign;
+    float *dx = mf__g_claim(out->src[0], &assign);
+    if (dx) mf__axpy(ctx, out->ne, 1.0f, out->grad, dx, assign);
 }
 static const mf__op mf__op_reshape = { "reshape", 1, mf__reshape_shape, mf__nop_forward, mf__reshape_backward, 1 };
 MFDEF mf_tensor *mf_reshape(mf_ctx *ctx, mf_tensor *x, int ndim, const int *shape) {
@@ -2983,7 +3025,8 @@ static void mf__permute_strides(const mf_tensor *out, int64_t *ostride_in, int *
 static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     int64_t st[MF_MAX_DIMS], n01;
     int sh[MF_MAX_DIMS];
-    float *dx = backward ? mf__g(out->src[0]) : NULL;
+    int assign = 0; /* backward: every element of dx is written once (a permutation) */
+    float *dx = backward ? mf__g_claim(out->src[0], &assign) : NULL;
     if (backward && !dx) return;
     mf__permute_strides(out, st, sh);
     n01 = (int64_t)sh[0] * sh[1];
@@ -2995,7 +3038,8 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
             if (st[3] == 1) { /* the last axis stays last: contiguous runs of sh[3] */
                 for (c = 0; c < sh[2]; c++, o += sh[3]) {
                     const int64_t in = a * st[0] + b * st[1] + c * st[2];
-                    if (backward) { for (d = 0; d < sh[3]; d++) dx[in + d] += out->grad[o + d]; }
+                    if (backward && assign) memcpy(dx + in, out->grad + o, (size_t)sh[3] * sizeof(float));
+                    else if (backward) { for (d = 0; d < sh[3]; d++) dx[in + d] += out->grad[o + d]; }
                     else memcpy(out->data + o, out->src[0]->data + in, (size_t)sh[3] * sizeof(float));
                 }
                 continue;
@@ -3003,7 +3047,7 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
             for (c = 0; c < sh[2]; c++)
                 for (d = 0; d < sh[3]; d++, o++) {
                     int64_t in = a * st[0] + b * st[1] + c * st[2] + d * st[3];
-                    if (backward) dx[in] += out->grad[o];
+                    if (backward) dx[in] = (assign ? 0.0f : dx[in]) + out->grad[o];
                     else out->data[o] = out->src[0]->data[in];
                 }
         }
@@ -3747,6 +3791,17 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
     mf_tensor *t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
     if (t) { t->farg[0] = scale; t->iarg[0] = causal != 0; }
     return mf__finish(ctx, t);
+}
+
+/* the ops whose backward claims its input gradients (mf__g_claim / mf__g_add, see [mf:autograd]) */
+static int mf__op_assigns(const mf__op *op) {
+    static const mf__op *const ops[] = { &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul, &mf__op_scale,
+        &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp, &mf__op_elu1, &mf__op_layernorm,
+        &mf__op_reshape, &mf__op_permute, &mf__op_cross_entropy };
+    size_t i;
+    for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (op == ops[i]) return 1;
+    return 0;
 }
 
 /* ==== [mf:layers] =========================================================================== */
