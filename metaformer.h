@@ -1480,7 +1480,9 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
 /* ======================================================================================
  * SGEMM engine (mf_sgemm, mf_sgemm_batched)
  *
- * Row-major C[M][N] = alpha * op(A)[M][K] @ op(B)[K][N] + beta * C.
+ * Row-major C[M][N] = alpha * op(A)[M][K] @ op(B)[K][N] + beta * C  (+ bias[N] on every row:
+ * internal, the linear layer's forward; added in the last K block's store, so C gets
+ * (sum of the K blocks) + bias, rounded as a separate bias pass would).
  *
  * Design (BLIS / GotoBLAS):
  *   for jc over N in steps of NC            B block  (KC x NC) packed once per (jc, pc)
@@ -1565,12 +1567,13 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
 
 #if defined(MF__GEMM_AVX512)
 
-/* c[0..16) (masked by m) = alpha * v + beta * c */
-static void mf__gemm_st16(float *c, __m512 v, float alpha, float beta, __mmask16 m)
+/* c[0..16) (masked by m) = alpha * v + beta * c (+ bias[0..16)) */
+static void mf__gemm_st16(float *c, __m512 v, float alpha, float beta, __mmask16 m, const float *bias)
 {
     v = _mm512_mul_ps(v, _mm512_set1_ps(alpha));
     if (beta != 0.0f)
         v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, c), _mm512_set1_ps(beta), v);
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias));
     _mm512_mask_storeu_ps(c, m, v);
 }
 
@@ -1586,8 +1589,8 @@ static __mmask16 mf__gemm_mask(int nr, int lo)
     c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1); }
 #define MF__K_FMA_PACKED(i) MF__K_FMA(i, a[i])
 #define MF__K_PF(i) if (i < mr) _mm_prefetch((const char *)(c + (long)i * ldc), _MM_HINT_T0);
-#define MF__K_ST(i) if (i < mr) { mf__gemm_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0); \
-    if (m1) mf__gemm_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1); }
+#define MF__K_ST(i) if (i < mr) { mf__gemm_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0, bias); \
+    if (m1) mf__gemm_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1, bias ? bias + 16 : NULL); }
 
 /* Ragged row panels of at most 6 rows: a 6 x 32 tile halves the wasted work of the last
    panel (64 = 5 x 12 + 4).  Strided like the direct kernel below: A(i, p) = a[i*rsa + p*csa],
@@ -1596,7 +1599,7 @@ static __mmask16 mf__gemm_mask(int nr, int lo)
 #define MF__K_FMA_DIRECT(i) MF__K_FMA(i, a##i)
 static MF__GEMM_NOINLINE void mf__gemm_kernel6(int kc, const float *a, long rsa, long csa,
                                                const float *b, long rsb, float *c, long ldc,
-                                               float alpha, float beta, int mr, int nr)
+                                               float alpha, float beta, int mr, int nr, const float *bias)
 {
     __mmask16 m0 = mf__gemm_mask(nr, 0), m1 = mf__gemm_mask(nr, 16);
     /* rows past mr repeat row mr-1: never read past the end of an unpacked A */
@@ -1616,14 +1619,14 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel6(int kc, const float *a, long rsa,
 }
 #undef MF__K_ROWS6
 
-/* C[mr][nr] = alpha * Ap[12][kc] @ Bp[kc][32] + beta * C  (mr <= 12, nr <= 32)
+/* C[mr][nr] = alpha * Ap[12][kc] @ Bp[kc][32] + beta * C (+ bias[nr] when not NULL)  (mr <= 12, nr <= 32)
    a: packed A micro-panel, a[p*12 + i];  b: packed B micro-panel, b[p*32 + j]. */
 static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
-                            float alpha, float beta, int mr, int nr)
+                            float alpha, float beta, int mr, int nr, const float *bias)
 {
     __mmask16 m0, m1;
     int p;
-    if (mr <= 6) { mf__gemm_kernel6(kc, a, 1, 12, b, 32, c, ldc, alpha, beta, mr, nr); return; }
+    if (mr <= 6) { mf__gemm_kernel6(kc, a, 1, 12, b, 32, c, ldc, alpha, beta, mr, nr, bias); return; }
     m0 = mf__gemm_mask(nr, 0);
     m1 = mf__gemm_mask(nr, 16);
     MF__K_ROWS(MF__K_DECL)
@@ -1642,7 +1645,8 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const floa
    base + {0,1,2}*rsa);  B(p, j) = b[p*rsb + j], the nr <= 32 columns loaded with masks.
    Only the first mr rows of C are stored (the caller packs a ragged last panel of A). */
 static MF__GEMM_NOINLINE void mf__gemm_kernel_direct(int kc, const float *a, long rsa, long csa, const float *b, long rsb,
-                                   float *c, long ldc, float alpha, float beta, int mr, int nr)
+                                   float *c, long ldc, float alpha, float beta, int mr, int nr,
+                                   const float *bias)
 {
     __mmask16 m0 = mf__gemm_mask(nr, 0), m1 = mf__gemm_mask(nr, 16);
     const float *g0 = a, *g1 = a + 3 * rsa, *g2 = a + 6 * rsa, *g3 = a + 9 * rsa;
@@ -1670,15 +1674,17 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel_direct(int kc, const float *a, lon
 
 #elif defined(MF__GEMM_AVX2)
 
-static void mf__gemm_st8(float *c, __m256 v, float alpha, float beta, int n)
+static void mf__gemm_st8(float *c, __m256 v, float alpha, float beta, int n, const float *bias)
 {
     v = _mm256_mul_ps(v, _mm256_set1_ps(alpha));
     if (n >= 8) {
         if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_loadu_ps(c), _mm256_set1_ps(beta), v);
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias));
         _mm256_storeu_ps(c, v);
     } else {
         __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_maskload_ps(c, m), _mm256_set1_ps(beta), v);
+        if (bias) v = _mm256_add_ps(v, _mm256_maskload_ps(bias, m));
         _mm256_maskstore_ps(c, m, v);
     }
 }
@@ -1687,12 +1693,12 @@ static void mf__gemm_st8(float *c, __m256 v, float alpha, float beta, int n)
 #define MF__K_DECL(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
 #define MF__K_FMA(i) { __m256 ai = _mm256_broadcast_ss(a + i); \
     c##i##_0 = _mm256_fmadd_ps(ai, b0, c##i##_0); c##i##_1 = _mm256_fmadd_ps(ai, b1, c##i##_1); }
-#define MF__K_ST(i) if (i < mr) { mf__gemm_st8(c + (long)i * ldc, c##i##_0, alpha, beta, nr); \
-    if (nr > 8) mf__gemm_st8(c + (long)i * ldc + 8, c##i##_1, alpha, beta, nr - 8); }
+#define MF__K_ST(i) if (i < mr) { mf__gemm_st8(c + (long)i * ldc, c##i##_0, alpha, beta, nr, bias); \
+    if (nr > 8) mf__gemm_st8(c + (long)i * ldc + 8, c##i##_1, alpha, beta, nr - 8, bias ? bias + 8 : NULL); }
 
-/* C[mr][nr] = alpha * Ap[6][kc] @ Bp[kc][16] + beta * C  (mr <= 6, nr <= 16) */
+/* C[mr][nr] = alpha * Ap[6][kc] @ Bp[kc][16] + beta * C (+ bias[nr])  (mr <= 6, nr <= 16) */
 static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
-                            float alpha, float beta, int mr, int nr)
+                            float alpha, float beta, int mr, int nr, const float *bias)
 {
     int p;
     MF__K_ROWS(MF__K_DECL)
@@ -1711,9 +1717,9 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const floa
 
 #else
 
-/* portable: C[mr][nr] = alpha * Ap[4][kc] @ Bp[kc][16] + beta * C  (mr <= 4, nr <= 16) */
+/* portable: C[mr][nr] = alpha * Ap[4][kc] @ Bp[kc][16] + beta * C (+ bias[nr])  (mr <= 4, nr <= 16) */
 static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
-                            float alpha, float beta, int mr, int nr)
+                            float alpha, float beta, int mr, int nr, const float *bias)
 {
     float acc[4][16];
     int i, j, p;
@@ -1730,6 +1736,8 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const floa
             for (j = 0; j < nr; ++j) ci[j] = alpha * acc[i][j];
         else
             for (j = 0; j < nr; ++j) ci[j] = alpha * acc[i][j] + beta * ci[j];
+        if (bias)
+            for (j = 0; j < nr; ++j) ci[j] += bias[j];
     }
 }
 
@@ -1841,8 +1849,8 @@ static long mf__gemm_bufB_len(int N, int K)
     return nc * mf__gemm_min(MF__GEMM_KC, K);
 }
 
-/* C = beta * C for an M x N block (beta == 0 writes zeros without reading C) */
-static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc)
+/* C = beta * C (+ bias on every row) for an M x N block (beta == 0 writes zeros without reading C) */
+static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc, const float *bias)
 {
     int i, j;
     for (i = 0; i < M; ++i) {
@@ -1851,6 +1859,8 @@ static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc)
             for (j = 0; j < N; ++j) c[j] = 0.0f;
         else if (beta != 1.0f)
             for (j = 0; j < N; ++j) c[j] *= beta;
+        if (bias)
+            for (j = 0; j < N; ++j) c[j] += bias[j];
     }
 }
 
@@ -1861,7 +1871,7 @@ static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc)
    row panel of A is packed.  Loop order jr -> ir keeps the kc x NR strip of B in L1. */
 static void mf__gemm_direct(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb,
-                            float beta, float *C, int ldc, float *bufA, float *bufB)
+                            float beta, float *C, int ldc, const float *bias, float *bufA, float *bufB)
 {
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
@@ -1871,7 +1881,7 @@ static void mf__gemm_direct(int transA, int transB, int M, int N, int K, float a
     for (pc = 0; pc < K; pc += MF__GEMM_KC) {
         int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
         float beta_eff = pc == 0 ? beta : 1.0f;
-        const float *Ap = A + pc * acs;
+        const float *Ap = A + pc * acs, *bias_eff = pc + kc >= K ? bias : NULL; /* the last K block */
         if (!b_in_place) mf__gemm_pack(B + pc * brs, bcs, brs, N, kc, MF__GEMM_NR, bufB);
         if (M - m_full > 6) mf__gemm_pack(Ap + m_full * ars, ars, acs, M - m_full, kc, MF__GEMM_MR, bufA);
         for (jr = 0; jr < N; jr += MF__GEMM_NR) {
@@ -1879,15 +1889,16 @@ static void mf__gemm_direct(int transA, int transB, int M, int N, int K, float a
             const float *bp = b_in_place ? B + (long)pc * ldb + jr : bufB + (long)jr * kc;
             long rsb = b_in_place ? ldb : MF__GEMM_NR;
             float *cp = C + jr;
+            const float *bj = bias_eff ? bias_eff + jr : NULL;
             for (ir = 0; ir < m_full; ir += MF__GEMM_MR)
                 mf__gemm_kernel_direct(kc, Ap + ir * ars, ars, acs, bp, rsb, cp + (long)ir * ldc, ldc,
-                                       alpha, beta_eff, MF__GEMM_MR, nr);
+                                       alpha, beta_eff, MF__GEMM_MR, nr, bj);
             if (M - m_full > 6)
                 mf__gemm_kernel_direct(kc, bufA, 1, MF__GEMM_MR, bp, rsb, cp + (long)m_full * ldc, ldc,
-                                       alpha, beta_eff, M - m_full, nr);
+                                       alpha, beta_eff, M - m_full, nr, bj);
             else if (m_full < M)  /* 6 rows or fewer: read them in place */
                 mf__gemm_kernel6(kc, Ap + m_full * ars, ars, acs, bp, rsb, cp + (long)m_full * ldc, ldc,
-                                 alpha, beta_eff, M - m_full, nr);
+                                 alpha, beta_eff, M - m_full, nr, bj);
         }
     }
 }
@@ -1902,20 +1913,21 @@ static int mf__gemm_use_direct(int M, int N, int K)
 }
 #endif
 
-/* One thread, blocked product; bufA / bufB hold mf__gemm_bufA_len / _bufB_len floats. */
+/* One thread, blocked product (+ bias[N] on every row when not NULL); bufA / bufB hold
+   mf__gemm_bufA_len / _bufB_len floats. */
 static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb,
-                        float beta, float *C, int ldc, float *bufA, float *bufB)
+                        float beta, float *C, int ldc, const float *bias, float *bufA, float *bufB)
 {
     /* element (i, p) of op(A) is A[i*ars + p*acs]; element (p, j) of op(B) is B[p*brs + j*bcs] */
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
     int jc, pc, ic, jr, ir;
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc); return; }
+    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return; }
 #if defined(MF__GEMM_HAVE_DIRECT)
     if (mf__gemm_use_direct(M, N, K)) {
-        mf__gemm_direct(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bufA, bufB);
+        mf__gemm_direct(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, bufA, bufB);
         return;
     }
 #endif
@@ -1924,6 +1936,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
         for (pc = 0; pc < K; pc += MF__GEMM_KC) {
             int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
             float beta_eff = pc == 0 ? beta : 1.0f;
+            const float *bias_eff = pc + kc >= K ? bias : NULL; /* the last K block */
             /* op(B) block rows pc.., cols jc..: as panels of NR columns, i.e. a matrix whose
                row j is column j of op(B): element (j, p) = B[p*brs + j*bcs] */
             mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, bufB);
@@ -1935,8 +1948,8 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
                     const float *bp = bufB + (long)jr * kc;
                     for (ir = 0; ir < mc; ir += MF__GEMM_MR) {
                         int mr = (int)mf__gemm_min(MF__GEMM_MR, mc - ir);
-                        mf__gemm_kernel(kc, bufA + (long)ir * kc, bp,
-                                        C + (long)(ic + ir) * ldc + jc + jr, ldc, alpha, beta_eff, mr, nr);
+                        mf__gemm_kernel(kc, bufA + (long)ir * kc, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc,
+                                        alpha, beta_eff, mr, nr, bias_eff ? bias_eff + jc + jr : NULL);
                     }
                 }
             }
@@ -1998,10 +2011,11 @@ static long mf__gemm_ws_floats(int M, int N, int K, int n_threads)
     return (mf__gemm_bufA_len(M, K) + mf__gemm_bufB_len(N, K) + 31) / 16 * 16 * mf__gemm_threads(n_threads) + 16;
 }
 
-/* mf_sgemm with an optional workspace of mf__gemm_ws_floats() floats (NULL: allocate one) */
-static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alpha,
-                         const float *A, int lda, const float *B, int ldb,
-                         float beta, float *C, int ldc, int n_threads, float *ws)
+/* mf_sgemm (+ bias[N] on every row when not NULL) with an optional workspace of
+   mf__gemm_ws_floats() floats (NULL: allocate one) */
+static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb,
+                              float beta, float *C, int ldc, const float *bias, int n_threads, float *ws)
 {
     int nt = mf__gemm_threads(n_threads);
     double flops = 2.0 * M * N * K;
@@ -2009,7 +2023,7 @@ static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alph
     void *mem = NULL;
     float *buf;
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc); return; }
+    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return; }
     /* below ~2 MFLOP per thread the fork/join costs more than it saves */
     if (nt > 1 && flops < 2.0e6 * nt) nt = (int)(flops / 2.0e6) < 1 ? 1 : (int)(flops / 2.0e6);
     if (nt > 1 && (M + MF__GEMM_MR - 1) / MF__GEMM_MR * ((N + MF__GEMM_NR - 1) / MF__GEMM_NR) < nt) nt = 1;
@@ -2019,7 +2033,7 @@ static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alph
     if (!ws && !(mem = MF_MALLOC((size_t)(per * nt + 16) * sizeof(float)))) return;
     buf = mf__gemm_align(ws ? (void *)ws : mem);
     if (nt == 1) {
-        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf, buf + la);
+        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la);
     } else {
 #if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
         int tm, tn;
@@ -2034,11 +2048,17 @@ static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alph
                 mf__gemm_st(transA, transB, m1 - m0, n1 - n0, K, alpha,
                             transA ? A + m0 : A + (long)m0 * lda, lda,
                             transB ? B + (long)n0 * ldb : B + n0, ldb,
-                            beta, C + (long)m0 * ldc + n0, ldc, bA, bB);
+                            beta, C + (long)m0 * ldc + n0, ldc, bias ? bias + n0 : NULL, bA, bB);
         }
 #endif
     }
     MF_FREE(mem);
+}
+static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alpha,
+                         const float *A, int lda, const float *B, int ldb,
+                         float beta, float *C, int ldc, int n_threads, float *ws)
+{
+    mf__sgemm_bias_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, ws);
 }
 
 static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, float alpha,
@@ -2068,7 +2088,7 @@ static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, fl
             float *bA = buf;
 #endif
             mf__gemm_st(transA, transB, M, N, K, alpha, A + strideA * b, lda, B + strideB * b, ldb,
-                        beta, C + strideC * b, ldc, bA, bA + la);
+                        beta, C + strideC * b, ldc, NULL, bA, bA + la);
         }
         MF_FREE(mem);
         return;
@@ -2258,16 +2278,11 @@ static int mf__linear_shape(mf_ctx *ctx, mf_tensor *out) {
 static void mf__linear_forward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
     int in = w->shape[1], nout = w->shape[0];
-    int64_t rows = mf__rows(x), r;
-    mf__gemm(ctx, 0, 1, (int)rows, nout, in, x->data, 0, w->data, 0, 0.0f, out->data, 0, 1);
-    if (b) {
-        MF__PARFOR(ctx, rows, nout)
-        for (r = 0; r < rows; r++) {
-            float *y = out->data + r * nout;
-            int j;
-            for (j = 0; j < nout; j++) y[j] += b->data[j];
-        }
-    }
+    int64_t rows = mf__rows(x);
+    float *ws = mf__gemm_workspace(ctx, (int)rows, nout, in);
+    /* the bias is added in the GEMM's final store (no second pass over y) */
+    if (ws) mf__sgemm_bias_ws(0, 1, (int)rows, nout, in, 1.0f, x->data, in, w->data, in, 0.0f, out->data, nout,
+                              b ? b->data : NULL, ctx->n_threads, ws);
 }
 static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
