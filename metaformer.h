@@ -2236,16 +2236,28 @@ static float mf__vsum(const float *x, int n) {
 /* column sums over rows: cols[j] += sum_r a[r][j] (* b[r][j] when b), a and b [rows][D] with
    row stride D; parallel over column blocks, each column summed in row order (deterministic for
    any thread count, no shared partials). With st (layernorm): b is x and the term is
-   a * (b - st[2r]) * st[2r + 1]. */
+   a * (b - st[2r]) * st[2r + 1]. Blocks as wide as the threads allow (up to 1024 columns): a
+   block reads a long contiguous run of every row, which the prefetchers follow (64-column blocks
+   read 256 bytes per row with a row stride of 1-4 KiB: latency bound). */
+#define MF__COLSUM_MAXB 1024
 static void mf__colsum(mf_ctx *ctx, const float *a, const float *b, const float *st, int64_t rows, int D,
                        float *cols) {
-    int nblk = (D + 63) / 64;
+#if MF__OMP
+    int nt = mf__threads_for(ctx, (double)rows * D * (b ? 3 : 1));
+#else
+    int nt = 1;
+#endif
+    int bw = (D + nt - 1) / nt, nblk;
     int64_t blk;
-    MF__PARFOR(ctx, nblk, (double)rows * 64 * (b ? 3 : 1))
+    bw = (bw + 15) / 16 * 16;
+    if (bw < 64) bw = 64;
+    if (bw > MF__COLSUM_MAXB) bw = MF__COLSUM_MAXB;
+    nblk = (D + bw - 1) / bw;
+    MF__PARFOR(ctx, nblk, (double)rows * bw * (b ? 3 : 1))
     for (blk = 0; blk < nblk; blk++) {
-        int j0 = (int)blk * 64, j1 = j0 + 64 < D ? j0 + 64 : D, j;
+        int j0 = (int)blk * bw, j1 = j0 + bw < D ? j0 + bw : D, j;
         int64_t r;
-        float acc[64];
+        float acc[MF__COLSUM_MAXB];
         for (j = 0; j < j1 - j0; j++) acc[j] = 0;
         for (r = 0; r < rows; r++) {
             const float *ar = a + r * D + j0, *br = b ? b + r * D + j0 : NULL;
