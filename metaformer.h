@@ -1319,6 +1319,29 @@ struct mf__op {
 /* the gradient buffer of an input, or NULL when it takes none */
 static float *mf__g(const mf_tensor *t) { return (t && t->requires_grad) ? t->grad : NULL; }
 
+/* CPU backward: an activation gradient is "pending" until its first writer (the latest consumer on
+   the tape) runs, its buffer not zeroed yet. mf_backward zeroes the pending input gradients of an op
+   before its backward, except for the ops of mf__op_assigns: their backward takes each input
+   gradient with one of these two, so the first writer stores (=) instead of zero + add (one pass
+   over the buffer less, and a GEMM that does not read C). */
+static int mf__op_assigns(const mf__op *op); /* [mf:ops], after the ops */
+/* The gradient of input s for a backward that writes every element: *assign = 1 when the backward
+   must store (=) rather than add, as the buffer's first writer. */
+static float *mf__g_claim(mf_tensor *s, int *assign) {
+    float *g = mf__g(s);
+    *assign = g && s->grad_pending;
+    if (g) s->grad_pending = 0;
+    return g;
+}
+/* The gradient of input s, zeroed if still pending, for a backward that adds (+=) into it. */
+static void mf__zero_floats(mf_ctx *ctx, float *x, int64_t n);
+static float *mf__g_add(mf_ctx *ctx, mf_tensor *s) {
+    int assign;
+    float *g = mf__g_claim(s, &assign);
+    if (assign) mf__zero_floats(ctx, g, s->ne);
+    return g;
+}
+
 static void mf__set_shape(mf_tensor *t, int ndim, const int *shape) {
     int i;
     t->ndim = ndim;
@@ -1437,15 +1460,16 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         return mf_ok(ctx) ? 0 : -1;
     }
     /* CPU: a gradient is zeroed just before the first backward that adds into it (the latest
-       consumer on the tape), while it is about to be used and still in cache; one that no op
-       wrote is zeroed before its own backward reads it. */
+       consumer on the tape), while it is about to be used and still in cache, unless that op
+       stores into it (mf__op_assigns); one that no op wrote is zeroed before its own backward
+       reads it. */
     loss->grad[0] = 1.0f;
     loss->grad_pending = 0;
     for (i = end; i >= 0; i--) {
         mf_tensor *t = ctx->tape[i];
         int k;
         if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
-        for (k = 0; k < MF_MAX_SRC; k++) {
+        for (k = 0; k < MF_MAX_SRC && !mf__op_assigns(t->op); k++) {
             mf_tensor *s = t->src[k];
             if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;
         }
@@ -1458,7 +1482,9 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
 /* ======================================================================================
  * SGEMM engine (mf_sgemm, mf_sgemm_batched)
  *
- * Row-major C[M][N] = alpha * op(A)[M][K] @ op(B)[K][N] + beta * C.
+ * Row-major C[M][N] = alpha * op(A)[M][K] @ op(B)[K][N] + beta * C  (+ bias[N] on every row:
+ * internal, the linear layer's forward; added in the last K block's store, so C gets
+ * (sum of the K blocks) + bias, rounded as a separate bias pass would).
  *
  * Design (BLIS / GotoBLAS):
  *   for jc over N in steps of NC            B block  (KC x NC) packed once per (jc, pc)
@@ -1543,12 +1569,13 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
 
 #if defined(MF__GEMM_AVX512)
 
-/* c[0..16) (masked by m) = alpha * v + beta * c */
-static void mf__gemm_st16(float *c, __m512 v, float alpha, float beta, __mmask16 m)
+/* c[0..16) (masked by m) = alpha * v + beta * c (+ bias[0..16)) */
+static void mf__gemm_st16(float *c, __m512 v, float alpha, float beta, __mmask16 m, const float *bias)
 {
     v = _mm512_mul_ps(v, _mm512_set1_ps(alpha));
     if (beta != 0.0f)
         v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, c), _mm512_set1_ps(beta), v);
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias));
     _mm512_mask_storeu_ps(c, m, v);
 }
 
@@ -1564,8 +1591,8 @@ static __mmask16 mf__gemm_mask(int nr, int lo)
     c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1); }
 #define MF__K_FMA_PACKED(i) MF__K_FMA(i, a[i])
 #define MF__K_PF(i) if (i < mr) _mm_prefetch((const char *)(c + (long)i * ldc), _MM_HINT_T0);
-#define MF__K_ST(i) if (i < mr) { mf__gemm_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0); \
-    if (m1) mf__gemm_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1); }
+#define MF__K_ST(i) if (i < mr) { mf__gemm_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0, bias); \
+    if (m1) mf__gemm_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1, bias ? bias + 16 : NULL); }
 
 /* Ragged row panels of at most 6 rows: a 6 x 32 tile halves the wasted work of the last
    panel (64 = 5 x 12 + 4).  Strided like the direct kernel below: A(i, p) = a[i*rsa + p*csa],
@@ -1574,7 +1601,7 @@ static __mmask16 mf__gemm_mask(int nr, int lo)
 #define MF__K_FMA_DIRECT(i) MF__K_FMA(i, a##i)
 static MF__GEMM_NOINLINE void mf__gemm_kernel6(int kc, const float *a, long rsa, long csa,
                                                const float *b, long rsb, float *c, long ldc,
-                                               float alpha, float beta, int mr, int nr)
+                                               float alpha, float beta, int mr, int nr, const float *bias)
 {
     __mmask16 m0 = mf__gemm_mask(nr, 0), m1 = mf__gemm_mask(nr, 16);
     /* rows past mr repeat row mr-1: never read past the end of an unpacked A */
@@ -1594,14 +1621,14 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel6(int kc, const float *a, long rsa,
 }
 #undef MF__K_ROWS6
 
-/* C[mr][nr] = alpha * Ap[12][kc] @ Bp[kc][32] + beta * C  (mr <= 12, nr <= 32)
+/* C[mr][nr] = alpha * Ap[12][kc] @ Bp[kc][32] + beta * C (+ bias[nr] when not NULL)  (mr <= 12, nr <= 32)
    a: packed A micro-panel, a[p*12 + i];  b: packed B micro-panel, b[p*32 + j]. */
 static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
-                            float alpha, float beta, int mr, int nr)
+                            float alpha, float beta, int mr, int nr, const float *bias)
 {
     __mmask16 m0, m1;
     int p;
-    if (mr <= 6) { mf__gemm_kernel6(kc, a, 1, 12, b, 32, c, ldc, alpha, beta, mr, nr); return; }
+    if (mr <= 6) { mf__gemm_kernel6(kc, a, 1, 12, b, 32, c, ldc, alpha, beta, mr, nr, bias); return; }
     m0 = mf__gemm_mask(nr, 0);
     m1 = mf__gemm_mask(nr, 16);
     MF__K_ROWS(MF__K_DECL)
@@ -1620,7 +1647,8 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const floa
    base + {0,1,2}*rsa);  B(p, j) = b[p*rsb + j], the nr <= 32 columns loaded with masks.
    Only the first mr rows of C are stored (the caller packs a ragged last panel of A). */
 static MF__GEMM_NOINLINE void mf__gemm_kernel_direct(int kc, const float *a, long rsa, long csa, const float *b, long rsb,
-                                   float *c, long ldc, float alpha, float beta, int mr, int nr)
+                                   float *c, long ldc, float alpha, float beta, int mr, int nr,
+                                   const float *bias)
 {
     __mmask16 m0 = mf__gemm_mask(nr, 0), m1 = mf__gemm_mask(nr, 16);
     const float *g0 = a, *g1 = a + 3 * rsa, *g2 = a + 6 * rsa, *g3 = a + 9 * rsa;
@@ -1648,15 +1676,17 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel_direct(int kc, const float *a, lon
 
 #elif defined(MF__GEMM_AVX2)
 
-static void mf__gemm_st8(float *c, __m256 v, float alpha, float beta, int n)
+static void mf__gemm_st8(float *c, __m256 v, float alpha, float beta, int n, const float *bias)
 {
     v = _mm256_mul_ps(v, _mm256_set1_ps(alpha));
     if (n >= 8) {
         if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_loadu_ps(c), _mm256_set1_ps(beta), v);
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias));
         _mm256_storeu_ps(c, v);
     } else {
         __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         if (beta != 0.0f) v = _mm256_fmadd_ps(_mm256_maskload_ps(c, m), _mm256_set1_ps(beta), v);
+        if (bias) v = _mm256_add_ps(v, _mm256_maskload_ps(bias, m));
         _mm256_maskstore_ps(c, m, v);
     }
 }
@@ -1665,12 +1695,12 @@ static void mf__gemm_st8(float *c, __m256 v, float alpha, float beta, int n)
 #define MF__K_DECL(i) __m256 c##i##_0 = _mm256_setzero_ps(), c##i##_1 = _mm256_setzero_ps();
 #define MF__K_FMA(i) { __m256 ai = _mm256_broadcast_ss(a + i); \
     c##i##_0 = _mm256_fmadd_ps(ai, b0, c##i##_0); c##i##_1 = _mm256_fmadd_ps(ai, b1, c##i##_1); }
-#define MF__K_ST(i) if (i < mr) { mf__gemm_st8(c + (long)i * ldc, c##i##_0, alpha, beta, nr); \
-    if (nr > 8) mf__gemm_st8(c + (long)i * ldc + 8, c##i##_1, alpha, beta, nr - 8); }
+#define MF__K_ST(i) if (i < mr) { mf__gemm_st8(c + (long)i * ldc, c##i##_0, alpha, beta, nr, bias); \
+    if (nr > 8) mf__gemm_st8(c + (long)i * ldc + 8, c##i##_1, alpha, beta, nr - 8, bias ? bias + 8 : NULL); }
 
-/* C[mr][nr] = alpha * Ap[6][kc] @ Bp[kc][16] + beta * C  (mr <= 6, nr <= 16) */
+/* C[mr][nr] = alpha * Ap[6][kc] @ Bp[kc][16] + beta * C (+ bias[nr])  (mr <= 6, nr <= 16) */
 static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
-                            float alpha, float beta, int mr, int nr)
+                            float alpha, float beta, int mr, int nr, const float *bias)
 {
     int p;
     MF__K_ROWS(MF__K_DECL)
@@ -1689,9 +1719,9 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const floa
 
 #else
 
-/* portable: C[mr][nr] = alpha * Ap[4][kc] @ Bp[kc][16] + beta * C  (mr <= 4, nr <= 16) */
+/* portable: C[mr][nr] = alpha * Ap[4][kc] @ Bp[kc][16] + beta * C (+ bias[nr])  (mr <= 4, nr <= 16) */
 static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const float *b, float *c, long ldc,
-                            float alpha, float beta, int mr, int nr)
+                            float alpha, float beta, int mr, int nr, const float *bias)
 {
     float acc[4][16];
     int i, j, p;
@@ -1708,6 +1738,8 @@ static MF__GEMM_NOINLINE void mf__gemm_kernel(int kc, const float *a, const floa
             for (j = 0; j < nr; ++j) ci[j] = alpha * acc[i][j];
         else
             for (j = 0; j < nr; ++j) ci[j] = alpha * acc[i][j] + beta * ci[j];
+        if (bias)
+            for (j = 0; j < nr; ++j) ci[j] += bias[j];
     }
 }
 
@@ -1819,8 +1851,8 @@ static long mf__gemm_bufB_len(int N, int K)
     return nc * mf__gemm_min(MF__GEMM_KC, K);
 }
 
-/* C = beta * C for an M x N block (beta == 0 writes zeros without reading C) */
-static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc)
+/* C = beta * C (+ bias on every row) for an M x N block (beta == 0 writes zeros without reading C) */
+static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc, const float *bias)
 {
     int i, j;
     for (i = 0; i < M; ++i) {
@@ -1829,6 +1861,8 @@ static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc)
             for (j = 0; j < N; ++j) c[j] = 0.0f;
         else if (beta != 1.0f)
             for (j = 0; j < N; ++j) c[j] *= beta;
+        if (bias)
+            for (j = 0; j < N; ++j) c[j] += bias[j];
     }
 }
 
@@ -1839,7 +1873,7 @@ static void mf__gemm_scale(int M, int N, float beta, float *C, int ldc)
    row panel of A is packed.  Loop order jr -> ir keeps the kc x NR strip of B in L1. */
 static void mf__gemm_direct(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb,
-                            float beta, float *C, int ldc, float *bufA, float *bufB)
+                            float beta, float *C, int ldc, const float *bias, float *bufA, float *bufB)
 {
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
@@ -1849,7 +1883,7 @@ static void mf__gemm_direct(int transA, int transB, int M, int N, int K, float a
     for (pc = 0; pc < K; pc += MF__GEMM_KC) {
         int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
         float beta_eff = pc == 0 ? beta : 1.0f;
-        const float *Ap = A + pc * acs;
+        const float *Ap = A + pc * acs, *bias_eff = pc + kc >= K ? bias : NULL; /* the last K block */
         if (!b_in_place) mf__gemm_pack(B + pc * brs, bcs, brs, N, kc, MF__GEMM_NR, bufB);
         if (M - m_full > 6) mf__gemm_pack(Ap + m_full * ars, ars, acs, M - m_full, kc, MF__GEMM_MR, bufA);
         for (jr = 0; jr < N; jr += MF__GEMM_NR) {
@@ -1857,15 +1891,16 @@ static void mf__gemm_direct(int transA, int transB, int M, int N, int K, float a
             const float *bp = b_in_place ? B + (long)pc * ldb + jr : bufB + (long)jr * kc;
             long rsb = b_in_place ? ldb : MF__GEMM_NR;
             float *cp = C + jr;
+            const float *bj = bias_eff ? bias_eff + jr : NULL;
             for (ir = 0; ir < m_full; ir += MF__GEMM_MR)
                 mf__gemm_kernel_direct(kc, Ap + ir * ars, ars, acs, bp, rsb, cp + (long)ir * ldc, ldc,
-                                       alpha, beta_eff, MF__GEMM_MR, nr);
+                                       alpha, beta_eff, MF__GEMM_MR, nr, bj);
             if (M - m_full > 6)
                 mf__gemm_kernel_direct(kc, bufA, 1, MF__GEMM_MR, bp, rsb, cp + (long)m_full * ldc, ldc,
-                                       alpha, beta_eff, M - m_full, nr);
+                                       alpha, beta_eff, M - m_full, nr, bj);
             else if (m_full < M)  /* 6 rows or fewer: read them in place */
                 mf__gemm_kernel6(kc, Ap + m_full * ars, ars, acs, bp, rsb, cp + (long)m_full * ldc, ldc,
-                                 alpha, beta_eff, M - m_full, nr);
+                                 alpha, beta_eff, M - m_full, nr, bj);
         }
     }
 }
@@ -1880,20 +1915,21 @@ static int mf__gemm_use_direct(int M, int N, int K)
 }
 #endif
 
-/* One thread, blocked product; bufA / bufB hold mf__gemm_bufA_len / _bufB_len floats. */
+/* One thread, blocked product (+ bias[N] on every row when not NULL); bufA / bufB hold
+   mf__gemm_bufA_len / _bufB_len floats. */
 static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb,
-                        float beta, float *C, int ldc, float *bufA, float *bufB)
+                        float beta, float *C, int ldc, const float *bias, float *bufA, float *bufB)
 {
     /* element (i, p) of op(A) is A[i*ars + p*acs]; element (p, j) of op(B) is B[p*brs + j*bcs] */
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
     int jc, pc, ic, jr, ir;
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc); return; }
+    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return; }
 #if defined(MF__GEMM_HAVE_DIRECT)
     if (mf__gemm_use_direct(M, N, K)) {
-        mf__gemm_direct(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bufA, bufB);
+        mf__gemm_direct(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, bufA, bufB);
         return;
     }
 #endif
@@ -1902,6 +1938,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
         for (pc = 0; pc < K; pc += MF__GEMM_KC) {
             int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
             float beta_eff = pc == 0 ? beta : 1.0f;
+            const float *bias_eff = pc + kc >= K ? bias : NULL; /* the last K block */
             /* op(B) block rows pc.., cols jc..: as panels of NR columns, i.e. a matrix whose
                row j is column j of op(B): element (j, p) = B[p*brs + j*bcs] */
             mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, bufB);
@@ -1913,8 +1950,8 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
                     const float *bp = bufB + (long)jr * kc;
                     for (ir = 0; ir < mc; ir += MF__GEMM_MR) {
                         int mr = (int)mf__gemm_min(MF__GEMM_MR, mc - ir);
-                        mf__gemm_kernel(kc, bufA + (long)ir * kc, bp,
-                                        C + (long)(ic + ir) * ldc + jc + jr, ldc, alpha, beta_eff, mr, nr);
+                        mf__gemm_kernel(kc, bufA + (long)ir * kc, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc,
+                                        alpha, beta_eff, mr, nr, bias_eff ? bias_eff + jc + jr : NULL);
                     }
                 }
             }
@@ -1976,10 +2013,11 @@ static long mf__gemm_ws_floats(int M, int N, int K, int n_threads)
     return (mf__gemm_bufA_len(M, K) + mf__gemm_bufB_len(N, K) + 31) / 16 * 16 * mf__gemm_threads(n_threads) + 16;
 }
 
-/* mf_sgemm with an optional workspace of mf__gemm_ws_floats() floats (NULL: allocate one) */
-static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alpha,
-                         const float *A, int lda, const float *B, int ldb,
-                         float beta, float *C, int ldc, int n_threads, float *ws)
+/* mf_sgemm (+ bias[N] on every row when not NULL) with an optional workspace of
+   mf__gemm_ws_floats() floats (NULL: allocate one) */
+static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb,
+                              float beta, float *C, int ldc, const float *bias, int n_threads, float *ws)
 {
     int nt = mf__gemm_threads(n_threads);
     double flops = 2.0 * M * N * K;
@@ -1987,7 +2025,7 @@ static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alph
     void *mem = NULL;
     float *buf;
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc); return; }
+    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return; }
     /* below ~2 MFLOP per thread the fork/join costs more than it saves */
     if (nt > 1 && flops < 2.0e6 * nt) nt = (int)(flops / 2.0e6) < 1 ? 1 : (int)(flops / 2.0e6);
     if (nt > 1 && (M + MF__GEMM_MR - 1) / MF__GEMM_MR * ((N + MF__GEMM_NR - 1) / MF__GEMM_NR) < nt) nt = 1;
@@ -1997,7 +2035,7 @@ static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alph
     if (!ws && !(mem = MF_MALLOC((size_t)(per * nt + 16) * sizeof(float)))) return;
     buf = mf__gemm_align(ws ? (void *)ws : mem);
     if (nt == 1) {
-        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf, buf + la);
+        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la);
     } else {
 #if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
         int tm, tn;
@@ -2012,11 +2050,17 @@ static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alph
                 mf__gemm_st(transA, transB, m1 - m0, n1 - n0, K, alpha,
                             transA ? A + m0 : A + (long)m0 * lda, lda,
                             transB ? B + (long)n0 * ldb : B + n0, ldb,
-                            beta, C + (long)m0 * ldc + n0, ldc, bA, bB);
+                            beta, C + (long)m0 * ldc + n0, ldc, bias ? bias + n0 : NULL, bA, bB);
         }
 #endif
     }
     MF_FREE(mem);
+}
+static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alpha,
+                         const float *A, int lda, const float *B, int ldb,
+                         float beta, float *C, int ldc, int n_threads, float *ws)
+{
+    mf__sgemm_bias_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, ws);
 }
 
 static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, float alpha,
@@ -2046,7 +2090,7 @@ static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, fl
             float *bA = buf;
 #endif
             mf__gemm_st(transA, transB, M, N, K, alpha, A + strideA * b, lda, B + strideB * b, ldb,
-                        beta, C + strideC * b, ldc, bA, bA + la);
+                        beta, C + strideC * b, ldc, NULL, bA, bA + la);
         }
         MF_FREE(mem);
         return;
@@ -2194,16 +2238,28 @@ static float mf__vsum(const float *x, int n) {
 /* column sums over rows: cols[j] += sum_r a[r][j] (* b[r][j] when b), a and b [rows][D] with
    row stride D; parallel over column blocks, each column summed in row order (deterministic for
    any thread count, no shared partials). With st (layernorm): b is x and the term is
-   a * (b - st[2r]) * st[2r + 1]. */
+   a * (b - st[2r]) * st[2r + 1]. Blocks as wide as the threads allow (up to 1024 columns): a
+   block reads a long contiguous run of every row, which the prefetchers follow (64-column blocks
+   read 256 bytes per row with a row stride of 1-4 KiB: latency bound). */
+#define MF__COLSUM_MAXB 1024
 static void mf__colsum(mf_ctx *ctx, const float *a, const float *b, const float *st, int64_t rows, int D,
                        float *cols) {
-    int nblk = (D + 63) / 64;
+#if MF__OMP
+    int nt = mf__threads_for(ctx, (double)rows * D * (b ? 3 : 1));
+#else
+    int nt = 1;
+#endif
+    int bw = (D + nt - 1) / nt, nblk;
     int64_t blk;
-    MF__PARFOR(ctx, nblk, (double)rows * 64 * (b ? 3 : 1))
+    bw = (bw + 15) / 16 * 16;
+    if (bw < 64) bw = 64;
+    if (bw > MF__COLSUM_MAXB) bw = MF__COLSUM_MAXB;
+    nblk = (D + bw - 1) / bw;
+    MF__PARFOR(ctx, nblk, (double)rows * bw * (b ? 3 : 1))
     for (blk = 0; blk < nblk; blk++) {
-        int j0 = (int)blk * 64, j1 = j0 + 64 < D ? j0 + 64 : D, j;
+        int j0 = (int)blk * bw, j1 = j0 + bw < D ? j0 + bw : D, j;
         int64_t r;
-        float acc[64];
+        float acc[MF__COLSUM_MAXB];
         for (j = 0; j < j1 - j0; j++) acc[j] = 0;
         for (r = 0; r < rows; r++) {
             const float *ar = a + r * D + j0, *br = b ? b + r * D + j0 : NULL;
@@ -2236,24 +2292,22 @@ static int mf__linear_shape(mf_ctx *ctx, mf_tensor *out) {
 static void mf__linear_forward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
     int in = w->shape[1], nout = w->shape[0];
-    int64_t rows = mf__rows(x), r;
-    mf__gemm(ctx, 0, 1, (int)rows, nout, in, x->data, 0, w->data, 0, 0.0f, out->data, 0, 1);
-    if (b) {
-        MF__PARFOR(ctx, rows, nout)
-        for (r = 0; r < rows; r++) {
-            float *y = out->data + r * nout;
-            int j;
-            for (j = 0; j < nout; j++) y[j] += b->data[j];
-        }
-    }
+    int64_t rows = mf__rows(x);
+    float *ws = mf__gemm_workspace(ctx, (int)rows, nout, in);
+    /* the bias is added in the GEMM's final store (no second pass over y) */
+    if (ws) mf__sgemm_bias_ws(0, 1, (int)rows, nout, in, 1.0f, x->data, in, w->data, in, 0.0f, out->data, nout,
+                              b ? b->data : NULL, ctx->n_threads, ws);
 }
 static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
     int in = w->shape[1], nout = w->shape[0];
     int64_t rows = mf__rows(x);
-    float *dx = mf__g(x), *dw = mf__g(w), *db = mf__g(b);
-    if (dx) mf__gemm(ctx, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, 1.0f, dx, 0, 1);
-    if (dw) mf__gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, 1.0f, dw, 0, 1);
+    int ax, aw;
+    float *dx = mf__g_claim(x, &ax), *dw, *db;
+    if (dx) mf__gemm(ctx, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, ax ? 0.0f : 1.0f, dx, 0, 1);
+    dw = mf__g_claim(w, &aw);
+    if (dw) mf__gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, aw ? 0.0f : 1.0f, dw, 0, 1);
+    db = b ? mf__g_add(ctx, b) : NULL;
     if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db);
 }
 static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward, 0 };
@@ -2280,6 +2334,17 @@ static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
     }
     mf__set_shape(out, big->ndim, big->shape);
     return 0;
+}
+/* y = s * x (assign) or y += s * x, elementwise, in parallel */
+static void mf__axpy(mf_ctx *ctx, int64_t n, float s, const float *x, float *y, int assign) {
+    int64_t i;
+    if (assign) {
+        MF__PARFOR(ctx, n, 1)
+        for (i = 0; i < n; i++) y[i] = s * x[i];
+    } else {
+        MF__PARFOR(ctx, n, 1)
+        for (i = 0; i < n; i++) y[i] += s * x[i];
+    }
 }
 /* out = a (op) b where one operand repeats: rows of the larger, each row over the smaller one */
 static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
@@ -2313,23 +2378,19 @@ static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *A = out->src[0], *B = out->src[1];
-    float *da = mf__g(A), *db = mf__g(B);
+    float *da, *db;
     const float *g = out->grad;
     int64_t na = A->ne, nb = B->ne, n = out->ne, i;
-    int kind = out->iarg[1];
+    int kind = out->iarg[1], aa, ab;
     if (na == n && nb == n) { /* same shapes (residual adds): elementwise, in parallel */
         if (kind != MF__MUL) {
             float sb = kind == MF__SUB ? -1.0f : 1.0f;
-            if (da) {
-                MF__PARFOR(ctx, n, 1)
-                for (i = 0; i < n; i++) da[i] += g[i];
-            }
-            if (db) {
-                MF__PARFOR(ctx, n, 1)
-                for (i = 0; i < n; i++) db[i] += sb * g[i];
-            }
+            if ((da = mf__g_claim(A, &aa)) != NULL) mf__axpy(ctx, n, 1.0f, g, da, aa);
+            if ((db = mf__g_claim(B, &ab)) != NULL) mf__axpy(ctx, n, sb, g, db, ab);
             return;
         }
+        da = mf__g_add(ctx, A);
+        db = mf__g_add(ctx, B);
         MF__PARFOR(ctx, n, 2)
         for (i = 0; i < n; i++) {
             if (da) da[i] += g[i] * B->data[i];
@@ -2337,6 +2398,8 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
         }
         return;
     }
+    da = mf__g_add(ctx, A);
+    db = mf__g_add(ctx, B);
     if (na > 1 && nb > 1 && kind != MF__MUL && (na < nb ? na : nb) <= 0x7fffffff) {
         /* a repeating operand under add / sub: the larger one elementwise, the smaller one summed
            over its repeats (column sums: parallel, each element summed in repeat order) */
@@ -2419,19 +2482,20 @@ static mf__av mf__av_gelu_step(mf__av v, const float *g, mf__am mk, int64_t i, i
     ph = mf__av_fma(mf__av_mul(v, mf__av_set1(0.3989422804014327f)), e, ph);
     return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), ph);
 }
-static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n) {
+/* y = gelu(x) (g NULL), y = g * gelu'(x) (add 0) or y += g * gelu'(x) (add 1) */
+static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n, int add) {
     int64_t nb = (n + 4095) / 4096, b;
     MF__PARFOR(ctx, nb, 4096.0 * 6)
     for (b = 0; b < nb; b++) {
         int64_t i = b * 4096, end = i + 4096 < n ? i + 4096 : n;
         for (; i + MF__AW <= end; i += MF__AW) {
             mf__av r = mf__av_gelu_step(mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
-            mf__av_store(y + i, g ? mf__av_add(mf__av_load(y + i), r) : r);
+            mf__av_store(y + i, add ? mf__av_add(mf__av_load(y + i), r) : r);
         }
         if (i < end) { /* vector tail */
             mf__am mk = mf__av_mask((int)(end - i));
             mf__av r = mf__av_gelu_step(mf__av_loadm(x + i, mk), g, mk, i, 1);
-            mf__av_storem(y + i, mk, g ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
+            mf__av_storem(y + i, mk, add ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
         }
     }
 }
@@ -2441,7 +2505,7 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     int64_t n = out->ne, i;
     int kind = out->iarg[0];
     if (kind == MF__GELU) { /* the common FFN activation: vectorised */
-        mf__gelu_run(ctx, x, NULL, y, n);
+        mf__gelu_run(ctx, x, NULL, y, n, 0);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -2460,12 +2524,12 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data, *y = out->data, *g = out->grad;
-    float *dx = mf__g(out->src[0]), s = out->farg[0];
     int64_t n = out->ne, i;
-    int kind = out->iarg[0];
+    int kind = out->iarg[0], assign;
+    float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[0];
     if (!dx) return;
     if (kind == MF__GELU) {
-        mf__gelu_run(ctx, x, g, dx, n);
+        mf__gelu_run(ctx, x, g, dx, n, !assign);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -2484,7 +2548,7 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
         case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
         default: d = y[i]; break;
         }
-        dx[i] += g[i] * d;
+        dx[i] = assign ? g[i] * d : dx[i] + g[i] * d;
     }
 }
 static const mf__op mf__op_scale = { "scale", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
@@ -2642,16 +2706,22 @@ static void mf__cross_entropy_forward(mf_ctx *ctx, mf_tensor *out) {
 static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     const int32_t *tg = (const int32_t *)out->aux;
-    float *dx = mf__g(out->src[0]), g;
-    int V = mf__last(x);
+    int V = mf__last(x), assign;
+    float *dx = mf__g_claim(out->src[0], &assign), g;
     int64_t rows = mf__rows(x), r;
-    if (!dx || !out->iarg[1]) return;
+    if (!dx) return;
+    if (assign && !out->iarg[1]) mf__zero_floats(ctx, dx, x->ne);
+    if (!out->iarg[1]) return;
     g = out->grad[0] / (float)out->iarg[1];
     MF__PARFOR(ctx, rows, 4 * V)
     for (r = 0; r < rows; r++) { /* d/dx = (softmax - onehot) * g */
         int j;
-        if (tg[r] == out->iarg[0]) continue;
-        for (j = 0; j < V; j++) dx[r * V + j] += g * expf((x->data[r * V + j] - out->saved[2 * r]) - out->saved[2 * r + 1]);
+        if (tg[r] == out->iarg[0]) {
+            if (assign) memset(dx + r * V, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        for (j = 0; j < V; j++)
+            dx[r * V + j] = (assign ? 0.0f : dx[r * V + j]) + g * expf((x->data[r * V + j] - out->saved[2 * r]) - out->saved[2 * r + 1]);
         dx[r * V + tg[r]] -= g;
     }
 }
@@ -2758,7 +2828,8 @@ static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *gm = out->src[1];
-    float *dx = mf__g(out->src[0]), *dg = mf__g(out->src[1]), *db = mf__g(out->src[2]);
+    int assign;
+    float *dx = mf__g_claim(out->src[0], &assign), *dg = mf__g_add(ctx, out->src[1]), *db = mf__g_add(ctx, out->src[2]);
     int D = mf__last(x);
     int64_t rows = mf__rows(x), r;
     const float *st = out->saved;
@@ -2788,11 +2859,11 @@ static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
                 mf__av dxh = mf__av_load(g + j), xh = mf__av_mul(mf__av_sub(mf__av_load(xr + j), vm), vr);
                 if (gm) dxh = mf__av_mul(dxh, mf__av_load(gm->data + j));
                 dxh = mf__av_sub(mf__av_sub(dxh, v1), mf__av_mul(xh, v2));
-                mf__av_store(dx + r * D + j, mf__av_fma(vr, dxh, mf__av_load(dx + r * D + j)));
+                mf__av_store(dx + r * D + j, assign ? mf__av_mul(vr, dxh) : mf__av_fma(vr, dxh, mf__av_load(dx + r * D + j)));
             }
             for (; j < D; j++) {
                 float dxh = g[j] * (gm ? gm->data[j] : 1.0f), xh = (xr[j] - mean) * rstd;
-                dx[r * D + j] += rstd * (dxh - m1 - xh * m2);
+                dx[r * D + j] = (assign ? 0.0f : dx[r * D + j]) + rstd * (dxh - m1 - xh * m2);
             }
         }
     }
@@ -2927,11 +2998,9 @@ static int mf__reshape_shape(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__nop_forward(mf_ctx *ctx, mf_tensor *out) { (void)ctx; (void)out; }
 static void mf__reshape_backward(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    int64_t i;
-    if (!dx) return;
-    MF__PARFOR(ctx, out->ne, 1)
-    for (i = 0; i < out->ne; i++) dx[i] += out->grad[i];
+    int assign;
+    float *dx = mf__g_claim(out->src[0], &assign);
+    if (dx) mf__axpy(ctx, out->ne, 1.0f, out->grad, dx, assign);
 }
 static const mf__op mf__op_reshape = { "reshape", 1, mf__reshape_shape, mf__nop_forward, mf__reshape_backward, 1 };
 MFDEF mf_tensor *mf_reshape(mf_ctx *ctx, mf_tensor *x, int ndim, const int *shape) {
@@ -2985,7 +3054,8 @@ static void mf__permute_strides(const mf_tensor *out, int64_t *ostride_in, int *
 static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     int64_t st[MF_MAX_DIMS], n01;
     int sh[MF_MAX_DIMS];
-    float *dx = backward ? mf__g(out->src[0]) : NULL;
+    int assign = 0; /* backward: every element of dx is written once (a permutation) */
+    float *dx = backward ? mf__g_claim(out->src[0], &assign) : NULL;
     if (backward && !dx) return;
     mf__permute_strides(out, st, sh);
     n01 = (int64_t)sh[0] * sh[1];
@@ -2997,7 +3067,8 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
             if (st[3] == 1) { /* the last axis stays last: contiguous runs of sh[3] */
                 for (c = 0; c < sh[2]; c++, o += sh[3]) {
                     const int64_t in = a * st[0] + b * st[1] + c * st[2];
-                    if (backward) { for (d = 0; d < sh[3]; d++) dx[in + d] += out->grad[o + d]; }
+                    if (backward && assign) memcpy(dx + in, out->grad + o, (size_t)sh[3] * sizeof(float));
+                    else if (backward) { for (d = 0; d < sh[3]; d++) dx[in + d] += out->grad[o + d]; }
                     else memcpy(out->data + o, out->src[0]->data + in, (size_t)sh[3] * sizeof(float));
                 }
                 continue;
@@ -3005,7 +3076,7 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
             for (c = 0; c < sh[2]; c++)
                 for (d = 0; d < sh[3]; d++, o++) {
                     int64_t in = a * st[0] + b * st[1] + c * st[2] + d * st[3];
-                    if (backward) dx[in] += out->grad[o];
+                    if (backward) dx[in] = (assign ? 0.0f : dx[in]) + out->grad[o];
                     else out->data[o] = out->src[0]->data[in];
                 }
         }
@@ -3749,6 +3820,17 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
     mf_tensor *t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
     if (t) { t->farg[0] = scale; t->iarg[0] = causal != 0; }
     return mf__finish(ctx, t);
+}
+
+/* the ops whose backward claims its input gradients (mf__g_claim / mf__g_add, see [mf:autograd]) */
+static int mf__op_assigns(const mf__op *op) {
+    static const mf__op *const ops[] = { &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul, &mf__op_scale,
+        &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp, &mf__op_elu1, &mf__op_layernorm,
+        &mf__op_reshape, &mf__op_permute, &mf__op_cross_entropy };
+    size_t i;
+    for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (op == ops[i]) return 1;
+    return 0;
 }
 
 /* ==== [mf:layers] =========================================================================== */
