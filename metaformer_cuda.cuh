@@ -34,11 +34,22 @@
  * kernel against its CPU twin). Under the emulator MF_CUDA_EMU is defined and the CUDA runtime and
  * cuBLAS come from the emulator instead of NVIDIA's headers.
  *
- * Attention ([cu:attention]) is a fused FlashAttention-2 kernel family (tiles in shared memory, online
- * softmax, backward by recomputation from the row log-sum-exp, no Tq x Tk buffer, any sequence
- * length): exact fp32 by default, TF32 tensor cores (WMMA) after mf_cuda_set_tf32(ctx, 1) on sm_80+.
- * Part 1 limits (later issues): the embedding and bias gradients are parallel over the columns only;
- * the attention head size is bounded by shared memory (dk = dv = 256 fits on sm_80+).
+ * The model families have their own sections, each the CUDA twin of a section of metaformer.h:
+ *   [cu:attention]   mf_attention (sdpa, metric, quadratic, the compressive AR loss): a fused
+ *                    FlashAttention-2 kernel family (tiles in shared memory, online softmax, backward
+ *                    by recomputation from the row log-sum-exp, no Tq x Tk buffer, any sequence
+ *                    length): exact fp32 by default, TF32 tensor cores (WMMA) after
+ *                    mf_cuda_set_tf32(ctx, 1) on sm_80+
+ *   [cu:feedback]    the feedback transformer's token recurrence (one tape node, device stacks, no
+ *                    host synchronisation inside the loop) and mf_feedback_attention
+ *   [cu:xl]          mf_rel_attention: FA2-style tiles with the content and position terms inside
+ *   [cu:fastweights] mf_dpfp, mf_fast_weights, mf_linear_attention: recurrent and chunkwise kernels
+ * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
+ * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
+ * attention, 218 for the relative attention) and chunk lengths are bounded by it.
+ * Limits: the embedding and bias gradients are parallel over the columns only; only the attention
+ * has a tensor-core path (the relative attention, the fast-weight chunks and the feedback steps are
+ * fp32 on the CUDA cores).
  */
 #ifndef METAFORMER_CUDA_CUH
 #define METAFORMER_CUDA_CUH
