@@ -17,56 +17,9 @@
  *   relative to the size of the terms, not of the result: dS = P (dP - D) cancels exactly for a
  *   query with one key (T = 1: dq = dk = 0 on the CPU, ~5e-5 in TF32), so the TF32 errors are
  *   divided by max(max |reference|, 0.1) - the gradients here are O(0.1 .. 1). */
-#ifndef __CUDACC__
-#include "cuda_emu.h"
-#endif
-#define METAFORMER_IMPLEMENTATION
-#define METAFORMER_CUDA
-#include "metaformer.h"
-#include "mf_test.h"
+#include "cuda_parity.h"
 
-#include <string.h>
-#include <string>
-#include <vector>
-
-#ifdef MF_CUDA_EMU
-static const int N_ORDERS = 3;
-static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
-static void set_order(int o) { mf_emu_set_order(ORDERS[o], 4321u + (unsigned)o); }
-#else
-static const int N_ORDERS = 1;
-static void set_order(int o) { (void)o; }
-#endif
-
-#if defined(__SANITIZE_ADDRESS__)
-#define MFT_SMALL 1 /* smaller shapes under ASan */
-#else
-#define MFT_SMALL 0
-#endif
-
-static const double TOL = 1e-5, TOL_TF32 = 5e-3, TF32_FLOOR = 0.1;
-
-static std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::vector<float> v((size_t)n);
-    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mf__uniform(seed, 91, (uint64_t)i);
-    return v;
-}
-static std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int grad) {
-    std::vector<float> v((size_t)t->ne);
-    if (grad) mf_grad_to_host(ctx, t, v.data()); else mf_to_host(ctx, t, v.data());
-    return v;
-}
-/* max |a - b| / max(max |b|, floor) */
-static double rel_err(const std::vector<float> &a, const std::vector<float> &b, double floor = 1e-3) {
-    double e = 0, s = floor;
-    if (a.size() != b.size()) return 1e30;
-    for (size_t i = 0; i < a.size(); i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= e)) e = d; /* NaN counts */
-        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
-    }
-    return e / s;
-}
+static const double TOL_TF32 = 5e-3, TF32_FLOOR = 0.1;
 
 /* ---------------------------------------------------------------- op parity */
 /* one attention: q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv]; grads: bit i set = input i

@@ -10,57 +10,8 @@
  * Each op case builds the same graph on a CPU and a CUDA context from the same random parameters,
  * reduces the output to sum(out * R), back-propagates, and compares the output and the gradients
  * of the op's inputs (max error relative to the tensor's largest value, <= 1e-5). */
-#ifndef __CUDACC__
-#include "cuda_emu.h"
-#endif
-#define METAFORMER_IMPLEMENTATION
-#define METAFORMER_CUDA
-#include "metaformer.h"
-#include "mf_test.h"
-
-#include <string.h>
+#include "cuda_parity.h"
 #include <functional>
-#include <string>
-#include <vector>
-
-#ifdef MF_CUDA_EMU
-static const int N_ORDERS = 3;
-static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
-static void set_order(int o) { mf_emu_set_order(ORDERS[o], 4321u + (unsigned)o); }
-#else
-static const int N_ORDERS = 1;
-static void set_order(int o) { (void)o; }
-#endif
-
-#if defined(__SANITIZE_ADDRESS__)
-#define MFT_SMALL 1 /* smaller shapes under ASan */
-#else
-#define MFT_SMALL 0
-#endif
-
-static const double TOL = 1e-5;
-
-static std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::vector<float> v((size_t)n);
-    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mf__uniform(seed, 77, (uint64_t)i);
-    return v;
-}
-static std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int grad) {
-    std::vector<float> v((size_t)t->ne);
-    if (grad) mf_grad_to_host(ctx, t, v.data()); else mf_to_host(ctx, t, v.data());
-    return v;
-}
-/* max |a - b| / max(max |b|, 1e-3) */
-static double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
-    double e = 0, s = 1e-3;
-    if (a.size() != b.size()) return 1e30;
-    for (size_t i = 0; i < a.size(); i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= e)) e = d; /* NaN counts */
-        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
-    }
-    return e / s;
-}
 
 /* ---------------------------------------------------------------- graphs on both devices */
 /* A graph: makes its parameters (random values), returns the output and fills `watch` with the
