@@ -55,4 +55,86 @@ static inline double rel_err(const std::vector<float> &a, const std::vector<floa
     }
     return e / s;
 }
+/* ---- whole models: the same training steps on a CPU and on a CUDA context ---- */
+/* steps of fixed batches (B 2, T tokens, some targets ignored), clip 0.5, the optimizer; then the
+   parameters, a greedy generation of gen_new tokens from a 3-token prompt and a sampled one of 6
+   from a 5-token prompt (the model's generation state starts over); save: write a checkpoint */
+struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> greedy, sampled; std::string err; };
+struct TrainOpts {
+    mf_optimizer_kind kind;
+    float lr;
+    int steps, T, gen_new;
+    double param_tol;  /* parameters after the steps, relative (Adam moves a parameter whose true
+                          gradient is 0 by +-lr with the sign of its rounding noise: looser there) */
+    int only_order;    /* < 0: every thread order; else that one (emulated runs of big models are slow) */
+    const char *save;
+};
+static inline TrainOpts train_opts(void) { TrainOpts o = {MF_OPT_ADAM, 3e-3f, 3, 8, 6, 1e-5, -1, NULL}; return o; }
+static inline TrainRun train_run(mf_model_config cfg, int cuda, const TrainOpts &o) {
+    TrainRun r;
+    mf_ctx *ctx = mf_ctx_new(7);
+    mf_model *m = NULL;
+    mf_optimizer opt = mf_optimizer_default(o.kind, o.lr);
+    const int B = 2, T = o.T;
+    std::vector<int32_t> ids((size_t)(B * T)), tg((size_t)(B * T));
+    int32_t prompt[5] = {1, 2, 3, 5, 8};
+    mf_sampler smp = {0.8f, 3, 17};
+    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    m = mf_model_new(ctx, &cfg);
+    opt.weight_decay = 0.01f;
+    for (int s = 0; s < o.steps && m; s++) {
+        for (size_t i = 0; i < ids.size(); i++) { ids[i] = ((int)i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
+        mf_tensor *loss = mf_model_loss(m, ids.data(), tg.data(), B, T);
+        mf_backward(ctx, loss);
+        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
+        mf_optimizer_step(ctx, &opt);
+        r.losses.push_back(mf_item(ctx, loss));
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+    }
+    if (m && mf_ok(ctx)) {
+        r.params.resize((size_t)mf_param_count(ctx));
+        for (int i = 0; i < mf_param_tensors(ctx); i++) {
+            mf_tensor *p = mf_param_at(ctx, i);
+            mf_to_host(ctx, p, r.params.data() + p->offset);
+        }
+        if (o.save) mf_save(ctx, o.save, 1, NULL, 0);
+        r.greedy.resize((size_t)o.gen_new);
+        mf_model_generate(m, prompt, 3, o.gen_new, NULL, r.greedy.data());
+        r.sampled.resize(6);
+        mf_model_generate(m, prompt, 5, 6, &smp, r.sampled.data());
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return r;
+}
+/* the CPU run, then the CUDA run in each thread order: losses, gradient norms, parameters and both
+   generations agree */
+static inline void check_train(mf_model_config cfg, const char *what, const TrainOpts &o = train_opts()) {
+    TrainRun cpu = train_run(cfg, 0, o);
+    if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str()); MFT_CHECK(0); return; }
+    for (int ord = 0; ord < N_ORDERS; ord++) {
+        if (o.only_order >= 0 && ord != o.only_order % N_ORDERS) continue;
+        set_order(ord);
+        TrainRun gpu = train_run(cfg, 1, o);
+        if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
+        MFT_CHECK(gpu.losses.size() == (size_t)o.steps && cpu.losses.size() == (size_t)o.steps);
+        for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {
+            MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
+            MFT_NEAR(gpu.norms[s], cpu.norms[s], 1e-5);
+        }
+        double e = rel_err(gpu.params, cpu.params);
+        if (!(e <= o.param_tol)) { printf("    %s: parameters after %d steps differ, rel err %.3g\n", what, o.steps, e); MFT_CHECK(0); }
+        if (gpu.greedy != cpu.greedy || gpu.sampled != cpu.sampled) { printf("    %s: generated tokens differ\n", what); MFT_CHECK(0); }
+    }
+    set_order(0);
+}
+/* a small model of each kind: vocab 11, d 16, 2 heads, 2 layers, d_ff 24, max_seq 12, dropout 0.1 */
+static inline mf_model_config small_config(mf_mixer_kind mixer) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 24; c.max_seq = 12;
+    c.mixer = mixer; c.dropout = 0.1f;
+    return c;
+}
 #endif

@@ -138,87 +138,31 @@ static void test_ops(void) {
 }
 
 /* ---------------------------------------------------------------- training runs */
-struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> sample; std::string err; };
-static TrainRun train(mf_model_config cfg, mf_optimizer_kind kind, int cuda, int steps, const char *save) {
-    TrainRun r;
-    mf_ctx *ctx = mf_ctx_new(7);
-    mf_model *m = NULL;
-    mf_optimizer opt = mf_optimizer_default(kind, 3e-3f);
-    const int B = 2, T = 8;
-    int32_t ids[B * T], tg[B * T];
-    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
-    m = mf_model_new(ctx, &cfg);
-    opt.weight_decay = 0.01f;
-    for (int s = 0; s < steps && m; s++) {
-        for (int i = 0; i < B * T; i++) { ids[i] = (i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
-        mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
-        mf_backward(ctx, loss);
-        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
-        mf_optimizer_step(ctx, &opt);
-        r.losses.push_back(mf_item(ctx, loss));
-        mf_zero_grad(ctx);
-        mf_reset(ctx);
-    }
-    if (m && mf_ok(ctx)) {
-        r.params.resize((size_t)mf_param_count(ctx));
-        for (int i = 0; i < mf_param_tensors(ctx); i++) {
-            mf_tensor *p = mf_param_at(ctx, i);
-            mf_to_host(ctx, p, r.params.data() + p->offset);
-        }
-        if (save) mf_save(ctx, save, 1, NULL, 0);
-        int32_t prompt[3] = {1, 2, 3};
-        r.sample.resize(6);
-        mf_model_generate(m, prompt, 3, 6, NULL, r.sample.data());
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_model_free(m);
-    mf_ctx_free(ctx);
-    return r;
+static TrainOpts with_optimizer(mf_optimizer_kind kind, double param_tol = 1e-5) {
+    TrainOpts o = train_opts();
+    o.kind = kind; o.param_tol = param_tol;
+    return o;
 }
-static mf_model_config small_config(mf_mixer_kind mixer) {
-    mf_model_config c = mf_model_config_default();
-    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 24; c.max_seq = 12;
-    c.mixer = mixer; c.dropout = 0.1f;
-    return c;
-}
-/* param_tol: Adam moves a parameter whose true gradient is 0 by +-lr according to the sign of
-   its rounding noise (the pool mixer's ln1.bias: pool(b) - b = 0), so there it is looser */
-static void check_train(mf_model_config cfg, mf_optimizer_kind kind, const char *what, double param_tol = 1e-5) {
-    TrainRun cpu = train(cfg, kind, 0, 3, NULL);
-    MFT_CHECK(cpu.err.empty());
-    for (int o = 0; o < N_ORDERS; o++) {
-        set_order(o);
-        TrainRun gpu = train(cfg, kind, 1, 3, NULL);
-        if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
-        MFT_CHECK(gpu.losses.size() == 3 && cpu.losses.size() == 3);
-        for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {
-            MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
-            MFT_NEAR(gpu.norms[s], cpu.norms[s], 1e-5);
-        }
-        double e = rel_err(gpu.params, cpu.params);
-        if (!(e <= param_tol)) { printf("    %s: parameters after 3 steps differ, rel err %.3g\n", what, e); MFT_CHECK(0); }
-        MFT_CHECK(gpu.sample == cpu.sample);
-    }
-    set_order(0);
-}
-static void test_train_sdpa(void) { check_train(small_config(MF_MIXER_SDPA), MF_OPT_ADAM, "sdpa + Adam"); }
-static void test_train_metric(void) { check_train(small_config(MF_MIXER_METRIC), MF_OPT_ADAMW, "metric + AdamW"); }
+static void test_train_sdpa(void) { check_train(small_config(MF_MIXER_SDPA), "sdpa + Adam", with_optimizer(MF_OPT_ADAM)); }
+static void test_train_metric(void) { check_train(small_config(MF_MIXER_METRIC), "metric + AdamW", with_optimizer(MF_OPT_ADAMW)); }
 static void test_train_pool(void) {
     mf_model_config c = small_config(MF_MIXER_POOL);
     c.pos = MF_POS_SINUSOIDAL; c.ffn_act = MF_ACT_SILU;
-    check_train(c, MF_OPT_ADAM_LABML, "pool + labml Adam", 1e-2);
+    check_train(c, "pool + labml Adam", with_optimizer(MF_OPT_ADAM_LABML, 1e-2)); /* ln1.bias: pool(b) - b = 0 */
 }
 static void test_train_sgd(void) {
     mf_model_config c = small_config(MF_MIXER_QUADRATIC);
     c.clone_layers = 1; c.ffn_act = MF_ACT_GELU_TANH;
-    check_train(c, MF_OPT_SGD, "quadratic + SGD");
+    check_train(c, "quadratic + SGD", with_optimizer(MF_OPT_SGD));
 }
 
 /* a checkpoint written by the CUDA context loads into a CPU context and continues identically */
 static void test_checkpoint_cross_device(void) {
     const char *path = "build/test_cuda_ckpt.safetensors";
     mf_model_config cfg = small_config(MF_MIXER_SDPA);
-    TrainRun gpu = train(cfg, MF_OPT_ADAM, 1, 2, path);
+    TrainOpts o = train_opts();
+    o.steps = 2; o.save = path;
+    TrainRun gpu = train_run(cfg, 1, o);
     MFT_CHECK(gpu.err.empty());
     mf_ctx *ctx = mf_ctx_new(7);
     mf_model *m = mf_model_new(ctx, &cfg);

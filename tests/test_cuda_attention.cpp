@@ -158,59 +158,17 @@ static void test_long_sequence(void) {
 /* ---------------------------------------------------------------- models */
 /* a few training steps of the three softmax mixers that use mf_attention, with sequences longer
    than one tile (T = 70 > 64): losses and parameters as on the CPU */
-struct TrainRun { std::vector<float> losses, params; std::string err; };
-static TrainRun train(mf_mixer_kind mixer, int cuda) {
-    TrainRun r;
-    mf_ctx *ctx = mf_ctx_new(3);
-    mf_model_config cfg = mf_model_config_default();
-    /* SGD: Adam would move parameters whose true gradient is 0 (the key bias: softmax ignores a
-       constant per row) by +-lr according to the sign of their rounding noise */
-    mf_optimizer opt = mf_optimizer_default(MF_OPT_SGD, 0.1f);
-    const int B = 1, T = MFT_SMALL ? 40 : 70;
-    std::vector<int32_t> ids(B * T), tg(B * T);
-    cfg.vocab = 13; cfg.d_model = 16; cfg.n_heads = 2; cfg.n_layers = 1; cfg.d_ff = 24; cfg.max_seq = T;
-    cfg.mixer = mixer;
-    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
-    mf_model *m = mf_model_new(ctx, &cfg);
-    for (int s = 0; s < 2 && m; s++) {
-        for (int i = 0; i < B * T; i++) { ids[(size_t)i] = (i * 5 + s) % cfg.vocab; tg[(size_t)i] = (ids[(size_t)i] + 2) % cfg.vocab; }
-        mf_tensor *loss = mf_model_loss(m, ids.data(), tg.data(), B, T);
-        mf_backward(ctx, loss);
-        mf_clip_grad_norm(ctx, 1.0f);
-        mf_optimizer_step(ctx, &opt);
-        r.losses.push_back(mf_item(ctx, loss));
-        mf_zero_grad(ctx);
-        mf_reset(ctx);
-    }
-    if (m && mf_ok(ctx)) {
-        r.params.resize((size_t)mf_param_count(ctx));
-        for (int i = 0; i < mf_param_tensors(ctx); i++) {
-            mf_tensor *p = mf_param_at(ctx, i);
-            mf_to_host(ctx, p, r.params.data() + p->offset);
-        }
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_model_free(m);
-    mf_ctx_free(ctx);
-    return r;
-}
 static void test_models(void) {
     const mf_mixer_kind mixers[3] = {MF_MIXER_SDPA, MF_MIXER_METRIC, MF_MIXER_QUADRATIC};
-    set_order(N_ORDERS - 1);
+    TrainOpts o = train_opts();
+    /* SGD: Adam would move parameters whose true gradient is 0 (the key bias: softmax ignores a
+       constant per row) by +-lr according to the sign of their rounding noise */
+    o.kind = MF_OPT_SGD; o.lr = 0.1f; o.steps = 2; o.T = MFT_SMALL ? 40 : 70; o.only_order = N_ORDERS - 1;
     for (int i = 0; i < 3; i++) {
-        TrainRun cpu = train(mixers[i], 0), gpu = train(mixers[i], 1);
-        if (!cpu.err.empty() || !gpu.err.empty()) {
-            printf("    %s: %s%s\n", mf_mixer_name(mixers[i]), cpu.err.c_str(), gpu.err.c_str());
-            MFT_CHECK(0);
-            continue;
-        }
-        MFT_CHECK(cpu.losses.size() == 2 && gpu.losses.size() == 2);
-        for (size_t s = 0; s < cpu.losses.size() && s < gpu.losses.size(); s++) MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
-        double e = rel_err(gpu.params, cpu.params);
-        if (!(e <= 1e-5)) printf("    %s: parameters differ after 2 steps, rel err %.3g\n", mf_mixer_name(mixers[i]), e);
-        MFT_CHECK(e <= 1e-5);
+        mf_model_config cfg = small_config(mixers[i]);
+        cfg.vocab = 13; cfg.n_layers = 1; cfg.max_seq = o.T; cfg.dropout = 0;
+        check_train(cfg, mf_mixer_name(mixers[i]), o);
     }
-    set_order(0);
 }
 
 /* ---------------------------------------------------------------- errors */

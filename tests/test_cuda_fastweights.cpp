@@ -179,69 +179,6 @@ static void test_errors(void) {
 }
 
 /* ---------------------------------------------------------------- models */
-struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> sample, sample2; std::string err; };
-static TrainRun train(mf_model_config cfg, int cuda, int steps) {
-    TrainRun r;
-    mf_ctx *ctx = mf_ctx_new(7);
-    mf_model *m = NULL;
-    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 3e-3f);
-    const int B = 2, T = 8;
-    int32_t ids[B * T], tg[B * T];
-    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
-    m = mf_model_new(ctx, &cfg);
-    for (int s = 0; s < steps && m; s++) {
-        for (int i = 0; i < B * T; i++) { ids[i] = (i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
-        mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
-        mf_backward(ctx, loss);
-        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
-        mf_optimizer_step(ctx, &opt);
-        r.losses.push_back(mf_item(ctx, loss));
-        mf_zero_grad(ctx);
-        mf_reset(ctx);
-    }
-    if (m && mf_ok(ctx)) {
-        r.params.resize((size_t)mf_param_count(ctx));
-        for (int i = 0; i < mf_param_tensors(ctx); i++) {
-            mf_tensor *p = mf_param_at(ctx, i);
-            mf_to_host(ctx, p, r.params.data() + p->offset);
-        }
-        int32_t prompt[5] = {1, 2, 3, 5, 8};
-        mf_sampler smp = {0.8f, 3, 17};
-        r.sample.resize(9);
-        mf_model_generate(m, prompt, 3, 9, NULL, r.sample.data()); /* greedy: prompt 3, then one token a step */
-        r.sample2.resize(6);
-        mf_model_generate(m, prompt, 5, 6, &smp, r.sample2.data()); /* sampled; the state starts over */
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_model_free(m);
-    mf_ctx_free(ctx);
-    return r;
-}
-static mf_model_config small_config(mf_mixer_kind mixer) {
-    mf_model_config c = mf_model_config_default();
-    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 24; c.max_seq = 12;
-    c.mixer = mixer; c.dropout = 0.1f;
-    return c;
-}
-static void check_train(mf_model_config cfg, const char *what) {
-    TrainRun cpu = train(cfg, 0, 3);
-    if (!cpu.err.empty()) printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str());
-    MFT_CHECK(cpu.err.empty());
-    for (int o = 0; o < N_ORDERS; o++) {
-        set_order(o);
-        TrainRun gpu = train(cfg, 1, 3);
-        if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
-        MFT_CHECK(gpu.losses.size() == 3 && cpu.losses.size() == 3);
-        for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {
-            MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
-            MFT_NEAR(gpu.norms[s], cpu.norms[s], 1e-5);
-        }
-        double e = rel_err(gpu.params, cpu.params);
-        if (!(e <= 1e-5)) { printf("    %s: parameters after 3 steps differ, rel err %.3g\n", what, e); MFT_CHECK(0); }
-        if (gpu.sample != cpu.sample || gpu.sample2 != cpu.sample2) { printf("    %s: generation differs\n", what); MFT_CHECK(0); }
-    }
-    set_order(0);
-}
 static void test_train_fast_weights(void) {
     mf_model_config c = small_config(MF_MIXER_FAST_WEIGHTS);
     check_train(c, "fast_weights (automatic: recurrent)");

@@ -75,88 +75,35 @@ static void test_feedback_attention(void) {
 }
 
 /* ---------------------------------------------------------------- whole models */
-struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> sample; std::string err; };
 static const int GEN_NEW = 12; /* with the 3-token prompt past max_seq = 12: the memory is primed again */
-static TrainRun train(mf_model_config cfg, int cuda, int steps) {
-    TrainRun r;
-    mf_ctx *ctx = mf_ctx_new(7);
-    mf_model *m = NULL;
-    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 3e-3f);
-    const int B = 2, T = 8;
-    int32_t ids[B * T], tg[B * T];
-    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
-    m = mf_model_new(ctx, &cfg);
-    opt.weight_decay = 0.01f;
-    for (int s = 0; s < steps && m; s++) {
-        for (int i = 0; i < B * T; i++) { ids[i] = (i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
-        mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
-        mf_backward(ctx, loss);
-        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
-        mf_optimizer_step(ctx, &opt);
-        r.losses.push_back(mf_item(ctx, loss));
-        mf_zero_grad(ctx);
-        mf_reset(ctx);
-    }
-    if (m && mf_ok(ctx)) {
-        r.params.resize((size_t)mf_param_count(ctx));
-        for (int i = 0; i < mf_param_tensors(ctx); i++) {
-            mf_tensor *p = mf_param_at(ctx, i);
-            mf_to_host(ctx, p, r.params.data() + p->offset);
-        }
-        int32_t prompt[3] = {1, 2, 3};
-        r.sample.resize(GEN_NEW);
-        mf_model_generate(m, prompt, 3, GEN_NEW, NULL, r.sample.data());
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_model_free(m);
-    mf_ctx_free(ctx);
-    return r;
-}
 static mf_model_config small_config(mf_mixer_kind mixer, float dropout) {
-    mf_model_config c = mf_model_config_default();
-    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 24; c.max_seq = 12;
-    c.mixer = mixer; c.dropout = dropout;
+    mf_model_config c = small_config(mixer);
+    c.dropout = dropout;
     return c;
 }
 /* only_order < 0: every thread order; else only that one (a device run costs ~2 s under the
    emulator, mostly the optimizer over the 4096-row relative tables, so the suite spreads the orders
    over the configurations; the op tests run every kernel in every order) */
-static void check_train(mf_model_config cfg, const char *what, int only_order = -1) {
-    const int steps = 3;
-    TrainRun cpu = train(cfg, 0, steps);
-    if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str()); MFT_CHECK(0); return; }
-    for (int o = 0; o < N_ORDERS; o++) {
-        if (only_order >= 0 && o != only_order % N_ORDERS) continue;
-        set_order(o);
-        TrainRun gpu = train(cfg, 1, steps);
-        if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
-        MFT_CHECK(gpu.losses.size() == (size_t)steps && cpu.losses.size() == (size_t)steps);
-        for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {
-            MFT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5);
-            MFT_NEAR(gpu.norms[s], cpu.norms[s], 1e-5);
-        }
-        double e = rel_err(gpu.params, cpu.params);
-        if (o == 0 || only_order >= 0) printf("    %s: losses %.6f %.6f %.6f, parameters rel err %.2e\n", what, cpu.losses[0], cpu.losses[1], cpu.losses[2], e);
-        if (!(e <= 1e-5)) { printf("    %s: parameters after %d steps differ, rel err %.3g\n", what, steps, e); MFT_CHECK(0); }
-        if (gpu.sample != cpu.sample) { printf("    %s: generated tokens differ\n", what); MFT_CHECK(0); }
-    }
-    set_order(0);
+static void check_feedback(mf_model_config cfg, const char *what, int only_order = -1) {
+    TrainOpts o = train_opts();
+    o.gen_new = GEN_NEW; o.only_order = only_order;
+    check_train(cfg, what, o);
 }
-static void test_train_feedback(void) { check_train(small_config(MF_MIXER_FEEDBACK, 0.0f), "feedback", MFT_SMALL ? 2 : -1); }
+static void test_train_feedback(void) { check_feedback(small_config(MF_MIXER_FEEDBACK, 0.0f), "feedback", MFT_SMALL ? 2 : -1); }
 static void test_train_feedback_dropout(void) {
     mf_model_config c = small_config(MF_MIXER_FEEDBACK, 0.1f);
     c.ffn_act = MF_ACT_GELU;
-    check_train(c, "feedback, dropout 0.1, gelu", 2);
+    check_feedback(c, "feedback, dropout 0.1, gelu", 2);
 }
 static void test_train_feedback_kv(void) {
     mf_model_config c = small_config(MF_MIXER_FEEDBACK_KV, 0.0f);
     c.pos = MF_POS_NONE; c.n_layers = 3;
-    check_train(c, "feedback_kv, no positions, 3 layers", 1);
+    check_feedback(c, "feedback_kv, no positions, 3 layers", 1);
 }
 static void test_train_feedback_kv_dropout(void) {
     mf_model_config c = small_config(MF_MIXER_FEEDBACK_KV, 0.1f);
     c.n_heads = 4; c.ffn_act = MF_ACT_SILU;
-    check_train(c, "feedback_kv, dropout 0.1, 4 heads, silu", 2);
+    check_feedback(c, "feedback_kv, dropout 0.1, 4 heads, silu", 2);
 }
 
 /* one sequence (T = 1): no attention at all, no slot read */
