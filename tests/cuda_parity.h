@@ -137,4 +137,20 @@ static inline mf_model_config small_config(mf_mixer_kind mixer) {
     c.mixer = mixer; c.dropout = 0.1f;
     return c;
 }
+/* the start of a suite's main: a quiet emulator, or on a real GPU the check that there is one
+   (otherwise a FAIL line and the runner's summary); -1: stop */
+static inline int cuda_suite_start(const char *name) {
+#ifdef MF_CUDA_EMU
+    (void)name;
+    mf_emu_set_verbose(0);
+#else
+    char why[256];
+    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL %s: %s\n0 passed, 1 failed\n", name, why); return -1; }
+#endif
+    return 0;
+}
+#ifdef MF_CUDA_EMU
+/* no device memory is left behind (the emulator counts the allocations) */
+static inline void test_no_leaks(void) { MFT_CHECK(mf_emu_live_allocations(NULL) == 0); }
+#endif
 #endif

@@ -277,21 +277,8 @@ static void test_tf32(void) {
 #endif
     mf_ctx_free(cpu);
 }
-#ifdef MF_CUDA_EMU
-/* no device memory is left behind */
-static void test_no_leaks(void) {
-    size_t bytes = 0;
-    MFT_CHECK(mf_emu_live_allocations(&bytes) == 0);
-}
-#endif
-
 int main(void) {
-#ifdef MF_CUDA_EMU
-    mf_emu_set_verbose(0);
-#else
-    char why[256];
-    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL test_cuda: %s\n0 passed, 1 failed\n", why); return 1; }
-#endif
+    if (cuda_suite_start("test_cuda") < 0) return 1;
     MFT_RUN(test_device_api);
     MFT_RUN(test_missing_kernel);
     MFT_RUN(test_attention_head_too_wide);

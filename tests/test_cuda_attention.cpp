@@ -188,17 +188,14 @@ static void test_errors(void) {
     mf_ctx_free(ctx);
 }
 
-static void test_no_leaks(void) {
-#ifdef MF_CUDA_EMU
-    MFT_CHECK(mf_emu_live_allocations(NULL) == 0);
-#endif
-}
-
 int main(void) {
+    if (cuda_suite_start("test_cuda_attention") < 0) return 1;
     MFT_RUN(test_attention_parity);
     MFT_RUN(test_long_sequence);
     MFT_RUN(test_models);
     MFT_RUN(test_errors);
+#ifdef MF_CUDA_EMU
     MFT_RUN(test_no_leaks);
+#endif
     return mft_finish();
 }

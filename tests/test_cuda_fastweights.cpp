@@ -198,20 +198,8 @@ static void test_train_linear(void) {
     c.linear_feature = MF_FEATURE_ELU1; c.chunk_size = 4;
     check_train(c, "linear elu1 chunk 4");
 }
-#ifdef MF_CUDA_EMU
-static void test_no_leaks(void) { /* the generation state is freed with the model */
-    size_t bytes = 0;
-    MFT_CHECK(mf_emu_live_allocations(&bytes) == 0);
-}
-#endif
-
 int main(void) {
-#ifdef MF_CUDA_EMU
-    mf_emu_set_verbose(0);
-#else
-    char why[256];
-    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL test_cuda_fastweights: %s\n0 passed, 1 failed\n", why); return 1; }
-#endif
+    if (cuda_suite_start("test_cuda_fastweights") < 0) return 1;
     MFT_RUN(test_dpfp);
     MFT_RUN(test_elu1);
     MFT_RUN(test_fast_weights_op);

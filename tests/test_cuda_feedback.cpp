@@ -249,20 +249,8 @@ static void test_bad_input(void) {
     }
 }
 
-#ifdef MF_CUDA_EMU
-static void test_no_leaks(void) {
-    size_t bytes = 0;
-    MFT_CHECK(mf_emu_live_allocations(&bytes) == 0);
-}
-#endif
-
 int main(void) {
-#ifdef MF_CUDA_EMU
-    mf_emu_set_verbose(0);
-#else
-    char why[256];
-    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL test_cuda_feedback: %s\n0 passed, 1 failed\n", why); return 1; }
-#endif
+    if (cuda_suite_start("test_cuda_feedback") < 0) return 1;
     MFT_RUN(test_feedback_attention);
     MFT_RUN(test_one_token);
     MFT_RUN(test_generation_steps);

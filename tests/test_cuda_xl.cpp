@@ -333,20 +333,8 @@ static void test_config_errors(void) {
     MFT_CHECK(mf_model_new(ctx, &c) == NULL && strstr(mf_error(ctx), "relative positions"));
     mf_ctx_free(ctx);
 }
-#ifdef MF_CUDA_EMU
-static void test_no_leaks(void) {
-    size_t bytes = 0;
-    MFT_CHECK(mf_emu_live_allocations(&bytes) == 0);
-}
-#endif
-
 int main(void) {
-#ifdef MF_CUDA_EMU
-    mf_emu_set_verbose(0);
-#else
-    char why[256];
-    if (mf_cuda_available(why, sizeof why) <= 0) { printf("FAIL test_cuda_xl: %s\n0 passed, 1 failed\n", why); return 1; }
-#endif
+    if (cuda_suite_start("test_cuda_xl") < 0) return 1;
     MFT_RUN(test_rel_attention_op);
     MFT_RUN(test_rel_attention_too_big);
     MFT_RUN(test_train_relative_no_memory);
