@@ -362,7 +362,7 @@ int main(int argc, char **argv) {
         mf_clip_grad_norm(ctx, 1.0f);
         mf_optimizer_step(ctx, &opt);
         if (loss) last_loss = mf_item(ctx, loss); /* on a GPU: waits for the step's kernels */
-        if (cuda && gpu_used_mb() - gpu_base > gpu_peak) gpu_peak = gpu_used_mb() - gpu_base;
+        if (cuda) { double held = gpu_used_mb() - gpu_base; gpu_peak = held > gpu_peak ? held : gpu_peak; }
         mf_zero_grad(ctx);
         mf_reset(ctx);
         t0 = now() - t0;
