@@ -1,7 +1,7 @@
 /* bench_gemm.c - SGEMM throughput of mf_sgemm / mf_sgemm_batched against OpenBLAS.
  *
  *   gcc -O3 -march=native -fopenmp bench/bench_gemm.c -o build/bench_gemm -lopenblas -lm
- *   ./build/bench_gemm            (Markdown table on stdout)
+ *   ./build/bench_gemm [TEXT]     (Markdown table on stdout; TEXT: only the rows whose name has it)
  *
  * OpenBLAS picks its kernels from the CPU model; a CPU newer than the OpenBLAS build
  * (e.g. 0.3.21 on Sapphire/Emerald Rapids) falls back to "Prescott" SSE3 kernels.
@@ -106,7 +106,7 @@ static float *rand_buf(long n)
     return p;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     static const shape shapes[] = {
         {"64^3", 0, 0, 64, 64, 64, 1},
@@ -115,9 +115,16 @@ int main(void)
         {"512^3", 0, 0, 512, 512, 512, 1},
         {"1024^3", 0, 0, 1024, 1024, 1024, 1},
         {"2048^3", 0, 0, 2048, 2048, 2048, 1},
-        {"BT x D x D      (2048x256x256)", 0, 0, 2048, 256, 256, 1},
-        {"BT x 4D x D     (2048x1024x256)", 0, 0, 2048, 1024, 256, 1},
-        {"BT x D x 4D     (2048x256x1024)", 0, 0, 2048, 256, 1024, 1},
+        /* the linear layers of the reference model (BT 2048, D 256, d_ff 1024; weight [out, in]):
+           forward y = x W^T (tB), backward dx = dy W and dW = dy^T x (tA) */
+        {"fwd  x W^T      (2048x256x256, tB)", 0, 1, 2048, 256, 256, 1},
+        {"fwd  x W^T      (2048x1024x256, tB)", 0, 1, 2048, 1024, 256, 1},
+        {"fwd  x W^T      (2048x256x1024, tB)", 0, 1, 2048, 256, 1024, 1},
+        {"bwd  dy W       (2048x256x1024)", 0, 0, 2048, 256, 1024, 1},
+        {"bwd  dy W       (2048x1024x256)", 0, 0, 2048, 1024, 256, 1},
+        {"bwd  dy^T x     (1024x256x2048, tA)", 1, 0, 1024, 256, 2048, 1},
+        {"bwd  dy^T x     (256x1024x2048, tA)", 1, 0, 256, 1024, 2048, 1},
+        {"bwd  dy^T x     (256x256x2048, tA)", 1, 0, 256, 256, 2048, 1},
         {"QK^T T x T x dk (256x256x32, tB) x64", 0, 1, 256, 256, 32, 64},
         {"PV   T x dk x T (256x32x256) x64", 0, 0, 256, 32, 256, 64},
     };
@@ -127,6 +134,7 @@ int main(void)
     printf("|---|---:|---:|---:|---:|\n");
     for (i = 0; i < ns; ++i) {
         const shape *s = &shapes[i];
+        if (argc > 1 && !strstr(s->name, argv[1])) continue; /* only the rows whose name has argv[1] */
         long nA = (long)s->M * s->K * s->batch, nB = (long)s->K * s->N * s->batch, nC = (long)s->M * s->N * s->batch;
         float *A = rand_buf(nA), *B = rand_buf(nB), *C = rand_buf(nC);
         for (th = 1; th <= 2; ++th) {
