@@ -339,13 +339,33 @@ static __global__ void mf__k_binary_bwd_small(float *d, const float *g, const fl
 }
 
 static __device__ float mf__cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* GELU as the CPU computes it (mf__av_gelu_fold in metaformer.h, its portable form step by step):
+   the same table, so the CPU and the device agree to the rounding of a fused multiply-add */
+static __constant__ float mf__cu_gelu_tab[2][7][16] = MF__GELU_TAB;
+static __device__ float mf__cu_gelu(float x, int grad) {
+    const float(*c)[16] = mf__cu_gelu_tab[grad];
+    float a = fabsf(x), k = nearbyintf(a + a), s, p;
+    int j;
+    k = k < 15.0f ? k : 15.0f;
+    s = k * -0.5f + a;
+    j = (int)k;
+    p = c[6][j];
+    p = p * s + c[5][j];
+    p = p * s + c[4][j];
+    p = p * s + c[3][j];
+    p = p * s + c[2][j];
+    p = p * s + c[1][j];
+    p = p * s + c[0][j];
+    p = 7.75f - a < 0 ? 0.0f : p;
+    return x < 0 ? p : grad ? 1.0f - p : x + p;
+}
 static __global__ void mf__k_unary(float *y, const float *x, long long n, int kind, float s) {
     MF__CU_LOOP(i, n) {
         float v = x[i];
         switch (kind) {
         case MF__SCALE: y[i] = s * v; break;
         case MF__RELU: y[i] = v > 0 ? v : 0; break;
-        case MF__GELU: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+        case MF__GELU: y[i] = mf__cu_gelu(v, 0); break;
         case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
         case MF__SIGMOID: y[i] = mf__cu_sigmoid(v); break;
         case MF__SILU: y[i] = v * mf__cu_sigmoid(v); break;
@@ -361,9 +381,7 @@ static __global__ void mf__k_unary_bwd(float *dx, const float *x, const float *y
         switch (kind) {
         case MF__SCALE: d = s; break;
         case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;
-        case MF__GELU:
-            d = 0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * 0.3989422804014327f * expf(-0.5f * v * v);
-            break;
+        case MF__GELU: d = mf__cu_gelu(v, 1); break;
         case MF__GELU_TANH: {
             float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);
             d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);

@@ -14,6 +14,7 @@ static void *count_realloc(void *p, size_t n) { n_allocs++; return realloc(p, n)
 #include "mf_test.h"
 #include "gradcheck.h"
 #include <string.h>
+#include <float.h>
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 static uint64_t mix64(uint64_t z) {
@@ -370,6 +371,83 @@ static void test_unary_grad(void) {
         if (kind == 6) s[0] = gc_range(s[0], -2, 2, 0);
         GRADCHECK(names[kind], 1, s, b_unary, &a);
     }
+}
+
+/* The table GELU kernel (mf__gelu_run) against double erfc / exp on a grid of 2^-10 over [-10, 10]
+   and a few thousand random floats: |err| <= 1 ulp of the result + 5e-8. The ulp is the final
+   rounding of x + gelu(-x) or 1 - gelu'(-x) (with the reference's own rounding to float); 5e-8
+   covers the fit (below 1e-8, tests/gelu_table.py) and the float evaluation of the folded value,
+   which is at most 0.5 in size. Checked once on every float in [-10, 10]: at most 1.1e-8 over one
+   ulp. Tails, infinities and NaN exactly; results do not depend on where in the buffer x lies. */
+static double gelu_ref(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
+static double dgelu_ref(double x) { return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI); }
+static int gelu_close(float got, double want) {
+    float w = (float)want;
+    double ulp = (double)nextafterf(fabsf(w), INFINITY) - (double)fabsf(w);
+    return (double)got == want || fabs((double)got - want) <= ulp + 5e-8; /* == for the infinities */
+}
+/* y = gelu(x), d = gelu'(x) (upstream gradient 1) */
+static void gelu_eval(mf_ctx *c, const float *x, float *y, float *d, float *one, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++) one[i] = 1.0f;
+    mf__gelu_run(c, x, NULL, y, n, 0);
+    mf__gelu_run(c, x, one, d, n, 0);
+}
+static void gelu_check_grid(mf_ctx *c, float *x, float *y, float *d, float *one, int64_t n) {
+    int64_t i, bad = 0;
+    gelu_eval(c, x, y, d, one, n);
+    for (i = 0; i < n; i++) {
+        if (gelu_close(y[i], gelu_ref(x[i])) && gelu_close(d[i], dgelu_ref(x[i]))) continue;
+        if (bad++ < 5)
+            printf("    x = %.9g: gelu %.9g (want %.9g), gelu' %.9g (want %.9g)\n", (double)x[i], (double)y[i],
+                   gelu_ref(x[i]), (double)d[i], dgelu_ref(x[i]));
+    }
+    MFT_CHECK(bad == 0);
+}
+static void test_gelu_accuracy(void) {
+    enum { NG = 20481, NR = 4000, NX = 15, N = NG + NR };
+    const float big = 1e30f, inf = INFINITY;
+    const float xs[NX] = {0.0f, -0.0f, 7.75f, -7.75f, 7.7500005f, -7.7500005f, 20, -20, big, -big, FLT_MAX, -FLT_MAX,
+                          inf, -inf, NAN};
+    float *x = (float *)malloc(4 * (size_t)(N + 16) * sizeof(float)), *y = x + N + 16, *d = y + N + 16, *one = d + N + 16;
+    mf_ctx *c = mf_ctx_new(1);
+    int64_t i;
+    int off;
+    for (i = 0; i < NG; i++) x[i] = -10.0f + (float)i / 1024.0f;
+    for (i = 0; i < NR; i++) x[NG + i] = urand(11, (uint64_t)i, -10, 10) * (i % 2 ? 1.0f : urand(12, (uint64_t)i, 0, 1));
+    gelu_check_grid(c, x, y, d, one, N);
+    /* the same values from every offset and length: vector blocks and masked tails agree bit for bit */
+    for (off = 1; off < 16; off++) {
+        int same = 1;
+        memmove(x + off, x, 37 * sizeof(float));
+        gelu_eval(c, x + off, y + off, d + off, one, 37 - off % 3);
+        for (i = 0; i < 37 - off % 3; i++) {
+            float x0 = x[off + i], y0, d0;
+            gelu_eval(c, &x0, &y0, &d0, one, 1);
+            same &= memcmp(&y0, y + off + i, 4) == 0 && memcmp(&d0, d + off + i, 4) == 0;
+        }
+        MFT_CHECK(same);
+        memmove(x, x + off, 37 * sizeof(float));
+    }
+    /* extremes: 0 and the tails exactly, inf as the limits, NaN through */
+    memcpy(x, xs, sizeof xs);
+    gelu_eval(c, x, y, d, one, NX);
+    for (i = 0; i < NX - 1; i++) {
+        float wy = x[i] > 7.75f ? x[i] : 0.0f, wd = x[i] > 7.75f ? 1.0f : x[i] < -7.75f ? 0.0f : (float)dgelu_ref(x[i]);
+        if (fabsf(x[i]) <= 7.75f) wy = (float)gelu_ref(x[i]);
+        if (!(gelu_close(y[i], wy) && gelu_close(d[i], wd) && (fabsf(x[i]) <= 7.75f || (y[i] == wy && d[i] == wd)))) {
+            printf("    x = %g: gelu %.9g (want %.9g), gelu' %.9g (want %.9g)\n", (double)x[i], (double)y[i], (double)wy,
+                   (double)d[i], (double)wd);
+            MFT_CHECK(0);
+        }
+    }
+    MFT_CHECK(y[NX - 1] != y[NX - 1] && d[NX - 1] != d[NX - 1]);
+    /* accumulate: y += g gelu'(x) */
+    for (i = 0; i < NX - 1; i++) y[i] = 0.5f, one[i] = 2.0f;
+    mf__gelu_run(c, x, one, y, NX - 1, 1);
+    for (i = 0; i < NX - 1; i++) MFT_CHECK(y[i] == 0.5f + 2.0f * d[i]);
+    free(x);
+    mf_ctx_free(c);
 }
 
 /* ==== softmax / log_softmax =================================================================== */
@@ -1678,6 +1756,7 @@ int main(void) {
     MFT_RUN(test_binary_self);
     MFT_RUN(test_unary_forward);
     MFT_RUN(test_unary_grad);
+    MFT_RUN(test_gelu_accuracy);
     MFT_RUN(test_softmax_forward);
     MFT_RUN(test_softmax_grad);
     MFT_RUN(test_cross_entropy_forward);
