@@ -1931,17 +1931,52 @@ static int mf__gemm_use_direct(int M, int N, int K)
 }
 #endif
 
+/* sums[i] += the row sums of the packed panel rows [0, r) (layout [p][R], p < kc), each sum in
+   order of p: rows continued over the K blocks add up exactly as one pass over the row would */
+static void mf__gemm_panel_rowsum(const float *panel, int r, int kc, float *sums)
+{
+    float acc[MF__GEMM_MR];
+    int p, i;
+    for (i = 0; i < MF__GEMM_MR; ++i) acc[i] = i < r ? sums[i] : 0.0f;
+    for (p = 0; p < kc; ++p, panel += MF__GEMM_MR)
+        for (i = 0; i < MF__GEMM_MR; ++i) acc[i] += panel[i];
+    for (i = 0; i < r; ++i) sums[i] = acc[i];
+}
+/* sums[i] += sum over p of op(A)(i, p), in order of p: for the paths that do not pack A */
+static void mf__gemm_rowsum(long ars, long acs, int M, int K, const float *A, float *sums)
+{
+    int i, p;
+    if (ars == 1) { /* rows are columns of A: walk A's rows, every sum still in order of p */
+        for (p = 0; p < K; ++p)
+            for (i = 0; i < M; ++i) sums[i] += A[(long)p * acs + i];
+    } else {
+        for (i = 0; i < M; ++i)
+            for (p = 0; p < K; ++p) sums[i] += A[(long)i * ars + p];
+    }
+}
+
 /* One thread, blocked product (+ bias[N] on every row when not NULL); bufA / bufB hold
-   mf__gemm_bufA_len / _bufB_len floats. */
+   mf__gemm_bufA_len / _bufB_len floats. When rowsA is not NULL, also rowsA[i] += sum over p of
+   op(A)(i, p), summed in order of p, for M rows: the packing of A has every element in L1 once
+   (the bias gradient of a linear layer, dW = dy^T x, without another pass over dy). */
 static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb,
-                        float beta, float *C, int ldc, const float *bias, float *bufA, float *bufB)
+                        float beta, float *C, int ldc, const float *bias, float *bufA, float *bufB,
+                        float *rowsA)
 {
     /* element (i, p) of op(A) is A[i*ars + p*acs]; element (p, j) of op(B) is B[p*brs + j*bcs] */
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
     int jc, pc, ic, jr, ir;
     if (M <= 0 || N <= 0) return;
+    if (rowsA && (K <= 0 || alpha == 0.0f
+#if defined(MF__GEMM_HAVE_DIRECT)
+                  || mf__gemm_use_direct(M, N, K)
+#endif
+                  )) {
+        mf__gemm_rowsum(ars, acs, M, K, A, rowsA);
+        rowsA = NULL;
+    }
     if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return; }
 #if defined(MF__GEMM_HAVE_DIRECT)
     if (mf__gemm_use_direct(M, N, K)) {
@@ -1961,6 +1996,10 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
             for (ic = 0; ic < M; ic += MF__GEMM_MC) {
                 int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
                 mf__gemm_pack(A + ic * ars + pc * acs, ars, acs, mc, kc, MF__GEMM_MR, bufA);
+                if (rowsA && jc == 0)
+                    for (ir = 0; ir < mc; ir += MF__GEMM_MR)
+                        mf__gemm_panel_rowsum(bufA + (long)ir * kc, (int)mf__gemm_min(MF__GEMM_MR, mc - ir), kc,
+                                              rowsA + ic + ir);
                 for (jr = 0; jr < nc; jr += MF__GEMM_NR) {
                     int nr = (int)mf__gemm_min(MF__GEMM_NR, nc - jr);
                     const float *bp = bufB + (long)jr * kc;
@@ -2030,10 +2069,11 @@ static long mf__gemm_ws_floats(int M, int N, int K, int n_threads)
 }
 
 /* mf_sgemm (+ bias[N] on every row when not NULL) with an optional workspace of
-   mf__gemm_ws_floats() floats (NULL: allocate one) */
+   mf__gemm_ws_floats() floats (NULL: allocate one); rowsA: see mf__gemm_st (NULL: none) */
 static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float alpha,
                               const float *A, int lda, const float *B, int ldb,
-                              float beta, float *C, int ldc, const float *bias, int n_threads, float *ws)
+                              float beta, float *C, int ldc, const float *bias, int n_threads, float *ws,
+                              float *rowsA)
 {
     int nt = mf__gemm_threads(n_threads);
     double flops = 2.0 * M * N * K;
@@ -2041,7 +2081,11 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
     void *mem = NULL;
     float *buf;
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return; }
+    if (K <= 0 || alpha == 0.0f) {
+        if (rowsA) mf__gemm_rowsum(transA ? 1 : lda, transA ? lda : 1, M, K, A, rowsA);
+        mf__gemm_scale(M, N, beta, C, ldc, bias);
+        return;
+    }
     /* below ~2 MFLOP per thread the fork/join costs more than it saves */
     if (nt > 1 && flops < 2.0e6 * nt) nt = (int)(flops / 2.0e6) < 1 ? 1 : (int)(flops / 2.0e6);
     if (nt > 1 && (M + MF__GEMM_MR - 1) / MF__GEMM_MR * ((N + MF__GEMM_NR - 1) / MF__GEMM_NR) < nt) nt = 1;
@@ -2051,7 +2095,7 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
     if (!ws && !(mem = MF_MALLOC((size_t)(per * nt + 16) * sizeof(float)))) return;
     buf = mf__gemm_align(ws ? (void *)ws : mem);
     if (nt == 1) {
-        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la);
+        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la, rowsA);
     } else {
 #if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
         int tm, tn;
@@ -2062,11 +2106,12 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
             float *bA = buf + per * t, *bB = bA + la;
             mf__gemm_part(M, tm, t / tn, MF__GEMM_MR, &m0, &m1);
             mf__gemm_part(N, tn, t % tn, MF__GEMM_NR, &n0, &n1);
-            if (m1 > m0 && n1 > n0)
+            if (m1 > m0 && n1 > n0) /* the row sums of A: by the first block of each block row */
                 mf__gemm_st(transA, transB, m1 - m0, n1 - n0, K, alpha,
                             transA ? A + m0 : A + (long)m0 * lda, lda,
                             transB ? B + (long)n0 * ldb : B + n0, ldb,
-                            beta, C + (long)m0 * ldc + n0, ldc, bias ? bias + n0 : NULL, bA, bB);
+                            beta, C + (long)m0 * ldc + n0, ldc, bias ? bias + n0 : NULL, bA, bB,
+                            rowsA && t % tn == 0 ? rowsA + m0 : NULL);
         }
 #endif
     }
@@ -2076,7 +2121,7 @@ static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alph
                          const float *A, int lda, const float *B, int ldb,
                          float beta, float *C, int ldc, int n_threads, float *ws)
 {
-    mf__sgemm_bias_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, ws);
+    mf__sgemm_bias_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, ws, NULL);
 }
 
 static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, float alpha,
@@ -2106,7 +2151,7 @@ static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, fl
             float *bA = buf;
 #endif
             mf__gemm_st(transA, transB, M, N, K, alpha, A + strideA * b, lda, B + strideB * b, ldb,
-                        beta, C + strideC * b, ldc, NULL, bA, bA + la);
+                        beta, C + strideC * b, ldc, NULL, bA, bA + la, NULL);
         }
         MF_FREE(mem);
         return;
@@ -2312,7 +2357,7 @@ static void mf__linear_forward(mf_ctx *ctx, mf_tensor *out) {
     float *ws = mf__gemm_workspace(ctx, (int)rows, nout, in);
     /* the bias is added in the GEMM's final store (no second pass over y) */
     if (ws) mf__sgemm_bias_ws(0, 1, (int)rows, nout, in, 1.0f, x->data, in, w->data, in, 0.0f, out->data, nout,
-                              b ? b->data : NULL, ctx->n_threads, ws);
+                              b ? b->data : NULL, ctx->n_threads, ws, NULL);
 }
 static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
@@ -2322,9 +2367,18 @@ static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g_claim(x, &ax), *dw, *db;
     if (dx) mf__gemm(ctx, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, ax ? 0.0f : 1.0f, dx, 0, 1);
     dw = mf__g_claim(w, &aw);
-    if (dw) mf__gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, aw ? 0.0f : 1.0f, dw, 0, 1);
     db = b ? mf__g_add(ctx, b) : NULL;
-    if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db);
+    if (dw) {
+        /* dW = dy^T x; the bias gradient (dy's column sums) is summed while dy's panels are packed */
+        float *ws = mf__gemm_workspace(ctx, nout, in, (int)rows), *sums = NULL;
+        int j;
+        if (!ws) return;
+        if (db && !(sums = (float *)mf__alloc(ctx, (size_t)nout * sizeof(float)))) return;
+        if (sums) memset(sums, 0, (size_t)nout * sizeof(float));
+        mf__sgemm_bias_ws(1, 0, nout, in, (int)rows, 1.0f, out->grad, nout, x->data, in, aw ? 0.0f : 1.0f, dw, in,
+                          NULL, ctx->n_threads, ws, sums);
+        if (sums) for (j = 0; j < nout; j++) db[j] += sums[j];
+    } else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db);
 }
 static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward, 0 };
 MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b) {
