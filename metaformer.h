@@ -1440,7 +1440,10 @@ static void mf__zero_floats(mf_ctx *ctx, float *x, int64_t n) {
 }
 
 MFDEF void mf_zero_grad(mf_ctx *ctx) {
-    if (ctx && ctx->p_grad) mf__dzero(ctx, ctx->p_grad, (size_t)ctx->p_used * sizeof(float));
+    if (ctx && ctx->p_grad) { /* the CPU's threads share the memset (megabytes for a model) */
+        if (ctx->be) mf__dzero(ctx, ctx->p_grad, (size_t)ctx->p_used * sizeof(float));
+        else mf__zero_floats(ctx, ctx->p_grad, (int64_t)ctx->p_used);
+    }
     if (ctx && ctx->n_params) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
 }
 
@@ -2299,12 +2302,13 @@ static float mf__vsum(const float *x, int n) {
 /* column sums over rows: cols[j] += sum_r a[r][j] (* b[r][j] when b), a and b [rows][D] with
    row stride D; parallel over column blocks, each column summed in row order (deterministic for
    any thread count, no shared partials). With st (layernorm): b is x and the term is
-   a * (b - st[2r]) * st[2r + 1]. Blocks as wide as the threads allow (up to 1024 columns): a
+   a * (b - st[2r]) * st[2r + 1]; plain (or NULL): also plain[j] += sum_r a[r][j] in the same pass.
+   Blocks as wide as the threads allow (up to 1024 columns): a
    block reads a long contiguous run of every row, which the prefetchers follow (64-column blocks
    read 256 bytes per row with a row stride of 1-4 KiB: latency bound). */
 #define MF__COLSUM_MAXB 1024
 static void mf__colsum(mf_ctx *ctx, const float *a, const float *b, const float *st, int64_t rows, int D,
-                       float *cols) {
+                       float *cols, float *plain) {
 #if MF__OMP
     int nt = mf__threads_for(ctx, (double)rows * D * (b ? 3 : 1));
 #else
@@ -2320,8 +2324,8 @@ static void mf__colsum(mf_ctx *ctx, const float *a, const float *b, const float 
     for (blk = 0; blk < nblk; blk++) {
         int j0 = (int)blk * bw, j1 = j0 + bw < D ? j0 + bw : D, j;
         int64_t r;
-        float acc[MF__COLSUM_MAXB];
-        for (j = 0; j < j1 - j0; j++) acc[j] = 0;
+        float acc[MF__COLSUM_MAXB], acc2[MF__COLSUM_MAXB];
+        for (j = 0; j < j1 - j0; j++) acc[j] = acc2[j] = 0;
         for (r = 0; r < rows; r++) {
             const float *ar = a + r * D + j0, *br = b ? b + r * D + j0 : NULL;
             if (!b) for (j = 0; j < j1 - j0; j++) acc[j] += ar[j];
@@ -2330,8 +2334,10 @@ static void mf__colsum(mf_ctx *ctx, const float *a, const float *b, const float 
                 float mean = st[2 * r], rstd = st[2 * r + 1];
                 for (j = 0; j < j1 - j0; j++) acc[j] += ar[j] * ((br[j] - mean) * rstd);
             }
+            if (plain) for (j = 0; j < j1 - j0; j++) acc2[j] += ar[j];
         }
         for (j = 0; j < j1 - j0; j++) cols[j0 + j] += acc[j];
+        if (plain) for (j = 0; j < j1 - j0; j++) plain[j0 + j] += acc2[j];
     }
 }
 /* ---- linear: x [..., in] @ w [out, in]^T + b [out] -> [..., out] ------------------------------ */
@@ -2378,7 +2384,7 @@ static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__sgemm_bias_ws(1, 0, nout, in, (int)rows, 1.0f, out->grad, nout, x->data, in, aw ? 0.0f : 1.0f, dw, in,
                           NULL, ctx->n_threads, ws, sums);
         if (sums) for (j = 0; j < nout; j++) db[j] += sums[j];
-    } else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db);
+    } else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db, NULL);
 }
 static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward, 0 };
 MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b) {
@@ -2481,11 +2487,11 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
             for (i = 0; i < n; i++) dbig[i] += sbig * g[i];
         }
         if (dsmall) {
-            if (ssmall == 1.0f) mf__colsum(ctx, g, NULL, NULL, n / ns, (int)ns, dsmall);
+            if (ssmall == 1.0f) mf__colsum(ctx, g, NULL, NULL, n / ns, (int)ns, dsmall, NULL);
             else {
                 float *tmp = (float *)mf__calloc(ctx, (size_t)ns * sizeof(float));
                 if (!tmp) return;
-                mf__colsum(ctx, g, NULL, NULL, n / ns, (int)ns, tmp);
+                mf__colsum(ctx, g, NULL, NULL, n / ns, (int)ns, tmp, NULL);
                 for (i = 0; i < ns; i++) dsmall[i] -= tmp[i];
             }
         }
@@ -2974,8 +2980,9 @@ static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
             }
         }
     }
-    if (dg) mf__colsum(ctx, out->grad, x->data, st, rows, D, dg);
-    if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, D, db);
+    /* both parameter gradients in one pass over dy */
+    if (dg) mf__colsum(ctx, out->grad, x->data, st, rows, D, dg, db);
+    else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, D, db, NULL);
 }
 static const mf__op mf__op_layernorm = { "layernorm", 1, mf__layernorm_shape, mf__layernorm_forward, mf__layernorm_backward, 0 };
 MFDEF mf_tensor *mf_layernorm(mf_ctx *ctx, mf_tensor *x, mf_tensor *gamma, mf_tensor *beta, float eps) {
@@ -3469,7 +3476,7 @@ static void mf__conv1d_backward(mf_ctx *ctx, mf_tensor *out) {
     int64_t rows = (int64_t)out->shape[0] * out->shape[1];
     int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
     if (dw) mf__gemm(ctx, 1, 0, Co, CK, (int)rows, out->grad, 0, out->saved, 0, 1.0f, dw, 0, 1);
-    if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, Co, db);
+    if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, Co, db, NULL);
     if (dx) {
         float *dcols = (float *)mf__alloc(ctx, (size_t)(rows * CK) * sizeof(float));
         if (!dcols) return;
@@ -6551,7 +6558,7 @@ static void mf__fb_weight_grad(mf_ctx *ctx, mf_tensor *w, mf_tensor *bias, const
     float *gw = mf__g(w), *gb = mf__g(bias);
     if (rows <= 0) return;
     if (gw) mf__fb_mm(ctx, 1, 0, out, in, rows, dy, ldy, x, in, 1.0f, gw, in);
-    if (gb && ldy == out) mf__colsum(ctx, dy, NULL, NULL, rows, out, gb);
+    if (gb && ldy == out) mf__colsum(ctx, dy, NULL, NULL, rows, out, gb, NULL);
     else if (gb) for (r = 0; r < rows; r++) for (j = 0; j < out; j++) gb[j] += dy[(int64_t)r * ldy + j];
 }
 
