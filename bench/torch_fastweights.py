@@ -4,7 +4,8 @@
     OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
         /usr/bin/python3 bench/torch_fastweights.py --mixer fast_weights --steps 10 --warmup 2 --threads 2
 
-The model is the seed's (labml transformers/fast_weights, seeds/000_5761b2f2ac373807.txt; SPEC.md 7):
+The model is the seed's (labml transformers/fast_weights, seeds/000_5761b2f2ac373807.txt; SPEC.md 7),
+tests/parity/seed_fastweights.py, the reference of the parity goldens too:
   token Embedding N(0,1), no positional encoding (--pos learned adds one) -> n_layers
   FastWeightsAttentionTransformerLayer (x += attn(x): NO LayerNorm before the attention;
   x += FFN(LN(x)), FFN = Linear -> ReLU -> Linear with biases; --act gelu for GELU) -> final LN ->
@@ -30,7 +31,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "tests", "parity")]  # the harness; the seed models
 import torch_harness as th  # noqa: E402
 
 
@@ -48,117 +50,21 @@ def parse():
 
 args = parse()
 torch = th.start(args)
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from seed_fastweights import (DPFP, FastWeightsAttention, Layer, LinearAttention, Model,  # noqa: E402
+                              fast_weights_loop, linear_loop)
+from seed_labml import FeedForward  # noqa: E402
 
 
-class DPFP(nn.Module):
-    def __init__(self, nu=1, eps=1e-6):
-        super().__init__()
-        self.nu = nu
-        self.relu = nn.ReLU()
-        self.eps = eps
+def make_model(a):
+    D = a.d_model
+    linear = a.mixer == "linear"
+    act = F.relu if a.act == "relu" else F.gelu
 
-    def forward(self, k):
-        k = self.dpfp(k)
-        return k / (torch.sum(k, dim=-1, keepdim=True) + self.eps)
-
-    def dpfp(self, k):
-        x = self.relu(torch.cat([k, -k], dim=-1))
-        x_rolled = torch.cat([x.roll(shifts=i, dims=-1) for i in range(1, self.nu + 1)], dim=-1)
-        x_repeat = torch.cat([x] * self.nu, dim=-1)
-        return x_repeat * x_rolled
-
-
-class PrepareForMultiHeadAttention(nn.Module):
-    def __init__(self, d_model, heads, d_k, bias):
-        super().__init__()
-        self.linear = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.heads, self.d_k = heads, d_k
-
-    def forward(self, x):
-        return self.linear(x).view(*x.shape[:-1], self.heads, self.d_k)
-
-
-def fast_weights_loop(query, key, value, beta):
-    """The seed's loop: [T][B][H][.] -> [T][B][H*dv]."""
-    weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
-    outputs = []
-    for i in range(query.shape[0]):
-        value_existing = torch.einsum('bhvk,bhk->bhv', weights, key[i])
-        weights = weights + torch.einsum('bhv,bhk->bhvk', beta[i] * (value[i] - value_existing), key[i])
-        y = torch.einsum('bhvk,bhk->bhv', weights, query[i])
-        outputs.append(y.reshape(y.shape[0], -1))
-    return torch.stack(outputs)
-
-
-def linear_loop(query, key, value, eps=1e-6):
-    weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
-    z = key.new_zeros((key.shape[1], key.shape[2], key.shape[3]))
-    outputs = []
-    for i in range(query.shape[0]):
-        weights = weights + torch.einsum('bhv,bhk->bhvk', value[i], key[i])
-        z = z + key[i]
-        y = torch.einsum('bhvk,bhk->bhv', weights, query[i]) / (torch.einsum('bhk,bhk->bh', z, query[i]) + eps)[..., None]
-        outputs.append(y.reshape(y.shape[0], -1))
-    return torch.stack(outputs)
-
-
-class FastWeightsAttention(nn.Module):
-    def __init__(self, heads, d_model, phi, linear):
-        super().__init__()
-        self.d_k = d_model // heads
-        self.linear_attention = linear
-        self.query = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.key = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.value = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        if not linear:
-            self.interpolation_weight = nn.Sequential(PrepareForMultiHeadAttention(d_model, heads, 1, bias=False), nn.Sigmoid())
-        self.phi = phi
-        self.output = nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        query = self.phi(self.query(x))
-        key = self.phi(self.key(x))
-        value = self.value(x)
-        if self.linear_attention:
-            return self.output(linear_loop(query, key, value))
-        return self.output(fast_weights_loop(query, key, value, self.interpolation_weight(x)))
-
-
-class Layer(nn.Module):
-    def __init__(self, a):
-        super().__init__()
-        D = a.d_model
-        self.pre_ln = a.mixer == "linear"
-        self.attn = FastWeightsAttention(a.heads, D, DPFP(a.nu), self.pre_ln)
-        self.norm_self_attn = nn.LayerNorm([D])  # allocated by the seed, unused by fast weights
-        self.norm_ff = nn.LayerNorm([D])
-        self.fc1 = nn.Linear(D, a.d_ff)
-        self.fc2 = nn.Linear(a.d_ff, D)
-        self.act = F.relu if a.act == "relu" else F.gelu
-
-    def forward(self, x):
-        x = x + self.attn(self.norm_self_attn(x) if self.pre_ln else x)
-        return x + self.fc2(self.act(self.fc1(self.norm_ff(x))))
-
-
-class Model(nn.Module):
-    def __init__(self, a):
-        super().__init__()
-        self.embed = nn.Embedding(a.vocab, a.d_model)
-        self.pos = nn.Embedding(a.seq, a.d_model) if a.pos == "learned" else None
-        self.layers = nn.ModuleList([Layer(a) for _ in range(a.layers)])
-        self.norm = nn.LayerNorm([a.d_model])
-        self.generator = nn.Linear(a.d_model, a.vocab)
-
-    def forward(self, ids):  # [T][B]
-        x = self.embed(ids)
-        if self.pos is not None:
-            x = x + self.pos.weight[: ids.shape[0]].unsqueeze(1)
-        for layer in self.layers:
-            x = layer(x)
-        return self.generator(self.norm(x))
+    def make_layer():
+        attn = (LinearAttention if linear else FastWeightsAttention)(a.heads, D, DPFP(a.nu))
+        return Layer(D, attn, FeedForward(D, a.d_ff, activation=act), pre_ln=linear)
+    return Model(a.vocab, D, a.layers, make_layer, max_seq=a.seq if a.pos == "learned" else 0)
 
 
 def flops_per_token_fwd(a):
@@ -209,7 +115,7 @@ def main():
     if args.sweep:
         return sweep()
     torch.manual_seed(args.seed)
-    model = Model(args)
+    model = make_model(args)
     nparams = sum(p.numel() for n, p in model.named_parameters() if "norm_self_attn" not in n or args.mixer == "linear")
     B, T, V = args.batch, args.seq, args.vocab
 

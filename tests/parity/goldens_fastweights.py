@@ -3,7 +3,8 @@
 
 The reference is the seed's module structure and token loop (labml
 transformers/fast_weights/__init__.py, seeds/000_5761b2f2ac373807.txt; SPEC.md section 7), written
-here in the labml layout: activations [T][B][D] sequence-first, per-head views [T][B][H][dk].
+in tests/parity/seed_fastweights.py (the model bench/torch_fastweights.py times too) in the labml
+layout: activations [T][B][D] sequence-first, per-head views [T][B][H][dk].
 It is independent of metaformer.h: the C test (tests/test_fastweights.c) converts at the boundary
 (ids_lib[b][t] = ids[t][b], logits_lib[b][t][v] = logits[t][b][v]).
 
@@ -35,190 +36,44 @@ OUT = os.path.join(ROOT, "tests", "goldens")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_goldens import write_safetensors  # noqa: E402  (the same writer for every golden)
+from seed_fastweights import DPFP, EluFeature, FastWeightsAttention, Layer, LinearAttention, Model  # noqa: E402
+from seed_labml import FeedForward  # noqa: E402
 
 
-# ---------------------------------------------------------------------------------- the seed
-class DPFP(nn.Module):
-    """The seed's DPFP: phi = [k, -k] relu, times itself rolled by 1..nu; normalised by sum + eps."""
+# ---------------------------------------------------------------------------------- the model
+def make_model(cfg):
+    D, H = cfg["d_model"], cfg["n_heads"]
 
-    def __init__(self, nu=1, eps=1e-6):
-        super().__init__()
-        self.nu = nu
-        self.relu = nn.ReLU()
-        self.eps = eps
-
-    def forward(self, k):
-        k = self.dpfp(k)
-        return k / (torch.sum(k, dim=-1, keepdim=True) + self.eps)
-
-    def dpfp(self, k):
-        x = self.relu(torch.cat([k, -k], dim=-1))
-        x_rolled = [x.roll(shifts=i, dims=-1) for i in range(1, self.nu + 1)]
-        x_rolled = torch.cat(x_rolled, dim=-1)
-        x_repeat = torch.cat([x] * self.nu, dim=-1)
-        return x_repeat * x_rolled
+    def make_layer():
+        if cfg["mixer"] == "fast_weights":
+            attn = FastWeightsAttention(H, D, DPFP(cfg["dpfp_nu"]))
+        else:
+            phi = DPFP(cfg["dpfp_nu"]) if cfg["linear_feature"] == 0 else EluFeature()
+            attn = LinearAttention(H, D, phi)
+        return Layer(D, attn, FeedForward(D, cfg["d_ff"]), pre_ln=cfg["mixer"] == "linear")
+    return Model(cfg["vocab"], D, cfg["n_layers"], make_layer)
 
 
-class EluFeature(nn.Module):
-    def forward(self, x):
-        return F.elu(x) + 1
-
-
-class PrepareForMultiHeadAttention(nn.Module):
-    """labml: Linear(d_model, heads * d_k) viewed as [..., heads, d_k]."""
-
-    def __init__(self, d_model, heads, d_k, bias):
-        super().__init__()
-        self.linear = nn.Linear(d_model, heads * d_k, bias=bias)
-        self.heads, self.d_k = heads, d_k
-
-    def forward(self, x):
-        head_shape = x.shape[:-1]
-        return self.linear(x).view(*head_shape, self.heads, self.d_k)
-
-
-class FastWeightsAttention(nn.Module):
-    """The seed's module and token loop (SPEC 7.2, 7.3)."""
-
-    def __init__(self, heads, d_model, phi):
-        super().__init__()
-        self.d_k = d_model // heads
-        self.heads = heads
-        self.query = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.key = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.value = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.interpolation_weight = nn.Sequential(PrepareForMultiHeadAttention(d_model, heads, 1, bias=False), nn.Sigmoid())
-        self.phi = phi
-        self.output = nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        seq_len = x.shape[0]
-        query = self.phi(self.query(x))
-        key = self.phi(self.key(x))
-        value = self.value(x)
-        beta = self.interpolation_weight(x)
-        weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
-        outputs = []
-        for i in range(seq_len):
-            value_existing = torch.einsum('bhvk,bhk->bhv', weights, key[i])
-            weights = weights + torch.einsum('bhv,bhk->bhvk', beta[i] * (value[i] - value_existing), key[i])
-            y = torch.einsum('bhvk,bhk->bhv', weights, query[i])
-            outputs.append(y.reshape(y.shape[0], -1))
-        x = torch.stack(outputs)
-        return self.output(x)
-
-
-class LinearAttention(nn.Module):
-    """The linear-attention baseline of the seed's docstring, as the same kind of token loop:
-    W = W + v phi(k)^T, z = z + phi(k), y = W phi(q) / (z . phi(q) + eps)."""
-
-    def __init__(self, heads, d_model, phi, eps=1e-6):
-        super().__init__()
-        self.d_k = d_model // heads
-        self.heads = heads
-        self.query = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.key = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.value = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.phi = phi
-        self.eps = eps
-        self.output = nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        seq_len = x.shape[0]
-        query = self.phi(self.query(x))
-        key = self.phi(self.key(x))
-        value = self.value(x)
-        weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
-        z = key.new_zeros((key.shape[1], key.shape[2], key.shape[3]))
-        outputs = []
-        for i in range(seq_len):
-            weights = weights + torch.einsum('bhv,bhk->bhvk', value[i], key[i])
-            z = z + key[i]
-            num = torch.einsum('bhvk,bhk->bhv', weights, query[i])
-            den = torch.einsum('bhk,bhk->bh', z, query[i]) + self.eps
-            y = num / den[..., None]
-            outputs.append(y.reshape(y.shape[0], -1))
-        return self.output(torch.stack(outputs))
-
-
-class FeedForward(nn.Module):
-    """labml FeedForward: Linear -> ReLU -> (dropout 0) -> Linear, with biases."""
-
-    def __init__(self, d_model, d_ff):
-        super().__init__()
-        self.layer1 = nn.Linear(d_model, d_ff)
-        self.layer2 = nn.Linear(d_ff, d_model)
-
-    def forward(self, x):
-        return self.layer2(F.relu(self.layer1(x)))
-
-
-class Layer(nn.Module):
-    """The seed's FastWeightsAttentionTransformerLayer (norm_self_attn exists but is not used);
-    pre_ln = True: the MetaFormer block the linear mixer lives in (x + attn(LN1(x)))."""
-
-    def __init__(self, d_model, attn, feed_forward, pre_ln):
-        super().__init__()
-        self.size = d_model
-        self.attn = attn
-        self.feed_forward = feed_forward
-        self.pre_ln = pre_ln
-        self.norm_self_attn = nn.LayerNorm([d_model])
-        self.norm_ff = nn.LayerNorm([d_model])
-
-    def forward(self, x):
-        attn = self.attn(self.norm_self_attn(x) if self.pre_ln else x)
-        x = x + attn
-        z = self.norm_ff(x)
-        ff = self.feed_forward(z)
-        return x + ff
-
-
-class Model(nn.Module):
-    """Embedding -> layers -> final LayerNorm (FastWeightsAttentionTransformer.norm) -> generator."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        D, H = cfg["d_model"], cfg["n_heads"]
-        self.embed = nn.Embedding(cfg["vocab"], D)
-        layers = []
-        for _ in range(cfg["n_layers"]):
-            if cfg["mixer"] == "fast_weights":
-                attn = FastWeightsAttention(H, D, DPFP(cfg["dpfp_nu"]))
-            else:
-                phi = DPFP(cfg["dpfp_nu"]) if cfg["linear_feature"] == 0 else EluFeature()
-                attn = LinearAttention(H, D, phi)
-            layers.append(Layer(D, attn, FeedForward(D, cfg["d_ff"]), pre_ln=cfg["mixer"] == "linear"))
-        self.layers = nn.ModuleList(layers)
-        self.norm = nn.LayerNorm([D])
-        self.generator = nn.Linear(D, cfg["vocab"])
-
-    def forward(self, ids):  # ids [T][B]
-        x = self.embed(ids)
-        for layer in self.layers:
-            x = layer(x)
-        return self.generator(self.norm(x))  # [T][B][V]
-
-    def library_names(self):
-        """(library parameter name, torch parameter) for every parameter metaformer.h has."""
-        out = [("tok_emb", self.embed.weight)]
-        for l, layer in enumerate(self.layers):
-            p, a = f"layers.{l}.", layer.attn
-            if layer.pre_ln:
-                out += [(p + "ln1.weight", layer.norm_self_attn.weight), (p + "ln1.bias", layer.norm_self_attn.bias)]
-            out += [(p + "attn.q.weight", a.query.linear.weight), (p + "attn.k.weight", a.key.linear.weight),
-                    (p + "attn.v.weight", a.value.linear.weight)]
-            if isinstance(a, FastWeightsAttention):
-                out.append((p + "attn.beta.weight", a.interpolation_weight[0].linear.weight))
-            out += [(p + "attn.out.weight", a.output.weight), (p + "attn.out.bias", a.output.bias),
-                    (p + "ln2.weight", layer.norm_ff.weight), (p + "ln2.bias", layer.norm_ff.bias),
-                    (p + "ffn.fc1.weight", layer.feed_forward.layer1.weight),
-                    (p + "ffn.fc1.bias", layer.feed_forward.layer1.bias),
-                    (p + "ffn.fc2.weight", layer.feed_forward.layer2.weight),
-                    (p + "ffn.fc2.bias", layer.feed_forward.layer2.bias)]
-        out += [("ln_f.weight", self.norm.weight), ("ln_f.bias", self.norm.bias),
-                ("head.weight", self.generator.weight), ("head.bias", self.generator.bias)]
-        return out
+def library_names(model):
+    """(library parameter name, torch parameter) for every parameter metaformer.h has."""
+    out = [("tok_emb", model.embed.weight)]
+    for l, layer in enumerate(model.layers):
+        p, a = f"layers.{l}.", layer.attn
+        if layer.pre_ln:
+            out += [(p + "ln1.weight", layer.norm_self_attn.weight), (p + "ln1.bias", layer.norm_self_attn.bias)]
+        out += [(p + "attn.q.weight", a.query.linear.weight), (p + "attn.k.weight", a.key.linear.weight),
+                (p + "attn.v.weight", a.value.linear.weight)]
+        if isinstance(a, FastWeightsAttention):
+            out.append((p + "attn.beta.weight", a.interpolation_weight[0].linear.weight))
+        out += [(p + "attn.out.weight", a.output.weight), (p + "attn.out.bias", a.output.bias),
+                (p + "ln2.weight", layer.norm_ff.weight), (p + "ln2.bias", layer.norm_ff.bias),
+                (p + "ffn.fc1.weight", layer.feed_forward.layer1.weight),
+                (p + "ffn.fc1.bias", layer.feed_forward.layer1.bias),
+                (p + "ffn.fc2.weight", layer.feed_forward.layer2.weight),
+                (p + "ffn.fc2.bias", layer.feed_forward.layer2.bias)]
+    out += [("ln_f.weight", model.norm.weight), ("ln_f.bias", model.norm.bias),
+            ("head.weight", model.generator.weight), ("head.bias", model.generator.bias)]
+    return out
 
 
 # ---------------------------------------------------------------------------------- goldens
@@ -239,7 +94,7 @@ def run(model, ids, targets, dtype):
     V = logits.shape[-1]
     loss = F.cross_entropy(logits.reshape(-1, V), torch.tensor(targets.T.copy(), dtype=torch.long).reshape(-1))
     loss.backward()
-    grads = {n: p.grad.detach().numpy().copy() for n, p in m.library_names()}
+    grads = {n: p.grad.detach().numpy().copy() for n, p in library_names(m)}
     return logits.detach().transpose(0, 1).numpy().copy(), float(loss.detach()), grads
 
 
@@ -249,7 +104,7 @@ def rel_err(a, b):
 
 def golden(name, cfg, seed):
     torch.manual_seed(seed)
-    model = Model(cfg)
+    model = make_model(cfg)
     with torch.no_grad():  # LayerNorms away from 1 / 0 (torch init otherwise)
         for mod in model.modules():
             if isinstance(mod, nn.LayerNorm):
@@ -258,10 +113,10 @@ def golden(name, cfg, seed):
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, cfg["vocab"], (B, T), generator=gen).numpy().astype(np.int32)
     targets = torch.randint(0, cfg["vocab"], (B, T), generator=gen).numpy().astype(np.int32)
-    params = {n: p.detach().numpy().astype(np.float32) for n, p in model.library_names()}
+    params = {n: p.detach().numpy().astype(np.float32) for n, p in library_names(model)}
     model64 = model.double()
     with torch.no_grad():  # the float64 run starts from exactly the stored float32 weights
-        for n, p in model64.library_names():
+        for n, p in library_names(model64):
             p.copy_(torch.tensor(params[n], dtype=torch.float64))
     logits64, loss64, grads64 = run(model64, ids, targets, torch.float64)
     logits32, loss32, grads32 = run(model64, ids, targets, torch.float32)

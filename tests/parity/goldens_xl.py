@@ -2,8 +2,9 @@
 """PyTorch goldens for the relative mixer: Transformer-XL and the compressive transformer over
 consecutive segments (SPEC.md sections 5, 6). Run by `make goldens` (torch >= 1.13, CPU).
 
-The reference follows labml's module structure (sequence-first [T, B, D] tensors, the seed
-002_bbd01c47789a6b3a.txt): RelativeMultiHeadAttention with the pad-shift of the positional scores
+The reference (tests/parity/seed_xl.py, the model bench/torch_xl.py times too) follows labml's
+module structure (sequence-first [T, B, D] tensors, the seed 002_bbd01c47789a6b3a.txt):
+RelativeMultiHeadAttention with the pad-shift of the positional scores
 (checked here against the direct formula rho = P + j - i - Mm), pre-LN layers whose memories are
 normalised by the layer's own LayerNorm, new_mem = the detached input of each layer,
 merge_compress_memory without gradient (compress the oldest ceil((|mem| - mem_len) / c) * c
@@ -20,7 +21,6 @@ R [2P, H, dk] and S [2P, H] (P = 4096) are stored as the rows table_row0 .. tabl
 only (metadata xl.table_row0): every other row is zero, and its gradient must be exactly zero.
 The C side is tests/test_xl.c (test_parity_goldens).
 """
-import math
 import os
 import sys
 
@@ -31,194 +31,13 @@ from torch import nn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "goldens")
-P = 4096
-LN_EPS = 1e-5
 torch.set_default_dtype(torch.float64)
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_goldens import write_safetensors  # noqa: E402  (the same writer for every golden)
-
-
-# ------------------------------------------------------------------------------ labml structure
-def shift_right(x):
-    """labml's pad-shift: out[i][c] = x[i][c - i] (zero / the previous row's tail for c < i)."""
-    zero_pad = x.new_zeros(x.shape[0], 1, *x.shape[2:])
-    x_padded = torch.cat([x, zero_pad], dim=1)
-    x_padded = x_padded.view(x.shape[1] + 1, x.shape[0], *x.shape[2:])
-    return x_padded[:-1].view_as(x)
-
-
-class RelativeMultiHeadAttention(nn.Module):
-    """SPEC 4 + 5.1/5.2: q, k without bias, v and out with bias; tables R, S, u."""
-
-    def __init__(self, heads, d_model):
-        super().__init__()
-        self.h, self.d_k = heads, d_model // heads
-        self.query = nn.Linear(d_model, d_model, bias=False)
-        self.key = nn.Linear(d_model, d_model, bias=False)
-        self.value = nn.Linear(d_model, d_model, bias=True)
-        self.output = nn.Linear(d_model, d_model, bias=True)
-        self.scale = 1 / math.sqrt(self.d_k)
-        self.key_pos_embeddings = nn.Parameter(torch.zeros(2 * P, heads, self.d_k))
-        self.key_pos_bias = nn.Parameter(torch.zeros(2 * P, heads))
-        self.query_pos_bias = nn.Parameter(torch.zeros(heads, self.d_k))
-
-    def prepare(self, lin, x):
-        return lin(x).view(*x.shape[:-1], self.h, self.d_k)  # [T, B, H, dk]
-
-    def get_scores(self, query, key):
-        """labml: the content term with u, the positional terms over table rows P - Tk .. P + Tq - 1,
-        pad-shifted, the last Tk columns kept."""
-        key_pos_emb = self.key_pos_embeddings[P - key.shape[0]:P + query.shape[0]]
-        key_pos_bias = self.key_pos_bias[P - key.shape[0]:P + query.shape[0]]
-        ac = torch.einsum("ibhd,jbhd->ijbh", query + self.query_pos_bias[None, None], key)
-        b = torch.einsum("ibhd,jhd->ijbh", query, key_pos_emb)
-        d = key_pos_bias[None, :, None, :]
-        bd = shift_right(b + d)[:, -key.shape[0]:]
-        direct = self.direct_scores(query, key)
-        assert torch.allclose(ac + bd, direct, rtol=1e-12, atol=1e-12), "pad-shift != rho = P + j - i - Mm"
-        return ac + bd
-
-    def direct_scores(self, query, key):
-        """SPEC 5.2 literally: rho = P + j - i - Mm."""
-        Tq, Tk = query.shape[0], key.shape[0]
-        Mm = Tk - Tq
-        i = torch.arange(Tq)[:, None]
-        j = torch.arange(Tk)[None, :]
-        rho = P + j - i - Mm                                                   # [Tq, Tk]
-        R = self.key_pos_embeddings[rho]                                       # [Tq, Tk, H, dk]
-        S = self.key_pos_bias[rho]                                             # [Tq, Tk, H]
-        ac = torch.einsum("ibhd,jbhd->ijbh", query + self.query_pos_bias[None, None], key)
-        return ac + torch.einsum("ibhd,ijhd->ijbh", query, R) + S[:, :, None, :]
-
-    def forward(self, query, key, value, mask):
-        q, k, v = self.prepare(self.query, query), self.prepare(self.key, key), self.prepare(self.value, value)
-        scores = self.get_scores(q, k) * self.scale
-        scores = scores.masked_fill(mask[..., None] == 0, float("-inf"))  # [Tq, Tk, B', 1]: all heads
-        attn = torch.softmax(scores, dim=1)                                   # over the keys
-        x = torch.einsum("ijbh,jbhd->ibhd", attn, v)
-        return self.output(x.reshape(*x.shape[:2], -1))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff):
-        super().__init__()
-        self.layer1, self.layer2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-
-    def forward(self, x):
-        return self.layer2(F.relu(self.layer1(x)))
-
-
-class Conv1dCompression(nn.Module):
-    def __init__(self, compression_rate, d_model):
-        super().__init__()
-        self.conv = nn.Conv1d(d_model, d_model, kernel_size=compression_rate, stride=compression_rate)
-
-    def forward(self, mem):  # [T, B, D]
-        return self.conv(mem.permute(1, 2, 0)).permute(2, 0, 1)
-
-
-class Layer(nn.Module):
-    def __init__(self, d_model, heads, d_ff, rate):
-        super().__init__()
-        self.self_attn = RelativeMultiHeadAttention(heads, d_model)
-        self.feed_forward = FeedForward(d_model, d_ff)
-        self.norm_self_attn = nn.LayerNorm([d_model], eps=LN_EPS)
-        self.norm_ff = nn.LayerNorm([d_model], eps=LN_EPS)
-        self.compress = Conv1dCompression(rate, d_model) if rate else None
-
-    def concat_memory(self, z, mem, c_mem):
-        if mem is None:
-            return z
-        if c_mem is not None:
-            mem = torch.cat((c_mem, mem), dim=0)
-        return torch.cat((self.norm_self_attn(mem), z), dim=0)
-
-    def forward(self, x, mem, c_mem, mask):
-        z = self.norm_self_attn(x)
-        m_z = self.concat_memory(z, mem, c_mem)
-        x = x + self.self_attn(z, m_z, m_z, mask)
-        return x + self.feed_forward(self.norm_ff(x))
-
-
-class Model(nn.Module):
-    def __init__(self, vocab, d_model, heads, d_ff, n_layers, rate):
-        super().__init__()
-        self.src_embed = nn.Embedding(vocab, d_model)
-        self.layers = nn.ModuleList([Layer(d_model, heads, d_ff, rate) for _ in range(n_layers)])
-        self.norm = nn.LayerNorm([d_model], eps=LN_EPS)
-        self.generator = nn.Linear(d_model, vocab)
-
-    def forward(self, ids, mem, c_mem):
-        """ids [T, B]; mem, c_mem: per layer [len, B, D] or empty lists."""
-        x = self.src_embed(ids)
-        T = ids.shape[0]
-        m_len = (len(mem[0]) if mem else 0) + (len(c_mem[0]) if c_mem else 0)
-        mask = torch.cat((torch.ones(T, m_len, dtype=torch.bool), torch.ones(T, T, dtype=torch.bool).tril()), dim=1)
-        mask = mask[:, :, None]                                              # [T, Mm + T, 1]
-        new_mem = []
-        for i, layer in enumerate(self.layers):
-            new_mem.append(x.detach())
-            x = layer(x, mem[i] if mem else None, c_mem[i] if c_mem else None, mask)
-        return self.generator(self.norm(x)), new_mem
-
-
-@torch.no_grad()
-def merge_compress_memory(model, cfg, mem, c_mem, new_mem):
-    """SPEC 5.5 / 6.3, without gradient. Returns mem, c_mem, mem_to_compress."""
-    mem_len, c_mem_len, rate = cfg["mem_len"], cfg["c_mem_len"], cfg["compression_rate"]
-    if mem_len == 0 and c_mem_len == 0:
-        return [], [], []
-    mem = [torch.cat((m, x), dim=0) for m, x in zip(mem, new_mem)] if mem else new_mem
-    if not cfg["compressive"]:
-        return ([m[-mem_len:] for m in mem] if len(mem[0]) > mem_len else mem), [], []
-    if len(mem[0]) <= mem_len:
-        return mem, c_mem, []
-    n_c_mem = (len(mem[0]) - mem_len + rate - 1) // rate
-    n_old = n_c_mem * rate
-    to_compress = [m[:n_old] for m in mem]
-    mem = [m[n_old:] for m in mem]
-    new_c = [layer.compress(m) for layer, m in zip(model.layers, to_compress)]
-    c_mem = [torch.cat((m, nm), dim=0) for m, nm in zip(c_mem, new_c)] if c_mem else new_c
-    if len(c_mem[0]) > c_mem_len:
-        c_mem = [m[-c_mem_len:] for m in c_mem]
-    return mem, c_mem, to_compress
-
-
-class AttentionReconstructionLoss:
-    """SPEC 6.4 (labml): only the compressor is not detached."""
-
-    def __init__(self, layers):
-        self.layers = layers
-
-    def prepare_for_attn(self, attn, lin, x):
-        w = lin.weight.detach()
-        b = lin.bias.detach() if lin.bias is not None else None
-        return F.linear(x, w, b).view(*x.shape[:-1], attn.h, attn.d_k)
-
-    def attn(self, layer, query, key, value):
-        query = self.prepare_for_attn(layer, layer.query, query)
-        key = self.prepare_for_attn(layer, layer.key, key)
-        value = self.prepare_for_attn(layer, layer.value, value)
-        scores = torch.einsum("ibhd,jbhd->ijbh", query, key) * layer.scale
-        return torch.einsum("ijbh,jbhd->ibhd", torch.softmax(scores, dim=1), value)
-
-    def norm(self, ln, x):
-        return F.layer_norm(x, ln.normalized_shape, ln.weight.detach(), ln.bias.detach(), ln.eps)
-
-    def calc_loss(self, layer, h, mem):
-        h, mem = h.detach(), mem.detach()
-        c_mem = layer.compress(mem)
-        h = self.norm(layer.norm_self_attn, h)
-        mem = self.norm(layer.norm_self_attn, mem)
-        c_mem = self.norm(layer.norm_self_attn, c_mem)
-        attn_mem = self.attn(layer.self_attn, h, mem, mem)
-        attn_cmem = self.attn(layer.self_attn, h, c_mem, c_mem)
-        return F.mse_loss(attn_cmem, attn_mem)
-
-    def __call__(self, h, mem):
-        return sum(self.calc_loss(layer, h[n], mem[n]) for n, layer in enumerate(self.layers))
+from seed_xl import (P, AttentionReconstructionLoss, Model, RelativeMultiHeadAttention,  # noqa: E402
+                     merge_compress_memory)
 
 
 # ------------------------------------------------------------------------------ names and cases
@@ -248,7 +67,8 @@ def library_names(model, cfg):
 def run_case(name, cfg, seed):
     torch.manual_seed(seed)
     V, D, H, B, T, S = cfg["vocab"], cfg["d_model"], cfg["n_heads"], cfg["B"], cfg["T"], cfg["steps"]
-    model = Model(V, D, H, cfg["d_ff"], cfg["n_layers"], cfg["compression_rate"] if cfg["compressive"] else 0)
+    rate = cfg["compression_rate"] if cfg["compressive"] else 0
+    model = Model(V, D, H, cfg["d_ff"], cfg["n_layers"], rate)
     row0, rows = cfg["table_row0"], cfg["table_rows"]
     with torch.no_grad():  # LayerNorms and the zero-initialised tables away from their init
         for m in model.modules():
@@ -256,6 +76,7 @@ def run_case(name, cfg, seed):
                 m.weight.add_(0.3 * torch.randn_like(m.weight))
                 m.bias.add_(0.2 * torch.randn_like(m.bias))
             if isinstance(m, RelativeMultiHeadAttention):
+                m.check_shift = True  # every score checked against SPEC 5.2's direct formula
                 m.query_pos_bias.normal_(0.0, 0.5)
                 m.key_pos_embeddings[row0:row0 + rows].normal_(0.0, 0.5)
                 m.key_pos_bias[row0:row0 + rows].normal_(0.0, 1.0)
@@ -272,7 +93,7 @@ def run_case(name, cfg, seed):
         tg[torch.rand(B, T, generator=gen) < 0.15] = -1
         model.zero_grad(set_to_none=False)
         logits, new_mem = model(ids.t(), mem, c_mem)                          # [T, B, V]
-        mem, c_mem, to_compress = merge_compress_memory(model, cfg, mem, c_mem, new_mem)
+        mem, c_mem, to_compress = merge_compress_memory(model, mem, c_mem, new_mem, cfg["mem_len"], cfg["c_mem_len"], rate)
         ce = F.cross_entropy(logits.reshape(-1, V), tg.t().reshape(-1), ignore_index=-1)
         ar = ar_fn(new_mem, to_compress) if to_compress else torch.zeros(())
         compressed_steps += bool(to_compress)
