@@ -224,9 +224,9 @@ row_spec() {
     compressive)
         echo "--mixer relative $labml --compressive --seq 32 --mem-len 32 --c-mem-len 64 --rate 2|bench/torch_xl.py --mixer compressive --seq 32 --mem-len 32 --c-mem-len 64 --rate 2|2|T 32, mem 32, c_mem 64, c 2" ;;
     fast_weights|linear)
-        echo "--mixer $1 $labml --seq 128|bench/torch_fastweights.py --mixer $1 --seq 128|5|T 128" ;;
+        echo "--mixer $1 $labml --seq 128|bench/torch_fastweights.py --mixer $1 $labml --seq 128|5|T 128" ;;
     feedback|feedback_kv)
-        echo "--mixer $1 $labml --seq 64|bench/torch_feedback.py --mixer $1 --seq 64|10|T 64" ;;
+        echo "--mixer $1 $labml --seq 64|bench/torch_feedback.py --mixer $1 $labml --seq 64|10|T 64" ;;
     *) echo "" ;;
     esac
 }

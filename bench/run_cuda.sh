@@ -91,9 +91,9 @@ row_spec() {
     compressive)
         echo "--mixer relative $labml --compressive --seq 1024 --mem-len 128 --c-mem-len 256 --rate 2|bench/torch_xl.py --mixer compressive --seq 1024 --mem-len 128 --c-mem-len 256 --rate 2|T 1024, mem 128, c_mem 256, c 2" ;;
     fast_weights|linear)
-        echo "--mixer $1 $labml --seq 1024|bench/torch_fastweights.py --mixer $1 --seq 1024|T 1024" ;;
+        echo "--mixer $1 $labml --seq 1024|bench/torch_fastweights.py --mixer $1 $labml --seq 1024|T 1024" ;;
     feedback|feedback_kv)
-        echo "--mixer $1 $labml --seq 256|bench/torch_feedback.py --mixer $1 --seq 256|T 256" ;;
+        echo "--mixer $1 $labml --seq 256|bench/torch_feedback.py --mixer $1 $labml --seq 256|T 256" ;;
     *) echo "" ;;
     esac
 }

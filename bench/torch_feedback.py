@@ -10,9 +10,10 @@ StackFunction, Stack, FeedbackTransformerKV for --mixer feedback_kv), with the l
 out (PrepareForMultiHeadAttention = Linear viewed per head, FeedForward = Linear -> act -> Linear):
 tests/parity/seed_feedback.py and seed_labml.py, the reference of the parity goldens too.
 The model around it is the one metaformer.h builds for these mixers (and bench/bench_model.c times):
-token Embedding N(0,1) + learned position Embedding -> the feedback transformer (sequence-first
-inside, as in the seed) -> final LN -> Linear(D, V); FFN activation GELU (the library's default;
-the seed's experiments use ReLU - the cost is the same). Dropout is 0 in the benchmark, so the
+token Embedding N(0,1) (+ a learned position Embedding with --pos learned) -> the feedback
+transformer (sequence-first inside, as in the seed) -> final LN -> Linear(D, V); FFN activation
+--act (ReLU, the seed's; bench/run.sh runs both sides with --pos none --act relu, as the seeds'
+models are, and must keep the two sides' options equal). Dropout is 0 in the benchmark, so the
 seed's dropout modules are left out (at p = 0 they are identities that only add call overhead).
 The Stack's capacity is --seq (the library uses max_seq, the seed 512).
 One step: forward, mean cross-entropy on random next tokens, backward, clip_grad_norm_(1.0), Adam
@@ -34,6 +35,8 @@ import torch_harness as th  # noqa: E402
 
 _p = th.parser(__doc__, seq=64)
 _p.add_argument("--mixer", default="feedback", choices=["feedback", "feedback_kv"])
+_p.add_argument("--act", default="relu", choices=["relu", "gelu"])
+_p.add_argument("--pos", default="none", choices=["none", "learned"])
 args = _p.parse_args()
 torch = th.start(args)
 import torch.nn as nn  # noqa: E402
@@ -50,9 +53,10 @@ class Model(nn.Module):
         D, H = a.d_model, a.heads
         kv = a.mixer == "feedback_kv"
         self.tok = nn.Embedding(a.vocab, D)
-        self.pos = nn.Embedding(a.seq, D)
+        self.pos = nn.Embedding(a.seq, D) if a.pos == "learned" else None
+        act = F.relu if a.act == "relu" else F.gelu
         layer = FeedbackTransformerLayer(d_model=D, attn=FeedbackAttention(H, D, is_kv_precomputed=kv),
-                                         feed_forward=FeedForward(D, a.d_ff, activation=F.gelu))
+                                         feed_forward=FeedForward(D, a.d_ff, activation=act))
         if kv:
             self.transformer = FeedbackTransformerKV(layer, a.layers, D, H, a.seq)
         else:
@@ -60,7 +64,9 @@ class Model(nn.Module):
         self.head = nn.Linear(D, a.vocab)
 
     def forward(self, ids):
-        x = self.tok(ids) + self.pos.weight[: ids.shape[1]]            # [B, T, D]
+        x = self.tok(ids)                                              # [B, T, D]
+        if self.pos is not None:
+            x = x + self.pos.weight[: ids.shape[1]]
         x = self.transformer(x.transpose(0, 1).contiguous())          # sequence-first, with the final LN
         return self.head(x.transpose(0, 1))                           # [B, T, V]
 
@@ -84,7 +90,8 @@ def main():
     def loss_fn(gen):
         seq = torch.randint(0, V, (B, T + 1), generator=gen)
         return F.cross_entropy(model(seq[:, :T]).reshape(-1, V), seq[:, 1:].reshape(-1))
-    describe = "B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d" % (B, T, args.d_model, args.heads, args.layers, args.d_ff, V)
+    describe = "B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d act=%s pos=%s" % (
+        B, T, args.d_model, args.heads, args.layers, args.d_ff, V, args.act, args.pos)
     return th.train(args, args.mixer, describe, model, loss_fn, B * T, flops_per_token_fwd(args))
 
 
