@@ -122,6 +122,7 @@ typedef struct mf_tensor {
     int requires_grad;
     int is_param;
     int grad_pending;            /* mf_backward: the gradient buffer is not zeroed yet */
+    int n_uses;                  /* mf_backward: how many ops on the tape read it */
     int64_t offset;              /* parameters: position in the flat buffers */
 } mf_tensor;
 
@@ -1447,6 +1448,14 @@ MFDEF void mf_zero_grad(mf_ctx *ctx) {
     if (ctx && ctx->n_params) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
 }
 
+/* A view (reshape) whose input is an activation that nothing else reads: the input's gradient is
+   the view's, element for element, so the two share one buffer and the view's backward copies
+   nothing (the input's buffer is allocated first: it is earlier on the tape). */
+static int mf__view_shares_grad(const mf_tensor *t) {
+    const mf_tensor *s = t->src[0];
+    return t->op->is_view && s && s->op && !s->is_param && s->requires_grad && s->n_uses == 1 && s->grad &&
+           s->ne == t->ne;
+}
 MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     int i, end = -1;
     char s[64];
@@ -1466,9 +1475,15 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     if (loss->ne != 1)
         return (mf__fail(ctx, "mf_backward: the loss has shape %s; backward starts from one value "
                          "(reduce it with mf_sum or mf_mean)", mf_shape_str(loss, s, sizeof s)), -1);
+    for (i = 0; i <= end; i++) ctx->tape[i]->n_uses = 0;
+    for (i = 0; i <= end; i++) {
+        int k;
+        for (k = 0; k < MF_MAX_SRC; k++) if (ctx->tape[i]->src[k]) ctx->tape[i]->src[k]->n_uses++;
+    }
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
-        if (!t->grad && !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return -1;
+        if (!ctx->be && mf__view_shares_grad(t)) t->grad = t->src[0]->grad;
+        else if (!t->grad && !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return -1;
         if (!ctx->be) t->grad_pending = 1; /* CPU: zeroed lazily below */
         else if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
     }
@@ -1488,6 +1503,10 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         mf_tensor *t = ctx->tape[i];
         int k;
         if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
+        if (t->op->is_view && t->grad == t->src[0]->grad) { /* shares its input's gradient: nothing to do */
+            t->src[0]->grad_pending = 0;
+            continue;
+        }
         for (k = 0; k < MF_MAX_SRC && !mf__op_assigns(t->op); k++) {
             mf_tensor *s = t->src[k];
             if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;

@@ -846,6 +846,32 @@ static void test_reshape(void) {
     }
 }
 
+/* mf_backward lets a reshape share its input's gradient buffer when nothing else reads the input
+   (no copy); an input read twice keeps its own buffer and gets both contributions */
+static void test_view_shares_gradient(void) {
+    mf_ctx *c = mf_ctx_new(4);
+    int xs[3] = {2, 3, 4}, s2[2] = {6, 4}, s1[1] = {24};
+    mf_tensor *p = mf_param(c, "p", 3, xs), *w, *v, *a, *r, *r2, *b, *rb;
+    int64_t i;
+    int ok = 1;
+    mf_init_normal(c, p, 0, 1);
+    w = rnd(c, 1, s1, 2, -1, 1); v = rnd(c, 3, xs, 3, -1, 1);
+    a = mf_exp(c, p); r = mf_reshape(c, a, 2, s2); r2 = mf_reshape(c, r, 1, s1);
+    MFT_CHECK(mf_backward(c, mf_sum(c, mf_mul(c, r2, w))) == 0);
+    MFT_CHECK(a->grad == r->grad && r->grad == r2->grad);
+    for (i = 0; i < p->ne; i++) ok &= p->grad[i] == w->data[i] * a->data[i];
+    MFT_CHECK(ok);
+    mf_zero_grad(c); mf_reset(c);
+    b = mf_exp(c, p); rb = mf_reshape(c, b, 1, s1);
+    v = rnd(c, 3, xs, 3, -1, 1); w = rnd(c, 1, s1, 2, -1, 1);
+    MFT_CHECK(mf_backward(c, mf_add(c, mf_sum(c, mf_mul(c, rb, w)), mf_sum(c, mf_mul(c, b, v)))) == 0);
+    MFT_CHECK(b->grad != rb->grad);
+    for (i = 0; i < p->ne; i++) ok &= fabsf(p->grad[i] - (w->data[i] + v->data[i]) * b->data[i]) <= 1e-6f * (1 + fabsf(p->grad[i]));
+    for (i = 0; i < rb->ne; i++) ok &= rb->grad[i] == w->data[i]; /* the view's own gradient is untouched */
+    MFT_CHECK(ok);
+    mf_ctx_free(c);
+}
+
 /* out index -> in index by explicit multi-index arithmetic */
 static int check_permute(mf_ctx *c, const mf_tensor *x, const int *perm) {
     mf_tensor *y = mf_permute(c, (mf_tensor *)x, perm);
@@ -1766,6 +1792,7 @@ int main(void) {
     MFT_RUN(test_embedding);
     MFT_RUN(test_dropout);
     MFT_RUN(test_reshape);
+    MFT_RUN(test_view_shares_gradient);
     MFT_RUN(test_permute_forward);
     MFT_RUN(test_permute_grad);
     MFT_RUN(test_concat_slice_forward);
