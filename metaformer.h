@@ -1448,13 +1448,13 @@ MFDEF void mf_zero_grad(mf_ctx *ctx) {
     if (ctx && ctx->n_params) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
 }
 
-/* A view (reshape) whose input is an activation that nothing else reads: the input's gradient is
-   the view's, element for element, so the two share one buffer and the view's backward copies
-   nothing (the input's buffer is allocated first: it is earlier on the tape). */
-static int mf__view_shares_grad(const mf_tensor *t) {
-    const mf_tensor *s = t->src[0];
-    return t->op->is_view && s && s->op && !s->is_param && s->requires_grad && s->n_uses == 1 && s->grad &&
-           s->ne == t->ne;
+/* CPU: the input of t whose gradient buffer t's gradient shares (mf__grad_shared_src, [mf:ops]), or -1 */
+static int mf__grad_shared_src(const mf_tensor *t);
+static int mf__grad_sharing(const mf_tensor *t) {
+    int k;
+    for (k = 0; k < MF_MAX_SRC; k++)
+        if (t->src[k] && t->src[k]->grad == t->grad) return k;
+    return -1;
 }
 MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     int i, end = -1;
@@ -1482,7 +1482,8 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     }
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
-        if (!ctx->be && mf__view_shares_grad(t)) t->grad = t->src[0]->grad;
+        int k = ctx->be ? -1 : mf__grad_shared_src(t);
+        if (k >= 0) t->grad = t->src[k]->grad; /* (allocated before: the input is earlier on the tape) */
         else if (!t->grad && !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return -1;
         if (!ctx->be) t->grad_pending = 1; /* CPU: zeroed lazily below */
         else if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
@@ -1503,9 +1504,9 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         mf_tensor *t = ctx->tape[i];
         int k;
         if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
-        if (t->op->is_view && t->grad == t->src[0]->grad) { /* shares its input's gradient: nothing to do */
-            t->src[0]->grad_pending = 0;
-            continue;
+        if ((k = mf__grad_sharing(t)) >= 0) { /* that input's gradient is complete; the op leaves it alone */
+            t->src[k]->grad_pending = 0;
+            if (t->op->is_view) continue;
         }
         for (k = 0; k < MF_MAX_SRC && !mf__op_assigns(t->op); k++) {
             mf_tensor *s = t->src[k];
@@ -2478,10 +2479,10 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
     int64_t na = A->ne, nb = B->ne, n = out->ne, i;
     int kind = out->iarg[1], aa, ab;
     if (na == n && nb == n) { /* same shapes (residual adds): elementwise, in parallel */
-        if (kind != MF__MUL) {
+        if (kind != MF__MUL) { /* (an input sharing out's gradient buffer has it already) */
             float sb = kind == MF__SUB ? -1.0f : 1.0f;
-            if ((da = mf__g_claim(A, &aa)) != NULL) mf__axpy(ctx, n, 1.0f, g, da, aa);
-            if ((db = mf__g_claim(B, &ab)) != NULL) mf__axpy(ctx, n, sb, g, db, ab);
+            if (A->grad != g && (da = mf__g_claim(A, &aa)) != NULL) mf__axpy(ctx, n, 1.0f, g, da, aa);
+            if (B->grad != g && (db = mf__g_claim(B, &ab)) != NULL) mf__axpy(ctx, n, sb, g, db, ab);
             return;
         }
         da = mf__g_add(ctx, A);
@@ -2493,8 +2494,8 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
         }
         return;
     }
-    da = mf__g_add(ctx, A);
-    db = mf__g_add(ctx, B);
+    da = A->grad == g ? NULL : mf__g_add(ctx, A);
+    db = B->grad == g ? NULL : mf__g_add(ctx, B);
     if (na > 1 && nb > 1 && kind != MF__MUL && (na < nb ? na : nb) <= 0x7fffffff) {
         /* a repeating operand under add / sub: the larger one elementwise, the smaller one summed
            over its repeats (column sums: parallel, each element summed in repeat order) */
@@ -3955,6 +3956,18 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
     return mf__finish(ctx, t);
 }
 
+/* The input whose gradient is t's output gradient element for element (a reshape's input, either
+   operand of an add, the first of a sub, with t's size) when it is an activation that nothing else
+   on the tape reads: the two share one gradient buffer (no copy in the backward, one buffer less;
+   the values are those of separate buffers). The first such input, or -1. */
+static int mf__grad_shared_src(const mf_tensor *t) {
+    int k, last = t->op->is_view ? 0 : t->op == &mf__op_add ? 1 : t->op == &mf__op_sub ? 0 : -1;
+    for (k = 0; k <= last; k++) {
+        const mf_tensor *s = t->src[k];
+        if (s && s->op && !s->is_param && s->requires_grad && s->n_uses == 1 && s->grad && s->ne == t->ne) return k;
+    }
+    return -1;
+}
 /* the ops whose backward claims its input gradients (mf__g_claim / mf__g_add, see [mf:autograd]) */
 static int mf__op_assigns(const mf__op *op) {
     static const mf__op *const ops[] = { &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul, &mf__op_scale,

@@ -846,8 +846,8 @@ static void test_reshape(void) {
     }
 }
 
-/* mf_backward lets a reshape share its input's gradient buffer when nothing else reads the input
-   (no copy); an input read twice keeps its own buffer and gets both contributions */
+/* mf_backward lets a reshape (an add, a sub) share its input's gradient buffer when nothing else
+   reads that input (no copy); an input read twice keeps its own buffer and gets both contributions */
 static void test_view_shares_gradient(void) {
     mf_ctx *c = mf_ctx_new(4);
     int xs[3] = {2, 3, 4}, s2[2] = {6, 4}, s1[1] = {24};
@@ -869,6 +869,37 @@ static void test_view_shares_gradient(void) {
     for (i = 0; i < p->ne; i++) ok &= fabsf(p->grad[i] - (w->data[i] + v->data[i]) * b->data[i]) <= 1e-6f * (1 + fabsf(p->grad[i]));
     for (i = 0; i < rb->ne; i++) ok &= rb->grad[i] == w->data[i]; /* the view's own gradient is untouched */
     MFT_CHECK(ok);
+    { /* add (either operand), sub (the first), a broadcast add (the full-size operand) */
+        int bs[1] = {4};
+        mf_tensor *e, *f, *y, *h, *z, *bias, *q, *m, *d;
+        mf_zero_grad(c); mf_reset(c);
+        w = rnd(c, 3, xs, 2, -1, 1); v = rnd(c, 3, xs, 3, -1, 1);
+        bias = mf_param(c, "bias", 1, bs);
+        e = mf_exp(c, p); f = mf_scale(c, p, 2.0f);
+        y = mf_add(c, e, f);                      /* e shares y's gradient; f gets a copy */
+        h = mf_scale(c, p, 3.0f); q = mf_exp(c, p);
+        z = mf_add(c, mf_sub(c, h, q), bias);     /* the sub shares z's, h shares the sub's */
+        m = mf_scale(c, p, 4.0f); r = mf_exp(c, p); /* m is read twice: r, the subtrahend, must not share */
+        d = mf_sub(c, m, r);
+        MFT_CHECK(mf_backward(c, mf_add(c, mf_add(c, mf_sum(c, mf_mul(c, y, w)), mf_sum(c, mf_mul(c, z, v))),
+                                       mf_sum(c, mf_mul(c, d, m)))) == 0);
+        MFT_CHECK(e->grad == y->grad && f->grad != y->grad && h->grad == z->src[0]->grad && z->src[0]->grad == z->grad);
+        MFT_CHECK(r->grad != d->grad && m->grad != d->grad);
+        for (i = 0; i < r->ne; i++) ok &= r->grad[i] == -m->data[i];
+        for (i = 0; i < p->ne; i++) {
+            float want = w->data[i] * e->data[i] + 2.0f * w->data[i] + 3.0f * v->data[i] - v->data[i] * q->data[i]
+                       + 4.0f * (d->data[i] + m->data[i]) - m->data[i] * r->data[i];
+            ok &= fabsf(p->grad[i] - want) <= 1e-5f * (1 + fabsf(want));
+            ok &= f->grad[i] == w->data[i] && q->grad[i] == -v->data[i];
+        }
+        for (i = 0; i < 4; i++) {
+            float want = 0;
+            int64_t r;
+            for (r = 0; r < 6; r++) want += v->data[r * 4 + i];
+            ok &= fabsf(bias->grad[i] - want) <= 1e-6f * (1 + fabsf(want));
+        }
+        MFT_CHECK(ok);
+    }
     mf_ctx_free(c);
 }
 
