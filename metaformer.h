@@ -1484,7 +1484,9 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         mf_tensor *t = ctx->tape[i];
         int k = ctx->be ? -1 : mf__grad_shared_src(t);
         if (k >= 0) t->grad = t->src[k]->grad; /* (allocated before: the input is earlier on the tape) */
-        else if (!t->grad && !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return -1;
+        else if ((!t->grad || mf__grad_sharing(t) >= 0) && /* own buffer (also after a backward that shared) */
+                 !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float))))
+            return -1;
         if (!ctx->be) t->grad_pending = 1; /* CPU: zeroed lazily below */
         else if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
     }

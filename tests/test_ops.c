@@ -900,6 +900,18 @@ static void test_view_shares_gradient(void) {
         }
         MFT_CHECK(ok);
     }
+    { /* a second backward on the same tape, from a later loss that reads the shared input again:
+         the view gets its own buffer back and the input both contributions */
+        mf_tensor *e, *re, *l1;
+        mf_zero_grad(c); mf_reset(c);
+        w = rnd(c, 1, s1, 2, -1, 1); v = rnd(c, 3, xs, 3, -1, 1);
+        e = mf_exp(c, p); re = mf_reshape(c, e, 1, s1);
+        l1 = mf_sum(c, mf_mul(c, re, w));
+        MFT_CHECK(mf_backward(c, l1) == 0 && e->grad == re->grad);
+        MFT_CHECK(mf_backward(c, mf_add(c, l1, mf_sum(c, mf_mul(c, e, v)))) == 0 && e->grad != re->grad);
+        for (i = 0; i < e->ne; i++) ok &= fabsf(e->grad[i] - (w->data[i] + v->data[i])) <= 1e-6f && re->grad[i] == w->data[i];
+        MFT_CHECK(ok);
+    }
     mf_ctx_free(c);
 }
 
