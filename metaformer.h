@@ -3532,24 +3532,24 @@ static int mf__avg_pool_shape(mf_ctx *ctx, mf_tensor *out) {
 }
 /* forward: y[t] = mean of x over window(t); backward: dx[s] += sum of dy[t] / |window(t)| over the
    t whose window holds s. Both from a running prefix sum over time, O(B * T * D). */
+/* Window sums as running sums in double: the window [lo(t), hi(t)] only moves forward with t (so do
+   the backward's reversed windows), so every row enters the sum once and leaves it once, with no
+   [B, T, D] prefix table. A sum of at most T floats is exact in double for any practical range of
+   values, so the result is the correctly rounded window mean (the CUDA kernel's prefix sums give
+   the same). Backward: dx[t] += sum of dy[t'] / |window(t')| over the t' whose window holds t. */
 static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     int B = out->shape[0], T = out->shape[1], D = out->shape[2], k = out->iarg[0], causal = out->iarg[1];
     const float *src = backward ? out->grad : out->src[0]->data;
     float *dx = backward ? mf__g(out->src[0]) : NULL;
-    double *pre = (double *)mf__alloc(ctx, (size_t)B * (T + 1) * D * sizeof(double));
+    double *sums = (double *)mf__alloc(ctx, (size_t)B * D * sizeof(double));
     int64_t b;
-    if (!pre || (backward && !dx)) return;
-    MF__PARFOR(ctx, B, 4.0 * T * D)
+    if (!sums || (backward && !dx)) return;
+    MF__PARFOR(ctx, B, 3.0 * T * D)
     for (b = 0; b < B; b++) {
-        double *P = pre + b * (int64_t)(T + 1) * D;
-        int t, d, lo, hi;
-        for (d = 0; d < D; d++) P[d] = 0;
-        for (t = 0; t < T; t++) { /* P[t+1] = P[t] + (x[t], or dy[t] / |window(t)| backward) */
-            float w = 1.0f;
-            if (backward) { mf__pool_window(t, T, k, causal, &lo, &hi); w = 1.0f / (float)(hi - lo + 1); }
-            for (d = 0; d < D; d++)
-                P[(int64_t)(t + 1) * D + d] = P[(int64_t)t * D + d] + w * src[((int64_t)b * T + t) * D + d];
-        }
+        double *S = sums + b * (int64_t)D;
+        const float *x = src + b * (int64_t)T * D;
+        int t, d, lo, hi, in = 0, gone = 0;
+        for (d = 0; d < D; d++) S[d] = 0;
         for (t = 0; t < T; t++) {
             if (!backward) mf__pool_window(t, T, k, causal, &lo, &hi);
             else { /* the t' whose window holds t: centred [t - k/2, t + k/2], causal [t, t + k - 1] */
@@ -3557,10 +3557,21 @@ static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
                 if (lo < 0) lo = 0;
                 if (hi > T - 1) hi = T - 1;
             }
+            for (; in <= hi; in++) { /* row `in` enters (backward: dy[in] / |window(in)|) */
+                float w = 1.0f;
+                int l2, h2;
+                if (backward) { mf__pool_window(in, T, k, causal, &l2, &h2); w = 1.0f / (float)(h2 - l2 + 1); }
+                for (d = 0; d < D; d++) S[d] += w * x[(int64_t)in * D + d];
+            }
+            for (; gone < lo; gone++) { /* row `gone` leaves, with the value it entered with */
+                float w = 1.0f;
+                int l2, h2;
+                if (backward) { mf__pool_window(gone, T, k, causal, &l2, &h2); w = 1.0f / (float)(h2 - l2 + 1); }
+                for (d = 0; d < D; d++) S[d] -= w * x[(int64_t)gone * D + d];
+            }
             for (d = 0; d < D; d++) {
-                double s = P[(int64_t)(hi + 1) * D + d] - P[(int64_t)lo * D + d];
-                if (!backward) out->data[((int64_t)b * T + t) * D + d] = (float)(s / (hi - lo + 1));
-                else dx[((int64_t)b * T + t) * D + d] += (float)s;
+                if (!backward) out->data[((int64_t)b * T + t) * D + d] = (float)(S[d] / (hi - lo + 1));
+                else dx[((int64_t)b * T + t) * D + d] += (float)S[d];
             }
         }
     }

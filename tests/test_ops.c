@@ -1309,6 +1309,24 @@ static void test_avg_pool_seq(void) {
         if (bad) printf("    avg_pool_seq kernel %d causal %d: wrong values\n", k, causal);
         MFT_CHECK(!bad);
     }
+    { /* long sequences: every mean is the correctly rounded one (the window sums are exact in double,
+         however the op forms them) */
+        static const int lc[][2] = {{3, 1}, {17, 0}, {64, 1}, {301, 0}};
+        int sl[3] = {2, 300, 7}, li, bad = 0;
+        mf_tensor *xl = rnd(c, 3, sl, 5, -3, 3);
+        for (li = 0; li < 4; li++) {
+            int k = lc[li][0], causal = lc[li][1], b, t, d;
+            mf_tensor *y = mf_avg_pool_seq(c, xl, k, causal);
+            if (!y) { bad = 1; continue; }
+            for (b = 0; b < 2; b++) for (t = 0; t < 300; t++) for (d = 0; d < 7; d++) {
+                int lo = causal ? t - k + 1 : t - k / 2, hi = causal ? t : t + k / 2, u, n = 0;
+                double m = 0;
+                for (u = lo; u <= hi; u++) if (u >= 0 && u < 300) { m += xl->data[(b * 300 + u) * 7 + d]; n++; }
+                bad |= y->data[(b * 300 + t) * 7 + d] != (float)(m / n);
+            }
+        }
+        MFT_CHECK(!bad);
+    }
     { /* hand example: [1, 2, 3, 4], centred 3 -> [1.5, 2, 3, 3.5]; causal 2 -> [1, 1.5, 2.5, 3.5] */
         int s3[3] = {1, 4, 1};
         const float v[4] = {1, 2, 3, 4}, e1[4] = {1.5f, 2, 3, 3.5f}, e2[4] = {1, 1.5f, 2.5f, 3.5f};
