@@ -3535,8 +3535,8 @@ static int mf__avg_pool_shape(mf_ctx *ctx, mf_tensor *out) {
 /* Window sums as running sums in double: the window [lo(t), hi(t)] only moves forward with t (so do
    the backward's reversed windows), so every row enters the sum once and leaves it once, with no
    [B, T, D] prefix table. A sum of at most T floats is exact in double for any practical range of
-   values, so the result is the correctly rounded window mean (the CUDA kernel's prefix sums give
-   the same). Backward: dx[t] += sum of dy[t'] / |window(t')| over the t' whose window holds t. */
+   values, so the result is the correctly rounded window mean (the CUDA kernel's direct window sums
+   give the same). Backward: dx[t] += sum of dy[t'] / |window(t')| over the t' whose window holds t. */
 static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     int B = out->shape[0], T = out->shape[1], D = out->shape[2], k = out->iarg[0], causal = out->iarg[1];
     const float *src = backward ? out->grad : out->src[0]->data;
