@@ -55,6 +55,36 @@ static inline double rel_err(const std::vector<float> &a, const std::vector<floa
     }
     return e / s;
 }
+/* ---- single ops: an output and some gradients from one context ---- */
+struct OpRun { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
+/* The end of an op's run: backward from loss = sum(out * R), R fixed random (seed), then out and
+   the gradient of each watched tensor (NULL: an empty vector) to the host, or the error; frees ctx. */
+static inline OpRun op_run_finish(mf_ctx *ctx, mf_tensor *out, const std::vector<mf_tensor *> &watch,
+                                  uint64_t seed = 555) {
+    OpRun r;
+    if (out) {
+        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, seed).data());
+        mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, R)));
+        if (mf_ok(ctx)) {
+            r.out = host_of(ctx, out, 0);
+            for (size_t i = 0; i < watch.size(); i++)
+                r.grads.push_back(watch[i] ? host_of(ctx, watch[i], 1) : std::vector<float>());
+        }
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    mf_ctx_free(ctx);
+    return r;
+}
+/* every parameter's values on the host, in the flat buffer's layout */
+static inline std::vector<float> params_host(mf_ctx *ctx) {
+    std::vector<float> v((size_t)mf_param_count(ctx));
+    for (int i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *p = mf_param_at(ctx, i);
+        mf_to_host(ctx, p, v.data() + p->offset);
+    }
+    return v;
+}
+
 /* ---- whole models: the same training steps on a CPU and on a CUDA context ---- */
 /* steps of fixed batches (B 2, T tokens, some targets ignored), clip 0.5, the optimizer; then the
    parameters, a greedy generation of gen_new tokens from a 3-token prompt and a sampled one of 6
@@ -93,11 +123,7 @@ static inline TrainRun train_run(mf_model_config cfg, int cuda, const TrainOpts 
         mf_reset(ctx);
     }
     if (m && mf_ok(ctx)) {
-        r.params.resize((size_t)mf_param_count(ctx));
-        for (int i = 0; i < mf_param_tensors(ctx); i++) {
-            mf_tensor *p = mf_param_at(ctx, i);
-            mf_to_host(ctx, p, r.params.data() + p->offset);
-        }
+        r.params = params_host(ctx);
         if (o.save) mf_save(ctx, o.save, 1, NULL, 0);
         r.greedy.resize((size_t)o.gen_new);
         mf_model_generate(m, prompt, 3, o.gen_new, NULL, r.greedy.data());

@@ -16,11 +16,10 @@ typedef mf_tensor *(*BuildFn)(mf_ctx *ctx, mf_tensor **in);
 struct Case { const char *name; int n_in; Shape shapes[4]; BuildFn build; float lo, hi; };
 
 /* one context's run: inputs as parameters (so they get gradients), loss = sum(out * R) */
-struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
-static Run run_case(const Case &c, int cuda) {
-    Run r;
+static OpRun run_case(const Case &c, int cuda) {
+    OpRun r;
     mf_ctx *ctx = mf_ctx_new(99);
-    mf_tensor *in[4] = {NULL, NULL, NULL, NULL}, *out, *loss;
+    mf_tensor *in[4] = {NULL, NULL, NULL, NULL};
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     for (int i = 0; i < c.n_in; i++) {
         char nm[16];
@@ -28,26 +27,14 @@ static Run run_case(const Case &c, int cuda) {
         in[i] = mf_param(ctx, nm, c.shapes[i].nd, c.shapes[i].s);
         if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 1000 + (uint64_t)i, c.lo, c.hi).data());
     }
-    out = c.build(ctx, in);
-    if (out) {
-        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
-        loss = mf_sum(ctx, mf_mul(ctx, out, R));
-        mf_backward(ctx, loss);
-        if (mf_ok(ctx)) {
-            r.out = host_of(ctx, out, 0);
-            for (int i = 0; i < c.n_in; i++) r.grads.push_back(host_of(ctx, in[i], 1));
-        }
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_ctx_free(ctx);
-    return r;
+    return op_run_finish(ctx, c.build(ctx, in), std::vector<mf_tensor *>(in, in + c.n_in));
 }
 static void check_case(const Case &c) {
-    Run cpu = run_case(c, 0);
+    OpRun cpu = run_case(c, 0);
     if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", c.name, cpu.err.c_str()); MFT_CHECK(0); return; }
     for (int o = 0; o < N_ORDERS; o++) {
         set_order(o);
-        Run gpu = run_case(c, 1);
+        OpRun gpu = run_case(c, 1);
         if (!gpu.err.empty()) { printf("    %s (order %d): CUDA run failed: %s\n", c.name, o, gpu.err.c_str()); MFT_CHECK(0); continue; }
         double e = rel_err(gpu.out, cpu.out);
         if (!(e <= TOL)) { printf("    %s (order %d): output differs, rel err %.3g\n", c.name, o, e); MFT_CHECK(0); }

@@ -27,12 +27,12 @@ static const double TOL_TF32 = 5e-3, TF32_FLOOR = 0.1;
 struct Case { const char *name; int B, H, Tq, Tk, dk, dv, causal; float scale; int grads, self_attn; };
 
 /* the run on one context (cuda: 0 CPU, 1 fp32 kernels, 2 TF32 kernels); loss = sum(out * R) */
-struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
-static Run run_case(const Case &c, int cuda) {
-    Run r;
+static OpRun run_case(const Case &c, int cuda) {
+    OpRun r;
     mf_ctx *ctx = mf_ctx_new(5);
     int shapes[3][4] = {{c.B, c.H, c.Tq, c.dk}, {c.B, c.H, c.Tk, c.dk}, {c.B, c.H, c.Tk, c.dv}};
-    mf_tensor *in[3] = {NULL, NULL, NULL}, *out, *loss;
+    mf_tensor *in[3] = {NULL, NULL, NULL};
+    std::vector<mf_tensor *> watch;
     int n_in = c.self_attn ? 1 : 3;
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     if (cuda == 2) mf_cuda_set_tf32(ctx, 1);
@@ -44,23 +44,11 @@ static Run run_case(const Case &c, int cuda) {
         if (in[i]) mf_set_data(ctx, in[i], x.data());
     }
     if (c.self_attn) in[1] = in[2] = in[0];
-    out = mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal);
-    if (out) {
-        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 777).data());
-        loss = mf_sum(ctx, mf_mul(ctx, out, R));
-        mf_backward(ctx, loss);
-        if (mf_ok(ctx)) {
-            r.out = host_of(ctx, out, 0);
-            for (int i = 0; i < n_in; i++)
-                r.grads.push_back((c.grads >> i) & 1 ? host_of(ctx, in[i], 1) : std::vector<float>());
-        }
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_ctx_free(ctx);
-    return r;
+    for (int i = 0; i < n_in; i++) watch.push_back((c.grads >> i) & 1 ? in[i] : NULL);
+    return op_run_finish(ctx, mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal), watch, 777);
 }
 /* worst relative error of the output and the gradients; -1 when the run failed */
-static double compare(const Case &c, const Run &gpu, const Run &cpu, const char *what, double tol, double floor) {
+static double compare(const Case &c, const OpRun &gpu, const OpRun &cpu, const char *what, double tol, double floor) {
     double worst = 0;
     if (!gpu.err.empty()) { printf("    %s (%s): CUDA run failed: %s\n", c.name, what, gpu.err.c_str()); return -1; }
     double e = rel_err(gpu.out, cpu.out, floor);
@@ -73,7 +61,7 @@ static double compare(const Case &c, const Run &gpu, const Run &cpu, const char 
     }
     return worst;
 }
-static int same_bits(const Run &a, const Run &b) {
+static int same_bits(const OpRun &a, const OpRun &b) {
     if (a.out.size() != b.out.size() || a.grads.size() != b.grads.size()) return 0;
     if (!a.out.empty() && memcmp(a.out.data(), b.out.data(), a.out.size() * 4) != 0) return 0;
     for (size_t i = 0; i < a.grads.size(); i++)
@@ -87,11 +75,11 @@ static double worst_tf32 = 0; /* the largest TF32 error seen: the rounding must 
    does each warp's tile product in all 32 lanes, too slow for 56000 keys) */
 static void check_case(const Case &c, int quick = 0) {
     double t0 = mf_time();
-    Run cpu = run_case(c, 0), first;
+    OpRun cpu = run_case(c, 0), first;
     if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", c.name, cpu.err.c_str()); MFT_CHECK(0); return; }
     for (int o = quick ? N_ORDERS - 1 : 0; o < N_ORDERS; o++) {
         set_order(o);
-        Run gpu = run_case(c, 1);
+        OpRun gpu = run_case(c, 1);
         double e = compare(c, gpu, cpu, "fp32", TOL, 1e-3);
         MFT_CHECK(e >= 0 && e <= TOL);
         if (o == 0 || quick) first = gpu;
@@ -99,7 +87,7 @@ static void check_case(const Case &c, int quick = 0) {
     }
     set_order(N_ORDERS - 1);
     if (!quick) {
-        Run tf = run_case(c, 2);
+        OpRun tf = run_case(c, 2);
         double e = compare(c, tf, cpu, "tf32", TOL_TF32, TF32_FLOOR);
         MFT_CHECK(e >= 0 && e <= TOL_TF32);
         if (e > worst_tf32) worst_tf32 = e;
@@ -132,10 +120,10 @@ static const Case CASES[] = {
 static void test_attention_parity(void) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(CASES[i]);
     { /* the TF32 kernels are deterministic too: the same bits in every thread order */
-        Run first;
+        OpRun first;
         for (int o = 0; o < N_ORDERS; o++) {
             set_order(o);
-            Run tf = run_case(CASES[7], 2);
+            OpRun tf = run_case(CASES[7], 2);
             MFT_CHECK(tf.err.empty());
             if (o == 0) first = tf;
             else if (!same_bits(tf, first)) { printf("    TF32 results depend on the thread order\n"); MFT_CHECK(0); }

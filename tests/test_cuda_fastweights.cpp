@@ -17,26 +17,15 @@
 /* A graph: makes its parameters (random values), returns the output and fills `watch` with the
    tensors whose gradients are compared (the op's inputs: activations or parameters). */
 typedef std::function<mf_tensor *(mf_ctx *, std::vector<mf_tensor *> &)> Graph;
-struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
-static Run run_graph(const Graph &g, int cuda) {
-    Run r;
+static OpRun run_graph(const Graph &g, int cuda) {
+    OpRun r;
     std::vector<mf_tensor *> watch;
     mf_ctx *ctx = mf_ctx_new(99);
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     mf_tensor *out = g(ctx, watch);
-    if (out) {
-        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
-        mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, R)));
-        if (mf_ok(ctx)) {
-            r.out = host_of(ctx, out, 0);
-            for (size_t i = 0; i < watch.size(); i++) r.grads.push_back(host_of(ctx, watch[i], 1));
-        }
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_ctx_free(ctx);
-    return r;
+    return op_run_finish(ctx, out, watch);
 }
-static int compare(const Run &a, const Run &b, const char *what, double tol) {
+static int compare(const OpRun &a, const OpRun &b, const char *what, double tol) {
     int ok = 1;
     double e = rel_err(a.out, b.out);
     if (!(e <= tol)) { printf("    %s: output differs, rel err %.3g\n", what, e); ok = 0; }
@@ -48,11 +37,11 @@ static int compare(const Run &a, const Run &b, const char *what, double tol) {
 }
 /* the graph on the CPU and on the (emulated) device in every thread order */
 static void check_graph(const Graph &g, const char *what) {
-    Run cpu = run_graph(g, 0);
+    OpRun cpu = run_graph(g, 0);
     if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str()); MFT_CHECK(0); return; }
     for (int o = 0; o < N_ORDERS; o++) {
         set_order(o);
-        Run gpu = run_graph(g, 1);
+        OpRun gpu = run_graph(g, 1);
         if (!gpu.err.empty()) { printf("    %s (order %d): CUDA run failed: %s\n", what, o, gpu.err.c_str()); MFT_CHECK(0); continue; }
         MFT_CHECK(compare(gpu, cpu, what, TOL));
     }
@@ -138,11 +127,11 @@ static void test_recurrent_vs_chunkwise(void) {
     const int chunks[4] = {2, 3, 16, 0};
     for (int linear = 0; linear < 2; linear++)
         for (int i = 2; i < N_SHAPES; i++) {
-            Run ref = run_graph(fw_graph(SHAPES[i], linear, 1), 1);
+            OpRun ref = run_graph(fw_graph(SHAPES[i], linear, 1), 1);
             MFT_CHECK(ref.err.empty());
             for (int ci = 0; ci < 4 && ref.err.empty(); ci++) {
                 char what[96];
-                Run r = run_graph(fw_graph(SHAPES[i], linear, chunks[ci]), 1);
+                OpRun r = run_graph(fw_graph(SHAPES[i], linear, chunks[ci]), 1);
                 snprintf(what, sizeof what, "device %s chunk %d vs recurrent, shape %d", linear ? "linear" : "fast_weights",
                          chunks[ci], i);
                 MFT_CHECK(r.err.empty() && compare(r, ref, what, TOL));

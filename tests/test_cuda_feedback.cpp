@@ -15,15 +15,14 @@
 
 /* ---------------------------------------------------------------- the feedback_attention op */
 struct Fba { int B, H, d, n, P; };
-struct Run { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
 /* q, k, v, u, r, s as parameters (so every one gets a gradient); loss = sum(out * R) */
-static Run run_fba(const Fba &c, int cuda) {
-    Run r;
+static OpRun run_fba(const Fba &c, int cuda) {
+    OpRun r;
     mf_ctx *ctx = mf_ctx_new(99);
     int sh[6][4] = {{c.B, c.H, c.d, 0}, {c.B, c.H, c.n, c.d}, {c.B, c.H, c.n, c.d}, {c.H, c.d, 0, 0},
                     {c.P, c.H, c.d, 0}, {c.P, c.H, 0, 0}};
     int nd[6] = {3, 4, 4, 2, 3, 2};
-    mf_tensor *in[6], *out;
+    mf_tensor *in[6];
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     for (int i = 0; i < 6; i++) {
         char nm[16];
@@ -31,26 +30,16 @@ static Run run_fba(const Fba &c, int cuda) {
         in[i] = mf_param(ctx, nm, nd[i], sh[i]);
         if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 2000 + (uint64_t)i, -1.5f, 1.5f).data());
     }
-    out = mf_feedback_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.d));
-    if (out) {
-        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
-        mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, R)));
-        if (mf_ok(ctx)) {
-            r.out = host_of(ctx, out, 0);
-            for (int i = 0; i < 6; i++) r.grads.push_back(host_of(ctx, in[i], 1));
-        }
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_ctx_free(ctx);
-    return r;
+    return op_run_finish(ctx, mf_feedback_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.d)),
+                         std::vector<mf_tensor *>(in, in + 6));
 }
 static void check_fba(const Fba &c) {
     static const char *names[6] = {"q", "k", "v", "u", "r", "s"};
-    Run cpu = run_fba(c, 0);
+    OpRun cpu = run_fba(c, 0);
     if (!cpu.err.empty()) { printf("    CPU run failed: %s\n", cpu.err.c_str()); MFT_CHECK(0); return; }
     for (int o = 0; o < N_ORDERS; o++) {
         set_order(o);
-        Run gpu = run_fba(c, 1);
+        OpRun gpu = run_fba(c, 1);
         if (!gpu.err.empty()) { printf("    CUDA run failed: %s\n", gpu.err.c_str()); MFT_CHECK(0); continue; }
         double e = rel_err(gpu.out, cpu.out), worst = e;
         if (!(e <= TOL)) { printf("    B %d H %d d %d n %d P %d (order %d): output differs, rel err %.3g\n", c.B, c.H, c.d, c.n, c.P, o, e); MFT_CHECK(0); }

@@ -9,37 +9,26 @@
 
 /* ---------------------------------------------------------------- the op */
 struct RelCase { int B, H, Tq, M, dk, dv, P; };
-struct RelRun { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
 static const char *REL_NAMES[6] = {"q", "k", "v", "u", "R", "S"};
 
 /* q, k, v, u, R, S as parameters (every table row random: the invisible ones must stay without
-   gradient), loss = sum(out * W) */
-static RelRun rel_run(const RelCase &c, int cuda) {
-    RelRun r;
+   gradient), loss = sum(out * W), W fixed random */
+static OpRun rel_run(const RelCase &c, int cuda) {
+    OpRun r;
     mf_ctx *ctx = mf_ctx_new(3);
     int Tk = c.Tq + c.M;
     int sh[6][4] = {{c.B, c.H, c.Tq, c.dk}, {c.B, c.H, Tk, c.dk}, {c.B, c.H, Tk, c.dv}, {c.H, c.dk, 0, 0},
                     {2 * c.P, c.H, c.dk, 0}, {2 * c.P, c.H, 0, 0}};
     int nd[6] = {4, 4, 4, 2, 3, 2};
     float amp[6] = {1.5f, 1.5f, 1.0f, 0.5f, 0.7f, 1.0f};
-    mf_tensor *in[6], *out;
+    mf_tensor *in[6];
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     for (int i = 0; i < 6; i++) {
         in[i] = mf_param(ctx, REL_NAMES[i], nd[i], sh[i]);
         if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 100 + (uint64_t)i, -amp[i], amp[i]).data());
     }
-    out = mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.dk));
-    if (out) {
-        mf_tensor *W = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
-        mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, W)));
-        if (mf_ok(ctx)) {
-            r.out = host_of(ctx, out, 0);
-            for (int i = 0; i < 6; i++) r.grads.push_back(host_of(ctx, in[i], 1));
-        }
-    }
-    if (!mf_ok(ctx)) r.err = mf_error(ctx);
-    mf_ctx_free(ctx);
-    return r;
+    return op_run_finish(ctx, mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.dk)),
+                         std::vector<mf_tensor *>(in, in + 6));
 }
 /* table rows other than the visible P - Tk + 1 .. P must have exactly zero gradient */
 static int rel_invisible_zero(const RelCase &c, const std::vector<float> &gR, const std::vector<float> &gS) {
@@ -54,14 +43,14 @@ static int rel_invisible_zero(const RelCase &c, const std::vector<float> &gR, co
     return bad;
 }
 static void rel_check(const RelCase &c) {
-    RelRun cpu = rel_run(c, 0);
+    OpRun cpu = rel_run(c, 0);
     char nm[96];
     snprintf(nm, sizeof nm, "B%d H%d Tq%d M%d dk%d dv%d P%d", c.B, c.H, c.Tq, c.M, c.dk, c.dv, c.P);
     if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", nm, cpu.err.c_str()); MFT_CHECK(0); return; }
     MFT_CHECK(rel_invisible_zero(c, cpu.grads[4], cpu.grads[5]) == 0);
     for (int o = 0; o < N_ORDERS; o++) {
         set_order(o);
-        RelRun gpu = rel_run(c, 1);
+        OpRun gpu = rel_run(c, 1);
         if (!gpu.err.empty()) { printf("    %s (order %d): CUDA run failed: %s\n", nm, o, gpu.err.c_str()); MFT_CHECK(0); continue; }
         double e = rel_err(gpu.out, cpu.out);
         if (!(e <= TOL)) { printf("    %s (order %d): output differs, rel err %.3g\n", nm, o, e); MFT_CHECK(0); }
@@ -72,7 +61,7 @@ static void rel_check(const RelCase &c) {
         int z = rel_invisible_zero(c, gpu.grads[4], gpu.grads[5]);
         if (z) { printf("    %s (order %d): %d invisible table entries got gradient\n", nm, o, z); MFT_CHECK(0); }
         if (o == 0) { /* deterministic: a second run is bitwise the same */
-            RelRun again = rel_run(c, 1);
+            OpRun again = rel_run(c, 1);
             MFT_CHECK(again.out == gpu.out && again.grads == gpu.grads);
         }
     }
@@ -178,11 +167,7 @@ static XlRun xl_train(mf_model_config cfg, int cuda, int steps) {
         }
     }
     if (m && mf_ok(ctx)) {
-        r.params.resize((size_t)mf_param_count(ctx));
-        for (int i = 0; i < mf_param_tensors(ctx); i++) {
-            mf_tensor *p = mf_param_at(ctx, i);
-            mf_to_host(ctx, p, r.params.data() + p->offset);
-        }
+        r.params = params_host(ctx);
         int32_t prompt[3] = {1, 2, 3};
         r.sample.resize(12);
         mf_model_generate(m, prompt, 3, 12, NULL, r.sample.data());
