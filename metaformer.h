@@ -174,7 +174,8 @@ MFDEF void mf_param_set_trainable(mf_tensor *param, int trainable);
 MFDEF float *mf_param_data(mf_ctx *ctx);
 MFDEF float *mf_param_grads(mf_ctx *ctx);
 
-/* ---- initialisers (reproducible: keyed by the context seed and the parameter's name) -------- */
+/* ---- initialisers (reproducible: keyed by the context seed and the parameter's name; an
+   unnamed tensor's by the seed and the number of unnamed tensors initialised before it) ------- */
 MFDEF int mf_init_const(mf_ctx *ctx, mf_tensor *t, float value);
 MFDEF int mf_init_uniform(mf_ctx *ctx, mf_tensor *t, float lo, float hi);
 MFDEF int mf_init_normal(mf_ctx *ctx, mf_tensor *t, float mean, float std);
@@ -800,6 +801,7 @@ struct mf_ctx {
     int64_t *p_steps;       /* per parameter: updates it received (Adam's bias-correction t) */
     unsigned char *p_touched; /* per parameter: reached by a backward since the last zero_grad */
     uint64_t rng_calls;     /* dropout calls so far: the RNG stream of the next one */
+    uint64_t anon_inits;    /* initialiser calls on unnamed tensors so far: the stream of the next one */
     float *gemm_ws;         /* GEMM packing workspace */
     long gemm_ws_cap;
     /* device: NULL on the CPU; the CUDA backend and its state (metaformer_cuda.cuh) */
@@ -1257,8 +1259,14 @@ static int mf__init_target(mf_ctx *ctx, mf_tensor *t, const char *who) {
     return 0;
 }
 /* the RNG stream of a tensor: its name for parameters (stable across runs and creation order) */
-static uint64_t mf__stream_of(const mf_tensor *t) {
-    return t->name ? mf__hash_str(t->name) : (uint64_t)(uintptr_t)t;
+/* A named tensor's values depend on the seed and its name; an unnamed one's on the seed and how
+   many unnamed tensors this context initialised before it (not on its address, which changes
+   from run to run): the stream of the name "\x01anon <n>", a name no parameter has. */
+static uint64_t mf__stream_of(mf_ctx *ctx, const mf_tensor *t) {
+    char anon[32];
+    if (t->name) return mf__hash_str(t->name);
+    snprintf(anon, sizeof anon, "\x01anon %llu", (unsigned long long)ctx->anon_inits++);
+    return mf__hash_str(anon);
 }
 /* The values are made on the host: in t->data on the CPU, in a host buffer copied to the device
    on CUDA (the same numbers on both). */
@@ -1290,7 +1298,7 @@ MFDEF int mf_init_uniform(mf_ctx *ctx, mf_tensor *t, float lo, float hi) {
     float *d;
     if (mf__init_target(ctx, t, "mf_init_uniform") < 0) return -1;
     if (!(d = mf__init_begin(ctx, t))) return -1;
-    st = mf__stream_of(t);
+    st = mf__stream_of(ctx, t);
     for (i = 0; i < t->ne; i++) d[i] = lo + (hi - lo) * mf__uniform(ctx->seed, st, (uint64_t)i);
     return mf__init_end(ctx, t, d);
 }
@@ -1301,7 +1309,7 @@ MFDEF int mf_init_normal(mf_ctx *ctx, mf_tensor *t, float mean, float std) {
     if (mf__init_target(ctx, t, "mf_init_normal") < 0) return -1;
     if (!(std >= 0)) return (mf__fail(ctx, "mf_init_normal: std %g is negative or NaN", (double)std), -1);
     if (!(d = mf__init_begin(ctx, t))) return -1;
-    st = mf__stream_of(t);
+    st = mf__stream_of(ctx, t);
     for (i = 0; i < t->ne; i++) d[i] = mean + std * mf__normal(ctx->seed, st, (uint64_t)i);
     return mf__init_end(ctx, t, d);
 }
@@ -3751,6 +3759,53 @@ static void mf__attn_mask(float *st, int j0, int bk, int i0, int off) {
     }
 }
 
+/* The tile products of a causal diagonal tile without the work the mask zeroes. first: the local
+   query from which key row 0 of the tile is visible (key row r: from first + r), i.e. j0 - off - i0;
+   diag == 0: no key is hidden, the whole product. Key rows go in groups of 16, query columns in
+   whole vectors, so only fully hidden vectors are left out: the sums are those of the whole
+   product (the terms left out are exact zeros). */
+#define MF__AT_G 16
+static int mf__attn_first_vec(int first) { /* the first query vector a group from `first` sees */
+    int c = first <= 0 ? 0 : first / MF__AW * MF__AW;
+    return c > MF__AT_BQ ? MF__AT_BQ : c;
+}
+/* C [bk][BQ] (scores or dP^T: rows keys, columns queries) = A [bk][d] B [d][BQ]; the hidden columns
+   are left as they are (the mask, or the dS pass, covers them) */
+static void mf__attn_mm_keys(int bk, int d, const float *A, int ars, const float *B, int ldb, float *C,
+                             int diag, int first) {
+    int g;
+    if (!diag) { mf__attn_mm(bk, MF__AT_BQ, d, A, ars, 1, B, ldb, C, MF__AT_BQ, 0); return; }
+    for (g = 0; g < bk; g += MF__AT_G) {
+        int c0 = mf__attn_first_vec(first + g), rows = bk - g < MF__AT_G ? bk - g : MF__AT_G;
+        if (c0 < MF__AT_BQ)
+            mf__attn_mm(rows, MF__AT_BQ - c0, d, A + (int64_t)g * ars, ars, 1, B + c0, ldb,
+                        C + (int64_t)g * MF__AT_BQ + c0, MF__AT_BQ, 0);
+    }
+}
+/* C [bk][n] += S [bk][BQ] X [bq][n] (dV += P^T dO, dK += dS^T Q: a sum over the tile's queries) */
+static void mf__attn_mm_keys_acc(int bk, int n, int bq, const float *S, const float *X, float *C, int ldc,
+                                 int diag, int first) {
+    int g;
+    if (!diag) { mf__attn_mm(bk, n, bq, S, MF__AT_BQ, 1, X, n, C, ldc, 1); return; }
+    for (g = 0; g < bk; g += MF__AT_G) {
+        int c0 = mf__attn_first_vec(first + g), rows = bk - g < MF__AT_G ? bk - g : MF__AT_G;
+        if (c0 < bq)
+            mf__attn_mm(rows, n, bq - c0, S + (int64_t)g * MF__AT_BQ + c0, MF__AT_BQ, 1, X + (int64_t)c0 * n, n,
+                        C + (int64_t)g * ldc, ldc, 1);
+    }
+}
+/* C [bq][n] += S^T X for S [bk][BQ], X [bk][n] (O += P V, dQ += dS K: a sum over the tile's keys) */
+static void mf__attn_mm_queries_acc(int bq, int n, int bk, const float *S, const float *X, float *C, int ldc,
+                                    int diag, int first) {
+    int q0;
+    if (!diag) { mf__attn_mm(bq, n, bk, S, 1, MF__AT_BQ, X, n, C, ldc, 1); return; }
+    for (q0 = 0; q0 < bq; q0 += MF__AT_G) { /* key r is visible to some query of the group iff first + r <= q0 + 15 */
+        int kq = q0 + MF__AT_G - first, rows = bq - q0 < MF__AT_G ? bq - q0 : MF__AT_G;
+        if (kq > bk) kq = bk;
+        if (kq > 0) mf__attn_mm(rows, n, kq, S + q0, 1, MF__AT_BQ, X, n, C + (int64_t)q0 * ldc, ldc, 1);
+    }
+}
+
 static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2];
     int shape[4];
@@ -3788,7 +3843,7 @@ static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
    exp(s - m_new); acc (bq rows) is rescaled by al = exp(m_old - m_new) and gains P vblk
    (vblk [bk][dv], the block's values). al: MF__AT_BQ floats of scratch. */
 static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, float *m, float *l,
-                                  float *al, float *acc) {
+                                  float *al, float *acc, int diag, int first) {
     int ii, jj, c;
     for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* MF__AW queries at a time */
         mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
@@ -3806,7 +3861,7 @@ static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float
     for (ii = 0; ii < bq; ii++)
         if (al[ii] != 1.0f)
             for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
-    mf__attn_mm(bq, dv, bk, st, 1, MF__AT_BQ, vblk, dv, acc, dv, 1);
+    mf__attn_mm_queries_acc(bq, dv, bk, st, vblk, acc, dv, diag, first);
 }
 /* o = acc / l and the row log-sum-exp m + log l; a query that saw no key: zeros and +inf */
 static void mf__attn_online_finish(const float *acc, const float *m, const float *l, int bq, int dv, float *o,
@@ -3836,10 +3891,10 @@ static void mf__attn_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     mf__attn_transpose(q, dk, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
     mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
-        int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
-        mf__attn_mm(bk, MF__AT_BQ, dk, k + (int64_t)j0 * dk, dk, 1, qt_, MF__AT_BQ, st, MF__AT_BQ, 0);
-        if (causal && j0 + bk - 1 > i0 + off) mf__attn_mask(st, j0, bk, i0, off);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc);
+        int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
+        mf__attn_mm_keys(bk, dk, k + (int64_t)j0 * dk, dk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
+        if (diag) mf__attn_mask(st, j0, bk, i0, off);
+        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, diag, j0 - off - i0);
     }
     mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
 }
@@ -3896,31 +3951,35 @@ static void mf__attn_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, int wh
     const float *v = V->data + (bh * Tk + j0) * dv, *dO = out->grad + (bh * Tq + i0) * dv;
     const float *qs = hd + i0, *dot = hd + (int64_t)dk * Tqp + i0;
     const float *lse = hd + (int64_t)(dk + dv) * Tqp + i0, *D = lse + Tqp;
+    int diag = causal && j0 + bk - 1 > i0 + off, first = j0 - off - i0;
     if (causal && j0 > i0 + bq - 1 + off) return; /* every key of the tile is hidden */
     /* P^T = exp(scale k q - lse) */
-    mf__attn_mm(bk, MF__AT_BQ, dk, k, dk, 1, qs, Tqp, st, MF__AT_BQ, 0);
-    if (causal && j0 + bk - 1 > i0 + off) mf__attn_mask(st, j0, bk, i0, off);
+    mf__attn_mm_keys(bk, dk, k, dk, qs, Tqp, st, diag, first);
+    if (diag) mf__attn_mask(st, j0, bk, i0, off);
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
             float *s = st + jj * MF__AT_BQ + ii;
             mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
         }
     if (gv) /* dV += P^T dO */
-        mf__attn_mm(bk, dv, bq, st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
+        mf__attn_mm_keys_acc(bk, dv, bq, st, dO, gv + (bh * Tk + j0) * dv, dv, diag, first);
     if (!gk && !gq) return;
-    /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D) */
-    mf__attn_mm(bk, MF__AT_BQ, dv, v, dv, 1, dot, Tqp, dp, MF__AT_BQ, 0);
-    for (jj = 0; jj < bk; jj++)
-        for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
-            float *d = dp + jj * MF__AT_BQ + ii;
+    /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D), 0 where P is (dP^T is not computed there) */
+    mf__attn_mm_keys(bk, dv, v, dv, dot, Tqp, dp, diag, first);
+    for (jj = 0; jj < bk; jj++) {
+        int c0 = diag ? mf__attn_first_vec(first + jj / MF__AT_G * MF__AT_G) : 0;
+        float *d = dp + jj * MF__AT_BQ;
+        for (ii = 0; ii < c0; ii += MF__AW) mf__av_store(d + ii, mf__av_zero());
+        for (; ii < MF__AT_BQ; ii += MF__AW) {
             mf__av ds = mf__av_mul(mf__av_load(st + jj * MF__AT_BQ + ii),
-                                   mf__av_sub(mf__av_load(d), mf__av_load(D + ii)));
-            mf__av_store(d, mf__av_mul(ds, mf__av_set1(scale)));
+                                   mf__av_sub(mf__av_load(d + ii), mf__av_load(D + ii)));
+            mf__av_store(d + ii, mf__av_mul(ds, mf__av_set1(scale)));
         }
+    }
     if (gq) /* dQ += dS K */
-        mf__attn_mm(bq, dk, bk, dp, 1, MF__AT_BQ, k, dk, gq + (bh * Tq + i0) * dk, dk, 1);
+        mf__attn_mm_queries_acc(bq, dk, bk, dp, k, gq + (bh * Tq + i0) * dk, dk, diag, first);
     if (gk) /* dK += dS^T Q */
-        mf__attn_mm(bk, dk, bq, dp, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
+        mf__attn_mm_keys_acc(bk, dk, bq, dp, q, gk + (bh * Tk + j0) * dk, dk, diag, first);
 }
 
 static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -4650,7 +4709,7 @@ static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
         mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, MF__AT_BQ, st, gt);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc);
+        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, j0 + bk - 1 > i0 + M, j0 - M - i0);
     }
     mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
 }

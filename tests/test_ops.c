@@ -1712,6 +1712,18 @@ static void test_initialisers(void) {
     MFT_CHECK(max_abs_diff(n2->data, nrm->data, ns) == 0);
     for (i = 0, diff = 0; i < w->ne; i++) diff += w3->data[i] != w->data[i];
     MFT_CHECK(diff > w->ne * 9 / 10);             /* another seed: other values */
+    { /* unnamed tensors: the n-th one initialised gets the same values in every run (not keyed by its
+         address: c2 allocates another tensor first, so its tensors lie elsewhere), another n others */
+        int s2[2] = {50, 40};
+        mf_tensor *a1 = mf_new(c, 2, s2), *b1 = mf_new(c, 2, s2), *a2, *b2;
+        mf_new(c2, 2, ws);
+        a2 = mf_new(c2, 2, s2); b2 = mf_new(c2, 2, s2);
+        MFT_CHECK(mf_init_normal(c, a1, 0, 1) == 0 && mf_init_normal(c, b1, 0, 1) == 0);
+        MFT_CHECK(mf_init_normal(c2, a2, 0, 1) == 0 && mf_init_normal(c2, b2, 0, 1) == 0);
+        MFT_CHECK(max_abs_diff(a1->data, a2->data, a1->ne) == 0 && max_abs_diff(b1->data, b2->data, b1->ne) == 0);
+        for (i = 0, diff = 0; i < a1->ne; i++) diff += a1->data[i] != b1->data[i];
+        MFT_CHECK(diff > a1->ne * 9 / 10);
+    }
     MFT_CHECK(mf_init_normal(c, nrm, 0, -1) == -1 && !mf_ok(c));
     mf_clear_error(c);
     MFT_CHECK(mf_init_bias(c, bias, 0) == -1);
