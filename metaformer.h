@@ -3571,8 +3571,9 @@ static int mf__avg_pool_shape(mf_ctx *ctx, mf_tensor *out) {
    give the same). Backward: dx[t] += sum of dy[t'] / |window(t')| over the t' whose window holds t. */
 static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     int B = out->shape[0], T = out->shape[1], D = out->shape[2], k = out->iarg[0], causal = out->iarg[1];
+    int minus = out->iarg[2], assign = 0; /* avg_pool_sub: the mean minus the input row itself */
     const float *src = backward ? out->grad : out->src[0]->data;
-    float *dx = backward ? mf__g(out->src[0]) : NULL;
+    float *dx = backward ? mf__g_claim(out->src[0], &assign) : NULL;
     double *sums = (double *)mf__alloc(ctx, (size_t)B * D * sizeof(double));
     int64_t b;
     if (!sums || (backward && !dx)) return;
@@ -3602,8 +3603,11 @@ static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
                 for (d = 0; d < D; d++) S[d] -= w * x[(int64_t)gone * D + d];
             }
             for (d = 0; d < D; d++) {
-                if (!backward) out->data[((int64_t)b * T + t) * D + d] = (float)(S[d] / (hi - lo + 1));
-                else dx[((int64_t)b * T + t) * D + d] += (float)S[d];
+                int64_t e = ((int64_t)b * T + t) * D + d;
+                float y = backward ? (float)S[d] : (float)(S[d] / (hi - lo + 1));
+                if (minus) y -= src[e];
+                if (!backward) out->data[e] = y;
+                else dx[e] = assign ? y : dx[e] + y;
             }
         }
     }
@@ -3611,10 +3615,19 @@ static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
 static void mf__avg_pool_forward(mf_ctx *ctx, mf_tensor *out) { mf__avg_pool_run(ctx, out, 0); }
 static void mf__avg_pool_backward(mf_ctx *ctx, mf_tensor *out) { mf__avg_pool_run(ctx, out, 1); }
 static const mf__op mf__op_avg_pool = { "avg_pool_seq", 1, mf__avg_pool_shape, mf__avg_pool_forward, mf__avg_pool_backward, 0 };
-MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal) {
-    mf_tensor *t = mf__begin(ctx, &mf__op_avg_pool, x, NULL, NULL, NULL);
-    if (t) { t->iarg[0] = kernel; t->iarg[1] = causal != 0; }
+/* avg_pool_sub: avg_pool_seq(x) - x in one op (the pool mixer, PoolFormer's token mixer), with the
+   values of mf_sub(mf_avg_pool_seq(x), x) bit for bit: one pass and one tensor fewer each way */
+static const mf__op mf__op_avg_pool_sub = { "avg_pool_sub", 1, mf__avg_pool_shape, mf__avg_pool_forward, mf__avg_pool_backward, 0 };
+static mf_tensor *mf__avg_pool(mf_ctx *ctx, const mf__op *op, mf_tensor *x, int kernel, int causal) {
+    mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
+    if (t) { t->iarg[0] = kernel; t->iarg[1] = causal != 0; t->iarg[2] = op == &mf__op_avg_pool_sub; }
     return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal) {
+    return mf__avg_pool(ctx, &mf__op_avg_pool, x, kernel, causal);
+}
+static mf_tensor *mf__avg_pool_sub(mf_ctx *ctx, mf_tensor *x, int kernel, int causal) {
+    return mf__avg_pool(ctx, &mf__op_avg_pool_sub, x, kernel, causal);
 }
 
 /* ---- attention: fused multi-head scaled dot-product attention, FlashAttention-2 on the CPU -------
@@ -4068,7 +4081,7 @@ static int mf__grad_shared_src(const mf_tensor *t) {
 static int mf__op_assigns(const mf__op *op) {
     static const mf__op *const ops[] = { &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul, &mf__op_scale,
         &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp, &mf__op_elu1, &mf__op_layernorm,
-        &mf__op_reshape, &mf__op_permute, &mf__op_cross_entropy };
+        &mf__op_reshape, &mf__op_permute, &mf__op_cross_entropy, &mf__op_avg_pool, &mf__op_avg_pool_sub };
     size_t i;
     for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (op == ops[i]) return 1;
@@ -4446,7 +4459,7 @@ static mf_tensor *mf__mixer(mf_model *m, int l, mf_tensor *xn, int pos0, int cac
             win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, c->pool_causal), 1, pos0 - start, T);
             return mf_sub(ctx, win, xn);
         }
-        return mf_sub(ctx, mf_avg_pool_seq(ctx, xn, c->pool_size, c->pool_causal), xn);
+        return mf__avg_pool_sub(ctx, xn, c->pool_size, c->pool_causal);
     }
     default:
         return NULL;

@@ -661,17 +661,18 @@ static __device__ void mf__cu_pool_window(int t, int T, int k, int causal, int *
     if (*lo < 0) *lo = 0;
     if (*hi > T - 1) *hi = T - 1;
 }
-static __global__ void mf__k_avg_pool(float *y, const float *x, int T, int D, int k, int causal, long long n) {
+static __global__ void mf__k_avg_pool(float *y, const float *x, int T, int D, int k, int causal, int minus, long long n) {
     MF__CU_LOOP(e, n) {
         long long b = e / ((long long)T * D);
         int t = (int)((e / D) % T), d = (int)(e % D), lo, hi, s;
         double acc = 0;
         mf__cu_pool_window(t, T, k, causal, &lo, &hi);
         for (s = lo; s <= hi; s++) acc += x[(b * T + s) * D + d];
-        y[e] = (float)(acc / (hi - lo + 1));
+        y[e] = minus ? (float)(acc / (hi - lo + 1)) - x[e] : (float)(acc / (hi - lo + 1));
     }
 }
-static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int D, int k, int causal, long long n) {
+static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int D, int k, int causal, int minus,
+                                          long long n) {
     MF__CU_LOOP(e, n) {
         long long b = e / ((long long)T * D);
         int s = (int)((e / D) % T), d = (int)(e % D), lo, hi, t, l2, h2;
@@ -683,7 +684,7 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
             mf__cu_pool_window(t, T, k, causal, &l2, &h2);
             acc += (double)(1.0f / (float)(h2 - l2 + 1) * g[(b * T + t) * D + d]);
         }
-        dx[e] += (float)acc;
+        dx[e] += minus ? (float)acc - g[e] : (float)acc;
     }
 }
 
@@ -3219,14 +3220,14 @@ static int mf__cu_conv1d_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 static int mf__cu_avg_pool_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return MF__CU_RUN(ctx, "avg_pool_seq", mf__k_avg_pool, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], (long long)out->ne);
+    return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
+                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
 }
 static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]);
     if (!dx) return 0;
-    return MF__CU_RUN(ctx, "avg_pool_seq (backward)", mf__k_avg_pool_bwd, MF__EW(out->ne), dx, (const float *)out->grad,
-                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], (long long)out->ne);
+    return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool_bwd, MF__EW(out->ne), dx, (const float *)out->grad,
+                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
 }
 
 /* every op of metaformer.h and its CUDA forward / backward */
@@ -3259,6 +3260,7 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_sum_axis, mf__cu_sum_axis_fwd, mf__cu_sum_axis_bwd},
     {&mf__op_conv1d, mf__cu_conv1d_fwd, mf__cu_conv1d_bwd},
     {&mf__op_avg_pool, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
+    {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd},
     /* feedback ([cu:feedback]) */
     {&mf__op_feedback_attention, mf__cu_fba_fwd, mf__cu_fba_bwd},

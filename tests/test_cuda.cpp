@@ -106,6 +106,8 @@ static const Case CASES[] = {
     {"conv1d no bias", 2, {S3(2, 7, 5), S3(3, 5, 2), NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_conv1d(c, x[0], x[1], NULL, 1, 0); }, -1, 1},
     {"avg_pool_seq causal", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 3, 1); }, -1, 1},
     {"avg_pool_seq centred", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 5, 0); }, -1, 1},
+    {"avg_pool_sub causal", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf__avg_pool_sub(c, x[0], 3, 1); }, -1, 1},
+    {"avg_pool_sub centred", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf__avg_pool_sub(c, x[0], 5, 0); }, -1, 1},
     {"attention causal", 3, {S4(2, 2, 9, 5), S4(2, 2, 9, 5), S4(2, 2, 9, 5), NOS}, [](mf_ctx *c, mf_tensor **x) {
         return mf_attention(c, x[0], x[1], x[2], 0.45f, 1); }, -1, 1},
     {"attention causal memory (Tk > Tq), dv != dk", 3, {S4(1, 3, 5, 4), S4(1, 3, 11, 4), S4(1, 3, 11, 6), NOS}, [](mf_ctx *c, mf_tensor **x) {

@@ -1356,6 +1356,35 @@ static void test_avg_pool_seq_grad(void) {
     }
 }
 
+/* avg_pool_sub(x) = avg_pool_seq(x) - x, the pool mixer as one op: the same bits as the two ops,
+   forward and backward, when x's gradient starts with it (x read by nothing else: the op stores);
+   when x has another reader the op adds (S - dy) where the two ops add -dy, then S (one rounding
+   apart) */
+static void test_avg_pool_sub(void) {
+    static const int cases[][2] = {{3, 1}, {5, 0}, {1, 1}, {4, 1}};
+    int sh[3] = {2, 37, 19}, ci, other;
+    for (ci = 0; ci < 4; ci++)
+        for (other = 0; other < 2; other++) {
+            mf_ctx *c1 = mf_ctx_new(5), *c2 = mf_ctx_new(5);
+            mf_tensor *p1 = mf_param(c1, "p", 3, sh), *p2 = mf_param(c2, "p", 3, sh), *w1, *w2, *y1, *y2, *x1, *x2;
+            int k = cases[ci][0], causal = cases[ci][1];
+            mf_init_normal(c1, p1, 0, 1); mf_init_normal(c2, p2, 0, 1);
+            x1 = mf_scale(c1, p1, 1.5f); x2 = mf_scale(c2, p2, 1.5f); /* an activation, as in the model */
+            w1 = rnd(c1, 3, sh, 9, -1, 1); w2 = rnd(c2, 3, sh, 9, -1, 1);
+            y1 = mf__avg_pool_sub(c1, x1, k, causal);
+            y2 = mf_sub(c2, mf_avg_pool_seq(c2, x2, k, causal), x2);
+            if (other) { y1 = mf_add(c1, y1, mf_mul(c1, x1, x1)); y2 = mf_add(c2, y2, mf_mul(c2, x2, x2)); }
+            mf_zero_grad(c1); mf_zero_grad(c2);
+            MFT_CHECK(mf_backward(c1, mf_sum(c1, mf_mul(c1, y1, w1))) == 0);
+            MFT_CHECK(mf_backward(c2, mf_sum(c2, mf_mul(c2, y2, w2))) == 0);
+            MFT_CHECK(y1 && y2 && !memcmp(y1->data, y2->data, (size_t)y1->ne * sizeof(float)));
+            if (!other) MFT_CHECK(!memcmp(p1->grad, p2->grad, (size_t)p1->ne * sizeof(float)));
+            else MFT_CHECK(max_abs_diff(p1->grad, p2->grad, p1->ne) < 1e-5);
+            MFT_CHECK(y1 && (other || !strcmp(y1->op->name, "avg_pool_sub")));
+            mf_ctx_free(c1); mf_ctx_free(c2);
+        }
+}
+
 /* ==== composite graphs and the checker itself ================================================= */
 /* causal attention block: softmax(q k^T / sqrt(d), causal) v, heads split with reshape/permute,
    then layernorm, gelu, linear and cross-entropy */
@@ -1878,6 +1907,7 @@ int main(void) {
     MFT_RUN(test_conv1d_grad);
     MFT_RUN(test_avg_pool_seq);
     MFT_RUN(test_avg_pool_seq_grad);
+    MFT_RUN(test_avg_pool_sub);
     MFT_RUN(test_composite);
     MFT_RUN(test_gradcheck_catches_errors);
     MFT_RUN(test_autograd_accumulation);
