@@ -2673,6 +2673,7 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     int kind = out->iarg[0], assign;
     float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[0];
     if (!dx) return;
+    if (dx == g) assign = 1; /* the input's gradient shares the buffer (mf__grad_shared_src): in place */
     if (kind == MF__GELU) {
         mf__gelu_run(ctx, x, g, dx, n, !assign);
         return;
@@ -4065,12 +4066,18 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
     return mf__finish(ctx, t);
 }
 
-/* The input whose gradient is t's output gradient element for element (a reshape's input, either
-   operand of an add, the first of a sub, with t's size) when it is an activation that nothing else
-   on the tape reads: the two share one gradient buffer (no copy in the backward, one buffer less;
-   the values are those of separate buffers). The first such input, or -1. */
+/* The input whose gradient can live in t's output gradient buffer, when it is an activation that
+   nothing else on the tape reads: a reshape's input, either operand of an add, the first of a sub,
+   with t's size (the two gradients are equal element for element: no copy in the backward), or
+   the input of an elementwise unary op (its backward turns the buffer into dx = dy * f'(x) in
+   place, each element read before it is written). One buffer less, and the backward writes into
+   memory it has just used; the values are those of separate buffers. The first such input, or -1. */
+static int mf__is_unary(const mf__op *op) {
+    return op == &mf__op_relu || op == &mf__op_gelu || op == &mf__op_sigmoid || op == &mf__op_silu ||
+           op == &mf__op_exp || op == &mf__op_elu1 || op == &mf__op_scale;
+}
 static int mf__grad_shared_src(const mf_tensor *t) {
-    int k, last = t->op->is_view ? 0 : t->op == &mf__op_add ? 1 : t->op == &mf__op_sub ? 0 : -1;
+    int k, last = t->op->is_view || mf__is_unary(t->op) ? 0 : t->op == &mf__op_add ? 1 : t->op == &mf__op_sub ? 0 : -1;
     for (k = 0; k <= last; k++) {
         const mf_tensor *s = t->src[k];
         if (s && s->op && !s->is_param && s->requires_grad && s->n_uses == 1 && s->grad && s->ne == t->ne) return k;
