@@ -187,11 +187,19 @@ MFDEF int mf_init_bias(mf_ctx *ctx, mf_tensor *t, int fan_in);
 
 /* ---- autograd -------------------------------------------------------------------------------- */
 /* Back-propagate from a one-element tensor: parameter gradients ACCUMULATE (call mf_zero_grad
-   between steps); activation gradients are recomputed on each call. Returns 0 or -1. */
+   between steps); activation gradients are recomputed on each call (and not kept at all after
+   mf_set_keep_activation_grads(ctx, 0)). Returns 0 or -1. */
 MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss);
 /* Enable (1) or disable (0) recording; returns the old state. Ops in a no-grad region make
    tensors without gradient (use it for evaluation, memory updates, sampling). */
 MFDEF int mf_set_grad(mf_ctx *ctx, int enabled);
+/* Keep (1, the default) or recycle (0) activation gradients; returns the old setting. Recycled:
+   mf_backward gives an activation its gradient buffer when the first op that adds to it runs and
+   hands the buffer on as soon as its own op is done, so activation tensors have grad == NULL
+   after the call (as PyTorch keeps no gradient of a non-leaf tensor). Parameter gradients and
+   every value are the same bit for bit; the backward needs much less memory and writes into
+   buffers still in cache. What a training loop wants; CPU only (ignored on CUDA). */
+MFDEF int mf_set_keep_activation_grads(mf_ctx *ctx, int keep);
 /* A tensor with the same values and no gradient path (shares the data). */
 MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x);
 /* Set every parameter gradient to zero. */
@@ -784,6 +792,7 @@ struct mf_ctx {
     int n_threads;           /* 0 = OpenMP default */
     int training;
     int grad_enabled;
+    int recycle_grads;      /* mf_set_keep_activation_grads(ctx, 0) */
     int failed;
     char err[MF__ERRLEN];
     /* activation arena: a chain of blocks, merged into one on reset */
@@ -1422,6 +1431,12 @@ static mf_tensor *mf__finish(mf_ctx *ctx, mf_tensor *t) {
     return t;
 }
 
+MFDEF int mf_set_keep_activation_grads(mf_ctx *ctx, int keep) {
+    int old;
+    if (!ctx) return 1;
+    old = !ctx->recycle_grads; ctx->recycle_grads = keep == 0;
+    return old;
+}
 MFDEF int mf_set_grad(mf_ctx *ctx, int enabled) {
     int old;
     if (!ctx) return 0;
@@ -1457,12 +1472,72 @@ MFDEF void mf_zero_grad(mf_ctx *ctx) {
 }
 
 /* CPU: the input of t whose gradient buffer t's gradient shares (mf__grad_shared_src, [mf:ops]), or -1 */
-static int mf__grad_shared_src(const mf_tensor *t);
+static int mf__grad_shared_src(const mf_ctx *ctx, const mf_tensor *t);
 static int mf__grad_sharing(const mf_tensor *t) {
     int k;
     for (k = 0; k < MF_MAX_SRC; k++)
         if (t->src[k] && t->src[k]->grad == t->grad) return k;
     return -1;
+}
+/* CPU: the backward of one tape op. A gradient is zeroed just before the first backward that adds
+   into it (the latest consumer on the tape), while it is about to be used and still in cache,
+   unless that op stores into it (mf__op_assigns); one that no op wrote is zeroed before its own
+   backward reads it. */
+static void mf__backward_op(mf_ctx *ctx, mf_tensor *t) {
+    int k;
+    if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
+    if ((k = mf__grad_sharing(t)) >= 0) { /* that input's gradient is complete; the op leaves it alone */
+        t->src[k]->grad_pending = 0;
+        if (t->op->is_view) return;
+    }
+    for (k = 0; k < MF_MAX_SRC && !mf__op_assigns(t->op); k++) {
+        mf_tensor *s = t->src[k];
+        if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;
+    }
+    t->op->backward(ctx, t);
+}
+/* Recycled activation gradients (mf_set_keep_activation_grads(ctx, 0)), CPU. Walking the tape
+   backwards, an op's inputs get their gradient buffers just before its backward (the buffer an
+   input shares, mf__grad_shared_src, or a free one of its size, the one freed last: the warmest),
+   and once the op is done its own gradient buffer goes back to the free list, unless an input
+   carries it on. A tensor no gradient reaches is skipped. */
+typedef struct { float *p; int64_t ne; } mf__gradbuf;
+static float *mf__gradbuf_take(mf_ctx *ctx, mf__gradbuf *fl, int *n, int64_t ne) {
+    int i;
+    for (i = *n - 1; i >= 0; i--)
+        if (fl[i].ne == ne) {
+            float *p = fl[i].p;
+            memmove(fl + i, fl + i + 1, (size_t)(*n - i - 1) * sizeof *fl);
+            --*n;
+            return p;
+        }
+    return (float *)mf__alloc_data(ctx, (size_t)ne * sizeof(float));
+}
+static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
+    mf__gradbuf *fl = (mf__gradbuf *)mf__alloc(ctx, (size_t)(end + 1) * sizeof(mf__gradbuf));
+    int i, nfl = 0;
+    if (!fl) return -1;
+    for (i = 0; i <= end; i++) ctx->tape[i]->grad = NULL;
+    if (!(loss->grad = mf__gradbuf_take(ctx, fl, &nfl, 1))) return -1;
+    loss->grad[0] = 1.0f;
+    loss->grad_pending = 0;
+    for (i = end; i >= 0 && mf_ok(ctx); i--) {
+        mf_tensor *t = ctx->tape[i];
+        int k, share;
+        if (!t->grad) continue;
+        share = mf__grad_shared_src(ctx, t);
+        for (k = 0; k < MF_MAX_SRC; k++) {
+            mf_tensor *s = t->src[k];
+            if (!s || !s->op || s->is_param || !s->requires_grad || s->grad) continue;
+            if (k == share) s->grad = t->grad;
+            else if (!(s->grad = mf__gradbuf_take(ctx, fl, &nfl, s->ne))) return -1;
+            else s->grad_pending = 1;
+        }
+        mf__backward_op(ctx, t);
+        if (mf__grad_sharing(t) < 0) { fl[nfl].p = t->grad; fl[nfl].ne = t->ne; nfl++; }
+        t->grad = NULL;
+    }
+    return mf_ok(ctx) ? 0 : -1;
 }
 MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     int i, end = -1;
@@ -1488,9 +1563,10 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         int k;
         for (k = 0; k < MF_MAX_SRC; k++) if (ctx->tape[i]->src[k]) ctx->tape[i]->src[k]->n_uses++;
     }
+    if (!ctx->be && ctx->recycle_grads) return mf__backward_recycling(ctx, loss, end);
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
-        int k = ctx->be ? -1 : mf__grad_shared_src(t);
+        int k = ctx->be ? -1 : mf__grad_shared_src(ctx, t);
         if (k >= 0) t->grad = t->src[k]->grad; /* (allocated before: the input is earlier on the tape) */
         else if ((!t->grad || mf__grad_sharing(t) >= 0) && /* own buffer (also after a backward that shared) */
                  !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float))))
@@ -1504,26 +1580,9 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         for (i = end; i >= 0 && mf_ok(ctx); i--) ctx->be->backward(ctx, ctx->tape[i]);
         return mf_ok(ctx) ? 0 : -1;
     }
-    /* CPU: a gradient is zeroed just before the first backward that adds into it (the latest
-       consumer on the tape), while it is about to be used and still in cache, unless that op
-       stores into it (mf__op_assigns); one that no op wrote is zeroed before its own backward
-       reads it. */
     loss->grad[0] = 1.0f;
     loss->grad_pending = 0;
-    for (i = end; i >= 0; i--) {
-        mf_tensor *t = ctx->tape[i];
-        int k;
-        if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
-        if ((k = mf__grad_sharing(t)) >= 0) { /* that input's gradient is complete; the op leaves it alone */
-            t->src[k]->grad_pending = 0;
-            if (t->op->is_view) continue;
-        }
-        for (k = 0; k < MF_MAX_SRC && !mf__op_assigns(t->op); k++) {
-            mf_tensor *s = t->src[k];
-            if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;
-        }
-        t->op->backward(ctx, t);
-    }
+    for (i = end; i >= 0; i--) mf__backward_op(ctx, ctx->tape[i]);
     return mf_ok(ctx) ? 0 : -1;
 }
 
@@ -4068,19 +4127,22 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
 
 /* The input whose gradient can live in t's output gradient buffer, when it is an activation that
    nothing else on the tape reads: a reshape's input, either operand of an add, the first of a sub,
-   with t's size (the two gradients are equal element for element: no copy in the backward), or
-   the input of an elementwise unary op (its backward turns the buffer into dx = dy * f'(x) in
-   place, each element read before it is written). One buffer less, and the backward writes into
-   memory it has just used; the values are those of separate buffers. The first such input, or -1. */
+   with t's size (the two gradients are equal element for element: no copy in the backward, and
+   both tensors' gradients read right afterwards), or, with recycled activation gradients
+   (mf_set_keep_activation_grads(ctx, 0): nobody reads them afterwards), the input of an
+   elementwise unary op (its backward turns the buffer into dx = dy * f'(x) in place, each
+   element read before it is written). One buffer less, and the backward writes into memory it
+   has just used. The first such input, or -1. */
 static int mf__is_unary(const mf__op *op) {
     return op == &mf__op_relu || op == &mf__op_gelu || op == &mf__op_sigmoid || op == &mf__op_silu ||
            op == &mf__op_exp || op == &mf__op_elu1 || op == &mf__op_scale;
 }
-static int mf__grad_shared_src(const mf_tensor *t) {
-    int k, last = t->op->is_view || mf__is_unary(t->op) ? 0 : t->op == &mf__op_add ? 1 : t->op == &mf__op_sub ? 0 : -1;
+static int mf__grad_shared_src(const mf_ctx *ctx, const mf_tensor *t) {
+    int k, last = t->op->is_view || (ctx->recycle_grads && mf__is_unary(t->op)) ? 0 : t->op == &mf__op_add ? 1
+                : t->op == &mf__op_sub ? 0 : -1;
     for (k = 0; k <= last; k++) {
         const mf_tensor *s = t->src[k];
-        if (s && s->op && !s->is_param && s->requires_grad && s->n_uses == 1 && s->grad && s->ne == t->ne) return k;
+        if (s && s->op && !s->is_param && s->requires_grad && s->n_uses == 1 && s->ne == t->ne) return k;
     }
     return -1;
 }

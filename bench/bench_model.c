@@ -328,6 +328,7 @@ int main(int argc, char **argv) {
     rss_before = peak_rss_mb();
     ctx = mf_ctx_new(1234);
     mf_set_threads(ctx, threads);
+    mf_set_keep_activation_grads(ctx, 0); /* a training loop reads no activation gradient */
     if (cuda) {
 #ifdef METAFORMER_CUDA
         (void)cudaFree(0); /* the CUDA runtime's context first: its memory is not the model's */

@@ -250,6 +250,7 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
 
     if (!ctx) { send_result(fd, RUN_BUILD_FAILED, 0, "out of memory"); return 1; }
     mf_set_threads(ctx, S.threads);
+    mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     if (!(model = mf_model_new(ctx, &cfg))) { send_result(fd, RUN_BUILD_FAILED, 0, "%s", mf_error(ctx)); return 1; }
     opt.schedule.kind = MF_SCHED_COSINE; /* warm-up then cosine to lr/10, as train.c */
     opt.schedule.warmup = S.steps / 10 < 100 ? S.steps / 10 : 100;

@@ -116,6 +116,7 @@ int main(int argc, char **argv) {
     ctx = mf_ctx_new(o.seed);
     if (!ctx) { fprintf(stderr, "error: out of memory\n"); return 1; }
     mf_set_threads(ctx, o.threads);
+    mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     model = mf_model_new(ctx, &cfg);
     ids = (int32_t *)malloc(sizeof(int32_t) * SORT_MAX_T * (o.batch > eval_B ? o.batch : eval_B));
     targets = (int32_t *)malloc(sizeof(int32_t) * SORT_MAX_T * (o.batch > eval_B ? o.batch : eval_B));

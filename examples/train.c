@@ -370,6 +370,7 @@ int main(int argc, char **argv) {
     if (!ctx) die("out of memory");
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
     mf_set_threads(ctx, S.threads);
+    mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     mf_model *model = mf_model_check(ctx, &cfg) == 0 ? mf_model_new(ctx, &cfg) : NULL;
     if (!model) die("%s", mf_error(ctx));
 

@@ -69,6 +69,53 @@ static void test_metric_is_symmetric(void) {
     mf_ctx_free(ctx);
 }
 
+/* Recycled activation gradients (mf_set_keep_activation_grads(ctx, 0)) train every mixer to the
+   same bits as kept ones: losses, parameters, and no activation gradient left afterwards */
+static void run_steps(mf_mixer_kind mixer, int keep, float *losses, float **params, int64_t *np) {
+    mf_ctx *ctx = mf_ctx_new(11);
+    mf_model_config cfg = tiny(mixer);
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-2f);
+    mf_model *m;
+    int step;
+    cfg.dropout = 0.1f;
+    if (mixer >= MF_MIXER_RELATIVE) cfg.pos = MF_POS_NONE; /* the seeds' models */
+    if (mixer == MF_MIXER_RELATIVE) cfg.mem_len = 4;
+    mf_set_keep_activation_grads(ctx, keep);
+    m = mf_model_new(ctx, &cfg);
+    MFT_CHECK(m != NULL);
+    if (!m) { printf("    %s: %s\n", mf_mixer_name(mixer), mf_error(ctx)); mf_ctx_free(ctx); return; }
+    for (step = 0; step < 3; step++) {
+        mf_tensor *loss = mf_model_loss(m, ids, targets, B, T);
+        mf_zero_grad(ctx);
+        MFT_CHECK(loss && mf_backward(ctx, loss) == 0);
+        if (!loss) break;
+        losses[step] = loss->data[0];
+        MFT_CHECK(keep ? loss->grad != NULL : loss->grad == NULL);
+        mf_clip_grad_norm(ctx, 1.0f);
+        mf_optimizer_step(ctx, &opt);
+        mf_reset(ctx);
+    }
+    *np = mf_param_count(ctx);
+    *params = (float *)malloc((size_t)*np * sizeof(float));
+    memcpy(*params, mf_param_data(ctx), (size_t)*np * sizeof(float));
+    MFT_CHECK(mf_ok(ctx));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+static void test_recycled_activation_grads(void) {
+    int mixer;
+    for (mixer = 0; mixer < MF_MIXER_COUNT; mixer++) {
+        float l1[3] = {0, 0, 0}, l2[3] = {1, 1, 1}, *p1 = NULL, *p2 = NULL;
+        int64_t n1 = 0, n2 = 0;
+        run_steps((mf_mixer_kind)mixer, 1, l1, &p1, &n1);
+        run_steps((mf_mixer_kind)mixer, 0, l2, &p2, &n2);
+        MFT_CHECK(!memcmp(l1, l2, sizeof l1));
+        MFT_CHECK(n1 == n2 && p1 && p2 && !memcmp(p1, p2, (size_t)n1 * sizeof(float)));
+        if (memcmp(l1, l2, sizeof l1)) printf("    %s: losses differ\n", mf_mixer_name((mf_mixer_kind)mixer));
+        free(p1); free(p2);
+    }
+}
+
 static void expect_bad(mf_model_config c, const char *phrase) {
     mf_ctx *ctx = mf_ctx_new(1);
     MFT_CHECK(mf_model_new(ctx, &c) == NULL);
@@ -106,5 +153,6 @@ int main(void) {
     MFT_RUN(test_grad_identity);
     MFT_RUN(test_metric_is_symmetric);
     MFT_RUN(test_bad_configs);
+    MFT_RUN(test_recycled_activation_grads);
     return mft_finish();
 }
