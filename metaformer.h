@@ -3662,13 +3662,30 @@ static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
                 if (backward) { mf__pool_window(gone, T, k, causal, &l2, &h2); w = 1.0f / (float)(h2 - l2 + 1); }
                 for (d = 0; d < D; d++) S[d] -= w * x[(int64_t)gone * D + d];
             }
-            for (d = 0; d < D; d++) {
-                int64_t e = ((int64_t)b * T + t) * D + d;
-                float y = backward ? (float)S[d] : (float)(S[d] / (hi - lo + 1));
-                if (minus) y -= src[e];
-                if (!backward) out->data[e] = y;
-                else dx[e] = assign ? y : dx[e] + y;
-            }
+            if (!backward) {
+                /* S / n without a division per element: q = S (1/n), then one correction with the
+                   exact residual S - q n (Markstein: with 1/n correctly rounded, q + (S - q n) / n
+                   rounds to exactly S / n, the correctly rounded quotient) */
+                double n = hi - lo + 1;
+#if defined(FP_FAST_FMA) /* a hardware fma; without one, the division is the faster */
+                double r = 1.0 / n;
+#endif
+                for (d = 0; d < D; d++) {
+                    int64_t e = ((int64_t)b * T + t) * D + d;
+#if defined(FP_FAST_FMA)
+                    double q = S[d] * r;
+                    float y = (float)fma(fma(-q, n, S[d]), r, q);
+#else
+                    float y = (float)(S[d] / n);
+#endif
+                    out->data[e] = minus ? y - src[e] : y;
+                }
+            } else
+                for (d = 0; d < D; d++) {
+                    int64_t e = ((int64_t)b * T + t) * D + d;
+                    float y = minus ? (float)S[d] - src[e] : (float)S[d];
+                    dx[e] = assign ? y : dx[e] + y;
+                }
         }
     }
 }
@@ -4138,11 +4155,17 @@ static int mf__is_unary(const mf__op *op) {
            op == &mf__op_exp || op == &mf__op_elu1 || op == &mf__op_scale;
 }
 static int mf__grad_shared_src(const mf_ctx *ctx, const mf_tensor *t) {
-    int k, last = t->op->is_view || (ctx->recycle_grads && mf__is_unary(t->op)) ? 0 : t->op == &mf__op_add ? 1
-                : t->op == &mf__op_sub ? 0 : -1;
+    int unary = mf__is_unary(t->op), k;
+    int last = t->op->is_view || (ctx->recycle_grads && unary) ? 0 : t->op == &mf__op_add ? 1 : t->op == &mf__op_sub ? 0 : -1;
     for (k = 0; k <= last; k++) {
         const mf_tensor *s = t->src[k];
-        if (s && s->op && !s->is_param && s->requires_grad && s->n_uses == 1 && s->ne == t->ne) return k;
+        if (!s || !s->op || s->is_param || !s->requires_grad || s->ne != t->ne) continue;
+        if (s->n_uses == 1) return k;
+        /* recycled: a pass-through input read by other ops too (a residual stream) still takes
+           the buffer when t is its latest reader (no gradient buffer yet, mf__backward_recycling):
+           the buffer holds t's share, the earlier readers add theirs (not x + x: one buffer, two
+           shares) */
+        if (ctx->recycle_grads && !unary && !s->grad && t->src[0] != t->src[1]) return k;
     }
     return -1;
 }
