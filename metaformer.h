@@ -1267,8 +1267,8 @@ static int mf__init_target(mf_ctx *ctx, mf_tensor *t, const char *who) {
     if (!t) return (mf__fail(ctx, "%s: the tensor is NULL", who), -1);
     return 0;
 }
-/* the RNG stream of a tensor: its name for parameters (stable across runs and creation order) */
-/* A named tensor's values depend on the seed and its name; an unnamed one's on the seed and how
+/* The RNG stream of a tensor. A named tensor's values depend on the seed and its name (stable
+   across runs and creation order); an unnamed one's on the seed and how
    many unnamed tensors this context initialised before it (not on its address, which changes
    from run to run): the stream of the name "\x01anon <n>", a name no parameter has. */
 static uint64_t mf__stream_of(mf_ctx *ctx, const mf_tensor *t) {
@@ -3931,7 +3931,8 @@ static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
 }
 /* One key block: st [bk][MF__AT_BQ] holds the (transposed, scaled, masked) scores and is replaced by
    exp(s - m_new); acc (bq rows) is rescaled by al = exp(m_old - m_new) and gains P vblk
-   (vblk [bk][dv], the block's values). al: MF__AT_BQ floats of scratch. */
+   (vblk [bk][dv], the block's values). al: MF__AT_BQ floats of scratch. diag, first: a causal
+   diagonal tile's hidden part, left out of P vblk (mf__attn_mm_queries_acc). */
 static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, float *m, float *l,
                                   float *al, float *acc, int diag, int first) {
     int ii, jj, c;
