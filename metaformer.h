@@ -1338,9 +1338,12 @@ MFDEF int mf_init_bias(mf_ctx *ctx, mf_tensor *t, int fan_in) {
 }
 
 /* ==== [mf:autograd] ========================================================================= */
-/* An op is one of these, defined in one place in [mf:ops]. shape() validates the inputs and
-   arguments of `out` and sets out->ndim/shape (calling mf__fail on bad input); forward() fills
-   out->data; backward() ADDS the contribution of out->grad to the gradients of the inputs. */
+/* An op is one of these, defined in one place in [mf:ops] (or a family's section) and listed in
+   mf__ops. shape() validates the inputs and arguments of `out` and sets out->ndim/shape (calling
+   mf__fail on bad input); forward() fills out->data; backward() ADDS the contribution of out->grad
+   to the gradients of the inputs (or stores it, see assigns_grads). The properties after backward
+   tell the autograd what it may do around the op; tests/test_ops.c checks each against what the op
+   does. */
 struct mf__op {
     const char *name;
     int n_required;          /* src[0 .. n_required-1] must not be NULL; later ones are optional */
@@ -1348,17 +1351,29 @@ struct mf__op {
     void (*forward)(mf_ctx *ctx, mf_tensor *out);
     void (*backward)(mf_ctx *ctx, mf_tensor *out);
     int is_view;             /* the output shares src[0]'s data (reshape) */
+    int is_unary;            /* elementwise on its one input: the backward may turn dy's buffer into dx in
+                                place (recycled gradients, mf__grad_shared_src) */
+    int assigns_grads;       /* the backward takes every input gradient with mf__g_claim / mf__g_add, so
+                                mf_backward leaves the pending ones unzeroed (see below) */
+    int grad_passes;         /* the first grad_passes inputs' gradient is out's, element for element (add:
+                                both, sub: the first, reshape): such an input may take out's gradient
+                                buffer (mf__grad_shared_src) */
 };
+/* An op's properties in its definition: the last initialisers of a mf__op, e.g.
+   MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_PASS_FIRST), or MF__OP_PROPS(0) for none (positional: the
+   header is C99 and C++, no designated initialisers). */
+enum { MF__OP_VIEW = 1, MF__OP_UNARY = 2, MF__OP_ASSIGNS = 4, MF__OP_PASS_FIRST = 8, MF__OP_PASS_BOTH = 16 };
+#define MF__OP_PROPS(f) ((f) & MF__OP_VIEW) != 0, ((f) & MF__OP_UNARY) != 0, ((f) & MF__OP_ASSIGNS) != 0, \
+                        ((f) & MF__OP_PASS_BOTH) ? 2 : ((f) & MF__OP_PASS_FIRST) ? 1 : 0
 
 /* the gradient buffer of an input, or NULL when it takes none */
 static float *mf__g(const mf_tensor *t) { return (t && t->requires_grad) ? t->grad : NULL; }
 
 /* CPU backward: an activation gradient is "pending" until its first writer (the latest consumer on
    the tape) runs, its buffer not zeroed yet. mf_backward zeroes the pending input gradients of an op
-   before its backward, except for the ops of mf__op_assigns: their backward takes each input
+   before its backward, except for the ops with assigns_grads: their backward takes each input
    gradient with one of these two, so the first writer stores (=) instead of zero + add (one pass
    over the buffer less, and a GEMM that does not read C). */
-static int mf__op_assigns(const mf__op *op); /* [mf:ops], after the ops */
 /* The gradient of input s for a backward that writes every element: *assign = 1 when the backward
    must store (=) rather than add, as the buffer's first writer. */
 static float *mf__g_claim(mf_tensor *s, int *assign) {
@@ -1481,7 +1496,7 @@ static int mf__grad_sharing(const mf_tensor *t) {
 }
 /* CPU: the backward of one tape op. A gradient is zeroed just before the first backward that adds
    into it (the latest consumer on the tape), while it is about to be used and still in cache,
-   unless that op stores into it (mf__op_assigns); one that no op wrote is zeroed before its own
+   unless that op stores into it (assigns_grads); one that no op wrote is zeroed before its own
    backward reads it. */
 static void mf__backward_op(mf_ctx *ctx, mf_tensor *t) {
     int k;
@@ -1490,7 +1505,7 @@ static void mf__backward_op(mf_ctx *ctx, mf_tensor *t) {
         t->src[k]->grad_pending = 0;
         if (t->op->is_view) return;
     }
-    for (k = 0; k < MF_MAX_SRC && !mf__op_assigns(t->op); k++) {
+    for (k = 0; k < MF_MAX_SRC && !t->op->assigns_grads; k++) {
         mf_tensor *s = t->src[k];
         if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;
     }
@@ -2373,7 +2388,8 @@ static void mf__matmul_backward(mf_ctx *ctx, mf_tensor *out) {
             mf__gemm(ctx, 1, ta, N, K, M, dC, sC, A, sA, 1.0f, dB, sB, batch);
     }
 }
-static const mf__op mf__op_matmul = { "matmul", 2, mf__matmul_shape, mf__matmul_forward, mf__matmul_backward, 0 };
+static const mf__op mf__op_matmul = { "matmul", 2, mf__matmul_shape, mf__matmul_forward, mf__matmul_backward,
+                                      MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a, int trans_b) {
     mf_tensor *t = mf__begin(ctx, &mf__op_matmul, a, b, NULL, NULL);
     if (t) { t->iarg[0] = trans_a != 0; t->iarg[1] = trans_b != 0; }
@@ -2477,7 +2493,8 @@ static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
         if (sums) for (j = 0; j < nout; j++) db[j] += sums[j];
     } else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db, NULL);
 }
-static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward, 0 };
+static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward,
+                                      MF__OP_PROPS(MF__OP_ASSIGNS) };
 MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b) {
     return mf__finish(ctx, mf__begin(ctx, &mf__op_linear, x, w, b, NULL));
 }
@@ -2596,9 +2613,12 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
         if (db) db[ib] += kind == MF__MUL ? g[i] * A->data[ia] : kind == MF__SUB ? -g[i] : g[i];
     }
 }
-static const mf__op mf__op_add = { "add", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward, 0 };
-static const mf__op mf__op_sub = { "sub", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward, 0 };
-static const mf__op mf__op_mul = { "mul", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward, 0 };
+static const mf__op mf__op_add = { "add", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward,
+                                   MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_PASS_BOTH) };
+static const mf__op mf__op_sub = { "sub", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward,
+                                   MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_PASS_FIRST) };
+static const mf__op mf__op_mul = { "mul", 2, mf__binary_shape, mf__binary_forward, mf__binary_backward,
+                                   MF__OP_PROPS(MF__OP_ASSIGNS) };
 static mf_tensor *mf__binary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *a, mf_tensor *b) {
     mf_tensor *t = mf__begin(ctx, op, a, b, NULL, NULL);
     if (t) t->iarg[1] = kind;
@@ -2756,13 +2776,20 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
         dx[i] = assign ? g[i] * d : dx[i] + g[i] * d;
     }
 }
-static const mf__op mf__op_scale = { "scale", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
-static const mf__op mf__op_relu = { "relu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
-static const mf__op mf__op_gelu = { "gelu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
-static const mf__op mf__op_sigmoid = { "sigmoid", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
-static const mf__op mf__op_silu = { "silu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
-static const mf__op mf__op_exp = { "exp", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
-static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward, mf__unary_backward, 0 };
+static const mf__op mf__op_scale = { "scale", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
+                                     MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+static const mf__op mf__op_relu = { "relu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
+                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+static const mf__op mf__op_gelu = { "gelu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
+                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+static const mf__op mf__op_sigmoid = { "sigmoid", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
+                                       MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+static const mf__op mf__op_silu = { "silu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
+                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+static const mf__op mf__op_exp = { "exp", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
+                                   MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
+                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[0] = kind; t->farg[0] = s; }
@@ -2825,7 +2852,8 @@ static void mf__softmax_backward(mf_ctx *ctx, mf_tensor *out) {
         for (j = 0; j < n; j++) dx[r * n + j] += y[j] * (g[j] - dot);
     }
 }
-static const mf__op mf__op_softmax = { "softmax", 1, mf__softmax_shape, mf__softmax_forward, mf__softmax_backward, 0 };
+static const mf__op mf__op_softmax = { "softmax", 1, mf__softmax_shape, mf__softmax_forward, mf__softmax_backward,
+                                       MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal) {
     mf_tensor *t = mf__begin(ctx, &mf__op_softmax, x, NULL, NULL, NULL);
     if (t) t->iarg[0] = causal != 0;
@@ -2870,7 +2898,8 @@ static void mf__log_softmax_backward(mf_ctx *ctx, mf_tensor *out) {
         for (j = 0; j < n; j++) dx[r * n + j] += g[j] - expf(y[j]) * sum;
     }
 }
-static const mf__op mf__op_log_softmax = { "log_softmax", 1, mf__same_shape, mf__log_softmax_forward, mf__log_softmax_backward, 0 };
+static const mf__op mf__op_log_softmax = { "log_softmax", 1, mf__same_shape, mf__log_softmax_forward,
+                                           mf__log_softmax_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_log_softmax(mf_ctx *ctx, mf_tensor *x) {
     return mf__finish(ctx, mf__begin(ctx, &mf__op_log_softmax, x, NULL, NULL, NULL));
 }
@@ -2930,7 +2959,8 @@ static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
         dx[r * V + tg[r]] -= g;
     }
 }
-static const mf__op mf__op_cross_entropy = { "cross_entropy", 1, mf__cross_entropy_shape, mf__cross_entropy_forward, mf__cross_entropy_backward, 0 };
+static const mf__op mf__op_cross_entropy = { "cross_entropy", 1, mf__cross_entropy_shape, mf__cross_entropy_forward,
+                                             mf__cross_entropy_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
 MFDEF mf_tensor *mf_cross_entropy(mf_ctx *ctx, mf_tensor *logits, const int32_t *targets, int ignore_index) {
     mf_tensor *t = mf__begin(ctx, &mf__op_cross_entropy, logits, NULL, NULL, NULL);
     if (!t) return NULL;
@@ -2975,7 +3005,7 @@ static void mf__mse_backward(mf_ctx *ctx, mf_tensor *out) {
         if (db) db[i] -= d;
     }
 }
-static const mf__op mf__op_mse = { "mse", 2, mf__mse_shape, mf__mse_forward, mf__mse_backward, 0 };
+static const mf__op mf__op_mse = { "mse", 2, mf__mse_shape, mf__mse_forward, mf__mse_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_mse(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) {
     return mf__finish(ctx, mf__begin(ctx, &mf__op_mse, a, b, NULL, NULL));
 }
@@ -3098,7 +3128,8 @@ static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
                 if (db) db[j] += part[ch * 2 * D + D + j];
             }
 }
-static const mf__op mf__op_layernorm = { "layernorm", 1, mf__layernorm_shape, mf__layernorm_forward, mf__layernorm_backward, 0 };
+static const mf__op mf__op_layernorm = { "layernorm", 1, mf__layernorm_shape, mf__layernorm_forward,
+                                         mf__layernorm_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
 MFDEF mf_tensor *mf_layernorm(mf_ctx *ctx, mf_tensor *x, mf_tensor *gamma, mf_tensor *beta, float eps) {
     mf_tensor *t = mf__begin(ctx, &mf__op_layernorm, x, gamma, beta, NULL);
     if (t) t->farg[0] = eps;
@@ -3142,7 +3173,8 @@ static void mf__embedding_backward(mf_ctx *ctx, mf_tensor *out) {
     for (i = 0; i < n; i++) /* serial: the same id may repeat */
         for (j = 0; j < D; j++) dt[(int64_t)ids[i] * D + j] += out->grad[i * D + j];
 }
-static const mf__op mf__op_embedding = { "embedding", 1, mf__embedding_shape, mf__embedding_forward, mf__embedding_backward, 0 };
+static const mf__op mf__op_embedding = { "embedding", 1, mf__embedding_shape, mf__embedding_forward,
+                                         mf__embedding_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_embedding(mf_ctx *ctx, mf_tensor *table, const int32_t *ids, int ndim, const int *shape) {
     mf_tensor *t = mf__begin(ctx, &mf__op_embedding, table, NULL, NULL, NULL);
     int64_t n;
@@ -3177,7 +3209,8 @@ static void mf__dropout_backward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, out->ne, 8)
     for (i = 0; i < out->ne; i++) if (mf__dropout_keep(ctx, out, i)) dx[i] += out->grad[i] * s;
 }
-static const mf__op mf__op_dropout = { "dropout", 1, mf__same_shape, mf__dropout_forward, mf__dropout_backward, 0 };
+static const mf__op mf__op_dropout = { "dropout", 1, mf__same_shape, mf__dropout_forward, mf__dropout_backward,
+                                       MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_dropout(mf_ctx *ctx, mf_tensor *x, float p) {
     mf_tensor *t;
     if (!mf_ok(ctx)) return NULL;
@@ -3230,7 +3263,8 @@ static void mf__reshape_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g_claim(out->src[0], &assign);
     if (dx) mf__axpy(ctx, out->ne, 1.0f, out->grad, dx, assign);
 }
-static const mf__op mf__op_reshape = { "reshape", 1, mf__reshape_shape, mf__nop_forward, mf__reshape_backward, 1 };
+static const mf__op mf__op_reshape = { "reshape", 1, mf__reshape_shape, mf__nop_forward, mf__reshape_backward,
+                                       MF__OP_PROPS(MF__OP_VIEW | MF__OP_ASSIGNS | MF__OP_PASS_FIRST) };
 MFDEF mf_tensor *mf_reshape(mf_ctx *ctx, mf_tensor *x, int ndim, const int *shape) {
     mf_tensor *t = mf__begin(ctx, &mf__op_reshape, x, NULL, NULL, NULL);
     int i;
@@ -3312,7 +3346,8 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
 }
 static void mf__permute_forward(mf_ctx *ctx, mf_tensor *out) { mf__permute_run(ctx, out, 0); }
 static void mf__permute_backward(mf_ctx *ctx, mf_tensor *out) { mf__permute_run(ctx, out, 1); }
-static const mf__op mf__op_permute = { "permute", 1, mf__permute_shape, mf__permute_forward, mf__permute_backward, 0 };
+static const mf__op mf__op_permute = { "permute", 1, mf__permute_shape, mf__permute_forward, mf__permute_backward,
+                                       MF__OP_PROPS(MF__OP_ASSIGNS) };
 MFDEF mf_tensor *mf_permute(mf_ctx *ctx, mf_tensor *x, const int *perm) {
     mf_tensor *t = mf__begin(ctx, &mf__op_permute, x, NULL, NULL, NULL);
     int i;
@@ -3368,7 +3403,8 @@ static void mf__concat_run(mf_ctx *ctx, mf_tensor *out, int backward) {
 }
 static void mf__concat_forward(mf_ctx *ctx, mf_tensor *out) { mf__concat_run(ctx, out, 0); }
 static void mf__concat_backward(mf_ctx *ctx, mf_tensor *out) { mf__concat_run(ctx, out, 1); }
-static const mf__op mf__op_concat = { "concat", 2, mf__concat_shape, mf__concat_forward, mf__concat_backward, 0 };
+static const mf__op mf__op_concat = { "concat", 2, mf__concat_shape, mf__concat_forward, mf__concat_backward,
+                                      MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_concat(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int axis) {
     mf_tensor *t = mf__begin(ctx, &mf__op_concat, a, b, NULL, NULL);
     if (t) t->iarg[0] = axis;
@@ -3408,7 +3444,7 @@ static void mf__slice_run(mf_ctx *ctx, mf_tensor *out, int backward) {
 }
 static void mf__slice_forward(mf_ctx *ctx, mf_tensor *out) { mf__slice_run(ctx, out, 0); }
 static void mf__slice_backward(mf_ctx *ctx, mf_tensor *out) { mf__slice_run(ctx, out, 1); }
-static const mf__op mf__op_slice = { "slice", 1, mf__slice_shape, mf__slice_forward, mf__slice_backward, 0 };
+static const mf__op mf__op_slice = { "slice", 1, mf__slice_shape, mf__slice_forward, mf__slice_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_slice(mf_ctx *ctx, mf_tensor *x, int axis, int start, int len) {
     mf_tensor *t = mf__begin(ctx, &mf__op_slice, x, NULL, NULL, NULL);
     if (t) { t->iarg[0] = axis; t->iarg[1] = start; t->iarg[2] = len; }
@@ -3444,7 +3480,7 @@ static void mf__roll_run(mf_ctx *ctx, mf_tensor *out, int backward) {
 }
 static void mf__roll_forward(mf_ctx *ctx, mf_tensor *out) { mf__roll_run(ctx, out, 0); }
 static void mf__roll_backward(mf_ctx *ctx, mf_tensor *out) { mf__roll_run(ctx, out, 1); }
-static const mf__op mf__op_roll = { "roll", 1, mf__roll_shape, mf__roll_forward, mf__roll_backward, 0 };
+static const mf__op mf__op_roll = { "roll", 1, mf__roll_shape, mf__roll_forward, mf__roll_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_roll(mf_ctx *ctx, mf_tensor *x, int shift, int axis) {
     mf_tensor *t = mf__begin(ctx, &mf__op_roll, x, NULL, NULL, NULL);
     if (t) { t->iarg[0] = axis; t->iarg[1] = shift; }
@@ -3474,8 +3510,8 @@ static void mf__reduce_backward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, n, 1)
     for (i = 0; i < n; i++) dx[i] += g;
 }
-static const mf__op mf__op_sum = { "sum", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, 0 };
-static const mf__op mf__op_mean = { "mean", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, 0 };
+static const mf__op mf__op_sum = { "sum", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, MF__OP_PROPS(0) };
+static const mf__op mf__op_mean = { "mean", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_sum(mf_ctx *ctx, mf_tensor *x) { return mf__finish(ctx, mf__begin(ctx, &mf__op_sum, x, NULL, NULL, NULL)); }
 MFDEF mf_tensor *mf_mean(mf_ctx *ctx, mf_tensor *x) {
     mf_tensor *t = mf__begin(ctx, &mf__op_mean, x, NULL, NULL, NULL);
@@ -3518,7 +3554,8 @@ static void mf__sum_axis_run(mf_ctx *ctx, mf_tensor *out, int backward) {
 }
 static void mf__sum_axis_forward(mf_ctx *ctx, mf_tensor *out) { mf__sum_axis_run(ctx, out, 0); }
 static void mf__sum_axis_backward(mf_ctx *ctx, mf_tensor *out) { mf__sum_axis_run(ctx, out, 1); }
-static const mf__op mf__op_sum_axis = { "sum_axis", 1, mf__sum_axis_shape, mf__sum_axis_forward, mf__sum_axis_backward, 0 };
+static const mf__op mf__op_sum_axis = { "sum_axis", 1, mf__sum_axis_shape, mf__sum_axis_forward, mf__sum_axis_backward,
+                                        MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_sum_axis(mf_ctx *ctx, mf_tensor *x, int axis) {
     mf_tensor *t = mf__begin(ctx, &mf__op_sum_axis, x, NULL, NULL, NULL);
     if (t) t->iarg[0] = axis;
@@ -3598,7 +3635,8 @@ static void mf__conv1d_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__im2col(ctx, out, NULL, dcols, dx);
     }
 }
-static const mf__op mf__op_conv1d = { "conv1d", 2, mf__conv1d_shape, mf__conv1d_forward, mf__conv1d_backward, 0 };
+static const mf__op mf__op_conv1d = { "conv1d", 2, mf__conv1d_shape, mf__conv1d_forward, mf__conv1d_backward,
+                                      MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b, int stride, int pad) {
     mf_tensor *t = mf__begin(ctx, &mf__op_conv1d, x, w, b, NULL);
     if (t) { t->iarg[0] = stride; t->iarg[1] = pad; }
@@ -3691,10 +3729,12 @@ static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
 }
 static void mf__avg_pool_forward(mf_ctx *ctx, mf_tensor *out) { mf__avg_pool_run(ctx, out, 0); }
 static void mf__avg_pool_backward(mf_ctx *ctx, mf_tensor *out) { mf__avg_pool_run(ctx, out, 1); }
-static const mf__op mf__op_avg_pool = { "avg_pool_seq", 1, mf__avg_pool_shape, mf__avg_pool_forward, mf__avg_pool_backward, 0 };
+static const mf__op mf__op_avg_pool = { "avg_pool_seq", 1, mf__avg_pool_shape, mf__avg_pool_forward,
+                                        mf__avg_pool_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
 /* avg_pool_sub: avg_pool_seq(x) - x in one op (the pool mixer, PoolFormer's token mixer), with the
    values of mf_sub(mf_avg_pool_seq(x), x) bit for bit: one pass and one tensor fewer each way */
-static const mf__op mf__op_avg_pool_sub = { "avg_pool_sub", 1, mf__avg_pool_shape, mf__avg_pool_forward, mf__avg_pool_backward, 0 };
+static const mf__op mf__op_avg_pool_sub = { "avg_pool_sub", 1, mf__avg_pool_shape, mf__avg_pool_forward,
+                                            mf__avg_pool_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
 static mf_tensor *mf__avg_pool(mf_ctx *ctx, const mf__op *op, mf_tensor *x, int kernel, int causal) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[0] = kernel; t->iarg[1] = causal != 0; t->iarg[2] = op == &mf__op_avg_pool_sub; }
@@ -4136,7 +4176,8 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
         }
     }
 }
-static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward, mf__attention_backward, 0 };
+static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward,
+                                         mf__attention_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal) {
     mf_tensor *t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
     if (t) { t->farg[0] = scale; t->iarg[0] = causal != 0; }
@@ -4144,20 +4185,16 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
 }
 
 /* The input whose gradient can live in t's output gradient buffer, when it is an activation that
-   nothing else on the tape reads: a reshape's input, either operand of an add, the first of a sub,
-   with t's size (the two gradients are equal element for element: no copy in the backward, and
-   both tensors' gradients read right afterwards), or, with recycled activation gradients
-   (mf_set_keep_activation_grads(ctx, 0): nobody reads them afterwards), the input of an
-   elementwise unary op (its backward turns the buffer into dx = dy * f'(x) in place, each
-   element read before it is written). One buffer less, and the backward writes into memory it
-   has just used. The first such input, or -1. */
-static int mf__is_unary(const mf__op *op) {
-    return op == &mf__op_relu || op == &mf__op_gelu || op == &mf__op_sigmoid || op == &mf__op_silu ||
-           op == &mf__op_exp || op == &mf__op_elu1 || op == &mf__op_scale;
-}
+   nothing else on the tape reads: one of the op's first grad_passes inputs (a reshape's input,
+   either operand of an add, the first of a sub) with t's size (the two gradients are equal element
+   for element: no copy in the backward, and both tensors' gradients read right afterwards), or,
+   with recycled activation gradients (mf_set_keep_activation_grads(ctx, 0): nobody reads them
+   afterwards), the input of an is_unary op (its backward turns the buffer into dx = dy * f'(x)
+   in place, each element read before it is written). One buffer less, and the backward writes
+   into memory it has just used. The first such input, or -1. */
 static int mf__grad_shared_src(const mf_ctx *ctx, const mf_tensor *t) {
-    int unary = mf__is_unary(t->op), k;
-    int last = t->op->is_view || (ctx->recycle_grads && unary) ? 0 : t->op == &mf__op_add ? 1 : t->op == &mf__op_sub ? 0 : -1;
+    int unary = t->op->is_unary, k;
+    int last = ctx->recycle_grads && unary ? 0 : t->op->grad_passes - 1;
     for (k = 0; k <= last; k++) {
         const mf_tensor *s = t->src[k];
         if (!s || !s->op || s->is_param || !s->requires_grad || s->ne != t->ne) continue;
@@ -4169,16 +4206,6 @@ static int mf__grad_shared_src(const mf_ctx *ctx, const mf_tensor *t) {
         if (ctx->recycle_grads && !unary && !s->grad && t->src[0] != t->src[1]) return k;
     }
     return -1;
-}
-/* the ops whose backward claims its input gradients (mf__g_claim / mf__g_add, see [mf:autograd]) */
-static int mf__op_assigns(const mf__op *op) {
-    static const mf__op *const ops[] = { &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul, &mf__op_scale,
-        &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp, &mf__op_elu1, &mf__op_layernorm,
-        &mf__op_reshape, &mf__op_permute, &mf__op_cross_entropy, &mf__op_avg_pool, &mf__op_avg_pool_sub };
-    size_t i;
-    for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (op == ops[i]) return 1;
-    return 0;
 }
 
 /* ==== [mf:layers] =========================================================================== */
@@ -4965,7 +4992,7 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
     }
 }
 static const mf__op mf__op_rel_attention = { "rel_attention", 6, mf__rel_attention_shape, mf__rel_attention_forward,
-                                            mf__rel_attention_backward, 0 };
+                                            mf__rel_attention_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                   mf_tensor *R, mf_tensor *S, float scale) {
     mf_tensor *t = mf__begin(ctx, &mf__op_rel_attention, q, k, v, u);
@@ -5400,7 +5427,7 @@ static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
         for (j = 0; j < dk; j++) dx[j] += ((x[j] > 0 ? da[j] : 0.0f) - (x[j] < 0 ? da[dk + j] : 0.0f)) * inv;
     }
 }
-static const mf__op mf__op_dpfp = { "dpfp", 1, mf__dpfp_shape, mf__dpfp_forward, mf__dpfp_backward, 0 };
+static const mf__op mf__op_dpfp = { "dpfp", 1, mf__dpfp_shape, mf__dpfp_forward, mf__dpfp_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps) {
     mf_tensor *t = mf__begin(ctx, &mf__op_dpfp, x, NULL, NULL, NULL);
     if (t) { t->iarg[0] = nu; t->farg[0] = eps; }
@@ -5947,8 +5974,10 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
                               dvv, db, scratch);
     }
 }
-static const mf__op mf__op_fast_weights = { "fast_weights", 4, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
-static const mf__op mf__op_linear_attention = { "linear_attention", 3, mf__fw_shape, mf__fw_forward, mf__fw_backward, 0 };
+static const mf__op mf__op_fast_weights = { "fast_weights", 4, mf__fw_shape, mf__fw_forward, mf__fw_backward,
+                                            MF__OP_PROPS(0) };
+static const mf__op mf__op_linear_attention = { "linear_attention", 3, mf__fw_shape, mf__fw_forward, mf__fw_backward,
+                                                MF__OP_PROPS(0) };
 /* the op with an optional generation state (see above) */
 static mf_tensor *mf__fw_apply(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
                                float eps, int chunk, float *state) {
@@ -6372,7 +6401,8 @@ static void mf__fba_backward(mf_ctx *ctx, mf_tensor *out) {
     if (a.dr) mf__fb_table_rows(a.dr, NULL, r->grad, P, H, d, n, 1);
     if (a.ds) mf__fb_table_rows(a.ds, NULL, s->grad, P, H, 1, n, 1);
 }
-static const mf__op mf__op_feedback_attention = { "feedback_attention", 3, mf__fba_shape, mf__fba_forward, mf__fba_backward, 0 };
+static const mf__op mf__op_feedback_attention = { "feedback_attention", 3, mf__fba_shape, mf__fba_forward,
+                                                  mf__fba_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                        mf_tensor *r, mf_tensor *s, float scale) {
     mf_tensor *t = mf__begin(ctx, &mf__op_feedback_attention, q, k, v, u);
@@ -6844,7 +6874,7 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
         for (l = 0; l <= N; l++) gw[l] += f->sw[l] * (g.dsw[l] - dot);
     }
 }
-static const mf__op mf__op_feedback = { "feedback", 1, mf__fb_shape, mf__fb_forward, mf__fb_backward, 0 };
+static const mf__op mf__op_feedback = { "feedback", 1, mf__fb_shape, mf__fb_forward, mf__fb_backward, MF__OP_PROPS(0) };
 
 /* ---- model hooks ----------------------------------------------------------------------------------- */
 static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
@@ -7622,6 +7652,35 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     }
     return 0;
 }
+
+/* ---- every op -------------------------------------------------------------------------------------
+   The descriptors of [mf:ops] and of the families' sections (each family's under its section's switch),
+   here after the last section that defines one. Nothing in the library walks it: the tests do. Each op
+   needs an example (tests/op_examples.h) that tests/test_ops.c checks against the op's properties and
+   tests/test_cuda_ops.cpp runs on both backends, and a row in metaformer_cuda.cuh's mf__cu_ops. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MF__READ_BY_TESTS __attribute__((unused))
+#else
+#define MF__READ_BY_TESTS
+#endif
+static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
+    &mf__op_matmul, &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul,
+    &mf__op_scale, &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp, &mf__op_elu1,
+    &mf__op_softmax, &mf__op_log_softmax, &mf__op_cross_entropy, &mf__op_mse, &mf__op_layernorm,
+    &mf__op_embedding, &mf__op_dropout, &mf__op_reshape, &mf__op_permute, &mf__op_concat, &mf__op_slice,
+    &mf__op_roll, &mf__op_sum, &mf__op_mean, &mf__op_sum_axis, &mf__op_conv1d, &mf__op_avg_pool,
+    &mf__op_avg_pool_sub, &mf__op_attention,
+#ifndef METAFORMER_NO_XL
+    &mf__op_rel_attention,
+#endif
+#ifndef METAFORMER_NO_FASTWEIGHTS
+    &mf__op_dpfp, &mf__op_fast_weights, &mf__op_linear_attention,
+#endif
+#ifndef METAFORMER_NO_FEEDBACK
+    &mf__op_feedback_attention, &mf__op_feedback,
+#endif
+};
+#define MF__N_OPS ((int)(sizeof mf__ops / sizeof mf__ops[0]))
 
 #ifdef METAFORMER_CUDA
 #include "metaformer_cuda.cuh"

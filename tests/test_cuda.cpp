@@ -223,7 +223,7 @@ static void test_arena_growth(void) {
 /* an op without a CUDA kernel fails with its name, never runs the CPU code on device memory */
 static int fake_shape(mf_ctx *ctx, mf_tensor *out) { return mf__same_shape(ctx, out); }
 static void fake_forward(mf_ctx *ctx, mf_tensor *out) { (void)ctx; out->data[0] = 1.0f; /* would crash on device */ }
-static const mf__op fake_op = {"fake_op", 1, fake_shape, fake_forward, fake_forward, 0};
+static const mf__op fake_op = {"fake_op", 1, fake_shape, fake_forward, fake_forward, MF__OP_PROPS(0)};
 static void test_missing_kernel(void) {
     mf_ctx *ctx = mf_ctx_new(1);
     int sh[1] = {3};

@@ -1475,7 +1475,7 @@ static void bad_sq_backward(mf_ctx *c, mf_tensor *out) {
         else dx[i] += out->grad[i] * d;
     }
 }
-static const mf__op bad_sq_op = { "bad_sq", 1, mf__same_shape, bad_sq_forward, bad_sq_backward, 0 };
+static const mf__op bad_sq_op = { "bad_sq", 1, mf__same_shape, bad_sq_forward, bad_sq_backward, MF__OP_PROPS(0) };
 static mf_tensor *b_bad(mf_ctx *c, mf_tensor **in, void *u) {
     const args *a = (const args *)u;
     mf_tensor *t = mf__begin(c, &bad_sq_op, in[0], NULL, NULL, NULL);
