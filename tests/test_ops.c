@@ -1898,6 +1898,306 @@ static void test_errors(void) {
     mf_ctx_free(c);
 }
 
+/* ==== the op list: every op's properties against what its backward does ====================== */
+/* Each op of mf__ops runs from its examples (tests/op_examples.h) with activation inputs, and its
+   backward is driven by hand the ways mf_backward drives it: the descriptor's is_view, is_unary,
+   assigns_grads and grad_passes must agree with what the op does, or a gradient goes wrong
+   silently (an unzeroed buffer, a gradient computed into a buffer another input still needs). */
+#include "op_examples.h"
+
+enum { FILL_ZERO, FILL_NAN, FILL_RAND };
+/* "op" or "op (instance)" */
+static const char *ex_label(const op_example *e) {
+    static char buf[128];
+    snprintf(buf, sizeof buf, *e->what ? "%s (%s)" : "%s", e->op, e->what);
+    return buf;
+}
+typedef struct prop_run {
+    mf_ctx *c;
+    const op_example *e;
+    mf_tensor *out;
+    int n_act;                 /* the distinct inputs that are activations taking a gradient */
+    mf_tensor *act[MF_MAX_SRC];
+    float *g[MF_MAX_SRC];      /* their gradient buffers */
+    float *ref[MF_MAX_SRC];    /* their gradients from zero (backward adding into zeroed buffers) */
+    float *dy, *dy0;           /* out's gradient (a working copy, and the value) */
+    float *pref;               /* the parameters' gradients from zero */
+    int64_t np;                /* floats of the parameters' gradients */
+} prop_run;
+
+static float fill_value(int fill, int k, int64_t i) {
+    return fill == FILL_ZERO ? 0.0f : fill == FILL_NAN ? NAN : urand(777 + (uint64_t)k, (uint64_t)i, 0.5f, 1.5f);
+}
+/* every gradient buffer filled (parameters: zero, or random for FILL_RAND), the inputs' pending or
+   not, out's gradient dy in its own buffer */
+static void prep(prop_run *r, int fill, int pending) {
+    int k;
+    int64_t i;
+    for (k = 0; k < r->n_act; k++) {
+        for (i = 0; i < r->act[k]->ne; i++) r->g[k][i] = fill_value(fill, k, i);
+        r->act[k]->grad = r->g[k];
+        r->act[k]->grad_pending = pending;
+    }
+    for (i = 0; i < r->np; i++) r->c->p_grad[i] = fill == FILL_RAND ? fill_value(fill, MF_MAX_SRC, i) : 0.0f;
+    memcpy(r->dy, r->dy0, (size_t)r->out->ne * sizeof(float));
+    r->out->grad = r->dy;
+    r->out->grad_pending = 0;
+}
+/* the first element of g that is not exactly ref's (a NaN never is), or -1 */
+static int64_t first_diff(const float *g, const float *ref, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++) if (!(g[i] == ref[i])) return i;
+    return -1;
+}
+/* input k's gradient, and the parameters', exactly as from zero; `how` names the run */
+static void expect_ref(prop_run *r, const char *how) {
+    int k;
+    int64_t i;
+    for (k = 0; k < r->n_act; k++)
+        if ((i = first_diff(r->g[k], r->ref[k], r->act[k]->ne)) >= 0) {
+            printf("    %s: %s: gradient of input %d [%lld] = %g, from zero %g\n", ex_label(r->e), how, k,
+                   (long long)i, (double)r->g[k][i], (double)r->ref[k][i]);
+            MFT_CHECK(0);
+            return;
+        }
+    if (r->np && (i = first_diff(r->c->p_grad, r->pref, r->np)) >= 0) {
+        printf("    %s: %s: parameter gradient [%lld] = %g, from zero %g\n", ex_label(r->e), how,
+               (long long)i, (double)r->c->p_grad[i], (double)r->pref[i]);
+        MFT_CHECK(0);
+    }
+}
+static int act_index(const prop_run *r, const mf_tensor *s) {
+    int k;
+    for (k = 0; k < r->n_act; k++) if (r->act[k] == s) return k;
+    return -1;
+}
+
+/* is_unary: one input, the same shape, and output element i depends on input element i only */
+static void check_unary(prop_run *r) {
+    mf_tensor *out = r->out, *x = out->src[0];
+    float *y0 = (float *)malloc((size_t)out->ne * sizeof(float));
+    int64_t j, i;
+    int k, bad = 0;
+    for (k = 1; k < MF_MAX_SRC; k++) if (out->src[k]) bad = 1;
+    if (bad || out->op->n_required != 1 || out->ndim != x->ndim || memcmp(out->shape, x->shape, sizeof out->shape)) {
+        printf("    %s: is_unary, but it has more than one input or changes the shape\n", ex_label(r->e));
+        MFT_CHECK(0);
+        free(y0);
+        return;
+    }
+    memcpy(y0, out->data, (size_t)out->ne * sizeof(float));
+    for (j = 0; j < x->ne && !bad; j++) {
+        float v = x->data[j];
+        x->data[j] = v * 0.5f + 0.375f;
+        out->op->forward(r->c, out);
+        for (i = 0; i < out->ne; i++)
+            if (i != j && memcmp(&out->data[i], &y0[i], sizeof(float)) != 0) {
+                printf("    %s: is_unary, but input element %lld moves output element %lld\n", ex_label(r->e), (long long)j,
+                       (long long)i);
+                MFT_CHECK(0);
+                bad = 1;
+                break;
+            }
+        x->data[j] = v;
+    }
+    out->op->forward(r->c, out);
+    free(y0);
+    /* in place, as with recycled gradients: the input's gradient in out's gradient buffer */
+    if (act_index(r, x) == 0) {
+        float *own = r->g[0];
+        prep(r, FILL_NAN, 1);
+        x->grad = r->g[0] = r->dy;
+        mf__backward_op(r->c, out);
+        expect_ref(r, "is_unary: dx computed in place in dy's buffer");
+        r->g[0] = own;
+    }
+}
+/* grad_passes: each of the first grad_passes inputs of out's size has out's gradient, and keeps
+   it when it shares out's gradient buffer while the op's backward runs */
+static void check_passes(prop_run *r) {
+    mf_tensor *out = r->out;
+    int p;
+    if (out->op->grad_passes > out->op->n_required) {
+        printf("    %s: grad_passes %d, but %d inputs\n", ex_label(r->e), out->op->grad_passes, out->op->n_required);
+        MFT_CHECK(0);
+    }
+    for (p = 0; p < out->op->grad_passes && p < MF_MAX_SRC; p++) {
+        mf_tensor *s = out->src[p];
+        int k = act_index(r, s);
+        float *own;
+        int64_t i;
+        if (k < 0 || s->ne != out->ne) continue;
+        if ((i = first_diff(r->ref[k], r->dy0, s->ne)) >= 0) {
+            printf("    %s: grad_passes %d, but input %d's gradient [%lld] is %g, out's %g\n", ex_label(r->e),
+                   out->op->grad_passes, p, (long long)i, (double)r->ref[k][i], (double)r->dy0[i]);
+            MFT_CHECK(0);
+            continue;
+        }
+        prep(r, FILL_NAN, 1);
+        own = r->g[k];
+        s->grad = r->g[k] = r->dy; /* shared, as mf__grad_shared_src arranges */
+        mf__backward_op(r->c, out);
+        expect_ref(r, "grad_passes: an input sharing out's gradient buffer");
+        r->g[k] = own;
+    }
+}
+
+/* is_view: the output is the input's data, which the forward leaves alone; otherwise the output
+   has its own data and the forward writes every element of it (the same values again) */
+static void check_view(prop_run *r, mf_tensor **in) {
+    mf_tensor *out = r->out;
+    float *y0;
+    int64_t i;
+    int k;
+    if (out->op->is_view) {
+        for (i = 0; out->data == out->src[0]->data && i < in[0]->ne; i++)
+            if (in[0]->data[i] != ex_value(r->e, 0, i)) break;
+        if (out->src[0] != in[0] || out->data != in[0]->data || i < in[0]->ne) {
+            printf("    %s: is_view, but the output is not its first input's data left as it was\n", ex_label(r->e));
+            MFT_CHECK(0);
+        }
+        return;
+    }
+    for (k = 0; k < MF_MAX_SRC; k++)
+        if (out->src[k] && out->src[k]->data == out->data) {
+            printf("    %s: the output shares input %d's data, but is_view is 0\n", ex_label(r->e), k);
+            MFT_CHECK(0);
+            return;
+        }
+    y0 = (float *)malloc((size_t)out->ne * sizeof(float));
+    memcpy(y0, out->data, (size_t)out->ne * sizeof(float));
+    for (i = 0; i < out->ne; i++) out->data[i] = NAN;
+    out->op->forward(r->c, out);
+    if ((i = first_diff(out->data, y0, out->ne)) >= 0) {
+        printf("    %s: forward again: output [%lld] = %g, first %g (is_view 0: the forward must write all of it)\n",
+               ex_label(r->e), (long long)i, (double)out->data[i], (double)y0[i]);
+        MFT_CHECK(0);
+    }
+    free(y0);
+}
+static void check_example(const op_example *e) {
+    prop_run r;
+    mf_tensor *in[EX_MAX_IN];
+    const mf__op *op = ex_op(e);
+    int k, claimed, written;
+    int64_t i;
+    memset(&r, 0, sizeof r);
+    r.e = e;
+    r.c = mf_ctx_new(99);
+    for (k = 0; k < e->n_in; k++) { /* activations that take a gradient, as ops' inputs are on the tape */
+        in[k] = mf_new(r.c, e->in[k].nd, e->in[k].s);
+        if (!in[k]) break;
+        for (i = 0; i < in[k]->ne; i++) in[k]->data[i] = ex_value(e, k, i);
+        in[k]->requires_grad = 1;
+    }
+    r.out = mf_ok(r.c) ? e->build(r.c, in) : NULL;
+    if (!r.out || !op || r.out->op != op) {
+        printf("    %s: the example does not make a node of the op%s%s\n", ex_label(e), mf_ok(r.c) ? "" : ": ",
+               mf_ok(r.c) ? "" : mf_error(r.c));
+        MFT_CHECK(0);
+        ex_cleanup();
+        mf_ctx_free(r.c);
+        return;
+    }
+    check_view(&r, in);
+    for (k = 0; k < MF_MAX_SRC; k++) {
+        mf_tensor *s = r.out->src[k];
+        if (s && s->requires_grad && !s->is_param && act_index(&r, s) < 0) r.act[r.n_act++] = s;
+    }
+    MFT_CHECK(r.n_act > 0);
+    for (k = 0; k < r.n_act; k++) {
+        r.g[k] = (float *)malloc((size_t)r.act[k]->ne * sizeof(float));
+        r.ref[k] = (float *)malloc((size_t)r.act[k]->ne * sizeof(float));
+    }
+    r.dy = (float *)malloc((size_t)r.out->ne * sizeof(float));
+    r.dy0 = (float *)malloc((size_t)r.out->ne * sizeof(float));
+    for (i = 0; i < r.out->ne; i++) r.dy0[i] = urand(555, (uint64_t)i, -1, 1);
+    r.np = r.c->p_grad ? (int64_t)r.c->p_used : 0;
+    r.pref = (float *)malloc((size_t)(r.np + 1) * sizeof(float));
+
+    /* from zero: the buffers zeroed, nothing pending; the backward adds */
+    prep(&r, FILL_ZERO, 0);
+    op->backward(r.c, r.out);
+    for (k = 0; k < r.n_act; k++) memcpy(r.ref[k], r.g[k], (size_t)r.act[k]->ne * sizeof(float));
+    if (r.np) memcpy(r.pref, r.c->p_grad, (size_t)r.np * sizeof(float));
+    /* mf_backward's way: pending buffers hold garbage (NaN here) and are zeroed first unless the op
+       has assigns_grads; either way the result is the one from zero */
+    prep(&r, FILL_NAN, 1);
+    mf__backward_op(r.c, r.out);
+    expect_ref(&r, op->assigns_grads ? "assigns_grads: pending buffers not zeroed" : "pending buffers zeroed");
+    /* gradients already holding other ops' contributions (not pending): the backward adds to them */
+    prep(&r, FILL_RAND, 0);
+    op->backward(r.c, r.out);
+    for (k = 0; k < r.n_act; k++)
+        for (i = 0; i < r.act[k]->ne; i++) {
+            float c0 = fill_value(FILL_RAND, k, i), want = c0 + r.ref[k][i];
+            if (!(fabsf(r.g[k][i] - want) <= 1e-5f * (1.0f + fabsf(c0) + fabsf(r.ref[k][i])))) {
+                printf("    %s: input %d's gradient holding %g: [%lld] = %g after the backward, not + %g\n", ex_label(e),
+                       k, (double)c0, (long long)i, (double)r.g[k][i], (double)r.ref[k][i]);
+                MFT_CHECK(0);
+                break;
+            }
+        }
+    for (i = 0; i < r.np; i++) {
+        float c0 = fill_value(FILL_RAND, MF_MAX_SRC, i), want = c0 + r.pref[i];
+        if (!(fabsf(r.c->p_grad[i] - want) <= 1e-5f * (1.0f + fabsf(c0) + fabsf(r.pref[i])))) {
+            printf("    %s: parameter gradient [%lld] = %g after the backward, not %g + %g\n", ex_label(e),
+                   (long long)i, (double)r.c->p_grad[i], (double)c0, (double)r.pref[i]);
+            MFT_CHECK(0);
+            break;
+        }
+    }
+    /* the backward alone on pending buffers: assigns_grads exactly when it claims every one
+       (mf__g_claim / mf__g_add clear grad_pending) and writes all of it */
+    prep(&r, FILL_NAN, 1);
+    op->backward(r.c, r.out);
+    claimed = written = 1;
+    for (k = 0; k < r.n_act; k++) {
+        if (r.act[k]->grad_pending) claimed = 0;
+        if (first_diff(r.g[k], r.ref[k], r.act[k]->ne) >= 0) written = 0;
+    }
+    if (op->assigns_grads && !claimed) {
+        printf("    %s: assigns_grads, but its backward leaves an input gradient pending (not taken with "
+               "mf__g_claim / mf__g_add)\n", ex_label(e));
+        MFT_CHECK(0);
+    }
+    if (!op->assigns_grads && claimed && written) {
+        printf("    %s: its backward claims and writes every input gradient, but assigns_grads is 0\n", ex_label(e));
+        MFT_CHECK(0);
+    }
+    if (op->is_unary) check_unary(&r);
+    check_passes(&r);
+
+    ex_cleanup();
+    for (k = 0; k < r.n_act; k++) { free(r.g[k]); free(r.ref[k]); }
+    free(r.dy); free(r.dy0); free(r.pref);
+    mf_ctx_free(r.c);
+}
+/* the op list: no op twice, each with an example, each example of a listed op */
+static void test_every_op_has_an_example(void) {
+    int i, j;
+    for (i = 0; i < MF__N_OPS; i++) {
+        for (j = 0; j < i; j++)
+            if (mf__ops[j] == mf__ops[i] || strcmp(mf__ops[j]->name, mf__ops[i]->name) == 0) {
+                printf("    op %s is listed twice in mf__ops\n", mf__ops[i]->name);
+                MFT_CHECK(0);
+            }
+        if (ex_find(mf__ops[i]) < 0) {
+            printf("    op %s has no example in tests/op_examples.h\n", mf__ops[i]->name);
+            MFT_CHECK(0);
+        }
+    }
+    for (i = 0; i < N_EXAMPLES; i++)
+        if (!ex_op(&EXAMPLES[i])) {
+            printf("    example \"%s\" (%s) names no op of mf__ops\n", EXAMPLES[i].op, EXAMPLES[i].what);
+            MFT_CHECK(0);
+        }
+}
+static void test_op_properties(void) {
+    int i;
+    for (i = 0; i < N_EXAMPLES; i++) check_example(&EXAMPLES[i]);
+}
+
 int main(void) {
     double t0 = mf_time();
     MFT_RUN(test_matmul_forward);
@@ -1943,6 +2243,8 @@ int main(void) {
     MFT_RUN(test_initialisers);
     MFT_RUN(test_sgemm);
     MFT_RUN(test_errors);
+    MFT_RUN(test_every_op_has_an_example);
+    MFT_RUN(test_op_properties);
     printf("test_ops: %.2f s\n", mf_time() - t0);
     return mft_finish();
 }
