@@ -115,7 +115,7 @@ typedef struct mf_tensor {
     /* ------------------------------------------------------------------ autograd internals */
     const mf__op *op;            /* the op that made it; NULL for leaves */
     struct mf_tensor *src[MF_MAX_SRC];
-    int iarg[8];                 /* op arguments */
+    int iarg[8];                 /* op arguments, in the slots each op names ([mf:ops]) */
     float farg[4];
     void *aux;                   /* op inputs that are not tensors (token ids, targets) */
     float *saved;                /* values the forward keeps for the backward */
@@ -2287,6 +2287,10 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
 /* ==== [mf:gemm-end] ========================================================================= */
 
 /* ==== [mf:ops] ============================================================================== */
+/* Each op: its argument slots (MF__ARG_* index out->iarg, MF__FARG_* out->farg), shape, forward and
+   backward, its descriptor with its properties (MF__OP_PROPS), its constructor. A new op also goes
+   into mf__ops (after the families' sections), with an example in tests/op_examples.h and a row in
+   metaformer_cuda.cuh's mf__cu_ops. */
 #define MF__SHAPE_FAIL(...) (mf__fail(ctx, __VA_ARGS__), -1)
 
 /* The GEMM packing workspace, kept by the context and grown on demand (only the first steps
@@ -2319,12 +2323,14 @@ static void mf__gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const flo
     }
 }
 
-/* ---- matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N] ------------------------------------
-   iarg: 0 trans_a, 1 trans_b, 2 M, 3 N, 4 K, 5 batch, 6 mode (0 both batched, 1 b shared,
-   2 a shared) */
+/* ---- matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N] ------------------------------------ */
+/* iarg: the caller's transposes, then what the shape sets: the product's sizes, the number of
+   products and how the operands batch (mode 0 both batched, 1 b shared, 2 a shared) */
+enum { MF__ARG_MM_TRANS_A, MF__ARG_MM_TRANS_B, MF__ARG_MM_M, MF__ARG_MM_N, MF__ARG_MM_K, MF__ARG_MM_BATCH,
+       MF__ARG_MM_MODE };
 static int mf__matmul_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *a = out->src[0], *b = out->src[1];
-    int ta = out->iarg[0], tb = out->iarg[1], M, K, K2, N, i, shape[MF_MAX_DIMS];
+    int ta = out->iarg[MF__ARG_MM_TRANS_A], tb = out->iarg[MF__ARG_MM_TRANS_B], M, K, K2, N, i, shape[MF_MAX_DIMS];
     char sa[64], sb[64];
     if (a->ndim < 2 || b->ndim < 2)
         return MF__SHAPE_FAIL("matmul: operands need at least 2 dims, got %s and %s",
@@ -2341,21 +2347,22 @@ static int mf__matmul_shape(mf_ctx *ctx, mf_tensor *out) {
         if (i != a->ndim - 2)
             return MF__SHAPE_FAIL("matmul: batch dims of %s and %s differ; they must be equal, or one "
                                   "operand must be 2-D", mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64));
-        out->iarg[6] = 0;
-    } else out->iarg[6] = (b->ndim == 2) ? 1 : 2;
+        out->iarg[MF__ARG_MM_MODE] = 0;
+    } else out->iarg[MF__ARG_MM_MODE] = (b->ndim == 2) ? 1 : 2;
     {
-        const mf_tensor *big = out->iarg[6] == 2 ? b : a;
+        const mf_tensor *big = out->iarg[MF__ARG_MM_MODE] == 2 ? b : a;
         for (i = 0; i < big->ndim - 2; i++) shape[i] = big->shape[i];
         shape[big->ndim - 2] = M; shape[big->ndim - 1] = N;
         mf__set_shape(out, big->ndim, shape);
     }
-    out->iarg[2] = M; out->iarg[3] = N; out->iarg[4] = K;
-    out->iarg[5] = (int)(out->ne / ((int64_t)M * N));
+    out->iarg[MF__ARG_MM_M] = M; out->iarg[MF__ARG_MM_N] = N; out->iarg[MF__ARG_MM_K] = K;
+    out->iarg[MF__ARG_MM_BATCH] = (int)(out->ne / ((int64_t)M * N));
     return 0;
 }
 static void mf__matmul_forward(mf_ctx *ctx, mf_tensor *out) {
-    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
-    int batch = out->iarg[5], mode = out->iarg[6];
+    int ta = out->iarg[MF__ARG_MM_TRANS_A], tb = out->iarg[MF__ARG_MM_TRANS_B];
+    int M = out->iarg[MF__ARG_MM_M], N = out->iarg[MF__ARG_MM_N], K = out->iarg[MF__ARG_MM_K];
+    int batch = out->iarg[MF__ARG_MM_BATCH], mode = out->iarg[MF__ARG_MM_MODE];
     int64_t sA = mode == 2 ? 0 : (int64_t)M * K, sB = mode == 1 ? 0 : (int64_t)K * N;
     if (mode == 1 && !ta) /* shared b: one tall product */
         mf__gemm(ctx, 0, tb, M * batch, N, K, out->src[0]->data, 0, out->src[1]->data, 0, 0.0f, out->data, 0, 1);
@@ -2364,8 +2371,9 @@ static void mf__matmul_forward(mf_ctx *ctx, mf_tensor *out) {
                  (int64_t)M * N, batch);
 }
 static void mf__matmul_backward(mf_ctx *ctx, mf_tensor *out) {
-    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
-    int batch = out->iarg[5], mode = out->iarg[6];
+    int ta = out->iarg[MF__ARG_MM_TRANS_A], tb = out->iarg[MF__ARG_MM_TRANS_B];
+    int M = out->iarg[MF__ARG_MM_M], N = out->iarg[MF__ARG_MM_N], K = out->iarg[MF__ARG_MM_K];
+    int batch = out->iarg[MF__ARG_MM_BATCH], mode = out->iarg[MF__ARG_MM_MODE];
     const float *A = out->src[0]->data, *B = out->src[1]->data, *dC = out->grad;
     float *dA = mf__g(out->src[0]), *dB = mf__g(out->src[1]);
     int64_t sA = mode == 2 ? 0 : (int64_t)M * K, sB = mode == 1 ? 0 : (int64_t)K * N, sC = (int64_t)M * N;
@@ -2392,7 +2400,7 @@ static const mf__op mf__op_matmul = { "matmul", 2, mf__matmul_shape, mf__matmul_
                                       MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a, int trans_b) {
     mf_tensor *t = mf__begin(ctx, &mf__op_matmul, a, b, NULL, NULL);
-    if (t) { t->iarg[0] = trans_a != 0; t->iarg[1] = trans_b != 0; }
+    if (t) { t->iarg[MF__ARG_MM_TRANS_A] = trans_a != 0; t->iarg[MF__ARG_MM_TRANS_B] = trans_b != 0; }
     return mf__finish(ctx, t);
 }
 
@@ -2500,8 +2508,9 @@ MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
 }
 
 /* ---- add / sub / mul with a broadcast operand ---------------------------------------------------
-   iarg[1] the kind. The smaller operand repeats every (its size) elements of the larger. */
+   The smaller operand repeats every (its size) elements of the larger. */
 enum { MF__ADD, MF__SUB, MF__MUL };
+enum { MF__ARG_BINARY_KIND = 1 }; /* iarg: which of the three (slot 1: metaformer_cuda.cuh still reads it by number) */
 static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *a = out->src[0], *b = out->src[1];
     mf_tensor *big = b->ne > a->ne ? b : a, *small = b->ne > a->ne ? a : b;
@@ -2534,7 +2543,7 @@ static void mf__axpy(mf_ctx *ctx, int64_t n, float s, const float *x, float *y, 
 static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *a = out->src[0]->data, *b = out->src[1]->data;
     int64_t na = out->src[0]->ne, nb = out->src[1]->ne, n = out->ne, i;
-    int kind = out->iarg[1];
+    int kind = out->iarg[MF__ARG_BINARY_KIND];
     if (na == n && nb == n) { /* same shapes: one flat loop the compiler vectorises */
         float *y = out->data;
         MF__PARFOR(ctx, n, 1)
@@ -2565,7 +2574,7 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
     float *da, *db;
     const float *g = out->grad;
     int64_t na = A->ne, nb = B->ne, n = out->ne, i;
-    int kind = out->iarg[1], aa, ab;
+    int kind = out->iarg[MF__ARG_BINARY_KIND], aa, ab;
     if (na == n && nb == n) { /* same shapes (residual adds): elementwise, in parallel */
         if (kind != MF__MUL) { /* (an input sharing out's gradient buffer has it already) */
             float sb = kind == MF__SUB ? -1.0f : 1.0f;
@@ -2621,15 +2630,17 @@ static const mf__op mf__op_mul = { "mul", 2, mf__binary_shape, mf__binary_forwar
                                    MF__OP_PROPS(MF__OP_ASSIGNS) };
 static mf_tensor *mf__binary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *a, mf_tensor *b) {
     mf_tensor *t = mf__begin(ctx, op, a, b, NULL, NULL);
-    if (t) t->iarg[1] = kind;
+    if (t) t->iarg[MF__ARG_BINARY_KIND] = kind;
     return mf__finish(ctx, t);
 }
 MFDEF mf_tensor *mf_add(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_add, MF__ADD, a, b); }
 MFDEF mf_tensor *mf_sub(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_sub, MF__SUB, a, b); }
 MFDEF mf_tensor *mf_mul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_mul, MF__MUL, a, b); }
 
-/* ---- elementwise unary ops: y = f(x); iarg[0] picks f, farg[0] its parameter -------------------- */
+/* ---- elementwise unary ops: y = f(x) -------------------------------------------------------------- */
 enum { MF__SCALE, MF__RELU, MF__GELU, MF__GELU_TANH, MF__SIGMOID, MF__SILU, MF__EXP, MF__ELU1 };
+enum { MF__ARG_UNARY_KIND };  /* iarg: f, one of the above */
+enum { MF__FARG_UNARY_S };    /* farg: f's parameter (scale's factor) */
 static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
     (void)ctx;
     mf__set_shape(out, out->src[0]->ndim, out->src[0]->shape);
@@ -2725,9 +2736,9 @@ static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, 
 }
 static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
-    float *y = out->data, s = out->farg[0];
+    float *y = out->data, s = out->farg[MF__FARG_UNARY_S];
     int64_t n = out->ne, i;
-    int kind = out->iarg[0];
+    int kind = out->iarg[MF__ARG_UNARY_KIND];
     if (kind == MF__GELU) { /* the common FFN activation: vectorised */
         mf__gelu_run(ctx, x, NULL, y, n, 0);
         return;
@@ -2749,8 +2760,8 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
 static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data, *y = out->data, *g = out->grad;
     int64_t n = out->ne, i;
-    int kind = out->iarg[0], assign;
-    float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[0];
+    int kind = out->iarg[MF__ARG_UNARY_KIND], assign;
+    float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[MF__FARG_UNARY_S];
     if (!dx) return;
     if (dx == g) assign = 1; /* the input's gradient shares the buffer (mf__grad_shared_src): in place */
     if (kind == MF__GELU) {
@@ -2792,7 +2803,7 @@ static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward
                                     MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
-    if (t) { t->iarg[0] = kind; t->farg[0] = s; }
+    if (t) { t->iarg[MF__ARG_UNARY_KIND] = kind; t->farg[MF__FARG_UNARY_S] = s; }
     return mf__finish(ctx, t);
 }
 MFDEF mf_tensor *mf_scale(mf_ctx *ctx, mf_tensor *x, float s) { return mf__unary(ctx, &mf__op_scale, MF__SCALE, x, s); }
@@ -2806,12 +2817,12 @@ MFDEF mf_tensor *mf_exp(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__
 MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_elu1, MF__ELU1, x, 0); }
 
 /* ---- softmax over the last axis, optionally causal: x [..., Tq, Tk] ------------------------------
-   iarg[0] causal. Query i of a [Tq, Tk] block sees keys 0 .. i + Tk - Tq; a row that sees no key
-   is all zeros (no NaN). */
+   Query i of a [Tq, Tk] block sees keys 0 .. i + Tk - Tq; a row that sees no key is all zeros (no NaN). */
+enum { MF__ARG_SOFTMAX_CAUSAL }; /* iarg */
 static int mf__softmax_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0];
     char s[64];
-    if (out->iarg[0] && x->ndim < 2)
+    if (out->iarg[MF__ARG_SOFTMAX_CAUSAL] && x->ndim < 2)
         return MF__SHAPE_FAIL("softmax: a causal softmax needs scores [..., Tq, Tk], got %s", mf_shape_str(x, s, 64));
     return mf__same_shape(ctx, out);
 }
@@ -2825,7 +2836,7 @@ static int mf__visible(const mf_tensor *x, int causal, int64_t r) {
 }
 static void mf__softmax_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
-    int n = mf__last(x), causal = out->iarg[0];
+    int n = mf__last(x), causal = out->iarg[MF__ARG_SOFTMAX_CAUSAL];
     int64_t rows = mf__rows(x), r;
     MF__PARFOR(ctx, rows, 4 * n)
     for (r = 0; r < rows; r++) {
@@ -2856,7 +2867,7 @@ static const mf__op mf__op_softmax = { "softmax", 1, mf__softmax_shape, mf__soft
                                        MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal) {
     mf_tensor *t = mf__begin(ctx, &mf__op_softmax, x, NULL, NULL, NULL);
-    if (t) t->iarg[0] = causal != 0;
+    if (t) t->iarg[MF__ARG_SOFTMAX_CAUSAL] = causal != 0;
     return mf__finish(ctx, t);
 }
 
@@ -2905,21 +2916,22 @@ MFDEF mf_tensor *mf_log_softmax(mf_ctx *ctx, mf_tensor *x) {
 }
 
 /* ---- cross-entropy fused with softmax: logits [..., V], one target per row -> [1] ----------------
-   aux: the targets (copied); saved: per row max and log-sum-exp(x - max); iarg: 0 ignore index,
-   1 counted rows */
+   aux: the targets (copied); saved: per row max and log-sum-exp(x - max) */
+enum { MF__ARG_CE_IGNORE, MF__ARG_CE_COUNT }; /* iarg: the ignore index; the rows counted (set by the shape) */
 static int mf__cross_entropy_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     const int32_t *tg = (const int32_t *)out->aux;
     int64_t rows = mf__rows(x), r, count = 0;
     int V = mf__last(x), one = 1;
     for (r = 0; r < rows; r++) {
-        if (tg[r] == out->iarg[0]) continue;
+        if (tg[r] == out->iarg[MF__ARG_CE_IGNORE]) continue;
         if (tg[r] < 0 || tg[r] >= V)
             return MF__SHAPE_FAIL("cross_entropy: target %d at row %lld is outside [0, %d) (the logits' "
-                                  "last size) and is not the ignore index %d", (int)tg[r], (long long)r, V, out->iarg[0]);
+                                  "last size) and is not the ignore index %d", (int)tg[r], (long long)r, V,
+                                  out->iarg[MF__ARG_CE_IGNORE]);
         count++;
     }
-    out->iarg[1] = (int)count;
+    out->iarg[MF__ARG_CE_COUNT] = (int)count;
     mf__set_shape(out, 1, &one);
     return 0;
 }
@@ -2934,8 +2946,9 @@ static void mf__cross_entropy_forward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, rows, 4 * V) /* lse[2r] the row max, lse[2r + 1] log(sum(exp(x - max))) */
     for (r = 0; r < rows; r++) lse[2 * r + 1] = mf__lse(x->data + r * V, V, &lse[2 * r]);
     for (r = 0; r < rows; r++)
-        if (tg[r] != out->iarg[0]) total += ((double)lse[2 * r] - x->data[r * V + tg[r]]) + lse[2 * r + 1];
-    out->data[0] = out->iarg[1] ? (float)(total / out->iarg[1]) : 0.0f;
+        if (tg[r] != out->iarg[MF__ARG_CE_IGNORE])
+            total += ((double)lse[2 * r] - x->data[r * V + tg[r]]) + lse[2 * r + 1];
+    out->data[0] = out->iarg[MF__ARG_CE_COUNT] ? (float)(total / out->iarg[MF__ARG_CE_COUNT]) : 0.0f;
 }
 static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
@@ -2944,13 +2957,13 @@ static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g_claim(out->src[0], &assign), g;
     int64_t rows = mf__rows(x), r;
     if (!dx) return;
-    if (assign && !out->iarg[1]) mf__zero_floats(ctx, dx, x->ne);
-    if (!out->iarg[1]) return;
-    g = out->grad[0] / (float)out->iarg[1];
+    if (assign && !out->iarg[MF__ARG_CE_COUNT]) mf__zero_floats(ctx, dx, x->ne);
+    if (!out->iarg[MF__ARG_CE_COUNT]) return;
+    g = out->grad[0] / (float)out->iarg[MF__ARG_CE_COUNT];
     MF__PARFOR(ctx, rows, 4 * V)
     for (r = 0; r < rows; r++) { /* d/dx = (softmax - onehot) * g */
         int j;
-        if (tg[r] == out->iarg[0]) {
+        if (tg[r] == out->iarg[MF__ARG_CE_IGNORE]) {
             if (assign) memset(dx + r * V, 0, (size_t)V * sizeof(float));
             continue;
         }
@@ -2968,7 +2981,7 @@ MFDEF mf_tensor *mf_cross_entropy(mf_ctx *ctx, mf_tensor *logits, const int32_t 
     if (!targets) return (mf_tensor *)mf__fail(ctx, "cross_entropy: targets is NULL; pass one int per row of logits");
     if (!(t->aux = mf__alloc(ctx, (size_t)mf__rows(logits) * sizeof(int32_t)))) return NULL;
     memcpy(t->aux, targets, (size_t)mf__rows(logits) * sizeof(int32_t));
-    t->iarg[0] = ignore_index;
+    t->iarg[MF__ARG_CE_IGNORE] = ignore_index;
     return mf__finish(ctx, t);
 }
 
@@ -3011,7 +3024,8 @@ MFDEF mf_tensor *mf_mse(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) {
 }
 
 /* ---- layernorm over the last axis: x [..., D], gamma [D], beta [D] --------------------------------
-   farg[0] eps; saved: mean and 1/std per row */
+   saved: mean and 1/std per row */
+enum { MF__FARG_LN_EPS }; /* farg */
 static int mf__layernorm_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *g = out->src[1], *b = out->src[2];
     int D = mf__last(x);
@@ -3019,8 +3033,9 @@ static int mf__layernorm_shape(mf_ctx *ctx, mf_tensor *out) {
     if ((g && g->ne != D) || (b && b->ne != D))
         return MF__SHAPE_FAIL("layernorm: gamma and beta must have %d elements (x's last size); got %s",
                               D, mf_shape_str(g && g->ne != D ? g : b, s, 64));
-    if (!(out->farg[0] > 0))
-        return MF__SHAPE_FAIL("layernorm: eps %g must be positive (PyTorch uses 1e-5)", (double)out->farg[0]);
+    if (!(out->farg[MF__FARG_LN_EPS] > 0))
+        return MF__SHAPE_FAIL("layernorm: eps %g must be positive (PyTorch uses 1e-5)",
+                              (double)out->farg[MF__FARG_LN_EPS]);
     return mf__same_shape(ctx, out);
 }
 /* y = LayerNorm(x) for x [rows][D] (gm, bt may be NULL); st[2r], st[2r + 1] = mean and 1/std of row r,
@@ -3059,7 +3074,9 @@ static void mf__layernorm_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     int64_t rows = mf__rows(x);
     out->saved = (float *)mf__alloc(ctx, 2 * (size_t)rows * sizeof(float));
-    if (out->saved) mf__layernorm_rows(ctx, x->data, out->src[1], out->src[2], out->farg[0], rows, mf__last(x), out->data, out->saved);
+    if (out->saved)
+        mf__layernorm_rows(ctx, x->data, out->src[1], out->src[2], out->farg[MF__FARG_LN_EPS], rows, mf__last(x),
+                           out->data, out->saved);
 }
 /* The LayerNorm backward runs over chunks of this many rows; each chunk also sums its rows'
    gamma / beta gradient contributions, and the chunks' sums are added in chunk order: one pass
@@ -3132,7 +3149,7 @@ static const mf__op mf__op_layernorm = { "layernorm", 1, mf__layernorm_shape, mf
                                          mf__layernorm_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
 MFDEF mf_tensor *mf_layernorm(mf_ctx *ctx, mf_tensor *x, mf_tensor *gamma, mf_tensor *beta, float eps) {
     mf_tensor *t = mf__begin(ctx, &mf__op_layernorm, x, gamma, beta, NULL);
-    if (t) t->farg[0] = eps;
+    if (t) t->farg[MF__FARG_LN_EPS] = eps;
     return mf__finish(ctx, t);
 }
 
@@ -3190,20 +3207,23 @@ MFDEF mf_tensor *mf_embedding(mf_ctx *ctx, mf_tensor *table, const int32_t *ids,
 }
 
 /* ---- dropout: y = keep ? x / (1 - p) : 0, keep drawn from (seed, stream, index) ------------------
-   farg[0] p; iarg[0..1] the stream (the context's dropout call counter), so backward redraws it */
+   The stream is the context's dropout call counter, kept so that the backward redraws the mask. */
+enum { MF__FARG_DROPOUT_P };                                /* farg */
+enum { MF__ARG_DROPOUT_STREAM_LO, MF__ARG_DROPOUT_STREAM_HI }; /* iarg: the stream's two halves */
 static int mf__dropout_keep(const mf_ctx *ctx, const mf_tensor *out, int64_t i) {
-    uint64_t stream = ((uint64_t)(uint32_t)out->iarg[1] << 32) | (uint32_t)out->iarg[0];
-    return mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, stream, (uint64_t)i) >= out->farg[0];
+    uint64_t stream = ((uint64_t)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) |
+                      (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
+    return mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, stream, (uint64_t)i) >= out->farg[MF__FARG_DROPOUT_P];
 }
 static void mf__dropout_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
-    float s = 1.0f / (1.0f - out->farg[0]);
+    float s = 1.0f / (1.0f - out->farg[MF__FARG_DROPOUT_P]);
     int64_t i;
     MF__PARFOR(ctx, out->ne, 8)
     for (i = 0; i < out->ne; i++) out->data[i] = mf__dropout_keep(ctx, out, i) ? x[i] * s : 0.0f;
 }
 static void mf__dropout_backward(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]), s = 1.0f / (1.0f - out->farg[0]);
+    float *dx = mf__g(out->src[0]), s = 1.0f / (1.0f - out->farg[MF__FARG_DROPOUT_P]);
     int64_t i;
     if (!dx) return;
     MF__PARFOR(ctx, out->ne, 8)
@@ -3219,29 +3239,31 @@ MFDEF mf_tensor *mf_dropout(mf_ctx *ctx, mf_tensor *x, float p) {
     if (!ctx->training || p == 0.0f) return x;
     t = mf__begin(ctx, &mf__op_dropout, x, NULL, NULL, NULL);
     if (t) {
-        t->farg[0] = p;
-        t->iarg[0] = (int)(uint32_t)ctx->rng_calls;
-        t->iarg[1] = (int)(uint32_t)(ctx->rng_calls >> 32);
+        t->farg[MF__FARG_DROPOUT_P] = p;
+        t->iarg[MF__ARG_DROPOUT_STREAM_LO] = (int)(uint32_t)ctx->rng_calls;
+        t->iarg[MF__ARG_DROPOUT_STREAM_HI] = (int)(uint32_t)(ctx->rng_calls >> 32);
         ctx->rng_calls++;
     }
     return mf__finish(ctx, t);
 }
 
-/* ---- reshape: a view with a new shape; iarg[0..3] the sizes, iarg[4] ndim ------------------------ */
+/* ---- reshape: a view with a new shape ----------------------------------------------------------- */
+enum { MF__ARG_RESHAPE_SIZES = 0, MF__ARG_RESHAPE_NDIM = MF_MAX_DIMS }; /* iarg: the sizes (one -1), their count */
 static int mf__reshape_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
-    int ndim = out->iarg[4], shape[MF_MAX_DIMS], i, infer = -1;
+    const int *sizes = out->iarg + MF__ARG_RESHAPE_SIZES;
+    int ndim = out->iarg[MF__ARG_RESHAPE_NDIM], shape[MF_MAX_DIMS], i, infer = -1;
     int64_t known = 1;
     char s[64];
     if (ndim < 1 || ndim > MF_MAX_DIMS) return MF__SHAPE_FAIL("reshape: ndim %d is not in 1..%d", ndim, MF_MAX_DIMS);
     for (i = 0; i < ndim; i++) {
-        shape[i] = out->iarg[i];
+        shape[i] = sizes[i];
         if (shape[i] == -1 && infer < 0) infer = i;
         else if (shape[i] <= 0) return MF__SHAPE_FAIL("reshape: size %d of dimension %d is invalid (positive, or one -1)", shape[i], i);
         else if (shape[i] > x->ne / known) { /* also keeps the product from overflowing */
             double holds = 1;
             int k;
-            for (k = 0; k < ndim; k++) holds *= out->iarg[k] > 0 ? out->iarg[k] : 1;
+            for (k = 0; k < ndim; k++) holds *= sizes[k] > 0 ? sizes[k] : 1;
             return MF__SHAPE_FAIL("reshape: %s has %lld elements; the new shape holds %.0f",
                                   mf_shape_str(x, s, 64), (long long)x->ne, holds);
         }
@@ -3270,11 +3292,13 @@ MFDEF mf_tensor *mf_reshape(mf_ctx *ctx, mf_tensor *x, int ndim, const int *shap
     int i;
     if (!t) return NULL;
     if (!shape) return (mf_tensor *)mf__fail(ctx, "reshape: shape is NULL");
-    t->iarg[4] = ndim;
-    for (i = 0; i < ndim && i < MF_MAX_DIMS; i++) t->iarg[i] = shape[i];
+    t->iarg[MF__ARG_RESHAPE_NDIM] = ndim;
+    for (i = 0; i < ndim && i < MF_MAX_DIMS; i++) t->iarg[MF__ARG_RESHAPE_SIZES + i] = shape[i];
     return mf__finish(ctx, t);
 }
 
+/* iarg: the axis of concat, slice, roll and sum_axis (normalised by their shape functions) */
+enum { MF__ARG_AXIS = 0 };
 /* negative axes count from the end; returns -1 when out of range */
 static int mf__axis(const mf_tensor *x, int axis) {
     if (axis < 0) axis += x->ndim;
@@ -3288,13 +3312,14 @@ static void mf__split_at(const mf_tensor *x, int axis, int64_t *outer, int64_t *
     for (i = axis + 1; i < x->ndim; i++) *inner *= x->shape[i];
 }
 
-/* ---- permute: out.shape[i] = x.shape[perm[i]]; iarg[0..3] perm ---------------------------------- */
+/* ---- permute: out.shape[i] = x.shape[perm[i]] ---------------------------------------------------- */
+enum { MF__ARG_PERMUTE_PERM = 0 }; /* iarg: perm, one slot per dim */
 static int mf__permute_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     int seen[MF_MAX_DIMS] = {0, 0, 0, 0}, shape[MF_MAX_DIMS], i;
     char s[64];
     for (i = 0; i < x->ndim; i++) {
-        int p = out->iarg[i];
+        int p = out->iarg[MF__ARG_PERMUTE_PERM + i];
         if (p < 0 || p >= x->ndim || seen[p]++)
             return MF__SHAPE_FAIL("permute: perm must list each of the %d dims of %s once; entry %d is %d",
                                   x->ndim, mf_shape_str(x, s, 64), i, p);
@@ -3311,7 +3336,10 @@ static void mf__permute_strides(const mf_tensor *out, int64_t *ostride_in, int *
     xs[nd - 1] = 1;
     for (i = nd - 2; i >= 0; i--) xs[i] = xs[i + 1] * x->shape[i + 1];
     for (i = 0; i < MF_MAX_DIMS; i++) { ostride_in[i] = 0; oshape[i] = 1; }
-    for (i = 0; i < nd; i++) { ostride_in[pad + i] = xs[out->iarg[i]]; oshape[pad + i] = out->shape[i]; }
+    for (i = 0; i < nd; i++) {
+        ostride_in[pad + i] = xs[out->iarg[MF__ARG_PERMUTE_PERM + i]];
+        oshape[pad + i] = out->shape[i];
+    }
 }
 static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     int64_t st[MF_MAX_DIMS], n01;
@@ -3353,7 +3381,7 @@ MFDEF mf_tensor *mf_permute(mf_ctx *ctx, mf_tensor *x, const int *perm) {
     int i;
     if (!t || !x) return mf__finish(ctx, t);
     if (!perm) return (mf_tensor *)mf__fail(ctx, "permute: perm is NULL");
-    for (i = 0; i < x->ndim; i++) t->iarg[i] = perm[i];
+    for (i = 0; i < x->ndim; i++) t->iarg[MF__ARG_PERMUTE_PERM + i] = perm[i];
     return mf__finish(ctx, t);
 }
 MFDEF mf_tensor *mf_transpose(mf_ctx *ctx, mf_tensor *x, int dim0, int dim1) {
@@ -3368,23 +3396,24 @@ MFDEF mf_tensor *mf_transpose(mf_ctx *ctx, mf_tensor *x, int dim0, int dim1) {
     return mf_permute(ctx, x, perm);
 }
 
-/* ---- concat along an axis; iarg[0] axis ------------------------------------------------------------ */
+/* ---- concat along an axis -------------------------------------------------------------------------- */
 static int mf__concat_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *a = out->src[0], *b = out->src[1];
-    int ax = mf__axis(a, out->iarg[0]), i, ok = a->ndim == b->ndim, shape[MF_MAX_DIMS];
+    int ax = mf__axis(a, out->iarg[MF__ARG_AXIS]), i, ok = a->ndim == b->ndim, shape[MF_MAX_DIMS];
     char sa[64], sb[64];
     for (i = 0; ok && i < a->ndim; i++) ok = i == ax || a->shape[i] == b->shape[i];
     if (ax < 0 || !ok)
         return MF__SHAPE_FAIL("concat: %s and %s cannot be joined along axis %d (same ndim, equal sizes "
-                              "except that axis)", mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64), out->iarg[0]);
+                              "except that axis)", mf_shape_str(a, sa, 64), mf_shape_str(b, sb, 64),
+                              out->iarg[MF__ARG_AXIS]);
     for (i = 0; i < a->ndim; i++) shape[i] = a->shape[i];
     shape[ax] += b->shape[ax];
-    out->iarg[0] = ax;
+    out->iarg[MF__ARG_AXIS] = ax;
     mf__set_shape(out, a->ndim, shape);
     return 0;
 }
 static void mf__concat_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    int ax = out->iarg[0], k;
+    int ax = out->iarg[MF__ARG_AXIS], k;
     int64_t outer, inner, o;
     mf__split_at(out, ax, &outer, &inner);
     for (k = 0; k < 2; k++) {
@@ -3407,34 +3436,37 @@ static const mf__op mf__op_concat = { "concat", 2, mf__concat_shape, mf__concat_
                                       MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_concat(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int axis) {
     mf_tensor *t = mf__begin(ctx, &mf__op_concat, a, b, NULL, NULL);
-    if (t) t->iarg[0] = axis;
+    if (t) t->iarg[MF__ARG_AXIS] = axis;
     return mf__finish(ctx, t);
 }
 
-/* ---- slice: x[..., start : start + len, ...]; iarg: 0 axis, 1 start ---------------------------- */
+/* ---- slice: x[..., start : start + len, ...] along an axis ------------------------------------- */
+enum { MF__ARG_SLICE_START = 1, MF__ARG_SLICE_LEN = 2 }; /* iarg, after MF__ARG_AXIS */
 static int mf__slice_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
-    int ax = mf__axis(x, out->iarg[0]), start = out->iarg[1], len = out->iarg[2], shape[MF_MAX_DIMS], i;
+    int ax = mf__axis(x, out->iarg[MF__ARG_AXIS]), shape[MF_MAX_DIMS], i;
+    int start = out->iarg[MF__ARG_SLICE_START], len = out->iarg[MF__ARG_SLICE_LEN];
     char s[64];
-    if (ax < 0) return MF__SHAPE_FAIL("slice: axis %d is not an axis of %s", out->iarg[0], mf_shape_str(x, s, 64));
+    if (ax < 0)
+        return MF__SHAPE_FAIL("slice: axis %d is not an axis of %s", out->iarg[MF__ARG_AXIS], mf_shape_str(x, s, 64));
     if (start < 0 || len < 1 || start > x->shape[ax] - len)
         return MF__SHAPE_FAIL("slice: [%d, %d + %d) is not inside axis %d of %s (size %d); len must be >= 1",
                               start, start, len, ax, mf_shape_str(x, s, 64), x->shape[ax]);
     for (i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     shape[ax] = len;
-    out->iarg[0] = ax;
+    out->iarg[MF__ARG_AXIS] = ax;
     mf__set_shape(out, x->ndim, shape);
     return 0;
 }
 static void mf__slice_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     const mf_tensor *x = out->src[0];
-    int ax = out->iarg[0];
+    int ax = out->iarg[MF__ARG_AXIS];
     int64_t outer, inner, o, chunk, off;
     float *dx = backward ? mf__g(x) : NULL;
     if (backward && !dx) return;
     mf__split_at(x, ax, &outer, &inner);
     chunk = out->shape[ax] * inner;
-    off = out->iarg[1] * inner;
+    off = out->iarg[MF__ARG_SLICE_START] * inner;
     MF__PARFOR(ctx, outer, chunk)
     for (o = 0; o < outer; o++) {
         int64_t base = o * x->shape[ax] * inner + off, i;
@@ -3447,23 +3479,25 @@ static void mf__slice_backward(mf_ctx *ctx, mf_tensor *out) { mf__slice_run(ctx,
 static const mf__op mf__op_slice = { "slice", 1, mf__slice_shape, mf__slice_forward, mf__slice_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_slice(mf_ctx *ctx, mf_tensor *x, int axis, int start, int len) {
     mf_tensor *t = mf__begin(ctx, &mf__op_slice, x, NULL, NULL, NULL);
-    if (t) { t->iarg[0] = axis; t->iarg[1] = start; t->iarg[2] = len; }
+    if (t) { t->iarg[MF__ARG_AXIS] = axis; t->iarg[MF__ARG_SLICE_START] = start; t->iarg[MF__ARG_SLICE_LEN] = len; }
     return mf__finish(ctx, t);
 }
 
-/* ---- roll along an axis: out[(i + shift) mod n] = x[i]; iarg: 0 axis, 1 shift ------------------- */
+/* ---- roll along an axis: out[(i + shift) mod n] = x[i] ------------------------------------------- */
+enum { MF__ARG_ROLL_SHIFT = 1 }; /* iarg, after MF__ARG_AXIS */
 static int mf__roll_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
-    int ax = mf__axis(x, out->iarg[0]);
+    int ax = mf__axis(x, out->iarg[MF__ARG_AXIS]);
     char s[64];
-    if (ax < 0) return MF__SHAPE_FAIL("roll: axis %d is not an axis of %s", out->iarg[0], mf_shape_str(x, s, 64));
-    out->iarg[0] = ax;
+    if (ax < 0)
+        return MF__SHAPE_FAIL("roll: axis %d is not an axis of %s", out->iarg[MF__ARG_AXIS], mf_shape_str(x, s, 64));
+    out->iarg[MF__ARG_AXIS] = ax;
     return mf__same_shape(ctx, out);
 }
 static void mf__roll_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     const mf_tensor *x = out->src[0];
-    int ax = out->iarg[0], n = x->shape[ax];
-    int shift = ((out->iarg[1] % n) + n) % n;
+    int ax = out->iarg[MF__ARG_AXIS], n = x->shape[ax];
+    int shift = ((out->iarg[MF__ARG_ROLL_SHIFT] % n) + n) % n;
     int64_t outer, inner, o;
     float *dx = backward ? mf__g(x) : NULL;
     if (backward && !dx) return;
@@ -3483,11 +3517,12 @@ static void mf__roll_backward(mf_ctx *ctx, mf_tensor *out) { mf__roll_run(ctx, o
 static const mf__op mf__op_roll = { "roll", 1, mf__roll_shape, mf__roll_forward, mf__roll_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_roll(mf_ctx *ctx, mf_tensor *x, int shift, int axis) {
     mf_tensor *t = mf__begin(ctx, &mf__op_roll, x, NULL, NULL, NULL);
-    if (t) { t->iarg[0] = axis; t->iarg[1] = shift; }
+    if (t) { t->iarg[MF__ARG_AXIS] = axis; t->iarg[MF__ARG_ROLL_SHIFT] = shift; }
     return mf__finish(ctx, t);
 }
 
-/* ---- sum / mean of all elements -> [1]; iarg[0] = 1 for the mean ---------------------------------- */
+/* ---- sum / mean of all elements -> [1] ----------------------------------------------------------- */
+enum { MF__ARG_REDUCE_MEAN }; /* iarg: 1 for the mean */
 static int mf__reduce_shape(mf_ctx *ctx, mf_tensor *out) {
     int one = 1;
     (void)ctx;
@@ -3500,13 +3535,13 @@ static void mf__reduce_forward(mf_ctx *ctx, mf_tensor *out) {
     int64_t i;
     (void)ctx;
     for (i = 0; i < x->ne; i++) s += x->data[i];
-    out->data[0] = (float)(out->iarg[0] ? s / (double)x->ne : s);
+    out->data[0] = (float)(out->iarg[MF__ARG_REDUCE_MEAN] ? s / (double)x->ne : s);
 }
 static void mf__reduce_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]), g = out->grad[0];
     int64_t i, n = out->src[0]->ne;
     if (!dx) return;
-    if (out->iarg[0]) g /= (float)n;
+    if (out->iarg[MF__ARG_REDUCE_MEAN]) g /= (float)n;
     MF__PARFOR(ctx, n, 1)
     for (i = 0; i < n; i++) dx[i] += g;
 }
@@ -3515,25 +3550,26 @@ static const mf__op mf__op_mean = { "mean", 1, mf__reduce_shape, mf__reduce_forw
 MFDEF mf_tensor *mf_sum(mf_ctx *ctx, mf_tensor *x) { return mf__finish(ctx, mf__begin(ctx, &mf__op_sum, x, NULL, NULL, NULL)); }
 MFDEF mf_tensor *mf_mean(mf_ctx *ctx, mf_tensor *x) {
     mf_tensor *t = mf__begin(ctx, &mf__op_mean, x, NULL, NULL, NULL);
-    if (t) t->iarg[0] = 1;
+    if (t) t->iarg[MF__ARG_REDUCE_MEAN] = 1;
     return mf__finish(ctx, t);
 }
 
-/* ---- sum over one axis (removed); iarg[0] axis ------------------------------------------------------ */
+/* ---- sum over one axis (removed) ------------------------------------------------------------------- */
 static int mf__sum_axis_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
-    int ax = mf__axis(x, out->iarg[0]), shape[MF_MAX_DIMS], i, n = 0;
+    int ax = mf__axis(x, out->iarg[MF__ARG_AXIS]), shape[MF_MAX_DIMS], i, n = 0;
     char s[64];
-    if (ax < 0) return MF__SHAPE_FAIL("sum_axis: axis %d is not an axis of %s", out->iarg[0], mf_shape_str(x, s, 64));
+    if (ax < 0)
+        return MF__SHAPE_FAIL("sum_axis: axis %d is not an axis of %s", out->iarg[MF__ARG_AXIS], mf_shape_str(x, s, 64));
     for (i = 0; i < x->ndim; i++) if (i != ax) shape[n++] = x->shape[i];
     if (n == 0) shape[n++] = 1;
-    out->iarg[0] = ax;
+    out->iarg[MF__ARG_AXIS] = ax;
     mf__set_shape(out, n, shape);
     return 0;
 }
 static void mf__sum_axis_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     const mf_tensor *x = out->src[0];
-    int ax = out->iarg[0], n = x->shape[ax];
+    int ax = out->iarg[MF__ARG_AXIS], n = x->shape[ax];
     int64_t outer, inner, o;
     float *dx = backward ? mf__g(x) : NULL;
     if (backward && !dx) return;
@@ -3558,16 +3594,17 @@ static const mf__op mf__op_sum_axis = { "sum_axis", 1, mf__sum_axis_shape, mf__s
                                         MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_sum_axis(mf_ctx *ctx, mf_tensor *x, int axis) {
     mf_tensor *t = mf__begin(ctx, &mf__op_sum_axis, x, NULL, NULL, NULL);
-    if (t) t->iarg[0] = axis;
+    if (t) t->iarg[MF__ARG_AXIS] = axis;
     return mf__finish(ctx, t);
 }
 
 /* ---- conv1d, channels last: x [B, T, Cin], w [Cout, Cin, K], b [Cout] -> [B, To, Cout] ----------
    im2col: cols [B*To, Cin*K] (saved), cols[(b,t)][c*K + k] = x[b][t*stride + k - pad][c] (0 outside);
-   y = cols @ w^T + b.  iarg: 0 stride, 1 pad */
+   y = cols @ w^T + b. */
+enum { MF__ARG_CONV_STRIDE, MF__ARG_CONV_PAD }; /* iarg */
 static int mf__conv1d_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
-    int stride = out->iarg[0], pad = out->iarg[1], To, shape[3];
+    int stride = out->iarg[MF__ARG_CONV_STRIDE], pad = out->iarg[MF__ARG_CONV_PAD], To, shape[3];
     char sx[64], sw[64];
     if (x->ndim != 3 || w->ndim != 3 || w->shape[1] != x->shape[2])
         return MF__SHAPE_FAIL("conv1d: x %s and w %s do not fit; x is [B, T, Cin], w is [Cout, Cin, K]",
@@ -3589,7 +3626,7 @@ static int mf__conv1d_shape(mf_ctx *ctx, mf_tensor *out) {
 /* cols <-> x; backward adds cols into dx (serial over time within a batch row: windows overlap) */
 static void mf__im2col(mf_ctx *ctx, const mf_tensor *out, const float *x, float *cols, float *dx) {
     int B = out->shape[0], To = out->shape[1], T = out->src[0]->shape[1], C = out->src[0]->shape[2];
-    int K = out->src[1]->shape[2], stride = out->iarg[0], pad = out->iarg[1];
+    int K = out->src[1]->shape[2], stride = out->iarg[MF__ARG_CONV_STRIDE], pad = out->iarg[MF__ARG_CONV_PAD];
     int64_t b;
     MF__PARFOR(ctx, B, (double)To * C * K)
     for (b = 0; b < B; b++) {
@@ -3639,13 +3676,14 @@ static const mf__op mf__op_conv1d = { "conv1d", 2, mf__conv1d_shape, mf__conv1d_
                                       MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b, int stride, int pad) {
     mf_tensor *t = mf__begin(ctx, &mf__op_conv1d, x, w, b, NULL);
-    if (t) { t->iarg[0] = stride; t->iarg[1] = pad; }
+    if (t) { t->iarg[MF__ARG_CONV_STRIDE] = stride; t->iarg[MF__ARG_CONV_PAD] = pad; }
     return mf__finish(ctx, t);
 }
 
 /* ---- mean over a window of the sequence axis: x [B, T, D] -> [B, T, D] -----------------------------
    window of t: centred [t - k/2, t + k/2] or causal [t - k + 1, t], clipped to [0, T), divided by
-   the number of positions inside (count_include_pad = false). iarg: 0 kernel, 1 causal */
+   the number of positions inside (count_include_pad = false). */
+enum { MF__ARG_POOL_KERNEL, MF__ARG_POOL_CAUSAL, MF__ARG_POOL_MINUS }; /* iarg; minus: avg_pool_sub */
 static void mf__pool_window(int t, int T, int k, int causal, int *lo, int *hi) {
     *lo = causal ? t - k + 1 : t - k / 2;
     *hi = causal ? t : t + k / 2;
@@ -3654,10 +3692,11 @@ static void mf__pool_window(int t, int T, int k, int causal, int *lo, int *hi) {
 }
 static int mf__avg_pool_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
+    int k = out->iarg[MF__ARG_POOL_KERNEL];
     char s[64];
     if (x->ndim != 3) return MF__SHAPE_FAIL("avg_pool_seq: x must be [B, T, D], got %s", mf_shape_str(x, s, 64));
-    if (out->iarg[0] < 1 || (!out->iarg[1] && out->iarg[0] % 2 == 0))
-        return MF__SHAPE_FAIL("avg_pool_seq: kernel %d must be >= 1, and odd for a centred window", out->iarg[0]);
+    if (k < 1 || (!out->iarg[MF__ARG_POOL_CAUSAL] && k % 2 == 0))
+        return MF__SHAPE_FAIL("avg_pool_seq: kernel %d must be >= 1, and odd for a centred window", k);
     return mf__same_shape(ctx, out);
 }
 /* forward: y[t] = mean of x over window(t); backward: dx[s] += sum of dy[t] / |window(t)| over the
@@ -3668,8 +3707,9 @@ static int mf__avg_pool_shape(mf_ctx *ctx, mf_tensor *out) {
    values, so the result is the correctly rounded window mean (the CUDA kernel's direct window sums
    give the same). Backward: dx[t] += sum of dy[t'] / |window(t')| over the t' whose window holds t. */
 static void mf__avg_pool_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    int B = out->shape[0], T = out->shape[1], D = out->shape[2], k = out->iarg[0], causal = out->iarg[1];
-    int minus = out->iarg[2], assign = 0; /* avg_pool_sub: the mean minus the input row itself */
+    int B = out->shape[0], T = out->shape[1], D = out->shape[2];
+    int k = out->iarg[MF__ARG_POOL_KERNEL], causal = out->iarg[MF__ARG_POOL_CAUSAL];
+    int minus = out->iarg[MF__ARG_POOL_MINUS], assign = 0; /* avg_pool_sub: the mean minus the input row itself */
     const float *src = backward ? out->grad : out->src[0]->data;
     float *dx = backward ? mf__g_claim(out->src[0], &assign) : NULL;
     double *sums = (double *)mf__alloc(ctx, (size_t)B * D * sizeof(double));
@@ -3737,7 +3777,11 @@ static const mf__op mf__op_avg_pool_sub = { "avg_pool_sub", 1, mf__avg_pool_shap
                                             mf__avg_pool_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
 static mf_tensor *mf__avg_pool(mf_ctx *ctx, const mf__op *op, mf_tensor *x, int kernel, int causal) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
-    if (t) { t->iarg[0] = kernel; t->iarg[1] = causal != 0; t->iarg[2] = op == &mf__op_avg_pool_sub; }
+    if (t) {
+        t->iarg[MF__ARG_POOL_KERNEL] = kernel;
+        t->iarg[MF__ARG_POOL_CAUSAL] = causal != 0;
+        t->iarg[MF__ARG_POOL_MINUS] = op == &mf__op_avg_pool_sub;
+    }
     return mf__finish(ctx, t);
 }
 MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal) {
@@ -3747,9 +3791,12 @@ static mf_tensor *mf__avg_pool_sub(mf_ctx *ctx, mf_tensor *x, int kernel, int ca
     return mf__avg_pool(ctx, &mf__op_avg_pool_sub, x, kernel, causal);
 }
 
+enum { MF__ARG_ATTN_CAUSAL };  /* iarg of attention and rel_attention (their shape is one function) */
+enum { MF__FARG_ATTN_SCALE };  /* farg of attention, rel_attention and feedback_attention */
 /* ---- attention: fused multi-head scaled dot-product attention, FlashAttention-2 on the CPU -------
-   q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv]; farg[0] scale,
-   iarg[0] causal; saved: the row log-sum-exp, B*H*Tq floats (+inf for a row that sees no key).
+   q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv]; arguments: the score scale
+   and causal (MF__FARG_ATTN_SCALE, MF__ARG_ATTN_CAUSAL); saved: the row log-sum-exp, B*H*Tq floats
+   (+inf for a row that sees no key).
    Layout: a tile of MF__AT_BQ queries and MF__AT_BK keys keeps its scores TRANSPOSED, st[key][query],
    so the softmax statistics of the 64 queries (running max, sum, log-sum-exp, D) are vectors and
    every product below is C += A B with B row-major, vectorised along C's rows (mf__attn_mm: a
@@ -3953,9 +4000,9 @@ static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
                               "each key needs one value", sk, sv);
     if (k->shape[3] != q->shape[3])
         return MF__SHAPE_FAIL("attention: q %s and k %s have different head sizes dk (last size)", sq, sk);
-    if (!(fabsf(out->farg[0]) <= 3.402823466e+38f)) /* not NaN, not infinite */
+    if (!(fabsf(out->farg[MF__FARG_ATTN_SCALE]) <= 3.402823466e+38f)) /* not NaN, not infinite */
         return MF__SHAPE_FAIL("attention: scale is %g; it must be finite (usually 1 / sqrt(dk))",
-                              (double)out->farg[0]);
+                              (double)out->farg[MF__FARG_ATTN_SCALE]);
     shape[0] = q->shape[0]; shape[1] = q->shape[1]; shape[2] = q->shape[2]; shape[3] = v->shape[3];
     mf__set_shape(out, 4, shape);
     return 0;
@@ -4009,9 +4056,9 @@ static void mf__attn_online_finish(const float *acc, const float *m, const float
 static void mf__attn_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    int causal = out->iarg[0], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
+    int causal = out->iarg[MF__ARG_ATTN_CAUSAL], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ;
-    float scale = out->farg[0];
+    float scale = out->farg[MF__FARG_ATTN_SCALE];
     const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + bh * Tk * dk;
     const float *v = V->data + bh * Tk * dv;
     float *o = out->data + (bh * Tq + i0) * dv, *lse = out->saved + bh * Tq + i0;
@@ -4053,7 +4100,7 @@ static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
     int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], n = BH * nqt, t;
     int64_t per = ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + 15) & ~(int64_t)15;
     float *work;
-    nt = mf__attn_threads(ctx, 2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[0] ? 0.5 : 1.0));
+    nt = mf__attn_threads(ctx, 2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
     if (nt > n) nt = (int)n;
     out->saved = (float *)mf__alloc(ctx, (size_t)(BH * Tq) * sizeof(float));
     work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
@@ -4071,11 +4118,11 @@ static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
 static void mf__attn_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, int what, const float *hd,
                               float *st, float *dp) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], causal = out->iarg[0];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], causal = out->iarg[MF__ARG_ATTN_CAUSAL];
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
     int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, bk = Tk - j0 < MF__AT_BK ? Tk - j0 : MF__AT_BK;
-    float scale = out->farg[0];
+    float scale = out->farg[MF__FARG_ATTN_SCALE];
     float *gq = (what & 2) ? mf__g(Q) : NULL, *gk = (what & 1) ? mf__g(K) : NULL;
     float *gv = (what & 1) ? mf__g(V) : NULL;
     const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + (bh * Tk + j0) * dk;
@@ -4120,9 +4167,9 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int Tqp = nqt * MF__AT_BQ, nt, pass, need_kv = mf__g(K) || mf__g(V), need_q = mf__g(Q) != NULL;
     int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], hs = (int64_t)(dk + dv + 2) * Tqp, t;
     int64_t per = 2 * MF__AT_BK * MF__AT_BQ;
-    float scale = out->farg[0], *head, *work;
+    float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *work;
     if (!need_kv && !need_q) return;
-    nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[0] ? 0.5 : 1.0));
+    nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
     head = (float *)mf__alloc(ctx, (size_t)(BH * hs) * sizeof(float));
     work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
     if (!head || !work) return;
@@ -4180,7 +4227,7 @@ static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf
                                          mf__attention_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal) {
     mf_tensor *t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
-    if (t) { t->farg[0] = scale; t->iarg[0] = causal != 0; }
+    if (t) { t->farg[MF__FARG_ATTN_SCALE] = scale; t->iarg[MF__ARG_ATTN_CAUSAL] = causal != 0; }
     return mf__finish(ctx, t);
 }
 
@@ -4748,7 +4795,7 @@ done:
 
    ---- mf_rel_attention: the fused kernel -----------------------------------------------------------
    src: 0 q [B, H, Tq, dk], 1 k [B, H, Tk, dk], 2 v [B, H, Tk, dv], 3 u [H, dk], 4 R [2P, H, dk],
-   5 S [2P, H]; farg[0] scale; saved: the row log-sum-exp (B*H*Tq floats), as mf_attention.
+   5 S [2P, H]; the scale in MF__FARG_ATTN_SCALE; saved: the row log-sum-exp (B*H*Tq floats), as mf_attention.
    The tiles, the transposed score layout st[key][query] and the online softmax are mf_attention's
    (see its comment); only the scores differ. For a pair of a query tile (i0, bq queries) and a key
    tile (j0, bk keys), query i and key j use the table row rho = P + j - i - M, so the pair needs
@@ -4773,7 +4820,7 @@ static void mf__rel_scores(const mf_tensor *out, int64_t bh, int i0, int bq, int
     const mf_tensor *Q = out->src[0], *K = out->src[1], *R = out->src[4], *S = out->src[5];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], H = Q->shape[1], h = (int)(bh % H);
     int M = Tk - Tq, nc = bk + bq - 1, rho0 = R->shape[0] / 2 + j0 - (i0 + bq - 1) - M, c, jj, ii;
-    float scale = out->farg[0];
+    float scale = out->farg[MF__FARG_ATTN_SCALE];
     mf__attn_mm(bk, MF__AT_BQ, dk, K->data + (bh * Tk + j0) * dk, dk, 1, qu, ldq, st, MF__AT_BQ, 0);
     mf__attn_mm(nc, MF__AT_BQ, dk, R->data + ((int64_t)rho0 * H + h) * dk, H * dk, 1, qs, ldq, gt, MF__AT_BQ, 0);
     for (c = 0; c < nc; c++) {
@@ -4829,7 +4876,7 @@ static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
     int M = Tk - Tq, i0 = qt * MF__AT_BQ, bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, kend, j0;
-    float scale = out->farg[0];
+    float scale = out->farg[MF__FARG_ATTN_SCALE];
     const float *v = V->data + bh * Tk * dv;
     float *o = out->data + (bh * Tq + i0) * dv, *lse = out->saved + bh * Tq + i0;
     float *qs = work, *qu = qs + (int64_t)dk * MF__AT_BQ, *st = qu + (int64_t)dk * MF__AT_BQ;
@@ -4878,7 +4925,7 @@ static void mf__rel_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, const f
     int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK, h = (int)(bh % H);
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, bk = Tk - j0 < MF__AT_BK ? Tk - j0 : MF__AT_BK;
     int nc = bk + bq - 1, rho0 = R->shape[0] / 2 + j0 - (i0 + bq - 1) - M, g0 = j0 - i0 - bq + Tq;
-    float scale = out->farg[0];
+    float scale = out->farg[MF__FARG_ATTN_SCALE];
     float *gq = mf__g(Q), *gk = mf__g(K), *gv = mf__g(V), *gu = mf__g(U), *gR = mf__g(R), *gS = mf__g(out->src[5]);
     const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + (bh * Tk + j0) * dk;
     const float *v = V->data + (bh * Tk + j0) * dv, *dO = out->grad + (bh * Tq + i0) * dv;
@@ -4933,7 +4980,7 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int Tqp = nqt * MF__AT_BQ, nt, ng = Tq + Tk - 1;
     int64_t BH = (int64_t)B * H, hs = (int64_t)(2 * dk + dv + 2) * Tqp, ps = (int64_t)ng * (dk + 1) + dk, t;
     int64_t per = 2 * MF__AT_BK * MF__AT_BQ + MF__RA_GT * MF__AT_BQ;
-    float scale = out->farg[0], *head, *part, *work;
+    float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *part, *work;
     float *gu = mf__g(U), *gR = mf__g(out->src[4]), *gS = mf__g(out->src[5]);
     int i;
     for (i = 0; i < 6 && !mf__g(out->src[i]); i++) {}
@@ -4996,7 +5043,11 @@ static const mf__op mf__op_rel_attention = { "rel_attention", 6, mf__rel_attenti
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                   mf_tensor *R, mf_tensor *S, float scale) {
     mf_tensor *t = mf__begin(ctx, &mf__op_rel_attention, q, k, v, u);
-    if (t) { t->src[4] = R; t->src[5] = S; t->farg[0] = scale; t->iarg[0] = 1; /* causal, for mf__attention_shape */ }
+    if (t) {
+        t->src[4] = R; t->src[5] = S;
+        t->farg[MF__FARG_ATTN_SCALE] = scale;
+        t->iarg[MF__ARG_ATTN_CAUSAL] = 1; /* for mf__attention_shape */
+    }
     return mf__finish(ctx, t);
 }
 
@@ -5329,24 +5380,26 @@ static float mf__fw_dot(int n, const float *a, const float *b) { /* vectorised: 
     return mf__av_hsum(acc);
 }
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
-   iarg[0] nu, farg[0] eps. a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
+   a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
    (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
    the backward rebuilds a from x. */
+enum { MF__ARG_DPFP_NU };   /* iarg */
+enum { MF__FARG_DPFP_EPS }; /* farg */
 static float mf__dpfp_a(const float *x, int dk, int j) { /* relu(concat(x, -x))[j] */
     float v = j < dk ? x[j] : -x[j - dk];
     return v > 0 ? v : 0.0f;
 }
 static int mf__dpfp_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0];
-    int dk = mf__last(x), nu = out->iarg[0], shape[MF_MAX_DIMS], i;
+    int dk = mf__last(x), nu = out->iarg[MF__ARG_DPFP_NU], shape[MF_MAX_DIMS], i;
     char s[64];
     if (nu < 1 || nu > 2 * dk - 1)
         return MF__SHAPE_FAIL("dpfp: nu %d must be in [1, 2 * dk - 1] = [1, %d] for x %s (a roll by 2 dk "
                               "repeats the roll by 0)", nu, 2 * dk - 1, mf_shape_str(x, s, 64));
     if ((int64_t)2 * dk * nu > 1 << 24)
         return MF__SHAPE_FAIL("dpfp: 2 * dk * nu = %lld features is too many (dk %d, nu %d)", (long long)2 * dk * nu, dk, nu);
-    if (!(out->farg[0] >= 0.0f && out->farg[0] < 1.0f))
-        return MF__SHAPE_FAIL("dpfp: eps %g must be in [0, 1) (labml: 1e-6)", (double)out->farg[0]);
+    if (!(out->farg[MF__FARG_DPFP_EPS] >= 0.0f && out->farg[MF__FARG_DPFP_EPS] < 1.0f))
+        return MF__SHAPE_FAIL("dpfp: eps %g must be in [0, 1) (labml: 1e-6)", (double)out->farg[MF__FARG_DPFP_EPS]);
     for (i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     shape[x->ndim - 1] = 2 * dk * nu;
     mf__set_shape(out, x->ndim, shape);
@@ -5354,9 +5407,9 @@ static int mf__dpfp_shape(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *X = out->src[0];
-    int dk = mf__last(X), nu = out->iarg[0], n2 = 2 * dk, dd = n2 * nu;
+    int dk = mf__last(X), nu = out->iarg[MF__ARG_DPFP_NU], n2 = 2 * dk, dd = n2 * nu;
     int64_t rows = mf__rows(X), r;
-    float eps = out->farg[0], *one = (float *)mf__alloc(ctx, (size_t)dd * sizeof(float));
+    float eps = out->farg[MF__FARG_DPFP_EPS], *one = (float *)mf__alloc(ctx, (size_t)dd * sizeof(float));
     if (!one) return;
     for (r = 0; r < dd; r++) one[r] = 1.0f;
     out->saved = out->requires_grad ? (float *)mf__alloc(ctx, (size_t)rows * sizeof(float)) : NULL;
@@ -5399,8 +5452,8 @@ static void mf__dpfp_backward_row(const float *x, const float *y, const float *g
 #define MF__DPFP_ROW 512 /* 2 dk up to this: the backward keeps a row of a and da on the stack */
 static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *X = out->src[0];
-    float *DX = mf__g(X), eps = out->farg[0];
-    int dk = mf__last(X), nu = out->iarg[0], n2 = 2 * dk, dd = n2 * nu;
+    float *DX = mf__g(X), eps = out->farg[MF__FARG_DPFP_EPS];
+    int dk = mf__last(X), nu = out->iarg[MF__ARG_DPFP_NU], n2 = 2 * dk, dd = n2 * nu;
     int64_t rows = mf__rows(X), r;
     if (!DX) return;
     MF__PARFOR(ctx, rows, 8.0 * dd)
@@ -5430,7 +5483,7 @@ static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
 static const mf__op mf__op_dpfp = { "dpfp", 1, mf__dpfp_shape, mf__dpfp_forward, mf__dpfp_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps) {
     mf_tensor *t = mf__begin(ctx, &mf__op_dpfp, x, NULL, NULL, NULL);
-    if (t) { t->iarg[0] = nu; t->farg[0] = eps; }
+    if (t) { t->iarg[MF__ARG_DPFP_NU] = nu; t->farg[MF__FARG_DPFP_EPS] = eps; }
     return mf__finish(ctx, t);
 }
 
@@ -5831,12 +5884,14 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
 
 /* ---- the ops: fast weights (delta rule) and linear attention ----------------------------------------
    Token-major like the projections: q, k [B, T, H, dd], v [B, T, H, dv], beta [B, T, H] (fast
-   weights) -> [B, T, H, dv] (x W^T viewed per head; no head transposes). iarg: 0 the form (1 =
-   recurrent, n > 1 = chunkwise by n; resolved from the caller's chunk), 1 dvp (dv, or dv + 1 for
-   linear's ones column); farg[0] linear's eps; aux: NULL, or a state [B][H][dd][dvp] (S^T) to start
-   from, overwritten with the end state (generation; the backward treats it as a constant).
+   weights) -> [B, T, H, dv] (x W^T viewed per head; no head transposes). Arguments: the form (1 =
+   recurrent, n > 1 = chunkwise by n; the shape resolves the caller's chunk), dvp (dv, or dv + 1 for
+   linear's ones column; set by the shape), linear's eps; aux: NULL, or a state [B][H][dd][dvp] (S^T)
+   to start from, overwritten with the end state (generation; the backward treats it as a constant).
    saved, per (b, h): the state at every checkpoint / chunk start [nck][dd][dvp]; then the chunkwise
    delta rule's X [T][dd + dvp]; then linear's num [T][dvp] (= [W phi(q), z . phi(q)]). */
+enum { MF__ARG_FW_FORM, MF__ARG_FW_DVP }; /* iarg */
+enum { MF__FARG_FW_EPS };                /* farg */
 static int mf__fw_chunk_of(int chunk, int T) {
     if (chunk == 0) return T >= MF__FW_AUTO_T ? MF__FW_AUTO_C : 1;
     return chunk;
@@ -5867,12 +5922,13 @@ static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
     if (beta && (beta->ndim != 3 || memcmp(beta->shape, q->shape, 3 * sizeof(int)) != 0))
         return MF__SHAPE_FAIL("%s: beta %s must be [B, T, H] = [%d, %d, %d] (one gate per token and head)", who,
                               mf_shape_str(beta, sb, 64), q->shape[0], q->shape[1], q->shape[2]);
-    if (out->iarg[0] < 0)
-        return MF__SHAPE_FAIL("%s: chunk %d must be 0 (automatic), 1 (recurrent) or the chunk length", who, out->iarg[0]);
-    if (!beta && !(out->farg[0] >= 0.0f && out->farg[0] < 1.0f))
-        return MF__SHAPE_FAIL("%s: eps %g must be in [0, 1)", who, (double)out->farg[0]);
-    out->iarg[0] = mf__fw_chunk_of(out->iarg[0], q->shape[1]);
-    out->iarg[1] = v->shape[3] + (beta ? 0 : 1);
+    if (out->iarg[MF__ARG_FW_FORM] < 0)
+        return MF__SHAPE_FAIL("%s: chunk %d must be 0 (automatic), 1 (recurrent) or the chunk length", who,
+                              out->iarg[MF__ARG_FW_FORM]);
+    if (!beta && !(out->farg[MF__FARG_FW_EPS] >= 0.0f && out->farg[MF__FARG_FW_EPS] < 1.0f))
+        return MF__SHAPE_FAIL("%s: eps %g must be in [0, 1)", who, (double)out->farg[MF__FARG_FW_EPS]);
+    out->iarg[MF__ARG_FW_FORM] = mf__fw_chunk_of(out->iarg[MF__ARG_FW_FORM], q->shape[1]);
+    out->iarg[MF__ARG_FW_DVP] = v->shape[3] + (beta ? 0 : 1);
     mf__set_shape(out, 4, v->shape);
     return 0;
 }
@@ -5881,7 +5937,7 @@ static mf__fwh mf__fw_head(const mf_tensor *out, int64_t bh) {
     int T = q->shape[1], H = q->shape[2];
     int64_t b = bh / H, hh = bh % H;
     mf__fwh h;
-    h.T = T; h.dd = q->shape[3]; h.dv = v->shape[3]; h.dvp = out->iarg[1];
+    h.T = T; h.dd = q->shape[3]; h.dv = v->shape[3]; h.dvp = out->iarg[MF__ARG_FW_DVP];
     h.lq = (int64_t)H * h.dd; h.lv = (int64_t)H * h.dv; h.lb = H;
     h.q = q->data + (b * T * H + hh) * h.dd;
     h.k = out->src[1]->data + (b * T * H + hh) * h.dd;
@@ -5896,12 +5952,12 @@ static size_t mf__fw_work(int form, int T, int dd, int dvp) {
 }
 static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0];
-    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1];
-    int form = out->iarg[0], delta = out->src[3] != NULL, keep = out->requires_grad, nt;
+    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[MF__ARG_FW_DVP];
+    int form = out->iarg[MF__ARG_FW_FORM], delta = out->src[3] != NULL, keep = out->requires_grad, nt;
     int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
     int64_t ldo = (int64_t)H * dv;
     size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
-    float *state = (float *)out->aux, *work, eps = out->farg[0];
+    float *state = (float *)out->aux, *work, eps = out->farg[MF__FARG_FW_EPS];
     nt = mf__attn_threads(ctx, 8.0 * (double)BH * T * dd * dvp);
     if (nt > BH) nt = (int)BH;
     work = (float *)mf__alloc(ctx, pw * nt * sizeof(float));
@@ -5935,13 +5991,13 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
 }
 static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0];
-    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[1];
-    int form = out->iarg[0], delta = out->src[3] != NULL, nt;
+    int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[MF__ARG_FW_DVP];
+    int form = out->iarg[MF__ARG_FW_FORM], delta = out->src[3] != NULL, nt;
     int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
     int64_t ldo = (int64_t)H * dv;
     size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
-    float *work, eps = out->farg[0];
+    float *work, eps = out->farg[MF__FARG_FW_EPS];
     if (!gq && !gk && !gv && !gb) return;
     nt = mf__attn_threads(ctx, 20.0 * (double)BH * T * dd * dvp);
     if (nt > BH) nt = (int)BH;
@@ -5982,7 +6038,7 @@ static const mf__op mf__op_linear_attention = { "linear_attention", 3, mf__fw_sh
 static mf_tensor *mf__fw_apply(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
                                float eps, int chunk, float *state) {
     mf_tensor *t = mf__begin(ctx, beta ? &mf__op_fast_weights : &mf__op_linear_attention, q, k, v, beta);
-    if (t) { t->iarg[0] = chunk; t->farg[0] = eps; t->aux = state; }
+    if (t) { t->iarg[MF__ARG_FW_FORM] = chunk; t->farg[MF__FARG_FW_EPS] = eps; t->aux = state; }
     return mf__finish(ctx, t);
 }
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta, int chunk) {
@@ -6327,8 +6383,9 @@ static void mf__fb_table_rows(float *dst, float *dst_t, float *src, int P, int H
 }
 
 /* ---- feedback attention op: q [B, H, dk], k, v [B, H, n, dk], u [H, dk], r [P, H, dk], s [P, H]
-   -> [B, H, dk]; src 0..5 = q, k, v, u, r, s; farg[0] scale; saved: lse [B*H]. Forward and backward
-   lay the inputs out as the kernels want them (transposed keys/values, head-major table rows). */
+   -> [B, H, dk]; src 0..5 = q, k, v, u, r, s; the scale in MF__FARG_ATTN_SCALE; saved: lse [B*H].
+   Forward and backward lay the inputs out as the kernels want them (transposed keys/values,
+   head-major table rows). */
 static int mf__fba_shape(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *u = out->src[3];
     const mf_tensor *r = out->src[4], *s = out->src[5];
@@ -6359,7 +6416,7 @@ static int mf__fba_setup(mf_ctx *ctx, const mf_tensor *out, mf__fb_attn *a) {
     int B = q->shape[0], H = q->shape[1], d = q->shape[2], n = k->shape[2], P = out->src[4]->shape[0], bh;
     float *kt, *vt, *r, *rt, *s;
     memset(a, 0, sizeof *a);
-    a->B = B; a->H = H; a->d = d; a->n = n; a->nr = n; a->scale = out->farg[0];
+    a->B = B; a->H = H; a->d = d; a->n = n; a->nr = n; a->scale = out->farg[MF__FARG_ATTN_SCALE];
     a->q = q->data; a->u = out->src[3]->data; a->k = k->data; a->v = v->data;
     a->sb = (int64_t)H * n * d; a->sh = (int64_t)n * d; a->ldt = n;
     a->kt = kt = (float *)mf__alloc(ctx, 2 * (size_t)B * H * n * d * sizeof(float));
@@ -6406,7 +6463,7 @@ static const mf__op mf__op_feedback_attention = { "feedback_attention", 3, mf__f
 MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                        mf_tensor *r, mf_tensor *s, float scale) {
     mf_tensor *t = mf__begin(ctx, &mf__op_feedback_attention, q, k, v, u);
-    if (t) { t->src[4] = r; t->src[5] = s; t->farg[0] = scale; }
+    if (t) { t->src[4] = r; t->src[5] = s; t->farg[MF__FARG_ATTN_SCALE] = scale; }
     return mf__finish(ctx, t);
 }
 
@@ -6571,7 +6628,7 @@ static void mf__fb_act(mf_ctx *ctx, mf_act_kind a, float *x, float *y, float *dy
     mf__set_shape(&in, 1, &n); mf__set_shape(&out, 1, &n);
     in.data = x; in.grad = dx; in.requires_grad = dx != NULL;
     out.src[0] = &in; out.data = y; out.grad = dy;
-    out.iarg[0] = mf__fb_act_kind(a);
+    out.iarg[MF__ARG_UNARY_KIND] = mf__fb_act_kind(a);
     if (dx) mf__unary_backward(ctx, &out); else mf__unary_forward(ctx, &out);
 }
 /* the RNG counter of element 0 of the [B][w] dropout block of (site, layer l, step t); the CUDA
