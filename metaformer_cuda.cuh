@@ -159,7 +159,8 @@ static unsigned mf__cu_grid(long long n, int bs) {
          i += (long long)gridDim.x * blockDim.x)
 #define MF__CU_BS 256  /* threads of elementwise kernels */
 #define MF__CU_ROW 128 /* threads of the row kernels (softmax, layernorm, attention, ...) */
-#define MF__EW(n) mf__cu_grid((long long)(n), MF__CU_BS), MF__CU_BS, 0 /* grid, block, smem */
+/* grid, block, smem of an elementwise (MF__CU_LOOP) kernel over n elements, for MF__CU_RUN */
+#define MF__EW(n) mf__cu_grid((long long)(n), MF__CU_BS), MF__CU_BS, 0
 
 /* ---- block reductions, the shared-memory opt-in -------------------------------------------- */
 /* Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32;
@@ -2566,7 +2567,6 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* the attention's view of one call: heads, head size, memory slots, table rows; key/value (b, h, j)
    at b sb + h sh + j sj; slot j reads table row P - n + j; dr / ds rows (rb + j) */
 typedef struct { int H, d, n, P, rb; long long sb, sh, sj; float scale; } mf__cu_fba;
-#define MF__CU_FB_EW(n) mf__cu_grid((long long)(n), MF__CU_BS), MF__CU_BS, 0 /* grid, block, smem (MF__EW comes later) */
 
 /* scale ((q + u) . k_j + q . r_j + s_j) of slot j (qu = q + u, qq = q in shared memory) */
 static __device__ float mf__cu_fba_score(const float *qu, const float *qq, const float *kj, const float *rj, float sj,
@@ -2711,13 +2711,13 @@ static int mf__cu_fba_run(mf_ctx *ctx, const char *op, const mf__cu_fba *a, int 
                    (const float *)x->o, (const float *)x->lse, x->dout, x->G, x->Pr, x->dq, x->du ? x->kg : (float *)NULL,
                    *a) < 0)
         return -1;
-    if ((x->dk || x->dv) && MF__CU_RUN(ctx, op, mf__k_fba_bwd_kv, MF__CU_FB_EW(nkv), x->q, x->u, x->dout, (const float *)x->G,
+    if ((x->dk || x->dv) && MF__CU_RUN(ctx, op, mf__k_fba_bwd_kv, MF__EW(nkv), x->q, x->u, x->dout, (const float *)x->G,
                                        (const float *)x->Pr, x->dk, x->dv, *a, nkv) < 0)
         return -1;
     if ((x->dr || x->ds) &&
-        MF__CU_RUN(ctx, op, mf__k_fba_bwd_tab, MF__CU_FB_EW(ntab), x->q, (const float *)x->G, x->dr, x->ds, B, *a, ntab) < 0)
+        MF__CU_RUN(ctx, op, mf__k_fba_bwd_tab, MF__EW(ntab), x->q, (const float *)x->G, x->dr, x->ds, B, *a, ntab) < 0)
         return -1;
-    if (x->du && MF__CU_RUN(ctx, op, mf__k_fba_bwd_u, MF__CU_FB_EW(a->H * a->d), x->du, (const float *)x->kg, B, a->H, a->d) < 0)
+    if (x->du && MF__CU_RUN(ctx, op, mf__k_fba_bwd_u, MF__EW(a->H * a->d), x->du, (const float *)x->kg, B, a->H, a->d) < 0)
         return -1;
     return 0;
 }
@@ -2838,7 +2838,7 @@ static int mf__cu_fb_linear(mf_ctx *ctx, const char *op, const float *x, const m
                             float *y) {
     int out = w->shape[0], in = w->shape[1];
     if (mf__cu_gemm(ctx, op, 0, 1, rows, out, in, x, 0, w->data, 0, 0.0f, y, 0, 1) < 0) return -1;
-    return b ? MF__CU_RUN(ctx, op, mf__k_bias_add, MF__CU_FB_EW((long long)rows * out), y, (const float *)b->data,
+    return b ? MF__CU_RUN(ctx, op, mf__k_bias_add, MF__EW((long long)rows * out), y, (const float *)b->data,
                           (long long)rows * out, out) : 0;
 }
 /* y = (res +) dropout of the [B][w] block (site, l, t) of x */
@@ -2846,7 +2846,7 @@ static int mf__cu_fb_drop(mf_ctx *ctx, const char *op, const mf__fb_fwd *f, int 
                           const float *res, const float *x, int w) {
     long long n = (long long)f->B * w;
     if (f->drop <= 0.0f && !res && y == x) return 0;
-    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__CU_FB_EW(n), y, res, x, n, f->drop, mf__cu_fb_seed(ctx),
+    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__EW(n), y, res, x, n, f->drop, mf__cu_fb_seed(ctx),
                       (unsigned long long)f->stream, (long long)mf__fb_drop_base(f, site, l, t));
 }
 /* the attention view of layer l at a step with n slots (the stack [nblk][cap][B][D]) */
@@ -2890,7 +2890,7 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
         if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, y2, MF__FB_AT(f, f->st2, l, t, 2),
                        (const float *)xm, (const float *)L->ln2_w->data, (const float *)L->ln2_b->data, D, c->ln_eps) < 0 ||
             mf__cu_fb_linear(ctx, op, y2, L->fc1_w, L->fc1_b, B, a1) < 0 ||
-            MF__CU_RUN(ctx, op, mf__k_unary, MF__CU_FB_EW((long long)B * F), g1, (const float *)a1, (long long)B * F,
+            MF__CU_RUN(ctx, op, mf__k_unary, MF__EW((long long)B * F), g1, (const float *)a1, (long long)B * F,
                        mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
             mf__cu_fb_drop(ctx, op, f, 1, l, t, g1, NULL, g1, F) < 0 ||
             mf__cu_fb_linear(ctx, op, g1, L->fc2_w, L->fc2_b, B, f->tmp) < 0 ||
@@ -2898,7 +2898,7 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             return -1;
     }
     /* m_t and its keys / values, written straight into slot n of every block */
-    if (MF__CU_RUN(ctx, op, mf__k_fb_mem, MF__CU_FB_EW(bd), mem, (const float *)MF__FB_AT(f, f->hs, 0, t, D),
+    if (MF__CU_RUN(ctx, op, mf__k_fb_mem, MF__EW(bd), mem, (const float *)MF__FB_AT(f, f->hs, 0, t, D),
                    (const float *)f->sw, N + 1, (long long)f->T * bd, bd) < 0)
         return -1;
     if (t < f->T - 1 || f->gen)
@@ -2932,12 +2932,12 @@ static int mf__cu_fb_fwd(mf_ctx *ctx, mf_tensor *out) {
     if (!f->gen) f->slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
     if (!mf_ok(ctx)) return -1;
     if (MF__CU_RUN(ctx, op, mf__k_fb_softmax_w, 1, 32, 0, f->sw, (const float *)f->m->fb_w->data, N + 1) < 0 ||
-        MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__CU_FB_EW(tb * D), f->hs, (const float *)out->src[0]->data, B, T, D, 0,
+        MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(tb * D), f->hs, (const float *)out->src[0]->data, B, T, D, 0,
                    (long long)(tb * D), 0, 0) < 0)
         return -1;
     for (t = 0; t < T; t++) /* the token loop: no host synchronisation (see the section comment) */
         if (mf__cu_fb_step(ctx, f, t) < 0) return -1;
-    return MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__CU_FB_EW(tb * D), out->data, (const float *)MF__FB_AT(f, f->hs, N, 0, D), B, T,
+    return MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(tb * D), out->data, (const float *)MF__FB_AT(f, f->hs, N, 0, D), B, T,
                       D, 0, (long long)(tb * D), 1, 0);
 }
 
@@ -2977,7 +2977,7 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
                        (const float *)MF__FB_AT(f, f->hs, 0, t, D), (long long)T * bd, bd) < 0)
             return -1;
     }
-    if (MF__CU_RUN(ctx, op, mf__k_fb_dh, MF__CU_FB_EW(bd), g->dh, dout, (const float *)(has_dm ? g->dm : NULL),
+    if (MF__CU_RUN(ctx, op, mf__k_fb_dh, MF__EW(bd), g->dh, dout, (const float *)(has_dm ? g->dm : NULL),
                    (const float *)f->sw, N, T, D, t, bd) < 0)
         return -1;
     for (l = N - 1; l >= 0; l--) {
@@ -2987,7 +2987,7 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
         if (mf__cu_fb_drop(ctx, op, f, 2, l, t, fo, NULL, g->dh, D) < 0 ||
             mf__cu_gemm(ctx, op, 0, 0, B, F, D, fo, 0, L->fc2_w->data, 0, 0.0f, g->df, 0, 1) < 0 ||
             mf__cu_fb_drop(ctx, op, f, 1, l, t, g->df, NULL, g->df, F) < 0 ||
-            MF__CU_RUN(ctx, op, mf__k_unary_bwd, MF__CU_FB_EW((long long)B * F), da1, (const float *)MF__FB_AT(f, f->a1, l, t, F),
+            MF__CU_RUN(ctx, op, mf__k_unary_bwd, MF__EW((long long)B * F), da1, (const float *)MF__FB_AT(f, f->a1, l, t, F),
                        (const float *)MF__FB_AT(f, f->g1, l, t, F), (const float *)g->df, (long long)B * F,
                        mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
             mf__cu_gemm(ctx, op, 0, 0, B, D, F, da1, 0, L->fc1_w->data, 0, 0.0f, dln2, 0, 1) < 0 ||
@@ -3013,10 +3013,10 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
                 mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->hs, l, t, D), dln1, L->ln1_w, MF__FB_AT(f, f->st1, l, t, 2), B, D) < 0)
                 return -1;
         }
-        if (has_dm && MF__CU_RUN(ctx, op, mf__k_fb_axpy, MF__CU_FB_EW(bd), g->dh, (const float *)(f->sw + l), (const float *)g->dm, bd) < 0)
+        if (has_dm && MF__CU_RUN(ctx, op, mf__k_fb_axpy, MF__EW(bd), g->dh, (const float *)(f->sw + l), (const float *)g->dm, bd) < 0)
             return -1; /* hs_t[l] also feeds m_t */
     }
-    return dx ? MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__CU_FB_EW(bd), dx, (const float *)g->dh, B, T, D, t, bd, 1, 1) : 0;
+    return dx ? MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(bd), dx, (const float *)g->dh, B, T, D, t, bd, 1, 1) : 0;
 }
 /* dW += dY^T X over rows (one GEMM), db += column sums (rows in order) */
 static int mf__cu_fb_wgrad(mf_ctx *ctx, mf_tensor *w, mf_tensor *b, const float *dy, const float *x, int rows) {
@@ -3025,14 +3025,14 @@ static int mf__cu_fb_wgrad(mf_ctx *ctx, mf_tensor *w, mf_tensor *b, const float 
     float *gw = mf__g(w), *gb = mf__g(b);
     if (rows <= 0) return 0;
     if (gw && mf__cu_gemm(ctx, op, 1, 0, out, in, rows, dy, 0, x, 0, 1.0f, gw, 0, 1) < 0) return -1;
-    return gb ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__CU_FB_EW(out), gb, dy, (long long)rows, out) : 0;
+    return gb ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(out), gb, dy, (long long)rows, out) : 0;
 }
 /* LayerNorm gamma / beta of rows x [rows][D] with output gradients dy and stats st */
 static int mf__cu_fb_ln_wgrad(mf_ctx *ctx, const mf_tensor *gm, const mf_tensor *bt, const float *x, const float *dy,
                               const float *st, int rows, int D) {
     float *dg = mf__g(gm), *db = mf__g(bt);
     if (rows <= 0 || (!dg && !db)) return 0;
-    return MF__CU_RUN(ctx, MF__CU_FB_OP " (backward)", mf__k_layernorm_bwd_gb, MF__CU_FB_EW(D), dg, db, x, dy, st,
+    return MF__CU_RUN(ctx, MF__CU_FB_OP " (backward)", mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, x, dy, st,
                       (long long)rows, D);
 }
 /* the weight gradients of all steps at once */
@@ -3054,10 +3054,10 @@ static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_
             mf__cu_fb_ln_wgrad(ctx, L->ln2_w, L->ln2_b, f->xm + at, g->ln2 + at, f->st2 + as, r0, D) < 0 ||
             mf__cu_fb_ln_wgrad(ctx, L->ln1_w, L->ln1_b, f->hs + at + bd, g->ln1 + at + bd, f->st1 + as + 2 * B, r1, D) < 0)
             return -1;
-        if (gr && MF__CU_RUN(ctx, op, mf__k_add_to, MF__CU_FB_EW((long long)T * D), gr + (long long)(MF__FB_P - T) * D,
+        if (gr && MF__CU_RUN(ctx, op, mf__k_add_to, MF__EW((long long)T * D), gr + (long long)(MF__FB_P - T) * D,
                              (const float *)(g->rh + (long long)l * T * D), (long long)T * D) < 0)
             return -1;
-        if (gs && MF__CU_RUN(ctx, op, mf__k_add_to, MF__CU_FB_EW((long long)T * H), gs + (long long)(MF__FB_P - T) * H,
+        if (gs && MF__CU_RUN(ctx, op, mf__k_add_to, MF__EW((long long)T * H), gs + (long long)(MF__FB_P - T) * H,
                              (const float *)(g->sh + (long long)l * T * H), (long long)T * H) < 0)
             return -1;
     }
