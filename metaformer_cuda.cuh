@@ -34,6 +34,20 @@
  * kernel against its CPU twin). Under the emulator MF_CUDA_EMU is defined and the CUDA runtime and
  * cuBLAS come from the emulator instead of NVIDIA's headers.
  *
+ * OPTIONS (define before including metaformer.h; the METAFORMER_NO_* switches leave the family out
+ * of metaformer.h too)
+ *   MF_CUDA_DEBUG             synchronise after every kernel so a fault names its op
+ *   METAFORMER_NO_XL          no [cu:xl] (rel_attention's kernels) and no rel_attention row in
+ *                             mf__cu_ops
+ *   METAFORMER_NO_FASTWEIGHTS no [cu:fastweights] (the dpfp, fast_weights, linear_attention kernels)
+ *                             and no elu1, dpfp, fast_weights, linear_attention rows (elu1 is a kind
+ *                             of the unary kernel of [cu:ops], which stays)
+ *   METAFORMER_NO_FEEDBACK    no [cu:feedback] (the feedback_attention and feedback recurrence
+ *                             kernels) and no feedback_attention, feedback rows
+ *   Shared with the core, so kept whatever the switches: [cu:attention] (the compressive
+ *   transformer's attention and AR loss run on it), the kernels of [cu:ops] that [cu:feedback]
+ *   launches (layernorm, unary, bias, column sums, mf__k_add_to), and the unary kernel (elu1's).
+ *
  * CONTENTS (search for the banners, e.g. "[cu:ops]"; the order of metaformer.h, each section the
  * CUDA twin of its [mf:*] namesake; every op's kernels come right before its host wrappers)
  *   [cu:platform]    launch and error-check macros, the backend state, block reductions,
@@ -1441,6 +1455,7 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 /* ==== [cu:xl] =============================================================================== */
+#ifndef METAFORMER_NO_XL
 /* Transformer-XL relative attention (mf_rel_attention). */
 /* FlashAttention-2 style kernels for the relative attention of SPEC 5.2 (the CPU twin is
    mf__rel_attention_forward / _backward in [mf:xl]): no Tq x Tk tensor is ever stored.
@@ -1842,8 +1857,10 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
         return -1;
     return 0;
 }
+#endif /* METAFORMER_NO_XL */
 
 /* ==== [cu:fastweights] ====================================================================== */
+#ifndef METAFORMER_NO_FASTWEIGHTS
 /* DPFP, fast weights (delta rule) and linear attention. */
 /* The CUDA twins of [mf:fastweights] in metaformer.h (mf_dpfp, mf_fast_weights, mf_linear_attention;
    mf_elu1 is a kind of the unary kernel of [cu:ops]). Same math, same forms, same selection (iarg[0]:
@@ -2534,8 +2551,10 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
                           (const float *)b.Gm, dy, gq, gk, gv, gb);
     }
 }
+#endif /* METAFORMER_NO_FASTWEIGHTS */
 
 /* ==== [cu:feedback] ========================================================================= */
+#ifndef METAFORMER_NO_FEEDBACK
 /* The feedback transformer: feedback attention and the token recurrence. */
 /* CUDA twin of [mf:feedback] (SPEC.md section 8). Same structure as the CPU: the whole recurrence is
    ONE tape node ("feedback") with an explicit backward in reverse time; only the buffers differ.
@@ -3105,6 +3124,7 @@ static int mf__cu_fb_bwd(mf_ctx *ctx, mf_tensor *out) {
         if (mf__cu_fb_step_bwd(ctx, f, &g, out->grad, mf__g(out->src[0]), t) < 0) return -1;
     return mf__cu_fb_weights_bwd(ctx, f, &g);
 }
+#endif /* METAFORMER_NO_FEEDBACK */
 
 /* ==== [cu:optim] ============================================================================ */
 /* The optimizers and clipping over the flat buffers. */
@@ -3306,16 +3326,22 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_avg_pool, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd},
+#ifndef METAFORMER_NO_XL
     /* xl: Transformer-XL relative attention ([cu:xl]) */
     {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd},
+#endif
+#ifndef METAFORMER_NO_FASTWEIGHTS
     /* fastweights ([cu:fastweights]) */
     {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd},
     {&mf__op_dpfp, mf__cu_dpfp_fwd, mf__cu_dpfp_bwd},
     {&mf__op_fast_weights, mf__cu_fw_fwd, mf__cu_fw_bwd},
     {&mf__op_linear_attention, mf__cu_fw_fwd, mf__cu_fw_bwd},
+#endif
+#ifndef METAFORMER_NO_FEEDBACK
     /* feedback ([cu:feedback]) */
     {&mf__op_feedback_attention, mf__cu_fba_fwd, mf__cu_fba_bwd},
     {&mf__op_feedback, mf__cu_fb_fwd, mf__cu_fb_bwd},
+#endif
 };
 static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
     size_t i;
