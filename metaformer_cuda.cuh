@@ -34,16 +34,42 @@
  * kernel against its CPU twin). Under the emulator MF_CUDA_EMU is defined and the CUDA runtime and
  * cuBLAS come from the emulator instead of NVIDIA's headers.
  *
- * The model families have their own sections, each the CUDA twin of a section of metaformer.h:
- *   [cu:attention]   mf_attention (sdpa, metric, quadratic, the compressive AR loss): a fused
- *                    FlashAttention-2 kernel family (tiles in shared memory, online softmax, backward
- *                    by recomputation from the row log-sum-exp, no Tq x Tk buffer, any sequence
- *                    length): exact fp32 by default, TF32 tensor cores (WMMA) after
- *                    mf_cuda_set_tf32(ctx, 1) on sm_80+
- *   [cu:feedback]    the feedback transformer's token recurrence (one tape node, device stacks, no
- *                    host synchronisation inside the loop) and mf_feedback_attention
+ * OPTIONS (define before including metaformer.h; the METAFORMER_NO_* switches leave the family out
+ * of metaformer.h too)
+ *   MF_CUDA_DEBUG             synchronise after every kernel so a fault names its op
+ *   METAFORMER_NO_XL          no [cu:xl] (rel_attention's kernels) and no rel_attention row in
+ *                             mf__cu_ops
+ *   METAFORMER_NO_FASTWEIGHTS no [cu:fastweights] (the dpfp, fast_weights, linear_attention kernels)
+ *                             and no elu1, dpfp, fast_weights, linear_attention rows (elu1 is a kind
+ *                             of the unary kernel of [cu:ops], which stays)
+ *   METAFORMER_NO_FEEDBACK    no [cu:feedback] (the feedback_attention and feedback recurrence
+ *                             kernels) and no feedback_attention, feedback rows
+ *   Shared with the core, so kept whatever the switches: [cu:attention] (the compressive
+ *   transformer's attention and AR loss run on it), the kernels of [cu:ops] that [cu:feedback]
+ *   launches (layernorm, unary, bias, column sums, mf__k_add_to), and the unary kernel (elu1's).
+ *
+ * CONTENTS (search for the banners, e.g. "[cu:ops]"; the order of metaformer.h, each section the
+ * CUDA twin of its [mf:*] namesake; every op's kernels come right before its host wrappers)
+ *   [cu:platform]    launch and error-check macros, the backend state, block reductions,
+ *                    the shared-memory opt-in (mf__cu_smem)
+ *   [cu:memory]      device allocations, the activation arena, copies, zeroing, scratch
+ *   [cu:gemm]        row-major GEMM through cuBLAS
+ *   [cu:ops]         every op of [mf:ops] in its order (matmul, linear, add / sub / mul, the unary
+ *                    ops, softmax, log_softmax, cross_entropy, mse, layernorm, embedding, dropout,
+ *                    reshape, permute, concat, slice, roll, sum / mean, sum_axis, conv1d, avg_pool):
+ *                    kernels, then the forward / backward wrappers
+ *   [cu:attention]   mf_attention (sdpa, metric, quadratic, the compressive AR loss), the last op of
+ *                    [mf:ops]: a fused FlashAttention-2 kernel family (tiles in shared memory,
+ *                    online softmax, backward by recomputation from the row log-sum-exp, no Tq x Tk
+ *                    buffer, any sequence length): exact fp32 by default, TF32 tensor cores (WMMA)
+ *                    after mf_cuda_set_tf32(ctx, 1) on sm_80+
  *   [cu:xl]          mf_rel_attention: FA2-style tiles with the content and position terms inside
  *   [cu:fastweights] mf_dpfp, mf_fast_weights, mf_linear_attention: recurrent and chunkwise kernels
+ *   [cu:feedback]    the feedback transformer's token recurrence (one tape node, device stacks, no
+ *                    host synchronisation inside the loop) and mf_feedback_attention
+ *   [cu:optim]       the optimizer step (Adam, AdamW, labml Adam, SGD-momentum) and gradient
+ *                    clipping over the flat buffers
+ *   [cu:backend]     the op table (mf__cu_ops), the backend, mf_ctx_set_device, mf_cuda_set_tf32
  * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention) and chunk lengths are bounded by it.
@@ -54,6 +80,7 @@
 #ifndef METAFORMER_CUDA_CUH
 #define METAFORMER_CUDA_CUH
 
+/* ==== [cu:platform] ========================================================================= */
 #ifndef MF_CUDA_EMU
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -98,7 +125,7 @@ MFDEF int mf_cuda_available(char *why, size_t size) {
     return n;
 }
 
-/* ==== state: stream, cuBLAS handle, device arena, scratch ==================================== */
+/* ---- the backend state of a context: stream, cuBLAS handle, device arena, scratch ---------- */
 typedef struct mf__cu_block {
     struct mf__cu_block *next;
     char *base;
@@ -120,6 +147,7 @@ typedef struct mf__cu {
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
 
+/* ---- launching kernels: checked launches on the context's stream, grid sizes --------------- */
 static int mf__cu_launched(mf_ctx *ctx, const char *op, const char *kernel) {
     cudaError_t e = cudaGetLastError();
 #if defined(MF_CUDA_EMU) || defined(MF_CUDA_DEBUG)
@@ -145,7 +173,43 @@ static unsigned mf__cu_grid(long long n, int bs) {
          i += (long long)gridDim.x * blockDim.x)
 #define MF__CU_BS 256  /* threads of elementwise kernels */
 #define MF__CU_ROW 128 /* threads of the row kernels (softmax, layernorm, attention, ...) */
+/* grid, block, smem of an elementwise (MF__CU_LOOP) kernel over n elements, for MF__CU_RUN */
+#define MF__EW(n) mf__cu_grid((long long)(n), MF__CU_BS), MF__CU_BS, 0
 
+/* ---- block reductions, the shared-memory opt-in -------------------------------------------- */
+/* Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32;
+   sh holds 32 values of shared memory. The order is fixed: the result is deterministic. */
+template <class T> static __device__ T mf__cu_bred(T v, T *sh, int is_max) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5, o, k;
+    for (o = 16; o > 0; o >>= 1) {
+        T u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? (u > v ? u : v) : v + u;
+    }
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = sh[0];
+    for (k = 1; k < nw; k++) v = is_max ? (sh[k] > v ? sh[k] : v) : v + sh[k];
+    __syncthreads();
+    return v;
+}
+
+/* Give `kernel` `bytes` of dynamic shared memory per block: past 48 KiB a kernel must opt in, up to the
+   device's limit (smem_optin, read once per context); beyond it, fail with a message naming the op, what
+   needed the memory and the fix. */
+template <class K> static int mf__cu_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *op, const char *what,
+                                          const char *fix) {
+    size_t lim = (size_t)MF__CU(ctx)->smem_optin;
+    if (bytes <= 48 * 1024) return 0;
+    if (bytes > lim)
+        return (mf__fail(ctx, "%s: %s needs %zu bytes of shared memory per block, more than this GPU's %zu: %s", op, what,
+                         bytes, lim, fix), -1);
+    return MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+/* ==== [cu:memory] =========================================================================== */
+/* Device allocations (checked: running out names what needed the memory), the activation arena (a
+   chain of cudaMalloc blocks, merged into one on mf_reset), copies and zeroing on the context's
+   stream, the persistent device scratch and its host staging. */
 static void *mf__cu_dalloc(mf_ctx *ctx, size_t bytes, const char *what) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
@@ -237,37 +301,7 @@ static void *mf__cu_host(mf_ctx *ctx, size_t bytes) {
     return cu->host;
 }
 
-/* ==== device helpers ========================================================================= */
-/* Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32;
-   sh holds 32 values of shared memory. The order is fixed: the result is deterministic. */
-template <class T> static __device__ T mf__cu_bred(T v, T *sh, int is_max) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5, o, k;
-    for (o = 16; o > 0; o >>= 1) {
-        T u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? (u > v ? u : v) : v + u;
-    }
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    v = sh[0];
-    for (k = 1; k < nw; k++) v = is_max ? (sh[k] > v ? sh[k] : v) : v + sh[k];
-    __syncthreads();
-    return v;
-}
-
-/* Give `kernel` `bytes` of dynamic shared memory per block: past 48 KiB a kernel must opt in, up to the
-   device's limit (smem_optin, read once per context); beyond it, fail with a message naming the op, what
-   needed the memory and the fix. */
-template <class K> static int mf__cu_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *op, const char *what,
-                                          const char *fix) {
-    size_t lim = (size_t)MF__CU(ctx)->smem_optin;
-    if (bytes <= 48 * 1024) return 0;
-    if (bytes > lim)
-        return (mf__fail(ctx, "%s: %s needs %zu bytes of shared memory per block, more than this GPU's %zu: %s", op, what,
-                         bytes, lim, fix), -1);
-    return MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
-/* ==== GEMM through cuBLAS ===================================================================== */
+/* ==== [cu:gemm] ============================================================================= */
 /* Row-major C_i = op(A_i) op(B_i) + beta C_i (i < batch), as mf__gemm: column-major cuBLAS computes
    C^T = op(B)^T op(A)^T. sC == 0 with batch > 1: every product adds into the same C. */
 static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
@@ -291,10 +325,85 @@ static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N
                                                               &beta, C, N, sC, batch));
 }
 
-/* ==== elementwise kernels ==================================================================== */
-static __global__ void mf__k_add_to(float *dst, const float *src, long long n) { /* dst += src */
-    MF__CU_LOOP(i, n) dst[i] += src[i];
+/* ==== [cu:ops] ============================================================================== */
+/* The CUDA forward / backward of every op descriptor of [mf:ops], in its order: each op's kernels,
+   then its host wrappers mf__cu_<op>_fwd / _bwd (the rows of mf__cu_ops in [cu:backend]). A kernel
+   several ops use sits with the first of them (the bias kernels with linear, mf__k_add_to with
+   reshape). Elementwise kernels are grid-stride loops (MF__CU_LOOP) launched with MF__EW(n); the
+   row kernels (softmax, log_softmax, cross_entropy, layernorm) run one block of MF__CU_ROW threads
+   per row. */
+typedef int (*mf__cu_fn)(mf_ctx *ctx, mf_tensor *out);
+
+/* ---- reductions to one value (two passes, fixed order: deterministic) ---------------------- */
+/* cross_entropy, mse, sum / mean; mf__k_reduce_end also ends the clipping norm ([cu:optim]) */
+#define MF__CU_RED_BLOCKS 128
+/* mode 0: sum a; 1: sum (a - b)^2; 2: sum a^2 (floats); 3: sum of doubles (ad) */
+static __global__ void mf__k_reduce(const float *a, const float *b, const double *ad, long long n, int mode,
+                                    double *partial) {
+    __shared__ double sh[32];
+    double s = 0;
+    MF__CU_LOOP(i, n) {
+        if (mode == 0) s += a[i];
+        else if (mode == 1) s += (double)(a[i] - b[i]) * (a[i] - b[i]);
+        else if (mode == 2) s += (double)a[i] * a[i];
+        else s += ad[i];
+    }
+    s = mf__cu_bred(s, sh, 0);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
+/* out[0] = sum(partial) / div (0 when zero_if_empty and div == 0); *total = the sum (may be NULL) */
+static __global__ void mf__k_reduce_end(const double *partial, int np, double div, float *out, double *total) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        double s = 0;
+        int k;
+        for (k = 0; k < np; k++) s += partial[k];
+        if (out) out[0] = div == 0 ? 0.0f : (float)(s / div);
+        if (total) *total = s;
+    }
+}
+/* mf__k_reduce + mf__k_reduce_end into out[0] (device); uses the arena for the partial sums */
+static int mf__cu_reduce(mf_ctx *ctx, const char *op, const float *a, const float *b, const double *ad, long long n,
+                         int mode, double div, float *out, double *total) {
+    unsigned nb = mf__cu_grid(n, MF__CU_BS);
+    double *partial;
+    if (nb > MF__CU_RED_BLOCKS) nb = MF__CU_RED_BLOCKS;
+    if (!(partial = (double *)mf__cu_arena(ctx, nb * sizeof(double)))) return -1;
+    if (MF__CU_RUN(ctx, op, mf__k_reduce, nb, MF__CU_BS, 0, a, b, ad, n, mode, partial) < 0) return -1;
+    return MF__CU_RUN(ctx, op, mf__k_reduce_end, 1, 32, 0, partial, (int)nb, div, out, total);
+}
+
+/* ---- matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N] (cuBLAS) ------------------------- */
+static int mf__cu_matmul_fwd(mf_ctx *ctx, mf_tensor *out) {
+    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
+    int batch = out->iarg[5], mode = out->iarg[6];
+    long long sA = mode == 2 ? 0 : (long long)M * K, sB = mode == 1 ? 0 : (long long)K * N;
+    if (mode == 1 && !ta)
+        return mf__cu_gemm(ctx, "matmul", 0, tb, M * batch, N, K, out->src[0]->data, 0, out->src[1]->data, 0, 0.0f, out->data, 0, 1);
+    return mf__cu_gemm(ctx, "matmul", ta, tb, M, N, K, out->src[0]->data, sA, out->src[1]->data, sB, 0.0f, out->data,
+                       (long long)M * N, batch);
+}
+static int mf__cu_matmul_bwd(mf_ctx *ctx, mf_tensor *out) {
+    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
+    int batch = out->iarg[5], mode = out->iarg[6], r = 0;
+    const float *A = out->src[0]->data, *B = out->src[1]->data, *dC = out->grad;
+    float *dA = mf__g(out->src[0]), *dB = mf__g(out->src[1]);
+    long long sA = mode == 2 ? 0 : (long long)M * K, sB = mode == 1 ? 0 : (long long)K * N, sC = (long long)M * N;
+    const char *op = "matmul (backward)";
+    if (dA) {
+        if (mode == 1 && !ta) r |= mf__cu_gemm(ctx, op, 0, !tb, M * batch, K, N, dC, 0, B, 0, 1.0f, dA, 0, 1);
+        else if (!ta) r |= mf__cu_gemm(ctx, op, 0, !tb, M, K, N, dC, sC, B, sB, 1.0f, dA, sA, batch);
+        else r |= mf__cu_gemm(ctx, op, tb, 1, K, M, N, B, sB, dC, sC, 1.0f, dA, sA, batch);
+    }
+    if (dB) {
+        if (mode == 1 && !ta && !tb) r |= mf__cu_gemm(ctx, op, 1, 0, K, N, M * batch, A, 0, dC, 0, 1.0f, dB, 0, 1);
+        else if (mode == 1 && !ta && tb) r |= mf__cu_gemm(ctx, op, 1, 0, N, K, M * batch, dC, 0, A, 0, 1.0f, dB, 0, 1);
+        else if (!tb) r |= mf__cu_gemm(ctx, op, !ta, 0, K, N, M, A, sA, dC, sC, 1.0f, dB, sB, batch);
+        else r |= mf__cu_gemm(ctx, op, 1, ta, N, K, M, dC, sC, A, sA, 1.0f, dB, sB, batch);
+    }
+    return r ? -1 : 0;
+}
+
+/* ---- linear: x [..., in] @ w [out, in]^T + b [out] -> [..., out] --------------------------- */
 /* y[r][j] += b[j] */
 static __global__ void mf__k_bias_add(float *y, const float *b, long long n, int cols) {
     MF__CU_LOOP(i, n) y[i] += b[i % cols];
@@ -307,7 +416,25 @@ static __global__ void mf__k_colsum_add(float *db, const float *g, long long row
         db[j] = acc;
     }
 }
+static int mf__cu_linear_fwd(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    int in = w->shape[1], nout = w->shape[0];
+    long long rows = mf__rows(x);
+    if (mf__cu_gemm(ctx, "linear", 0, 1, (int)rows, nout, in, x->data, 0, w->data, 0, 0.0f, out->data, 0, 1) < 0) return -1;
+    return b ? MF__CU_RUN(ctx, "linear", mf__k_bias_add, MF__EW(out->ne), out->data, (const float *)b->data, (long long)out->ne, nout) : 0;
+}
+static int mf__cu_linear_bwd(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    int in = w->shape[1], nout = w->shape[0];
+    long long rows = mf__rows(x);
+    float *dx = mf__g(x), *dw = mf__g(w), *db = mf__g(b);
+    const char *op = "linear (backward)";
+    if (dx && mf__cu_gemm(ctx, op, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, 1.0f, dx, 0, 1) < 0) return -1;
+    if (dw && mf__cu_gemm(ctx, op, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, 1.0f, dw, 0, 1) < 0) return -1;
+    return db ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(nout), db, (const float *)out->grad, rows, nout) : 0;
+}
 
+/* ---- add / sub / mul with a broadcast operand ---------------------------------------------- */
 /* binary ops: 0 add, 1 sub, 2 mul (MF__ADD, MF__SUB, MF__MUL) */
 static __global__ void mf__k_binary(float *y, const float *a, long long na, const float *b, long long nb,
                                     long long n, int kind) {
@@ -337,7 +464,32 @@ static __global__ void mf__k_binary_bwd_small(float *d, const float *g, const fl
         d[j] = acc;
     }
 }
+static int mf__cu_binary_fwd(mf_ctx *ctx, mf_tensor *out) {
+    return MF__CU_RUN(ctx, out->op->name, mf__k_binary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
+                      (long long)out->src[0]->ne, (const float *)out->src[1]->data, (long long)out->src[1]->ne,
+                      (long long)out->ne, out->iarg[1]);
+}
+static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *A = out->src[0], *B = out->src[1];
+    float *da = mf__g(A), *db = mf__g(B);
+    long long na = A->ne, nb = B->ne, n = out->ne;
+    int kind = out->iarg[1], r = 0;
+    const char *op = out->op->name;
+    if (!da && !db) return 0;
+    if (na == n && nb == n)
+        return MF__CU_RUN(ctx, op, mf__k_binary_bwd_same, MF__EW(n), da, db, (const float *)out->grad,
+                          (const float *)A->data, (const float *)B->data, n, kind);
+    if (na == n) { /* a big, b small */
+        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), da, (const float *)out->grad, (const float *)B->data, nb, n, kind, 0);
+        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(nb), db, (const float *)out->grad, (const float *)A->data, nb, n, kind, kind == MF__SUB);
+    } else {
+        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), db, (const float *)out->grad, (const float *)A->data, na, n, kind, kind == MF__SUB);
+        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(na), da, (const float *)out->grad, (const float *)B->data, na, n, kind, 0);
+    }
+    return r ? -1 : 0;
+}
 
+/* ---- elementwise unary ops: y = f(x); iarg[0] picks f, farg[0] its parameter --------------- */
 static __device__ float mf__cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU as the CPU computes it (mf__av_gelu_fold in metaformer.h, its portable form step by step):
    the same table, so the CPU and the device agree to the rounding of a fused multiply-add */
@@ -395,8 +547,18 @@ static __global__ void mf__k_unary_bwd(float *dx, const float *x, const float *y
         dx[i] += g[i] * d;
     }
 }
+static int mf__cu_unary_fwd(mf_ctx *ctx, mf_tensor *out) {
+    return MF__CU_RUN(ctx, out->op->name, mf__k_unary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
+                      (long long)out->ne, out->iarg[0], out->farg[0]);
+}
+static int mf__cu_unary_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    if (!dx) return 0;
+    return MF__CU_RUN(ctx, out->op->name, mf__k_unary_bwd, MF__EW(out->ne), dx, (const float *)out->src[0]->data,
+                      (const float *)out->data, (const float *)out->grad, (long long)out->ne, out->iarg[0], out->farg[0]);
+}
 
-/* ==== row kernels: one block of MF__CU_ROW threads per row ===================================== */
+/* ---- softmax over the last axis, optionally causal ----------------------------------------- */
 /* softmax over rows of n; causal: row r of a [Tq, n] block sees keys 0 .. r % tq + n - tq */
 static __global__ void mf__k_softmax(float *y, const float *x, int n, int tq, int causal) {
     __shared__ float sh[32];
@@ -421,6 +583,20 @@ static __global__ void mf__k_softmax_bwd(float *dx, const float *y, const float 
     dot = mf__cu_bred(dot, sh, 0);
     for (j = threadIdx.x; j < n; j += blockDim.x) dx[r * n + j] += yr[j] * (gr[j] - dot);
 }
+static int mf__cu_softmax_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int tq = x->ndim >= 2 ? x->shape[x->ndim - 2] : 1;
+    return MF__CU_RUN(ctx, "softmax", mf__k_softmax, (unsigned)mf__rows(x), MF__CU_ROW, 0, out->data,
+                      (const float *)x->data, mf__last(x), tq, out->iarg[0]);
+}
+static int mf__cu_softmax_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    if (!dx) return 0;
+    return MF__CU_RUN(ctx, "softmax (backward)", mf__k_softmax_bwd, (unsigned)mf__rows(out), MF__CU_ROW, 0, dx,
+                      (const float *)out->data, (const float *)out->grad, mf__last(out));
+}
+
+/* ---- log_softmax over the last axis -------------------------------------------------------- */
 /* log(sum(exp(xr - max))) of a row of n values, the max in *mx; every thread of the block calls it */
 static __device__ float mf__cu_row_lse(const float *xr, int n, float *sh, float *mx_out) {
     float mx = -INFINITY, sum = 0;
@@ -448,6 +624,18 @@ static __global__ void mf__k_log_softmax_bwd(float *dx, const float *y, const fl
     sum = mf__cu_bred(sum, sh, 0);
     for (j = threadIdx.x; j < n; j += blockDim.x) dx[r * n + j] += g[r * n + j] - expf(y[r * n + j]) * sum;
 }
+static int mf__cu_log_softmax_fwd(mf_ctx *ctx, mf_tensor *out) {
+    return MF__CU_RUN(ctx, "log_softmax", mf__k_log_softmax, (unsigned)mf__rows(out), MF__CU_ROW, 0, out->data,
+                      (const float *)out->src[0]->data, mf__last(out));
+}
+static int mf__cu_log_softmax_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    if (!dx) return 0;
+    return MF__CU_RUN(ctx, "log_softmax (backward)", mf__k_log_softmax_bwd, (unsigned)mf__rows(out), MF__CU_ROW, 0, dx,
+                      (const float *)out->data, (const float *)out->grad, mf__last(out));
+}
+
+/* ---- cross-entropy fused with softmax ------------------------------------------------------ */
 /* cross-entropy rows: st[2r] = max, st[2r+1] = log(sum(exp(x - max))); loss[r] (0 when ignored) */
 static __global__ void mf__k_ce_rows(const float *x, int V, const int *tg, int ignore, float *st, double *loss) {
     __shared__ float sh[32];
@@ -469,6 +657,54 @@ static __global__ void mf__k_ce_bwd(float *dx, const float *x, int V, const int 
         if (i - r * V == tg[r]) dx[i] -= g;
     }
 }
+/* saved: [2 * rows] max and log-sum-exp, then the targets [rows] (device copy of aux) */
+static int mf__cu_ce_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    long long rows = mf__rows(x);
+    int *tg;
+    double *loss;
+    out->saved = (float *)mf__cu_arena(ctx, (size_t)rows * 3 * sizeof(float));
+    loss = (double *)mf__cu_arena(ctx, (size_t)rows * sizeof(double));
+    if (!out->saved || !loss) return -1;
+    tg = (int *)(out->saved + 2 * rows);
+    if (mf__cu_copy(ctx, tg, out->aux, (size_t)rows * sizeof(int32_t), MF__H2D) < 0) return -1;
+    if (MF__CU_RUN(ctx, "cross_entropy", mf__k_ce_rows, (unsigned)rows, MF__CU_ROW, 0, (const float *)x->data,
+                   mf__last(x), (const int *)tg, out->iarg[0], out->saved, loss) < 0)
+        return -1;
+    return mf__cu_reduce(ctx, "cross_entropy", NULL, NULL, loss, rows, 3, (double)out->iarg[1], out->data, NULL);
+}
+static int mf__cu_ce_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    float *dx = mf__g(out->src[0]);
+    long long rows = mf__rows(x);
+    if (!dx || !out->iarg[1]) return 0;
+    return MF__CU_RUN(ctx, "cross_entropy (backward)", mf__k_ce_bwd, MF__EW(x->ne), dx, (const float *)x->data,
+                      mf__last(x), (const int *)(out->saved + 2 * rows), out->iarg[0], (const float *)out->saved,
+                      (const float *)out->grad, out->iarg[1], (long long)x->ne);
+}
+
+/* ---- mse: mean((a - b)^2) -> [1] ----------------------------------------------------------- */
+static __global__ void mf__k_mse_bwd(float *da, float *db, const float *a, const float *b, const float *grad, long long n) {
+    float g = 2.0f * grad[0] / (float)n;
+    MF__CU_LOOP(i, n) {
+        float d = g * (a[i] - b[i]);
+        if (da) da[i] += d;
+        if (db) db[i] -= d;
+    }
+}
+static int mf__cu_mse_fwd(mf_ctx *ctx, mf_tensor *out) {
+    return mf__cu_reduce(ctx, "mse", out->src[0]->data, out->src[1]->data, NULL, out->src[0]->ne, 1,
+                         (double)out->src[0]->ne, out->data, NULL);
+}
+static int mf__cu_mse_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *da = mf__g(out->src[0]), *db = mf__g(out->src[1]);
+    if (!da && !db) return 0;
+    return MF__CU_RUN(ctx, "mse (backward)", mf__k_mse_bwd, MF__EW(out->src[0]->ne), da, db,
+                      (const float *)out->src[0]->data, (const float *)out->src[1]->data, (const float *)out->grad,
+                      (long long)out->src[0]->ne);
+}
+
+/* ---- layernorm over the last axis ---------------------------------------------------------- */
 static __global__ void mf__k_layernorm(float *y, float *st, const float *x, const float *gm, const float *bt, int D,
                                        float eps) {
     __shared__ float sh[32];
@@ -516,58 +752,30 @@ static __global__ void mf__k_layernorm_bwd_gb(float *dg, float *db, const float 
         if (db) db[j] = ab;
     }
 }
-
-/* ==== reductions to one value (two passes, fixed order: deterministic) ========================== */
-#define MF__CU_RED_BLOCKS 128
-/* mode 0: sum a; 1: sum (a - b)^2; 2: sum a^2 (floats); 3: sum of doubles (ad) */
-static __global__ void mf__k_reduce(const float *a, const float *b, const double *ad, long long n, int mode,
-                                    double *partial) {
-    __shared__ double sh[32];
-    double s = 0;
-    MF__CU_LOOP(i, n) {
-        if (mode == 0) s += a[i];
-        else if (mode == 1) s += (double)(a[i] - b[i]) * (a[i] - b[i]);
-        else if (mode == 2) s += (double)a[i] * a[i];
-        else s += ad[i];
-    }
-    s = mf__cu_bred(s, sh, 0);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+static int mf__cu_layernorm_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *gm = out->src[1], *bt = out->src[2];
+    long long rows = mf__rows(x);
+    if (!(out->saved = (float *)mf__cu_arena(ctx, 2 * (size_t)rows * sizeof(float)))) return -1;
+    return MF__CU_RUN(ctx, "layernorm", mf__k_layernorm, (unsigned)rows, MF__CU_ROW, 0, out->data, out->saved,
+                      (const float *)x->data, (const float *)(gm ? gm->data : NULL), (const float *)(bt ? bt->data : NULL),
+                      mf__last(x), out->farg[0]);
 }
-/* out[0] = sum(partial) / div (0 when zero_if_empty and div == 0); *total = the sum (may be NULL) */
-static __global__ void mf__k_reduce_end(const double *partial, int np, double div, float *out, double *total) {
-    if (threadIdx.x == 0 && blockIdx.x == 0) {
-        double s = 0;
-        int k;
-        for (k = 0; k < np; k++) s += partial[k];
-        if (out) out[0] = div == 0 ? 0.0f : (float)(s / div);
-        if (total) *total = s;
-    }
-}
-/* mf__k_reduce + mf__k_reduce_end into out[0] (device); uses the arena for the partial sums */
-static int mf__cu_reduce(mf_ctx *ctx, const char *op, const float *a, const float *b, const double *ad, long long n,
-                         int mode, double div, float *out, double *total) {
-    unsigned nb = mf__cu_grid(n, MF__CU_BS);
-    double *partial;
-    if (nb > MF__CU_RED_BLOCKS) nb = MF__CU_RED_BLOCKS;
-    if (!(partial = (double *)mf__cu_arena(ctx, nb * sizeof(double)))) return -1;
-    if (MF__CU_RUN(ctx, op, mf__k_reduce, nb, MF__CU_BS, 0, a, b, ad, n, mode, partial) < 0) return -1;
-    return MF__CU_RUN(ctx, op, mf__k_reduce_end, 1, 32, 0, partial, (int)nb, div, out, total);
-}
-static __global__ void mf__k_mse_bwd(float *da, float *db, const float *a, const float *b, const float *grad, long long n) {
-    float g = 2.0f * grad[0] / (float)n;
-    MF__CU_LOOP(i, n) {
-        float d = g * (a[i] - b[i]);
-        if (da) da[i] += d;
-        if (db) db[i] -= d;
-    }
-}
-static __global__ void mf__k_fill_add(float *dx, const float *grad, long long n, int mean) {
-    float g = grad[0];
-    if (mean) g /= (float)n;
-    MF__CU_LOOP(i, n) dx[i] += g;
+static int mf__cu_layernorm_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *gm = out->src[1];
+    float *dx = mf__g(out->src[0]), *dg = mf__g(out->src[1]), *db = mf__g(out->src[2]);
+    long long rows = mf__rows(x);
+    int D = mf__last(x);
+    const char *op = "layernorm (backward)";
+    if (dx && MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_x, (unsigned)rows, MF__CU_ROW, 0, dx, (const float *)x->data,
+                         (const float *)out->grad, (const float *)(gm ? gm->data : NULL), (const float *)out->saved, D) < 0)
+        return -1;
+    if (dg || db)
+        return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, (const float *)x->data,
+                          (const float *)out->grad, (const float *)out->saved, rows, D);
+    return 0;
 }
 
-/* ==== indexing kernels ======================================================================== */
+/* ---- embedding: rows of table [V, D] picked by ids ----------------------------------------- */
 static __global__ void mf__k_embed(float *y, const float *tb, const int *ids, long long n, int D) {
     MF__CU_LOOP(i, n) y[i] = tb[(long long)ids[i / D] * D + i % D];
 }
@@ -575,6 +783,25 @@ static __global__ void mf__k_embed_bwd(float *dt, const float *g, const int *ids
     MF__CU_LOOP(j, D) /* per column, positions in order: a repeated id adds up as on the CPU */
         for (long long i = 0; i < nid; i++) dt[(long long)ids[i] * D + j] += g[i * D + j];
 }
+/* saved: the ids on the device */
+static int mf__cu_embedding_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *tb = out->src[0];
+    int D = tb->shape[1];
+    long long nid = out->ne / D;
+    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)nid * sizeof(int32_t)))) return -1;
+    if (mf__cu_copy(ctx, out->saved, out->aux, (size_t)nid * sizeof(int32_t), MF__H2D) < 0) return -1;
+    return MF__CU_RUN(ctx, "embedding", mf__k_embed, MF__EW(out->ne), out->data, (const float *)tb->data,
+                      (const int *)out->saved, (long long)out->ne, D);
+}
+static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *dt = mf__g(out->src[0]);
+    int D = out->src[0]->shape[1];
+    if (!dt) return 0;
+    return MF__CU_RUN(ctx, "embedding (backward)", mf__k_embed_bwd, MF__EW(D), dt, (const float *)out->grad,
+                      (const int *)out->saved, (long long)(out->ne / D), D);
+}
+
+/* ---- dropout: keep drawn from (seed, stream, index) ---------------------------------------- */
 static __global__ void mf__k_dropout(float *y, const float *x, const float *g, long long n, unsigned long long seed,
                                      unsigned long long stream, float p, float s, int backward) {
     MF__CU_LOOP(i, n) {
@@ -583,6 +810,30 @@ static __global__ void mf__k_dropout(float *y, const float *x, const float *g, l
         else if (keep) y[i] += g[i] * s;
     }
 }
+static int mf__cu_dropout_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    unsigned long long stream = ((unsigned long long)(uint32_t)out->iarg[1] << 32) | (uint32_t)out->iarg[0];
+    float s = 1.0f / (1.0f - out->farg[0]);
+    float *y = backward ? mf__g(out->src[0]) : out->data;
+    if (!y) return 0;
+    return MF__CU_RUN(ctx, backward ? "dropout (backward)" : "dropout", mf__k_dropout, MF__EW(out->ne), y,
+                      (const float *)out->src[0]->data, (const float *)out->grad, (long long)out->ne,
+                      (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL), stream, out->farg[0], s, backward);
+}
+static int mf__cu_dropout_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 0); }
+static int mf__cu_dropout_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 1); }
+
+/* ---- reshape: a view (forward: nothing to do) ---------------------------------------------- */
+static __global__ void mf__k_add_to(float *dst, const float *src, long long n) { /* dst += src */
+    MF__CU_LOOP(i, n) dst[i] += src[i];
+}
+static int mf__cu_nop(mf_ctx *ctx, mf_tensor *out) { (void)ctx; (void)out; return 0; }
+static int mf__cu_reshape_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    if (!dx) return 0;
+    return MF__CU_RUN(ctx, "reshape (backward)", mf__k_add_to, MF__EW(out->ne), dx, (const float *)out->grad, (long long)out->ne);
+}
+
+/* ---- permute ------------------------------------------------------------------------------- */
 typedef struct { long long st[4]; int sh[4]; } mf__cu_perm;
 static __global__ void mf__k_permute(float *y, const float *x, mf__cu_perm p, long long n, int backward) {
     MF__CU_LOOP(o, n) {
@@ -593,6 +844,22 @@ static __global__ void mf__k_permute(float *y, const float *x, mf__cu_perm p, lo
         else y[o] = x[in];
     }
 }
+static int mf__cu_permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    int64_t st[MF_MAX_DIMS];
+    int sh[MF_MAX_DIMS], i;
+    mf__cu_perm p;
+    float *dx = backward ? mf__g(out->src[0]) : NULL;
+    if (backward && !dx) return 0;
+    mf__permute_strides(out, st, sh);
+    for (i = 0; i < MF_MAX_DIMS; i++) { p.st[i] = st[i]; p.sh[i] = sh[i]; }
+    return MF__CU_RUN(ctx, backward ? "permute (backward)" : "permute", mf__k_permute, MF__EW(out->ne),
+                      backward ? dx : out->data, (const float *)(backward ? out->grad : out->src[0]->data), p,
+                      (long long)out->ne, backward);
+}
+static int mf__cu_permute_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_permute_run(ctx, out, 0); }
+static int mf__cu_permute_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_permute_run(ctx, out, 1); }
+
+/* ---- concat along an axis ------------------------------------------------------------------ */
 /* out [outer, na + nb, inner] from a [outer, na, inner] and b [outer, nb, inner] (or back) */
 static __global__ void mf__k_concat(float *out, float *a, float *b, long long na, long long nb, long long inner,
                                     long long n, int backward) {
@@ -603,6 +870,20 @@ static __global__ void mf__k_concat(float *out, float *a, float *b, long long na
         else if (b) b[(oo * nb + p - na) * inner + k] += out[o];
     }
 }
+static int mf__cu_concat_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    int ax = out->iarg[0];
+    int64_t outer, inner;
+    float *a = backward ? mf__g(out->src[0]) : out->src[0]->data, *b = backward ? mf__g(out->src[1]) : out->src[1]->data;
+    if (backward && !a && !b) return 0;
+    mf__split_at(out, ax, &outer, &inner);
+    return MF__CU_RUN(ctx, backward ? "concat (backward)" : "concat", mf__k_concat, MF__EW(out->ne),
+                      backward ? out->grad : out->data, a, b, (long long)out->src[0]->shape[ax],
+                      (long long)out->src[1]->shape[ax], (long long)inner, (long long)out->ne, backward);
+}
+static int mf__cu_concat_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_concat_run(ctx, out, 0); }
+static int mf__cu_concat_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_concat_run(ctx, out, 1); }
+
+/* ---- slice along an axis ------------------------------------------------------------------- */
 /* out [outer, len, inner] = x [outer, nx, inner] from start (backward: dx += dout) */
 static __global__ void mf__k_slice(float *out, float *x, long long nx, long long len, long long start, long long inner,
                                    long long n, int backward) {
@@ -613,6 +894,21 @@ static __global__ void mf__k_slice(float *out, float *x, long long nx, long long
         else x[in] += out[o];
     }
 }
+static int mf__cu_slice_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    const mf_tensor *x = out->src[0];
+    int ax = out->iarg[0];
+    int64_t outer, inner;
+    float *xd = backward ? mf__g(x) : x->data;
+    if (!xd) return 0;
+    mf__split_at(x, ax, &outer, &inner);
+    return MF__CU_RUN(ctx, backward ? "slice (backward)" : "slice", mf__k_slice, MF__EW(out->ne),
+                      backward ? out->grad : out->data, xd, (long long)x->shape[ax], (long long)out->shape[ax],
+                      (long long)out->iarg[1], (long long)inner, (long long)out->ne, backward);
+}
+static int mf__cu_slice_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_slice_run(ctx, out, 0); }
+static int mf__cu_slice_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_slice_run(ctx, out, 1); }
+
+/* ---- roll along an axis -------------------------------------------------------------------- */
 static __global__ void mf__k_roll(float *out, float *x, int nax, int shift, long long inner, long long n, int backward) {
     MF__CU_LOOP(s, n) { /* s: the source element */
         long long k = s % inner, i = (s / inner) % nax, o = s / (inner * nax);
@@ -621,6 +917,38 @@ static __global__ void mf__k_roll(float *out, float *x, int nax, int shift, long
         else x[s] += out[d];
     }
 }
+static int mf__cu_roll_run(mf_ctx *ctx, mf_tensor *out, int backward) {
+    const mf_tensor *x = out->src[0];
+    int ax = out->iarg[0], n = x->shape[ax], shift = ((out->iarg[1] % n) + n) % n;
+    int64_t outer, inner;
+    float *xd = backward ? mf__g(x) : x->data;
+    if (!xd) return 0;
+    mf__split_at(x, ax, &outer, &inner);
+    return MF__CU_RUN(ctx, backward ? "roll (backward)" : "roll", mf__k_roll, MF__EW(out->ne),
+                      backward ? out->grad : out->data, xd, n, shift, (long long)inner, (long long)out->ne, backward);
+}
+static int mf__cu_roll_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_roll_run(ctx, out, 0); }
+static int mf__cu_roll_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_roll_run(ctx, out, 1); }
+
+/* ---- sum / mean of all elements -> [1] ----------------------------------------------------- */
+static __global__ void mf__k_fill_add(float *dx, const float *grad, long long n, int mean) {
+    float g = grad[0];
+    if (mean) g /= (float)n;
+    MF__CU_LOOP(i, n) dx[i] += g;
+}
+static int mf__cu_reduce_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    return mf__cu_reduce(ctx, out->op->name, x->data, NULL, NULL, x->ne, 0, out->iarg[0] ? (double)x->ne : 1.0,
+                         out->data, NULL);
+}
+static int mf__cu_reduce_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    if (!dx) return 0;
+    return MF__CU_RUN(ctx, out->op->name, mf__k_fill_add, MF__EW(out->src[0]->ne), dx, (const float *)out->grad,
+                      (long long)out->src[0]->ne, out->iarg[0]);
+}
+
+/* ---- sum over one axis --------------------------------------------------------------------- */
 static __global__ void mf__k_sum_axis(float *y, const float *x, int nax, long long inner, long long n) {
     MF__CU_LOOP(e, n) { /* e: an output element (o, k) */
         long long o = e / inner, k = e % inner;
@@ -632,6 +960,24 @@ static __global__ void mf__k_sum_axis(float *y, const float *x, int nax, long lo
 static __global__ void mf__k_sum_axis_bwd(float *dx, const float *g, int nax, long long inner, long long n) {
     MF__CU_LOOP(e, n) dx[e] += g[(e / (inner * nax)) * inner + e % inner];
 }
+static int mf__cu_sum_axis_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    int64_t outer, inner;
+    mf__split_at(x, out->iarg[0], &outer, &inner);
+    return MF__CU_RUN(ctx, "sum_axis", mf__k_sum_axis, MF__EW(outer * inner), out->data, (const float *)x->data,
+                      x->shape[out->iarg[0]], (long long)inner, (long long)(outer * inner));
+}
+static int mf__cu_sum_axis_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0];
+    float *dx = mf__g(x);
+    int64_t outer, inner;
+    if (!dx) return 0;
+    mf__split_at(x, out->iarg[0], &outer, &inner);
+    return MF__CU_RUN(ctx, "sum_axis (backward)", mf__k_sum_axis_bwd, MF__EW(x->ne), dx, (const float *)out->grad,
+                      x->shape[out->iarg[0]], (long long)inner, (long long)x->ne);
+}
+
+/* ---- conv1d, channels last (im2col + cuBLAS) ----------------------------------------------- */
 /* cols [(b, t)][c * K + k] = x[b][t * stride + k - pad][c] (0 outside) */
 static __global__ void mf__k_im2col(float *cols, const float *x, int To, int T, int C, int K, int stride, int pad,
                                     long long n) {
@@ -655,6 +1001,33 @@ static __global__ void mf__k_col2im(float *dx, const float *dcols, int To, int T
         dx[e] = acc;
     }
 }
+static int mf__cu_conv1d_fwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
+    long long rows = (long long)out->shape[0] * out->shape[1];
+    int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
+    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(rows * CK) * sizeof(float)))) return -1;
+    if (MF__CU_RUN(ctx, "conv1d", mf__k_im2col, MF__EW(rows * CK), out->saved, (const float *)x->data, out->shape[1],
+                   x->shape[1], x->shape[2], w->shape[2], out->iarg[0], out->iarg[1], rows * CK) < 0 ||
+        mf__cu_gemm(ctx, "conv1d", 0, 1, (int)rows, Co, CK, out->saved, 0, w->data, 0, 0.0f, out->data, 0, 1) < 0)
+        return -1;
+    return b ? MF__CU_RUN(ctx, "conv1d", mf__k_bias_add, MF__EW(out->ne), out->data, (const float *)b->data, (long long)out->ne, Co) : 0;
+}
+static int mf__cu_conv1d_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *x = out->src[0], *w = out->src[1];
+    float *dx = mf__g(out->src[0]), *dw = mf__g(out->src[1]), *db = mf__g(out->src[2]), *dcols;
+    long long rows = (long long)out->shape[0] * out->shape[1];
+    int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
+    const char *op = "conv1d (backward)";
+    if (dw && mf__cu_gemm(ctx, op, 1, 0, Co, CK, (int)rows, out->grad, 0, out->saved, 0, 1.0f, dw, 0, 1) < 0) return -1;
+    if (db && MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(Co), db, (const float *)out->grad, rows, Co) < 0) return -1;
+    if (!dx) return 0;
+    if (!(dcols = (float *)mf__cu_arena(ctx, (size_t)(rows * CK) * sizeof(float)))) return -1;
+    if (mf__cu_gemm(ctx, op, 0, 0, (int)rows, CK, Co, out->grad, 0, w->data, 0, 0.0f, dcols, 0, 1) < 0) return -1;
+    return MF__CU_RUN(ctx, op, mf__k_col2im, MF__EW(x->ne), dx, (const float *)dcols, out->shape[1], x->shape[1],
+                      x->shape[2], w->shape[2], out->iarg[0], out->iarg[1], (long long)x->ne);
+}
+
+/* ---- avg_pool / avg_pool_sub: mean over a window of the sequence axis ---------------------- */
 static __device__ void mf__cu_pool_window(int t, int T, int k, int causal, int *lo, int *hi) {
     *lo = causal ? t - k + 1 : t - k / 2;
     *hi = causal ? t : t + k / 2;
@@ -687,8 +1060,19 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
         dx[e] += minus ? (float)acc - g[e] : (float)acc;
     }
 }
+static int mf__cu_avg_pool_fwd(mf_ctx *ctx, mf_tensor *out) {
+    return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
+                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
+}
+static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
+    float *dx = mf__g(out->src[0]);
+    if (!dx) return 0;
+    return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool_bwd, MF__EW(out->ne), dx, (const float *)out->grad,
+                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
+}
 
-/* ==== [cu:attention] fused FlashAttention-2 forward and backward, fp32 and TF32 tensor cores ==== */
+/* ==== [cu:attention] ======================================================================== */
+/* Fused FlashAttention-2 forward and backward, fp32 and TF32 tensor cores: the last op of [mf:ops]. */
 /* mf_attention (metaformer.h [mf:ops]): q [BH, Tq, dk], k [BH, Tk, dk], v [BH, Tk, dv] -> o [BH, Tq, dv]
    and the row log-sum-exp lse [BH, Tq] (+inf for a query that sees no key, whose output is zero),
    exactly the CPU op's convention. Query i sees key j iff !causal or j <= i + Tk - Tq.
@@ -1070,578 +1454,9 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 
-/* ==== [cu:feedback] the feedback transformer: feedback attention and the token recurrence ==== */
-/* CUDA twin of [mf:feedback] (SPEC.md section 8). Same structure as the CPU: the whole recurrence is
-   ONE tape node ("feedback") with an explicit backward in reverse time; only the buffers differ.
-
-   Where things live: every per-call buffer (the step-major activations [layer][T][B][...], the
-   key/value slot stack, the backward's gradients) is taken from the device arena once, before the
-   token loop; the generation slots are a device buffer in mf__fb_state (mf__dmalloc). The slot stack
-   is [nblk][cap][B][D]: slot n of a block is one contiguous [B][D] matrix, so the per-step key/value
-   projection is one cuBLAS GEMM written straight into the stack (no copy kernel), and the backward's
-   slot gradients dK_t / dV_t are read the same way. The weights are used in place (cuBLAS takes
-   either transpose; nothing is packed).
-
-   A step (per layer): LayerNorm (mf__k_layernorm), q = z Wq^T (cuBLAS), the feedback attention of
-   every (batch row, head) over the stack (mf__k_fba_fwd), out-projection (cuBLAS + bias), residual
-   with dropout (mf__k_fb_drop), LayerNorm, fc1 (cuBLAS + bias), activation (mf__k_unary), dropout,
-   fc2, residual; then the memory m_t (mf__k_fb_mem) and its keys / values (one GEMM per block).
-   The backward of step t mirrors it (dK|dV_t W, dsw, layers in reverse, the attention backward in
-   four deterministic kernels) and keeps each weight's output gradient; every weight gets ONE GEMM
-   over all T*B rows at the end, LayerNorm gamma/beta one column-sum kernel.
-
-   No host synchronisation inside the token loop: it issues only kernel launches (MF__CU_RUN checks
-   them with cudaGetLastError, which does not wait; only the emulator and MF_CUDA_DEBUG builds
-   synchronise there), cuBLAS calls and cudaMemsetAsync / device-to-device cudaMemcpyAsync on the
-   context's stream; softmax(w), the layer weights and every scalar the kernels need are read on the
-   device (no value comes back to the host), and all memory is allocated before the loop.
-   tests/test_cuda_feedback.cpp counts the emulator's host transfers and synchronisations over a
-   forward and a backward to check this. CUDA Graph capture of the per-step sequence is not done. */
-
-/* the attention's view of one call: heads, head size, memory slots, table rows; key/value (b, h, j)
-   at b sb + h sh + j sj; slot j reads table row P - n + j; dr / ds rows (rb + j) */
-typedef struct { int H, d, n, P, rb; long long sb, sh, sj; float scale; } mf__cu_fba;
-#define MF__CU_FB_EW(n) mf__cu_grid((long long)(n), MF__CU_BS), MF__CU_BS, 0 /* grid, block, smem (MF__EW comes later) */
-
-/* scale ((q + u) . k_j + q . r_j + s_j) of slot j (qu = q + u, qq = q in shared memory) */
-static __device__ float mf__cu_fba_score(const float *qu, const float *qq, const float *kj, const float *rj, float sj,
-                                         int d, float scale) {
-    float s = 0, pos = 0;
-    int c;
-    for (c = 0; c < d; c++) s += qu[c] * kj[c];
-    for (c = 0; c < d; c++) pos += qq[c] * rj[c];
-    return scale * (s + pos + sj);
-}
-/* threads of a per-(b, h) attention block: a warp multiple covering n or d, at most MF__CU_ROW */
-static int mf__cu_fba_threads(int n, int d) {
-    int w = n > d ? n : d, t = 32;
-    while (t < w && t < MF__CU_ROW) t *= 2;
-    return t;
-}
-/* q, u into shared qq [d], qu [d] (q row bh, u row h) */
-static __device__ void mf__cu_fba_load_q(const float *q, const float *u, float *qq, float *qu, int bh, int h, int d) {
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
-        qq[c] = q[(long long)bh * d + c];
-        qu[c] = qq[c] + u[(long long)h * d + c];
-    }
-}
-
-/* forward, one block per (b, h): o = softmax(scores) V, lse = log-sum-exp of the scores.
-   shared: q [d], q + u [d], scores / probabilities [n] */
-static __global__ void mf__k_fba_fwd(const float *q, const float *u, const float *k, const float *v, const float *r,
-                                     const float *s, float *o, float *lse, mf__cu_fba a) {
-    __shared__ float sh[32];
-    MF_DYN_SMEM(float, sm);
-    float *qq = sm, *qu = sm + a.d, *p = sm + 2 * a.d, mx = -INFINITY, l = 0;
-    int bh = blockIdx.x, b = bh / a.H, h = bh % a.H, j, c;
-    long long base = b * a.sb + h * a.sh, r0 = a.P - a.n;
-    mf__cu_fba_load_q(q, u, qq, qu, bh, h, a.d);
-    __syncthreads();
-    for (j = threadIdx.x; j < a.n; j += blockDim.x) {
-        p[j] = mf__cu_fba_score(qu, qq, k + base + j * a.sj, r + ((r0 + j) * a.H + h) * a.d, s[(r0 + j) * a.H + h], a.d,
-                                a.scale);
-        mx = p[j] > mx ? p[j] : mx;
-    }
-    mx = mf__cu_bred(mx, sh, 1);
-    for (j = threadIdx.x; j < a.n; j += blockDim.x) { float e = expf(p[j] - mx); p[j] = e; l += e; }
-    l = mf__cu_bred(l, sh, 0);
-    for (j = threadIdx.x; j < a.n; j += blockDim.x) p[j] /= l; /* as the CPU: normalised, then summed */
-    __syncthreads();
-    for (c = threadIdx.x; c < a.d; c += blockDim.x) {
-        float acc = 0;
-        for (j = 0; j < a.n; j++) acc += p[j] * v[base + j * a.sj + c];
-        o[(long long)bh * a.d + c] = acc;
-    }
-    if (threadIdx.x == 0) lse[bh] = mx + logf(l);
-}
-/* backward, one block per (b, h): a_j from the lse, g_j = scale a_j (dout . v_j - dout . o) into
-   G [bh][n] and a_j into Pr [bh][n] (for the dk / dv / dr / ds kernels); dq += sum_j g_j k_j, then
-   += sum_j g_j r_j (the CPU's order); kg [bh][d] = sum_j g_j k_j (for du; may be NULL).
-   shared: q [d], q + u [d], dout [d], g [n] */
-static __global__ void mf__k_fba_bwd_row(const float *q, const float *u, const float *k, const float *v, const float *r,
-                                         const float *s, const float *o, const float *lse, const float *dout, float *G,
-                                         float *Pr, float *dq, float *kg, mf__cu_fba a) {
-    MF_DYN_SMEM(float, sm);
-    float *qq = sm, *qu = sm + a.d, *go = sm + 2 * a.d, *g = sm + 3 * a.d, Dd = 0, L = lse[blockIdx.x];
-    int bh = blockIdx.x, b = bh / a.H, h = bh % a.H, j, c;
-    long long base = b * a.sb + h * a.sh, r0 = a.P - a.n;
-    mf__cu_fba_load_q(q, u, qq, qu, bh, h, a.d);
-    for (c = threadIdx.x; c < a.d; c += blockDim.x) go[c] = dout[(long long)bh * a.d + c];
-    for (c = 0; c < a.d; c++) Dd += dout[(long long)bh * a.d + c] * o[(long long)bh * a.d + c]; /* every thread */
-    __syncthreads();
-    for (j = threadIdx.x; j < a.n; j += blockDim.x) {
-        const float *vj = v + base + j * a.sj;
-        float pj = expf(mf__cu_fba_score(qu, qq, k + base + j * a.sj, r + ((r0 + j) * a.H + h) * a.d,
-                                         s[(r0 + j) * a.H + h], a.d, a.scale) - L), dp = 0;
-        for (c = 0; c < a.d; c++) dp += go[c] * vj[c];
-        g[j] = a.scale * pj * (dp - Dd);
-        G[(long long)bh * a.n + j] = g[j];
-        Pr[(long long)bh * a.n + j] = pj;
-    }
-    __syncthreads();
-    for (c = threadIdx.x; c < a.d; c += blockDim.x) {
-        float ks = 0, rs = 0;
-        for (j = 0; j < a.n; j++) ks += g[j] * k[base + j * a.sj + c];
-        for (j = 0; j < a.n; j++) rs += g[j] * r[((r0 + j) * a.H + h) * a.d + c];
-        if (dq) dq[(long long)bh * a.d + c] = (dq[(long long)bh * a.d + c] + ks) + rs;
-        if (kg) kg[(long long)bh * a.d + c] = ks;
-    }
-}
-/* dk_j += g_j (q + u), dv_j += a_j dout: one thread per (b, h, j, c); dk or dv may be NULL */
-static __global__ void mf__k_fba_bwd_kv(const float *q, const float *u, const float *dout, const float *G,
-                                        const float *Pr, float *dk, float *dv, mf__cu_fba a, long long n) {
-    MF__CU_LOOP(e, n) {
-        long long c = e % a.d, j = (e / a.d) % a.n, bh = e / ((long long)a.d * a.n), b = bh / a.H, h = bh % a.H;
-        long long at = b * a.sb + h * a.sh + j * a.sj + c;
-        if (dk) dk[at] += G[bh * a.n + j] * (q[bh * a.d + c] + u[h * a.d + c]);
-        if (dv) dv[at] += Pr[bh * a.n + j] * dout[bh * a.d + c];
-    }
-}
-/* dr [(rb + j) H + h][c] += sum_b g_bj q_b[c], ds [(rb + j) H + h] += g_bj (b in order): one thread per
-   (h, j, c), the ds update by c == 0; B batch rows */
-static __global__ void mf__k_fba_bwd_tab(const float *q, const float *G, float *dr, float *ds, int B, mf__cu_fba a,
-                                         long long n) {
-    MF__CU_LOOP(e, n) {
-        long long c = e % a.d, j = (e / a.d) % a.n, h = e / ((long long)a.d * a.n), row = (a.rb + j) * a.H + h;
-        float acc = 0;
-        int b;
-        for (b = 0; b < B; b++) acc += G[((long long)b * a.H + h) * a.n + j] * q[((long long)b * a.H + h) * a.d + c];
-        if (dr) dr[row * a.d + c] += acc;
-        if (ds && c == 0) {
-            float sv = ds[row];
-            for (b = 0; b < B; b++) sv += G[((long long)b * a.H + h) * a.n + j];
-            ds[row] = sv;
-        }
-    }
-}
-/* du [h][c] += kg_b [h][c], b in order */
-static __global__ void mf__k_fba_bwd_u(float *du, const float *kg, int B, int H, int d) {
-    MF__CU_LOOP(e, (long long)H * d) {
-        float acc = du[e];
-        for (int b = 0; b < B; b++) acc += kg[(long long)b * H * d + e];
-        du[e] = acc;
-    }
-}
-
-/* the attention of one call (B batch rows): forward, or backward into the given gradients (NULL:
-   not wanted). G, Pr: [B H n] scratch, kg [B H d] scratch (for du). */
-typedef struct {
-    const float *q, *u, *k, *v, *r, *s;
-    float *o, *lse;
-    const float *dout;
-    float *dq, *du, *dk, *dv, *dr, *ds, *G, *Pr, *kg;
-} mf__cu_fba_io;
-#define MF__CU_FBA_FIX "use fewer memory slots (a smaller max_seq) or smaller heads"
-static int mf__cu_fba_run(mf_ctx *ctx, const char *op, const mf__cu_fba *a, int B, const mf__cu_fba_io *x, int backward) {
-    unsigned blocks = (unsigned)(B * a->H);
-    int th = mf__cu_fba_threads(a->n, a->d);
-    size_t smem = (size_t)((backward ? 3 : 2) * a->d + a->n) * sizeof(float);
-    long long nkv = (long long)blocks * a->n * a->d, ntab = (long long)a->H * a->n * a->d;
-    if (!backward) {
-        if (mf__cu_smem(ctx, mf__k_fba_fwd, smem, op, "the forward", MF__CU_FBA_FIX) < 0) return -1;
-        return MF__CU_RUN(ctx, op, mf__k_fba_fwd, blocks, th, smem, x->q, x->u, x->k, x->v, x->r, x->s, x->o, x->lse, *a);
-    }
-    if (mf__cu_smem(ctx, mf__k_fba_bwd_row, smem, op, "the backward", MF__CU_FBA_FIX) < 0 ||
-        MF__CU_RUN(ctx, op, mf__k_fba_bwd_row, blocks, th, smem, x->q, x->u, x->k, x->v, x->r, x->s,
-                   (const float *)x->o, (const float *)x->lse, x->dout, x->G, x->Pr, x->dq, x->du ? x->kg : (float *)NULL,
-                   *a) < 0)
-        return -1;
-    if ((x->dk || x->dv) && MF__CU_RUN(ctx, op, mf__k_fba_bwd_kv, MF__CU_FB_EW(nkv), x->q, x->u, x->dout, (const float *)x->G,
-                                       (const float *)x->Pr, x->dk, x->dv, *a, nkv) < 0)
-        return -1;
-    if ((x->dr || x->ds) &&
-        MF__CU_RUN(ctx, op, mf__k_fba_bwd_tab, MF__CU_FB_EW(ntab), x->q, (const float *)x->G, x->dr, x->ds, B, *a, ntab) < 0)
-        return -1;
-    if (x->du && MF__CU_RUN(ctx, op, mf__k_fba_bwd_u, MF__CU_FB_EW(a->H * a->d), x->du, (const float *)x->kg, B, a->H, a->d) < 0)
-        return -1;
-    return 0;
-}
-
-/* ---- the feedback_attention op: q [B, H, dk], k, v [B, H, n, dk], u [H, dk], r [P, H, dk], s [P, H];
-   saved: lse [B H] */
-static mf__cu_fba mf__cu_fba_op_view(const mf_tensor *out) {
-    const mf_tensor *q = out->src[0], *k = out->src[1];
-    mf__cu_fba a;
-    a.H = q->shape[1]; a.d = q->shape[2]; a.n = k->shape[2]; a.P = out->src[4]->shape[0]; a.rb = a.P - a.n;
-    a.sj = a.d; a.sh = (long long)a.n * a.d; a.sb = a.sh * a.H; a.scale = out->farg[0];
-    return a;
-}
-static void mf__cu_fba_op_io(const mf_tensor *out, mf__cu_fba_io *x) {
-    memset(x, 0, sizeof *x);
-    x->q = out->src[0]->data; x->k = out->src[1]->data; x->v = out->src[2]->data; x->u = out->src[3]->data;
-    x->r = out->src[4]->data; x->s = out->src[5]->data; x->o = out->data; x->lse = out->saved;
-}
-static int mf__cu_fba_fwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__cu_fba a = mf__cu_fba_op_view(out);
-    mf__cu_fba_io x;
-    int B = out->shape[0];
-    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)B * a.H * sizeof(float)))) return -1;
-    mf__cu_fba_op_io(out, &x);
-    return mf__cu_fba_run(ctx, "feedback_attention", &a, B, &x, 0);
-}
-static int mf__cu_fba_bwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__cu_fba a = mf__cu_fba_op_view(out);
-    mf__cu_fba_io x;
-    int B = out->shape[0];
-    size_t rows = (size_t)B * a.H;
-    mf__cu_fba_op_io(out, &x);
-    x.dout = out->grad;
-    x.dq = mf__g(out->src[0]); x.dk = mf__g(out->src[1]); x.dv = mf__g(out->src[2]); x.du = mf__g(out->src[3]);
-    x.dr = mf__g(out->src[4]); x.ds = mf__g(out->src[5]);
-    x.G = (float *)mf__cu_arena(ctx, rows * a.n * sizeof(float));
-    x.Pr = (float *)mf__cu_arena(ctx, rows * a.n * sizeof(float));
-    x.kg = (float *)mf__cu_arena(ctx, rows * a.d * sizeof(float));
-    if (!x.G || !x.Pr || !x.kg) return -1;
-    return mf__cu_fba_run(ctx, "feedback_attention (backward)", &a, B, &x, 1);
-}
-
-/* ---- the recurrence's small kernels ------------------------------------------------------------- */
-/* softmax(w) [n] on the device (one thread: n = layers + 1), as the CPU */
-static __global__ void mf__k_fb_softmax_w(float *sw, const float *w, int n) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    float mx = -INFINITY, sum = 0;
-    int l;
-    for (l = 0; l < n; l++) mx = w[l] > mx ? w[l] : mx;
-    for (l = 0; l < n; l++) sum += sw[l] = expf(w[l] - mx);
-    for (l = 0; l < n; l++) sw[l] /= sum;
-}
-/* dw_l += sw_l (dsw_l - sum_j sw_j dsw_j) (softmax backward, one thread) */
-static __global__ void mf__k_fb_softmax_w_bwd(float *gw, const float *sw, const float *dsw, int n) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    float dot = 0;
-    int l;
-    for (l = 0; l < n; l++) dot += sw[l] * dsw[l];
-    for (l = 0; l < n; l++) gw[l] += sw[l] * (dsw[l] - dot);
-}
-/* step-major y [nt][B][D] = x [B][T][D] from step t0 (to_bt 0), or x step-major into y [B][T][D]
-   (to_bt 1, add: +=); n = nt B D */
-static __global__ void mf__k_fb_bt(float *y, const float *x, int B, int T, int D, int t0, long long n, int to_bt, int add) {
-    MF__CU_LOOP(e, n) {
-        long long tt = e / ((long long)B * D), b = (e / D) % B, c = e % D, bt = (b * T + t0 + tt) * D + c;
-        if (!to_bt) y[e] = x[bt];
-        else if (add) y[bt] += x[e];
-        else y[bt] = x[e];
-    }
-}
-/* y = (res ? res + : ) dropout(x) with the RNG counters base + e of the call's stream (those of
-   mf__fb_dropout); p = 0: no dropout */
-static __global__ void mf__k_fb_drop(float *y, const float *res, const float *x, long long n, float p,
-                                     unsigned long long seed, unsigned long long stream, long long base) {
-    MF__CU_LOOP(e, n) {
-        float v = x[e];
-        if (p > 0.0f) v = mf__uniform(seed, stream, (uint64_t)(base + e)) >= p ? v * (1.0f / (1.0f - p)) : 0.0f;
-        y[e] = res ? res[e] + v : v;
-    }
-}
-/* m_t = sum_l sw[l] hs[l] (hs[l] at l stride; n = B D) */
-static __global__ void mf__k_fb_mem(float *mem, const float *hs, const float *sw, int nl, long long stride, long long n) {
-    MF__CU_LOOP(e, n) {
-        float acc = 0;
-        for (int l = 0; l < nl; l++) acc += sw[l] * hs[l * stride + e];
-        mem[e] = acc;
-    }
-}
-/* dsw[l] += dm . hs[l] over n values; one block per l */
-static __global__ void mf__k_fb_dsw(float *dsw, const float *dm, const float *hs, long long stride, long long n) {
-    __shared__ float sh[32];
-    const float *h = hs + blockIdx.x * stride;
-    float s = 0;
-    for (long long e = threadIdx.x; e < n; e += blockDim.x) s += dm[e] * h[e];
-    s = mf__cu_bred(s, sh, 0);
-    if (threadIdx.x == 0) dsw[blockIdx.x] += s;
-}
-/* dh [B][D] = dout[b][t] (+ sw[nl] dm when dm) */
-static __global__ void mf__k_fb_dh(float *dh, const float *dout, const float *dm, const float *sw, int nl, int T, int D,
-                                   int t, long long n) {
-    MF__CU_LOOP(e, n) {
-        long long b = e / D, c = e % D;
-        float v = dout[(b * T + t) * D + c];
-        if (dm) v += sw[nl] * dm[e];
-        dh[e] = v;
-    }
-}
-/* y += a[0] x (a on the device) */
-static __global__ void mf__k_fb_axpy(float *y, const float *a, const float *x, long long n) {
-    MF__CU_LOOP(e, n) y[e] += a[0] * x[e];
-}
-
-/* ---- forward ------------------------------------------------------------------------------------- */
-#define MF__CU_FB_OP "feedback"
-static unsigned long long mf__cu_fb_seed(const mf_ctx *ctx) { return (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL); }
-/* y = x [rows][in] W^T (+ b): cuBLAS and the bias kernel */
-static int mf__cu_fb_linear(mf_ctx *ctx, const char *op, const float *x, const mf_tensor *w, const mf_tensor *b, int rows,
-                            float *y) {
-    int out = w->shape[0], in = w->shape[1];
-    if (mf__cu_gemm(ctx, op, 0, 1, rows, out, in, x, 0, w->data, 0, 0.0f, y, 0, 1) < 0) return -1;
-    return b ? MF__CU_RUN(ctx, op, mf__k_bias_add, MF__CU_FB_EW((long long)rows * out), y, (const float *)b->data,
-                          (long long)rows * out, out) : 0;
-}
-/* y = (res +) dropout of the [B][w] block (site, l, t) of x */
-static int mf__cu_fb_drop(mf_ctx *ctx, const char *op, const mf__fb_fwd *f, int site, int l, int t, float *y,
-                          const float *res, const float *x, int w) {
-    long long n = (long long)f->B * w;
-    if (f->drop <= 0.0f && !res && y == x) return 0;
-    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__CU_FB_EW(n), y, res, x, n, f->drop, mf__cu_fb_seed(ctx),
-                      (unsigned long long)f->stream, (long long)mf__fb_drop_base(f, site, l, t));
-}
-/* the attention view of layer l at a step with n slots (the stack [nblk][cap][B][D]) */
-static mf__cu_fba mf__cu_fb_view(const mf__fb_fwd *f, int n) {
-    const mf_model_config *c = &f->m->cfg;
-    mf__cu_fba a;
-    a.H = c->n_heads; a.d = c->d_model / c->n_heads; a.n = n; a.P = MF__FB_P; a.rb = f->T - n;
-    a.sb = c->d_model; a.sh = a.d; a.sj = (long long)f->B * c->d_model; a.scale = 1.0f / sqrtf((float)a.d);
-    return a;
-}
-static float *mf__cu_fb_slot(const mf__fb_fwd *f, float *stack, int blk, int n) {
-    return stack + ((long long)blk * f->cap + n) * f->B * f->m->cfg.d_model;
-}
-static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
-    const mf_model_config *c = &f->m->cfg;
-    const char *op = MF__CU_FB_OP;
-    int B = f->B, D = c->d_model, F = c->d_ff, N = c->n_layers, n = f->pos0 + t, l, i;
-    long long bd = (long long)B * D;
-    float *mem = f->mem + t * bd;
-    for (l = 0; l < N; l++) {
-        mf__layer *L = &f->m->layers[l];
-        float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
-        float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
-        if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
-            float *z = MF__FB_AT(f, f->z, l, t, D), *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D);
-            int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
-            mf__cu_fba a = mf__cu_fb_view(f, n);
-            mf__cu_fba_io io;
-            memset(&io, 0, sizeof io);
-            io.q = q; io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
-            io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
-            io.o = o; io.lse = MF__FB_AT(f, f->lse, l, t, c->n_heads);
-            if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, z, MF__FB_AT(f, f->st1, l, t, 2),
-                           (const float *)x, (const float *)L->ln1_w->data, (const float *)L->ln1_b->data, D, c->ln_eps) < 0 ||
-                mf__cu_fb_linear(ctx, op, z, L->wq, NULL, B, q) < 0 || mf__cu_fba_run(ctx, op, &a, B, &io, 0) < 0 ||
-                mf__cu_fb_linear(ctx, op, o, L->wo, L->bo, B, f->tmp) < 0 ||
-                mf__cu_fb_drop(ctx, op, f, 0, l, t, xm, x, f->tmp, D) < 0)
-                return -1;
-        } else if (mf__cu_copy(ctx, xm, x, (size_t)bd * sizeof(float), MF__D2D) < 0) return -1; /* no memory yet */
-        /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
-        if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, y2, MF__FB_AT(f, f->st2, l, t, 2),
-                       (const float *)xm, (const float *)L->ln2_w->data, (const float *)L->ln2_b->data, D, c->ln_eps) < 0 ||
-            mf__cu_fb_linear(ctx, op, y2, L->fc1_w, L->fc1_b, B, a1) < 0 ||
-            MF__CU_RUN(ctx, op, mf__k_unary, MF__CU_FB_EW((long long)B * F), g1, (const float *)a1, (long long)B * F,
-                       mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
-            mf__cu_fb_drop(ctx, op, f, 1, l, t, g1, NULL, g1, F) < 0 ||
-            mf__cu_fb_linear(ctx, op, g1, L->fc2_w, L->fc2_b, B, f->tmp) < 0 ||
-            mf__cu_fb_drop(ctx, op, f, 2, l, t, y, xm, f->tmp, D) < 0)
-            return -1;
-    }
-    /* m_t and its keys / values, written straight into slot n of every block */
-    if (MF__CU_RUN(ctx, op, mf__k_fb_mem, MF__CU_FB_EW(bd), mem, (const float *)MF__FB_AT(f, f->hs, 0, t, D),
-                   (const float *)f->sw, N + 1, (long long)f->T * bd, bd) < 0)
-        return -1;
-    if (t < f->T - 1 || f->gen)
-        for (i = 0; i < mf__fb_nblk(f->m); i++) {
-            mf_tensor *w, *bias;
-            mf__fb_kv_block(f->m, i, &w, &bias);
-            if (mf__cu_fb_linear(ctx, op, mem, w, bias, B, mf__cu_fb_slot(f, f->slots, i, n)) < 0) return -1;
-        }
-    return 0;
-}
-static int mf__cu_fb_fwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
-    const mf_model_config *c = &f->m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t;
-    size_t tb = (size_t)T * B, fl = sizeof(float);
-    const char *op = MF__CU_FB_OP;
-    f->sw = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * fl);
-    f->hs = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * tb * D * fl);
-    f->z = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->q = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->o = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->xm = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->y2 = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->a1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
-    f->g1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
-    f->st1 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
-    f->st2 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
-    f->lse = (float *)mf__cu_arena(ctx, N * tb * H * fl);
-    f->mem = (float *)mf__cu_arena(ctx, tb * D * fl);
-    f->tmp = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
-    if (!f->gen) f->slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
-    if (!mf_ok(ctx)) return -1;
-    if (MF__CU_RUN(ctx, op, mf__k_fb_softmax_w, 1, 32, 0, f->sw, (const float *)f->m->fb_w->data, N + 1) < 0 ||
-        MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__CU_FB_EW(tb * D), f->hs, (const float *)out->src[0]->data, B, T, D, 0,
-                   (long long)(tb * D), 0, 0) < 0)
-        return -1;
-    for (t = 0; t < T; t++) /* the token loop: no host synchronisation (see the section comment) */
-        if (mf__cu_fb_step(ctx, f, t) < 0) return -1;
-    return MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__CU_FB_EW(tb * D), out->data, (const float *)MF__FB_AT(f, f->hs, N, 0, D), B, T,
-                      D, 0, (long long)(tb * D), 1, 0);
-}
-
-/* ---- backward ------------------------------------------------------------------------------------ */
-typedef struct {
-    float *slots;          /* [nblk][T][B][D] gradients of the slots' keys / values */
-    float *rh, *sh;        /* [N][T][H][dk], [N][T][H] gradients of the tables' last T rows */
-    float *q, *ao, *fo;    /* [N][T][B][D] d query, d attention branch, d FFN branch */
-    float *a1;             /* [N][T][B][F] d FFN pre-activation */
-    float *ln1, *ln2;      /* [N][T][B][D] d LN_att / LN_ff output (their gamma / beta at the end) */
-    float *dsw;            /* [N + 1] d softmax(w) */
-    float *dh, *dm, *dd;   /* [B][D] step scratch */
-    float *df;             /* [B][F] step scratch */
-    float *G, *Pr, *kg;    /* attention backward scratch [B H T], [B H T], [B H dk] */
-} mf__cu_fb_grads;
-
-/* dh += the LayerNorm backward (x rows of B, the LN's gamma, stats st) of dy */
-static int mf__cu_fb_ln_bwd(mf_ctx *ctx, const char *op, float *dh, const float *x, const float *dy,
-                            const mf_tensor *gm, const float *st, int B, int D) {
-    return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_x, (unsigned)B, MF__CU_ROW, 0, dh, x, dy,
-                      (const float *)(gm ? gm->data : NULL), st, D);
-}
-static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads *g, const float *dout, float *dx, int t) {
-    const mf_model_config *c = &f->m->cfg;
-    const char *op = MF__CU_FB_OP " (backward)";
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i, has_dm = t < T - 1;
-    long long bd = (long long)B * D;
-    if (has_dm) { /* the readers of slot t are done: dm_t = sum_blk dK|dV_t W_blk; dsw[l] += dm_t . hs_t[l] */
-        for (i = 0; i < mf__fb_nblk(f->m); i++) {
-            mf_tensor *w, *bias;
-            mf__fb_kv_block(f->m, i, &w, &bias);
-            if (mf__cu_gemm(ctx, op, 0, 0, B, D, D, g->slots + ((long long)i * T + t) * bd, 0, w->data, 0, i ? 1.0f : 0.0f,
-                            g->dm, 0, 1) < 0)
-                return -1;
-        }
-        if (MF__CU_RUN(ctx, op, mf__k_fb_dsw, (unsigned)(N + 1), MF__CU_ROW, 0, g->dsw, (const float *)g->dm,
-                       (const float *)MF__FB_AT(f, f->hs, 0, t, D), (long long)T * bd, bd) < 0)
-            return -1;
-    }
-    if (MF__CU_RUN(ctx, op, mf__k_fb_dh, MF__CU_FB_EW(bd), g->dh, dout, (const float *)(has_dm ? g->dm : NULL),
-                   (const float *)f->sw, N, T, D, t, bd) < 0)
-        return -1;
-    for (l = N - 1; l >= 0; l--) {
-        mf__layer *L = &f->m->layers[l];
-        float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F), *dln2 = MF__FB_AT(f, g->ln2, l, t, D);
-        /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
-        if (mf__cu_fb_drop(ctx, op, f, 2, l, t, fo, NULL, g->dh, D) < 0 ||
-            mf__cu_gemm(ctx, op, 0, 0, B, F, D, fo, 0, L->fc2_w->data, 0, 0.0f, g->df, 0, 1) < 0 ||
-            mf__cu_fb_drop(ctx, op, f, 1, l, t, g->df, NULL, g->df, F) < 0 ||
-            MF__CU_RUN(ctx, op, mf__k_unary_bwd, MF__CU_FB_EW((long long)B * F), da1, (const float *)MF__FB_AT(f, f->a1, l, t, F),
-                       (const float *)MF__FB_AT(f, f->g1, l, t, F), (const float *)g->df, (long long)B * F,
-                       mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
-            mf__cu_gemm(ctx, op, 0, 0, B, D, F, da1, 0, L->fc1_w->data, 0, 0.0f, dln2, 0, 1) < 0 ||
-            mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->xm, l, t, D), dln2, L->ln2_w, MF__FB_AT(f, f->st2, l, t, 2), B, D) < 0)
-            return -1;
-        if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
-            float *ao = MF__FB_AT(f, g->ao, l, t, D), *dq = MF__FB_AT(f, g->q, l, t, D), *dln1 = MF__FB_AT(f, g->ln1, l, t, D);
-            int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
-            mf__cu_fba a = mf__cu_fb_view(f, t);
-            mf__cu_fba_io io;
-            memset(&io, 0, sizeof io);
-            io.q = MF__FB_AT(f, f->q, l, t, D); io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
-            io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
-            io.o = MF__FB_AT(f, f->o, l, t, D); io.lse = MF__FB_AT(f, f->lse, l, t, H);
-            io.dout = g->dd; io.dq = dq; io.du = mf__g(L->rel_u);
-            io.dk = g->slots + (long long)kv * T * bd; io.dv = g->slots + (long long)(kv + 1) * T * bd;
-            io.dr = g->rh + (long long)l * T * D; io.ds = g->sh + (long long)l * T * H;
-            io.G = g->G; io.Pr = g->Pr; io.kg = g->kg;
-            if (mf__cu_fb_drop(ctx, op, f, 0, l, t, ao, NULL, g->dh, D) < 0 ||
-                mf__cu_gemm(ctx, op, 0, 0, B, D, D, ao, 0, L->wo->data, 0, 0.0f, g->dd, 0, 1) < 0 ||
-                mf__cu_fba_run(ctx, op, &a, B, &io, 1) < 0 ||
-                mf__cu_gemm(ctx, op, 0, 0, B, D, D, dq, 0, L->wq->data, 0, 0.0f, dln1, 0, 1) < 0 ||
-                mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->hs, l, t, D), dln1, L->ln1_w, MF__FB_AT(f, f->st1, l, t, 2), B, D) < 0)
-                return -1;
-        }
-        if (has_dm && MF__CU_RUN(ctx, op, mf__k_fb_axpy, MF__CU_FB_EW(bd), g->dh, (const float *)(f->sw + l), (const float *)g->dm, bd) < 0)
-            return -1; /* hs_t[l] also feeds m_t */
-    }
-    return dx ? MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__CU_FB_EW(bd), dx, (const float *)g->dh, B, T, D, t, bd, 1, 1) : 0;
-}
-/* dW += dY^T X over rows (one GEMM), db += column sums (rows in order) */
-static int mf__cu_fb_wgrad(mf_ctx *ctx, mf_tensor *w, mf_tensor *b, const float *dy, const float *x, int rows) {
-    const char *op = MF__CU_FB_OP " (backward)";
-    int out = w->shape[0], in = w->shape[1];
-    float *gw = mf__g(w), *gb = mf__g(b);
-    if (rows <= 0) return 0;
-    if (gw && mf__cu_gemm(ctx, op, 1, 0, out, in, rows, dy, 0, x, 0, 1.0f, gw, 0, 1) < 0) return -1;
-    return gb ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__CU_FB_EW(out), gb, dy, (long long)rows, out) : 0;
-}
-/* LayerNorm gamma / beta of rows x [rows][D] with output gradients dy and stats st */
-static int mf__cu_fb_ln_wgrad(mf_ctx *ctx, const mf_tensor *gm, const mf_tensor *bt, const float *x, const float *dy,
-                              const float *st, int rows, int D) {
-    float *dg = mf__g(gm), *db = mf__g(bt);
-    if (rows <= 0 || (!dg && !db)) return 0;
-    return MF__CU_RUN(ctx, MF__CU_FB_OP " (backward)", mf__k_layernorm_bwd_gb, MF__CU_FB_EW(D), dg, db, x, dy, st,
-                      (long long)rows, D);
-}
-/* the weight gradients of all steps at once */
-static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_fb_grads *g) {
-    mf_model *m = f->m;
-    const mf_model_config *c = &m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i;
-    long long tb = (long long)T * B, bd = (long long)B * D;
-    int r0 = (int)tb, r1 = (int)(tb - B); /* rows of all steps, of steps 1 .. T-1 */
-    const char *op = MF__CU_FB_OP " (backward)";
-    for (l = 0; l < N; l++) {
-        mf__layer *L = &m->layers[l];
-        long long at = (long long)l * tb * D, af = (long long)l * tb * F, as = (long long)l * tb * 2;
-        float *gr = mf__g(L->rel_r), *gs = mf__g(L->rel_s);
-        if (mf__cu_fb_wgrad(ctx, L->wq, NULL, g->q + at + bd, f->z + at + bd, r1) < 0 ||
-            mf__cu_fb_wgrad(ctx, L->wo, L->bo, g->ao + at + bd, f->o + at + bd, r1) < 0 ||
-            mf__cu_fb_wgrad(ctx, L->fc1_w, L->fc1_b, g->a1 + af, f->y2 + at, r0) < 0 ||
-            mf__cu_fb_wgrad(ctx, L->fc2_w, L->fc2_b, g->fo + at, f->g1 + af, r0) < 0 ||
-            mf__cu_fb_ln_wgrad(ctx, L->ln2_w, L->ln2_b, f->xm + at, g->ln2 + at, f->st2 + as, r0, D) < 0 ||
-            mf__cu_fb_ln_wgrad(ctx, L->ln1_w, L->ln1_b, f->hs + at + bd, g->ln1 + at + bd, f->st1 + as + 2 * B, r1, D) < 0)
-            return -1;
-        if (gr && MF__CU_RUN(ctx, op, mf__k_add_to, MF__CU_FB_EW((long long)T * D), gr + (long long)(MF__FB_P - T) * D,
-                             (const float *)(g->rh + (long long)l * T * D), (long long)T * D) < 0)
-            return -1;
-        if (gs && MF__CU_RUN(ctx, op, mf__k_add_to, MF__CU_FB_EW((long long)T * H), gs + (long long)(MF__FB_P - T) * H,
-                             (const float *)(g->sh + (long long)l * T * H), (long long)T * H) < 0)
-            return -1;
-    }
-    for (i = 0; i < mf__fb_nblk(m); i++) { /* slots 0 .. T-2 are read */
-        mf_tensor *w, *bias;
-        mf__fb_kv_block(m, i, &w, &bias);
-        if (mf__cu_fb_wgrad(ctx, w, bias, g->slots + (long long)i * tb * D, f->mem, r1) < 0) return -1;
-    }
-    return mf__g(m->fb_w) ? MF__CU_RUN(ctx, op, mf__k_fb_softmax_w_bwd, 1, 32, 0, mf__g(m->fb_w), (const float *)f->sw,
-                                       (const float *)g->dsw, N + 1) : 0;
-}
-static int mf__cu_fb_bwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf__fb_fwd *f = (const mf__fb_fwd *)out->aux;
-    const mf_model_config *c = &f->m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t;
-    size_t tb = (size_t)T * B, fl = sizeof(float), nd = N * tb * D * fl;
-    mf__cu_fb_grads g;
-    if (f->gen || f->pos0 != 0) return (mf__fail(ctx, "feedback: generation steps have no backward"), -1);
-    g.slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
-    g.rh = (float *)mf__cu_arena(ctx, (size_t)N * T * D * fl);
-    g.sh = (float *)mf__cu_arena(ctx, (size_t)N * T * H * fl);
-    g.q = (float *)mf__cu_arena(ctx, nd);
-    g.ao = (float *)mf__cu_arena(ctx, nd);
-    g.fo = (float *)mf__cu_arena(ctx, nd);
-    g.ln1 = (float *)mf__cu_arena(ctx, nd);
-    g.ln2 = (float *)mf__cu_arena(ctx, nd);
-    g.a1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
-    g.dsw = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * fl);
-    g.dh = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
-    g.dm = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
-    g.dd = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
-    g.df = (float *)mf__cu_arena(ctx, (size_t)B * F * fl);
-    g.G = (float *)mf__cu_arena(ctx, tb * H * fl);
-    g.Pr = (float *)mf__cu_arena(ctx, tb * H * fl);
-    g.kg = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
-    if (!mf_ok(ctx)) return -1;
-    /* zeroed once: the slot, table and dsw gradients accumulate over the steps; dq and da1 are
-       added into once per (layer, step) */
-    if (mf__cu_zero(ctx, g.slots, (size_t)mf__fb_nblk(f->m) * tb * D * fl) < 0 ||
-        mf__cu_zero(ctx, g.rh, (size_t)N * T * D * fl) < 0 || mf__cu_zero(ctx, g.sh, (size_t)N * T * H * fl) < 0 ||
-        mf__cu_zero(ctx, g.q, nd) < 0 || mf__cu_zero(ctx, g.a1, N * tb * F * fl) < 0 ||
-        mf__cu_zero(ctx, g.dsw, (size_t)(N + 1) * fl) < 0)
-        return -1;
-    for (t = T - 1; t >= 0; t--) /* the token loop in reverse: no host synchronisation */
-        if (mf__cu_fb_step_bwd(ctx, f, &g, out->grad, mf__g(out->src[0]), t) < 0) return -1;
-    return mf__cu_fb_weights_bwd(ctx, f, &g);
-}
-
-/* ==== [cu:xl] Transformer-XL relative attention (mf_rel_attention) ============================ */
+/* ==== [cu:xl] =============================================================================== */
+#ifndef METAFORMER_NO_XL
+/* Transformer-XL relative attention (mf_rel_attention). */
 /* FlashAttention-2 style kernels for the relative attention of SPEC 5.2 (the CPU twin is
    mf__rel_attention_forward / _backward in [mf:xl]): no Tq x Tk tensor is ever stored.
      score[i][j] = scale * ((q_i + u) . k_j + q_i . R[rho] + S[rho]),  rho = P + j - i - M,
@@ -2042,10 +1857,13 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
         return -1;
     return 0;
 }
+#endif /* METAFORMER_NO_XL */
 
-/* ==== [cu:fastweights] DPFP, fast weights (delta rule) and linear attention ================== */
+/* ==== [cu:fastweights] ====================================================================== */
+#ifndef METAFORMER_NO_FASTWEIGHTS
+/* DPFP, fast weights (delta rule) and linear attention. */
 /* The CUDA twins of [mf:fastweights] in metaformer.h (mf_dpfp, mf_fast_weights, mf_linear_attention;
-   mf_elu1 is a kind of the unary kernel above). Same math, same forms, same selection (iarg[0]:
+   mf_elu1 is a kind of the unary kernel of [cu:ops]). Same math, same forms, same selection (iarg[0]:
    1 = recurrent, C > 1 = chunkwise by C, resolved by the shape check from the caller's chunk), so CPU
    and GPU agree to float rounding. Every kernel is deterministic: each output element is summed by
    one thread in a fixed order; the value-column slices of the recurrent backward write partial
@@ -2733,8 +2551,583 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
                           (const float *)b.Gm, dy, gq, gk, gv, gb);
     }
 }
+#endif /* METAFORMER_NO_FASTWEIGHTS */
 
-/* ==== optimizers and clipping over the flat buffers =========================================== */
+/* ==== [cu:feedback] ========================================================================= */
+#ifndef METAFORMER_NO_FEEDBACK
+/* The feedback transformer: feedback attention and the token recurrence. */
+/* CUDA twin of [mf:feedback] (SPEC.md section 8). Same structure as the CPU: the whole recurrence is
+   ONE tape node ("feedback") with an explicit backward in reverse time; only the buffers differ.
+
+   Where things live: every per-call buffer (the step-major activations [layer][T][B][...], the
+   key/value slot stack, the backward's gradients) is taken from the device arena once, before the
+   token loop; the generation slots are a device buffer in mf__fb_state (mf__dmalloc). The slot stack
+   is [nblk][cap][B][D]: slot n of a block is one contiguous [B][D] matrix, so the per-step key/value
+   projection is one cuBLAS GEMM written straight into the stack (no copy kernel), and the backward's
+   slot gradients dK_t / dV_t are read the same way. The weights are used in place (cuBLAS takes
+   either transpose; nothing is packed).
+
+   A step (per layer): LayerNorm (mf__k_layernorm), q = z Wq^T (cuBLAS), the feedback attention of
+   every (batch row, head) over the stack (mf__k_fba_fwd), out-projection (cuBLAS + bias), residual
+   with dropout (mf__k_fb_drop), LayerNorm, fc1 (cuBLAS + bias), activation (mf__k_unary), dropout,
+   fc2, residual; then the memory m_t (mf__k_fb_mem) and its keys / values (one GEMM per block).
+   The backward of step t mirrors it (dK|dV_t W, dsw, layers in reverse, the attention backward in
+   four deterministic kernels) and keeps each weight's output gradient; every weight gets ONE GEMM
+   over all T*B rows at the end, LayerNorm gamma/beta one column-sum kernel.
+
+   No host synchronisation inside the token loop: it issues only kernel launches (MF__CU_RUN checks
+   them with cudaGetLastError, which does not wait; only the emulator and MF_CUDA_DEBUG builds
+   synchronise there), cuBLAS calls and cudaMemsetAsync / device-to-device cudaMemcpyAsync on the
+   context's stream; softmax(w), the layer weights and every scalar the kernels need are read on the
+   device (no value comes back to the host), and all memory is allocated before the loop.
+   tests/test_cuda_feedback.cpp counts the emulator's host transfers and synchronisations over a
+   forward and a backward to check this. CUDA Graph capture of the per-step sequence is not done. */
+
+/* the attention's view of one call: heads, head size, memory slots, table rows; key/value (b, h, j)
+   at b sb + h sh + j sj; slot j reads table row P - n + j; dr / ds rows (rb + j) */
+typedef struct { int H, d, n, P, rb; long long sb, sh, sj; float scale; } mf__cu_fba;
+
+/* scale ((q + u) . k_j + q . r_j + s_j) of slot j (qu = q + u, qq = q in shared memory) */
+static __device__ float mf__cu_fba_score(const float *qu, const float *qq, const float *kj, const float *rj, float sj,
+                                         int d, float scale) {
+    float s = 0, pos = 0;
+    int c;
+    for (c = 0; c < d; c++) s += qu[c] * kj[c];
+    for (c = 0; c < d; c++) pos += qq[c] * rj[c];
+    return scale * (s + pos + sj);
+}
+/* threads of a per-(b, h) attention block: a warp multiple covering n or d, at most MF__CU_ROW */
+static int mf__cu_fba_threads(int n, int d) {
+    int w = n > d ? n : d, t = 32;
+    while (t < w && t < MF__CU_ROW) t *= 2;
+    return t;
+}
+/* q, u into shared qq [d], qu [d] (q row bh, u row h) */
+static __device__ void mf__cu_fba_load_q(const float *q, const float *u, float *qq, float *qu, int bh, int h, int d) {
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        qq[c] = q[(long long)bh * d + c];
+        qu[c] = qq[c] + u[(long long)h * d + c];
+    }
+}
+
+/* forward, one block per (b, h): o = softmax(scores) V, lse = log-sum-exp of the scores.
+   shared: q [d], q + u [d], scores / probabilities [n] */
+static __global__ void mf__k_fba_fwd(const float *q, const float *u, const float *k, const float *v, const float *r,
+                                     const float *s, float *o, float *lse, mf__cu_fba a) {
+    __shared__ float sh[32];
+    MF_DYN_SMEM(float, sm);
+    float *qq = sm, *qu = sm + a.d, *p = sm + 2 * a.d, mx = -INFINITY, l = 0;
+    int bh = blockIdx.x, b = bh / a.H, h = bh % a.H, j, c;
+    long long base = b * a.sb + h * a.sh, r0 = a.P - a.n;
+    mf__cu_fba_load_q(q, u, qq, qu, bh, h, a.d);
+    __syncthreads();
+    for (j = threadIdx.x; j < a.n; j += blockDim.x) {
+        p[j] = mf__cu_fba_score(qu, qq, k + base + j * a.sj, r + ((r0 + j) * a.H + h) * a.d, s[(r0 + j) * a.H + h], a.d,
+                                a.scale);
+        mx = p[j] > mx ? p[j] : mx;
+    }
+    mx = mf__cu_bred(mx, sh, 1);
+    for (j = threadIdx.x; j < a.n; j += blockDim.x) { float e = expf(p[j] - mx); p[j] = e; l += e; }
+    l = mf__cu_bred(l, sh, 0);
+    for (j = threadIdx.x; j < a.n; j += blockDim.x) p[j] /= l; /* as the CPU: normalised, then summed */
+    __syncthreads();
+    for (c = threadIdx.x; c < a.d; c += blockDim.x) {
+        float acc = 0;
+        for (j = 0; j < a.n; j++) acc += p[j] * v[base + j * a.sj + c];
+        o[(long long)bh * a.d + c] = acc;
+    }
+    if (threadIdx.x == 0) lse[bh] = mx + logf(l);
+}
+/* backward, one block per (b, h): a_j from the lse, g_j = scale a_j (dout . v_j - dout . o) into
+   G [bh][n] and a_j into Pr [bh][n] (for the dk / dv / dr / ds kernels); dq += sum_j g_j k_j, then
+   += sum_j g_j r_j (the CPU's order); kg [bh][d] = sum_j g_j k_j (for du; may be NULL).
+   shared: q [d], q + u [d], dout [d], g [n] */
+static __global__ void mf__k_fba_bwd_row(const float *q, const float *u, const float *k, const float *v, const float *r,
+                                         const float *s, const float *o, const float *lse, const float *dout, float *G,
+                                         float *Pr, float *dq, float *kg, mf__cu_fba a) {
+    MF_DYN_SMEM(float, sm);
+    float *qq = sm, *qu = sm + a.d, *go = sm + 2 * a.d, *g = sm + 3 * a.d, Dd = 0, L = lse[blockIdx.x];
+    int bh = blockIdx.x, b = bh / a.H, h = bh % a.H, j, c;
+    long long base = b * a.sb + h * a.sh, r0 = a.P - a.n;
+    mf__cu_fba_load_q(q, u, qq, qu, bh, h, a.d);
+    for (c = threadIdx.x; c < a.d; c += blockDim.x) go[c] = dout[(long long)bh * a.d + c];
+    for (c = 0; c < a.d; c++) Dd += dout[(long long)bh * a.d + c] * o[(long long)bh * a.d + c]; /* every thread */
+    __syncthreads();
+    for (j = threadIdx.x; j < a.n; j += blockDim.x) {
+        const float *vj = v + base + j * a.sj;
+        float pj = expf(mf__cu_fba_score(qu, qq, k + base + j * a.sj, r + ((r0 + j) * a.H + h) * a.d,
+                                         s[(r0 + j) * a.H + h], a.d, a.scale) - L), dp = 0;
+        for (c = 0; c < a.d; c++) dp += go[c] * vj[c];
+        g[j] = a.scale * pj * (dp - Dd);
+        G[(long long)bh * a.n + j] = g[j];
+        Pr[(long long)bh * a.n + j] = pj;
+    }
+    __syncthreads();
+    for (c = threadIdx.x; c < a.d; c += blockDim.x) {
+        float ks = 0, rs = 0;
+        for (j = 0; j < a.n; j++) ks += g[j] * k[base + j * a.sj + c];
+        for (j = 0; j < a.n; j++) rs += g[j] * r[((r0 + j) * a.H + h) * a.d + c];
+        if (dq) dq[(long long)bh * a.d + c] = (dq[(long long)bh * a.d + c] + ks) + rs;
+        if (kg) kg[(long long)bh * a.d + c] = ks;
+    }
+}
+/* dk_j += g_j (q + u), dv_j += a_j dout: one thread per (b, h, j, c); dk or dv may be NULL */
+static __global__ void mf__k_fba_bwd_kv(const float *q, const float *u, const float *dout, const float *G,
+                                        const float *Pr, float *dk, float *dv, mf__cu_fba a, long long n) {
+    MF__CU_LOOP(e, n) {
+        long long c = e % a.d, j = (e / a.d) % a.n, bh = e / ((long long)a.d * a.n), b = bh / a.H, h = bh % a.H;
+        long long at = b * a.sb + h * a.sh + j * a.sj + c;
+        if (dk) dk[at] += G[bh * a.n + j] * (q[bh * a.d + c] + u[h * a.d + c]);
+        if (dv) dv[at] += Pr[bh * a.n + j] * dout[bh * a.d + c];
+    }
+}
+/* dr [(rb + j) H + h][c] += sum_b g_bj q_b[c], ds [(rb + j) H + h] += g_bj (b in order): one thread per
+   (h, j, c), the ds update by c == 0; B batch rows */
+static __global__ void mf__k_fba_bwd_tab(const float *q, const float *G, float *dr, float *ds, int B, mf__cu_fba a,
+                                         long long n) {
+    MF__CU_LOOP(e, n) {
+        long long c = e % a.d, j = (e / a.d) % a.n, h = e / ((long long)a.d * a.n), row = (a.rb + j) * a.H + h;
+        float acc = 0;
+        int b;
+        for (b = 0; b < B; b++) acc += G[((long long)b * a.H + h) * a.n + j] * q[((long long)b * a.H + h) * a.d + c];
+        if (dr) dr[row * a.d + c] += acc;
+        if (ds && c == 0) {
+            float sv = ds[row];
+            for (b = 0; b < B; b++) sv += G[((long long)b * a.H + h) * a.n + j];
+            ds[row] = sv;
+        }
+    }
+}
+/* du [h][c] += kg_b [h][c], b in order */
+static __global__ void mf__k_fba_bwd_u(float *du, const float *kg, int B, int H, int d) {
+    MF__CU_LOOP(e, (long long)H * d) {
+        float acc = du[e];
+        for (int b = 0; b < B; b++) acc += kg[(long long)b * H * d + e];
+        du[e] = acc;
+    }
+}
+
+/* the attention of one call (B batch rows): forward, or backward into the given gradients (NULL:
+   not wanted). G, Pr: [B H n] scratch, kg [B H d] scratch (for du). */
+typedef struct {
+    const float *q, *u, *k, *v, *r, *s;
+    float *o, *lse;
+    const float *dout;
+    float *dq, *du, *dk, *dv, *dr, *ds, *G, *Pr, *kg;
+} mf__cu_fba_io;
+#define MF__CU_FBA_FIX "use fewer memory slots (a smaller max_seq) or smaller heads"
+static int mf__cu_fba_run(mf_ctx *ctx, const char *op, const mf__cu_fba *a, int B, const mf__cu_fba_io *x, int backward) {
+    unsigned blocks = (unsigned)(B * a->H);
+    int th = mf__cu_fba_threads(a->n, a->d);
+    size_t smem = (size_t)((backward ? 3 : 2) * a->d + a->n) * sizeof(float);
+    long long nkv = (long long)blocks * a->n * a->d, ntab = (long long)a->H * a->n * a->d;
+    if (!backward) {
+        if (mf__cu_smem(ctx, mf__k_fba_fwd, smem, op, "the forward", MF__CU_FBA_FIX) < 0) return -1;
+        return MF__CU_RUN(ctx, op, mf__k_fba_fwd, blocks, th, smem, x->q, x->u, x->k, x->v, x->r, x->s, x->o, x->lse, *a);
+    }
+    if (mf__cu_smem(ctx, mf__k_fba_bwd_row, smem, op, "the backward", MF__CU_FBA_FIX) < 0 ||
+        MF__CU_RUN(ctx, op, mf__k_fba_bwd_row, blocks, th, smem, x->q, x->u, x->k, x->v, x->r, x->s,
+                   (const float *)x->o, (const float *)x->lse, x->dout, x->G, x->Pr, x->dq, x->du ? x->kg : (float *)NULL,
+                   *a) < 0)
+        return -1;
+    if ((x->dk || x->dv) && MF__CU_RUN(ctx, op, mf__k_fba_bwd_kv, MF__EW(nkv), x->q, x->u, x->dout, (const float *)x->G,
+                                       (const float *)x->Pr, x->dk, x->dv, *a, nkv) < 0)
+        return -1;
+    if ((x->dr || x->ds) &&
+        MF__CU_RUN(ctx, op, mf__k_fba_bwd_tab, MF__EW(ntab), x->q, (const float *)x->G, x->dr, x->ds, B, *a, ntab) < 0)
+        return -1;
+    if (x->du && MF__CU_RUN(ctx, op, mf__k_fba_bwd_u, MF__EW(a->H * a->d), x->du, (const float *)x->kg, B, a->H, a->d) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- the feedback_attention op: q [B, H, dk], k, v [B, H, n, dk], u [H, dk], r [P, H, dk], s [P, H];
+   saved: lse [B H] */
+static mf__cu_fba mf__cu_fba_op_view(const mf_tensor *out) {
+    const mf_tensor *q = out->src[0], *k = out->src[1];
+    mf__cu_fba a;
+    a.H = q->shape[1]; a.d = q->shape[2]; a.n = k->shape[2]; a.P = out->src[4]->shape[0]; a.rb = a.P - a.n;
+    a.sj = a.d; a.sh = (long long)a.n * a.d; a.sb = a.sh * a.H; a.scale = out->farg[0];
+    return a;
+}
+static void mf__cu_fba_op_io(const mf_tensor *out, mf__cu_fba_io *x) {
+    memset(x, 0, sizeof *x);
+    x->q = out->src[0]->data; x->k = out->src[1]->data; x->v = out->src[2]->data; x->u = out->src[3]->data;
+    x->r = out->src[4]->data; x->s = out->src[5]->data; x->o = out->data; x->lse = out->saved;
+}
+static int mf__cu_fba_fwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__cu_fba a = mf__cu_fba_op_view(out);
+    mf__cu_fba_io x;
+    int B = out->shape[0];
+    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)B * a.H * sizeof(float)))) return -1;
+    mf__cu_fba_op_io(out, &x);
+    return mf__cu_fba_run(ctx, "feedback_attention", &a, B, &x, 0);
+}
+static int mf__cu_fba_bwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__cu_fba a = mf__cu_fba_op_view(out);
+    mf__cu_fba_io x;
+    int B = out->shape[0];
+    size_t rows = (size_t)B * a.H;
+    mf__cu_fba_op_io(out, &x);
+    x.dout = out->grad;
+    x.dq = mf__g(out->src[0]); x.dk = mf__g(out->src[1]); x.dv = mf__g(out->src[2]); x.du = mf__g(out->src[3]);
+    x.dr = mf__g(out->src[4]); x.ds = mf__g(out->src[5]);
+    x.G = (float *)mf__cu_arena(ctx, rows * a.n * sizeof(float));
+    x.Pr = (float *)mf__cu_arena(ctx, rows * a.n * sizeof(float));
+    x.kg = (float *)mf__cu_arena(ctx, rows * a.d * sizeof(float));
+    if (!x.G || !x.Pr || !x.kg) return -1;
+    return mf__cu_fba_run(ctx, "feedback_attention (backward)", &a, B, &x, 1);
+}
+
+/* ---- the recurrence's small kernels ------------------------------------------------------------- */
+/* softmax(w) [n] on the device (one thread: n = layers + 1), as the CPU */
+static __global__ void mf__k_fb_softmax_w(float *sw, const float *w, int n) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    float mx = -INFINITY, sum = 0;
+    int l;
+    for (l = 0; l < n; l++) mx = w[l] > mx ? w[l] : mx;
+    for (l = 0; l < n; l++) sum += sw[l] = expf(w[l] - mx);
+    for (l = 0; l < n; l++) sw[l] /= sum;
+}
+/* dw_l += sw_l (dsw_l - sum_j sw_j dsw_j) (softmax backward, one thread) */
+static __global__ void mf__k_fb_softmax_w_bwd(float *gw, const float *sw, const float *dsw, int n) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    float dot = 0;
+    int l;
+    for (l = 0; l < n; l++) dot += sw[l] * dsw[l];
+    for (l = 0; l < n; l++) gw[l] += sw[l] * (dsw[l] - dot);
+}
+/* step-major y [nt][B][D] = x [B][T][D] from step t0 (to_bt 0), or x step-major into y [B][T][D]
+   (to_bt 1, add: +=); n = nt B D */
+static __global__ void mf__k_fb_bt(float *y, const float *x, int B, int T, int D, int t0, long long n, int to_bt, int add) {
+    MF__CU_LOOP(e, n) {
+        long long tt = e / ((long long)B * D), b = (e / D) % B, c = e % D, bt = (b * T + t0 + tt) * D + c;
+        if (!to_bt) y[e] = x[bt];
+        else if (add) y[bt] += x[e];
+        else y[bt] = x[e];
+    }
+}
+/* y = (res ? res + : ) dropout(x) with the RNG counters base + e of the call's stream (those of
+   mf__fb_dropout); p = 0: no dropout */
+static __global__ void mf__k_fb_drop(float *y, const float *res, const float *x, long long n, float p,
+                                     unsigned long long seed, unsigned long long stream, long long base) {
+    MF__CU_LOOP(e, n) {
+        float v = x[e];
+        if (p > 0.0f) v = mf__uniform(seed, stream, (uint64_t)(base + e)) >= p ? v * (1.0f / (1.0f - p)) : 0.0f;
+        y[e] = res ? res[e] + v : v;
+    }
+}
+/* m_t = sum_l sw[l] hs[l] (hs[l] at l stride; n = B D) */
+static __global__ void mf__k_fb_mem(float *mem, const float *hs, const float *sw, int nl, long long stride, long long n) {
+    MF__CU_LOOP(e, n) {
+        float acc = 0;
+        for (int l = 0; l < nl; l++) acc += sw[l] * hs[l * stride + e];
+        mem[e] = acc;
+    }
+}
+/* dsw[l] += dm . hs[l] over n values; one block per l */
+static __global__ void mf__k_fb_dsw(float *dsw, const float *dm, const float *hs, long long stride, long long n) {
+    __shared__ float sh[32];
+    const float *h = hs + blockIdx.x * stride;
+    float s = 0;
+    for (long long e = threadIdx.x; e < n; e += blockDim.x) s += dm[e] * h[e];
+    s = mf__cu_bred(s, sh, 0);
+    if (threadIdx.x == 0) dsw[blockIdx.x] += s;
+}
+/* dh [B][D] = dout[b][t] (+ sw[nl] dm when dm) */
+static __global__ void mf__k_fb_dh(float *dh, const float *dout, const float *dm, const float *sw, int nl, int T, int D,
+                                   int t, long long n) {
+    MF__CU_LOOP(e, n) {
+        long long b = e / D, c = e % D;
+        float v = dout[(b * T + t) * D + c];
+        if (dm) v += sw[nl] * dm[e];
+        dh[e] = v;
+    }
+}
+/* y += a[0] x (a on the device) */
+static __global__ void mf__k_fb_axpy(float *y, const float *a, const float *x, long long n) {
+    MF__CU_LOOP(e, n) y[e] += a[0] * x[e];
+}
+
+/* ---- forward ------------------------------------------------------------------------------------- */
+#define MF__CU_FB_OP "feedback"
+static unsigned long long mf__cu_fb_seed(const mf_ctx *ctx) { return (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL); }
+/* y = x [rows][in] W^T (+ b): cuBLAS and the bias kernel */
+static int mf__cu_fb_linear(mf_ctx *ctx, const char *op, const float *x, const mf_tensor *w, const mf_tensor *b, int rows,
+                            float *y) {
+    int out = w->shape[0], in = w->shape[1];
+    if (mf__cu_gemm(ctx, op, 0, 1, rows, out, in, x, 0, w->data, 0, 0.0f, y, 0, 1) < 0) return -1;
+    return b ? MF__CU_RUN(ctx, op, mf__k_bias_add, MF__EW((long long)rows * out), y, (const float *)b->data,
+                          (long long)rows * out, out) : 0;
+}
+/* y = (res +) dropout of the [B][w] block (site, l, t) of x */
+static int mf__cu_fb_drop(mf_ctx *ctx, const char *op, const mf__fb_fwd *f, int site, int l, int t, float *y,
+                          const float *res, const float *x, int w) {
+    long long n = (long long)f->B * w;
+    if (f->drop <= 0.0f && !res && y == x) return 0;
+    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__EW(n), y, res, x, n, f->drop, mf__cu_fb_seed(ctx),
+                      (unsigned long long)f->stream, (long long)mf__fb_drop_base(f, site, l, t));
+}
+/* the attention view of layer l at a step with n slots (the stack [nblk][cap][B][D]) */
+static mf__cu_fba mf__cu_fb_view(const mf__fb_fwd *f, int n) {
+    const mf_model_config *c = &f->m->cfg;
+    mf__cu_fba a;
+    a.H = c->n_heads; a.d = c->d_model / c->n_heads; a.n = n; a.P = MF__FB_P; a.rb = f->T - n;
+    a.sb = c->d_model; a.sh = a.d; a.sj = (long long)f->B * c->d_model; a.scale = 1.0f / sqrtf((float)a.d);
+    return a;
+}
+static float *mf__cu_fb_slot(const mf__fb_fwd *f, float *stack, int blk, int n) {
+    return stack + ((long long)blk * f->cap + n) * f->B * f->m->cfg.d_model;
+}
+static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
+    const mf_model_config *c = &f->m->cfg;
+    const char *op = MF__CU_FB_OP;
+    int B = f->B, D = c->d_model, F = c->d_ff, N = c->n_layers, n = f->pos0 + t, l, i;
+    long long bd = (long long)B * D;
+    float *mem = f->mem + t * bd;
+    for (l = 0; l < N; l++) {
+        mf__layer *L = &f->m->layers[l];
+        float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
+        float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
+        if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
+            float *z = MF__FB_AT(f, f->z, l, t, D), *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D);
+            int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
+            mf__cu_fba a = mf__cu_fb_view(f, n);
+            mf__cu_fba_io io;
+            memset(&io, 0, sizeof io);
+            io.q = q; io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
+            io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
+            io.o = o; io.lse = MF__FB_AT(f, f->lse, l, t, c->n_heads);
+            if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, z, MF__FB_AT(f, f->st1, l, t, 2),
+                           (const float *)x, (const float *)L->ln1_w->data, (const float *)L->ln1_b->data, D, c->ln_eps) < 0 ||
+                mf__cu_fb_linear(ctx, op, z, L->wq, NULL, B, q) < 0 || mf__cu_fba_run(ctx, op, &a, B, &io, 0) < 0 ||
+                mf__cu_fb_linear(ctx, op, o, L->wo, L->bo, B, f->tmp) < 0 ||
+                mf__cu_fb_drop(ctx, op, f, 0, l, t, xm, x, f->tmp, D) < 0)
+                return -1;
+        } else if (mf__cu_copy(ctx, xm, x, (size_t)bd * sizeof(float), MF__D2D) < 0) return -1; /* no memory yet */
+        /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
+        if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, y2, MF__FB_AT(f, f->st2, l, t, 2),
+                       (const float *)xm, (const float *)L->ln2_w->data, (const float *)L->ln2_b->data, D, c->ln_eps) < 0 ||
+            mf__cu_fb_linear(ctx, op, y2, L->fc1_w, L->fc1_b, B, a1) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_unary, MF__EW((long long)B * F), g1, (const float *)a1, (long long)B * F,
+                       mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
+            mf__cu_fb_drop(ctx, op, f, 1, l, t, g1, NULL, g1, F) < 0 ||
+            mf__cu_fb_linear(ctx, op, g1, L->fc2_w, L->fc2_b, B, f->tmp) < 0 ||
+            mf__cu_fb_drop(ctx, op, f, 2, l, t, y, xm, f->tmp, D) < 0)
+            return -1;
+    }
+    /* m_t and its keys / values, written straight into slot n of every block */
+    if (MF__CU_RUN(ctx, op, mf__k_fb_mem, MF__EW(bd), mem, (const float *)MF__FB_AT(f, f->hs, 0, t, D),
+                   (const float *)f->sw, N + 1, (long long)f->T * bd, bd) < 0)
+        return -1;
+    if (t < f->T - 1 || f->gen)
+        for (i = 0; i < mf__fb_nblk(f->m); i++) {
+            mf_tensor *w, *bias;
+            mf__fb_kv_block(f->m, i, &w, &bias);
+            if (mf__cu_fb_linear(ctx, op, mem, w, bias, B, mf__cu_fb_slot(f, f->slots, i, n)) < 0) return -1;
+        }
+    return 0;
+}
+static int mf__cu_fb_fwd(mf_ctx *ctx, mf_tensor *out) {
+    mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t;
+    size_t tb = (size_t)T * B, fl = sizeof(float);
+    const char *op = MF__CU_FB_OP;
+    f->sw = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * fl);
+    f->hs = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * tb * D * fl);
+    f->z = (float *)mf__cu_arena(ctx, N * tb * D * fl);
+    f->q = (float *)mf__cu_arena(ctx, N * tb * D * fl);
+    f->o = (float *)mf__cu_arena(ctx, N * tb * D * fl);
+    f->xm = (float *)mf__cu_arena(ctx, N * tb * D * fl);
+    f->y2 = (float *)mf__cu_arena(ctx, N * tb * D * fl);
+    f->a1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
+    f->g1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
+    f->st1 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
+    f->st2 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
+    f->lse = (float *)mf__cu_arena(ctx, N * tb * H * fl);
+    f->mem = (float *)mf__cu_arena(ctx, tb * D * fl);
+    f->tmp = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
+    if (!f->gen) f->slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
+    if (!mf_ok(ctx)) return -1;
+    if (MF__CU_RUN(ctx, op, mf__k_fb_softmax_w, 1, 32, 0, f->sw, (const float *)f->m->fb_w->data, N + 1) < 0 ||
+        MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(tb * D), f->hs, (const float *)out->src[0]->data, B, T, D, 0,
+                   (long long)(tb * D), 0, 0) < 0)
+        return -1;
+    for (t = 0; t < T; t++) /* the token loop: no host synchronisation (see the section comment) */
+        if (mf__cu_fb_step(ctx, f, t) < 0) return -1;
+    return MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(tb * D), out->data, (const float *)MF__FB_AT(f, f->hs, N, 0, D), B, T,
+                      D, 0, (long long)(tb * D), 1, 0);
+}
+
+/* ---- backward ------------------------------------------------------------------------------------ */
+typedef struct {
+    float *slots;          /* [nblk][T][B][D] gradients of the slots' keys / values */
+    float *rh, *sh;        /* [N][T][H][dk], [N][T][H] gradients of the tables' last T rows */
+    float *q, *ao, *fo;    /* [N][T][B][D] d query, d attention branch, d FFN branch */
+    float *a1;             /* [N][T][B][F] d FFN pre-activation */
+    float *ln1, *ln2;      /* [N][T][B][D] d LN_att / LN_ff output (their gamma / beta at the end) */
+    float *dsw;            /* [N + 1] d softmax(w) */
+    float *dh, *dm, *dd;   /* [B][D] step scratch */
+    float *df;             /* [B][F] step scratch */
+    float *G, *Pr, *kg;    /* attention backward scratch [B H T], [B H T], [B H dk] */
+} mf__cu_fb_grads;
+
+/* dh += the LayerNorm backward (x rows of B, the LN's gamma, stats st) of dy */
+static int mf__cu_fb_ln_bwd(mf_ctx *ctx, const char *op, float *dh, const float *x, const float *dy,
+                            const mf_tensor *gm, const float *st, int B, int D) {
+    return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_x, (unsigned)B, MF__CU_ROW, 0, dh, x, dy,
+                      (const float *)(gm ? gm->data : NULL), st, D);
+}
+static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads *g, const float *dout, float *dx, int t) {
+    const mf_model_config *c = &f->m->cfg;
+    const char *op = MF__CU_FB_OP " (backward)";
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i, has_dm = t < T - 1;
+    long long bd = (long long)B * D;
+    if (has_dm) { /* the readers of slot t are done: dm_t = sum_blk dK|dV_t W_blk; dsw[l] += dm_t . hs_t[l] */
+        for (i = 0; i < mf__fb_nblk(f->m); i++) {
+            mf_tensor *w, *bias;
+            mf__fb_kv_block(f->m, i, &w, &bias);
+            if (mf__cu_gemm(ctx, op, 0, 0, B, D, D, g->slots + ((long long)i * T + t) * bd, 0, w->data, 0, i ? 1.0f : 0.0f,
+                            g->dm, 0, 1) < 0)
+                return -1;
+        }
+        if (MF__CU_RUN(ctx, op, mf__k_fb_dsw, (unsigned)(N + 1), MF__CU_ROW, 0, g->dsw, (const float *)g->dm,
+                       (const float *)MF__FB_AT(f, f->hs, 0, t, D), (long long)T * bd, bd) < 0)
+            return -1;
+    }
+    if (MF__CU_RUN(ctx, op, mf__k_fb_dh, MF__EW(bd), g->dh, dout, (const float *)(has_dm ? g->dm : NULL),
+                   (const float *)f->sw, N, T, D, t, bd) < 0)
+        return -1;
+    for (l = N - 1; l >= 0; l--) {
+        mf__layer *L = &f->m->layers[l];
+        float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F), *dln2 = MF__FB_AT(f, g->ln2, l, t, D);
+        /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
+        if (mf__cu_fb_drop(ctx, op, f, 2, l, t, fo, NULL, g->dh, D) < 0 ||
+            mf__cu_gemm(ctx, op, 0, 0, B, F, D, fo, 0, L->fc2_w->data, 0, 0.0f, g->df, 0, 1) < 0 ||
+            mf__cu_fb_drop(ctx, op, f, 1, l, t, g->df, NULL, g->df, F) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_unary_bwd, MF__EW((long long)B * F), da1, (const float *)MF__FB_AT(f, f->a1, l, t, F),
+                       (const float *)MF__FB_AT(f, f->g1, l, t, F), (const float *)g->df, (long long)B * F,
+                       mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
+            mf__cu_gemm(ctx, op, 0, 0, B, D, F, da1, 0, L->fc1_w->data, 0, 0.0f, dln2, 0, 1) < 0 ||
+            mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->xm, l, t, D), dln2, L->ln2_w, MF__FB_AT(f, f->st2, l, t, 2), B, D) < 0)
+            return -1;
+        if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
+            float *ao = MF__FB_AT(f, g->ao, l, t, D), *dq = MF__FB_AT(f, g->q, l, t, D), *dln1 = MF__FB_AT(f, g->ln1, l, t, D);
+            int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
+            mf__cu_fba a = mf__cu_fb_view(f, t);
+            mf__cu_fba_io io;
+            memset(&io, 0, sizeof io);
+            io.q = MF__FB_AT(f, f->q, l, t, D); io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
+            io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
+            io.o = MF__FB_AT(f, f->o, l, t, D); io.lse = MF__FB_AT(f, f->lse, l, t, H);
+            io.dout = g->dd; io.dq = dq; io.du = mf__g(L->rel_u);
+            io.dk = g->slots + (long long)kv * T * bd; io.dv = g->slots + (long long)(kv + 1) * T * bd;
+            io.dr = g->rh + (long long)l * T * D; io.ds = g->sh + (long long)l * T * H;
+            io.G = g->G; io.Pr = g->Pr; io.kg = g->kg;
+            if (mf__cu_fb_drop(ctx, op, f, 0, l, t, ao, NULL, g->dh, D) < 0 ||
+                mf__cu_gemm(ctx, op, 0, 0, B, D, D, ao, 0, L->wo->data, 0, 0.0f, g->dd, 0, 1) < 0 ||
+                mf__cu_fba_run(ctx, op, &a, B, &io, 1) < 0 ||
+                mf__cu_gemm(ctx, op, 0, 0, B, D, D, dq, 0, L->wq->data, 0, 0.0f, dln1, 0, 1) < 0 ||
+                mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->hs, l, t, D), dln1, L->ln1_w, MF__FB_AT(f, f->st1, l, t, 2), B, D) < 0)
+                return -1;
+        }
+        if (has_dm && MF__CU_RUN(ctx, op, mf__k_fb_axpy, MF__EW(bd), g->dh, (const float *)(f->sw + l), (const float *)g->dm, bd) < 0)
+            return -1; /* hs_t[l] also feeds m_t */
+    }
+    return dx ? MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(bd), dx, (const float *)g->dh, B, T, D, t, bd, 1, 1) : 0;
+}
+/* dW += dY^T X over rows (one GEMM), db += column sums (rows in order) */
+static int mf__cu_fb_wgrad(mf_ctx *ctx, mf_tensor *w, mf_tensor *b, const float *dy, const float *x, int rows) {
+    const char *op = MF__CU_FB_OP " (backward)";
+    int out = w->shape[0], in = w->shape[1];
+    float *gw = mf__g(w), *gb = mf__g(b);
+    if (rows <= 0) return 0;
+    if (gw && mf__cu_gemm(ctx, op, 1, 0, out, in, rows, dy, 0, x, 0, 1.0f, gw, 0, 1) < 0) return -1;
+    return gb ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(out), gb, dy, (long long)rows, out) : 0;
+}
+/* LayerNorm gamma / beta of rows x [rows][D] with output gradients dy and stats st */
+static int mf__cu_fb_ln_wgrad(mf_ctx *ctx, const mf_tensor *gm, const mf_tensor *bt, const float *x, const float *dy,
+                              const float *st, int rows, int D) {
+    float *dg = mf__g(gm), *db = mf__g(bt);
+    if (rows <= 0 || (!dg && !db)) return 0;
+    return MF__CU_RUN(ctx, MF__CU_FB_OP " (backward)", mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, x, dy, st,
+                      (long long)rows, D);
+}
+/* the weight gradients of all steps at once */
+static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_fb_grads *g) {
+    mf_model *m = f->m;
+    const mf_model_config *c = &m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, l, i;
+    long long tb = (long long)T * B, bd = (long long)B * D;
+    int r0 = (int)tb, r1 = (int)(tb - B); /* rows of all steps, of steps 1 .. T-1 */
+    const char *op = MF__CU_FB_OP " (backward)";
+    for (l = 0; l < N; l++) {
+        mf__layer *L = &m->layers[l];
+        long long at = (long long)l * tb * D, af = (long long)l * tb * F, as = (long long)l * tb * 2;
+        float *gr = mf__g(L->rel_r), *gs = mf__g(L->rel_s);
+        if (mf__cu_fb_wgrad(ctx, L->wq, NULL, g->q + at + bd, f->z + at + bd, r1) < 0 ||
+            mf__cu_fb_wgrad(ctx, L->wo, L->bo, g->ao + at + bd, f->o + at + bd, r1) < 0 ||
+            mf__cu_fb_wgrad(ctx, L->fc1_w, L->fc1_b, g->a1 + af, f->y2 + at, r0) < 0 ||
+            mf__cu_fb_wgrad(ctx, L->fc2_w, L->fc2_b, g->fo + at, f->g1 + af, r0) < 0 ||
+            mf__cu_fb_ln_wgrad(ctx, L->ln2_w, L->ln2_b, f->xm + at, g->ln2 + at, f->st2 + as, r0, D) < 0 ||
+            mf__cu_fb_ln_wgrad(ctx, L->ln1_w, L->ln1_b, f->hs + at + bd, g->ln1 + at + bd, f->st1 + as + 2 * B, r1, D) < 0)
+            return -1;
+        if (gr && MF__CU_RUN(ctx, op, mf__k_add_to, MF__EW((long long)T * D), gr + (long long)(MF__FB_P - T) * D,
+                             (const float *)(g->rh + (long long)l * T * D), (long long)T * D) < 0)
+            return -1;
+        if (gs && MF__CU_RUN(ctx, op, mf__k_add_to, MF__EW((long long)T * H), gs + (long long)(MF__FB_P - T) * H,
+                             (const float *)(g->sh + (long long)l * T * H), (long long)T * H) < 0)
+            return -1;
+    }
+    for (i = 0; i < mf__fb_nblk(m); i++) { /* slots 0 .. T-2 are read */
+        mf_tensor *w, *bias;
+        mf__fb_kv_block(m, i, &w, &bias);
+        if (mf__cu_fb_wgrad(ctx, w, bias, g->slots + (long long)i * tb * D, f->mem, r1) < 0) return -1;
+    }
+    return mf__g(m->fb_w) ? MF__CU_RUN(ctx, op, mf__k_fb_softmax_w_bwd, 1, 32, 0, mf__g(m->fb_w), (const float *)f->sw,
+                                       (const float *)g->dsw, N + 1) : 0;
+}
+static int mf__cu_fb_bwd(mf_ctx *ctx, mf_tensor *out) {
+    const mf__fb_fwd *f = (const mf__fb_fwd *)out->aux;
+    const mf_model_config *c = &f->m->cfg;
+    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t;
+    size_t tb = (size_t)T * B, fl = sizeof(float), nd = N * tb * D * fl;
+    mf__cu_fb_grads g;
+    if (f->gen || f->pos0 != 0) return (mf__fail(ctx, "feedback: generation steps have no backward"), -1);
+    g.slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
+    g.rh = (float *)mf__cu_arena(ctx, (size_t)N * T * D * fl);
+    g.sh = (float *)mf__cu_arena(ctx, (size_t)N * T * H * fl);
+    g.q = (float *)mf__cu_arena(ctx, nd);
+    g.ao = (float *)mf__cu_arena(ctx, nd);
+    g.fo = (float *)mf__cu_arena(ctx, nd);
+    g.ln1 = (float *)mf__cu_arena(ctx, nd);
+    g.ln2 = (float *)mf__cu_arena(ctx, nd);
+    g.a1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
+    g.dsw = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * fl);
+    g.dh = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
+    g.dm = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
+    g.dd = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
+    g.df = (float *)mf__cu_arena(ctx, (size_t)B * F * fl);
+    g.G = (float *)mf__cu_arena(ctx, tb * H * fl);
+    g.Pr = (float *)mf__cu_arena(ctx, tb * H * fl);
+    g.kg = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
+    if (!mf_ok(ctx)) return -1;
+    /* zeroed once: the slot, table and dsw gradients accumulate over the steps; dq and da1 are
+       added into once per (layer, step) */
+    if (mf__cu_zero(ctx, g.slots, (size_t)mf__fb_nblk(f->m) * tb * D * fl) < 0 ||
+        mf__cu_zero(ctx, g.rh, (size_t)N * T * D * fl) < 0 || mf__cu_zero(ctx, g.sh, (size_t)N * T * H * fl) < 0 ||
+        mf__cu_zero(ctx, g.q, nd) < 0 || mf__cu_zero(ctx, g.a1, N * tb * F * fl) < 0 ||
+        mf__cu_zero(ctx, g.dsw, (size_t)(N + 1) * fl) < 0)
+        return -1;
+    for (t = T - 1; t >= 0; t--) /* the token loop in reverse: no host synchronisation */
+        if (mf__cu_fb_step_bwd(ctx, f, &g, out->grad, mf__g(out->src[0]), t) < 0) return -1;
+    return mf__cu_fb_weights_bwd(ctx, f, &g);
+}
+#endif /* METAFORMER_NO_FEEDBACK */
+
+/* ==== [cu:optim] ============================================================================ */
+/* The optimizers and clipping over the flat buffers. */
 /* a parameter's range of the flat buffers [off, off + n), and its place [start, start + n) in the
    segments laid end to end (mf__cu_put_segs sets start) */
 typedef struct { long long off, n, start; float step, rc2, decay, lr; int first; } mf__cu_seg;
@@ -2900,336 +3293,7 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
                       o->eps, o->weight_decay, o->momentum, o->nesterov);
 }
 
-/* ==== the ops: CUDA forward / backward of every op descriptor ================================= */
-#define MF__EW(n) mf__cu_grid((long long)(n), MF__CU_BS), MF__CU_BS, 0 /* grid, block, smem */
-typedef int (*mf__cu_fn)(mf_ctx *ctx, mf_tensor *out);
-static int mf__cu_nop(mf_ctx *ctx, mf_tensor *out) { (void)ctx; (void)out; return 0; }
-
-static int mf__cu_matmul_fwd(mf_ctx *ctx, mf_tensor *out) {
-    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
-    int batch = out->iarg[5], mode = out->iarg[6];
-    long long sA = mode == 2 ? 0 : (long long)M * K, sB = mode == 1 ? 0 : (long long)K * N;
-    if (mode == 1 && !ta)
-        return mf__cu_gemm(ctx, "matmul", 0, tb, M * batch, N, K, out->src[0]->data, 0, out->src[1]->data, 0, 0.0f, out->data, 0, 1);
-    return mf__cu_gemm(ctx, "matmul", ta, tb, M, N, K, out->src[0]->data, sA, out->src[1]->data, sB, 0.0f, out->data,
-                       (long long)M * N, batch);
-}
-static int mf__cu_matmul_bwd(mf_ctx *ctx, mf_tensor *out) {
-    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
-    int batch = out->iarg[5], mode = out->iarg[6], r = 0;
-    const float *A = out->src[0]->data, *B = out->src[1]->data, *dC = out->grad;
-    float *dA = mf__g(out->src[0]), *dB = mf__g(out->src[1]);
-    long long sA = mode == 2 ? 0 : (long long)M * K, sB = mode == 1 ? 0 : (long long)K * N, sC = (long long)M * N;
-    const char *op = "matmul (backward)";
-    if (dA) {
-        if (mode == 1 && !ta) r |= mf__cu_gemm(ctx, op, 0, !tb, M * batch, K, N, dC, 0, B, 0, 1.0f, dA, 0, 1);
-        else if (!ta) r |= mf__cu_gemm(ctx, op, 0, !tb, M, K, N, dC, sC, B, sB, 1.0f, dA, sA, batch);
-        else r |= mf__cu_gemm(ctx, op, tb, 1, K, M, N, B, sB, dC, sC, 1.0f, dA, sA, batch);
-    }
-    if (dB) {
-        if (mode == 1 && !ta && !tb) r |= mf__cu_gemm(ctx, op, 1, 0, K, N, M * batch, A, 0, dC, 0, 1.0f, dB, 0, 1);
-        else if (mode == 1 && !ta && tb) r |= mf__cu_gemm(ctx, op, 1, 0, N, K, M * batch, dC, 0, A, 0, 1.0f, dB, 0, 1);
-        else if (!tb) r |= mf__cu_gemm(ctx, op, !ta, 0, K, N, M, A, sA, dC, sC, 1.0f, dB, sB, batch);
-        else r |= mf__cu_gemm(ctx, op, 1, ta, N, K, M, dC, sC, A, sA, 1.0f, dB, sB, batch);
-    }
-    return r ? -1 : 0;
-}
-
-static int mf__cu_linear_fwd(mf_ctx *ctx, mf_tensor *out) {
-    mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
-    int in = w->shape[1], nout = w->shape[0];
-    long long rows = mf__rows(x);
-    if (mf__cu_gemm(ctx, "linear", 0, 1, (int)rows, nout, in, x->data, 0, w->data, 0, 0.0f, out->data, 0, 1) < 0) return -1;
-    return b ? MF__CU_RUN(ctx, "linear", mf__k_bias_add, MF__EW(out->ne), out->data, (const float *)b->data, (long long)out->ne, nout) : 0;
-}
-static int mf__cu_linear_bwd(mf_ctx *ctx, mf_tensor *out) {
-    mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
-    int in = w->shape[1], nout = w->shape[0];
-    long long rows = mf__rows(x);
-    float *dx = mf__g(x), *dw = mf__g(w), *db = mf__g(b);
-    const char *op = "linear (backward)";
-    if (dx && mf__cu_gemm(ctx, op, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, 1.0f, dx, 0, 1) < 0) return -1;
-    if (dw && mf__cu_gemm(ctx, op, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, 1.0f, dw, 0, 1) < 0) return -1;
-    return db ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(nout), db, (const float *)out->grad, rows, nout) : 0;
-}
-
-static int mf__cu_binary_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return MF__CU_RUN(ctx, out->op->name, mf__k_binary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      (long long)out->src[0]->ne, (const float *)out->src[1]->data, (long long)out->src[1]->ne,
-                      (long long)out->ne, out->iarg[1]);
-}
-static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
-    mf_tensor *A = out->src[0], *B = out->src[1];
-    float *da = mf__g(A), *db = mf__g(B);
-    long long na = A->ne, nb = B->ne, n = out->ne;
-    int kind = out->iarg[1], r = 0;
-    const char *op = out->op->name;
-    if (!da && !db) return 0;
-    if (na == n && nb == n)
-        return MF__CU_RUN(ctx, op, mf__k_binary_bwd_same, MF__EW(n), da, db, (const float *)out->grad,
-                          (const float *)A->data, (const float *)B->data, n, kind);
-    if (na == n) { /* a big, b small */
-        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), da, (const float *)out->grad, (const float *)B->data, nb, n, kind, 0);
-        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(nb), db, (const float *)out->grad, (const float *)A->data, nb, n, kind, kind == MF__SUB);
-    } else {
-        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), db, (const float *)out->grad, (const float *)A->data, na, n, kind, kind == MF__SUB);
-        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(na), da, (const float *)out->grad, (const float *)B->data, na, n, kind, 0);
-    }
-    return r ? -1 : 0;
-}
-
-static int mf__cu_unary_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return MF__CU_RUN(ctx, out->op->name, mf__k_unary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      (long long)out->ne, out->iarg[0], out->farg[0]);
-}
-static int mf__cu_unary_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    if (!dx) return 0;
-    return MF__CU_RUN(ctx, out->op->name, mf__k_unary_bwd, MF__EW(out->ne), dx, (const float *)out->src[0]->data,
-                      (const float *)out->data, (const float *)out->grad, (long long)out->ne, out->iarg[0], out->farg[0]);
-}
-
-static int mf__cu_softmax_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0];
-    int tq = x->ndim >= 2 ? x->shape[x->ndim - 2] : 1;
-    return MF__CU_RUN(ctx, "softmax", mf__k_softmax, (unsigned)mf__rows(x), MF__CU_ROW, 0, out->data,
-                      (const float *)x->data, mf__last(x), tq, out->iarg[0]);
-}
-static int mf__cu_softmax_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    if (!dx) return 0;
-    return MF__CU_RUN(ctx, "softmax (backward)", mf__k_softmax_bwd, (unsigned)mf__rows(out), MF__CU_ROW, 0, dx,
-                      (const float *)out->data, (const float *)out->grad, mf__last(out));
-}
-static int mf__cu_log_softmax_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return MF__CU_RUN(ctx, "log_softmax", mf__k_log_softmax, (unsigned)mf__rows(out), MF__CU_ROW, 0, out->data,
-                      (const float *)out->src[0]->data, mf__last(out));
-}
-static int mf__cu_log_softmax_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    if (!dx) return 0;
-    return MF__CU_RUN(ctx, "log_softmax (backward)", mf__k_log_softmax_bwd, (unsigned)mf__rows(out), MF__CU_ROW, 0, dx,
-                      (const float *)out->data, (const float *)out->grad, mf__last(out));
-}
-
-/* saved: [2 * rows] max and log-sum-exp, then the targets [rows] (device copy of aux) */
-static int mf__cu_ce_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0];
-    long long rows = mf__rows(x);
-    int *tg;
-    double *loss;
-    out->saved = (float *)mf__cu_arena(ctx, (size_t)rows * 3 * sizeof(float));
-    loss = (double *)mf__cu_arena(ctx, (size_t)rows * sizeof(double));
-    if (!out->saved || !loss) return -1;
-    tg = (int *)(out->saved + 2 * rows);
-    if (mf__cu_copy(ctx, tg, out->aux, (size_t)rows * sizeof(int32_t), MF__H2D) < 0) return -1;
-    if (MF__CU_RUN(ctx, "cross_entropy", mf__k_ce_rows, (unsigned)rows, MF__CU_ROW, 0, (const float *)x->data,
-                   mf__last(x), (const int *)tg, out->iarg[0], out->saved, loss) < 0)
-        return -1;
-    return mf__cu_reduce(ctx, "cross_entropy", NULL, NULL, loss, rows, 3, (double)out->iarg[1], out->data, NULL);
-}
-static int mf__cu_ce_bwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0];
-    float *dx = mf__g(out->src[0]);
-    long long rows = mf__rows(x);
-    if (!dx || !out->iarg[1]) return 0;
-    return MF__CU_RUN(ctx, "cross_entropy (backward)", mf__k_ce_bwd, MF__EW(x->ne), dx, (const float *)x->data,
-                      mf__last(x), (const int *)(out->saved + 2 * rows), out->iarg[0], (const float *)out->saved,
-                      (const float *)out->grad, out->iarg[1], (long long)x->ne);
-}
-
-static int mf__cu_mse_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return mf__cu_reduce(ctx, "mse", out->src[0]->data, out->src[1]->data, NULL, out->src[0]->ne, 1,
-                         (double)out->src[0]->ne, out->data, NULL);
-}
-static int mf__cu_mse_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *da = mf__g(out->src[0]), *db = mf__g(out->src[1]);
-    if (!da && !db) return 0;
-    return MF__CU_RUN(ctx, "mse (backward)", mf__k_mse_bwd, MF__EW(out->src[0]->ne), da, db,
-                      (const float *)out->src[0]->data, (const float *)out->src[1]->data, (const float *)out->grad,
-                      (long long)out->src[0]->ne);
-}
-
-static int mf__cu_layernorm_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0], *gm = out->src[1], *bt = out->src[2];
-    long long rows = mf__rows(x);
-    if (!(out->saved = (float *)mf__cu_arena(ctx, 2 * (size_t)rows * sizeof(float)))) return -1;
-    return MF__CU_RUN(ctx, "layernorm", mf__k_layernorm, (unsigned)rows, MF__CU_ROW, 0, out->data, out->saved,
-                      (const float *)x->data, (const float *)(gm ? gm->data : NULL), (const float *)(bt ? bt->data : NULL),
-                      mf__last(x), out->farg[0]);
-}
-static int mf__cu_layernorm_bwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0], *gm = out->src[1];
-    float *dx = mf__g(out->src[0]), *dg = mf__g(out->src[1]), *db = mf__g(out->src[2]);
-    long long rows = mf__rows(x);
-    int D = mf__last(x);
-    const char *op = "layernorm (backward)";
-    if (dx && MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_x, (unsigned)rows, MF__CU_ROW, 0, dx, (const float *)x->data,
-                         (const float *)out->grad, (const float *)(gm ? gm->data : NULL), (const float *)out->saved, D) < 0)
-        return -1;
-    if (dg || db)
-        return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, (const float *)x->data,
-                          (const float *)out->grad, (const float *)out->saved, rows, D);
-    return 0;
-}
-
-/* saved: the ids on the device */
-static int mf__cu_embedding_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *tb = out->src[0];
-    int D = tb->shape[1];
-    long long nid = out->ne / D;
-    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)nid * sizeof(int32_t)))) return -1;
-    if (mf__cu_copy(ctx, out->saved, out->aux, (size_t)nid * sizeof(int32_t), MF__H2D) < 0) return -1;
-    return MF__CU_RUN(ctx, "embedding", mf__k_embed, MF__EW(out->ne), out->data, (const float *)tb->data,
-                      (const int *)out->saved, (long long)out->ne, D);
-}
-static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dt = mf__g(out->src[0]);
-    int D = out->src[0]->shape[1];
-    if (!dt) return 0;
-    return MF__CU_RUN(ctx, "embedding (backward)", mf__k_embed_bwd, MF__EW(D), dt, (const float *)out->grad,
-                      (const int *)out->saved, (long long)(out->ne / D), D);
-}
-
-static int mf__cu_dropout_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    unsigned long long stream = ((unsigned long long)(uint32_t)out->iarg[1] << 32) | (uint32_t)out->iarg[0];
-    float s = 1.0f / (1.0f - out->farg[0]);
-    float *y = backward ? mf__g(out->src[0]) : out->data;
-    if (!y) return 0;
-    return MF__CU_RUN(ctx, backward ? "dropout (backward)" : "dropout", mf__k_dropout, MF__EW(out->ne), y,
-                      (const float *)out->src[0]->data, (const float *)out->grad, (long long)out->ne,
-                      (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL), stream, out->farg[0], s, backward);
-}
-static int mf__cu_dropout_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 0); }
-static int mf__cu_dropout_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 1); }
-
-static int mf__cu_reshape_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    if (!dx) return 0;
-    return MF__CU_RUN(ctx, "reshape (backward)", mf__k_add_to, MF__EW(out->ne), dx, (const float *)out->grad, (long long)out->ne);
-}
-
-static int mf__cu_permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    int64_t st[MF_MAX_DIMS];
-    int sh[MF_MAX_DIMS], i;
-    mf__cu_perm p;
-    float *dx = backward ? mf__g(out->src[0]) : NULL;
-    if (backward && !dx) return 0;
-    mf__permute_strides(out, st, sh);
-    for (i = 0; i < MF_MAX_DIMS; i++) { p.st[i] = st[i]; p.sh[i] = sh[i]; }
-    return MF__CU_RUN(ctx, backward ? "permute (backward)" : "permute", mf__k_permute, MF__EW(out->ne),
-                      backward ? dx : out->data, (const float *)(backward ? out->grad : out->src[0]->data), p,
-                      (long long)out->ne, backward);
-}
-static int mf__cu_permute_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_permute_run(ctx, out, 0); }
-static int mf__cu_permute_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_permute_run(ctx, out, 1); }
-
-static int mf__cu_concat_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    int ax = out->iarg[0];
-    int64_t outer, inner;
-    float *a = backward ? mf__g(out->src[0]) : out->src[0]->data, *b = backward ? mf__g(out->src[1]) : out->src[1]->data;
-    if (backward && !a && !b) return 0;
-    mf__split_at(out, ax, &outer, &inner);
-    return MF__CU_RUN(ctx, backward ? "concat (backward)" : "concat", mf__k_concat, MF__EW(out->ne),
-                      backward ? out->grad : out->data, a, b, (long long)out->src[0]->shape[ax],
-                      (long long)out->src[1]->shape[ax], (long long)inner, (long long)out->ne, backward);
-}
-static int mf__cu_concat_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_concat_run(ctx, out, 0); }
-static int mf__cu_concat_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_concat_run(ctx, out, 1); }
-
-static int mf__cu_slice_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    const mf_tensor *x = out->src[0];
-    int ax = out->iarg[0];
-    int64_t outer, inner;
-    float *xd = backward ? mf__g(x) : x->data;
-    if (!xd) return 0;
-    mf__split_at(x, ax, &outer, &inner);
-    return MF__CU_RUN(ctx, backward ? "slice (backward)" : "slice", mf__k_slice, MF__EW(out->ne),
-                      backward ? out->grad : out->data, xd, (long long)x->shape[ax], (long long)out->shape[ax],
-                      (long long)out->iarg[1], (long long)inner, (long long)out->ne, backward);
-}
-static int mf__cu_slice_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_slice_run(ctx, out, 0); }
-static int mf__cu_slice_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_slice_run(ctx, out, 1); }
-
-static int mf__cu_roll_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    const mf_tensor *x = out->src[0];
-    int ax = out->iarg[0], n = x->shape[ax], shift = ((out->iarg[1] % n) + n) % n;
-    int64_t outer, inner;
-    float *xd = backward ? mf__g(x) : x->data;
-    if (!xd) return 0;
-    mf__split_at(x, ax, &outer, &inner);
-    return MF__CU_RUN(ctx, backward ? "roll (backward)" : "roll", mf__k_roll, MF__EW(out->ne),
-                      backward ? out->grad : out->data, xd, n, shift, (long long)inner, (long long)out->ne, backward);
-}
-static int mf__cu_roll_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_roll_run(ctx, out, 0); }
-static int mf__cu_roll_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_roll_run(ctx, out, 1); }
-
-static int mf__cu_reduce_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0];
-    return mf__cu_reduce(ctx, out->op->name, x->data, NULL, NULL, x->ne, 0, out->iarg[0] ? (double)x->ne : 1.0,
-                         out->data, NULL);
-}
-static int mf__cu_reduce_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    if (!dx) return 0;
-    return MF__CU_RUN(ctx, out->op->name, mf__k_fill_add, MF__EW(out->src[0]->ne), dx, (const float *)out->grad,
-                      (long long)out->src[0]->ne, out->iarg[0]);
-}
-
-static int mf__cu_sum_axis_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0];
-    int64_t outer, inner;
-    mf__split_at(x, out->iarg[0], &outer, &inner);
-    return MF__CU_RUN(ctx, "sum_axis", mf__k_sum_axis, MF__EW(outer * inner), out->data, (const float *)x->data,
-                      x->shape[out->iarg[0]], (long long)inner, (long long)(outer * inner));
-}
-static int mf__cu_sum_axis_bwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0];
-    float *dx = mf__g(x);
-    int64_t outer, inner;
-    if (!dx) return 0;
-    mf__split_at(x, out->iarg[0], &outer, &inner);
-    return MF__CU_RUN(ctx, "sum_axis (backward)", mf__k_sum_axis_bwd, MF__EW(x->ne), dx, (const float *)out->grad,
-                      x->shape[out->iarg[0]], (long long)inner, (long long)x->ne);
-}
-
-static int mf__cu_conv1d_fwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
-    long long rows = (long long)out->shape[0] * out->shape[1];
-    int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
-    if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(rows * CK) * sizeof(float)))) return -1;
-    if (MF__CU_RUN(ctx, "conv1d", mf__k_im2col, MF__EW(rows * CK), out->saved, (const float *)x->data, out->shape[1],
-                   x->shape[1], x->shape[2], w->shape[2], out->iarg[0], out->iarg[1], rows * CK) < 0 ||
-        mf__cu_gemm(ctx, "conv1d", 0, 1, (int)rows, Co, CK, out->saved, 0, w->data, 0, 0.0f, out->data, 0, 1) < 0)
-        return -1;
-    return b ? MF__CU_RUN(ctx, "conv1d", mf__k_bias_add, MF__EW(out->ne), out->data, (const float *)b->data, (long long)out->ne, Co) : 0;
-}
-static int mf__cu_conv1d_bwd(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *x = out->src[0], *w = out->src[1];
-    float *dx = mf__g(out->src[0]), *dw = mf__g(out->src[1]), *db = mf__g(out->src[2]), *dcols;
-    long long rows = (long long)out->shape[0] * out->shape[1];
-    int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
-    const char *op = "conv1d (backward)";
-    if (dw && mf__cu_gemm(ctx, op, 1, 0, Co, CK, (int)rows, out->grad, 0, out->saved, 0, 1.0f, dw, 0, 1) < 0) return -1;
-    if (db && MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(Co), db, (const float *)out->grad, rows, Co) < 0) return -1;
-    if (!dx) return 0;
-    if (!(dcols = (float *)mf__cu_arena(ctx, (size_t)(rows * CK) * sizeof(float)))) return -1;
-    if (mf__cu_gemm(ctx, op, 0, 0, (int)rows, CK, Co, out->grad, 0, w->data, 0, 0.0f, dcols, 0, 1) < 0) return -1;
-    return MF__CU_RUN(ctx, op, mf__k_col2im, MF__EW(x->ne), dx, (const float *)dcols, out->shape[1], x->shape[1],
-                      x->shape[2], w->shape[2], out->iarg[0], out->iarg[1], (long long)x->ne);
-}
-
-static int mf__cu_avg_pool_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
-}
-static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
-    if (!dx) return 0;
-    return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool_bwd, MF__EW(out->ne), dx, (const float *)out->grad,
-                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
-}
-
+/* ==== [cu:backend] ========================================================================== */
 /* every op of metaformer.h and its CUDA forward / backward */
 static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_matmul, mf__cu_matmul_fwd, mf__cu_matmul_bwd},
@@ -3262,16 +3326,22 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_avg_pool, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd},
-    /* feedback ([cu:feedback]) */
-    {&mf__op_feedback_attention, mf__cu_fba_fwd, mf__cu_fba_bwd},
-    {&mf__op_feedback, mf__cu_fb_fwd, mf__cu_fb_bwd},
+#ifndef METAFORMER_NO_XL
     /* xl: Transformer-XL relative attention ([cu:xl]) */
     {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd},
+#endif
+#ifndef METAFORMER_NO_FASTWEIGHTS
     /* fastweights ([cu:fastweights]) */
     {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd},
     {&mf__op_dpfp, mf__cu_dpfp_fwd, mf__cu_dpfp_bwd},
     {&mf__op_fast_weights, mf__cu_fw_fwd, mf__cu_fw_bwd},
     {&mf__op_linear_attention, mf__cu_fw_fwd, mf__cu_fw_bwd},
+#endif
+#ifndef METAFORMER_NO_FEEDBACK
+    /* feedback ([cu:feedback]) */
+    {&mf__op_feedback_attention, mf__cu_fba_fwd, mf__cu_fba_bwd},
+    {&mf__op_feedback, mf__cu_fb_fwd, mf__cu_fb_bwd},
+#endif
 };
 static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
     size_t i;
@@ -3287,7 +3357,7 @@ static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
 static int mf__cu_forward(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dispatch(ctx, out, 0); }
 static int mf__cu_backward(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dispatch(ctx, out, 1); }
 
-/* ==== the backend and device selection ======================================================== */
+/* ---- the backend and device selection ------------------------------------------------------ */
 static void mf__cu_destroy(mf_ctx *ctx) {
     mf__cu *cu = MF__CU(ctx);
     if (!cu) return;
