@@ -2510,7 +2510,7 @@ MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
 /* ---- add / sub / mul with a broadcast operand ---------------------------------------------------
    The smaller operand repeats every (its size) elements of the larger. */
 enum { MF__ADD, MF__SUB, MF__MUL };
-enum { MF__ARG_BINARY_KIND = 1 }; /* iarg: which of the three (slot 1: metaformer_cuda.cuh still reads it by number) */
+enum { MF__ARG_BINARY_KIND }; /* iarg: which of the three */
 static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *a = out->src[0], *b = out->src[1];
     mf_tensor *big = b->ne > a->ne ? b : a, *small = b->ne > a->ne ? a : b;
@@ -7710,11 +7710,11 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     return 0;
 }
 
-/* ---- every op -------------------------------------------------------------------------------------
-   The descriptors of [mf:ops] and of the families' sections (each family's under its section's switch),
-   here after the last section that defines one. Nothing in the library walks it: the tests do. Each op
-   needs an example (tests/op_examples.h) that tests/test_ops.c checks against the op's properties and
-   tests/test_cuda_ops.cpp runs on both backends, and a row in metaformer_cuda.cuh's mf__cu_ops. */
+/* ---- every op ------------------------------------------------------------------------------------
+   The descriptors of [mf:ops] and of the families' sections (a family's ops under its switch), here
+   after the last section that defines one. Nothing in the library walks it: the tests do. Each op
+   needs an example (tests/op_examples.h) that tests/test_ops.c checks against the op's properties
+   and tests/test_cuda_ops.cpp runs on both backends, and a row in metaformer_cuda.cuh's mf__cu_ops. */
 #if defined(__GNUC__) || defined(__clang__)
 #define MF__READ_BY_TESTS __attribute__((unused))
 #else
@@ -7722,7 +7722,7 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
 #endif
 static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
     &mf__op_matmul, &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul,
-    &mf__op_scale, &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp, &mf__op_elu1,
+    &mf__op_scale, &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp,
     &mf__op_softmax, &mf__op_log_softmax, &mf__op_cross_entropy, &mf__op_mse, &mf__op_layernorm,
     &mf__op_embedding, &mf__op_dropout, &mf__op_reshape, &mf__op_permute, &mf__op_concat, &mf__op_slice,
     &mf__op_roll, &mf__op_sum, &mf__op_mean, &mf__op_sum_axis, &mf__op_conv1d, &mf__op_avg_pool,
@@ -7731,6 +7731,7 @@ static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
     &mf__op_rel_attention,
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
+    &mf__op_elu1, /* in [mf:ops], but the linear mixer's feature map: its CUDA row goes with the family */
     &mf__op_dpfp, &mf__op_fast_weights, &mf__op_linear_attention,
 #endif
 #ifndef METAFORMER_NO_FEEDBACK

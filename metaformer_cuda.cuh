@@ -374,8 +374,9 @@ static int mf__cu_reduce(mf_ctx *ctx, const char *op, const float *a, const floa
 
 /* ---- matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N] (cuBLAS) ------------------------- */
 static int mf__cu_matmul_fwd(mf_ctx *ctx, mf_tensor *out) {
-    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
-    int batch = out->iarg[5], mode = out->iarg[6];
+    int ta = out->iarg[MF__ARG_MM_TRANS_A], tb = out->iarg[MF__ARG_MM_TRANS_B];
+    int M = out->iarg[MF__ARG_MM_M], N = out->iarg[MF__ARG_MM_N], K = out->iarg[MF__ARG_MM_K];
+    int batch = out->iarg[MF__ARG_MM_BATCH], mode = out->iarg[MF__ARG_MM_MODE];
     long long sA = mode == 2 ? 0 : (long long)M * K, sB = mode == 1 ? 0 : (long long)K * N;
     if (mode == 1 && !ta)
         return mf__cu_gemm(ctx, "matmul", 0, tb, M * batch, N, K, out->src[0]->data, 0, out->src[1]->data, 0, 0.0f, out->data, 0, 1);
@@ -383,8 +384,9 @@ static int mf__cu_matmul_fwd(mf_ctx *ctx, mf_tensor *out) {
                        (long long)M * N, batch);
 }
 static int mf__cu_matmul_bwd(mf_ctx *ctx, mf_tensor *out) {
-    int ta = out->iarg[0], tb = out->iarg[1], M = out->iarg[2], N = out->iarg[3], K = out->iarg[4];
-    int batch = out->iarg[5], mode = out->iarg[6], r = 0;
+    int ta = out->iarg[MF__ARG_MM_TRANS_A], tb = out->iarg[MF__ARG_MM_TRANS_B];
+    int M = out->iarg[MF__ARG_MM_M], N = out->iarg[MF__ARG_MM_N], K = out->iarg[MF__ARG_MM_K];
+    int batch = out->iarg[MF__ARG_MM_BATCH], mode = out->iarg[MF__ARG_MM_MODE], r = 0;
     const float *A = out->src[0]->data, *B = out->src[1]->data, *dC = out->grad;
     float *dA = mf__g(out->src[0]), *dB = mf__g(out->src[1]);
     long long sA = mode == 2 ? 0 : (long long)M * K, sB = mode == 1 ? 0 : (long long)K * N, sC = (long long)M * N;
@@ -467,13 +469,13 @@ static __global__ void mf__k_binary_bwd_small(float *d, const float *g, const fl
 static int mf__cu_binary_fwd(mf_ctx *ctx, mf_tensor *out) {
     return MF__CU_RUN(ctx, out->op->name, mf__k_binary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
                       (long long)out->src[0]->ne, (const float *)out->src[1]->data, (long long)out->src[1]->ne,
-                      (long long)out->ne, out->iarg[1]);
+                      (long long)out->ne, out->iarg[MF__ARG_BINARY_KIND]);
 }
 static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *A = out->src[0], *B = out->src[1];
     float *da = mf__g(A), *db = mf__g(B);
     long long na = A->ne, nb = B->ne, n = out->ne;
-    int kind = out->iarg[1], r = 0;
+    int kind = out->iarg[MF__ARG_BINARY_KIND], r = 0;
     const char *op = out->op->name;
     if (!da && !db) return 0;
     if (na == n && nb == n)
@@ -489,7 +491,7 @@ static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
     return r ? -1 : 0;
 }
 
-/* ---- elementwise unary ops: y = f(x); iarg[0] picks f, farg[0] its parameter --------------- */
+/* ---- elementwise unary ops: y = f(x); f and its parameter in MF__ARG_UNARY_KIND, MF__FARG_UNARY_S */
 static __device__ float mf__cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU as the CPU computes it (mf__av_gelu_fold in metaformer.h, its portable form step by step):
    the same table, so the CPU and the device agree to the rounding of a fused multiply-add */
@@ -549,13 +551,14 @@ static __global__ void mf__k_unary_bwd(float *dx, const float *x, const float *y
 }
 static int mf__cu_unary_fwd(mf_ctx *ctx, mf_tensor *out) {
     return MF__CU_RUN(ctx, out->op->name, mf__k_unary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      (long long)out->ne, out->iarg[0], out->farg[0]);
+                      (long long)out->ne, out->iarg[MF__ARG_UNARY_KIND], out->farg[MF__FARG_UNARY_S]);
 }
 static int mf__cu_unary_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]);
     if (!dx) return 0;
     return MF__CU_RUN(ctx, out->op->name, mf__k_unary_bwd, MF__EW(out->ne), dx, (const float *)out->src[0]->data,
-                      (const float *)out->data, (const float *)out->grad, (long long)out->ne, out->iarg[0], out->farg[0]);
+                      (const float *)out->data, (const float *)out->grad, (long long)out->ne,
+                      out->iarg[MF__ARG_UNARY_KIND], out->farg[MF__FARG_UNARY_S]);
 }
 
 /* ---- softmax over the last axis, optionally causal ----------------------------------------- */
@@ -587,7 +590,7 @@ static int mf__cu_softmax_fwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     int tq = x->ndim >= 2 ? x->shape[x->ndim - 2] : 1;
     return MF__CU_RUN(ctx, "softmax", mf__k_softmax, (unsigned)mf__rows(x), MF__CU_ROW, 0, out->data,
-                      (const float *)x->data, mf__last(x), tq, out->iarg[0]);
+                      (const float *)x->data, mf__last(x), tq, out->iarg[MF__ARG_SOFTMAX_CAUSAL]);
 }
 static int mf__cu_softmax_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]);
@@ -669,18 +672,19 @@ static int mf__cu_ce_fwd(mf_ctx *ctx, mf_tensor *out) {
     tg = (int *)(out->saved + 2 * rows);
     if (mf__cu_copy(ctx, tg, out->aux, (size_t)rows * sizeof(int32_t), MF__H2D) < 0) return -1;
     if (MF__CU_RUN(ctx, "cross_entropy", mf__k_ce_rows, (unsigned)rows, MF__CU_ROW, 0, (const float *)x->data,
-                   mf__last(x), (const int *)tg, out->iarg[0], out->saved, loss) < 0)
+                   mf__last(x), (const int *)tg, out->iarg[MF__ARG_CE_IGNORE], out->saved, loss) < 0)
         return -1;
-    return mf__cu_reduce(ctx, "cross_entropy", NULL, NULL, loss, rows, 3, (double)out->iarg[1], out->data, NULL);
+    return mf__cu_reduce(ctx, "cross_entropy", NULL, NULL, loss, rows, 3, (double)out->iarg[MF__ARG_CE_COUNT], out->data,
+                         NULL);
 }
 static int mf__cu_ce_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     float *dx = mf__g(out->src[0]);
     long long rows = mf__rows(x);
-    if (!dx || !out->iarg[1]) return 0;
+    if (!dx || !out->iarg[MF__ARG_CE_COUNT]) return 0;
     return MF__CU_RUN(ctx, "cross_entropy (backward)", mf__k_ce_bwd, MF__EW(x->ne), dx, (const float *)x->data,
-                      mf__last(x), (const int *)(out->saved + 2 * rows), out->iarg[0], (const float *)out->saved,
-                      (const float *)out->grad, out->iarg[1], (long long)x->ne);
+                      mf__last(x), (const int *)(out->saved + 2 * rows), out->iarg[MF__ARG_CE_IGNORE],
+                      (const float *)out->saved, (const float *)out->grad, out->iarg[MF__ARG_CE_COUNT], (long long)x->ne);
 }
 
 /* ---- mse: mean((a - b)^2) -> [1] ----------------------------------------------------------- */
@@ -758,7 +762,7 @@ static int mf__cu_layernorm_fwd(mf_ctx *ctx, mf_tensor *out) {
     if (!(out->saved = (float *)mf__cu_arena(ctx, 2 * (size_t)rows * sizeof(float)))) return -1;
     return MF__CU_RUN(ctx, "layernorm", mf__k_layernorm, (unsigned)rows, MF__CU_ROW, 0, out->data, out->saved,
                       (const float *)x->data, (const float *)(gm ? gm->data : NULL), (const float *)(bt ? bt->data : NULL),
-                      mf__last(x), out->farg[0]);
+                      mf__last(x), out->farg[MF__FARG_LN_EPS]);
 }
 static int mf__cu_layernorm_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *gm = out->src[1];
@@ -811,13 +815,14 @@ static __global__ void mf__k_dropout(float *y, const float *x, const float *g, l
     }
 }
 static int mf__cu_dropout_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    unsigned long long stream = ((unsigned long long)(uint32_t)out->iarg[1] << 32) | (uint32_t)out->iarg[0];
-    float s = 1.0f / (1.0f - out->farg[0]);
+    unsigned long long stream = ((unsigned long long)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) |
+                                (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
+    float p = out->farg[MF__FARG_DROPOUT_P], s = 1.0f / (1.0f - p);
     float *y = backward ? mf__g(out->src[0]) : out->data;
     if (!y) return 0;
     return MF__CU_RUN(ctx, backward ? "dropout (backward)" : "dropout", mf__k_dropout, MF__EW(out->ne), y,
                       (const float *)out->src[0]->data, (const float *)out->grad, (long long)out->ne,
-                      (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL), stream, out->farg[0], s, backward);
+                      (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL), stream, p, s, backward);
 }
 static int mf__cu_dropout_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 0); }
 static int mf__cu_dropout_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 1); }
@@ -871,7 +876,7 @@ static __global__ void mf__k_concat(float *out, float *a, float *b, long long na
     }
 }
 static int mf__cu_concat_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    int ax = out->iarg[0];
+    int ax = out->iarg[MF__ARG_AXIS];
     int64_t outer, inner;
     float *a = backward ? mf__g(out->src[0]) : out->src[0]->data, *b = backward ? mf__g(out->src[1]) : out->src[1]->data;
     if (backward && !a && !b) return 0;
@@ -896,14 +901,14 @@ static __global__ void mf__k_slice(float *out, float *x, long long nx, long long
 }
 static int mf__cu_slice_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     const mf_tensor *x = out->src[0];
-    int ax = out->iarg[0];
+    int ax = out->iarg[MF__ARG_AXIS];
     int64_t outer, inner;
     float *xd = backward ? mf__g(x) : x->data;
     if (!xd) return 0;
     mf__split_at(x, ax, &outer, &inner);
     return MF__CU_RUN(ctx, backward ? "slice (backward)" : "slice", mf__k_slice, MF__EW(out->ne),
                       backward ? out->grad : out->data, xd, (long long)x->shape[ax], (long long)out->shape[ax],
-                      (long long)out->iarg[1], (long long)inner, (long long)out->ne, backward);
+                      (long long)out->iarg[MF__ARG_SLICE_START], (long long)inner, (long long)out->ne, backward);
 }
 static int mf__cu_slice_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_slice_run(ctx, out, 0); }
 static int mf__cu_slice_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_slice_run(ctx, out, 1); }
@@ -919,7 +924,7 @@ static __global__ void mf__k_roll(float *out, float *x, int nax, int shift, long
 }
 static int mf__cu_roll_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     const mf_tensor *x = out->src[0];
-    int ax = out->iarg[0], n = x->shape[ax], shift = ((out->iarg[1] % n) + n) % n;
+    int ax = out->iarg[MF__ARG_AXIS], n = x->shape[ax], shift = ((out->iarg[MF__ARG_ROLL_SHIFT] % n) + n) % n;
     int64_t outer, inner;
     float *xd = backward ? mf__g(x) : x->data;
     if (!xd) return 0;
@@ -938,14 +943,14 @@ static __global__ void mf__k_fill_add(float *dx, const float *grad, long long n,
 }
 static int mf__cu_reduce_fwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
-    return mf__cu_reduce(ctx, out->op->name, x->data, NULL, NULL, x->ne, 0, out->iarg[0] ? (double)x->ne : 1.0,
-                         out->data, NULL);
+    return mf__cu_reduce(ctx, out->op->name, x->data, NULL, NULL, x->ne, 0,
+                         out->iarg[MF__ARG_REDUCE_MEAN] ? (double)x->ne : 1.0, out->data, NULL);
 }
 static int mf__cu_reduce_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]);
     if (!dx) return 0;
     return MF__CU_RUN(ctx, out->op->name, mf__k_fill_add, MF__EW(out->src[0]->ne), dx, (const float *)out->grad,
-                      (long long)out->src[0]->ne, out->iarg[0]);
+                      (long long)out->src[0]->ne, out->iarg[MF__ARG_REDUCE_MEAN]);
 }
 
 /* ---- sum over one axis --------------------------------------------------------------------- */
@@ -963,18 +968,18 @@ static __global__ void mf__k_sum_axis_bwd(float *dx, const float *g, int nax, lo
 static int mf__cu_sum_axis_fwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     int64_t outer, inner;
-    mf__split_at(x, out->iarg[0], &outer, &inner);
+    mf__split_at(x, out->iarg[MF__ARG_AXIS], &outer, &inner);
     return MF__CU_RUN(ctx, "sum_axis", mf__k_sum_axis, MF__EW(outer * inner), out->data, (const float *)x->data,
-                      x->shape[out->iarg[0]], (long long)inner, (long long)(outer * inner));
+                      x->shape[out->iarg[MF__ARG_AXIS]], (long long)inner, (long long)(outer * inner));
 }
 static int mf__cu_sum_axis_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     float *dx = mf__g(x);
     int64_t outer, inner;
     if (!dx) return 0;
-    mf__split_at(x, out->iarg[0], &outer, &inner);
+    mf__split_at(x, out->iarg[MF__ARG_AXIS], &outer, &inner);
     return MF__CU_RUN(ctx, "sum_axis (backward)", mf__k_sum_axis_bwd, MF__EW(x->ne), dx, (const float *)out->grad,
-                      x->shape[out->iarg[0]], (long long)inner, (long long)x->ne);
+                      x->shape[out->iarg[MF__ARG_AXIS]], (long long)inner, (long long)x->ne);
 }
 
 /* ---- conv1d, channels last (im2col + cuBLAS) ----------------------------------------------- */
@@ -1005,9 +1010,10 @@ static int mf__cu_conv1d_fwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
     long long rows = (long long)out->shape[0] * out->shape[1];
     int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
+    int stride = out->iarg[MF__ARG_CONV_STRIDE], pad = out->iarg[MF__ARG_CONV_PAD];
     if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(rows * CK) * sizeof(float)))) return -1;
     if (MF__CU_RUN(ctx, "conv1d", mf__k_im2col, MF__EW(rows * CK), out->saved, (const float *)x->data, out->shape[1],
-                   x->shape[1], x->shape[2], w->shape[2], out->iarg[0], out->iarg[1], rows * CK) < 0 ||
+                   x->shape[1], x->shape[2], w->shape[2], stride, pad, rows * CK) < 0 ||
         mf__cu_gemm(ctx, "conv1d", 0, 1, (int)rows, Co, CK, out->saved, 0, w->data, 0, 0.0f, out->data, 0, 1) < 0)
         return -1;
     return b ? MF__CU_RUN(ctx, "conv1d", mf__k_bias_add, MF__EW(out->ne), out->data, (const float *)b->data, (long long)out->ne, Co) : 0;
@@ -1024,7 +1030,8 @@ static int mf__cu_conv1d_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (!(dcols = (float *)mf__cu_arena(ctx, (size_t)(rows * CK) * sizeof(float)))) return -1;
     if (mf__cu_gemm(ctx, op, 0, 0, (int)rows, CK, Co, out->grad, 0, w->data, 0, 0.0f, dcols, 0, 1) < 0) return -1;
     return MF__CU_RUN(ctx, op, mf__k_col2im, MF__EW(x->ne), dx, (const float *)dcols, out->shape[1], x->shape[1],
-                      x->shape[2], w->shape[2], out->iarg[0], out->iarg[1], (long long)x->ne);
+                      x->shape[2], w->shape[2], out->iarg[MF__ARG_CONV_STRIDE], out->iarg[MF__ARG_CONV_PAD],
+                      (long long)x->ne);
 }
 
 /* ---- avg_pool / avg_pool_sub: mean over a window of the sequence axis ---------------------- */
@@ -1062,13 +1069,15 @@ static __global__ void mf__k_avg_pool_bwd(float *dx, const float *g, int T, int 
 }
 static int mf__cu_avg_pool_fwd(mf_ctx *ctx, mf_tensor *out) {
     return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
+                      out->shape[1], out->shape[2], out->iarg[MF__ARG_POOL_KERNEL], out->iarg[MF__ARG_POOL_CAUSAL],
+                      out->iarg[MF__ARG_POOL_MINUS], (long long)out->ne);
 }
 static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]);
     if (!dx) return 0;
     return MF__CU_RUN(ctx, out->op->name, mf__k_avg_pool_bwd, MF__EW(out->ne), dx, (const float *)out->grad,
-                      out->shape[1], out->shape[2], out->iarg[0], out->iarg[1], out->iarg[2], (long long)out->ne);
+                      out->shape[1], out->shape[2], out->iarg[MF__ARG_POOL_KERNEL], out->iarg[MF__ARG_POOL_CAUSAL],
+                      out->iarg[MF__ARG_POOL_MINUS], (long long)out->ne);
 }
 
 /* ==== [cu:attention] ======================================================================== */
@@ -1402,7 +1411,7 @@ static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
     memset(&a, 0, sizeof a);
     a.q = Q->data; a.k = K->data; a.v = V->data; a.o = out->data; a.g = out->grad; a.lse = out->saved;
     a.Tq = Q->shape[2]; a.Tk = K->shape[2]; a.dk = Q->shape[3]; a.dv = V->shape[3];
-    a.causal = out->iarg[0]; a.scale = out->farg[0];
+    a.causal = out->iarg[MF__ARG_ATTN_CAUSAL]; a.scale = out->farg[MF__FARG_ATTN_SCALE];
     return a;
 }
 static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
@@ -1800,7 +1809,7 @@ static mf__cu_xl_args mf__cu_xl_args_of(const mf_tensor *out) {
     a.q = Q->data; a.k = K->data; a.v = V->data; a.u = out->src[3]->data; a.R = out->src[4]->data; a.S = out->src[5]->data;
     a.go = out->grad; a.lse = out->saved; a.D = NULL;
     a.H = Q->shape[1]; a.Tq = Q->shape[2]; a.Tk = K->shape[2]; a.dk = Q->shape[3]; a.dv = V->shape[3];
-    a.P = out->src[4]->shape[0] / 2; a.scale = out->farg[0];
+    a.P = out->src[4]->shape[0] / 2; a.scale = out->farg[MF__FARG_ATTN_SCALE];
     return a;
 }
 /* `floats` of dynamic shared memory for one of the kernels (mf__cu_smem, the head sizes in the message) */
@@ -1863,7 +1872,7 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
 #ifndef METAFORMER_NO_FASTWEIGHTS
 /* DPFP, fast weights (delta rule) and linear attention. */
 /* The CUDA twins of [mf:fastweights] in metaformer.h (mf_dpfp, mf_fast_weights, mf_linear_attention;
-   mf_elu1 is a kind of the unary kernel of [cu:ops]). Same math, same forms, same selection (iarg[0]:
+   mf_elu1 is a kind of the unary kernel of [cu:ops]). Same math, same forms, same selection (MF__ARG_FW_FORM:
    1 = recurrent, C > 1 = chunkwise by C, resolved by the shape check from the caller's chunk), so CPU
    and GPU agree to float rounding. Every kernel is deterministic: each output element is summed by
    one thread in a fixed order; the value-column slices of the recurrent backward write partial
@@ -1982,7 +1991,7 @@ static int mf__cu_dpfp_fwd(mf_ctx *ctx, mf_tensor *out) {
     out->saved = NULL;
     if (out->requires_grad && !(out->saved = (float *)mf__cu_arena(ctx, (size_t)rows * sizeof(float)))) return -1;
     return MF__CU_RUN(ctx, "dpfp", mf__k_dpfp, (unsigned)rows, MF__CU_ROW, 0, out->data, out->saved,
-                      (const float *)x->data, mf__last(x), out->iarg[0], out->farg[0]);
+                      (const float *)x->data, mf__last(x), out->iarg[MF__ARG_DPFP_NU], out->farg[MF__FARG_DPFP_EPS]);
 }
 static int mf__cu_dpfp_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
@@ -1990,7 +1999,7 @@ static int mf__cu_dpfp_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (!dx) return 0;
     return MF__CU_RUN(ctx, "dpfp (backward)", mf__k_dpfp_bwd, (unsigned)mf__rows(x), MF__CU_ROW, 0, dx,
                       (const float *)x->data, (const float *)out->data, (const float *)out->grad,
-                      (const float *)out->saved, mf__last(x), out->iarg[0]);
+                      (const float *)out->saved, mf__last(x), out->iarg[MF__ARG_DPFP_NU]);
 }
 
 /* ---- linear attention's normaliser: y = num / (den + eps), den = num[dv] ---- */
@@ -2418,8 +2427,8 @@ static mf__cu_fw mf__cu_fw_args(const mf_tensor *out) {
     mf__cu_fw p;
     p.q = q->data; p.k = out->src[1]->data; p.v = out->src[2]->data; p.beta = beta ? beta->data : NULL;
     p.B = q->shape[0]; p.T = q->shape[1]; p.H = q->shape[2]; p.dd = q->shape[3]; p.dv = out->shape[3];
-    p.dvp = out->iarg[1];
-    p.C = out->iarg[0] < p.T ? out->iarg[0] : p.T; /* a chunk longer than T is T */
+    p.dvp = out->iarg[MF__ARG_FW_DVP];
+    p.C = out->iarg[MF__ARG_FW_FORM] < p.T ? out->iarg[MF__ARG_FW_FORM] : p.T; /* a chunk longer than T is T */
     return p;
 }
 /* out->saved, carved: recurrent: the checkpoints; chunkwise: the chunk-start states in both layouts
@@ -2463,7 +2472,7 @@ template <class K> static int mf__cu_fw_smem(mf_ctx *ctx, K kernel, size_t bytes
 static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
-    int form = out->iarg[0], delta = p.beta != NULL, cw;
+    int form = out->iarg[MF__ARG_FW_FORM], delta = p.beta != NULL, cw;
     long long BH = (long long)p.B * p.H, rows = BH * p.T, nc = (p.T + p.C - 1) / p.C;
     const char *op = out->op->name;
     float *state = (float *)out->aux, *y;
@@ -2491,13 +2500,13 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     }
     if (!delta)
         return MF__CU_RUN(ctx, op, mf__k_fw_norm, mf__cu_grid(rows * p.dv, MF__CU_BS), MF__CU_BS, 0, out->data,
-                          (const float *)b.num, p.dv, out->farg[0], rows * p.dv);
+                          (const float *)b.num, p.dv, out->farg[MF__FARG_FW_EPS], rows * p.dv);
     return 0;
 }
 static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
-    int form = out->iarg[0], delta = p.beta != NULL, cw;
+    int form = out->iarg[MF__ARG_FW_FORM], delta = p.beta != NULL, cw;
     long long BH = (long long)p.B * p.H, rows = BH * p.T, nc = (p.T + p.C - 1) / p.C, ss = (long long)p.dd * p.dvp;
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
     const float *dy = out->grad;
@@ -2509,7 +2518,7 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
         float *dn = (float *)mf__cu_arena(ctx, (size_t)(rows * p.dvp) * sizeof(float));
         if (!dn || MF__CU_RUN(ctx, op, mf__k_fw_norm_bwd, mf__cu_grid(rows, MF__CU_BS), MF__CU_BS, 0, dn,
                               (const float *)b.num, (const float *)out->grad, (const float *)out->data, p.dv,
-                              out->farg[0], rows) < 0)
+                              out->farg[MF__FARG_FW_EPS], rows) < 0)
             return -1;
         dy = dn;
     }
@@ -2747,7 +2756,7 @@ static mf__cu_fba mf__cu_fba_op_view(const mf_tensor *out) {
     const mf_tensor *q = out->src[0], *k = out->src[1];
     mf__cu_fba a;
     a.H = q->shape[1]; a.d = q->shape[2]; a.n = k->shape[2]; a.P = out->src[4]->shape[0]; a.rb = a.P - a.n;
-    a.sj = a.d; a.sh = (long long)a.n * a.d; a.sb = a.sh * a.H; a.scale = out->farg[0];
+    a.sj = a.d; a.sh = (long long)a.n * a.d; a.sb = a.sh * a.H; a.scale = out->farg[MF__FARG_ATTN_SCALE];
     return a;
 }
 static void mf__cu_fba_op_io(const mf_tensor *out, mf__cu_fba_io *x) {

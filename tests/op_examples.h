@@ -54,7 +54,6 @@ static mf_tensor *ex_gelu_tanh(mf_ctx *c, mf_tensor **x) { return mf_gelu(c, x[0
 static mf_tensor *ex_sigmoid(mf_ctx *c, mf_tensor **x) { return mf_sigmoid(c, x[0]); }
 static mf_tensor *ex_silu(mf_ctx *c, mf_tensor **x) { return mf_silu(c, x[0]); }
 static mf_tensor *ex_exp(mf_ctx *c, mf_tensor **x) { return mf_exp(c, x[0]); }
-static mf_tensor *ex_elu1(mf_ctx *c, mf_tensor **x) { return mf_elu1(c, x[0]); }
 static mf_tensor *ex_softmax(mf_ctx *c, mf_tensor **x) { return mf_softmax(c, x[0], 0); }
 static mf_tensor *ex_softmax_causal(mf_ctx *c, mf_tensor **x) { return mf_softmax(c, x[0], 1); }
 static mf_tensor *ex_log_softmax(mf_ctx *c, mf_tensor **x) { return mf_log_softmax(c, x[0]); }
@@ -97,6 +96,7 @@ static mf_tensor *ex_rel_attention(mf_ctx *c, mf_tensor **x) {
 }
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
+static mf_tensor *ex_elu1(mf_ctx *c, mf_tensor **x) { return mf_elu1(c, x[0]); }
 static mf_tensor *ex_dpfp(mf_ctx *c, mf_tensor **x) { return mf_dpfp(c, x[0], 2, 1e-6f); }
 static mf_tensor *ex_fast_weights(mf_ctx *c, mf_tensor **x) { return mf_fast_weights(c, x[0], x[1], x[2], x[3], 1); }
 static mf_tensor *ex_fast_weights_chunk(mf_ctx *c, mf_tensor **x) { return mf_fast_weights(c, x[0], x[1], x[2], x[3], 2); }
@@ -152,7 +152,6 @@ static const op_example EXAMPLES[] = {
     {"sigmoid", "", 1, EX_IN1(EX2(5, 7)), -3, 3, ex_sigmoid},
     {"silu", "", 1, EX_IN1(EX2(5, 7)), -3, 3, ex_silu},
     {"exp", "", 1, EX_IN1(EX2(5, 7)), -2, 2, ex_exp},
-    {"elu1", "", 1, EX_IN1(EX2(5, 7)), -2, 2, ex_elu1},
     {"softmax", "", 1, EX_IN1(EX2(3, 11)), -3, 3, ex_softmax},
     {"softmax", "causal", 1, EX_IN1(EX3(2, 4, 6)), -3, 3, ex_softmax_causal},
     {"log_softmax", "", 1, EX_IN1(EX2(4, 9)), -3, 3, ex_log_softmax},
@@ -182,6 +181,7 @@ static const op_example EXAMPLES[] = {
                                          EX2(14, 2)), -1, 1, ex_rel_attention},
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
+    {"elu1", "", 1, EX_IN1(EX2(5, 7)), -2, 2, ex_elu1},
     {"dpfp", "", 1, EX_IN1(EX3(2, 3, 4)), -1, 1, ex_dpfp},
     {"fast_weights", "recurrent", 4, EX_IN4(EX4(2, 5, 2, 3), EX4(2, 5, 2, 3), EX4(2, 5, 2, 4), EX3(2, 5, 2)), 0.1f, 0.9f,
      ex_fast_weights},
