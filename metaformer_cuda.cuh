@@ -19,7 +19,10 @@
  *   - One stream per context; cuBLAS is bound to it. The host waits only where it needs data
  *     (mf_to_host / mf_item, clipping's norm, the optimizer's "has this parameter a gradient" check).
  *   - mf__cu_ops maps each op descriptor of metaformer.h to its CUDA forward and backward; an op
- *     missing from it fails with a clear error naming the op (CPU code never sees device pointers).
+ *     missing from it fails with a clear error naming the op (CPU code never sees device pointers),
+ *     and tests/test_cuda_ops.cpp fails for an op of metaformer.h's list mf__ops without a row. The
+ *     wrappers read an op's arguments by the slot names metaformer.h gives them (MF__ARG_* in
+ *     out->iarg, MF__FARG_* in out->farg).
  *   - Dense products go through cuBLAS (row-major via C^T = B^T A^T), exact float32 unless
  *     mf_cuda_set_tf32(ctx, 1). Every other kernel here is deterministic (no atomics; reductions in a
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
