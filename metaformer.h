@@ -340,7 +340,8 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
    (metaformer_cuda.cuh, [cu:xl]). scale is usually 1/sqrt(dk). */
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                   mf_tensor *R, mf_tensor *S, float scale);
-/* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1). */
+/* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1); the
+   feedback transformer's tables have P rows of the same P (SPEC 8.1). */
 #define MF_XL_P 4096
 
 /* ---- layers ---------------------------------------------------------------------------------- */
@@ -787,6 +788,45 @@ typedef int mf__am;
 #define mf__av_gather(x, ld) ((void)(ld), *(x))
 #define mf__av_exp(x) expf(x)
 #endif
+
+/* Dot product and y += a x on rows of n floats (the mixer families' kernels). Both vectorise the
+   whole MF__AW-wide blocks with FMA; the last n % MF__AW elements (the tail) are summed in one of
+   two orders, and the two give different bits, so the order is the caller's explicit choice:
+   MF__TAIL_VEC     the tail through masked vector lanes (one FMA each); a dot product adds it into
+                    the vector accumulator, then one horizontal sum ([mf:fastweights])
+   MF__TAIL_SCALAR  the horizontal sum of the whole blocks first, then the tail as scalar C
+                    (r += a[i] * b[i], y[i] += a * x[i]) ([mf:feedback])
+   Each family keeps the order its kernels were validated with (and its CUDA twin mirrors). */
+enum { MF__TAIL_VEC, MF__TAIL_SCALAR };
+static inline float mf__vdot(int n, const float *a, const float *b, int tail) {
+    mf__av acc = mf__av_zero();
+    int i = 0;
+    float r;
+    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
+    if (tail == MF__TAIL_VEC) {
+        if (i < n) {
+            mf__am mk = mf__av_mask(n - i);
+            acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
+        }
+        return mf__av_hsum(acc);
+    }
+    r = mf__av_hsum(acc);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+static inline void mf__vaxpy(int n, float a, const float *x, float *y, int tail) { /* y += a x */
+    mf__av va = mf__av_set1(a);
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
+    if (tail == MF__TAIL_VEC) {
+        if (i < n) {
+            mf__am mk = mf__av_mask(n - i);
+            mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
+        }
+        return;
+    }
+    for (; i < n; i++) y[i] += a * x[i];
+}
 
 #define MF__ALIGN 64
 #define MF__ERRLEN 512
@@ -5500,26 +5540,7 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 #define MF__FW_AUTO_C 16
 #define MF__FW_AUTO_T 16
 
-/* ---- small vector helpers on rows of n floats ---------------------------------------------------- */
-static void mf__fw_axpy(int n, float a, const float *x, float *y) { /* y += a x */
-    mf__av va = mf__av_set1(a);
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
-    if (i < n) {
-        mf__am mk = mf__av_mask(n - i);
-        mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
-    }
-}
-static float mf__fw_dot(int n, const float *a, const float *b) { /* vectorised: float sums do not reassociate */
-    mf__av acc = mf__av_zero();
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
-    if (i < n) {
-        mf__am mk = mf__av_mask(n - i);
-        acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
-    }
-    return mf__av_hsum(acc);
-}
+/* (rows of n floats: mf__vdot / mf__vaxpy of [mf:platform], with this family's MF__TAIL_VEC order) */
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
    iarg[0] nu, farg[0] eps. a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
    (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
@@ -5564,7 +5585,7 @@ static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
         last = y[n2 - 1]; /* block 1 in place, from the top: a[j - 1] is still intact */
         for (j = n2 - 1; j >= 1; j--) y[j] *= y[j - 1];
         y[0] *= last;
-        sum = mf__fw_dot(dd, y, one);
+        sum = mf__vdot(dd, y, one, MF__TAIL_VEC);
         inv = 1.0f / (sum + eps);
         if (out->saved) out->saved[r] = inv;
         for (j = 0; j < dd; j++) y[j] *= inv;
@@ -5603,7 +5624,7 @@ static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
         int s, j;
         if (n2 > MF__DPFP_ROW) { mf__dpfp_backward_row(x, y, g, dx, dk, nu, eps); continue; }
         for (j = 0; j < dk; j++) { a[j] = x[j] > 0 ? x[j] : 0.0f; a[dk + j] = x[j] < 0 ? -x[j] : 0.0f; }
-        gy = mf__fw_dot(dd, g, y);
+        gy = mf__vdot(dd, g, y, MF__TAIL_VEC);
         inv = out->saved[r]; /* 1 / (sum phi + eps) of the forward */
         for (j = 0; j < n2; j++) da[j] = 0.0f;
         /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps) (the 1 / (S + eps) comes
@@ -5839,12 +5860,12 @@ static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, i
             int i = t - t0, nk, nq;
             const float *kt = h->k + t * h->lq, *qt = h->q + t * h->lq, *g = dy + t * ldg;
             const float *Sn = Snp + i * ss, *u = U + (size_t)i * dvp;
-            float ug = mf__fw_dot(dvp, u, g), b = h->beta ? h->beta[t * h->lb] : 1.0f;
+            float ug = mf__vdot(dvp, u, g, MF__TAIL_VEC), b = h->beta ? h->beta[t * h->lb] : 1.0f;
             nk = mf__fw_nonzero(dd, kt, ik);
             nq = mf__fw_nonzero(dd, qt, iq);
             if (dq) { /* S_t^T g = S_{t-1}^T g + k (u . g) */
                 mf__fw_rows_sum(dvp, id, g, Sn, dd, dq + t * h->lq, 1);
-                mf__fw_axpy(dd, ug, kt, dq + t * h->lq);
+                mf__vaxpy(dd, ug, kt, dq + t * h->lq, MF__TAIL_VEC);
             }
             mf__fw_rows_axpy(nq, iq, qt, g, dS, dvp);      /* dS = dL/dS_t, both layouts */
             mf__fw_rows_axpy(dvp, id, g, qt, dSn, dd);
@@ -5855,7 +5876,7 @@ static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, i
                 if (dk) mf__fw_rows_sum(dvp, id, dvb, Sn, dd, dk + t * h->lq, 1);
                 mf__fw_rows_axpy(nk, ik, kt, dvb, dS, dvp); /* dS = dL/dS_{t-1} */
                 mf__fw_rows_axpy(dvp, id, dvb, kt, dSn, dd);
-                if (db) db[t * h->lb] += mf__fw_dot(dvp, du, R + (size_t)i * dvp);
+                if (db) db[t * h->lb] += mf__vdot(dvp, du, R + (size_t)i * dvp, MF__TAIL_VEC);
             }
             if (dv) for (c = 0; c < h->dv; c++) dv[t * h->lv + c] += b * du[c];
         }
@@ -6003,20 +6024,20 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
             for (i = 0; i < n; i++) {
                 const float *gi = dX + (size_t)i * ldx;
                 float b = h->beta[(t0 + i) * h->lb];
-                float acc = mf__fw_dot(dd, gi, K + i * h->lq) + mf__fw_dot(dvp, gi + dd, Vb + (size_t)i * dvp);
+                float acc = mf__vdot(dd, gi, K + i * h->lq, MF__TAIL_VEC) + mf__vdot(dvp, gi + dd, Vb + (size_t)i * dvp, MF__TAIL_VEC);
                 for (j = 0; j < i; j++) acc -= D[(size_t)i * n + j] * Gm[(size_t)i * n + j];
                 if (db) db[(t0 + i) * h->lb] += acc;
-                mf__fw_axpy(dd, b, gi, dKc + (size_t)i * dd);
-                if (dv) mf__fw_axpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv);
+                mf__vaxpy(dd, b, gi, dKc + (size_t)i * dd, MF__TAIL_VEC);
+                if (dv) mf__vaxpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
                 for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -b * D[(size_t)i * n + j] : 0.0f; /* E */
             }
             mf__attn_mm(n, dd, n, D, n, 1, K, lq, dKc, dd, 1);         /* dK += E K */
             mf__attn_mm(n, dd, n, D, 1, n, K, lq, dKc, dd, 1);         /* dK += E^T K */
         } else if (dv)
-            for (i = 0; i < n; i++) mf__fw_axpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv);
+            for (i = 0; i < n; i++) mf__vaxpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
         for (i = 0; i < n; i++) {
-            if (dq) mf__fw_axpy(dd, 1.0f, dQc + (size_t)i * dd, dq + (t0 + i) * h->lq);
-            if (dk) mf__fw_axpy(dd, 1.0f, dKc + (size_t)i * dd, dk + (t0 + i) * h->lq);
+            if (dq) mf__vaxpy(dd, 1.0f, dQc + (size_t)i * dd, dq + (t0 + i) * h->lq, MF__TAIL_VEC);
+            if (dk) mf__vaxpy(dd, 1.0f, dKc + (size_t)i * dd, dk + (t0 + i) * h->lq, MF__TAIL_VEC);
         }
     }
 }
@@ -6346,7 +6367,7 @@ static const mf__family mf__fam_fastweights = {
    step buffers and the generation slots in device memory (laid out for the GPU: [nblk][cap][B][D],
    nothing packed), dropout masks from the same RNG counters (mf__fb_drop_base), and a token loop
    that never waits on the host. */
-#define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
+#define MF__FB_P MF_XL_P /* rows of the relative tables R, S (SPEC 8.1): the same P as the relative mixer's */
 
 typedef struct mf__fb_layer { /* the attention sub-layer of layer l (SPEC 8.1) */
     mf_tensor *wq, *wk, *wv, *bv, *wo, *bo; /* k, v: the original variant only (feedback_kv shares them) */
@@ -6389,22 +6410,6 @@ typedef struct mf__fb_attn {
     int64_t dsb, dsh;
 } mf__fb_attn;
 
-static float mf__fb_dot(const float *a, const float *b, int n) {
-    mf__av s = mf__av_zero();
-    int i = 0;
-    float r;
-    for (; i + MF__AW <= n; i += MF__AW) s = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), s);
-    r = mf__av_hsum(s);
-    for (; i < n; i++) r += a[i] * b[i];
-    return r;
-}
-/* y[0..n) += a * x */
-static void mf__fb_axpy(float *y, float a, const float *x, int n) {
-    mf__av va = mf__av_set1(a);
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
 /* y [N] = x [K] @ M [K][N] (row-major, ldm), or y += it (add). One row: four rows of M at a time
    into separate accumulators, so the sum is not one long chain of dependent FMAs (the small-tile
    kernel's one-row tile is). */
@@ -6501,7 +6506,7 @@ static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
         for (b = 0; b < a->B; b++) {
             int64_t qo = (int64_t)b * D + (int64_t)h * d, hb = b * a->sb + h * a->sh, dhb = b * a->dsb + h * a->dsh;
             const float *dout = a->dout + qo;
-            float *g = G + (int64_t)b * n, Dd = mf__fb_dot(dout, a->o + qo, d);
+            float *g = G + (int64_t)b * n, Dd = mf__vdot(d, dout, a->o + qo, MF__TAIL_SCALAR);
             mf__fb_scores(a, b, h, pos + (int64_t)b * n, p);
             mf__fb_exp(p, n, a->lse[(int64_t)b * a->H + h]);                       /* a_j */
             mf__fb_vm(n, d, dout, a->vt + hb, a->ldt, dp, 0);                       /* dout . v_j */
@@ -6984,10 +6989,10 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
         float *kv = g->kv + (int64_t)t * B * ld;
         mf__fb_slot_grad(f, g->slots, t, kv);
         mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, dm, D, 0);
-        for (l = 0; l <= N; l++) g->dsw[l] += mf__fb_dot(dm, MF__FB_AT(f, f->hs, l, t, D), (int)bd);
+        for (l = 0; l <= N; l++) g->dsw[l] += mf__vdot((int)bd, dm, MF__FB_AT(f, f->hs, l, t, D), MF__TAIL_SCALAR);
     }
     for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
-    if (has_dm) mf__fb_axpy(dh, f->sw[N], dm, (int)bd);
+    if (has_dm) mf__vaxpy((int)bd, f->sw[N], dm, dh, MF__TAIL_SCALAR);
     for (l = N - 1; l >= 0 && mf_ok(ctx); l--) {
         mf__layer *L = &f->m->layers[l];
         float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F);
@@ -7021,7 +7026,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
             mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
                                       dd, dh, B, D);
         }
-        if (has_dm) mf__fb_axpy(dh, f->sw[l], dm, (int)bd); /* hs_t[l] also feeds m_t */
+        if (has_dm) mf__vaxpy((int)bd, f->sw[l], dm, dh, MF__TAIL_SCALAR); /* hs_t[l] also feeds m_t */
     }
     if (dx) for (b = 0; b < B; b++) for (e = 0; e < D; e++) dx[((int64_t)b * T + t) * D + e] += dh[(int64_t)b * D + e];
 }
@@ -7082,7 +7087,7 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__fb_weight_grad(ctx, w, bias, g.kv + (int64_t)i * D, (int)ld, f->mem, (T - 1) * B);
     }
     if (gw) { /* softmax backward: dw_i = sw_i (dsw_i - sum_j sw_j dsw_j) */
-        float dot = mf__fb_dot(f->sw, g.dsw, N + 1);
+        float dot = mf__vdot(N + 1, f->sw, g.dsw, MF__TAIL_SCALAR);
         for (l = 0; l <= N; l++) gw[l] += f->sw[l] * (g.dsw[l] - dot);
     }
 }
