@@ -41,6 +41,16 @@
  *                           linked with -lcublas); then mf_ctx_set_device(ctx, MF_DEVICE_CUDA)
  *                           puts a context on the GPU (see metaformer_cuda.cuh)
  *   MF_CUDA_DEBUG           CUDA: synchronise after every kernel so a fault names its op
+ *   METAFORMER_NO_XL        leave out the section [mf:xl]: the relative mixer (Transformer-XL,
+ *                           compressive) and mf_rel_attention (mf_model_memory_slot, _reset_memory
+ *                           and _aux_loss remain: no model has memories)
+ *   METAFORMER_NO_FASTWEIGHTS  leave out [mf:fastweights]: fast_weights, linear, mf_dpfp,
+ *                           mf_fast_weights, mf_linear_attention (mf_elu1 is a core op and stays)
+ *   METAFORMER_NO_FEEDBACK  leave out [mf:feedback]: feedback, feedback_kv, mf_feedback_attention
+ *                           With a family left out, its mixers keep their names and enum values but
+ *                           mf_model_check refuses them, naming the switch (mf_mixer_compiled tells);
+ *                           the declarations of its ops stay, and calling one fails to link. Compile
+ *                           the CUDA backend's translation unit with the same switches.
  *
  * CONCEPTS
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
@@ -66,10 +76,14 @@
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
- *   [mf:model]      the MetaFormer language model: config, mixers, forward, loss, generation
- *   [mf:xl]         Transformer-XL relative attention, segment memory, compressive transformer
- *   [mf:fastweights] fast weights (DPFP + delta rule) and linear attention
- *   [mf:feedback]   the feedback transformer (original and shared-KV)
+ *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation (no
+ *                   mixer of its own: each family of mixers plugs in through one descriptor)
+ *   [mf:attention]  mixer family: sdpa, metric, quadratic (softmax attention, KV cache)
+ *   [mf:pool]       mixer family: pool, identity
+ *   [mf:xl]         mixer family: Transformer-XL relative attention, segment memory, compressive
+ *   [mf:fastweights] mixer family: fast weights (DPFP + delta rule) and linear attention
+ *   [mf:feedback]   mixer family: the feedback transformer (original and shared-KV)
+ *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer
  *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
  *
@@ -326,7 +340,8 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
    (metaformer_cuda.cuh, [cu:xl]). scale is usually 1/sqrt(dk). */
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                   mf_tensor *R, mf_tensor *S, float scale);
-/* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1). */
+/* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1); the
+   feedback transformer's tables have P rows of the same P (SPEC 8.1). */
 #define MF_XL_P 4096
 
 /* ---- layers ---------------------------------------------------------------------------------- */
@@ -482,11 +497,27 @@ typedef struct mf_model mf_model;
    (automatic); vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
    ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
-/* "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
-   "feedback", "feedback_kv" <-> kind (-1 when unknown). */
+/* Names <-> kinds: the one way to turn a name into a config value and back (command lines, files).
+   Mixers: "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
+   "feedback", "feedback_kv" (list them with mf_mixer_name(k) for k = 0 .. MF_MIXER_COUNT - 1);
+   positions: "none", "learned", "sinusoidal"; FFN activations: "relu", "gelu", "gelu_tanh", "silu";
+   linear's features: "dpfp", "elu1". *_name returns "unknown" for a value out of range, *_from_name
+   -1 for an unknown name (or NULL). mf_mixer_compiled: 1 when the mixer's family is compiled in
+   (see METAFORMER_NO_XL etc. under OPTIONS), 0 when not or unknown. */
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
 MFDEF int mf_mixer_from_name(const char *name);
-/* Check a config; returns 0, or -1 with the reason in ctx. */
+MFDEF int mf_mixer_compiled(mf_mixer_kind kind);
+MFDEF const char *mf_pos_name(mf_pos_kind kind);
+MFDEF int mf_pos_from_name(const char *name);
+MFDEF const char *mf_act_name(mf_act_kind kind);
+MFDEF int mf_act_from_name(const char *name);
+MFDEF const char *mf_feature_name(mf_feature_kind kind);
+MFDEF int mf_feature_from_name(const char *name);
+/* Check a config; returns 0, or -1 with the reason in ctx. A mixer-specific field (attn_bias,
+   pool_size, pool_causal, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu,
+   linear_feature, chunk_size) that the chosen mixer does not read must keep its default: e.g.
+   compressive = 1 with sdpa fails with "model config: compressive = 1 applies only to the relative
+   mixer (set it to 0, or choose mixer relative) ...". */
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *cfg);
 /* Create the model's parameters in ctx (names "tok_emb", "pos_emb", "layers.<l>.<...>",
    "ln_f.weight", "head.weight", ...) with PyTorch's default initialisation. NULL on error. */
@@ -757,6 +788,45 @@ typedef int mf__am;
 #define mf__av_gather(x, ld) ((void)(ld), *(x))
 #define mf__av_exp(x) expf(x)
 #endif
+
+/* Dot product and y += a x on rows of n floats (the mixer families' kernels). Both vectorise the
+   whole MF__AW-wide blocks with FMA; the last n % MF__AW elements (the tail) are summed in one of
+   two orders, and the two give different bits, so the order is the caller's explicit choice:
+   MF__TAIL_VEC     the tail through masked vector lanes (one FMA each); a dot product adds it into
+                    the vector accumulator, then one horizontal sum ([mf:fastweights])
+   MF__TAIL_SCALAR  the horizontal sum of the whole blocks first, then the tail as scalar C
+                    (r += a[i] * b[i], y[i] += a * x[i]) ([mf:feedback])
+   Each family keeps the order its kernels were validated with (and its CUDA twin mirrors). */
+enum { MF__TAIL_VEC, MF__TAIL_SCALAR };
+static inline float mf__vdot(int n, const float *a, const float *b, int tail) {
+    mf__av acc = mf__av_zero();
+    int i = 0;
+    float r;
+    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
+    if (tail == MF__TAIL_VEC) {
+        if (i < n) {
+            mf__am mk = mf__av_mask(n - i);
+            acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
+        }
+        return mf__av_hsum(acc);
+    }
+    r = mf__av_hsum(acc);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+static inline void mf__vaxpy(int n, float a, const float *x, float *y, int tail) { /* y += a x */
+    mf__av va = mf__av_set1(a);
+    int i = 0;
+    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
+    if (tail == MF__TAIL_VEC) {
+        if (i < n) {
+            mf__am mk = mf__av_mask(n - i);
+            mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
+        }
+        return;
+    }
+    for (; i < n; i++) y[i] += a * x[i];
+}
 
 #define MF__ALIGN 64
 #define MF__ERRLEN 512
@@ -4277,69 +4347,137 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
 }
 
 /* ==== [mf:model] ============================================================================ */
+/* The generic model: config check, embeddings, the blocks, the final LN and head, loss and
+   generation. It knows no mixer: every token mixer belongs to a FAMILY (one descriptor,
+   mf__family, with the same hooks for all), and the mixer table (mf__mixer_rows, [mf:mixers] after
+   the family sections) gives each mixer its name, family and flags. A family owns its section:
+   [mf:attention] (sdpa, metric, quadratic), [mf:pool] (pool, identity), [mf:xl] (relative),
+   [mf:fastweights] (fast_weights, linear), [mf:feedback] (feedback, feedback_kv).
+   Adding a mixer to a family: its code in the family's section, one row in mf__mixer_rows (and
+   an enum value in [mf:api]). Adding a family: a section with an mf__family descriptor and its
+   rows. */
+
+/* the optional config fields: a mixer row lists the ones its mixer reads; a field that the
+   chosen mixer does not read must keep mf_model_config_default()'s value (mf_model_check) */
+enum {
+    MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
+    MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
+    MF__FIELD_CHUNK_SIZE, MF__FIELD_COUNT
+};
+#define MF__F(field) (1u << MF__FIELD_##field)
+static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
+    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size"};
+static void mf__field_values(const mf_model_config *c, int *v) {
+    v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
+    v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
+    v[MF__FIELD_COMPRESSIVE] = c->compressive; v[MF__FIELD_C_MEM_LEN] = c->c_mem_len;
+    v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
+    v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
+}
+
+/* per-mixer flags of a row */
+enum {
+    MF__MIX_LN1 = 1,         /* the block has ln1 ("layers.<l>.ln1.*", before the family's parameters) */
+    MF__MIX_PRE_LN = 2,      /* the generic block applies ln1 before the mixer (else the mixer gets the layer input) */
+    MF__MIX_HEADS = 4,       /* splits d_model into n_heads heads (n_heads must divide d_model) */
+    MF__MIX_FIXED_STATE = 8, /* generation state of a fixed size: with pos = NONE it generates past max_seq */
+    MF__MIX_SKIP = 16        /* no mixer sub-block at all (identity) */
+};
+
 typedef struct mf__layer {
-    mf_tensor *p[24];         /* every parameter of the layer, in creation order (for cloning) */
-    int np;
-    mf_tensor *ln1_w, *ln1_b, *ln2_w, *ln2_b;
-    mf_tensor *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;   /* sdpa */
-    mf_tensor *wp, *mform, *we;                          /* metric (mform = Mbar) / quadratic (M) */
-    mf_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-    mf_tensor *rel_u, *rel_r, *rel_s;                    /* relative / feedback: u [H][dk], R, S tables */
-    mf_tensor *cmp_w, *cmp_b;                            /* compressive: conv1d compressor [D][D][c], [D] */
-    mf_tensor *wbeta;                                    /* fast weights: gate projection [H][D] */
-    float *cache_k, *cache_v;  /* generation: [H][max_seq][dk] keys/values (metric: p), pool: xn [max_seq][D] */
+    int p0, np;               /* the layer's parameters: mf_param_at(ctx, p0 .. p0 + np - 1), creation order */
+    mf_tensor *ln1_w, *ln1_b; /* ln1 (rows with MF__MIX_LN1; relative and feedback read it themselves) */
+    mf_tensor *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b; /* the FFN sub-block */
+    void *mix;                /* the family's per-layer struct (family->layer_size bytes, zeroed) */
+    /* feedback only: copies of the feedback family's pointers (mf__fb_layer), for the code that reads
+       them as m->layers[l].<name> (metaformer_cuda.cuh [cu:feedback], tests); nothing here reads them */
+    mf_tensor *wq, *wo, *bo, *rel_u, *rel_r, *rel_s;
 } mf__layer;
+
+/* A family of mixers: the same hooks for every family (NULL where the family has nothing to do).
+   m->layers[l].mix is the family's per-layer struct, m->fam_state its model-level state. */
+typedef struct mf__family {
+    const char *name;
+    size_t layer_size;   /* bytes of the per-layer struct */
+    unsigned fields;     /* MF__F(...) bits: every optional config field a mixer of the family reads */
+    int (*check)(mf_ctx *ctx, const mf_model_config *c);  /* 0, or -1 with a message naming the field */
+    void (*make_layer)(mf_model *m, int l);  /* the mixer's parameters of layer l (between ln1 and ln2) */
+    void (*init)(mf_model *m);   /* after every layer, before ln_f / head: model-level parameters, constants, state */
+    void (*free)(mf_model *m);   /* state and per-layer buffers (not the per-layer structs: the model frees them) */
+    /* per-layer families: the mixer of layer l on x [B, T, D] (ln1(x) with MF__MIX_PRE_LN); gen: generation
+       (B = 1, positions from pos0, continuing the family's state) */
+    mf_tensor *(*mixer)(mf_model *m, int l, mf_tensor *x, int pos0, int gen);
+    /* whole-stack families (feedback): embeddings [B, T, D] -> the last layer's outputs; the blocks and
+       mixer above are then not used */
+    mf_tensor *(*run_stack)(mf_model *m, mf_tensor *x, int pos0, int gen);
+    /* generation starts: prepare the state; 1 = continue one token per step from the state, 0 =
+       rerun the whole window each step, -1 = error (in ctx) */
+    int (*gen_begin)(mf_model *m);
+    mf_tensor *(*aux_loss)(mf_model *m); /* a loss term of the last forward added by mf_model_loss, or NULL */
+} mf__family;
+
+/* one row per mixer kind, in [mf:mixers] */
+typedef struct mf__mixer_row {
+    const char *name;
+    mf_mixer_kind kind;
+    const mf__family *family; /* NULL: left out by the compile switch `off` */
+    const char *off;          /* the switch that leaves the family out (NULL: always compiled) */
+    unsigned flags;           /* MF__MIX_* */
+    unsigned fields;          /* MF__F(...): the optional config fields this mixer reads */
+} mf__mixer_row;
+static const mf__mixer_row *mf__mixer_row_of(int kind); /* [mf:mixers]; NULL for an unknown kind */
 
 struct mf_model {
     mf_ctx *ctx;
     mf_model_config cfg;
+    const mf__mixer_row *mixer; /* the config's row */
+    const mf__family *fam;      /* its family */
+    void *fam_state;            /* the family's model-level state, or NULL */
     mf_tensor *tok_emb, *pos_emb, *lnf_w, *lnf_b, *head_w, *head_b;
     float *sinusoid;    /* [max_seq][D] when pos == SINUSOIDAL */
-    float *expand;      /* metric: [L][dk*dk], 1 where Mbar entry l lands in M */
     mf__layer *layers;
-    mf_tensor *fb_w, *fb_wk, *fb_wv;    /* feedback: layer weights [N+1]; feedback_kv: shared k, v [D][D] */
-    struct mf__xl_state *xl;            /* relative: memories (see [mf:xl]) */
-    struct mf__rec_state *rec;          /* fast_weights / linear: generation state (see [mf:fastweights]) */
-    struct mf__fb_state *fb;            /* feedback: stacks and step workspace (see [mf:feedback]) */
+    char *fam_layers;   /* n_layers per-layer structs of the family */
+    mf_tensor *fb_w;    /* feedback: the family's layer weights, for metaformer_cuda.cuh ([cu:feedback]) */
     int cache_len;      /* tokens held by the generation cache */
-    int on_device;      /* sinusoid, expand and the caches are device buffers (CUDA) */
+    int on_device;      /* sinusoid, the family's constants and caches are device buffers (CUDA) */
 };
 
-/* The variant families live in their own sections after this one ([mf:xl], [mf:fastweights],
-   [mf:feedback]); the generic model code calls them through these. */
-static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c);     /* 0, or -1 with the reason */
-static void mf__xl_make_layer(mf_model *m, int l);                   /* the mixer's parameters */
-static void mf__xl_init(mf_model *m);                                /* state, after all parameters */
-static void mf__xl_free(mf_model *m);
-static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen); /* x: layer input [B, T, D] */
-static mf_tensor *mf__xl_aux_loss(mf_model *m);                      /* AR loss of the last forward or NULL */
-static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c);
-static void mf__fw_make_layer(mf_model *m, int l);
-static void mf__fw_free(mf_model *m);
-static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen); /* x: layer input */
-static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c);
-static void mf__fb_make_layer(mf_model *m, int l);
-static void mf__fb_init(mf_model *m);                                /* model-level parameters, state */
-static void mf__fb_free(mf_model *m);
-static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen); /* embeddings -> outputs [B, T, D] */
-
-static int mf__is_feedback(mf_mixer_kind k) { return k == MF_MIXER_FEEDBACK || k == MF_MIXER_FEEDBACK_KV; }
-static int mf__is_fast(mf_mixer_kind k) { return k == MF_MIXER_FAST_WEIGHTS || k == MF_MIXER_LINEAR; }
 /* mixers whose generation state has a fixed size: with no position table they generate past max_seq */
-static int mf__unbounded(const mf_model_config *c) {
-    return (c->mixer == MF_MIXER_RELATIVE || mf__is_fast(c->mixer)) && c->pos == MF_POS_NONE;
+static int mf__unbounded(const mf_model *m) {
+    return (m->mixer->flags & MF__MIX_FIXED_STATE) && m->cfg.pos == MF_POS_NONE;
+}
+/* a buffer of the model's device (mf__dmalloc) */
+static void mf__model_dfree(mf_model *m, void *p) {
+    if (m->on_device) mf__dfree(m->ctx, p); else MF_FREE(p);
 }
 
-static const char *const mf__mixer_names[MF_MIXER_COUNT] = {"sdpa", "metric", "quadratic", "pool", "identity",
-    "relative", "fast_weights", "linear", "feedback", "feedback_kv"};
-MFDEF const char *mf_mixer_name(mf_mixer_kind kind) {
-    return ((int)kind >= 0 && kind < MF_MIXER_COUNT) ? mf__mixer_names[kind] : "unknown";
+/* a constant table of the model built on the host (NULL: out of memory, already reported): kept as is
+   on the CPU; on CUDA copied to a device buffer and the host copy freed. NULL when that fails. */
+static float *mf__model_const(mf_model *m, float *host, size_t bytes) {
+    float *d;
+    if (!host || !m->on_device) return host;
+    d = (float *)mf__dmalloc(m->ctx, bytes, "model constants");
+    if (d && mf__dupload(m->ctx, d, host, bytes) < 0) { mf__dfree(m->ctx, d); d = NULL; }
+    MF_FREE(host);
+    return d;
 }
-MFDEF int mf_mixer_from_name(const char *name) {
+
+/* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
+static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
+static const char *const mf__act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+static const char *const mf__feature_names[] = {"dpfp", "elu1"};
+static int mf__name_index(const char *const *names, int n, const char *name) {
     int i;
-    for (i = 0; name && i < MF_MIXER_COUNT; i++) if (strcmp(name, mf__mixer_names[i]) == 0) return i;
+    for (i = 0; name && i < n; i++) if (strcmp(name, names[i]) == 0) return i;
     return -1;
 }
+#define MF__NAMES(tab) tab, (int)(sizeof tab / sizeof tab[0])
+MFDEF const char *mf_pos_name(mf_pos_kind k) { return (int)k >= 0 && (int)k < 3 ? mf__pos_names[k] : "unknown"; }
+MFDEF int mf_pos_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__pos_names), name); }
+MFDEF const char *mf_act_name(mf_act_kind k) { return (int)k >= 0 && (int)k < 4 ? mf__act_names[k] : "unknown"; }
+MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
+MFDEF const char *mf_feature_name(mf_feature_kind k) { return (int)k >= 0 && (int)k < 2 ? mf__feature_names[k] : "unknown"; }
+MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
 
 MFDEF mf_model_config mf_model_config_default(void) {
     mf_model_config c;
@@ -4351,9 +4489,26 @@ MFDEF mf_model_config mf_model_config_default(void) {
     return c;
 }
 
-static int mf__uses_heads(mf_mixer_kind k) { return k != MF_MIXER_POOL && k != MF_MIXER_IDENTITY; }
+/* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /
+   "mixer fast_weights or linear" (choose): the mixers that read field f */
+static void mf__readers(int f, int choose, char *buf, size_t size) {
+    int k, n = 0, count = 0, seen = 0;
+    const mf__mixer_row *r;
+    for (k = 0; k < MF_MIXER_COUNT; k++) if ((r = mf__mixer_row_of(k)) && (r->fields >> f & 1u)) count++;
+    n += snprintf(buf + n, size - (size_t)n, "%s", choose ? "mixer " : "the ");
+    for (k = 0; k < MF_MIXER_COUNT && n < (int)size; k++) {
+        if (!(r = mf__mixer_row_of(k)) || !(r->fields >> f & 1u)) continue;
+        seen++;
+        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : choose ? " or " : " and ",
+                      r->name);
+    }
+    if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
+}
 
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
+    const mf__mixer_row *row;
+    mf_model_config d = mf_model_config_default();
+    int v[MF__FIELD_COUNT], dv[MF__FIELD_COUNT], f;
     if (!mf_ok(ctx)) return -1;
 #define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
     if (!c) MF__BAD("model config is NULL (start from mf_model_config_default())");
@@ -4361,34 +4516,38 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
     if (c->d_model < 1 || c->n_layers < 1 || c->d_ff < 1 || c->max_seq < 1)
         MF__BAD("model config: d_model %d, n_layers %d, d_ff %d and max_seq %d must all be >= 1",
                 c->d_model, c->n_layers, c->d_ff, c->max_seq);
-    if ((int)c->mixer < 0 || c->mixer >= MF_MIXER_COUNT) MF__BAD("model config: unknown mixer %d", (int)c->mixer);
+    if (!(row = mf__mixer_row_of((int)c->mixer))) MF__BAD("model config: unknown mixer %d", (int)c->mixer);
+    if (!row->family)
+        MF__BAD("model config: mixer %s is not compiled in: the implementation was compiled with %s (compile it "
+                "without that switch, or choose another mixer)", row->name, row->off);
     if ((int)c->pos < MF_POS_NONE || c->pos > MF_POS_SINUSOIDAL) MF__BAD("model config: unknown positional encoding %d", (int)c->pos);
     if ((int)c->ffn_act < MF_ACT_RELU || c->ffn_act > MF_ACT_SILU) MF__BAD("model config: unknown FFN activation %d", (int)c->ffn_act);
-    if (mf__uses_heads(c->mixer) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
+    if ((row->flags & MF__MIX_HEADS) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
         MF__BAD("model config: d_model %d is not divisible by n_heads %d; pick a head count that divides "
-                "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, mf_mixer_name(c->mixer));
-    if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!c->pool_causal && c->pool_size % 2 == 0)))
-        MF__BAD("model config: pool_size %d must be >= 1 (and odd for a centred window)", c->pool_size);
+                "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, row->name);
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
     if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
+    mf__field_values(c, v);
+    mf__field_values(&d, dv);
+    for (f = 0; f < MF__FIELD_COUNT; f++)
+        if (!(row->fields >> f & 1u) && v[f] != dv[f]) {
+            char which[160], choose[160];
+            mf__readers(f, 0, which, sizeof which);
+            mf__readers(f, 1, choose, sizeof choose);
+            MF__BAD("model config: %s = %d applies only to %s (set it to %d, or choose %s); the %s mixer does not read it",
+                    mf__field_names[f], v[f], which, dv[f], choose, row->name);
+        }
 #undef MF__BAD
-    if (c->mixer == MF_MIXER_RELATIVE) return mf__xl_check(ctx, c);
-    if (mf__is_fast(c->mixer)) return mf__fw_check(ctx, c);
-    if (mf__is_feedback(c->mixer)) return mf__fb_check(ctx, c);
-    return 0;
+    return row->family->check ? row->family->check(ctx, c) : 0;
 }
 
-/* a parameter of layer l named "layers.<l>.<name>", remembered for cloning */
+/* a parameter of layer l named "layers.<l>.<name>" */
 static mf_tensor *mf__layer_param(mf_model *m, int l, const char *name, int ndim, int d0, int d1) {
     char nm[96];
     int shape[2];
-    mf_tensor *t;
-    mf__layer *L = &m->layers[l];
     shape[0] = d0; shape[1] = d1;
     snprintf(nm, sizeof nm, "layers.%d.%s", l, name);
-    t = mf_param(m->ctx, nm, ndim, shape);
-    if (t && L->np < (int)(sizeof L->p / sizeof L->p[0])) L->p[L->np++] = t;
-    return t;
+    return mf_param(m->ctx, nm, ndim, shape);
 }
 /* a Linear(in, out): weight kaiming-uniform, bias U(+-1/sqrt(in)) */
 static void mf__layer_linear(mf_model *m, int l, const char *name, int in, int out, int bias,
@@ -4412,42 +4571,20 @@ static void mf__layer_norm_params(mf_model *m, int l, const char *name, mf_tenso
     *b = mf__layer_param(m, l, nm, 1, m->cfg.d_model, 0);
 }
 
+/* block l: [ln1], the family's parameters, ln2, the FFN (in this order: parameter order is the
+   flat buffer's, the checkpoint's and the initialisation's) */
 static void mf__make_layer(mf_model *m, int l) {
     const mf_model_config *c = &m->cfg;
     mf__layer *L = &m->layers[l];
-    int D = c->d_model, H = c->n_heads, dk = mf__uses_heads(c->mixer) ? D / H : 0;
-    mf_tensor *unused;
-    /* fast weights: no LN before the mixer (SPEC 7.4); linear keeps the block's pre-LN ([mf:fastweights]) */
-    if (c->mixer != MF_MIXER_IDENTITY && c->mixer != MF_MIXER_FAST_WEIGHTS)
-        mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
-    switch (c->mixer) {
-    case MF_MIXER_SDPA:
-        mf__layer_linear(m, l, "attn.q", D, D, c->attn_bias, &L->wq, &L->bq);
-        mf__layer_linear(m, l, "attn.k", D, D, c->attn_bias, &L->wk, &L->bk);
-        mf__layer_linear(m, l, "attn.v", D, D, c->attn_bias, &L->wv, &L->bv);
-        mf__layer_linear(m, l, "attn.out", D, D, c->attn_bias, &L->wo, &L->bo);
-        break;
-    case MF_MIXER_METRIC:
-    case MF_MIXER_QUADRATIC: {
-        float b = 1.0f / sqrtf((float)dk);
-        mf__layer_linear(m, l, "attn.p", D, D, 0, &L->wp, &unused);
-        if (c->mixer == MF_MIXER_METRIC) L->mform = mf__layer_param(m, l, "attn.metric", 2, H, dk * (dk + 1) / 2);
-        else L->mform = mf__layer_param(m, l, "attn.quad", 2, H, dk * dk);
-        mf_init_uniform(m->ctx, L->mform, -b, b);
-        mf__layer_linear(m, l, "attn.e", D, D, 0, &L->we, &unused);
-        break;
-    }
-    case MF_MIXER_RELATIVE: mf__xl_make_layer(m, l); break;
-    case MF_MIXER_FAST_WEIGHTS:
-    case MF_MIXER_LINEAR: mf__fw_make_layer(m, l); break;
-    case MF_MIXER_FEEDBACK:
-    case MF_MIXER_FEEDBACK_KV: mf__fb_make_layer(m, l); break;
-    default:
-        break;
-    }
+    int D = c->d_model;
+    L->p0 = mf_param_tensors(m->ctx);
+    L->mix = m->fam_layers + (size_t)l * m->fam->layer_size;
+    if (m->mixer->flags & MF__MIX_LN1) mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
+    if (m->fam->make_layer) m->fam->make_layer(m, l);
     mf__layer_norm_params(m, l, "ln2", &L->ln2_w, &L->ln2_b);
     mf__layer_linear(m, l, "ffn.fc1", D, c->d_ff, c->ffn_bias, &L->fc1_w, &L->fc1_b);
     mf__layer_linear(m, l, "ffn.fc2", c->d_ff, D, c->ffn_bias, &L->fc2_w, &L->fc2_b);
+    L->np = mf_param_tensors(m->ctx) - L->p0;
 }
 
 MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
@@ -4458,11 +4595,15 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
     if (!m) return (mf_model *)mf__fail(ctx, "out of memory: model");
     memset(m, 0, sizeof *m);
     m->ctx = ctx; m->cfg = *cfg;
+    m->mixer = mf__mixer_row_of((int)cfg->mixer);
+    m->fam = m->mixer->family;
     m->on_device = ctx->be != NULL;
     D = cfg->d_model;
     m->layers = (mf__layer *)mf__xmalloc((size_t)cfg->n_layers * sizeof(mf__layer));
-    if (!m->layers) { MF_FREE(m); return (mf_model *)mf__fail(ctx, "out of memory: model layers"); }
+    m->fam_layers = (char *)mf__xmalloc((size_t)cfg->n_layers * m->fam->layer_size + 1);
+    if (!m->layers || !m->fam_layers) { MF_FREE(m->layers); MF_FREE(m->fam_layers); MF_FREE(m); return (mf_model *)mf__fail(ctx, "out of memory: model layers"); }
     memset(m->layers, 0, (size_t)cfg->n_layers * sizeof(mf__layer));
+    memset(m->fam_layers, 0, (size_t)cfg->n_layers * m->fam->layer_size + 1);
     shape[0] = cfg->vocab; shape[1] = D;
     m->tok_emb = mf_param(ctx, "tok_emb", 2, shape);
     mf_init_normal(ctx, m->tok_emb, 0.0f, 1.0f);
@@ -4472,14 +4613,15 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
         mf_init_normal(ctx, m->pos_emb, 0.0f, 1.0f);
     }
     for (l = 0; l < cfg->n_layers; l++) mf__make_layer(m, l);
-    if (cfg->clone_layers && mf_ok(ctx)) /* labml: one prototype, deep-copied */
+    if (cfg->clone_layers && mf_ok(ctx)) /* labml: one prototype, deep-copied (every parameter of the layer) */
         for (l = 1; l < cfg->n_layers; l++) {
             int i;
-            for (i = 0; i < m->layers[0].np; i++)
-                mf__dcopy(ctx, m->layers[l].p[i]->data, m->layers[0].p[i]->data, (size_t)m->layers[0].p[i]->ne * sizeof(float));
+            for (i = 0; i < m->layers[0].np; i++) {
+                const mf_tensor *src = mf_param_at(ctx, m->layers[0].p0 + i);
+                mf__dcopy(ctx, mf_param_at(ctx, m->layers[l].p0 + i)->data, src->data, (size_t)src->ne * sizeof(float));
+            }
         }
-    if (cfg->mixer == MF_MIXER_RELATIVE) mf__xl_init(m);
-    if (mf__is_feedback(cfg->mixer)) mf__fb_init(m);
+    if (m->fam->init && mf_ok(ctx)) m->fam->init(m);
     m->lnf_w = mf_param(ctx, "ln_f.weight", 1, &D);
     mf_init_const(ctx, m->lnf_w, 1.0f);
     m->lnf_b = mf_param(ctx, "ln_f.bias", 1, &D);
@@ -4490,58 +4632,26 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
     mf_init_bias(ctx, m->head_b, D);
     if (mf_ok(ctx) && cfg->pos == MF_POS_SINUSOIDAL) {
         int t, i;
-        if (!(m->sinusoid = (float *)mf__xmalloc((size_t)cfg->max_seq * D * sizeof(float)))) mf__fail(ctx, "out of memory");
-        for (t = 0; m->sinusoid && t < cfg->max_seq; t++)
+        size_t bytes = (size_t)cfg->max_seq * D * sizeof(float);
+        float *s = (float *)mf__xmalloc(bytes);
+        if (!s) mf__fail(ctx, "out of memory");
+        for (t = 0; s && t < cfg->max_seq; t++)
             for (i = 0; i < D; i++) { /* PE[t][2j] = sin(t / 10000^(2j/D)), PE[t][2j+1] = cos(...) */
                 double f = pow(10000.0, -(double)(i - i % 2) / D);
-                m->sinusoid[(int64_t)t * D + i] = (float)(i % 2 ? cos(t * f) : sin(t * f));
+                s[(int64_t)t * D + i] = (float)(i % 2 ? cos(t * f) : sin(t * f));
             }
-    }
-    if (mf_ok(ctx) && cfg->mixer == MF_MIXER_METRIC) {
-        int dk = D / cfg->n_heads, L = dk * (dk + 1) / 2, k, k2, idx = 0;
-        if (!(m->expand = (float *)mf__xmalloc((size_t)L * dk * dk * sizeof(float)))) mf__fail(ctx, "out of memory");
-        else {
-            memset(m->expand, 0, (size_t)L * dk * dk * sizeof(float));
-            for (k = 0; k < dk; k++) /* row-major upper triangle: l(k, k') = k*dk - k(k-1)/2 + k' - k */
-                for (k2 = k; k2 < dk; k2++, idx++) {
-                    m->expand[(int64_t)idx * dk * dk + k * dk + k2] = 1.0f;
-                    m->expand[(int64_t)idx * dk * dk + k2 * dk + k] = 1.0f;
-                }
-        }
-    }
-    if (ctx->be && mf_ok(ctx)) { /* the constants live on the device */
-        float **consts[2];
-        size_t bytes[2];
-        int i;
-        consts[0] = &m->sinusoid; bytes[0] = (size_t)cfg->max_seq * D * sizeof(float);
-        consts[1] = &m->expand;
-        bytes[1] = cfg->mixer == MF_MIXER_METRIC ? (size_t)(D / cfg->n_heads) * (D / cfg->n_heads + 1) / 2 *
-                   (D / cfg->n_heads) * (D / cfg->n_heads) * sizeof(float) : 0;
-        for (i = 0; i < 2; i++) {
-            float *d;
-            if (!*consts[i]) continue;
-            d = (float *)mf__dmalloc(ctx, bytes[i], "model constants");
-            if (d && mf__dupload(ctx, d, *consts[i], bytes[i]) < 0) { mf__dfree(ctx, d); d = NULL; }
-            MF_FREE(*consts[i]);
-            *consts[i] = d;
-        }
+        m->sinusoid = mf__model_const(m, s, bytes);
     }
     if (!mf_ok(ctx)) { mf_model_free(m); return NULL; }
     return m;
 }
 
 MFDEF void mf_model_free(mf_model *m) {
-    int l;
     if (!m) return;
-    if (m->on_device) { /* device buffers: a CUDA model must be freed before its context */
-        for (l = 0; l < m->cfg.n_layers; l++) { mf__dfree(m->ctx, m->layers[l].cache_k); mf__dfree(m->ctx, m->layers[l].cache_v); }
-        mf__dfree(m->ctx, m->sinusoid); mf__dfree(m->ctx, m->expand);
-    } else {
-        for (l = 0; l < m->cfg.n_layers; l++) { MF_FREE(m->layers[l].cache_k); MF_FREE(m->layers[l].cache_v); }
-        MF_FREE(m->sinusoid); MF_FREE(m->expand);
-    }
-    mf__xl_free(m); mf__fw_free(m); mf__fb_free(m);
+    if (m->fam && m->fam->free) m->fam->free(m); /* device buffers: a CUDA model must be freed before its context */
+    mf__model_dfree(m, m->sinusoid);
     MF_FREE(m->layers);
+    MF_FREE(m->fam_layers);
     MF_FREE(m);
 }
 MFDEF const mf_model_config *mf_model_get_config(const mf_model *m) { return m ? &m->cfg : NULL; }
@@ -4567,72 +4677,6 @@ static mf_tensor *mf__merge_heads(mf_ctx *ctx, mf_tensor *o) {
     return mf_reshape(ctx, mf_permute(ctx, o, perm), 3, shape);
 }
 
-/* Append the new tokens' heads [1, H, Tn, dk] to a cache [H][max_seq][dk] at position pos0 and
-   return all cached heads [1, H, pos0 + Tn, dk] as an arena tensor. */
-static mf_tensor *mf__cache_heads(mf_model *m, float *cache, mf_tensor *x, int pos0) {
-    int H = x->shape[1], Tn = x->shape[2], dk = x->shape[3], S = m->cfg.max_seq, h, shape[4];
-    mf_tensor *all;
-    for (h = 0; h < H; h++)
-        mf__dcopy(m->ctx, cache + ((int64_t)h * S + pos0) * dk, x->data + (int64_t)h * Tn * dk, (size_t)Tn * dk * sizeof(float));
-    shape[0] = 1; shape[1] = H; shape[2] = pos0 + Tn; shape[3] = dk;
-    if (!(all = mf_new(m->ctx, 4, shape))) return NULL;
-    for (h = 0; h < H; h++)
-        mf__dcopy(m->ctx, all->data + (int64_t)h * (pos0 + Tn) * dk, cache + (int64_t)h * S * dk, (size_t)(pos0 + Tn) * dk * sizeof(float));
-    return all;
-}
-
-/* token mixer of layer l on xn [B, T, D]; cache: generation mode (B = 1, positions from pos0) */
-static mf_tensor *mf__mixer(mf_model *m, int l, mf_tensor *xn, int pos0, int cache) {
-    mf_ctx *ctx = m->ctx;
-    const mf_model_config *c = &m->cfg;
-    mf__layer *L = &m->layers[l];
-    int H = c->n_heads, D = c->d_model, dk = D / (H > 0 ? H : 1);
-    float scale = 1.0f / sqrtf((float)dk);
-    switch (c->mixer) {
-    case MF_MIXER_SDPA: {
-        mf_tensor *q = mf__split_heads(ctx, mf_linear(ctx, xn, L->wq, L->bq), H);
-        mf_tensor *k = mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, L->bk), H);
-        mf_tensor *v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, L->bv), H);
-        if (cache && k && v) { k = mf__cache_heads(m, L->cache_k, k, pos0); v = mf__cache_heads(m, L->cache_v, v, pos0); }
-        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, k, v, scale, 1)), L->wo, L->bo);
-    }
-    case MF_MIXER_METRIC:
-    case MF_MIXER_QUADRATIC: {
-        /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
-        int wshape[3], mshape[3], dshape[2], eshape[2];
-        mf_tensor *M, *wq, *p, *q;
-        wshape[0] = H; wshape[1] = dk; wshape[2] = D;
-        mshape[0] = H; mshape[1] = dk; mshape[2] = dk;
-        dshape[0] = D; dshape[1] = D;
-        if (c->mixer == MF_MIXER_METRIC) { /* M = Mbar @ expand: symmetric, gradients fold by themselves */
-            eshape[0] = dk * (dk + 1) / 2; eshape[1] = dk * dk;
-            M = mf_reshape(ctx, mf_matmul(ctx, L->mform, mf__wrap(ctx, 2, eshape, m->expand), 0, 0), 3, mshape);
-        } else M = mf_reshape(ctx, L->mform, 3, mshape);
-        wq = mf_reshape(ctx, mf_matmul(ctx, M, mf_reshape(ctx, L->wp, 3, wshape), 1, 0), 2, dshape);
-        p = mf__split_heads(ctx, mf_linear(ctx, xn, L->wp, NULL), H);
-        q = mf__split_heads(ctx, mf_linear(ctx, xn, wq, NULL), H);
-        if (cache && p) p = mf__cache_heads(m, L->cache_k, p, pos0);
-        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, p, p, scale, 1)), L->we, NULL);
-    }
-    case MF_MIXER_POOL: {
-        mf_tensor *win = xn;
-        int T = xn->shape[1], keep = c->pool_size - 1, start;
-        if (cache) { /* the window needs up to pool_size - 1 earlier rows */
-            int shape[3];
-            mf__dcopy(ctx, L->cache_k + (int64_t)pos0 * D, xn->data, (size_t)T * D * sizeof(float));
-            start = pos0 - keep < 0 ? 0 : pos0 - keep;
-            shape[0] = 1; shape[1] = pos0 + T - start; shape[2] = D;
-            win = mf__wrap(ctx, 3, shape, L->cache_k + (int64_t)start * D);
-            win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, c->pool_causal), 1, pos0 - start, T);
-            return mf_sub(ctx, win, xn);
-        }
-        return mf__avg_pool_sub(ctx, xn, c->pool_size, c->pool_causal);
-    }
-    default:
-        return NULL;
-    }
-}
-
 static mf_tensor *mf__activation(mf_ctx *ctx, mf_act_kind a, mf_tensor *x) {
     switch (a) {
     case MF_ACT_RELU: return mf_relu(ctx, x);
@@ -4646,12 +4690,13 @@ static mf_tensor *mf__activation(mf_ctx *ctx, mf_act_kind a, mf_tensor *x) {
 static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, int pos0, int cache) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
+    const mf__family *fam = m->fam;
     int idshape[2], l, D = c->d_model;
     float p = c->dropout;
     mf_tensor *x;
     if (!mf_ok(ctx)) return NULL;
     if (!ids) return (mf_tensor *)mf__fail(ctx, "model: ids is NULL");
-    if (B < 1 || T < 1 || (mf__unbounded(c) ? T : pos0 + T) > c->max_seq)
+    if (B < 1 || T < 1 || (mf__unbounded(m) ? T : pos0 + T) > c->max_seq)
         return (mf_tensor *)mf__fail(ctx, "model: batch %d x length %d (from position %d) does not fit; need B >= 1 and "
                                      "1 <= T <= max_seq = %d (raise max_seq in the config)", B, T, pos0, c->max_seq);
     idshape[0] = B; idshape[1] = T;
@@ -4669,14 +4714,13 @@ static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, i
         } else pos = mf__wrap(ctx, 2, pshape, m->sinusoid + (int64_t)pos0 * D);
         x = mf_add(ctx, x, pos);
     }
-    if (mf__is_feedback(c->mixer)) x = mf__fb_run(m, x, pos0, cache); /* the whole recurrence */
-    for (l = 0; l < c->n_layers && !mf__is_feedback(c->mixer); l++) {
+    if (fam->run_stack) x = fam->run_stack(m, x, pos0, cache); /* the whole stack (feedback) */
+    for (l = 0; l < c->n_layers && !fam->run_stack; l++) {
         mf__layer *L = &m->layers[l];
         mf_tensor *h;
-        if (c->mixer != MF_MIXER_IDENTITY) {
-            if (c->mixer == MF_MIXER_RELATIVE) h = mf__xl_mixer(m, l, x, pos0, cache);
-            else if (mf__is_fast(c->mixer)) h = mf__fw_mixer(m, l, x, pos0, cache);
-            else h = mf__mixer(m, l, mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), pos0, cache);
+        if (!(m->mixer->flags & MF__MIX_SKIP)) {
+            h = m->mixer->flags & MF__MIX_PRE_LN ? mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps) : x;
+            h = h ? fam->mixer(m, l, h, pos0, cache) : NULL;
             x = mf_add(ctx, x, mf_dropout(ctx, h, p));
         }
         h = mf__activation(ctx, c->ffn_act, mf_linear(ctx, mf_layernorm(ctx, x, L->ln2_w, L->ln2_b, c->ln_eps), L->fc1_w, L->fc1_b));
@@ -4696,7 +4740,7 @@ MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *t
     if (!m) return NULL;
     logits = mf__model_run(m, ids, B, T, 0, 0);
     loss = mf_cross_entropy(m->ctx, logits, targets, -1);
-    if (m->cfg.mixer == MF_MIXER_RELATIVE && (aux = mf__xl_aux_loss(m)) != NULL) loss = mf_add(m->ctx, loss, aux);
+    if (m->fam->aux_loss && (aux = m->fam->aux_loss(m)) != NULL) loss = mf_add(m->ctx, loss, aux);
     return loss;
 }
 
@@ -4729,8 +4773,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
     const mf_model_config *c;
     int32_t *hist;
     float *scratch;
-    int n_hist, i, l, grad, training, use_cache, V, ok = 0;
-    size_t per_layer;
+    int n_hist, i, grad, training, use_cache, V, ok = 0;
     if (!m || !mf_ok(m->ctx)) return -1;
     ctx = m->ctx; c = &m->cfg; V = c->vocab;
     if (!prompt || n_prompt < 1 || n_new < 0 || (n_new > 0 && !out))
@@ -4738,14 +4781,8 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
     for (i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             return (mf__fail(ctx, "generate: prompt token %d at position %d is outside [0, %d)", (int)prompt[i], i, V), -1);
-    use_cache = !(c->mixer == MF_MIXER_POOL && !c->pool_causal); /* a centred window sees the future */
-    per_layer = (size_t)c->max_seq * c->d_model * sizeof(float);
-    for (l = 0; use_cache && c->mixer <= MF_MIXER_IDENTITY && l < c->n_layers; l++) { /* the others keep their own state */
-        mf__layer *L = &m->layers[l];
-        if (!L->cache_k) L->cache_k = (float *)mf__dmalloc(ctx, per_layer, "generation cache");
-        if (!L->cache_v) L->cache_v = (float *)mf__dmalloc(ctx, per_layer, "generation cache");
-        if (!L->cache_k || !L->cache_v) return (mf__fail(ctx, "out of memory: generation cache"), -1);
-    }
+    use_cache = m->fam->gen_begin ? m->fam->gen_begin(m) : 1; /* the family's caches / state */
+    if (use_cache < 0) return -1;
     hist = (int32_t *)mf__xmalloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
     scratch = (float *)mf__xmalloc((size_t)V * 2 * sizeof(float)); /* + the last logits row (CUDA) */
     if (!hist || !scratch) { MF_FREE(hist); MF_FREE(scratch); return (mf__fail(ctx, "out of memory: generation"), -1); }
@@ -4758,7 +4795,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
         mf_tensor *logits;
         int start, len;
         mf_reset(ctx);
-        if (!use_cache || m->cache_len == 0 || (m->cache_len + 1 > c->max_seq && !mf__unbounded(c))) {
+        if (!use_cache || m->cache_len == 0 || (m->cache_len + 1 > c->max_seq && !mf__unbounded(m))) {
             /* (re)prime: the whole window, or its last half when the window is full */
             len = n_hist <= c->max_seq ? n_hist : (use_cache ? c->max_seq / 2 : c->max_seq);
             if (len < 1) len = 1;
@@ -4789,7 +4826,196 @@ done:
     return ok ? 0 : -1;
 }
 
+
+/* ==== [mf:attention] ======================================================================== */
+/* The softmax attention family: sdpa (causal multi-head attention, labml MHA), metric (per head
+   p = x Wp, a symmetric M from its upper triangle Mbar, softmax(p M p^T / sqrt(dk)) p, E) and
+   quadratic (the same with an unconstrained M). Generation: a KV cache per layer (metric and
+   quadratic cache p, which is both their key and value). */
+typedef struct mf__attn_layer {
+    mf_tensor *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo; /* sdpa */
+    mf_tensor *wp, *mform, *we;                       /* metric (mform = Mbar) / quadratic (M) */
+    float *cache_k, *cache_v; /* generation: [H][max_seq][dk] keys / values (metric, quadratic: p in cache_k) */
+} mf__attn_layer;
+typedef struct mf__attn_state {
+    float *expand; /* metric: [L][dk*dk], 1 where Mbar entry l lands in M (L = dk (dk + 1) / 2) */
+} mf__attn_state;
+#define MF__ATTN_L(m, l) ((mf__attn_layer *)(m)->layers[l].mix)
+
+static void mf__attn_make_layer(mf_model *m, int l) {
+    const mf_model_config *c = &m->cfg;
+    mf__attn_layer *A = MF__ATTN_L(m, l);
+    int D = c->d_model, H = c->n_heads, dk = D / H;
+    mf_tensor *unused;
+    if (c->mixer == MF_MIXER_SDPA) {
+        mf__layer_linear(m, l, "attn.q", D, D, c->attn_bias, &A->wq, &A->bq);
+        mf__layer_linear(m, l, "attn.k", D, D, c->attn_bias, &A->wk, &A->bk);
+        mf__layer_linear(m, l, "attn.v", D, D, c->attn_bias, &A->wv, &A->bv);
+        mf__layer_linear(m, l, "attn.out", D, D, c->attn_bias, &A->wo, &A->bo);
+    } else {
+        float b = 1.0f / sqrtf((float)dk);
+        mf__layer_linear(m, l, "attn.p", D, D, 0, &A->wp, &unused);
+        if (c->mixer == MF_MIXER_METRIC) A->mform = mf__layer_param(m, l, "attn.metric", 2, H, dk * (dk + 1) / 2);
+        else A->mform = mf__layer_param(m, l, "attn.quad", 2, H, dk * dk);
+        mf_init_uniform(m->ctx, A->mform, -b, b);
+        mf__layer_linear(m, l, "attn.e", D, D, 0, &A->we, &unused);
+    }
+}
+
+/* metric: the constant expand (on the model's device) */
+static void mf__attn_init(mf_model *m) {
+    mf__attn_state *s;
+    int dk = m->cfg.d_model / m->cfg.n_heads, L = dk * (dk + 1) / 2, k, k2, idx = 0;
+    size_t bytes = (size_t)L * dk * dk * sizeof(float);
+    float *e;
+    if (m->cfg.mixer != MF_MIXER_METRIC) return;
+    if (!(s = (mf__attn_state *)mf__xmalloc(sizeof *s))) { mf__fail(m->ctx, "out of memory"); return; }
+    s->expand = NULL;
+    m->fam_state = s;
+    if (!(e = (float *)mf__xmalloc(bytes))) { mf__fail(m->ctx, "out of memory"); return; }
+    memset(e, 0, bytes);
+    for (k = 0; k < dk; k++) /* row-major upper triangle: l(k, k') = k*dk - k(k-1)/2 + k' - k */
+        for (k2 = k; k2 < dk; k2++, idx++) {
+            e[(int64_t)idx * dk * dk + k * dk + k2] = 1.0f;
+            e[(int64_t)idx * dk * dk + k2 * dk + k] = 1.0f;
+        }
+    s->expand = mf__model_const(m, e, bytes);
+}
+
+static void mf__attn_free(mf_model *m) {
+    int l;
+    mf__attn_state *s = (mf__attn_state *)m->fam_state;
+    for (l = 0; l < m->cfg.n_layers; l++) {
+        mf__attn_layer *A = MF__ATTN_L(m, l);
+        if (!A) continue;
+        mf__model_dfree(m, A->cache_k); mf__model_dfree(m, A->cache_v);
+    }
+    if (s) mf__model_dfree(m, s->expand);
+    MF_FREE(s);
+    m->fam_state = NULL;
+}
+
+/* the KV caches of every layer: [H][max_seq][dk] each */
+static int mf__attn_gen_begin(mf_model *m) {
+    size_t per_layer = (size_t)m->cfg.max_seq * m->cfg.d_model * sizeof(float);
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++) {
+        mf__attn_layer *A = MF__ATTN_L(m, l);
+        if (!A->cache_k) A->cache_k = (float *)mf__dmalloc(m->ctx, per_layer, "generation cache");
+        if (!A->cache_v) A->cache_v = (float *)mf__dmalloc(m->ctx, per_layer, "generation cache");
+        if (!A->cache_k || !A->cache_v) return (mf__fail(m->ctx, "out of memory: generation cache"), -1);
+    }
+    return 1;
+}
+
+/* Append the new tokens' heads [1, H, Tn, dk] to a cache [H][max_seq][dk] at position pos0 and
+   return all cached heads [1, H, pos0 + Tn, dk] as an arena tensor. */
+static mf_tensor *mf__cache_heads(mf_model *m, float *cache, mf_tensor *x, int pos0) {
+    int H = x->shape[1], Tn = x->shape[2], dk = x->shape[3], S = m->cfg.max_seq, h, shape[4];
+    mf_tensor *all;
+    for (h = 0; h < H; h++)
+        mf__dcopy(m->ctx, cache + ((int64_t)h * S + pos0) * dk, x->data + (int64_t)h * Tn * dk, (size_t)Tn * dk * sizeof(float));
+    shape[0] = 1; shape[1] = H; shape[2] = pos0 + Tn; shape[3] = dk;
+    if (!(all = mf_new(m->ctx, 4, shape))) return NULL;
+    for (h = 0; h < H; h++)
+        mf__dcopy(m->ctx, all->data + (int64_t)h * (pos0 + Tn) * dk, cache + (int64_t)h * S * dk, (size_t)(pos0 + Tn) * dk * sizeof(float));
+    return all;
+}
+
+/* the mixer of layer l on xn = ln1(x) [B, T, D]; cache: generation mode (B = 1, positions from pos0) */
+static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, int cache) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf__attn_layer *A = MF__ATTN_L(m, l);
+    int H = c->n_heads, D = c->d_model, dk = D / H;
+    float scale = 1.0f / sqrtf((float)dk);
+    if (c->mixer == MF_MIXER_SDPA) {
+        mf_tensor *q = mf__split_heads(ctx, mf_linear(ctx, xn, A->wq, A->bq), H);
+        mf_tensor *k = mf__split_heads(ctx, mf_linear(ctx, xn, A->wk, A->bk), H);
+        mf_tensor *v = mf__split_heads(ctx, mf_linear(ctx, xn, A->wv, A->bv), H);
+        if (cache && k && v) { k = mf__cache_heads(m, A->cache_k, k, pos0); v = mf__cache_heads(m, A->cache_v, v, pos0); }
+        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, k, v, scale, 1)), A->wo, A->bo);
+    } else {
+        /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
+        int wshape[3], mshape[3], dshape[2], eshape[2];
+        mf_tensor *M, *wq, *p, *q;
+        wshape[0] = H; wshape[1] = dk; wshape[2] = D;
+        mshape[0] = H; mshape[1] = dk; mshape[2] = dk;
+        dshape[0] = D; dshape[1] = D;
+        if (c->mixer == MF_MIXER_METRIC) { /* M = Mbar @ expand: symmetric, gradients fold by themselves */
+            eshape[0] = dk * (dk + 1) / 2; eshape[1] = dk * dk;
+            M = mf_reshape(ctx, mf_matmul(ctx, A->mform, mf__wrap(ctx, 2, eshape, ((mf__attn_state *)m->fam_state)->expand),
+                                          0, 0), 3, mshape);
+        } else M = mf_reshape(ctx, A->mform, 3, mshape);
+        wq = mf_reshape(ctx, mf_matmul(ctx, M, mf_reshape(ctx, A->wp, 3, wshape), 1, 0), 2, dshape);
+        p = mf__split_heads(ctx, mf_linear(ctx, xn, A->wp, NULL), H);
+        q = mf__split_heads(ctx, mf_linear(ctx, xn, wq, NULL), H);
+        if (cache && p) p = mf__cache_heads(m, A->cache_k, p, pos0);
+        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, p, p, scale, 1)), A->we, NULL);
+    }
+}
+
+static const mf__family mf__fam_attention = {
+    "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS),
+    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL
+};
+
+/* ==== [mf:pool] ============================================================================= */
+/* The token-mixing-free family: pool (the mean over a window of pool_size tokens minus x,
+   count_include_pad = false; PoolFormer) and identity (no mixer sub-block: its row has
+   MF__MIX_SKIP). Generation: pool keeps the normalised rows of the window (a centred window sees
+   the future: every step reruns the window). */
+typedef struct mf__pool_layer {
+    float *cache; /* generation: xn rows [max_seq][D] */
+} mf__pool_layer;
+#define MF__POOL_L(m, l) ((mf__pool_layer *)(m)->layers[l].mix)
+
+static int mf__pool_check(mf_ctx *ctx, const mf_model_config *c) {
+    if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!c->pool_causal && c->pool_size % 2 == 0)))
+        return (mf__fail(ctx, "model config: pool_size %d must be >= 1 (and odd for a centred window)", c->pool_size), -1);
+    return 0;
+}
+static void mf__pool_free(mf_model *m) {
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++) if (MF__POOL_L(m, l)) mf__model_dfree(m, MF__POOL_L(m, l)->cache);
+}
+static int mf__pool_gen_begin(mf_model *m) {
+    size_t per_layer = (size_t)m->cfg.max_seq * m->cfg.d_model * sizeof(float);
+    int l;
+    if (m->cfg.mixer != MF_MIXER_POOL) return 1; /* identity: nothing to keep */
+    if (!m->cfg.pool_causal) return 0;
+    for (l = 0; l < m->cfg.n_layers; l++) {
+        mf__pool_layer *P = MF__POOL_L(m, l);
+        if (!P->cache && !(P->cache = (float *)mf__dmalloc(m->ctx, per_layer, "generation cache")))
+            return (mf__fail(m->ctx, "out of memory: generation cache"), -1);
+    }
+    return 1;
+}
+static mf_tensor *mf__pool_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, int cache) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf_tensor *win = xn;
+    int T = xn->shape[1], D = c->d_model, keep = c->pool_size - 1, start;
+    if (cache) { /* the window needs up to pool_size - 1 earlier rows */
+        float *rows = MF__POOL_L(m, l)->cache;
+        int shape[3];
+        mf__dcopy(ctx, rows + (int64_t)pos0 * D, xn->data, (size_t)T * D * sizeof(float));
+        start = pos0 - keep < 0 ? 0 : pos0 - keep;
+        shape[0] = 1; shape[1] = pos0 + T - start; shape[2] = D;
+        win = mf__wrap(ctx, 3, shape, rows + (int64_t)start * D);
+        win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, c->pool_causal), 1, pos0 - start, T);
+        return mf_sub(ctx, win, xn);
+    }
+    return mf__avg_pool_sub(ctx, xn, c->pool_size, c->pool_causal);
+}
+
+static const mf__family mf__fam_pool = {
+    "pool", sizeof(mf__pool_layer), MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
+    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL
+};
+
 /* ==== [mf:xl] =============================================================================== */
+#ifndef METAFORMER_NO_XL /* the whole section: its ops, the family, its row in [mf:mixers] */
 /* Transformer-XL relative attention with segment memory and the compressive transformer
    (SPEC.md sections 5, 6).
 
@@ -5075,6 +5301,12 @@ typedef struct mf__xl_slot {
     float *mem, *cmem;  /* per layer l a block of B * cap (c_mem_len) rows of D floats at l * B * cap * D
                            (l * B * c_mem_len * D), holding [B][len][D] ([B][clen][D]) densely, oldest first */
 } mf__xl_slot;
+typedef struct mf__xl_layer {
+    mf_tensor *wq, *wk, *wv, *bv, *wo, *bo; /* q, k without bias (SPEC 5.1) */
+    mf_tensor *rel_u, *rel_r, *rel_s;       /* u [H][dk], R [2P][H][dk], S [2P][H] */
+    mf_tensor *cmp_w, *cmp_b;               /* compressive: conv1d compressor [D][D][c], [D] */
+} mf__xl_layer;
+#define MF__XL_L(m, l) ((mf__xl_layer *)(m)->layers[l].mix)
 struct mf__xl_state {
     mf__xl_slot slot[3];
     int cur;            /* the slot of mf_model_forward / mf_model_loss */
@@ -5120,7 +5352,7 @@ static mf_tensor *mf__xl_param3(mf_model *m, int l, const char *name, int d0, in
 
 static void mf__xl_make_layer(mf_model *m, int l) {
     const mf_model_config *c = &m->cfg;
-    mf__layer *L = &m->layers[l];
+    mf__xl_layer *L = MF__XL_L(m, l);
     int D = c->d_model, H = c->n_heads, dk = D / H;
     mf_tensor *unused;
     mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused); /* SPEC 5.1: q, k without bias */
@@ -5139,25 +5371,27 @@ static void mf__xl_make_layer(mf_model *m, int l) {
 }
 
 static void mf__xl_free(mf_model *m) {
+    struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     int i;
-    if (!m->xl) return;
+    if (!xl) return;
     for (i = 0; i < 3; i++) { /* mem, cmem: on the model's device (only a CUDA model needs its context alive) */
-        MF_FREE(m->xl->slot[i].len); MF_FREE(m->xl->slot[i].clen);
-        if (m->on_device) { mf__dfree(m->ctx, m->xl->slot[i].mem); mf__dfree(m->ctx, m->xl->slot[i].cmem); }
-        else { MF_FREE(m->xl->slot[i].mem); MF_FREE(m->xl->slot[i].cmem); }
+        MF_FREE(xl->slot[i].len); MF_FREE(xl->slot[i].clen);
+        mf__model_dfree(m, xl->slot[i].mem); mf__model_dfree(m, xl->slot[i].cmem);
     }
-    MF_FREE(m->xl);
-    m->xl = NULL;
+    MF_FREE(xl);
+    m->fam_state = NULL;
 }
 
 static void mf__xl_init(mf_model *m) {
     const mf_model_config *c = &m->cfg;
+    struct mf__xl_state *xl;
     int i;
     if (!mf_ok(m->ctx)) return;
-    if (!(m->xl = (struct mf__xl_state *)mf__xmalloc(sizeof(struct mf__xl_state)))) { mf__fail(m->ctx, "out of memory: model memories"); return; }
-    memset(m->xl, 0, sizeof *m->xl);
+    if (!(xl = (struct mf__xl_state *)mf__xmalloc(sizeof(struct mf__xl_state)))) { mf__fail(m->ctx, "out of memory: model memories"); return; }
+    memset(xl, 0, sizeof *xl);
+    m->fam_state = xl;
     for (i = 0; i < 3; i++) {
-        mf__xl_slot *s = &m->xl->slot[i];
+        mf__xl_slot *s = &xl->slot[i];
         s->cap = i < 2 || c->mem_len > 0 ? c->mem_len : c->max_seq - 1;
         s->len = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
         s->clen = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
@@ -5182,7 +5416,7 @@ static int mf__xl_prepare(mf_model *m, mf__xl_slot *s, int B) {
     if (held)
         return (mf__fail(m->ctx, "relative mixer: this call has batch %d but the memories (slot %d) hold %d rows from "
                          "the previous call, and row b must continue row b; keep the batch size, or call "
-                         "mf_model_reset_memory first", B, (int)(s - m->xl->slot), s->B), -1);
+                         "mf_model_reset_memory first", B, (int)(s - ((struct mf__xl_state *)m->fam_state)->slot), s->B), -1);
     n = (size_t)c->n_layers * B * s->cap * c->d_model;
     nc = c->compressive ? (size_t)c->n_layers * B * c->c_mem_len * c->d_model : 0;
     mf__dfree(m->ctx, s->mem); mf__dfree(m->ctx, s->cmem);
@@ -5218,10 +5452,11 @@ static int mf__xl_store(mf_ctx *ctx, float *buf, mf_tensor *x, int keep) {
 static mf_tensor *mf__xl_ar_loss(mf_model *m, int l, mf_tensor *h, mf_tensor *mc, mf_tensor *cm) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    mf__layer *L = &m->layers[l];
+    const mf__layer *B = &m->layers[l];
+    const mf__xl_layer *L = MF__XL_L(m, l);
     int H = c->n_heads, grad;
     float scale = 1.0f / sqrtf((float)(c->d_model / H)), eps = c->ln_eps;
-    mf_tensor *g = mf_detach(ctx, L->ln1_w), *be = mf_detach(ctx, L->ln1_b), *wq = mf_detach(ctx, L->wq);
+    mf_tensor *g = mf_detach(ctx, B->ln1_w), *be = mf_detach(ctx, B->ln1_b), *wq = mf_detach(ctx, L->wq);
     mf_tensor *wk = mf_detach(ctx, L->wk), *wv = mf_detach(ctx, L->wv), *bv = mf_detach(ctx, L->bv);
     mf_tensor *q, *mn, *target, *cn;
     grad = mf_set_grad(ctx, 0); /* the query and the target: constants */
@@ -5239,7 +5474,8 @@ static mf_tensor *mf__xl_ar_loss(mf_model *m, int l, mf_tensor *h, mf_tensor *mc
 static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    mf__layer *L = &m->layers[l];
+    const mf__xl_layer *L = MF__XL_L(m, l);
+    struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     int B = x->shape[0], T = x->shape[1], D = c->d_model, cap = s->cap, rate = c->compression_rate;
     int len = s->len[l], n = len + T, keep;
     float *mem = s->mem + (int64_t)l * B * cap * D;
@@ -5257,8 +5493,8 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
         if (!gen) {
             mf_tensor *ar = mf__xl_ar_loss(m, l, mf_detach(ctx, x), old, cm);
             if (!ar) return;
-            m->xl->aux = m->xl->aux ? mf_add(ctx, m->xl->aux, ar) : ar;
-            m->xl->aux_value += mf_item(ctx, ar); /* the host waits here on CUDA: one float per layer */
+            xl->aux = xl->aux ? mf_add(ctx, xl->aux, ar) : ar;
+            xl->aux_value += mf_item(ctx, ar); /* the host waits here on CUDA: one float per layer */
         }
         keep = n - nold; /* can be 0 when mem_len = compression_rate - 1 */
     } else keep = n < cap ? n : cap;
@@ -5269,8 +5505,9 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
 static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    mf__layer *L = &m->layers[l];
-    struct mf__xl_state *xl = m->xl;
+    const mf__layer *BL = &m->layers[l];
+    const mf__xl_layer *L = MF__XL_L(m, l);
+    struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     mf__xl_slot *s;
     int B, T, D = c->d_model, H = c->n_heads, Mm;
     mf_tensor *kv, *xn, *zq, *q, *k, *v, *o;
@@ -5286,7 +5523,7 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
         mf_tensor *cmem = c->compressive ? mf__xl_wrap(ctx, s->cmem + (int64_t)l * B * c->c_mem_len * D, B, s->clen[l], D) : NULL;
         kv = mf_concat(ctx, mf__xl_cat(ctx, cmem, mf__xl_wrap(ctx, s->mem + (int64_t)l * B * s->cap * D, B, s->len[l], D)), x, 1);
     }
-    xn = mf_layernorm(ctx, kv, L->ln1_w, L->ln1_b, c->ln_eps);
+    xn = mf_layernorm(ctx, kv, BL->ln1_w, BL->ln1_b, c->ln_eps);
     zq = Mm > 0 ? mf_slice(ctx, xn, 1, Mm, T) : xn;
     q = mf__split_heads(ctx, mf_linear(ctx, zq, L->wq, NULL), H);
     k = mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H);
@@ -5297,22 +5534,44 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     return mf_ok(ctx) ? o : NULL;
 }
 
-static mf_tensor *mf__xl_aux_loss(mf_model *m) { return m->xl && mf_ok(m->ctx) ? m->xl->aux : NULL; }
+static mf_tensor *mf__xl_aux_loss(mf_model *m) {
+    struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
+    return xl && mf_ok(m->ctx) ? xl->aux : NULL;
+}
 
+static const mf__family mf__fam_xl = {
+    "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE),
+    mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss
+};
+/* the memories of a relative model, NULL for the other mixers */
+static struct mf__xl_state *mf__xl_state_of(const mf_model *m) {
+    return m && m->cfg.mixer == MF_MIXER_RELATIVE ? (struct mf__xl_state *)m->fam_state : NULL;
+}
 MFDEF int mf_model_memory_slot(mf_model *m, int slot) {
+    struct mf__xl_state *xl = mf__xl_state_of(m);
     int old;
     if (!m || slot < 0 || slot > 1) return -1;
-    if (!m->xl) return 0; /* no memories: nothing to select */
-    old = m->xl->cur;
-    m->xl->cur = slot;
+    if (!xl) return 0; /* no memories: nothing to select */
+    old = xl->cur;
+    xl->cur = slot;
     return old;
 }
 MFDEF void mf_model_reset_memory(mf_model *m) {
-    if (m && m->xl) mf__xl_clear(m, &m->xl->slot[m->xl->cur]);
+    struct mf__xl_state *xl = mf__xl_state_of(m);
+    if (xl) mf__xl_clear(m, &xl->slot[xl->cur]);
 }
-MFDEF float mf_model_aux_loss(const mf_model *m) { return m && m->xl ? m->xl->aux_value : 0.0f; }
+MFDEF float mf_model_aux_loss(const mf_model *m) {
+    struct mf__xl_state *xl = mf__xl_state_of(m);
+    return xl ? xl->aux_value : 0.0f;
+}
+#else /* METAFORMER_NO_XL: no model has memories */
+MFDEF int mf_model_memory_slot(mf_model *m, int slot) { return !m || slot < 0 || slot > 1 ? -1 : 0; }
+MFDEF void mf_model_reset_memory(mf_model *m) { (void)m; }
+MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
+#endif /* METAFORMER_NO_XL */
 
 /* ==== [mf:fastweights] ====================================================================== */
+#ifndef METAFORMER_NO_FASTWEIGHTS /* the whole section: its ops, the family, its rows in [mf:mixers] */
 /* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7).
 
    Ops: mf_dpfp and mf_elu1 (the feature maps), mf_fast_weights and mf_linear_attention (the
@@ -5359,26 +5618,7 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { return m && m->xl ? m->xl->au
 #define MF__FW_AUTO_C 16
 #define MF__FW_AUTO_T 16
 
-/* ---- small vector helpers on rows of n floats ---------------------------------------------------- */
-static void mf__fw_axpy(int n, float a, const float *x, float *y) { /* y += a x */
-    mf__av va = mf__av_set1(a);
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
-    if (i < n) {
-        mf__am mk = mf__av_mask(n - i);
-        mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
-    }
-}
-static float mf__fw_dot(int n, const float *a, const float *b) { /* vectorised: float sums do not reassociate */
-    mf__av acc = mf__av_zero();
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
-    if (i < n) {
-        mf__am mk = mf__av_mask(n - i);
-        acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
-    }
-    return mf__av_hsum(acc);
-}
+/* (rows of n floats: mf__vdot / mf__vaxpy of [mf:platform], with this family's MF__TAIL_VEC order) */
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
    a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
    (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
@@ -5425,7 +5665,7 @@ static void mf__dpfp_forward(mf_ctx *ctx, mf_tensor *out) {
         last = y[n2 - 1]; /* block 1 in place, from the top: a[j - 1] is still intact */
         for (j = n2 - 1; j >= 1; j--) y[j] *= y[j - 1];
         y[0] *= last;
-        sum = mf__fw_dot(dd, y, one);
+        sum = mf__vdot(dd, y, one, MF__TAIL_VEC);
         inv = 1.0f / (sum + eps);
         if (out->saved) out->saved[r] = inv;
         for (j = 0; j < dd; j++) y[j] *= inv;
@@ -5464,7 +5704,7 @@ static void mf__dpfp_backward(mf_ctx *ctx, mf_tensor *out) {
         int s, j;
         if (n2 > MF__DPFP_ROW) { mf__dpfp_backward_row(x, y, g, dx, dk, nu, eps); continue; }
         for (j = 0; j < dk; j++) { a[j] = x[j] > 0 ? x[j] : 0.0f; a[dk + j] = x[j] < 0 ? -x[j] : 0.0f; }
-        gy = mf__fw_dot(dd, g, y);
+        gy = mf__vdot(dd, g, y, MF__TAIL_VEC);
         inv = out->saved[r]; /* 1 / (sum phi + eps) of the forward */
         for (j = 0; j < n2; j++) da[j] = 0.0f;
         /* out = phi / (S + eps): dphi_m = (g_m - sum_n g_n out_n) / (S + eps) (the 1 / (S + eps) comes
@@ -5700,12 +5940,12 @@ static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, i
             int i = t - t0, nk, nq;
             const float *kt = h->k + t * h->lq, *qt = h->q + t * h->lq, *g = dy + t * ldg;
             const float *Sn = Snp + i * ss, *u = U + (size_t)i * dvp;
-            float ug = mf__fw_dot(dvp, u, g), b = h->beta ? h->beta[t * h->lb] : 1.0f;
+            float ug = mf__vdot(dvp, u, g, MF__TAIL_VEC), b = h->beta ? h->beta[t * h->lb] : 1.0f;
             nk = mf__fw_nonzero(dd, kt, ik);
             nq = mf__fw_nonzero(dd, qt, iq);
             if (dq) { /* S_t^T g = S_{t-1}^T g + k (u . g) */
                 mf__fw_rows_sum(dvp, id, g, Sn, dd, dq + t * h->lq, 1);
-                mf__fw_axpy(dd, ug, kt, dq + t * h->lq);
+                mf__vaxpy(dd, ug, kt, dq + t * h->lq, MF__TAIL_VEC);
             }
             mf__fw_rows_axpy(nq, iq, qt, g, dS, dvp);      /* dS = dL/dS_t, both layouts */
             mf__fw_rows_axpy(dvp, id, g, qt, dSn, dd);
@@ -5716,7 +5956,7 @@ static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, i
                 if (dk) mf__fw_rows_sum(dvp, id, dvb, Sn, dd, dk + t * h->lq, 1);
                 mf__fw_rows_axpy(nk, ik, kt, dvb, dS, dvp); /* dS = dL/dS_{t-1} */
                 mf__fw_rows_axpy(dvp, id, dvb, kt, dSn, dd);
-                if (db) db[t * h->lb] += mf__fw_dot(dvp, du, R + (size_t)i * dvp);
+                if (db) db[t * h->lb] += mf__vdot(dvp, du, R + (size_t)i * dvp, MF__TAIL_VEC);
             }
             if (dv) for (c = 0; c < h->dv; c++) dv[t * h->lv + c] += b * du[c];
         }
@@ -5864,20 +6104,20 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
             for (i = 0; i < n; i++) {
                 const float *gi = dX + (size_t)i * ldx;
                 float b = h->beta[(t0 + i) * h->lb];
-                float acc = mf__fw_dot(dd, gi, K + i * h->lq) + mf__fw_dot(dvp, gi + dd, Vb + (size_t)i * dvp);
+                float acc = mf__vdot(dd, gi, K + i * h->lq, MF__TAIL_VEC) + mf__vdot(dvp, gi + dd, Vb + (size_t)i * dvp, MF__TAIL_VEC);
                 for (j = 0; j < i; j++) acc -= D[(size_t)i * n + j] * Gm[(size_t)i * n + j];
                 if (db) db[(t0 + i) * h->lb] += acc;
-                mf__fw_axpy(dd, b, gi, dKc + (size_t)i * dd);
-                if (dv) mf__fw_axpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv);
+                mf__vaxpy(dd, b, gi, dKc + (size_t)i * dd, MF__TAIL_VEC);
+                if (dv) mf__vaxpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
                 for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -b * D[(size_t)i * n + j] : 0.0f; /* E */
             }
             mf__attn_mm(n, dd, n, D, n, 1, K, lq, dKc, dd, 1);         /* dK += E K */
             mf__attn_mm(n, dd, n, D, 1, n, K, lq, dKc, dd, 1);         /* dK += E^T K */
         } else if (dv)
-            for (i = 0; i < n; i++) mf__fw_axpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv);
+            for (i = 0; i < n; i++) mf__vaxpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
         for (i = 0; i < n; i++) {
-            if (dq) mf__fw_axpy(dd, 1.0f, dQc + (size_t)i * dd, dq + (t0 + i) * h->lq);
-            if (dk) mf__fw_axpy(dd, 1.0f, dKc + (size_t)i * dd, dk + (t0 + i) * h->lq);
+            if (dq) mf__vaxpy(dd, 1.0f, dQc + (size_t)i * dd, dq + (t0 + i) * h->lq, MF__TAIL_VEC);
+            if (dk) mf__vaxpy(dd, 1.0f, dKc + (size_t)i * dd, dk + (t0 + i) * h->lq, MF__TAIL_VEC);
         }
     }
 }
@@ -6060,7 +6300,11 @@ MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf
    with the block's LayerNorm before it (ln1); the +1e-6 keeps a zero denominator finite (DPFP
    features are sparse: phi(q) and every phi(k) can have disjoint supports). */
 #define MF__FW_EPS 1e-6f
-struct mf__rec_state {
+typedef struct mf__fw_layer {
+    mf_tensor *wq, *wk, *wv, *wbeta, *wo, *bo; /* q, k, v, beta (fast_weights) without bias; out with bias */
+} mf__fw_layer;
+#define MF__FW_L(m, l) ((mf__fw_layer *)(m)->layers[l].mix)
+struct mf__rec_state { /* the family's state (m->fam_state), made by the first generation call */
     float *S;          /* per layer [H][dd][dvp]: W^T (linear: the column dv is z); device memory on CUDA */
     int *next;         /* per layer: the position the next generation call must start at */
     int64_t per_layer; /* floats */
@@ -6090,7 +6334,7 @@ static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
 }
 static void mf__fw_make_layer(mf_model *m, int l) {
     const mf_model_config *c = &m->cfg;
-    mf__layer *L = &m->layers[l];
+    mf__fw_layer *L = MF__FW_L(m, l);
     int D = c->d_model;
     mf_tensor *unused;
     mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused);
@@ -6100,15 +6344,16 @@ static void mf__fw_make_layer(mf_model *m, int l) {
     mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
 }
 static void mf__fw_free(mf_model *m) {
-    if (!m->rec) return;
-    mf__dfree(m->ctx, m->rec->S); /* device memory on a CUDA context */
-    MF_FREE(m->rec->next); MF_FREE(m->rec);
-    m->rec = NULL;
+    struct mf__rec_state *r = (struct mf__rec_state *)m->fam_state;
+    if (!r) return;
+    mf__model_dfree(m, r->S); /* device memory on a CUDA context */
+    MF_FREE(r->next); MF_FREE(r);
+    m->fam_state = NULL;
 }
 /* layer l's generation state for tokens from pos0 on (zeroed at pos0 == 0), or NULL (error set) */
 static float *mf__fw_state(mf_model *m, int l, int B, int T, int pos0) {
     const mf_model_config *c = &m->cfg;
-    struct mf__rec_state *r = m->rec;
+    struct mf__rec_state *r = (struct mf__rec_state *)m->fam_state;
     int dd, dvp;
     if (B != 1) return (float *)mf__fail(m->ctx, "%s generation: batch %d, expected 1", mf_mixer_name(c->mixer), B);
     if (!r) {
@@ -6117,7 +6362,7 @@ static float *mf__fw_state(mf_model *m, int l, int B, int T, int pos0) {
         r->per_layer = (int64_t)c->n_heads * dd * dvp;
         r->S = (float *)mf__dmalloc(m->ctx, (size_t)(r->per_layer * c->n_layers) * sizeof(float), "generation state");
         r->next = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
-        m->rec = r;
+        m->fam_state = r;
         if (!r->S || !r->next) { mf__fw_free(m); return (float *)mf__fail(m->ctx, "out of memory: generation state"); }
         memset(r->next, 0, (size_t)c->n_layers * sizeof(int));
     }
@@ -6145,9 +6390,9 @@ static mf_tensor *mf__fw_feature(mf_model *m, mf_tensor *x) {
 static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    mf__layer *L = &m->layers[l];
+    const mf__fw_layer *L = MF__FW_L(m, l);
     int H = c->n_heads, fast = c->mixer == MF_MIXER_FAST_WEIGHTS;
-    mf_tensor *xn = fast ? x : mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps), *q, *k, *v, *beta = NULL, *y;
+    mf_tensor *xn = x, *q, *k, *v, *beta = NULL, *y; /* linear: x = ln1(x) (its row has MF__MIX_PRE_LN) */
     float *state = NULL;
     if (!xn) return NULL;
     q = mf__fw_feature(m, mf__fw_heads(ctx, mf_linear(ctx, xn, L->wq, NULL), H));   /* [B, T, H, dd] */
@@ -6160,7 +6405,14 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     return y ? mf_linear(ctx, mf_reshape(ctx, y, 3, x->shape), L->wo, L->bo) : NULL;
 }
 
+static const mf__family mf__fam_fastweights = {
+    "fastweights", sizeof(mf__fw_layer), MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
+    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL
+};
+#endif /* METAFORMER_NO_FASTWEIGHTS */
+
 /* ==== [mf:feedback] ========================================================================= */
+#ifndef METAFORMER_NO_FEEDBACK /* the whole section: its ops, the family, its rows in [mf:mixers] */
 /* The feedback transformer, original and shared-KV variants (SPEC.md section 8).
 
    The recurrence (SPEC 8.3 - 8.5), token by token: step t runs every layer on x_t (the token
@@ -6200,9 +6452,16 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
    step buffers and the generation slots in device memory (laid out for the GPU: [nblk][cap][B][D],
    nothing packed), dropout masks from the same RNG counters (mf__fb_drop_base), and a token loop
    that never waits on the host. */
-#define MF__FB_P 4096 /* rows of the relative tables R, S (SPEC 8.1) */
+#define MF__FB_P MF_XL_P /* rows of the relative tables R, S (SPEC 8.1): the same P as the relative mixer's */
 
-struct mf__fb_state {
+typedef struct mf__fb_layer { /* the attention sub-layer of layer l (SPEC 8.1) */
+    mf_tensor *wq, *wk, *wv, *bv, *wo, *bo; /* k, v: the original variant only (feedback_kv shares them) */
+    mf_tensor *rel_u, *rel_r, *rel_s;       /* u [H][dk], R [P][H][dk], S [P][H] */
+} mf__fb_layer;
+#define MF__FB_L(m, l) ((mf__fb_layer *)(m)->layers[l].mix)
+struct mf__fb_state { /* the family's state (m->fam_state) */
+    mf_tensor *w;       /* layer weights [N + 1] (m->fb_w is the same tensor) */
+    mf_tensor *wk, *wv; /* feedback_kv: the shared bias-free k, v [D][D]; NULL for feedback */
     float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots (device memory on CUDA) */
     float *wf;     /* generation: the weights packed for the forward, at the prompt (CPU only) */
     int n_slots;   /* slots written so far */
@@ -6236,22 +6495,6 @@ typedef struct mf__fb_attn {
     int64_t dsb, dsh;
 } mf__fb_attn;
 
-static float mf__fb_dot(const float *a, const float *b, int n) {
-    mf__av s = mf__av_zero();
-    int i = 0;
-    float r;
-    for (; i + MF__AW <= n; i += MF__AW) s = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), s);
-    r = mf__av_hsum(s);
-    for (; i < n; i++) r += a[i] * b[i];
-    return r;
-}
-/* y[0..n) += a * x */
-static void mf__fb_axpy(float *y, float a, const float *x, int n) {
-    mf__av va = mf__av_set1(a);
-    int i = 0;
-    for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
 /* y [N] = x [K] @ M [K][N] (row-major, ldm), or y += it (add). One row: four rows of M at a time
    into separate accumulators, so the sum is not one long chain of dependent FMAs (the small-tile
    kernel's one-row tile is). */
@@ -6348,7 +6591,7 @@ static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
         for (b = 0; b < a->B; b++) {
             int64_t qo = (int64_t)b * D + (int64_t)h * d, hb = b * a->sb + h * a->sh, dhb = b * a->dsb + h * a->dsh;
             const float *dout = a->dout + qo;
-            float *g = G + (int64_t)b * n, Dd = mf__fb_dot(dout, a->o + qo, d);
+            float *g = G + (int64_t)b * n, Dd = mf__vdot(d, dout, a->o + qo, MF__TAIL_SCALAR);
             mf__fb_scores(a, b, h, pos + (int64_t)b * n, p);
             mf__fb_exp(p, n, a->lse[(int64_t)b * a->H + h]);                       /* a_j */
             mf__fb_vm(n, d, dout, a->vt + hb, a->ldt, dp, 0);                       /* dout . v_j */
@@ -6540,9 +6783,10 @@ static float *mf__fb_piece(const mf_model *m, float *P, int l, int which) {
 }
 /* key/value block i: its weight, bias (original v only) and column offset in a slot row */
 static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor **b) {
-    const mf__layer *L = &m->layers[i / 2];
+    const mf__fb_layer *L = MF__FB_L(m, i / 2);
+    const struct mf__fb_state *s = (const struct mf__fb_state *)m->fam_state;
     if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
-    else { *w = i % 2 ? m->fb_wv : m->fb_wk; *b = NULL; }
+    else { *w = i % 2 ? s->wv : s->wk; *b = NULL; }
 }
 /* weight w [out][in], block i of a stack of n such weights (rows i out ..): fwd: columns of the
    operand [in][n out] of y = x W^T; else rows of the operand [n out][in] of dx = dy W */
@@ -6564,8 +6808,9 @@ static void mf__fb_pack(mf_ctx *ctx, const mf_model *m, float *P, int fwd) {
             }
         else {
             const mf__layer *L = &m->layers[u / 4];
+            const mf__fb_layer *A = MF__FB_L(m, u / 4);
             mf_tensor *piece[4];
-            piece[MF__FB_Q] = L->wq; piece[MF__FB_OUT] = L->wo; piece[MF__FB_FC1] = L->fc1_w; piece[MF__FB_FC2] = L->fc2_w;
+            piece[MF__FB_Q] = A->wq; piece[MF__FB_OUT] = A->wo; piece[MF__FB_FC1] = L->fc1_w; piece[MF__FB_FC2] = L->fc2_w;
             mf__fb_pack_weight(mf__fb_piece(m, P, u / 4, u % 4), piece[u % 4], 0, 1, fwd);
         }
     }
@@ -6684,7 +6929,7 @@ static mf__fb_attn mf__fb_layer_attn(const mf__fb_fwd *f, int l, int n, const fl
     mf__fb_attn a;
     memset(&a, 0, sizeof a);
     a.B = f->B; a.H = H; a.d = d; a.n = n; a.scale = 1.0f / sqrtf((float)d);
-    a.q = q; a.u = f->m->layers[l].rel_u->data;
+    a.q = q; a.u = MF__FB_L(f->m, l)->rel_u->data;
     a.k = f->slots + mf__fb_slot_head(f, kv, 0, 0, 0); a.kt = a.k + (int64_t)f->cap * d;
     a.v = f->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 0); a.vt = a.v + (int64_t)f->cap * d;
     a.sh = 2 * (int64_t)f->cap * d; a.sb = a.sh * H; a.ldt = f->cap;
@@ -6703,7 +6948,8 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
     int64_t e, bd = (int64_t)B * D;
     float *mem = f->mem + (int64_t)t * bd;
     for (l = 0; l < N && mf_ok(ctx); l++) {
-        mf__layer *L = &f->m->layers[l];
+        const mf__layer *L = &f->m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(f->m, l);
         float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
         float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
         if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
@@ -6715,7 +6961,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
                 mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
                 mf__fb_attn_forward(ctx, &a);
             }
-            mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, L->bo, B, f->tmp);
+            mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, A->bo, B, f->tmp);
             mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
             for (e = 0; e < bd; e++) xm[e] = x[e] + f->tmp[e];
         } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* no memory yet: no attention sub-layer */
@@ -6764,7 +7010,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_model_config *c = &m->cfg;
     int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t, b, l;
     size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)mf__fb_nblk(m) * D;
-    float mx = -INFINITY, sum = 0.0f, *w = m->fb_w->data;
+    float mx = -INFINITY, sum = 0.0f, *w = ((struct mf__fb_state *)m->fam_state)->w->data;
     f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
     f->rh = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->rt = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
@@ -6790,8 +7036,8 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     if (!f->gen || f->pos0 == 0) mf__fb_pack(ctx, m, f->wf, 1); /* generation: once, at the prompt */
     for (l = 0; l < N; l++) {
         int64_t o = (int64_t)l * H * f->nr;
-        mf__fb_table_rows(f->rh + o * (D / H), f->rt + o * (D / H), m->layers[l].rel_r->data, MF__FB_P, H, D / H, f->nr, 0);
-        mf__fb_table_rows(f->sh + o, NULL, m->layers[l].rel_s->data, MF__FB_P, H, 1, f->nr, 0);
+        mf__fb_table_rows(f->rh + o * (D / H), f->rt + o * (D / H), MF__FB_L(m, l)->rel_r->data, MF__FB_P, H, D / H, f->nr, 0);
+        mf__fb_table_rows(f->sh + o, NULL, MF__FB_L(m, l)->rel_s->data, MF__FB_P, H, 1, f->nr, 0);
     }
     for (l = 0; l <= N; l++) if (w[l] > mx) mx = w[l];
     for (l = 0; l <= N; l++) sum += f->sw[l] = expf(w[l] - mx);
@@ -6830,10 +7076,10 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
         float *kv = g->kv + (int64_t)t * B * ld;
         mf__fb_slot_grad(f, g->slots, t, kv);
         mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, dm, D, 0);
-        for (l = 0; l <= N; l++) g->dsw[l] += mf__fb_dot(dm, MF__FB_AT(f, f->hs, l, t, D), (int)bd);
+        for (l = 0; l <= N; l++) g->dsw[l] += mf__vdot((int)bd, dm, MF__FB_AT(f, f->hs, l, t, D), MF__TAIL_SCALAR);
     }
     for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
-    if (has_dm) mf__fb_axpy(dh, f->sw[N], dm, (int)bd);
+    if (has_dm) mf__vaxpy((int)bd, f->sw[N], dm, dh, MF__TAIL_SCALAR);
     for (l = N - 1; l >= 0 && mf_ok(ctx); l--) {
         mf__layer *L = &f->m->layers[l];
         float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F);
@@ -6858,7 +7104,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
                 mf__fb_attn a = mf__fb_layer_attn(f, l, t, q, (float *)o, (float *)lse);
                 int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
                 int64_t rows = (int64_t)l * H * f->nr;
-                a.dout = dd; a.dq = dq; a.du = mf__g(L->rel_u);
+                a.dout = dd; a.dq = dq; a.du = mf__g(MF__FB_L(f->m, l)->rel_u);
                 a.dk = g->slots + mf__fb_slot_head(f, kv, 0, 0, 1); a.dv = g->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 1);
                 a.dr = g->rh + rows * (D / H); a.ds = g->sh + rows;
                 mf__fb_attn_backward(ctx, &a);
@@ -6867,7 +7113,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
             mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
                                       dd, dh, B, D);
         }
-        if (has_dm) mf__fb_axpy(dh, f->sw[l], dm, (int)bd); /* hs_t[l] also feeds m_t */
+        if (has_dm) mf__vaxpy((int)bd, f->sw[l], dm, dh, MF__TAIL_SCALAR); /* hs_t[l] also feeds m_t */
     }
     if (dx) for (b = 0; b < B; b++) for (e = 0; e < D; e++) dx[((int64_t)b * T + t) * D + e] += dh[(int64_t)b * D + e];
 }
@@ -6890,7 +7136,7 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
     int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, nb = mf__fb_nblk(m), t, l, i;
     size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)nb * D;
     int64_t r1 = (int64_t)B * D;  /* attention rows start at step 1 */
-    float *gw = mf__g(m->fb_w);
+    float *gw = mf__g(((struct mf__fb_state *)m->fam_state)->w);
     mf__fb_grads g;
     if (f->gen || f->pos0 != 0) { mf__fail(ctx, "feedback: generation steps have no backward"); return; }
     g.wb = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
@@ -6912,14 +7158,15 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
     for (t = T - 1; t >= 0 && mf_ok(ctx); t--) mf__fb_step_backward(ctx, f, &g, out->grad, mf__g(out->src[0]), t);
     /* the weight gradients of all steps at once */
     for (l = 0; l < N; l++) {
-        mf__layer *L = &m->layers[l];
+        const mf__layer *L = &m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(m, l);
         int64_t at = (int64_t)l * tb * D, af = (int64_t)l * tb * F;
-        mf__fb_weight_grad(ctx, L->wq, NULL, g.q + at + r1, D, f->z + at + r1, (T - 1) * B);
-        mf__fb_weight_grad(ctx, L->wo, L->bo, g.ao + at + r1, D, f->o + at + r1, (T - 1) * B);
+        mf__fb_weight_grad(ctx, A->wq, NULL, g.q + at + r1, D, f->z + at + r1, (T - 1) * B);
+        mf__fb_weight_grad(ctx, A->wo, A->bo, g.ao + at + r1, D, f->o + at + r1, (T - 1) * B);
         mf__fb_weight_grad(ctx, L->fc1_w, L->fc1_b, g.a1 + af, F, f->y2 + at, T * B);
         mf__fb_weight_grad(ctx, L->fc2_w, L->fc2_b, g.fo + at, D, f->g1 + af, T * B);
-        if (mf__g(L->rel_r)) mf__fb_table_rows(g.rh + (int64_t)l * H * f->nr * (D / H), NULL, L->rel_r->grad, MF__FB_P, H, D / H, f->nr, 1);
-        if (mf__g(L->rel_s)) mf__fb_table_rows(g.sh + (int64_t)l * H * f->nr, NULL, L->rel_s->grad, MF__FB_P, H, 1, f->nr, 1);
+        if (mf__g(A->rel_r)) mf__fb_table_rows(g.rh + (int64_t)l * H * f->nr * (D / H), NULL, A->rel_r->grad, MF__FB_P, H, D / H, f->nr, 1);
+        if (mf__g(A->rel_s)) mf__fb_table_rows(g.sh + (int64_t)l * H * f->nr, NULL, A->rel_s->grad, MF__FB_P, H, 1, f->nr, 1);
     }
     for (i = 0; i < nb; i++) { /* slots 0 .. T-2 are read */
         mf_tensor *w, *bias;
@@ -6927,7 +7174,7 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__fb_weight_grad(ctx, w, bias, g.kv + (int64_t)i * D, (int)ld, f->mem, (T - 1) * B);
     }
     if (gw) { /* softmax backward: dw_i = sw_i (dsw_i - sum_j sw_j dsw_j) */
-        float dot = mf__fb_dot(f->sw, g.dsw, N + 1);
+        float dot = mf__vdot(N + 1, f->sw, g.dsw, MF__TAIL_SCALAR);
         for (l = 0; l <= N; l++) gw[l] += f->sw[l] * (g.dsw[l] - dot);
     }
 }
@@ -6942,53 +7189,56 @@ static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
     return 0;
 }
 
-/* the attention parameters of layer l (SPEC 8.1); LN_att, LN_ff and the FFN come from mf__make_layer */
+/* the attention parameters of layer l (SPEC 8.1); LN_att (ln1), LN_ff and the FFN are the block's */
 static void mf__fb_make_layer(mf_model *m, int l) {
     mf_ctx *ctx = m->ctx;
+    mf__fb_layer *A = MF__FB_L(m, l);
     mf__layer *L = &m->layers[l];
     int D = m->cfg.d_model, H = m->cfg.n_heads, shape[3];
     char nm[96];
     mf_tensor *unused;
-    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused);
+    mf__layer_linear(m, l, "attn.q", D, D, 0, &A->wq, &unused);
     if (m->cfg.mixer == MF_MIXER_FEEDBACK) {
-        mf__layer_linear(m, l, "attn.k", D, D, 0, &L->wk, &unused);
-        mf__layer_linear(m, l, "attn.v", D, D, 1, &L->wv, &L->bv);
+        mf__layer_linear(m, l, "attn.k", D, D, 0, &A->wk, &unused);
+        mf__layer_linear(m, l, "attn.v", D, D, 1, &A->wv, &A->bv);
     }
-    mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
-    L->rel_u = mf__layer_param(m, l, "attn.u", 2, H, D / H);
+    mf__layer_linear(m, l, "attn.out", D, D, 1, &A->wo, &A->bo);
+    A->rel_u = mf__layer_param(m, l, "attn.u", 2, H, D / H);
     shape[0] = MF__FB_P; shape[1] = H; shape[2] = D / H; /* [P, H, dk]: three dims, so not mf__layer_param */
     snprintf(nm, sizeof nm, "layers.%d.attn.r", l);
-    L->rel_r = mf_param(ctx, nm, 3, shape);
-    if (L->rel_r && L->np < (int)(sizeof L->p / sizeof L->p[0])) L->p[L->np++] = L->rel_r;
-    L->rel_s = mf__layer_param(m, l, "attn.s", 2, MF__FB_P, H);
-    mf_init_const(ctx, L->rel_u, 0.0f); /* the relative tables start at zero (SPEC 3.1) */
-    mf_init_const(ctx, L->rel_r, 0.0f);
-    mf_init_const(ctx, L->rel_s, 0.0f);
+    A->rel_r = mf_param(ctx, nm, 3, shape);
+    A->rel_s = mf__layer_param(m, l, "attn.s", 2, MF__FB_P, H);
+    mf_init_const(ctx, A->rel_u, 0.0f); /* the relative tables start at zero (SPEC 3.1) */
+    mf_init_const(ctx, A->rel_r, 0.0f);
+    mf_init_const(ctx, A->rel_s, 0.0f);
+    L->wq = A->wq; L->wo = A->wo; L->bo = A->bo; L->rel_u = A->rel_u; L->rel_r = A->rel_r; L->rel_s = A->rel_s;
 }
 
-/* the model-level parameters: layer weights w [N + 1] = 1; KV: the shared k, v (bias-free) */
+/* the state, and the model-level parameters: layer weights w [N + 1] = 1; KV: the shared k, v (bias-free) */
 static void mf__fb_init(mf_model *m) {
     mf_ctx *ctx = m->ctx;
     int n = m->cfg.n_layers + 1, shape[2];
-    m->fb_w = mf_param(ctx, "feedback.weights", 1, &n);
-    mf_init_const(ctx, m->fb_w, 1.0f);
+    struct mf__fb_state *s = (struct mf__fb_state *)mf__xmalloc(sizeof *s);
+    if (!s) { mf__fail(ctx, "out of memory: feedback state"); return; }
+    memset(s, 0, sizeof *s);
+    m->fam_state = s;
+    m->fb_w = s->w = mf_param(ctx, "feedback.weights", 1, &n);
+    mf_init_const(ctx, s->w, 1.0f);
     if (m->cfg.mixer == MF_MIXER_FEEDBACK_KV) {
         shape[0] = shape[1] = m->cfg.d_model;
-        m->fb_wk = mf_param(ctx, "feedback.k.weight", 2, shape);
-        mf_init_kaiming_uniform(ctx, m->fb_wk);
-        m->fb_wv = mf_param(ctx, "feedback.v.weight", 2, shape);
-        mf_init_kaiming_uniform(ctx, m->fb_wv);
+        s->wk = mf_param(ctx, "feedback.k.weight", 2, shape);
+        mf_init_kaiming_uniform(ctx, s->wk);
+        s->wv = mf_param(ctx, "feedback.v.weight", 2, shape);
+        mf_init_kaiming_uniform(ctx, s->wv);
     }
-    if (mf_ok(ctx) && !(m->fb = (struct mf__fb_state *)mf__xmalloc(sizeof *m->fb))) mf__fail(ctx, "out of memory: feedback state");
-    if (m->fb) memset(m->fb, 0, sizeof *m->fb);
 }
 static void mf__fb_free(mf_model *m) {
-    if (!m->fb) return;
-    if (m->on_device) mf__dfree(m->ctx, m->fb->slots); /* a device buffer (the context is still alive) */
-    else MF_FREE(m->fb->slots);
-    MF_FREE(m->fb->wf);
-    MF_FREE(m->fb);
-    m->fb = NULL;
+    struct mf__fb_state *s = (struct mf__fb_state *)m->fam_state;
+    if (!s) return;
+    mf__model_dfree(m, s->slots); /* a device buffer on CUDA (the context is still alive) */
+    MF_FREE(s->wf);
+    MF_FREE(s);
+    m->fam_state = NULL;
 }
 
 /* x [B, T, D] (embeddings) -> the last layer's outputs [B, T, D]; gen: batch 1, continuing the
@@ -6996,7 +7246,7 @@ static void mf__fb_free(mf_model *m) {
 static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    struct mf__fb_state *st = m->fb;
+    struct mf__fb_state *st = (struct mf__fb_state *)m->fam_state;
     mf__fb_fwd *f;
     mf_tensor *t;
     int B, T, l, i;
@@ -7028,13 +7278,13 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
         f->slots = st->slots; f->wf = st->wf;
         st->n_slots = 0; /* valid again when this call succeeds */
     }
-    t = mf__begin(ctx, &mf__op_feedback, x, m->fb_w, m->fb_wk, m->fb_wv);
+    t = mf__begin(ctx, &mf__op_feedback, x, st->w, st->wk, st->wv);
     if (!t) return NULL;
     t->aux = f;
     if (ctx->grad_enabled && !gen) /* the node takes a gradient when any parameter it reads does */
         for (l = 0; l < c->n_layers; l++)
             for (i = 0; i < m->layers[l].np; i++) {
-                mf_tensor *p = m->layers[l].p[i];
+                mf_tensor *p = mf_param_at(ctx, m->layers[l].p0 + i);
                 if (!p->requires_grad) continue;
                 t->requires_grad = 1;
                 ctx->p_touched[mf__param_index(ctx, p)] = 1;
@@ -7042,6 +7292,70 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     t = mf__finish(ctx, t);
     if (t && gen) st->n_slots = pos0 + T;
     return t;
+}
+
+static const mf__family mf__fam_feedback = {
+    "feedback", sizeof(mf__fb_layer), 0,
+    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL
+};
+#endif /* METAFORMER_NO_FEEDBACK */
+
+/* ==== [mf:mixers] =========================================================================== */
+/* The mixer table: one row per mf_mixer_kind, in enum order (name, kind, family, flags, the
+   optional config fields it reads). A family left out by its compile switch keeps its rows
+   (names stay known) with family = NULL: mf_model_check names the switch. */
+#ifndef METAFORMER_NO_XL
+#define MF__FAM_XL &mf__fam_xl
+#else
+#define MF__FAM_XL NULL
+#endif
+#ifndef METAFORMER_NO_FASTWEIGHTS
+#define MF__FAM_FW &mf__fam_fastweights
+#else
+#define MF__FAM_FW NULL
+#endif
+#ifndef METAFORMER_NO_FEEDBACK
+#define MF__FAM_FB &mf__fam_feedback
+#else
+#define MF__FAM_FB NULL
+#endif
+static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
+    /* name           kind                   family              switch                       flags
+                                                                                              fields read */
+    {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS,
+                                                                                            MF__F(ATTN_BIAS)},
+    {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS, 0},
+    {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS, 0},
+    {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN,
+                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL)},
+    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP, 0},
+    /* relative: ln1 normalises [memories ; x] inside the mixer */
+    {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_FIXED_STATE,
+                                                                                            MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE)},
+    /* fast_weights: no LayerNorm before the mixer (SPEC 7.4) */
+    {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
+                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE)},
+    {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE,
+                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE)},
+    /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
+    {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS, 0},
+    {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS, 0},
+};
+static const mf__mixer_row *mf__mixer_row_of(int kind) {
+    return kind >= 0 && kind < MF_MIXER_COUNT ? &mf__mixer_rows[kind] : NULL;
+}
+MFDEF const char *mf_mixer_name(mf_mixer_kind kind) {
+    const mf__mixer_row *r = mf__mixer_row_of((int)kind);
+    return r ? r->name : "unknown";
+}
+MFDEF int mf_mixer_from_name(const char *name) {
+    int i;
+    for (i = 0; name && i < MF_MIXER_COUNT; i++) if (strcmp(name, mf__mixer_rows[i].name) == 0) return i;
+    return -1;
+}
+MFDEF int mf_mixer_compiled(mf_mixer_kind kind) {
+    const mf__mixer_row *r = mf__mixer_row_of((int)kind);
+    return r && r->family;
 }
 
 /* ==== [mf:io] =============================================================================== */

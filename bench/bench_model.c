@@ -8,7 +8,7 @@
  * tokens (seeded, a fresh batch every step, the targets are the next tokens).
  *
  * Flags (defaults = the reference config of the benchmark):
- *   --mixer sdpa|metric|quadratic|pool|identity|relative|fast_weights|linear|feedback|feedback_kv
+ *   --mixer NAME   a mixer of the library (mf_mixer_name); --list-mixers prints those of this build
  *   --d-model 256 --heads 8 --layers 4 --d-ff 1024 --seq 256 --batch 8 --vocab 65 --pool-size 3
  *   --pos none|learned|sinusoidal (learned)   --act relu|gelu (gelu)
  *   --mem-len N --compressive --c-mem-len N --rate c   (relative: XL memory, compressive transformer;
@@ -252,9 +252,14 @@ static double gpu_used_mb(void) {
 #endif
 }
 
+/* The mixers come from the library (names, and which ones this build has) through functions that
+   every revision of the header has: bench/run.sh --header git:REV builds this file against older
+   headers too. */
 static void usage(void) {
-    fprintf(stderr, "usage: bench_model [--mixer sdpa|metric|quadratic|pool|identity|relative|fast_weights|linear|\n"
-                    "  feedback|feedback_kv] [--steps N] [--warmup N] [--threads N] [--max-time S] [--d-model N]\n"
+    int k;
+    fprintf(stderr, "usage: bench_model [--mixer");
+    for (k = 0; k < MF_MIXER_COUNT; k++) fprintf(stderr, "%s%s", k ? "|" : " ", mf_mixer_name((mf_mixer_kind)k));
+    fprintf(stderr, "]\n  [--list-mixers] [--steps N] [--warmup N] [--threads N] [--max-time S] [--d-model N]\n"
                     "  [--heads N] [--layers N] [--d-ff N] [--seq N] [--batch N] [--vocab N] [--pool-size N]\n"
                     "  [--pos none|learned|sinusoidal] [--act relu|gelu] [--mem-len N] [--compressive] [--c-mem-len N]\n"
                     "  [--rate c] [--chunk N] [--dpfp-nu N] [--feature dpfp|elu1] [--label NAME] [--seed N]\n"
@@ -305,6 +310,17 @@ int main(int argc, char **argv) {
         else if (ARG("--profile")) profile = atoi(v);
         else if (ARG("--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda"))) cuda = !strcmp(v, "cuda");
         else if (!strcmp(a, "--tf32")) tf32 = 1;
+        else if (!strcmp(a, "--list-mixers")) { /* the mixers this build can run, one per line (bench/run*.sh) */
+            int k;
+            for (k = 0; k < MF_MIXER_COUNT; k++) {
+                mf_model_config probe = mf_model_config_default();
+                mf_ctx *c = mf_ctx_new(1);
+                probe.vocab = 2; probe.mixer = (mf_mixer_kind)k;
+                if (mf_model_check(c, &probe) == 0) printf("%s\n", mf_mixer_name((mf_mixer_kind)k));
+                mf_ctx_free(c);
+            }
+            return 0;
+        }
         else { usage(); return 2; }
 #undef ARG
     }

@@ -9,8 +9,8 @@
 #   bash bench/run.sh --quick          1 repeat, short runs, no GEMM table, no profile (a smoke test)
 # Options (or the environment variables in brackets):
 #   --reps N [BENCH_REPS=3]            C / torch runs per mixer, interleaved; the table shows medians
-#   --mixers "a b" [BENCH_MIXERS]      rows (see row_spec below), default: sdpa metric quadratic pool
-#                                      identity relative compressive fast_weights feedback feedback_kv
+#   --mixers "a b" [BENCH_MIXERS]      rows (see row_spec below; --rows too), default: every mixer of
+#                                      the library (build/bench/bench_model --list-mixers) and compressive
 #   --steps N [BENCH_STEPS=10] --warmup N [BENCH_WARMUP=2] --max-time S [BENCH_MAX_TIME=10]
 #                                      per run: warm-up + timed steps, cut off after S seconds
 #   --threads N [BENCH_THREADS=2]      threads for both sides (C OpenMP; torch intra-op + OpenBLAS)
@@ -37,7 +37,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 HEADER=${BENCH_HEADER:-metaformer.h}
 REPS=${BENCH_REPS:-3}
-MIXERS=${BENCH_MIXERS:-"sdpa metric quadratic pool identity relative compressive fast_weights feedback feedback_kv"}
+ROWS=${BENCH_MIXERS:-}   # empty: default_rows, after the build
 STEPS=${BENCH_STEPS:-10}
 WARMUP=${BENCH_WARMUP:-2}
 MAX_TIME=${BENCH_MAX_TIME:-10}
@@ -51,27 +51,19 @@ PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-gcc}
 OUT=""
 BUILD_ONLY=0
-while [ $# -gt 0 ]; do
+# shellcheck source=bench/common.sh
+. bench/common.sh
+own_option() { # the options of this script (the shared ones: parse_args in bench/common.sh)
     case "$1" in
-    --header) HEADER=$2; shift ;;
-    --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0; FW_SWEEP=0 ;;
-    --reps) REPS=$2; shift ;;
-    --mixers) MIXERS=$2; shift ;;
-    --steps) STEPS=$2; shift ;;
-    --warmup) WARMUP=$2; shift ;;
-    --max-time) MAX_TIME=$2; shift ;;
-    --threads) THREADS=$2; shift ;;
-    --no-gemm-table) GEMM_TABLE=0 ;;
-    --no-profile) PROFILE=0 ;;
-    --no-fw-sweep) FW_SWEEP=0 ;;
-    --perf) PERF=1 ;;
-    --out) OUT=$2; shift ;;
-    --build-only) BUILD_ONLY=1 ;;
-    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d'; exit 0 ;;
-    *) echo "bench/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    --header) HEADER=${2-}; ARG_USED=2 ;;
+    --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0; FW_SWEEP=0; ARG_USED=1 ;;
+    --threads) THREADS=${2-}; ARG_USED=2 ;;
+    --no-gemm-table) GEMM_TABLE=0; ARG_USED=1 ;;
+    --no-profile) PROFILE=0; ARG_USED=1 ;;
+    --perf) PERF=1; ARG_USED=1 ;;
     esac
-    shift
-done
+}
+parse_args own_option "$@"
 
 T_START=$(date +%s)
 BUILD=build/bench
@@ -88,8 +80,6 @@ RAW="$BUILD/raw${TAG}.txt"
 REPORT="$BUILD/report${TAG}.md"
 : > "$REPORT"
 
-# shellcheck source=bench/common.sh
-. bench/common.sh
 
 # ---- OpenBLAS ------------------------------------------------------------------------------
 have_openblas() {
@@ -231,7 +221,8 @@ row_spec() {
     esac
 }
 row_field() { row_spec "$1" | cut -d'|' -f"$2"; }
-for m in $MIXERS; do [ -n "$(row_spec "$m")" ] || { say "bench/run.sh: unknown row $m"; exit 2; }; done
+[ -n "$ROWS" ] || ROWS=$(default_rows "$BUILD/bench_model")
+for m in $ROWS; do [ -n "$(row_spec "$m")" ] || { say "bench/run.sh: unknown row $m"; exit 2; }; done
 
 # ---- the model runs: C and torch interleaved per row, REPS times --------------------------
 # (a RESULT line is relabelled with its row's name: the compressive row runs --mixer relative)
@@ -255,7 +246,7 @@ run_torch() {
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$REPS"); do
     say "== repeat $r of $REPS"
-    for m in $MIXERS; do
+    for m in $ROWS; do
         if [ $((r % 2)) = 1 ]; then run_c "$m" "$r"; run_torch "$m" "$r"; else run_torch "$m" "$r"; run_c "$m" "$r"; fi
     done
     measure_peak
@@ -281,7 +272,7 @@ rep ""
 rep "| row | config | C tok/s | torch tok/s | ratio | C GFLOP/s | % of peak | C peak RSS MB | torch peak RSS MB | torch GFLOP/s | MFLOP/token | goal |"
 rep "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 ALL_MET=1
-for m in $MIXERS; do
+for m in $ROWS; do
     c_tok=$(grep "impl=c mixer=$m " "$RAW" | field tok_s | median)
     t_tok=$(grep "impl=torch mixer=$m " "$RAW" | field tok_s | median)
     c_gf=$(grep "impl=c mixer=$m " "$RAW" | field gflops | median)
@@ -350,7 +341,7 @@ fi
 if [ "$PROFILE" = 1 ]; then
     rep ""
     rep "## C op profile (bench_model --profile $PROF_STEPS: ops timed one by one, the fastest of $PROF_STEPS steps per row; top rows)"
-    for m in $MIXERS; do
+    for m in $ROWS; do
         # shellcheck disable=SC2046
         "${C_ENV[@]}" "$BUILD/bench_model" $(row_field "$m" 1) --steps 1 --warmup 1 --threads "$THREADS" --max-time 1 \
             --profile "$PROF_STEPS" > "$BUILD/prof_$m.txt" 2>&1
@@ -364,7 +355,7 @@ fi
 if [ "$PERF" = 1 ] && command -v perf >/dev/null; then
     rep ""
     rep "## perf: top symbols of one C run per mixer (self time)"
-    for m in $MIXERS; do
+    for m in $ROWS; do
         # shellcheck disable=SC2046
         "${C_ENV[@]}" perf record -q -o "$BUILD/perf_$m.data" "$BUILD/bench_model" $(row_field "$m" 1) --steps 2 --warmup 1 \
             --threads "$THREADS" >/dev/null 2>&1

@@ -7,8 +7,8 @@
 # to bench/results/cuda_<date>.md (build/bench_cuda/ keeps the raw RESULT lines and the run logs).
 #
 # Options (or the environment variables in brackets):
-#   --rows "a b" [BENCH_ROWS]      rows (see row_spec), default: sdpa metric quadratic pool identity
-#                                  relative compressive fast_weights linear feedback feedback_kv
+#   --rows "a b" [BENCH_ROWS]      rows (see row_spec), default: every mixer of the library
+#                                  (build/cuda/bench_model --list-mixers) and compressive
 #   --reps N [BENCH_REPS=1]        C / torch runs per row, interleaved (a GPU is quiet: 1 is enough)
 #   --steps N [BENCH_STEPS=10] --warmup N [BENCH_WARMUP=3] --max-time S [BENCH_MAX_TIME=20]
 #   --tf32                         both sides let matmuls use TF32 tensor cores (default: exact fp32)
@@ -19,7 +19,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
-ROWS=${BENCH_ROWS:-"sdpa metric quadratic pool identity relative compressive fast_weights linear feedback feedback_kv"}
+ROWS=${BENCH_ROWS:-}   # empty: default_rows, after the build
 REPS=${BENCH_REPS:-1}
 STEPS=${BENCH_STEPS:-10}
 WARMUP=${BENCH_WARMUP:-3}
@@ -32,23 +32,15 @@ BUILD_ONLY=0
 PY=${PYTHON:-python3}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 ARCH=${CUDA_ARCH:-"-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"}
-while [ $# -gt 0 ]; do
+# shellcheck source=bench/common.sh
+. bench/common.sh
+own_option() { # the options of this script (the shared ones: parse_args in bench/common.sh)
     case "$1" in
-    --rows) ROWS=$2; shift ;;
-    --reps) REPS=$2; shift ;;
-    --steps) STEPS=$2; shift ;;
-    --warmup) WARMUP=$2; shift ;;
-    --max-time) MAX_TIME=$2; shift ;;
-    --tf32) TF32="--tf32" ;;
-    --no-attention) ATTN=0 ;;
-    --no-fw-sweep) FW_SWEEP=0 ;;
-    --out) OUT=$2; shift ;;
-    --build-only) BUILD_ONLY=1 ;;
-    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d'; exit 0 ;;
-    *) echo "bench/run_cuda.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    --tf32) TF32="--tf32"; ARG_USED=1 ;;
+    --no-attention) ATTN=0; ARG_USED=1 ;;
     esac
-    shift
-done
+}
+parse_args own_option "$@"
 
 T_START=$(date +%s)
 BUILD=build/bench_cuda
@@ -56,8 +48,6 @@ mkdir -p "$BUILD" bench/results
 [ -n "$OUT" ] || OUT="bench/results/cuda_$(date +%Y-%m-%d)$([ -n "$TF32" ] && echo _tf32).md"
 RAW="$BUILD/raw.txt"; : > "$RAW"
 REPORT="$BUILD/report.md"; : > "$REPORT"
-# shellcheck source=bench/common.sh
-. bench/common.sh
 
 # ---- build -------------------------------------------------------------------------------------
 [ -x "$NVCC" ] || { say "make bench-cuda: nvcc not found (set NVCC=...): the CUDA benchmark needs the CUDA compiler"; exit 1; }
@@ -98,6 +88,7 @@ row_spec() {
     esac
 }
 row_field() { row_spec "$1" | cut -d'|' -f"$2"; }
+[ -n "$ROWS" ] || ROWS=$(default_rows build/cuda/bench_model)
 for m in $ROWS; do [ -n "$(row_spec "$m")" ] || { say "bench/run_cuda.sh: unknown row $m"; exit 2; }; done
 
 run_side() { # run_side c|torch ROW REP

@@ -32,10 +32,24 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 
-/* the study, in the order of the table */
-static const char *const ALL_MODELS[] = {"sdpa", "relative", "fast_weights", "linear", "compressive", "feedback",
-                                         "feedback_kv", "metric", "quadratic", "pool", "identity"};
-#define N_ALL ((int)(sizeof ALL_MODELS / sizeof ALL_MODELS[0]))
+/* the study, in the order of the table: every mixer this build has (the library's names, in its
+   order), and "compressive" (the relative mixer with compressed memories) after relative */
+#define N_MAX (MF_MIXER_COUNT + 1)
+static const char *ALL_MODELS[N_MAX];
+static int N_ALL;
+static char MODEL_LIST[512]; /* "sdpa, metric, ...": for --help and messages */
+static char POSITIONS[64];
+static void list_models(void) {
+    size_t n = 0;
+    for (int k = 0; k < MF_MIXER_COUNT; k++) {
+        if (!mf_mixer_compiled((mf_mixer_kind)k)) continue;
+        ALL_MODELS[N_ALL++] = mf_mixer_name((mf_mixer_kind)k);
+        if (k == MF_MIXER_RELATIVE) ALL_MODELS[N_ALL++] = "compressive";
+    }
+    for (int i = 0; i < N_ALL && n < sizeof MODEL_LIST; i++)
+        n += (size_t)snprintf(MODEL_LIST + n, sizeof MODEL_LIST - n, "%s%s", i ? ", " : "", ALL_MODELS[i]);
+    LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
+}
 
 /* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
 typedef struct {
@@ -50,8 +64,7 @@ static settings S = {.models = "all", .out = "ablate", .pos = "learned", .steps 
     .c_mem_len = -1, .compression_rate = 2, .log_y = -1, .lr = -1, .clip = 1.0f};
 
 static const option OPTIONS[] = {
-    {"models", OPT_TEXT, &S.models, RUN_ONLY, 0, NULL, "comma-separated models to compare, or all: sdpa, relative, fast_weights, "
-     "linear, compressive, feedback, feedback_kv, metric, quadratic, pool, identity"},
+    {"models", OPT_TEXT, &S.models, RUN_ONLY, 0, NULL, "comma-separated models to compare, or all (see below)"},
     {"quick", OPT_FLAG, &S.quick, RUN_ONLY, 0, NULL, "a small model and budget: a few minutes on 2 cores"},
     {"steps", OPT_INT, &S.steps, RUN_ONLY, 1, NULL, "optimizer steps per model [1000; --quick: sorter 300, text 500]"},
     {"batch", OPT_INT, &S.batch, RUN_ONLY, 1, NULL, "sequences per step [sorter 64, text 16; --quick 32, 16]"},
@@ -60,7 +73,7 @@ static const option OPTIONS[] = {
     {"heads", OPT_INT, &S.heads, RUN_ONLY, 1, NULL, "heads [4]"},
     {"layers", OPT_INT, &S.layers, RUN_ONLY, 1, NULL, "blocks [sorter 2, text 4; --quick 2, 2]"},
     {"d-ff", OPT_INT, &S.d_ff, RUN_ONLY, 1, NULL, "FFN hidden width [4 d-model, sorter 2 d-model]"},
-    {"pos", OPT_TEXT, &S.pos, RUN_ONLY, 0, "none|learned|sinusoidal", "positional encoding"},
+    {"pos", OPT_TEXT, &S.pos, RUN_ONLY, 0, POSITIONS, "positional encoding"},
     {"mem-len", OPT_INT, &S.mem_len, RUN_ONLY, 0, NULL, "relative, compressive: memories per layer [T]"},
     {"c-mem-len", OPT_INT, &S.c_mem_len, RUN_ONLY, 0, NULL, "compressive: compressed memories per layer [T/2]"},
     {"compression-rate", OPT_INT, &S.compression_rate, RUN_ONLY, 1, NULL, "compressive: memories per compressed memory"},
@@ -79,6 +92,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: ablate [FILE] [options]   compare every mixer and memory model on the same data\n"
                "  without FILE: the array sorter (SPEC.md 13, solvable form); with FILE: a character-level LM\n\n");
     print_options(f, OPTIONS, N_OPTIONS);
+    fprintf(f, "\nmodels: %s (compressive: the relative mixer with compressed memories)\n", MODEL_LIST);
 }
 
 static int pick(int value, int sorter, int text, int quick_sorter, int quick_text, int is_text) {
@@ -119,8 +133,7 @@ static int parse_models(const char *list, const char **models) {
         int k = 0;
         while (k < N_ALL && !(strlen(ALL_MODELS[k]) == len && strncmp(ALL_MODELS[k], p, len) == 0)) k++;
         if (k == N_ALL)
-            die("unknown model \"%.*s\" in --models; choose among sdpa, relative, fast_weights, linear, compressive, "
-                "feedback, feedback_kv, metric, quadratic, pool, identity (or all)", (int)len, p);
+            die("unknown model \"%.*s\" in --models; choose among %s (or all)", (int)len, p, MODEL_LIST);
         for (int i = 0; i < n; i++)
             if (models[i] == ALL_MODELS[k]) die("--models names \"%s\" twice", ALL_MODELS[k]);
         models[n++] = ALL_MODELS[k];
@@ -143,7 +156,7 @@ static mf_model_config model_config(const char *model, const text_data *text) {
     c.vocab = text ? text->V : SORT_VOCAB;
     c.max_seq = text ? S.seq_len : SORT_MAX_T; /* the sorter: 2W positions, as sort.c */
     c.d_model = S.d_model; c.n_heads = S.heads; c.n_layers = S.layers; c.d_ff = S.d_ff;
-    c.pos = (mf_pos_kind)choice_index("none|learned|sinusoidal", S.pos);
+    c.pos = (mf_pos_kind)mf_pos_from_name(S.pos);
     c.compressive = strcmp(model, "compressive") == 0;
     c.mixer = c.compressive ? MF_MIXER_RELATIVE : (mf_mixer_kind)mf_mixer_from_name(model);
     if (c.mixer == MF_MIXER_RELATIVE) c.mem_len = S.mem_len;
@@ -643,13 +656,14 @@ static const char *base_name(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL, *models[N_ALL];
+    const char *path = NULL, *models[N_MAX];
     unsigned char given[N_OPTIONS] = {0};
     char command[2048], setup[1024], title[300], csv[4096], md[4096], curves[4096], svg[4096], png[4096];
     text_data text;
     int n_runs, k = snprintf(command, sizeof command, "%s", argv[0]);
     run *runs;
 
+    list_models();
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);
     n_runs = parse_models(S.models, models);

@@ -68,6 +68,15 @@ typedef struct option {
     const char *help;
 } option;
 
+/* "a|b|c" of the library's names of an enum: fn((type)0), fn((type)1), ... up to the first
+   "unknown" (mf_mixer_name, mf_pos_name, mf_act_name, mf_feature_name): the choices of an option */
+#define LIBRARY_CHOICES(buf, fn, type) do { \
+        size_t n_ = 0; \
+        (buf)[0] = '\0'; \
+        for (int k_ = 0; strcmp(fn((type)k_), "unknown") != 0 && n_ < sizeof(buf); k_++) \
+            n_ += (size_t)snprintf((buf) + n_, sizeof(buf) - n_, "%s%s", k_ ? "|" : "", fn((type)k_)); \
+    } while (0)
+
 /* position of value in "a|b|c", or -1 */
 EX_FN int choice_index(const char *choices, const char *value) {
     size_t n = strlen(value);

@@ -41,9 +41,13 @@ static settings S = {
     .compression_rate = 2, .dpfp_nu = 1,
     .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300, .device = "cpu"};
 
+/* the choices of the name options: the library's names (filled in by main) */
+static char MIXERS[256], POSITIONS[64], ACTIVATIONS[64], FEATURES[64];
+static int list_mixers;
+
 static const option OPTIONS[] = {
-    {"mixer", OPT_TEXT, &S.mixer, SAVED, 0, "sdpa|metric|quadratic|pool|identity|relative|fast_weights|linear|feedback|feedback_kv",
-     "token mixer"},
+    {"mixer", OPT_TEXT, &S.mixer, SAVED, 0, MIXERS, "token mixer"},
+    {"list-mixers", OPT_FLAG, &list_mixers, RUN_ONLY, 0, NULL, "print the mixers this build has, one per line, and exit"},
     {"feedback", OPT_ALIAS, &S.mixer, RUN_ONLY, 0, "feedback", "the feedback transformer (--mixer feedback)"},
     {"feedback-kv", OPT_ALIAS, &S.mixer, RUN_ONLY, 0, "feedback_kv", "feedback with keys/values shared by all layers (--mixer feedback_kv)"},
     {"mem-len", OPT_INT, &S.mem_len, SAVED, 0, NULL, "relative: memories kept per layer (Transformer-XL; 0 = none)"},
@@ -51,15 +55,15 @@ static const option OPTIONS[] = {
     {"c-mem-len", OPT_INT, &S.c_mem_len, SAVED, 0, NULL, "compressive: compressed memories kept per layer"},
     {"compression-rate", OPT_INT, &S.compression_rate, SAVED, 1, NULL, "compressive: memories per compressed memory"},
     {"dpfp-nu", OPT_INT, &S.dpfp_nu, SAVED, 1, NULL, "fast_weights, linear: DPFP order (feature size 2 * d_head * nu)"},
-    {"feature", OPT_TEXT, &S.feature, SAVED, 0, "dpfp|elu1", "linear: feature map of queries and keys"},
+    {"feature", OPT_TEXT, &S.feature, SAVED, 0, FEATURES, "linear: feature map of queries and keys"},
     {"chunk", OPT_INT, &S.chunk, SAVED_CHANGEABLE, 0, NULL, "fast_weights, linear: training kernel (0 = automatic, 1 = recurrent, n = chunks of n)"},
     {"d-model", OPT_INT, &S.d_model, SAVED, 1, NULL, "model width"},
     {"heads", OPT_INT, &S.heads, SAVED, 1, NULL, "heads (every mixer but pool and identity); must divide d-model"},
     {"layers", OPT_INT, &S.layers, SAVED, 1, NULL, "blocks"},
     {"d-ff", OPT_INT, &S.d_ff, SAVED, 1, NULL, "FFN hidden width"},
     {"seq-len", OPT_INT, &S.seq_len, SAVED, 1, NULL, "context length T of the training windows"},
-    {"pos", OPT_TEXT, &S.pos, SAVED, 0, "none|learned|sinusoidal", "positional encoding"},
-    {"act", OPT_TEXT, &S.act, SAVED, 0, "relu|gelu|gelu_tanh|silu", "FFN activation"},
+    {"pos", OPT_TEXT, &S.pos, SAVED, 0, POSITIONS, "positional encoding"},
+    {"act", OPT_TEXT, &S.act, SAVED, 0, ACTIVATIONS, "FFN activation"},
     {"dropout", OPT_FLOAT, &S.dropout, SAVED, 0, NULL, "dropout probability"},
     {"batch", OPT_INT, &S.batch, SAVED, 1, NULL, "windows per step"},
     {"steps", OPT_INT, &S.steps, SAVED_CHANGEABLE, 0, NULL, "total optimizer steps (cosine ends here)"},
@@ -100,15 +104,14 @@ static void usage(FILE *f) {
 
 static int is_mixer(const char *a, const char *b) { return strcmp(S.mixer, a) == 0 || (b && strcmp(S.mixer, b) == 0); }
 
-/* --compressive means the relative mixer; the options of one mixer family are refused for another */
+/* --compressive means the relative mixer. The library refuses a config field the mixer does not
+   read (mf_model_check: --mem-len, --dpfp-nu, --feature, --chunk with another mixer; see
+   check_model_config); the options of the compressive transformer are checked here, as the library
+   lets a relative model without compression carry them. */
 static void check_mixer_options(unsigned char *given) {
     static const struct { const char *option, *mixers; int compressive; const char *what; } ONLY[] = {
-        {"mem-len", "relative", 0, "--mixer relative (Transformer-XL) or --compressive"},
         {"c-mem-len", "relative", 1, "--compressive"},
         {"compression-rate", "relative", 1, "--compressive"},
-        {"dpfp-nu", "fast_weights|linear", 0, "--mixer fast_weights or linear"},
-        {"feature", "linear", 0, "--mixer linear"},
-        {"chunk", "fast_weights|linear", 0, "--mixer fast_weights or linear"},
     };
     int mixer = option_index("mixer");
     if (S.compressive) {
@@ -232,16 +235,33 @@ static mf_model_config model_config(int V) {
     cfg.vocab = V; cfg.d_model = S.d_model; cfg.n_heads = S.heads; cfg.n_layers = S.layers; cfg.d_ff = S.d_ff;
     cfg.max_seq = S.seq_len; cfg.dropout = S.dropout;
     cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(S.mixer);
-    cfg.pos = (mf_pos_kind)choice_index("none|learned|sinusoidal", S.pos);
-    cfg.ffn_act = (mf_act_kind)choice_index("relu|gelu|gelu_tanh|silu", S.act);
+    cfg.pos = (mf_pos_kind)mf_pos_from_name(S.pos);
+    cfg.ffn_act = (mf_act_kind)mf_act_from_name(S.act);
     cfg.mem_len = S.mem_len; cfg.compressive = S.compressive; cfg.c_mem_len = S.c_mem_len;
     cfg.compression_rate = S.compression_rate;
-    cfg.dpfp_nu = S.dpfp_nu; cfg.linear_feature = (mf_feature_kind)choice_index("dpfp|elu1", S.feature);
+    cfg.dpfp_nu = S.dpfp_nu; cfg.linear_feature = (mf_feature_kind)mf_feature_from_name(S.feature);
     cfg.chunk_size = S.chunk;
     if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && S.d_model % S.heads)
         die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
             "pick a head count that divides d-model", S.d_model, S.heads, S.mixer);
     return cfg;
+}
+
+/* mf_model_check, dying with its message; a field that the mixer does not read is named by the
+   library as in the config, the option that set it is added */
+static void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
+    static const struct { const char *field, *option; } SET_BY[] = {
+        {"mem_len", "mem-len"}, {"compressive", "compressive"}, {"c_mem_len", "c-mem-len"},
+        {"compression_rate", "compression-rate"}, {"dpfp_nu", "dpfp-nu"}, {"linear_feature", "feature"},
+        {"chunk_size", "chunk"}};
+    if (mf_model_check(ctx, cfg) == 0) return;
+    const char *msg = mf_error(ctx), *at = strstr(msg, "model config: ");
+    for (size_t i = 0; at && i < sizeof SET_BY / sizeof SET_BY[0]; i++) {
+        size_t n = strlen(SET_BY[i].field);
+        if (strncmp(at + 14, SET_BY[i].field, n) == 0 && strncmp(at + 14 + n, " = ", 3) == 0 && strstr(msg, "applies only"))
+            die("--%s: %s. Drop --%s, or pick one of those mixers with --mixer", SET_BY[i].option, msg, SET_BY[i].option);
+    }
+    die("%s", msg);
 }
 
 static mf_optimizer make_optimizer(void) {
@@ -348,8 +368,17 @@ int main(int argc, char **argv) {
     progress pr = progress_new();
     int n_prompt;
 
+    LIBRARY_CHOICES(MIXERS, mf_mixer_name, mf_mixer_kind);
+    LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
+    LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
+    LIBRARY_CHOICES(FEATURES, mf_feature_name, mf_feature_kind);
     for (int i = 0; i < N_OPTIONS; i++) format_option(&OPTIONS[i], DEFAULTS[i], sizeof DEFAULTS[i]);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
+    if (list_mixers) { /* for scripts: the mixers of this build */
+        for (int k = 0; k < MF_MIXER_COUNT; k++)
+            if (mf_mixer_compiled((mf_mixer_kind)k)) printf("%s\n", mf_mixer_name((mf_mixer_kind)k));
+        return 0;
+    }
     if (!path) { usage(stderr); die("no text file given: train FILE [options]"); }
     text_load(&text, path);
     if (S.resume) {
@@ -371,7 +400,8 @@ int main(int argc, char **argv) {
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
     mf_set_threads(ctx, S.threads);
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
-    mf_model *model = mf_model_check(ctx, &cfg) == 0 ? mf_model_new(ctx, &cfg) : NULL;
+    check_model_config(ctx, &cfg);
+    mf_model *model = mf_model_new(ctx, &cfg);
     if (!model) die("%s", mf_error(ctx));
 
     L.sequential = has_memory(&cfg);

@@ -45,6 +45,55 @@ $impl
 $main_fn"
 check "declarations only (C)"   "gcc -std=c99 -pedantic $W"                c "$use"
 check "declarations only (C++)" "g++ -std=c++11 $W"                        cpp "$use"
+# the per-family switches: the header compiles without each family (C and C++), a program trains a
+# mixer of another family one step and generates, and every left-out mixer is refused by name
+family_prog='#include <stdio.h>
+#include <string.h>
+int main(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    mf_model_config c = mf_model_config_default();
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f);
+    mf_sampler greedy = {0.0f, 0, 1};
+    const int32_t ids[8] = {1, 2, 3, 0, 1, 2, 3, 0}, tg[8] = {2, 3, 0, 1, 2, 3, 0, 1};
+    int32_t out[3];
+    int k, off = 0, bad = 0;
+    mf_model *m;
+    c.vocab = 4; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 8; c.max_seq = 8; c.dropout = 0.1f;
+    for (k = 0; k < MF_MIXER_COUNT; k++) {
+        mf_ctx *probe = mf_ctx_new(1);
+        c.mixer = (mf_mixer_kind)k;
+        if (!mf_mixer_compiled(c.mixer)) {
+            off++;
+            bad |= mf_model_check(probe, &c) == 0 || !strstr(mf_error(probe), "METAFORMER_NO_");
+        } else bad |= mf_model_check(probe, &c) != 0;
+        mf_ctx_free(probe);
+    }
+    c.mixer = TRAIN_MIXER;
+    m = mf_model_new(ctx, &c);
+    mf_backward(ctx, mf_model_loss(m, ids, tg, 1, 8));
+    mf_optimizer_step(ctx, &opt);
+    mf_reset(ctx);
+    mf_model_generate(m, ids, 2, 3, &greedy, out);
+    if (!mf_ok(ctx)) printf("%s\n", mf_error(ctx));
+    mf_model_free(m);
+    k = mf_ok(ctx);
+    mf_ctx_free(ctx);
+    return k && !bad && off == LEFT_OUT ? 0 : 1;
+}'
+for fam in "XL:MF_MIXER_FAST_WEIGHTS:1" "FASTWEIGHTS:MF_MIXER_RELATIVE:2" "FEEDBACK:MF_MIXER_METRIC:2" \
+           "XL -DMETAFORMER_NO_FASTWEIGHTS -DMETAFORMER_NO_FEEDBACK:MF_MIXER_POOL:5"; do
+    sw=${fam%%:*}; rest=${fam#*:}; mixer=${rest%%:*}; left=${rest#*:}
+    D="-DMETAFORMER_NO_$sw -DTRAIN_MIXER=$mixer -DLEFT_OUT=$left"
+    name="NO_$sw"; [ "$left" = 5 ] && name="NO_XL, NO_FASTWEIGHTS and NO_FEEDBACK"
+    check "c99 pedantic $name" "gcc -std=c99 -pedantic -march=native $D $W" c "$impl
+$family_prog"
+    check "c++11 $name" "g++ -std=c++11 -pedantic $D $W" cpp "$impl
+$family_prog"
+    printf '%s\n' "$impl" "$family_prog" > "$tmp/f.c"
+    if gcc -std=c99 -O1 -I. $D "$tmp/f.c" -o "$tmp/f" -lm 2>/dev/null && "$tmp/f" > "$tmp/f.out"
+    then echo "ok   $name: ${mixer#MF_MIXER_} trains a step and generates, the left-out mixers are refused"; pass=$((pass+1))
+    else echo "FAIL $name: a remaining mixer trains, the left-out ones are refused"; head -5 "$tmp/f.out" 2>/dev/null; fail=$((fail+1)); fi
+done
 # the custom allocator is really used: link and count
 printf '%s\n' "$alloc" "$impl" 'int main(void) { mf_ctx *c = mf_ctx_new(1); mf_ctx_free(c); return n_alloc > 0 ? 0 : 1; }' > "$tmp/a.c"
 if gcc -std=c99 -I. "$tmp/a.c" -o "$tmp/a" -lm 2>/dev/null && "$tmp/a"; then echo "ok   custom allocator is called"; pass=$((pass+1))

@@ -17,7 +17,7 @@ cd "$tmp"
 ok()  { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -20; fail=$((fail + 1)); }
 
-ALL="sdpa relative fast_weights linear compressive feedback feedback_kv metric quadratic pool identity"
+ALL="sdpa metric quadratic pool identity relative compressive fast_weights linear feedback feedback_kv"  # the library's order
 TINY=(--steps 12 --batch 8 --d-model 16 --heads 2 --layers 1 --d-ff 32 --eval-batches 2)
 
 # CSV -> one line per record, fields separated by tabs (quoted fields may hold commas);

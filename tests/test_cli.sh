@@ -96,6 +96,10 @@ expect_error "binary file (control bytes)"  "control characters"        "$TRAIN"
 expect_error "file too short for seq-len"   "needs at least 161"        "$TRAIN" short.txt "${TINY[@]}"
 expect_error "d-model not divisible by heads" "not divisible by --heads" "$TRAIN" text.txt "${TINY[@]}" --heads 3
 expect_error "unknown mixer"                'unknown --mixer "fancy"'   "$TRAIN" text.txt "${TINY[@]}" --mixer fancy
+mixers=$("$TRAIN" --list-mixers 2>&1 | tr '\n' ' ')
+if [ "$mixers" = "sdpa metric quadratic pool identity relative fast_weights linear feedback feedback_kv " ]
+then ok "--list-mixers: the library's mixers, one per line"
+else bad "--list-mixers: the library's mixers, one per line" "$mixers"; fi
 expect_error "unknown optimizer"            'unknown --optimizer'       "$TRAIN" text.txt "${TINY[@]}" --optimizer lion
 expect_error "unknown schedule"             'unknown --schedule'        "$TRAIN" text.txt "${TINY[@]}" --schedule linear
 expect_error "unknown option"               'unknown option "--frobnicate"' "$TRAIN" text.txt --frobnicate 3
@@ -115,15 +119,15 @@ then ok "a rejected --resume leaves the checkpoint files untouched"
 else bad "a rejected --resume leaves the checkpoint files untouched"; fi
 
 # 4. the mixer families' options: bad combinations are refused, --feedback is --mixer feedback
-expect_error "--mem-len without a memory mixer"  "--mem-len applies to --mixer relative" "$TRAIN" text.txt "${TINY[@]}" --mem-len 8
+expect_error "--mem-len without a memory mixer"  "--mem-len: model config: mem_len = 8 applies only to the relative mixer" "$TRAIN" text.txt "${TINY[@]}" --mem-len 8
 expect_error "--compressive without --mem-len"   "--compressive needs --mem-len"     "$TRAIN" text.txt "${TINY[@]}" --compressive
 expect_error "--compressive without --c-mem-len" "--compressive needs --c-mem-len"   "$TRAIN" text.txt "${TINY[@]}" --compressive --mem-len 8
 expect_error "--compressive with another mixer" "not of --mixer sdpa"              "$TRAIN" text.txt "${TINY[@]}" --compressive --mixer sdpa --mem-len 8 --c-mem-len 8
 expect_error "--c-mem-len without --compressive" "--c-mem-len applies to --compressive only" "$TRAIN" text.txt "${TINY[@]}" --mixer relative --c-mem-len 8
-expect_error "--dpfp-nu with sdpa"              "--dpfp-nu applies to --mixer fast_weights or linear" "$TRAIN" text.txt "${TINY[@]}" --dpfp-nu 2
-expect_error "--feature with fast_weights"      "--feature applies to --mixer linear" "$TRAIN" text.txt "${TINY[@]}" --mixer fast_weights --feature elu1
+expect_error "--dpfp-nu with sdpa"              "--dpfp-nu: model config: dpfp_nu = 2 applies only to the fast_weights and linear mixers" "$TRAIN" text.txt "${TINY[@]}" --dpfp-nu 2
+expect_error "--feature with fast_weights"      "--feature: model config: linear_feature = 1 applies only to the linear mixer" "$TRAIN" text.txt "${TINY[@]}" --mixer fast_weights --feature elu1
 expect_error "--dpfp-nu with elu1 features"     "--feature elu1 has none"           "$TRAIN" text.txt "${TINY[@]}" --mixer linear --feature elu1 --dpfp-nu 2
-expect_error "--chunk with pool"                "--chunk applies to"                "$TRAIN" text.txt "${TINY[@]}" --mixer pool --chunk 4
+expect_error "--chunk with pool"                "--chunk: model config: chunk_size = 4 applies only to the fast_weights and linear mixers" "$TRAIN" text.txt "${TINY[@]}" --mixer pool --chunk 4
 expect_error "unknown --feature"                'unknown --feature "relu"'          "$TRAIN" text.txt "${TINY[@]}" --mixer linear --feature relu
 expect_error "--feedback against --mixer"       "contradict"                        "$TRAIN" text.txt "${TINY[@]}" --feedback --mixer sdpa
 expect_error "--compressive=2"                  "--compressive expects 0 or 1"      "$TRAIN" text.txt "${TINY[@]}" --compressive=2

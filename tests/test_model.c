@@ -144,6 +144,120 @@ static void test_bad_configs(void) {
     MFT_CHECK(strcmp(mf_mixer_name(MF_MIXER_POOL), "pool") == 0);
 }
 
+
+/* the mixer-specific config fields: a mixer that does not read one refuses a non-default value,
+   naming the field, its value and the mixers that read it; the defaults suit every mixer */
+enum { SDPA = 1 << MF_MIXER_SDPA, POOL = 1 << MF_MIXER_POOL, REL = 1 << MF_MIXER_RELATIVE,
+       FW = 1 << MF_MIXER_FAST_WEIGHTS, LIN = 1 << MF_MIXER_LINEAR };
+static const struct { const char *set; unsigned readers; const char *only; } FIELDS[] = {
+    {"attn_bias = 0", SDPA, "the sdpa mixer"}, {"pool_size = 5", POOL, "the pool mixer"},
+    {"pool_causal = 0", POOL, "the pool mixer"}, {"mem_len = 4", REL, "the relative mixer"},
+    {"compressive = 1", REL, "the relative mixer"}, {"c_mem_len = 3", REL, "the relative mixer"},
+    {"compression_rate = 3", REL, "the relative mixer"}, {"dpfp_nu = 2", FW | LIN, "the fast_weights and linear mixers"},
+    {"linear_feature = 1", LIN, "the linear mixer"}, {"chunk_size = 4", FW | LIN, "the fast_weights and linear mixers"}};
+static void set_field(mf_model_config *c, int f) {
+    switch (f) {
+    case 0: c->attn_bias = 0; break;
+    case 1: c->pool_size = 5; break;
+    case 2: c->pool_causal = 0; break;
+    case 3: c->mem_len = 4; break;
+    case 4: c->compressive = 1; break;
+    case 5: c->c_mem_len = 3; break;
+    case 6: c->compression_rate = 3; break;
+    case 7: c->dpfp_nu = 2; break;
+    case 8: c->linear_feature = MF_FEATURE_ELU1; break;
+    default: c->chunk_size = 4; break;
+    }
+}
+static void test_config_fields(void) {
+    int k, f;
+    for (k = 0; k < MF_MIXER_COUNT; k++) { /* the defaults: every mixer builds and runs */
+        mf_model_config c = tiny((mf_mixer_kind)k);
+        mf_ctx *ctx = mf_ctx_new(1);
+        mf_model *m = mf_model_new(ctx, &c);
+        MFT_CHECK(m != NULL && mf_model_forward(m, ids, B, T) != NULL);
+        if (!mf_ok(ctx)) printf("    %s: %s\n", mf_mixer_name((mf_mixer_kind)k), mf_error(ctx));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+    for (f = 0; f < (int)(sizeof FIELDS / sizeof FIELDS[0]); f++)
+        for (k = 0; k < MF_MIXER_COUNT; k++) {
+            mf_model_config c = tiny((mf_mixer_kind)k);
+            mf_ctx *ctx = mf_ctx_new(1);
+            char want[160];
+            int refused;
+            set_field(&c, f);
+            refused = mf_model_check(ctx, &c) < 0 && strstr(mf_error(ctx), "applies only to") != NULL;
+            snprintf(want, sizeof want, "model config: %s applies only to %s (set it to ", FIELDS[f].set, FIELDS[f].only);
+            if (FIELDS[f].readers >> k & 1u) MFT_CHECK(!refused);
+            else {
+                MFT_CHECK(refused && strstr(mf_error(ctx), want) != NULL);
+                if (!refused || !strstr(mf_error(ctx), want))
+                    printf("    %s with %s: %s\n", FIELDS[f].set, mf_mixer_name((mf_mixer_kind)k), mf_error(ctx));
+            }
+            mf_ctx_free(ctx);
+        }
+    { /* the whole message of one */
+        mf_model_config c = tiny(MF_MIXER_SDPA);
+        c.compressive = 1;
+        expect_bad(c, "model config: compressive = 1 applies only to the relative mixer (set it to 0, or choose mixer "
+                      "relative); the sdpa mixer does not read it");
+    }
+}
+
+/* the mixer table: a row per kind in enum order, each row's fields read by its family, names that
+   round-trip; the names of the other enums */
+static void test_mixer_table(void) {
+    int k;
+    for (k = 0; k < MF_MIXER_COUNT; k++) {
+        const mf__mixer_row *r = mf__mixer_row_of(k);
+        MFT_CHECK(r && (int)r->kind == k && r->family && (r->fields & ~r->family->fields) == 0);
+        MFT_CHECK(mf_mixer_from_name(mf_mixer_name((mf_mixer_kind)k)) == k && mf_mixer_compiled((mf_mixer_kind)k));
+        MFT_CHECK(!(r->flags & MF__MIX_PRE_LN) || (r->flags & MF__MIX_LN1));
+        MFT_CHECK(!r->family->run_stack != !r->family->mixer || (r->flags & MF__MIX_SKIP));
+    }
+    MFT_CHECK(mf__mixer_row_of(MF_MIXER_COUNT) == NULL && strcmp(mf_mixer_name(MF_MIXER_COUNT), "unknown") == 0);
+    MFT_CHECK(!mf_mixer_compiled(MF_MIXER_COUNT) && mf_mixer_from_name(NULL) == -1);
+    MFT_CHECK(mf_pos_from_name("sinusoidal") == MF_POS_SINUSOIDAL && strcmp(mf_pos_name(MF_POS_NONE), "none") == 0);
+    MFT_CHECK(mf_act_from_name("gelu_tanh") == MF_ACT_GELU_TANH && strcmp(mf_act_name(MF_ACT_SILU), "silu") == 0);
+    MFT_CHECK(mf_feature_from_name("elu1") == MF_FEATURE_ELU1 && strcmp(mf_feature_name(MF_FEATURE_DPFP), "dpfp") == 0);
+    MFT_CHECK(mf_pos_from_name("rope") == -1 && mf_act_from_name("") == -1 && mf_feature_from_name("x") == -1);
+    MFT_CHECK(strcmp(mf_pos_name((mf_pos_kind)3), "unknown") == 0 && strcmp(mf_act_name((mf_act_kind)-1), "unknown") == 0);
+}
+
+/* clone_layers: every parameter of every layer starts as layer 0's (all of them, however many a
+   layer has: compressive relative has the most) */
+static void test_clone_every_parameter(void) {
+    int k;
+    for (k = 0; k <= MF_MIXER_COUNT; k++) {
+        mf_model_config c = tiny(k == MF_MIXER_COUNT ? MF_MIXER_RELATIVE : (mf_mixer_kind)k);
+        mf_ctx *ctx = mf_ctx_new(3);
+        mf_model *m;
+        int i, n0 = 0, same = 1;
+        c.n_layers = 3; c.clone_layers = 1;
+        if (k == MF_MIXER_COUNT) { c.compressive = 1; c.mem_len = 4; c.c_mem_len = 2; }
+        m = mf_model_new(ctx, &c);
+        MFT_CHECK(m != NULL);
+        for (i = 0; m && i < mf_param_tensors(ctx); i++) {
+            const mf_tensor *p = mf_param_at(ctx, i);
+            char name[96];
+            int l;
+            if (strncmp(p->name, "layers.0.", 9) != 0) continue;
+            n0++;
+            for (l = 1; l < 3; l++) {
+                const mf_tensor *q;
+                snprintf(name, sizeof name, "layers.%d.%s", l, p->name + 9);
+                q = mf_param_find(ctx, name);
+                same &= q && q->ne == p->ne && memcmp(q->data, p->data, (size_t)p->ne * sizeof(float)) == 0;
+            }
+        }
+        MFT_CHECK(same && n0 == (m ? m->layers[0].np : -1) && n0 >= 6);
+        if (!same) printf("    %s: a parameter of a later layer differs from layer 0's\n", mf_mixer_name(c.mixer));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+}
+
 int main(void) {
     MFT_RUN(test_grad_sdpa);
     MFT_RUN(test_grad_metric);
@@ -154,5 +268,8 @@ int main(void) {
     MFT_RUN(test_metric_is_symmetric);
     MFT_RUN(test_bad_configs);
     MFT_RUN(test_recycled_activation_grads);
+    MFT_RUN(test_config_fields);
+    MFT_RUN(test_mixer_table);
+    MFT_RUN(test_clone_every_parameter);
     return mft_finish();
 }
