@@ -8040,12 +8040,11 @@ static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
     &mf__op_softmax, &mf__op_log_softmax, &mf__op_cross_entropy, &mf__op_mse, &mf__op_layernorm,
     &mf__op_embedding, &mf__op_dropout, &mf__op_reshape, &mf__op_permute, &mf__op_concat, &mf__op_slice,
     &mf__op_roll, &mf__op_sum, &mf__op_mean, &mf__op_sum_axis, &mf__op_conv1d, &mf__op_avg_pool,
-    &mf__op_avg_pool_sub, &mf__op_attention,
+    &mf__op_avg_pool_sub, &mf__op_attention, &mf__op_elu1,
 #ifndef METAFORMER_NO_XL
     &mf__op_rel_attention,
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
-    &mf__op_elu1, /* in [mf:ops], but the linear mixer's feature map: its CUDA row goes with the family */
     &mf__op_dpfp, &mf__op_fast_weights, &mf__op_linear_attention,
 #endif
 #ifndef METAFORMER_NO_FEEDBACK

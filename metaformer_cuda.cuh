@@ -43,13 +43,13 @@
  *   METAFORMER_NO_XL          no [cu:xl] (rel_attention's kernels) and no rel_attention row in
  *                             mf__cu_ops
  *   METAFORMER_NO_FASTWEIGHTS no [cu:fastweights] (the dpfp, fast_weights, linear_attention kernels)
- *                             and no elu1, dpfp, fast_weights, linear_attention rows (elu1 is a kind
- *                             of the unary kernel of [cu:ops], which stays)
+ *                             and no dpfp, fast_weights, linear_attention rows (elu1 is a core op
+ *                             of [mf:ops] on the unary kernel of [cu:ops], so it stays)
  *   METAFORMER_NO_FEEDBACK    no [cu:feedback] (the feedback_attention and feedback recurrence
  *                             kernels) and no feedback_attention, feedback rows
  *   Shared with the core, so kept whatever the switches: [cu:attention] (the compressive
  *   transformer's attention and AR loss run on it), the kernels of [cu:ops] that [cu:feedback]
- *   launches (layernorm, unary, bias, column sums, mf__k_add_to), and the unary kernel (elu1's).
+ *   launches (layernorm, unary, bias, column sums, mf__k_add_to).
  *
  * CONTENTS (search for the banners, e.g. "[cu:ops]"; the order of metaformer.h, each section the
  * CUDA twin of its [mf:*] namesake; every op's kernels come right before its host wrappers)
@@ -3338,13 +3338,13 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_avg_pool, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd},
+    {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd},
 #ifndef METAFORMER_NO_XL
     /* xl: Transformer-XL relative attention ([cu:xl]) */
     {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd},
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
     /* fastweights ([cu:fastweights]) */
-    {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd},
     {&mf__op_dpfp, mf__cu_dpfp_fwd, mf__cu_dpfp_bwd},
     {&mf__op_fast_weights, mf__cu_fw_fwd, mf__cu_fw_bwd},
     {&mf__op_linear_attention, mf__cu_fw_fwd, mf__cu_fw_bwd},
