@@ -283,7 +283,7 @@ MFDEF mf_tensor *mf_conv1d(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b
 /* Mean over a window of the sequence axis of x [B, T, D]: centred (t - k/2 .. t + k/2, k odd) or
    causal (t - k + 1 .. t); positions outside [0, T) do not count (count_include_pad = false). */
 MFDEF mf_tensor *mf_avg_pool_seq(mf_ctx *ctx, mf_tensor *x, int kernel, int causal);
-/* ---- fast weights and linear attention (SPEC.md section 7) ------------------------------------
+/* ---- fast weights and linear attention (docs/math.md §7) ------------------------------------
    DPFP features (Schlag et al. 2021): x [..., dk] -> [..., 2 dk nu], nu in [1, 2 dk - 1]:
    a = relu(concat(x, -x)), phi[(r - 1) 2dk + j] = a[j] a[(j - r) mod 2dk] for r = 1..nu (labml's
    roll direction), out = phi / (sum(phi) + eps) (labml: eps 1e-6): non-negative, sums to ~1. */
@@ -307,7 +307,7 @@ MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_ten
    guards a zero denominator, the mixer uses 1e-6). Shapes and chunk as mf_fast_weights. */
 MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps,
                                      int chunk);
-/* Feedback attention (SPEC.md 8.2): one query per batch row and head against n memory slots, with
+/* Feedback attention (docs/math.md §8.2): one query per batch row and head against n memory slots, with
    the relative position tables of the feedback transformer. q [B, H, dk]; k, v [B, H, n, dk]
    (slot 0 the oldest); u [H, dk] the query position bias; r [P, H, dk] the key position
    embeddings and s [P, H] the key position biases, of which the LAST n rows are used (slot j reads
@@ -327,7 +327,7 @@ MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, 
    depend on the thread count). scale is usually 1 / sqrt(dk). */
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
                               int causal);
-/* Transformer-XL relative multi-head attention (SPEC.md 5.2), fused like mf_attention:
+/* Transformer-XL relative multi-head attention (docs/math.md §5.2), fused like mf_attention:
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] with Tq <= Tk: the first M = Tk - Tq keys
    are memory, visible to every query; the last Tq keys are the queries' own positions (causal).
    u [H, dk] is the query bias of the content term; R [2P, H, dk] and S [2P, H] are the position
@@ -340,8 +340,8 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
    (metaformer_cuda.cuh, [cu:xl]). scale is usually 1/sqrt(dk). */
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
                                   mf_tensor *R, mf_tensor *S, float scale);
-/* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (SPEC.md 5.1); the
-   feedback transformer's tables have P rows of the same P (SPEC 8.1). */
+/* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (docs/math.md §5.1); the
+   feedback transformer's tables have P rows of the same P (docs/math.md §8.1). */
 #define MF_XL_P 4096
 
 /* ---- layers ---------------------------------------------------------------------------------- */
@@ -444,18 +444,18 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
 /* ---- the MetaFormer language model ------------------------------------------------------------
    Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
    Model: token embedding (N(0,1)) [+ positions] -> n_layers blocks -> final LN -> Linear(D, V).
-   The token mixer is interchangeable (SPEC.md sections 4, 9): */
+   The token mixer is interchangeable (docs/math.md §4, §9): */
 typedef enum mf_mixer_kind {
     MF_MIXER_SDPA = 0,  /* causal multi-head attention; q, k, v, out Linear with bias (labml MHA) */
     MF_MIXER_METRIC,    /* per head p = x Wp, symmetric M (upper triangle), softmax(p M p^T / sqrt(dk)) p, E without bias */
     MF_MIXER_QUADRATIC, /* the same with an unconstrained M per head */
     MF_MIXER_POOL,      /* mean over a window of pool_size tokens minus x (count_include_pad = false) */
     MF_MIXER_IDENTITY,  /* no token mixing: the mixer sub-block is skipped */
-    MF_MIXER_RELATIVE,  /* Transformer-XL relative attention over [memory; x] (SPEC 5); mem_len, compressive (SPEC 6) */
-    MF_MIXER_FAST_WEIGHTS, /* DPFP + delta rule fast weights (SPEC 7); no LayerNorm before this mixer */
+    MF_MIXER_RELATIVE,  /* Transformer-XL relative attention over [memory; x] (docs/math.md §5); mem_len, compressive (docs/math.md §6) */
+    MF_MIXER_FAST_WEIGHTS, /* DPFP + delta rule fast weights (docs/math.md §7); no LayerNorm before this mixer */
     MF_MIXER_LINEAR,    /* linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6) */
-    MF_MIXER_FEEDBACK,  /* feedback transformer, per-layer key/value projections (SPEC 8.4) */
-    MF_MIXER_FEEDBACK_KV, /* feedback transformer, one key/value projection shared by all layers (SPEC 8.5) */
+    MF_MIXER_FEEDBACK,  /* feedback transformer, per-layer key/value projections (docs/math.md §8.4) */
+    MF_MIXER_FEEDBACK_KV, /* feedback transformer, one key/value projection shared by all layers (docs/math.md §8.5) */
     MF_MIXER_COUNT
 } mf_mixer_kind;
 typedef enum mf_pos_kind { MF_POS_NONE = 0, MF_POS_LEARNED, MF_POS_SINUSOIDAL } mf_pos_kind;
@@ -472,7 +472,7 @@ typedef struct mf_model_config {
     mf_act_kind ffn_act;
     int ffn_bias;           /* biases in both FFN Linears (labml: 1) */
     int attn_bias;          /* sdpa: biases in q, k, v and the output Linear (labml: 1); the other
-                               mixers have the biases of their seeds (see SPEC.md section 16) */
+                               mixers have the biases of their seeds (see docs/math.md §16) */
     int pool_size;          /* pool: window length, odd when centred */
     int pool_causal;        /* pool: window [t - pool_size + 1, t] instead of centred (required for LM) */
     float dropout;          /* on both residual branches and the FFN hidden layer */
@@ -541,7 +541,7 @@ typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sa
    and never records gradients. Returns 0 or -1. */
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out);
-/* Relative mixer (Transformer-XL, compressive transformer; SPEC.md 5, 6): the memories carried from
+/* Relative mixer (Transformer-XL, compressive transformer; docs/math.md §5, §6): the memories carried from
    one call of mf_model_forward / mf_model_loss to the next, so batch row b of a call continues
    row b of the previous call (the batch size must stay the same until the memory is reset; each
    call's learned / sinusoidal positions, if any, restart at 0: Transformer-XL uses pos = NONE).
@@ -556,7 +556,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
    pass over the data restarts).
    Generation (mf_model_generate) uses a third memory of its own, emptied whenever generation
    starts (or re-primes) at position 0: the prompt runs with an empty memory, then one token per
-   step with the memory, maintained as in training (mem_len memories, compression; SPEC 5.6, 6.3).
+   step with the memory, maintained as in training (mem_len memories, compression; docs/math.md §5.6, 6.3).
    With mem_len = 0 it keeps up to max_seq - 1 tokens instead, so generation equals the full
    forward over the window (sliding past max_seq when pos = NONE).
    mf_model_aux_loss: the attention-reconstruction loss of the last forward (0 when that call
@@ -5017,7 +5017,7 @@ static const mf__family mf__fam_pool = {
 /* ==== [mf:xl] =============================================================================== */
 #ifndef METAFORMER_NO_XL /* the whole section: its ops, the family, its row in [mf:mixers] */
 /* Transformer-XL relative attention with segment memory and the compressive transformer
-   (SPEC.md sections 5, 6).
+   (docs/math.md §5, §6).
 
    ---- mf_rel_attention: the fused kernel -----------------------------------------------------------
    src: 0 q [B, H, Tq, dk], 1 k [B, H, Tk, dk], 2 v [B, H, Tk, dv], 3 u [H, dk], 4 R [2P, H, dk],
@@ -5278,18 +5278,18 @@ MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_te
 }
 
 /* ---- the relative mixer: Transformer-XL and compressive transformer layers ----------------------
-   mf__xl_mixer(x) for layer l, with x the layer input [B, T, D] (SPEC 5.3, 6.2):
+   mf__xl_mixer(x) for layer l, with x the layer input [B, T, D] (docs/math.md §5.3, 6.2):
        kv = [c_mem ; mem ; x]  (memories: constants)      xn = LN1(kv)  (ln1 also learns from memories)
        out = Linear_out(rel_attention(q(xn[Mm:]), k(xn), v(xn), u, R, S))   Mm = |c_mem| + |mem|
-   then the memory of layer l is updated with x (SPEC 5.5, 6.3): the detached input of each layer,
+   then the memory of layer l is updated with x (docs/math.md §5.5, 6.3): the detached input of each layer,
    the last mem_len rows of [mem ; x]; compressive: when that exceeds mem_len, the oldest
    ceil((len - mem_len) / c) * c rows are compressed by the layer's conv1d (kernel = stride = c)
    and appended to c_mem (the last c_mem_len kept), and the attention-reconstruction loss of the
-   layer (SPEC 6.4, mf__xl_ar_loss) is added to the step's auxiliary loss.
+   layer (docs/math.md §6.4, mf__xl_ar_loss) is added to the step's auxiliary loss.
    Memories live in buffers owned by the model on its device (host memory on the CPU, device
    memory from the context's backend on CUDA; they survive mf_reset), in three slots:
    0 training, 1 validation (mf_model_memory_slot), 2 generation (reset when generation restarts at
-   position 0). The generation slot keeps mem_len memories like training (SPEC 5.6 / 6.3: the
+   position 0). The generation slot keeps mem_len memories like training (docs/math.md §5.6 / 6.3: the
    prompt with an empty memory, then one token at a time); with mem_len = 0 it keeps up to
    max_seq - 1 tokens instead, so that generation equals the full forward over the window.
    The memories are read and rebuilt with ops on constants (mf_concat / mf_slice of tensors over the
@@ -5302,7 +5302,7 @@ typedef struct mf__xl_slot {
                            (l * B * c_mem_len * D), holding [B][len][D] ([B][clen][D]) densely, oldest first */
 } mf__xl_slot;
 typedef struct mf__xl_layer {
-    mf_tensor *wq, *wk, *wv, *bv, *wo, *bo; /* q, k without bias (SPEC 5.1) */
+    mf_tensor *wq, *wk, *wv, *bv, *wo, *bo; /* q, k without bias (docs/math.md §5.1) */
     mf_tensor *rel_u, *rel_r, *rel_s;       /* u [H][dk], R [2P][H][dk], S [2P][H] */
     mf_tensor *cmp_w, *cmp_b;               /* compressive: conv1d compressor [D][D][c], [D] */
 } mf__xl_layer;
@@ -5355,7 +5355,7 @@ static void mf__xl_make_layer(mf_model *m, int l) {
     mf__xl_layer *L = MF__XL_L(m, l);
     int D = c->d_model, H = c->n_heads, dk = D / H;
     mf_tensor *unused;
-    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused); /* SPEC 5.1: q, k without bias */
+    mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused); /* docs/math.md §5.1: q, k without bias */
     mf__layer_linear(m, l, "attn.k", D, D, 0, &L->wk, &unused);
     mf__layer_linear(m, l, "attn.v", D, D, 1, &L->wv, &L->bv);
     mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
@@ -5444,7 +5444,7 @@ static int mf__xl_store(mf_ctx *ctx, float *buf, mf_tensor *x, int keep) {
     return t ? mf__dcopy(ctx, buf, t->data, (size_t)t->ne * sizeof(float)) : -1;
 }
 
-/* SPEC 6.4: the attention-reconstruction loss of layer l, mean((A(h', cm') - A(h', m'))^2) with
+/* docs/math.md §6.4: the attention-reconstruction loss of layer l, mean((A(h', cm') - A(h', m'))^2) with
    h' = LN(h), m' = LN(mc), cm' = LN(cm) under the layer's LN_att, and A the layer's q/k/v
    projections + softmax(Q K^T / sqrt(dk)) V (no mask, positions, dropout or output projection).
    Every parameter is detached; h and mc must be constants: only cm (the compressor's output)
@@ -5470,7 +5470,7 @@ static mf_tensor *mf__xl_ar_loss(mf_model *m, int l, mf_tensor *h, mf_tensor *mc
                                      mf__split_heads(ctx, mf_linear(ctx, cn, wv, bv), H), scale, 0), target);
 }
 
-/* after layer l's attention: its memories continue with x [B, T, D] (SPEC 5.5, 6.3) */
+/* after layer l's attention: its memories continue with x [B, T, D] (docs/math.md §5.5, 6.3) */
 static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
@@ -5572,7 +5572,7 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 
 /* ==== [mf:fastweights] ====================================================================== */
 #ifndef METAFORMER_NO_FASTWEIGHTS /* the whole section: its ops, the family, its rows in [mf:mixers] */
-/* Fast weights (DPFP features, delta rule) and linear attention (SPEC.md section 7).
+/* Fast weights (DPFP features, delta rule) and linear attention (docs/math.md §7).
 
    Ops: mf_dpfp and mf_elu1 (the feature maps), mf_fast_weights and mf_linear_attention (the
    recurrences). Both recurrences are one kernel ("the core") over per-head state S:
@@ -5621,7 +5621,7 @@ MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 /* (rows of n floats: mf__vdot / mf__vaxpy of [mf:platform], with this family's MF__TAIL_VEC order) */
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
    a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
-   (labml's roll by +r; SPEC 7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
+   (labml's roll by +r; docs/math.md §7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
    the backward rebuilds a from x. */
 enum { MF__ARG_DPFP_NU };   /* iarg */
 enum { MF__FARG_DPFP_EPS }; /* farg */
@@ -6291,7 +6291,7 @@ MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf
 }
 
 /* ---- the mixers ---------------------------------------------------------------------------------
-   fast_weights (SPEC 7.2 - 7.4): q, k, v = HeadProj(D, H, dk) without bias, beta = sigmoid(x Wbeta^T)
+   fast_weights (docs/math.md §7.2 - 7.4): q, k, v = HeadProj(D, H, dk) without bias, beta = sigmoid(x Wbeta^T)
    [H] per token (no bias), phi' = DPFP(nu, 1e-6) on q and k, the delta rule, out Linear(D, D) with
    bias; the mixer reads the layer input x itself (no LayerNorm before it).
    linear: the same projections without the gate; W += v phi(k)^T, z += phi(k),
@@ -6413,9 +6413,9 @@ static const mf__family mf__fam_fastweights = {
 
 /* ==== [mf:feedback] ========================================================================= */
 #ifndef METAFORMER_NO_FEEDBACK /* the whole section: its ops, the family, its rows in [mf:mixers] */
-/* The feedback transformer, original and shared-KV variants (SPEC.md section 8).
+/* The feedback transformer, original and shared-KV variants (docs/math.md §8).
 
-   The recurrence (SPEC 8.3 - 8.5), token by token: step t runs every layer on x_t (the token
+   The recurrence (docs/math.md §8.3 - 8.5), token by token: step t runs every layer on x_t (the token
    embedding, plus the position embedding when the config has one); at t > 0 layer l first attends
    from LN_att(h) (only the query is normed) to the memories m_0 .. m_{t-1} (never to the current
    step; at t = 0 the attention sub-layer is skipped), then runs its FFN. The memory of step t is
@@ -6428,7 +6428,7 @@ static const mf__family mf__fam_fastweights = {
    and head, rows and transposed (what the attention kernels read contiguously, mf__fb_attn).
 
    The whole recurrence is ONE tape node ("feedback") with an explicit backward in reverse time
-   (SPEC 8.6, the llm.c way): no tape node and no allocation per token. The forward keeps every
+   (docs/math.md §8.6, the llm.c way): no tape node and no allocation per token. The forward keeps every
    step's activations in step-major buffers [layer][T][B][...] taken from the arena once per call;
    a step is, per layer, four products of the B batch rows with a weight (q, out, fc1, fc2: weights
    packed once per call, mf__fb_pmm) and the attention of each (batch row, head). The backward
@@ -6452,9 +6452,9 @@ static const mf__family mf__fam_fastweights = {
    step buffers and the generation slots in device memory (laid out for the GPU: [nblk][cap][B][D],
    nothing packed), dropout masks from the same RNG counters (mf__fb_drop_base), and a token loop
    that never waits on the host. */
-#define MF__FB_P MF_XL_P /* rows of the relative tables R, S (SPEC 8.1): the same P as the relative mixer's */
+#define MF__FB_P MF_XL_P /* rows of the relative tables R, S (docs/math.md §8.1): the same P as the relative mixer's */
 
-typedef struct mf__fb_layer { /* the attention sub-layer of layer l (SPEC 8.1) */
+typedef struct mf__fb_layer { /* the attention sub-layer of layer l (docs/math.md §8.1) */
     mf_tensor *wq, *wk, *wv, *bv, *wo, *bo; /* k, v: the original variant only (feedback_kv shares them) */
     mf_tensor *rel_u, *rel_r, *rel_s;       /* u [H][dk], R [P][H][dk], S [P][H] */
 } mf__fb_layer;
@@ -7189,7 +7189,7 @@ static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
     return 0;
 }
 
-/* the attention parameters of layer l (SPEC 8.1); LN_att (ln1), LN_ff and the FFN are the block's */
+/* the attention parameters of layer l (docs/math.md §8.1); LN_att (ln1), LN_ff and the FFN are the block's */
 static void mf__fb_make_layer(mf_model *m, int l) {
     mf_ctx *ctx = m->ctx;
     mf__fb_layer *A = MF__FB_L(m, l);
@@ -7208,7 +7208,7 @@ static void mf__fb_make_layer(mf_model *m, int l) {
     snprintf(nm, sizeof nm, "layers.%d.attn.r", l);
     A->rel_r = mf_param(ctx, nm, 3, shape);
     A->rel_s = mf__layer_param(m, l, "attn.s", 2, MF__FB_P, H);
-    mf_init_const(ctx, A->rel_u, 0.0f); /* the relative tables start at zero (SPEC 3.1) */
+    mf_init_const(ctx, A->rel_u, 0.0f); /* the relative tables start at zero (docs/math.md §3.1) */
     mf_init_const(ctx, A->rel_r, 0.0f);
     mf_init_const(ctx, A->rel_s, 0.0f);
     L->wq = A->wq; L->wo = A->wo; L->bo = A->bo; L->rel_u = A->rel_u; L->rel_r = A->rel_r; L->rel_s = A->rel_s;
@@ -7332,7 +7332,7 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* relative: ln1 normalises [memories ; x] inside the mixer */
     {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE)},
-    /* fast_weights: no LayerNorm before the mixer (SPEC 7.4) */
+    /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
     {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(DPFP_NU) | MF__F(CHUNK_SIZE)},
     {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE,

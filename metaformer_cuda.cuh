@@ -1469,7 +1469,7 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* ==== [cu:xl] =============================================================================== */
 #ifndef METAFORMER_NO_XL
 /* Transformer-XL relative attention (mf_rel_attention). */
-/* FlashAttention-2 style kernels for the relative attention of SPEC 5.2 (the CPU twin is
+/* FlashAttention-2 style kernels for the relative attention of docs/math.md §5.2 (the CPU twin is
    mf__rel_attention_forward / _backward in [mf:xl]): no Tq x Tk tensor is ever stored.
      score[i][j] = scale * ((q_i + u) . k_j + q_i . R[rho] + S[rho]),  rho = P + j - i - M,
      M = Tk - Tq memory keys (all visible), causal among the current tokens: j <= i + M.
@@ -1939,7 +1939,7 @@ static __device__ float mf__cu_fw_v(const mf__cu_fw &p, long long r, int c) { /*
     return c < p.dv ? p.v[r * p.dv + c] : 1.0f;
 }
 
-/* ---- DPFP: one block per row of x [rows][dk] -> y [rows][2 dk nu] (SPEC 7.1) ---- */
+/* ---- DPFP: one block per row of x [rows][dk] -> y [rows][2 dk nu] (docs/math.md §7.1) ---- */
 static __device__ float mf__cu_dpfp_a(const float *x, int dk, int j) { /* relu(concat(x, -x))[j] */
     float v = j < dk ? x[j] : -x[j - dk];
     return v > 0 ? v : 0.0f;
@@ -2568,7 +2568,7 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* ==== [cu:feedback] ========================================================================= */
 #ifndef METAFORMER_NO_FEEDBACK
 /* The feedback transformer: feedback attention and the token recurrence. */
-/* CUDA twin of [mf:feedback] (SPEC.md section 8). Same structure as the CPU: the whole recurrence is
+/* CUDA twin of [mf:feedback] (docs/math.md §8). Same structure as the CPU: the whole recurrence is
    ONE tape node ("feedback") with an explicit backward in reverse time; only the buffers differ.
 
    Where things live: every per-call buffer (the step-major activations [layer][T][B][...], the

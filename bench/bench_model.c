@@ -33,7 +33,7 @@
  * Analytic FLOPs per token count every matmul (2*m*n*k) of the model math; backward = 2 x
  * forward. Attention QK^T and PV count the CAUSAL half only (query i sees i + 1 keys: T(T+1)/2
  * pairs per sequence). Metric / quadratic count the projection p, the per-head p M (2*dk*dk per
- * head and token) and the output map E - the spec's efficient evaluation (SPEC.md 9.2). Relative
+ * head and token) and the output map E - the spec's efficient evaluation (docs/math.md §9.2). Relative
  * counts a third dot product per visible key (the position term Q.R) and mem_len (+ c_mem_len)
  * memory keys per query; compressive adds the compressor (2 D^2 per token) and the reconstruction
  * loss forward (q of h, k/v of the compressed and the raw memories, two unmasked attentions).

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
         /usr/bin/python3 bench/torch_fastweights.py --mixer fast_weights --steps 10 --warmup 2 --threads 2
 
-The model is the seed's (labml transformers/fast_weights, seeds/000_5761b2f2ac373807.txt; SPEC.md 7),
+The model is the seed's (labml transformers/fast_weights, seeds/000_5761b2f2ac373807.txt; docs/math.md §7),
 tests/parity/seed_fastweights.py, the reference of the parity goldens too:
   token Embedding N(0,1), no positional encoding (--pos learned adds one) -> n_layers
   FastWeightsAttentionTransformerLayer (x += attn(x): NO LayerNorm before the attention;

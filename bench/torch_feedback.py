@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
         /usr/bin/python3 bench/torch_feedback.py --mixer feedback --seq 64 --steps 10 --warmup 2 --threads 2
 
-The PyTorch side of the feedback benchmark (SPEC.md section 8): the seed's own modules and its Python
+The PyTorch side of the feedback benchmark (docs/math.md §8): the seed's own modules and its Python
 token loop (FeedbackAttention, FeedbackTransformerLayer, FeedbackTransformer for --mixer feedback;
 StackFunction, Stack, FeedbackTransformerKV for --mixer feedback_kv), with the labml helpers written
 out (PrepareForMultiHeadAttention = Linear viewed per head, FeedForward = Linear -> act -> Linear):

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
         /usr/bin/python3 bench/torch_ref.py --mixer sdpa --steps 10 --warmup 2 --threads 2
 
-The same model and train step as bench/bench_model.c (SPEC.md sections 3, 4, 9, 10):
+The same model and train step as bench/bench_model.c (docs/math.md §3, §4, §9, §10):
   token Embedding N(0,1) + learned position Embedding -> n_layers pre-LN blocks
   (x += mixer(LN1(x)); x += fc2(GELU(fc1(LN2(x))))) -> final LN -> Linear(D, V), PyTorch init.
   sdpa      causal MHA, q/k/v/out Linear with bias (q, k, v fused into one Linear(D, 3D): the same

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
         /usr/bin/python3 bench/torch_xl.py --mixer relative --steps 10 --warmup 2 --threads 2
 
-A faithful PyTorch implementation in labml's structure (SPEC.md sections 5, 6; the seed
+A faithful PyTorch implementation in labml's structure (docs/math.md §5, §6; the seed
 002_bbd01c47789a6b3a.txt), the reference for metaformer.h's `relative` mixer - the model of the
 parity goldens, tests/parity/seed_xl.py:
   token Embedding -> n_layers pre-LN layers -> final LN -> Linear(D, V); no positional encoding

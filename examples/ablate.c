@@ -9,7 +9,7 @@
            ./build/ablate input.txt --quick               a character-level LM on any text file
            ./build/ablate input.txt --models sdpa,relative,compressive --steps 2000 --out ts
 
-   Task: without a file, the array sorter of SPEC.md section 13 in its solvable form (the input,
+   Task: without a file, the array sorter of docs/math.md §13 in its solvable form (the input,
    then its sorted copy; accuracy on the sorted half). With a text file, a character-level model
    as in train.c: the first 90% trains, the rest validates; the memory models (relative,
    compressive) read both sequentially (examples/common.h), the others read shuffled windows.
@@ -90,7 +90,7 @@ static const option OPTIONS[] = {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ablate [FILE] [options]   compare every mixer and memory model on the same data\n"
-               "  without FILE: the array sorter (SPEC.md 13, solvable form); with FILE: a character-level LM\n\n");
+               "  without FILE: the array sorter (docs/math.md §13, solvable form); with FILE: a character-level LM\n\n");
     print_options(f, OPTIONS, N_OPTIONS);
     fprintf(f, "\nmodels: %s (compressive: the relative mixer with compressed memories)\n", MODEL_LIST);
 }
@@ -630,7 +630,7 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
     if (text)
         k = snprintf(buf, size, "character-level LM on %s (%zu bytes, %d characters; 90%% train, 10%% valid)", path,
                      text->len, text->V);
-    else k = snprintf(buf, size, "array sorter (SPEC.md 13, solvable form, %d tokens of {0,1,2})", SORT_W);
+    else k = snprintf(buf, size, "array sorter (docs/math.md §13, solvable form, %d tokens of {0,1,2})", SORT_W);
     snprintf(buf + k, size - (size_t)k, "; %d models: d_model %d, %d heads, %d layers, d_ff %d, T %d, %s positions; batch %d, "
              "%d steps (%lld tokens), Adam lr %g (warm-up, cosine to lr/10), clip %g, seed %d, %d thread%s; relative and "
              "compressive mem_len %d, compressive c_mem_len %d, rate %d", n_runs, S.d_model, S.heads, S.layers, S.d_ff,

@@ -5,9 +5,9 @@
      [rng]       splitmix64: the data's reproducible random numbers
      [options]   a table of --options drives parsing, --help and checkpoint metadata
      [progress]  the progress line: updated in place on a terminal, plain lines in a log
-     [sorter]    the array-sorter task of SPEC.md section 13: batches and held-out accuracy
+     [sorter]    the array-sorter task of docs/math.md §13: batches and held-out accuracy
      [text]      a character-level text file: vocabulary, ids, the 90% / 10% split
-     [loaders]   SPEC.md section 12: shuffled windows, or sequential columns for memory models
+     [loaders]   docs/math.md §12: shuffled windows, or sequential columns for memory models
      [steps]     one training step and the validation loss of either loader
 
    Every function is static; EX_FN marks them unused-is-fine, since no program needs all. */
@@ -239,7 +239,7 @@ EX_FN void format_eta(double s, char *buf, size_t size) {
 }
 
 /* ==== [sorter] ============================================================================== */
-/* The array sorter (SPEC.md section 13): W tokens of {0, 1, 2} and their sorted copy. */
+/* The array sorter (docs/math.md §13): W tokens of {0, 1, 2} and their sorted copy. */
 enum { SORT_W = 11, SORT_VOCAB = 3, SORT_MAX_T = 2 * SORT_W };
 
 /* One batch: ids [B][T] and targets [B][T] (-1 = not scored); returns T.
@@ -303,7 +303,7 @@ EX_FN double sort_evaluate(mf_model *model, mf_ctx *ctx, uint64_t *rng, int solv
 
 /* ==== [text] ================================================================================ */
 /* A text file as bytes: the vocabulary is the sorted set of byte values in the whole file and the
-   first floor(0.9 * length) bytes train, the rest validates (SPEC.md section 12). */
+   first floor(0.9 * length) bytes train, the rest validates (docs/math.md §12). */
 typedef struct text_data {
     unsigned char *bytes;
     size_t len;
@@ -387,7 +387,7 @@ EX_FN void text_free(text_data *t) {
 }
 
 /* ==== [loaders] ============================================================================= */
-/* The shuffled loader of SPEC.md section 12 with a checkpointable RNG: each epoch visits the
+/* The shuffled loader of docs/math.md §12 with a checkpointable RNG: each epoch visits the
    windows starting at i * T in a random order, each shifted by a random offset. */
 typedef struct shuffle_loader {
     const int32_t *ids;
@@ -436,7 +436,7 @@ EX_FN void shuffle_restore(shuffle_loader *L, uint64_t epoch_rng, uint64_t rng, 
     L->pos = pos < L->items ? pos : L->items;
 }
 
-/* The sequential loader of SPEC.md section 12, for the memory models (relative, compressive):
+/* The sequential loader of docs/math.md §12, for the memory models (relative, compressive):
    the text is cut into B contiguous columns of n = len / B tokens (the rest is dropped); batch
    row b continues row b of the previous batch, T tokens at a time, and the last batch of a pass
    is shorter when n - 1 is not a multiple of T. */
@@ -478,7 +478,7 @@ EX_FN int64_t seq_batches(const seq_loader *L) { return (L->n - 1 + L->T - 1) / 
 EX_FN int has_memory(const mf_model_config *c) { return c->mixer == MF_MIXER_RELATIVE; }
 
 /* ==== [steps] =============================================================================== */
-/* One training step (SPEC.md 11.5): forward and loss, backward, clip, optimizer step, zero grad.
+/* One training step (docs/math.md §11.5): forward and loss, backward, clip, optimizer step, zero grad.
    *loss gets the loss and *ar the compressive models' attention-reconstruction part of it
    (0 for the others), read before mf_reset. Returns 0, or -1 with the error in ctx. */
 EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float clip, const int32_t *x,

@@ -1,4 +1,4 @@
-/* sort.c - a MetaFormer language model learns to sort arrays of 0, 1 and 2 (SPEC.md section 13).
+/* sort.c - a MetaFormer language model learns to sort arrays of 0, 1 and 2 (docs/math.md §13).
    build: cc -O2 -march=native -fopenmp -I.. sort.c -o sort -lm   (or `make examples`)
    run:   ./build/sort --mixer metric          (`make demo`; try sdpa, quadratic, pool, identity)
 
@@ -13,7 +13,7 @@
 #define EX_PROG "sort"
 #include "common.h" /* sort_batch, sort_evaluate: the task's data, shared with ablate.c */
 
-#define SEED_CEILING 85.7 /* best token accuracy of a causal model on the seed form (SPEC.md 13) */
+#define SEED_CEILING 85.7 /* best token accuracy of a causal model on the seed form (docs/math.md §13) */
 
 typedef struct options {
     const char *mixer, *form;

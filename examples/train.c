@@ -8,7 +8,7 @@
            ./build/train input.txt --compressive --mem-len 64 --c-mem-len 64 --compression-rate 2
 
    The file is read as bytes. The vocabulary is the sorted set of byte values in the whole file,
-   the first floor(0.9 * length) bytes train and the rest validates (SPEC.md section 12). Batches
+   the first floor(0.9 * length) bytes train and the rest validates (docs/math.md §12). Batches
    come from that section's loaders (examples/common.h): the shuffled loader, whose epochs visit
    the windows starting at i * T in a random order, each shifted by a random offset; and, for the
    models that carry memory from batch to batch (--mixer relative, --compressive), the sequential
@@ -422,7 +422,7 @@ int main(int argc, char **argv) {
     if (S.resume) printf("resumed from \"%s\" at step %lld\n", S.resume, (long long)step);
     fflush(stdout);
 
-    /* training: forward, loss, backward, clip, optimizer step, zero grad (SPEC.md 11.5) */
+    /* training: forward, loss, backward, clip, optimizer step, zero grad (docs/math.md §11.5) */
     int32_t *x = (int32_t *)malloc((size_t)S.batch * T * sizeof *x), *y = (int32_t *)malloc((size_t)S.batch * T * sizeof *y);
     int64_t last = S.steps, tokens = 0, run_steps = 0;
     double train_time = 0, ar = 0;

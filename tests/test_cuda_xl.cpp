@@ -101,7 +101,7 @@ static mf_model_config xl_config(int mem_len, int compressive) {
     c.mem_len = mem_len; c.compressive = compressive; c.c_mem_len = 4; c.compression_rate = 2;
     return c;
 }
-/* u, R, S start at zero (SPEC 5.1): give them values near row P so that they matter */
+/* u, R, S start at zero (docs/math.md §5.1): give them values near row P so that they matter */
 static void xl_tables(mf_ctx *ctx, mf_model *m) {
     const mf_model_config *c = mf_model_get_config(m);
     int H = c->n_heads, dk = c->d_model / H;

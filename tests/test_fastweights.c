@@ -1,4 +1,4 @@
-/* Fast weights and linear attention (SPEC.md section 7): the DPFP and elu + 1 feature maps, the
+/* Fast weights and linear attention (docs/math.md §7): the DPFP and elu + 1 feature maps, the
    recurrent and chunkwise kernels of mf_fast_weights / mf_linear_attention (finite differences,
    agreement of the two forms on ragged chunks), the mixers inside the model (gradient checks,
    PyTorch goldens of the seed's token loop, generation with O(1) state) and the config errors. */
@@ -257,7 +257,7 @@ static void test_model_grad_linear(void) {
     check_model("linear elu1 chunk 3", c);
 }
 
-/* fast_weights has no LayerNorm before the mixer (SPEC 7.4); linear keeps the block's ln1 */
+/* fast_weights has no LayerNorm before the mixer (docs/math.md §7.4); linear keeps the block's ln1 */
 static void test_model_params(void) {
     mf_ctx *ctx = mf_ctx_new(1);
     mf_model_config c = tiny(MF_MIXER_FAST_WEIGHTS);

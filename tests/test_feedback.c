@@ -1,4 +1,4 @@
-/* The feedback transformer (SPEC.md section 8): the feedback attention op against a plain
+/* The feedback transformer (docs/math.md §8): the feedback attention op against a plain
  * reference and by finite differences, both model variants by finite differences and against
  * PyTorch goldens of the labml seed (tests/parity/goldens_feedback.py: logits, loss, every
  * parameter gradient), generation with the kept memory == the full forward, and bad input. */

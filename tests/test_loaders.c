@@ -1,7 +1,7 @@
 /* test_loaders.c - the data side of the examples (examples/common.h): the sequential loader of the
-   memory models against SPEC.md section 12 (its Tiny Shakespeare batch counts, column layout,
+   memory models against docs/math.md §12 (its Tiny Shakespeare batch counts, column layout,
    short last batch, passes), the shuffled loader (epochs are permutations, windows in bounds,
-   --resume replays the same batches), the array sorter's batches (SPEC.md 13, both forms) and the
+   --resume replays the same batches), the array sorter's batches (docs/math.md §13, both forms) and the
    option table (flags, aliases, values and their errors). */
 #define _POSIX_C_SOURCE 200809L
 #define METAFORMER_IMPLEMENTATION
@@ -10,7 +10,7 @@
 #include "examples/common.h"
 #include "mf_test.h"
 
-/* SPEC.md 12: Tiny Shakespeare's training split (1,003,854 ids), B = 32: columns of n = 31,370;
+/* docs/math.md §12: Tiny Shakespeare's training split (1,003,854 ids), B = 32: columns of n = 31,370;
    T = 2 -> 15,685 batches; T = 8 -> 3,922 batches, the last of length 1. Ids are their positions
    here, so every token says where it came from. */
 static void check_sequential(int T, int64_t want_batches, int want_last) {

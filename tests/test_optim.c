@@ -1,7 +1,7 @@
-/* test_optim.c - optimizers, learning-rate schedules and gradient clipping (SPEC.md section 11).
+/* test_optim.c - optimizers, learning-rate schedules and gradient clipping (docs/math.md §11).
  *
  * Every optimizer is checked against a separate double-precision reference written from the
- * formulas of SPEC.md 11 / the PyTorch docs (ref_step below), over several steps with a different
+ * formulas of docs/math.md §11 / the PyTorch docs (ref_step below), over several steps with a different
  * hand-set gradient each step, plus one step worked out by hand with literal numbers. */
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
@@ -48,7 +48,7 @@ static void ref_step(const ref_cfg *c, double lr, double lr_base, int t, double 
             w[k] -= lr * mhat / (sqrt(vhat) + c->eps);
             break;
         }
-        case MF_OPT_ADAM_LABML: /* SPEC 11.1: eps joins sqrt(v) before the bias correction */
+        case MF_OPT_ADAM_LABML: /* docs/math.md §11.1: eps joins sqrt(v) before the bias correction */
             w[k] *= 1.0 - lr_base * c->wd;
             m[k] = c->b1 * m[k] + (1.0 - c->b1) * gk;
             v[k] = c->b2 * v[k] + (1.0 - c->b2) * gk * gk;
@@ -214,7 +214,7 @@ static void test_by_hand(void) {
     MFT_NEAR(one_step(make(MF_OPT_SGD, 0.1f, 0.1f, 0, 0), 1.0f, 0.5f, 1, NULL), 0.94, 1e-6);
 }
 
-/* labml and torch Adam differ by the effective eps = eps / sqrt(1 - b2^t) (SPEC 11.1) */
+/* labml and torch Adam differ by the effective eps = eps / sqrt(1 - b2^t) (docs/math.md §11.1) */
 static void test_labml_vs_torch(void) {
     mf_optimizer a = make(MF_OPT_ADAM, 0.1f, 0, 0, 0), l = make(MF_OPT_ADAM_LABML, 0.1f, 0, 0, 0);
     const float gm[2] = {0.2f, -0.1f};
@@ -333,7 +333,7 @@ static void test_schedule_noam(void) {
     mf_schedule s;
     memset(&s, 0, sizeof s);
     s.kind = MF_SCHED_NOAM; s.lr = 1.0f; s.warmup = 2000; s.d_model = 512;
-    /* SPEC 11.2: the peak at t = w is lr * D^-0.5 * w^-0.5 */
+    /* docs/math.md §11.2: the peak at t = w is lr * D^-0.5 * w^-0.5 */
     REL_NEAR(mf_schedule_lr(&s, 2000), 9.88e-4, 1e-3);
     REL_NEAR(mf_schedule_lr(&s, 2000), 1.0 / sqrt(512.0 * 2000.0), 1e-6);
     MFT_CHECK(mf_schedule_lr(&s, 1999) < mf_schedule_lr(&s, 2000));

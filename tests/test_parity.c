@@ -2,7 +2,7 @@
  *
  * tests/goldens/<config>.safetensors (written by tests/parity/make_goldens.py, `make goldens`)
  * holds a model config in __metadata__ ("cfg.*"), the weights ("param.<name>"), a batch ("ids",
- * "targets", I32 [B, T]) and what PyTorch computed in float64 from SPEC.md: "logits" [B, T, V],
+ * "targets", I32 [B, T]) and what PyTorch computed in float64 from docs/math.md: "logits" [B, T, V],
  * "loss" [1] and "grad.<name>" for every parameter. This test builds the model from the metadata,
  * copies the weights in, runs forward, loss and backward in fp32 and compares every tensor:
  *     err = max|c - golden| / max(max|golden|, 1e-6) <= 1e-4

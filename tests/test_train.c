@@ -1,4 +1,4 @@
-/* test_train.c - end-to-end training checks on the array sorter (SPEC.md section 13, solvable form):
+/* test_train.c - end-to-end training checks on the array sorter (docs/math.md §13, solvable form):
    the sdpa and metric mixers learn to sort, every mixer's loss goes down, a checkpoint resumes
    bit-identically, generation with the KV cache agrees with the full forward, clone_layers copies. */
 #define METAFORMER_IMPLEMENTATION

@@ -1,5 +1,5 @@
 /* Transformer-XL relative attention (mf_rel_attention), segment memories and the compressive
-   transformer (SPEC.md sections 5, 6): the fused op against a naive double reference and finite
+   transformer (docs/math.md §5, §6): the fused op against a naive double reference and finite
    differences, PyTorch parity over consecutive segments (tests/goldens/xl_*.safetensors, written by
    tests/parity/goldens_xl.py), memory semantics, generation, gradient routing and config errors. */
 #define METAFORMER_IMPLEMENTATION
@@ -42,7 +42,7 @@ static ra_io ra_build(mf_ctx *ctx, ra_case c, const float *W) {
     return io;
 }
 
-/* SPEC 5.2 literally, in double: out and the gradients of sum(out * W) */
+/* docs/math.md §5.2 literally, in double: out and the gradients of sum(out * W) */
 typedef struct ra_ref { double *out, *gq, *gk, *gv, *gu, *gR, *gS; } ra_ref;
 static ra_ref ra_reference(ra_case c, const ra_io *io, const float *W) {
     int M = c.Tk - c.Tq, b, h, i, j, e;
@@ -269,7 +269,7 @@ static mf_model_config xl_tiny(int mem_len, int compressive) {
     return c;
 }
 
-/* u, R and S start at zero (SPEC 5.1); give them values (R, S on the rows near P) so they matter */
+/* u, R and S start at zero (docs/math.md §5.1); give them values (R, S on the rows near P) so they matter */
 static void xl_tables(mf_model *m, uint64_t seed) {
     const mf_model_config *c = mf_model_get_config(m);
     int l, H = c->n_heads, dk = c->d_model / c->n_heads;
@@ -505,7 +505,7 @@ static void test_generate_uses_the_memory_path(void) {
     xl_generate_check("relative, no memory, past max_seq", &plain, &slide);
 }
 
-/* the AR loss reaches only the compressors, the cross-entropy never does (SPEC 6.5) */
+/* the AR loss reaches only the compressors, the cross-entropy never does (docs/math.md §6.5) */
 static void test_ar_loss_trains_only_the_compressors(void) {
     enum { B = 2, T = 3 };
     mf_model_config cfg = xl_tiny(4, 1);
@@ -583,7 +583,7 @@ static void test_bad_configs(void) {
     mf_ctx_free(ctx);
 }
 
-/* clone_layers: the compressor is part of the cloned layer (SPEC 3.2); the tables start at zero */
+/* clone_layers: the compressor is part of the cloned layer (docs/math.md §3.2); the tables start at zero */
 static void test_clone_copies_the_compressor(void) {
     mf_model_config cfg = xl_tiny(4, 1);
     mf_ctx *ctx = mf_ctx_new(2);

@@ -7,7 +7,7 @@
  * OUTDIR/<config>.safetensors with mf_save. The __metadata__ holds the model config (keys "cfg.*",
  * read back by tests/test_parity.c with mf_load_meta) and the batch: "parity.B", "parity.T",
  * "parity.ids" and "parity.targets" (comma-separated row-major [B][T] ints; target -1 = ignored).
- * tests/parity/make_goldens.py reads these files, rebuilds each model in PyTorch from SPEC.md and
+ * tests/parity/make_goldens.py reads these files, rebuilds each model in PyTorch from docs/math.md and
  * writes tests/goldens/<config>.safetensors. Prints one line per file written. */
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"

@@ -2,18 +2,18 @@
 """PyTorch goldens for the fast_weights and linear mixers (`make goldens`; needs python3-torch).
 
 The reference is the seed's module structure and token loop (labml
-transformers/fast_weights/__init__.py, seeds/000_5761b2f2ac373807.txt; SPEC.md section 7), written
+transformers/fast_weights/__init__.py, seeds/000_5761b2f2ac373807.txt; docs/math.md §7), written
 in tests/parity/seed_fastweights.py (the model bench/torch_fastweights.py times too) in the labml
 layout: activations [T][B][D] sequence-first, per-head views [T][B][H][dk].
 It is independent of metaformer.h: the C test (tests/test_fastweights.c) converts at the boundary
 (ids_lib[b][t] = ids[t][b], logits_lib[b][t][v] = logits[t][b][v]).
 
-    fw_fast_weights   DPFP(nu 1) + delta rule, no LayerNorm before attention (SPEC 7.4)
+    fw_fast_weights   DPFP(nu 1) + delta rule, no LayerNorm before attention (docs/math.md §7.4)
     fw_linear_dpfp    linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6),
                       DPFP(nu 2) features, pre-LN layer (the library's MetaFormer block)
     fw_linear_elu     the same with phi = elu + 1
 
-Model (SPEC 3.5): Embedding N(0,1), no positional encoding -> 2 layers -> final LayerNorm ->
+Model (docs/math.md §3.5): Embedding N(0,1), no positional encoding -> 2 layers -> final LayerNorm ->
 generator Linear(D, V); FFN = labml FeedForward (Linear, ReLU, Linear, biases). Weights come from
 torch's default init with a fixed seed; LayerNorm gamma / beta are moved away from 1 / 0 so that a
 missing or misplaced LayerNorm shows. Everything runs in float64 (the golden) and in float32 (to

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch parity goldens of the feedback transformer (SPEC.md section 8): `make goldens` runs it.
+"""PyTorch parity goldens of the feedback transformer (docs/math.md §8): `make goldens` runs it.
 
 The reference is the seed itself (labml feedback.py, /work/shared/seeds/003_*.txt): its modules and
 its Python token loop - FeedbackAttention, FeedbackTransformerLayer, FeedbackTransformer (original

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch goldens for the relative mixer: Transformer-XL and the compressive transformer over
-consecutive segments (SPEC.md sections 5, 6). Run by `make goldens` (torch >= 1.13, CPU).
+consecutive segments (docs/math.md §5, §6). Run by `make goldens` (torch >= 1.13, CPU).
 
 The reference (tests/parity/seed_xl.py, the model bench/torch_xl.py times too) follows labml's
 module structure (sequence-first [T, B, D] tensors, the seed 002_bbd01c47789a6b3a.txt):
@@ -9,7 +9,7 @@ RelativeMultiHeadAttention with the pad-shift of the positional scores
 normalised by the layer's own LayerNorm, new_mem = the detached input of each layer,
 merge_compress_memory without gradient (compress the oldest ceil((|mem| - mem_len) / c) * c
 memories, trim c_mem to c_mem_len) and AttentionReconstructionLoss (detached LN and projections).
-It is written from SPEC.md, independently of metaformer.h, and runs in float64.
+It is written from docs/math.md, independently of metaformer.h, and runs in float64.
 
 Each case runs STEPS segments with fixed weights (the memories carry over; gradients are zeroed
 between steps) and writes tests/goldens/xl_<case>.safetensors:
@@ -76,7 +76,7 @@ def run_case(name, cfg, seed):
                 m.weight.add_(0.3 * torch.randn_like(m.weight))
                 m.bias.add_(0.2 * torch.randn_like(m.bias))
             if isinstance(m, RelativeMultiHeadAttention):
-                m.check_shift = True  # every score checked against SPEC 5.2's direct formula
+                m.check_shift = True  # every score checked against docs/math.md §5.2's direct formula
                 m.query_pos_bias.normal_(0.0, 0.5)
                 m.key_pos_embeddings[row0:row0 + rows].normal_(0.0, 0.5)
                 m.key_pos_bias[row0:row0 + rows].normal_(0.0, 1.0)

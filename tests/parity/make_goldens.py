@@ -3,7 +3,7 @@
 
 1. Runs build/parity_export, which writes one safetensors file per parity config to build/parity/:
    the model's weights (mf_save), the config and the batch (ids, targets) in __metadata__.
-2. For each file, builds the same model in PyTorch from /work/shared/SPEC.md (sections 3, 4, 9,
+2. For each file, builds the same model in PyTorch from docs/math.md (sections 3, 4, 9,
    10) - independent code, not a port of metaformer.h - and runs forward, cross-entropy (mean over
    the targets != -1) and backward in float64 (the golden: the truth) and in float32 (a check that
    fp32 can meet the 1e-4 tolerance at all).
@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXPORT = os.environ.get("PARITY_EXPORT", os.path.join(ROOT, "build", "parity_export"))
 WORK = os.path.join(ROOT, "build", "parity")
 OUT = os.path.join(ROOT, "tests", "goldens")
-LN_EPS = 1e-5  # SPEC 3.3
+LN_EPS = 1e-5  # docs/math.md §3.3
 
 # ---------------------------------------------------------------------------------- safetensors
 _DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "I32": np.dtype("<i4"), "I64": np.dtype("<i8")}
@@ -110,7 +110,7 @@ def layer_norm(x, g, b):
 
 
 def heads(x, H):
-    """[B, T, H*e] -> [B, H, T, e]: head h owns features h*e .. h*e+e-1 (SPEC 2, HeadProj)."""
+    """[B, T, H*e] -> [B, H, T, e]: head h owns features h*e .. h*e+e-1 (docs/math.md §2, HeadProj)."""
     B, T, D = x.shape
     return x.view(B, T, H, D // H).transpose(1, 2)
 
@@ -121,14 +121,14 @@ def merge(o):
 
 
 def causal_softmax(scores):
-    """softmax over the key axis with -inf where key j > query i (SPEC 3.6)."""
+    """softmax over the key axis with -inf where key j > query i (docs/math.md §3.6)."""
     T = scores.shape[-1]
     visible = torch.ones(T, T, dtype=torch.bool).tril()
     return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
 
 
 def mha(xn, P, pre, H, bias):
-    """SPEC 4: labml MHA, q, k, v, out Linear with bias, scale 1/sqrt(dk), causal."""
+    """docs/math.md §4: labml MHA, q, k, v, out Linear with bias, scale 1/sqrt(dk), causal."""
     dk = xn.shape[-1] // H
     q = heads(F.linear(xn, P(pre + "q.weight"), P.opt(pre + "q.bias", bias)), H)
     k = heads(F.linear(xn, P(pre + "k.weight"), P.opt(pre + "k.bias", bias)), H)
@@ -138,7 +138,7 @@ def mha(xn, P, pre, H, bias):
 
 
 def metric_form(mbar, dk):
-    """SPEC 9.1: M[k][k'] = M[k'][k] = Mbar[l(min, max)], l(k, k') = k*dk - k(k-1)/2 + (k' - k)."""
+    """docs/math.md §9.1: M[k][k'] = M[k'][k] = Mbar[l(min, max)], l(k, k') = k*dk - k(k-1)/2 + (k' - k)."""
     idx = torch.empty(dk, dk, dtype=torch.long)
     for k in range(dk):
         for k2 in range(dk):
@@ -148,7 +148,7 @@ def metric_form(mbar, dk):
 
 
 def form_attention(xn, P, pre, H, M):
-    """SPEC 9.2 / 9.5: p = x Wp per head, r = p M p^T, s = causal softmax(r / sqrt(dk)), t = s p,
+    """docs/math.md §9.2 / 9.5: p = x Wp per head, r = p M p^T, s = causal softmax(r / sqrt(dk)), t = s p,
     y = tbar E^T (no biases)."""
     dk = xn.shape[-1] // H
     p = heads(F.linear(xn, P(pre + "p.weight")), H)               # [B, H, T, dk]
@@ -158,7 +158,7 @@ def form_attention(xn, P, pre, H, M):
 
 
 def pool(xn, k, causal):
-    """SPEC 9.7: mean over the window (padding not counted) minus xn."""
+    """docs/math.md §9.7: mean over the window (padding not counted) minus xn."""
     xt = xn.transpose(1, 2)                                         # [B, D, T] for avg_pool1d
     if causal:  # window {max(0, c-k+1) .. c}: left zero padding, divided by the real count
         num = F.avg_pool1d(F.pad(xt, (k - 1, 0)), k, stride=1)
@@ -171,14 +171,14 @@ def pool(xn, k, causal):
 
 ACTS = {
     "relu": F.relu,
-    "gelu": lambda x: F.gelu(x),                        # exact erf form (SPEC 10)
+    "gelu": lambda x: F.gelu(x),                        # exact erf form (docs/math.md §10)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
 }
 
 
 def model_forward(P, cfg, ids, dtype):
-    """SPEC 10 (NLP MetaFormer, pre-norm) with the labml pieces of SPEC 3: embedding N(0,1) without
+    """docs/math.md §10 (NLP MetaFormer, pre-norm) with the labml pieces of docs/math.md §3: embedding N(0,1) without
     sqrt(D) scaling [+ positions] -> blocks -> final LayerNorm -> Linear(D, V, bias)."""
     B, T = ids.shape
     D, H, mixer = cfg["d_model"], cfg["n_heads"], cfg["mixer"]
@@ -190,7 +190,7 @@ def model_forward(P, cfg, ids, dtype):
     act = ACTS[cfg["ffn_act"]]
     for l in range(cfg["n_layers"]):
         pre = f"layers.{l}."
-        if mixer != "identity":  # SPEC 9.8 DEFAULT: the identity mixer's sub-block is omitted
+        if mixer != "identity":  # docs/math.md §9.8 DEFAULT: the identity mixer's sub-block is omitted
             xn = layer_norm(x, P(pre + "ln1.weight"), P(pre + "ln1.bias"))
             if mixer == "sdpa":
                 y = mha(xn, P, pre + "attn.", H, cfg["attn_bias"])
@@ -220,7 +220,7 @@ def run(weights, cfg, ids, targets, dtype):
     loss.backward()
     unused = set(weights) - P.used
     if unused:
-        raise RuntimeError(f"the exported file has tensors the SPEC model does not use: {sorted(unused)}")
+        raise RuntimeError(f"the exported file has tensors the reference model does not use: {sorted(unused)}")
     grads = {n: P.t[n].grad.detach().numpy() for n in weights}
     return logits.detach().numpy(), float(loss.detach()), grads
 
@@ -257,7 +257,7 @@ def golden_for(path):
     B, T = int(meta["parity.B"]), int(meta["parity.T"])
     ids = np.array([int(v) for v in meta["parity.ids"].split(",")], dtype=np.int32).reshape(B, T)
     targets = np.array([int(v) for v in meta["parity.targets"].split(",")], dtype=np.int32).reshape(B, T)
-    if cfg["clone_layers"]:  # SPEC 3.2: every layer starts as a copy of one prototype
+    if cfg["clone_layers"]:  # docs/math.md §3.2: every layer starts as a copy of one prototype
         for n, w in weights.items():
             if n.startswith("layers.") and not n.startswith("layers.0."):
                 twin = "layers.0." + n.split(".", 2)[2]

@@ -1,15 +1,15 @@
 """The seed's Fast Weights Transformer (labml transformers/fast_weights/__init__.py,
-seeds/000_5761b2f2ac373807.txt; SPEC.md section 7) and the linear-attention baseline of its
+seeds/000_5761b2f2ac373807.txt; docs/math.md §7) and the linear-attention baseline of its
 docstring, written once: the PyTorch reference of metaformer.h's fast_weights and linear mixers for
 both the parity goldens (tests/parity/goldens_fastweights.py, float64 and float32) and the
 benchmark (bench/torch_fastweights.py). Independent of metaformer.h.
 
 labml layout: activations [T][B][D] sequence-first, per-head views [T][B][H][dk].
     fast_weights   DPFP features + the delta rule in the seed's Python token loop, no LayerNorm
-                   before the attention (SPEC 7.4)
+                   before the attention (docs/math.md §7.4)
     linear         W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + eps), the same kind of
                    loop, in the library's pre-LN MetaFormer block; DPFP or elu + 1 features
-Model (SPEC 3.5): Embedding N(0,1) (+ learned positions, a benchmark option) -> layers -> final
+Model (docs/math.md §3.5): Embedding N(0,1) (+ learned positions, a benchmark option) -> layers -> final
 LayerNorm -> generator Linear(D, V); FFN = labml FeedForward (tests/parity/seed_labml.py).
 """
 import torch
@@ -46,7 +46,7 @@ class EluFeature(nn.Module):
 
 
 def fast_weights_loop(query, key, value, beta):
-    """The seed's token loop (SPEC 7.2, 7.3) on features, values and gates [T][B][H][.]
+    """The seed's token loop (docs/math.md §7.2, 7.3) on features, values and gates [T][B][H][.]
     -> [T][B][H * dv]: vbar = W k, W += beta (v - vbar) k^T, y = W q."""
     weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
     outputs = []

@@ -1,4 +1,4 @@
-"""The feedback transformer seed (labml feedback.py, /work/shared/seeds/003_*.txt; SPEC.md section 8):
+"""The feedback transformer seed (labml feedback.py, /work/shared/seeds/003_*.txt; docs/math.md §8):
 its own modules and its Python token loop, written once - the PyTorch reference of metaformer.h's
 feedback mixers for both the parity goldens (tests/parity/goldens_feedback.py, float64) and the
 benchmark (bench/torch_feedback.py).

@@ -1,7 +1,7 @@
 """Transformer-XL and the compressive transformer in labml's module structure (the seed
-002_bbd01c47789a6b3a.txt; SPEC.md sections 5, 6): the one PyTorch reference of metaformer.h's
+002_bbd01c47789a6b3a.txt; docs/math.md §5, §6): the one PyTorch reference of metaformer.h's
 `relative` mixer, for both the parity goldens (tests/parity/goldens_xl.py, float64) and the
-benchmark (bench/torch_xl.py). Written from SPEC.md, independently of metaformer.h.
+benchmark (bench/torch_xl.py). Written from docs/math.md, independently of metaformer.h.
 
 Sequence-first [T, B, D] tensors: token Embedding -> pre-LN layers -> final LN -> Linear(D, V), no
 positional encoding. A layer: z = LN_att(x); m_z = [LN_att([c_mem ; mem]) ; z] (memories normalised
@@ -32,9 +32,9 @@ def shift_right(x):
 
 
 class RelativeMultiHeadAttention(nn.Module):
-    """SPEC 4 + 5.1/5.2: q, k without bias, v and out with bias; tables R, S, u."""
+    """docs/math.md §4 + 5.1/5.2: q, k without bias, v and out with bias; tables R, S, u."""
 
-    # True: get_scores asserts the pad-shift against SPEC 5.2's direct formula (the goldens; it
+    # True: get_scores asserts the pad-shift against docs/math.md §5.2's direct formula (the goldens; it
     # gathers R per score pair, too slow and too tight in float32 for the benchmark)
     check_shift = False
 
@@ -68,7 +68,7 @@ class RelativeMultiHeadAttention(nn.Module):
         return ac + bd
 
     def direct_scores(self, query, key):
-        """SPEC 5.2 literally: rho = P + j - i - Mm."""
+        """docs/math.md §5.2 literally: rho = P + j - i - Mm."""
         Tq, Tk = query.shape[0], key.shape[0]
         Mm = Tk - Tq
         i = torch.arange(Tq)[:, None]
@@ -147,7 +147,7 @@ class Model(nn.Module):
 
 @torch.no_grad()
 def merge_compress_memory(model, mem, c_mem, new_mem, mem_len, c_mem_len, rate):
-    """SPEC 5.5 / 6.3, without gradient; rate 0 = Transformer-XL (no compression).
+    """docs/math.md §5.5 / 6.3, without gradient; rate 0 = Transformer-XL (no compression).
     Returns mem, c_mem, mem_to_compress."""
     if mem_len == 0 and c_mem_len == 0:
         return [], [], []
@@ -168,7 +168,7 @@ def merge_compress_memory(model, mem, c_mem, new_mem, mem_len, c_mem_len, rate):
 
 
 class AttentionReconstructionLoss:
-    """SPEC 6.4 (labml): only the compressor is not detached."""
+    """docs/math.md §6.4 (labml): only the compressor is not detached."""
 
     def __init__(self, layers):
         self.layers = layers
