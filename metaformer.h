@@ -86,6 +86,25 @@
  *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer
  *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
+ *   metaformer_cuda.cuh mirrors this order with [cu:*] banners (its own CONTENTS table).
+ *
+ * EXTENDING (what a change touches)
+ *   An op       one `static const mf__op` in [mf:ops] (or its family's section): name, shape,
+ *               forward, backward and its properties (MF__OP_PROPS: view, unary, assigns its
+ *               input gradients, passes its gradient through); named argument slots (MF__ARG_*)
+ *               instead of iarg[] indices; one entry in mf__ops (end of the implementation); an
+ *               example in tests/op_examples.h, from which tests/test_ops.c checks the properties
+ *               against what the backward does and tests/test_cuda_ops.cpp runs the CPU-vs-CUDA
+ *               parity; one row in metaformer_cuda.cuh's mf__cu_ops. The tests fail when any of
+ *               these is missing.
+ *   A mixer     its code in its family's section and one row in [mf:mixers] (name, family, flags,
+ *               the config fields it reads), plus an mf_mixer_kind value; the examples, benchmarks
+ *               and scripts take the names from the library (mf_mixer_name, `--list-mixers`).
+ *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
+ *               run_stack, gen_begin, aux_loss), its per-layer struct, its rows, a
+ *               METAFORMER_NO_<FAMILY> switch, and the CUDA twin section [cu:<family>].
+ *   The math    of every mixer and memory model is in docs/math.md; comments cite it as
+ *               "docs/math.md §n.m".
  *
  * LICENSE: MIT. See the end of the file.
  */
