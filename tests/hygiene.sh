@@ -94,6 +94,15 @@ $family_prog"
     then echo "ok   $name: ${mixer#MF_MIXER_} trains a step and generates, the left-out mixers are refused"; pass=$((pass+1))
     else echo "FAIL $name: a remaining mixer trains, the left-out ones are refused"; head -5 "$tmp/f.out" 2>/dev/null; fail=$((fail+1)); fi
 done
+# the same switches on the CUDA backend (metaformer_cuda.cuh on the emulator): it compiles without the
+# family, and every op left in mf__ops still has its CUDA row and passes its CPU-vs-CUDA parity
+for sw in XL FASTWEIGHTS FEEDBACK ALL; do
+    D="-DMETAFORMER_NO_$sw"; [ $sw = ALL ] && D="-DMETAFORMER_NO_XL -DMETAFORMER_NO_FASTWEIGHTS -DMETAFORMER_NO_FEEDBACK"
+    if g++ -std=c++14 -O0 $W $D -I. -Itests tests/test_cuda_ops.cpp -o "$tmp/cu" -lm 2>"$tmp/cu.err" &&
+       "$tmp/cu" > "$tmp/cu.out" 2>&1 && grep -q '^[1-9][0-9]* passed, 0 failed$' "$tmp/cu.out"
+    then echo "ok   CUDA backend (emulated) without $sw: every remaining op has its kernels and parity"; pass=$((pass+1))
+    else echo "FAIL CUDA backend (emulated) without $sw"; head -5 "$tmp/cu.err" "$tmp/cu.out"; fail=$((fail+1)); fi
+done
 # the custom allocator is really used: link and count
 printf '%s\n' "$alloc" "$impl" 'int main(void) { mf_ctx *c = mf_ctx_new(1); mf_ctx_free(c); return n_alloc > 0 ? 0 : 1; }' > "$tmp/a.c"
 if gcc -std=c99 -I. "$tmp/a.c" -o "$tmp/a" -lm 2>/dev/null && "$tmp/a"; then echo "ok   custom allocator is called"; pass=$((pass+1))
