@@ -232,12 +232,14 @@ static mf_model_config tiny(mf_mixer_kind mixer) {
 static void check_model(const char *what, mf_model_config cfg) {
     model_case c;
     char name[96];
+    gc_opts o = gc_defaults();
+    o.max_per_input = GC_MODEL_SAMPLE(o.max_per_input);
     memset(&c, 0, sizeof c);
     c.cfg = cfg;
     c.kinkfree = cfg.mixer == MF_MIXER_FAST_WEIGHTS || cfg.linear_feature == MF_FEATURE_DPFP;
     if (c.kinkfree) c.cfg.n_layers = 1;
     snprintf(name, sizeof name, "%s logits", what);
-    MFT_CHECK(GC_OK(gc_check_params(name, m_setup, m_forward, &c, NULL)));
+    MFT_CHECK(GC_OK(gc_check_params(name, m_setup, m_forward, &c, &o)));
     c.loss = 1;
     c.cfg.dropout = 0.2f;
     snprintf(name, sizeof name, "%s loss + dropout", what);
