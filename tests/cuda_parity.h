@@ -56,16 +56,10 @@ static inline std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int gr
     if (grad) mf_grad_to_host(ctx, t, v.data()); else mf_to_host(ctx, t, v.data());
     return v;
 }
-/* max |a - b| / max(max |b|, floor) */
+/* mft_rel_err of two host copies (floor 1e-3 unless given); 1e30 when their sizes differ */
 static inline double rel_err(const std::vector<float> &a, const std::vector<float> &b, double floor = 1e-3) {
-    double e = 0, s = floor;
     if (a.size() != b.size()) return 1e30;
-    for (size_t i = 0; i < a.size(); i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= e)) e = d; /* NaN counts */
-        if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
-    }
-    return e / s;
+    return mft_rel_err(a.data(), b.data(), (int64_t)a.size(), floor);
 }
 /* ---- single ops: an output and some gradients from one context ---- */
 struct OpRun { std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
