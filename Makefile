@@ -119,9 +119,13 @@ ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_st
 SCRIPTS   := hygiene cuda_build test_cli train_emu test_ablate test_embed
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log)
-# the order make starts them in: the longest first, so that the last to finish are short
-TEST_SCHED := $(BUILD)/logs/sh/cuda_build.log $(filter %/test_cuda.log %/test_cuda_feedback.log,$(TEST_LOGS)) \
-             $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
+# the order make starts them in (each after what it needs): the longest builds and runs first, so
+# that the last to finish are short - the nvcc builds, the emulated CUDA suites under ASan (the
+# slowest compiles), then the slowest runs
+TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
+              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu asan/test_feedback
+TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
+              $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
 
 test: $(TEST_SCHED) $(EXAMPLES)
 	@bash tests/run.sh --report $(TEST_LOGS)
