@@ -7,8 +7,8 @@
 #
 #   tests/run.sh CMD...                    run the commands one after another, each shown as it ends
 #   tests/run.sh --one LOG CMD             run one command, keep its output in LOG.out and its
-#                                          command, exit status, seconds and start time (epoch)
-#                                          in LOG, written last
+#                                          command, exit status, seconds, start time (epoch) and
+#                                          CPU seconds in LOG, written last
 #   tests/run.sh --report LOG...           print the kept runs in the order given, and the total
 #
 # `make test` runs every command with --one as a make target of its own, so the tests run in
@@ -30,27 +30,30 @@ export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=33554432:gli
 now() { date +%s.%N; }
 
 run_one() { # LOG CMD
-    local log=$1 cmd=$2 t0 rc
+    local log=$1 cmd=$2 t0 rc cpu
     mkdir -p "$(dirname "$log")"
     rm -f "$log"
     t0=$(now)
     # an inner shell waits for the command, so a crash report ("Segmentation fault ...") lands in
-    # the log and not on the terminal among the other tests' output
-    bash -c 'bash -c "$1"; exit $?' _ "$cmd" > "$log.out" 2>&1 < /dev/null; rc=$?
-    printf '%s\n%s\n%s\n%s\n' "$cmd" "$rc" "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" "$t0" > "$log.tmp"
+    # the log and not on the terminal among the other tests' output. The subshell's `times` gives
+    # the command's CPU time (its children's user and system time: "0m1.250s 0m0.125s").
+    cpu=$( { bash -c 'bash -c "$1"; exit $?' _ "$cmd" > "$log.out" 2>&1 < /dev/null; echo $? > "$log.rc"; times; } | tail -n 1 |
+           awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%.1f", t }')
+    rc=$(cat "$log.rc"); rm -f "$log.rc"
+    printf '%s\n%s\n%s\n%s\n%s\n' "$cmd" "$rc" "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')" "$t0" "$cpu" > "$log.tmp"
     mv "$log.tmp" "$log"
 }
 
 total_pass=0; total_fail=0
 show() { # LOG: print one kept run and add up its counts
-    local log=$1 cmd rc secs line p f
+    local log=$1 cmd rc secs cpu line p f
     if [ ! -f "$log" ]; then
         echo "== $log"; echo "FAIL $log: the test did not run"; total_fail=$((total_fail + 1)); return
     fi
-    { read -r cmd; read -r rc; read -r secs; } < "$log"
+    { read -r cmd; read -r rc; read -r secs; read -r _; read -r cpu; } < "$log"
     echo "== $cmd"
     grep -v '^ok ' "$log.out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
-    echo "   tests ok: $(grep -c '^ok ' "$log.out") ($secs s)"
+    echo "   tests ok: $(grep -c '^ok ' "$log.out") ($secs s, $cpu s CPU)"
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log.out" | tail -n 1)
     if [ -z "$line" ]; then
         echo "FAIL $cmd: exited with status $rc before printing its summary"
