@@ -1,7 +1,7 @@
 # metaformer.h - build, test and benchmark
 #   make test      header hygiene + every test, optimized and under ASan/UBSan, examples/embed and,
-#                  where nvcc is installed, the CUDA builds (the CI command). Tests run beside the
-#                  builds on every core; their logs print whole, in a fixed order, and the closing
+#                  where nvcc is installed, the CUDA builds (the CI command). Builds and tests run
+#                  in parallel on every core; the logs print whole, in a fixed order, and the closing
 #                  line adds them up: "N passed, N failed"
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
@@ -110,8 +110,8 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 	$(MAKE) -C examples/embed OUT=$(abspath $(dir $@)) CC=$(CC) CFLAGS="$(CFLAGS)"
 
 # ---- make test ----
-# Every test command is a target of its own, a log under build/logs/: the tests run on every core
-# beside the builds, each as soon as what it needs is built. tests/run.sh --one runs a command and
+# Every test command is a target of its own, a log under build/logs/, so make -j runs the tests in
+# parallel with each other and with the builds still queued. tests/run.sh --one runs a command and
 # keeps its output (a failing test does not stop the others), then tests/run.sh --report prints the
 # logs whole, in the fixed order of TEST_LOGS, and the closing line "N passed, N failed".
 # ASAN_OPTIONS: stop at the first report, and report leaks.
@@ -119,9 +119,10 @@ ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_st
 SCRIPTS   := hygiene cuda_build test_cli train_emu test_ablate test_embed
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log)
-# the order make starts them in (each after what it needs): the longest builds and runs first, so
-# that the last to finish are short - the nvcc builds, the emulated CUDA suites under ASan (the
-# slowest compiles), then the slowest runs
+# the order make takes them up in (make -j queues every job it finds ready in this order, and a
+# test once its binary is built): the longest builds and runs first, so that the last jobs to finish
+# are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
+# slowest runs
 TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
               asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
@@ -129,6 +130,8 @@ TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LO
 
 test: $(TEST_SCHED) $(EXAMPLES)
 	@bash tests/run.sh --report $(TEST_LOGS)
+# the test binaries stay after the run (made by pattern rules for the logs only, make would delete them)
+.SECONDARY: $(TESTS) $(ASAN) $(BUILD)/nosimd/test_gemm
 
 $(BUILD)/logs/sh/%.log: tests/%.sh FORCE
 	@bash tests/run.sh --one $@ "bash $<"

@@ -39,21 +39,9 @@ static inline void set_order(int o) { (void)o; }
 
 static const double TOL = 1e-5; /* CPU vs GPU, relative to the tensor's largest value */
 
-/* uniform in [0, 1): the library's counter-based generator (mf__uniform), bit for bit, repeated here
-   because a suite linked against the shared implementation (see the Makefile) cannot call the
-   header's static functions */
-static inline uint64_t cp_mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-static inline float cp_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint64_t r = cp_mix(cp_mix(seed ^ cp_mix(stream + 0x9e3779b97f4a7c15ULL)) + index);
-    return (float)(r >> 40) * (1.0f / 16777216.0f);
-}
 static inline std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::vector<float> v((size_t)n);
-    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * cp_uniform(seed, 77, (uint64_t)i);
+    for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mft_uniform(seed, 77, (uint64_t)i);
     return v;
 }
 static inline std::vector<float> host_of(mf_ctx *ctx, const mf_tensor *t, int grad) {

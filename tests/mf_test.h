@@ -4,7 +4,8 @@
  *   static void test_something(void) { MFT_CHECK(1 + 1 == 2); MFT_NEAR(x, 1.0, 1e-6); }
  *   int main(void) { MFT_RUN(test_something); return mft_finish(); }
  *
- * mft_rel_err(a, b, n, floor) measures a tensor against a reference (the tolerance checks).
+ * mft_rel_err(a, b, n, floor) measures a tensor against a reference (the tolerance checks);
+ * mft_uniform(seed, stream, i) draws the library's random numbers.
  *
  * Each binary prints "ok   name" or "FAIL name" per test, the failing checks with file:line,
  * and ends with "N passed, N failed"; tests/run.sh adds the counts of all binaries and prints
@@ -41,6 +42,19 @@ static inline double mft_rel_err(const float *a, const float *b, int64_t n, doub
         if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
     }
     return num / den;
+}
+
+/* uniform in [0, 1): the library's counter-based generator (mf__uniform), bit for bit, for the
+   tests linked against the shared implementation (see the Makefile), which cannot call the
+   header's static functions */
+static inline uint64_t mft__mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static inline float mft_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint64_t r = mft__mix64(mft__mix64(seed ^ mft__mix64(stream + 0x9e3779b97f4a7c15ULL)) + index);
+    return (float)(r >> 40) * (1.0f / 16777216.0f);
 }
 
 #define MFT_RUN(fn) mft__run(#fn, fn)

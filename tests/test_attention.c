@@ -4,6 +4,7 @@
 #include "metaformer.h"
 
 #include "mf_test.h"
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct at_case { int B, H, Tq, Tk, dk, dv, causal; } at_case;
@@ -35,7 +36,7 @@ static at_io at_build(mf_ctx *ctx, at_case c, int fused, const float *R) {
 static float *at_random(int64_t n, uint64_t seed) {
     float *r = (float *)malloc((size_t)n * sizeof(float));
     int64_t i;
-    for (i = 0; i < n; i++) r[i] = mf__uniform(seed, 7, (uint64_t)i) * 2.0f - 1.0f;
+    for (i = 0; i < n; i++) r[i] = mft_uniform(seed, 7, (uint64_t)i) * 2.0f - 1.0f;
     return r;
 }
 
