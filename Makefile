@@ -49,10 +49,10 @@ $(BUILD)/obj/impl.o: tests/mf_impl.c metaformer.h
 $(BUILD)/obj/impl_asan.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -I. -c $< -o $@
-$(BUILD)/obj/impl_emu.o: tests/mf_impl.c $(CUDA_DEPS)
+$(BUILD)/obj/impl_emu.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
-$(BUILD)/obj/impl_emu_asan.o: tests/mf_impl.c $(CUDA_DEPS)
+$(BUILD)/obj/impl_emu_asan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
 
