@@ -11,19 +11,20 @@
 #                                          CPU seconds in LOG, written last
 #   tests/run.sh --report LOG...           print the kept runs in the order given, and the total
 #
-# `make test` runs every command with --one as a make target of its own, so the tests run in
-# parallel and each starts as soon as its binary is built; --report then prints the logs whole in
-# the fixed order of the Makefile's list, whatever order they finished in.
+# `make test` runs every command with --one as a make target of its own, so make -j runs the tests
+# in parallel, with each other and with the builds; --report then prints the logs whole in the
+# fixed order of the Makefile's list, whatever order they finished in.
 set -u
 
 # The environment of every test command. OMP_WAIT_POLICY=PASSIVE: the OpenMP threads sleep instead
 # of spinning while they wait, so tests that run side by side (and other work on the machine) do not
 # burn the cores that the other tests need; the threads and the parallel code they run stay the same.
-# GLIBC_TUNABLES: freed memory stays in the process instead of going back to the kernel. The gradient
-# checks build a fresh context (a 1 MB activation arena, the model's parameters) for each of their
-# thousands of evaluations; with glibc's default thresholds every one of those buffers is mapped anew
-# and page-faulted in, which tripled some tests' time with system time. (ASan binaries have their
-# own allocator and ignore this.)
+# GLIBC_TUNABLES: blocks up to 32 MB come from the heap, and freed memory stays in the process
+# instead of going back to the kernel. The gradient checks build a fresh context (a 1 MB activation
+# arena, the model's parameters) for each of their thousands of evaluations; with glibc's default
+# thresholds every one of those buffers was mapped anew and page-faulted in, which made system time
+# most of some tests' time (test_xl: 9.7 s, 1.0 s with this). ASan binaries have their own allocator
+# and ignore this.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456}
 
