@@ -1,5 +1,8 @@
 # metaformer.h - build, test and benchmark
-#   make test      header hygiene + every test, optimized and under ASan/UBSan (the CI command)
+#   make test      header hygiene + every test, optimized and under ASan/UBSan, examples/embed and,
+#                  where nvcc is installed, the CUDA builds (the CI command). Builds and tests run
+#                  in parallel on every core; the logs print whole, in a fixed order, and the closing
+#                  line adds them up: "N passed, N failed"
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
 #   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
@@ -16,7 +19,7 @@ SANFLAGS := -std=c99 -O1 -g -march=native -fsanitize=address,undefined -fno-sani
             -fno-omit-frame-pointer $(WARN)
 LDLIBS  := -lm
 BUILD   := build
-# the tests compile the header some 40 times: build on every core (the test run itself stays serial)
+# build and test on every core
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
 CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
@@ -27,8 +30,44 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench bench-cuda demo ablate goldens clean test-cuda train-cuda
+.PHONY: all test examples bench bench-cuda demo ablate goldens clean test-cuda train-cuda FORCE
 all: examples
+
+# The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
+# and linked into every test that uses the public API only; -DMETAFORMER_IMPLEMENTATION_DONE skips
+# the copy the test includes. Tests that call the header's static internals (mf__*, MF__*) compile
+# it in their own file, as every test did before (the pattern rules below).
+INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS) $(TEST_CXX))
+SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
+SHARED_CXX := $(basename $(notdir $(filter-out $(INTERNAL) tests/test_cuda_emu.cpp,$(TEST_CXX))))
+CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h
+ASAN_CXX   := $(CXXFLAGS) -g -fsanitize=address,undefined -fno-sanitize-recover=all
+
+$(BUILD)/obj/impl.o: tests/mf_impl.c metaformer.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -c $< -o $@
+$(BUILD)/obj/impl_asan.o: tests/mf_impl.c metaformer.h
+	@mkdir -p $(dir $@)
+	$(CC) $(SANFLAGS) -I. -c $< -o $@
+$(BUILD)/obj/impl_emu.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
+$(BUILD)/obj/impl_emu_asan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
+
+$(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
+$(SHARED_C:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.c $(BUILD)/obj/impl_asan.o metaformer.h tests/*.h examples/common.h
+	@mkdir -p $(dir $@)
+	$(CC) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_asan.o -o $@ $(LDLIBS)
+$(SHARED_CXX:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.cpp $(BUILD)/obj/impl_emu.o $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_emu.o -o $@ $(LDLIBS)
+$(SHARED_CXX:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.cpp $(BUILD)/obj/impl_emu_asan.o $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXX) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_emu_asan.o -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
@@ -43,14 +82,12 @@ $(BUILD)/nosimd/test_gemm: tests/test_gemm.c metaformer.h tests/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DMETAFORMER_NO_SIMD -I. -Itests $< -o $@ $(LDLIBS)
 
-# examples/train.c on the emulated CUDA device: the implementation with the backend compiled by
-# g++ over tests/cuda_emu.h, train.c by cc without its own copy (see examples/metaformer_cuda.cu)
-$(BUILD)/emu/train_emu: examples/train.c examples/common.h metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
+# examples/train.c on the emulated CUDA device: train.c compiled by cc without its own copy of the
+# implementation (see examples/metaformer_cuda.cu), linked with the emulator's (tests/mf_impl.c)
+$(BUILD)/emu/train_emu: examples/train.c examples/common.h metaformer.h $(BUILD)/obj/impl_emu.o
 	@mkdir -p $(dir $@)
-	printf '#include "cuda_emu.h"\n#define METAFORMER_IMPLEMENTATION\n#define METAFORMER_CUDA\n#include "metaformer.h"\n' > $(BUILD)/emu/impl.cpp
-	$(CXX) -std=c++14 -O2 -I. -Itests -c $(BUILD)/emu/impl.cpp -o $(BUILD)/emu/impl.o
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/emu/train.o
-	$(CXX) $(BUILD)/emu/train.o $(BUILD)/emu/impl.o -o $@ -lm -fopenmp
+	$(CXX) $(BUILD)/emu/train.o $(BUILD)/obj/impl_emu.o -o $@ -lm -fopenmp
 
 # C++ tests: the CUDA emulator (tests/cuda_emu.h) runs the .cuh kernels on the CPU
 $(BUILD)/tests/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
@@ -59,7 +96,7 @@ $(BUILD)/tests/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 
 $(BUILD)/asan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -g -fsanitize=address,undefined -fno-sanitize-recover=all -I. -Itests $< -o $@ $(LDLIBS)
+	$(CXX) $(ASAN_CXX) -I. -Itests $< -o $@ $(LDLIBS)
 
 $(BUILD)/%: examples/%.c examples/common.h metaformer.h
 	@mkdir -p $(dir $@)
@@ -67,12 +104,49 @@ $(BUILD)/%: examples/%.c examples/common.h metaformer.h
 
 examples: $(EXAMPLES)
 
-# ASAN_OPTIONS: fail on the first report; OMP threads 2 so the sanitized run stays quick
-test: $(TESTS) $(ASAN) $(EXAMPLES) $(BUILD)/nosimd/test_gemm $(BUILD)/emu/train_emu
-	@bash tests/run.sh "bash tests/hygiene.sh" "bash tests/cuda_build.sh" "bash tests/test_cli.sh" "bash tests/train_emu.sh" \
-	    "bash tests/test_ablate.sh" \
-	    $(foreach t,$(TESTS),"$(t)") "$(BUILD)/nosimd/test_gemm" \
-	    $(foreach t,$(ASAN),"ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(t)")
+# examples/embed built by its own Makefile, as a user builds it (with this Makefile's warnings)
+$(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
+	@mkdir -p $(dir $@)
+	$(MAKE) -C examples/embed OUT=$(abspath $(dir $@)) CC=$(CC) CFLAGS="$(CFLAGS)"
+
+# ---- make test ----
+# Every test command is a target of its own, a log under build/logs/, so make -j runs the tests in
+# parallel with each other and with the builds still queued. tests/run.sh --one runs a command and
+# keeps its output (a failing test does not stop the others), then tests/run.sh --report prints the
+# logs whole, in the fixed order of TEST_LOGS, and the closing line "N passed, N failed".
+# ASAN_OPTIONS: stop at the first report, and report leaks.
+ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+SCRIPTS   := hygiene cuda_build test_cli train_emu test_ablate test_embed
+TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
+             $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log)
+# the order make takes them up in (make -j queues every job it finds ready in this order, and a
+# test once its binary is built): the longest builds and runs first, so that the last jobs to finish
+# are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
+# slowest runs
+TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
+              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu asan/test_feedback
+TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
+              $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
+
+test: $(TEST_SCHED) $(EXAMPLES)
+	@bash tests/run.sh --report $(TEST_LOGS)
+# the test binaries stay after the run (made by pattern rules for the logs only, make would delete them)
+.SECONDARY: $(TESTS) $(ASAN) $(BUILD)/nosimd/test_gemm
+
+$(BUILD)/logs/sh/%.log: tests/%.sh FORCE
+	@bash tests/run.sh --one $@ "bash $<"
+$(BUILD)/logs/sh/test_cli.log: $(BUILD)/train
+$(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
+$(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
+$(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
+$(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE
+	@bash tests/run.sh --one $@ "$<"
+$(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE
+	@bash tests/run.sh --one $@ "$<"
+# a test's ASan run starts after its optimized run: some tests write fixed files under build/
+$(BUILD)/logs/asan/%.log: $(BUILD)/asan/% FORCE | $(BUILD)/logs/tests/%.log
+	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
+FORCE:
 
 # ---- CUDA (nvcc; CI has nvcc but no GPU: `make test` checks the kernels on the emulator and
 # tests/cuda_build.sh compiles these targets' sources with nvcc) ----
@@ -89,6 +163,13 @@ test-cuda: $(CUDA_SUITES)
 $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
+
+# the suites that use the public API only link the implementation that train-cuda links (as the
+# emulated ones link tests/mf_impl.c): one nvcc compile of the kernels fewer per suite
+$(SHARED_CXX:%=$(BUILD)/cuda/%): $(BUILD)/cuda/%: tests/%.cpp $(BUILD)/cuda/metaformer_cuda.o $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests -c $< -o $@.o
+	$(NVCC) $(NVFLAGS) $@.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
 # the GPU benchmarks (bench/run_cuda.sh): the model step, the fast-weights kernels (recurrent vs
 # chunkwise), the attention kernel (bench/torch_sdpa.py times PyTorch's SDPA at the same shapes);

@@ -447,4 +447,16 @@ GC__FN double gc_check(const char *name, int n, const gc_spec *specs, gc_build_f
 /* pass/fail helper for test files */
 #define GC_OK(err) ((err) <= GC_TOL)
 
+/* max_per_input for the elementwise checks of whole models: n, or at most 8 under ASan. There the
+   thousands of evaluations of a model check (each a fresh context and model, mapped anew by ASan's
+   allocator) made the sanitized binaries the slowest tests, while they add little: the memory
+   accesses the sanitizers check are the same whichever element is perturbed, each op of the model
+   is checked element by element by its own test in the same binary, and the optimized build runs
+   the same model checks on the full sample. */
+#if defined(__SANITIZE_ADDRESS__)
+#define GC_MODEL_SAMPLE(n) ((n) < 8 ? (n) : 8)
+#else
+#define GC_MODEL_SAMPLE(n) (n)
+#endif
+
 #endif /* MF_GRADCHECK_H */

@@ -10,17 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* max |a - b| / max(max |b|, 1e-6) (the goldens' measure) */
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 1e-6;
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= num)) num = d; /* NaN sticks */
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return num / den;
-}
+/* the goldens' measure (golden_rel_err): floor 1e-6 */
+static double rel_err(const float *a, const float *b, int64_t n) { return mft_rel_err(a, b, n, 1e-6); }
 
 /* ---- DPFP ---------------------------------------------------------------------------------------- */
 /* x = [1, 2, -3]: a = relu([x, -x]) = [1, 2, 0, 0, 0, 3];
@@ -232,12 +223,14 @@ static mf_model_config tiny(mf_mixer_kind mixer) {
 static void check_model(const char *what, mf_model_config cfg) {
     model_case c;
     char name[96];
+    gc_opts o = gc_defaults();
+    o.max_per_input = GC_MODEL_SAMPLE(o.max_per_input);
     memset(&c, 0, sizeof c);
     c.cfg = cfg;
     c.kinkfree = cfg.mixer == MF_MIXER_FAST_WEIGHTS || cfg.linear_feature == MF_FEATURE_DPFP;
     if (c.kinkfree) c.cfg.n_layers = 1;
     snprintf(name, sizeof name, "%s logits", what);
-    MFT_CHECK(GC_OK(gc_check_params(name, m_setup, m_forward, &c, NULL)));
+    MFT_CHECK(GC_OK(gc_check_params(name, m_setup, m_forward, &c, &o)));
     c.loss = 1;
     c.cfg.dropout = 0.2f;
     snprintf(name, sizeof name, "%s loss + dropout", what);

@@ -151,13 +151,15 @@ static mf_tensor *mforward(mf_ctx *ctx, void *user) {
 static void check_model_grad(mf_mixer_kind mixer) {
     mcase c;
     char name[64];
+    gc_opts o = gc_defaults();
     memset(&c, 0, sizeof c);
     c.cfg = tiny(mixer);
     /* every element of every parameter but R and S (the op's check covers those elementwise; the
-       directional checks and the goldens cover the model's use of them) */
+       directional checks and the goldens cover the model's use of them); a sample under ASan */
     c.freeze_tables = 1;
+    o.max_per_input = GC_MODEL_SAMPLE(o.max_per_input);
     snprintf(name, sizeof name, "%s logits", mf_mixer_name(mixer));
-    MFT_CHECK(GC_OK(gc_check_params(name, msetup, mforward, &c, NULL)));
+    MFT_CHECK(GC_OK(gc_check_params(name, msetup, mforward, &c, &o)));
     c.freeze_tables = 0;
     c.loss = 1; /* through the loss, with dropout on every branch: directional */
     c.cfg.dropout = 0.2f;

@@ -2,6 +2,7 @@
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
 #include "mf_test.h"
+#include <stdlib.h>
 #include <string.h>
 
 #define CKPT "build/test_io.safetensors"

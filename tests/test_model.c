@@ -1,5 +1,6 @@
 /* The MetaFormer model: gradient checks of every mixer (elementwise on every parameter of a tiny
-   model, and directional on the loss with dropout), and config validation. */
+   model - a sample of each under ASan, see GC_MODEL_SAMPLE - and directional on the loss with
+   dropout), and config validation. */
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
 #include "mf_test.h"
@@ -35,12 +36,14 @@ static mf_model_config tiny(mf_mixer_kind mixer) {
 static void check_mixer(mf_mixer_kind mixer, mf_pos_kind pos, int pool_causal) {
     case_t c;
     char name[64];
+    gc_opts o = gc_defaults();
+    o.max_per_input = GC_MODEL_SAMPLE(o.max_per_input);
     memset(&c, 0, sizeof c);
     c.cfg = tiny(mixer);
     c.cfg.pos = pos;
     c.cfg.pool_causal = pool_causal;
     snprintf(name, sizeof name, "%s logits", mf_mixer_name(mixer));
-    MFT_CHECK(GC_OK(gc_check_params(name, setup, forward, &c, NULL)));
+    MFT_CHECK(GC_OK(gc_check_params(name, setup, forward, &c, &o)));
     c.loss = 1; /* the whole model through the loss, with dropout: directional */
     c.cfg.dropout = 0.2f;
     snprintf(name, sizeof name, "%s loss + dropout", mf_mixer_name(mixer));

@@ -8,6 +8,9 @@
 #include "mf_test.h"
 
 #include <string.h>
+#ifndef M_PI /* not in strict C99 <math.h> */
+#define M_PI 3.14159265358979323846
+#endif
 
 /* |a / b - 1| <= tol (b != 0) */
 #define REL_NEAR(a, b, tol) MFT_NEAR((double)(a) / (double)(b), 1.0, tol)

@@ -355,7 +355,7 @@ static mf_tensor *xl_forward(mf_ctx *ctx, void *user) {
 
 static void xl_check(const char *name, xl_case c, int elementwise) {
     gc_opts o = gc_defaults();
-    o.max_per_input = 24; /* every evaluation builds a model with 2 x 8192-row tables: sample */
+    o.max_per_input = GC_MODEL_SAMPLE(24); /* every evaluation builds a model with 2 x 8192-row tables: sample */
     if (elementwise) MFT_CHECK(GC_OK(gc_check_params(name, xl_setup, xl_forward, &c, &o)));
     else MFT_CHECK(GC_OK(gc_check_dir(name, xl_setup, xl_forward, &c, 6, &o)));
     mf_model_free(c.model);
