@@ -101,13 +101,14 @@ static ra_ref ra_reference(ra_case c, const ra_io *io, const float *W) {
 }
 static void ra_ref_free(ra_ref *r) { free(r->out); free(r->gq); free(r->gk); free(r->gv); free(r->gu); free(r->gR); free(r->gS); }
 
-/* max |a - b| / max(1, max |b|) */
+/* mft_rel_err(a, b, n, 1) for a reference of doubles (mft_rel_err takes float references) */
 static double ra_err(const float *a, const double *b, int64_t n) {
     double num = 0, den = 1;
     int64_t i;
     for (i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
-        if (!(d <= num)) num = d;
+        if (d != d) return d;
+        if (d > num) num = d;
         if (fabs(b[i]) > den) den = fabs(b[i]);
     }
     return num / den;
@@ -396,17 +397,6 @@ static mf_model *xl_model(mf_ctx **ctx, const mf_model_config *cfg, uint64_t see
     return m;
 }
 
-static double xl_rel(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 1e-6;
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= num)) num = d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return num / den;
-}
-
 /* segment A then segment B with memory = the B positions of one forward over [A ; B] (memory
    fully visible, relative positions continue); reset and the two slots are independent */
 static void test_memory_continues_the_sequence(void) {
@@ -433,7 +423,7 @@ static void test_memory_continues_the_sequence(void) {
     lo = mf_model_forward(m, ab, B, T);
     MFT_CHECK(lo != NULL);
     for (i = 0; lo && i < B; i++) {
-        double e = xl_rel(segB + i * TB * XV, lo->data + ((int64_t)i * T + TA) * XV, TB * XV);
+        double e = mft_rel_err(segB + i * TB * XV, lo->data + ((int64_t)i * T + TA) * XV, TB * XV, 1e-6);
         if (!(e <= 1e-5)) printf("    row %d: segment B with memory vs full forward: rel err %.3g\n", i, e);
         MFT_CHECK(e <= 1e-5);
     }
@@ -445,7 +435,7 @@ static void test_memory_continues_the_sequence(void) {
     mf_model_reset_memory(m);
     lo = mf_model_forward(m, b, B, TB);
     MFT_CHECK(lo && memcmp(lo->data, fresh, sizeof fresh) == 0);
-    MFT_CHECK(lo && xl_rel(segB, fresh, B * TB * XV) > 1e-3); /* the memory did matter */
+    MFT_CHECK(lo && mft_rel_err(segB, fresh, B * TB * XV, 1e-6) > 1e-3); /* the memory did matter */
     MFT_CHECK(mf_model_memory_slot(m, 2) == -1 && mf_model_memory_slot(m, -1) == -1);
     /* the batch size is fixed while a slot holds memories */
     MFT_CHECK(mf_model_forward(m, b, 1, TB) == NULL);
