@@ -99,6 +99,17 @@ struct TrainOpts {
     const char *save;
 };
 static inline TrainOpts train_opts(void) { TrainOpts o = {MF_OPT_ADAM, 3e-3f, 3, 8, 6, 1e-5, -1, NULL}; return o; }
+/* one training step from loss: backward, clip to 0.5, the optimizer; the gradient norm and the loss
+   go to norms and losses; then the gradients are zeroed and the activations released */
+static inline void train_step(mf_ctx *ctx, mf_tensor *loss, mf_optimizer *opt, std::vector<float> &norms,
+                              std::vector<float> &losses) {
+    mf_backward(ctx, loss);
+    norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
+    mf_optimizer_step(ctx, opt);
+    losses.push_back(mf_item(ctx, loss));
+    mf_zero_grad(ctx);
+    mf_reset(ctx);
+}
 static inline TrainRun train_run(mf_model_config cfg, int cuda, const TrainOpts &o) {
     TrainRun r;
     mf_ctx *ctx = mf_ctx_new(7);
@@ -113,13 +124,7 @@ static inline TrainRun train_run(mf_model_config cfg, int cuda, const TrainOpts 
     opt.weight_decay = 0.01f;
     for (int s = 0; s < o.steps && m; s++) {
         for (size_t i = 0; i < ids.size(); i++) { ids[i] = ((int)i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
-        mf_tensor *loss = mf_model_loss(m, ids.data(), tg.data(), B, T);
-        mf_backward(ctx, loss);
-        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
-        mf_optimizer_step(ctx, &opt);
-        r.losses.push_back(mf_item(ctx, loss));
-        mf_zero_grad(ctx);
-        mf_reset(ctx);
+        train_step(ctx, mf_model_loss(m, ids.data(), tg.data(), B, T), &opt, r.norms, r.losses);
     }
     if (m && mf_ok(ctx)) {
         r.params = params_host(ctx);

@@ -148,12 +148,7 @@ static XlRun xl_train(mf_model_config cfg, int cuda, int steps) {
         xl_segment(s, B, T, ids, tg);
         mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
         r.aux.push_back(mf_model_aux_loss(m));
-        mf_backward(ctx, loss);
-        r.norms.push_back(mf_clip_grad_norm(ctx, 0.5f));
-        mf_optimizer_step(ctx, &opt);
-        r.losses.push_back(mf_item(ctx, loss));
-        mf_zero_grad(ctx);
-        mf_reset(ctx);
+        train_step(ctx, loss, &opt, r.norms, r.losses);
         if (s % 2 == 1) { /* validation on its own memories */
             int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0);
             mf_model_memory_slot(m, 1);
