@@ -6,6 +6,7 @@
 #include "metaformer.h"
 #include "mf_test.h"
 #include "gradcheck.h"
+#include "model_grad.h"
 #include "golden.h"
 #include <stdlib.h>
 #include <string.h>
@@ -177,10 +178,6 @@ static void test_op_errors(void) {
 }
 
 /* ---- the mixers in the model --------------------------------------------------------------------- */
-enum { MB = 2, MT = 5, MV = 7 };
-static const int32_t m_ids[MB * MT] = {1, 4, 0, 6, 2, 3, 3, 5, 1, 0};
-static const int32_t m_targets[MB * MT] = {4, 0, -1, 2, 3, 3, 5, 1, -1, 6};
-typedef struct { mf_model_config cfg; mf_model *model; int loss, kinkfree; } model_case;
 /* DPFP is not smooth: relu kinks, and phi / sum(phi) jumps where only one product is non-zero and
    it vanishes. A finite difference across one fails, so the DPFP models are set up kink-free by
    construction (one layer: only the embedding and Wq, Wk are upstream of DPFP): embedding
@@ -202,39 +199,23 @@ static void m_kinkfree(mf_ctx *ctx, mf_model *m) {
                 W->data[f * D + d] = d == 0 ? ((f * 5 + i) % 3 == 0 ? -0.5f : 0.5f) : 0.3f * W->data[f * D + d];
     }
 }
-static int m_setup(mf_ctx *ctx, void *user) {
-    model_case *c = (model_case *)user;
-    mf_model_free(c->model);
-    c->model = mf_model_new(ctx, &c->cfg);
-    if (c->model && c->kinkfree) m_kinkfree(ctx, c->model);
-    return c->model ? 0 : -1;
-}
-static mf_tensor *m_forward(mf_ctx *ctx, void *user) {
-    model_case *c = (model_case *)user;
-    (void)ctx;
-    return c->loss ? mf_model_loss(c->model, m_ids, m_targets, MB, MT) : mf_model_forward(c->model, m_ids, MB, MT);
-}
+/* without positions: the seed's models have none */
 static mf_model_config tiny(mf_mixer_kind mixer) {
-    mf_model_config c = mf_model_config_default();
-    c.vocab = MV; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 12; c.max_seq = 8;
-    c.mixer = mixer; c.pos = MF_POS_NONE; c.ffn_act = MF_ACT_GELU;
+    mf_model_config c = mg_tiny(mixer);
+    c.pos = MF_POS_NONE;
     return c;
 }
 static void check_model(const char *what, mf_model_config cfg) {
-    model_case c;
-    char name[96];
-    gc_opts o = gc_defaults();
-    o.max_per_input = GC_MODEL_SAMPLE(o.max_per_input);
+    mg_case c;
     memset(&c, 0, sizeof c);
     c.cfg = cfg;
-    c.kinkfree = cfg.mixer == MF_MIXER_FAST_WEIGHTS || cfg.linear_feature == MF_FEATURE_DPFP;
-    if (c.kinkfree) c.cfg.n_layers = 1;
-    snprintf(name, sizeof name, "%s logits", what);
-    MFT_CHECK(GC_OK(gc_check_params(name, m_setup, m_forward, &c, &o)));
-    c.loss = 1;
+    if (cfg.mixer == MF_MIXER_FAST_WEIGHTS || cfg.linear_feature == MF_FEATURE_DPFP) {
+        c.prepare = m_kinkfree;
+        c.cfg.n_layers = 1;
+    }
+    MFT_CHECK(mg_check_logits(what, &c));
     c.cfg.dropout = 0.2f;
-    snprintf(name, sizeof name, "%s loss + dropout", what);
-    MFT_CHECK(GC_OK(gc_check_dir(name, m_setup, m_forward, &c, 6, NULL)));
+    MFT_CHECK(mg_check_loss(what, "loss + dropout", &c, 6));
     mf_model_free(c.model);
 }
 static void test_model_grad_fast_weights(void) {
@@ -323,7 +304,7 @@ static void gen_case(mf_model_config cfg) {
     MFT_CHECK(ma && mb);
     if (!ma || !mb) goto done;
     memcpy(mf_param_data(b), mf_param_data(a), (size_t)mf_param_count(a) * sizeof(float));
-    for (i = 0; i < N; i++) seq[i] = (int32_t)((i * 7 + 3) % MV);
+    for (i = 0; i < N; i++) seq[i] = (int32_t)((i * 7 + 3) % MG_V);
     mf_set_grad(a, 0); mf_set_grad(b, 0);
     full = mf_model_forward(mb, seq, 1, N);
     MFT_CHECK(full != NULL);
@@ -333,7 +314,7 @@ static void gen_case(mf_model_config cfg) {
         int rows = i == NP ? NP : 1;
         double e;
         if (!lg) break;
-        e = rel_err(lg->data, full->data + (int64_t)(i - rows) * MV, (int64_t)rows * MV);
+        e = rel_err(lg->data, full->data + (int64_t)(i - rows) * MG_V, (int64_t)rows * MG_V);
         if (e > worst) worst = e;
         mf_reset(a);
     }
@@ -350,9 +331,9 @@ static void gen_case(mf_model_config cfg) {
         memcpy(seq + NP, out, sizeof out);
         lg = mf_model_forward(mb, seq, 1, N);
         for (i = 0; lg && i < N - NP; i++) {
-            const float *row = lg->data + (int64_t)(NP - 1 + i) * MV;
+            const float *row = lg->data + (int64_t)(NP - 1 + i) * MG_V;
             int v, best = 0;
-            for (v = 1; v < MV; v++) if (row[v] > row[best]) best = v;
+            for (v = 1; v < MG_V; v++) if (row[v] > row[best]) best = v;
             bad += row[best] - row[out[i]] > 1e-5f;
         }
         MFT_CHECK(lg != NULL && bad == 0);

@@ -6,6 +6,7 @@
 #include "metaformer.h"
 #include "mf_test.h"
 #include "gradcheck.h"
+#include "model_grad.h"
 #include "golden.h"
 #include <stdlib.h>
 #include <string.h>
@@ -96,17 +97,10 @@ static void test_attention_grad(void) {
 }
 
 /* ---- whole models ------------------------------------------------------------------------------ */
-enum { GB = 2, GT = 5, GV = 7 };
-static const int32_t g_ids[GB * GT] = {1, 4, 0, 6, 2, 3, 3, 5, 1, 0};
-static const int32_t g_targets[GB * GT] = {4, 0, -1, 2, 3, 3, 5, 1, -1, 6};
-
-typedef struct { mf_model_config cfg; mf_model *model; int loss, freeze_tables; } mcase;
-
+/* mg_tiny with max_seq 6 */
 static mf_model_config tiny(mf_mixer_kind mixer) {
-    mf_model_config c = mf_model_config_default();
-    c.vocab = GV; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 12; c.max_seq = 6;
-    c.mixer = mixer;
-    c.ffn_act = MF_ACT_GELU; /* smooth: finite differences never straddle a kink */
+    mf_model_config c = mg_tiny(mixer);
+    c.max_seq = 6;
     return c;
 }
 /* u, the last `rows` rows of R and S, and the layer weights w away from their constant init */
@@ -128,49 +122,36 @@ static void perturb(mf_model *m, int rows, uint64_t seed) {
     }
     fill(&s, mf_param_find(ctx, "feedback.weights")->data, c->n_layers + 1, -1.0f, 1.5f);
 }
-static int msetup(mf_ctx *ctx, void *user) {
-    mcase *c = (mcase *)user;
-    mf_model_free(c->model); /* the checker builds a fresh context per evaluation */
-    c->model = mf_model_new(ctx, &c->cfg);
-    if (!c->model) return -1;
-    perturb(c->model, c->cfg.max_seq, 9);
-    if (c->freeze_tables) { /* 4096-row tables: sampled elements would miss the rows a step reads */
-        int l;
-        for (l = 0; l < c->cfg.n_layers; l++) {
-            mf_param_set_trainable(c->model->layers[l].rel_r, 0);
-            mf_param_set_trainable(c->model->layers[l].rel_s, 0);
-        }
-    }
-    return 0;
-}
-static mf_tensor *mforward(mf_ctx *ctx, void *user) {
-    mcase *c = (mcase *)user;
+static void perturb_model(mf_ctx *ctx, mf_model *m) {
     (void)ctx;
-    return c->loss ? mf_model_loss(c->model, g_ids, g_targets, GB, GT) : mf_model_forward(c->model, g_ids, GB, GT);
+    perturb(m, mf_model_get_config(m)->max_seq, 9);
+}
+/* and the R, S tables frozen: 4096-row tables, whose sampled elements would miss the rows a step reads */
+static void perturb_model_frozen(mf_ctx *ctx, mf_model *m) {
+    int l;
+    perturb_model(ctx, m);
+    for (l = 0; l < mf_model_get_config(m)->n_layers; l++) {
+        mf_param_set_trainable(m->layers[l].rel_r, 0);
+        mf_param_set_trainable(m->layers[l].rel_s, 0);
+    }
 }
 static void check_model_grad(mf_mixer_kind mixer) {
-    mcase c;
-    char name[64];
-    gc_opts o = gc_defaults();
+    const char *what = mf_mixer_name(mixer);
+    mg_case c;
     memset(&c, 0, sizeof c);
     c.cfg = tiny(mixer);
     /* every element of every parameter but R and S (the op's check covers those elementwise; the
        directional checks and the goldens cover the model's use of them); a sample under ASan */
-    c.freeze_tables = 1;
-    o.max_per_input = GC_MODEL_SAMPLE(o.max_per_input);
-    snprintf(name, sizeof name, "%s logits", mf_mixer_name(mixer));
-    MFT_CHECK(GC_OK(gc_check_params(name, msetup, mforward, &c, &o)));
-    c.freeze_tables = 0;
-    c.loss = 1; /* through the loss, with dropout on every branch: directional */
-    c.cfg.dropout = 0.2f;
+    c.prepare = perturb_model_frozen;
+    MFT_CHECK(mg_check_logits(what, &c));
+    c.prepare = perturb_model;
+    c.cfg.dropout = 0.2f; /* through the loss, with dropout on every branch: directional */
     c.cfg.ffn_act = MF_ACT_SILU;
-    snprintf(name, sizeof name, "%s loss + dropout", mf_mixer_name(mixer));
-    MFT_CHECK(GC_OK(gc_check_dir(name, msetup, mforward, &c, 6, NULL)));
+    MFT_CHECK(mg_check_loss(what, "loss + dropout", &c, 6));
     c.cfg.dropout = 0.0f; /* one layer, no positions */
     c.cfg.n_layers = 1;
     c.cfg.pos = MF_POS_NONE;
-    snprintf(name, sizeof name, "%s 1 layer loss", mf_mixer_name(mixer));
-    MFT_CHECK(GC_OK(gc_check_dir(name, msetup, mforward, &c, 4, NULL)));
+    MFT_CHECK(mg_check_loss(what, "1 layer loss", &c, 4));
     mf_model_free(c.model);
 }
 static void test_grad_feedback(void) { check_model_grad(MF_MIXER_FEEDBACK); }

@@ -4,50 +4,18 @@
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
 #include "mf_test.h"
-#include "gradcheck.h"
+#include "model_grad.h"
 #include <string.h>
 
-enum { B = 2, T = 5, V = 7 };
-static const int32_t ids[B * T] = {1, 4, 0, 6, 2, 3, 3, 5, 1, 0};
-static const int32_t targets[B * T] = {4, 0, -1, 2, 3, 3, 5, 1, -1, 6};
-
-typedef struct { mf_model_config cfg; mf_model *model; int loss; } case_t;
-
-static int setup(mf_ctx *ctx, void *user) {
-    case_t *c = (case_t *)user;
-    mf_model_free(c->model); /* the checker builds a fresh context per evaluation */
-    c->model = mf_model_new(ctx, &c->cfg);
-    return c->model ? 0 : -1;
-}
-static mf_tensor *forward(mf_ctx *ctx, void *user) {
-    case_t *c = (case_t *)user;
-    (void)ctx;
-    return c->loss ? mf_model_loss(c->model, ids, targets, B, T) : mf_model_forward(c->model, ids, B, T);
-}
-
-static mf_model_config tiny(mf_mixer_kind mixer) {
-    mf_model_config c = mf_model_config_default();
-    c.vocab = V; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 12; c.max_seq = 8;
-    c.mixer = mixer;
-    c.ffn_act = MF_ACT_GELU; /* smooth: finite differences never straddle a kink */
-    return c;
-}
-
 static void check_mixer(mf_mixer_kind mixer, mf_pos_kind pos, int pool_causal) {
-    case_t c;
-    char name[64];
-    gc_opts o = gc_defaults();
-    o.max_per_input = GC_MODEL_SAMPLE(o.max_per_input);
+    mg_case c;
     memset(&c, 0, sizeof c);
-    c.cfg = tiny(mixer);
+    c.cfg = mg_tiny(mixer);
     c.cfg.pos = pos;
     c.cfg.pool_causal = pool_causal;
-    snprintf(name, sizeof name, "%s logits", mf_mixer_name(mixer));
-    MFT_CHECK(GC_OK(gc_check_params(name, setup, forward, &c, &o)));
-    c.loss = 1; /* the whole model through the loss, with dropout: directional */
-    c.cfg.dropout = 0.2f;
-    snprintf(name, sizeof name, "%s loss + dropout", mf_mixer_name(mixer));
-    MFT_CHECK(GC_OK(gc_check_dir(name, setup, forward, &c, 6, NULL)));
+    MFT_CHECK(mg_check_logits(mf_mixer_name(mixer), &c));
+    c.cfg.dropout = 0.2f; /* the whole model through the loss, with dropout: directional */
+    MFT_CHECK(mg_check_loss(mf_mixer_name(mixer), "loss + dropout", &c, 6));
     mf_model_free(c.model);
 }
 
@@ -62,7 +30,7 @@ static void test_grad_identity(void) { check_mixer(MF_MIXER_IDENTITY, MF_POS_LEA
    the gradient of the upper-triangle parameter folds both off-diagonal entries */
 static void test_metric_is_symmetric(void) {
     mf_ctx *ctx = mf_ctx_new(5);
-    mf_model_config cfg = tiny(MF_MIXER_METRIC);
+    mf_model_config cfg = mg_tiny(MF_MIXER_METRIC);
     mf_model *m = mf_model_new(ctx, &cfg);
     mf_tensor *mbar = mf_param_find(ctx, "layers.0.attn.metric");
     MFT_CHECK(mbar != NULL && mbar->shape[0] == 2 && mbar->shape[1] == 4 * 5 / 2);
@@ -76,7 +44,7 @@ static void test_metric_is_symmetric(void) {
    same bits as kept ones: losses, parameters, and no activation gradient left afterwards */
 static void run_steps(mf_mixer_kind mixer, int keep, float *losses, float **params, int64_t *np) {
     mf_ctx *ctx = mf_ctx_new(11);
-    mf_model_config cfg = tiny(mixer);
+    mf_model_config cfg = mg_tiny(mixer);
     mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-2f);
     mf_model *m;
     int step;
@@ -88,7 +56,7 @@ static void run_steps(mf_mixer_kind mixer, int keep, float *losses, float **para
     MFT_CHECK(m != NULL);
     if (!m) { printf("    %s: %s\n", mf_mixer_name(mixer), mf_error(ctx)); mf_ctx_free(ctx); return; }
     for (step = 0; step < 3; step++) {
-        mf_tensor *loss = mf_model_loss(m, ids, targets, B, T);
+        mf_tensor *loss = mf_model_loss(m, mg_ids, mg_targets, MG_B, MG_T);
         mf_zero_grad(ctx);
         MFT_CHECK(loss && mf_backward(ctx, loss) == 0);
         if (!loss) break;
@@ -127,18 +95,18 @@ static void expect_bad(mf_model_config c, const char *phrase) {
     mf_ctx_free(ctx);
 }
 static void test_bad_configs(void) {
-    mf_model_config c = tiny(MF_MIXER_SDPA);
+    mf_model_config c = mg_tiny(MF_MIXER_SDPA);
     mf_ctx *ctx = mf_ctx_new(1);
     mf_model *m;
     c.d_model = 10; c.n_heads = 4; expect_bad(c, "not divisible by n_heads");
-    c = tiny(MF_MIXER_SDPA); c.vocab = 0; expect_bad(c, "vocab");
-    c = tiny(MF_MIXER_POOL); c.pool_causal = 0; c.pool_size = 4; expect_bad(c, "odd");
-    c = tiny(MF_MIXER_SDPA); c.dropout = 1.0f; expect_bad(c, "dropout");
-    c = tiny(MF_MIXER_SDPA); c.mixer = (mf_mixer_kind)42; expect_bad(c, "unknown mixer");
-    c = tiny(MF_MIXER_POOL); c.d_model = 10; c.n_heads = 4; /* pool has no heads: fine */
+    c = mg_tiny(MF_MIXER_SDPA); c.vocab = 0; expect_bad(c, "vocab");
+    c = mg_tiny(MF_MIXER_POOL); c.pool_causal = 0; c.pool_size = 4; expect_bad(c, "odd");
+    c = mg_tiny(MF_MIXER_SDPA); c.dropout = 1.0f; expect_bad(c, "dropout");
+    c = mg_tiny(MF_MIXER_SDPA); c.mixer = (mf_mixer_kind)42; expect_bad(c, "unknown mixer");
+    c = mg_tiny(MF_MIXER_POOL); c.d_model = 10; c.n_heads = 4; /* pool has no heads: fine */
     m = mf_model_new(ctx, &c);
     MFT_CHECK(m != NULL);
-    MFT_CHECK(mf_model_forward(m, ids, B, 9) == NULL); /* T > max_seq */
+    MFT_CHECK(mf_model_forward(m, mg_ids, MG_B, 9) == NULL); /* T > max_seq */
     MFT_CHECK(strstr(mf_error(ctx), "max_seq") != NULL);
     printf("    msg: %s\n", mf_error(ctx));
     mf_model_free(m);
@@ -175,17 +143,17 @@ static void set_field(mf_model_config *c, int f) {
 static void test_config_fields(void) {
     int k, f;
     for (k = 0; k < MF_MIXER_COUNT; k++) { /* the defaults: every mixer builds and runs */
-        mf_model_config c = tiny((mf_mixer_kind)k);
+        mf_model_config c = mg_tiny((mf_mixer_kind)k);
         mf_ctx *ctx = mf_ctx_new(1);
         mf_model *m = mf_model_new(ctx, &c);
-        MFT_CHECK(m != NULL && mf_model_forward(m, ids, B, T) != NULL);
+        MFT_CHECK(m != NULL && mf_model_forward(m, mg_ids, MG_B, MG_T) != NULL);
         if (!mf_ok(ctx)) printf("    %s: %s\n", mf_mixer_name((mf_mixer_kind)k), mf_error(ctx));
         mf_model_free(m);
         mf_ctx_free(ctx);
     }
     for (f = 0; f < (int)(sizeof FIELDS / sizeof FIELDS[0]); f++)
         for (k = 0; k < MF_MIXER_COUNT; k++) {
-            mf_model_config c = tiny((mf_mixer_kind)k);
+            mf_model_config c = mg_tiny((mf_mixer_kind)k);
             mf_ctx *ctx = mf_ctx_new(1);
             char want[160];
             int refused;
@@ -201,7 +169,7 @@ static void test_config_fields(void) {
             mf_ctx_free(ctx);
         }
     { /* the whole message of one */
-        mf_model_config c = tiny(MF_MIXER_SDPA);
+        mf_model_config c = mg_tiny(MF_MIXER_SDPA);
         c.compressive = 1;
         expect_bad(c, "model config: compressive = 1 applies only to the relative mixer (set it to 0, or choose mixer "
                       "relative); the sdpa mixer does not read it");
@@ -233,7 +201,7 @@ static void test_mixer_table(void) {
 static void test_clone_every_parameter(void) {
     int k;
     for (k = 0; k <= MF_MIXER_COUNT; k++) {
-        mf_model_config c = tiny(k == MF_MIXER_COUNT ? MF_MIXER_RELATIVE : (mf_mixer_kind)k);
+        mf_model_config c = mg_tiny(k == MF_MIXER_COUNT ? MF_MIXER_RELATIVE : (mf_mixer_kind)k);
         mf_ctx *ctx = mf_ctx_new(3);
         mf_model *m;
         int i, n0 = 0, same = 1;
