@@ -7,15 +7,9 @@
 set -u
 cd "$(dirname "$0")/.."
 ABLATE=${ABLATE:-$PWD/build/ablate}
-pass=0; fail=0
-if [ ! -x "$ABLATE" ]; then
-    echo "FAIL $ABLATE is missing: run make examples first"; echo "0 passed, 1 failed"; exit 1
-fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-
-ok()  { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -20; fail=$((fail + 1)); }
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+start_test "$ABLATE" "make examples"
 
 ALL="sdpa metric quadratic pool identity relative compressive fast_weights linear feedback feedback_kv"  # the library's order
 TINY=(--steps 12 --batch 8 --d-model 16 --heads 2 --layers 1 --d-ff 32 --eval-batches 2)
@@ -114,12 +108,6 @@ for model in relative compressive; do
 done
 
 # 5. errors: exit status 1 and a message naming the problem
-expect_error() { # name, phrase, command...
-    local name=$1 phrase=$2; shift 2
-    "$@" > err.out 2>&1; local rc=$?
-    if [ $rc -eq 1 ] && grep -q -- "$phrase" err.out; then ok "error: $name"
-    else bad "error: $name (want exit 1 and \"$phrase\")" "rc $rc" "$(cat err.out)"; fi
-}
 expect_error "unknown model"          'unknown model "gpt" in --models'  "$ABLATE" "${TINY[@]}" --models sdpa,gpt
 expect_error "a model named twice"    'names "pool" twice'              "$ABLATE" "${TINY[@]}" --models pool,pool
 expect_error "--seq-len on the sorter" '--seq-len applies to a text file' "$ABLATE" "${TINY[@]}" --seq-len 8
@@ -129,5 +117,4 @@ if "$ABLATE" --help > help.out 2>&1 && grep -q -- '--models' help.out && grep -q
 then ok "--help lists the options"
 else bad "--help lists the options" "$(cat help.out)"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

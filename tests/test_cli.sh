@@ -5,15 +5,9 @@
 set -u
 cd "$(dirname "$0")/.."
 TRAIN=${TRAIN:-$PWD/build/train}
-pass=0; fail=0
-if [ ! -x "$TRAIN" ]; then
-    echo "FAIL $TRAIN is missing: run make examples first"; echo "0 passed, 1 failed"; exit 1
-fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-
-ok()  { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -20; fail=$((fail + 1)); }
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+start_test "$TRAIN" "make examples"
 
 # a few KB of English-ish text: 160 varied sentences
 awk 'BEGIN {
@@ -72,12 +66,6 @@ if [ $rc -eq 1 ] && grep -q 'differs from the checkpoint' conflict.out; then ok 
 else bad "--resume with a different --d-model is refused" "rc $rc" "$(cat conflict.out)"; fi
 
 # 3. errors: exit status 1 and a message naming the problem
-expect_error() { # name, phrase, command...
-    local name=$1 phrase=$2; shift 2
-    "$@" > err.out 2>&1; local rc=$?
-    if [ $rc -eq 1 ] && grep -q -- "$phrase" err.out; then ok "error: $name"
-    else bad "error: $name (want exit 1 and \"$phrase\")" "rc $rc" "$(cat err.out)"; fi
-}
 : > empty.txt
 printf 'just some text\0with a NUL byte\n%.0s' $(seq 50) > nul.bin
 awk 'BEGIN { for (i = 0; i < 3000; i++) printf "%c", (i % 3 ? 65 + i % 26 : 1 + i % 8) }' > ctrl.bin
@@ -177,5 +165,4 @@ if "$TRAIN" --help > help.out 2>&1 && grep -q -- '--mixer sdpa|metric|quadratic|
 then ok "--help lists the options"
 else bad "--help lists the options" "$(cat help.out)"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -7,15 +7,9 @@
 set -u
 cd "$(dirname "$0")/.."
 EMBED=${EMBED:-$PWD/build/embed/embed}
-pass=0; fail=0
-if [ ! -x "$EMBED" ]; then
-    echo "FAIL $EMBED is missing: run make test (or make -C examples/embed) first"; echo "0 passed, 1 failed"; exit 1
-fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-
-ok()  { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -20; fail=$((fail + 1)); }
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+start_test "$EMBED" "make test (or make -C examples/embed)"
 
 "$EMBED" > out.txt 2> err.txt; rc=$?
 if [ $rc -eq 0 ] && [ ! -s err.txt ] && grep -q '^device: cpu, 2 layers, [0-9]* parameters$' out.txt
@@ -38,5 +32,4 @@ if [ -n "$text" ] && [ ${#gen} -ge 24 ] && case "$text$text" in *"${gen:0:24}"*)
 then ok "greedy generation continues the text: \"$gen\""
 else bad "greedy generation continues the text (24 characters of it)" "text: \"$text\"" "$(cat out.txt)"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

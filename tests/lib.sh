@@ -1,0 +1,28 @@
+# tests/lib.sh - what the shell tests of the built programs share (test_cli.sh, test_ablate.sh,
+# test_embed.sh). Source it from the repository root, then call start_test.
+
+pass=0; fail=0
+
+# start_test PROGRAM HOW: without the executable PROGRAM, a FAIL line naming HOW to build it and the
+# runner's summary, exit 1; else continue in a new temporary folder ($tmp), removed on exit
+start_test() {
+    if [ ! -x "$1" ]; then
+        echo "FAIL $1 is missing: run $2 first"; echo "0 passed, 1 failed"; exit 1
+    fi
+    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+    cd "$tmp" || exit 1
+}
+
+ok()  { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -20; fail=$((fail + 1)); }
+
+# expect_error NAME PHRASE COMMAND...: COMMAND exits 1 with a message that contains PHRASE
+expect_error() {
+    local name=$1 phrase=$2; shift 2
+    "$@" > err.out 2>&1; local rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "$phrase" err.out; then ok "error: $name"
+    else bad "error: $name (want exit 1 and \"$phrase\")" "rc $rc" "$(cat err.out)"; fi
+}
+
+# the closing line "N passed, N failed"; the status is 1 when a check failed
+finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
