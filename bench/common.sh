@@ -7,6 +7,18 @@ median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print ""; else if (NR%2) pr
 maxval() { sort -g | tail -n 1; }
 relabel() { sed "s/ mixer=[^ ]* / mixer=$1 /"; }  # a RESULT line renamed to its row (compressive runs --mixer relative)
 
+# record_result LOG ROW REP LABEL MEM_FIELD: a run's RESULT line (in its LOG), relabelled ROW, goes to
+# $RAW as "rep=REP ..." and a line "LABEL ROW: tok/s, MEM_FIELD MB" to the terminal; without one, FAILED
+# and the log's last lines
+record_result() {
+    local line; line=$(grep '^RESULT' "$1" | relabel "$2")
+    if [ -n "$line" ]; then echo "rep=$3 $line" >> "$RAW"; say "   $4 $2: $(echo "$line" | field tok_s) tok/s, $(echo "$line" | field "$5") MB";
+    else say "   $4 $2: FAILED"; sed 's/^/      /' "$1" | tail -n 5; fi
+}
+# raw_stat IMPL ROW FIELD REDUCE...: FIELD of the $RAW lines of IMPL (c or torch) on ROW, through the
+# command REDUCE (median, maxval, head -n 1)
+raw_stat() { grep "impl=$1 mixer=$2 " "$RAW" | field "$3" | "${@:4}"; }
+
 # parse_args OWN "$@": the options both scripts take (setting ROWS, REPS, STEPS, WARMUP, MAX_TIME,
 # FW_SWEEP, OUT, BUILD_ONLY; --help prints the script's header comment); any other option goes to
 # the script's function OWN "$@", which sets ARG_USED to the arguments it took (1 or 2; 0: unknown).

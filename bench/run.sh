@@ -230,18 +230,14 @@ run_c() {
     # shellcheck disable=SC2046
     "${C_ENV[@]}" "$BUILD/bench_model" $(row_field "$1" 1) --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
         --max-time "$MAX_TIME" > "$BUILD/last_c.txt" 2>&1
-    local line; line=$(grep '^RESULT' "$BUILD/last_c.txt" | relabel "$1")
-    if [ -n "$line" ]; then echo "rep=$2 $line" >> "$RAW"; say "   C     $1: $(echo "$line" | field tok_s) tok/s, $(echo "$line" | field rss_mb) MB";
-    else say "   C     $1: FAILED"; sed 's/^/      /' "$BUILD/last_c.txt" | tail -n 5; fi
+    record_result "$BUILD/last_c.txt" "$1" "$2" "C    " rss_mb
 }
 run_torch() {
     [ "$TORCH" = 1 ] || return 0
     # shellcheck disable=SC2046
     "${TORCH_ENV[@]}" "$PY" $(row_field "$1" 2) --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
         --max-time "$MAX_TIME" > "$BUILD/last_torch.txt" 2>&1
-    local line; line=$(grep '^RESULT' "$BUILD/last_torch.txt" | relabel "$1")
-    if [ -n "$line" ]; then echo "rep=$2 $line" >> "$RAW"; say "   torch $1: $(echo "$line" | field tok_s) tok/s, $(echo "$line" | field rss_mb) MB";
-    else say "   torch $1: FAILED"; sed 's/^/      /' "$BUILD/last_torch.txt" | tail -n 5; fi
+    record_result "$BUILD/last_torch.txt" "$1" "$2" torch rss_mb
 }
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$REPS"); do
@@ -273,13 +269,13 @@ rep "| row | config | C tok/s | torch tok/s | ratio | C GFLOP/s | % of peak | C 
 rep "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 ALL_MET=1
 for m in $ROWS; do
-    c_tok=$(grep "impl=c mixer=$m " "$RAW" | field tok_s | median)
-    t_tok=$(grep "impl=torch mixer=$m " "$RAW" | field tok_s | median)
-    c_gf=$(grep "impl=c mixer=$m " "$RAW" | field gflops | median)
-    t_gf=$(grep "impl=torch mixer=$m " "$RAW" | field gflops | median)
-    c_rss=$(grep "impl=c mixer=$m " "$RAW" | field rss_mb | maxval)
-    t_rss=$(grep "impl=torch mixer=$m " "$RAW" | field rss_mb | maxval)
-    mft=$(grep "impl=c mixer=$m " "$RAW" | field mflop_tok | head -n 1)
+    c_tok=$(raw_stat c "$m" tok_s median)
+    t_tok=$(raw_stat torch "$m" tok_s median)
+    c_gf=$(raw_stat c "$m" gflops median)
+    t_gf=$(raw_stat torch "$m" gflops median)
+    c_rss=$(raw_stat c "$m" rss_mb maxval)
+    t_rss=$(raw_stat torch "$m" rss_mb maxval)
+    mft=$(raw_stat c "$m" mflop_tok head -n 1)
     row=$(awk -v m="$m" -v cfg="$(row_field "$m" 4)" -v gx="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v tg="$t_gf" -v cr="$c_rss" -v tr="$t_rss" \
               -v pk="$PEAK" -v mft="$mft" 'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
         BEGIN {

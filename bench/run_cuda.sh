@@ -92,7 +92,7 @@ row_field() { row_spec "$1" | cut -d'|' -f"$2"; }
 for m in $ROWS; do [ -n "$(row_spec "$m")" ] || { say "bench/run_cuda.sh: unknown row $m"; exit 2; }; done
 
 run_side() { # run_side c|torch ROW REP
-    local log="$BUILD/last_$1.txt" line
+    local log="$BUILD/last_$1.txt"
     # shellcheck disable=SC2046,SC2086
     if [ "$1" = c ]; then
         build/cuda/bench_model --device cuda $SIZES $(row_field "$2" 1) $TF32 --steps "$STEPS" --warmup "$WARMUP" \
@@ -101,9 +101,7 @@ run_side() { # run_side c|torch ROW REP
         [ "$TORCH" = 1 ] || return 0
         "$PY" $(row_field "$2" 2) --device cuda $SIZES $TF32 --steps "$STEPS" --warmup "$WARMUP" --max-time "$MAX_TIME" > "$log" 2>&1
     fi
-    line=$(grep '^RESULT' "$log" | relabel "$2")
-    if [ -n "$line" ]; then echo "rep=$3 $line" >> "$RAW"; say "   $1 $2: $(echo "$line" | field tok_s) tok/s, $(echo "$line" | field gpu_mb) MB";
-    else say "   $1 $2: FAILED"; sed 's/^/      /' "$log" | tail -n 5; fi
+    record_result "$log" "$2" "$3" "$1" gpu_mb
 }
 for r in $(seq 1 "$REPS"); do
     say "== repeat $r of $REPS"
@@ -129,11 +127,11 @@ rep "| row | config | C tok/s | torch tok/s | ratio | C TFLOP/s | C GPU MB | tor
 rep "|---|---|---:|---:|---:|---:|---:|---:|---|"
 ALL_MET=1
 for m in $ROWS; do
-    c_tok=$(grep "impl=c mixer=$m " "$RAW" | field tok_s | median)
-    t_tok=$(grep "impl=torch mixer=$m " "$RAW" | field tok_s | median)
-    c_gf=$(grep "impl=c mixer=$m " "$RAW" | field gflops | median)
-    c_mb=$(grep "impl=c mixer=$m " "$RAW" | field gpu_mb | maxval)
-    t_mb=$(grep "impl=torch mixer=$m " "$RAW" | field gpu_mb | maxval)
+    c_tok=$(raw_stat c "$m" tok_s median)
+    t_tok=$(raw_stat torch "$m" tok_s median)
+    c_gf=$(raw_stat c "$m" gflops median)
+    c_mb=$(raw_stat c "$m" gpu_mb maxval)
+    t_mb=$(raw_stat torch "$m" gpu_mb maxval)
     row=$(awk -v m="$m" -v cfg="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v cm="$c_mb" -v tm="$t_mb" \
         'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
         BEGIN {
