@@ -1,5 +1,6 @@
 # tests/lib.sh - what the shell tests of the built programs share (test_cli.sh, test_ablate.sh,
 # test_embed.sh). Source it from the repository root, then call start_test.
+# shellcheck shell=bash
 
 pass=0; fail=0
 
