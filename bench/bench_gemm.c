@@ -55,17 +55,19 @@ static void run_once(const job *j)
         else
             mf_sgemm_batched(s->tA, s->tB, s->M, s->N, s->K, 1.0f, j->A, lda, sA, j->B, ldb, sB,
                              0.0f, j->C, ldc, sC, s->batch, j->threads);
-    } else if (j->lib == 1) {
-        for (b = 0; b < s->batch; ++b)
-            cblas_sgemm(CblasRowMajor, s->tA ? CblasTrans : CblasNoTrans, s->tB ? CblasTrans : CblasNoTrans,
-                        s->M, s->N, s->K, 1.0f, j->A + sA * b, lda, j->B + sB * b, ldb, 0.0f, j->C + sC * b, ldc);
     } else {
+/* OpenBLAS on batch item i */
+#define BLAS_ITEM(i) cblas_sgemm(CblasRowMajor, s->tA ? CblasTrans : CblasNoTrans, s->tB ? CblasTrans : CblasNoTrans, \
+                                 s->M, s->N, s->K, 1.0f, j->A + sA * (i), lda, j->B + sB * (i), ldb, 0.0f, j->C + sC * (i), ldc)
+        if (j->lib == 1) {
+            for (b = 0; b < s->batch; ++b) BLAS_ITEM(b);
+        } else {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(j->threads) schedule(static)
 #endif
-        for (b = 0; b < s->batch; ++b)
-            cblas_sgemm(CblasRowMajor, s->tA ? CblasTrans : CblasNoTrans, s->tB ? CblasTrans : CblasNoTrans,
-                        s->M, s->N, s->K, 1.0f, j->A + sA * b, lda, j->B + sB * b, ldb, 0.0f, j->C + sC * b, ldc);
+            for (b = 0; b < s->batch; ++b) BLAS_ITEM(b);
+        }
+#undef BLAS_ITEM
     }
 }
 
