@@ -7,6 +7,7 @@ timed training loop with its machine-readable RESULT line, so every script measu
     th.start(args)                     # records the RSS before torch, imports torch, sets the threads
     ...build the model...
     th.train(args, name, model, loss_fn, tokens_per_step, flops_per_token)
+                                       # loss_fn: th.lm_loss_fn(args, model) for a batch-first LM
 
 One timed step: loss_fn(gen) (forward + loss), backward, clip_grad_norm_(1.0), Adam (lr 1e-3,
 PyTorch defaults) step, zero_grad(set_to_none=True). --max-time S stops after S seconds in all
@@ -130,6 +131,17 @@ def print_setup():
     print("INFO impl=torch version=%s threads=%d interop=%d openblas=%d core=%s blas_threads=%s" % (
         torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), int(info["openblas"]),
         info["core"], info["blas_threads"]))
+
+
+def lm_loss_fn(args, model):
+    """loss_fn for train() of a batch-first language model ([B, T] ids -> [B, T, V] logits): the
+    next-token cross-entropy of args.batch random sequences of args.seq + 1 tokens drawn from gen."""
+    B, T, V = args.batch, args.seq, args.vocab
+
+    def loss_fn(gen):
+        seq = torch.randint(0, V, (B, T + 1), generator=gen)
+        return torch.nn.functional.cross_entropy(model(seq[:, :T]).reshape(-1, V), seq[:, 1:].reshape(-1))
+    return loss_fn
 
 
 def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fwd_full=None, nparams=None):

@@ -157,13 +157,9 @@ def main():
     torch.manual_seed(args.seed)
     model = Model(args)
     B, T, V = args.batch, args.seq, args.vocab
-
-    def loss_fn(gen):
-        seq = torch.randint(0, V, (B, T + 1), generator=gen)
-        return F.cross_entropy(model(seq[:, :T]).reshape(-1, V), seq[:, 1:].reshape(-1))
     describe = "B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d" % (B, T, args.d_model, args.heads, args.layers, args.d_ff, V)
-    return th.train(args, args.mixer, describe, model, loss_fn, B * T, flops_per_token_fwd(args, False),
-                    flops_per_token_fwd(args, True))
+    return th.train(args, args.mixer, describe, model, th.lm_loss_fn(args, model), B * T,
+                    flops_per_token_fwd(args, False), flops_per_token_fwd(args, True))
 
 
 if __name__ == "__main__":
