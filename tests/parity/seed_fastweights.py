@@ -74,46 +74,49 @@ def linear_loop(query, key, value, eps=1e-6):
     return torch.stack(outputs)
 
 
-class FastWeightsAttention(nn.Module):
-    """The seed's module: q, k, v and the gate beta projected without bias, phi on q and k."""
+class _Projections(nn.Module):
+    """The seed's q, k, v projections (no bias) and phi on q and k, which both attentions below use;
+    the subclass registers its other modules after these, in the seed's order."""
 
-    def __init__(self, heads, d_model, phi):
+    def __init__(self, heads, d_model):
         super().__init__()
         self.d_k = d_model // heads
         self.heads = heads
         self.query = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
         self.key = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
         self.value = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+
+    def project(self, x):
+        """phi(q), phi(k), v of x [T][B][D]"""
+        return self.phi(self.query(x)), self.phi(self.key(x)), self.value(x)
+
+
+class FastWeightsAttention(_Projections):
+    """The seed's module: q, k, v and the gate beta projected without bias, phi on q and k."""
+
+    def __init__(self, heads, d_model, phi):
+        super().__init__(heads, d_model)
         self.interpolation_weight = nn.Sequential(PrepareForMultiHeadAttention(d_model, heads, 1, bias=False), nn.Sigmoid())
         self.phi = phi
         self.output = nn.Linear(d_model, d_model)
 
     def forward(self, x):
-        query = self.phi(self.query(x))
-        key = self.phi(self.key(x))
-        value = self.value(x)
+        query, key, value = self.project(x)
         beta = self.interpolation_weight(x)
         return self.output(fast_weights_loop(query, key, value, beta))
 
 
-class LinearAttention(nn.Module):
+class LinearAttention(_Projections):
     """The linear-attention baseline of the seed's docstring, with the seed's projections."""
 
     def __init__(self, heads, d_model, phi, eps=1e-6):
-        super().__init__()
-        self.d_k = d_model // heads
-        self.heads = heads
-        self.query = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.key = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
-        self.value = PrepareForMultiHeadAttention(d_model, heads, self.d_k, bias=False)
+        super().__init__(heads, d_model)
         self.phi = phi
         self.eps = eps
         self.output = nn.Linear(d_model, d_model)
 
     def forward(self, x):
-        query = self.phi(self.query(x))
-        key = self.phi(self.key(x))
-        value = self.value(x)
+        query, key, value = self.project(x)
         return self.output(linear_loop(query, key, value, self.eps))
 
 
