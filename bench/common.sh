@@ -18,6 +18,17 @@ record_result() {
 # raw_stat IMPL ROW FIELD REDUCE...: FIELD of the $RAW lines of IMPL (c or torch) on ROW, through the
 # command REDUCE (median, maxval, head -n 1)
 raw_stat() { grep "impl=$1 mixer=$2 " "$RAW" | field "$3" | "${@:4}"; }
+# table_rows ROW_FN: the report table's line of each of $ROWS, as `ROW_FN ROW` prints it; ALL_MET=1
+# when every row's goal column says met (not "NOT met", not "-")
+table_rows() {
+    local m row
+    ALL_MET=1
+    for m in $ROWS; do
+        row=$("$1" "$m")
+        rep "$row"
+        case "$row" in *"NOT met"*|*"| - |") ALL_MET=0 ;; esac
+    done
+}
 
 # parse_args OWN "$@": the options both scripts take (setting ROWS, REPS, STEPS, WARMUP, MAX_TIME,
 # FW_SWEEP, OUT, BUILD_ONLY; --help prints the script's header comment); any other option goes to

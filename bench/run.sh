@@ -267,8 +267,8 @@ fi
 rep ""
 rep "| row | config | C tok/s | torch tok/s | ratio | C GFLOP/s | % of peak | C peak RSS MB | torch peak RSS MB | torch GFLOP/s | MFLOP/token | goal |"
 rep "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-ALL_MET=1
-for m in $ROWS; do
+table_row() { # ROW: its line of the table
+    local m=$1 c_tok t_tok c_gf t_gf c_rss t_rss mft
     c_tok=$(raw_stat c "$m" tok_s median)
     t_tok=$(raw_stat torch "$m" tok_s median)
     c_gf=$(raw_stat c "$m" gflops median)
@@ -276,8 +276,8 @@ for m in $ROWS; do
     c_rss=$(raw_stat c "$m" rss_mb maxval)
     t_rss=$(raw_stat torch "$m" rss_mb maxval)
     mft=$(raw_stat c "$m" mflop_tok head -n 1)
-    row=$(awk -v m="$m" -v cfg="$(row_field "$m" 4)" -v gx="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v tg="$t_gf" -v cr="$c_rss" -v tr="$t_rss" \
-              -v pk="$PEAK" -v mft="$mft" 'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+    awk -v m="$m" -v cfg="$(row_field "$m" 4)" -v gx="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v tg="$t_gf" -v cr="$c_rss" -v tr="$t_rss" \
+        -v pk="$PEAK" -v mft="$mft" 'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
         BEGIN {
             ratio = (ct != "" && tt != "" && tt > 0) ? ct / tt : ""
             pct = (cg != "" && pk != "" && pk > 0) ? 100 * cg / pk : ""
@@ -288,10 +288,9 @@ for m in $ROWS; do
             else goal = (speed && mem) ? "met" : "NOT met (" (speed ? "" : "speed") (speed || mem ? "" : ", ") (mem ? "" : "memory") ")"
             printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, cfg, f(ct, 0), f(tt, 0), f(ratio, 2),
                    f(cg, 1), f(pct, 1), f(cr, 0), f(tr, 0), f(tg, 1), f(mft, 2), goal
-        }')
-    rep "$row"
-    case "$row" in *"NOT met"*|*"| - |") ALL_MET=0 ;; esac
-done
+        }'
+}
+table_rows table_row
 rep ""
 rep "tok/s and GFLOP/s: median over the $REPS runs of each side (each run: the median step). ratio = C / torch."
 rep "GFLOP/s = analytic model FLOPs per token x tokens/s: every matmul of the model math at 2*m*n*k, backward = 2 x forward;"

@@ -125,24 +125,23 @@ rep "Step: forward + cross-entropy + backward + clip_grad_norm(1.0) + Adam (lr 1
 rep ""
 rep "| row | config | C tok/s | torch tok/s | ratio | C TFLOP/s | C GPU MB | torch GPU MB | goal |"
 rep "|---|---|---:|---:|---:|---:|---:|---:|---|"
-ALL_MET=1
-for m in $ROWS; do
+table_row() { # ROW: its line of the table
+    local m=$1 c_tok t_tok c_gf c_mb t_mb
     c_tok=$(raw_stat c "$m" tok_s median)
     t_tok=$(raw_stat torch "$m" tok_s median)
     c_gf=$(raw_stat c "$m" gflops median)
     c_mb=$(raw_stat c "$m" gpu_mb maxval)
     t_mb=$(raw_stat torch "$m" gpu_mb maxval)
-    row=$(awk -v m="$m" -v cfg="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v cm="$c_mb" -v tm="$t_mb" \
+    awk -v m="$m" -v cfg="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v cm="$c_mb" -v tm="$t_mb" \
         'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
         BEGIN {
             ratio = (ct != "" && tt != "" && tt > 0) ? ct / tt : ""
             goal = ratio == "" ? "-" : ratio >= 1 ? "met" : "NOT met"
             printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, cfg, f(ct, 0), f(tt, 0), f(ratio, 2),
                    cg == "" ? "-" : sprintf("%.1f", cg / 1000), f(cm, 0), f(tm, 0), goal
-        }')
-    rep "$row"
-    case "$row" in *"NOT met"*|*"| - |") ALL_MET=0 ;; esac
-done
+        }'
+}
+table_rows table_row
 rep ""
 rep "tok/s: median over the runs of each side (each run: the median step). ratio = C / torch; goal (issue #8): ratio >= 1."
 rep "TFLOP/s: the analytic model FLOPs of bench/bench_model.c's header (causal half of attention, backward = 2 x forward)."
