@@ -495,6 +495,21 @@ static void test_generate_uses_the_memory_path(void) {
     xl_generate_check("relative, no memory, past max_seq", &plain, &slide);
 }
 
+/* mf_backward from loss alone (0 when it succeeds); of the parameters, how many of the compressors'
+   (*cmp of *n_cmp) and how many others (*other) got a non-zero gradient */
+static int nonzero_grads(mf_ctx *ctx, mf_tensor *loss, int *cmp, int *n_cmp, int *other) {
+    int i, rc;
+    mf_zero_grad(ctx);
+    rc = mf_backward(ctx, loss);
+    *cmp = *n_cmp = *other = 0;
+    for (i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *p = mf_param_at(ctx, i);
+        int64_t j, nz = 0;
+        for (j = 0; j < p->ne; j++) nz += p->grad[j] != 0.0f;
+        if (strstr(p->name, ".compress.")) { *cmp += nz > 0; ++*n_cmp; } else *other += nz > 0;
+    }
+    return rc;
+}
 /* the AR loss reaches only the compressors, the cross-entropy never does (docs/math.md §6.5) */
 static void test_ar_loss_trains_only_the_compressors(void) {
     enum { B = 2, T = 3 };
@@ -503,7 +518,7 @@ static void test_ar_loss_trains_only_the_compressors(void) {
     mf_model *m = xl_model(&ctx, &cfg, 13);
     int32_t ids[B * T], tg[B * T];
     mf_tensor *logits, *ce, *aux, *loss;
-    int s, i, ce_cmp = 0, ce_other = 0, aux_cmp = 0, aux_other = 0, n_cmp = 0;
+    int s, ce_cmp = 0, ce_other = 0, aux_cmp = 0, aux_other = 0, n_cmp = 0;
     if (!m) { mf_ctx_free(ctx); return; }
     for (s = 0; s < 2; s++) { /* 3 + 3 tokens: the second segment compresses 2 */
         xl_segment(s, B, T, ids, tg);
@@ -519,22 +534,8 @@ static void test_ar_loss_trains_only_the_compressors(void) {
     aux = mf__xl_aux_loss(m);
     MFT_CHECK(ce && aux && aux->data[0] > 0 && fabsf(aux->data[0] - mf_model_aux_loss(m)) <= 1e-6f * aux->data[0]);
     if (!ce || !aux) goto done;
-    mf_zero_grad(ctx);
-    MFT_CHECK(mf_backward(ctx, ce) == 0);
-    for (i = 0; i < mf_param_tensors(ctx); i++) {
-        mf_tensor *p = mf_param_at(ctx, i);
-        int64_t j, nz = 0;
-        for (j = 0; j < p->ne; j++) nz += p->grad[j] != 0.0f;
-        if (strstr(p->name, ".compress.")) { ce_cmp += nz > 0; n_cmp++; } else ce_other += nz > 0;
-    }
-    mf_zero_grad(ctx);
-    MFT_CHECK(mf_backward(ctx, aux) == 0);
-    for (i = 0; i < mf_param_tensors(ctx); i++) {
-        mf_tensor *p = mf_param_at(ctx, i);
-        int64_t j, nz = 0;
-        for (j = 0; j < p->ne; j++) nz += p->grad[j] != 0.0f;
-        if (strstr(p->name, ".compress.")) aux_cmp += nz > 0; else aux_other += nz > 0;
-    }
+    MFT_CHECK(nonzero_grads(ctx, ce, &ce_cmp, &n_cmp, &ce_other) == 0);
+    MFT_CHECK(nonzero_grads(ctx, aux, &aux_cmp, &n_cmp, &aux_other) == 0);
     MFT_CHECK(n_cmp == 4);                        /* weight and bias of both layers */
     MFT_CHECK(ce_cmp == 0 && ce_other > 10);      /* CE: everything but the compressors */
     MFT_CHECK(aux_cmp == n_cmp && aux_other == 0); /* AR: the compressors only */
