@@ -57,6 +57,9 @@ parse_args() {
     done
 }
 
+# row_field ROW N: field N of the script's row_spec ROW ("|"-separated)
+row_field() { row_spec "$1" | cut -d'|' -f"$2"; }
+
 # default_rows BENCH_MODEL: the rows of every mixer the built bench_model has (the library's names,
 # `bench_model --list-mixers`), with compressive (relative + compressed memories) after relative;
 # a mixer without a row in row_spec is left out with a note

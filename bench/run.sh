@@ -220,7 +220,6 @@ row_spec() {
     *) echo "" ;;
     esac
 }
-row_field() { row_spec "$1" | cut -d'|' -f"$2"; }
 [ -n "$ROWS" ] || ROWS=$(default_rows "$BUILD/bench_model")
 for m in $ROWS; do [ -n "$(row_spec "$m")" ] || { say "bench/run.sh: unknown row $m"; exit 2; }; done
 

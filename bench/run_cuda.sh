@@ -87,7 +87,6 @@ row_spec() {
     *) echo "" ;;
     esac
 }
-row_field() { row_spec "$1" | cut -d'|' -f"$2"; }
 [ -n "$ROWS" ] || ROWS=$(default_rows build/cuda/bench_model)
 for m in $ROWS; do [ -n "$(row_spec "$m")" ] || { say "bench/run_cuda.sh: unknown row $m"; exit 2; }; done
 
