@@ -1,5 +1,7 @@
 # bench/common.sh - the shell helpers bench/run.sh (CPU) and bench/run_cuda.sh (GPU) share.
 # Source it before parsing the options; rep() appends to $REPORT (set it before the first rep).
+# The script defines row_spec ROW (its benchmark rows), which row_field and default_rows read;
+# record_result appends to $RAW (the raw RESULT lines), raw_stat reads it.
 say() { printf '%s\n' "$*"; }
 rep() { printf '%s\n' "$*" >> "$REPORT"; printf '%s\n' "$*"; }   # to the report and the terminal
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }                        # RESULT lines -> values
