@@ -4387,9 +4387,9 @@ typedef struct mf__layer {
     mf_tensor *ln1_w, *ln1_b; /* ln1 (rows with MF__MIX_LN1; relative and feedback read it themselves) */
     mf_tensor *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b; /* the FFN sub-block */
     void *mix;                /* the family's per-layer struct (family->layer_size bytes, zeroed) */
-    /* feedback only: copies of the feedback family's pointers (mf__fb_layer), for the code that reads
-       them as m->layers[l].<name> (metaformer_cuda.cuh [cu:feedback], tests); nothing here reads them */
-    mf_tensor *wq, *wo, *bo, *rel_u, *rel_r, *rel_s;
+    /* feedback only: copies of the feedback family's tables (mf__fb_layer), for the tests that read
+       them as m->layers[l].<name>; the library reads the family's own */
+    mf_tensor *rel_u, *rel_r, *rel_s;
 } mf__layer;
 
 /* A family of mixers: the same hooks for every family (NULL where the family has nothing to do).
@@ -4435,7 +4435,7 @@ struct mf_model {
     float *sinusoid;    /* [max_seq][D] when pos == SINUSOIDAL */
     mf__layer *layers;
     char *fam_layers;   /* n_layers per-layer structs of the family */
-    mf_tensor *fb_w;    /* feedback: the family's layer weights, for metaformer_cuda.cuh ([cu:feedback]) */
+    mf_tensor *fb_w;    /* feedback: the family's layer weights (mf__fb_state), for the tests; the library reads the family's */
     int cache_len;      /* tokens held by the generation cache */
     int on_device;      /* sinusoid, the family's constants and caches are device buffers (CUDA) */
 };
@@ -6457,6 +6457,7 @@ typedef struct mf__fb_layer { /* the attention sub-layer of layer l (docs/math.m
     mf_tensor *rel_u, *rel_r, *rel_s;       /* u [H][dk], R [P][H][dk], S [P][H] */
 } mf__fb_layer;
 #define MF__FB_L(m, l) ((mf__fb_layer *)(m)->layers[l].mix)
+#define MF__FB_S(m) ((struct mf__fb_state *)(m)->fam_state)
 struct mf__fb_state { /* the family's state (m->fam_state) */
     mf_tensor *w;       /* layer weights [N + 1] (m->fb_w is the same tensor) */
     mf_tensor *wk, *wv; /* feedback_kv: the shared bias-free k, v [D][D]; NULL for feedback */
@@ -6782,7 +6783,7 @@ static float *mf__fb_piece(const mf_model *m, float *P, int l, int which) {
 /* key/value block i: its weight, bias (original v only) and column offset in a slot row */
 static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor **b) {
     const mf__fb_layer *L = MF__FB_L(m, i / 2);
-    const struct mf__fb_state *s = (const struct mf__fb_state *)m->fam_state;
+    const struct mf__fb_state *s = MF__FB_S(m);
     if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
     else { *w = i % 2 ? s->wv : s->wk; *b = NULL; }
 }
@@ -7008,7 +7009,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_model_config *c = &m->cfg;
     int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t, b, l;
     size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)mf__fb_nblk(m) * D;
-    float mx = -INFINITY, sum = 0.0f, *w = ((struct mf__fb_state *)m->fam_state)->w->data;
+    float mx = -INFINITY, sum = 0.0f, *w = MF__FB_S(m)->w->data;
     f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
     f->rh = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->rt = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
@@ -7134,7 +7135,7 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
     int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, nb = mf__fb_nblk(m), t, l, i;
     size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)nb * D;
     int64_t r1 = (int64_t)B * D;  /* attention rows start at step 1 */
-    float *gw = mf__g(((struct mf__fb_state *)m->fam_state)->w);
+    float *gw = mf__g(MF__FB_S(m)->w);
     mf__fb_grads g;
     if (f->gen || f->pos0 != 0) { mf__fail(ctx, "feedback: generation steps have no backward"); return; }
     g.wb = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
@@ -7209,7 +7210,7 @@ static void mf__fb_make_layer(mf_model *m, int l) {
     mf_init_const(ctx, A->rel_u, 0.0f); /* the relative tables start at zero (docs/math.md §3.1) */
     mf_init_const(ctx, A->rel_r, 0.0f);
     mf_init_const(ctx, A->rel_s, 0.0f);
-    L->wq = A->wq; L->wo = A->wo; L->bo = A->bo; L->rel_u = A->rel_u; L->rel_r = A->rel_r; L->rel_s = A->rel_s;
+    L->rel_u = A->rel_u; L->rel_r = A->rel_r; L->rel_s = A->rel_s;
 }
 
 /* the state, and the model-level parameters: layer weights w [N + 1] = 1; KV: the shared k, v (bias-free) */
@@ -7231,7 +7232,7 @@ static void mf__fb_init(mf_model *m) {
     }
 }
 static void mf__fb_free(mf_model *m) {
-    struct mf__fb_state *s = (struct mf__fb_state *)m->fam_state;
+    struct mf__fb_state *s = MF__FB_S(m);
     if (!s) return;
     mf__model_dfree(m, s->slots); /* a device buffer on CUDA (the context is still alive) */
     MF_FREE(s->wf);
@@ -7244,7 +7245,7 @@ static void mf__fb_free(mf_model *m) {
 static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    struct mf__fb_state *st = (struct mf__fb_state *)m->fam_state;
+    struct mf__fb_state *st = MF__FB_S(m);
     mf__fb_fwd *f;
     mf_tensor *t;
     int B, T, l, i;

@@ -2898,7 +2898,8 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
     long long bd = (long long)B * D;
     float *mem = f->mem + t * bd;
     for (l = 0; l < N; l++) {
-        mf__layer *L = &f->m->layers[l];
+        const mf__layer *L = &f->m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(f->m, l);
         float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
         float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
         if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
@@ -2907,13 +2908,13 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             mf__cu_fba a = mf__cu_fb_view(f, n);
             mf__cu_fba_io io;
             memset(&io, 0, sizeof io);
-            io.q = q; io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
+            io.q = q; io.u = A->rel_u->data; io.r = A->rel_r->data; io.s = A->rel_s->data;
             io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
             io.o = o; io.lse = MF__FB_AT(f, f->lse, l, t, c->n_heads);
             if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, z, MF__FB_AT(f, f->st1, l, t, 2),
                            (const float *)x, (const float *)L->ln1_w->data, (const float *)L->ln1_b->data, D, c->ln_eps) < 0 ||
-                mf__cu_fb_linear(ctx, op, z, L->wq, NULL, B, q) < 0 || mf__cu_fba_run(ctx, op, &a, B, &io, 0) < 0 ||
-                mf__cu_fb_linear(ctx, op, o, L->wo, L->bo, B, f->tmp) < 0 ||
+                mf__cu_fb_linear(ctx, op, z, A->wq, NULL, B, q) < 0 || mf__cu_fba_run(ctx, op, &a, B, &io, 0) < 0 ||
+                mf__cu_fb_linear(ctx, op, o, A->wo, A->bo, B, f->tmp) < 0 ||
                 mf__cu_fb_drop(ctx, op, f, 0, l, t, xm, x, f->tmp, D) < 0)
                 return -1;
         } else if (mf__cu_copy(ctx, xm, x, (size_t)bd * sizeof(float), MF__D2D) < 0) return -1; /* no memory yet */
@@ -2962,7 +2963,7 @@ static int mf__cu_fb_fwd(mf_ctx *ctx, mf_tensor *out) {
     f->tmp = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
     if (!f->gen) f->slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
     if (!mf_ok(ctx)) return -1;
-    if (MF__CU_RUN(ctx, op, mf__k_fb_softmax_w, 1, 32, 0, f->sw, (const float *)f->m->fb_w->data, N + 1) < 0 ||
+    if (MF__CU_RUN(ctx, op, mf__k_fb_softmax_w, 1, 32, 0, f->sw, (const float *)MF__FB_S(f->m)->w->data, N + 1) < 0 ||
         MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(tb * D), f->hs, (const float *)out->src[0]->data, B, T, D, 0,
                    (long long)(tb * D), 0, 0) < 0)
         return -1;
@@ -3012,7 +3013,8 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
                    (const float *)f->sw, N, T, D, t, bd) < 0)
         return -1;
     for (l = N - 1; l >= 0; l--) {
-        mf__layer *L = &f->m->layers[l];
+        const mf__layer *L = &f->m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(f->m, l);
         float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F), *dln2 = MF__FB_AT(f, g->ln2, l, t, D);
         /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
         if (mf__cu_fb_drop(ctx, op, f, 2, l, t, fo, NULL, g->dh, D) < 0 ||
@@ -3030,17 +3032,17 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
             mf__cu_fba a = mf__cu_fb_view(f, t);
             mf__cu_fba_io io;
             memset(&io, 0, sizeof io);
-            io.q = MF__FB_AT(f, f->q, l, t, D); io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
+            io.q = MF__FB_AT(f, f->q, l, t, D); io.u = A->rel_u->data; io.r = A->rel_r->data; io.s = A->rel_s->data;
             io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
             io.o = MF__FB_AT(f, f->o, l, t, D); io.lse = MF__FB_AT(f, f->lse, l, t, H);
-            io.dout = g->dd; io.dq = dq; io.du = mf__g(L->rel_u);
+            io.dout = g->dd; io.dq = dq; io.du = mf__g(A->rel_u);
             io.dk = g->slots + (long long)kv * T * bd; io.dv = g->slots + (long long)(kv + 1) * T * bd;
             io.dr = g->rh + (long long)l * T * D; io.ds = g->sh + (long long)l * T * H;
             io.G = g->G; io.Pr = g->Pr; io.kg = g->kg;
             if (mf__cu_fb_drop(ctx, op, f, 0, l, t, ao, NULL, g->dh, D) < 0 ||
-                mf__cu_gemm(ctx, op, 0, 0, B, D, D, ao, 0, L->wo->data, 0, 0.0f, g->dd, 0, 1) < 0 ||
+                mf__cu_gemm(ctx, op, 0, 0, B, D, D, ao, 0, A->wo->data, 0, 0.0f, g->dd, 0, 1) < 0 ||
                 mf__cu_fba_run(ctx, op, &a, B, &io, 1) < 0 ||
-                mf__cu_gemm(ctx, op, 0, 0, B, D, D, dq, 0, L->wq->data, 0, 0.0f, dln1, 0, 1) < 0 ||
+                mf__cu_gemm(ctx, op, 0, 0, B, D, D, dq, 0, A->wq->data, 0, 0.0f, dln1, 0, 1) < 0 ||
                 mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->hs, l, t, D), dln1, L->ln1_w, MF__FB_AT(f, f->st1, l, t, 2), B, D) < 0)
                 return -1;
         }
@@ -3075,11 +3077,12 @@ static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_
     int r0 = (int)tb, r1 = (int)(tb - B); /* rows of all steps, of steps 1 .. T-1 */
     const char *op = MF__CU_FB_OP " (backward)";
     for (l = 0; l < N; l++) {
-        mf__layer *L = &m->layers[l];
+        const mf__layer *L = &m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(m, l);
         long long at = (long long)l * tb * D, af = (long long)l * tb * F, as = (long long)l * tb * 2;
-        float *gr = mf__g(L->rel_r), *gs = mf__g(L->rel_s);
-        if (mf__cu_fb_wgrad(ctx, L->wq, NULL, g->q + at + bd, f->z + at + bd, r1) < 0 ||
-            mf__cu_fb_wgrad(ctx, L->wo, L->bo, g->ao + at + bd, f->o + at + bd, r1) < 0 ||
+        float *gr = mf__g(A->rel_r), *gs = mf__g(A->rel_s);
+        if (mf__cu_fb_wgrad(ctx, A->wq, NULL, g->q + at + bd, f->z + at + bd, r1) < 0 ||
+            mf__cu_fb_wgrad(ctx, A->wo, A->bo, g->ao + at + bd, f->o + at + bd, r1) < 0 ||
             mf__cu_fb_wgrad(ctx, L->fc1_w, L->fc1_b, g->a1 + af, f->y2 + at, r0) < 0 ||
             mf__cu_fb_wgrad(ctx, L->fc2_w, L->fc2_b, g->fo + at, f->g1 + af, r0) < 0 ||
             mf__cu_fb_ln_wgrad(ctx, L->ln2_w, L->ln2_b, f->xm + at, g->ln2 + at, f->st2 + as, r0, D) < 0 ||
@@ -3097,7 +3100,7 @@ static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_
         mf__fb_kv_block(m, i, &w, &bias);
         if (mf__cu_fb_wgrad(ctx, w, bias, g->slots + (long long)i * tb * D, f->mem, r1) < 0) return -1;
     }
-    return mf__g(m->fb_w) ? MF__CU_RUN(ctx, op, mf__k_fb_softmax_w_bwd, 1, 32, 0, mf__g(m->fb_w), (const float *)f->sw,
+    return mf__g(MF__FB_S(m)->w) ? MF__CU_RUN(ctx, op, mf__k_fb_softmax_w_bwd, 1, 32, 0, mf__g(MF__FB_S(m)->w), (const float *)f->sw,
                                        (const float *)g->dsw, N + 1) : 0;
 }
 static int mf__cu_fb_bwd(mf_ctx *ctx, mf_tensor *out) {
