@@ -934,6 +934,12 @@ static MF__HD uint64_t mf__rand64(uint64_t seed, uint64_t stream, uint64_t index
 static MF__HD float mf__uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(mf__rand64(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
 }
+/* dropout's draw: element `index` of the RNG stream `stream` is kept (with probability 1 - p)
+   or dropped; the seed is salted so the masks are not the initialisers' draws. mf_dropout and
+   the feedback recurrence, on the CPU and in the CUDA kernels, all draw their masks here. */
+static MF__HD int mf__drop_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
+    return mf__uniform(seed ^ 0xd50f0d50f0ULL, stream, index) >= p;
+}
 /* standard normal (Box-Muller on two 32-bit halves of one draw) */
 static float mf__normal(uint64_t seed, uint64_t stream, uint64_t index) {
     uint64_t r = mf__rand64(seed, stream, index);
@@ -3278,10 +3284,11 @@ MFDEF mf_tensor *mf_embedding(mf_ctx *ctx, mf_tensor *table, const int32_t *ids,
    The stream is the context's dropout call counter, kept so that the backward redraws the mask. */
 enum { MF__FARG_DROPOUT_P };                                /* farg */
 enum { MF__ARG_DROPOUT_STREAM_LO, MF__ARG_DROPOUT_STREAM_HI }; /* iarg: the stream's two halves */
+static uint64_t mf__dropout_stream(const mf_tensor *out) {
+    return ((uint64_t)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) | (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
+}
 static int mf__dropout_keep(const mf_ctx *ctx, const mf_tensor *out, int64_t i) {
-    uint64_t stream = ((uint64_t)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) |
-                      (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
-    return mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, stream, (uint64_t)i) >= out->farg[MF__FARG_DROPOUT_P];
+    return mf__drop_keep(ctx->seed, mf__dropout_stream(out), (uint64_t)i, out->farg[MF__FARG_DROPOUT_P]);
 }
 static void mf__dropout_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
@@ -6889,7 +6896,7 @@ static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int
     float s = 1.0f / (1.0f - f->drop);
     if (f->drop <= 0.0f) return;
     for (e = 0; e < n; e++)
-        x[e] = mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, f->stream, (uint64_t)(base + e)) >= f->drop ? x[e] * s : 0.0f;
+        x[e] = mf__drop_keep(ctx->seed, f->stream, (uint64_t)(base + e), f->drop) ? x[e] * s : 0.0f;
 }
 /* head (b, h) of key/value block blk: slot buffers [nblk][B][H][2][cap][dk] (rows, then
    transposed), their gradients [nblk][B][H][cap][dk] (rows) */

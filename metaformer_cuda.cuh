@@ -808,24 +808,22 @@ static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
                       (const int *)out->saved, (long long)(out->ne / D), D);
 }
 
-/* ---- dropout: keep drawn from (seed, stream, index) ---------------------------------------- */
+/* ---- dropout: keep drawn by mf__drop_keep (seed, stream, index), as on the CPU ------------- */
 static __global__ void mf__k_dropout(float *y, const float *x, const float *g, long long n, unsigned long long seed,
                                      unsigned long long stream, float p, float s, int backward) {
     MF__CU_LOOP(i, n) {
-        int keep = mf__uniform(seed, stream, (uint64_t)i) >= p;
+        int keep = mf__drop_keep(seed, stream, (uint64_t)i, p);
         if (!backward) y[i] = keep ? x[i] * s : 0.0f;
         else if (keep) y[i] += g[i] * s;
     }
 }
 static int mf__cu_dropout_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    unsigned long long stream = ((unsigned long long)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) |
-                                (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
     float p = out->farg[MF__FARG_DROPOUT_P], s = 1.0f / (1.0f - p);
     float *y = backward ? mf__g(out->src[0]) : out->data;
     if (!y) return 0;
     return MF__CU_RUN(ctx, backward ? "dropout (backward)" : "dropout", mf__k_dropout, MF__EW(out->ne), y,
                       (const float *)out->src[0]->data, (const float *)out->grad, (long long)out->ne,
-                      (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL), stream, p, s, backward);
+                      (unsigned long long)ctx->seed, (unsigned long long)mf__dropout_stream(out), p, s, backward);
 }
 static int mf__cu_dropout_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 0); }
 static int mf__cu_dropout_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 1); }
@@ -2825,7 +2823,7 @@ static __global__ void mf__k_fb_drop(float *y, const float *res, const float *x,
                                      unsigned long long seed, unsigned long long stream, long long base) {
     MF__CU_LOOP(e, n) {
         float v = x[e];
-        if (p > 0.0f) v = mf__uniform(seed, stream, (uint64_t)(base + e)) >= p ? v * (1.0f / (1.0f - p)) : 0.0f;
+        if (p > 0.0f) v = mf__drop_keep(seed, stream, (uint64_t)(base + e), p) ? v * (1.0f / (1.0f - p)) : 0.0f;
         y[e] = res ? res[e] + v : v;
     }
 }
@@ -2863,7 +2861,6 @@ static __global__ void mf__k_fb_axpy(float *y, const float *a, const float *x, l
 
 /* ---- forward ------------------------------------------------------------------------------------- */
 #define MF__CU_FB_OP "feedback"
-static unsigned long long mf__cu_fb_seed(const mf_ctx *ctx) { return (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL); }
 /* y = x [rows][in] W^T (+ b): cuBLAS and the bias kernel */
 static int mf__cu_fb_linear(mf_ctx *ctx, const char *op, const float *x, const mf_tensor *w, const mf_tensor *b, int rows,
                             float *y) {
@@ -2877,7 +2874,7 @@ static int mf__cu_fb_drop(mf_ctx *ctx, const char *op, const mf__fb_fwd *f, int 
                           const float *res, const float *x, int w) {
     long long n = (long long)f->B * w;
     if (f->drop <= 0.0f && !res && y == x) return 0;
-    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__EW(n), y, res, x, n, f->drop, mf__cu_fb_seed(ctx),
+    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__EW(n), y, res, x, n, f->drop, (unsigned long long)ctx->seed,
                       (unsigned long long)f->stream, (long long)mf__fb_drop_base(f, site, l, t));
 }
 /* the attention view of layer l at a step with n slots (the stack [nblk][cap][B][D]) */
