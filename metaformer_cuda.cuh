@@ -1439,7 +1439,7 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (!a.gq && !a.gk && !a.gv) return 0;
     if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     a.D = D;
-    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, a.g, a.o, a.dv, BH * a.Tq) < 0)
+    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, MF__EW(BH * a.Tq), D, a.g, a.o, a.dv, BH * a.Tq) < 0)
         return -1;
     if (a.gk || a.gv) {
         size_t bytes;
@@ -1848,8 +1848,8 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     if (gu && !(cs = (float *)mf__cu_arena(ctx, (size_t)(BH * nkt * a.dk) * sizeof(float)))) return -1;
     a.D = D;
-    if (MF__CU_RUN(ctx, op, mf__k_xl_dot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, (const float *)out->grad,
-                   (const float *)out->data, a.dv, BH * a.Tq) < 0)
+    if (MF__CU_RUN(ctx, op, mf__k_xl_dot, MF__EW(BH * a.Tq), D, (const float *)out->grad, (const float *)out->data,
+                   a.dv, BH * a.Tq) < 0)
         return -1;
     if (gq && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_dq, s_dq, "the dQ backward", a) < 0 ||
                MF__CU_RUN(ctx, op, mf__k_xl_bwd_dq, (unsigned)(BH * nqt), MF__XL_NT, s_dq * sizeof(float), a, gq) < 0))
@@ -1858,8 +1858,8 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
                              MF__CU_RUN(ctx, op, mf__k_xl_bwd_dkv, (unsigned)(BH * nkt), MF__XL_NT, s_kv * sizeof(float),
                                         a, gk, gv, cs) < 0))
         return -1;
-    if (gu && MF__CU_RUN(ctx, op, mf__k_xl_bwd_du, mf__cu_grid((long long)a.H * a.dk, MF__CU_BS), MF__CU_BS, 0, gu,
-                         (const float *)cs, B, a.H, (int)nkt, a.dk) < 0)
+    if (gu && MF__CU_RUN(ctx, op, mf__k_xl_bwd_du, MF__EW((long long)a.H * a.dk), gu, (const float *)cs, B, a.H,
+                         (int)nkt, a.dk) < 0)
         return -1;
     if ((gR || gS) && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_rel, s_rel, "the dR/dS backward", a) < 0 ||
                        MF__CU_RUN(ctx, op, mf__k_xl_bwd_rel, (unsigned)((long long)a.H * nkt), MF__XL_NT,
@@ -2495,13 +2495,13 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
             MF__CU_RUN(ctx, op, mf__k_fw_cstate, dim3((unsigned)BH, (unsigned)((p.dvp + ccw - 1) / ccw)), MF__CU_FW_NT,
                        csmem, p, (const float *)b.X, b.st, out->requires_grad ? b.stn : (float *)NULL, b.U, state,
                        ccw) < 0 ||
-            MF__CU_RUN(ctx, op, mf__k_fw_cout, mf__cu_grid(rows * p.dvp, MF__CU_BS), MF__CU_BS, 0, p,
-                       (const float *)b.st, (const float *)b.U, (const float *)b.P, y, rows * p.dvp) < 0)
+            MF__CU_RUN(ctx, op, mf__k_fw_cout, MF__EW(rows * p.dvp), p, (const float *)b.st, (const float *)b.U,
+                       (const float *)b.P, y, rows * p.dvp) < 0)
             return -1;
     }
     if (!delta)
-        return MF__CU_RUN(ctx, op, mf__k_fw_norm, mf__cu_grid(rows * p.dv, MF__CU_BS), MF__CU_BS, 0, out->data,
-                          (const float *)b.num, p.dv, out->farg[MF__FARG_FW_EPS], rows * p.dv);
+        return MF__CU_RUN(ctx, op, mf__k_fw_norm, MF__EW(rows * p.dv), out->data, (const float *)b.num, p.dv,
+                          out->farg[MF__FARG_FW_EPS], rows * p.dv);
     return 0;
 }
 static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
@@ -2517,9 +2517,9 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw_carve(&p, form, delta, out->saved, &b);
     if (!delta) { /* through y = num / (den + eps) */
         float *dn = (float *)mf__cu_arena(ctx, (size_t)(rows * p.dvp) * sizeof(float));
-        if (!dn || MF__CU_RUN(ctx, op, mf__k_fw_norm_bwd, mf__cu_grid(rows, MF__CU_BS), MF__CU_BS, 0, dn,
-                              (const float *)b.num, (const float *)out->grad, (const float *)out->data, p.dv,
-                              out->farg[MF__FARG_FW_EPS], rows) < 0)
+        if (!dn || MF__CU_RUN(ctx, op, mf__k_fw_norm_bwd, MF__EW(rows), dn, (const float *)b.num,
+                              (const float *)out->grad, (const float *)out->data, p.dv, out->farg[MF__FARG_FW_EPS],
+                              rows) < 0)
             return -1;
         dy = dn;
     }
@@ -2535,14 +2535,11 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
         if (MF__CU_RUN(ctx, op, mf__k_fw_rec_bwd, dim3((unsigned)BH, (unsigned)ns), cw, smem, p, (const float *)b.st, dy,
                        seg, pq, pk, pb, gv) < 0)
             return -1;
-        if (gq && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows * p.dd, MF__CU_BS), MF__CU_BS, 0, gq,
-                             (const float *)pq, ns, rows * p.dd) < 0)
+        if (gq && MF__CU_RUN(ctx, op, mf__k_fw_slices, MF__EW(rows * p.dd), gq, (const float *)pq, ns, rows * p.dd) < 0)
             return -1;
-        if (gk && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows * p.dd, MF__CU_BS), MF__CU_BS, 0, gk,
-                             (const float *)pk, ns, rows * p.dd) < 0)
+        if (gk && MF__CU_RUN(ctx, op, mf__k_fw_slices, MF__EW(rows * p.dd), gk, (const float *)pk, ns, rows * p.dd) < 0)
             return -1;
-        if (gb && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows, MF__CU_BS), MF__CU_BS, 0, gb, (const float *)pb,
-                             ns, rows) < 0)
+        if (gb && MF__CU_RUN(ctx, op, mf__k_fw_slices, MF__EW(rows), gb, (const float *)pb, ns, rows) < 0)
             return -1;
         return 0;
     } else {
