@@ -673,10 +673,12 @@ typedef __mmask16 mf__am;
 #define mf__av_div(a, b) _mm512_div_ps(a, b)
 #define mf__av_abs(a) _mm512_abs_ps(a)
 #define mf__av_sqrt(a) _mm512_sqrt_ps(a)
-/* a where x < 0, else b */
-#define mf__av_ifneg(x, a, b) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), b, a)
+/* a where x < y, else b (b where either is NaN) */
+#define mf__av_iflt(x, y, a, b) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_LT_OQ), b, a)
 /* b where either is NaN (here and below), like the portable form */
 #define mf__av_min(a, b) _mm512_mask_min_ps(a, 0xFFFF, a, b)
+/* p 2^n for whole n with 2^n a normal float (mf__av_exp) */
+#define mf__av_pow2n(p, n) _mm512_mask_scalef_ps(p, 0xFFFF, p, n)
 #define mf__av_round(a) _mm512_mask_roundscale_ps(a, 0xFFFF, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 /* t[k] in each lane, k holding whole numbers 0..15: the 16-entry table is one register */
 #define mf__av_lut16(t, k) _mm512_permutexvar_ps(_mm512_cvttps_epi32(k), _mm512_loadu_ps(t))
@@ -686,24 +688,6 @@ typedef __mmask16 mf__am;
 #define mf__av_gather(x, ld) \
     _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, \
                              5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ld)), x, 4)
-/* exp (Cephes polynomial, ~2 ulp); 0 below -87 and for -inf */
-static mf__av mf__av_exp(mf__av x) {
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    __m512 n, r, p;
-    x = _mm512_mask_min_ps(x, 0xFFFF, x, _mm512_set1_ps(88.0f));
-    x = _mm512_mask_max_ps(x, 0xFFFF, x, _mm512_set1_ps(-87.0f));
-    n = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    n = _mm512_mask_roundscale_ps(n, 0xFFFF, n, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_mask_mov_ps(_mm512_mask_scalef_ps(p, 0xFFFF, p, n), tiny, _mm512_setzero_ps());
-}
 #elif !defined(METAFORMER_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define MF__AW 8
@@ -726,9 +710,12 @@ typedef __m256i mf__am;
 #define mf__av_div(a, b) _mm256_div_ps(a, b)
 #define mf__av_abs(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)
 #define mf__av_sqrt(a) _mm256_sqrt_ps(a)
-#define mf__av_ifneg(x, a, b) _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ))
+#define mf__av_iflt(x, y, a, b) _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, y, _CMP_LT_OQ))
 #define mf__av_min(a, b) _mm256_min_ps(a, b)
 #define mf__av_round(a) _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* the exponent field of 2^n set directly */
+#define mf__av_pow2n(p, n) \
+    _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23)))
 /* two 8-entry lookups; bit 3 of k, shifted into the sign bit, picks the upper half */
 static inline __m256 mf__av_lut16(const float *t, __m256 k) {
     __m256i i = _mm256_cvttps_epi32(k);
@@ -742,23 +729,6 @@ static inline float mf__av_hsum(__m256 a) {
 }
 #define mf__av_gather(x, ld) \
     _mm256_i32gather_ps(x, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(ld)), 4)
-static mf__av mf__av_exp(mf__av x) {
-    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), n, r, p;
-    __m256i e;
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
-    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
 #else /* portable: "vectors" of one float, the register tile is 4 x 4 scalars */
 #define MF__AW 1
 #define MF__AV_MAXV 4
@@ -780,13 +750,32 @@ typedef int mf__am;
 #define mf__av_div(a, b) ((a) / (b))
 #define mf__av_abs(a) fabsf(a)
 #define mf__av_sqrt(a) sqrtf(a)
-#define mf__av_ifneg(x, a, b) ((x) < 0 ? (a) : (b))
+#define mf__av_iflt(x, y, a, b) ((x) < (y) ? (a) : (b))
 #define mf__av_min(a, b) ((a) < (b) ? (a) : (b))
 #define mf__av_round(a) nearbyintf(a)
 #define mf__av_lut16(t, k) ((t)[(int)(k)])
 #define mf__av_hsum(a) (a)
 #define mf__av_gather(x, ld) ((void)(ld), *(x))
 #define mf__av_exp(x) expf(x)
+#endif
+/* a where x < 0, else b */
+#define mf__av_ifneg(x, a, b) mf__av_iflt(x, mf__av_zero(), a, b)
+#if MF__AW > 1
+/* exp (Cephes polynomial, ~2 ulp); 0 below -87 and for -inf. x is clamped to [-87, 88] first, so
+   2^n is a normal float. The negated Cephes constants make the FMAs exact twins of fnmadd. */
+static mf__av mf__av_exp(mf__av x) {
+    mf__av lo = mf__av_set1(-87.0f), c = mf__av_max(mf__av_min(x, mf__av_set1(88.0f)), lo), n, r, p;
+    n = mf__av_round(mf__av_mul(c, mf__av_set1(1.44269504088896341f)));
+    r = mf__av_fma(n, mf__av_set1(-0.693359375f), c);
+    r = mf__av_fma(n, mf__av_set1(2.12194440e-4f), r);
+    p = mf__av_fma(mf__av_set1(1.9875691500e-4f), r, mf__av_set1(1.3981999507e-3f));
+    p = mf__av_fma(p, r, mf__av_set1(8.3334519073e-3f));
+    p = mf__av_fma(p, r, mf__av_set1(4.1665795894e-2f));
+    p = mf__av_fma(p, r, mf__av_set1(1.6666665459e-1f));
+    p = mf__av_fma(p, r, mf__av_set1(5.0000001201e-1f));
+    p = mf__av_fma(p, mf__av_mul(r, r), mf__av_add(r, mf__av_set1(1.0f)));
+    return mf__av_iflt(x, lo, mf__av_zero(), mf__av_pow2n(p, n));
+}
 #endif
 
 /* Dot product and y += a x on rows of n floats (the mixer families' kernels). Both vectorise the
