@@ -6838,6 +6838,34 @@ typedef struct mf__fb_fwd {
 /* row block of layer l, step t in a [layer][T][B][w] buffer */
 #define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
 
+/* the step-major activations hs .. mem of a forward (the backward reads them), in the context's
+   arena: the same layout on the CPU and the device */
+static void mf__fb_alloc_steps(mf_ctx *ctx, mf__fb_fwd *f) {
+    const mf_model_config *c = &f->m->cfg;
+    int D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers;
+    size_t tb = (size_t)f->T * f->B, fl = sizeof(float);
+    f->hs = (float *)mf__alloc_data(ctx, (size_t)(N + 1) * tb * D * fl);
+    f->z = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->q = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->o = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->xm = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->y2 = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->a1 = (float *)mf__alloc_data(ctx, N * tb * F * fl);
+    f->g1 = (float *)mf__alloc_data(ctx, N * tb * F * fl);
+    f->st1 = (float *)mf__alloc_data(ctx, N * tb * 2 * fl);
+    f->st2 = (float *)mf__alloc_data(ctx, N * tb * 2 * fl);
+    f->lse = (float *)mf__alloc_data(ctx, N * tb * H * fl);
+    f->mem = (float *)mf__alloc_data(ctx, tb * D * fl);
+}
+/* sw = softmax(w) over the n = layers + 1 layer weights (on the device: one thread) */
+static MF__HD void mf__fb_softmax_w(float *sw, const float *w, int n) {
+    float mx = -INFINITY, sum = 0.0f;
+    int l;
+    for (l = 0; l < n; l++) if (w[l] > mx) mx = w[l];
+    for (l = 0; l < n; l++) sum += sw[l] = expf(w[l] - mx);
+    for (l = 0; l < n; l++) sw[l] /= sum;
+}
+
 /* y [rows][N] = x [rows][K] W^T + b, W packed (b may be NULL) */
 static void mf__fb_linear(mf_ctx *ctx, const float *x, float *W, int K, int N, const mf_tensor *b, int rows, float *y) {
     int r, j;
@@ -7003,27 +7031,15 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
     mf_model *m = f->m;
     const mf_model_config *c = &m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t, b, l;
+    int B = f->B, T = f->T, D = c->d_model, H = c->n_heads, N = c->n_layers, t, b, l;
     size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)mf__fb_nblk(m) * D;
-    float mx = -INFINITY, sum = 0.0f, *w = MF__FB_S(m)->w->data;
     f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
     f->rh = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->rt = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->sh = (float *)mf__alloc(ctx, (size_t)N * f->nr * H * fl);
     f->qu = (float *)mf__alloc(ctx, (size_t)B * D * fl);
     f->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * f->nr + D / H) * fl);
-    f->hs = (float *)mf__alloc(ctx, (size_t)(N + 1) * tb * D * fl);
-    f->z = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->q = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->o = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->xm = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->y2 = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->a1 = (float *)mf__alloc(ctx, N * tb * F * fl);
-    f->g1 = (float *)mf__alloc(ctx, N * tb * F * fl);
-    f->st1 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
-    f->st2 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
-    f->lse = (float *)mf__alloc(ctx, N * tb * H * fl);
-    f->mem = (float *)mf__alloc(ctx, tb * D * fl);
+    mf__fb_alloc_steps(ctx, f);
     f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
     if (!f->gen) f->slots = (float *)mf__alloc(ctx, 2 * tb * ld * fl);
     if (!f->gen) f->wf = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
@@ -7034,9 +7050,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
         mf__fb_table_rows(f->rh + o * (D / H), f->rt + o * (D / H), MF__FB_L(m, l)->rel_r->data, MF__FB_P, H, D / H, f->nr, 0);
         mf__fb_table_rows(f->sh + o, NULL, MF__FB_L(m, l)->rel_s->data, MF__FB_P, H, 1, f->nr, 0);
     }
-    for (l = 0; l <= N; l++) if (w[l] > mx) mx = w[l];
-    for (l = 0; l <= N; l++) sum += f->sw[l] = expf(w[l] - mx);
-    for (l = 0; l <= N; l++) f->sw[l] /= sum;
+    mf__fb_softmax_w(f->sw, MF__FB_S(m)->w->data, N + 1);
     for (b = 0; b < B; b++) /* [B][T][D] -> step-major hs[0] [T][B][D] */
         for (t = 0; t < T; t++)
             memcpy(f->hs + ((int64_t)t * B + b) * D, out->src[0]->data + ((int64_t)b * T + t) * D, (size_t)D * fl);

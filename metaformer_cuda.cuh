@@ -2789,12 +2789,7 @@ static int mf__cu_fba_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* ---- the recurrence's small kernels ------------------------------------------------------------- */
 /* softmax(w) [n] on the device (one thread: n = layers + 1), as the CPU */
 static __global__ void mf__k_fb_softmax_w(float *sw, const float *w, int n) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    float mx = -INFINITY, sum = 0;
-    int l;
-    for (l = 0; l < n; l++) mx = w[l] > mx ? w[l] : mx;
-    for (l = 0; l < n; l++) sum += sw[l] = expf(w[l] - mx);
-    for (l = 0; l < n; l++) sw[l] /= sum;
+    if (threadIdx.x == 0 && blockIdx.x == 0) mf__fb_softmax_w(sw, w, n);
 }
 /* dw_l += sw_l (dsw_l - sum_j sw_j dsw_j) (softmax backward, one thread) */
 static __global__ void mf__k_fb_softmax_w_bwd(float *gw, const float *sw, const float *dsw, int n) {
@@ -2938,22 +2933,11 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
 static int mf__cu_fb_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
     const mf_model_config *c = &f->m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t;
+    int B = f->B, T = f->T, D = c->d_model, N = c->n_layers, t;
     size_t tb = (size_t)T * B, fl = sizeof(float);
     const char *op = MF__CU_FB_OP;
     f->sw = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * fl);
-    f->hs = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * tb * D * fl);
-    f->z = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->q = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->o = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->xm = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->y2 = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->a1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
-    f->g1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
-    f->st1 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
-    f->st2 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
-    f->lse = (float *)mf__cu_arena(ctx, N * tb * H * fl);
-    f->mem = (float *)mf__cu_arena(ctx, tb * D * fl);
+    mf__fb_alloc_steps(ctx, f);
     f->tmp = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
     if (!f->gen) f->slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
     if (!mf_ok(ctx)) return -1;
