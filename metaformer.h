@@ -692,10 +692,12 @@ typedef __mmask16 mf__am;
 #define mf__av_div(a, b) _mm512_div_ps(a, b)
 #define mf__av_abs(a) _mm512_abs_ps(a)
 #define mf__av_sqrt(a) _mm512_sqrt_ps(a)
-/* a where x < 0, else b */
-#define mf__av_ifneg(x, a, b) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), b, a)
+/* a where x < y, else b (b where either is NaN) */
+#define mf__av_iflt(x, y, a, b) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_LT_OQ), b, a)
 /* b where either is NaN (here and below), like the portable form */
 #define mf__av_min(a, b) _mm512_mask_min_ps(a, 0xFFFF, a, b)
+/* p 2^n for whole n with 2^n a normal float (mf__av_exp) */
+#define mf__av_pow2n(p, n) _mm512_mask_scalef_ps(p, 0xFFFF, p, n)
 #define mf__av_round(a) _mm512_mask_roundscale_ps(a, 0xFFFF, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 /* t[k] in each lane, k holding whole numbers 0..15: the 16-entry table is one register */
 #define mf__av_lut16(t, k) _mm512_permutexvar_ps(_mm512_cvttps_epi32(k), _mm512_loadu_ps(t))
@@ -705,24 +707,6 @@ typedef __mmask16 mf__am;
 #define mf__av_gather(x, ld) \
     _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, \
                              5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ld)), x, 4)
-/* exp (Cephes polynomial, ~2 ulp); 0 below -87 and for -inf */
-static mf__av mf__av_exp(mf__av x) {
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    __m512 n, r, p;
-    x = _mm512_mask_min_ps(x, 0xFFFF, x, _mm512_set1_ps(88.0f));
-    x = _mm512_mask_max_ps(x, 0xFFFF, x, _mm512_set1_ps(-87.0f));
-    n = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    n = _mm512_mask_roundscale_ps(n, 0xFFFF, n, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_mask_mov_ps(_mm512_mask_scalef_ps(p, 0xFFFF, p, n), tiny, _mm512_setzero_ps());
-}
 #elif !defined(METAFORMER_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define MF__AW 8
@@ -745,9 +729,12 @@ typedef __m256i mf__am;
 #define mf__av_div(a, b) _mm256_div_ps(a, b)
 #define mf__av_abs(a) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a)
 #define mf__av_sqrt(a) _mm256_sqrt_ps(a)
-#define mf__av_ifneg(x, a, b) _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ))
+#define mf__av_iflt(x, y, a, b) _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, y, _CMP_LT_OQ))
 #define mf__av_min(a, b) _mm256_min_ps(a, b)
 #define mf__av_round(a) _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* the exponent field of 2^n set directly */
+#define mf__av_pow2n(p, n) \
+    _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23)))
 /* two 8-entry lookups; bit 3 of k, shifted into the sign bit, picks the upper half */
 static inline __m256 mf__av_lut16(const float *t, __m256 k) {
     __m256i i = _mm256_cvttps_epi32(k);
@@ -761,23 +748,6 @@ static inline float mf__av_hsum(__m256 a) {
 }
 #define mf__av_gather(x, ld) \
     _mm256_i32gather_ps(x, _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(ld)), 4)
-static mf__av mf__av_exp(mf__av x) {
-    __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), n, r, p;
-    __m256i e;
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
-    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
 #else /* portable: "vectors" of one float, the register tile is 4 x 4 scalars */
 #define MF__AW 1
 #define MF__AV_MAXV 4
@@ -799,13 +769,32 @@ typedef int mf__am;
 #define mf__av_div(a, b) ((a) / (b))
 #define mf__av_abs(a) fabsf(a)
 #define mf__av_sqrt(a) sqrtf(a)
-#define mf__av_ifneg(x, a, b) ((x) < 0 ? (a) : (b))
+#define mf__av_iflt(x, y, a, b) ((x) < (y) ? (a) : (b))
 #define mf__av_min(a, b) ((a) < (b) ? (a) : (b))
 #define mf__av_round(a) nearbyintf(a)
 #define mf__av_lut16(t, k) ((t)[(int)(k)])
 #define mf__av_hsum(a) (a)
 #define mf__av_gather(x, ld) ((void)(ld), *(x))
 #define mf__av_exp(x) expf(x)
+#endif
+/* a where x < 0, else b */
+#define mf__av_ifneg(x, a, b) mf__av_iflt(x, mf__av_zero(), a, b)
+#if MF__AW > 1
+/* exp (Cephes polynomial, ~2 ulp); 0 below -87 and for -inf. x is clamped to [-87, 88] first, so
+   2^n is a normal float. The negated Cephes constants make the FMAs exact twins of fnmadd. */
+static mf__av mf__av_exp(mf__av x) {
+    mf__av lo = mf__av_set1(-87.0f), c = mf__av_max(mf__av_min(x, mf__av_set1(88.0f)), lo), n, r, p;
+    n = mf__av_round(mf__av_mul(c, mf__av_set1(1.44269504088896341f)));
+    r = mf__av_fma(n, mf__av_set1(-0.693359375f), c);
+    r = mf__av_fma(n, mf__av_set1(2.12194440e-4f), r);
+    p = mf__av_fma(mf__av_set1(1.9875691500e-4f), r, mf__av_set1(1.3981999507e-3f));
+    p = mf__av_fma(p, r, mf__av_set1(8.3334519073e-3f));
+    p = mf__av_fma(p, r, mf__av_set1(4.1665795894e-2f));
+    p = mf__av_fma(p, r, mf__av_set1(1.6666665459e-1f));
+    p = mf__av_fma(p, r, mf__av_set1(5.0000001201e-1f));
+    p = mf__av_fma(p, mf__av_mul(r, r), mf__av_add(r, mf__av_set1(1.0f)));
+    return mf__av_iflt(x, lo, mf__av_zero(), mf__av_pow2n(p, n));
+}
 #endif
 
 /* Dot product and y += a x on rows of n floats (the mixer families' kernels). Both vectorise the
@@ -823,10 +812,9 @@ static inline float mf__vdot(int n, const float *a, const float *b, int tail) {
     float r;
     for (; i + MF__AW <= n; i += MF__AW) acc = mf__av_fma(mf__av_load(a + i), mf__av_load(b + i), acc);
     if (tail == MF__TAIL_VEC) {
-        if (i < n) {
-            mf__am mk = mf__av_mask(n - i);
-            acc = mf__av_fma(mf__av_loadm(a + i, mk), mf__av_loadm(b + i, mk), acc);
-        }
+        /* the mask spelled out at each use: a variable read only through the portable (void)
+           cast trips nvcc's "set but never used" */
+        if (i < n) acc = mf__av_fma(mf__av_loadm(a + i, mf__av_mask(n - i)), mf__av_loadm(b + i, mf__av_mask(n - i)), acc);
         return mf__av_hsum(acc);
     }
     r = mf__av_hsum(acc);
@@ -838,10 +826,9 @@ static inline void mf__vaxpy(int n, float a, const float *x, float *y, int tail)
     int i = 0;
     for (; i + MF__AW <= n; i += MF__AW) mf__av_store(y + i, mf__av_fma(va, mf__av_load(x + i), mf__av_load(y + i)));
     if (tail == MF__TAIL_VEC) {
-        if (i < n) {
-            mf__am mk = mf__av_mask(n - i);
-            mf__av_storem(y + i, mk, mf__av_fma(va, mf__av_loadm(x + i, mk), mf__av_loadm(y + i, mk)));
-        }
+        if (i < n)
+            mf__av_storem(y + i, mf__av_mask(n - i),
+                          mf__av_fma(va, mf__av_loadm(x + i, mf__av_mask(n - i)), mf__av_loadm(y + i, mf__av_mask(n - i))));
         return;
     }
     for (; i < n; i++) y[i] += a * x[i];
@@ -954,6 +941,12 @@ static MF__HD uint64_t mf__rand64(uint64_t seed, uint64_t stream, uint64_t index
 /* uniform in [0, 1) with 24 random bits */
 static MF__HD float mf__uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(mf__rand64(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
+}
+/* dropout's draw: element `index` of the RNG stream `stream` is kept (with probability 1 - p)
+   or dropped; the seed is salted so the masks are not the initialisers' draws. mf_dropout and
+   the feedback recurrence, on the CPU and in the CUDA kernels, all draw their masks here. */
+static MF__HD int mf__drop_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
+    return mf__uniform(seed ^ 0xd50f0d50f0ULL, stream, index) >= p;
 }
 /* standard normal (Box-Muller on two 32-bit halves of one draw) */
 static float mf__normal(uint64_t seed, uint64_t stream, uint64_t index) {
@@ -3299,10 +3292,11 @@ MFDEF mf_tensor *mf_embedding(mf_ctx *ctx, mf_tensor *table, const int32_t *ids,
    The stream is the context's dropout call counter, kept so that the backward redraws the mask. */
 enum { MF__FARG_DROPOUT_P };                                /* farg */
 enum { MF__ARG_DROPOUT_STREAM_LO, MF__ARG_DROPOUT_STREAM_HI }; /* iarg: the stream's two halves */
+static uint64_t mf__dropout_stream(const mf_tensor *out) {
+    return ((uint64_t)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) | (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
+}
 static int mf__dropout_keep(const mf_ctx *ctx, const mf_tensor *out, int64_t i) {
-    uint64_t stream = ((uint64_t)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) |
-                      (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
-    return mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, stream, (uint64_t)i) >= out->farg[MF__FARG_DROPOUT_P];
+    return mf__drop_keep(ctx->seed, mf__dropout_stream(out), (uint64_t)i, out->farg[MF__FARG_DROPOUT_P]);
 }
 static void mf__dropout_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
@@ -4408,9 +4402,9 @@ typedef struct mf__layer {
     mf_tensor *ln1_w, *ln1_b; /* ln1 (rows with MF__MIX_LN1; relative and feedback read it themselves) */
     mf_tensor *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b; /* the FFN sub-block */
     void *mix;                /* the family's per-layer struct (family->layer_size bytes, zeroed) */
-    /* feedback only: copies of the feedback family's pointers (mf__fb_layer), for the code that reads
-       them as m->layers[l].<name> (metaformer_cuda.cuh [cu:feedback], tests); nothing here reads them */
-    mf_tensor *wq, *wo, *bo, *rel_u, *rel_r, *rel_s;
+    /* feedback only: copies of the feedback family's tables (mf__fb_layer), for the tests that read
+       them as m->layers[l].<name>; the library reads the family's own */
+    mf_tensor *rel_u, *rel_r, *rel_s;
 } mf__layer;
 
 /* A family of mixers: the same hooks for every family (NULL where the family has nothing to do).
@@ -4456,7 +4450,7 @@ struct mf_model {
     float *sinusoid;    /* [max_seq][D] when pos == SINUSOIDAL */
     mf__layer *layers;
     char *fam_layers;   /* n_layers per-layer structs of the family */
-    mf_tensor *fb_w;    /* feedback: the family's layer weights, for metaformer_cuda.cuh ([cu:feedback]) */
+    mf_tensor *fb_w;    /* feedback: the family's layer weights (mf__fb_state), for the tests; the library reads the family's */
     int cache_len;      /* tokens held by the generation cache */
     int on_device;      /* sinusoid, the family's constants and caches are device buffers (CUDA) */
 };
@@ -6478,6 +6472,7 @@ typedef struct mf__fb_layer { /* the attention sub-layer of layer l (docs/math.m
     mf_tensor *rel_u, *rel_r, *rel_s;       /* u [H][dk], R [P][H][dk], S [P][H] */
 } mf__fb_layer;
 #define MF__FB_L(m, l) ((mf__fb_layer *)(m)->layers[l].mix)
+#define MF__FB_S(m) ((struct mf__fb_state *)(m)->fam_state)
 struct mf__fb_state { /* the family's state (m->fam_state) */
     mf_tensor *w;       /* layer weights [N + 1] (m->fb_w is the same tensor) */
     mf_tensor *wk, *wv; /* feedback_kv: the shared bias-free k, v [D][D]; NULL for feedback */
@@ -6803,7 +6798,7 @@ static float *mf__fb_piece(const mf_model *m, float *P, int l, int which) {
 /* key/value block i: its weight, bias (original v only) and column offset in a slot row */
 static void mf__fb_kv_block(const mf_model *m, int i, mf_tensor **w, mf_tensor **b) {
     const mf__fb_layer *L = MF__FB_L(m, i / 2);
-    const struct mf__fb_state *s = (const struct mf__fb_state *)m->fam_state;
+    const struct mf__fb_state *s = MF__FB_S(m);
     if (m->cfg.mixer == MF_MIXER_FEEDBACK) { *w = i % 2 ? L->wv : L->wk; *b = i % 2 ? L->bv : NULL; }
     else { *w = i % 2 ? s->wv : s->wk; *b = NULL; }
 }
@@ -6862,6 +6857,34 @@ typedef struct mf__fb_fwd {
 /* row block of layer l, step t in a [layer][T][B][w] buffer */
 #define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
 
+/* the step-major activations hs .. mem of a forward (the backward reads them), in the context's
+   arena: the same layout on the CPU and the device */
+static void mf__fb_alloc_steps(mf_ctx *ctx, mf__fb_fwd *f) {
+    const mf_model_config *c = &f->m->cfg;
+    int D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers;
+    size_t tb = (size_t)f->T * f->B, fl = sizeof(float);
+    f->hs = (float *)mf__alloc_data(ctx, (size_t)(N + 1) * tb * D * fl);
+    f->z = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->q = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->o = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->xm = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->y2 = (float *)mf__alloc_data(ctx, N * tb * D * fl);
+    f->a1 = (float *)mf__alloc_data(ctx, N * tb * F * fl);
+    f->g1 = (float *)mf__alloc_data(ctx, N * tb * F * fl);
+    f->st1 = (float *)mf__alloc_data(ctx, N * tb * 2 * fl);
+    f->st2 = (float *)mf__alloc_data(ctx, N * tb * 2 * fl);
+    f->lse = (float *)mf__alloc_data(ctx, N * tb * H * fl);
+    f->mem = (float *)mf__alloc_data(ctx, tb * D * fl);
+}
+/* sw = softmax(w) over the n = layers + 1 layer weights (on the device: one thread) */
+static MF__HD void mf__fb_softmax_w(float *sw, const float *w, int n) {
+    float mx = -INFINITY, sum = 0.0f;
+    int l;
+    for (l = 0; l < n; l++) if (w[l] > mx) mx = w[l];
+    for (l = 0; l < n; l++) sum += sw[l] = expf(w[l] - mx);
+    for (l = 0; l < n; l++) sw[l] /= sum;
+}
+
 /* y [rows][N] = x [rows][K] W^T + b, W packed (b may be NULL) */
 static void mf__fb_linear(mf_ctx *ctx, const float *x, float *W, int K, int N, const mf_tensor *b, int rows, float *y) {
     int r, j;
@@ -6909,7 +6932,7 @@ static void mf__fb_dropout(const mf_ctx *ctx, const mf__fb_fwd *f, int site, int
     float s = 1.0f / (1.0f - f->drop);
     if (f->drop <= 0.0f) return;
     for (e = 0; e < n; e++)
-        x[e] = mf__uniform(ctx->seed ^ 0xd50f0d50f0ULL, f->stream, (uint64_t)(base + e)) >= f->drop ? x[e] * s : 0.0f;
+        x[e] = mf__drop_keep(ctx->seed, f->stream, (uint64_t)(base + e), f->drop) ? x[e] * s : 0.0f;
 }
 /* head (b, h) of key/value block blk: slot buffers [nblk][B][H][2][cap][dk] (rows, then
    transposed), their gradients [nblk][B][H][cap][dk] (rows) */
@@ -7027,27 +7050,15 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
     mf_model *m = f->m;
     const mf_model_config *c = &m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t, b, l;
+    int B = f->B, T = f->T, D = c->d_model, H = c->n_heads, N = c->n_layers, t, b, l;
     size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)mf__fb_nblk(m) * D;
-    float mx = -INFINITY, sum = 0.0f, *w = ((struct mf__fb_state *)m->fam_state)->w->data;
     f->sw = (float *)mf__alloc(ctx, (size_t)(N + 1) * fl);
     f->rh = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->rt = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->sh = (float *)mf__alloc(ctx, (size_t)N * f->nr * H * fl);
     f->qu = (float *)mf__alloc(ctx, (size_t)B * D * fl);
     f->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * f->nr + D / H) * fl);
-    f->hs = (float *)mf__alloc(ctx, (size_t)(N + 1) * tb * D * fl);
-    f->z = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->q = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->o = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->xm = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->y2 = (float *)mf__alloc(ctx, N * tb * D * fl);
-    f->a1 = (float *)mf__alloc(ctx, N * tb * F * fl);
-    f->g1 = (float *)mf__alloc(ctx, N * tb * F * fl);
-    f->st1 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
-    f->st2 = (float *)mf__alloc(ctx, N * tb * 2 * fl);
-    f->lse = (float *)mf__alloc(ctx, N * tb * H * fl);
-    f->mem = (float *)mf__alloc(ctx, tb * D * fl);
+    mf__fb_alloc_steps(ctx, f);
     f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
     if (!f->gen) f->slots = (float *)mf__alloc(ctx, 2 * tb * ld * fl);
     if (!f->gen) f->wf = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
@@ -7058,9 +7069,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
         mf__fb_table_rows(f->rh + o * (D / H), f->rt + o * (D / H), MF__FB_L(m, l)->rel_r->data, MF__FB_P, H, D / H, f->nr, 0);
         mf__fb_table_rows(f->sh + o, NULL, MF__FB_L(m, l)->rel_s->data, MF__FB_P, H, 1, f->nr, 0);
     }
-    for (l = 0; l <= N; l++) if (w[l] > mx) mx = w[l];
-    for (l = 0; l <= N; l++) sum += f->sw[l] = expf(w[l] - mx);
-    for (l = 0; l <= N; l++) f->sw[l] /= sum;
+    mf__fb_softmax_w(f->sw, MF__FB_S(m)->w->data, N + 1);
     for (b = 0; b < B; b++) /* [B][T][D] -> step-major hs[0] [T][B][D] */
         for (t = 0; t < T; t++)
             memcpy(f->hs + ((int64_t)t * B + b) * D, out->src[0]->data + ((int64_t)b * T + t) * D, (size_t)D * fl);
@@ -7155,7 +7164,7 @@ static void mf__fb_backward(mf_ctx *ctx, mf_tensor *out) {
     int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, nb = mf__fb_nblk(m), t, l, i;
     size_t tb = (size_t)T * B, fl = sizeof(float), ld = (size_t)nb * D;
     int64_t r1 = (int64_t)B * D;  /* attention rows start at step 1 */
-    float *gw = mf__g(((struct mf__fb_state *)m->fam_state)->w);
+    float *gw = mf__g(MF__FB_S(m)->w);
     mf__fb_grads g;
     if (f->gen || f->pos0 != 0) { mf__fail(ctx, "feedback: generation steps have no backward"); return; }
     g.wb = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
@@ -7230,7 +7239,7 @@ static void mf__fb_make_layer(mf_model *m, int l) {
     mf_init_const(ctx, A->rel_u, 0.0f); /* the relative tables start at zero (docs/math.md §3.1) */
     mf_init_const(ctx, A->rel_r, 0.0f);
     mf_init_const(ctx, A->rel_s, 0.0f);
-    L->wq = A->wq; L->wo = A->wo; L->bo = A->bo; L->rel_u = A->rel_u; L->rel_r = A->rel_r; L->rel_s = A->rel_s;
+    L->rel_u = A->rel_u; L->rel_r = A->rel_r; L->rel_s = A->rel_s;
 }
 
 /* the state, and the model-level parameters: layer weights w [N + 1] = 1; KV: the shared k, v (bias-free) */
@@ -7252,7 +7261,7 @@ static void mf__fb_init(mf_model *m) {
     }
 }
 static void mf__fb_free(mf_model *m) {
-    struct mf__fb_state *s = (struct mf__fb_state *)m->fam_state;
+    struct mf__fb_state *s = MF__FB_S(m);
     if (!s) return;
     mf__model_dfree(m, s->slots); /* a device buffer on CUDA (the context is still alive) */
     MF_FREE(s->wf);
@@ -7265,7 +7274,7 @@ static void mf__fb_free(mf_model *m) {
 static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    struct mf__fb_state *st = (struct mf__fb_state *)m->fam_state;
+    struct mf__fb_state *st = MF__FB_S(m);
     mf__fb_fwd *f;
     mf_tensor *t;
     int B, T, l, i;

@@ -808,24 +808,22 @@ static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
                       (const int *)out->saved, (long long)(out->ne / D), D);
 }
 
-/* ---- dropout: keep drawn from (seed, stream, index) ---------------------------------------- */
+/* ---- dropout: keep drawn by mf__drop_keep (seed, stream, index), as on the CPU ------------- */
 static __global__ void mf__k_dropout(float *y, const float *x, const float *g, long long n, unsigned long long seed,
                                      unsigned long long stream, float p, float s, int backward) {
     MF__CU_LOOP(i, n) {
-        int keep = mf__uniform(seed, stream, (uint64_t)i) >= p;
+        int keep = mf__drop_keep(seed, stream, (uint64_t)i, p);
         if (!backward) y[i] = keep ? x[i] * s : 0.0f;
         else if (keep) y[i] += g[i] * s;
     }
 }
 static int mf__cu_dropout_run(mf_ctx *ctx, mf_tensor *out, int backward) {
-    unsigned long long stream = ((unsigned long long)(uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_HI] << 32) |
-                                (uint32_t)out->iarg[MF__ARG_DROPOUT_STREAM_LO];
     float p = out->farg[MF__FARG_DROPOUT_P], s = 1.0f / (1.0f - p);
     float *y = backward ? mf__g(out->src[0]) : out->data;
     if (!y) return 0;
     return MF__CU_RUN(ctx, backward ? "dropout (backward)" : "dropout", mf__k_dropout, MF__EW(out->ne), y,
                       (const float *)out->src[0]->data, (const float *)out->grad, (long long)out->ne,
-                      (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL), stream, p, s, backward);
+                      (unsigned long long)ctx->seed, (unsigned long long)mf__dropout_stream(out), p, s, backward);
 }
 static int mf__cu_dropout_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 0); }
 static int mf__cu_dropout_bwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 1); }
@@ -1441,7 +1439,7 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (!a.gq && !a.gk && !a.gv) return 0;
     if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     a.D = D;
-    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, a.g, a.o, a.dv, BH * a.Tq) < 0)
+    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, MF__EW(BH * a.Tq), D, a.g, a.o, a.dv, BH * a.Tq) < 0)
         return -1;
     if (a.gk || a.gv) {
         size_t bytes;
@@ -1850,8 +1848,8 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     if (gu && !(cs = (float *)mf__cu_arena(ctx, (size_t)(BH * nkt * a.dk) * sizeof(float)))) return -1;
     a.D = D;
-    if (MF__CU_RUN(ctx, op, mf__k_xl_dot, mf__cu_grid(BH * a.Tq, MF__CU_BS), MF__CU_BS, 0, D, (const float *)out->grad,
-                   (const float *)out->data, a.dv, BH * a.Tq) < 0)
+    if (MF__CU_RUN(ctx, op, mf__k_xl_dot, MF__EW(BH * a.Tq), D, (const float *)out->grad, (const float *)out->data,
+                   a.dv, BH * a.Tq) < 0)
         return -1;
     if (gq && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_dq, s_dq, "the dQ backward", a) < 0 ||
                MF__CU_RUN(ctx, op, mf__k_xl_bwd_dq, (unsigned)(BH * nqt), MF__XL_NT, s_dq * sizeof(float), a, gq) < 0))
@@ -1860,8 +1858,8 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
                              MF__CU_RUN(ctx, op, mf__k_xl_bwd_dkv, (unsigned)(BH * nkt), MF__XL_NT, s_kv * sizeof(float),
                                         a, gk, gv, cs) < 0))
         return -1;
-    if (gu && MF__CU_RUN(ctx, op, mf__k_xl_bwd_du, mf__cu_grid((long long)a.H * a.dk, MF__CU_BS), MF__CU_BS, 0, gu,
-                         (const float *)cs, B, a.H, (int)nkt, a.dk) < 0)
+    if (gu && MF__CU_RUN(ctx, op, mf__k_xl_bwd_du, MF__EW((long long)a.H * a.dk), gu, (const float *)cs, B, a.H,
+                         (int)nkt, a.dk) < 0)
         return -1;
     if ((gR || gS) && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_rel, s_rel, "the dR/dS backward", a) < 0 ||
                        MF__CU_RUN(ctx, op, mf__k_xl_bwd_rel, (unsigned)((long long)a.H * nkt), MF__XL_NT,
@@ -2497,13 +2495,13 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
             MF__CU_RUN(ctx, op, mf__k_fw_cstate, dim3((unsigned)BH, (unsigned)((p.dvp + ccw - 1) / ccw)), MF__CU_FW_NT,
                        csmem, p, (const float *)b.X, b.st, out->requires_grad ? b.stn : (float *)NULL, b.U, state,
                        ccw) < 0 ||
-            MF__CU_RUN(ctx, op, mf__k_fw_cout, mf__cu_grid(rows * p.dvp, MF__CU_BS), MF__CU_BS, 0, p,
-                       (const float *)b.st, (const float *)b.U, (const float *)b.P, y, rows * p.dvp) < 0)
+            MF__CU_RUN(ctx, op, mf__k_fw_cout, MF__EW(rows * p.dvp), p, (const float *)b.st, (const float *)b.U,
+                       (const float *)b.P, y, rows * p.dvp) < 0)
             return -1;
     }
     if (!delta)
-        return MF__CU_RUN(ctx, op, mf__k_fw_norm, mf__cu_grid(rows * p.dv, MF__CU_BS), MF__CU_BS, 0, out->data,
-                          (const float *)b.num, p.dv, out->farg[MF__FARG_FW_EPS], rows * p.dv);
+        return MF__CU_RUN(ctx, op, mf__k_fw_norm, MF__EW(rows * p.dv), out->data, (const float *)b.num, p.dv,
+                          out->farg[MF__FARG_FW_EPS], rows * p.dv);
     return 0;
 }
 static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
@@ -2519,9 +2517,9 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw_carve(&p, form, delta, out->saved, &b);
     if (!delta) { /* through y = num / (den + eps) */
         float *dn = (float *)mf__cu_arena(ctx, (size_t)(rows * p.dvp) * sizeof(float));
-        if (!dn || MF__CU_RUN(ctx, op, mf__k_fw_norm_bwd, mf__cu_grid(rows, MF__CU_BS), MF__CU_BS, 0, dn,
-                              (const float *)b.num, (const float *)out->grad, (const float *)out->data, p.dv,
-                              out->farg[MF__FARG_FW_EPS], rows) < 0)
+        if (!dn || MF__CU_RUN(ctx, op, mf__k_fw_norm_bwd, MF__EW(rows), dn, (const float *)b.num,
+                              (const float *)out->grad, (const float *)out->data, p.dv, out->farg[MF__FARG_FW_EPS],
+                              rows) < 0)
             return -1;
         dy = dn;
     }
@@ -2537,14 +2535,11 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
         if (MF__CU_RUN(ctx, op, mf__k_fw_rec_bwd, dim3((unsigned)BH, (unsigned)ns), cw, smem, p, (const float *)b.st, dy,
                        seg, pq, pk, pb, gv) < 0)
             return -1;
-        if (gq && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows * p.dd, MF__CU_BS), MF__CU_BS, 0, gq,
-                             (const float *)pq, ns, rows * p.dd) < 0)
+        if (gq && MF__CU_RUN(ctx, op, mf__k_fw_slices, MF__EW(rows * p.dd), gq, (const float *)pq, ns, rows * p.dd) < 0)
             return -1;
-        if (gk && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows * p.dd, MF__CU_BS), MF__CU_BS, 0, gk,
-                             (const float *)pk, ns, rows * p.dd) < 0)
+        if (gk && MF__CU_RUN(ctx, op, mf__k_fw_slices, MF__EW(rows * p.dd), gk, (const float *)pk, ns, rows * p.dd) < 0)
             return -1;
-        if (gb && MF__CU_RUN(ctx, op, mf__k_fw_slices, mf__cu_grid(rows, MF__CU_BS), MF__CU_BS, 0, gb, (const float *)pb,
-                             ns, rows) < 0)
+        if (gb && MF__CU_RUN(ctx, op, mf__k_fw_slices, MF__EW(rows), gb, (const float *)pb, ns, rows) < 0)
             return -1;
         return 0;
     } else {
@@ -2794,12 +2789,7 @@ static int mf__cu_fba_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* ---- the recurrence's small kernels ------------------------------------------------------------- */
 /* softmax(w) [n] on the device (one thread: n = layers + 1), as the CPU */
 static __global__ void mf__k_fb_softmax_w(float *sw, const float *w, int n) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    float mx = -INFINITY, sum = 0;
-    int l;
-    for (l = 0; l < n; l++) mx = w[l] > mx ? w[l] : mx;
-    for (l = 0; l < n; l++) sum += sw[l] = expf(w[l] - mx);
-    for (l = 0; l < n; l++) sw[l] /= sum;
+    if (threadIdx.x == 0 && blockIdx.x == 0) mf__fb_softmax_w(sw, w, n);
 }
 /* dw_l += sw_l (dsw_l - sum_j sw_j dsw_j) (softmax backward, one thread) */
 static __global__ void mf__k_fb_softmax_w_bwd(float *gw, const float *sw, const float *dsw, int n) {
@@ -2825,7 +2815,7 @@ static __global__ void mf__k_fb_drop(float *y, const float *res, const float *x,
                                      unsigned long long seed, unsigned long long stream, long long base) {
     MF__CU_LOOP(e, n) {
         float v = x[e];
-        if (p > 0.0f) v = mf__uniform(seed, stream, (uint64_t)(base + e)) >= p ? v * (1.0f / (1.0f - p)) : 0.0f;
+        if (p > 0.0f) v = mf__drop_keep(seed, stream, (uint64_t)(base + e), p) ? v * (1.0f / (1.0f - p)) : 0.0f;
         y[e] = res ? res[e] + v : v;
     }
 }
@@ -2863,7 +2853,6 @@ static __global__ void mf__k_fb_axpy(float *y, const float *a, const float *x, l
 
 /* ---- forward ------------------------------------------------------------------------------------- */
 #define MF__CU_FB_OP "feedback"
-static unsigned long long mf__cu_fb_seed(const mf_ctx *ctx) { return (unsigned long long)(ctx->seed ^ 0xd50f0d50f0ULL); }
 /* y = x [rows][in] W^T (+ b): cuBLAS and the bias kernel */
 static int mf__cu_fb_linear(mf_ctx *ctx, const char *op, const float *x, const mf_tensor *w, const mf_tensor *b, int rows,
                             float *y) {
@@ -2877,7 +2866,7 @@ static int mf__cu_fb_drop(mf_ctx *ctx, const char *op, const mf__fb_fwd *f, int 
                           const float *res, const float *x, int w) {
     long long n = (long long)f->B * w;
     if (f->drop <= 0.0f && !res && y == x) return 0;
-    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__EW(n), y, res, x, n, f->drop, mf__cu_fb_seed(ctx),
+    return MF__CU_RUN(ctx, op, mf__k_fb_drop, MF__EW(n), y, res, x, n, f->drop, (unsigned long long)ctx->seed,
                       (unsigned long long)f->stream, (long long)mf__fb_drop_base(f, site, l, t));
 }
 /* the attention view of layer l at a step with n slots (the stack [nblk][cap][B][D]) */
@@ -2898,7 +2887,8 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
     long long bd = (long long)B * D;
     float *mem = f->mem + t * bd;
     for (l = 0; l < N; l++) {
-        mf__layer *L = &f->m->layers[l];
+        const mf__layer *L = &f->m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(f->m, l);
         float *x = MF__FB_AT(f, f->hs, l, t, D), *xm = MF__FB_AT(f, f->xm, l, t, D), *y = MF__FB_AT(f, f->hs, l + 1, t, D);
         float *y2 = MF__FB_AT(f, f->y2, l, t, D), *a1 = MF__FB_AT(f, f->a1, l, t, F), *g1 = MF__FB_AT(f, f->g1, l, t, F);
         if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
@@ -2907,13 +2897,13 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             mf__cu_fba a = mf__cu_fb_view(f, n);
             mf__cu_fba_io io;
             memset(&io, 0, sizeof io);
-            io.q = q; io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
+            io.q = q; io.u = A->rel_u->data; io.r = A->rel_r->data; io.s = A->rel_s->data;
             io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
             io.o = o; io.lse = MF__FB_AT(f, f->lse, l, t, c->n_heads);
             if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, z, MF__FB_AT(f, f->st1, l, t, 2),
                            (const float *)x, (const float *)L->ln1_w->data, (const float *)L->ln1_b->data, D, c->ln_eps) < 0 ||
-                mf__cu_fb_linear(ctx, op, z, L->wq, NULL, B, q) < 0 || mf__cu_fba_run(ctx, op, &a, B, &io, 0) < 0 ||
-                mf__cu_fb_linear(ctx, op, o, L->wo, L->bo, B, f->tmp) < 0 ||
+                mf__cu_fb_linear(ctx, op, z, A->wq, NULL, B, q) < 0 || mf__cu_fba_run(ctx, op, &a, B, &io, 0) < 0 ||
+                mf__cu_fb_linear(ctx, op, o, A->wo, A->bo, B, f->tmp) < 0 ||
                 mf__cu_fb_drop(ctx, op, f, 0, l, t, xm, x, f->tmp, D) < 0)
                 return -1;
         } else if (mf__cu_copy(ctx, xm, x, (size_t)bd * sizeof(float), MF__D2D) < 0) return -1; /* no memory yet */
@@ -2943,26 +2933,15 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
 static int mf__cu_fb_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__fb_fwd *f = (mf__fb_fwd *)out->aux;
     const mf_model_config *c = &f->m->cfg;
-    int B = f->B, T = f->T, D = c->d_model, F = c->d_ff, H = c->n_heads, N = c->n_layers, t;
+    int B = f->B, T = f->T, D = c->d_model, N = c->n_layers, t;
     size_t tb = (size_t)T * B, fl = sizeof(float);
     const char *op = MF__CU_FB_OP;
     f->sw = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * fl);
-    f->hs = (float *)mf__cu_arena(ctx, (size_t)(N + 1) * tb * D * fl);
-    f->z = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->q = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->o = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->xm = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->y2 = (float *)mf__cu_arena(ctx, N * tb * D * fl);
-    f->a1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
-    f->g1 = (float *)mf__cu_arena(ctx, N * tb * F * fl);
-    f->st1 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
-    f->st2 = (float *)mf__cu_arena(ctx, N * tb * 2 * fl);
-    f->lse = (float *)mf__cu_arena(ctx, N * tb * H * fl);
-    f->mem = (float *)mf__cu_arena(ctx, tb * D * fl);
+    mf__fb_alloc_steps(ctx, f);
     f->tmp = (float *)mf__cu_arena(ctx, (size_t)B * D * fl);
     if (!f->gen) f->slots = (float *)mf__cu_arena(ctx, (size_t)mf__fb_nblk(f->m) * tb * D * fl);
     if (!mf_ok(ctx)) return -1;
-    if (MF__CU_RUN(ctx, op, mf__k_fb_softmax_w, 1, 32, 0, f->sw, (const float *)f->m->fb_w->data, N + 1) < 0 ||
+    if (MF__CU_RUN(ctx, op, mf__k_fb_softmax_w, 1, 32, 0, f->sw, (const float *)MF__FB_S(f->m)->w->data, N + 1) < 0 ||
         MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(tb * D), f->hs, (const float *)out->src[0]->data, B, T, D, 0,
                    (long long)(tb * D), 0, 0) < 0)
         return -1;
@@ -3012,7 +2991,8 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
                    (const float *)f->sw, N, T, D, t, bd) < 0)
         return -1;
     for (l = N - 1; l >= 0; l--) {
-        mf__layer *L = &f->m->layers[l];
+        const mf__layer *L = &f->m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(f->m, l);
         float *fo = MF__FB_AT(f, g->fo, l, t, D), *da1 = MF__FB_AT(f, g->a1, l, t, F), *dln2 = MF__FB_AT(f, g->ln2, l, t, D);
         /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
         if (mf__cu_fb_drop(ctx, op, f, 2, l, t, fo, NULL, g->dh, D) < 0 ||
@@ -3030,17 +3010,17 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
             mf__cu_fba a = mf__cu_fb_view(f, t);
             mf__cu_fba_io io;
             memset(&io, 0, sizeof io);
-            io.q = MF__FB_AT(f, f->q, l, t, D); io.u = L->rel_u->data; io.r = L->rel_r->data; io.s = L->rel_s->data;
+            io.q = MF__FB_AT(f, f->q, l, t, D); io.u = A->rel_u->data; io.r = A->rel_r->data; io.s = A->rel_s->data;
             io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
             io.o = MF__FB_AT(f, f->o, l, t, D); io.lse = MF__FB_AT(f, f->lse, l, t, H);
-            io.dout = g->dd; io.dq = dq; io.du = mf__g(L->rel_u);
+            io.dout = g->dd; io.dq = dq; io.du = mf__g(A->rel_u);
             io.dk = g->slots + (long long)kv * T * bd; io.dv = g->slots + (long long)(kv + 1) * T * bd;
             io.dr = g->rh + (long long)l * T * D; io.ds = g->sh + (long long)l * T * H;
             io.G = g->G; io.Pr = g->Pr; io.kg = g->kg;
             if (mf__cu_fb_drop(ctx, op, f, 0, l, t, ao, NULL, g->dh, D) < 0 ||
-                mf__cu_gemm(ctx, op, 0, 0, B, D, D, ao, 0, L->wo->data, 0, 0.0f, g->dd, 0, 1) < 0 ||
+                mf__cu_gemm(ctx, op, 0, 0, B, D, D, ao, 0, A->wo->data, 0, 0.0f, g->dd, 0, 1) < 0 ||
                 mf__cu_fba_run(ctx, op, &a, B, &io, 1) < 0 ||
-                mf__cu_gemm(ctx, op, 0, 0, B, D, D, dq, 0, L->wq->data, 0, 0.0f, dln1, 0, 1) < 0 ||
+                mf__cu_gemm(ctx, op, 0, 0, B, D, D, dq, 0, A->wq->data, 0, 0.0f, dln1, 0, 1) < 0 ||
                 mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->hs, l, t, D), dln1, L->ln1_w, MF__FB_AT(f, f->st1, l, t, 2), B, D) < 0)
                 return -1;
         }
@@ -3075,11 +3055,12 @@ static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_
     int r0 = (int)tb, r1 = (int)(tb - B); /* rows of all steps, of steps 1 .. T-1 */
     const char *op = MF__CU_FB_OP " (backward)";
     for (l = 0; l < N; l++) {
-        mf__layer *L = &m->layers[l];
+        const mf__layer *L = &m->layers[l];
+        const mf__fb_layer *A = MF__FB_L(m, l);
         long long at = (long long)l * tb * D, af = (long long)l * tb * F, as = (long long)l * tb * 2;
-        float *gr = mf__g(L->rel_r), *gs = mf__g(L->rel_s);
-        if (mf__cu_fb_wgrad(ctx, L->wq, NULL, g->q + at + bd, f->z + at + bd, r1) < 0 ||
-            mf__cu_fb_wgrad(ctx, L->wo, L->bo, g->ao + at + bd, f->o + at + bd, r1) < 0 ||
+        float *gr = mf__g(A->rel_r), *gs = mf__g(A->rel_s);
+        if (mf__cu_fb_wgrad(ctx, A->wq, NULL, g->q + at + bd, f->z + at + bd, r1) < 0 ||
+            mf__cu_fb_wgrad(ctx, A->wo, A->bo, g->ao + at + bd, f->o + at + bd, r1) < 0 ||
             mf__cu_fb_wgrad(ctx, L->fc1_w, L->fc1_b, g->a1 + af, f->y2 + at, r0) < 0 ||
             mf__cu_fb_wgrad(ctx, L->fc2_w, L->fc2_b, g->fo + at, f->g1 + af, r0) < 0 ||
             mf__cu_fb_ln_wgrad(ctx, L->ln2_w, L->ln2_b, f->xm + at, g->ln2 + at, f->st2 + as, r0, D) < 0 ||
@@ -3097,7 +3078,7 @@ static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_
         mf__fb_kv_block(m, i, &w, &bias);
         if (mf__cu_fb_wgrad(ctx, w, bias, g->slots + (long long)i * tb * D, f->mem, r1) < 0) return -1;
     }
-    return mf__g(m->fb_w) ? MF__CU_RUN(ctx, op, mf__k_fb_softmax_w_bwd, 1, 32, 0, mf__g(m->fb_w), (const float *)f->sw,
+    return mf__g(MF__FB_S(m)->w) ? MF__CU_RUN(ctx, op, mf__k_fb_softmax_w_bwd, 1, 32, 0, mf__g(MF__FB_S(m)->w), (const float *)f->sw,
                                        (const float *)g->dsw, N + 1) : 0;
 }
 static int mf__cu_fb_bwd(mf_ctx *ctx, mf_tensor *out) {
