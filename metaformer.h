@@ -2710,7 +2710,32 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 #define MF__SQRT_2_OVER_PI 0.7978845608028654f
-static float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* f and f' of one element, for every kind but MF__GELU (vectorised below; the device has
+   mf__cu_gelu): the cases of a switch on the kind, assigning y = f(v) and d = f'(v) (y: f's
+   output, read only where needed). The CPU loops and the CUDA unary kernels expand the same
+   cases; as switch cases (not a function) they compile as they always have, down to the NaN a
+   multiply keeps. */
+#define MF__UNARY_F_CASES(v, s, y)                                                                      \
+    case MF__SCALE: y = s * v; break;                                                                   \
+    case MF__RELU: y = v > 0 ? v : 0; break;                                                            \
+    case MF__GELU_TANH: y = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break; \
+    case MF__SIGMOID: y = mf__sigmoidf(v); break;                                                       \
+    case MF__SILU: y = v * mf__sigmoidf(v); break;                                                      \
+    case MF__ELU1: y = v > 0 ? v + 1.0f : expf(v); break;                                               \
+    default: y = expf(v); break;
+#define MF__UNARY_DF_CASES(v, y, s, d)                                                                  \
+    case MF__SCALE: d = s; break;                                                                       \
+    case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;                                                      \
+    case MF__GELU_TANH: {                                                                               \
+        float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);                      \
+        d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v); \
+        break;                                                                                          \
+    }                                                                                                   \
+    case MF__SIGMOID: d = y * (1.0f - y); break;                                                        \
+    case MF__SILU: { float sg = mf__sigmoidf(v); d = sg * (1.0f + v * (1.0f - sg)); break; }            \
+    case MF__ELU1: d = v > 0 ? 1.0f : y; break;                                                         \
+    default: d = y; break;
 /* The exact GELU x Phi(x) and its derivative Phi(x) + x phi(x), without erf or exp: gelu(x) =
    x + gelu(-x) and gelu'(x) = 1 - gelu'(-x) fold every x onto -|x|, where both are smooth and
    small in the tail; [0, 7.75] is cut into 16 cells of width 1/2 (cell k = round(2|x|), centred on
@@ -2809,15 +2834,7 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, n, 8)
     for (i = 0; i < n; i++) {
         float v = x[i];
-        switch (kind) {
-        case MF__SCALE: y[i] = s * v; break;
-        case MF__RELU: y[i] = v > 0 ? v : 0; break;
-        case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
-        case MF__SIGMOID: y[i] = mf__sigmoidf(v); break;
-        case MF__SILU: y[i] = v * mf__sigmoidf(v); break;
-        case MF__ELU1: y[i] = v > 0 ? v + 1.0f : expf(v); break;
-        default: y[i] = expf(v); break;
-        }
+        switch (kind) { MF__UNARY_F_CASES(v, s, y[i]) }
     }
 }
 static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -2834,19 +2851,7 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, n, 8)
     for (i = 0; i < n; i++) {
         float v = x[i], d;
-        switch (kind) {
-        case MF__SCALE: d = s; break;
-        case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;
-        case MF__GELU_TANH: {
-            float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);
-            d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
-            break;
-        }
-        case MF__SIGMOID: d = y[i] * (1.0f - y[i]); break;
-        case MF__SILU: { float sg = mf__sigmoidf(v); d = sg * (1.0f + v * (1.0f - sg)); break; }
-        case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
-        default: d = y[i]; break;
-        }
+        switch (kind) { MF__UNARY_DF_CASES(v, y[i], s, d) }
         dx[i] = assign ? g[i] * d : dx[i] + g[i] * d;
     }
 }

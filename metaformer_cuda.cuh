@@ -495,7 +495,6 @@ static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 /* ---- elementwise unary ops: y = f(x); f and its parameter in MF__ARG_UNARY_KIND, MF__FARG_UNARY_S */
-static __device__ float mf__cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU as the CPU computes it (mf__av_gelu_fold in metaformer.h, its portable form step by step):
    the same table, so the CPU and the device agree to the rounding of a fused multiply-add */
 static __constant__ float mf__cu_gelu_tab[2][7][16] = MF__GELU_TAB;
@@ -520,14 +519,8 @@ static __global__ void mf__k_unary(float *y, const float *x, long long n, int ki
     MF__CU_LOOP(i, n) {
         float v = x[i];
         switch (kind) {
-        case MF__SCALE: y[i] = s * v; break;
-        case MF__RELU: y[i] = v > 0 ? v : 0; break;
         case MF__GELU: y[i] = mf__cu_gelu(v, 0); break;
-        case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
-        case MF__SIGMOID: y[i] = mf__cu_sigmoid(v); break;
-        case MF__SILU: y[i] = v * mf__cu_sigmoid(v); break;
-        case MF__ELU1: y[i] = v > 0 ? v + 1.0f : expf(v); break;
-        default: y[i] = expf(v); break;
+        MF__UNARY_F_CASES(v, s, y[i])
         }
     }
 }
@@ -536,18 +529,8 @@ static __global__ void mf__k_unary_bwd(float *dx, const float *x, const float *y
     MF__CU_LOOP(i, n) {
         float v = x[i], d;
         switch (kind) {
-        case MF__SCALE: d = s; break;
-        case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;
         case MF__GELU: d = mf__cu_gelu(v, 1); break;
-        case MF__GELU_TANH: {
-            float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);
-            d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
-            break;
-        }
-        case MF__SIGMOID: d = y[i] * (1.0f - y[i]); break;
-        case MF__SILU: { float sg = mf__cu_sigmoid(v); d = sg * (1.0f + v * (1.0f - sg)); break; }
-        case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
-        default: d = y[i]; break;
+        MF__UNARY_DF_CASES(v, y[i], s, d)
         }
         dx[i] += g[i] * d;
     }
