@@ -2855,20 +2855,17 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
         dx[i] = assign ? g[i] * d : dx[i] + g[i] * d;
     }
 }
-static const mf__op mf__op_scale = { "scale", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                     MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_relu = { "relu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_gelu = { "gelu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_sigmoid = { "sigmoid", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                       MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_silu = { "silu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_exp = { "exp", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                   MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+/* one descriptor per kind (the op's name is its kind's): the same kernels, shape and properties */
+#define MF__UNARY_OP(nm) \
+    static const mf__op mf__op_##nm = { #nm, 1, mf__same_shape, mf__unary_forward, mf__unary_backward, \
+                                        MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) }
+MF__UNARY_OP(scale);
+MF__UNARY_OP(relu);
+MF__UNARY_OP(gelu);
+MF__UNARY_OP(sigmoid);
+MF__UNARY_OP(silu);
+MF__UNARY_OP(exp);
+MF__UNARY_OP(elu1);
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[MF__ARG_UNARY_KIND] = kind; t->farg[MF__FARG_UNARY_S] = s; }
