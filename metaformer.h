@@ -2729,7 +2729,32 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 #define MF__SQRT_2_OVER_PI 0.7978845608028654f
-static float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* f and f' of one element, for every kind but MF__GELU (vectorised below; the device has
+   mf__cu_gelu): the cases of a switch on the kind, assigning y = f(v) and d = f'(v) (y: f's
+   output, read only where needed). The CPU loops and the CUDA unary kernels expand the same
+   cases; as switch cases (not a function) they compile as they always have, down to the NaN a
+   multiply keeps. */
+#define MF__UNARY_F_CASES(v, s, y)                                                                      \
+    case MF__SCALE: y = s * v; break;                                                                   \
+    case MF__RELU: y = v > 0 ? v : 0; break;                                                            \
+    case MF__GELU_TANH: y = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break; \
+    case MF__SIGMOID: y = mf__sigmoidf(v); break;                                                       \
+    case MF__SILU: y = v * mf__sigmoidf(v); break;                                                      \
+    case MF__ELU1: y = v > 0 ? v + 1.0f : expf(v); break;                                               \
+    default: y = expf(v); break;
+#define MF__UNARY_DF_CASES(v, y, s, d)                                                                  \
+    case MF__SCALE: d = s; break;                                                                       \
+    case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;                                                      \
+    case MF__GELU_TANH: {                                                                               \
+        float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);                      \
+        d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v); \
+        break;                                                                                          \
+    }                                                                                                   \
+    case MF__SIGMOID: d = y * (1.0f - y); break;                                                        \
+    case MF__SILU: { float sg = mf__sigmoidf(v); d = sg * (1.0f + v * (1.0f - sg)); break; }            \
+    case MF__ELU1: d = v > 0 ? 1.0f : y; break;                                                         \
+    default: d = y; break;
 /* The exact GELU x Phi(x) and its derivative Phi(x) + x phi(x), without erf or exp: gelu(x) =
    x + gelu(-x) and gelu'(x) = 1 - gelu'(-x) fold every x onto -|x|, where both are smooth and
    small in the tail; [0, 7.75] is cut into 16 cells of width 1/2 (cell k = round(2|x|), centred on
@@ -2828,15 +2853,7 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, n, 8)
     for (i = 0; i < n; i++) {
         float v = x[i];
-        switch (kind) {
-        case MF__SCALE: y[i] = s * v; break;
-        case MF__RELU: y[i] = v > 0 ? v : 0; break;
-        case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
-        case MF__SIGMOID: y[i] = mf__sigmoidf(v); break;
-        case MF__SILU: y[i] = v * mf__sigmoidf(v); break;
-        case MF__ELU1: y[i] = v > 0 ? v + 1.0f : expf(v); break;
-        default: y[i] = expf(v); break;
-        }
+        switch (kind) { MF__UNARY_F_CASES(v, s, y[i]) }
     }
 }
 static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -2853,36 +2870,21 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     MF__PARFOR(ctx, n, 8)
     for (i = 0; i < n; i++) {
         float v = x[i], d;
-        switch (kind) {
-        case MF__SCALE: d = s; break;
-        case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;
-        case MF__GELU_TANH: {
-            float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);
-            d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
-            break;
-        }
-        case MF__SIGMOID: d = y[i] * (1.0f - y[i]); break;
-        case MF__SILU: { float sg = mf__sigmoidf(v); d = sg * (1.0f + v * (1.0f - sg)); break; }
-        case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
-        default: d = y[i]; break;
-        }
+        switch (kind) { MF__UNARY_DF_CASES(v, y[i], s, d) }
         dx[i] = assign ? g[i] * d : dx[i] + g[i] * d;
     }
 }
-static const mf__op mf__op_scale = { "scale", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                     MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_relu = { "relu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_gelu = { "gelu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_sigmoid = { "sigmoid", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                       MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_silu = { "silu", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_exp = { "exp", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                   MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
-static const mf__op mf__op_elu1 = { "elu1", 1, mf__same_shape, mf__unary_forward, mf__unary_backward,
-                                    MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) };
+/* one descriptor per kind (the op's name is its kind's): the same kernels, shape and properties */
+#define MF__UNARY_OP(nm) \
+    static const mf__op mf__op_##nm = { #nm, 1, mf__same_shape, mf__unary_forward, mf__unary_backward, \
+                                        MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) }
+MF__UNARY_OP(scale);
+MF__UNARY_OP(relu);
+MF__UNARY_OP(gelu);
+MF__UNARY_OP(sigmoid);
+MF__UNARY_OP(silu);
+MF__UNARY_OP(exp);
+MF__UNARY_OP(elu1);
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[MF__ARG_UNARY_KIND] = kind; t->farg[MF__FARG_UNARY_S] = s; }
@@ -4175,15 +4177,16 @@ static int mf__attn_thread_num(void) {
     return 0;
 #endif
 }
-
-static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
+/* The forward of a tiled attention (this op, and rel_attention in [mf:xl]): tile(out, head, query
+   tile, scratch) for every query tile of every head, on up to nt threads with `per` floats of
+   scratch each (flops sizes the thread count); out->saved gets the log-sum-exp [BH][Tq]. */
+static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double flops,
+                               void (*tile)(mf_tensor *out, int64_t bh, int qt, float *work)) {
+    const mf_tensor *Q = out->src[0];
+    int Tq = Q->shape[2], nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
     int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], n = BH * nqt, t;
-    int64_t per = ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + 15) & ~(int64_t)15;
     float *work;
-    nt = mf__attn_threads(ctx, 2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
+    nt = mf__attn_threads(ctx, flops);
     if (nt > n) nt = (int)n;
     out->saved = (float *)mf__alloc(ctx, (size_t)(BH * Tq) * sizeof(float));
     work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
@@ -4192,7 +4195,29 @@ static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
     for (t = 0; t < n; t++) /* the last query tiles of a causal head have the most keys: go first */
-        mf__attn_fwd_tile(out, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+        tile(out, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+}
+/* The backward's per-head inputs of head t: dO^T [dv][Tqp], the forward's lse [Tqp] (+inf
+   padding) and D = rowsum(dO * O) [Tqp] */
+static void mf__attn_bwd_head(const mf_tensor *out, int64_t t, int Tqp, float *dot, float *lse, float *D) {
+    int Tq = out->src[0]->shape[2], dv = out->src[2]->shape[3], i, c;
+    const float *o = out->data + t * Tq * dv, *g = out->grad + t * Tq * dv;
+    mf__attn_transpose(g, dv, Tq, Tqp, dv, 1.0f, dot, Tqp);
+    for (i = 0; i < Tqp; i++) {
+        float d = 0;
+        if (i < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)i * dv + c] * o[(int64_t)i * dv + c];
+        lse[i] = i < Tq ? out->saved[t * Tq + i] : INFINITY;
+        D[i] = d;
+    }
+}
+
+static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
+    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1];
+    mf__attn_tiles_fwd(ctx, out, ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + 15) & ~(int64_t)15,
+                       2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0),
+                       mf__attn_fwd_tile);
 }
 
 /* Backward of one (key tile kt, query tile qt) pair of head bh. what: 1 = dK and dV, 2 = dQ, 3 = all.
@@ -4261,18 +4286,9 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (t = 0; t < BH; t++) {
-        const float *q = Q->data + t * Tq * dk, *o = out->data + t * Tq * dv, *g = out->grad + t * Tq * dv;
         float *qs = head + t * hs, *dot = qs + (int64_t)dk * Tqp, *lse = dot + (int64_t)dv * Tqp;
-        float *D = lse + Tqp;
-        int i, c;
-        mf__attn_transpose(q, dk, Tq, Tqp, dk, scale, qs, Tqp);
-        mf__attn_transpose(g, dv, Tq, Tqp, dv, 1.0f, dot, Tqp);
-        for (i = 0; i < Tqp; i++) {
-            float d = 0;
-            if (i < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)i * dv + c] * o[(int64_t)i * dv + c];
-            lse[i] = i < Tq ? out->saved[t * Tq + i] : INFINITY;
-            D[i] = d;
-        }
+        mf__attn_transpose(Q->data + t * Tq * dk, dk, Tq, Tqp, dk, scale, qs, Tqp);
+        mf__attn_bwd_head(out, t, Tqp, dot, lse, lse + Tqp);
     }
     /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
        as the split (7 products per pair); else the dK/dV pass, then the dQ pass. */
@@ -5136,20 +5152,9 @@ static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
 static void mf__rel_attention_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
-    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], n = BH * nqt, t;
-    int64_t per = ((int64_t)(2 * dk + MF__AT_BK + MF__RA_GT + dv + 3) * MF__AT_BQ + 15) & ~(int64_t)15;
-    float *work;
-    nt = mf__attn_threads(ctx, 2.0 * (double)BH * Tq * Tk * (2 * dk + dv));
-    if (nt > n) nt = (int)n;
-    out->saved = (float *)mf__alloc(ctx, (size_t)(BH * Tq) * sizeof(float));
-    work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
-    if (!out->saved || !work) return;
-#if MF__OMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-#endif
-    for (t = 0; t < n; t++)
-        mf__rel_fwd_tile(out, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1];
+    mf__attn_tiles_fwd(ctx, out, ((int64_t)(2 * dk + MF__AT_BK + MF__RA_GT + dv + 3) * MF__AT_BQ + 15) & ~(int64_t)15,
+                       2.0 * (double)BH * Tq * Tk * (2 * dk + dv), mf__rel_fwd_tile);
 }
 
 /* Backward of the pair (key tile kt, query tile qt) of head bh. hd: the head's scale * Q^T,
@@ -5234,19 +5239,11 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (t = 0; t < BH; t++) { /* per head: scale Q^T, scale (Q + u)^T, dO^T, lse, D; zero partials */
-        const float *q = Q->data + t * Tq * dk, *o = out->data + t * Tq * dv, *g = out->grad + t * Tq * dv;
         float *qs = head + t * hs, *qu = qs + (int64_t)dk * Tqp, *dot = qu + (int64_t)dk * Tqp;
-        float *lse = dot + (int64_t)dv * Tqp, *D = lse + Tqp;
-        int r, c;
-        mf__attn_transpose(q, dk, Tq, Tqp, dk, scale, qs, Tqp);
+        float *lse = dot + (int64_t)dv * Tqp;
+        mf__attn_transpose(Q->data + t * Tq * dk, dk, Tq, Tqp, dk, scale, qs, Tqp);
         mf__rel_add_u(qs, Tqp, Tq, dk, U->data + (t % H) * dk, scale, qu);
-        mf__attn_transpose(g, dv, Tq, Tqp, dv, 1.0f, dot, Tqp);
-        for (r = 0; r < Tqp; r++) {
-            float d = 0;
-            if (r < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)r * dv + c] * o[(int64_t)r * dv + c];
-            lse[r] = r < Tq ? out->saved[t * Tq + r] : INFINITY;
-            D[r] = d;
-        }
+        mf__attn_bwd_head(out, t, Tqp, dot, lse, lse + Tqp);
         memset(part + t * ps, 0, (size_t)ps * sizeof(float));
     }
 #if MF__OMP

@@ -495,7 +495,6 @@ static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 /* ---- elementwise unary ops: y = f(x); f and its parameter in MF__ARG_UNARY_KIND, MF__FARG_UNARY_S */
-static __device__ float mf__cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* GELU as the CPU computes it (mf__av_gelu_fold in metaformer.h, its portable form step by step):
    the same table, so the CPU and the device agree to the rounding of a fused multiply-add */
 static __constant__ float mf__cu_gelu_tab[2][7][16] = MF__GELU_TAB;
@@ -520,14 +519,8 @@ static __global__ void mf__k_unary(float *y, const float *x, long long n, int ki
     MF__CU_LOOP(i, n) {
         float v = x[i];
         switch (kind) {
-        case MF__SCALE: y[i] = s * v; break;
-        case MF__RELU: y[i] = v > 0 ? v : 0; break;
         case MF__GELU: y[i] = mf__cu_gelu(v, 0); break;
-        case MF__GELU_TANH: y[i] = 0.5f * v * (1.0f + tanhf(MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))); break;
-        case MF__SIGMOID: y[i] = mf__cu_sigmoid(v); break;
-        case MF__SILU: y[i] = v * mf__cu_sigmoid(v); break;
-        case MF__ELU1: y[i] = v > 0 ? v + 1.0f : expf(v); break;
-        default: y[i] = expf(v); break;
+        MF__UNARY_F_CASES(v, s, y[i])
         }
     }
 }
@@ -536,18 +529,8 @@ static __global__ void mf__k_unary_bwd(float *dx, const float *x, const float *y
     MF__CU_LOOP(i, n) {
         float v = x[i], d;
         switch (kind) {
-        case MF__SCALE: d = s; break;
-        case MF__RELU: d = v > 0 ? 1.0f : 0.0f; break;
         case MF__GELU: d = mf__cu_gelu(v, 1); break;
-        case MF__GELU_TANH: {
-            float u = MF__SQRT_2_OVER_PI * (v + 0.044715f * v * v * v), th = tanhf(u);
-            d = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * MF__SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
-            break;
-        }
-        case MF__SIGMOID: d = y[i] * (1.0f - y[i]); break;
-        case MF__SILU: { float sg = mf__cu_sigmoid(v); d = sg * (1.0f + v * (1.0f - sg)); break; }
-        case MF__ELU1: d = v > 0 ? 1.0f : y[i]; break;
-        default: d = y[i]; break;
+        MF__UNARY_DF_CASES(v, y[i], s, d)
         }
         dx[i] += g[i] * d;
     }
@@ -1415,24 +1398,35 @@ static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
     a.causal = out->iarg[MF__ARG_ATTN_CAUSAL]; a.scale = out->farg[MF__FARG_ATTN_SCALE];
     return a;
 }
+/* launch the fused-attention kernel `kind` (0 the forward, 1 dK / dV, 2 dQ: mf__fa_smem's kinds) over
+   the query tiles (the key tiles for kind 1) of BH heads: its tile a->B, shared memory and grid */
+static int mf__cu_fa_launch(mf_ctx *ctx, const char *op, mf__fa_args *a, int kind, long long BH) {
+    int tc = mf__cu_fa_tc(ctx), T = kind == 1 ? a->Tk : a->Tq;
+    size_t bytes;
+    unsigned grid;
+    if (!(a->B = mf__cu_fa_tile(ctx, a->dk, a->dv, kind, op))) return -1;
+    bytes = mf__fa_smem(a->B, a->dk, a->dv, kind);
+    grid = (unsigned)(BH * ((T + a->B - 1) / a->B));
+    if (kind == 0)
+        return tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_fwd<1>, grid, bytes, *a)
+                  : MF__CU_FA_RUN(ctx, op, mf__k_fa_fwd<0>, grid, bytes, *a);
+    if (kind == 1)
+        return tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<1>, grid, bytes, *a)
+                  : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<0>, grid, bytes, *a);
+    return tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<1>, grid, bytes, *a)
+              : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<0>, grid, bytes, *a);
+}
 static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__fa_args a = mf__cu_fa_args(out);
     long long BH = (long long)out->shape[0] * out->shape[1];
-    size_t bytes;
-    unsigned grid;
-    if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 0, "attention"))) return -1;
     if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     a.out = out->data; a.lse_out = out->saved;
-    bytes = mf__fa_smem(a.B, a.dk, a.dv, 0);
-    grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
-    return mf__cu_fa_tc(ctx) ? MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<1>, grid, bytes, a)
-                             : MF__CU_FA_RUN(ctx, "attention", mf__k_fa_fwd<0>, grid, bytes, a);
+    return mf__cu_fa_launch(ctx, "attention", &a, 0, BH);
 }
 static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     mf__fa_args a = mf__cu_fa_args(out);
     long long BH = (long long)out->shape[0] * out->shape[1];
-    int tc = mf__cu_fa_tc(ctx);
     const char *op = "attention (backward)";
     float *D;
     a.gq = mf__g(Q); a.gk = mf__g(K); a.gv = mf__g(V);
@@ -1441,27 +1435,8 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     a.D = D;
     if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, MF__EW(BH * a.Tq), D, a.g, a.o, a.dv, BH * a.Tq) < 0)
         return -1;
-    if (a.gk || a.gv) {
-        size_t bytes;
-        unsigned grid;
-        if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 1, op))) return -1;
-        bytes = mf__fa_smem(a.B, a.dk, a.dv, 1);
-        grid = (unsigned)(BH * ((a.Tk + a.B - 1) / a.B));
-        if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<1>, grid, bytes, a)
-                : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<0>, grid, bytes, a)) < 0)
-            return -1;
-    }
-    if (a.gq) {
-        size_t bytes;
-        unsigned grid;
-        if (!(a.B = mf__cu_fa_tile(ctx, a.dk, a.dv, 2, op))) return -1;
-        bytes = mf__fa_smem(a.B, a.dk, a.dv, 2);
-        grid = (unsigned)(BH * ((a.Tq + a.B - 1) / a.B));
-        if ((tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<1>, grid, bytes, a)
-                : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<0>, grid, bytes, a)) < 0)
-            return -1;
-    }
-    return 0;
+    if ((a.gk || a.gv) && mf__cu_fa_launch(ctx, op, &a, 1, BH) < 0) return -1;
+    return a.gq ? mf__cu_fa_launch(ctx, op, &a, 2, BH) : 0;
 }
 
 /* ==== [cu:xl] =============================================================================== */
