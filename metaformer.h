@@ -4418,9 +4418,6 @@ typedef struct mf__layer {
     mf_tensor *ln1_w, *ln1_b; /* ln1 (rows with MF__MIX_LN1; relative and feedback read it themselves) */
     mf_tensor *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b; /* the FFN sub-block */
     void *mix;                /* the family's per-layer struct (family->layer_size bytes, zeroed) */
-    /* feedback only: copies of the feedback family's tables (mf__fb_layer), for the tests that read
-       them as m->layers[l].<name>; the library reads the family's own */
-    mf_tensor *rel_u, *rel_r, *rel_s;
 } mf__layer;
 
 /* A family of mixers: the same hooks for every family (NULL where the family has nothing to do).
@@ -4466,7 +4463,6 @@ struct mf_model {
     float *sinusoid;    /* [max_seq][D] when pos == SINUSOIDAL */
     mf__layer *layers;
     char *fam_layers;   /* n_layers per-layer structs of the family */
-    mf_tensor *fb_w;    /* feedback: the family's layer weights (mf__fb_state), for the tests; the library reads the family's */
     int cache_len;      /* tokens held by the generation cache */
     int on_device;      /* sinusoid, the family's constants and caches are device buffers (CUDA) */
 };
@@ -6471,7 +6467,7 @@ typedef struct mf__fb_layer { /* the attention sub-layer of layer l (docs/math.m
 #define MF__FB_L(m, l) ((mf__fb_layer *)(m)->layers[l].mix)
 #define MF__FB_S(m) ((struct mf__fb_state *)(m)->fam_state)
 struct mf__fb_state { /* the family's state (m->fam_state) */
-    mf_tensor *w;       /* layer weights [N + 1] (m->fb_w is the same tensor) */
+    mf_tensor *w;       /* layer weights [N + 1] */
     mf_tensor *wk, *wv; /* feedback_kv: the shared bias-free k, v [D][D]; NULL for feedback */
     float *slots;  /* generation (batch 1): the keys / values of max_seq memory slots (device memory on CUDA) */
     float *wf;     /* generation: the weights packed for the forward, at the prompt (CPU only) */
@@ -7218,7 +7214,6 @@ static int mf__fb_check(mf_ctx *ctx, const mf_model_config *c) {
 static void mf__fb_make_layer(mf_model *m, int l) {
     mf_ctx *ctx = m->ctx;
     mf__fb_layer *A = MF__FB_L(m, l);
-    mf__layer *L = &m->layers[l];
     int D = m->cfg.d_model, H = m->cfg.n_heads, shape[3];
     char nm[96];
     mf_tensor *unused;
@@ -7236,7 +7231,6 @@ static void mf__fb_make_layer(mf_model *m, int l) {
     mf_init_const(ctx, A->rel_u, 0.0f); /* the relative tables start at zero (docs/math.md §3.1) */
     mf_init_const(ctx, A->rel_r, 0.0f);
     mf_init_const(ctx, A->rel_s, 0.0f);
-    L->rel_u = A->rel_u; L->rel_r = A->rel_r; L->rel_s = A->rel_s;
 }
 
 /* the state, and the model-level parameters: layer weights w [N + 1] = 1; KV: the shared k, v (bias-free) */
@@ -7247,7 +7241,7 @@ static void mf__fb_init(mf_model *m) {
     if (!s) { mf__fail(ctx, "out of memory: feedback state"); return; }
     memset(s, 0, sizeof *s);
     m->fam_state = s;
-    m->fb_w = s->w = mf_param(ctx, "feedback.weights", 1, &n);
+    s->w = mf_param(ctx, "feedback.weights", 1, &n);
     mf_init_const(ctx, s->w, 1.0f);
     if (m->cfg.mixer == MF_MIXER_FEEDBACK_KV) {
         shape[0] = shape[1] = m->cfg.d_model;

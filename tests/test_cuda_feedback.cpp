@@ -108,7 +108,7 @@ static void test_one_token(void) {
             mf_tensor *l = mf_model_loss(m, ids, tg, 2, 1);
             MFT_CHECK(mf_backward(ctx, l) == 0);
             loss[cuda] = mf_item(ctx, l);
-            mf_grad_to_host(ctx, m->fb_w, gw[cuda]);
+            mf_grad_to_host(ctx, MF__FB_S(m)->w, gw[cuda]);
             MFT_CHECK(mf_ok(ctx));
             mf_model_free(m);
             mf_ctx_free(ctx);
@@ -127,7 +127,7 @@ static std::vector<float> gen_logits(mf_model_config cfg, int cuda) {
     mf_model *m = mf_model_new(ctx, &cfg);
     const int32_t ids[7] = {3, 1, 4, 1, 5, 9, 2};
     for (int l = 0; m && l < cfg.n_layers; l++) {
-        mf__layer *L = &m->layers[l];
+        const mf__fb_layer *L = MF__FB_L(m, l);
         mf_set_data(ctx, L->rel_u, rand_vec(L->rel_u->ne, 30 + (uint64_t)l, -0.5f, 0.5f).data());
         mf_set_data(ctx, L->rel_r, rand_vec(L->rel_r->ne, 40 + (uint64_t)l, -0.5f, 0.5f).data());
         mf_set_data(ctx, L->rel_s, rand_vec(L->rel_s->ne, 50 + (uint64_t)l, -0.5f, 0.5f).data());

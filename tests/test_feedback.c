@@ -131,8 +131,8 @@ static void perturb_model_frozen(mf_ctx *ctx, mf_model *m) {
     int l;
     perturb_model(ctx, m);
     for (l = 0; l < mf_model_get_config(m)->n_layers; l++) {
-        mf_param_set_trainable(m->layers[l].rel_r, 0);
-        mf_param_set_trainable(m->layers[l].rel_s, 0);
+        mf_param_set_trainable(MF__FB_L(m, l)->rel_r, 0);
+        mf_param_set_trainable(MF__FB_L(m, l)->rel_s, 0);
     }
 }
 static void check_model_grad(mf_mixer_kind mixer) {
