@@ -22,11 +22,19 @@ typedef struct options {
     unsigned long long seed;
 } options;
 
+/* the library's mixer names, "a|b|c" */
+static void print_mixers(const char *sep) {
+    int k;
+    for (k = 0; k < MF_MIXER_COUNT; k++) fprintf(stderr, "%s%s", k ? sep : "", mf_mixer_name((mf_mixer_kind)k));
+}
+
 static void usage(const char *argv0) {
+    fprintf(stderr, "usage: %s [--mixer ", argv0);
+    print_mixers("|");
     fprintf(stderr,
-            "usage: %s [--mixer sdpa|metric|quadratic|pool|identity] [--form solvable|seed]\n"
+            "] [--form solvable|seed]\n"
             "          [--steps N] [--batch N] [--lr F] [--d-model N] [--heads N] [--layers N] [--d-ff N]\n"
-            "          [--seed N] [--threads N] [--eval-batches N]\n", argv0);
+            "          [--seed N] [--threads N] [--eval-batches N]\n");
 }
 
 /* Parse "--name value" pairs; returns 0, or -1 after printing what is wrong. */
@@ -76,7 +84,9 @@ static int parse(int argc, char **argv, options *o) {
         *dst = (int)n;
     }
     if (mf_mixer_from_name(o->mixer) < 0) {
-        fprintf(stderr, "error: unknown mixer \"%s\" (sdpa, metric, quadratic, pool or identity)\n", o->mixer);
+        fprintf(stderr, "error: unknown mixer \"%s\" (", o->mixer);
+        print_mixers(", ");
+        fprintf(stderr, ")\n");
         return -1;
     }
     if (strcmp(o->form, "solvable") && strcmp(o->form, "seed")) {
