@@ -4497,11 +4497,12 @@ static int mf__name_index(const char *const *names, int n, const char *name) {
     return -1;
 }
 #define MF__NAMES(tab) tab, (int)(sizeof tab / sizeof tab[0])
-MFDEF const char *mf_pos_name(mf_pos_kind k) { return (int)k >= 0 && (int)k < 3 ? mf__pos_names[k] : "unknown"; }
+static const char *mf__name_of(const char *const *names, int n, int k) { return k >= 0 && k < n ? names[k] : "unknown"; }
+MFDEF const char *mf_pos_name(mf_pos_kind k) { return mf__name_of(MF__NAMES(mf__pos_names), (int)k); }
 MFDEF int mf_pos_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__pos_names), name); }
-MFDEF const char *mf_act_name(mf_act_kind k) { return (int)k >= 0 && (int)k < 4 ? mf__act_names[k] : "unknown"; }
+MFDEF const char *mf_act_name(mf_act_kind k) { return mf__name_of(MF__NAMES(mf__act_names), (int)k); }
 MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
-MFDEF const char *mf_feature_name(mf_feature_kind k) { return (int)k >= 0 && (int)k < 2 ? mf__feature_names[k] : "unknown"; }
+MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NAMES(mf__feature_names), (int)k); }
 MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
 
 MFDEF mf_model_config mf_model_config_default(void) {
