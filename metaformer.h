@@ -51,6 +51,7 @@
  *                           mf_model_check refuses them, naming the switch (mf_mixer_compiled tells);
  *                           the declarations of its ops stay, and calling one fails to link. Compile
  *                           the CUDA backend's translation unit with the same switches.
+ *   METAFORMER_NO_DATA      leave out [mf:tokenizer] and [mf:data] (tokenizers, shards, loaders)
  *
  * CONCEPTS
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
@@ -85,6 +86,8 @@
  *   [mf:feedback]   mixer family: the feedback transformer (original and shared-KV)
  *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer
  *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
+ *   [mf:tokenizer]  bytes, characters and byte-level BPE (GPT-2's files, training), one file format
+ *   [mf:data]       token shards (llm.c, nanoGPT), memory-mapped streams, the training loaders
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
  *   metaformer_cuda.cuh mirrors this order with [cu:*] banners (its own CONTENTS table).
  *
@@ -603,6 +606,54 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer);
    -1 when the file has no such key, -2 when the file cannot be read or is not a valid checkpoint
    (mf_load on it tells why). No context: nothing is recorded. */
 MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size);
+
+#ifndef METAFORMER_NO_DATA
+/* ---- tokenizers (docs/math.md §17) ------------------------------------------------------------
+   One type for every vocabulary:
+     MF_TOK_BYTES  256 ids, id = byte value: any byte sequence, lossless
+     MF_TOK_CHARS  the sorted set of byte values of a text (what build/train uses on a text file);
+                   a byte outside the set cannot be encoded
+     MF_TOK_BPE    byte-level BPE: GPT-2's own files (encoder.json + vocab.bpe, ids identical to
+                   GPT-2's encoder), or a vocabulary trained here; lossless on any bytes
+   A constructor returns the tokenizer even when it fails (NULL only when out of memory): check
+   mf_tokenizer_error, which is NULL on success and otherwise names the problem and the fix; every
+   later call on a failed tokenizer fails. mf_tokenizer_encode keeps a cache in the tokenizer: one
+   tokenizer per thread. */
+typedef struct mf_tokenizer mf_tokenizer;
+typedef enum { MF_TOK_BYTES, MF_TOK_CHARS, MF_TOK_BPE } mf_tokenizer_kind;
+MFDEF mf_tokenizer *mf_tokenizer_bytes(void);
+MFDEF mf_tokenizer *mf_tokenizer_chars(const void *text, size_t n);
+/* GPT-2's vocabulary: encoder.json (token text -> id) and vocab.bpe (the ranked merges) */
+MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char *vocab_bpe_path);
+/* Train byte-level BPE on text (GPT-2's pre-tokenization, docs/math.md §17.3) until the vocabulary
+   has vocab_size ids (256 bytes + merges; fewer when no pair occurs twice). opt may be NULL. */
+typedef struct mf_bpe_options {
+    int min_frequency;   /* stop when the best pair occurs fewer times (default 2) */
+    void (*progress)(void *user, int merges_done, int merges_total); /* NULL: silent */
+    void *user;
+} mf_bpe_options;
+MFDEF mf_tokenizer *mf_tokenizer_train_bpe(const void *text, size_t n, int vocab_size, const mf_bpe_options *opt);
+/* one small file for any kind (format in docs/math.md §17.5); load checks it completely */
+MFDEF int mf_tokenizer_save(const mf_tokenizer *tok, const char *path);
+MFDEF mf_tokenizer *mf_tokenizer_load(const char *path);
+MFDEF const char *mf_tokenizer_error(const mf_tokenizer *tok);
+MFDEF mf_tokenizer_kind mf_tokenizer_get_kind(const mf_tokenizer *tok);
+MFDEF int mf_tokenizer_vocab_size(const mf_tokenizer *tok);   /* -1 on a failed tokenizer */
+/* Encode n bytes: writes at most cap ids and returns how many ids the whole text encodes to (so
+   cap 0 sizes the output), or -1 (the error is stored in tok: a byte outside a character
+   vocabulary, a failed tokenizer). */
+MFDEF int64_t mf_tokenizer_encode(mf_tokenizer *tok, const void *text, size_t n, int32_t *ids, int64_t cap);
+/* Decode: writes at most cap bytes and returns the length of the whole decoded text, or -1 (an id
+   outside the vocabulary: the error is stored in tok). */
+MFDEF int64_t mf_tokenizer_decode(mf_tokenizer *tok, const int32_t *ids, int64_t n, void *out, int64_t cap);
+/* the bytes of one token (*len of them; valid while tok lives), NULL for an id outside the vocabulary */
+MFDEF const unsigned char *mf_tokenizer_token(const mf_tokenizer *tok, int32_t id, int *len);
+MFDEF void mf_tokenizer_free(mf_tokenizer *tok);
+
+/* ---- token data (docs/math.md §12, §17.6) -------------------------------------------------------
+   Declared by the [mf:data] section: token shards (llm.c's format and nanoGPT's raw uint16),
+   memory-mapped and read as one stream, and the loaders of docs/math.md §12 over any stream. */
+#endif /* METAFORMER_NO_DATA */
 
 #ifdef __cplusplus
 }
@@ -7793,6 +7844,155 @@ MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size
     mf__ckpt_close(&c);
     return n;
 }
+
+/* ==== [mf:tokenizer] ======================================================================== */
+#ifndef METAFORMER_NO_DATA /* the whole section and [mf:data] */
+/* Every kind stores its vocabulary the same way: token id -> bytes (offsets into one blob), and
+   byte_id[b], the id of the one-byte token b (-1: not in a character vocabulary). BPE adds the
+   ranked merges (left id, right id) -> result id; the earlier a merge, the higher its priority. */
+#define MF__TOK_ERR 512
+struct mf_tokenizer {
+    mf_tokenizer_kind kind;
+    int n_vocab;
+    int64_t *tok_off;        /* [n_vocab + 1]: token i is blob[tok_off[i] .. tok_off[i + 1]) */
+    unsigned char *blob;
+    int32_t byte_id[256];
+    int n_merges;
+    int32_t (*merges)[3];    /* [n_merges]: left, right, result; index = rank */
+    char error[MF__TOK_ERR];
+};
+
+static mf_tokenizer *mf__tok_new(mf_tokenizer_kind kind) {
+    mf_tokenizer *t = (mf_tokenizer *)MF_MALLOC(sizeof *t);
+    int b;
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    t->kind = kind;
+    for (b = 0; b < 256; b++) t->byte_id[b] = -1;
+    return t;
+}
+static mf_tokenizer *mf__tok_fail(mf_tokenizer *t, const char *fmt, ...) {
+    va_list ap;
+    if (!t || t->error[0]) return t; /* keep the first error */
+    va_start(ap, fmt);
+    vsnprintf(t->error, sizeof t->error, fmt, ap);
+    va_end(ap);
+    return t;
+}
+/* the vocabulary of the single bytes listed in present[256] (ids in byte order) */
+static mf_tokenizer *mf__tok_single_bytes(mf_tokenizer *t, const unsigned char *present) {
+    int b, n = 0;
+    for (b = 0; b < 256; b++) n += present[b] != 0;
+    t->tok_off = (int64_t *)MF_MALLOC((size_t)(n + 1) * sizeof *t->tok_off);
+    t->blob = (unsigned char *)MF_MALLOC(n ? (size_t)n : 1);
+    if (!t->tok_off || !t->blob) return mf__tok_fail(t, "out of memory building a %d-token vocabulary", n);
+    t->tok_off[0] = 0;
+    for (b = 0; b < 256; b++)
+        if (present[b]) {
+            t->blob[t->n_vocab] = (unsigned char)b;
+            t->byte_id[b] = t->n_vocab++;
+            t->tok_off[t->n_vocab] = t->n_vocab;
+        }
+    return t;
+}
+
+MFDEF mf_tokenizer *mf_tokenizer_bytes(void) {
+    unsigned char all[256];
+    mf_tokenizer *t = mf__tok_new(MF_TOK_BYTES);
+    memset(all, 1, sizeof all);
+    return t ? mf__tok_single_bytes(t, all) : NULL;
+}
+
+MFDEF mf_tokenizer *mf_tokenizer_chars(const void *text, size_t n) {
+    unsigned char present[256];
+    const unsigned char *s = (const unsigned char *)text;
+    mf_tokenizer *t = mf__tok_new(MF_TOK_CHARS);
+    size_t i;
+    if (!t) return NULL;
+    if (!text || n == 0) return mf__tok_fail(t, "mf_tokenizer_chars: the text is %s; a character vocabulary is the set of bytes of a non-empty text", text ? "empty" : "NULL");
+    memset(present, 0, sizeof present);
+    for (i = 0; i < n; i++) present[s[i]] = 1;
+    return mf__tok_single_bytes(t, present);
+}
+
+MFDEF const char *mf_tokenizer_error(const mf_tokenizer *t) {
+    if (!t) return "the tokenizer is NULL (out of memory when it was made?)";
+    return t->error[0] ? t->error : NULL;
+}
+MFDEF mf_tokenizer_kind mf_tokenizer_get_kind(const mf_tokenizer *t) { return t ? t->kind : MF_TOK_BYTES; }
+MFDEF int mf_tokenizer_vocab_size(const mf_tokenizer *t) { return !t || t->error[0] ? -1 : t->n_vocab; }
+
+MFDEF const unsigned char *mf_tokenizer_token(const mf_tokenizer *t, int32_t id, int *len) {
+    if (!t || t->error[0] || id < 0 || id >= t->n_vocab) { if (len) *len = 0; return NULL; }
+    if (len) *len = (int)(t->tok_off[id + 1] - t->tok_off[id]);
+    return t->blob + t->tok_off[id];
+}
+
+MFDEF int64_t mf_tokenizer_decode(mf_tokenizer *t, const int32_t *ids, int64_t n, void *out, int64_t cap) {
+    unsigned char *o = (unsigned char *)out;
+    int64_t i, len = 0;
+    if (mf_tokenizer_error(t)) return -1;
+    if (n < 0 || (n > 0 && !ids) || (cap > 0 && !out)) return (mf__tok_fail(t, "mf_tokenizer_decode: %s", n < 0 ? "n is negative" : !ids ? "ids is NULL" : "out is NULL but cap > 0"), -1);
+    for (i = 0; i < n; i++) {
+        int k;
+        const unsigned char *b = mf_tokenizer_token(t, ids[i], &k);
+        if (!b) return (mf__tok_fail(t, "mf_tokenizer_decode: id %d at position %lld is outside the vocabulary of %d tokens", (int)ids[i], (long long)i, t->n_vocab), -1);
+        if (len < cap) memcpy(o + len, b, (size_t)(cap - len < k ? cap - len : k));
+        len += k;
+    }
+    return len;
+}
+
+static int64_t mf__bpe_encode(mf_tokenizer *t, const unsigned char *s, size_t n, int32_t *ids, int64_t cap);
+
+MFDEF int64_t mf_tokenizer_encode(mf_tokenizer *t, const void *text, size_t n, int32_t *ids, int64_t cap) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i;
+    if (mf_tokenizer_error(t)) return -1;
+    if ((n > 0 && !s) || (cap > 0 && !ids)) return (mf__tok_fail(t, "mf_tokenizer_encode: %s is NULL", !s ? "text" : "ids (with cap > 0)"), -1);
+    if (t->kind == MF_TOK_BPE) return mf__bpe_encode(t, s, n, ids, cap);
+    for (i = 0; i < n; i++) {
+        int32_t id = t->byte_id[s[i]];
+        if (id < 0) return (mf__tok_fail(t, "mf_tokenizer_encode: byte 0x%02x at offset %zu is not in the %d-character vocabulary (make the vocabulary from a text that contains it, or use a byte or BPE tokenizer)", s[i], i, t->n_vocab), -1);
+        if ((int64_t)i < cap) ids[i] = id;
+    }
+    return (int64_t)n;
+}
+
+MFDEF void mf_tokenizer_free(mf_tokenizer *t) {
+    if (!t) return;
+    MF_FREE(t->tok_off); MF_FREE(t->blob); MF_FREE(t->merges);
+    MF_FREE(t);
+}
+
+/* ---- pre-tokenization: GPT-2's rule (docs/math.md §17.3) ---------------------------------------- */
+/* ---- byte-level BPE: encoding, GPT-2's files (docs/math.md §17.2, §17.4) ------------------------ */
+static int64_t mf__bpe_encode(mf_tokenizer *t, const unsigned char *s, size_t n, int32_t *ids, int64_t cap) {
+    (void)s; (void)n; (void)ids; (void)cap;
+    return (mf__tok_fail(t, "mf_tokenizer_encode: BPE is not implemented yet"), -1);
+}
+MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char *vocab_bpe_path) {
+    (void)encoder_json_path; (void)vocab_bpe_path;
+    return mf__tok_fail(mf__tok_new(MF_TOK_BPE), "mf_tokenizer_gpt2: not implemented yet");
+}
+/* ---- byte-level BPE: training (docs/math.md §17.4) ----------------------------------------------- */
+MFDEF mf_tokenizer *mf_tokenizer_train_bpe(const void *text, size_t n, int vocab_size, const mf_bpe_options *opt) {
+    (void)text; (void)n; (void)vocab_size; (void)opt;
+    return mf__tok_fail(mf__tok_new(MF_TOK_BPE), "mf_tokenizer_train_bpe: not implemented yet");
+}
+/* ---- the tokenizer file (docs/math.md §17.5) ----------------------------------------------------- */
+MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path) {
+    (void)t; (void)path;
+    return -1;
+}
+MFDEF mf_tokenizer *mf_tokenizer_load(const char *path) {
+    (void)path;
+    return mf__tok_fail(mf__tok_new(MF_TOK_BYTES), "mf_tokenizer_load: not implemented yet");
+}
+
+/* ==== [mf:data] ============================================================================= */
+/* token shards and the loaders (docs/math.md §12, §17.6) */
+#endif /* METAFORMER_NO_DATA */
 
 /* ==== [mf:optim] ============================================================================ */
 MFDEF mf_optimizer mf_optimizer_default(mf_optimizer_kind kind, float lr) {
