@@ -7966,14 +7966,48 @@ MFDEF void mf_tokenizer_free(mf_tokenizer *t) {
 }
 
 /* ---- pre-tokenization: GPT-2's rule (docs/math.md §17.3) ---------------------------------------- */
+/* The end (exclusive) of the pre-token that starts at pos (pos < n): BPE merges never cross it.
+   PLACEHOLDER: splits before each space; the GPT-2 rule replaces it. */
+static size_t mf__pretok_next(const unsigned char *s, size_t n, size_t pos) {
+    size_t e = pos + 1;
+    while (e < n && s[e] != ' ') e++;
+    return e;
+}
 /* ---- byte-level BPE: encoding, GPT-2's files (docs/math.md §17.2, §17.4) ------------------------ */
+/* Build the encoder's lookup structures from tok_off / blob / byte_id / merges: every constructor
+   of a BPE tokenizer (GPT-2's files, training, loading a file) calls it last. Returns t.
+   PLACEHOLDER until the encoder exists. */
+static mf_tokenizer *mf__bpe_prepare(mf_tokenizer *t) { return t; }
+
+/* PLACEHOLDER: the definition of BPE encoding, slowly: per pre-token, merge the adjacent pair of
+   lowest rank until none is in the merge list. */
 static int64_t mf__bpe_encode(mf_tokenizer *t, const unsigned char *s, size_t n, int32_t *ids, int64_t cap) {
-    (void)s; (void)n; (void)ids; (void)cap;
-    return (mf__tok_fail(t, "mf_tokenizer_encode: BPE is not implemented yet"), -1);
+    int32_t *w = (int32_t *)MF_MALLOC((n ? n : 1) * sizeof *w);
+    int64_t out = 0;
+    size_t pos = 0, end;
+    if (!w) return (mf__tok_fail(t, "mf_tokenizer_encode: out of memory"), -1);
+    for (; pos < n; pos = end) {
+        int len = 0, i, r;
+        end = mf__pretok_next(s, n, pos);
+        for (i = 0; i < (int)(end - pos); i++) w[len++] = t->byte_id[s[pos + i]];
+        for (;;) {
+            int best = -1, at = -1;
+            for (i = 0; i + 1 < len; i++)
+                for (r = 0; r < (best < 0 ? t->n_merges : best); r++)
+                    if (t->merges[r][0] == w[i] && t->merges[r][1] == w[i + 1]) { best = r; at = i; break; }
+            if (best < 0) break;
+            w[at] = t->merges[best][2];
+            memmove(w + at + 1, w + at + 2, (size_t)(len - at - 2) * sizeof *w);
+            len--;
+        }
+        for (i = 0; i < len; i++, out++) if (out < cap) ids[out] = w[i];
+    }
+    MF_FREE(w);
+    return out;
 }
 MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char *vocab_bpe_path) {
     (void)encoder_json_path; (void)vocab_bpe_path;
-    return mf__tok_fail(mf__tok_new(MF_TOK_BPE), "mf_tokenizer_gpt2: not implemented yet");
+    return mf__bpe_prepare(mf__tok_fail(mf__tok_new(MF_TOK_BPE), "mf_tokenizer_gpt2: not implemented yet"));
 }
 /* ---- byte-level BPE: training (docs/math.md §17.4) ----------------------------------------------- */
 MFDEF mf_tokenizer *mf_tokenizer_train_bpe(const void *text, size_t n, int vocab_size, const mf_bpe_options *opt) {
