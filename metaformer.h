@@ -653,6 +653,14 @@ MFDEF void mf_tokenizer_free(mf_tokenizer *tok);
 /* ---- token data (docs/math.md §12, §17.6) -------------------------------------------------------
    Declared by the [mf:data] section: token shards (llm.c's format and nanoGPT's raw uint16),
    memory-mapped and read as one stream, and the loaders of docs/math.md §12 over any stream. */
+typedef enum { MF_SHARD_AUTO, MF_SHARD_LLMC, MF_SHARD_RAW16 } mf_shard_format;
+/* Write ids [n] as one shard file, little-endian: MF_SHARD_LLMC (llm.c's format: a header of 256
+   int32 - magic 20240520, version 1, the token count - then the tokens as uint16) or
+   MF_SHARD_RAW16 (nanoGPT's train.bin / val.bin: the uint16 tokens alone). Written to
+   "<path>.tmp" and renamed over path when complete. Every id must be in 0..65535. Returns 0, or
+   -1 with the reason in err (NUL-terminated, cut to err_size; err may be NULL). */
+MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t *ids, int64_t n, char *err,
+                         size_t err_size);
 #endif /* METAFORMER_NO_DATA */
 
 #ifdef __cplusplus
