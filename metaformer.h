@@ -8027,6 +8027,12 @@ MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char 
    reaches the top, which is enough because a pair's count never grows once the merge that made
    its newest id is over (docs/math.md §17.4). */
 #define MF__BPE_MAX_VOCAB (1 << 24)
+#define MF__BPE_AHEAD 8 /* words a merge prefetches ahead */
+#if defined(__GNUC__) || defined(__clang__)
+#define MF__BPE_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define MF__BPE_PREFETCH(p) ((void)(p))
+#endif
 typedef struct { int64_t count; uint64_t key; int32_t pair; } mf__bpe_top;
 typedef struct {
     uint64_t key;               /* left << 32 | right: the tie rule orders pairs by it */
@@ -8034,10 +8040,12 @@ typedef struct {
     int32_t *words;             /* the words it was added in, each once */
     int64_t n_words, cap_words;
 } mf__bpe_pair;
+/* a word: sym[off .. off + len) (while counting: text[off .. off + len)), freq times in the text */
+typedef struct { int64_t off, len, freq; } mf__bpe_word;
 typedef struct {
     const unsigned char *text;
     int32_t *sym;                           /* the words' ids, one run per word */
-    int64_t *w_off, *w_len, *w_freq;        /* word w: sym[w_off .. w_off + w_len), w_freq times */
+    mf__bpe_word *words;
     int64_t n_words, cap_words;
     int32_t *w_table;  uint64_t w_mask;     /* word bytes -> word + 1 (0: empty), while counting */
     mf__bpe_pair *pairs;  int64_t n_pairs, cap_pairs;
@@ -8072,7 +8080,7 @@ static int mf__bpe_word_table_grow(mf__bpe_trainer *tr) {
     if (!tab) return -1;
     memset(tab, 0, (size_t)cap * sizeof *tab);
     for (w = 0; w < tr->n_words; w++) {
-        i = mf__bpe_hash_bytes(tr->text + tr->w_off[w], tr->w_len[w]) & (cap - 1);
+        i = mf__bpe_hash_bytes(tr->text + tr->words[w].off, tr->words[w].len) & (cap - 1);
         while (tab[i]) i = (i + 1) & (cap - 1);
         tab[i] = (int32_t)(w + 1);
     }
@@ -8086,24 +8094,16 @@ static int mf__bpe_count_word(mf__bpe_trainer *tr, int64_t off, int64_t len) {
     const unsigned char *s = tr->text + off;
     uint64_t i;
     int64_t k = tr->n_words;
-    void *q;
+    mf__bpe_word *nw;
     if ((uint64_t)tr->n_words * 2 >= (tr->w_table ? tr->w_mask + 1 : 0) && mf__bpe_word_table_grow(tr)) return -1;
     for (i = mf__bpe_hash_bytes(s, len) & tr->w_mask; tr->w_table[i]; i = (i + 1) & tr->w_mask) {
-        int64_t w = tr->w_table[i] - 1;
-        if (tr->w_len[w] == len && !memcmp(tr->text + tr->w_off[w], s, (size_t)len)) { tr->w_freq[w]++; return 0; }
+        mf__bpe_word *w = &tr->words[tr->w_table[i] - 1];
+        if (w->len == len && !memcmp(tr->text + w->off, s, (size_t)len)) { w->freq++; return 0; }
     }
     if (k >= INT32_MAX - 1) return -2; /* word ids are int32 */
-    if (k + 1 > tr->cap_words) {
-        int64_t c = tr->cap_words, c2 = tr->cap_words, c3 = tr->cap_words;
-        if (!(q = mf__bpe_grow(tr->w_off, &c, k + 1, sizeof(int64_t)))) return -1;
-        tr->w_off = (int64_t *)q;
-        if (!(q = mf__bpe_grow(tr->w_len, &c2, k + 1, sizeof(int64_t)))) return -1;
-        tr->w_len = (int64_t *)q;
-        if (!(q = mf__bpe_grow(tr->w_freq, &c3, k + 1, sizeof(int64_t)))) return -1;
-        tr->w_freq = (int64_t *)q;
-        tr->cap_words = c;
-    }
-    tr->w_off[k] = off; tr->w_len[k] = len; tr->w_freq[k] = 1;
+    if (!(nw = (mf__bpe_word *)mf__bpe_grow(tr->words, &tr->cap_words, k + 1, sizeof *nw))) return -1;
+    tr->words = nw;
+    nw[k].off = off; nw[k].len = len; nw[k].freq = 1;
     tr->w_table[i] = (int32_t)(k + 1);
     tr->n_words = k + 1;
     return 0;
@@ -8121,13 +8121,13 @@ static int mf__bpe_count_words(mf__bpe_trainer *tr, size_t n) {
     }
     MF_FREE(tr->w_table);
     tr->w_table = NULL;
-    for (w = 0; w < tr->n_words; w++) at += tr->w_len[w];
+    for (w = 0; w < tr->n_words; w++) at += tr->words[w].len;
     tr->sym = (int32_t *)MF_MALLOC((size_t)(at ? at : 1) * sizeof *tr->sym);
     if (!tr->sym) return -1;
     for (w = 0, at = 0; w < tr->n_words; w++) {
-        for (i = 0; i < tr->w_len[w]; i++) tr->sym[at + i] = tr->text[tr->w_off[w] + i];
-        tr->w_off[w] = at; /* from here on an offset into sym */
-        at += tr->w_len[w];
+        for (i = 0; i < tr->words[w].len; i++) tr->sym[at + i] = tr->text[tr->words[w].off + i];
+        tr->words[w].off = at; /* from here on an offset into sym */
+        at += tr->words[w].len;
     }
     return 0;
 }
@@ -8223,8 +8223,8 @@ static int64_t mf__bpe_best(mf__bpe_trainer *tr) {
    each occurrence: the left neighbour is the already rewritten one (it may be a c just made), the
    right one the old one, so "a b a b" loses (a,b) twice and (b,a) once and gains (c,c) once */
 static int mf__bpe_merge_word(mf__bpe_trainer *tr, int32_t w, int32_t a, int32_t b, int32_t c) {
-    int32_t *s = tr->sym + tr->w_off[w];
-    int64_t len = tr->w_len[w], f = tr->w_freq[w], i = 0, j = 0;
+    int32_t *s = tr->sym + tr->words[w].off;
+    int64_t len = tr->words[w].len, f = tr->words[w].freq, i = 0, j = 0;
     while (i < len) {
         if (i + 1 < len && s[i] == a && s[i + 1] == b) {
             if (j > 0 && (mf__bpe_pair_add(tr, s[j - 1], a, -f, w) || mf__bpe_pair_add(tr, s[j - 1], c, f, w))) return -1;
@@ -8236,19 +8236,24 @@ static int mf__bpe_merge_word(mf__bpe_trainer *tr, int32_t w, int32_t a, int32_t
             s[j++] = s[i++];
         }
     }
-    tr->w_len[w] = j;
+    tr->words[w].len = j;
     return 0;
 }
 /* merge pair p into the new id c in every word listed for it; the pairs this made (all contain c,
    so they are exactly the ones numbered from the first new one on) go into the heap */
 static int mf__bpe_merge(mf__bpe_trainer *tr, int64_t p, int32_t c) {
     mf__bpe_pair *pr = &tr->pairs[p];
-    int32_t a = (int32_t)(pr->key >> 32), b = (int32_t)(pr->key & 0xffffffffu), *words = pr->words;
+    int32_t a = (int32_t)(pr->key >> 32), b = (int32_t)(pr->key & 0xffffffffu), *list = pr->words;
     int64_t k, n = pr->n_words, first_new = tr->n_pairs;
     int rc = 0;
     pr->words = NULL; pr->n_words = pr->cap_words = 0; /* (a, b) never gains again */
-    for (k = 0; k < n && !rc; k++) rc = mf__bpe_merge_word(tr, words[k], a, b, c);
-    MF_FREE(words);
+    for (k = 0; k < n && !rc; k++) {
+        /* the words lie all over memory: ask for them ahead (the latency dominates the merges) */
+        if (k + 2 * MF__BPE_AHEAD < n) MF__BPE_PREFETCH(&tr->words[list[k + 2 * MF__BPE_AHEAD]]);
+        if (k + MF__BPE_AHEAD < n) MF__BPE_PREFETCH(tr->sym + tr->words[list[k + MF__BPE_AHEAD]].off);
+        rc = mf__bpe_merge_word(tr, list[k], a, b, c);
+    }
+    MF_FREE(list);
     for (k = first_new; k < tr->n_pairs && !rc; k++)
         if (tr->pairs[k].count > 0) rc = mf__bpe_push(tr, k);
     return rc;
@@ -8257,9 +8262,9 @@ static int mf__bpe_merge(mf__bpe_trainer *tr, int64_t p, int32_t c) {
 static int mf__bpe_count_pairs(mf__bpe_trainer *tr) {
     int64_t w, i, p;
     for (w = 0; w < tr->n_words; w++) {
-        const int32_t *s = tr->sym + tr->w_off[w];
-        for (i = 0; i + 1 < tr->w_len[w]; i++)
-            if (mf__bpe_pair_add(tr, s[i], s[i + 1], tr->w_freq[w], (int32_t)w)) return -1;
+        const int32_t *s = tr->sym + tr->words[w].off;
+        for (i = 0; i + 1 < tr->words[w].len; i++)
+            if (mf__bpe_pair_add(tr, s[i], s[i + 1], tr->words[w].freq, (int32_t)w)) return -1;
     }
     for (p = 0; p < tr->n_pairs; p++)
         if (mf__bpe_push(tr, p)) return -1;
@@ -8269,7 +8274,7 @@ static void mf__bpe_trainer_free(mf__bpe_trainer *tr) {
     int64_t p;
     for (p = 0; p < tr->n_pairs; p++) MF_FREE(tr->pairs[p].words);
     MF_FREE(tr->pairs); MF_FREE(tr->p_table); MF_FREE(tr->heap);
-    MF_FREE(tr->sym); MF_FREE(tr->w_off); MF_FREE(tr->w_len); MF_FREE(tr->w_freq); MF_FREE(tr->w_table);
+    MF_FREE(tr->sym); MF_FREE(tr->words); MF_FREE(tr->w_table);
 }
 
 /* ---- the vocabulary being built ---- */
