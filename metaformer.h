@@ -623,7 +623,10 @@ typedef struct mf_tokenizer mf_tokenizer;
 typedef enum { MF_TOK_BYTES, MF_TOK_CHARS, MF_TOK_BPE } mf_tokenizer_kind;
 MFDEF mf_tokenizer *mf_tokenizer_bytes(void);
 MFDEF mf_tokenizer *mf_tokenizer_chars(const void *text, size_t n);
-/* GPT-2's vocabulary: encoder.json (token text -> id) and vocab.bpe (the ranked merges) */
+/* GPT-2's vocabulary: encoder.json (token text -> id) and vocab.bpe (the ranked merges), ids exactly
+   GPT-2's (docs/math.md §17.2). Pre-tokenization is GPT-2's regular expression, written by hand
+   (§17.3: Unicode 14 classes; a byte that is not UTF-8 is a character of its own). <|endoftext|>
+   (50256) decodes to its text; encode reads that text as ordinary text (7 ids), never as 50256. */
 MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char *vocab_bpe_path);
 /* Train byte-level BPE on text (GPT-2's pre-tokenization, docs/math.md §17.3) until the vocabulary
    has vocab_size ids (256 bytes + merges; fewer when no pair occurs twice). opt may be NULL. */
@@ -633,8 +636,12 @@ typedef struct mf_bpe_options {
     void *user;
 } mf_bpe_options;
 MFDEF mf_tokenizer *mf_tokenizer_train_bpe(const void *text, size_t n, int vocab_size, const mf_bpe_options *opt);
-/* one small file for any kind (format in docs/math.md §17.5); load checks it completely */
+/* One small text file for any kind (format in docs/math.md §17.5), written to "<path>.tmp" and
+   renamed over path when complete. Returns 0, or -1 (a NULL or failed tokenizer, a NULL path, the
+   file cannot be written; tok keeps no error: it stays usable). */
 MFDEF int mf_tokenizer_save(const mf_tokenizer *tok, const char *path);
+/* Read a file of mf_tokenizer_save; every line is checked (truncated, corrupt, foreign files, ids
+   out of range, a merge whose result is not left + right): the error names the file and line. */
 MFDEF mf_tokenizer *mf_tokenizer_load(const char *path);
 MFDEF const char *mf_tokenizer_error(const mf_tokenizer *tok);
 MFDEF mf_tokenizer_kind mf_tokenizer_get_kind(const mf_tokenizer *tok);
@@ -7573,7 +7580,7 @@ MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char 
     return ok ? 0 : -1;
 }
 
-/* ---- a small JSON reader for the safetensors header ---- */
+/* ---- a small JSON reader: the safetensors header, GPT-2's encoder.json ([mf:tokenizer]) ---- */
 typedef struct { const char *p, *end; int bad; } mf__json;
 static void mf__jws(mf__json *j) { while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t')) j->p++; }
 static int mf__jchar(mf__json *j, char c) {
