@@ -8396,6 +8396,7 @@ static mf_tokenizer *mf__bpe_prepare(mf_tokenizer *t) {
     int bits = 4, r;
     if (!t || t->error[0]) return t;
     if (mf__bpe_check(t)->error[0]) return t;
+    if (t->n_merges > (1 << 28)) return mf__tok_fail(t, "BPE vocabulary: %d merges; at most %d are supported", t->n_merges, 1 << 28);
     mf__bpe_free_tables(t);
     while (size < (uint32_t)t->n_merges * 2u) { size *= 2; bits++; }
     if (!(t->mtab = (mf__mslot *)MF_MALLOC((size_t)size * sizeof *t->mtab)))
