@@ -661,6 +661,75 @@ typedef enum { MF_SHARD_AUTO, MF_SHARD_LLMC, MF_SHARD_RAW16 } mf_shard_format;
    -1 with the reason in err (NUL-terminated, cut to err_size; err may be NULL). */
 MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t *ids, int64_t n, char *err,
                          size_t err_size);
+
+/* A token stream: one or many shard files read as one sequence of ids (memory-mapped on POSIX, so
+   files larger than memory work; elsewhere, or with METAFORMER_NO_MMAP, read with stdio), or an
+   int32 array in memory. Like the tokenizer, a constructor returns the stream even when it fails
+   (NULL only when out of memory): mf_tokens_error is NULL on success, else it names the file, what
+   is wrong and the fix; every later call on a failed stream fails (docs/math.md §17.6).
+   MF_SHARD_AUTO detects the format of each file: llm.c's header (magic 20240520; version 1; file
+   size 1024 + 2 * count), else raw uint16 (even size). Empty files, odd sizes, truncated llm.c
+   shards, llm.c's uint32 (LLaMA-3) shards and files that look like text are refused. */
+typedef struct mf_tokens mf_tokens;
+MFDEF mf_tokens *mf_tokens_open(const char *const *paths, int n_paths, mf_shard_format format);
+/* a stream over ids [n] (not copied: the array must outlive the stream) */
+MFDEF mf_tokens *mf_tokens_from_ids(const int32_t *ids, int64_t n);
+MFDEF const char *mf_tokens_error(const mf_tokens *s);
+MFDEF int64_t mf_tokens_count(const mf_tokens *s);          /* -1 on a failed stream */
+MFDEF int mf_tokens_files(const mf_tokens *s);              /* shard files (0 for an array) */
+/* Check every id read from now on against a vocabulary of vocab ids (0: no check): an id >= vocab
+   fails the read, naming the id, its position and its file (data and tokenizer do not match). */
+MFDEF void mf_tokens_set_vocab(mf_tokens *s, int vocab);
+/* ids [start, start + n) as int32 into out, across file boundaries. Returns 0, or -1 (the range is
+   outside the stream, an id is outside the vocabulary, a read failed: mf_tokens_error tells). */
+MFDEF int mf_tokens_read(mf_tokens *s, int64_t start, int64_t n, int32_t *out);
+MFDEF void mf_tokens_close(mf_tokens *s);
+
+/* The training loaders of docs/math.md §12 over the range [start, start + count) of a stream:
+     shuffled   each epoch visits the windows that start at i * T in a random order, each moved by a
+                random offset in [0, T - 1] (inside the range); rows of T + 1 tokens
+     sequential the range is cut into `batch` columns of count / batch tokens; batch row b
+                continues row b of the previous batch, T tokens at a time (the last batch of a pass
+                is shorter when count / batch - 1 is not a multiple of T): the memory models' loader
+   The state (rng, epoch_rng, epoch_pos, seq_pos) is everything a checkpoint needs: copy it out,
+   and mf_loader_restore replays the same batches. Both states exist in either mode (a program may
+   save both). rank / world are reserved for distributed training (rank r of world w will take
+   every w-th window, starting at r); only world 1 (or 0, meaning 1) is accepted today. */
+typedef struct mf_loader_config {
+    int64_t start, count;   /* the range of the stream (count 0: from start to the end) */
+    int batch, seq_len;     /* B rows of T tokens */
+    int sequential;         /* 0: shuffled windows, 1: sequential columns */
+    uint64_t seed;          /* the shuffled loader's RNG */
+    int rank, world;        /* reserved: 0, 1 */
+} mf_loader_config;
+typedef struct mf_loader_state {
+    uint64_t rng, epoch_rng; /* shuffled: the RNG now, and at the start of the current epoch */
+    int64_t epoch_pos;       /* shuffled: windows of the current epoch already read (= windows: done) */
+    int64_t seq_pos;         /* sequential: position in the columns (column length - 1: pass over) */
+} mf_loader_state;
+typedef struct mf_loader {
+    mf_loader_config cfg;
+    mf_loader_state state;
+    mf_tokens *tokens;       /* borrowed */
+    int64_t windows;         /* shuffled: windows per epoch, (count - 1) / T */
+    int64_t column;          /* sequential: tokens per column, count / batch */
+    int64_t *perm;           /* shuffled: this epoch's order */
+    int32_t *row;            /* T + 1 ids */
+    char error[512];         /* "" or what failed */
+} mf_loader;
+/* 0, or -1 with the reason in L->error (a range too short for one window, or for columns of 2
+   tokens; bad sizes; a failed stream). Call mf_loader_free afterwards in either case. */
+MFDEF int mf_loader_init(mf_loader *L, mf_tokens *tokens, const mf_loader_config *cfg);
+/* The next batch: x and y [rows][Tb] (y is x shifted by one token), rows <= batch (the last batch
+   of a shuffled epoch may have fewer), Tb <= seq_len (the last of a sequential pass may be shorter).
+   x, y hold batch * seq_len ids. Returns 1 when this batch starts an epoch / a pass (a memory model
+   empties its memories then), 0 otherwise, -1 on error (L->error). */
+MFDEF int mf_loader_next(mf_loader *L, int32_t *x, int32_t *y, int *rows, int *Tb);
+/* batches per epoch / pass */
+MFDEF int64_t mf_loader_batches(const mf_loader *L);
+/* continue from a saved state (after mf_loader_init with the same config and stream) */
+MFDEF void mf_loader_restore(mf_loader *L, const mf_loader_state *state);
+MFDEF void mf_loader_free(mf_loader *L);
 #endif /* METAFORMER_NO_DATA */
 
 #ifdef __cplusplus
@@ -8034,6 +8103,432 @@ MFDEF mf_tokenizer *mf_tokenizer_load(const char *path) {
 
 /* ==== [mf:data] ============================================================================= */
 /* token shards and the loaders (docs/math.md §12, §17.6) */
+#if !defined(METAFORMER_NO_MMAP) && (defined(__unix__) || defined(__APPLE__))
+/* sys/mman.h, sys/stat.h, fcntl.h and unistd.h declare these names under any feature-test
+   macros (strict -std=c99 hides fileno, which is not used) */
+#include <sys/types.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+#define MF__MMAP 1
+#else
+#define MF__MMAP 0
+#endif
+
+#define MF__LLMC_MAGIC 20240520
+#define MF__LLMC_MAGIC_U32 20240801 /* llm.c's LLaMA-3 shards: uint32 tokens */
+#define MF__LLMC_HEADER 1024        /* 256 int32 */
+#define MF__DATA_ERR 512
+
+static uint32_t mf__le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void mf__put_le32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+static int mf__data_fail(char *err, size_t size, const char *fmt, ...) {
+    va_list ap;
+    if (err && size) {
+        va_start(ap, fmt);
+        vsnprintf(err, size, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t *ids, int64_t n, char *err,
+                         size_t err_size) {
+    unsigned char header[MF__LLMC_HEADER], buf[8192];
+    char tmp[4096];
+    FILE *f;
+    int64_t i, k;
+    int ok;
+    if (err && err_size) err[0] = '\0';
+    if (!path || (n > 0 && !ids) || n < 0)
+        return mf__data_fail(err, err_size, "mf_shard_write: %s", !path ? "path is NULL" : n < 0 ? "n is negative" : "ids is NULL");
+    if (format != MF_SHARD_LLMC && format != MF_SHARD_RAW16)
+        return mf__data_fail(err, err_size, "mf_shard_write: format %d is not MF_SHARD_LLMC or MF_SHARD_RAW16 (a written shard needs its format named)", (int)format);
+    if (format == MF_SHARD_LLMC && n > INT32_MAX)
+        return mf__data_fail(err, err_size, "mf_shard_write: %lld tokens do not fit an llm.c header (an int32 count, at most %d); split them into several shards", (long long)n, INT32_MAX);
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] > 65535)
+            return mf__data_fail(err, err_size, "mf_shard_write: id %ld at position %lld is outside 0..65535: uint16 shard formats hold at most 65,536 ids (use a smaller vocabulary)", (long)ids[i], (long long)i);
+    if (strlen(path) + 5 > sizeof tmp) return mf__data_fail(err, err_size, "mf_shard_write: the path is too long (%zu bytes)", strlen(path));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!(f = fopen(tmp, "wb")))
+        return mf__data_fail(err, err_size, "mf_shard_write: cannot create \"%s\" (does the directory exist? is it writable?)", tmp);
+    ok = 1;
+    if (format == MF_SHARD_LLMC) {
+        memset(header, 0, sizeof header);
+        mf__put_le32(header, MF__LLMC_MAGIC);
+        mf__put_le32(header + 4, 1);
+        mf__put_le32(header + 8, (uint32_t)n);
+        ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+    }
+    for (i = 0; ok && i < n; i += k) {
+        k = n - i < (int64_t)(sizeof buf / 2) ? n - i : (int64_t)(sizeof buf / 2);
+        for (int64_t j = 0; j < k; j++) { buf[2 * j] = (unsigned char)ids[i + j]; buf[2 * j + 1] = (unsigned char)(ids[i + j] >> 8); }
+        ok = fwrite(buf, 2, (size_t)k, f) == (size_t)k;
+    }
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) { remove(tmp); return mf__data_fail(err, err_size, "mf_shard_write: writing \"%s\" failed (disk full?)", tmp); }
+    if (rename(tmp, path) != 0) { remove(tmp); return mf__data_fail(err, err_size, "mf_shard_write: cannot rename \"%s\" to \"%s\"", tmp, path); }
+    return 0;
+}
+
+/* ---- the token stream ---------------------------------------------------------------------- */
+typedef struct mf__shard {
+    char *path;
+    int64_t first, count;           /* its tokens are [first, first + count) of the stream */
+    int64_t offset;                 /* bytes before the first token (the llm.c header) */
+    const unsigned char *map;       /* mmap: the whole file; NULL with the stdio fallback */
+    size_t map_len;
+    FILE *f;                        /* the stdio fallback */
+} mf__shard;
+
+struct mf_tokens {
+    mf__shard *shards;
+    int n_shards;
+    int64_t count;
+    const int32_t *ids;             /* a stream over an array: no shards */
+    int vocab;                      /* 0: ids are not checked */
+    char error[MF__DATA_ERR];
+};
+
+static mf_tokens *mf__tokens_fail(mf_tokens *s, const char *fmt, ...) {
+    va_list ap;
+    if (!s || s->error[0]) return s; /* keep the first error */
+    va_start(ap, fmt);
+    vsnprintf(s->error, sizeof s->error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+static mf_tokens *mf__tokens_new(void) {
+    mf_tokens *s = (mf_tokens *)MF_MALLOC(sizeof *s);
+    if (s) memset(s, 0, sizeof *s);
+    return s;
+}
+
+/* the file's size and its first bytes (up to head_cap), and the shard open for reading */
+static int mf__shard_map(mf_tokens *s, mf__shard *sh, int64_t *size, unsigned char *head, size_t head_cap) {
+#if MF__MMAP
+    struct stat st;
+    int fd = open(sh->path, O_RDONLY);
+    if (fd < 0) return (mf__tokens_fail(s, "cannot open the shard \"%s\" (does it exist? is it readable?)", sh->path), -1);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return (mf__tokens_fail(s, "\"%s\" is not a regular file; give token shard files", sh->path), -1);
+    }
+    *size = (int64_t)st.st_size;
+    if (st.st_size > 0) {
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) { close(fd); return (mf__tokens_fail(s, "cannot memory-map \"%s\" (%lld bytes)", sh->path, (long long)*size), -1); }
+        sh->map = (const unsigned char *)m;
+        sh->map_len = (size_t)st.st_size;
+        memcpy(head, sh->map, (size_t)*size < head_cap ? (size_t)*size : head_cap);
+    }
+    close(fd); /* the mapping stays valid */
+    return 0;
+#else
+    long end;
+    if (!(sh->f = fopen(sh->path, "rb"))) return (mf__tokens_fail(s, "cannot open the shard \"%s\" (does it exist? is it readable?)", sh->path), -1);
+    if (fseek(sh->f, 0, SEEK_END) != 0 || (end = ftell(sh->f)) < 0 || fseek(sh->f, 0, SEEK_SET) != 0)
+        return (mf__tokens_fail(s, "cannot find the size of \"%s\" (is it a regular file?)", sh->path), -1);
+    *size = (int64_t)end;
+    if (fread(head, 1, (size_t)end < head_cap ? (size_t)end : head_cap, sh->f) != ((size_t)end < head_cap ? (size_t)end : head_cap))
+        return (mf__tokens_fail(s, "cannot read \"%s\"", sh->path), -1);
+    return 0;
+#endif
+}
+
+/* does the beginning of the file look like text (every byte printable or whitespace)? */
+static int mf__looks_like_text(const unsigned char *p, size_t n) {
+    size_t i;
+    if (n < 64) return 0;
+    for (i = 0; i < n; i++)
+        if (!((p[i] >= 0x20 && p[i] < 0x7f) || p[i] == '\n' || p[i] == '\r' || p[i] == '\t')) return 0;
+    return 1;
+}
+
+/* open one file: detect or check its format, find its tokens */
+static int mf__shard_open(mf_tokens *s, mf__shard *sh, mf_shard_format format) {
+    unsigned char head[256];
+    int64_t size = 0;
+    uint32_t magic;
+    if (mf__shard_map(s, sh, &size, head, sizeof head) < 0) return -1;
+    if (size == 0) return (mf__tokens_fail(s, "the shard \"%s\" is empty (0 bytes); a shard holds at least one token", sh->path), -1);
+    magic = size >= 4 ? mf__le32(head) : 0;
+    if (format == MF_SHARD_AUTO && magic == MF__LLMC_MAGIC_U32)
+        return (mf__tokens_fail(s, "\"%s\" is an llm.c shard of uint32 tokens (magic %d, LLaMA-3); only uint16 tokens (magic %d) are read", sh->path, MF__LLMC_MAGIC_U32, MF__LLMC_MAGIC), -1);
+    if (format == MF_SHARD_LLMC || (format == MF_SHARD_AUTO && magic == MF__LLMC_MAGIC)) {
+        uint32_t version, count;
+        int64_t want;
+        if (size < MF__LLMC_HEADER)
+            return (mf__tokens_fail(s, "\"%s\" has %lld bytes, less than llm.c's %d-byte header (truncated, or not an llm.c shard?)", sh->path, (long long)size, MF__LLMC_HEADER), -1);
+        if (magic != MF__LLMC_MAGIC)
+            return (mf__tokens_fail(s, "\"%s\" is not an llm.c shard: its magic is %lu, llm.c's is %d (a raw uint16 file needs the raw16 format)", sh->path, (unsigned long)magic, MF__LLMC_MAGIC), -1);
+        version = mf__le32(head + 4);
+        count = mf__le32(head + 8);
+        if (version != 1)
+            return (mf__tokens_fail(s, "\"%s\": llm.c shard version %lu; only version 1 (uint16 tokens) is read", sh->path, (unsigned long)version), -1);
+        want = MF__LLMC_HEADER + 2 * (int64_t)count;
+        if (size != want)
+            return (mf__tokens_fail(s, "\"%s\": its llm.c header says %lu tokens, so the file should have %lld bytes, but it has %lld (truncated?)", sh->path, (unsigned long)count, (long long)want, (long long)size), -1);
+        if (count == 0) return (mf__tokens_fail(s, "the llm.c shard \"%s\" holds 0 tokens; a shard holds at least one token", sh->path), -1);
+        sh->offset = MF__LLMC_HEADER;
+        sh->count = (int64_t)count;
+        return 0;
+    }
+    if (format == MF_SHARD_AUTO && (size >= 9 && head[8] == '{' && mf__le32(head + 4) == 0))
+        return (mf__tokens_fail(s, "\"%s\" looks like a safetensors checkpoint, not a token shard", sh->path), -1);
+    if (format == MF_SHARD_AUTO && mf__looks_like_text(head, size < (int64_t)sizeof head ? (size_t)size : sizeof head))
+        return (mf__tokens_fail(s, "\"%s\" looks like text, not a token shard: tokenize it first (build/tokenize), or force the raw16 format if it really is uint16 tokens", sh->path), -1);
+    if (size % 2)
+        return (mf__tokens_fail(s, "\"%s\" has an odd size (%lld bytes): raw shards are uint16 tokens, 2 bytes each (truncated, or not a token shard?)", sh->path, (long long)size), -1);
+    sh->offset = 0;
+    sh->count = size / 2;
+    return 0;
+}
+
+MFDEF mf_tokens *mf_tokens_open(const char *const *paths, int n_paths, mf_shard_format format) {
+    mf_tokens *s = mf__tokens_new();
+    int i;
+    if (!s) return NULL;
+    if (!paths || n_paths < 1) return mf__tokens_fail(s, "mf_tokens_open: no shard files given (paths %s, n_paths %d)", paths ? "set" : "NULL", n_paths);
+    if (format != MF_SHARD_AUTO && format != MF_SHARD_LLMC && format != MF_SHARD_RAW16)
+        return mf__tokens_fail(s, "mf_tokens_open: unknown format %d (MF_SHARD_AUTO, MF_SHARD_LLMC or MF_SHARD_RAW16)", (int)format);
+    if (!(s->shards = (mf__shard *)MF_MALLOC((size_t)n_paths * sizeof *s->shards))) return mf__tokens_fail(s, "out of memory opening %d shards", n_paths);
+    memset(s->shards, 0, (size_t)n_paths * sizeof *s->shards);
+    for (i = 0; i < n_paths; i++) {
+        mf__shard *sh = &s->shards[i];
+        size_t len;
+        if (!paths[i]) return mf__tokens_fail(s, "mf_tokens_open: paths[%d] is NULL", i);
+        len = strlen(paths[i]);
+        s->n_shards++;
+        if (!(sh->path = (char *)MF_MALLOC(len + 1))) return mf__tokens_fail(s, "out of memory");
+        memcpy(sh->path, paths[i], len + 1);
+        if (mf__shard_open(s, sh, format) < 0) return s;
+        sh->first = s->count;
+        s->count += sh->count;
+    }
+    return s;
+}
+
+MFDEF mf_tokens *mf_tokens_from_ids(const int32_t *ids, int64_t n) {
+    mf_tokens *s = mf__tokens_new();
+    if (!s) return NULL;
+    if (n < 0 || (n > 0 && !ids)) return mf__tokens_fail(s, "mf_tokens_from_ids: %s", n < 0 ? "n is negative" : "ids is NULL");
+    s->ids = ids;
+    s->count = n;
+    return s;
+}
+
+MFDEF const char *mf_tokens_error(const mf_tokens *s) {
+    if (!s) return "the token stream is NULL (out of memory when it was made?)";
+    return s->error[0] ? s->error : NULL;
+}
+MFDEF int64_t mf_tokens_count(const mf_tokens *s) { return mf_tokens_error(s) ? -1 : s->count; }
+MFDEF int mf_tokens_files(const mf_tokens *s) { return s ? s->n_shards : 0; }
+MFDEF void mf_tokens_set_vocab(mf_tokens *s, int vocab) { if (s) s->vocab = vocab > 0 ? vocab : 0; }
+
+/* the shard holding token pos: binary search over the first token of each */
+static int mf__shard_at(const mf_tokens *s, int64_t pos) {
+    int lo = 0, hi = s->n_shards - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s->shards[mid].first <= pos) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* n tokens of one shard from its token i into out */
+static int mf__shard_read(mf_tokens *s, mf__shard *sh, int64_t i, int64_t n, int32_t *out) {
+    const unsigned char *p;
+    int64_t k;
+#if !MF__MMAP
+    unsigned char buf[4096];
+    int64_t done = 0;
+    if (fseek(sh->f, (long)(sh->offset + 2 * i), SEEK_SET) != 0)
+        return (mf__tokens_fail(s, "cannot seek in \"%s\" (over 2 GB without mmap?)", sh->path), -1);
+    while (done < n) {
+        int64_t m = n - done < (int64_t)sizeof buf / 2 ? n - done : (int64_t)sizeof buf / 2;
+        if (fread(buf, 2, (size_t)m, sh->f) != (size_t)m) return (mf__tokens_fail(s, "cannot read \"%s\" (did it change?)", sh->path), -1);
+        for (k = 0; k < m; k++) out[done + k] = (int32_t)(buf[2 * k] | buf[2 * k + 1] << 8);
+        done += m;
+    }
+    p = NULL; (void)p;
+#else
+    (void)s; /* a mapped file cannot fail to read */
+    p = sh->map + sh->offset + 2 * i;
+    for (k = 0; k < n; k++) out[k] = (int32_t)(p[2 * k] | p[2 * k + 1] << 8);
+#endif
+    return 0;
+}
+
+static int mf__tokens_check_vocab(mf_tokens *s, int64_t start, int64_t n, const int32_t *out) {
+    int64_t k;
+    for (k = 0; k < n; k++)
+        if (out[k] < 0 || out[k] >= s->vocab) {
+            int64_t pos = start + k;
+            if (s->n_shards) {
+                const mf__shard *sh = &s->shards[mf__shard_at(s, pos)];
+                return (mf__tokens_fail(s, "token id %ld at position %lld of the stream (token %lld of \"%s\") is outside the vocabulary of %d ids: the data was made with another tokenizer", (long)out[k], (long long)pos, (long long)(pos - sh->first), sh->path, s->vocab), -1);
+            }
+            return (mf__tokens_fail(s, "token id %ld at position %lld is outside the vocabulary of %d ids", (long)out[k], (long long)pos, s->vocab), -1);
+        }
+    return 0;
+}
+
+MFDEF int mf_tokens_read(mf_tokens *s, int64_t start, int64_t n, int32_t *out) {
+    int64_t done = 0;
+    if (mf_tokens_error(s)) return -1;
+    if (n < 0 || start < 0 || start > s->count - n || (n > 0 && !out))
+        return (mf__tokens_fail(s, "mf_tokens_read: tokens [%lld, %lld) are outside the stream of %lld tokens%s", (long long)start, (long long)(start + n), (long long)s->count, n > 0 && !out ? " (or out is NULL)" : ""), -1);
+    if (!s->n_shards) memcpy(out, s->ids + start, (size_t)n * sizeof *out);
+    while (s->n_shards && done < n) {
+        int i = mf__shard_at(s, start + done);
+        mf__shard *sh = &s->shards[i];
+        int64_t at = start + done - sh->first, m = sh->count - at < n - done ? sh->count - at : n - done;
+        if (mf__shard_read(s, sh, at, m, out + done) < 0) return -1;
+        done += m;
+    }
+    return s->vocab ? mf__tokens_check_vocab(s, start, n, out) : 0;
+}
+
+MFDEF void mf_tokens_close(mf_tokens *s) {
+    int i;
+    if (!s) return;
+    for (i = 0; i < s->n_shards; i++) {
+#if MF__MMAP
+        if (s->shards[i].map) munmap((void *)s->shards[i].map, s->shards[i].map_len);
+#endif
+        if (s->shards[i].f) fclose(s->shards[i].f);
+        MF_FREE(s->shards[i].path);
+    }
+    MF_FREE(s->shards);
+    MF_FREE(s);
+}
+
+/* ---- the loaders (docs/math.md §12) --------------------------------------------------------- */
+/* splitmix64 (the same numbers as examples/common.h's next_random, which trained the checkpoints
+   before the loaders moved here) */
+static uint64_t mf__loader_random(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    return mf__mix64(z);
+}
+static int64_t mf__loader_below(uint64_t *s, int64_t n) { return (int64_t)(mf__loader_random(s) % (uint64_t)n); }
+
+static int mf__loader_fail(mf_loader *L, const char *fmt, ...) {
+    va_list ap;
+    if (L->error[0]) return -1;
+    va_start(ap, fmt);
+    vsnprintf(L->error, sizeof L->error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+MFDEF int mf_loader_init(mf_loader *L, mf_tokens *tokens, const mf_loader_config *cfg) {
+    int64_t total;
+    if (!L) return -1;
+    memset(L, 0, sizeof *L);
+    if (!cfg) return mf__loader_fail(L, "mf_loader_init: cfg is NULL");
+    L->cfg = *cfg;
+    L->tokens = tokens;
+    if (mf_tokens_error(tokens)) return mf__loader_fail(L, "mf_loader_init: %s", mf_tokens_error(tokens));
+    if (cfg->batch < 1 || cfg->seq_len < 1) return mf__loader_fail(L, "mf_loader_init: batch %d and seq_len %d must be >= 1", cfg->batch, cfg->seq_len);
+    if (cfg->world > 1 || cfg->rank != 0)
+        return mf__loader_fail(L, "mf_loader_init: rank %d of world %d: distributed slices are not implemented yet (use rank 0, world 1)", cfg->rank, cfg->world);
+    total = mf_tokens_count(tokens);
+    if (cfg->start < 0 || cfg->count < 0 || cfg->start > total || cfg->count > total - cfg->start)
+        return mf__loader_fail(L, "mf_loader_init: the range [%lld, +%lld) is outside the stream of %lld tokens", (long long)cfg->start, (long long)cfg->count, (long long)total);
+    if (cfg->count == 0) L->cfg.count = total - cfg->start;
+    L->windows = (L->cfg.count - 1) / cfg->seq_len;
+    L->column = L->cfg.count / cfg->batch;
+    L->state.rng = 0x5eed0000ULL ^ cfg->seed * 0x9e3779b97f4a7c15ULL;
+    L->state.epoch_rng = 0;
+    L->state.epoch_pos = L->windows;   /* the first batch starts an epoch */
+    L->state.seq_pos = L->column - 1;  /* the first batch starts a pass */
+    if (cfg->sequential && L->column < 2)
+        return mf__loader_fail(L, "batch %d cuts %lld tokens into columns of fewer than 2 tokens; the sequential loader needs a smaller batch or more data", cfg->batch, (long long)L->cfg.count);
+    if (!cfg->sequential && L->windows < 1)
+        return mf__loader_fail(L, "%lld tokens hold no window of seq_len + 1 = %d tokens; use more data or a smaller seq_len", (long long)L->cfg.count, cfg->seq_len + 1);
+    if (!(L->row = (int32_t *)MF_MALLOC((size_t)(cfg->seq_len + 1) * sizeof *L->row))) return mf__loader_fail(L, "out of memory");
+    if (!cfg->sequential && !(L->perm = (int64_t *)MF_MALLOC((size_t)L->windows * sizeof *L->perm)))
+        return mf__loader_fail(L, "out of memory for the order of %lld windows", (long long)L->windows);
+    return 0;
+}
+
+static void mf__loader_new_epoch(mf_loader *L) {
+    int64_t i;
+    L->state.epoch_rng = L->state.rng;
+    for (i = 0; i < L->windows; i++) L->perm[i] = i;
+    for (i = L->windows - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = mf__loader_below(&L->state.rng, i + 1), t = L->perm[i];
+        L->perm[i] = L->perm[j]; L->perm[j] = t;
+    }
+    L->state.epoch_pos = 0;
+}
+
+/* ids [at, at + n + 1) of the range: row n of inputs into x, the targets (shifted by one) into y */
+static int mf__loader_row(mf_loader *L, int64_t at, int n, int32_t *x, int32_t *y) {
+    if (mf_tokens_read(L->tokens, L->cfg.start + at, n + 1, L->row) < 0) return mf__loader_fail(L, "%s", mf_tokens_error(L->tokens));
+    memcpy(x, L->row, (size_t)n * sizeof *x);
+    memcpy(y, L->row + 1, (size_t)n * sizeof *y);
+    return 0;
+}
+
+MFDEF int mf_loader_next(mf_loader *L, int32_t *x, int32_t *y, int *rows, int *Tb) {
+    int b, T, fresh;
+    if (!L || L->error[0] || (!L->perm && !L->cfg.sequential)) return L ? mf__loader_fail(L, "mf_loader_next: the loader was not initialised") : -1;
+    if (!x || !y || !rows || !Tb) return mf__loader_fail(L, "mf_loader_next: x, y, rows and Tb must not be NULL");
+    T = L->cfg.seq_len;
+    if (L->cfg.sequential) {
+        int64_t n = L->column;
+        fresh = L->state.seq_pos >= n - 1;
+        if (fresh) L->state.seq_pos = 0;
+        *Tb = (int)(n - 1 - L->state.seq_pos < T ? n - 1 - L->state.seq_pos : T);
+        *rows = L->cfg.batch;
+        for (b = 0; b < L->cfg.batch; b++)
+            if (mf__loader_row(L, b * n + L->state.seq_pos, *Tb, x + b * *Tb, y + b * *Tb) < 0) return -1;
+        L->state.seq_pos += *Tb;
+        return fresh;
+    }
+    fresh = L->state.epoch_pos >= L->windows;
+    if (fresh) mf__loader_new_epoch(L);
+    for (b = 0; b < L->cfg.batch && L->state.epoch_pos < L->windows; b++) {
+        int64_t start = L->perm[L->state.epoch_pos++] * T, room = L->cfg.count - (start + T + 1);
+        start += mf__loader_below(&L->state.rng, (room < T - 1 ? room : T - 1) + 1);
+        if (mf__loader_row(L, start, T, x + b * T, y + b * T) < 0) return -1;
+    }
+    *rows = b;
+    *Tb = T;
+    return fresh;
+}
+
+MFDEF int64_t mf_loader_batches(const mf_loader *L) {
+    if (!L || L->cfg.seq_len < 1 || L->cfg.batch < 1) return 0;
+    if (L->cfg.sequential) return (L->column - 1 + L->cfg.seq_len - 1) / L->cfg.seq_len;
+    return (L->windows + L->cfg.batch - 1) / L->cfg.batch;
+}
+
+/* replay the interrupted epoch's shuffle from its starting RNG, then continue the saved stream */
+MFDEF void mf_loader_restore(mf_loader *L, const mf_loader_state *st) {
+    if (!L || !st) return;
+    if (L->perm && st->epoch_pos < L->windows) { L->state.rng = st->epoch_rng; mf__loader_new_epoch(L); }
+    L->state.epoch_rng = st->epoch_rng;
+    L->state.rng = st->rng;
+    L->state.epoch_pos = st->epoch_pos >= 0 && st->epoch_pos < L->windows ? st->epoch_pos : L->windows;
+    L->state.seq_pos = st->seq_pos >= 0 && st->seq_pos < L->column ? st->seq_pos : L->column - 1;
+}
+
+MFDEF void mf_loader_free(mf_loader *L) {
+    if (!L) return;
+    MF_FREE(L->perm);
+    MF_FREE(L->row);
+    L->perm = NULL;
+    L->row = NULL;
+}
 #endif /* METAFORMER_NO_DATA */
 
 /* ==== [mf:optim] ============================================================================ */
