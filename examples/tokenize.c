@@ -281,9 +281,9 @@ int main(int argc, char **argv) {
     if (n_train == 0)
         die("the training part would be empty: --val-fraction %g of %lld tokens leaves none; give more text or a "
             "smaller --val-fraction", (double)S.val_fraction, (long long)count);
+    if (mf_tokenizer_save(tok, tok_path) < 0) die("cannot write the tokenizer file \"%s\" (is the folder writable?)", tok_path);
     write_shard(train_path, ids, n_train);
     write_shard(val_path, ids + n_train, n_val);
-    if (mf_tokenizer_save(tok, tok_path) < 0) die("cannot write the tokenizer file \"%s\" (is the folder writable?)", tok_path);
 
     printf("%d file%s, %zu bytes -> %lld tokens (%.3f bytes/token), vocabulary %d (%s), %.2f s, %.2f MB/s\n", n_files,
            n_files == 1 ? "" : "s", n, (long long)count, (double)n / (double)count, mf_tokenizer_vocab_size(tok), what,
