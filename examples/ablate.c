@@ -38,7 +38,6 @@
 static const char *ALL_MODELS[N_MAX];
 static int N_ALL;
 static char MODEL_LIST[512]; /* "sdpa, metric, ...": for --help and messages */
-static char POSITIONS[64];
 static void list_models(void) {
     size_t n = 0;
     for (int k = 0; k < MF_MIXER_COUNT; k++) {
@@ -180,8 +179,8 @@ typedef struct run_msg {
 
 typedef struct data {
     const text_data *text;      /* NULL: the sorter */
-    shuffle_loader shuf;
-    seq_loader seq;
+    mf_tokens *train, *valid;   /* the text's splits */
+    mf_loader loader;           /* shuffled, or sequential for the memory models (docs/math.md §12) */
     int sequential;
     uint64_t rng;               /* the sorter's training batches */
     int32_t *x, *y;
@@ -214,10 +213,10 @@ static void next_batch(data *d, mf_model *model, int *B, int *T) {
     int new_pass;
     *B = S.batch; *T = S.seq_len;
     if (!d->text) sort_batch(&d->rng, 1, S.batch, d->x, d->y);
-    else if (d->sequential) {
-        *T = seq_next(&d->seq, d->x, d->y, &new_pass);
-        if (new_pass) mf_model_reset_memory(model); /* a pass over the text starts with empty memories */
-    } else *B = shuffle_next(&d->shuf, S.batch, d->x, d->y);
+    else {
+        if ((new_pass = mf_loader_next(&d->loader, d->x, d->y, B, T)) < 0) die("%s", d->loader.error);
+        if (new_pass && d->sequential) mf_model_reset_memory(model); /* a pass over the text starts with empty memories */
+    }
 }
 
 static void open_data(data *d, const text_data *text, const mf_model_config *cfg) {
@@ -229,8 +228,9 @@ static void open_data(data *d, const text_data *text, const mf_model_config *cfg
     d->rng = (uint64_t)S.seed * 2 + 1; /* as sort.c: training and evaluation draw from different streams */
     if (!text) return;
     d->sequential = has_memory(cfg);
-    shuffle_init(&d->shuf, text->ids, text->n_train, S.seq_len, (uint64_t)S.seed);
-    seq_init(&d->seq, text->ids, text->n_train, S.batch, S.seq_len);
+    d->train = text_split(text, 0);
+    d->valid = text_split(text, 1);
+    loader_open(&d->loader, d->train, d->sequential, S.batch, S.seq_len, (uint64_t)S.seed, "training");
 }
 
 /* validation: loss, and the accuracy (sorter) or bits per character (text) into *score */
@@ -242,8 +242,7 @@ static double run_validation(mf_ctx *ctx, mf_model *model, data *d, double *scor
         *score = sort_evaluate(model, ctx, &rng, 1, S.batch, S.eval_batches, d->x, d->y, &n_scored, &loss);
         return mf_ok(ctx) ? loss : NAN;
     }
-    loss = validate(ctx, model, d->text->ids + d->text->n_train, d->text->n_valid, S.seq_len, S.batch, S.eval_batches,
-                    d->x, d->y, NULL);
+    loss = validate(ctx, model, d->valid, S.seq_len, S.batch, S.eval_batches, d->x, d->y, NULL, NULL, NULL, NULL);
     *score = loss / log(2.0);
     return loss;
 }
@@ -320,7 +319,8 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
     send_msg(fd, &r);
     mf_model_free(model);
     mf_ctx_free(ctx);
-    free(d.x); free(d.y); free(d.shuf.perm);
+    free(d.x); free(d.y);
+    mf_loader_free(&d.loader); mf_tokens_close(d.train); mf_tokens_close(d.valid);
     return 0;
 }
 

@@ -7,7 +7,10 @@
      [progress]  the progress line: updated in place on a terminal, plain lines in a log
      [sorter]    the array-sorter task of docs/math.md §13: batches and held-out accuracy
      [text]      a character-level text file: vocabulary, ids, the 90% / 10% split
-     [loaders]   docs/math.md §12: shuffled windows, or sequential columns for memory models
+     [loaders]   a text's splits as token streams; the library's loaders (docs/math.md §12)
+     [model]     the model settings (train.c's options, checkpoints, build/sample) and their config
+     [checkpoints] what build/train stores about its data and tokenizer, and the checks of it
+     [sample]    generate and print a sample
      [steps]     one training step and the validation loss of either loader
 
    Every function is static; EX_FN marks them unused-is-fine, since no program needs all. */
@@ -28,8 +31,10 @@
 #endif
 #if defined(__GNUC__) || defined(__clang__)
 #define EX_FN static __attribute__((unused))
+#define EX_VAR static __attribute__((unused))
 #else
 #define EX_FN static
+#define EX_VAR static
 #endif
 
 /* print "<program>: error: <message>" and exit with status 1 */
@@ -398,95 +403,210 @@ EX_FN void text_free(text_data *t) {
 }
 
 /* ==== [loaders] ============================================================================= */
-/* The shuffled loader of docs/math.md §12 with a checkpointable RNG: each epoch visits the
-   windows starting at i * T in a random order, each shifted by a random offset. */
-typedef struct shuffle_loader {
-    const int32_t *ids;
-    int64_t n, items, pos; /* tokens; windows per epoch; windows of this epoch already used */
-    int T;
-    int64_t *perm;
-    uint64_t rng, epoch_rng; /* RNG state now and at the start of this epoch */
-} shuffle_loader;
-
-EX_FN void shuffle_init(shuffle_loader *L, const int32_t *ids, int64_t n, int T, uint64_t seed) {
-    L->ids = ids; L->n = n; L->T = T;
-    L->items = (n - 1) / T;
-    if (!(L->perm = (int64_t *)malloc((size_t)L->items * sizeof(int64_t)))) die("out of memory");
-    L->rng = 0x5eed0000ULL ^ seed * 0x9e3779b97f4a7c15ULL;
-    L->epoch_rng = 0;
-    L->pos = L->items; /* the first batch starts an epoch */
-}
-
-EX_FN void shuffle_new_epoch(shuffle_loader *L) {
-    L->epoch_rng = L->rng;
-    for (int64_t i = 0; i < L->items; i++) L->perm[i] = i;
-    for (int64_t i = L->items - 1; i > 0; i--) {
-        int64_t j = random_below(&L->rng, i + 1), t = L->perm[i];
-        L->perm[i] = L->perm[j]; L->perm[j] = t;
-    }
-    L->pos = 0;
-}
-
-/* up to B windows into x (inputs) and y (targets, shifted by one), [B][T]; the last batch of an
-   epoch may be smaller. Returns the number of windows. */
-EX_FN int shuffle_next(shuffle_loader *L, int B, int32_t *x, int32_t *y) {
-    int b, T = L->T;
-    if (L->pos == L->items) shuffle_new_epoch(L);
-    for (b = 0; b < B && L->pos < L->items; b++) {
-        int64_t start = L->perm[L->pos++] * T, room = L->n - (start + T + 1);
-        start += random_below(&L->rng, (room < T - 1 ? room : T - 1) + 1);
-        for (int t = 0; t < T; t++) { x[b * T + t] = L->ids[start + t]; y[b * T + t] = L->ids[start + t + 1]; }
-    }
-    return b;
-}
-
-/* after --resume: replay the interrupted epoch's shuffle, then continue the saved RNG stream */
-EX_FN void shuffle_restore(shuffle_loader *L, uint64_t epoch_rng, uint64_t rng, int64_t pos) {
-    if (pos < L->items) { L->rng = epoch_rng; shuffle_new_epoch(L); }
-    L->epoch_rng = epoch_rng; L->rng = rng;
-    L->pos = pos < L->items ? pos : L->items;
-}
-
-/* The sequential loader of docs/math.md §12, for the memory models (relative, compressive):
-   the text is cut into B contiguous columns of n = len / B tokens (the rest is dropped); batch
-   row b continues row b of the previous batch, T tokens at a time, and the last batch of a pass
-   is shorter when n - 1 is not a multiple of T. */
-typedef struct seq_loader {
-    const int32_t *ids;
-    int64_t n;      /* tokens per column */
-    int B, T;
-    int64_t idx;    /* position in the columns of the next batch; n - 1 = the pass is over */
-} seq_loader;
-
-/* 0, or -1 when the columns are too short for one batch (n < 2) */
-EX_FN int seq_init(seq_loader *L, const int32_t *ids, int64_t len, int B, int T) {
-    L->ids = ids; L->B = B; L->T = T;
-    L->n = len / B;
-    L->idx = L->n - 1; /* the first batch starts a pass */
-    return L->n < 2 ? -1 : 0;
-}
-
-/* the next batch: x, y [B][Tb] (targets shifted by one); returns Tb (1..T). *new_pass is 1 when
-   this batch starts a pass over the data (the caller empties the memories then). */
-EX_FN int seq_next(seq_loader *L, int32_t *x, int32_t *y, int *new_pass) {
-    int Tb;
-    *new_pass = L->idx >= L->n - 1;
-    if (*new_pass) L->idx = 0;
-    Tb = (int)(L->n - 1 - L->idx < L->T ? L->n - 1 - L->idx : L->T);
-    for (int b = 0; b < L->B; b++)
-        for (int t = 0; t < Tb; t++) {
-            x[b * Tb + t] = L->ids[b * L->n + L->idx + t];
-            y[b * Tb + t] = L->ids[b * L->n + L->idx + t + 1];
-        }
-    L->idx += Tb;
-    return Tb;
-}
-
-/* batches in a pass: ceil((n - 1) / T) */
-EX_FN int64_t seq_batches(const seq_loader *L) { return (L->n - 1 + L->T - 1) / L->T; }
+/* The loaders of docs/math.md §12 live in the library (mf_loader over an mf_tokens stream, with
+   their checkpointable state); a text's splits become streams over its ids. */
 
 /* models with memory carried from batch to batch: they need the sequential loader */
 EX_FN int has_memory(const mf_model_config *c) { return c->mixer == MF_MIXER_RELATIVE; }
+
+/* the training (valid = 0) or validation split of a text as a stream (over t->ids: no copy) */
+EX_FN mf_tokens *text_split(const text_data *t, int valid) {
+    mf_tokens *s = valid ? mf_tokens_from_ids(t->ids + t->n_train, t->n_valid) : mf_tokens_from_ids(t->ids, t->n_train);
+    if (mf_tokens_error(s)) die("%s", mf_tokens_error(s));
+    return s;
+}
+
+/* a loader over the whole stream, dying with a message that names the option to change */
+EX_FN void loader_open(mf_loader *L, mf_tokens *s, int sequential, int B, int T, uint64_t seed, const char *what) {
+    mf_loader_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = B; c.seq_len = T; c.sequential = sequential; c.seed = seed; c.world = 1;
+    if (mf_loader_init(L, s, &c) < 0)
+        die("the %s data: %s (--batch %d, --seq-len %d)", what, L->error, B, T);
+}
+
+/* ==== [model] =============================================================================== */
+/* The model settings of build/train, as its checkpoints store them ("train.<option>"): train.c
+   parses them and build/sample reads them back, both through MODEL_OPTIONS and settings_config. */
+typedef struct model_settings {
+    const char *mixer, *pos, *act, *feature;
+    int d_model, heads, layers, d_ff, seq_len, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu, chunk;
+    float dropout;
+} model_settings;
+#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f}
+
+/* the choices of the name options: the library's names (model_choices fills them in) */
+EX_VAR char MIXERS[256], POSITIONS[64], ACTIVATIONS[64], FEATURES[64];
+EX_FN void model_choices(void) {
+    LIBRARY_CHOICES(MIXERS, mf_mixer_name, mf_mixer_kind);
+    LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
+    LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
+    LIBRARY_CHOICES(FEATURES, mf_feature_name, mf_feature_kind);
+}
+
+/* The option rows of the model settings M (a model_settings variable), in the order checkpoints
+   store them; EXTRA goes after --mixer (train.c's --list-mixers and the mixer aliases). */
+#define MODEL_OPTIONS(M, EXTRA) \
+    {"mixer", OPT_TEXT, &M.mixer, SAVED, 0, MIXERS, "token mixer"}, \
+    EXTRA \
+    {"mem-len", OPT_INT, &M.mem_len, SAVED, 0, NULL, "relative: memories kept per layer (Transformer-XL; 0 = none)"}, \
+    {"compressive", OPT_FLAG, &M.compressive, SAVED, 0, NULL, "compressive transformer: --mixer relative with compressed memories"}, \
+    {"c-mem-len", OPT_INT, &M.c_mem_len, SAVED, 0, NULL, "compressive: compressed memories kept per layer"}, \
+    {"compression-rate", OPT_INT, &M.compression_rate, SAVED, 1, NULL, "compressive: memories per compressed memory"}, \
+    {"dpfp-nu", OPT_INT, &M.dpfp_nu, SAVED, 1, NULL, "fast_weights, linear: DPFP order (feature size 2 * d_head * nu)"}, \
+    {"feature", OPT_TEXT, &M.feature, SAVED, 0, FEATURES, "linear: feature map of queries and keys"}, \
+    {"chunk", OPT_INT, &M.chunk, SAVED_CHANGEABLE, 0, NULL, "fast_weights, linear: training kernel (0 = automatic, 1 = recurrent, n = chunks of n)"}, \
+    {"d-model", OPT_INT, &M.d_model, SAVED, 1, NULL, "model width"}, \
+    {"heads", OPT_INT, &M.heads, SAVED, 1, NULL, "heads (every mixer but pool and identity); must divide d-model"}, \
+    {"layers", OPT_INT, &M.layers, SAVED, 1, NULL, "blocks"}, \
+    {"d-ff", OPT_INT, &M.d_ff, SAVED, 1, NULL, "FFN hidden width"}, \
+    {"seq-len", OPT_INT, &M.seq_len, SAVED, 1, NULL, "context length T of the training windows"}, \
+    {"pos", OPT_TEXT, &M.pos, SAVED, 0, POSITIONS, "positional encoding"}, \
+    {"act", OPT_TEXT, &M.act, SAVED, 0, ACTIVATIONS, "FFN activation"}, \
+    {"dropout", OPT_FLOAT, &M.dropout, SAVED, 0, NULL, "dropout probability"},
+
+/* the library's config of the settings, with a vocabulary of V ids */
+EX_FN mf_model_config settings_config(const model_settings *M, int V) {
+    mf_model_config cfg = mf_model_config_default();
+    cfg.vocab = V; cfg.d_model = M->d_model; cfg.n_heads = M->heads; cfg.n_layers = M->layers; cfg.d_ff = M->d_ff;
+    cfg.max_seq = M->seq_len; cfg.dropout = M->dropout;
+    cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(M->mixer);
+    cfg.pos = (mf_pos_kind)mf_pos_from_name(M->pos);
+    cfg.ffn_act = (mf_act_kind)mf_act_from_name(M->act);
+    cfg.mem_len = M->mem_len; cfg.compressive = M->compressive; cfg.c_mem_len = M->c_mem_len;
+    cfg.compression_rate = M->compression_rate;
+    cfg.dpfp_nu = M->dpfp_nu; cfg.linear_feature = (mf_feature_kind)mf_feature_from_name(M->feature);
+    cfg.chunk_size = M->chunk;
+    if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && M->d_model % M->heads)
+        die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
+            "pick a head count that divides d-model", M->d_model, M->heads, M->mixer);
+    return cfg;
+}
+
+/* mf_model_check, dying with its message; a field that the mixer does not read is named by the
+   library as in the config, the option that set it is added */
+EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
+    static const struct { const char *field, *option; } SET_BY[] = {
+        {"mem_len", "mem-len"}, {"compressive", "compressive"}, {"c_mem_len", "c-mem-len"},
+        {"compression_rate", "compression-rate"}, {"dpfp_nu", "dpfp-nu"}, {"linear_feature", "feature"},
+        {"chunk_size", "chunk"}};
+    if (mf_model_check(ctx, cfg) == 0) return;
+    const char *msg = mf_error(ctx), *at = strstr(msg, "model config: ");
+    for (size_t i = 0; at && i < sizeof SET_BY / sizeof SET_BY[0]; i++) {
+        size_t n = strlen(SET_BY[i].field);
+        if (strncmp(at + 14, SET_BY[i].field, n) == 0 && strncmp(at + 14 + n, " = ", 3) == 0 && strstr(msg, "applies only"))
+            die("--%s: %s. Drop --%s, or pick one of those mixers with --mixer", SET_BY[i].option, msg, SET_BY[i].option);
+    }
+    die("%s", msg);
+}
+
+/* ==== [checkpoints] ========================================================================= */
+/* What build/train stores besides the settings, and how build/train (--resume, --eval-only) and
+   build/sample check it (docs/math.md §17.6):
+     a text file    train.vocab: the byte values of the character vocabulary in hex ("0a2021...")
+     token shards   train.data "tokens", train.vocab_size, and the tokenizer's identity:
+                    train.tokenizer (its path, or "bytes" for the built-in byte tokenizer, or "" for
+                    none) and train.tokenizer_fnv1a (FNV-1a of the file, or of the name "bytes") */
+
+/* The checkpoint must be readable and written by build/train: dies naming which it is not. */
+EX_FN void check_train_checkpoint(const char *path) {
+    char buf[64];
+    if (mf_load_meta(path, "mf.format", buf, sizeof buf) < 0) {
+        /* unreadable, truncated or not a checkpoint: let mf_load say which */
+        mf_ctx *probe = mf_ctx_new(0);
+        if (mf_load(probe, path, 0) < 0) die("cannot read the checkpoint: %s", mf_error(probe));
+        die("\"%s\" is not a metaformer.h checkpoint", path);
+    }
+    if (mf_load_meta(path, "train.mixer", buf, sizeof buf) < 0)
+        die("checkpoint \"%s\" was not written by build/train (its metadata has no train settings; "
+            "build/sort and build/ablate checkpoints cannot be sampled or resumed here)", path);
+}
+
+/* the stored value of each SAVED option of opts (a setting the checkpoint lacks, written before the
+   option existed, keeps its default defaults[i]); into stored[i] */
+EX_FN void read_stored_options(const char *path, const option *opts, int n, const char (*defaults)[64], char (*stored)[64]) {
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        if (!opts[i].saved) continue;
+        snprintf(key, sizeof key, "train.%s", opts[i].name);
+        if (mf_load_meta(path, key, stored[i], 64) == -1) strcpy(stored[i], defaults[i]);
+    }
+}
+
+/* the tokenizer's identity for checkpoints: FNV-1a of its file (or of the name "bytes") */
+EX_FN uint64_t tokenizer_identity(const char *spec) {
+    size_t n;
+    unsigned char *bytes;
+    uint64_t h;
+    if (strcmp(spec, "bytes") == 0) return fnv1a((const unsigned char *)spec, 5);
+    bytes = read_file(spec, &n);
+    h = fnv1a(bytes, n);
+    free(bytes);
+    return h;
+}
+
+/* --tokenizer FILE, or "bytes" (the built-in 256-id byte tokenizer): dies with the library's message */
+EX_FN mf_tokenizer *tokenizer_open(const char *spec) {
+    mf_tokenizer *tok = strcmp(spec, "bytes") == 0 ? mf_tokenizer_bytes() : mf_tokenizer_load(spec);
+    if (mf_tokenizer_error(tok)) die("--tokenizer \"%s\": %s", spec, mf_tokenizer_error(tok));
+    return tok;
+}
+
+/* the character tokenizer of a text checkpoint's train.vocab (hex byte values) */
+EX_FN mf_tokenizer *tokenizer_from_vocab_hex(const char *hex, const char *path) {
+    unsigned char bytes[256];
+    int n = 0;
+    mf_tokenizer *tok;
+    for (; hex[0] && hex[1] && n < 256; hex += 2) {
+        unsigned v;
+        if (sscanf(hex, "%2x", &v) != 1) die("checkpoint \"%s\" has a bad train.vocab", path);
+        bytes[n++] = (unsigned char)v;
+    }
+    tok = mf_tokenizer_chars(bytes, (size_t)n);
+    if (mf_tokenizer_error(tok)) die("checkpoint \"%s\": train.vocab: %s", path, mf_tokenizer_error(tok));
+    return tok;
+}
+
+/* the byte length of every id (bits per byte), or NULL without a tokenizer */
+EX_FN int *token_byte_lengths(const mf_tokenizer *tok) {
+    int V = tok ? mf_tokenizer_vocab_size(tok) : 0, *len;
+    if (V < 1) return NULL;
+    if (!(len = (int *)malloc((size_t)V * sizeof *len))) die("out of memory");
+    for (int i = 0; i < V; i++) mf_tokenizer_token(tok, i, &len[i]);
+    return len;
+}
+
+/* ==== [sample] ============================================================================== */
+/* the sampling settings' name: "temperature 0.8, top-k 200" or "greedy" */
+EX_FN const char *sampler_name(const mf_sampler *s, char *buf, size_t size) {
+    if (s->temperature > 0) snprintf(buf, size, "temperature %g, top-k %d", (double)s->temperature, s->top_k);
+    else snprintf(buf, size, "greedy");
+    return buf;
+}
+
+/* generate n ids after the prompt and print "--- sample (...) ---", the prompt and the text decoded
+   by tok (without a tokenizer: the ids, space-separated) */
+EX_FN void print_sample(mf_ctx *ctx, mf_model *model, mf_tokenizer *tok, const int32_t *prompt, int n_prompt, int n,
+                        const mf_sampler *s) {
+    char what[100];
+    int32_t *out = (int32_t *)malloc((size_t)(n_prompt + n) * sizeof *out);
+    if (!out) die("out of memory");
+    memcpy(out, prompt, (size_t)n_prompt * sizeof *out);
+    if (mf_model_generate(model, prompt, n_prompt, n, s, out + n_prompt) < 0) die("sampling failed: %s", mf_error(ctx));
+    printf("--- sample (%s) ---\n", sampler_name(s, what, sizeof what));
+    if (tok) {
+        int64_t len = mf_tokenizer_decode(tok, out, n_prompt + n, NULL, 0);
+        char *text = (char *)malloc(len > 0 ? (size_t)len : 1);
+        if (len < 0 || !text) die("cannot decode the sample: %s", mf_tokenizer_error(tok));
+        mf_tokenizer_decode(tok, out, n_prompt + n, text, len);
+        fwrite(text, 1, (size_t)len, stdout);
+        free(text);
+    } else {
+        for (int i = 0; i < n_prompt + n; i++) printf("%s%d", i ? " " : "", (int)out[i]);
+    }
+    printf("\n---\n");
+    free(out);
+}
 
 /* ==== [steps] =============================================================================== */
 /* One training step (docs/math.md §11.5): forward and loss, backward, clip, optimizer step, zero grad.
@@ -506,37 +626,48 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
 }
 
 /* Mean validation cross-entropy (without the reconstruction loss, which goes to *ar when ar is
-   not NULL) of n_batches batches of B rows over the validation ids [n], without gradients or
-   dropout. A model without memory reads windows of T spread evenly over the text; a memory
+   not NULL) of n_batches batches of B rows over the validation stream, without gradients or
+   dropout. A model without memory reads windows of T spread evenly over the stream; a memory
    model reads the first n_batches batches of a sequential loader on memory slot 1, emptied at
-   the start (the training memory in slot 0 is left alone). x, y hold B * T ids. Returns NaN when
-   a forward fails (the error is in ctx) or a memory model's validation text is too short for two
-   tokens per row (check with seq_init first). */
-EX_FN double validate(mf_ctx *ctx, mf_model *m, const int32_t *ids, int64_t n, int T, int B, int n_batches,
-                      int32_t *x, int32_t *y, double *ar) {
+   the start (the training memory in slot 0 is left alone). x, y hold B * T ids. When token_bytes
+   (the byte length of each id) is given, *bytes gets the bytes of the scored targets: bits per
+   byte = loss * scored / ln 2 / bytes (docs/math.md §17.6), *scored (when not NULL) their number. Returns NaN when a forward fails
+   (the error is in ctx) or a memory model's validation data is too short for two tokens per row;
+   dies when the stream cannot be read (an id outside the vocabulary). */
+EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, int n_batches, int32_t *x, int32_t *y,
+                      double *ar, const int *token_bytes, double *bytes, double *scored) {
     int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0), memory = has_memory(mf_model_get_config(m));
     int slot = memory ? mf_model_memory_slot(m, 1) : 0;
-    double ce_sum = 0, ar_sum = 0, tokens = 0;
-    seq_loader sq;
-    int64_t windows = (n - 1) / T, count = (int64_t)n_batches * B, done = 0;
+    double ce_sum = 0, ar_sum = 0, tokens = 0, nbytes = 0;
+    mf_loader sq;
+    int64_t n = mf_tokens_count(valid), windows = (n - 1) / T, count = (int64_t)n_batches * B, done = 0;
+    int32_t *row = (int32_t *)malloc((size_t)(T + 1) * sizeof *row);
+    if (!row) die("out of memory");
+    memset(&sq, 0, sizeof sq);
     if (count > windows) count = windows;
     if (memory) {
+        mf_loader_config c;
+        memset(&c, 0, sizeof c);
+        c.batch = B; c.seq_len = T; c.sequential = 1; c.world = 1;
         count = 0;
-        if (slot >= 0 && seq_init(&sq, ids, n, B, T) == 0) {
+        if (slot >= 0 && mf_loader_init(&sq, valid, &c) == 0) {
             mf_model_reset_memory(m);
-            count = seq_batches(&sq) < n_batches ? seq_batches(&sq) : n_batches;
+            count = mf_loader_batches(&sq) < n_batches ? mf_loader_batches(&sq) : n_batches;
         }
     }
     while (done < count && mf_ok(ctx)) {
-        int b = B, Tb = T, fresh;
+        int b = B, Tb = T;
         mf_tensor *loss;
         float a;
-        if (memory) Tb = seq_next(&sq, x, y, &fresh);
-        else {
+        if (memory) {
+            if (mf_loader_next(&sq, x, y, &b, &Tb) < 0) die("validation: %s", sq.error);
+        } else {
             b = count - done < B ? (int)(count - done) : B;
             for (int r = 0; r < b; r++) {
                 int64_t start = (done + r) * windows / count * T;
-                for (int t = 0; t < T; t++) { x[r * T + t] = ids[start + t]; y[r * T + t] = ids[start + t + 1]; }
+                if (mf_tokens_read(valid, start, T + 1, row) < 0) die("validation: %s", mf_tokens_error(valid));
+                memcpy(x + r * T, row, (size_t)T * sizeof *x);
+                memcpy(y + r * T, row + 1, (size_t)T * sizeof *y);
             }
         }
         if (!(loss = mf_model_loss(m, x, y, b, Tb))) break;
@@ -544,13 +675,18 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, const int32_t *ids, int64_t n, i
         ce_sum += ((double)mf_item(ctx, loss) - a) * b * Tb;
         ar_sum += (double)a * b * Tb;
         tokens += (double)b * Tb;
+        if (token_bytes) for (int i = 0; i < b * Tb; i++) nbytes += token_bytes[y[i]];
         done += memory ? 1 : b;
         mf_reset(ctx);
     }
+    mf_loader_free(&sq);
+    free(row);
     if (memory && slot >= 0) mf_model_memory_slot(m, slot);
     mf_set_grad(ctx, grad);
     mf_set_training(ctx, training);
     if (ar) *ar = tokens > 0 ? ar_sum / tokens : 0;
+    if (bytes) *bytes = nbytes;
+    if (scored) *scored = tokens;
     return mf_ok(ctx) && tokens > 0 ? ce_sum / tokens : NAN;
 }
 #endif /* EXAMPLES_COMMON_H */
