@@ -213,7 +213,7 @@ EX_FN void parse_options_files(int argc, char **argv, const option *opts, int n,
 /* parse_options_files with at most one file, in *file (left alone when none is given) */
 EX_FN void parse_options(int argc, char **argv, const option *opts, int n, unsigned char *given,
                          const char **file, void (*usage)(FILE *)) {
-    const char *one[1];
+    const char *one[1] = {NULL};
     int n_files;
     parse_options_files(argc, argv, opts, n, given, one, 1, &n_files, usage);
     if (n_files) *file = one[0];
