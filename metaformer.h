@@ -8087,9 +8087,339 @@ MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char 
     return mf__bpe_prepare(mf__tok_fail(mf__tok_new(MF_TOK_BPE), "mf_tokenizer_gpt2: not implemented yet"));
 }
 /* ---- byte-level BPE: training (docs/math.md §17.4) ----------------------------------------------- */
+/* The trainer's state. Words are the distinct pre-tokens of the text with their frequencies, each a
+   run of token ids that the merges shorten in place. Pairs are the adjacent (left, right) ids with
+   their counts (summed over the words, weighted by frequency) and the words they were added in; a
+   word may since have lost the pair (the merge then finds nothing in it), but every word holding
+   the pair is listed, so a merge visits only the words it changes. The heap orders pairs by
+   (count desc, key asc) lazily: an entry may hold an older, higher count and is refreshed when it
+   reaches the top, which is enough because a pair's count never grows once the merge that made
+   its newest id is over (docs/math.md §17.4). */
+#define MF__BPE_MAX_VOCAB (1 << 24)
+typedef struct { int64_t count; uint64_t key; int32_t pair; } mf__bpe_top;
+typedef struct {
+    uint64_t key;               /* left << 32 | right: the tie rule orders pairs by it */
+    int64_t count;
+    int32_t *words;             /* the words it was added in, each once */
+    int64_t n_words, cap_words;
+} mf__bpe_pair;
+typedef struct {
+    const unsigned char *text;
+    int32_t *sym;                           /* the words' ids, one run per word */
+    int64_t *w_off, *w_len, *w_freq;        /* word w: sym[w_off .. w_off + w_len), w_freq times */
+    int64_t n_words, cap_words;
+    int32_t *w_table;  uint64_t w_mask;     /* word bytes -> word + 1 (0: empty), while counting */
+    mf__bpe_pair *pairs;  int64_t n_pairs, cap_pairs;
+    int32_t *p_table;  uint64_t p_mask;     /* pair key -> pair + 1 (0: empty) */
+    mf__bpe_top *heap;  int64_t n_heap, cap_heap;
+} mf__bpe_trainer;
+
+/* p grown (by doubling) to hold need elements of size sz; NULL when out of memory (p is then
+   untouched and the caller still owns it). *cap changes only on success. */
+static void *mf__bpe_grow(void *p, int64_t *cap, int64_t need, size_t sz) {
+    int64_t c = *cap > 0 ? *cap : 16;
+    void *q;
+    if (need <= *cap && p) return p;
+    while (c < need) c *= 2;
+    q = MF_REALLOC(p, (size_t)c * sz);
+    if (q) *cap = c;
+    return q;
+}
+static uint64_t mf__bpe_hash_bytes(const unsigned char *s, int64_t n) {
+    uint64_t h = mf__mix64((uint64_t)n), v;
+    for (; n >= 8; s += 8, n -= 8) { memcpy(&v, s, 8); h = mf__mix64(h ^ v); }
+    v = 0;
+    memcpy(&v, s, (size_t)n);
+    return mf__mix64(h ^ v ^ 0x9e3779b97f4a7c15ULL);
+}
+
+/* ---- counting the distinct pre-tokens ---- */
+static int mf__bpe_word_table_grow(mf__bpe_trainer *tr) {
+    uint64_t cap = tr->w_table ? 2 * (tr->w_mask + 1) : 1024, i;
+    int64_t w;
+    int32_t *tab = (int32_t *)MF_MALLOC((size_t)cap * sizeof *tab);
+    if (!tab) return -1;
+    memset(tab, 0, (size_t)cap * sizeof *tab);
+    for (w = 0; w < tr->n_words; w++) {
+        i = mf__bpe_hash_bytes(tr->text + tr->w_off[w], tr->w_len[w]) & (cap - 1);
+        while (tab[i]) i = (i + 1) & (cap - 1);
+        tab[i] = (int32_t)(w + 1);
+    }
+    MF_FREE(tr->w_table);
+    tr->w_table = tab;
+    tr->w_mask = cap - 1;
+    return 0;
+}
+/* one occurrence of the pre-token text[off .. off + len): a new word or one more of a known one */
+static int mf__bpe_count_word(mf__bpe_trainer *tr, int64_t off, int64_t len) {
+    const unsigned char *s = tr->text + off;
+    uint64_t i;
+    int64_t k = tr->n_words;
+    void *q;
+    if ((uint64_t)tr->n_words * 2 >= (tr->w_table ? tr->w_mask + 1 : 0) && mf__bpe_word_table_grow(tr)) return -1;
+    for (i = mf__bpe_hash_bytes(s, len) & tr->w_mask; tr->w_table[i]; i = (i + 1) & tr->w_mask) {
+        int64_t w = tr->w_table[i] - 1;
+        if (tr->w_len[w] == len && !memcmp(tr->text + tr->w_off[w], s, (size_t)len)) { tr->w_freq[w]++; return 0; }
+    }
+    if (k >= INT32_MAX - 1) return -2; /* word ids are int32 */
+    if (k + 1 > tr->cap_words) {
+        int64_t c = tr->cap_words, c2 = tr->cap_words, c3 = tr->cap_words;
+        if (!(q = mf__bpe_grow(tr->w_off, &c, k + 1, sizeof(int64_t)))) return -1;
+        tr->w_off = (int64_t *)q;
+        if (!(q = mf__bpe_grow(tr->w_len, &c2, k + 1, sizeof(int64_t)))) return -1;
+        tr->w_len = (int64_t *)q;
+        if (!(q = mf__bpe_grow(tr->w_freq, &c3, k + 1, sizeof(int64_t)))) return -1;
+        tr->w_freq = (int64_t *)q;
+        tr->cap_words = c;
+    }
+    tr->w_off[k] = off; tr->w_len[k] = len; tr->w_freq[k] = 1;
+    tr->w_table[i] = (int32_t)(k + 1);
+    tr->n_words = k + 1;
+    return 0;
+}
+/* the distinct pre-tokens of the text (in order of first appearance), then each as its byte ids
+   (id = byte value) in sym. 0, -1 out of memory, -2 too many distinct pre-tokens */
+static int mf__bpe_count_words(mf__bpe_trainer *tr, size_t n) {
+    size_t pos = 0, end;
+    int64_t w, at = 0, i;
+    int rc;
+    for (; pos < n; pos = end) {
+        end = mf__pretok_next(tr->text, n, pos);
+        if (end <= pos || end > n) end = n; /* never loop forever on a faulty pre-tokenizer */
+        if ((rc = mf__bpe_count_word(tr, (int64_t)pos, (int64_t)(end - pos))) != 0) return rc;
+    }
+    MF_FREE(tr->w_table);
+    tr->w_table = NULL;
+    for (w = 0; w < tr->n_words; w++) at += tr->w_len[w];
+    tr->sym = (int32_t *)MF_MALLOC((size_t)(at ? at : 1) * sizeof *tr->sym);
+    if (!tr->sym) return -1;
+    for (w = 0, at = 0; w < tr->n_words; w++) {
+        for (i = 0; i < tr->w_len[w]; i++) tr->sym[at + i] = tr->text[tr->w_off[w] + i];
+        tr->w_off[w] = at; /* from here on an offset into sym */
+        at += tr->w_len[w];
+    }
+    return 0;
+}
+
+/* ---- pairs ---- */
+static int mf__bpe_pair_table_grow(mf__bpe_trainer *tr) {
+    uint64_t cap = tr->p_table ? 2 * (tr->p_mask + 1) : 4096, i;
+    int64_t p;
+    int32_t *tab = (int32_t *)MF_MALLOC((size_t)cap * sizeof *tab);
+    if (!tab) return -1;
+    memset(tab, 0, (size_t)cap * sizeof *tab);
+    for (p = 0; p < tr->n_pairs; p++) {
+        i = mf__mix64(tr->pairs[p].key) & (cap - 1);
+        while (tab[i]) i = (i + 1) & (cap - 1);
+        tab[i] = (int32_t)(p + 1);
+    }
+    MF_FREE(tr->p_table);
+    tr->p_table = tab;
+    tr->p_mask = cap - 1;
+    return 0;
+}
+/* the pair (left, right), made (count 0) when new; -1 out of memory or too many pairs */
+static int64_t mf__bpe_pair_of(mf__bpe_trainer *tr, int32_t left, int32_t right) {
+    uint64_t key = (uint64_t)left << 32 | (uint64_t)right, i;
+    mf__bpe_pair *np;
+    if ((uint64_t)tr->n_pairs * 2 >= (tr->p_table ? tr->p_mask + 1 : 0) && mf__bpe_pair_table_grow(tr)) return -1;
+    for (i = mf__mix64(key) & tr->p_mask; tr->p_table[i]; i = (i + 1) & tr->p_mask)
+        if (tr->pairs[tr->p_table[i] - 1].key == key) return tr->p_table[i] - 1;
+    if (tr->n_pairs >= INT32_MAX - 1) return -1;
+    np = (mf__bpe_pair *)mf__bpe_grow(tr->pairs, &tr->cap_pairs, tr->n_pairs + 1, sizeof *np);
+    if (!np) return -1;
+    tr->pairs = np;
+    memset(&np[tr->n_pairs], 0, sizeof *np);
+    np[tr->n_pairs].key = key;
+    tr->p_table[i] = (int32_t)(tr->n_pairs + 1);
+    return tr->n_pairs++;
+}
+/* count (left, right) delta more times, as found in word w; a pair that gains lists w (once: a
+   pair gains only while one word at a time is scanned, so comparing with the last entry is enough) */
+static int mf__bpe_pair_add(mf__bpe_trainer *tr, int32_t left, int32_t right, int64_t delta, int32_t w) {
+    int64_t p = mf__bpe_pair_of(tr, left, right);
+    mf__bpe_pair *pr;
+    if (p < 0) return -1;
+    pr = &tr->pairs[p];
+    pr->count += delta;
+    if (delta > 0 && (pr->n_words == 0 || pr->words[pr->n_words - 1] != w)) {
+        int32_t *nw = (int32_t *)mf__bpe_grow(pr->words, &pr->cap_words, pr->n_words + 1, sizeof *nw);
+        if (!nw) return -1;
+        pr->words = nw;
+        nw[pr->n_words++] = w;
+    }
+    return 0;
+}
+
+/* ---- the lazy max-heap: the best pair first (higher count; equal counts: smaller key) ---- */
+static int mf__bpe_before(const mf__bpe_top *a, const mf__bpe_top *b) {
+    return a->count > b->count || (a->count == b->count && a->key < b->key);
+}
+static int mf__bpe_push(mf__bpe_trainer *tr, int64_t p) {
+    mf__bpe_top e, *h = (mf__bpe_top *)mf__bpe_grow(tr->heap, &tr->cap_heap, tr->n_heap + 1, sizeof *h);
+    int64_t i = tr->n_heap++;
+    if (!h) { tr->n_heap--; return -1; }
+    tr->heap = h;
+    e.count = tr->pairs[p].count; e.key = tr->pairs[p].key; e.pair = (int32_t)p;
+    for (; i > 0 && mf__bpe_before(&e, &h[(i - 1) / 2]); i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = e;
+    return 0;
+}
+static mf__bpe_top mf__bpe_pop(mf__bpe_trainer *tr) {
+    mf__bpe_top *h = tr->heap, top = h[0], last = h[--tr->n_heap];
+    int64_t i = 0, c;
+    for (; (c = 2 * i + 1) < tr->n_heap; i = c) {
+        if (c + 1 < tr->n_heap && mf__bpe_before(&h[c + 1], &h[c])) c++;
+        if (!mf__bpe_before(&h[c], &last)) break;
+        h[i] = h[c];
+    }
+    if (tr->n_heap > 0) h[i] = last;
+    return top;
+}
+/* the best pair by its current count (stale entries refreshed or dropped), or -1 when none is left */
+static int64_t mf__bpe_best(mf__bpe_trainer *tr) {
+    while (tr->n_heap > 0) {
+        mf__bpe_top e = mf__bpe_pop(tr);
+        int64_t now = tr->pairs[e.pair].count;
+        if (now == e.count) return e.pair;
+        if (now > 0 && mf__bpe_push(tr, e.pair)) return -2; /* now < e.count: back in its place */
+    }
+    return -1;
+}
+
+/* ---- merging ---- */
+/* replace every (a, b) in word w, left to right, by c, and update the counts of the pairs around
+   each occurrence: the left neighbour is the already rewritten one (it may be a c just made), the
+   right one the old one, so "a b a b" loses (a,b) twice and (b,a) once and gains (c,c) once */
+static int mf__bpe_merge_word(mf__bpe_trainer *tr, int32_t w, int32_t a, int32_t b, int32_t c) {
+    int32_t *s = tr->sym + tr->w_off[w];
+    int64_t len = tr->w_len[w], f = tr->w_freq[w], i = 0, j = 0;
+    while (i < len) {
+        if (i + 1 < len && s[i] == a && s[i + 1] == b) {
+            if (j > 0 && (mf__bpe_pair_add(tr, s[j - 1], a, -f, w) || mf__bpe_pair_add(tr, s[j - 1], c, f, w))) return -1;
+            if (i + 2 < len && (mf__bpe_pair_add(tr, b, s[i + 2], -f, w) || mf__bpe_pair_add(tr, c, s[i + 2], f, w))) return -1;
+            if (mf__bpe_pair_add(tr, a, b, -f, w)) return -1;
+            s[j++] = c;
+            i += 2;
+        } else {
+            s[j++] = s[i++];
+        }
+    }
+    tr->w_len[w] = j;
+    return 0;
+}
+/* merge pair p into the new id c in every word listed for it; the pairs this made (all contain c,
+   so they are exactly the ones numbered from the first new one on) go into the heap */
+static int mf__bpe_merge(mf__bpe_trainer *tr, int64_t p, int32_t c) {
+    mf__bpe_pair *pr = &tr->pairs[p];
+    int32_t a = (int32_t)(pr->key >> 32), b = (int32_t)(pr->key & 0xffffffffu), *words = pr->words;
+    int64_t k, n = pr->n_words, first_new = tr->n_pairs;
+    int rc = 0;
+    pr->words = NULL; pr->n_words = pr->cap_words = 0; /* (a, b) never gains again */
+    for (k = 0; k < n && !rc; k++) rc = mf__bpe_merge_word(tr, words[k], a, b, c);
+    MF_FREE(words);
+    for (k = first_new; k < tr->n_pairs && !rc; k++)
+        if (tr->pairs[k].count > 0) rc = mf__bpe_push(tr, k);
+    return rc;
+}
+/* every adjacent pair of every word, counted, then all into the heap */
+static int mf__bpe_count_pairs(mf__bpe_trainer *tr) {
+    int64_t w, i, p;
+    for (w = 0; w < tr->n_words; w++) {
+        const int32_t *s = tr->sym + tr->w_off[w];
+        for (i = 0; i + 1 < tr->w_len[w]; i++)
+            if (mf__bpe_pair_add(tr, s[i], s[i + 1], tr->w_freq[w], (int32_t)w)) return -1;
+    }
+    for (p = 0; p < tr->n_pairs; p++)
+        if (mf__bpe_push(tr, p)) return -1;
+    return 0;
+}
+static void mf__bpe_trainer_free(mf__bpe_trainer *tr) {
+    int64_t p;
+    for (p = 0; p < tr->n_pairs; p++) MF_FREE(tr->pairs[p].words);
+    MF_FREE(tr->pairs); MF_FREE(tr->p_table); MF_FREE(tr->heap);
+    MF_FREE(tr->sym); MF_FREE(tr->w_off); MF_FREE(tr->w_len); MF_FREE(tr->w_freq); MF_FREE(tr->w_table);
+}
+
+/* ---- the vocabulary being built ---- */
+typedef struct { int64_t cap_tok, cap_blob, cap_merges; } mf__bpe_caps;
+/* the 256 single bytes, ids 0..255 = byte values */
+static int mf__bpe_vocab_bytes(mf_tokenizer *t, mf__bpe_caps *caps) {
+    int b;
+    t->tok_off = (int64_t *)mf__bpe_grow(NULL, &caps->cap_tok, 257, sizeof *t->tok_off);
+    t->blob = (unsigned char *)mf__bpe_grow(NULL, &caps->cap_blob, 256, 1);
+    if (!t->tok_off || !t->blob) return -1;
+    for (b = 0; b < 256; b++) { t->blob[b] = (unsigned char)b; t->byte_id[b] = b; t->tok_off[b] = b; }
+    t->tok_off[256] = 256;
+    t->n_vocab = 256;
+    return 0;
+}
+/* the token left + right as the next id, and the merge that makes it */
+static int mf__bpe_vocab_add(mf_tokenizer *t, mf__bpe_caps *caps, int32_t left, int32_t right) {
+    int64_t ll = t->tok_off[left + 1] - t->tok_off[left], lr = t->tok_off[right + 1] - t->tok_off[right];
+    int64_t end = t->tok_off[t->n_vocab];
+    void *q;
+    if (!(q = mf__bpe_grow(t->tok_off, &caps->cap_tok, t->n_vocab + 2, sizeof *t->tok_off))) return -1;
+    t->tok_off = (int64_t *)q;
+    if (!(q = mf__bpe_grow(t->blob, &caps->cap_blob, end + ll + lr, 1))) return -1;
+    t->blob = (unsigned char *)q;
+    if (!(q = mf__bpe_grow(t->merges, &caps->cap_merges, t->n_merges + 1, sizeof *t->merges))) return -1;
+    t->merges = (int32_t (*)[3])q;
+    memcpy(t->blob + end, t->blob + t->tok_off[left], (size_t)ll);
+    memcpy(t->blob + end + ll, t->blob + t->tok_off[right], (size_t)lr);
+    t->tok_off[t->n_vocab + 1] = end + ll + lr;
+    t->merges[t->n_merges][0] = left; t->merges[t->n_merges][1] = right; t->merges[t->n_merges][2] = t->n_vocab;
+    t->n_merges++;
+    t->n_vocab++;
+    return 0;
+}
+
+/* the merges, best pair first, until vocab_size ids or the best pair is rarer than min_freq */
+static int mf__bpe_train_loop(mf_tokenizer *t, mf__bpe_trainer *tr, mf__bpe_caps *caps, int vocab_size,
+                              int64_t min_freq, const mf_bpe_options *opt) {
+    int total = vocab_size - 256, every = total / 100 > 0 ? total / 100 : 1;
+    void (*progress)(void *, int, int) = opt ? opt->progress : NULL;
+    if (progress) progress(opt->user, 0, total);
+    while (t->n_vocab < vocab_size) {
+        int64_t p = mf__bpe_best(tr);
+        if (p == -2) return -1;
+        if (p < 0 || tr->pairs[p].count < min_freq) break;
+        if (mf__bpe_vocab_add(t, caps, (int32_t)(tr->pairs[p].key >> 32), (int32_t)(tr->pairs[p].key & 0xffffffffu)) ||
+            mf__bpe_merge(tr, p, t->n_vocab - 1))
+            return -1;
+        if (progress && t->n_merges % every == 0 && t->n_vocab < vocab_size) progress(opt->user, t->n_merges, total);
+    }
+    if (progress) progress(opt->user, t->n_merges, total);
+    return 0;
+}
+
 MFDEF mf_tokenizer *mf_tokenizer_train_bpe(const void *text, size_t n, int vocab_size, const mf_bpe_options *opt) {
-    (void)text; (void)n; (void)vocab_size; (void)opt;
-    return mf__tok_fail(mf__tok_new(MF_TOK_BPE), "mf_tokenizer_train_bpe: not implemented yet");
+    mf_tokenizer *t = mf__tok_new(MF_TOK_BPE);
+    mf__bpe_trainer tr;
+    mf__bpe_caps caps;
+    int64_t min_freq = opt && opt->min_frequency ? opt->min_frequency : 2;
+    int rc;
+    if (!t) return NULL;
+    if (!text || n == 0)
+        return mf__tok_fail(t, "mf_tokenizer_train_bpe: the text is %s; BPE learns its merges from a non-empty text", text ? "empty (n = 0)" : "NULL");
+    if (vocab_size < 256 || vocab_size > MF__BPE_MAX_VOCAB)
+        return mf__tok_fail(t, "mf_tokenizer_train_bpe: vocab_size %d is out of range; it counts the 256 single bytes plus the merges, so it must be in 256..%d", vocab_size, MF__BPE_MAX_VOCAB);
+    if (min_freq < 0)
+        return mf__tok_fail(t, "mf_tokenizer_train_bpe: min_frequency %d is negative; use 0 (the default, 2) or a count >= 1", (int)min_freq);
+    memset(&tr, 0, sizeof tr);
+    memset(&caps, 0, sizeof caps);
+    tr.text = (const unsigned char *)text;
+    rc = mf__bpe_vocab_bytes(t, &caps);
+    if (!rc) rc = mf__bpe_count_words(&tr, n);
+    if (!rc) rc = mf__bpe_count_pairs(&tr);
+    if (!rc) rc = mf__bpe_train_loop(t, &tr, &caps, vocab_size, min_freq, opt);
+    if (rc == -2)
+        mf__tok_fail(t, "mf_tokenizer_train_bpe: the text has more than %d distinct pre-tokens; train on a part of it", INT32_MAX - 2);
+    else if (rc)
+        mf__tok_fail(t, "mf_tokenizer_train_bpe: out of memory after %d merges (%lld distinct pre-tokens, %lld pairs); train on a smaller text or a smaller vocab_size",
+                     t->n_merges, (long long)tr.n_words, (long long)tr.n_pairs);
+    mf__bpe_trainer_free(&tr);
+    return rc ? t : mf__bpe_prepare(t);
 }
 /* ---- the tokenizer file (docs/math.md §17.5) ----------------------------------------------------- */
 MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path) {
