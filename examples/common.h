@@ -508,18 +508,19 @@ EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
                     train.tokenizer (its path, or "bytes" for the built-in byte tokenizer, or "" for
                     none) and train.tokenizer_fnv1a (FNV-1a of the file, or of the name "bytes") */
 
-/* The checkpoint must be readable and written by build/train: dies naming which it is not. */
-EX_FN void check_train_checkpoint(const char *path) {
+/* The checkpoint must be readable and written by build/train: dies naming which it is not, after
+   `cannot` ("cannot resume", "cannot sample"). */
+EX_FN void check_train_checkpoint(const char *path, const char *cannot) {
     char buf[64];
     if (mf_load_meta(path, "mf.format", buf, sizeof buf) < 0) {
         /* unreadable, truncated or not a checkpoint: let mf_load say which */
         mf_ctx *probe = mf_ctx_new(0);
-        if (mf_load(probe, path, 0) < 0) die("cannot read the checkpoint: %s", mf_error(probe));
-        die("\"%s\" is not a metaformer.h checkpoint", path);
+        if (mf_load(probe, path, 0) < 0) die("%s: %s", cannot, mf_error(probe));
+        die("%s: \"%s\" is not a metaformer.h checkpoint", cannot, path);
     }
     if (mf_load_meta(path, "train.mixer", buf, sizeof buf) < 0)
-        die("checkpoint \"%s\" was not written by build/train (its metadata has no train settings; "
-            "build/sort and build/ablate checkpoints cannot be sampled or resumed here)", path);
+        die("%s: checkpoint \"%s\" was not written by build/train (its metadata has no train settings; "
+            "build/sort and build/ablate checkpoints cannot be sampled or resumed here)", cannot, path);
 }
 
 /* the stored value of each SAVED option of opts (a setting the checkpoint lacks, written before the

@@ -303,7 +303,7 @@ static void save_checkpoint(mf_ctx *ctx, const data *d, const mf_loader *L) {
 static void load_settings(const unsigned char *given) {
     static char stored[N_OPTIONS][64];
     char mine[64];
-    check_train_checkpoint(S.resume);
+    check_train_checkpoint(S.resume, S.eval_only ? "cannot evaluate" : "cannot resume");
     read_stored_options(S.resume, OPTIONS, N_OPTIONS, (const char (*)[64])DEFAULTS, stored);
     for (int i = 0; i < N_OPTIONS; i++) {
         const option *o = &OPTIONS[i];

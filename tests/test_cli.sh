@@ -27,7 +27,7 @@ losses() { grep -E '^step [0-9]+/[0-9]+ ' "$1" | awk '{print $2, $4}'; }   # "N/
 if [ $rc -eq 0 ] && losses learn.out | awk 'NR <= 5 {a += $2} NR > 35 {b += $2} END {exit !(NR == 40 && b < a - 0.5)}'
 then ok "40 steps: the loss falls (first 5 vs last 5 steps)"
 else bad "40 steps: the loss falls (first 5 vs last 5 steps)" "rc $rc" "$(cat learn.out learn.err)"; fi
-if grep -q 'valid loss [0-9.]* ([0-9.]* bits/char)' learn.out && grep -q -- '--- sample (greedy) ---' learn.out &&
+if grep -q 'valid loss [0-9.]* ([0-9.]* bits/char)' learn.out && grep -q -- '--- sample (temperature 0.8, top-k 200) ---' learn.out &&
    [ "$(sed -n '/^--- sample/{n;p;}' learn.out | wc -c)" -gt 40 ]
 then ok "prints the validation loss in bits/char and a 40-character sample"
 else bad "prints the validation loss in bits/char and a 40-character sample" "$(cat learn.out)"; fi

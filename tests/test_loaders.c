@@ -1,4 +1,4 @@
-/* test_loaders.c - the data side of the examples (examples/common.h): the sequential loader of the
+/* test_loaders.c - the data side of the examples: the library's sequential loader (mf_loader) of the
    memory models against docs/math.md §12 (its Tiny Shakespeare batch counts, column layout,
    short last batch, passes), the shuffled loader (epochs are permutations, windows in bounds,
    --resume replays the same batches), the array sorter's batches (docs/math.md §13, both forms) and the
@@ -10,6 +10,17 @@
 #include "examples/common.h"
 #include "mf_test.h"
 
+/* a loader over ids [len] (a stream from the array), dying on error */
+static mf_tokens *STREAM;
+static int open_loader(mf_loader *L, const int32_t *ids, int64_t len, int B, int T, int sequential, uint64_t seed) {
+    mf_loader_config c;
+    memset(&c, 0, sizeof c);
+    c.batch = B; c.seq_len = T; c.sequential = sequential; c.seed = seed; c.world = 1;
+    mf_tokens_close(STREAM);
+    STREAM = mf_tokens_from_ids(ids, len);
+    return mf_loader_init(L, STREAM, &c);
+}
+
 /* docs/math.md §12: Tiny Shakespeare's training split (1,003,854 ids), B = 32: columns of n = 31,370;
    T = 2 -> 15,685 batches; T = 8 -> 3,922 batches, the last of length 1. Ids are their positions
    here, so every token says where it came from. */
@@ -18,26 +29,27 @@ static void check_sequential(int T, int64_t want_batches, int want_last) {
     const int B = 32;
     int32_t *ids = (int32_t *)malloc((size_t)len * sizeof *ids), *x = (int32_t *)malloc((size_t)B * T * sizeof *x);
     int32_t *y = (int32_t *)malloc((size_t)B * T * sizeof *y);
-    seq_loader L;
+    mf_loader L;
     int64_t batches = 0, idx = 0, bad = 0, pass;
-    int Tb = 0, new_pass;
+    int Tb = 0, rows, new_pass;
     for (int64_t i = 0; i < len; i++) ids[i] = (int32_t)i;
-    MFT_CHECK(seq_init(&L, ids, len, B, T) == 0);
-    MFT_CHECK(L.n == 31370);
-    MFT_CHECK(seq_batches(&L) == want_batches);
+    MFT_CHECK(open_loader(&L, ids, len, B, T, 1, 0) == 0);
+    MFT_CHECK(L.column == 31370);
+    MFT_CHECK(mf_loader_batches(&L) == want_batches);
     for (pass = 0; pass < 2; pass++) { /* the second pass starts over with new_pass set */
         for (batches = 0, idx = 0; batches < want_batches; batches++) {
-            Tb = seq_next(&L, x, y, &new_pass);
-            bad += new_pass != (batches == 0);
+            new_pass = mf_loader_next(&L, x, y, &rows, &Tb);
+            bad += new_pass != (batches == 0) || rows != B;
             for (int b = 0; b < B; b++)
                 for (int t = 0; t < Tb; t++) /* row b continues column b: ids[b * n + idx + t] */
-                    bad += x[b * Tb + t] != b * L.n + idx + t || y[b * Tb + t] != x[b * Tb + t] + 1;
+                    bad += x[b * Tb + t] != b * L.column + idx + t || y[b * Tb + t] != x[b * Tb + t] + 1;
             idx += Tb;
         }
         MFT_CHECK(Tb == want_last);
-        MFT_CHECK(idx == L.n - 1); /* every input position of the columns once */
+        MFT_CHECK(idx == L.column - 1); /* every input position of the columns once */
     }
     MFT_CHECK(bad == 0);
+    mf_loader_free(&L);
     free(ids); free(x); free(y);
 }
 static void test_sequential_t2(void) { check_sequential(2, 15685, 1); }
@@ -45,9 +57,11 @@ static void test_sequential_t8(void) { check_sequential(8, 3922, 1); }
 
 static void test_sequential_too_short(void) {
     int32_t ids[7] = {0};
-    seq_loader L;
-    MFT_CHECK(seq_init(&L, ids, 7, 4, 8) < 0); /* columns of 1 token: no target */
-    MFT_CHECK(seq_init(&L, ids, 7, 3, 8) == 0);
+    mf_loader L;
+    MFT_CHECK(open_loader(&L, ids, 7, 4, 8, 1, 0) < 0); /* columns of 1 token: no target */
+    mf_loader_free(&L);
+    MFT_CHECK(open_loader(&L, ids, 7, 3, 8, 1, 0) == 0);
+    mf_loader_free(&L);
 }
 
 /* an epoch is a permutation of the windows; every window lies inside the text */
@@ -55,47 +69,55 @@ static void test_shuffled_epoch(void) {
     enum { N = 1000, T = 16, B = 5 };
     int32_t ids[N], x[B * T], y[B * T];
     int seen[N / T] = {0};
-    shuffle_loader L;
+    mf_loader L;
     int64_t windows = 0, bad = 0;
+    int rows, Tb;
     for (int i = 0; i < N; i++) ids[i] = i;
-    shuffle_init(&L, ids, N, T, 7);
-    MFT_CHECK(L.items == (N - 1) / T);
-    while (windows < L.items) {
-        int b = shuffle_next(&L, B, x, y);
-        for (int r = 0; r < b; r++) {
+    MFT_CHECK(open_loader(&L, ids, N, B, T, 0, 7) == 0);
+    MFT_CHECK(L.windows == (N - 1) / T);
+    while (windows < L.windows) {
+        mf_loader_next(&L, x, y, &rows, &Tb);
+        for (int r = 0; r < rows; r++) {
             int start = x[r * T];
             seen[start / T]++;
             bad += start % T > T - 1 || start + T + 1 > N;
             for (int t = 0; t < T; t++) bad += x[r * T + t] != start + t || y[r * T + t] != start + t + 1;
         }
-        windows += b;
+        windows += rows;
     }
-    MFT_CHECK(windows == L.items && bad == 0);
-    for (int i = 0; i < L.items; i++) MFT_CHECK(seen[i] == 1);
-    shuffle_next(&L, B, x, y); /* the next epoch starts */
-    MFT_CHECK(L.pos == B);
-    free(L.perm);
+    MFT_CHECK(windows == L.windows && bad == 0);
+    for (int i = 0; i < L.windows; i++) MFT_CHECK(seen[i] == 1);
+    MFT_CHECK(mf_loader_next(&L, x, y, &rows, &Tb) == 1); /* the next epoch starts */
+    MFT_CHECK(L.state.epoch_pos == B);
+    mf_loader_free(&L);
 }
 
 /* --resume: a loader restored from (epoch_rng, rng, pos) gives the same batches as the original */
 static void test_shuffled_restore(void) {
     enum { N = 700, T = 8, B = 6 };
     int32_t ids[N], x1[B * T], y1[B * T], x2[B * T], y2[B * T];
+    mf_tokens *s;
     for (int i = 0; i < N; i++) ids[i] = (i * 7) % 13;
+    s = mf_tokens_from_ids(ids, N);
     for (int stop = 0; stop < 40; stop += 13) {
-        shuffle_loader a, b;
-        int same = 1;
-        shuffle_init(&a, ids, N, T, 3);
-        for (int k = 0; k < stop; k++) shuffle_next(&a, B, x1, y1);
-        shuffle_init(&b, ids, N, T, 99);
-        shuffle_restore(&b, a.epoch_rng, a.rng, a.pos);
+        mf_loader a, b;
+        mf_loader_config c;
+        int same = 1, r1, r2, t1, t2;
+        memset(&c, 0, sizeof c);
+        c.batch = B; c.seq_len = T; c.seed = 3;
+        mf_loader_init(&a, s, &c);
+        for (int k = 0; k < stop; k++) mf_loader_next(&a, x1, y1, &r1, &t1);
+        c.seed = 99;
+        mf_loader_init(&b, s, &c);
+        mf_loader_restore(&b, &a.state);
         for (int k = 0; k < 30; k++) {
-            int n1 = shuffle_next(&a, B, x1, y1), n2 = shuffle_next(&b, B, x2, y2);
-            same &= n1 == n2 && memcmp(x1, x2, sizeof x1) == 0 && memcmp(y1, y2, sizeof y1) == 0;
+            int n1 = mf_loader_next(&a, x1, y1, &r1, &t1), n2 = mf_loader_next(&b, x2, y2, &r2, &t2);
+            same &= n1 == n2 && r1 == r2 && memcmp(x1, x2, sizeof x1) == 0 && memcmp(y1, y2, sizeof y1) == 0;
         }
         MFT_CHECK(same);
-        free(a.perm); free(b.perm);
+        mf_loader_free(&a); mf_loader_free(&b);
     }
+    mf_tokens_close(s);
 }
 
 /* the solvable form: x, then sorted(x); only the W positions that predict the sorted half count */
@@ -159,5 +181,6 @@ int main(void) {
     MFT_RUN(test_shuffled_restore);
     MFT_RUN(test_sorter_batches);
     MFT_RUN(test_options);
+    mf_tokens_close(STREAM);
     return mft_finish();
 }
