@@ -125,13 +125,17 @@ static unsigned char *read_inputs(const char **files, int n_files, size_t *len) 
 }
 
 /* ---- the vocabulary ---- */
-typedef struct train_progress { progress *pr; double t0; } train_progress;
+typedef struct train_progress { progress *pr; double t0; int tenth; } train_progress;
 
 static void on_merges(void *user, int done, int total) {
     train_progress *tp = (train_progress *)user;
     char eta[32];
     double t = mf_time() - tp->t0;
-    if (!progress_due(tp->pr, done == total, done == total || done % 1000 == 0)) return;
+    int tenth = total > 0 ? (int)((int64_t)done * 10 / total) : 10;
+    /* in a log: a line at each tenth of the merges once training takes over a second */
+    int log_due = tenth > tp->tenth && done < total && t > 1.0;
+    if (tenth > tp->tenth) tp->tenth = tenth;
+    if (!progress_due(tp->pr, done == total && done > 0, log_due)) return;
     format_eta(done > 0 ? t * (total - done) / done : 0, eta, sizeof eta);
     progress_show(tp->pr, "training BPE: %d/%d merges, %.1f s, ETA %s", done, total, t, eta);
 }
@@ -147,7 +151,7 @@ static mf_tokenizer *make_tokenizer(const unsigned char *text, size_t n, progres
         train_progress tp;
         mf_bpe_options opt;
         memset(&opt, 0, sizeof opt);
-        tp.pr = pr; tp.t0 = mf_time();
+        tp.pr = pr; tp.t0 = mf_time(); tp.tenth = 0;
         opt.min_frequency = S.min_frequency; opt.progress = on_merges; opt.user = &tp;
         tok = mf_tokenizer_train_bpe(text, n, S.train_bpe, &opt);
         progress_break(pr);
