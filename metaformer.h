@@ -7650,29 +7650,54 @@ static int mf__jchar(mf__json *j, char c) {
     if (j->p < j->end && *j->p == c) { j->p++; return 1; }
     return 0;
 }
-/* a string into out (cap bytes, NUL-terminated); \uXXXX beyond ASCII is stored as '?' */
+/* four hex digits of a \u escape; -1 when they are not hex */
+static long mf__jhex4(mf__json *j) {
+    long v = 0;
+    int k;
+    for (k = 0; k < 4; k++, j->p++) {
+        char h = j->p < j->end ? *j->p : 'x';
+        int d = h >= '0' && h <= '9' ? h - '0' : (h | 32) >= 'a' && (h | 32) <= 'f' ? (h | 32) - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+/* the code point of a \u escape (j->p after the 'u'), joining a surrogate pair; -1: malformed or a
+   lone surrogate */
+static long mf__jescape_u(mf__json *j) {
+    long hi = mf__jhex4(j), lo;
+    if (hi < 0xD800 || hi > 0xDFFF) return hi;
+    if (hi > 0xDBFF || j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u') return -1;
+    j->p += 2;
+    lo = mf__jhex4(j);
+    if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+    return 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+}
+/* a string into out (cap bytes, NUL-terminated; \uXXXX escapes become UTF-8, the file's own bytes
+   are copied as they are). 0 and j->bad when malformed or longer than cap - 1 bytes. */
 static int mf__jstr(mf__json *j, char *out, size_t cap) {
     size_t n = 0;
     if (!mf__jchar(j, '"')) return j->bad = 1, 0;
     while (j->p < j->end && *j->p != '"') {
+        unsigned char u[4];
+        int k = 1, i;
         char c = *j->p++;
+        u[0] = (unsigned char)c;
         if (c == '\\') {
             if (j->p >= j->end) break;
             c = *j->p++;
-            if (c == 'n') c = '\n'; else if (c == 't') c = '\t'; else if (c == 'r') c = '\r';
-            else if (c == 'b') c = '\b'; else if (c == 'f') c = '\f';
-            else if (c == 'u') {
-                unsigned v = 0;
-                int k;
-                for (k = 0; k < 4 && j->p < j->end; k++, j->p++) {
-                    char h = *j->p;
-                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
-                }
-                c = v < 0x80 ? (char)v : '?';
+            u[0] = (unsigned char)(c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c == 'b' ? '\b' : c == 'f' ? '\f' : c);
+            if (c == 'u') {
+                long v = mf__jescape_u(j);
+                if (v < 0) return j->bad = 1, 0;
+                if (v < 0x80) u[0] = (unsigned char)v;
+                else if (v < 0x800) { u[0] = (unsigned char)(0xC0 | v >> 6); u[1] = (unsigned char)(0x80 | (v & 63)); k = 2; }
+                else if (v < 0x10000) { u[0] = (unsigned char)(0xE0 | v >> 12); u[1] = (unsigned char)(0x80 | (v >> 6 & 63)); u[2] = (unsigned char)(0x80 | (v & 63)); k = 3; }
+                else { u[0] = (unsigned char)(0xF0 | v >> 18); u[1] = (unsigned char)(0x80 | (v >> 12 & 63)); u[2] = (unsigned char)(0x80 | (v >> 6 & 63)); u[3] = (unsigned char)(0x80 | (v & 63)); k = 4; }
             }
         }
-        if (n + 1 >= cap) return j->bad = 1, 0;
-        out[n++] = c;
+        if (n + (size_t)k >= cap) return j->bad = 1, 0;
+        for (i = 0; i < k; i++) out[n++] = (char)u[i];
     }
     if (!mf__jchar(j, '"')) return j->bad = 1, 0;
     out[n] = 0;
@@ -7928,6 +7953,19 @@ MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size
    byte_id[b], the id of the one-byte token b (-1: not in a character vocabulary). BPE adds the
    ranked merges (left id, right id) -> result id; the earlier a merge, the higher its priority. */
 #define MF__TOK_ERR 512
+/* A hash map from byte strings to (val, n): the pre-token cache of the BPE encoder (val = offset
+   of the ids in cache_ids, n = their count) and the token table of GPT-2's encoder.json (val = id).
+   The keys' bytes live in one arena. */
+typedef struct { uint64_t hash; int64_t koff, val; int32_t klen, n; } mf__bslot;
+typedef struct {
+    mf__bslot *slot;         /* [mask + 1]; klen < 0: empty */
+    uint32_t mask;
+    int64_t count;
+    unsigned char *keys;
+    int64_t keys_len, keys_cap;
+} mf__bmap;
+/* one merge in the encoder's hash table: the pair (left << 32 | right) -> rank << 32 | result */
+typedef struct { uint64_t pair, rank_result; } mf__mslot;
 struct mf_tokenizer {
     mf_tokenizer_kind kind;
     int n_vocab;
@@ -7937,6 +7975,15 @@ struct mf_tokenizer {
     int n_merges;
     int32_t (*merges)[3];    /* [n_merges]: left, right, result; index = rank */
     char error[MF__TOK_ERR];
+    /* ---- the BPE encoder's tables (mf__bpe_prepare) and its scratch (docs/math.md §17.2) ---- */
+    mf__mslot *mtab;         /* [mmask + 1] open addressing; pair == UINT64_MAX: empty */
+    uint32_t mmask;
+    int mshift;              /* 64 - log2(mmask + 1): the hash's top bits index the table */
+    mf__bmap cache;          /* pre-token bytes -> its ids in cache_ids */
+    int32_t *cache_ids;
+    int64_t cache_ids_len, cache_ids_cap;
+    unsigned char *scratch;  /* the long-pre-token encoder's arrays */
+    size_t scratch_cap;
 };
 
 static mf_tokenizer *mf__tok_new(mf_tokenizer_kind kind) {
@@ -8021,6 +8068,7 @@ MFDEF int64_t mf_tokenizer_decode(mf_tokenizer *t, const int32_t *ids, int64_t n
 }
 
 static int64_t mf__bpe_encode(mf_tokenizer *t, const unsigned char *s, size_t n, int32_t *ids, int64_t cap);
+static void mf__bpe_free_tables(mf_tokenizer *t);
 
 MFDEF int64_t mf_tokenizer_encode(mf_tokenizer *t, const void *text, size_t n, int32_t *ids, int64_t cap) {
     const unsigned char *s = (const unsigned char *)text;
@@ -8039,52 +8087,739 @@ MFDEF int64_t mf_tokenizer_encode(mf_tokenizer *t, const void *text, size_t n, i
 MFDEF void mf_tokenizer_free(mf_tokenizer *t) {
     if (!t) return;
     MF_FREE(t->tok_off); MF_FREE(t->blob); MF_FREE(t->merges);
+    mf__bpe_free_tables(t);
     MF_FREE(t);
 }
 
 /* ---- pre-tokenization: GPT-2's rule (docs/math.md §17.3) ---------------------------------------- */
-/* The end (exclusive) of the pre-token that starts at pos (pos < n): BPE merges never cross it.
-   PLACEHOLDER: splits before each space; the GPT-2 rule replaces it. */
-static size_t mf__pretok_next(const unsigned char *s, size_t n, size_t pos) {
-    size_t e = pos + 1;
-    while (e < n && s[e] != ' ') e++;
-    return e;
-}
-/* ---- byte-level BPE: encoding, GPT-2's files (docs/math.md §17.2, §17.4) ------------------------ */
-/* Build the encoder's lookup structures from tok_off / blob / byte_id / merges: every constructor
-   of a BPE tokenizer (GPT-2's files, training, loading a file) calls it last. Returns t.
-   PLACEHOLDER until the encoder exists. */
-static mf_tokenizer *mf__bpe_prepare(mf_tokenizer *t) { return t; }
-
-/* PLACEHOLDER: the definition of BPE encoding, slowly: per pre-token, merge the adjacent pair of
-   lowest rank until none is in the merge list. */
-static int64_t mf__bpe_encode(mf_tokenizer *t, const unsigned char *s, size_t n, int32_t *ids, int64_t cap) {
-    int32_t *w = (int32_t *)MF_MALLOC((n ? n : 1) * sizeof *w);
-    int64_t out = 0;
-    size_t pos = 0, end;
-    if (!w) return (mf__tok_fail(t, "mf_tokenizer_encode: out of memory"), -1);
-    for (; pos < n; pos = end) {
-        int len = 0, i, r;
-        end = mf__pretok_next(s, n, pos);
-        for (i = 0; i < (int)(end - pos); i++) w[len++] = t->byte_id[s[pos + i]];
-        for (;;) {
-            int best = -1, at = -1;
-            for (i = 0; i + 1 < len; i++)
-                for (r = 0; r < (best < 0 ? t->n_merges : best); r++)
-                    if (t->merges[r][0] == w[i] && t->merges[r][1] == w[i + 1]) { best = r; at = i; break; }
-            if (best < 0) break;
-            w[at] = t->merges[best][2];
-            memmove(w + at + 1, w + at + 2, (size_t)(len - at - 2) * sizeof *w);
-            len--;
-        }
-        for (i = 0; i < len; i++, out++) if (out < cap) ids[out] = w[i];
+/* BEGIN unicode classes: generated by tools/gen_unicode.py, do not edit */
+/* Unicode 14.0.0 (Python 3.11's unicodedata): 792 ranges {first, last, class} of the code points
+   in \p{L} (1), \p{N} (2) and White_Space (3), sorted; any other code point is "other" */
+static const uint32_t mf__uc_ranges[792][3] = {
+    {0x9,0xd,3}, {0x20,0x20,3}, {0x30,0x39,2}, {0x41,0x5a,1}, {0x61,0x7a,1},
+    {0x85,0x85,3}, {0xa0,0xa0,3}, {0xaa,0xaa,1}, {0xb2,0xb3,2}, {0xb5,0xb5,1},
+    {0xb9,0xb9,2}, {0xba,0xba,1}, {0xbc,0xbe,2}, {0xc0,0xd6,1}, {0xd8,0xf6,1},
+    {0xf8,0x2c1,1}, {0x2c6,0x2d1,1}, {0x2e0,0x2e4,1}, {0x2ec,0x2ec,1}, {0x2ee,0x2ee,1},
+    {0x370,0x374,1}, {0x376,0x377,1}, {0x37a,0x37d,1}, {0x37f,0x37f,1}, {0x386,0x386,1},
+    {0x388,0x38a,1}, {0x38c,0x38c,1}, {0x38e,0x3a1,1}, {0x3a3,0x3f5,1}, {0x3f7,0x481,1},
+    {0x48a,0x52f,1}, {0x531,0x556,1}, {0x559,0x559,1}, {0x560,0x588,1}, {0x5d0,0x5ea,1},
+    {0x5ef,0x5f2,1}, {0x620,0x64a,1}, {0x660,0x669,2}, {0x66e,0x66f,1}, {0x671,0x6d3,1},
+    {0x6d5,0x6d5,1}, {0x6e5,0x6e6,1}, {0x6ee,0x6ef,1}, {0x6f0,0x6f9,2}, {0x6fa,0x6fc,1},
+    {0x6ff,0x6ff,1}, {0x710,0x710,1}, {0x712,0x72f,1}, {0x74d,0x7a5,1}, {0x7b1,0x7b1,1},
+    {0x7c0,0x7c9,2}, {0x7ca,0x7ea,1}, {0x7f4,0x7f5,1}, {0x7fa,0x7fa,1}, {0x800,0x815,1},
+    {0x81a,0x81a,1}, {0x824,0x824,1}, {0x828,0x828,1}, {0x840,0x858,1}, {0x860,0x86a,1},
+    {0x870,0x887,1}, {0x889,0x88e,1}, {0x8a0,0x8c9,1}, {0x904,0x939,1}, {0x93d,0x93d,1},
+    {0x950,0x950,1}, {0x958,0x961,1}, {0x966,0x96f,2}, {0x971,0x980,1}, {0x985,0x98c,1},
+    {0x98f,0x990,1}, {0x993,0x9a8,1}, {0x9aa,0x9b0,1}, {0x9b2,0x9b2,1}, {0x9b6,0x9b9,1},
+    {0x9bd,0x9bd,1}, {0x9ce,0x9ce,1}, {0x9dc,0x9dd,1}, {0x9df,0x9e1,1}, {0x9e6,0x9ef,2},
+    {0x9f0,0x9f1,1}, {0x9f4,0x9f9,2}, {0x9fc,0x9fc,1}, {0xa05,0xa0a,1}, {0xa0f,0xa10,1},
+    {0xa13,0xa28,1}, {0xa2a,0xa30,1}, {0xa32,0xa33,1}, {0xa35,0xa36,1}, {0xa38,0xa39,1},
+    {0xa59,0xa5c,1}, {0xa5e,0xa5e,1}, {0xa66,0xa6f,2}, {0xa72,0xa74,1}, {0xa85,0xa8d,1},
+    {0xa8f,0xa91,1}, {0xa93,0xaa8,1}, {0xaaa,0xab0,1}, {0xab2,0xab3,1}, {0xab5,0xab9,1},
+    {0xabd,0xabd,1}, {0xad0,0xad0,1}, {0xae0,0xae1,1}, {0xae6,0xaef,2}, {0xaf9,0xaf9,1},
+    {0xb05,0xb0c,1}, {0xb0f,0xb10,1}, {0xb13,0xb28,1}, {0xb2a,0xb30,1}, {0xb32,0xb33,1},
+    {0xb35,0xb39,1}, {0xb3d,0xb3d,1}, {0xb5c,0xb5d,1}, {0xb5f,0xb61,1}, {0xb66,0xb6f,2},
+    {0xb71,0xb71,1}, {0xb72,0xb77,2}, {0xb83,0xb83,1}, {0xb85,0xb8a,1}, {0xb8e,0xb90,1},
+    {0xb92,0xb95,1}, {0xb99,0xb9a,1}, {0xb9c,0xb9c,1}, {0xb9e,0xb9f,1}, {0xba3,0xba4,1},
+    {0xba8,0xbaa,1}, {0xbae,0xbb9,1}, {0xbd0,0xbd0,1}, {0xbe6,0xbf2,2}, {0xc05,0xc0c,1},
+    {0xc0e,0xc10,1}, {0xc12,0xc28,1}, {0xc2a,0xc39,1}, {0xc3d,0xc3d,1}, {0xc58,0xc5a,1},
+    {0xc5d,0xc5d,1}, {0xc60,0xc61,1}, {0xc66,0xc6f,2}, {0xc78,0xc7e,2}, {0xc80,0xc80,1},
+    {0xc85,0xc8c,1}, {0xc8e,0xc90,1}, {0xc92,0xca8,1}, {0xcaa,0xcb3,1}, {0xcb5,0xcb9,1},
+    {0xcbd,0xcbd,1}, {0xcdd,0xcde,1}, {0xce0,0xce1,1}, {0xce6,0xcef,2}, {0xcf1,0xcf2,1},
+    {0xd04,0xd0c,1}, {0xd0e,0xd10,1}, {0xd12,0xd3a,1}, {0xd3d,0xd3d,1}, {0xd4e,0xd4e,1},
+    {0xd54,0xd56,1}, {0xd58,0xd5e,2}, {0xd5f,0xd61,1}, {0xd66,0xd78,2}, {0xd7a,0xd7f,1},
+    {0xd85,0xd96,1}, {0xd9a,0xdb1,1}, {0xdb3,0xdbb,1}, {0xdbd,0xdbd,1}, {0xdc0,0xdc6,1},
+    {0xde6,0xdef,2}, {0xe01,0xe30,1}, {0xe32,0xe33,1}, {0xe40,0xe46,1}, {0xe50,0xe59,2},
+    {0xe81,0xe82,1}, {0xe84,0xe84,1}, {0xe86,0xe8a,1}, {0xe8c,0xea3,1}, {0xea5,0xea5,1},
+    {0xea7,0xeb0,1}, {0xeb2,0xeb3,1}, {0xebd,0xebd,1}, {0xec0,0xec4,1}, {0xec6,0xec6,1},
+    {0xed0,0xed9,2}, {0xedc,0xedf,1}, {0xf00,0xf00,1}, {0xf20,0xf33,2}, {0xf40,0xf47,1},
+    {0xf49,0xf6c,1}, {0xf88,0xf8c,1}, {0x1000,0x102a,1}, {0x103f,0x103f,1}, {0x1040,0x1049,2},
+    {0x1050,0x1055,1}, {0x105a,0x105d,1}, {0x1061,0x1061,1}, {0x1065,0x1066,1}, {0x106e,0x1070,1},
+    {0x1075,0x1081,1}, {0x108e,0x108e,1}, {0x1090,0x1099,2}, {0x10a0,0x10c5,1}, {0x10c7,0x10c7,1},
+    {0x10cd,0x10cd,1}, {0x10d0,0x10fa,1}, {0x10fc,0x1248,1}, {0x124a,0x124d,1}, {0x1250,0x1256,1},
+    {0x1258,0x1258,1}, {0x125a,0x125d,1}, {0x1260,0x1288,1}, {0x128a,0x128d,1}, {0x1290,0x12b0,1},
+    {0x12b2,0x12b5,1}, {0x12b8,0x12be,1}, {0x12c0,0x12c0,1}, {0x12c2,0x12c5,1}, {0x12c8,0x12d6,1},
+    {0x12d8,0x1310,1}, {0x1312,0x1315,1}, {0x1318,0x135a,1}, {0x1369,0x137c,2}, {0x1380,0x138f,1},
+    {0x13a0,0x13f5,1}, {0x13f8,0x13fd,1}, {0x1401,0x166c,1}, {0x166f,0x167f,1}, {0x1680,0x1680,3},
+    {0x1681,0x169a,1}, {0x16a0,0x16ea,1}, {0x16ee,0x16f0,2}, {0x16f1,0x16f8,1}, {0x1700,0x1711,1},
+    {0x171f,0x1731,1}, {0x1740,0x1751,1}, {0x1760,0x176c,1}, {0x176e,0x1770,1}, {0x1780,0x17b3,1},
+    {0x17d7,0x17d7,1}, {0x17dc,0x17dc,1}, {0x17e0,0x17e9,2}, {0x17f0,0x17f9,2}, {0x1810,0x1819,2},
+    {0x1820,0x1878,1}, {0x1880,0x1884,1}, {0x1887,0x18a8,1}, {0x18aa,0x18aa,1}, {0x18b0,0x18f5,1},
+    {0x1900,0x191e,1}, {0x1946,0x194f,2}, {0x1950,0x196d,1}, {0x1970,0x1974,1}, {0x1980,0x19ab,1},
+    {0x19b0,0x19c9,1}, {0x19d0,0x19da,2}, {0x1a00,0x1a16,1}, {0x1a20,0x1a54,1}, {0x1a80,0x1a89,2},
+    {0x1a90,0x1a99,2}, {0x1aa7,0x1aa7,1}, {0x1b05,0x1b33,1}, {0x1b45,0x1b4c,1}, {0x1b50,0x1b59,2},
+    {0x1b83,0x1ba0,1}, {0x1bae,0x1baf,1}, {0x1bb0,0x1bb9,2}, {0x1bba,0x1be5,1}, {0x1c00,0x1c23,1},
+    {0x1c40,0x1c49,2}, {0x1c4d,0x1c4f,1}, {0x1c50,0x1c59,2}, {0x1c5a,0x1c7d,1}, {0x1c80,0x1c88,1},
+    {0x1c90,0x1cba,1}, {0x1cbd,0x1cbf,1}, {0x1ce9,0x1cec,1}, {0x1cee,0x1cf3,1}, {0x1cf5,0x1cf6,1},
+    {0x1cfa,0x1cfa,1}, {0x1d00,0x1dbf,1}, {0x1e00,0x1f15,1}, {0x1f18,0x1f1d,1}, {0x1f20,0x1f45,1},
+    {0x1f48,0x1f4d,1}, {0x1f50,0x1f57,1}, {0x1f59,0x1f59,1}, {0x1f5b,0x1f5b,1}, {0x1f5d,0x1f5d,1},
+    {0x1f5f,0x1f7d,1}, {0x1f80,0x1fb4,1}, {0x1fb6,0x1fbc,1}, {0x1fbe,0x1fbe,1}, {0x1fc2,0x1fc4,1},
+    {0x1fc6,0x1fcc,1}, {0x1fd0,0x1fd3,1}, {0x1fd6,0x1fdb,1}, {0x1fe0,0x1fec,1}, {0x1ff2,0x1ff4,1},
+    {0x1ff6,0x1ffc,1}, {0x2000,0x200a,3}, {0x2028,0x2029,3}, {0x202f,0x202f,3}, {0x205f,0x205f,3},
+    {0x2070,0x2070,2}, {0x2071,0x2071,1}, {0x2074,0x2079,2}, {0x207f,0x207f,1}, {0x2080,0x2089,2},
+    {0x2090,0x209c,1}, {0x2102,0x2102,1}, {0x2107,0x2107,1}, {0x210a,0x2113,1}, {0x2115,0x2115,1},
+    {0x2119,0x211d,1}, {0x2124,0x2124,1}, {0x2126,0x2126,1}, {0x2128,0x2128,1}, {0x212a,0x212d,1},
+    {0x212f,0x2139,1}, {0x213c,0x213f,1}, {0x2145,0x2149,1}, {0x214e,0x214e,1}, {0x2150,0x2182,2},
+    {0x2183,0x2184,1}, {0x2185,0x2189,2}, {0x2460,0x249b,2}, {0x24ea,0x24ff,2}, {0x2776,0x2793,2},
+    {0x2c00,0x2ce4,1}, {0x2ceb,0x2cee,1}, {0x2cf2,0x2cf3,1}, {0x2cfd,0x2cfd,2}, {0x2d00,0x2d25,1},
+    {0x2d27,0x2d27,1}, {0x2d2d,0x2d2d,1}, {0x2d30,0x2d67,1}, {0x2d6f,0x2d6f,1}, {0x2d80,0x2d96,1},
+    {0x2da0,0x2da6,1}, {0x2da8,0x2dae,1}, {0x2db0,0x2db6,1}, {0x2db8,0x2dbe,1}, {0x2dc0,0x2dc6,1},
+    {0x2dc8,0x2dce,1}, {0x2dd0,0x2dd6,1}, {0x2dd8,0x2dde,1}, {0x2e2f,0x2e2f,1}, {0x3000,0x3000,3},
+    {0x3005,0x3006,1}, {0x3007,0x3007,2}, {0x3021,0x3029,2}, {0x3031,0x3035,1}, {0x3038,0x303a,2},
+    {0x303b,0x303c,1}, {0x3041,0x3096,1}, {0x309d,0x309f,1}, {0x30a1,0x30fa,1}, {0x30fc,0x30ff,1},
+    {0x3105,0x312f,1}, {0x3131,0x318e,1}, {0x3192,0x3195,2}, {0x31a0,0x31bf,1}, {0x31f0,0x31ff,1},
+    {0x3220,0x3229,2}, {0x3248,0x324f,2}, {0x3251,0x325f,2}, {0x3280,0x3289,2}, {0x32b1,0x32bf,2},
+    {0x3400,0x4dbf,1}, {0x4e00,0xa48c,1}, {0xa4d0,0xa4fd,1}, {0xa500,0xa60c,1}, {0xa610,0xa61f,1},
+    {0xa620,0xa629,2}, {0xa62a,0xa62b,1}, {0xa640,0xa66e,1}, {0xa67f,0xa69d,1}, {0xa6a0,0xa6e5,1},
+    {0xa6e6,0xa6ef,2}, {0xa717,0xa71f,1}, {0xa722,0xa788,1}, {0xa78b,0xa7ca,1}, {0xa7d0,0xa7d1,1},
+    {0xa7d3,0xa7d3,1}, {0xa7d5,0xa7d9,1}, {0xa7f2,0xa801,1}, {0xa803,0xa805,1}, {0xa807,0xa80a,1},
+    {0xa80c,0xa822,1}, {0xa830,0xa835,2}, {0xa840,0xa873,1}, {0xa882,0xa8b3,1}, {0xa8d0,0xa8d9,2},
+    {0xa8f2,0xa8f7,1}, {0xa8fb,0xa8fb,1}, {0xa8fd,0xa8fe,1}, {0xa900,0xa909,2}, {0xa90a,0xa925,1},
+    {0xa930,0xa946,1}, {0xa960,0xa97c,1}, {0xa984,0xa9b2,1}, {0xa9cf,0xa9cf,1}, {0xa9d0,0xa9d9,2},
+    {0xa9e0,0xa9e4,1}, {0xa9e6,0xa9ef,1}, {0xa9f0,0xa9f9,2}, {0xa9fa,0xa9fe,1}, {0xaa00,0xaa28,1},
+    {0xaa40,0xaa42,1}, {0xaa44,0xaa4b,1}, {0xaa50,0xaa59,2}, {0xaa60,0xaa76,1}, {0xaa7a,0xaa7a,1},
+    {0xaa7e,0xaaaf,1}, {0xaab1,0xaab1,1}, {0xaab5,0xaab6,1}, {0xaab9,0xaabd,1}, {0xaac0,0xaac0,1},
+    {0xaac2,0xaac2,1}, {0xaadb,0xaadd,1}, {0xaae0,0xaaea,1}, {0xaaf2,0xaaf4,1}, {0xab01,0xab06,1},
+    {0xab09,0xab0e,1}, {0xab11,0xab16,1}, {0xab20,0xab26,1}, {0xab28,0xab2e,1}, {0xab30,0xab5a,1},
+    {0xab5c,0xab69,1}, {0xab70,0xabe2,1}, {0xabf0,0xabf9,2}, {0xac00,0xd7a3,1}, {0xd7b0,0xd7c6,1},
+    {0xd7cb,0xd7fb,1}, {0xf900,0xfa6d,1}, {0xfa70,0xfad9,1}, {0xfb00,0xfb06,1}, {0xfb13,0xfb17,1},
+    {0xfb1d,0xfb1d,1}, {0xfb1f,0xfb28,1}, {0xfb2a,0xfb36,1}, {0xfb38,0xfb3c,1}, {0xfb3e,0xfb3e,1},
+    {0xfb40,0xfb41,1}, {0xfb43,0xfb44,1}, {0xfb46,0xfbb1,1}, {0xfbd3,0xfd3d,1}, {0xfd50,0xfd8f,1},
+    {0xfd92,0xfdc7,1}, {0xfdf0,0xfdfb,1}, {0xfe70,0xfe74,1}, {0xfe76,0xfefc,1}, {0xff10,0xff19,2},
+    {0xff21,0xff3a,1}, {0xff41,0xff5a,1}, {0xff66,0xffbe,1}, {0xffc2,0xffc7,1}, {0xffca,0xffcf,1},
+    {0xffd2,0xffd7,1}, {0xffda,0xffdc,1}, {0x10000,0x1000b,1}, {0x1000d,0x10026,1}, {0x10028,0x1003a,1},
+    {0x1003c,0x1003d,1}, {0x1003f,0x1004d,1}, {0x10050,0x1005d,1}, {0x10080,0x100fa,1}, {0x10107,0x10133,2},
+    {0x10140,0x10178,2}, {0x1018a,0x1018b,2}, {0x10280,0x1029c,1}, {0x102a0,0x102d0,1}, {0x102e1,0x102fb,2},
+    {0x10300,0x1031f,1}, {0x10320,0x10323,2}, {0x1032d,0x10340,1}, {0x10341,0x10341,2}, {0x10342,0x10349,1},
+    {0x1034a,0x1034a,2}, {0x10350,0x10375,1}, {0x10380,0x1039d,1}, {0x103a0,0x103c3,1}, {0x103c8,0x103cf,1},
+    {0x103d1,0x103d5,2}, {0x10400,0x1049d,1}, {0x104a0,0x104a9,2}, {0x104b0,0x104d3,1}, {0x104d8,0x104fb,1},
+    {0x10500,0x10527,1}, {0x10530,0x10563,1}, {0x10570,0x1057a,1}, {0x1057c,0x1058a,1}, {0x1058c,0x10592,1},
+    {0x10594,0x10595,1}, {0x10597,0x105a1,1}, {0x105a3,0x105b1,1}, {0x105b3,0x105b9,1}, {0x105bb,0x105bc,1},
+    {0x10600,0x10736,1}, {0x10740,0x10755,1}, {0x10760,0x10767,1}, {0x10780,0x10785,1}, {0x10787,0x107b0,1},
+    {0x107b2,0x107ba,1}, {0x10800,0x10805,1}, {0x10808,0x10808,1}, {0x1080a,0x10835,1}, {0x10837,0x10838,1},
+    {0x1083c,0x1083c,1}, {0x1083f,0x10855,1}, {0x10858,0x1085f,2}, {0x10860,0x10876,1}, {0x10879,0x1087f,2},
+    {0x10880,0x1089e,1}, {0x108a7,0x108af,2}, {0x108e0,0x108f2,1}, {0x108f4,0x108f5,1}, {0x108fb,0x108ff,2},
+    {0x10900,0x10915,1}, {0x10916,0x1091b,2}, {0x10920,0x10939,1}, {0x10980,0x109b7,1}, {0x109bc,0x109bd,2},
+    {0x109be,0x109bf,1}, {0x109c0,0x109cf,2}, {0x109d2,0x109ff,2}, {0x10a00,0x10a00,1}, {0x10a10,0x10a13,1},
+    {0x10a15,0x10a17,1}, {0x10a19,0x10a35,1}, {0x10a40,0x10a48,2}, {0x10a60,0x10a7c,1}, {0x10a7d,0x10a7e,2},
+    {0x10a80,0x10a9c,1}, {0x10a9d,0x10a9f,2}, {0x10ac0,0x10ac7,1}, {0x10ac9,0x10ae4,1}, {0x10aeb,0x10aef,2},
+    {0x10b00,0x10b35,1}, {0x10b40,0x10b55,1}, {0x10b58,0x10b5f,2}, {0x10b60,0x10b72,1}, {0x10b78,0x10b7f,2},
+    {0x10b80,0x10b91,1}, {0x10ba9,0x10baf,2}, {0x10c00,0x10c48,1}, {0x10c80,0x10cb2,1}, {0x10cc0,0x10cf2,1},
+    {0x10cfa,0x10cff,2}, {0x10d00,0x10d23,1}, {0x10d30,0x10d39,2}, {0x10e60,0x10e7e,2}, {0x10e80,0x10ea9,1},
+    {0x10eb0,0x10eb1,1}, {0x10f00,0x10f1c,1}, {0x10f1d,0x10f26,2}, {0x10f27,0x10f27,1}, {0x10f30,0x10f45,1},
+    {0x10f51,0x10f54,2}, {0x10f70,0x10f81,1}, {0x10fb0,0x10fc4,1}, {0x10fc5,0x10fcb,2}, {0x10fe0,0x10ff6,1},
+    {0x11003,0x11037,1}, {0x11052,0x1106f,2}, {0x11071,0x11072,1}, {0x11075,0x11075,1}, {0x11083,0x110af,1},
+    {0x110d0,0x110e8,1}, {0x110f0,0x110f9,2}, {0x11103,0x11126,1}, {0x11136,0x1113f,2}, {0x11144,0x11144,1},
+    {0x11147,0x11147,1}, {0x11150,0x11172,1}, {0x11176,0x11176,1}, {0x11183,0x111b2,1}, {0x111c1,0x111c4,1},
+    {0x111d0,0x111d9,2}, {0x111da,0x111da,1}, {0x111dc,0x111dc,1}, {0x111e1,0x111f4,2}, {0x11200,0x11211,1},
+    {0x11213,0x1122b,1}, {0x11280,0x11286,1}, {0x11288,0x11288,1}, {0x1128a,0x1128d,1}, {0x1128f,0x1129d,1},
+    {0x1129f,0x112a8,1}, {0x112b0,0x112de,1}, {0x112f0,0x112f9,2}, {0x11305,0x1130c,1}, {0x1130f,0x11310,1},
+    {0x11313,0x11328,1}, {0x1132a,0x11330,1}, {0x11332,0x11333,1}, {0x11335,0x11339,1}, {0x1133d,0x1133d,1},
+    {0x11350,0x11350,1}, {0x1135d,0x11361,1}, {0x11400,0x11434,1}, {0x11447,0x1144a,1}, {0x11450,0x11459,2},
+    {0x1145f,0x11461,1}, {0x11480,0x114af,1}, {0x114c4,0x114c5,1}, {0x114c7,0x114c7,1}, {0x114d0,0x114d9,2},
+    {0x11580,0x115ae,1}, {0x115d8,0x115db,1}, {0x11600,0x1162f,1}, {0x11644,0x11644,1}, {0x11650,0x11659,2},
+    {0x11680,0x116aa,1}, {0x116b8,0x116b8,1}, {0x116c0,0x116c9,2}, {0x11700,0x1171a,1}, {0x11730,0x1173b,2},
+    {0x11740,0x11746,1}, {0x11800,0x1182b,1}, {0x118a0,0x118df,1}, {0x118e0,0x118f2,2}, {0x118ff,0x11906,1},
+    {0x11909,0x11909,1}, {0x1190c,0x11913,1}, {0x11915,0x11916,1}, {0x11918,0x1192f,1}, {0x1193f,0x1193f,1},
+    {0x11941,0x11941,1}, {0x11950,0x11959,2}, {0x119a0,0x119a7,1}, {0x119aa,0x119d0,1}, {0x119e1,0x119e1,1},
+    {0x119e3,0x119e3,1}, {0x11a00,0x11a00,1}, {0x11a0b,0x11a32,1}, {0x11a3a,0x11a3a,1}, {0x11a50,0x11a50,1},
+    {0x11a5c,0x11a89,1}, {0x11a9d,0x11a9d,1}, {0x11ab0,0x11af8,1}, {0x11c00,0x11c08,1}, {0x11c0a,0x11c2e,1},
+    {0x11c40,0x11c40,1}, {0x11c50,0x11c6c,2}, {0x11c72,0x11c8f,1}, {0x11d00,0x11d06,1}, {0x11d08,0x11d09,1},
+    {0x11d0b,0x11d30,1}, {0x11d46,0x11d46,1}, {0x11d50,0x11d59,2}, {0x11d60,0x11d65,1}, {0x11d67,0x11d68,1},
+    {0x11d6a,0x11d89,1}, {0x11d98,0x11d98,1}, {0x11da0,0x11da9,2}, {0x11ee0,0x11ef2,1}, {0x11fb0,0x11fb0,1},
+    {0x11fc0,0x11fd4,2}, {0x12000,0x12399,1}, {0x12400,0x1246e,2}, {0x12480,0x12543,1}, {0x12f90,0x12ff0,1},
+    {0x13000,0x1342e,1}, {0x14400,0x14646,1}, {0x16800,0x16a38,1}, {0x16a40,0x16a5e,1}, {0x16a60,0x16a69,2},
+    {0x16a70,0x16abe,1}, {0x16ac0,0x16ac9,2}, {0x16ad0,0x16aed,1}, {0x16b00,0x16b2f,1}, {0x16b40,0x16b43,1},
+    {0x16b50,0x16b59,2}, {0x16b5b,0x16b61,2}, {0x16b63,0x16b77,1}, {0x16b7d,0x16b8f,1}, {0x16e40,0x16e7f,1},
+    {0x16e80,0x16e96,2}, {0x16f00,0x16f4a,1}, {0x16f50,0x16f50,1}, {0x16f93,0x16f9f,1}, {0x16fe0,0x16fe1,1},
+    {0x16fe3,0x16fe3,1}, {0x17000,0x187f7,1}, {0x18800,0x18cd5,1}, {0x18d00,0x18d08,1}, {0x1aff0,0x1aff3,1},
+    {0x1aff5,0x1affb,1}, {0x1affd,0x1affe,1}, {0x1b000,0x1b122,1}, {0x1b150,0x1b152,1}, {0x1b164,0x1b167,1},
+    {0x1b170,0x1b2fb,1}, {0x1bc00,0x1bc6a,1}, {0x1bc70,0x1bc7c,1}, {0x1bc80,0x1bc88,1}, {0x1bc90,0x1bc99,1},
+    {0x1d2e0,0x1d2f3,2}, {0x1d360,0x1d378,2}, {0x1d400,0x1d454,1}, {0x1d456,0x1d49c,1}, {0x1d49e,0x1d49f,1},
+    {0x1d4a2,0x1d4a2,1}, {0x1d4a5,0x1d4a6,1}, {0x1d4a9,0x1d4ac,1}, {0x1d4ae,0x1d4b9,1}, {0x1d4bb,0x1d4bb,1},
+    {0x1d4bd,0x1d4c3,1}, {0x1d4c5,0x1d505,1}, {0x1d507,0x1d50a,1}, {0x1d50d,0x1d514,1}, {0x1d516,0x1d51c,1},
+    {0x1d51e,0x1d539,1}, {0x1d53b,0x1d53e,1}, {0x1d540,0x1d544,1}, {0x1d546,0x1d546,1}, {0x1d54a,0x1d550,1},
+    {0x1d552,0x1d6a5,1}, {0x1d6a8,0x1d6c0,1}, {0x1d6c2,0x1d6da,1}, {0x1d6dc,0x1d6fa,1}, {0x1d6fc,0x1d714,1},
+    {0x1d716,0x1d734,1}, {0x1d736,0x1d74e,1}, {0x1d750,0x1d76e,1}, {0x1d770,0x1d788,1}, {0x1d78a,0x1d7a8,1},
+    {0x1d7aa,0x1d7c2,1}, {0x1d7c4,0x1d7cb,1}, {0x1d7ce,0x1d7ff,2}, {0x1df00,0x1df1e,1}, {0x1e100,0x1e12c,1},
+    {0x1e137,0x1e13d,1}, {0x1e140,0x1e149,2}, {0x1e14e,0x1e14e,1}, {0x1e290,0x1e2ad,1}, {0x1e2c0,0x1e2eb,1},
+    {0x1e2f0,0x1e2f9,2}, {0x1e7e0,0x1e7e6,1}, {0x1e7e8,0x1e7eb,1}, {0x1e7ed,0x1e7ee,1}, {0x1e7f0,0x1e7fe,1},
+    {0x1e800,0x1e8c4,1}, {0x1e8c7,0x1e8cf,2}, {0x1e900,0x1e943,1}, {0x1e94b,0x1e94b,1}, {0x1e950,0x1e959,2},
+    {0x1ec71,0x1ecab,2}, {0x1ecad,0x1ecaf,2}, {0x1ecb1,0x1ecb4,2}, {0x1ed01,0x1ed2d,2}, {0x1ed2f,0x1ed3d,2},
+    {0x1ee00,0x1ee03,1}, {0x1ee05,0x1ee1f,1}, {0x1ee21,0x1ee22,1}, {0x1ee24,0x1ee24,1}, {0x1ee27,0x1ee27,1},
+    {0x1ee29,0x1ee32,1}, {0x1ee34,0x1ee37,1}, {0x1ee39,0x1ee39,1}, {0x1ee3b,0x1ee3b,1}, {0x1ee42,0x1ee42,1},
+    {0x1ee47,0x1ee47,1}, {0x1ee49,0x1ee49,1}, {0x1ee4b,0x1ee4b,1}, {0x1ee4d,0x1ee4f,1}, {0x1ee51,0x1ee52,1},
+    {0x1ee54,0x1ee54,1}, {0x1ee57,0x1ee57,1}, {0x1ee59,0x1ee59,1}, {0x1ee5b,0x1ee5b,1}, {0x1ee5d,0x1ee5d,1},
+    {0x1ee5f,0x1ee5f,1}, {0x1ee61,0x1ee62,1}, {0x1ee64,0x1ee64,1}, {0x1ee67,0x1ee6a,1}, {0x1ee6c,0x1ee72,1},
+    {0x1ee74,0x1ee77,1}, {0x1ee79,0x1ee7c,1}, {0x1ee7e,0x1ee7e,1}, {0x1ee80,0x1ee89,1}, {0x1ee8b,0x1ee9b,1},
+    {0x1eea1,0x1eea3,1}, {0x1eea5,0x1eea9,1}, {0x1eeab,0x1eebb,1}, {0x1f100,0x1f10c,2}, {0x1fbf0,0x1fbf9,2},
+    {0x20000,0x2a6df,1}, {0x2a700,0x2b738,1}, {0x2b740,0x2b81d,1}, {0x2b820,0x2cea1,1}, {0x2ceb0,0x2ebe0,1},
+    {0x2f800,0x2fa1d,1}, {0x30000,0x3134a,1},
+};
+/* END unicode classes */
+enum { MF__UC_OTHER, MF__UC_LETTER, MF__UC_NUMBER, MF__UC_SPACE };
+/* the classes of the ASCII code points (the fast path; the same as mf__uc_ranges) */
+static const unsigned char mf__uc_ascii[128] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 3, 3, 0, 0,  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0,
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,  1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,  1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+static int mf__uc_class_of(uint32_t cp) {
+    int lo = 0, hi = (int)(sizeof mf__uc_ranges / sizeof mf__uc_ranges[0]) - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < mf__uc_ranges[mid][0]) hi = mid - 1;
+        else if (cp > mf__uc_ranges[mid][1]) lo = mid + 1;
+        else return (int)mf__uc_ranges[mid][2];
     }
-    MF_FREE(w);
+    return MF__UC_OTHER;
+}
+/* The code point at s[pos] (pos < n) into *cp and its length in bytes, or 0 when s[pos] does not
+   start a well-formed UTF-8 sequence (the Unicode standard's table 3-7: no overlong forms, no
+   surrogates, nothing above U+10FFFF, nothing cut off by the end). */
+static int mf__utf8_cp(const unsigned char *s, size_t n, size_t pos, uint32_t *cp) {
+    unsigned c = s[pos], lo2 = 0x80, hi2 = 0xBF, k, i;
+    if (c < 0x80) return (*cp = c), 1;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { k = 3; if (c == 0xE0) lo2 = 0xA0; if (c == 0xED) hi2 = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { k = 4; if (c == 0xF0) lo2 = 0x90; if (c == 0xF4) hi2 = 0x8F; }
+    else return 0;
+    if (n - pos < k || s[pos + 1] < lo2 || s[pos + 1] > hi2) return 0;
+    *cp = c & (0x7F >> k);
+    for (i = 1; i < k; i++) {
+        if ((s[pos + i] & 0xC0) != 0x80) return 0;
+        *cp = *cp << 6 | (s[pos + i] & 0x3F);
+    }
+    return (int)k;
+}
+/* The class of the code point at s[pos] (pos < n) and its length in bytes; a byte that does not
+   start a well-formed sequence is one code point of its own, of class other (docs/math.md §17.3). */
+static int mf__uc_at(const unsigned char *s, size_t n, size_t pos, int *len) {
+    uint32_t cp;
+    if (s[pos] < 0x80) return (*len = 1), mf__uc_ascii[s[pos]];
+    if (!(*len = mf__utf8_cp(s, n, pos, &cp))) return (*len = 1), MF__UC_OTHER;
+    return mf__uc_class_of(cp);
+}
+/* the end of the run of code points of class cls that starts at pos */
+static size_t mf__uc_run_end(const unsigned char *s, size_t n, size_t pos, int cls) {
+    while (pos < n) {
+        int len;
+        if (s[pos] < 0x80) { if (mf__uc_ascii[s[pos]] != cls) break; pos++; continue; }
+        if (mf__uc_at(s, n, pos, &len) != cls) break;
+        pos += (size_t)len;
+    }
+    return pos;
+}
+/* The end (exclusive) of the pre-token that starts at pos (pos < n): BPE merges never cross it.
+   GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ by
+   hand: the first alternative that matches at pos wins, each as long as it can be. */
+static size_t mf__pretok_next(const unsigned char *s, size_t n, size_t pos) {
+    int len, cls;
+    if (s[pos] == '\'' && pos + 1 < n) {   /* the contractions, lower case only (as GPT-2) */
+        unsigned char a = s[pos + 1], b = pos + 2 < n ? s[pos + 2] : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return pos + 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return pos + 3;
+    }
+    if (s[pos] == ' ' && pos + 1 < n) {    /* " ?" before a letter, number or other run */
+        cls = mf__uc_at(s, n, pos + 1, &len);
+        if (cls != MF__UC_SPACE) return mf__uc_run_end(s, n, pos + 1 + (size_t)len, cls);
+    }
+    cls = mf__uc_at(s, n, pos, &len);
+    if (cls == MF__UC_SPACE) {             /* \s+(?!\S)|\s+ */
+        size_t e = pos + (size_t)len, last = pos;
+        while (e < n && mf__uc_at(s, n, e, &len) == MF__UC_SPACE) { last = e; e += (size_t)len; }
+        /* before a non-space, \s+(?!\S) gives back the run's last code point (to " ?\p{L}+" and
+           the like); a run of one code point is matched whole by \s+ */
+        return e < n && last > pos ? last : e;
+    }
+    return mf__uc_run_end(s, n, pos + (size_t)len, cls);
+}
+
+/* ---- byte-level BPE: encoding, GPT-2's files (docs/math.md §17.2, §17.4) ------------------------ */
+#define MF__BPE_SCAN_MAX 32        /* pre-tokens up to this many bytes: scan for the best pair */
+#define MF__BPE_CACHE_MAX 128      /* pre-tokens up to this many bytes go into the cache */
+#define MF__BPE_CACHE_ENTRIES 65536 /* the cache starts over when it holds this many */
+#define MF__BPE_NONE UINT64_MAX    /* "no merge" in the packed rank << 32 | result */
+
+static uint64_t mf__hash_bytes(const unsigned char *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n, v;
+    for (; n >= 8; s += 8, n -= 8) {
+        memcpy(&v, s, 8);
+        h = (h ^ v) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    v = 0;
+    memcpy(&v, s, n);
+    h = (h ^ v) * 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 29);
+}
+
+static void mf__bmap_free(mf__bmap *m) { MF_FREE(m->slot); MF_FREE(m->keys); memset(m, 0, sizeof *m); }
+static void mf__bmap_clear(mf__bmap *m) {
+    uint32_t i;
+    for (i = 0; m->slot && i <= m->mask; i++) m->slot[i].klen = -1;
+    m->count = 0;
+    m->keys_len = 0;
+}
+static mf__bslot *mf__bmap_find(const mf__bmap *m, const unsigned char *s, size_t n, uint64_t h) {
+    uint32_t i;
+    if (!m->slot) return NULL;
+    for (i = (uint32_t)h & m->mask; m->slot[i].klen >= 0; i = (i + 1) & m->mask)
+        if (m->slot[i].hash == h && (size_t)m->slot[i].klen == n && memcmp(m->keys + m->slot[i].koff, s, n) == 0)
+            return &m->slot[i];
+    return NULL;
+}
+/* a slot for a key known to be absent; NULL when out of memory */
+static mf__bslot *mf__bmap_add(mf__bmap *m, const unsigned char *s, size_t n, uint64_t h) {
+    uint32_t i;
+    if (!m->slot || (uint64_t)(m->count + 1) * 2 > (uint64_t)m->mask + 1) {   /* keep the load <= 1/2 */
+        uint32_t size = m->slot ? (m->mask + 1) * 2 : 1024, k;
+        mf__bslot *old = m->slot, *ns = (mf__bslot *)MF_MALLOC((size_t)size * sizeof *ns);
+        if (!ns || size < 1024) { MF_FREE(ns); return NULL; }
+        for (k = 0; k < size; k++) ns[k].klen = -1;
+        for (k = 0; old && k <= m->mask; k++)
+            if (old[k].klen >= 0) {
+                for (i = (uint32_t)old[k].hash & (size - 1); ns[i].klen >= 0; i = (i + 1) & (size - 1)) {}
+                ns[i] = old[k];
+            }
+        MF_FREE(old);
+        m->slot = ns;
+        m->mask = size - 1;
+    }
+    if (m->keys_len + (int64_t)n > m->keys_cap) {
+        int64_t cap = m->keys_cap ? m->keys_cap : 4096;
+        unsigned char *nk;
+        while (cap < m->keys_len + (int64_t)n) cap *= 2;
+        if (!(nk = (unsigned char *)MF_REALLOC(m->keys, (size_t)cap))) return NULL;
+        m->keys = nk;
+        m->keys_cap = cap;
+    }
+    memcpy(m->keys + m->keys_len, s, n);
+    for (i = (uint32_t)h & m->mask; m->slot[i].klen >= 0; i = (i + 1) & m->mask) {}
+    m->slot[i].hash = h;
+    m->slot[i].koff = m->keys_len;
+    m->slot[i].klen = (int32_t)n;
+    m->slot[i].val = 0;
+    m->slot[i].n = 0;
+    m->keys_len += (int64_t)n;
+    m->count++;
+    return &m->slot[i];
+}
+
+static void mf__bpe_free_tables(mf_tokenizer *t) {
+    MF_FREE(t->mtab); t->mtab = NULL;
+    mf__bmap_free(&t->cache);
+    MF_FREE(t->cache_ids); t->cache_ids = NULL;
+    t->cache_ids_len = t->cache_ids_cap = 0;
+    MF_FREE(t->scratch); t->scratch = NULL;
+    t->scratch_cap = 0;
+}
+/* the merge of the pair (a, b): rank << 32 | result, or MF__BPE_NONE */
+static uint64_t mf__merge_get(const mf_tokenizer *t, int32_t a, int32_t b) {
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    uint32_t i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> t->mshift);
+    for (;; i = (i + 1) & t->mmask) {
+        if (t->mtab[i].pair == key) return t->mtab[i].rank_result;
+        if (t->mtab[i].pair == MF__BPE_NONE) return MF__BPE_NONE;
+    }
+}
+/* 1 when token r's bytes are token a's followed by token b's */
+static int mf__tok_is_concat(const mf_tokenizer *t, int32_t r, int32_t a, int32_t b) {
+    int64_t la = t->tok_off[a + 1] - t->tok_off[a], lb = t->tok_off[b + 1] - t->tok_off[b];
+    return t->tok_off[r + 1] - t->tok_off[r] == la + lb && memcmp(t->blob + t->tok_off[r], t->blob + t->tok_off[a], (size_t)la) == 0 &&
+           memcmp(t->blob + t->tok_off[r] + la, t->blob + t->tok_off[b], (size_t)lb) == 0;
+}
+/* the vocabulary's invariants the encoder relies on; NULL or what is wrong */
+static mf_tokenizer *mf__bpe_check(mf_tokenizer *t) {
+    int b, r;
+    if (t->n_vocab < 256 || !t->tok_off || !t->blob || (t->n_merges > 0 && !t->merges) || t->n_merges < 0)
+        return mf__tok_fail(t, "BPE vocabulary: %d tokens and %d merges (needs the 256 bytes, token bytes and the merge list)", t->n_vocab, t->n_merges);
+    for (b = 0; b < 256; b++) {
+        int32_t id = t->byte_id[b];
+        if (id < 0 || id >= t->n_vocab || t->tok_off[id + 1] - t->tok_off[id] != 1 || t->blob[t->tok_off[id]] != b)
+            return mf__tok_fail(t, "BPE vocabulary: byte 0x%02x has id %d, which is not the one-byte token 0x%02x", b, (int)id, b);
+    }
+    for (r = 0; r < t->n_merges; r++) {
+        const int32_t *m = t->merges[r];
+        if (m[0] < 0 || m[0] >= t->n_vocab || m[1] < 0 || m[1] >= t->n_vocab || m[2] < 0 || m[2] >= t->n_vocab)
+            return mf__tok_fail(t, "BPE vocabulary: merge %d (%d %d -> %d) has an id outside the %d tokens", r, (int)m[0], (int)m[1], (int)m[2], t->n_vocab);
+        if (!mf__tok_is_concat(t, m[2], m[0], m[1]))
+            return mf__tok_fail(t, "BPE vocabulary: merge %d (%d %d -> %d): the result's bytes are not the left token's followed by the right token's", r, (int)m[0], (int)m[1], (int)m[2]);
+    }
+    return t;
+}
+/* Build the encoder's lookup structures from tok_off / blob / byte_id / merges: every constructor
+   of a BPE tokenizer (GPT-2's files, training, loading a file) calls it last. Checks the
+   vocabulary (every byte has its token, every merge's result is its left token's bytes followed by
+   its right token's) and builds the merge table (of a pair listed twice, the first rank counts).
+   Returns t (failed when the vocabulary is inconsistent). */
+static mf_tokenizer *mf__bpe_prepare(mf_tokenizer *t) {
+    uint32_t size = 16, i;
+    int bits = 4, r;
+    if (!t || t->error[0]) return t;
+    if (mf__bpe_check(t)->error[0]) return t;
+    mf__bpe_free_tables(t);
+    while (size < (uint32_t)t->n_merges * 2u) { size *= 2; bits++; }
+    if (!(t->mtab = (mf__mslot *)MF_MALLOC((size_t)size * sizeof *t->mtab)))
+        return mf__tok_fail(t, "out of memory for the merge table of %d merges", t->n_merges);
+    for (i = 0; i < size; i++) t->mtab[i].pair = MF__BPE_NONE;
+    t->mmask = size - 1;
+    t->mshift = 64 - bits;
+    for (r = 0; r < t->n_merges; r++) {
+        uint64_t key = (uint64_t)(uint32_t)t->merges[r][0] << 32 | (uint32_t)t->merges[r][1];
+        for (i = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> t->mshift); t->mtab[i].pair != MF__BPE_NONE && t->mtab[i].pair != key; i = (i + 1) & t->mmask) {}
+        if (t->mtab[i].pair == key) continue;
+        t->mtab[i].pair = key;
+        t->mtab[i].rank_result = (uint64_t)r << 32 | (uint32_t)t->merges[r][2];
+    }
+    return t;
+}
+
+/* BPE of a short pre-token (n <= MF__BPE_SCAN_MAX) in w[]: the packed merge of every adjacent pair
+   in pr[], scanned for the lowest rank (the leftmost on a tie, as the definition). Returns the
+   number of ids left in w. */
+static int mf__bpe_scan(const mf_tokenizer *t, const unsigned char *s, int n, int32_t *w) {
+    uint64_t pr[MF__BPE_SCAN_MAX];
+    int i;
+    for (i = 0; i < n; i++) w[i] = t->byte_id[s[i]];
+    for (i = 0; i + 1 < n; i++) pr[i] = mf__merge_get(t, w[i], w[i + 1]);
+    while (n > 1) {
+        uint64_t best = pr[0];
+        int at = 0;
+        for (i = 1; i + 1 < n; i++) if (pr[i] < best) { best = pr[i]; at = i; }
+        if (best == MF__BPE_NONE) break;
+        w[at] = (int32_t)(uint32_t)best;   /* the result; the right token goes */
+        memmove(w + at + 1, w + at + 2, (size_t)(n - at - 2) * sizeof *w);
+        memmove(pr + at + 1, pr + at + 2, (size_t)(n - at - 3 > 0 ? n - at - 3 : 0) * sizeof *pr);
+        n--;
+        if (at > 0) pr[at - 1] = mf__merge_get(t, w[at - 1], w[at]);
+        if (at + 1 < n) pr[at] = mf__merge_get(t, w[at], w[at + 1]);
+    }
+    return n;
+}
+
+/* min-heap of rank << 32 | node: the lowest rank first, the leftmost node on a tie */
+static void mf__heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    h[i] = v;
+}
+static uint64_t mf__heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0, c;
+    while ((c = 2 * i + 1) < *n) {
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+/* BPE of a long pre-token in O(n log n): the tokens form a linked list (a merged token keeps the
+   left node's index, so node order is text order) and every adjacent pair's merge sits in a heap
+   keyed by (rank, node); an entry is stale when its node died or its pair changed (docs/math.md
+   §17.2: the same merges as the definition, in the same order). w[] receives the ids; returns how
+   many, or -1 when out of memory. */
+static int64_t mf__bpe_heap(mf_tokenizer *t, const unsigned char *s, size_t n, int32_t **out) {
+    size_t need = n * (3 * sizeof(uint64_t) + 3 * sizeof(int32_t)), nh = 0, i;
+    uint64_t *heap, *pr;
+    int32_t *w, *nxt, *prv;
+    int64_t k = 0;
+    if (n > 0x7FFFFFFF) return -1;
+    if (need > t->scratch_cap) {
+        unsigned char *p = (unsigned char *)MF_REALLOC(t->scratch, need);
+        if (!p) return -1;
+        t->scratch = p;
+        t->scratch_cap = need;
+    }
+    heap = (uint64_t *)t->scratch;          /* at most n - 1 first entries + 2 per merge < 3n */
+    pr = heap + 2 * n;                      /* pr[i]: the merge of node i with its next */
+    w = (int32_t *)(pr + n);
+    nxt = w + n;
+    prv = nxt + n;
+    for (i = 0; i < n; i++) { w[i] = t->byte_id[s[i]]; nxt[i] = i + 1 < n ? (int32_t)(i + 1) : -1; prv[i] = (int32_t)i - 1; }
+    for (i = 0; i + 1 < n; i++) {
+        pr[i] = mf__merge_get(t, w[i], w[i + 1]);
+        if (pr[i] != MF__BPE_NONE) mf__heap_push(heap, &nh, (pr[i] & 0xFFFFFFFF00000000ULL) | i);
+    }
+    while (nh > 0) {
+        uint64_t e = mf__heap_pop(heap, &nh);
+        int32_t a = (int32_t)(uint32_t)e, b;
+        if (w[a] < 0 || nxt[a] < 0 || (pr[a] >> 32) != (e >> 32)) continue;   /* stale */
+        b = nxt[a];
+        w[a] = (int32_t)(uint32_t)pr[a];
+        w[b] = -1;
+        nxt[a] = nxt[b];
+        if (nxt[b] >= 0) prv[nxt[b]] = a;
+        if (prv[a] >= 0) {
+            int32_t p = prv[a];
+            pr[p] = mf__merge_get(t, w[p], w[a]);
+            if (pr[p] != MF__BPE_NONE) mf__heap_push(heap, &nh, (pr[p] & 0xFFFFFFFF00000000ULL) | (uint32_t)p);
+        }
+        pr[a] = nxt[a] >= 0 ? mf__merge_get(t, w[a], w[nxt[a]]) : MF__BPE_NONE;
+        if (pr[a] != MF__BPE_NONE) mf__heap_push(heap, &nh, (pr[a] & 0xFFFFFFFF00000000ULL) | (uint32_t)a);
+    }
+    for (i = 0;; i = (size_t)nxt[i]) { w[k++] = w[i]; if (nxt[i] < 0) break; }   /* node 0 never dies */
+    *out = w;
+    return k;
+}
+
+/* remember the ids of a pre-token (nothing happens when out of memory: the cache is an optimisation) */
+static void mf__bpe_cache_put(mf_tokenizer *t, const unsigned char *s, size_t n, uint64_t h, const int32_t *w, int k) {
+    mf__bslot *slot;
+    if (t->cache.count >= MF__BPE_CACHE_ENTRIES) { mf__bmap_clear(&t->cache); t->cache_ids_len = 0; }
+    if (t->cache_ids_len + k > t->cache_ids_cap) {
+        int64_t cap = t->cache_ids_cap ? t->cache_ids_cap * 2 : 4096;
+        int32_t *p = (int32_t *)MF_REALLOC(t->cache_ids, (size_t)cap * sizeof *p);
+        if (!p) return;
+        t->cache_ids = p;
+        t->cache_ids_cap = cap;
+    }
+    if (!(slot = mf__bmap_add(&t->cache, s, n, h))) return;
+    memcpy(t->cache_ids + t->cache_ids_len, w, (size_t)k * sizeof *w);
+    slot->val = t->cache_ids_len;
+    slot->n = k;
+    t->cache_ids_len += k;
+}
+
+/* Encoding (docs/math.md §17.2): per pre-token, a byte's own id, the cached ids, or BPE (a scan for
+   short pre-tokens, the heap for long ones); the result equals the definition's. */
+static int64_t mf__bpe_encode(mf_tokenizer *t, const unsigned char *s, size_t n, int32_t *ids, int64_t cap) {
+    int64_t out = 0;
+    size_t pos, end;
+    if (!t->mtab) return (mf__tok_fail(t, "mf_tokenizer_encode: the BPE tables were never built (a constructor must end with mf__bpe_prepare)"), -1);
+    for (pos = 0; pos < n; pos = end) {
+        size_t len;
+        int32_t small[MF__BPE_SCAN_MAX], *w = small;
+        int64_t k, i;
+        end = mf__pretok_next(s, n, pos);
+        len = end - pos;
+        if (len == 1) {
+            if (out < cap) ids[out] = t->byte_id[s[pos]];
+            out++;
+            continue;
+        }
+        if (len <= MF__BPE_CACHE_MAX) {
+            uint64_t h = mf__hash_bytes(s + pos, len);
+            const mf__bslot *hit = mf__bmap_find(&t->cache, s + pos, len, h);
+            if (hit) { w = t->cache_ids + hit->val; k = hit->n; }
+            else {
+                k = len <= MF__BPE_SCAN_MAX ? mf__bpe_scan(t, s + pos, (int)len, small) : mf__bpe_heap(t, s + pos, len, &w);
+                if (k < 0) return (mf__tok_fail(t, "mf_tokenizer_encode: out of memory"), -1);
+                mf__bpe_cache_put(t, s + pos, len, h, w, (int)k);
+            }
+        } else if ((k = mf__bpe_heap(t, s + pos, len, &w)) < 0)
+            return (mf__tok_fail(t, "mf_tokenizer_encode: out of memory for a pre-token of %zu bytes", len), -1);
+        for (i = 0; i < k; i++, out++) if (out < cap) ids[out] = w[i];
+    }
     return out;
 }
+
+/* a whole file into memory (one NUL added); NULL with the reason in *why */
+static unsigned char *mf__tok_read_file(const char *path, size_t *size, const char **why) {
+    FILE *f;
+    unsigned char *buf = NULL, *p;
+    size_t n = 0, cap = 0, got;
+    *why = NULL;
+    if (!path) { *why = "the path is NULL"; return NULL; }
+    if (!(f = fopen(path, "rb"))) { *why = "cannot open the file (does it exist and is it readable?)"; return NULL; }
+    do {
+        if (cap - n < 65536) {
+            cap = cap ? cap * 2 : 1 << 20;
+            if (!(p = (unsigned char *)MF_REALLOC(buf, cap + 1))) { *why = "out of memory reading the file"; break; }
+            buf = p;
+        }
+        got = fread(buf + n, 1, cap - n, f);
+        n += got;
+    } while (got > 0);
+    if (!*why && ferror(f)) *why = "cannot read the file (is it a directory?)";
+    fclose(f);
+    if (*why) { MF_FREE(buf); return NULL; }
+    buf[n] = 0;
+    *size = n;
+    return buf;
+}
+/* the line (from 1) of position p in the text that starts at s */
+static int mf__line_of(const char *s, const char *p) {
+    int line = 1;
+    for (; s < p; s++) line += *s == '\n';
+    return line;
+}
+
+/* GPT-2's bytes_to_unicode (docs/math.md §17.2): the bytes 0x21-0x7E, 0xA1-0xAC and 0xAE-0xFF stand
+   for the code point of the same number, the 68 others, in increasing order, for U+0100-U+0143.
+   Fills from_cp[324]: the byte of each code point below U+0144, -1 where none. */
+static void mf__gpt2_unicode_map(int *from_cp) {
+    int b, k = 0;
+    for (b = 0; b < 324; b++) from_cp[b] = -1;
+    for (b = 0; b < 256; b++) {
+        int plain = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        from_cp[plain ? b : 256 + k++] = b;
+    }
+}
+/* a token's text in GPT-2's files (UTF-8 of mapped code points) into its bytes; returns how many,
+   or -1 when a code point is not one of the 256 */
+static int mf__gpt2_unmap(const int *from_cp, const char *text, size_t n, unsigned char *out) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t pos = 0;
+    int k = 0;
+    while (pos < n) {
+        uint32_t cp;
+        int len = mf__utf8_cp(s, n, pos, &cp);
+        if (!len || cp >= 324 || from_cp[cp] < 0) return -1;
+        out[k++] = (unsigned char)from_cp[cp];
+        pos += (size_t)len;
+    }
+    return k;
+}
+
+#define MF__GPT2_KEY_MAX 4096   /* the longest token text read from encoder.json */
+/* encoder.json into t (tok_off, blob, n_vocab, byte_id) and the bytes -> id map */
+static mf_tokenizer *mf__gpt2_encoder(mf_tokenizer *t, const char *path, const int *from_cp, mf__bmap *map) {
+    size_t size = 0;
+    const char *why;
+    char *text = (char *)mf__tok_read_file(path, &size, &why), *key = NULL;
+    unsigned char *raw = NULL;
+    int64_t *koff = NULL, kcap = 0, i;
+    int32_t n = 0, max_id = -1;
+    mf__json j;
+    if (!text) return mf__tok_fail(t, "mf_tokenizer_gpt2: encoder.json \"%s\": %s", path ? path : "(null)", why);
+    key = (char *)MF_MALLOC(MF__GPT2_KEY_MAX);
+    raw = (unsigned char *)MF_MALLOC(MF__GPT2_KEY_MAX);
+    j.p = text; j.end = text + size; j.bad = 0;
+    if (!key || !raw) mf__tok_fail(t, "mf_tokenizer_gpt2: out of memory");
+    else if (!mf__jchar(&j, '{')) mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" is not a JSON object (line %d); give GPT-2's encoder.json (token text -> id)", path, mf__line_of(text, j.p));
+    else if (!mf__jchar(&j, '}'))
+        do {
+            const char *at;
+            int64_t id;
+            int len;
+            mf__bslot *slot;
+            mf__jws(&j);
+            at = j.p;
+            if (!mf__jstr(&j, key, MF__GPT2_KEY_MAX) || !mf__jchar(&j, ':')) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: malformed JSON (expected a \"token\": id pair; a string longer than %d bytes?); the file must be GPT-2's encoder.json", path, mf__line_of(text, at), MF__GPT2_KEY_MAX - 1); break; }
+            mf__jws(&j);
+            id = mf__jint(&j);
+            mf__jws(&j);
+            if (j.bad || id > 0x7FFFFFFE || (j.p < j.end && *j.p != ',' && *j.p != '}')) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: the id of \"%.60s\" is not an integer in 0..2147483646", path, mf__line_of(text, at), key); break; }
+            if ((len = mf__gpt2_unmap(from_cp, key, strlen(key), raw)) <= 0) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: the token \"%.60s\" is %s; every token is written with GPT-2's 256 byte characters (docs/math.md §17.2)", path, mf__line_of(text, at), key, len ? "not made of GPT-2's byte characters" : "empty"); break; }
+            if (mf__bmap_find(map, raw, (size_t)len, mf__hash_bytes(raw, (size_t)len))) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: the token \"%.60s\" appears twice; every token must have one id", path, mf__line_of(text, at), key); break; }
+            if (id >= kcap) {
+                int64_t c = kcap ? kcap : 1024, *p;
+                while (c <= id) c *= 2;
+                if (!(p = (int64_t *)MF_REALLOC(koff, (size_t)c * sizeof *p))) { mf__tok_fail(t, "mf_tokenizer_gpt2: out of memory"); break; }
+                for (i = kcap; i < c; i++) p[i] = -1;
+                koff = p;
+                kcap = c;
+            }
+            if (koff[id] >= 0) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: id %lld of \"%.60s\" is already the id of another token; ids must be unique", path, mf__line_of(text, at), (long long)id, key); break; }
+            if (!(slot = mf__bmap_add(map, raw, (size_t)len, mf__hash_bytes(raw, (size_t)len)))) { mf__tok_fail(t, "mf_tokenizer_gpt2: out of memory"); break; }
+            slot->val = id;
+            koff[id] = 0;   /* seen; the slot is looked up after the last add (the table moves as it grows) */
+            n++;
+            if (id > max_id) max_id = (int32_t)id;
+        } while (mf__jchar(&j, ','));
+    if (!t->error[0] && !mf__jchar(&j, '}')) mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: malformed JSON (expected ',' or '}' after an entry)", path, mf__line_of(text, j.p));
+    if (!t->error[0]) { mf__jws(&j); if (j.p != j.end) mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: text after the JSON object", path, mf__line_of(text, j.p)); }
+    if (!t->error[0] && n != max_id + 1)
+        for (i = 0; i <= max_id; i++) if (koff[i] < 0) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\": no token has id %lld, but ids go up to %d; the ids must be 0..N-1 without gaps", path, (long long)i, (int)max_id); break; }
+    if (!t->error[0] && n < 256) mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" has %d tokens; GPT-2's encoder.json has one for each of the 256 bytes and more", path, (int)n);
+    MF_FREE(text); MF_FREE(key); MF_FREE(raw);
+    if (!t->error[0]) {
+        uint32_t s;
+        for (s = 0; s <= map->mask; s++) if (map->slot[s].klen >= 0) koff[map->slot[s].val] = s;
+        t->tok_off = (int64_t *)MF_MALLOC((size_t)(n + 1) * sizeof *t->tok_off);
+        t->blob = (unsigned char *)MF_MALLOC((size_t)map->keys_len + 1);
+        if (!t->tok_off || !t->blob) mf__tok_fail(t, "mf_tokenizer_gpt2: out of memory for %d tokens", (int)n);
+        else {
+            t->n_vocab = n;
+            t->tok_off[0] = 0;
+            for (i = 0; i < n; i++) {
+                const mf__bslot *sl = &map->slot[koff[i]];
+                memcpy(t->blob + t->tok_off[i], map->keys + sl->koff, (size_t)sl->klen);
+                t->tok_off[i + 1] = t->tok_off[i] + sl->klen;
+            }
+            for (i = 0; i < 256; i++) {
+                unsigned char b = (unsigned char)i;
+                const mf__bslot *sl = mf__bmap_find(map, &b, 1, mf__hash_bytes(&b, 1));
+                if (!sl) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" has no token for the byte 0x%02x; GPT-2's encoder.json has all 256", path, (int)i); break; }
+                t->byte_id[i] = (int32_t)sl->val;
+            }
+        }
+    }
+    MF_FREE(koff);
+    return t;
+}
+
+/* the id of a merge part (GPT-2's byte characters) or -1 */
+static int32_t mf__gpt2_part_id(const int *from_cp, const mf__bmap *map, const char *s, size_t n, unsigned char *raw) {
+    int len = n < MF__GPT2_KEY_MAX ? mf__gpt2_unmap(from_cp, s, n, raw) : -1;
+    const mf__bslot *sl = len > 0 ? mf__bmap_find(map, raw, (size_t)len, mf__hash_bytes(raw, (size_t)len)) : NULL;
+    return sl ? (int32_t)sl->val : -1;
+}
+/* vocab.bpe into t->merges: "#version..." then "left right" per line, in rank order */
+static mf_tokenizer *mf__gpt2_merges(mf_tokenizer *t, const char *path, const int *from_cp, const mf__bmap *map) {
+    size_t size = 0;
+    const char *why;
+    char *text = (char *)mf__tok_read_file(path, &size, &why), *p, *end;
+    unsigned char *raw = (unsigned char *)MF_MALLOC(2 * MF__GPT2_KEY_MAX);
+    int line = 0, cap = 0;
+    if (!text || !raw) { MF_FREE(text); MF_FREE(raw); return mf__tok_fail(t, "mf_tokenizer_gpt2: vocab.bpe \"%s\": %s", path ? path : "(null)", text ? "out of memory" : why); }
+    for (p = text, end = text + size; p < end && !t->error[0]; ) {
+        char *nl = (char *)memchr(p, '\n', (size_t)(end - p)), *eol = nl ? nl : end, *sp;
+        int32_t a, b, r;
+        line++;
+        if (eol > p && eol[-1] == '\r') eol--;
+        if (line == 1 && eol - p >= 8 && memcmp(p, "#version", 8) == 0) { p = nl ? nl + 1 : end; continue; }
+        if (eol == p) { p = nl ? nl + 1 : end; continue; }   /* a blank line (the last one) */
+        sp = (char *)memchr(p, ' ', (size_t)(eol - p));
+        if (!sp || sp == p || sp + 1 == eol || memchr(sp + 1, ' ', (size_t)(eol - sp - 1))) {
+            mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: \"%.*s\" is not a merge \"left right\"; the file must be GPT-2's vocab.bpe", path, line, (int)(eol - p < 60 ? eol - p : 60), p);
+            break;
+        }
+        a = mf__gpt2_part_id(from_cp, map, p, (size_t)(sp - p), raw);
+        b = mf__gpt2_part_id(from_cp, map, sp + 1, (size_t)(eol - sp - 1), raw);
+        r = -1;
+        if (a >= 0 && b >= 0) {
+            int la = (int)(t->tok_off[a + 1] - t->tok_off[a]), lb = (int)(t->tok_off[b + 1] - t->tok_off[b]);
+            const mf__bslot *sl;
+            memcpy(raw, t->blob + t->tok_off[a], (size_t)la);
+            memcpy(raw + la, t->blob + t->tok_off[b], (size_t)lb);
+            sl = mf__bmap_find(map, raw, (size_t)(la + lb), mf__hash_bytes(raw, (size_t)(la + lb)));
+            r = sl ? (int32_t)sl->val : -1;
+        }
+        if (a < 0 || b < 0 || r < 0) {
+            mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: the merge \"%.*s\": %s is not a token of the encoder.json; use the vocab.bpe that belongs to it", path, line, (int)(eol - p < 60 ? eol - p : 60), p,
+                         a < 0 ? "the left part" : b < 0 ? "the right part" : "the merged token");
+            break;
+        }
+        if (t->n_merges == cap) {
+            int32_t (*m)[3] = (int32_t (*)[3])MF_REALLOC(t->merges, (size_t)(cap = cap ? cap * 2 : 1024) * sizeof *m);
+            if (!m) { mf__tok_fail(t, "mf_tokenizer_gpt2: out of memory"); break; }
+            t->merges = m;
+        }
+        t->merges[t->n_merges][0] = a;
+        t->merges[t->n_merges][1] = b;
+        t->merges[t->n_merges][2] = r;
+        t->n_merges++;
+        p = nl ? nl + 1 : end;
+    }
+    MF_FREE(text); MF_FREE(raw);
+    return t;
+}
+
 MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char *vocab_bpe_path) {
-    (void)encoder_json_path; (void)vocab_bpe_path;
-    return mf__bpe_prepare(mf__tok_fail(mf__tok_new(MF_TOK_BPE), "mf_tokenizer_gpt2: not implemented yet"));
+    mf_tokenizer *t = mf__tok_new(MF_TOK_BPE);
+    mf__bmap map;
+    int from_cp[324];
+    if (!t) return NULL;
+    memset(&map, 0, sizeof map);
+    mf__gpt2_unicode_map(from_cp);
+    mf__gpt2_encoder(t, encoder_json_path, from_cp, &map);
+    if (!t->error[0]) mf__gpt2_merges(t, vocab_bpe_path, from_cp, &map);
+    mf__bmap_free(&map);
+    return mf__bpe_prepare(t);
 }
 /* ---- byte-level BPE: training (docs/math.md §17.4) ----------------------------------------------- */
 /* The trainer's state. Words are the distinct pre-tokens of the text with their frequencies, each a
@@ -8422,13 +9157,262 @@ MFDEF mf_tokenizer *mf_tokenizer_train_bpe(const void *text, size_t n, int vocab
     return rc ? t : mf__bpe_prepare(t);
 }
 /* ---- the tokenizer file (docs/math.md §17.5) ----------------------------------------------------- */
-MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path) {
-    (void)t; (void)path;
-    return -1;
+static const char *mf__tok_kind_name(mf_tokenizer_kind k) { return k == MF_TOK_BYTES ? "bytes" : k == MF_TOK_CHARS ? "chars" : "bpe"; }
+
+/* Which ids the file lists as extras: every token that is not a single byte's token and not made
+   by a merge from tokens made before it (for a BPE vocabulary, <|endoftext|> and the like).
+   extra[n_vocab] is filled with 0/1; returns how many, or -1 when out of memory. */
+static int mf__tok_extras(const mf_tokenizer *t, unsigned char *extra) {
+    unsigned char *made = (unsigned char *)MF_MALLOC((size_t)t->n_vocab);
+    int b, r, i, n = 0;
+    if (!made) return -1;
+    memset(made, 0, (size_t)t->n_vocab);
+    memset(extra, 0, (size_t)t->n_vocab);
+    for (b = 0; b < 256; b++) if (t->byte_id[b] >= 0) made[t->byte_id[b]] = 1;
+    for (r = 0; r < t->n_merges; r++) {
+        for (i = 0; i < 2; i++) if (!made[t->merges[r][i]]) made[t->merges[r][i]] = extra[t->merges[r][i]] = 1;
+        made[t->merges[r][2]] = 1;
+    }
+    for (i = 0; i < t->n_vocab; i++) { if (!made[i]) extra[i] = 1; n += extra[i]; }
+    MF_FREE(made);
+    return n;
 }
+
+MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path) {
+    unsigned char *extra;
+    char *tmp;
+    FILE *f;
+    int b, i, r, n_bytes = 0, n_extra, ok;
+    if (mf_tokenizer_error(t) || !path) return -1;
+    for (b = 0; b < 256; b++) n_bytes += t->byte_id[b] >= 0;
+    extra = (unsigned char *)MF_MALLOC((size_t)t->n_vocab);
+    tmp = (char *)MF_MALLOC(strlen(path) + 5);
+    if (!extra || !tmp || (n_extra = mf__tok_extras(t, extra)) < 0) { MF_FREE(extra); MF_FREE(tmp); return -1; }
+    sprintf(tmp, "%s.tmp", path);
+    if (!(f = fopen(tmp, "wb"))) { MF_FREE(extra); MF_FREE(tmp); return -1; }
+    ok = fprintf(f, "metaformer-tokenizer 1\nkind %s\nvocab_size %d\nbytes %d\n", mf__tok_kind_name(t->kind), t->n_vocab, n_bytes) > 0;
+    for (b = 0; b < 256; b++) if (t->byte_id[b] >= 0) ok = ok && fprintf(f, "%02x %d\n", b, (int)t->byte_id[b]) > 0;
+    ok = ok && fprintf(f, "extras %d\n", n_extra) > 0;
+    for (i = 0; i < t->n_vocab && ok; i++)
+        if (extra[i]) {
+            int64_t k;
+            ok = fprintf(f, "%d ", i) > 0;
+            for (k = t->tok_off[i]; k < t->tok_off[i + 1] && ok; k++) ok = fprintf(f, "%02x", t->blob[k]) > 0;
+            ok = ok && fputc('\n', f) != EOF;
+        }
+    ok = ok && fprintf(f, "merges %d\n", t->n_merges) > 0;
+    for (r = 0; r < t->n_merges && ok; r++) ok = fprintf(f, "%d %d %d\n", (int)t->merges[r][0], (int)t->merges[r][1], (int)t->merges[r][2]) > 0;
+    ok = ok && fputs("end\n", f) != EOF;
+    ok = (fflush(f) == 0) & ok;
+    ok = (fclose(f) == 0) & ok;
+    if (!ok || rename(tmp, path) != 0) { remove(tmp); ok = 0; }
+    MF_FREE(extra); MF_FREE(tmp);
+    return ok ? 0 : -1;
+}
+
+/* ---- reading it: one line at a time, every field checked ---- */
+#define MF__TOKEN_MAX_BYTES (1 << 20)   /* a longer token means a corrupt file */
+typedef struct {
+    mf_tokenizer *t;
+    const char *path;
+    char *p, *end;            /* the rest of the file */
+    int line;
+    char *f[4];               /* the current line's fields */
+    int nf;
+} mf__tfile;
+/* the next line split at single spaces into at most 4 fields; 0 at the end of the file */
+static int mf__tf_next(mf__tfile *r) {
+    char *nl, *q;
+    if (r->p >= r->end) { r->nf = 0; return 0; }
+    nl = (char *)memchr(r->p, '\n', (size_t)(r->end - r->p));
+    if (!nl) nl = r->end;
+    *nl = 0;
+    r->line++;
+    r->nf = 0;
+    for (q = r->p; r->nf < 4; ) {
+        r->f[r->nf++] = q;
+        if (!(q = strchr(q, ' '))) break;
+        *q++ = 0;
+    }
+    if (r->nf == 4 && strchr(r->f[3], ' ')) r->nf = 5;   /* too many: no line has more than 3 */
+    r->p = nl + 1;
+    return 1;
+}
+static mf_tokenizer *mf__tf_fail(mf__tfile *r, const char *what) {
+    return mf__tok_fail(r->t, "mf_tokenizer_load: \"%s\" line %d: %s; the file is corrupt or not written by mf_tokenizer_save (make it again)", r->path, r->line, what);
+}
+/* a decimal integer in [lo, hi] and nothing else; -1 when it is not */
+static int64_t mf__tf_int(const char *s, int64_t lo, int64_t hi) {
+    int64_t v = 0;
+    int k = 0;
+    for (; s[k] >= '0' && s[k] <= '9' && k < 12; k++) v = v * 10 + (s[k] - '0');
+    return k == 0 || s[k] || (k > 1 && s[0] == '0') || v < lo || v > hi ? -1 : v;
+}
+static int mf__hexval(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+/* "NAME COUNT": COUNT in [0, hi]; -1 (and t failed) otherwise */
+static int64_t mf__tf_count(mf__tfile *r, const char *name, int64_t hi) {
+    int64_t v;
+    char msg[96];
+    if (!mf__tf_next(r)) return (mf__tf_fail(r, "the file ends early"), -1);
+    snprintf(msg, sizeof msg, "expected \"%s N\" with N in 0..%lld", name, (long long)hi);
+    if (r->nf != 2 || strcmp(r->f[0], name) != 0 || (v = mf__tf_int(r->f[1], 0, hi)) < 0) return (mf__tf_fail(r, msg), -1);
+    return v;
+}
+
+/* the vocabulary being read: each id's bytes in a growing arena, in the order they are defined */
+typedef struct { int64_t *off, *len; unsigned char *bytes; int64_t n, cap; } mf__tdefs;
+static int mf__tdefs_add(mf__tdefs *d, int32_t id, const unsigned char *a, int64_t la, const unsigned char *b, int64_t lb) {
+    if (d->n + la + lb > d->cap) {
+        int64_t cap = d->cap ? d->cap : 4096;
+        unsigned char *p;
+        while (cap < d->n + la + lb) cap *= 2;
+        if (!(p = (unsigned char *)MF_REALLOC(d->bytes, (size_t)cap))) return -1;
+        /* a and b may point into the old arena */
+        if (a >= d->bytes && a < d->bytes + d->n) a = p + (a - d->bytes);
+        if (b && b >= d->bytes && b < d->bytes + d->n) b = p + (b - d->bytes);
+        d->bytes = p;
+        d->cap = cap;
+    }
+    memcpy(d->bytes + d->n, a, (size_t)la);
+    if (lb) memcpy(d->bytes + d->n + la, b, (size_t)lb);
+    d->off[id] = d->n;
+    d->len[id] = la + lb;
+    d->n += la + lb;
+    return 0;
+}
+
+/* the "bytes" block: "HH id" per line */
+static void mf__tf_bytes(mf__tfile *r, mf__tdefs *d, int n_vocab) {
+    int64_t k, n = mf__tf_count(r, "bytes", 256);
+    int last = -1;
+    for (k = 0; k < n && !r->t->error[0]; k++) {
+        int hi, lo;
+        int64_t id;
+        unsigned char b;
+        if (!mf__tf_next(r)) { mf__tf_fail(r, "the file ends inside the bytes block"); break; }
+        if (r->nf != 2 || strlen(r->f[0]) != 2 || (hi = mf__hexval(r->f[0][0])) < 0 || (lo = mf__hexval(r->f[0][1])) < 0 || (id = mf__tf_int(r->f[1], 0, n_vocab - 1)) < 0) { mf__tf_fail(r, "expected \"HH id\": a byte in lower-case hex and its id below vocab_size"); break; }
+        b = (unsigned char)(hi * 16 + lo);
+        if (b <= last) { mf__tf_fail(r, "the bytes are not in increasing order (or one is listed twice)"); break; }
+        if (d->len[id] >= 0) { mf__tf_fail(r, "this id is defined twice"); break; }
+        last = b;
+        r->t->byte_id[b] = (int32_t)id;
+        if (mf__tdefs_add(d, (int32_t)id, &b, 1, NULL, 0)) { mf__tok_fail(r->t, "mf_tokenizer_load: out of memory"); break; }
+    }
+}
+/* the "extras" block: "id hex" per line */
+static void mf__tf_extras(mf__tfile *r, mf__tdefs *d, int n_vocab) {
+    int64_t k, n = r->t->error[0] ? 0 : mf__tf_count(r, "extras", n_vocab);
+    unsigned char *buf = NULL;
+    for (k = 0; k < n && !r->t->error[0]; k++) {
+        size_t len, i;
+        int64_t id;
+        if (!mf__tf_next(r)) { mf__tf_fail(r, "the file ends inside the extras block"); break; }
+        len = r->nf == 2 ? strlen(r->f[1]) : 0;
+        if (r->nf != 2 || (id = mf__tf_int(r->f[0], 0, n_vocab - 1)) < 0 || len == 0 || len % 2 || len / 2 > MF__TOKEN_MAX_BYTES) { mf__tf_fail(r, "expected \"id hex\": an id below vocab_size and the token's bytes in hex"); break; }
+        if (d->len[id] >= 0) { mf__tf_fail(r, "this id is defined twice"); break; }
+        if (!(buf = (unsigned char *)MF_REALLOC(buf, len / 2))) { mf__tok_fail(r->t, "mf_tokenizer_load: out of memory"); break; }
+        for (i = 0; i < len / 2; i++) {
+            int hi = mf__hexval(r->f[1][2 * i]), lo = mf__hexval(r->f[1][2 * i + 1]);
+            if (hi < 0 || lo < 0) break;
+            buf[i] = (unsigned char)(hi * 16 + lo);
+        }
+        if (i < len / 2) { mf__tf_fail(r, "the token's bytes are not lower-case hex"); break; }
+        if (mf__tdefs_add(d, (int32_t)id, buf, (int64_t)(len / 2), NULL, 0)) { mf__tok_fail(r->t, "mf_tokenizer_load: out of memory"); break; }
+    }
+    MF_FREE(buf);
+}
+/* the "merges" block: "left right result" per line, in rank order */
+static void mf__tf_merges(mf__tfile *r, mf__tdefs *d, int n_vocab) {
+    mf_tokenizer *t = r->t;
+    int64_t k, n = t->error[0] ? 0 : mf__tf_count(r, "merges", 0x7FFFFFFF);
+    if (n > (r->end - r->p) / 6) { mf__tf_fail(r, "more merges than the rest of the file can hold (a merge line has at least 6 bytes)"); return; }
+    if (n > 0 && !(t->merges = (int32_t (*)[3])MF_MALLOC((size_t)n * sizeof *t->merges))) { mf__tok_fail(t, "mf_tokenizer_load: out of memory"); return; }
+    for (k = 0; k < n && !t->error[0]; k++) {
+        int64_t v[3];
+        int i;
+        if (!mf__tf_next(r)) { mf__tf_fail(r, "the file ends inside the merges block"); break; }
+        if (r->nf != 3) { mf__tf_fail(r, "expected a merge \"left right result\" (three ids)"); break; }
+        for (i = 0; i < 3; i++) if ((v[i] = mf__tf_int(r->f[i], 0, n_vocab - 1)) < 0) break;
+        if (i < 3) { mf__tf_fail(r, "an id of the merge is not a number below vocab_size"); break; }
+        if (d->len[v[0]] < 0 || d->len[v[1]] < 0) { mf__tf_fail(r, "the merge uses an id that no byte, extra or earlier merge defines"); break; }
+        if (d->len[v[2]] >= 0) {   /* already defined: its bytes must be left + right */
+            int64_t la = d->len[v[0]];
+            if (d->len[v[2]] != la + d->len[v[1]] || memcmp(d->bytes + d->off[v[2]], d->bytes + d->off[v[0]], (size_t)la) != 0 ||
+                memcmp(d->bytes + d->off[v[2]] + la, d->bytes + d->off[v[1]], (size_t)d->len[v[1]]) != 0) { mf__tf_fail(r, "the merge's result is not the left token's bytes followed by the right token's"); break; }
+        } else if (d->len[v[0]] + d->len[v[1]] > MF__TOKEN_MAX_BYTES) { mf__tf_fail(r, "the merge makes a token longer than 1 MiB"); break; }
+        else if (mf__tdefs_add(d, (int32_t)v[2], d->bytes + d->off[v[0]], d->len[v[0]], d->bytes + d->off[v[1]], d->len[v[1]])) { mf__tok_fail(t, "mf_tokenizer_load: out of memory"); break; }
+        for (i = 0; i < 3; i++) t->merges[k][i] = (int32_t)v[i];
+        t->n_merges = (int)(k + 1);
+    }
+}
+/* the vocabulary read into t: tokens in id order, and what each kind requires of it */
+static void mf__tf_finish(mf__tfile *r, mf__tdefs *d, int n_vocab, mf_tokenizer_kind kind) {
+    mf_tokenizer *t = r->t;
+    int64_t i, total = 0;
+    int b, n_bytes = 0;
+    for (i = 0; i < n_vocab; i++) {
+        if (d->len[i] < 0) { mf__tok_fail(t, "mf_tokenizer_load: \"%s\": id %lld is not defined (vocab_size is %d); the file is corrupt or not written by mf_tokenizer_save (make it again)", r->path, (long long)i, n_vocab); return; }
+        total += d->len[i];
+    }
+    for (b = 0; b < 256; b++) n_bytes += t->byte_id[b] >= 0;
+    if (kind == MF_TOK_BPE && n_bytes != 256) { mf__tok_fail(t, "mf_tokenizer_load: \"%s\": a BPE vocabulary lists all 256 bytes, this one %d; the file is corrupt (make it again)", r->path, n_bytes); return; }
+    if (kind != MF_TOK_BPE) {
+        int k = 0;
+        if (t->n_merges || n_vocab != n_bytes || (kind == MF_TOK_BYTES && n_bytes != 256)) { mf__tok_fail(t, "mf_tokenizer_load: \"%s\": a %s vocabulary has only single bytes (%s), this one %d tokens, %d bytes, %d merges; the file is corrupt (make it again)", r->path, mf__tok_kind_name(kind), kind == MF_TOK_BYTES ? "all 256" : "at least one", n_vocab, n_bytes, t->n_merges); return; }
+        for (b = 0; b < 256; b++) if (t->byte_id[b] >= 0 && t->byte_id[b] != k++) { mf__tok_fail(t, "mf_tokenizer_load: \"%s\": the ids of a %s vocabulary follow the byte values (0, 1, ...), byte 0x%02x has %d; the file is corrupt (make it again)", r->path, mf__tok_kind_name(kind), b, (int)t->byte_id[b]); return; }
+    }
+    t->tok_off = (int64_t *)MF_MALLOC((size_t)(n_vocab + 1) * sizeof *t->tok_off);
+    t->blob = (unsigned char *)MF_MALLOC(total ? (size_t)total : 1);
+    if (!t->tok_off || !t->blob) { mf__tok_fail(t, "mf_tokenizer_load: out of memory for %d tokens", n_vocab); return; }
+    t->tok_off[0] = 0;
+    for (i = 0; i < n_vocab; i++) {
+        memcpy(t->blob + t->tok_off[i], d->bytes + d->off[i], (size_t)d->len[i]);
+        t->tok_off[i + 1] = t->tok_off[i] + d->len[i];
+    }
+    t->n_vocab = n_vocab;
+}
+
 MFDEF mf_tokenizer *mf_tokenizer_load(const char *path) {
-    (void)path;
-    return mf__tok_fail(mf__tok_new(MF_TOK_BYTES), "mf_tokenizer_load: not implemented yet");
+    mf_tokenizer *t = mf__tok_new(MF_TOK_BYTES);
+    mf__tfile r;
+    mf__tdefs d;
+    const char *why;
+    size_t size = 0;
+    char *text;
+    int64_t i, n_vocab = 0;
+    mf_tokenizer_kind kind = MF_TOK_BYTES;
+    if (!t) return NULL;
+    if (!(text = (char *)mf__tok_read_file(path, &size, &why))) return mf__tok_fail(t, "mf_tokenizer_load: \"%s\": %s", path ? path : "(null)", why);
+    memset(&r, 0, sizeof r);
+    memset(&d, 0, sizeof d);
+    r.t = t; r.path = path; r.p = text; r.end = text + size;
+    if (!mf__tf_next(&r) || r.nf != 2 || strcmp(r.f[0], "metaformer-tokenizer") != 0)
+        mf__tok_fail(t, "mf_tokenizer_load: \"%s\" is not a tokenizer file (its first line is not \"metaformer-tokenizer 1\"); make one with mf_tokenizer_save or `tokenize` (docs/math.md §17.5)", path);
+    else if (strcmp(r.f[1], "1") != 0)
+        mf__tok_fail(t, "mf_tokenizer_load: \"%s\" is a tokenizer file of version %.20s; this library reads version 1 (update the library or make the file again)", path, r.f[1]);
+    else if (!mf__tf_next(&r) || r.nf != 2 || strcmp(r.f[0], "kind") != 0 || (strcmp(r.f[1], "bytes") && strcmp(r.f[1], "chars") && strcmp(r.f[1], "bpe")))
+        mf__tf_fail(&r, "expected \"kind bytes\", \"kind chars\" or \"kind bpe\"");
+    else {
+        kind = strcmp(r.f[1], "bpe") == 0 ? MF_TOK_BPE : strcmp(r.f[1], "chars") == 0 ? MF_TOK_CHARS : MF_TOK_BYTES;
+        t->kind = kind;
+        /* every id takes a line of the file: a larger vocab_size is corrupt (and not allocated) */
+        n_vocab = mf__tf_count(&r, "vocab_size", (int64_t)size < 0x7FFFFFFF ? (int64_t)size : 0x7FFFFFFF);
+        if (n_vocab == 0) mf__tf_fail(&r, "vocab_size is 0");
+    }
+    if (!t->error[0]) {
+        d.off = (int64_t *)MF_MALLOC((size_t)n_vocab * sizeof *d.off);
+        d.len = (int64_t *)MF_MALLOC((size_t)n_vocab * sizeof *d.len);
+        if (!d.off || !d.len) mf__tok_fail(t, "mf_tokenizer_load: out of memory");
+        else for (i = 0; i < n_vocab; i++) d.len[i] = -1;
+    }
+    if (!t->error[0]) mf__tf_bytes(&r, &d, (int)n_vocab);
+    if (!t->error[0]) mf__tf_extras(&r, &d, (int)n_vocab);
+    if (!t->error[0]) mf__tf_merges(&r, &d, (int)n_vocab);
+    if (!t->error[0] && (!mf__tf_next(&r) || r.nf != 1 || strcmp(r.f[0], "end") != 0)) mf__tf_fail(&r, "expected \"end\" after the merges (the file is cut short or has extra lines)");
+    if (!t->error[0] && r.p < r.end) { r.line++; mf__tf_fail(&r, "text after \"end\""); }
+    if (!t->error[0]) mf__tf_finish(&r, &d, (int)n_vocab, kind);
+    MF_FREE(text); MF_FREE(d.off); MF_FREE(d.len); MF_FREE(d.bytes);
+    return kind == MF_TOK_BPE ? mf__bpe_prepare(t) : t;
 }
 
 /* ==== [mf:data] ============================================================================= */
