@@ -347,7 +347,11 @@ EX_FN unsigned char *read_file(const char *path, size_t *len) {
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
     }
-    if (ferror(f)) die("cannot read \"%s\": %s (is it a regular, readable file?)", path, strerror(errno));
+    if (ferror(f)) {
+        int e = errno;
+        free(buf); fclose(f);
+        die("cannot read \"%s\": %s (is it a regular, readable file?)", path, strerror(e));
+    }
     fclose(f);
     *len = n;
     return buf;

@@ -113,7 +113,7 @@ static unsigned char *read_inputs(const char **files, int n_files, size_t *len) 
     for (int i = 0; i < n_files; i++) {
         size_t k;
         unsigned char *part = read_file(files[i], &k), *grown;
-        if (k == 0) die("\"%s\" is empty; give files with text", files[i]);
+        if (k == 0) { free(part); free(text); die("\"%s\" is empty; give files with text", files[i]); }
         if (n + k < n || !(grown = (unsigned char *)realloc(text, n + k))) die("out of memory reading \"%s\"", files[i]);
         text = grown;
         memcpy(text + n, part, k);

@@ -162,7 +162,7 @@ expect_error "output folder missing"       'the output folder "no/such" of --out
 expect_error "--train-bpe below 257"       "--train-bpe must be >= 257"    "$TOK" --train-bpe 100 text.txt --out x
 expect_error "unknown --format"            'unknown --format "u32"'        "$TOK" --bytes text.txt --out x --format u32
 expect_error "--tokenizer: missing file"   '--tokenizer "no.tok": no such file' "$TOK" --tokenizer no.tok text.txt --out x
-expect_error "--tokenizer: not a tokenizer" "tokenizer"                    "$TOK" --tokenizer text.txt text.txt --out x
+expect_error "--tokenizer: not a tokenizer" "is not a tokenizer file"      "$TOK" --tokenizer text.txt text.txt --out x
 # a character vocabulary cannot encode a byte it lacks
 printf '@@@\n' > other.txt
 expect_error "--tokenizer chars: a byte outside it" "not in the"           "$TOK" --tokenizer c.tok other.txt --out x
