@@ -156,7 +156,7 @@ static mf_tokenizer *make_tokenizer(const unsigned char *text, size_t n, progres
         tok = mf_tokenizer_train_bpe(text, n, S.train_bpe, &opt);
         progress_break(pr);
         if (!mf_tokenizer_error(tok))
-            printf("trained BPE: %d ids (256 bytes + %d merges) in %.2f s\n", mf_tokenizer_vocab_size(tok),
+            printf("trained BPE: %d ids (256 bytes + %d merges) in %.3f s\n", mf_tokenizer_vocab_size(tok),
                    mf_tokenizer_vocab_size(tok) - 256, mf_time() - tp.t0);
         *what = "trained BPE";
     } else if (S.tokenizer) {
@@ -289,7 +289,7 @@ int main(int argc, char **argv) {
     write_shard(train_path, ids, n_train);
     write_shard(val_path, ids + n_train, n_val);
 
-    printf("%d file%s, %zu bytes -> %lld tokens (%.3f bytes/token), vocabulary %d (%s), %.2f s, %.2f MB/s\n", n_files,
+    printf("%d file%s, %zu bytes -> %lld tokens (%.3f bytes/token), vocabulary %d (%s), %.3f s, %.2f MB/s\n", n_files,
            n_files == 1 ? "" : "s", n, (long long)count, (double)n / (double)count, mf_tokenizer_vocab_size(tok), what,
            seconds, (double)n / 1e6 / (seconds > 0 ? seconds : 1e-9));
     printf("train: %lld tokens -> %s\nval:   %lld tokens -> %s\ntokenizer -> %s\n", (long long)n_train, train_path,
