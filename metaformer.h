@@ -52,6 +52,8 @@
  *                           the declarations of its ops stay, and calling one fails to link. Compile
  *                           the CUDA backend's translation unit with the same switches.
  *   METAFORMER_NO_DATA      leave out [mf:tokenizer] and [mf:data] (tokenizers, shards, loaders)
+ *   METAFORMER_NO_MMAP      read token shards with stdio instead of memory-mapping them (the default
+ *                           where POSIX mmap is missing)
  *
  * CONCEPTS
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat

@@ -502,7 +502,7 @@ int main(int argc, char **argv) {
     if (!x || !y) die("out of memory");
     if (S.eval_only) { /* the checkpoint's weights on the validation data, nothing else */
         valid_result r;
-        if (mf_load(ctx, S.resume, 0) < 0) die("cannot evaluate: %s", mf_error(ctx));
+        if (mf_load(ctx, S.resume, 1) < 0) die("cannot evaluate: %s", mf_error(ctx)); /* with the step count */
         r = evaluate(ctx, model, &d, x, y);
         snprintf(what, sizeof what, "eval of \"%s\" at step %lld", S.resume, (long long)mf_optimizer_steps(ctx));
         if (d.shards) print_validation(&pr, &d, what, &r);
