@@ -1,5 +1,5 @@
-/* common.h - what the example programs share (sort.c, train.c, ablate.c). Include it after
-   metaformer.h; define EX_PROG (the program's name in error messages) and, for isatty,
+/* common.h - what the example programs share (sort.c, train.c, ablate.c, tokenize.c). Include it
+   after metaformer.h; define EX_PROG (the program's name in error messages) and, for isatty,
    _POSIX_C_SOURCE 200809L before any include.
 
      [rng]       splitmix64: the data's reproducible random numbers
@@ -166,18 +166,21 @@ EX_FN int alias_target(const option *opts, int n, const option *alias) {
 
 /* Parse "--name value", "--name=value", flags and aliases into the table; given[i] becomes 1 for
    an option set directly and 2 for one set through an alias (e.g. --feedback sets --mixer), and
-   the two must agree. At most one argument without "--" (a file) goes to *file. usage() prints
-   the help text. */
-EX_FN void parse_options(int argc, char **argv, const option *opts, int n, unsigned char *given,
-                         const char **file, void (*usage)(FILE *)) {
+   the two must agree. The arguments without "--" (files) go to files[0..max_files), in order, and
+   their number to *n_files. usage() prints the help text. */
+EX_FN void parse_options_files(int argc, char **argv, const option *opts, int n, unsigned char *given,
+                               const char **files, int max_files, int *n_files, void (*usage)(FILE *)) {
+    *n_files = 0;
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a], *value, *why;
         char name[64], mine[64];
         int i, t;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { usage(stdout); exit(0); }
         if (strncmp(arg, "--", 2) != 0) {
-            if (*file) die("two text files given (\"%s\" and \"%s\"); " EX_PROG " takes one", *file, arg);
-            *file = arg;
+            if (*n_files == max_files && max_files == 1)
+                die("two text files given (\"%s\" and \"%s\"); " EX_PROG " takes one", files[0], arg);
+            if (*n_files == max_files) die("more than %d files given; " EX_PROG " takes at most %d", max_files, max_files);
+            files[(*n_files)++] = arg;
             continue;
         }
         value = strchr(arg, '='); /* --name=value or --name value */
@@ -206,6 +209,14 @@ EX_FN void parse_options(int argc, char **argv, const option *opts, int n, unsig
         if ((why = set_option(&opts[i], value))) die("%s", why);
         given[i] = 1;
     }
+}
+/* parse_options_files with at most one file, in *file (left alone when none is given) */
+EX_FN void parse_options(int argc, char **argv, const option *opts, int n, unsigned char *given,
+                         const char **file, void (*usage)(FILE *)) {
+    const char *one[1] = {NULL};
+    int n_files;
+    parse_options_files(argc, argv, opts, n, given, one, 1, &n_files, usage);
+    if (n_files) *file = one[0];
 }
 
 /* ==== [progress] ============================================================================ */
@@ -336,7 +347,11 @@ EX_FN unsigned char *read_file(const char *path, size_t *len) {
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
     }
-    if (ferror(f)) die("cannot read \"%s\": %s (is it a regular, readable file?)", path, strerror(errno));
+    if (ferror(f)) {
+        int e = errno;
+        free(buf); fclose(f);
+        die("cannot read \"%s\": %s (is it a regular, readable file?)", path, strerror(e));
+    }
     fclose(f);
     *len = n;
     return buf;
