@@ -647,9 +647,10 @@ typedef struct mf_bpe_options {
 } mf_bpe_options;
 MFDEF mf_tokenizer *mf_tokenizer_train_bpe(const void *text, size_t n, int vocab_size, const mf_bpe_options *opt);
 /* One small text file for any kind (format in docs/math.md §17.5), written to "<path>.tmp" and
-   renamed over path when complete. Returns 0, or -1 (a NULL or failed tokenizer, a NULL path, the
-   file cannot be written; tok keeps no error: it stays usable). */
-MFDEF int mf_tokenizer_save(const mf_tokenizer *tok, const char *path);
+   renamed over path when complete. Returns 0, or -1 with the reason in err (NUL-terminated, cut to
+   err_size; err may be NULL): a NULL or failed tokenizer, a NULL path, a file that cannot be
+   written (the system's reason). tok is unchanged either way. */
+MFDEF int mf_tokenizer_save(const mf_tokenizer *tok, const char *path, char *err, size_t err_size);
 /* Read a file of mf_tokenizer_save; every line is checked (truncated, corrupt, foreign files, ids
    out of range, a merge whose result is not left + right): the error names the file and line. */
 MFDEF mf_tokenizer *mf_tokenizer_load(const char *path);
@@ -768,6 +769,7 @@ MFDEF void mf_loader_free(mf_loader *L);
 #include <stdarg.h>
 #include <math.h>
 #include <time.h>
+#include <errno.h>
 
 #if defined(MF_MALLOC) && defined(MF_FREE) && defined(MF_REALLOC)
 /* the user's allocator */
@@ -7969,6 +7971,17 @@ MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size
 /* Every kind stores its vocabulary the same way: token id -> bytes (offsets into one blob), and
    byte_id[b], the id of the one-byte token b (-1: not in a character vocabulary). BPE adds the
    ranked merges (left id, right id) -> result id; the earlier a merge, the higher its priority. */
+/* the reason into err (cut to size; err may be NULL) for the functions that report through a
+   caller's buffer (mf_tokenizer_save, mf_shard_write); returns -1 */
+static int mf__data_fail(char *err, size_t size, const char *fmt, ...) {
+    va_list ap;
+    if (err && size) {
+        va_start(ap, fmt);
+        vsnprintf(err, size, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
 #define MF__TOK_ERR 512
 /* A hash map from byte strings to (val, n): the pre-token cache of the BPE encoder (val = offset
    of the ids in cache_ids, n = their count) and the token table of GPT-2's encoder.json (val = id).
@@ -9201,18 +9214,27 @@ static int mf__tok_extras(const mf_tokenizer *t, unsigned char *extra) {
     return n;
 }
 
-MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path) {
+MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path, char *err, size_t err_size) {
     unsigned char *extra;
     char *tmp;
     FILE *f;
     int b, i, r, n_bytes = 0, n_extra, ok;
-    if (mf_tokenizer_error(t) || !path) return -1;
+    if (err && err_size) err[0] = 0;
+    if (mf_tokenizer_error(t)) return mf__data_fail(err, err_size, "mf_tokenizer_save: %s", mf_tokenizer_error(t));
+    if (!path || !path[0]) return mf__data_fail(err, err_size, "mf_tokenizer_save: the path is NULL or empty");
     for (b = 0; b < 256; b++) n_bytes += t->byte_id[b] >= 0;
     extra = (unsigned char *)MF_MALLOC((size_t)t->n_vocab);
     tmp = (char *)MF_MALLOC(strlen(path) + 5);
-    if (!extra || !tmp || (n_extra = mf__tok_extras(t, extra)) < 0) { MF_FREE(extra); MF_FREE(tmp); return -1; }
+    if (!extra || !tmp || (n_extra = mf__tok_extras(t, extra)) < 0) {
+        MF_FREE(extra); MF_FREE(tmp);
+        return mf__data_fail(err, err_size, "mf_tokenizer_save: out of memory");
+    }
     sprintf(tmp, "%s.tmp", path);
-    if (!(f = fopen(tmp, "wb"))) { MF_FREE(extra); MF_FREE(tmp); return -1; }
+    if (!(f = fopen(tmp, "wb"))) {
+        mf__data_fail(err, err_size, "mf_tokenizer_save: cannot create \"%s\": %s (does the folder exist, is it writable?)", tmp, strerror(errno));
+        MF_FREE(extra); MF_FREE(tmp);
+        return -1;
+    }
     ok = fprintf(f, "metaformer-tokenizer 1\nkind %s\nvocab_size %d\nbytes %d\n", mf__tok_kind_name(t->kind), t->n_vocab, n_bytes) > 0;
     for (b = 0; b < 256; b++) if (t->byte_id[b] >= 0) ok = ok && fprintf(f, "%02x %d\n", b, (int)t->byte_id[b]) > 0;
     ok = ok && fprintf(f, "extras %d\n", n_extra) > 0;
@@ -9228,7 +9250,9 @@ MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path) {
     ok = ok && fputs("end\n", f) != EOF;
     ok = (fflush(f) == 0) & ok;
     ok = (fclose(f) == 0) & ok;
-    if (!ok || rename(tmp, path) != 0) { remove(tmp); ok = 0; }
+    if (!ok) mf__data_fail(err, err_size, "mf_tokenizer_save: writing \"%s\" failed: %s (disk full?); \"%s\" is unchanged", tmp, strerror(errno), path);
+    else if (rename(tmp, path) != 0) { mf__data_fail(err, err_size, "mf_tokenizer_save: cannot rename \"%s\" to \"%s\": %s", tmp, path, strerror(errno)); ok = 0; }
+    if (!ok) remove(tmp);
     MF_FREE(extra); MF_FREE(tmp);
     return ok ? 0 : -1;
 }
@@ -9464,15 +9488,6 @@ static uint32_t mf__le32(const unsigned char *p) {
 static void mf__put_le32(unsigned char *p, uint32_t v) {
     p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
 }
-static int mf__data_fail(char *err, size_t size, const char *fmt, ...) {
-    va_list ap;
-    if (err && size) {
-        va_start(ap, fmt);
-        vsnprintf(err, size, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t *ids, int64_t n, char *err,
                          size_t err_size) {
@@ -9494,7 +9509,7 @@ MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t
     if (strlen(path) + 5 > sizeof tmp) return mf__data_fail(err, err_size, "mf_shard_write: the path is too long (%zu bytes)", strlen(path));
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (!(f = fopen(tmp, "wb")))
-        return mf__data_fail(err, err_size, "mf_shard_write: cannot create \"%s\" (does the directory exist? is it writable?)", tmp);
+        return mf__data_fail(err, err_size, "mf_shard_write: cannot create \"%s\": %s (does the directory exist? is it writable?)", tmp, strerror(errno));
     ok = 1;
     if (format == MF_SHARD_LLMC) {
         memset(header, 0, sizeof header);
@@ -9509,8 +9524,9 @@ MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t
         ok = fwrite(buf, 2, (size_t)k, f) == (size_t)k;
     }
     if (fclose(f) != 0) ok = 0;
-    if (!ok) { remove(tmp); return mf__data_fail(err, err_size, "mf_shard_write: writing \"%s\" failed (disk full?)", tmp); }
-    if (rename(tmp, path) != 0) { remove(tmp); return mf__data_fail(err, err_size, "mf_shard_write: cannot rename \"%s\" to \"%s\"", tmp, path); }
+    if (!ok) mf__data_fail(err, err_size, "mf_shard_write: writing \"%s\" failed: %s (disk full?); \"%s\" is unchanged", tmp, strerror(errno), path);
+    else if (rename(tmp, path) != 0) { mf__data_fail(err, err_size, "mf_shard_write: cannot rename \"%s\" to \"%s\": %s", tmp, path, strerror(errno)); ok = 0; }
+    if (!ok) { remove(tmp); return -1; }
     return 0;
 }
 

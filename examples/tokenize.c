@@ -251,6 +251,7 @@ int main(int argc, char **argv) {
     const char **files = (const char **)malloc((size_t)argc * sizeof *files), *what;
     unsigned char given[N_OPTIONS] = {0}, *text;
     char train_path[4200], val_path[4200], tok_path[4200];
+    char why[600];
     int n_files;
     size_t n;
     progress pr = progress_new();
@@ -285,7 +286,7 @@ int main(int argc, char **argv) {
     if (n_train == 0)
         die("the training part would be empty: --val-fraction %g of %lld tokens leaves none; give more text or a "
             "smaller --val-fraction", (double)S.val_fraction, (long long)count);
-    if (mf_tokenizer_save(tok, tok_path) < 0) die("cannot write the tokenizer file \"%s\" (is the folder writable?)", tok_path);
+    if (mf_tokenizer_save(tok, tok_path, why, sizeof why) < 0) die("%s", why);
     write_shard(train_path, ids, n_train);
     write_shard(val_path, ids + n_train, n_val);
 

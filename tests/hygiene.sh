@@ -43,6 +43,12 @@ $main_fn"
 check "custom allocator"        "gcc -std=c99 -pedantic $W"                c "$alloc
 $impl
 $main_fn"
+check "without data (NO_DATA)"  "gcc -std=c99 -pedantic -DMETAFORMER_NO_DATA $W" c "$impl
+$main_fn"
+check "without data (C++)"      "g++ -std=c++11 -DMETAFORMER_NO_DATA $W"  cpp "$impl
+$main_fn"
+check "shards by stdio (NO_MMAP)" "gcc -std=c99 -pedantic -DMETAFORMER_NO_MMAP $W" c "$impl
+$main_fn"
 check "declarations only (C)"   "gcc -std=c99 -pedantic $W"                c "$use"
 check "declarations only (C++)" "g++ -std=c++11 $W"                        cpp "$use"
 # the per-family switches: the header compiles without each family (C and C++), a program trains a

@@ -367,7 +367,7 @@ static void check_save_load(mf_tokenizer *t, const char *text) {
     mf_tokenizer *u;
     int32_t a[256], b[256];
     int64_t na, nb;
-    MFT_CHECK(mf_tokenizer_save(t, DIR "tok.txt") == 0);
+    MFT_CHECK(mf_tokenizer_save(t, DIR "tok.txt", NULL, 0) == 0);
     u = mf_tokenizer_load(DIR "tok.txt");
     MFT_CHECK(mf_tokenizer_error(u) == NULL);
     if (mf_tokenizer_error(u)) printf("    %s\n", mf_tokenizer_error(u));
@@ -380,6 +380,7 @@ static void check_save_load(mf_tokenizer *t, const char *text) {
 static void test_save_load_every_kind(void) {
     static const unsigned char alphabet[] = {'a', 'b', ' ', 0xc3, 0xa9};
     const char *text = "abba ab \xc3\xa9\xc3\xa9 baab";
+    char why[600];
     mf_tokenizer *t = mf_tokenizer_bytes();
     check_save_load(t, "any \xff bytes");
     mf_tokenizer_free(t);
@@ -393,9 +394,14 @@ static void test_save_load_every_kind(void) {
     t = mf_tokenizer_gpt2(DIR "encoder.json", DIR "vocab.bpe");
     check_save_load(t, "the cat in thecat <|endoftext|>");
     mf_tokenizer_free(t);
-    MFT_CHECK(mf_tokenizer_save(NULL, DIR "x.txt") == -1);
-    MFT_CHECK(mf_tokenizer_save(t = mf_tokenizer_bytes(), NULL) == -1);
-    MFT_CHECK(mf_tokenizer_save(t, "build/no_such_dir/tok.txt") == -1);
+    t = mf_tokenizer_train_bpe(text, strlen(text), 270, NULL);   /* a trained vocabulary */
+    check_save_load(t, text);
+    mf_tokenizer_free(t);
+    MFT_CHECK(mf_tokenizer_save(NULL, DIR "x.txt", why, sizeof why) == -1 && strstr(why, "NULL"));
+    MFT_CHECK(mf_tokenizer_save(t = mf_tokenizer_bytes(), NULL, why, sizeof why) == -1 && strstr(why, "path"));
+    MFT_CHECK(mf_tokenizer_save(t, "build/no_such_dir/tok.txt", why, sizeof why) == -1 &&
+              strstr(why, "no_such_dir") && strstr(why, "No such file"));
+    MFT_CHECK(mf_tokenizer_save(t, "build/no_such_dir/tok.txt", NULL, 0) == -1);   /* err may be NULL */
     mf_tokenizer_free(t);
 }
 
@@ -433,7 +439,7 @@ static void test_load_refuses_bad_files(void) {
     char *good;
     size_t n = 0, cut;
     int refused = 0;
-    MFT_CHECK(mf_tokenizer_save(t, DIR "good.txt") == 0);
+    MFT_CHECK(mf_tokenizer_save(t, DIR "good.txt", NULL, 0) == 0);
     good = read_text(DIR "good.txt", &n);
     /* lines: 1 header, 2 kind, 3 vocab_size, 4 bytes, 5..260 the bytes, 261 extras, 262 merges,
        263..265 the merges, 266 end */
