@@ -8899,39 +8899,40 @@ static void *mf__bpe_grow(void *p, int64_t *cap, int64_t need, size_t sz) {
     if (q) *cap = c;
     return q;
 }
-static uint64_t mf__bpe_hash_bytes(const unsigned char *s, int64_t n) {
-    uint64_t h = mf__mix64((uint64_t)n), v;
-    for (; n >= 8; s += 8, n -= 8) { memcpy(&v, s, 8); h = mf__mix64(h ^ v); }
-    v = 0;
-    memcpy(&v, s, (size_t)n);
-    return mf__mix64(h ^ v ^ 0x9e3779b97f4a7c15ULL);
-}
 
-/* ---- counting the distinct pre-tokens ---- */
-static int mf__bpe_word_table_grow(mf__bpe_trainer *tr) {
-    uint64_t cap = tr->w_table ? 2 * (tr->w_mask + 1) : 1024, i;
-    int64_t w;
+/* ---- the index tables ---- */
+/* the open-addressing index over items 0..n-1 (slot = item + 1, 0 = empty; load kept <= 1/2),
+   rebuilt at twice its size (min_cap at first) with each item's hash. 0, or -1 out of memory. */
+static int mf__bpe_index_grow(int32_t **table, uint64_t *mask, int64_t n, uint64_t min_cap,
+                              uint64_t (*hash)(const mf__bpe_trainer *, int64_t), const mf__bpe_trainer *tr) {
+    uint64_t cap = *table ? 2 * (*mask + 1) : min_cap, i;
+    int64_t k;
     int32_t *tab = (int32_t *)MF_MALLOC((size_t)cap * sizeof *tab);
     if (!tab) return -1;
     memset(tab, 0, (size_t)cap * sizeof *tab);
-    for (w = 0; w < tr->n_words; w++) {
-        i = mf__bpe_hash_bytes(tr->text + tr->words[w].off, tr->words[w].len) & (cap - 1);
-        while (tab[i]) i = (i + 1) & (cap - 1);
-        tab[i] = (int32_t)(w + 1);
+    for (k = 0; k < n; k++) {
+        for (i = hash(tr, k) & (cap - 1); tab[i]; i = (i + 1) & (cap - 1)) {}
+        tab[i] = (int32_t)(k + 1);
     }
-    MF_FREE(tr->w_table);
-    tr->w_table = tab;
-    tr->w_mask = cap - 1;
+    MF_FREE(*table);
+    *table = tab;
+    *mask = cap - 1;
     return 0;
 }
+static uint64_t mf__bpe_word_hash(const mf__bpe_trainer *tr, int64_t w) {
+    return mf__hash_bytes(tr->text + tr->words[w].off, (size_t)tr->words[w].len);
+}
+static uint64_t mf__bpe_pair_hash(const mf__bpe_trainer *tr, int64_t p) { return mf__mix64(tr->pairs[p].key); }
+
+/* ---- counting the distinct pre-tokens ---- */
 /* one occurrence of the pre-token text[off .. off + len): a new word or one more of a known one */
 static int mf__bpe_count_word(mf__bpe_trainer *tr, int64_t off, int64_t len) {
     const unsigned char *s = tr->text + off;
     uint64_t i;
     int64_t k = tr->n_words;
     mf__bpe_word *nw;
-    if ((uint64_t)tr->n_words * 2 >= (tr->w_table ? tr->w_mask + 1 : 0) && mf__bpe_word_table_grow(tr)) return -1;
-    for (i = mf__bpe_hash_bytes(s, len) & tr->w_mask; tr->w_table[i]; i = (i + 1) & tr->w_mask) {
+    if ((uint64_t)tr->n_words * 2 >= (tr->w_table ? tr->w_mask + 1 : 0) && mf__bpe_index_grow(&tr->w_table, &tr->w_mask, tr->n_words, 1024, mf__bpe_word_hash, tr)) return -1;
+    for (i = mf__hash_bytes(s, (size_t)len) & tr->w_mask; tr->w_table[i]; i = (i + 1) & tr->w_mask) {
         mf__bpe_word *w = &tr->words[tr->w_table[i] - 1];
         if (w->len == len && !memcmp(tr->text + w->off, s, (size_t)len)) { w->freq++; return 0; }
     }
@@ -8968,27 +8969,11 @@ static int mf__bpe_count_words(mf__bpe_trainer *tr, size_t n) {
 }
 
 /* ---- pairs ---- */
-static int mf__bpe_pair_table_grow(mf__bpe_trainer *tr) {
-    uint64_t cap = tr->p_table ? 2 * (tr->p_mask + 1) : 4096, i;
-    int64_t p;
-    int32_t *tab = (int32_t *)MF_MALLOC((size_t)cap * sizeof *tab);
-    if (!tab) return -1;
-    memset(tab, 0, (size_t)cap * sizeof *tab);
-    for (p = 0; p < tr->n_pairs; p++) {
-        i = mf__mix64(tr->pairs[p].key) & (cap - 1);
-        while (tab[i]) i = (i + 1) & (cap - 1);
-        tab[i] = (int32_t)(p + 1);
-    }
-    MF_FREE(tr->p_table);
-    tr->p_table = tab;
-    tr->p_mask = cap - 1;
-    return 0;
-}
 /* the pair (left, right), made (count 0) when new; -1 out of memory or too many pairs */
 static int64_t mf__bpe_pair_of(mf__bpe_trainer *tr, int32_t left, int32_t right) {
     uint64_t key = (uint64_t)left << 32 | (uint64_t)right, i;
     mf__bpe_pair *np;
-    if ((uint64_t)tr->n_pairs * 2 >= (tr->p_table ? tr->p_mask + 1 : 0) && mf__bpe_pair_table_grow(tr)) return -1;
+    if ((uint64_t)tr->n_pairs * 2 >= (tr->p_table ? tr->p_mask + 1 : 0) && mf__bpe_index_grow(&tr->p_table, &tr->p_mask, tr->n_pairs, 4096, mf__bpe_pair_hash, tr)) return -1;
     for (i = mf__mix64(key) & tr->p_mask; tr->p_table[i]; i = (i + 1) & tr->p_mask)
         if (tr->pairs[tr->p_table[i] - 1].key == key) return tr->p_table[i] - 1;
     if (tr->n_pairs >= INT32_MAX - 1) return -1;
