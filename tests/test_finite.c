@@ -3,8 +3,11 @@
    the backward (a gradient that overflows) or in a poisoned parameter - and raises no false alarm
    on any mixer (the same losses bit for bit as without it); mf_ctx_set_memory_limit fails a model,
    an op or the optimizer moments that do not fit with a message naming the cap and who asked, and a
-   cap that fits changes nothing. */
+   cap that fits changes nothing; the examples' train_step applies no update on a non-finite step. */
+#define _POSIX_C_SOURCE 200809L
 #include "metaformer.h"
+#define EX_PROG "test_finite"
+#include "examples/common.h"
 #include "mf_test.h"
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +143,39 @@ static void test_check_mode_no_false_alarm(void) {
     }
 }
 
+/* ---- train_step (examples/common.h): a NaN in a weight makes the loss NaN; the step returns 1,
+   applies no update (the parameters and the optimizer's step count unchanged, bit for bit) and
+   leaves zero gradients; with the weight repaired the next step trains ---- */
+static void test_train_step_skips_nonfinite(void) {
+    mf_ctx *ctx = mf_ctx_new(3);
+    mf_model_config cfg = small_config(MF_MIXER_SDPA);
+    mf_model *m = mf_model_new(ctx, &cfg);
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-2f);
+    int32_t x[B * T], y[B * T];
+    int64_t n = mf_param_count(ctx), i, nonzero = 0;
+    float *before = (float *)malloc((size_t)n * sizeof(float)), loss = 0, ar = 0, norm = 0, keep;
+    mf_tensor *w = mf_param_at(ctx, 0);
+    MFT_CHECK(m != NULL && before != NULL);
+    if (!m || !before) { free(before); mf_ctx_free(ctx); return; }
+    batch(0, x, y);
+    MFT_CHECK(train_step(ctx, m, &opt, 0, x, y, B, T, &loss, &ar, &norm) == 0 && isfinite(loss) && norm > 0);
+    keep = w->data[x[0] * cfg.d_model]; /* the embedding row of the first token */
+    w->data[x[0] * cfg.d_model] = NAN;
+    memcpy(before, mf_param_data(ctx), (size_t)n * sizeof(float));
+    MFT_CHECK(train_step(ctx, m, &opt, 1.0f, x, y, B, T, &loss, &ar, &norm) == 1);
+    MFT_CHECK(isnan(loss) && !isfinite(norm) && mf_ok(ctx));
+    MFT_CHECK(memcmp(before, mf_param_data(ctx), (size_t)n * sizeof(float)) == 0);
+    MFT_CHECK(mf_optimizer_steps(ctx) == 1);
+    for (i = 0; i < n; i++) nonzero += mf_param_grads(ctx)[i] != 0.0f;
+    MFT_CHECK(nonzero == 0);
+    w->data[x[0] * cfg.d_model] = keep;
+    MFT_CHECK(train_step(ctx, m, &opt, 1.0f, x, y, B, T, &loss, &ar, &norm) == 0 && isfinite(loss));
+    MFT_CHECK(mf_optimizer_steps(ctx) == 2);
+    free(before);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+
 /* ---- memory caps ---- */
 static mf_model *make(mf_ctx *ctx, size_t cap) {
     mf_model_config cfg = small_config(MF_MIXER_SDPA);
@@ -220,6 +256,7 @@ int main(void) {
     MFT_RUN(test_check_names_poisoned_parameter);
     MFT_RUN(test_check_names_backward_overflow);
     MFT_RUN(test_check_mode_no_false_alarm);
+    MFT_RUN(test_train_step_skips_nonfinite);
     MFT_RUN(test_memory_cap_that_fits);
     MFT_RUN(test_memory_cap_parameters);
     MFT_RUN(test_memory_cap_activations);
