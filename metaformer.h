@@ -1750,7 +1750,7 @@ MFDEF int mf_set_check_finite(mf_ctx *ctx, int on) {
 /* The index of the first NaN / Inf among n floats of tensor data on the context's device (its
    value in *v), -1 when all are finite, -2 when a device copy failed (error in ctx). */
 static int64_t mf__first_nonfinite(mf_ctx *ctx, const float *p, int64_t n, float *v) {
-    enum { CHUNK = 16384 };
+    const int64_t CHUNK = 16384;
     float *buf;
     int64_t lo, i;
     if (!p) return -1;
@@ -1758,7 +1758,7 @@ static int64_t mf__first_nonfinite(mf_ctx *ctx, const float *p, int64_t n, float
         for (i = 0; i < n; i++) if (!isfinite(p[i])) { *v = p[i]; return i; }
         return -1;
     }
-    if (!(buf = (float *)mf__xmalloc(CHUNK * sizeof(float)))) return (mf__fail(ctx, "out of memory: check mode's copy buffer"), -2);
+    if (!(buf = (float *)mf__xmalloc((size_t)CHUNK * sizeof(float)))) return (mf__fail(ctx, "out of memory: check mode's copy buffer"), -2);
     for (lo = 0; lo < n; lo += CHUNK) { /* the device's values, a chunk at a time through the host */
         int64_t len = n - lo < CHUNK ? n - lo : CHUNK;
         if (mf__ddownload(ctx, buf, p + lo, (size_t)len * sizeof(float)) < 0) { MF_FREE(buf); return -2; }
