@@ -69,6 +69,8 @@
  *   Errors    no function crashes on bad input. A failing call returns NULL (or a negative code),
  *             stores a message naming the op, the shapes and the fix (mf_error), and marks the
  *             context failed: every later op returns NULL, so checking once at the end is enough.
+ *             mf_set_check_finite(ctx, 1) makes a NaN / Inf an error of the op that made it, and
+ *             mf_ctx_set_memory_limit(ctx, bytes) makes growth past a cap one (naming who asked).
  *
  * CONTENTS (search for the banners, e.g. "[mf:ops]")
  *   [mf:api]        public declarations

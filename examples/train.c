@@ -102,6 +102,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: train FILE [options]                    a character-level model on a text file\n"
                "       train --data FILES --valid FILES [--tokenizer FILE | --vocab N] [options]   on token shards\n"
                "       train --resume CKPT --eval-only [FILE | --valid FILES]   the validation loss of a checkpoint\n\n");
+    fprintf(f, "A step whose loss or gradient norm is NaN or Inf is never applied nor saved: training stops there and the\n"
+               "checkpoint on disk stays the last good one (--skip-nonfinite N lets N such steps pass; --check-finite\n"
+               "names the op that made the value).\n\n");
     print_options(f, OPTIONS, N_OPTIONS);
     fprintf(f, "\nMemory models (--mixer relative, --compressive) read the text sequentially: batch row b continues\n"
                "row b of the previous batch, and the memories are emptied at the start of every pass over the text.\n"
