@@ -140,8 +140,7 @@ rep ""
 # sanitizer_dir TITLE DIR: the tests of one sanitizer flavour, their logs' closing lines added up
 sanitizer_dir() {
     local title=$1 dir=$2 n=0 clean=0 failed="" p f log s
-    for log in "$dir"/*.log; do
-        [ -e "$log" ] || continue
+    for log in $(find "$dir" -name '*.log' 2>/dev/null | sort); do
         n=$((n + 1)); s=$(summary_of "$log")
         p=$(echo "$s" | sed -n 's/^\([0-9]*\) passed.*/\1/p'); f=$(echo "$s" | sed -n 's/.*, \([0-9]*\) failed.*/\1/p')
         if [ -n "$s" ] && [ "${f:-1}" -eq 0 ] && ! grep -q 'runtime error\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer' "$log"; then
