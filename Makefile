@@ -11,6 +11,8 @@
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
 #   make bench-cuda every model and the attention / fast-weights kernels vs PyTorch on the GPU
+#   make reliability  bench/results/reliability_<date>.md: fuzzing, kill-during-save, resume of every
+#                  model, non-finite and memory-cap tests, sanitizer runs (issue #22)
 CC      ?= gcc
 CXX     ?= g++
 WARN    := -Wall -Wextra -pedantic -Werror
@@ -30,7 +32,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench bench-cuda demo ablate goldens clean test-cuda train-cuda FORCE
+.PHONY: all test examples bench bench-cuda demo ablate goldens clean test-cuda train-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -116,7 +118,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 # logs whole, in the fixed order of TEST_LOGS, and the closing line "N passed, N failed".
 # ASAN_OPTIONS: stop at the first report, and report leaks.
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-SCRIPTS   := hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize
+SCRIPTS   := hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log)
 # the order make takes them up in (make -j queues every job it finds ready in this order, and a
@@ -137,6 +139,7 @@ $(BUILD)/logs/sh/%.log: tests/%.sh FORCE
 	@bash tests/run.sh --one $@ "bash $<"
 $(BUILD)/logs/sh/test_cli.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_data_cli.log: $(BUILD)/train $(BUILD)/sample
+$(BUILD)/logs/sh/test_nonfinite.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
 $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
@@ -215,6 +218,11 @@ $(BUILD)/parity_export: tests/parity/export.c metaformer.h
 # benchmarks: SGEMM vs OpenBLAS, model training vs PyTorch, side by side in one run
 bench:
 	bash bench/run.sh
+
+# issue #22's figures: runs the reliability tests it finds by name, reads fuzzing results and make
+# test's sanitizer logs (bench/reliability.sh --logs reads every part from the logs)
+reliability:
+	bash bench/reliability.sh
 
 # the same on an NVIDIA GPU against PyTorch on that GPU (needs nvcc, a GPU and torch 2.x with CUDA)
 bench-cuda:

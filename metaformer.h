@@ -69,6 +69,8 @@
  *   Errors    no function crashes on bad input. A failing call returns NULL (or a negative code),
  *             stores a message naming the op, the shapes and the fix (mf_error), and marks the
  *             context failed: every later op returns NULL, so checking once at the end is enough.
+ *             mf_set_check_finite(ctx, 1) makes a NaN / Inf an error of the op that made it, and
+ *             mf_ctx_set_memory_limit(ctx, bytes) makes growth past a cap one (naming who asked).
  *
  * CONTENTS (search for the banners, e.g. "[mf:ops]")
  *   [mf:api]        public declarations
@@ -185,6 +187,24 @@ MFDEF void mf_reset(mf_ctx *ctx);
 /* Bytes in use by activations now / at most since the context was made, and parameter floats. */
 MFDEF size_t mf_activation_bytes(const mf_ctx *ctx);
 MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx);
+/* A memory cap of `bytes` (0 = none, the default) on what grows with the model and the batch: the
+   activation arena (host, and device on CUDA), the parameter and gradient buffers and the optimizer
+   moments. Growth beyond it fails the context with a message naming the cap, the use, the request,
+   who asked (the op, "parameters" or "optimizer moments") and the fix; a cap that is large enough
+   changes nothing (the same values bit for bit: the arena's last block is cut to the room left).
+   The GEMM workspace, model memories and bookkeeping are outside it. Returns 0, or -1 with the
+   error in ctx when the context already uses more. mf_ctx_memory_bytes: what the cap counts now. */
+MFDEF int mf_ctx_set_memory_limit(mf_ctx *ctx, size_t bytes);
+MFDEF size_t mf_ctx_memory_limit(const mf_ctx *ctx);
+MFDEF size_t mf_ctx_memory_bytes(const mf_ctx *ctx);
+/* Check mode (off by default; costs nothing when off): after every op's forward its output, and
+   after every op's backward the gradients it wrote into its inputs, are tested for NaN / Inf; the
+   first op that produced one fails the context with its name, the shapes, the element and whether
+   its inputs (or, in the backward, its output gradient) were finite - so the message names the
+   origin, not an op downstream of it. A non-finite input names where the value came from outside
+   the ops (a parameter, mf_from data, a loaded checkpoint). Slow (a pass over every output; on
+   CUDA a copy to the host); for finding where a loss goes NaN. Returns the old setting. */
+MFDEF int mf_set_check_finite(mf_ctx *ctx, int on);
 MFDEF int64_t mf_param_count(const mf_ctx *ctx);
 /* Seconds since an arbitrary point (wall clock with OpenMP or POSIX clocks, else CPU time). */
 MFDEF double mf_time(void);
@@ -1039,6 +1059,12 @@ struct mf_ctx {
     /* device: NULL on the CPU; the CUDA backend and its state (metaformer_cuda.cuh) */
     const mf__backend *be;
     void *be_state;
+    /* reliability (mf_set_check_finite, mf_ctx_set_memory_limit) */
+    int check_finite;       /* test every op's output (and input gradients) for NaN / Inf */
+    size_t mem_limit;       /* bytes; 0 = no cap */
+    size_t arena_bytes;     /* capacity of the activation arena blocks (host + device) */
+    const char *cur_op;     /* the op running now (forward or backward): who asked for memory */
+    int cur_backward;
 };
 
 static void *mf__xmalloc(size_t n) { return n ? MF_MALLOC(n) : NULL; }
@@ -1131,6 +1157,47 @@ static void mf__blocks_free(mf__block *b) {
     while (b) { mf__block *n = b->next; MF_FREE(b->raw); MF_FREE(b); b = n; }
 }
 
+/* ---- the memory cap (mf_ctx_set_memory_limit) ----
+   It covers what grows with the model and the batch: the activation arena blocks (host, and device
+   on CUDA), the flat parameter and gradient buffers and the optimizer moments. */
+static size_t mf__param_bytes(const mf_ctx *ctx) { return ctx->p_data ? (size_t)ctx->p_cap * 2 * sizeof(float) : 0; }
+static size_t mf__moment_bytes(const mf_ctx *ctx) {
+    return ctx->p_m ? (size_t)(ctx->p_cap ? ctx->p_cap : 1) * 2 * sizeof(float) : 0;
+}
+static size_t mf__mem_used(const mf_ctx *ctx) { return ctx->arena_bytes + mf__param_bytes(ctx) + mf__moment_bytes(ctx); }
+/* who asks for activation memory now: the running op, or a tensor made outside the ops */
+static const char *mf__mem_who(const mf_ctx *ctx, char *buf, size_t size) {
+    if (ctx->cur_op) snprintf(buf, size, "op %s (%s)", ctx->cur_op, ctx->cur_backward ? "backward" : "forward");
+    else snprintf(buf, size, "an activation tensor made outside the ops (mf_new, mf_from, a model's state)");
+    return buf;
+}
+/* May the context take `more` bytes on top of what it uses? 0, or -1 with the error naming the
+   cap, the use, the request, who asked and the fix. */
+static int mf__mem_grant(mf_ctx *ctx, size_t more, const char *who) {
+    size_t used;
+    if (!ctx->mem_limit) return 0;
+    used = mf__mem_used(ctx);
+    if (more <= ctx->mem_limit && used <= ctx->mem_limit - more) return 0;
+    mf__fail(ctx, "memory limit: %s asks for %zu more bytes, but the context already uses %zu of its %zu-byte cap "
+             "(activation arena %zu, parameters and gradients %zu, optimizer moments %zu); raise the cap "
+             "(mf_ctx_set_memory_limit, build/train --memory-limit MB) or make the batch, the sequence or the "
+             "model smaller", who, more, used, ctx->mem_limit, ctx->arena_bytes, mf__param_bytes(ctx),
+             mf__moment_bytes(ctx));
+    return -1;
+}
+/* The size of a new arena block that must hold `bytes`: `want` (the doubling), cut down to the room
+   left under the cap when that still holds `bytes`, so a cap never changes what fits. 0 when the cap
+   refuses (error in ctx). The caller adds the block to ctx->arena_bytes. */
+static size_t mf__arena_block_cap(mf_ctx *ctx, size_t want, size_t bytes) {
+    char who[96];
+    if (want < bytes) want = bytes;
+    if (ctx->mem_limit) {
+        size_t used = mf__mem_used(ctx), room = used < ctx->mem_limit ? ctx->mem_limit - used : 0;
+        if (want > room && bytes <= room) want = room;
+    }
+    return mf__mem_grant(ctx, want, mf__mem_who(ctx, who, sizeof who)) < 0 ? 0 : want;
+}
+
 /* Aligned scratch from the activation arena; valid until mf_reset. Not zeroed. */
 static void *mf__alloc(mf_ctx *ctx, size_t bytes) {
     mf__block *b;
@@ -1138,13 +1205,14 @@ static void *mf__alloc(mf_ctx *ctx, size_t bytes) {
     if (bytes == 0) bytes = MF__ALIGN;
     b = ctx->blocks;
     if (!b || b->used + bytes > b->cap) {
-        size_t cap = b ? 2 * b->cap : MF__ARENA_MIN;
+        size_t cap = mf__arena_block_cap(ctx, b ? 2 * b->cap : MF__ARENA_MIN, bytes);
         mf__block *nb;
-        if (cap < bytes) cap = bytes;
+        if (!cap) return NULL;
         nb = mf__block_new(cap);
         if (!nb) return mf__fail(ctx, "out of memory: the activation arena needs %zu more bytes "
                                  "(reduce batch or sequence length)", bytes);
         nb->next = b; ctx->blocks = nb; b = nb;
+        ctx->arena_bytes += cap;
     }
     {
         void *p = b->base + b->used;
@@ -1237,6 +1305,18 @@ MFDEF int mf_set_training(mf_ctx *ctx, int training) {
     old = ctx->training; ctx->training = training != 0;
     return old;
 }
+MFDEF int mf_ctx_set_memory_limit(mf_ctx *ctx, size_t bytes) {
+    if (!mf_ok(ctx)) return -1;
+    ctx->mem_limit = bytes;
+    if (bytes && mf__mem_used(ctx) > bytes)
+        return (mf__fail(ctx, "mf_ctx_set_memory_limit: the cap of %zu bytes is below the %zu bytes the context "
+                         "uses already (activation arena %zu, parameters and gradients %zu, optimizer moments %zu); "
+                         "set a larger cap, or set it before the model is made", bytes, mf__mem_used(ctx),
+                         ctx->arena_bytes, mf__param_bytes(ctx), mf__moment_bytes(ctx)), -1);
+    return 0;
+}
+MFDEF size_t mf_ctx_memory_limit(const mf_ctx *ctx) { return ctx ? ctx->mem_limit : 0; }
+MFDEF size_t mf_ctx_memory_bytes(const mf_ctx *ctx) { return ctx ? mf__mem_used(ctx) : 0; }
 MFDEF size_t mf_activation_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_used : 0; }
 MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_peak : 0; }
 MFDEF int64_t mf_param_count(const mf_ctx *ctx) { return ctx ? ctx->p_used : 0; }
@@ -1247,14 +1327,18 @@ MFDEF void mf_reset(mf_ctx *ctx) {
     if (!ctx) return;
     ctx->tape_len = 0;
     ctx->act_used = 0;
+    ctx->cur_op = NULL;
     if (ctx->be) ctx->be->reset(ctx);
     if (!ctx->blocks) return;
     if (!ctx->blocks->next) { ctx->blocks->used = 0; return; }
     /* several blocks: replace them by one block that holds what this step needed */
     for (b = ctx->blocks; b; b = b->next) total += b->cap;
     mf__blocks_free(ctx->blocks);
-    ctx->blocks = mf__block_new(total);
-    if (!ctx->blocks) mf__fail(ctx, "out of memory: cannot allocate a %zu-byte activation arena", total);
+    ctx->blocks = mf__block_new(total); /* the same bytes as the blocks: ctx->arena_bytes holds */
+    if (!ctx->blocks) {
+        ctx->arena_bytes -= total;
+        mf__fail(ctx, "out of memory: cannot allocate a %zu-byte activation arena", total);
+    }
 }
 
 MFDEF char *mf_shape_str(const mf_tensor *t, char *buf, size_t size) {
@@ -1359,6 +1443,9 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     float **bufs[4];
     if (floats <= ctx->p_cap) return 0;
     while (cap < floats) cap *= 2;
+    if (mf__mem_grant(ctx, (size_t)(cap - ctx->p_cap) * sizeof(float) * (ctx->p_m ? 4 : 2),
+                      ctx->p_m ? "parameters (values, gradients and optimizer moments)" : "parameters (values and gradients)") < 0)
+        return -1;
     bufs[0] = &ctx->p_data; bufs[1] = &ctx->p_grad; bufs[2] = &ctx->p_m; bufs[3] = &ctx->p_v;
     for (i = 0; i < 4; i++) {
         float *nb;
@@ -1397,6 +1484,7 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
 static int mf__alloc_moments(mf_ctx *ctx) {
     size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (ctx->p_m) return 0;
+    if (mf__mem_grant(ctx, 2 * bytes, "optimizer moments") < 0) return -1;
     if (ctx->be) {
         ctx->p_m = (float *)ctx->be->dalloc(ctx, bytes, "optimizer moments");
         ctx->p_v = ctx->p_m ? (float *)ctx->be->dalloc(ctx, bytes, "optimizer moments") : NULL;
@@ -1634,6 +1722,8 @@ static mf_tensor *mf__begin(mf_ctx *ctx, const mf__op *op, mf_tensor *a, mf_tens
                             mf_tensor *c, mf_tensor *d) {
     mf_tensor *t;
     if (!mf_ok(ctx)) return NULL;
+    /* from here to mf__finish the op is who asks for memory (mf_ctx_set_memory_limit) */
+    ctx->cur_op = op->name; ctx->cur_backward = 0;
     t = (mf_tensor *)mf__calloc(ctx, sizeof(mf_tensor));
     if (!t) return NULL;
     t->op = op;
@@ -1652,8 +1742,88 @@ static int mf__tape_push(mf_ctx *ctx, mf_tensor *t) {
     return 0;
 }
 
-/* Check, shape, allocate, compute and record a node made by mf__begin. */
-static mf_tensor *mf__finish(mf_ctx *ctx, mf_tensor *t) {
+/* ---- check mode (mf_set_check_finite): find the first op that makes a NaN or an Inf ---- */
+MFDEF int mf_set_check_finite(mf_ctx *ctx, int on) {
+    int old;
+    if (!ctx) return 0;
+    old = ctx->check_finite; ctx->check_finite = on != 0;
+    return old;
+}
+/* The index of the first NaN / Inf among n floats of tensor data on the context's device (its
+   value in *v), -1 when all are finite, -2 when a device copy failed (error in ctx). */
+static int64_t mf__first_nonfinite(mf_ctx *ctx, const float *p, int64_t n, float *v) {
+    const int64_t CHUNK = 16384;
+    float *buf;
+    int64_t lo, i;
+    if (!p) return -1;
+    if (!ctx->be) {
+        for (i = 0; i < n; i++) if (!isfinite(p[i])) { *v = p[i]; return i; }
+        return -1;
+    }
+    if (!(buf = (float *)mf__xmalloc((size_t)CHUNK * sizeof(float)))) return (mf__fail(ctx, "out of memory: check mode's copy buffer"), -2);
+    for (lo = 0; lo < n; lo += CHUNK) { /* the device's values, a chunk at a time through the host */
+        int64_t len = n - lo < CHUNK ? n - lo : CHUNK;
+        if (mf__ddownload(ctx, buf, p + lo, (size_t)len * sizeof(float)) < 0) { MF_FREE(buf); return -2; }
+        for (i = 0; i < len; i++) if (!isfinite(buf[i])) { *v = buf[i]; MF_FREE(buf); return lo + i; }
+    }
+    MF_FREE(buf);
+    return -1;
+}
+/* "input 2 [4, 8] (parameter "fc.weight")" */
+static void mf__describe_input(const mf_tensor *s, int k, char *buf, size_t size) {
+    char sh[64];
+    if (s->is_param) snprintf(buf, size, "input %d %s (parameter \"%s\")", k + 1, mf_shape_str(s, sh, sizeof sh), s->name);
+    else snprintf(buf, size, "input %d %s%s", k + 1, mf_shape_str(s, sh, sizeof sh), s->op ? "" : " (not made by an op)");
+}
+/* after t's forward: its output finite, or the error naming t, the element and its inputs */
+static int mf__check_forward(mf_ctx *ctx, mf_tensor *t) {
+    char msg[MF__ERRLEN], sh[64], in[160];
+    size_t n = 0;
+    int k, outside = 0;
+    float v = 0;
+    int64_t at;
+    if (t->op->is_view || (at = mf__first_nonfinite(ctx, t->data, t->ne, &v)) == -1) return 0; /* a view: its input was checked */
+    if (at < -1) return -1;
+    n += (size_t)snprintf(msg, sizeof msg, "op %s made %g at element %lld of its output %s;", t->op->name, (double)v,
+                          (long long)at, mf_shape_str(t, sh, sizeof sh));
+    for (k = 0; k < MF_MAX_SRC && n < sizeof msg; k++) {
+        const mf_tensor *s = t->src[k];
+        int64_t j;
+        float w = 0;
+        if (!s) continue;
+        if ((j = mf__first_nonfinite(ctx, s->data, s->ne, &w)) < -1) return -1;
+        mf__describe_input(s, k, in, sizeof in);
+        if (j >= 0) { outside = 1; n += (size_t)snprintf(msg + n, sizeof msg - n, " %s holds %g at element %lld;", in, (double)w, (long long)j); }
+        else n += (size_t)snprintf(msg + n, sizeof msg - n, " %s finite;", in);
+    }
+    mf__fail(ctx, "non-finite value (check mode): %s %s", msg,
+             outside ? "a non-finite input came from outside the ops (a parameter, mf_from data or a loaded checkpoint)"
+                     : "its inputs are finite: this op is where the value starts");
+    return -1;
+}
+/* after t's backward: the input gradients it wrote finite, or the error naming t and the input */
+static int mf__check_backward(mf_ctx *ctx, mf_tensor *t) {
+    char sh[64], in[160];
+    int k;
+    for (k = 0; k < MF_MAX_SRC; k++) {
+        mf_tensor *s = t->src[k];
+        int64_t at, j;
+        float v = 0, w = 0;
+        if (!s || !mf__g(s) || (!ctx->be && s->grad_pending)) continue; /* pending: not written yet */
+        if ((at = mf__first_nonfinite(ctx, s->grad, s->ne, &v)) == -1) continue;
+        if (at < -1 || (j = mf__first_nonfinite(ctx, t->grad, t->ne, &w)) < -1) return -1;
+        mf__describe_input(s, k, in, sizeof in);
+        mf__fail(ctx, "non-finite value (check mode): the backward of op %s made %g at element %lld of the gradient "
+                 "of its %s, from %s output gradient %s%s", t->op->name, (double)v, (long long)at, in,
+                 j >= 0 ? "a non-finite" : "a finite", mf_shape_str(t, sh, sizeof sh),
+                 j >= 0 ? "" : ": this op's backward is where the value starts");
+        return -1;
+    }
+    return 0;
+}
+
+/* Check, shape, allocate, compute and record a node made by mf__begin (mf__finish below). */
+static mf_tensor *mf__finish_op(mf_ctx *ctx, mf_tensor *t) {
     int i;
     if (!t || !mf_ok(ctx)) return NULL;
     for (i = 0; i < t->op->n_required; i++)
@@ -1672,6 +1842,16 @@ static mf_tensor *mf__finish(mf_ctx *ctx, mf_tensor *t) {
     else t->op->forward(ctx, t);
     if (!mf_ok(ctx)) return NULL;
     if (t->requires_grad && mf__tape_push(ctx, t) < 0) return NULL;
+    return t;
+}
+/* mf__finish_op, the op named as the one asking for memory (mf_ctx_set_memory_limit) since
+   mf__begin, and its output tested in check mode */
+static mf_tensor *mf__finish(mf_ctx *ctx, mf_tensor *t) {
+    if (!t || !mf_ok(ctx)) return NULL;
+    ctx->cur_op = t->op->name; ctx->cur_backward = 0;
+    t = mf__finish_op(ctx, t);
+    ctx->cur_op = NULL;
+    if (t && ctx->check_finite && mf__check_forward(ctx, t) < 0) return NULL;
     return t;
 }
 
@@ -1740,6 +1920,18 @@ static void mf__backward_op(mf_ctx *ctx, mf_tensor *t) {
     }
     t->op->backward(ctx, t);
 }
+/* The backward of one tape op on either device, the op named as the one asking for memory, its
+   input gradients tested in check mode. Returns 0 or -1. */
+static int mf__backward_one(mf_ctx *ctx, mf_tensor *t) {
+    const char *prev = ctx->cur_op;
+    int prev_bw = ctx->cur_backward;
+    ctx->cur_op = t->op->name; ctx->cur_backward = 1;
+    if (ctx->be) ctx->be->backward(ctx, t);
+    else mf__backward_op(ctx, t);
+    ctx->cur_op = prev; ctx->cur_backward = prev_bw;
+    if (!mf_ok(ctx)) return -1;
+    return ctx->check_finite ? mf__check_backward(ctx, t) : 0;
+}
 /* Recycled activation gradients (mf_set_keep_activation_grads(ctx, 0)), CPU. Walking the tape
    backwards, an op's inputs get their gradient buffers just before its backward (the buffer an
    input shares, mf__grad_shared_src, or a free one of its size, the one freed last: the warmest),
@@ -1777,7 +1969,7 @@ static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
             else if (!(s->grad = mf__gradbuf_take(ctx, fl, &nfl, s->ne))) return -1;
             else s->grad_pending = 1;
         }
-        mf__backward_op(ctx, t);
+        if (mf__backward_one(ctx, t) < 0) return -1;
         if (mf__grad_sharing(t) < 0) { fl[nfl].p = t->grad; fl[nfl].ne = t->ne; nfl++; }
         t->grad = NULL;
     }
@@ -1821,12 +2013,12 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     if (ctx->be) {
         static const float one = 1.0f;
         if (ctx->be->copy(ctx, loss->grad, &one, sizeof one, MF__H2D) < 0) return -1;
-        for (i = end; i >= 0 && mf_ok(ctx); i--) ctx->be->backward(ctx, ctx->tape[i]);
+        for (i = end; i >= 0 && mf_ok(ctx); i--) mf__backward_one(ctx, ctx->tape[i]);
         return mf_ok(ctx) ? 0 : -1;
     }
     loss->grad[0] = 1.0f;
     loss->grad_pending = 0;
-    for (i = end; i >= 0; i--) mf__backward_op(ctx, ctx->tape[i]);
+    for (i = end; i >= 0 && mf_ok(ctx); i--) mf__backward_one(ctx, ctx->tape[i]);
     return mf_ok(ctx) ? 0 : -1;
 }
 

@@ -216,9 +216,14 @@ template <class K> static int mf__cu_smem(mf_ctx *ctx, K kernel, size_t bytes, c
 static void *mf__cu_dalloc(mf_ctx *ctx, size_t bytes, const char *what) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
+    if (e != cudaSuccess) { /* name the request, the device's free / total memory and the op that asked */
+        size_t free_b = 0, total_b = 0;
+        char who[96];
         (void)cudaGetLastError();
-        mf__fail(ctx, "out of GPU memory: %s: cudaMalloc(%zu bytes) failed: %s", what, bytes, cudaGetErrorString(e));
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) { (void)cudaGetLastError(); free_b = total_b = 0; }
+        mf__fail(ctx, "out of GPU memory: %s, asked by %s: cudaMalloc(%zu bytes) failed (%s) with %zu of the device's "
+                 "%zu bytes free; make the batch, the sequence or the model smaller, or free the GPU of other work",
+                 what, mf__mem_who(ctx, who, sizeof who), bytes, cudaGetErrorString(e), free_b, total_b);
         return NULL;
     }
     return p;
@@ -233,16 +238,17 @@ static void *mf__cu_arena(mf_ctx *ctx, size_t bytes) {
     bytes = (bytes + MF__CU_ALIGN - 1) & ~(size_t)(MF__CU_ALIGN - 1);
     if (bytes == 0) bytes = MF__CU_ALIGN;
     if (!b || b->used + bytes > b->cap) {
-        size_t cap = b ? 2 * b->cap : ((size_t)16 << 20);
-        mf__cu_block *nb = (mf__cu_block *)mf__xmalloc(sizeof(mf__cu_block));
-        if (cap < bytes) cap = bytes;
-        if (!nb) return mf__fail(ctx, "out of memory: device arena bookkeeping");
-        if (!(nb->base = (char *)mf__cu_dalloc(ctx, cap, "the activation arena (reduce batch or sequence length)"))) {
+        size_t cap = mf__arena_block_cap(ctx, b ? 2 * b->cap : ((size_t)16 << 20), bytes); /* 0: over the cap */
+        mf__cu_block *nb;
+        if (!cap) return NULL;
+        if (!(nb = (mf__cu_block *)mf__xmalloc(sizeof(mf__cu_block)))) return mf__fail(ctx, "out of memory: device arena bookkeeping");
+        if (!(nb->base = (char *)mf__cu_dalloc(ctx, cap, "the activation arena"))) {
             MF_FREE(nb);
             return NULL;
         }
         nb->cap = cap; nb->used = 0; nb->next = b;
         cu->blocks = b = nb;
+        ctx->arena_bytes += cap;
     }
     {
         void *p = b->base + b->used;
@@ -264,6 +270,7 @@ static void mf__cu_reset(mf_ctx *ctx) {
     for (b = cu->blocks; b; b = b->next) total += b->cap;
     mf__cu_blocks_free(ctx, cu->blocks); /* cudaFree waits for the kernels still using them */
     cu->blocks = NULL;
+    ctx->arena_bytes -= total; /* mf__cu_arena adds the merged block back */
     if (mf__cu_arena(ctx, total)) cu->blocks->used = 0;
     ctx->act_used = 0;
     ctx->act_peak = peak;

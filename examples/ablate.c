@@ -270,18 +270,19 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
     open_data(&d, text, &cfg);
     for (step = 1; step <= S.steps; step++) {
         double t0 = mf_time();
-        float loss, ar;
-        int B, T;
+        float loss, ar, norm;
+        int B, T, rc;
         next_batch(&d, model, &B, &T);
-        if (train_step(ctx, model, &opt, S.clip, d.x, d.y, B, T, &loss, &ar) < 0) {
+        if ((rc = train_step(ctx, model, &opt, S.clip, d.x, d.y, B, T, &loss, &ar, &norm)) < 0) {
             progress_break(&pr);
             send_result(fd, RUN_FAILED, step, "step %lld failed: %s", (long long)step, mf_error(ctx));
             return 1;
         }
-        if (!isfinite(loss)) {
+        if (rc > 0) { /* a NaN / Inf loss or gradient norm: train_step applied no update */
             progress_break(&pr);
-            send_result(fd, RUN_DIVERGED, step, "diverged at step %lld (loss %s)", (long long)step,
-                        isnan(loss) ? "NaN" : loss > 0 ? "+Inf" : "-Inf");
+            float bad = isfinite(loss) ? norm : loss;
+            send_result(fd, RUN_DIVERGED, step, "diverged at step %lld (%s %s)", (long long)step,
+                        isfinite(loss) ? "gradient norm" : "loss", isnan(bad) ? "NaN" : bad > 0 ? "+Inf" : "-Inf");
             return 1;
         }
         train_time += mf_time() - t0;

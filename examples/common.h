@@ -49,6 +49,14 @@ EX_FN void die(const char *fmt, ...) {
     exit(1);
 }
 
+/* a float as text, the same on every C library: "NaN", "+Inf", "-Inf" or %g */
+EX_FN const char *format_value(double v, char *buf, size_t size) {
+    if (isnan(v)) snprintf(buf, size, "NaN");
+    else if (isinf(v)) snprintf(buf, size, v > 0 ? "+Inf" : "-Inf");
+    else snprintf(buf, size, "%g", v);
+    return buf;
+}
+
 /* ==== [rng] ================================================================================= */
 EX_FN uint64_t next_random(uint64_t *s) { /* splitmix64 */
     uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
@@ -614,20 +622,28 @@ EX_FN void print_sample(mf_ctx *ctx, mf_model *model, mf_tokenizer *tok, const i
 }
 
 /* ==== [steps] =============================================================================== */
-/* One training step (docs/math.md §11.5): forward and loss, backward, clip, optimizer step, zero grad.
-   *loss gets the loss and *ar the compressive models' attention-reconstruction part of it
-   (0 for the others), read before mf_reset. Returns 0, or -1 with the error in ctx. */
+/* One training step (docs/math.md §11.5): forward and loss, backward, the gradient norm (clipped to
+   clip when clip > 0), optimizer step, zero grad. *loss gets the loss, *ar the compressive models'
+   attention-reconstruction part of it (0 for the others) and *grad_norm (may be NULL) the norm
+   before clipping, all read before mf_reset. A NaN or Inf loss or gradient norm skips the update:
+   the optimizer never applies a non-finite step; the gradients are zeroed and the step's activations
+   freed. Returns 0, 1 for such a non-finite step, or -1 with the error in ctx. */
 EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float clip, const int32_t *x,
-                     const int32_t *y, int B, int T, float *loss, float *ar) {
+                     const int32_t *y, int B, int T, float *loss, float *ar, float *grad_norm) {
     mf_tensor *l = mf_model_loss(m, x, y, B, T);
+    float norm;
+    int finite;
     mf_backward(ctx, l);
-    if (clip > 0) mf_clip_grad_norm(ctx, clip);
-    mf_optimizer_step(ctx, opt);
-    mf_zero_grad(ctx);
+    norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
     *loss = mf_item(ctx, l); /* the value on any device */
     *ar = mf_model_aux_loss(m);
+    if (grad_norm) *grad_norm = norm;
+    finite = isfinite(*loss) && isfinite(norm);
+    if (finite) mf_optimizer_step(ctx, opt);
+    mf_zero_grad(ctx);
     mf_reset(ctx);
-    return mf_ok(ctx) ? 0 : -1;
+    if (!mf_ok(ctx)) return -1;
+    return finite ? 0 : 1;
 }
 
 /* Mean validation cross-entropy (without the reconstruction loss, which goes to *ar when ar is

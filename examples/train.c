@@ -38,6 +38,7 @@ typedef struct {
     const char *optimizer, *schedule, *save, *resume, *prompt, *data, *valid, *tokenizer;
     int batch, steps, warmup, seed, vocab, eval_only, greedy;
     int threads, eval_every, eval_batches, log_every, save_every, stop_after, sample, top_k;
+    int skip_nonfinite, check_finite, memory_limit;
     float lr, weight_decay, clip, temperature;
     const char *device;
 } settings;
@@ -75,6 +76,12 @@ static const option OPTIONS[] = {
     {"save-every", OPT_INT, &S.save_every, RUN_ONLY, 0, NULL, "steps between checkpoints (0 = at the end only)"},
     {"resume", OPT_TEXT, &S.resume, RUN_ONLY, 0, NULL, "continue from this checkpoint (its settings are used)"},
     {"stop-after", OPT_INT, &S.stop_after, RUN_ONLY, 0, NULL, "stop after N steps of this run (split a long job; 0 = no)"},
+    {"skip-nonfinite", OPT_INT, &S.skip_nonfinite, RUN_ONLY, 0, NULL,
+     "skip up to N steps whose loss or gradient norm is NaN/Inf (no update, gradients zeroed); stop at the next (0: stop at the first)"},
+    {"check-finite", OPT_FLAG, &S.check_finite, RUN_ONLY, 0, NULL,
+     "test every op's output and gradients for NaN/Inf and stop at the first op that makes one, naming it (slow)"},
+    {"memory-limit", OPT_INT, &S.memory_limit, RUN_ONLY, 0, NULL,
+     "cap in MiB on the activation arena, the parameters and the optimizer moments (0 = none)"},
     {"data", OPT_TEXT, &S.data, RUN_ONLY, 0, NULL, "token shards to train on instead of a text FILE: FILE[,FILE...], globs allowed"},
     {"valid", OPT_TEXT, &S.valid, RUN_ONLY, 0, NULL, "validation shards (with --data, or for --eval-only of a shard-trained checkpoint)"},
     {"tokenizer", OPT_TEXT, &S.tokenizer, RUN_ONLY, 0, NULL, "the shards' tokenizer file (or \"bytes\"): vocabulary, bits per byte, decoded samples"},
@@ -95,6 +102,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: train FILE [options]                    a character-level model on a text file\n"
                "       train --data FILES --valid FILES [--tokenizer FILE | --vocab N] [options]   on token shards\n"
                "       train --resume CKPT --eval-only [FILE | --valid FILES]   the validation loss of a checkpoint\n\n");
+    fprintf(f, "A step whose loss or gradient norm is NaN or Inf is never applied nor saved: training stops there and the\n"
+               "checkpoint on disk stays the last good one (--skip-nonfinite N lets N such steps pass; --check-finite\n"
+               "names the op that made the value).\n\n");
     print_options(f, OPTIONS, N_OPTIONS);
     fprintf(f, "\nMemory models (--mixer relative, --compressive) read the text sequentially: batch row b continues\n"
                "row b of the previous batch, and the memories are emptied at the start of every pass over the text.\n"
@@ -403,6 +413,22 @@ static int64_t resume_state(mf_ctx *ctx, mf_loader *L) {
     return mf_optimizer_steps(ctx);
 }
 
+/* A NaN / Inf loss or gradient norm at `step` once the --skip-nonfinite budget is spent: stop, with
+   the values, what is on disk (the last checkpoint written before it: a non-finite step is never
+   saved) and what to try. */
+static void stop_nonfinite(int64_t step, float loss, float norm, int skipped, int64_t saved_step) {
+    char kept[4200];
+    if (!S.save) snprintf(kept, sizeof kept, "no checkpoint is written (no --save)");
+    else if (saved_step < 0) snprintf(kept, sizeof kept, "no checkpoint was written in this run (\"%s\" is not touched)", S.save);
+    else snprintf(kept, sizeof kept, "the checkpoint \"%s\" of step %lld is the last good one and is kept", S.save,
+                  (long long)saved_step);
+    char l[32], n[32];
+    die("step %lld: the loss is %s and the gradient norm %s: not finite, so training stops without applying it%s; %s. "
+        "Lower --lr, keep --clip, let a few such steps pass with --skip-nonfinite N, or find the op that makes the "
+        "value with --check-finite", (long long)step, format_value(loss, l, sizeof l), format_value(norm, n, sizeof n),
+        skipped ? " (the --skip-nonfinite budget is spent)" : "", kept);
+}
+
 /* fail now, not after hours of training, when the checkpoint cannot be written */
 static void check_writable(const char *path) {
     char tmp[4096];
@@ -493,6 +519,8 @@ int main(int argc, char **argv) {
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
     mf_set_threads(ctx, S.threads);
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
+    mf_set_check_finite(ctx, S.check_finite);
+    if (S.memory_limit > 0 && mf_ctx_set_memory_limit(ctx, (size_t)S.memory_limit << 20) < 0) die("--memory-limit: %s", mf_error(ctx));
     check_model_config(ctx, &cfg);
     mf_model *model = mf_model_new(ctx, &cfg);
     if (!model) die("%s", mf_error(ctx));
@@ -537,19 +565,33 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     /* training: forward, loss, backward, clip, optimizer step, zero grad (docs/math.md §11.5) */
-    int64_t last = S.steps, tokens = 0, run_steps = 0;
+    int64_t last = S.steps, tokens = 0, run_steps = 0, saved_step = S.resume ? step : -1;
+    int skipped = 0;
     double train_time = 0;
     if (S.stop_after > 0 && step + S.stop_after < last) last = step + S.stop_after;
     while (step < last) {
         double t0 = mf_time();
         int b, Tb, new_pass;
-        float loss, aux;
+        float loss, aux, norm;
+        int rc;
         if ((new_pass = mf_loader_next(&L, x, y, &b, &Tb)) < 0) die("training data: %s", L.error);
         if (new_pass && L.cfg.sequential) mf_model_reset_memory(model); /* a pass over the data starts with empty memories */
-        if (train_step(ctx, model, &opt, S.clip, x, y, b, Tb, &loss, &aux) < 0)
+        if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, Tb, &loss, &aux, &norm)) < 0)
             die("training step %lld failed: %s", (long long)step + 1, mf_error(ctx));
-        if (!isfinite(loss))
-            die("the loss became %f at step %lld; lower --lr or keep --clip", (double)loss, (long long)step + 1);
+        if (rc > 0) { /* a NaN / Inf loss or gradient norm: train_step applied no update */
+            progress_break(&pr);
+            if (skipped >= S.skip_nonfinite) stop_nonfinite(step + 1, loss, norm, skipped, saved_step);
+            skipped++;
+            char lv[32], nv[32];
+            printf("step %lld: loss %s, gradient norm %s: not finite, skipped (no update, gradients zeroed%s); "
+                   "%d of --skip-nonfinite %d\n", (long long)step + 1, format_value(loss, lv, sizeof lv),
+                   format_value(norm, nv, sizeof nv),
+                   L.cfg.sequential ? ", memories emptied" : "", skipped, S.skip_nonfinite);
+            fflush(stdout);
+            if (L.cfg.sequential) mf_model_reset_memory(model); /* they may hold the non-finite values */
+            train_time += mf_time() - t0;
+            continue;
+        }
         step++; run_steps++; tokens += (int64_t)b * Tb;
         train_time += mf_time() - t0;
 
@@ -566,14 +608,18 @@ int main(int argc, char **argv) {
             snprintf(what, sizeof what, "step %lld", (long long)step);
             print_validation(&pr, &d, what, &r);
         }
-        if (S.save && ((S.save_every > 0 && step % S.save_every == 0) || step == last))
+        if (S.save && ((S.save_every > 0 && step % S.save_every == 0) || step == last)) {
             save_checkpoint(ctx, &d, &L);
+            saved_step = step;
+        }
     }
     progress_break(&pr);
     if (run_steps)
         printf("trained %lld steps in %.1f s (%.0f tokens/s)%s%s\n", (long long)run_steps, train_time,
                (double)tokens / train_time, S.save ? ", saved " : "", S.save ? S.save : "");
     else printf("nothing to train: the checkpoint is at step %lld of --steps %d\n", (long long)step, S.steps);
+    if (S.skip_nonfinite > 0)
+        printf("skipped %d non-finite step%s (--skip-nonfinite %d)\n", skipped, skipped == 1 ? "" : "s", S.skip_nonfinite);
 
     valid_result r = evaluate(ctx, model, &d, x, y);
     snprintf(what, sizeof what, "step %lld", (long long)step);

@@ -241,6 +241,7 @@ struct State {
     char msg[2048] = {0};
     std::map<uintptr_t, size_t> allocs;
     size_t alloc_bytes = 0;
+    size_t mem_limit = 0;  /* mf_emu_set_memory_limit: the device's size (0 = 80 GiB, never reached) */
     std::map<const void *, int> smem_limit;
     int device = 0;
     unsigned long long launches = 0;
@@ -317,6 +318,10 @@ static inline void mf_emu_clear_message(void) { mf_emu::S().msg[0] = 0; }
 static inline void mf_emu_set_verbose(int on) { mf_emu::S().verbose = on; }
 /* 0xFF-fill cudaMalloc memory, dynamic and static shared memory (default 1) */
 static inline void mf_emu_set_poison(int on) { mf_emu::S().poison = on; }
+/* a device of `bytes` (0 = 80 GiB, the default): a cudaMalloc that would take the live allocations
+   past it fails with cudaErrorMemoryAllocation, and cudaMemGetInfo reports it as the total (how a
+   test sees the backend's out-of-memory message) */
+static inline void mf_emu_set_memory_limit(size_t bytes) { mf_emu::S().mem_limit = bytes; }
 /* round gemm inputs to TF32 in CUBLAS_TF32_TENSOR_OP_MATH mode (default 1) */
 static inline void mf_emu_set_tf32(int on) { mf_emu::S().tf32 = on; }
 /* stack size of each emulated CUDA thread, for kernels with big local arrays */
@@ -1068,6 +1073,13 @@ static inline cudaError_t cudaMalloc(void **p, size_t n) {
     *p = nullptr;
     if (n == 0) return cudaSuccess;
     void *m = nullptr;
+    if (s.mem_limit) {
+        std::lock_guard<std::mutex> lk(s.alloc_mu);
+        if (n > s.mem_limit || s.alloc_bytes > s.mem_limit - n) {
+            s.last_error = cudaErrorMemoryAllocation; /* as the driver: cudaGetLastError reports it once */
+            return cudaErrorMemoryAllocation;
+        }
+    }
     if (posix_memalign(&m, 256, n) != 0 || !m)
         return mf_emu::set_error(cudaErrorMemoryAllocation, "cudaMalloc: out of memory (%zu bytes)", n);
     memset(m, s.poison ? 0xFF : 0, n);
@@ -1136,7 +1148,7 @@ static inline cudaError_t cudaMemcpyFromSymbol(void *dst, const T &sym, size_t n
 static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
     size_t used = 0;
     mf_emu_live_allocations(&used);
-    const size_t tot = (size_t)80 << 30;
+    const size_t tot = mf_emu::S().mem_limit ? mf_emu::S().mem_limit : (size_t)80 << 30;
     if (free_b) *free_b = used < tot ? tot - used : 0;
     if (total) *total = tot;
     return cudaSuccess;

@@ -82,10 +82,10 @@ if [ $rc -eq 0 ] && awk -F '\t' '$1 == "sdpa" && $10 ~ /^cannot build: .*not div
 then ok "a model that cannot be built: its row says why, the other runs go on"
 else bad "a model that cannot be built: its row says why, the other runs go on" "rc $rc" "$(cat heads.out)"; fi
 
-# 3. a diverging run (NaN/Inf loss) is reported with its step; every run is attempted
+# 3. a diverging run (NaN/Inf loss or gradient norm) is reported with its step; every run is attempted
 "$ABLATE" "${TINY[@]}" --lr 1e30 --models sdpa,pool --out div > div.out 2>&1; rc=$?
 csv_fields div.csv > div.tsv
-if [ $rc -eq 0 ] && [ "$(awk -F '\t' 'NR > 1 && $10 ~ /^diverged at step [0-9]+ \(loss (NaN|[-+]Inf)\)$/ && $9 >= 1' div.tsv | wc -l)" -eq 2 ] &&
+if [ $rc -eq 0 ] && [ "$(awk -F '\t' 'NR > 1 && $10 ~ /^diverged at step [0-9]+ \((loss|gradient norm) (NaN|[-+]Inf)\)$/ && $9 >= 1' div.tsv | wc -l)" -eq 2 ] &&
    [ -s div.svg ]
 then ok "diverging runs: each row says at which step, and the table and plot are still written"
 else bad "diverging runs: each row says at which step" "rc $rc" "$(cat div.out)"; fi
