@@ -5751,7 +5751,7 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
     if (!xl || !v) { MF_FREE(v); return (mf__fail(m->ctx, "out of memory: model memories"), -1); }
     cur = xl->cur;
     if (mf__state_ints(io, "__state__.memory.slot", &cur, 1) < 0) rc = -1;
-    else if (cur < 0 || cur > 1) rc = (mf__fail(m->ctx, "model state: memory slot %d is not 0 or 1 (a corrupt checkpoint)", (int)cur), -1);
+    else if (cur < 0 || cur > 1) rc = (mf__fail(m->ctx, "mf_model_load: memory slot %d is not 0 or 1 (a corrupt checkpoint)", (int)cur), -1);
     for (s = 0; s < 2 && rc == 0; s++) {
         mf__xl_slot *sl = &xl->slot[s];
         int B, bad = 0;
@@ -5764,7 +5764,7 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
             bad |= v[1 + l] < 0 || v[1 + l] > sl->cap || v[1 + L + l] < 0 || v[1 + L + l] > (c->compressive ? c->c_mem_len : 0) ||
                    ((v[1 + l] | v[1 + L + l]) && B < 1);
         if (B < 0 || bad) {
-            rc = (mf__fail(m->ctx, "model state: the memories of slot %d do not fit this model (mem_len %d, c_mem_len %d): "
+            rc = (mf__fail(m->ctx, "mf_model_load: the memories of slot %d do not fit this model (mem_len %d, c_mem_len %d): "
                            "a checkpoint of another config, or corrupt", s, c->mem_len, c->compressive ? c->c_mem_len : 0), -1);
             break;
         }
