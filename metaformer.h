@@ -87,7 +87,8 @@
  *   [mf:fastweights] mixer family: fast weights (DPFP + delta rule) and linear attention
  *   [mf:feedback]   mixer family: the feedback transformer (original and shared-KV)
  *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer
- *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
+ *   [mf:io]         checkpoints (safetensors, crash-safe writes: fsync + rename, all-or-nothing loads,
+ *                   the model's state: memories)
  *   [mf:tokenizer]  bytes, characters and byte-level BPE (GPT-2's files, training), one file format
  *   [mf:data]       token shards (llm.c, nanoGPT), memory-mapped streams, the training loaders
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
@@ -106,8 +107,9 @@
  *               the config fields it reads), plus an mf_mixer_kind value; the examples, benchmarks
  *               and scripts take the names from the library (mf_mixer_name, `--list-mixers`).
  *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
- *               run_stack, gen_begin, aux_loss), its per-layer struct, its rows, a
- *               METAFORMER_NO_<FAMILY> switch, and the CUDA twin section [cu:<family>].
+ *               run_stack, gen_begin, aux_loss, state: what crosses calls, for checkpoints), its
+ *               per-layer struct, its rows, a METAFORMER_NO_<FAMILY> switch, and the CUDA twin
+ *               section [cu:<family>]. tests/test_resume.sh resumes every mixer bit for bit.
  *   The math    of every mixer and memory model is in docs/math.md; comments cite it as
  *               "docs/math.md §n.m".
  *
