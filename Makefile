@@ -118,7 +118,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 # logs whole, in the fixed order of TEST_LOGS, and the closing line "N passed, N failed".
 # ASAN_OPTIONS: stop at the first report, and report leaks.
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-SCRIPTS   := hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite
+SCRIPTS   := hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite test_resume
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log)
 # the order make takes them up in (make -j queues every job it finds ready in this order, and a
@@ -142,6 +142,7 @@ $(BUILD)/logs/sh/test_data_cli.log: $(BUILD)/train $(BUILD)/sample
 $(BUILD)/logs/sh/test_nonfinite.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
 $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
+$(BUILD)/logs/sh/test_resume.log: $(BUILD)/train $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE

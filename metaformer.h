@@ -89,7 +89,8 @@
  *   [mf:fastweights] mixer family: fast weights (DPFP + delta rule) and linear attention
  *   [mf:feedback]   mixer family: the feedback transformer (original and shared-KV)
  *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer
- *   [mf:io]         checkpoints (safetensors, atomic writes, all-or-nothing loads)
+ *   [mf:io]         checkpoints (safetensors, crash-safe writes: fsync + rename, all-or-nothing loads,
+ *                   the model's state: memories)
  *   [mf:tokenizer]  bytes, characters and byte-level BPE (GPT-2's files, training), one file format
  *   [mf:data]       token shards (llm.c, nanoGPT), memory-mapped streams, the training loaders
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
@@ -108,8 +109,9 @@
  *               the config fields it reads), plus an mf_mixer_kind value; the examples, benchmarks
  *               and scripts take the names from the library (mf_mixer_name, `--list-mixers`).
  *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
- *               run_stack, gen_begin, aux_loss), its per-layer struct, its rows, a
- *               METAFORMER_NO_<FAMILY> switch, and the CUDA twin section [cu:<family>].
+ *               run_stack, gen_begin, aux_loss, state: what crosses calls, for checkpoints), its
+ *               per-layer struct, its rows, a METAFORMER_NO_<FAMILY> switch, and the CUDA twin
+ *               section [cu:<family>]. tests/test_resume.sh resumes every mixer bit for bit.
  *   The math    of every mixer and memory model is in docs/math.md; comments cite it as
  *               "docs/math.md §n.m".
  *
@@ -615,8 +617,12 @@ MFDEF float mf_model_aux_loss(const mf_model *m);
    ("__optim__.m.<name>", "__optim__.v.<name>"), the step counter and the RNG position (metadata)
    are stored too, so a resumed run continues bit-identically. meta_kv holds n_meta (key, value)
    string pairs for the metadata section (e.g. the model config); keys starting "mf." are reserved.
-   The file is written to "<path>.tmp" and renamed over path only when complete: a crash or a full
-   disk never destroys the previous checkpoint. Returns 0 or -1. */
+   Crash-safe: the file is written to "<path>.tmp", fsynced, renamed over path and the directory
+   fsynced (POSIX), so a crash, a kill or a power loss at any moment leaves path holding the previous
+   checkpoint or the new one, whole (tests/test_crash.c kills a save at every step). A failure (disk
+   full ENOSPC, file-size limit EFBIG, EIO, rename) removes the .tmp, leaves path untouched and says
+   why in mf_error, with the system's reason. Returns 0 or -1. A model's memories are not in ctx: save
+   with mf_model_save to resume a memory model exactly. */
 MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char *const *meta_kv,
                   int n_meta);
 /* Load every parameter of ctx from path (names, dtype and shapes must match; a tensor in the file
@@ -628,6 +634,25 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer);
    -1 when the file has no such key, -2 when the file cannot be read or is not a valid checkpoint
    (mf_load on it tells why). No context: nothing is recorded. */
 MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size);
+/* A checkpoint of a model with its state: mf_save of the model's context plus everything the model
+   carries from one call of mf_model_forward / mf_model_loss to the next, so that training resumed
+   from it is bit-identical to a run never interrupted (with_optimizer = 1; dropout included: the RNG
+   position is in mf_save's optimizer state). Today that state is the relative mixer's memories
+   (Transformer-XL, compressive; docs/math.md §5, §6; the file layout in §2) of slot 0 (training) and slot 1
+   (validation), and the selected slot, stored as "__state__.memory.*" tensors (int32 lengths,
+   float32 memories [B, len, D] per layer; on CUDA copied from the device) with the metadata
+   "mf.state" = "1". The other mixers carry nothing across calls (the feedback memory and fast
+   weights start empty at every training call), nor does generation (it empties its own memory when
+   it starts), so for them this is mf_save. mf_load reads the weights of such a file and ignores the
+   state. Returns 0 or -1. */
+MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const char *const *meta_kv,
+                        int n_meta);
+/* mf_load into the model's context, plus the model's state from a file of mf_model_save. Returns 0;
+   1 when the model has state but the file holds none (written by mf_save, or before this function
+   existed): weights and optimizer state are loaded and the memories are empty - tell the user that
+   the run is not resumed exactly; -1 on error. Everything (weights, moments, state) is checked
+   before anything changes. */
+MFDEF int mf_model_load(mf_model *m, const char *path, int with_optimizer);
 
 #ifndef METAFORMER_NO_DATA
 /* ---- tokenizers (docs/math.md §17) ------------------------------------------------------------
@@ -4759,6 +4784,24 @@ typedef struct mf__layer {
     void *mix;                /* the family's per-layer struct (family->layer_size bytes, zeroed) */
 } mf__layer;
 
+/* Checkpoints of a model's state ([mf:io]): a family's state hook names each piece of its state once;
+   mf_model_save collects them (MF__STATE_SAVE), mf_model_load checks every piece against the file
+   before anything changes (MF__STATE_CHECK) and then copies them in (MF__STATE_APPLY). Saved as
+   "__state__.<name>": int32 arrays from the host, float32 buffers on the model's device. */
+typedef struct mf__state_io mf__state_io;
+enum { MF__STATE_SAVE, MF__STATE_CHECK, MF__STATE_APPLY };
+#if defined(__GNUC__) || defined(__clang__)
+#define MF__FOR_FAMILIES __attribute__((unused)) /* unused when every family with state is switched off */
+#else
+#define MF__FOR_FAMILIES
+#endif
+static MF__FOR_FAMILIES int mf__state_mode(const mf__state_io *io);
+/* n ints: saved from v, or (check) found with n values, (check, apply) read into v; 0 or -1 */
+static MF__FOR_FAMILIES int mf__state_ints(mf__state_io *io, const char *name, int32_t *v, int n);
+/* floats of the given shape at data (the model's device): saved from, or (check) found with that
+   shape, (apply) copied into data; 0 or -1 */
+static MF__FOR_FAMILIES int mf__state_floats(mf__state_io *io, const char *name, float *data, int ndim, const int *shape);
+
 /* A family of mixers: the same hooks for every family (NULL where the family has nothing to do).
    m->layers[l].mix is the family's per-layer struct, m->fam_state its model-level state. */
 typedef struct mf__family {
@@ -4779,6 +4822,10 @@ typedef struct mf__family {
        rerun the whole window each step, -1 = error (in ctx) */
     int (*gen_begin)(mf_model *m);
     mf_tensor *(*aux_loss)(mf_model *m); /* a loss term of the last forward added by mf_model_loss, or NULL */
+    /* the state that crosses calls of mf_model_forward / mf_model_loss (memories), for checkpoints
+       (mf_model_save / mf_model_load): list every piece with mf__state_ints / mf__state_floats, in the
+       same order whatever mf__state_mode is; 0, or -1 (error in ctx). NULL: no such state. */
+    int (*state)(mf_model *m, mf__state_io *io);
 } mf__family;
 
 /* one row per mixer kind, in [mf:mixers] */
@@ -5322,7 +5369,7 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 
 static const mf__family mf__fam_attention = {
     "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS),
-    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL
+    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL
 };
 
 /* ==== [mf:pool] ============================================================================= */
@@ -5376,7 +5423,7 @@ static mf_tensor *mf__pool_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 
 static const mf__family mf__fam_pool = {
     "pool", sizeof(mf__pool_layer), MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
-    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL
+    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL
 };
 
 /* ==== [mf:xl] =============================================================================== */
@@ -5885,9 +5932,63 @@ static mf_tensor *mf__xl_aux_loss(mf_model *m) {
     return xl && mf_ok(m->ctx) ? xl->aux : NULL;
 }
 
+/* the memories of slots 0 and 1 (training, validation) and the selected slot, for checkpoints:
+   "__state__.memory.slot" [1], and per slot s "__state__.memory.<s>.lengths" [1 + 2 L] (batch rows,
+   len[l], clen[l]), "__state__.memory.<s>.mem.<l>" [B, len, D] and ".cmem.<l>" [B, clen, D] for the
+   layers that hold some. The generation slot is not saved: generation empties it when it starts. */
+static int mf__xl_state(mf_model *m, mf__state_io *io) {
+    struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
+    const mf_model_config *c = &m->cfg;
+    int L = c->n_layers, D = c->d_model, mode = mf__state_mode(io), s, l, rc = 0;
+    int32_t cur, *v = (int32_t *)mf__xmalloc((size_t)(1 + 2 * L) * sizeof(int32_t));
+    char name[96];
+    if (!xl || !v) { MF_FREE(v); return (mf__fail(m->ctx, "out of memory: model memories"), -1); }
+    cur = xl->cur;
+    if (mf__state_ints(io, "__state__.memory.slot", &cur, 1) < 0) rc = -1;
+    else if (cur < 0 || cur > 1) rc = (mf__fail(m->ctx, "mf_model_load: memory slot %d is not 0 or 1 (a corrupt checkpoint)", (int)cur), -1);
+    for (s = 0; s < 2 && rc == 0; s++) {
+        mf__xl_slot *sl = &xl->slot[s];
+        int B, bad = 0;
+        v[0] = sl->B;
+        for (l = 0; l < L; l++) { v[1 + l] = sl->len[l]; v[1 + L + l] = sl->clen[l]; }
+        snprintf(name, sizeof name, "__state__.memory.%d.lengths", s);
+        if (mf__state_ints(io, name, v, 1 + 2 * L) < 0) { rc = -1; break; }
+        B = v[0];
+        for (l = 0; l < L; l++)
+            bad |= v[1 + l] < 0 || v[1 + l] > sl->cap || v[1 + L + l] < 0 || v[1 + L + l] > (c->compressive ? c->c_mem_len : 0) ||
+                   ((v[1 + l] | v[1 + L + l]) && B < 1);
+        if (B < 0 || bad) {
+            rc = (mf__fail(m->ctx, "mf_model_load: the memories of slot %d do not fit this model (mem_len %d, c_mem_len %d): "
+                           "a checkpoint of another config, or corrupt", s, c->mem_len, c->compressive ? c->c_mem_len : 0), -1);
+            break;
+        }
+        if (mode == MF__STATE_APPLY) {
+            mf__xl_clear(m, sl);
+            if (B > 0 && mf__xl_prepare(m, sl, B) < 0) { rc = -1; break; }
+        }
+        for (l = 0; l < L && rc == 0; l++) {
+            int shape[3];
+            shape[0] = B; shape[2] = D;
+            if ((shape[1] = v[1 + l]) > 0) {
+                snprintf(name, sizeof name, "__state__.memory.%d.mem.%d", s, l);
+                rc = mf__state_floats(io, name, mode == MF__STATE_CHECK ? NULL : sl->mem + (int64_t)l * B * sl->cap * D, 3, shape);
+            }
+            if (rc == 0 && (shape[1] = v[1 + L + l]) > 0) {
+                snprintf(name, sizeof name, "__state__.memory.%d.cmem.%d", s, l);
+                rc = mf__state_floats(io, name, mode == MF__STATE_CHECK ? NULL : sl->cmem + (int64_t)l * B * c->c_mem_len * D, 3, shape);
+            }
+        }
+        if (rc == 0 && mode == MF__STATE_APPLY)
+            for (l = 0; l < L; l++) { sl->len[l] = v[1 + l]; sl->clen[l] = v[1 + L + l]; }
+    }
+    if (rc == 0 && mode == MF__STATE_APPLY) xl->cur = cur;
+    MF_FREE(v);
+    return rc;
+}
+
 static const mf__family mf__fam_xl = {
     "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE),
-    mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss
+    mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state
 };
 /* the memories of a relative model, NULL for the other mixers */
 static struct mf__xl_state *mf__xl_state_of(const mf_model *m) {
@@ -6753,7 +6854,7 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
 
 static const mf__family mf__fam_fastweights = {
     "fastweights", sizeof(mf__fw_layer), MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
-    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL
+    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL
 };
 #endif /* METAFORMER_NO_FASTWEIGHTS */
 
@@ -7655,7 +7756,7 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
 
 static const mf__family mf__fam_feedback = {
     "feedback", sizeof(mf__fb_layer), 0,
-    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL
+    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL
 };
 #endif /* METAFORMER_NO_FEEDBACK */
 
@@ -7725,6 +7826,201 @@ MFDEF int mf_mixer_compiled(mf_mixer_kind kind) {
 #define MF__OPT_V "__optim__.v."
 #define MF__MAX_HEADER (64u << 20)
 
+/* ---- crash-safe files: the one way every writer of this library replaces a file ---------------
+   mf_save, mf_tokenizer_save and mf_shard_write write "<path>.tmp" through mf__afile, then
+   mf__afile_commit makes it durable and atomic: flush the last chunk, fsync the file (its data is
+   on the disk), rename it over path (atomic on POSIX: a reader sees the old file or the new one),
+   fsync the directory (the rename itself is on the disk). Any failure (ENOSPC, EFBIG, EIO, a failed
+   rename) removes the .tmp and leaves path as it was; the message names the step and the system's
+   reason (strerror). A process killed at any moment leaves path whole (old or new) and at most a
+   stale .tmp, which the next save truncates. Elsewhere than POSIX: stdio, _commit and MoveFileEx on
+   Windows, a plain rename (no fsync) on other systems.
+   MF__SAVE_HOOK(stage) is called after every chunk handed to the system and around each step
+   ("write", "before fsync", "after fsync", "before rename", "after rename", "after dir fsync"): a
+   test defines it before including the implementation to kill the process at each of these points
+   (tests/test_crash.c); MF__AFILE_CHUNK is the chunk size. */
+#if defined(__unix__) || defined(__unix) || defined(__APPLE__)
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+#define MF__POSIX_FS 1
+#else
+#define MF__POSIX_FS 0
+#if defined(_WIN32)
+#include <io.h>
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#endif
+#endif
+#ifndef MF__SAVE_HOOK
+#define MF__SAVE_HOOK(stage) ((void)0)
+#endif
+#ifndef MF__AFILE_CHUNK
+#define MF__AFILE_CHUNK (1 << 20)
+#endif
+
+typedef struct mf__afile {
+    const char *path, *who; /* the target, and the function named in messages */
+    char *tmp;              /* "<path>.tmp" */
+    unsigned char *buf;     /* MF__AFILE_CHUNK bytes waiting to be written */
+    size_t used;
+#if MF__POSIX_FS
+    int fd;
+#else
+    FILE *f;
+#endif
+    int err;                /* errno of the first failure (0: none yet) */
+    const char *step;       /* what failed: "writing", "syncing (fsync)", ... */
+} mf__afile;
+
+static void mf__afile_failed(mf__afile *w, const char *step, int err) {
+    if (w->err) return; /* the first failure is the cause */
+    w->err = err ? err : EIO;
+    w->step = step;
+}
+
+/* create "<path>.tmp" (a stale one from a killed save is truncated); 0, or -1 with the reason in err */
+static int mf__afile_open(mf__afile *w, const char *path, const char *who, char *err, size_t err_size) {
+    memset(w, 0, sizeof *w);
+    w->path = path; w->who = who;
+    w->tmp = (char *)mf__xmalloc(strlen(path) + 5);
+    w->buf = (unsigned char *)mf__xmalloc(MF__AFILE_CHUNK);
+    if (!w->tmp || !w->buf) {
+        MF_FREE(w->tmp); MF_FREE(w->buf);
+        snprintf(err, err_size, "%s: out of memory", who);
+        return -1;
+    }
+    sprintf(w->tmp, "%s.tmp", path);
+#if MF__POSIX_FS
+    while ((w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666)) < 0 && errno == EINTR) {}
+    if (w->fd < 0) {
+#else
+    if (!(w->f = fopen(w->tmp, "wb"))) {
+#endif
+        snprintf(err, err_size, "%s: cannot create \"%s\": %s (does the directory exist, is it writable?)", who, w->tmp,
+                 strerror(errno));
+        MF_FREE(w->tmp); MF_FREE(w->buf);
+        return -1;
+    }
+    return 0;
+}
+
+/* hand the buffered bytes to the system */
+static void mf__afile_flush(mf__afile *w) {
+    const unsigned char *p = w->buf;
+    size_t n = w->used;
+    w->used = 0;
+    if (w->err || !n) return;
+#if MF__POSIX_FS
+    while (n > 0) {
+        ssize_t k = write(w->fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { mf__afile_failed(w, "writing", k < 0 ? errno : ENOSPC); return; }
+        p += k; n -= (size_t)k;
+    }
+#else
+    if (fwrite(p, 1, n, w->f) != n || fflush(w->f) != 0) { mf__afile_failed(w, "writing", errno); return; }
+#endif
+    MF__SAVE_HOOK("write");
+}
+
+static void mf__afile_put(mf__afile *w, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    while (n > 0 && !w->err) {
+        size_t k = MF__AFILE_CHUNK - w->used < n ? MF__AFILE_CHUNK - w->used : n;
+        memcpy(w->buf + w->used, p, k);
+        w->used += k; p += k; n -= k;
+        if (w->used == MF__AFILE_CHUNK) mf__afile_flush(w);
+    }
+}
+
+#ifndef METAFORMER_NO_DATA /* a line of the tokenizer file */
+static void mf__afile_printf(mf__afile *w, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0 || n >= (int)sizeof line) { mf__afile_failed(w, "formatting a line of", EINVAL); return; } /* callers write short lines */
+    mf__afile_put(w, line, (size_t)n);
+}
+#endif
+
+static int mf__afile_full(int e) {
+#ifdef EDQUOT
+    if (e == EDQUOT) return 1;
+#endif
+    return e == ENOSPC || e == EFBIG;
+}
+
+/* fsync the directory that holds path, so that the rename survives a power loss */
+static int mf__afile_sync_dir(const char *path) {
+#if MF__POSIX_FS
+    const char *slash = strrchr(path, '/');
+    char *dir = (char *)mf__xmalloc(slash ? (size_t)(slash - path) + 2 : 2);
+    int fd, rc = 0, e = 0;
+    if (!dir) return ENOMEM;
+    if (!slash) strcpy(dir, ".");
+    else if (slash == path) strcpy(dir, "/");
+    else { memcpy(dir, path, (size_t)(slash - path)); dir[slash - path] = 0; }
+    fd = open(dir, O_RDONLY);
+    MF_FREE(dir);
+    if (fd < 0) return errno;
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS) { rc = -1; e = errno; } /* EINVAL: not supported here */
+    close(fd);
+    return rc ? e : 0;
+#else
+    (void)path;
+    return 0;
+#endif
+}
+
+/* Finish: the last chunk, fsync, close, rename over path, fsync the directory. Returns 0, or -1 with
+   the reason in err (the .tmp removed, path untouched; except when only the directory sync failed:
+   then path is the new file, which a power loss may undo). Frees w either way. */
+static int mf__afile_commit(mf__afile *w, char *err, size_t err_size) {
+    int e;
+    mf__afile_flush(w);
+#if MF__POSIX_FS
+    MF__SAVE_HOOK("before fsync");
+    if (!w->err && fsync(w->fd) != 0) mf__afile_failed(w, "syncing (fsync)", errno);
+    MF__SAVE_HOOK("after fsync");
+    if (close(w->fd) != 0) mf__afile_failed(w, "closing", errno);
+#else
+    if (!w->err && fflush(w->f) != 0) mf__afile_failed(w, "writing", errno);
+#if defined(_WIN32)
+    if (!w->err && _commit(_fileno(w->f)) != 0) mf__afile_failed(w, "syncing (fsync)", errno);
+#endif
+    if (fclose(w->f) != 0) mf__afile_failed(w, "closing", errno);
+#endif
+    if (!w->err) {
+        MF__SAVE_HOOK("before rename");
+#if defined(_WIN32) && !MF__POSIX_FS
+        if (!MoveFileExA(w->tmp, w->path, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH)) mf__afile_failed(w, "renaming the complete", EACCES);
+#else
+        if (rename(w->tmp, w->path) != 0) mf__afile_failed(w, "renaming the complete", errno);
+#endif
+        MF__SAVE_HOOK("after rename");
+    }
+    if (w->err) {
+        snprintf(err, err_size, "%s: %s \"%s\" failed: %s%s; \"%s\" is unchanged", w->who, w->step, w->tmp,
+                 strerror(w->err), mf__afile_full(w->err) ? " (disk full, file-size limit or quota: free space or write elsewhere)" : "",
+                 w->path);
+        remove(w->tmp);
+    } else if ((e = mf__afile_sync_dir(w->path)) != 0) {
+        snprintf(err, err_size, "%s: \"%s\" is written, but syncing its directory (fsync) failed: %s; a power loss "
+                 "now may bring back the previous file", w->who, w->path, strerror(e));
+        w->err = e;
+    }
+    if (!w->err) MF__SAVE_HOOK("after dir fsync");
+    MF_FREE(w->tmp); MF_FREE(w->buf);
+    return w->err ? -1 : 0;
+}
+
 typedef struct { char *s; size_t len, cap; int oom; } mf__buf;
 static void mf__buf_put(mf__buf *b, const char *s, size_t n) {
     if (b->oom) return;
@@ -7765,13 +8061,45 @@ static const float *mf__ckpt_tensor(mf_ctx *ctx, int i, const char **prefix, con
     *prefix = MF__OPT_V; return ctx->p_v + (*p)->offset;
 }
 
-MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
-    mf__buf h = {NULL, 0, 0, 0}, tmp = {NULL, 0, 0, 0};
+/* A tensor of a checkpoint besides the parameters and moments: the model's state (mf_model_save,
+   "__state__.<name>"), int32 values copied from the host or float32 values on the context's device. */
+typedef struct mf__xtensor {
+    char name[96];
+    int i32;              /* 1: ints (owned copy), 0: data (the model's buffer, device memory on CUDA) */
+    int32_t *ints;
+    const float *data;
+    int ndim, shape[MF_MAX_DIMS];
+    int64_t ne;
+} mf__xtensor;
+
+/* the header of one tensor: "name": {"dtype": .., "shape": [..], "data_offsets": [off, off + bytes]} */
+static void mf__buf_tensor(mf__buf *h, const char *prefix, const char *name, const char *dtype, int ndim, const int *shape,
+                           uint64_t *off, int64_t ne) {
+    char num[96];
+    int d;
+    mf__buf_str(h, ", ");
+    mf__buf_json(h, prefix, name);
+    mf__buf_str(h, ": {\"dtype\": \"");
+    mf__buf_str(h, dtype);
+    mf__buf_str(h, "\", \"shape\": [");
+    for (d = 0; d < ndim; d++) { snprintf(num, sizeof num, d ? ", %d" : "%d", shape[d]); mf__buf_str(h, num); }
+    snprintf(num, sizeof num, "], \"data_offsets\": [%llu, %llu]}", (unsigned long long)*off, (unsigned long long)(*off + (uint64_t)ne * 4));
+    mf__buf_str(h, num);
+    *off += (uint64_t)ne * 4;
+}
+
+/* mf_save with the extra tensors x[0 .. nx - 1] after the parameters and moments, and the extra
+   metadata pair (xkey, xval) when xkey is not NULL */
+static int mf__save(mf_ctx *ctx, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta,
+                    const mf__xtensor *x, int nx, const char *xkey, const char *xval) {
+    mf__buf h = {NULL, 0, 0, 0};
+    mf__afile w;
     uint64_t off = 0, hlen;
     unsigned char len8[8];
-    char num[96];
-    int i, d, nt, ok = 1;
-    FILE *f;
+    char num[96], why[1024];
+    int i, nt;
+    int64_t big = 1;
+    float *host = NULL; /* CUDA: each tensor passes through a host buffer */
     if (!mf_ok(ctx)) return -1;
     if (!path || !path[0]) return (mf__fail(ctx, "mf_save: path is NULL or empty"), -1);
     if (n_meta < 0 || (n_meta > 0 && !meta_kv)) return (mf__fail(ctx, "mf_save: n_meta %d needs %d key/value strings in meta_kv", n_meta, 2 * n_meta), -1);
@@ -7790,6 +8118,7 @@ MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char 
         }
         mf__buf_str(&h, "\"");
     }
+    if (xkey) { mf__buf_str(&h, ", "); mf__buf_json(&h, "", xkey); mf__buf_str(&h, ": "); mf__buf_json(&h, "", xval); }
     for (i = 0; i < n_meta; i++) {
         if (!meta_kv[2 * i] || !meta_kv[2 * i + 1])
             { MF_FREE(h.s); return (mf__fail(ctx, "mf_save: metadata pair %d has a NULL key or value", i), -1); }
@@ -7803,54 +8132,48 @@ MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char 
         const char *prefix;
         const mf_tensor *p;
         mf__ckpt_tensor(ctx, i, &prefix, &p);
-        mf__buf_str(&h, ", ");
-        mf__buf_json(&h, prefix, p->name);
-        mf__buf_str(&h, ": {\"dtype\": \"F32\", \"shape\": [");
-        for (d = 0; d < p->ndim; d++) { snprintf(num, sizeof num, d ? ", %d" : "%d", p->shape[d]); mf__buf_str(&h, num); }
-        snprintf(num, sizeof num, "], \"data_offsets\": [%llu, %llu]}", (unsigned long long)off,
-                 (unsigned long long)(off + (uint64_t)p->ne * 4));
-        mf__buf_str(&h, num);
-        off += (uint64_t)p->ne * 4;
+        mf__buf_tensor(&h, prefix, p->name, "F32", p->ndim, p->shape, &off, p->ne);
+        if (p->ne > big) big = p->ne;
+    }
+    for (i = 0; i < nx; i++) {
+        mf__buf_tensor(&h, "", x[i].name, x[i].i32 ? "I32" : "F32", x[i].ndim, x[i].shape, &off, x[i].ne);
+        if (x[i].ne > big) big = x[i].ne;
     }
     mf__buf_str(&h, "}");
     while (!h.oom && h.len % 8) mf__buf_str(&h, " "); /* the format pads the header to 8 bytes */
-    mf__buf_str(&tmp, path);
-    mf__buf_str(&tmp, ".tmp");
-    if (h.oom || tmp.oom) { MF_FREE(h.s); MF_FREE(tmp.s); return (mf__fail(ctx, "out of memory: checkpoint header"), -1); }
+    if (h.oom || (ctx->be && !(host = (float *)mf__xmalloc((size_t)big * sizeof(float))))) {
+        MF_FREE(h.s);
+        return (mf__fail(ctx, "out of memory: checkpoint header"), -1);
+    }
+    if (mf__afile_open(&w, path, "mf_save", why, sizeof why) < 0) { MF_FREE(h.s); MF_FREE(host); return (mf__fail(ctx, "%s", why), -1); }
     hlen = h.len;
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
-    if (!(f = fopen(tmp.s, "wb"))) {
-        mf__fail(ctx, "mf_save: cannot create \"%s\" (does the directory exist, is it writable?)", tmp.s);
-        MF_FREE(h.s); MF_FREE(tmp.s);
+    mf__afile_put(&w, len8, 8);
+    mf__afile_put(&w, h.s, h.len);
+    for (i = 0; i < nt + nx && !w.err; i++) {
+        const char *prefix;
+        const mf_tensor *p;
+        const void *data;
+        int64_t ne;
+        if (i < nt) { data = mf__ckpt_tensor(ctx, i, &prefix, &p); ne = p->ne; }
+        else { data = x[i - nt].i32 ? (const void *)x[i - nt].ints : (const void *)x[i - nt].data; ne = x[i - nt].ne; }
+        if (host && (i < nt || !x[i - nt].i32)) {
+            if (mf__ddownload(ctx, host, data, (size_t)ne * sizeof(float)) < 0) { mf__afile_failed(&w, "copying a tensor from the device for", EIO); break; }
+            data = host;
+        }
+        mf__afile_put(&w, data, (size_t)ne * 4);
+    }
+    MF_FREE(host); MF_FREE(h.s);
+    if (mf__afile_commit(&w, why, sizeof why) < 0) {
+        if (mf_ok(ctx)) mf__fail(ctx, "%s", why);
+        else { char dev[512]; snprintf(dev, sizeof dev, "%s", mf_error(ctx)); mf_clear_error(ctx); mf__fail(ctx, "%s (%s)", why, dev); }
         return -1;
     }
-    ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len;
-    {
-        float *host = NULL; /* CUDA: each tensor passes through a host buffer */
-        if (ctx->be) {
-            int64_t big = 1;
-            for (i = 0; i < ctx->n_params; i++) if (ctx->params[i]->ne > big) big = ctx->params[i]->ne;
-            if (!(host = (float *)mf__xmalloc((size_t)big * sizeof(float)))) ok = 0;
-        }
-        for (i = 0; ok && i < nt; i++) {
-            const char *prefix;
-            const mf_tensor *p;
-            const float *data = mf__ckpt_tensor(ctx, i, &prefix, &p);
-            if (host) { ok = mf__ddownload(ctx, host, data, (size_t)p->ne * sizeof(float)) == 0; data = host; }
-            ok = ok && fwrite(data, sizeof(float), (size_t)p->ne, f) == (size_t)p->ne;
-        }
-        MF_FREE(host);
-    }
-    ok = (fflush(f) == 0) & ok;
-    ok = (fclose(f) == 0) & ok;
-    if (!ok || rename(tmp.s, path) != 0) {
-        remove(tmp.s);
-        mf__fail(ctx, "mf_save: writing \"%s\" failed (disk full or not writable); the previous file at "
-                 "that path, if any, is untouched", path);
-        ok = 0;
-    }
-    MF_FREE(h.s); MF_FREE(tmp.s);
-    return ok ? 0 : -1;
+    return 0;
+}
+
+MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
+    return mf__save(ctx, path, with_optimizer, meta_kv, n_meta, NULL, 0, NULL, NULL);
 }
 
 /* ---- a small JSON reader: the safetensors header, GPT-2's encoder.json ([mf:tokenizer]) ---- */
@@ -7947,7 +8270,7 @@ static void mf__jskip(mf__json *j) {
     while (j->p < j->end && *j->p != ',' && *j->p != '}' && *j->p != ']') j->p++;
 }
 
-typedef struct { char name[512]; int f32, ndim, shape[8], used; uint64_t begin, end; } mf__entry;
+typedef struct { char name[512]; int f32, i32, ndim, shape[8], used; uint64_t begin, end; } mf__entry;
 typedef struct {
     unsigned char *file; size_t size;   /* the whole file */
     const unsigned char *data; uint64_t data_size;
@@ -8000,7 +8323,7 @@ static const char *mf__ckpt_open(mf__ckpt *c, const char *path) {
         do {
             char field[32], dtype[16];
             if (!mf__jstr(&j, field, sizeof field) || !mf__jchar(&j, ':')) return "malformed JSON in a tensor entry";
-            if (strcmp(field, "dtype") == 0) { if (!mf__jstr(&j, dtype, sizeof dtype)) return "malformed dtype"; e->f32 = strcmp(dtype, "F32") == 0; }
+            if (strcmp(field, "dtype") == 0) { if (!mf__jstr(&j, dtype, sizeof dtype)) return "malformed dtype"; e->f32 = strcmp(dtype, "F32") == 0; e->i32 = strcmp(dtype, "I32") == 0; }
             else if (strcmp(field, "shape") == 0 || strcmp(field, "data_offsets") == 0) {
                 int n = 0, is_shape = field[0] == 's';
                 int64_t v[8];
@@ -8058,6 +8381,14 @@ static mf__entry *mf__ckpt_find(mf__ckpt *c, const char *prefix, const char *nam
     return NULL;
 }
 
+/* what a family's state hook talks to (mf__state_ints, mf__state_floats: after mf_load) */
+struct mf__state_io {
+    int mode;
+    mf_model *m;
+    mf__xtensor *t; int n, cap;  /* save: the pieces listed */
+    mf__ckpt *c; const char *path; /* check, apply */
+};
+
 /* the per-parameter update counts of a checkpoint ("mf.param_steps": "n0,n1,..."), or NULL */
 static int64_t *mf__ckpt_param_steps(mf_ctx *ctx, const mf__ckpt *c, const char *path) {
     int n = mf__ckpt_meta(c, "mf.param_steps", NULL, 0), i;
@@ -8082,10 +8413,13 @@ static int64_t *mf__ckpt_param_steps(mf_ctx *ctx, const mf__ckpt *c, const char 
     return steps;
 }
 
-MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
+/* mf_load, and with a model m whose family has state, the state too: 0, 1 when the file has no
+   state (the memories start empty), -1 */
+static int mf__load(mf_ctx *ctx, const char *path, int with_optimizer, mf_model *m) {
     mf__ckpt c;
     const char *why;
-    int i, k, nt;
+    int i, k, nt, with_state = 0;
+    mf__state_io io;
     char steps[32] = "", calls[32] = "", seed[32] = "";
     int64_t *psteps = NULL;
     if (!mf_ok(ctx)) return -1;
@@ -8126,9 +8460,14 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
         e->used = 1;
     }
     for (i = 0; mf_ok(ctx) && i < c.n; i++)
-        if (!c.e[i].used && strncmp(c.e[i].name, "__optim__.", 10) != 0)
+        if (!c.e[i].used && strncmp(c.e[i].name, "__optim__.", 10) != 0 && strncmp(c.e[i].name, "__state__.", 10) != 0)
             mf__fail(ctx, "mf_load: \"%s\" has a tensor \"%s\" that this model lacks (a checkpoint of another "
                      "model or config?)", path, c.e[i].name);
+    if (m && m->fam->state && mf_ok(ctx) && mf__ckpt_meta(&c, "mf.state", NULL, 0) >= 0) { /* mf_model_save's file */
+        memset(&io, 0, sizeof io);
+        io.mode = MF__STATE_CHECK; io.c = &c; io.path = path; io.m = m;
+        with_state = m->fam->state(m, &io) == 0;
+    }
     if (mf_ok(ctx) && with_optimizer) mf__alloc_moments(ctx);
     if (!mf_ok(ctx)) { MF_FREE(psteps); mf__ckpt_close(&c); return -1; }
     for (i = 0; i < nt; i++) {
@@ -8145,8 +8484,88 @@ MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) {
         ctx->rng_calls = (uint64_t)strtoull(calls, NULL, 10);
         ctx->seed = (uint64_t)strtoull(seed, NULL, 10);
     }
+    if (with_state) { io.mode = MF__STATE_APPLY; m->fam->state(m, &io); }
     mf__ckpt_close(&c);
+    return !mf_ok(ctx) ? -1 : m && m->fam->state && !with_state ? 1 : 0;
+}
+
+MFDEF int mf_load(mf_ctx *ctx, const char *path, int with_optimizer) { return mf__load(ctx, path, with_optimizer, NULL); }
+
+/* ---- the model's state in checkpoints (mf__family.state) ---- */
+static MF__FOR_FAMILIES int mf__state_mode(const mf__state_io *io) { return io->mode; }
+/* save: a new entry of the list (NULL: out of memory, in ctx) */
+static mf__xtensor *mf__state_add(mf__state_io *io, const char *name, int ndim, const int *shape) {
+    mf__xtensor *x;
+    int d;
+    if (io->n == io->cap) {
+        int cap = io->cap ? 2 * io->cap : 16;
+        mf__xtensor *nt = (mf__xtensor *)MF_REALLOC(io->t, (size_t)cap * sizeof *nt);
+        if (!nt) return (mf__xtensor *)mf__fail(io->m->ctx, "out of memory: the model state of a checkpoint");
+        io->t = nt; io->cap = cap;
+    }
+    x = &io->t[io->n++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->ndim = ndim; x->ne = 1;
+    for (d = 0; d < ndim; d++) { x->shape[d] = shape[d]; x->ne *= shape[d]; }
+    return x;
+}
+/* check, apply: the entry of that name with that dtype and shape (NULL: an error in ctx) */
+static mf__entry *mf__state_find(mf__state_io *io, const char *name, int i32, int ndim, const int *shape) {
+    mf__entry *e = mf__ckpt_find(io->c, "", name);
+    int64_t ne = 1;
+    int d, same;
+    for (d = 0; d < ndim; d++) ne *= shape[d];
+    if (!e) return (mf__entry *)mf__fail(io->m->ctx, "mf_model_load: \"%s\" has model state (mf.state) but no tensor \"%s\" "
+                                         "(a truncated or edited checkpoint?)", io->path, name);
+    same = (i32 ? e->i32 : e->f32) && e->ndim == ndim && e->end - e->begin == (uint64_t)ne * 4;
+    for (d = 0; same && d < ndim; d++) same = e->shape[d] == shape[d];
+    if (!same) return (mf__entry *)mf__fail(io->m->ctx, "mf_model_load: \"%s\": the state tensor \"%s\" has another dtype or "
+                                            "shape than this model's %s (a checkpoint of another config?)", io->path, name, i32 ? "I32" : "F32");
+    e->used = 1;
+    return e;
+}
+static MF__FOR_FAMILIES int mf__state_ints(mf__state_io *io, const char *name, int32_t *v, int n) {
+    mf__entry *e;
+    if (io->mode == MF__STATE_SAVE) {
+        mf__xtensor *x = mf__state_add(io, name, 1, &n);
+        if (!x || !(x->ints = (int32_t *)mf__xmalloc((size_t)n * sizeof(int32_t))))
+            return (mf__fail(io->m->ctx, "out of memory: the model state of a checkpoint"), -1);
+        x->i32 = 1;
+        memcpy(x->ints, v, (size_t)n * sizeof(int32_t));
+        return 0;
+    }
+    if (!(e = mf__state_find(io, name, 1, 1, &n))) return -1;
+    memcpy(v, io->c->data + e->begin, (size_t)n * sizeof(int32_t));
     return 0;
+}
+static MF__FOR_FAMILIES int mf__state_floats(mf__state_io *io, const char *name, float *data, int ndim, const int *shape) {
+    mf__entry *e;
+    if (io->mode == MF__STATE_SAVE) {
+        mf__xtensor *x = mf__state_add(io, name, ndim, shape);
+        if (!x) return -1;
+        x->data = data;
+        return 0;
+    }
+    if (!(e = mf__state_find(io, name, 0, ndim, shape))) return -1;
+    return io->mode == MF__STATE_APPLY ? mf__dupload(io->m->ctx, data, io->c->data + e->begin, (size_t)(e->end - e->begin)) : 0;
+}
+
+MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
+    mf__state_io io;
+    int i, rc;
+    if (!m) return -1;
+    if (!mf_ok(m->ctx)) return -1;
+    memset(&io, 0, sizeof io);
+    io.mode = MF__STATE_SAVE; io.m = m;
+    rc = m->fam->state ? m->fam->state(m, &io) : 0;
+    if (rc == 0) rc = mf__save(m->ctx, path, with_optimizer, meta_kv, n_meta, io.t, io.n, "mf.state", "1");
+    for (i = 0; i < io.n; i++) MF_FREE(io.t[i].ints);
+    MF_FREE(io.t);
+    return rc;
+}
+MFDEF int mf_model_load(mf_model *m, const char *path, int with_optimizer) {
+    return m ? mf__load(m->ctx, path, with_optimizer, m) : -1;
 }
 
 MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size) {
@@ -9393,45 +9812,34 @@ static int mf__tok_extras(const mf_tokenizer *t, unsigned char *extra) {
 
 MFDEF int mf_tokenizer_save(const mf_tokenizer *t, const char *path, char *err, size_t err_size) {
     unsigned char *extra;
-    char *tmp;
-    FILE *f;
-    int b, i, r, n_bytes = 0, n_extra, ok;
+    char why[1024];
+    mf__afile w;
+    int b, i, r, n_bytes = 0, n_extra;
     if (err && err_size) err[0] = 0;
     if (mf_tokenizer_error(t)) return mf__data_fail(err, err_size, "mf_tokenizer_save: %s", mf_tokenizer_error(t));
     if (!path || !path[0]) return mf__data_fail(err, err_size, "mf_tokenizer_save: the path is NULL or empty");
     for (b = 0; b < 256; b++) n_bytes += t->byte_id[b] >= 0;
     extra = (unsigned char *)MF_MALLOC((size_t)t->n_vocab);
-    tmp = (char *)MF_MALLOC(strlen(path) + 5);
-    if (!extra || !tmp || (n_extra = mf__tok_extras(t, extra)) < 0) {
-        MF_FREE(extra); MF_FREE(tmp);
+    if (!extra || (n_extra = mf__tok_extras(t, extra)) < 0) {
+        MF_FREE(extra);
         return mf__data_fail(err, err_size, "mf_tokenizer_save: out of memory");
     }
-    sprintf(tmp, "%s.tmp", path);
-    if (!(f = fopen(tmp, "wb"))) {
-        mf__data_fail(err, err_size, "mf_tokenizer_save: cannot create \"%s\": %s (does the folder exist, is it writable?)", tmp, strerror(errno));
-        MF_FREE(extra); MF_FREE(tmp);
-        return -1;
-    }
-    ok = fprintf(f, "metaformer-tokenizer 1\nkind %s\nvocab_size %d\nbytes %d\n", mf__tok_kind_name(t->kind), t->n_vocab, n_bytes) > 0;
-    for (b = 0; b < 256; b++) if (t->byte_id[b] >= 0) ok = ok && fprintf(f, "%02x %d\n", b, (int)t->byte_id[b]) > 0;
-    ok = ok && fprintf(f, "extras %d\n", n_extra) > 0;
-    for (i = 0; i < t->n_vocab && ok; i++)
+    if (mf__afile_open(&w, path, "mf_tokenizer_save", why, sizeof why) < 0) { MF_FREE(extra); return mf__data_fail(err, err_size, "%s", why); }
+    mf__afile_printf(&w, "metaformer-tokenizer 1\nkind %s\nvocab_size %d\nbytes %d\n", mf__tok_kind_name(t->kind), t->n_vocab, n_bytes);
+    for (b = 0; b < 256; b++) if (t->byte_id[b] >= 0) mf__afile_printf(&w, "%02x %d\n", b, (int)t->byte_id[b]);
+    mf__afile_printf(&w, "extras %d\n", n_extra);
+    for (i = 0; i < t->n_vocab && !w.err; i++)
         if (extra[i]) {
             int64_t k;
-            ok = fprintf(f, "%d ", i) > 0;
-            for (k = t->tok_off[i]; k < t->tok_off[i + 1] && ok; k++) ok = fprintf(f, "%02x", t->blob[k]) > 0;
-            ok = ok && fputc('\n', f) != EOF;
+            mf__afile_printf(&w, "%d ", i);
+            for (k = t->tok_off[i]; k < t->tok_off[i + 1]; k++) mf__afile_printf(&w, "%02x", t->blob[k]);
+            mf__afile_put(&w, "\n", 1);
         }
-    ok = ok && fprintf(f, "merges %d\n", t->n_merges) > 0;
-    for (r = 0; r < t->n_merges && ok; r++) ok = fprintf(f, "%d %d %d\n", (int)t->merges[r][0], (int)t->merges[r][1], (int)t->merges[r][2]) > 0;
-    ok = ok && fputs("end\n", f) != EOF;
-    ok = (fflush(f) == 0) & ok;
-    ok = (fclose(f) == 0) & ok;
-    if (!ok) mf__data_fail(err, err_size, "mf_tokenizer_save: writing \"%s\" failed: %s (disk full?); \"%s\" is unchanged", tmp, strerror(errno), path);
-    else if (rename(tmp, path) != 0) { mf__data_fail(err, err_size, "mf_tokenizer_save: cannot rename \"%s\" to \"%s\": %s", tmp, path, strerror(errno)); ok = 0; }
-    if (!ok) remove(tmp);
-    MF_FREE(extra); MF_FREE(tmp);
-    return ok ? 0 : -1;
+    mf__afile_printf(&w, "merges %d\n", t->n_merges);
+    for (r = 0; r < t->n_merges && !w.err; r++) mf__afile_printf(&w, "%d %d %d\n", (int)t->merges[r][0], (int)t->merges[r][1], (int)t->merges[r][2]);
+    mf__afile_put(&w, "end\n", 4);
+    MF_FREE(extra);
+    return mf__afile_commit(&w, why, sizeof why) < 0 ? mf__data_fail(err, err_size, "%s", why) : 0;
 }
 
 /* ---- reading it: one line at a time, every field checked ---- */
@@ -9669,10 +10077,9 @@ static void mf__put_le32(unsigned char *p, uint32_t v) {
 MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t *ids, int64_t n, char *err,
                          size_t err_size) {
     unsigned char header[MF__LLMC_HEADER], buf[8192];
-    char tmp[4096];
-    FILE *f;
+    char why[1024];
+    mf__afile w;
     int64_t i, k;
-    int ok;
     if (err && err_size) err[0] = '\0';
     if (!path || (n > 0 && !ids) || n < 0)
         return mf__data_fail(err, err_size, "mf_shard_write: %s", !path ? "path is NULL" : n < 0 ? "n is negative" : "ids is NULL");
@@ -9683,28 +10090,20 @@ MFDEF int mf_shard_write(const char *path, mf_shard_format format, const int32_t
     for (i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] > 65535)
             return mf__data_fail(err, err_size, "mf_shard_write: id %ld at position %lld is outside 0..65535: uint16 shard formats hold at most 65,536 ids (use a smaller vocabulary)", (long)ids[i], (long long)i);
-    if (strlen(path) + 5 > sizeof tmp) return mf__data_fail(err, err_size, "mf_shard_write: the path is too long (%zu bytes)", strlen(path));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (!(f = fopen(tmp, "wb")))
-        return mf__data_fail(err, err_size, "mf_shard_write: cannot create \"%s\": %s (does the directory exist? is it writable?)", tmp, strerror(errno));
-    ok = 1;
+    if (mf__afile_open(&w, path, "mf_shard_write", why, sizeof why) < 0) return mf__data_fail(err, err_size, "%s", why);
     if (format == MF_SHARD_LLMC) {
         memset(header, 0, sizeof header);
         mf__put_le32(header, MF__LLMC_MAGIC);
         mf__put_le32(header + 4, 1);
         mf__put_le32(header + 8, (uint32_t)n);
-        ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+        mf__afile_put(&w, header, sizeof header);
     }
-    for (i = 0; ok && i < n; i += k) {
+    for (i = 0; !w.err && i < n; i += k) {
         k = n - i < (int64_t)(sizeof buf / 2) ? n - i : (int64_t)(sizeof buf / 2);
         for (int64_t j = 0; j < k; j++) { buf[2 * j] = (unsigned char)ids[i + j]; buf[2 * j + 1] = (unsigned char)(ids[i + j] >> 8); }
-        ok = fwrite(buf, 2, (size_t)k, f) == (size_t)k;
+        mf__afile_put(&w, buf, 2 * (size_t)k);
     }
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) mf__data_fail(err, err_size, "mf_shard_write: writing \"%s\" failed: %s (disk full?); \"%s\" is unchanged", tmp, strerror(errno), path);
-    else if (rename(tmp, path) != 0) { mf__data_fail(err, err_size, "mf_shard_write: cannot rename \"%s\" to \"%s\": %s", tmp, path, strerror(errno)); ok = 0; }
-    if (!ok) { remove(tmp); return -1; }
-    return 0;
+    return mf__afile_commit(&w, why, sizeof why) < 0 ? mf__data_fail(err, err_size, "%s", why) : 0;
 }
 
 /* ---- the token stream ---------------------------------------------------------------------- */

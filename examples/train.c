@@ -16,10 +16,11 @@
    models that carry memory from batch to batch (--mixer relative, --compressive), the sequential
    loader, whose batch row b continues row b of the previous batch (the memories are emptied at
    the start of every pass; validation runs on the model's second memory slot).
-   A checkpoint holds the weights, the optimizer moments, the settings, the vocabulary and the
-   loaders' state, so a resumed run continues bit-identically: its losses equal those of a run that
-   was never interrupted. The exception is the memory models: checkpoints do not hold their
-   memories, so a resumed memory model starts with empty memories.
+   A checkpoint holds the weights, the optimizer moments and the dropout RNG's position, the
+   model's memories (mf_model_save), the settings, the vocabulary and the loaders' state, so a
+   resumed run of every model continues bit-identically: its losses equal those of a run that was
+   never interrupted (tests/test_resume.sh). A memory model's checkpoint from before the memories
+   were stored resumes with empty memories, and says so.
 
    Token shards (--data FILES --valid FILES, docs/math.md §17.6): llm.c's or nanoGPT's uint16
    files, several (commas, globs) read as one stream; the same loaders run over them. The
@@ -108,7 +109,8 @@ static void usage(FILE *f) {
     print_options(f, OPTIONS, N_OPTIONS);
     fprintf(f, "\nMemory models (--mixer relative, --compressive) read the text sequentially: batch row b continues\n"
                "row b of the previous batch, and the memories are emptied at the start of every pass over the text.\n"
-               "Checkpoints do not hold the memories: a resumed memory model starts with empty memories.\n");
+               "Checkpoints hold the memories: a resumed run of any model continues bit-identically (an older\n"
+               "checkpoint of a memory model, without them, resumes with empty memories and says so).\n");
 }
 
 static int is_mixer(const char *a, const char *b) { return strcmp(S.m.mixer, a) == 0 || (b && strcmp(S.m.mixer, b) == 0); }
@@ -277,8 +279,9 @@ static void close_data(data *d) {
     if (!d->shards) text_free(&d->text);
 }
 
-/* ---- checkpoints: mf_save's tensors + our settings, vocabulary and loader state as metadata ---- */
-static void save_checkpoint(mf_ctx *ctx, const data *d, const mf_loader *L) {
+/* ---- checkpoints: mf_model_save's tensors (weights, moments, memories) + our settings, vocabulary and
+   loader state as metadata ---- */
+static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const mf_loader *L) {
     static char keys[N_OPTIONS + 12][48], vals[N_OPTIONS + 12][48];
     const char *kv[2 * (N_OPTIONS + 12)];
     int n = 0;
@@ -304,7 +307,7 @@ static void save_checkpoint(mf_ctx *ctx, const data *d, const mf_loader *L) {
     }
 #undef PUT
     if (!d->shards) { kv[2 * n] = "train.vocab"; kv[2 * n + 1] = d->text.vocab_hex; n++; } /* byte values in hex: "0a2021..." */
-    if (mf_save(ctx, S.save, 1, kv, n) < 0) die("%s", mf_error(ctx));
+    if (mf_model_save(model, S.save, 1, kv, n) < 0) die("%s", mf_error(ctx));
 }
 
 /* --resume, before the model exists: take the settings from the checkpoint. An option given on
@@ -399,17 +402,20 @@ static void make_loader(mf_loader *L, data *d, int sequential) {
     }
 }
 
-/* --resume: the optimizer state, the step and the loader's position */
-static int64_t resume_state(mf_ctx *ctx, mf_loader *L) {
+/* --resume: the optimizer state, the memories, the step and the loader's position */
+static int64_t resume_state(mf_ctx *ctx, mf_model *model, mf_loader *L) {
     char buf[64];
     mf_loader_state st;
-    if (mf_load(ctx, S.resume, 1) < 0) die("cannot resume: %s", mf_error(ctx));
+    int rc = mf_model_load(model, S.resume, 1);
+    if (rc < 0) die("cannot resume: %s", mf_error(ctx));
     st.epoch_rng = strtoull(meta("train.epoch_rng", buf, sizeof buf), NULL, 16);
     st.rng = strtoull(meta("train.rng", buf, sizeof buf), NULL, 16);
     st.epoch_pos = strtoll(meta("train.epoch_pos", buf, sizeof buf), NULL, 10);
     st.seq_pos = L->cfg.sequential ? strtoll(meta("train.seq_pos", buf, sizeof buf), NULL, 10) : L->state.seq_pos;
     mf_loader_restore(L, &st);
-    if (L->cfg.sequential) printf("note: the memories start empty (checkpoints do not hold them)\n");
+    if (rc == 1) /* a checkpoint of a memory model from before mf_model_save */
+        printf("note: \"%s\" holds no memories (an older checkpoint): the memories start empty, so the losses "
+               "differ from an uninterrupted run\n", S.resume);
     return mf_optimizer_steps(ctx);
 }
 
@@ -543,7 +549,7 @@ int main(int argc, char **argv) {
     }
 
     make_loader(&L, &d, has_memory(&cfg));
-    int64_t step = S.resume ? resume_state(ctx, &L) : 0;
+    int64_t step = S.resume ? resume_state(ctx, model, &L) : 0;
     if (S.save) check_writable(S.save);
 
     if (!d.shards)
@@ -609,7 +615,7 @@ int main(int argc, char **argv) {
             print_validation(&pr, &d, what, &r);
         }
         if (S.save && ((S.save_every > 0 && step % S.save_every == 0) || step == last)) {
-            save_checkpoint(ctx, &d, &L);
+            save_checkpoint(ctx, model, &d, &L);
             saved_step = step;
         }
     }
