@@ -805,7 +805,7 @@ MFDEF void mf_loader_free(mf_loader *L);
 #define MF__NTH() omp_get_num_threads()
 #else
 #define MF__PARFOR(ctx, n, cost) (void)(ctx);
-#define MF__PARALLEL(ctx, work) (void)(ctx);
+#define MF__PARALLEL(ctx, work) (void)(ctx); (void)(work);
 #define MF__TID() 0
 #define MF__NTH() 1
 #endif
@@ -7564,13 +7564,17 @@ static void mf__buf_json(mf__buf *b, const char *prefix, const char *s) {
 
 static int mf__little_endian(void) { const uint16_t one = 1; return *(const unsigned char *)&one == 1; }
 
-/* The tensors of a checkpoint in file order: every parameter, then (optionally) both moments. */
+/* The tensors of a checkpoint in file order: every parameter, then (optionally) both moments.
+   Before the optimizer's first step the moments do not exist yet (p_m == NULL): their data is NULL
+   then, not NULL + offset, which is undefined (mf_load validates a file before it allocates them). */
 static const float *mf__ckpt_tensor(mf_ctx *ctx, int i, const char **prefix, const mf_tensor **p) {
     int n = ctx->n_params;
+    const float *moments;
     *p = ctx->params[i % n];
     if (i < n) { *prefix = ""; return (*p)->data; }
-    if (i < 2 * n) { *prefix = MF__OPT_M; return ctx->p_m + (*p)->offset; }
-    *prefix = MF__OPT_V; return ctx->p_v + (*p)->offset;
+    *prefix = i < 2 * n ? MF__OPT_M : MF__OPT_V;
+    moments = i < 2 * n ? ctx->p_m : ctx->p_v;
+    return moments ? moments + (*p)->offset : NULL;
 }
 
 MFDEF int mf_save(mf_ctx *ctx, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
