@@ -7,6 +7,8 @@
 #   make demo      train the array sorter with the metric mixer (the README's first command)
 #   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
+#   make fuzz      the libFuzzer targets of tests/fuzz/ (clang), FUZZ_SECONDS each (default 120):
+#                  corpus under build/fuzz/, results in bench/results/fuzz_<date>.md
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
@@ -30,13 +32,14 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench bench-cuda demo ablate goldens clean test-cuda train-cuda FORCE
+.PHONY: all test examples fuzz bench bench-cuda demo ablate goldens clean test-cuda train-cuda FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
 # and linked into every test that uses the public API only; -DMETAFORMER_IMPLEMENTATION_DONE skips
 # the copy the test includes. Tests that call the header's static internals (mf__*, MF__*) compile
 # it in their own file, as every test did before (the pattern rules below).
+FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS) $(TEST_CXX))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
 SHARED_CXX := $(basename $(notdir $(filter-out $(INTERNAL) tests/test_cuda_emu.cpp,$(TEST_CXX))))
@@ -55,6 +58,30 @@ $(BUILD)/obj/impl_emu.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/
 $(BUILD)/obj/impl_emu_asan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
+
+# clang's ASan + UBSan (build/casan/): its UBSan also checks pointer arithmetic (pointer-overflow,
+# arithmetic on NULL), which gcc's does not, and its ASan instruments differently. Where clang is
+# missing the suite says so (tests/clang_missing.sh) and `.ci/run` installs it on Debian/Ubuntu.
+CLANG    ?= $(shell command -v clang 2>/dev/null)
+CLANGXX  ?= $(shell command -v clang++ 2>/dev/null)
+$(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
+	@mkdir -p $(dir $@)
+	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
+$(BUILD)/obj/impl_emu_casan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CLANGXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
+$(SHARED_C:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.c $(BUILD)/obj/impl_casan.o metaformer.h tests/*.h examples/common.h
+	@mkdir -p $(dir $@)
+	$(CLANG) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_casan.o -o $@ $(LDLIBS)
+$(SHARED_CXX:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.cpp $(BUILD)/obj/impl_emu_casan.o $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(CLANGXX) $(ASAN_CXX) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_emu_casan.o -o $@ $(LDLIBS)
+$(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h
+	@mkdir -p $(dir $@)
+	$(CLANG) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
+$(BUILD)/casan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
+	@mkdir -p $(dir $@)
+	$(CLANGXX) $(ASAN_CXX) -I. -Itests $< -o $@ $(LDLIBS)
 
 $(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
@@ -116,9 +143,14 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 # logs whole, in the fixed order of TEST_LOGS, and the closing line "N passed, N failed".
 # ASAN_OPTIONS: stop at the first report, and report leaks.
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-SCRIPTS   := hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize
+# the command-line targets leave what a program allocated before it died (as the program would at exit)
+ASAN_ENV_NOLEAK := ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
+# clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
+CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
-             $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log)
+             $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
+             $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
 # the order make takes them up in (make -j queues every job it finds ready in this order, and a
 # test once its binary is built): the longest builds and runs first, so that the last jobs to finish
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
@@ -131,7 +163,7 @@ TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LO
 test: $(TEST_SCHED) $(EXAMPLES)
 	@bash tests/run.sh --report $(TEST_LOGS)
 # the test binaries stay after the run (made by pattern rules for the logs only, make would delete them)
-.SECONDARY: $(TESTS) $(ASAN) $(BUILD)/nosimd/test_gemm
+.SECONDARY: $(TESTS) $(ASAN) $(CASAN) $(BUILD)/nosimd/test_gemm $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay/%)
 
 $(BUILD)/logs/sh/%.log: tests/%.sh FORCE
 	@bash tests/run.sh --one $@ "bash $<"
@@ -148,7 +180,29 @@ $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE
 # a test's ASan run starts after its optimized run: some tests write fixed files under build/
 $(BUILD)/logs/asan/%.log: $(BUILD)/asan/% FORCE | $(BUILD)/logs/tests/%.log
 	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
+$(BUILD)/logs/casan/%.log: $(BUILD)/casan/% FORCE | $(BUILD)/logs/asan/%.log
+	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
 FORCE:
+
+# ---- fuzzing (tests/fuzz/) ----
+# Each tests/fuzz/fuzz_*.c is a libFuzzer target: `make fuzz` builds them with clang (fuzzer +
+# ASan + UBSan) and tests/fuzz/run.sh runs each. `make test` replays the committed seeds and crash
+# inputs (tests/fuzz/seeds/, tests/fuzz/regress/) through the same targets linked with
+# tests/fuzz/replay.c and built by gcc's ASan + UBSan, so it needs neither clang nor libFuzzer.
+FUZZ_DEPS    := tests/fuzz/fuzz.h tests/fuzz/fuzz_cli.h metaformer.h examples/*.c examples/common.h tests/golden.h tests/mf_test.h
+SAN_ONLY     := -fsanitize=address,undefined
+FUZZFLAGS    := $(filter-out $(SAN_ONLY),$(SANFLAGS)) -fsanitize=fuzzer,address,undefined -Wno-unused-function
+$(BUILD)/fuzz/bin/%: tests/fuzz/%.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
+$(BUILD)/fuzz/replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(SANFLAGS) -Wno-unused-function -I. -Itests $< tests/fuzz/replay.c -o $@ $(LDLIBS)
+$(BUILD)/logs/fuzz/%.log: $(BUILD)/fuzz/replay/% FORCE
+	@bash tests/run.sh --one $@ "$(if $(findstring cli,$*),$(ASAN_ENV_NOLEAK),$(ASAN_ENV)) $< tests/fuzz/seeds/$* tests/fuzz/regress/$*"
+fuzz-build: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/bin/%) $(BUILD)/train $(BUILD)/tokenize
+fuzz:
+	@bash tests/fuzz/run.sh
 
 # ---- CUDA (nvcc; CI has nvcc but no GPU: `make test` checks the kernels on the emulator and
 # tests/cuda_build.sh compiles these targets' sources with nvcc) ----

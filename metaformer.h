@@ -5632,9 +5632,10 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
     struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     int B = x->shape[0], T = x->shape[1], D = c->d_model, cap = s->cap, rate = c->compression_rate;
     int len = s->len[l], n = len + T, keep;
-    float *mem = s->mem + (int64_t)l * B * cap * D;
+    float *mem;
     mf_tensor *all; /* [mem ; x] [B, n, D], a constant in the arena (or x itself) */
-    if (cap == 0) return;
+    if (cap == 0) return; /* no memories: s->mem is NULL, no offset may be added to it */
+    mem = s->mem + (int64_t)l * B * cap * D;
     if (!(all = mf__xl_cat(ctx, mf__xl_wrap(ctx, mem, B, len, D), mf_detach(ctx, x)))) return;
     if (c->compressive && n > cap) {
         int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep;
@@ -9316,11 +9317,14 @@ static int mf__tdefs_add(mf__tdefs *d, int32_t id, const unsigned char *a, int64
     if (d->n + la + lb > d->cap) {
         int64_t cap = d->cap ? d->cap : 4096;
         unsigned char *p;
+        /* a and b may point into the old arena: their offsets there, taken before it moves (none
+           while d->n is 0, when d->bytes may be NULL and no offset may be added to it) */
+        int64_t in_a = d->n && a >= d->bytes && a < d->bytes + d->n ? a - d->bytes : -1;
+        int64_t in_b = d->n && b && b >= d->bytes && b < d->bytes + d->n ? b - d->bytes : -1;
         while (cap < d->n + la + lb) cap *= 2;
         if (!(p = (unsigned char *)MF_REALLOC(d->bytes, (size_t)cap))) return -1;
-        /* a and b may point into the old arena */
-        if (a >= d->bytes && a < d->bytes + d->n) a = p + (a - d->bytes);
-        if (b && b >= d->bytes && b < d->bytes + d->n) b = p + (b - d->bytes);
+        if (in_a >= 0) a = p + in_a;
+        if (in_b >= 0) b = p + in_b;
         d->bytes = p;
         d->cap = cap;
     }

@@ -668,6 +668,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);
     n_runs = parse_models(S.models, models);
     resolve_defaults(path != NULL, given);
+    EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     if (path) {
         text_load(&text, path);
         text_need_windows(&text, path, S.seq_len);
