@@ -61,9 +61,20 @@ $(BUILD)/obj/impl_emu_asan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh t
 
 # clang's ASan + UBSan (build/casan/): its UBSan also checks pointer arithmetic (pointer-overflow,
 # arithmetic on NULL), which gcc's does not, and its ASan instruments differently. Where clang is
-# missing the suite says so (tests/clang_missing.sh) and `.ci/run` installs it on Debian/Ubuntu.
-CLANG    ?= $(shell command -v clang 2>/dev/null)
-CLANGXX  ?= $(shell command -v clang++ 2>/dev/null)
+# missing the suite says so (tests/clang_missing.sh); `.ci/run` installs it on Debian/Ubuntu.
+# (clang counts as installed when it links a sanitized program: Debian ships the runtime apart,
+# libclang-rt-<version>-dev)
+ifeq ($(origin CLANG),undefined)
+CLANG    := $(shell c=$$(command -v clang 2>/dev/null) && echo 'int main(void) { return 0; }' | \
+              $$c -fsanitize=address,undefined -x c - -o /dev/null 2>/dev/null && echo $$c)
+endif
+CLANGXX  ?= clang++
+# the C tests that read outside data or do the most pointer arithmetic: every test linking the
+# shared implementation (one clang compile of the header, io, data, loaders, errors, ...) and of
+# those compiling it themselves the tokenizer, the model, the memories (which found bugs). The others
+# (ops, gemm, fast weights, feedback) and the emulated CUDA suites passed clang's build once and are
+# left to gcc's: each compiles the header again (~20 s), adding a minute to make test for no finding.
+CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model test_xl
 $(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
@@ -188,18 +199,30 @@ FORCE:
 # Each tests/fuzz/fuzz_*.c is a libFuzzer target: `make fuzz` builds them with clang (fuzzer +
 # ASan + UBSan) and tests/fuzz/run.sh runs each. `make test` replays the committed seeds and crash
 # inputs (tests/fuzz/seeds/, tests/fuzz/regress/) through the same targets linked with
-# tests/fuzz/replay.c and built by gcc's ASan + UBSan, so it needs neither clang nor libFuzzer.
+# tests/fuzz/replay.c and built with ASan + UBSan without libFuzzer (so gcc will do).
 FUZZ_DEPS    := tests/fuzz/fuzz.h tests/fuzz/fuzz_cli.h metaformer.h examples/*.c examples/common.h tests/golden.h tests/mf_test.h
 SAN_ONLY     := -fsanitize=address,undefined
 FUZZFLAGS    := $(filter-out $(SAN_ONLY),$(SANFLAGS)) -fsanitize=fuzzer,address,undefined -Wno-unused-function
-$(BUILD)/fuzz/bin/%: tests/fuzz/%.c $(FUZZ_DEPS)
+# the library is compiled once per flavour and linked into every target (as the tests link tests/mf_impl.c)
+$(BUILD)/obj/impl_fuzz.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
-$(BUILD)/fuzz/replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(FUZZ_DEPS)
+	$(CLANG) $(filter-out $(SAN_ONLY),$(SANFLAGS)) -fsanitize=fuzzer-no-link,address,undefined -I. -c $< -o $@
+$(BUILD)/fuzz/bin/%: tests/fuzz/%.c $(BUILD)/obj/impl_fuzz.o $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(SANFLAGS) -Wno-unused-function -I. -Itests $< tests/fuzz/replay.c -o $@ $(LDLIBS)
+	$(CLANG) $(FUZZFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_fuzz.o -o $@ $(LDLIBS)
+# the replay: clang's sanitizers where clang is installed (they catch more: the pointer arithmetic of
+# tests/fuzz/regress/fuzz_golden passes gcc's), else gcc's
+REPLAY_CC   := $(or $(CLANG),$(CC))
+REPLAY_IMPL := $(BUILD)/obj/$(if $(CLANG),impl_casan.o,impl_asan.o)
+$(BUILD)/fuzz/replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(REPLAY_IMPL) $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(REPLAY_CC) $(SANFLAGS) -Wno-unused-function -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< tests/fuzz/replay.c \
+		$(REPLAY_IMPL) -o $@ $(LDLIBS)
 $(BUILD)/logs/fuzz/%.log: $(BUILD)/fuzz/replay/% FORCE
-	@bash tests/run.sh --one $@ "$(if $(findstring cli,$*),$(ASAN_ENV_NOLEAK),$(ASAN_ENV)) $< tests/fuzz/seeds/$* tests/fuzz/regress/$*"
+	@bash tests/run.sh --one $@ "$(if $(findstring cli,$*),$(ASAN_ENV_NOLEAK),$(ASAN_ENV)) $< tests/fuzz/seeds/$* tests/fuzz/regress/$* $(FUZZ_EXTRA_$*)"
+# the safetensors targets also read the committed goldens (made by make goldens)
+FUZZ_EXTRA_fuzz_golden := tests/goldens
+FUZZ_EXTRA_fuzz_ckpt   := tests/goldens
 fuzz-build: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/bin/%) $(BUILD)/train $(BUILD)/tokenize
 fuzz:
 	@bash tests/fuzz/run.sh

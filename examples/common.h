@@ -32,7 +32,9 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define EX_FN static __attribute__((unused))
 #define EX_VAR static __attribute__((unused))
+#define EX_NORETURN __attribute__((noreturn))
 #else
+#define EX_NORETURN
 #define EX_FN static
 #define EX_VAR static
 #endif
@@ -46,7 +48,7 @@ enum { EX_FUZZ_DIED = 1, EX_FUZZ_EXITED, EX_FUZZ_PARSED };
 EX_VAR jmp_buf ex_fuzz_jmp;
 EX_VAR char ex_fuzz_msg[1024];
 EX_VAR int ex_fuzz_status;
-EX_FN void ex_fuzz_exit(int status) { ex_fuzz_status = status; longjmp(ex_fuzz_jmp, EX_FUZZ_EXITED); }
+EX_FN EX_NORETURN void ex_fuzz_exit(int status) { ex_fuzz_status = status; longjmp(ex_fuzz_jmp, EX_FUZZ_EXITED); }
 #define exit(status) ex_fuzz_exit(status)
 #define EX_PARSED() longjmp(ex_fuzz_jmp, EX_FUZZ_PARSED)
 #else
@@ -54,7 +56,7 @@ EX_FN void ex_fuzz_exit(int status) { ex_fuzz_status = status; longjmp(ex_fuzz_j
 #endif
 
 /* print "<program>: error: <message>" and exit with status 1 */
-EX_FN void die(const char *fmt, ...) {
+EX_FN EX_NORETURN void die(const char *fmt, ...) {
     va_list ap;
 #ifdef EX_FUZZ
     va_start(ap, fmt);

@@ -6,7 +6,7 @@
 #include "fuzz_cli.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static fuzz_global g[] = {{&S, sizeof S, NULL}};
+    static fuzz_global g[] = {{&S, sizeof S, NULL}, {&N_ALL, sizeof N_ALL, NULL}}; /* list_models appends to N_ALL */
     fuzz_cli_run(data, size, "ablate", g, (int)(sizeof g / sizeof g[0]));
     return 0;
 }

@@ -88,8 +88,8 @@ for t in "${targets[@]}"; do
     nice -n "$NICE" "$B/bin/$t" "${extra[@]}" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
         -artifact_prefix="$crashes/" "${dirs[@]}" > "$log" 2>&1
     rc=$?
-    execs=$(awk -F: '/stat::number_of_executed_units/ { gsub(/ /, "", $2); print $2 }' "$log" | tail -n 1)
-    rate=$(awk -F: '/stat::average_exec_per_sec/ { gsub(/ /, "", $2); print $2 }' "$log" | tail -n 1)
+    execs=$(awk '/^stat::number_of_executed_units:/ { print $2 }' "$log" | tail -n 1)
+    rate=$(awk '/^stat::average_exec_per_sec:/ { print $2 }' "$log" | tail -n 1)
     last=$(grep -E '^#[0-9]+' "$log" | grep 'cov:' | tail -n 1)
     cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<< "$last"); ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<< "$last")
     corp=$(ls "$corpus" | wc -l)
