@@ -1,8 +1,10 @@
 # metaformer.h - build, test and benchmark
-#   make test      header hygiene + every test, optimized and under ASan/UBSan, examples/embed and,
-#                  where nvcc is installed, the CUDA builds (the CI command). Builds and tests run
-#                  in parallel on every core; the logs print whole, in a fixed order, and the closing
-#                  line adds them up: "N passed, N failed"
+#   make test      header hygiene + every test, optimized and under ASan/UBSan (gcc's, and clang's
+#                  for the tests that read files: build/casan/), the fuzz targets replayed on their
+#                  seeds and crash inputs, examples/embed and, where nvcc is installed, the CUDA
+#                  builds (the CI command). Builds and tests run in parallel on every core; the
+#                  logs print whole, in a fixed order, and the closing line adds them up:
+#                  "N passed, N failed"
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
 #   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
@@ -167,7 +169,7 @@ TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/log
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
 TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
-              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu asan/test_feedback
+              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl casan/test_xl sh/hygiene sh/train_emu asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
 
@@ -224,8 +226,9 @@ $(BUILD)/logs/fuzz/%.log: $(BUILD)/fuzz/replay/% FORCE
 FUZZ_EXTRA_fuzz_golden := tests/goldens
 FUZZ_EXTRA_fuzz_ckpt   := tests/goldens
 fuzz-build: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/bin/%) $(BUILD)/train $(BUILD)/tokenize
+FUZZ_SECONDS ?= 120
 fuzz:
-	@bash tests/fuzz/run.sh
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
 
 # ---- CUDA (nvcc; CI has nvcc but no GPU: `make test` checks the kernels on the emulator and
 # tests/cuda_build.sh compiles these targets' sources with nvcc) ----
