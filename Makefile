@@ -156,8 +156,6 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 # logs whole, in the fixed order of TEST_LOGS, and the closing line "N passed, N failed".
 # ASAN_OPTIONS: stop at the first report, and report leaks.
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-# the command-line targets leave what a program allocated before it died (as the program would at exit)
-ASAN_ENV_NOLEAK := ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
 SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize
@@ -221,7 +219,7 @@ $(BUILD)/fuzz/replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(REPLAY_IMPL) $(FUZZ
 	$(REPLAY_CC) $(SANFLAGS) -Wno-unused-function -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< tests/fuzz/replay.c \
 		$(REPLAY_IMPL) -o $@ $(LDLIBS)
 $(BUILD)/logs/fuzz/%.log: $(BUILD)/fuzz/replay/% FORCE
-	@bash tests/run.sh --one $@ "$(if $(findstring cli,$*),$(ASAN_ENV_NOLEAK),$(ASAN_ENV)) $< tests/fuzz/seeds/$* tests/fuzz/regress/$* $(FUZZ_EXTRA_$*)"
+	@bash tests/run.sh --one $@ "$(ASAN_ENV) $< tests/fuzz/seeds/$* tests/fuzz/regress/$* $(FUZZ_EXTRA_$*)"
 # the safetensors targets also read the committed goldens (made by make goldens)
 FUZZ_EXTRA_fuzz_golden := tests/goldens
 FUZZ_EXTRA_fuzz_ckpt   := tests/goldens

@@ -51,6 +51,29 @@ EX_VAR int ex_fuzz_status;
 EX_FN EX_NORETURN void ex_fuzz_exit(int status) { ex_fuzz_status = status; longjmp(ex_fuzz_jmp, EX_FUZZ_EXITED); }
 #define exit(status) ex_fuzz_exit(status)
 #define EX_PARSED() longjmp(ex_fuzz_jmp, EX_FUZZ_PARSED)
+/* what a program allocated (malloc, realloc) and has not freed: the target frees it after each
+   input, as the end of the process would (millions of inputs would otherwise add up) */
+EX_VAR void *ex_fuzz_blocks[64];
+EX_VAR int ex_fuzz_n_blocks;
+EX_FN void ex_fuzz_forget(void *p) {
+    for (int i = 0; p && i < ex_fuzz_n_blocks; i++)
+        if (ex_fuzz_blocks[i] == p) { ex_fuzz_blocks[i] = ex_fuzz_blocks[--ex_fuzz_n_blocks]; return; }
+}
+EX_FN void *ex_fuzz_keep(void *p) {
+    if (p && ex_fuzz_n_blocks < 64) ex_fuzz_blocks[ex_fuzz_n_blocks++] = p;
+    return p;
+}
+EX_FN void *ex_fuzz_malloc(size_t n) { return ex_fuzz_keep(malloc(n)); }
+EX_FN void *ex_fuzz_realloc(void *p, size_t n) {
+    void *q = realloc(p, n);
+    if (q) { ex_fuzz_forget(p); ex_fuzz_keep(q); }
+    return q;
+}
+EX_FN void ex_fuzz_free(void *p) { ex_fuzz_forget(p); free(p); }
+EX_FN void ex_fuzz_free_all(void) { while (ex_fuzz_n_blocks) free(ex_fuzz_blocks[--ex_fuzz_n_blocks]); }
+#define malloc(n) ex_fuzz_malloc(n)
+#define realloc(p, n) ex_fuzz_realloc(p, n)
+#define free(p) ex_fuzz_free(p)
 #else
 #define EX_PARSED() ((void)0)
 #endif

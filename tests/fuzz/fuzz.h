@@ -21,19 +21,24 @@ extern "C"
 #endif
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static char fuzz_paths[8][512];
+static void fuzz_remove_files(void) { int i; for (i = 0; i < 8; i++) if (fuzz_paths[i][0]) remove(fuzz_paths[i]); }
+
 /* A file of this process for the inputs the loaders read by path: $TMPDIR (or /tmp), one name per
-   process and index, overwritten by each input. Aborts when it cannot be written (not the input's
-   fault). */
+   process and index (0..7), overwritten by each input and removed at exit. Aborts when it cannot be
+   written (not the input's fault). */
 static const char *fuzz_file(int index, const void *data, size_t size) {
-    static char path[8][512];
+    static int registered;
+    char *path = fuzz_paths[index];
     const char *dir = getenv("TMPDIR");
     FILE *f;
-    snprintf(path[index], sizeof path[index], "%s/mf_fuzz_%ld_%d", dir && *dir ? dir : "/tmp", (long)getpid(), index);
-    f = fopen(path[index], "wb");
+    if (!registered) registered = atexit(fuzz_remove_files) == 0;
+    snprintf(path, sizeof fuzz_paths[index], "%s/mf_fuzz_%ld_%d", dir && *dir ? dir : "/tmp", (long)getpid(), index);
+    f = fopen(path, "wb");
     FUZZ_CHECK(f != NULL);
     FUZZ_CHECK(size == 0 || fwrite(data, 1, size, f) == size);
     FUZZ_CHECK(fclose(f) == 0);
-    return path[index];
+    return path;
 }
 
 /* Cut the input at each occurrence of sep (a byte string) into at most max parts; returns their

@@ -13,12 +13,12 @@ typedef struct { void *p; size_t size; void *saved; } fuzz_global;
 static void fuzz_cli_run(const uint8_t *data, size_t size, const char *prog, fuzz_global *g, int n_g) {
     static FILE *quiet;
     FILE *out, *err;
-    char *copy = (char *)malloc(size + 1), *argv[66];
+    char *copy = (char *)(malloc)(size + 1), *argv[66]; /* (malloc): not the program's, see common.h */
     int argc = 0, i, how;
     size_t at = 0;
     FUZZ_CHECK(copy != NULL);
     for (i = 0; i < n_g; i++) { /* the first input sees the program's defaults: keep them */
-        if (!g[i].saved) { g[i].saved = malloc(g[i].size); FUZZ_CHECK(g[i].saved); memcpy(g[i].saved, g[i].p, g[i].size); }
+        if (!g[i].saved) { g[i].saved = (malloc)(g[i].size); FUZZ_CHECK(g[i].saved); memcpy(g[i].saved, g[i].p, g[i].size); }
         memcpy(g[i].p, g[i].saved, g[i].size);
     }
     memcpy(copy, data, size);
@@ -35,10 +35,11 @@ static void fuzz_cli_run(const uint8_t *data, size_t size, const char *prog, fuz
     how = setjmp(ex_fuzz_jmp);
     if (how == 0) ex_program_main(argc, argv);
     stdout = out; stderr = err;
+    ex_fuzz_free_all();
     /* "(null)", glibc's text of a NULL string, counts where the input has no "(" of its own */
     if (how == EX_FUZZ_DIED && (!ex_fuzz_msg[0] || (strstr(ex_fuzz_msg, "(null)") && !memchr(data, '(', size)))) {
         fprintf(stderr, "%s: error: %s\n", prog, ex_fuzz_msg);
         FUZZ_CHECK(!"a refusal without a message, or with a NULL string in it");
     }
-    free(copy);
+    (free)(copy);
 }

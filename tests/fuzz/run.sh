@@ -80,7 +80,7 @@ for t in "${targets[@]}"; do
     corpus=$B/corpus/$t crashes=$B/crashes/$t log=$B/logs/$t.log
     mkdir -p "$corpus" "$crashes" "$(dirname "$log")"
     extra=(-rss_limit_mb=2048 -timeout=20 -max_len=65536)
-    case $t in fuzz_cli_*) extra+=(-close_fd_mask=3 -detect_leaks=0 -max_len=512) ;; esac
+    case $t in fuzz_cli_*) extra+=(-close_fd_mask=3 -max_len=512) ;; esac
     before=$(ls "$crashes" | wc -l)
     echo "== $t: $SECONDS_EACH s"
     dirs=("$corpus")
