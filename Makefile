@@ -1,12 +1,16 @@
 # metaformer.h - build, test and benchmark
-#   make test      header hygiene + every test, optimized and under ASan/UBSan, examples/embed and,
-#                  where nvcc is installed, the CUDA builds (the CI command). Builds and tests run
-#                  in parallel on every core; the logs print whole, in a fixed order, and the closing
-#                  line adds them up: "N passed, N failed"
+#   make test      header hygiene + every test, optimized and under ASan/UBSan (gcc's, and clang's
+#                  for the tests that read files: build/casan/), the fuzz targets replayed on their
+#                  seeds and crash inputs, examples/embed and, where nvcc is installed, the CUDA
+#                  builds (the CI command). Builds and tests run in parallel on every core; the
+#                  logs print whole, in a fixed order, and the closing line adds them up:
+#                  "N passed, N failed"
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
 #   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
+#   make fuzz      the libFuzzer targets of tests/fuzz/ (clang), FUZZ_SECONDS each (default 120):
+#                  corpus under build/fuzz/, results in bench/results/fuzz_<date>.md
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
@@ -32,13 +36,14 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples bench bench-cuda demo ablate goldens clean test-cuda train-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-cuda demo ablate goldens clean test-cuda train-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
 # and linked into every test that uses the public API only; -DMETAFORMER_IMPLEMENTATION_DONE skips
 # the copy the test includes. Tests that call the header's static internals (mf__*, MF__*) compile
 # it in their own file, as every test did before (the pattern rules below).
+FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS) $(TEST_CXX))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
 SHARED_CXX := $(basename $(notdir $(filter-out $(INTERNAL) tests/test_cuda_emu.cpp,$(TEST_CXX))))
@@ -57,6 +62,41 @@ $(BUILD)/obj/impl_emu.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/
 $(BUILD)/obj/impl_emu_asan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
+
+# clang's ASan + UBSan (build/casan/): its UBSan also checks pointer arithmetic (pointer-overflow,
+# arithmetic on NULL), which gcc's does not, and its ASan instruments differently. Where clang is
+# missing the suite says so (tests/clang_missing.sh); `.ci/run` installs it on Debian/Ubuntu.
+# (clang counts as installed when it links a sanitized program: Debian ships the runtime apart,
+# libclang-rt-<version>-dev)
+ifeq ($(origin CLANG),undefined)
+CLANG    := $(shell c=$$(command -v clang 2>/dev/null) && echo 'int main(void) { return 0; }' | \
+              $$c -fsanitize=address,undefined -x c - -o /dev/null 2>/dev/null && echo $$c)
+endif
+CLANGXX  ?= clang++
+# the C tests that read outside data or do the most pointer arithmetic: every test linking the
+# shared implementation (one clang compile of the header, io, data, loaders, errors, ...) and of
+# those compiling it themselves the tokenizer, the model, the memories (which found bugs). The others
+# (ops, gemm, fast weights, feedback) and the emulated CUDA suites passed clang's build once and are
+# left to gcc's: each compiles the header again (~20 s), adding a minute to make test for no finding.
+CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model test_xl
+$(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
+	@mkdir -p $(dir $@)
+	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
+$(BUILD)/obj/impl_emu_casan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CLANGXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
+$(SHARED_C:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.c $(BUILD)/obj/impl_casan.o metaformer.h tests/*.h examples/common.h
+	@mkdir -p $(dir $@)
+	$(CLANG) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_casan.o -o $@ $(LDLIBS)
+$(SHARED_CXX:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.cpp $(BUILD)/obj/impl_emu_casan.o $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(CLANGXX) $(ASAN_CXX) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_emu_casan.o -o $@ $(LDLIBS)
+$(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h
+	@mkdir -p $(dir $@)
+	$(CLANG) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
+$(BUILD)/casan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
+	@mkdir -p $(dir $@)
+	$(CLANGXX) $(ASAN_CXX) -I. -Itests $< -o $@ $(LDLIBS)
 
 $(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
@@ -118,22 +158,25 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 # logs whole, in the fixed order of TEST_LOGS, and the closing line "N passed, N failed".
 # ASAN_OPTIONS: stop at the first report, and report leaks.
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-SCRIPTS   := hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite test_resume
+# clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
+CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite test_resume
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
-             $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log)
+             $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
+             $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
 # the order make takes them up in (make -j queues every job it finds ready in this order, and a
 # test once its binary is built): the longest builds and runs first, so that the last jobs to finish
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
 TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
-              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu asan/test_feedback
+              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl casan/test_xl sh/hygiene sh/train_emu asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
 
 test: $(TEST_SCHED) $(EXAMPLES)
 	@bash tests/run.sh --report $(TEST_LOGS)
 # the test binaries stay after the run (made by pattern rules for the logs only, make would delete them)
-.SECONDARY: $(TESTS) $(ASAN) $(BUILD)/nosimd/test_gemm
+.SECONDARY: $(TESTS) $(ASAN) $(CASAN) $(BUILD)/nosimd/test_gemm $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay/%)
 
 $(BUILD)/logs/sh/%.log: tests/%.sh FORCE
 	@bash tests/run.sh --one $@ "bash $<"
@@ -152,7 +195,42 @@ $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE
 # a test's ASan run starts after its optimized run: some tests write fixed files under build/
 $(BUILD)/logs/asan/%.log: $(BUILD)/asan/% FORCE | $(BUILD)/logs/tests/%.log
 	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
+$(BUILD)/logs/casan/%.log: $(BUILD)/casan/% FORCE | $(BUILD)/logs/asan/%.log
+	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
 FORCE:
+
+# ---- fuzzing (tests/fuzz/) ----
+# Each tests/fuzz/fuzz_*.c is a libFuzzer target: `make fuzz` builds them with clang (fuzzer +
+# ASan + UBSan) and tests/fuzz/run.sh runs each. `make test` replays the committed seeds and crash
+# inputs (tests/fuzz/seeds/, tests/fuzz/regress/) through the same targets linked with
+# tests/fuzz/replay.c and built with ASan + UBSan without libFuzzer (so gcc will do).
+FUZZ_DEPS    := tests/fuzz/fuzz.h tests/fuzz/fuzz_cli.h metaformer.h examples/*.c examples/common.h tests/golden.h tests/mf_test.h
+SAN_ONLY     := -fsanitize=address,undefined
+FUZZFLAGS    := $(filter-out $(SAN_ONLY),$(SANFLAGS)) -fsanitize=fuzzer,address,undefined -Wno-unused-function
+# the library is compiled once per flavour and linked into every target (as the tests link tests/mf_impl.c)
+$(BUILD)/obj/impl_fuzz.o: tests/mf_impl.c metaformer.h
+	@mkdir -p $(dir $@)
+	$(CLANG) $(filter-out $(SAN_ONLY),$(SANFLAGS)) -fsanitize=fuzzer-no-link,address,undefined -I. -c $< -o $@
+$(BUILD)/fuzz/bin/%: tests/fuzz/%.c $(BUILD)/obj/impl_fuzz.o $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_fuzz.o -o $@ $(LDLIBS)
+# the replay: clang's sanitizers where clang is installed (they catch more: the pointer arithmetic of
+# tests/fuzz/regress/fuzz_golden passes gcc's), else gcc's
+REPLAY_CC   := $(or $(CLANG),$(CC))
+REPLAY_IMPL := $(BUILD)/obj/$(if $(CLANG),impl_casan.o,impl_asan.o)
+$(BUILD)/fuzz/replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(REPLAY_IMPL) $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(REPLAY_CC) $(SANFLAGS) -Wno-unused-function -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< tests/fuzz/replay.c \
+		$(REPLAY_IMPL) -o $@ $(LDLIBS)
+$(BUILD)/logs/fuzz/%.log: $(BUILD)/fuzz/replay/% FORCE
+	@bash tests/run.sh --one $@ "$(ASAN_ENV) $< tests/fuzz/seeds/$* tests/fuzz/regress/$* $(FUZZ_EXTRA_$*)"
+# the safetensors targets also read the committed goldens (made by make goldens)
+FUZZ_EXTRA_fuzz_golden := tests/goldens
+FUZZ_EXTRA_fuzz_ckpt   := tests/goldens
+fuzz-build: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/bin/%) $(BUILD)/train $(BUILD)/tokenize
+FUZZ_SECONDS ?= 120
+fuzz:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
 
 # ---- CUDA (nvcc; CI has nvcc but no GPU: `make test` checks the kernels on the emulator and
 # tests/cuda_build.sh compiles these targets' sources with nvcc) ----

@@ -850,7 +850,7 @@ MFDEF void mf_loader_free(mf_loader *L);
 #define MF__NTH() omp_get_num_threads()
 #else
 #define MF__PARFOR(ctx, n, cost) (void)(ctx);
-#define MF__PARALLEL(ctx, work) (void)(ctx);
+#define MF__PARALLEL(ctx, work) (void)(ctx); (void)(work);
 #define MF__TID() 0
 #define MF__NTH() 1
 #endif
@@ -5871,9 +5871,10 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
     struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     int B = x->shape[0], T = x->shape[1], D = c->d_model, cap = s->cap, rate = c->compression_rate;
     int len = s->len[l], n = len + T, keep;
-    float *mem = s->mem + (int64_t)l * B * cap * D;
+    float *mem;
     mf_tensor *all; /* [mem ; x] [B, n, D], a constant in the arena (or x itself) */
-    if (cap == 0) return;
+    if (cap == 0) return; /* no memories: s->mem is NULL, no offset may be added to it */
+    mem = s->mem + (int64_t)l * B * cap * D;
     if (!(all = mf__xl_cat(ctx, mf__xl_wrap(ctx, mem, B, len, D), mf_detach(ctx, x)))) return;
     if (c->compressive && n > cap) {
         int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep;
@@ -8052,13 +8053,17 @@ static void mf__buf_json(mf__buf *b, const char *prefix, const char *s) {
 
 static int mf__little_endian(void) { const uint16_t one = 1; return *(const unsigned char *)&one == 1; }
 
-/* The tensors of a checkpoint in file order: every parameter, then (optionally) both moments. */
+/* The tensors of a checkpoint in file order: every parameter, then (optionally) both moments.
+   Before the optimizer's first step the moments do not exist yet (p_m == NULL): their data is NULL
+   then, not NULL + offset, which is undefined (mf_load validates a file before it allocates them). */
 static const float *mf__ckpt_tensor(mf_ctx *ctx, int i, const char **prefix, const mf_tensor **p) {
     int n = ctx->n_params;
+    const float *moments;
     *p = ctx->params[i % n];
     if (i < n) { *prefix = ""; return (*p)->data; }
-    if (i < 2 * n) { *prefix = MF__OPT_M; return ctx->p_m + (*p)->offset; }
-    *prefix = MF__OPT_V; return ctx->p_v + (*p)->offset;
+    *prefix = i < 2 * n ? MF__OPT_M : MF__OPT_V;
+    moments = i < 2 * n ? ctx->p_m : ctx->p_v;
+    return moments ? moments + (*p)->offset : NULL;
 }
 
 /* A tensor of a checkpoint besides the parameters and moments: the model's state (mf_model_save,
@@ -9897,11 +9902,14 @@ static int mf__tdefs_add(mf__tdefs *d, int32_t id, const unsigned char *a, int64
     if (d->n + la + lb > d->cap) {
         int64_t cap = d->cap ? d->cap : 4096;
         unsigned char *p;
+        /* a and b may point into the old arena: their offsets there, taken before it moves (none
+           while d->n is 0, when d->bytes may be NULL and no offset may be added to it) */
+        int64_t in_a = d->n && a >= d->bytes && a < d->bytes + d->n ? a - d->bytes : -1;
+        int64_t in_b = d->n && b && b >= d->bytes && b < d->bytes + d->n ? b - d->bytes : -1;
         while (cap < d->n + la + lb) cap *= 2;
         if (!(p = (unsigned char *)MF_REALLOC(d->bytes, (size_t)cap))) return -1;
-        /* a and b may point into the old arena */
-        if (a >= d->bytes && a < d->bytes + d->n) a = p + (a - d->bytes);
-        if (b && b >= d->bytes && b < d->bytes + d->n) b = p + (b - d->bytes);
+        if (in_a >= 0) a = p + in_a;
+        if (in_b >= 0) b = p + in_b;
         d->bytes = p;
         d->cap = cap;
     }

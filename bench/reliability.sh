@@ -6,7 +6,7 @@
 #                                       resume of every model, non-finite values and memory caps),
 #                                       read the rest: fuzzing from the latest bench/results/fuzz_*.md
 #                                       (`make fuzz`), the sanitizer runs from make test's logs
-#                                       (build/logs/asan: gcc ASan + UBSan; build/logs/*clang*: clang's)
+#                                       (build/logs/asan: gcc ASan + UBSan; build/logs/casan: clang's)
 #   bash bench/reliability.sh --logs    run nothing: read every test's latest log under build/logs
 #   REPORT_DATE=2026-11-24 OUT=file.md  the date in the file name, the report's path
 #
@@ -153,8 +153,8 @@ sanitizer_dir() {
 }
 if [ -d "$LOGS/asan" ]; then sanitizer_dir "gcc -fsanitize=address,undefined ($LOGS/asan)" "$LOGS/asan"
 else rep "- gcc ASan + UBSan: not run (no $LOGS/asan: run \`make test\`)"; fi
-clang_dirs=$(find "$LOGS" -mindepth 1 -maxdepth 1 -type d -name '*clang*' 2>/dev/null | sort)
-if [ -z "$clang_dirs" ]; then rep "- clang ASan + UBSan: missing (no $LOGS/*clang* logs: make test has no clang sanitizer build, or it has not run)"
+clang_dirs=$(find "$LOGS" -mindepth 1 -maxdepth 1 -type d \( -name 'casan' -o -name '*clang*' \) 2>/dev/null | sort)
+if [ -z "$clang_dirs" ]; then rep "- clang ASan + UBSan: missing (no $LOGS/casan logs: make test has no clang sanitizer build, or it has not run)"
 else for d in $clang_dirs; do sanitizer_dir "clang ($d)" "$d"; done; fi
 rep ""
 printf 'written: %s\n' "$OUT"

@@ -108,13 +108,15 @@ static void resolve_defaults(int text, const unsigned char *given) {
     S.batch = pick(S.batch, 64, 16, 32, 16, text);
     S.seq_len = text ? pick(S.seq_len, 0, 128, 0, 64, 1) : SORT_MAX_T - 1;
     S.d_model = pick(S.d_model, 32, 128, 32, 64, text);
+    if (S.d_model > INT_MAX / 4) /* the default --d-ff is 4 d-model (found by tests/fuzz/fuzz_cli_ablate.c) */
+        die("--d-model %d is too large: at most %d", S.d_model, INT_MAX / 4);
     if (S.heads < 0) S.heads = 4;
     S.layers = pick(S.layers, 2, 4, 2, 2, text);
     S.d_ff = pick(S.d_ff, 2 * S.d_model, 4 * S.d_model, 2 * S.d_model, 4 * S.d_model, text);
     if (S.threads < 0) S.threads = 1;
     S.eval_batches = pick(S.eval_batches, 8, 20, 8, 10, text);
     if (S.mem_len < 0) S.mem_len = S.seq_len;
-    if (S.c_mem_len < 0) S.c_mem_len = (S.seq_len + 1) / 2;
+    if (S.c_mem_len < 0) S.c_mem_len = S.seq_len / 2 + S.seq_len % 2; /* half, rounded up; no overflow at INT_MAX */
     if (S.lr < 0) S.lr = !text ? 1e-2f : S.quick ? 2e-3f : 1e-3f;
     if (S.log_y < 0) S.log_y = !text; /* the sorter's loss falls to ~0.001 */
 }
@@ -669,6 +671,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);
     n_runs = parse_models(S.models, models);
     resolve_defaults(path != NULL, given);
+    EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     if (path) {
         text_load(&text, path);
         text_need_windows(&text, path, S.seq_len);

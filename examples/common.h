@@ -32,14 +32,61 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define EX_FN static __attribute__((unused))
 #define EX_VAR static __attribute__((unused))
+#define EX_NORETURN __attribute__((noreturn))
 #else
+#define EX_NORETURN
 #define EX_FN static
 #define EX_VAR static
 #endif
 
+/* The fuzz targets of the command lines (tests/fuzz/fuzz_cli_*.c) define EX_FUZZ: die() keeps its
+   message and longjmps back to the target instead of exiting, so does exit(), and EX_PARSED() (where
+   a program has checked its options, before it touches any file) returns there too. */
+#ifdef EX_FUZZ
+#include <setjmp.h>
+enum { EX_FUZZ_DIED = 1, EX_FUZZ_EXITED, EX_FUZZ_PARSED };
+EX_VAR jmp_buf ex_fuzz_jmp;
+EX_VAR char ex_fuzz_msg[1024];
+EX_VAR int ex_fuzz_status;
+EX_FN EX_NORETURN void ex_fuzz_exit(int status) { ex_fuzz_status = status; longjmp(ex_fuzz_jmp, EX_FUZZ_EXITED); }
+#define exit(status) ex_fuzz_exit(status)
+#define EX_PARSED() longjmp(ex_fuzz_jmp, EX_FUZZ_PARSED)
+/* what a program allocated (malloc, realloc) and has not freed: the target frees it after each
+   input, as the end of the process would (millions of inputs would otherwise add up) */
+EX_VAR void *ex_fuzz_blocks[64];
+EX_VAR int ex_fuzz_n_blocks;
+EX_FN void ex_fuzz_forget(void *p) {
+    for (int i = 0; p && i < ex_fuzz_n_blocks; i++)
+        if (ex_fuzz_blocks[i] == p) { ex_fuzz_blocks[i] = ex_fuzz_blocks[--ex_fuzz_n_blocks]; return; }
+}
+EX_FN void *ex_fuzz_keep(void *p) {
+    if (p && ex_fuzz_n_blocks < 64) ex_fuzz_blocks[ex_fuzz_n_blocks++] = p;
+    return p;
+}
+EX_FN void *ex_fuzz_malloc(size_t n) { return ex_fuzz_keep(malloc(n)); }
+EX_FN void *ex_fuzz_realloc(void *p, size_t n) {
+    void *q = realloc(p, n);
+    if (q) { ex_fuzz_forget(p); ex_fuzz_keep(q); }
+    return q;
+}
+EX_FN void ex_fuzz_free(void *p) { ex_fuzz_forget(p); free(p); }
+EX_FN void ex_fuzz_free_all(void) { while (ex_fuzz_n_blocks) free(ex_fuzz_blocks[--ex_fuzz_n_blocks]); }
+#define malloc(n) ex_fuzz_malloc(n)
+#define realloc(p, n) ex_fuzz_realloc(p, n)
+#define free(p) ex_fuzz_free(p)
+#else
+#define EX_PARSED() ((void)0)
+#endif
+
 /* print "<program>: error: <message>" and exit with status 1 */
-EX_FN void die(const char *fmt, ...) {
+EX_FN EX_NORETURN void die(const char *fmt, ...) {
     va_list ap;
+#ifdef EX_FUZZ
+    va_start(ap, fmt);
+    vsnprintf(ex_fuzz_msg, sizeof ex_fuzz_msg, fmt, ap);
+    va_end(ap);
+    longjmp(ex_fuzz_jmp, EX_FUZZ_DIED);
+#endif
     fflush(stdout);
     fprintf(stderr, EX_PROG ": error: ");
     va_start(ap, fmt);
@@ -371,21 +418,30 @@ EX_FN uint64_t fnv1a(const unsigned char *p, size_t n) {
     return h;
 }
 
-/* read path, refuse empty and binary files, build the vocabulary, the ids and the split */
-EX_FN void text_load(text_data *t, const char *path) {
+/* Check the bytes of a text (t->bytes, t->len, path only for the messages) and build the vocabulary,
+   the ids and the split. Returns NULL, or the reason it is refused (in why, size bytes): an empty or
+   binary text. The part of text_load that reads outside data, callable without exiting (the fuzz
+   target tests/fuzz/fuzz_text.c). */
+EX_FN const char *text_parse(text_data *t, const char *path, char *why, size_t size) {
     size_t controls = 0;
-    memset(t, 0, sizeof *t);
-    t->bytes = read_file(path, &t->len);
-    if (t->len == 0) die("\"%s\" is empty; give a text file (a few hundred kB of text trains well)", path);
+    if (t->len == 0) {
+        snprintf(why, size, "\"%s\" is empty; give a text file (a few hundred kB of text trains well)", path);
+        return why;
+    }
     for (size_t i = 0; i < t->len; i++) {
         unsigned char c = t->bytes[i];
-        if (c == 0) die("\"%s\" looks binary (it contains NUL bytes); " EX_PROG " reads plain text", path);
+        if (c == 0) {
+            snprintf(why, size, "\"%s\" looks binary (it contains NUL bytes); " EX_PROG " reads plain text", path);
+            return why;
+        }
         if ((c < 32 && !strchr("\t\n\v\f\r", c)) || c == 127) controls++;
         t->present[c] = 1;
     }
-    if (controls * 20 > t->len) /* over 5%: real text has almost none besides tab, newline, form feed */
-        die("\"%s\" looks binary (%zu of %zu bytes are control characters); " EX_PROG " reads plain text", path,
-            controls, t->len);
+    if (controls * 20 > t->len) { /* over 5%: real text has almost none besides tab, newline, form feed */
+        snprintf(why, size, "\"%s\" looks binary (%zu of %zu bytes are control characters); " EX_PROG " reads plain text",
+                 path, controls, t->len);
+        return why;
+    }
     for (int c = 0; c < 256; c++)
         if (t->present[c]) {
             t->itos[t->V] = (unsigned char)c; t->stoi[c] = t->V;
@@ -393,10 +449,19 @@ EX_FN void text_load(text_data *t, const char *path) {
             t->V++;
         }
     t->hash = fnv1a(t->bytes, t->len);
-    if (!(t->ids = (int32_t *)malloc(t->len * sizeof *t->ids))) die("out of memory");
+    if (!(t->ids = (int32_t *)malloc(t->len * sizeof *t->ids))) { snprintf(why, size, "out of memory"); return why; }
     for (size_t i = 0; i < t->len; i++) t->ids[i] = t->stoi[t->bytes[i]];
     t->n_train = (int64_t)t->len * 9 / 10; /* floor(0.9 * len) */
     t->n_valid = (int64_t)t->len - t->n_train;
+    return NULL;
+}
+
+/* read path, refuse empty and binary files, build the vocabulary, the ids and the split */
+EX_FN void text_load(text_data *t, const char *path) {
+    char why[8192]; /* a path of up to about 8000 bytes is quoted whole */
+    memset(t, 0, sizeof *t);
+    t->bytes = read_file(path, &t->len);
+    if (text_parse(t, path, why, sizeof why)) die("%s", why);
 }
 
 /* each split needs at least one window of T + 1 characters */

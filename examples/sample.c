@@ -99,6 +99,7 @@ int main(int argc, char **argv) {
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &ckpt, usage);
     if (!ckpt) { usage(stderr); die("no checkpoint given: sample CKPT [options]"); }
     if (A.greedy) A.temperature = 0;
+    EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     check_train_checkpoint(ckpt, "cannot sample");
     load_model_settings(ckpt);
     tok = open_tokenizer(ckpt, &V);

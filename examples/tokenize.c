@@ -264,6 +264,7 @@ int main(int argc, char **argv) {
     parse_options_files(argc, argv, OPTIONS, N_OPTIONS, given, files, argc, &n_files, usage);
     check_settings(n_files);
     if (strlen(S.out) > 4096) die("--out \"%.40s...\" is too long", S.out);
+    EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     snprintf(train_path, sizeof train_path, "%s_train.bin", S.out);
     snprintf(val_path, sizeof val_path, "%s_val.bin", S.out);
     snprintf(tok_path, sizeof tok_path, "%s.tok", S.out);

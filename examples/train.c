@@ -504,6 +504,10 @@ int main(int argc, char **argv) {
     }
     if (S.eval_only && !S.resume) die("--eval-only needs --resume CKPT: the checkpoint to evaluate");
     if (!path && !S.data && !S.valid) { usage(stderr); die("no text file given: train FILE [options] (or --data FILES --valid FILES)"); }
+#ifdef EX_FUZZ /* the options' own checks, which a real run makes once the data is open */
+    if (!S.resume) check_mixer_options(given);
+#endif
+    EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     if (S.greedy) S.temperature = 0;
     if (S.resume) {
         if (S.m.compressive) S.m.mixer = "relative"; /* what --compressive means, compared with the checkpoint */

@@ -85,7 +85,7 @@ static const char *golden_open(golden *g, const char *path) {
     if (!(g->file = (unsigned char *)malloc(g->size)) || fread(g->file, 1, g->size, f) != g->size) { fclose(f); return "read error"; }
     fclose(f);
     for (i = 0; i < 8; i++) hlen |= (uint64_t)g->file[i] << (8 * i);
-    if (hlen + 8 > g->size) return "the header is longer than the file";
+    if (hlen > g->size - 8) return "the header is longer than the file"; /* not hlen + 8: it can wrap */
     g->data = g->file + 8 + hlen;
     g->data_size = g->size - 8 - hlen;
     j.p = (const char *)g->file + 8; j.end = j.p + hlen; j.bad = 0;
@@ -118,6 +118,7 @@ static const char *golden_open(golden *g, const char *path) {
                     do {
                         int64_t v = gt_int(&j);
                         if (e->ndim == 4 || v < 1 || v > (1 << 24)) return "a shape has more than 4 dims or a bad size";
+                        if (e->ne > ((int64_t)1 << 40) / v) return "a shape has more elements than the file can hold";
                         e->shape[e->ndim++] = (int)v;
                         e->ne *= v;
                     } while (gt_char(&j, ','));

@@ -50,6 +50,25 @@ static void test_resume_is_bit_identical(void) {
     mf_ctx_free(a); mf_ctx_free(b);
 }
 
+/* Resume into a context whose optimizer has never stepped (the usual --resume): its moments are not
+   allocated while mf_load validates the file, and the validation must not do arithmetic on their NULL
+   pointer (clang's -fsanitize=pointer-overflow stopped here; issue #22). */
+static void test_resume_into_fresh_context(void) {
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 0.01f);
+    mf_ctx *a = make_model(3, 4), *b = make_model(4, 4), *c = make_model(5, 4);
+    float la, lb;
+    train_step(a, &opt, 0);
+    MFT_CHECK(mf_save(a, CKPT, 1, NULL, 0) == 0);
+    MFT_CHECK(mf_load(b, CKPT, 1) == 0); /* b: no moments yet */
+    la = train_step(a, &opt, 1);
+    lb = train_step(b, &opt, 1);
+    MFT_CHECK(memcmp(&la, &lb, sizeof la) == 0);
+    /* and a file without moments is refused before anything is allocated or changed */
+    MFT_CHECK(mf_save(a, CKPT, 0, NULL, 0) == 0);
+    MFT_CHECK(mf_load(c, CKPT, 1) == -1 && strstr(mf_error(c), "no optimizer state"));
+    mf_ctx_free(a); mf_ctx_free(b); mf_ctx_free(c);
+}
+
 static void test_weights_only_and_metadata(void) {
     const char *meta[4] = {"model", "mlp \"quoted\"", "d_model", "8"};
     mf_ctx *a = make_model(1, 8), *b = make_model(2, 8);
@@ -205,6 +224,7 @@ static void test_long_metadata(void) {
 int main(void) {
     MFT_RUN(test_long_metadata);
     MFT_RUN(test_resume_is_bit_identical);
+    MFT_RUN(test_resume_into_fresh_context);
     MFT_RUN(test_weights_only_and_metadata);
     MFT_RUN(test_file_layout);
     MFT_RUN(test_bad_files);
