@@ -119,6 +119,10 @@ mkdir -p bench/results
     echo "| target | seconds | executions | exec/s | cov | ft | corpus | crashes | all runs |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${rows[@]}"
+    echo
+    echo "Crash inputs kept in the repository (tests/fuzz/regress/, replayed by \`make test\` with the seeds):"
+    echo
+    find tests/fuzz/regress -type f | sort | sed 's/^/- /'
 } > "$REPORT.tmp"
 # a report of several runs on one day: the earlier tables stay below the newest
 [ -f "$REPORT" ] && { echo; echo "## earlier run"; tail -n +2 "$REPORT"; } >> "$REPORT.tmp"
