@@ -53,4 +53,20 @@ static int fuzz_split(const uint8_t *data, size_t size, const char *sep, const u
     part[n] = data + start; len[n++] = size - start;
     return n;
 }
+
+#ifdef METAFORMER_H
+/* A tokenizer that loaded: a short text of every class (letters, digits, punctuation, an accented
+   letter, white space, bytes that are not UTF-8) encodes to ids inside the vocabulary and decodes
+   back exactly. */
+static void fuzz_round_trip(mf_tokenizer *tok) {
+    static const char text[] = "Hello, world's 12 caf\xc3\xa9\n\t \xff\xfe 123";
+    int32_t ids[64];
+    char back[64];
+    int64_t n = mf_tokenizer_encode(tok, text, sizeof text - 1, ids, 64), i;
+    FUZZ_CHECK(n >= 1 && n <= 64);
+    for (i = 0; i < n; i++) FUZZ_CHECK(ids[i] >= 0 && ids[i] < mf_tokenizer_vocab_size(tok));
+    FUZZ_CHECK(mf_tokenizer_decode(tok, ids, n, back, sizeof back) == (int64_t)sizeof text - 1);
+    FUZZ_CHECK(memcmp(back, text, sizeof text - 1) == 0);
+}
+#endif
 #endif
