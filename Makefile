@@ -222,8 +222,9 @@ $(BUILD)/fuzz/replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(REPLAY_IMPL) $(FUZZ
 	@mkdir -p $(dir $@)
 	$(REPLAY_CC) $(SANFLAGS) -Wno-unused-function -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< tests/fuzz/replay.c \
 		$(REPLAY_IMPL) -o $@ $(LDLIBS)
+# an allocation above 2 GB fails the replay, as libFuzzer's -rss_limit_mb does the fuzzing
 $(BUILD)/logs/fuzz/%.log: $(BUILD)/fuzz/replay/% FORCE
-	@bash tests/run.sh --one $@ "$(ASAN_ENV) $< tests/fuzz/seeds/$* tests/fuzz/regress/$* $(FUZZ_EXTRA_$*)"
+	@bash tests/run.sh --one $@ "$(subst detect_leaks=1,detect_leaks=1:max_allocation_size_mb=2048,$(ASAN_ENV)) $< tests/fuzz/seeds/$* tests/fuzz/regress/$* $(FUZZ_EXTRA_$*)"
 # the safetensors targets also read the committed goldens (made by make goldens)
 FUZZ_EXTRA_fuzz_golden := tests/goldens
 FUZZ_EXTRA_fuzz_ckpt   := tests/goldens

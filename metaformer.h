@@ -9352,6 +9352,9 @@ static mf_tokenizer *mf__gpt2_encoder(mf_tokenizer *t, const char *path, const i
             if (j.bad || id > 0x7FFFFFFE || (j.p < j.end && *j.p != ',' && *j.p != '}')) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: the id of \"%.60s\" is not an integer in 0..2147483646", path, mf__line_of(text, at), key); break; }
             if ((len = mf__gpt2_unmap(from_cp, key, strlen(key), raw)) <= 0) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: the token \"%.60s\" is %s; every token is written with GPT-2's 256 byte characters (docs/math.md §17.2)", path, mf__line_of(text, at), key, len ? "not made of GPT-2's byte characters" : "empty"); break; }
             if (mf__bmap_find(map, raw, (size_t)len, mf__hash_bytes(raw, (size_t)len))) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: the token \"%.60s\" appears twice; every token must have one id", path, mf__line_of(text, at), key); break; }
+            /* ids are 0..N-1 and each entry takes at least 4 bytes ("x":0), so a larger id is a gap
+               (refused below anyway): refuse it before sizing the id table by it */
+            if (id > (int64_t)(size / 4)) { mf__tok_fail(t, "mf_tokenizer_gpt2: \"%s\" line %d: id %lld of \"%.60s\" is larger than this file can hold tokens (%zu bytes); the ids must be 0..N-1 without gaps", path, mf__line_of(text, at), (long long)id, key, size); break; }
             if (id >= kcap) {
                 int64_t c = kcap ? kcap : 1024, *p;
                 while (c <= id) c *= 2;
