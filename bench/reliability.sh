@@ -43,8 +43,8 @@ run_or_read() {
         *)    log=$LOGS/tests/$name.log ;;
     esac
     if [ "$MODE" = logs ]; then
-        [ -s "$log" ] || return 1
-        cp "$log" "$work/$name.out"
+        [ -s "$log.out" ] || return 1   # tests/run.sh --one keeps the output in LOG.out
+        cp "$log.out" "$work/$name.out"
         return 0
     fi
     case "$f" in
@@ -140,12 +140,12 @@ rep ""
 # sanitizer_dir TITLE DIR: the tests of one sanitizer flavour, their logs' closing lines added up
 sanitizer_dir() {
     local title=$1 dir=$2 n=0 clean=0 failed="" p f log s
-    for log in $(find "$dir" -name '*.log' 2>/dev/null | sort); do
+    for log in $(find "$dir" -name '*.log.out' 2>/dev/null | sort); do
         n=$((n + 1)); s=$(summary_of "$log")
         p=$(echo "$s" | sed -n 's/^\([0-9]*\) passed.*/\1/p'); f=$(echo "$s" | sed -n 's/.*, \([0-9]*\) failed.*/\1/p')
         if [ -n "$s" ] && [ "${f:-1}" -eq 0 ] && ! grep -q 'runtime error\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer' "$log"; then
             clean=$((clean + 1))
-        else failed="$failed $(basename "$log" .log)"; fi
+        else failed="$failed $(basename "$log" .log.out)"; fi
         : "$p"
     done
     if [ $n -eq 0 ]; then rep "- $title: not run (no logs in $dir: run \`make test\`)"; return; fi
