@@ -8283,21 +8283,43 @@ typedef struct {
     mf__json meta;                       /* span of the __metadata__ object */
 } mf__ckpt;
 
+/* A whole file into memory (a NUL added after its *size bytes, for the text readers); NULL with the
+   reason in *why. The first chunk is small (a directory fails there, with the right reason); after
+   it the buffer takes the file's length where that is known, so a large checkpoint is read at once.
+   The checkpoint reader and the tokenizer files use it. */
+static unsigned char *mf__read_file(const char *path, size_t *size, const char **why) {
+    FILE *f;
+    unsigned char *buf = NULL, *p;
+    size_t n = 0, cap = 1 << 16, known = 0;
+    long len;
+    *why = NULL;
+    if (!path) { *why = "the path is NULL"; return NULL; }
+    if (!(f = fopen(path, "rb"))) { *why = "cannot open the file (does it exist and is it readable?)"; return NULL; }
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) known = (size_t)len;
+    for (;;) {
+        if (!(p = (unsigned char *)MF_REALLOC(buf, cap + 1))) { *why = "out of memory reading the file"; break; }
+        buf = p;
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;   /* the end of the file, or an error */
+        cap = known >= cap ? known + 1 : cap * 2;   /* + 1: the next read sees the end */
+    }
+    if (!*why && ferror(f)) *why = "cannot read the file (is it a directory?)";
+    fclose(f);
+    if (*why) { MF_FREE(buf); return NULL; }
+    buf[n] = 0;
+    *size = n;
+    return buf;
+}
+
 /* Read and parse a checkpoint; returns NULL on success, else a static description of the problem */
 static const char *mf__ckpt_open(mf__ckpt *c, const char *path) {
-    FILE *f;
-    long sz;
+    const char *why;
     uint64_t hlen = 0;
     int i, cap = 0;
     mf__json j;
     memset(c, 0, sizeof *c);
-    if (!(f = fopen(path, "rb"))) return "cannot open the file (does it exist?)";
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return "cannot determine the file size"; }
-    c->size = (size_t)sz;
-    if (c->size < 8) { fclose(f); return "the file is shorter than the 8-byte safetensors header size (truncated or not a checkpoint)"; }
-    if (!(c->file = (unsigned char *)mf__xmalloc(c->size))) { fclose(f); return "out of memory reading the file"; }
-    if (fread(c->file, 1, c->size, f) != c->size) { fclose(f); return "read error"; }
-    fclose(f);
+    if (!(c->file = mf__read_file(path, &c->size, &why))) return why;
+    if (c->size < 8) return "the file is shorter than the 8-byte safetensors header size (truncated or not a checkpoint)";
     for (i = 0; i < 8; i++) hlen |= (uint64_t)c->file[i] << (8 * i);
     if (hlen > MF__MAX_HEADER || hlen + 8 > c->size) return "the header size is larger than the file (truncated or not a safetensors file)";
     c->data = c->file + 8 + hlen;
@@ -9263,30 +9285,6 @@ static int64_t mf__bpe_encode(mf_tokenizer *t, const unsigned char *s, size_t n,
     return out;
 }
 
-/* a whole file into memory (one NUL added); NULL with the reason in *why */
-static unsigned char *mf__tok_read_file(const char *path, size_t *size, const char **why) {
-    FILE *f;
-    unsigned char *buf = NULL, *p;
-    size_t n = 0, cap = 0, got;
-    *why = NULL;
-    if (!path) { *why = "the path is NULL"; return NULL; }
-    if (!(f = fopen(path, "rb"))) { *why = "cannot open the file (does it exist and is it readable?)"; return NULL; }
-    do {
-        if (cap - n < 65536) {
-            cap = cap ? cap * 2 : 1 << 20;
-            if (!(p = (unsigned char *)MF_REALLOC(buf, cap + 1))) { *why = "out of memory reading the file"; break; }
-            buf = p;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-    } while (got > 0);
-    if (!*why && ferror(f)) *why = "cannot read the file (is it a directory?)";
-    fclose(f);
-    if (*why) { MF_FREE(buf); return NULL; }
-    buf[n] = 0;
-    *size = n;
-    return buf;
-}
 /* the line (from 1) of position p in the text that starts at s */
 static int mf__line_of(const char *s, const char *p) {
     int line = 1;
@@ -9326,7 +9324,7 @@ static int mf__gpt2_unmap(const int *from_cp, const char *text, size_t n, unsign
 static mf_tokenizer *mf__gpt2_encoder(mf_tokenizer *t, const char *path, const int *from_cp, mf__bmap *map) {
     size_t size = 0;
     const char *why;
-    char *text = (char *)mf__tok_read_file(path, &size, &why), *key = NULL;
+    char *text = (char *)mf__read_file(path, &size, &why), *key = NULL;
     unsigned char *raw = NULL;
     int64_t *koff = NULL, kcap = 0, i;
     int32_t n = 0, max_id = -1;
@@ -9412,7 +9410,7 @@ static int32_t mf__gpt2_part_id(const int *from_cp, const mf__bmap *map, const c
 static mf_tokenizer *mf__gpt2_merges(mf_tokenizer *t, const char *path, const int *from_cp, const mf__bmap *map) {
     size_t size = 0;
     const char *why;
-    char *text = (char *)mf__tok_read_file(path, &size, &why), *p, *end;
+    char *text = (char *)mf__read_file(path, &size, &why), *p, *end;
     unsigned char *raw = (unsigned char *)MF_MALLOC(2 * MF__GPT2_KEY_MAX);
     int line = 0, cap = 0;
     if (!text || !raw) { MF_FREE(text); MF_FREE(raw); return mf__tok_fail(t, "mf_tokenizer_gpt2: vocab.bpe \"%s\": %s", path ? path : "(null)", text ? "out of memory" : why); }
@@ -10025,7 +10023,7 @@ MFDEF mf_tokenizer *mf_tokenizer_load(const char *path) {
     int64_t i, n_vocab = 0;
     mf_tokenizer_kind kind = MF_TOK_BYTES;
     if (!t) return NULL;
-    if (!(text = (char *)mf__tok_read_file(path, &size, &why))) return mf__tok_fail(t, "mf_tokenizer_load: \"%s\": %s", path ? path : "(null)", why);
+    if (!(text = (char *)mf__read_file(path, &size, &why))) return mf__tok_fail(t, "mf_tokenizer_load: \"%s\": %s", path ? path : "(null)", why);
     memset(&r, 0, sizeof r);
     memset(&d, 0, sizeof d);
     r.t = t; r.path = path; r.p = text; r.end = text + size;

@@ -23,7 +23,7 @@ static void write_file(const char *path, const char *text, size_t n) {
 }
 static char *read_text(const char *path, size_t *n) {
     const char *why;
-    return (char *)mf__tok_read_file(path, n, &why);
+    return (char *)mf__read_file(path, n, &why);
 }
 
 /* ---- pre-tokenization ---------------------------------------------------------------------------- */
