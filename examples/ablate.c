@@ -275,7 +275,7 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
         float loss, ar, norm;
         int B, T, rc;
         next_batch(&d, model, &B, &T);
-        if ((rc = train_step(ctx, model, &opt, S.clip, d.x, d.y, B, T, &loss, &ar, &norm)) < 0) {
+        if ((rc = train_step(ctx, model, &opt, S.clip, d.x, d.y, B, B, T, &loss, &ar, &norm)) < 0) {
             progress_break(&pr);
             send_result(fd, RUN_FAILED, step, "step %lld failed: %s", (long long)step, mf_error(ctx));
             return 1;

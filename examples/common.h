@@ -687,21 +687,38 @@ EX_FN void print_sample(mf_ctx *ctx, mf_model *model, mf_tokenizer *tok, const i
 }
 
 /* ==== [steps] =============================================================================== */
-/* One training step (docs/math.md §11.5): forward and loss, backward, the gradient norm (clipped to
-   clip when clip > 0), optimizer step, zero grad. *loss gets the loss, *ar the compressive models'
-   attention-reconstruction part of it (0 for the others) and *grad_norm (may be NULL) the norm
-   before clipping, all read before mf_reset. A NaN or Inf loss or gradient norm skips the update:
-   the optimizer never applies a non-finite step; the gradients are zeroed and the step's activations
-   freed. Returns 0, 1 for such a non-finite step, or -1 with the error in ctx. */
+/* One training step (docs/math.md §11.5, §18.2) on x, y [rows][T]: in micro-batches of micro rows
+   (rows [i * micro, (i + 1) * micro), the last one shorter when rows is not a multiple), each
+   forward, loss and backward, its activations freed before the next; each micro-batch's loss is
+   weighted by its share of the counted targets (mf_model_loss_part), so the gradient is the one of
+   the whole batch; a memory model's micro-batch i uses its memory rows (mf_model_memory_rows).
+   Then the gradient norm (clipped to clip when clip > 0), optimizer step, zero grad. *loss gets
+   the loss of the whole batch, *ar the compressive models' attention-reconstruction part of it (0
+   for the others) and *grad_norm (may be NULL) the norm before clipping. A NaN or Inf loss or
+   gradient norm skips the update: the optimizer never applies a non-finite step; the gradients are
+   zeroed and the step's activations freed. Returns 0, 1 for such a non-finite step, or -1 with the
+   error in ctx. */
 EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float clip, const int32_t *x,
-                     const int32_t *y, int B, int T, float *loss, float *ar, float *grad_norm) {
-    mf_tensor *l = mf_model_loss(m, x, y, B, T);
+                     const int32_t *y, int rows, int micro, int T, float *loss, float *ar, float *grad_norm) {
+    int64_t counted = 0, n = (int64_t)rows * T;
+    double sum = 0, aux = 0;
     float norm;
     int finite;
-    mf_backward(ctx, l);
+    for (int64_t i = 0; i < n; i++) counted += y[i] != -1;
+    for (int r0 = 0; r0 < rows && mf_ok(ctx); r0 += micro) {
+        int b = rows - r0 < micro ? rows - r0 : micro;
+        mf_tensor *l;
+        if (mf_model_memory_rows(m, micro < rows ? r0 : 0, micro < rows ? rows : 0) < 0) break;
+        l = mf_model_loss_part(m, x + (int64_t)r0 * T, y + (int64_t)r0 * T, b, T, counted, rows);
+        mf_backward(ctx, l);
+        sum += mf_item(ctx, l); /* the value on any device */
+        aux += (double)mf_model_aux_loss(m) * b / rows;
+        mf_reset(ctx); /* the micro-batch's activations; the gradients add up in the parameters */
+    }
+    mf_model_memory_rows(m, 0, 0);
     norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
-    *loss = mf_item(ctx, l); /* the value on any device */
-    *ar = mf_model_aux_loss(m);
+    *loss = (float)sum;
+    *ar = (float)aux;
     if (grad_norm) *grad_norm = norm;
     finite = isfinite(*loss) && isfinite(norm);
     if (finite) mf_optimizer_step(ctx, opt);
