@@ -348,11 +348,13 @@ MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x);
    the same forms on the GPU (same selection; its chunkwise backward takes chunks of up to 128). */
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
                                  int chunk);
-/* Causal linear attention with the same kernels: W = W + v_t k_t^T, z = z + k_t,
-   out_t = W q_t / (z . q_t + eps) (features must be non-negative, e.g. mf_dpfp or mf_elu1; eps
-   guards a zero denominator, the mixer uses 1e-6). Shapes and chunk as mf_fast_weights. */
-MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps,
-                                     int chunk);
+/* Causal linear attention with the same kernels: W = W + v_t k_t^T, out_t = W q_t (normalise 0:
+   for features that are already sum-normalised, mf_dpfp: docs/math.md §7.5), or with normalise 1
+   also z = z + k_t and out_t = W q_t / (z . q_t + eps) (Katharopoulos et al.; features must be
+   non-negative, e.g. mf_elu1; eps guards a zero denominator, the mixer uses 1e-6; eps is not read
+   when normalise is 0). Shapes and chunk as mf_fast_weights. */
+MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, int normalise,
+                                     float eps, int chunk);
 /* Feedback attention (docs/math.md §8.2): one query per batch row and head against n memory slots, with
    the relative position tables of the feedback transformer. q [B, H, dk]; k, v [B, H, n, dk]
    (slot 0 the oldest); u [H, dk] the query position bias; r [P, H, dk] the key position
@@ -499,7 +501,8 @@ typedef enum mf_mixer_kind {
     MF_MIXER_IDENTITY,  /* no token mixing: the mixer sub-block is skipped */
     MF_MIXER_RELATIVE,  /* Transformer-XL relative attention over [memory; x] (docs/math.md §5); mem_len, compressive (docs/math.md §6) */
     MF_MIXER_FAST_WEIGHTS, /* DPFP + delta rule fast weights (docs/math.md §7); no LayerNorm before this mixer */
-    MF_MIXER_LINEAR,    /* linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6) */
+    MF_MIXER_LINEAR,    /* linear attention W += v phi(k)^T, y = W phi(q) (DPFP: sum-normalised features);
+                           elu + 1 features: also z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6) */
     MF_MIXER_FEEDBACK,  /* feedback transformer, per-layer key/value projections (docs/math.md §8.4) */
     MF_MIXER_FEEDBACK_KV, /* feedback transformer, one key/value projection shared by all layers (docs/math.md §8.5) */
     MF_MIXER_COUNT
@@ -6198,8 +6201,8 @@ MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
    recurrences). Both recurrences are one kernel ("the core") over per-head state S:
        fast weights (delta):  u_t = beta_t (v_t - S_{t-1} k_t);  S_t = S_{t-1} + u_t k_t^T;  y_t = S_t q_t
        linear:                u_t = v_t;                          S_t = S_{t-1} + u_t k_t^T;  y_t = S_t q_t
-   Linear attention also needs z_t = sum k and the denominator z_t . q_t: the core runs it with one
-   more value column that is constant 1 (dvp = dv + 1), whose row of S is z and whose output is the
+   Normalised linear attention (elu + 1 features; DPFP's are sum-normalised already and skip this)
+   also needs z_t = sum k and the denominator z_t . q_t: the core runs it with one more value column that is constant 1 (dvp = dv + 1), whose row of S is z and whose output is the
    denominator; y = num / (den + eps) happens after the core. The state is stored transposed,
    S^T [dd][dvp] (row j = feature j), so every per-token product is a broadcast-FMA along the value
    axis (no horizontal sums in the forward).
@@ -6745,12 +6748,13 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
 /* ---- the ops: fast weights (delta rule) and linear attention ----------------------------------------
    Token-major like the projections: q, k [B, T, H, dd], v [B, T, H, dv], beta [B, T, H] (fast
    weights) -> [B, T, H, dv] (x W^T viewed per head; no head transposes). Arguments: the form (1 =
-   recurrent, n > 1 = chunkwise by n; the shape resolves the caller's chunk), dvp (dv, or dv + 1 for
-   linear's ones column; set by the shape), linear's eps; aux: NULL, or a state [B][H][dd][dvp] (S^T)
-   to start from, overwritten with the end state (generation; the backward treats it as a constant).
-   saved, per (b, h): the state at every checkpoint / chunk start [nck][dd][dvp]; then the chunkwise
-   delta rule's X [T][dd + dvp]; then linear's num [T][dvp] (= [W phi(q), z . phi(q)]). */
-enum { MF__ARG_FW_FORM, MF__ARG_FW_DVP }; /* iarg */
+   recurrent, n > 1 = chunkwise by n; the shape resolves the caller's chunk), normalise (linear: 1 =
+   divide by z . q + eps), dvp (dv, or dv + 1 for the normaliser's ones column; set by the shape),
+   eps; aux: NULL, or a state [B][H][dd][dvp] (S^T) to start from, overwritten with the end state
+   (generation; the backward treats it as a constant). saved, per (b, h): the state at every
+   checkpoint / chunk start [nck][dd][dvp]; then the chunkwise delta rule's X [T][dd + dvp]; then
+   the normalised form's num [T][dvp] (= [W phi(q), z . phi(q)]). */
+enum { MF__ARG_FW_FORM, MF__ARG_FW_DVP, MF__ARG_FW_NORM }; /* iarg */
 enum { MF__FARG_FW_EPS };                /* farg */
 static int mf__fw_chunk_of(int chunk, int T) {
     if (chunk == 0) return T >= MF__FW_AUTO_T ? MF__FW_AUTO_C : 1;
@@ -6763,9 +6767,9 @@ static int mf__fw_nck(int form, int T) { /* states kept per head */
 static int64_t mf__fw_states(int form, int T, int dd, int dvp) { /* floats of the kept states */
     return (int64_t)mf__fw_nck(form, T) * dd * dvp * (form > 1 ? 2 : 1); /* chunkwise: both layouts */
 }
-static int64_t mf__fw_saved_per_head(int form, int T, int dd, int dvp, int delta) {
+static int64_t mf__fw_saved_per_head(int form, int T, int dd, int dvp, int delta, int norm) {
     return mf__fw_states(form, T, dd, dvp) + (form > 1 && delta ? (int64_t)T * (dd + dvp) : 0)
-           + (!delta ? (int64_t)T * dvp : 0);
+           + (norm ? (int64_t)T * dvp : 0);
 }
 static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2], *beta = out->src[3];
@@ -6785,10 +6789,13 @@ static int mf__fw_shape(mf_ctx *ctx, mf_tensor *out) {
     if (out->iarg[MF__ARG_FW_FORM] < 0)
         return MF__SHAPE_FAIL("%s: chunk %d must be 0 (automatic), 1 (recurrent) or the chunk length", who,
                               out->iarg[MF__ARG_FW_FORM]);
-    if (!beta && !(out->farg[MF__FARG_FW_EPS] >= 0.0f && out->farg[MF__FARG_FW_EPS] < 1.0f))
+    if (out->iarg[MF__ARG_FW_NORM] != 0 && out->iarg[MF__ARG_FW_NORM] != 1)
+        return MF__SHAPE_FAIL("%s: normalise %d must be 0 (y = W q, for sum-normalised features such as DPFP) or 1 "
+                              "(y = W q / (z . q + eps), e.g. elu + 1 features)", who, out->iarg[MF__ARG_FW_NORM]);
+    if (out->iarg[MF__ARG_FW_NORM] && !(out->farg[MF__FARG_FW_EPS] >= 0.0f && out->farg[MF__FARG_FW_EPS] < 1.0f))
         return MF__SHAPE_FAIL("%s: eps %g must be in [0, 1)", who, (double)out->farg[MF__FARG_FW_EPS]);
     out->iarg[MF__ARG_FW_FORM] = mf__fw_chunk_of(out->iarg[MF__ARG_FW_FORM], q->shape[1]);
-    out->iarg[MF__ARG_FW_DVP] = v->shape[3] + (beta ? 0 : 1);
+    out->iarg[MF__ARG_FW_DVP] = v->shape[3] + out->iarg[MF__ARG_FW_NORM];
     mf__set_shape(out, 4, v->shape);
     return 0;
 }
@@ -6813,8 +6820,9 @@ static size_t mf__fw_work(int form, int T, int dd, int dvp) {
 static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0];
     int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[MF__ARG_FW_DVP];
-    int form = out->iarg[MF__ARG_FW_FORM], delta = out->src[3] != NULL, keep = out->requires_grad, nt;
-    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
+    int form = out->iarg[MF__ARG_FW_FORM], delta = out->src[3] != NULL, norm = out->iarg[MF__ARG_FW_NORM];
+    int keep = out->requires_grad, nt;
+    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta, norm), bh;
     int64_t ldo = (int64_t)H * dv;
     size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
     float *state = (float *)out->aux, *work, eps = out->farg[MF__FARG_FW_EPS];
@@ -6835,13 +6843,13 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
         int t, c;
         if (state) memcpy(S, state + bh * ss, ss * sizeof(float));
         else memset(S, 0, ss * sizeof(float));
-        if (delta) { y = o; ldy = ldo; } /* dvp == dv: straight into the output */
+        if (!norm) { y = o; ldy = ldo; } /* dvp == dv: straight into the output */
         else if (sv) y = sv + per - (int64_t)T * dvp;
         if (form == 1) mf__fw_rec_fwd(&h, S, sv, y, ldy, scratch);
         else mf__fw_chunk_fwd(&h, form < T ? form : T, S, sv, sv ? sv + (int64_t)mf__fw_nck(form, T) * ss : NULL,
                               delta ? X : NULL, y, ldy, scratch); /* a chunk longer than T is T: the scratch's size */
         if (state) memcpy(state + bh * ss, S, ss * sizeof(float));
-        if (!delta) /* y = num / (den + eps), den = z . q >= 0 with non-negative features */
+        if (norm) /* y = num / (den + eps), den = z . q >= 0 with non-negative features */
             for (t = 0; t < T; t++) {
                 const float *nm = y + (int64_t)t * dvp;
                 float inv = 1.0f / (nm[dv] + eps);
@@ -6852,8 +6860,8 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
 static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *q = out->src[0];
     int T = q->shape[1], H = q->shape[2], dd = q->shape[3], dv = out->shape[3], dvp = out->iarg[MF__ARG_FW_DVP];
-    int form = out->iarg[MF__ARG_FW_FORM], delta = out->src[3] != NULL, nt;
-    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta), bh;
+    int form = out->iarg[MF__ARG_FW_FORM], delta = out->src[3] != NULL, norm = out->iarg[MF__ARG_FW_NORM], nt;
+    int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta, norm), bh;
     int64_t ldo = (int64_t)H * dv;
     size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
@@ -6875,7 +6883,7 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
         float *dq = gq ? gq + oq * dd : NULL, *dk = gk ? gk + oq * dd : NULL, *dvv = gv ? gv + oq * dv : NULL;
         float *db = gb ? gb + oq : NULL;
         int t, c;
-        if (delta) { dy = (float *)g; ldg = ldo; }
+        if (!norm) { dy = (float *)g; ldg = ldo; }
         else { /* y = num / (den + eps): dnum = g / (den + eps), dden = -g . y / (den + eps) */
             const float *num = sv + per - (int64_t)T * dvp;
             for (t = 0; t < T; t++) {
@@ -6896,45 +6904,54 @@ static const mf__op mf__op_linear_attention = { "linear_attention", 3, mf__fw_sh
                                                 MF__OP_PROPS(0) };
 /* the op with an optional generation state (see above) */
 static mf_tensor *mf__fw_apply(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta,
-                               float eps, int chunk, float *state) {
+                               int normalise, float eps, int chunk, float *state) {
     mf_tensor *t = mf__begin(ctx, beta ? &mf__op_fast_weights : &mf__op_linear_attention, q, k, v, beta);
-    if (t) { t->iarg[MF__ARG_FW_FORM] = chunk; t->farg[MF__FARG_FW_EPS] = eps; t->aux = state; }
+    if (t) {
+        t->iarg[MF__ARG_FW_FORM] = chunk; t->iarg[MF__ARG_FW_NORM] = normalise;
+        t->farg[MF__FARG_FW_EPS] = eps; t->aux = state;
+    }
     return mf__finish(ctx, t);
 }
 MFDEF mf_tensor *mf_fast_weights(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *beta, int chunk) {
     if (mf_ok(ctx) && !beta) return (mf_tensor *)mf__fail(ctx, "fast_weights: beta is NULL; pass the gates [B, T, H] "
                                                           "(for beta-free linear attention use mf_linear_attention)");
-    return mf__fw_apply(ctx, q, k, v, beta, 0.0f, chunk, NULL);
+    return mf__fw_apply(ctx, q, k, v, beta, 0, 0.0f, chunk, NULL);
 }
-MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float eps, int chunk) {
-    return mf__fw_apply(ctx, q, k, v, NULL, eps, chunk, NULL);
+MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, int normalise, float eps,
+                                     int chunk) {
+    return mf__fw_apply(ctx, q, k, v, NULL, normalise, eps, chunk, NULL);
 }
 
 /* ---- the mixers ---------------------------------------------------------------------------------
    fast_weights (docs/math.md §7.2 - 7.4): q, k, v = HeadProj(D, H, dk) without bias, beta = sigmoid(x Wbeta^T)
    [H] per token (no bias), phi' = DPFP(nu, 1e-6) on q and k, the delta rule, out Linear(D, D) with
    bias; the mixer reads the layer input x itself (no LayerNorm before it).
-   linear: the same projections without the gate; W += v phi(k)^T, z += phi(k),
-   y = W phi(q) / (z . phi(q) + 1e-6) with phi = DPFP (default) or elu + 1 (config.linear_feature).
+   linear (docs/math.md §7.5): the same projections without the gate; W += v phi(k)^T, y = W phi(q)
+   with phi = DPFP (default; no z normaliser: the seed's phi' is sum-normalised already, and dividing
+   by z . phi(q) as well would normalise twice), or with phi = elu + 1 (config.linear_feature) also
+   z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6) (the +1e-6 keeps a zero denominator finite).
    The seed has no layer class of its own for it (only the formulas), so it stays a MetaFormer mixer
-   with the block's LayerNorm before it (ln1); the +1e-6 keeps a zero denominator finite (DPFP
-   features are sparse: phi(q) and every phi(k) can have disjoint supports). */
+   with the block's LayerNorm before it (ln1). */
 #define MF__FW_EPS 1e-6f
 typedef struct mf__fw_layer {
     mf_tensor *wq, *wk, *wv, *wbeta, *wo, *bo; /* q, k, v, beta (fast_weights) without bias; out with bias */
 } mf__fw_layer;
 #define MF__FW_L(m, l) ((mf__fw_layer *)(m)->layers[l].mix)
 struct mf__rec_state { /* the family's state (m->fam_state), made by the first generation call */
-    float *S;          /* per layer [H][dd][dvp]: W^T (linear: the column dv is z); device memory on CUDA */
+    float *S;          /* per layer [H][dd][dvp]: W^T (elu + 1 linear: the column dv is z); device memory on CUDA */
     int *next;         /* per layer: the position the next generation call must start at */
     int64_t per_layer; /* floats */
 };
 
+/* linear attention divides by z . phi(q) only with elu + 1 features (docs/math.md §7.5) */
+static int mf__fw_normalised(const mf_model_config *c) {
+    return c->mixer == MF_MIXER_LINEAR && c->linear_feature == MF_FEATURE_ELU1;
+}
 static int mf__fw_dims(const mf_model_config *c, int *dd, int *dvp) {
     int dk = c->d_model / c->n_heads;
     int dpfp = c->mixer == MF_MIXER_FAST_WEIGHTS || c->linear_feature == MF_FEATURE_DPFP;
     *dd = dpfp ? 2 * dk * c->dpfp_nu : dk;
-    *dvp = dk + (c->mixer == MF_MIXER_LINEAR);
+    *dvp = dk + mf__fw_normalised(c);
     return dk;
 }
 static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
@@ -7021,7 +7038,7 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     if (fast) beta = mf_sigmoid(ctx, mf_linear(ctx, xn, L->wbeta, NULL));              /* [B, T, H] */
     if (gen && !(state = mf__fw_state(m, l, x->shape[0], x->shape[1], pos0))) return NULL;
     if (!q || !k || !v || (fast && !beta)) return NULL;
-    y = mf__fw_apply(ctx, q, k, v, beta, MF__FW_EPS, c->chunk_size, state);          /* [B, T, H, dk] */
+    y = mf__fw_apply(ctx, q, k, v, beta, mf__fw_normalised(c), MF__FW_EPS, c->chunk_size, state);          /* [B, T, H, dk] */
     return y ? mf_linear(ctx, mf_reshape(ctx, y, 3, x->shape), L->wo, L->bo) : NULL;
 }
 

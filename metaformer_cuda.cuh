@@ -1862,8 +1862,8 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
    sums that a second kernel adds in slice order (no atomics).
 
    Notation (per head bh = b H + h): S^T [dd][dvp] the fast-weight state (row j = feature j,
-   column c = value column; linear attention's extra column c = dv is the normaliser z, its value
-   is constantly 1 and its output the denominator), tokens t of the head at row r = (b T + t) H + h
+   column c = value column; normalised linear attention's extra column c = dv is the normaliser z,
+   its value is constantly 1 and its output the denominator; DPFP's linear attention has none), tokens t of the head at row r = (b T + t) H + h
    of the token-major inputs q, k [B, T, H, dd], v [B, T, H, dv], beta [B, T, H].
 
    Recurrent (the oracle and the generation path). The delta rule's columns are independent: column
@@ -1895,7 +1895,7 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
                      shared memory, the states read as [dvp][dd] so the loads coalesce): dP, the back
                      substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
    Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
-   U, Gm, P (and linear's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
+   U, Gm, P (and normalised linear attention's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
    opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size. */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
@@ -2415,9 +2415,9 @@ static mf__cu_fw mf__cu_fw_args(const mf_tensor *out) {
     return p;
 }
 /* out->saved, carved: recurrent: the checkpoints; chunkwise: the chunk-start states in both layouts
-   (st [dd][dvp], stn [dvp][dd]), X, U, Gm, P; then linear attention's numerators [rows][dvp] */
+   (st [dd][dvp], stn [dvp][dd]), X, U, Gm, P; then normalised linear attention's numerators [rows][dvp] */
 typedef struct { float *st, *stn, *X, *U, *Gm, *P, *num; } mf__cu_fw_buf;
-static size_t mf__cu_fw_carve(const mf__cu_fw *p, int form, int delta, float *base, mf__cu_fw_buf *b) {
+static size_t mf__cu_fw_carve(const mf__cu_fw *p, int form, int delta, int norm, float *base, mf__cu_fw_buf *b) {
     long long BH = (long long)p->B * p->H, ss = (long long)p->dd * p->dvp, nc = (p->T + p->C - 1) / p->C;
     long long nck = form == 1 ? (p->T + MF__FW_CK - 1) / MF__FW_CK : nc, o = 0;
     b->st = base; o += BH * nck * ss;
@@ -2429,8 +2429,8 @@ static size_t mf__cu_fw_carve(const mf__cu_fw *p, int form, int delta, float *ba
         if (delta) { b->Gm = base ? base + o : NULL; o += BH * nc * p->C * p->C; }
         b->P = base ? base + o : NULL; o += BH * nc * p->C * p->C;
     }
-    b->num = delta || !base ? NULL : base + o;
-    if (!delta) o += (long long)p->B * p->T * p->H * p->dvp;
+    b->num = !norm || !base ? NULL : base + o;
+    if (norm) o += (long long)p->B * p->T * p->H * p->dvp;
     return (size_t)o * sizeof(float);
 }
 /* value columns per block: the power of two >= dvp up to `most`, halved until the shared floats
@@ -2455,14 +2455,14 @@ template <class K> static int mf__cu_fw_smem(mf_ctx *ctx, K kernel, size_t bytes
 static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
-    int form = out->iarg[MF__ARG_FW_FORM], delta = p.beta != NULL, cw;
+    int form = out->iarg[MF__ARG_FW_FORM], delta = p.beta != NULL, norm = out->iarg[MF__ARG_FW_NORM], cw;
     long long BH = (long long)p.B * p.H, rows = BH * p.T, nc = (p.T + p.C - 1) / p.C;
     const char *op = out->op->name;
     float *state = (float *)out->aux, *y;
-    size_t smem, bytes = mf__cu_fw_carve(&p, form, delta, NULL, &b);
+    size_t smem, bytes = mf__cu_fw_carve(&p, form, delta, norm, NULL, &b);
     if (!(out->saved = (float *)mf__cu_arena(ctx, bytes))) return -1;
-    mf__cu_fw_carve(&p, form, delta, out->saved, &b);
-    y = delta ? out->data : b.num;
+    mf__cu_fw_carve(&p, form, delta, norm, out->saved, &b);
+    y = norm ? b.num : out->data;
     if (form == 1) {
         if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CW, (size_t)p.dd, 0, &smem)) < 0) return -1;
         if (MF__CU_RUN(ctx, op, mf__k_fw_rec_fwd, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), cw, smem, p,
@@ -2481,7 +2481,7 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
                        (const float *)b.P, y, rows * p.dvp) < 0)
             return -1;
     }
-    if (!delta)
+    if (norm)
         return MF__CU_RUN(ctx, op, mf__k_fw_norm, MF__EW(rows * p.dv), out->data, (const float *)b.num, p.dv,
                           out->farg[MF__FARG_FW_EPS], rows * p.dv);
     return 0;
@@ -2489,15 +2489,15 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
 static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
-    int form = out->iarg[MF__ARG_FW_FORM], delta = p.beta != NULL, cw;
+    int form = out->iarg[MF__ARG_FW_FORM], delta = p.beta != NULL, norm = out->iarg[MF__ARG_FW_NORM], cw;
     long long BH = (long long)p.B * p.H, rows = BH * p.T, nc = (p.T + p.C - 1) / p.C, ss = (long long)p.dd * p.dvp;
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
     const float *dy = out->grad;
     const char *op = "fast weights / linear attention (backward)";
     size_t smem;
     if (!gq && !gk && !gv && !gb) return 0;
-    mf__cu_fw_carve(&p, form, delta, out->saved, &b);
-    if (!delta) { /* through y = num / (den + eps) */
+    mf__cu_fw_carve(&p, form, delta, norm, out->saved, &b);
+    if (norm) { /* through y = num / (den + eps) */
         float *dn = (float *)mf__cu_arena(ctx, (size_t)(rows * p.dvp) * sizeof(float));
         if (!dn || MF__CU_RUN(ctx, op, mf__k_fw_norm_bwd, MF__EW(rows), dn, (const float *)b.num,
                               (const float *)out->grad, (const float *)out->data, p.dv, out->farg[MF__FARG_FW_EPS],

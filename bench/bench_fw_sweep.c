@@ -87,7 +87,7 @@ static void run(int T, int Bt, int chunk, double *fwd, double *total) {
     *fwd = *total = 1e30;
     for (rep = -1; rep < REPS && mf_ok(ctx); rep++) {
         double t0 = now(THREADS), t1, t2;
-        mf_tensor *o = LINEAR ? mf_linear_attention(ctx, q, k, v, 1e-6f, chunk) : mf_fast_weights(ctx, q, k, v, beta, chunk);
+        mf_tensor *o = LINEAR ? mf_linear_attention(ctx, q, k, v, 0, 1e-6f, chunk) : mf_fast_weights(ctx, q, k, v, beta, chunk);
         mf_tensor *loss = mf_sum(ctx, o);
         t1 = now(THREADS);
         mf_backward(ctx, loss);

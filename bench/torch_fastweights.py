@@ -12,15 +12,15 @@ tests/parity/seed_fastweights.py, the reference of the parity goldens too:
   generator Linear(D, V). Layout [T][B][D] (sequence-first, as labml).
   fast_weights  the seed's FastWeightsAttention: q, k, v, gate projections without bias, DPFP(nu 1),
                 the Python token loop (einsum per step: vbar = W k, W += beta (v - vbar) k^T, y = W q)
-  linear        the same loop for linear attention (W += v k^T, z += k, y = W q / (z . q + 1e-6)) with
-                the MetaFormer pre-LN (x += attn(LN(x))), DPFP features
+  linear        the same loop for linear attention (W += v k^T, y = W q: DPFP's features are
+                sum-normalised, no z) with the MetaFormer pre-LN (x += attn(LN(x))), DPFP features
 One step: forward, mean cross-entropy on random next tokens, backward, clip_grad_norm_(1.0),
 Adam (lr 1e-3, PyTorch defaults) step, zero_grad (set_to_none=True). Random tokens, seeded.
 Same options and fairness settings as bench/torch_ref.py (threads, OpenBLAS, PASSIVE wait policy).
 FLOPs per token (forward; x3 for a step), the same analytic count as bench_model.c should use:
   fast_weights  per layer 4 * 2 D^2 (q, k, v, out) + 2 D H (gate) + H * 3 * 2 dk d_dot (W k, the
                 rank-1 write, W q) + 2 * 2 D d_ff;  + 2 D V
-  linear        per layer 4 * 2 D^2 + H * 2 * 2 (dk + 1) d_dot + 2 * 2 D d_ff;  + 2 D V
+  linear        per layer 4 * 2 D^2 + H * 2 * 2 dk d_dot + 2 * 2 D d_ff;  + 2 D V
 Prints one machine-readable line: RESULT impl=torch mixer=... tok_s=... gflops=... rss_mb=...
 
 --sweep "128 256 512 1024 2048": instead, time forward + backward of the seed's token loop alone
@@ -74,7 +74,7 @@ def flops_per_token_fwd(a):
     if a.mixer == "fast_weights":
         layer = 4 * 2.0 * D * D + 2.0 * D * H + H * 3 * 2.0 * dk * dd + 2 * 2.0 * D * Fd
     else:
-        layer = 4 * 2.0 * D * D + H * 2 * 2.0 * (dk + 1) * dd + 2 * 2.0 * D * Fd
+        layer = 4 * 2.0 * D * D + H * 2 * 2.0 * dk * dd + 2 * 2.0 * D * Fd
     return a.layers * layer + 2.0 * D * V
 
 
@@ -95,7 +95,7 @@ def sweep():
         best = float("inf")
         for rep in range(args.reps + 1):
             t0 = time.perf_counter()
-            y = linear_loop(q, k, v) if args.mixer == "linear" else fast_weights_loop(q, k, v, beta)
+            y = linear_loop(q, k, v, False) if args.mixer == "linear" else fast_weights_loop(q, k, v, beta)
             y.sum().backward()
             th.sync(args)
             dt = time.perf_counter() - t0

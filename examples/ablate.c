@@ -48,19 +48,22 @@ static void list_models(void) {
     for (int i = 0; i < N_ALL && n < sizeof MODEL_LIST; i++)
         n += (size_t)snprintf(MODEL_LIST + n, sizeof MODEL_LIST - n, "%s%s", i ? ", " : "", ALL_MODELS[i]);
     LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
+    LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
 }
 
 /* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
 typedef struct {
-    const char *models, *out, *pos;
+    const char *models, *out, *pos, *act, *optimizer, *schedule, *preset;
     int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, threads, eval_batches;
-    int mem_len, c_mem_len, compression_rate, log_every, log_y;
-    float lr, clip;
+    int mem_len, c_mem_len, compression_rate, log_every, log_y, warmup, clone_layers, attn_bias, seed_configs, list_presets;
+    float lr, clip, beta1, beta2, weight_decay, dropout;
 } settings;
 
-static settings S = {.models = "all", .out = "ablate", .pos = "learned", .steps = -1, .batch = -1, .seq_len = -1,
-    .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1, .seed = 1, .threads = -1, .eval_batches = -1, .mem_len = -1,
-    .c_mem_len = -1, .compression_rate = 2, .log_y = -1, .lr = -1, .clip = 1.0f};
+static settings S = {.models = "all", .out = "ablate", .pos = "learned", .act = "gelu", .optimizer = "adam",
+    .schedule = "cosine", .steps = -1, .batch = -1, .seq_len = -1, .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1,
+    .seed = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
+    .warmup = -1, .attn_bias = 1, .lr = -1, .clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = -1};
+static char ACTIVATIONS[64];
 
 static const option OPTIONS[] = {
     {"models", OPT_TEXT, &S.models, RUN_ONLY, 0, NULL, "comma-separated models to compare, or all (see below)"},
@@ -72,11 +75,22 @@ static const option OPTIONS[] = {
     {"heads", OPT_INT, &S.heads, RUN_ONLY, 1, NULL, "heads [4]"},
     {"layers", OPT_INT, &S.layers, RUN_ONLY, 1, NULL, "blocks [sorter 2, text 4; --quick 2, 2]"},
     {"d-ff", OPT_INT, &S.d_ff, RUN_ONLY, 1, NULL, "FFN hidden width [4 d-model, sorter 2 d-model]"},
-    {"pos", OPT_TEXT, &S.pos, RUN_ONLY, 0, POSITIONS, "positional encoding"},
+    {"pos", OPT_TEXT, &S.pos, RUN_ONLY, 0, POSITIONS, "positional encoding (relative, compressive: always none)"},
+    {"act", OPT_TEXT, &S.act, RUN_ONLY, 0, ACTIVATIONS, "FFN activation"},
+    {"dropout", OPT_FLOAT, &S.dropout, RUN_ONLY, 0, NULL, "dropout probability"},
+    {"clone-layers", OPT_FLAG, &S.clone_layers, RUN_ONLY, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"},
+    {"attn-bias", OPT_INT, &S.attn_bias, RUN_ONLY, 0, NULL, "sdpa: biases in q, k, v and out (the other mixers ignore it)"},
     {"mem-len", OPT_INT, &S.mem_len, RUN_ONLY, 0, NULL, "relative, compressive: memories per layer [T]"},
     {"c-mem-len", OPT_INT, &S.c_mem_len, RUN_ONLY, 0, NULL, "compressive: compressed memories per layer [T/2]"},
     {"compression-rate", OPT_INT, &S.compression_rate, RUN_ONLY, 1, NULL, "compressive: memories per compressed memory"},
-    {"lr", OPT_FLOAT, &S.lr, RUN_ONLY, 0, NULL, "Adam peak learning rate, warm-up then cosine to lr/10 [sorter 1e-2, text 1e-3, --quick 2e-3]"},
+    {"lr", OPT_FLOAT, &S.lr, RUN_ONLY, 0, NULL, "peak learning rate [sorter 1e-2, text 1e-3, --quick 2e-3]"},
+    {"optimizer", OPT_TEXT, &S.optimizer, RUN_ONLY, 0, "adam|adam_labml|adamw|sgd", "optimizer"},
+    {"schedule", OPT_TEXT, &S.schedule, RUN_ONLY, 0, "constant|warmup|noam|cosine",
+     "learning-rate schedule (cosine: warm-up, then down to lr/10)"},
+    {"warmup", OPT_INT, &S.warmup, RUN_ONLY, 0, NULL, "warm-up steps [steps/10, at most 100]"},
+    {"beta1", OPT_FLOAT, &S.beta1, RUN_ONLY, 0, NULL, "Adam's first-moment decay"},
+    {"beta2", OPT_FLOAT, &S.beta2, RUN_ONLY, 0, NULL, "Adam's second-moment decay"},
+    {"weight-decay", OPT_FLOAT, &S.weight_decay, RUN_ONLY, 0, NULL, "weight decay (default 0.01 for adamw, else 0)"},
     {"clip", OPT_FLOAT, &S.clip, RUN_ONLY, 0, NULL, "max gradient norm (0 = none)"},
     {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of every run's initialisation and data"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads per run, 0 = all [1: runs on a busy machine compare fairly]"},
@@ -84,6 +98,11 @@ static const option OPTIONS[] = {
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 0, NULL, "not on a terminal: a progress line every N steps (0 = one line per run)"},
     {"log-y", OPT_FLAG, &S.log_y, RUN_ONLY, 0, NULL, "plot the loss on a log scale (--log-y=0: linear) [sorter: log, text: linear]"},
     {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "output prefix: PREFIX.csv, .md, _curves.csv, .svg (.png with gnuplot)"},
+    {"seed-configs", OPT_FLAG, &S.seed_configs, RUN_ONLY, 0, NULL,
+     "also train each model in its seed's own configuration (row MODEL/seed; see --list-presets)"},
+    /* handled by expand_preset before the table is parsed; here for --help */
+    {"preset", OPT_TEXT, &S.preset, RUN_ONLY, 0, NULL, "a seed's experiment: its model(s) and options, printed; later options override them"},
+    {"list-presets", OPT_FLAG, &S.list_presets, RUN_ONLY, 0, NULL, "print the presets and the options each expands to, and exit"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -151,18 +170,54 @@ static int uses_memory(const char *const *models, int n) {
     return 0;
 }
 
-/* a model of the study: a mixer name, or "compressive" = relative with compressed memories */
+/* --seed-configs: the model's seed configuration (the seed part of its preset, examples/common.h)
+   over the settings S; the sizes, data and budget stay the study's. Runs in the child. */
+static void apply_seed_config(const char *model) {
+    const preset *p = seed_preset(model);
+    for (int i = 0; p && p->seed[i]; i++) {
+        const char *arg = p->seed[i] + 2, *eq = strchr(arg, '='), *value, *why;
+        char name[64];
+        int o;
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
+        o = find_option(OPTIONS, N_OPTIONS, name);
+        if (o == N_OPTIONS) die("preset %s: ablate has no --%s", p->name, name); /* a table that does not fit */
+        if (eq) value = eq + 1;
+        else if (OPTIONS[o].type == OPT_FLAG) value = "1";
+        else value = p->seed[++i];
+        if ((why = set_option(&OPTIONS[o], value))) die("preset %s: %s", p->name, why);
+    }
+}
+
+/* a model of the study: a mixer name, or "compressive" = relative with compressed memories. The
+   memory models get no absolute positions: a segment's positions would restart at 0 while the
+   memories hold tokens from earlier ones (their relative tables place every key). */
 static mf_model_config model_config(const char *model, const text_data *text) {
     mf_model_config c = mf_model_config_default();
     c.vocab = text ? text->V : SORT_VOCAB;
     c.max_seq = text ? S.seq_len : SORT_MAX_T; /* the sorter: 2W positions, as sort.c */
     c.d_model = S.d_model; c.n_heads = S.heads; c.n_layers = S.layers; c.d_ff = S.d_ff;
     c.pos = (mf_pos_kind)mf_pos_from_name(S.pos);
+    c.ffn_act = (mf_act_kind)mf_act_from_name(S.act);
+    c.dropout = S.dropout; c.clone_layers = S.clone_layers;
     c.compressive = strcmp(model, "compressive") == 0;
     c.mixer = c.compressive ? MF_MIXER_RELATIVE : (mf_mixer_kind)mf_mixer_from_name(model);
-    if (c.mixer == MF_MIXER_RELATIVE) c.mem_len = S.mem_len;
+    if (c.mixer == MF_MIXER_SDPA) c.attn_bias = S.attn_bias;
+    if (c.mixer == MF_MIXER_RELATIVE) { c.mem_len = S.mem_len; c.pos = MF_POS_NONE; }
     if (c.compressive) { c.c_mem_len = S.c_mem_len; c.compression_rate = S.compression_rate; }
     return c;
+}
+
+/* the optimizer and schedule of S */
+static mf_optimizer make_optimizer(void) {
+    mf_optimizer opt = mf_optimizer_default((mf_optimizer_kind)choice_index("adam|adam_labml|adamw|sgd", S.optimizer), S.lr);
+    int warmup = S.warmup >= 0 ? S.warmup : S.steps / 10 < 100 ? S.steps / 10 : 100;
+    if (strcmp(S.schedule, "cosine") == 0 && warmup >= S.steps) warmup = S.steps / 10; /* a preset's warm-up, a short study */
+    if (strcmp(S.optimizer, "sgd") != 0) { opt.beta1 = S.beta1; opt.beta2 = S.beta2; }
+    opt.weight_decay = S.weight_decay >= 0 ? S.weight_decay : strcmp(S.optimizer, "adamw") == 0 ? 0.01f : 0.0f;
+    opt.schedule.kind = (mf_schedule_kind)choice_index("constant|warmup|noam|cosine", S.schedule);
+    opt.schedule.warmup = warmup < 1 && opt.schedule.kind != MF_SCHED_CONSTANT ? 1 : warmup;
+    opt.schedule.total_steps = S.steps + 1; opt.schedule.min_lr = S.lr / 10; opt.schedule.d_model = S.d_model;
+    return opt;
 }
 
 /* ---- one run, in a child process: it reports to the parent through a pipe ---- */
@@ -251,9 +306,11 @@ static double run_validation(mf_ctx *ctx, mf_model *model, data *d, double *scor
 
 /* the child: build, train, validate, report; returns the exit status (a failed child exits at
    once: its memory goes with the process) */
-static int run_child(const char *model_name, int index, int n_runs, const text_data *text, int fd) {
+static int run_child(const char *model_name, const char *label, int seed_config, int index, int n_runs,
+                     const text_data *text, int fd) {
+    if (seed_config) apply_seed_config(model_name);
     mf_model_config cfg = model_config(model_name, text);
-    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, S.lr);
+    mf_optimizer opt = make_optimizer();
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     mf_model *model;
     data d;
@@ -266,9 +323,6 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
     mf_set_threads(ctx, S.threads);
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     if (!(model = mf_model_new(ctx, &cfg))) { send_result(fd, RUN_BUILD_FAILED, 0, "%s", mf_error(ctx)); return 1; }
-    opt.schedule.kind = MF_SCHED_COSINE; /* warm-up then cosine to lr/10, as train.c */
-    opt.schedule.warmup = S.steps / 10 < 100 ? S.steps / 10 : 100;
-    opt.schedule.total_steps = S.steps + 1; opt.schedule.min_lr = S.lr / 10;
     open_data(&d, text, &cfg);
     for (step = 1; step <= S.steps; step++) {
         double t0 = mf_time();
@@ -302,7 +356,7 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
         if (progress_due(&pr, 0, S.log_every > 0 && step % S.log_every == 0)) {
             char eta[32];
             format_eta((double)(S.steps - step) * train_time / (double)step, eta, sizeof eta);
-            progress_show(&pr, "[%d/%d] %-12s step %lld/%d  loss %.4f  %.0f tok/s  ETA %s", index + 1, n_runs, model_name,
+            progress_show(&pr, "[%d/%d] %-12s step %lld/%d  loss %.4f  %.0f tok/s  ETA %s", index + 1, n_runs, label,
                           (long long)step, S.steps, (double)(loss - ar), (double)tokens / train_time, eta);
         }
     }
@@ -330,7 +384,9 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
 /* ---- the parent: one child per model, then the table and the plot ---- */
 typedef struct point { int64_t step, tokens; double loss; } point;
 typedef struct run {
-    const char *model;
+    const char *model;          /* the row's name: the model, or "MODEL/seed" in its seed configuration */
+    const char *mixer;          /* the model */
+    int seed_config;
     run_msg result;
     point *curve;
     int n_curve, cap;
@@ -373,7 +429,7 @@ static void run_one(run *r, int index, int n_runs, const text_data *text) {
     if (pipe(fds) < 0 || (pid = fork()) < 0) die("cannot start a run: %s", strerror(errno));
     if (pid == 0) {
         close(fds[0]);
-        int rc = run_child(r->model, index, n_runs, text, fds[1]);
+        int rc = run_child(r->mixer, r->model, r->seed_config, index, n_runs, text, fds[1]);
         fflush(stdout);
         _exit(rc);
     }
@@ -634,11 +690,17 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
         k = snprintf(buf, size, "character-level LM on %s (%zu bytes, %d characters; 90%% train, 10%% valid)", path,
                      text->len, text->V);
     else k = snprintf(buf, size, "array sorter (docs/math.md §13, solvable form, %d tokens of {0,1,2})", SORT_W);
-    snprintf(buf + k, size - (size_t)k, "; %d models: d_model %d, %d heads, %d layers, d_ff %d, T %d, %s positions; batch %d, "
-             "%d steps (%lld tokens), Adam lr %g (warm-up, cosine to lr/10), clip %g, seed %d, %d thread%s; relative and "
-             "compressive mem_len %d, compressive c_mem_len %d, rate %d", n_runs, S.d_model, S.heads, S.layers, S.d_ff,
-             S.seq_len, S.pos, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, (double)S.lr, (double)S.clip,
-             S.seed, S.threads, S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate);
+    k += snprintf(buf + k, size - (size_t)k, "; %d models: d_model %d, %d heads, %d layers, d_ff %d, T %d; batch %d, "
+                  "%d steps (%lld tokens), seed %d, %d thread%s; relative and compressive mem_len %d, compressive "
+                  "c_mem_len %d, rate %d. Common configuration (rows MODEL): %s positions (relative, compressive: none), "
+                  "%s FFN, %s%s lr %g (%s schedule), clip %g", n_runs, S.d_model, S.heads, S.layers, S.d_ff,
+                  S.seq_len, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, S.seed, S.threads,
+                  S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate, S.pos, S.act,
+                  S.clone_layers ? "cloned layers, " : "", S.optimizer, (double)S.lr, S.schedule, (double)S.clip);
+    if (S.seed_configs && (size_t)k < size)
+        snprintf(buf + k, size - (size_t)k, ". Rows MODEL/seed: each model in its seed's configuration (positions, "
+                 "activation, biases, cloning, optimizer and schedule of its preset, build/ablate --list-presets), "
+                 "with the sizes and budget above");
 }
 
 static void write_markdown(const char *path, const char *command, const char *setup, const char *plot,
@@ -661,12 +723,13 @@ static const char *base_name(const char *path) {
 int main(int argc, char **argv) {
     const char *path = NULL, *models[N_MAX];
     unsigned char given[N_OPTIONS] = {0};
-    char command[2048], setup[1024], title[300], csv[4096], md[4096], curves[4096], svg[4096], png[4096];
+    char command[2048], setup[2048], title[300], csv[4096], md[4096], curves[4096], svg[4096], png[4096];
     text_data text;
     int n_runs, k = snprintf(command, sizeof command, "%s", argv[0]);
     run *runs;
 
     list_models();
+    argv = expand_preset(&argc, argv, 0);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);
     n_runs = parse_models(S.models, models);
@@ -689,9 +752,17 @@ int main(int argc, char **argv) {
     for (char *c = title; *c; c++) if (*c == '\'') *c = ' '; /* gnuplot quotes it */
     printf("ablation: %s\n", setup);
 
+    int per_model = S.seed_configs ? 2 : 1;
+    n_runs *= per_model;
     if (!(runs = (run *)calloc((size_t)n_runs, sizeof *runs))) die("out of memory");
+    for (int i = 0; i < n_runs; i++) { /* with --seed-configs: MODEL, then MODEL/seed */
+        static char labels[2 * N_MAX][40];
+        runs[i].mixer = models[i / per_model];
+        runs[i].seed_config = i % per_model;
+        snprintf(labels[i], sizeof labels[i], runs[i].seed_config ? "%s/seed" : "%s", runs[i].mixer);
+        runs[i].model = labels[i];
+    }
     for (int i = 0; i < n_runs; i++) {
-        runs[i].model = models[i];
         run_one(&runs[i], i, n_runs, path ? &text : NULL);
         print_run_line(&runs[i], i, n_runs, path != NULL);
     }

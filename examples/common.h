@@ -9,6 +9,7 @@
      [text]      a character-level text file: vocabulary, ids, the 90% / 10% split
      [loaders]   a text's splits as token streams; the library's loaders (docs/math.md §12)
      [model]     the model settings (train.c's options, checkpoints, build/sample) and their config
+     [presets]   the seeds' experiments as options (--preset, --list-presets, ablate --seed-configs)
      [checkpoints] what build/train stores about its data and tokenizer, and the checks of it
      [sample]    generate and print a sample
      [steps]     one training step and the validation loss of either loader
@@ -509,8 +510,9 @@ typedef struct model_settings {
     const char *mixer, *pos, *act, *feature;
     int d_model, heads, layers, d_ff, seq_len, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu, chunk;
     float dropout;
+    int clone_layers, attn_bias;
 } model_settings;
-#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f}
+#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f, 0, 1}
 
 /* the choices of the name options: the library's names (model_choices fills them in) */
 EX_VAR char MIXERS[256], POSITIONS[64], ACTIVATIONS[64], FEATURES[64];
@@ -540,7 +542,9 @@ EX_FN void model_choices(void) {
     {"seq-len", OPT_INT, &M.seq_len, SAVED, 1, NULL, "context length T of the training windows"}, \
     {"pos", OPT_TEXT, &M.pos, SAVED, 0, POSITIONS, "positional encoding"}, \
     {"act", OPT_TEXT, &M.act, SAVED, 0, ACTIVATIONS, "FFN activation"}, \
-    {"dropout", OPT_FLOAT, &M.dropout, SAVED, 0, NULL, "dropout probability"},
+    {"dropout", OPT_FLOAT, &M.dropout, SAVED, 0, NULL, "dropout probability"}, \
+    {"clone-layers", OPT_FLAG, &M.clone_layers, SAVED, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"}, \
+    {"attn-bias", OPT_INT, &M.attn_bias, SAVED, 0, NULL, "sdpa: biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it"},
 
 /* the library's config of the settings, with a vocabulary of V ids */
 EX_FN mf_model_config settings_config(const model_settings *M, int V) {
@@ -554,6 +558,8 @@ EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     cfg.compression_rate = M->compression_rate;
     cfg.dpfp_nu = M->dpfp_nu; cfg.linear_feature = (mf_feature_kind)mf_feature_from_name(M->feature);
     cfg.chunk_size = M->chunk;
+    cfg.clone_layers = M->clone_layers;
+    if (cfg.mixer == MF_MIXER_SDPA) cfg.attn_bias = M->attn_bias; /* the only mixer with optional biases */
     if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && M->d_model % M->heads)
         die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
             "pick a head count that divides d-model", M->d_model, M->heads, M->mixer);
@@ -566,7 +572,7 @@ EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
     static const struct { const char *field, *option; } SET_BY[] = {
         {"mem_len", "mem-len"}, {"compressive", "compressive"}, {"c_mem_len", "c-mem-len"},
         {"compression_rate", "compression-rate"}, {"dpfp_nu", "dpfp-nu"}, {"linear_feature", "feature"},
-        {"chunk_size", "chunk"}};
+        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}};
     if (mf_model_check(ctx, cfg) == 0) return;
     const char *msg = mf_error(ctx), *at = strstr(msg, "model config: ");
     for (size_t i = 0; at && i < sizeof SET_BY / sizeof SET_BY[0]; i++) {
@@ -575,6 +581,141 @@ EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
             die("--%s: %s. Drop --%s, or pick one of those mixers with --mixer", SET_BY[i].option, msg, SET_BY[i].option);
     }
     die("%s", msg);
+}
+
+/* ==== [presets] ============================================================================= */
+/* The seeds' experiments (docs/math.md §14 and §21), ONE table for build/train and build/ablate.
+   --preset NAME puts the row's options where it stands on the command line, so later options
+   override them; the program prints what it expanded to. A row's options, in three parts:
+     seed   the seed's model and training rule (positions, activation, biases, cloning, optimizer,
+            schedule, clipping): what `ablate --seed-configs` gives each of the row's models
+     size   the experiment's sizes, context and batch (train and ablate)
+     run    build/train only: its length (epochs), validation and the sample
+   train: --mixer MIXER (or --compressive) + seed + size + run; ablate: --models MODELS + seed + size.
+   MODELS: the ablation models whose seed configuration the row is (comma-separated). */
+#define PRESET_MAX_OPTS 32
+typedef struct preset {
+    const char *name, *mixer, *models, *source;
+    const char *seed[PRESET_MAX_OPTS], *size[PRESET_MAX_OPTS], *run[PRESET_MAX_OPTS]; /* NULL-terminated */
+} preset;
+#define LABML_SEED(SCHED, LR) "--pos", "none", "--act", "relu", "--clone-layers", "--optimizer", \
+    "adam_labml", "--schedule", SCHED, "--lr", LR, "--warmup", "2000", "--clip", "1", "--dropout", "0"
+#define LABML_RUN "--epochs", "128", "--inner-iterations", "25", "--prompt", "It is", "--sample", "25", "--greedy"
+EX_VAR const preset PRESETS[] = {
+    {"xl", "relative", "relative", "labml Transformer-XL experiment (docs/math.md §14)",
+     {LABML_SEED("noam", "1"), NULL},
+     {"--d-model", "128", "--heads", "4", "--layers", "6", "--d-ff", "256", "--seq-len", "2", "--batch", "32",
+      "--mem-len", "32", NULL},
+     {LABML_RUN, NULL}},
+    {"compressive", "compressive", "compressive", "labml compressive-transformer experiment (docs/math.md §14)",
+     {LABML_SEED("warmup", "2.5e-4"), NULL},
+     {"--d-model", "128", "--heads", "4", "--layers", "6", "--d-ff", "256", "--seq-len", "8", "--batch", "32",
+      "--mem-len", "8", "--c-mem-len", "128", "--compression-rate", "2", NULL},
+     {LABML_RUN, NULL}},
+    {"fast_weights", "fast_weights", "fast_weights,linear", "labml fast-weights experiment (docs/math.md §14)",
+     {LABML_SEED("noam", "1"), NULL},
+     {"--d-model", "512", "--heads", "8", "--layers", "6", "--d-ff", "2048", "--seq-len", "128", "--batch", "16", NULL},
+     {LABML_RUN, NULL}},
+    {"feedback", "feedback", "feedback", "labml feedback-transformer notebook (original variant, docs/math.md §14)",
+     {LABML_SEED("noam", "1"), NULL},
+     {"--d-model", "512", "--heads", "8", "--layers", "6", "--d-ff", "2048", "--seq-len", "64", "--batch", "80", NULL},
+     {LABML_RUN, NULL}},
+    {"feedback_kv", "feedback_kv", "feedback_kv", "labml feedback-transformer script (shared keys and values, docs/math.md §14)",
+     {LABML_SEED("noam", "1"), NULL},
+     {"--d-model", "512", "--heads", "8", "--layers", "6", "--d-ff", "2048", "--seq-len", "128", "--batch", "64", NULL},
+     {LABML_RUN, NULL}},
+    {"metaformer", "sdpa", "sdpa,metric,quadratic,pool,identity",
+     "NLP MetaFormer next-token run (Python; GPT-2 BPE there, docs/math.md §14)",
+     {"--pos", "learned", "--act", "gelu", "--clone-layers=0", "--attn-bias", "0", "--optimizer", "adamw", "--beta1", "0.95",
+      "--beta2", "0.99", "--weight-decay", "0.01", "--schedule", "cosine", "--lr", "1e-3", "--warmup", "100", "--clip", "1",
+      "--dropout", "0", NULL},
+     {"--d-model", "384", "--heads", "6", "--layers", "6", "--d-ff", "1536", "--seq-len", "256", "--batch", "32", NULL},
+     {"--steps", "5000", NULL}},
+    {"mha", "sdpa", "", "labml MHA reference experiment (no embedding scaling here, docs/math.md §14)",
+     {"--pos", "sinusoidal", "--act", "relu", "--clone-layers", "--attn-bias", "1", "--optimizer", "adam_labml",
+      "--schedule", "noam", "--lr", "1", "--warmup", "2000", "--clip", "1", "--dropout", "0.1", NULL},
+     {"--d-model", "256", "--heads", "16", "--layers", "6", "--d-ff", "1024", "--seq-len", "512", "--batch", "16", NULL},
+     {"--epochs", "32", "--inner-iterations", "10", "--prompt", "It is", "--sample", "25", "--greedy", NULL}},
+};
+#define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
+
+EX_FN const preset *find_preset(const char *name) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
+    return NULL;
+}
+/* the preset whose seed configuration covers an ablation model (a name in its MODELS), or NULL */
+EX_FN const preset *seed_preset(const char *model) {
+    char list[128];
+    for (int i = 0; i < N_PRESETS; i++) {
+        snprintf(list, sizeof list, "%s", PRESETS[i].models);
+        for (char *c = list; *c; c++) if (*c == ',') *c = '|';
+        if (list[0] && choice_index(list, model) >= 0) return &PRESETS[i];
+    }
+    return NULL;
+}
+/* the options of a preset for build/train (train = 1) or build/ablate, into out (at most max);
+   returns their number */
+EX_FN int preset_args(const preset *p, int train, const char **out, int max) {
+    int n = 0;
+    const char *const *parts[3];
+    parts[0] = p->seed; parts[1] = p->size; parts[2] = p->run;
+    if (train && strcmp(p->mixer, "compressive") == 0) out[n++] = "--compressive";
+    else if (train) { out[n++] = "--mixer"; out[n++] = p->mixer; }
+    else { out[n++] = "--models"; out[n++] = p->models[0] ? p->models : p->mixer; }
+    for (int k = 0; k < (train ? 3 : 2); k++)
+        for (int i = 0; parts[k][i] && n < max; i++) out[n++] = parts[k][i];
+    return n;
+}
+/* the options as one line, quoted where a value has a space */
+EX_FN void print_args(FILE *f, const char *const *args, int n) {
+    for (int i = 0; i < n; i++) fprintf(f, strchr(args[i], ' ') ? " \"%s\"" : " %s", args[i]);
+    fprintf(f, "\n");
+}
+EX_FN void list_presets(int train) {
+    const char *args[3 * PRESET_MAX_OPTS + 2];
+    printf("presets (--preset NAME; later options override the preset's):\n");
+    for (int i = 0; i < N_PRESETS; i++) {
+        printf("  %-12s %s\n              ", PRESETS[i].name, PRESETS[i].source);
+        print_args(stdout, args, preset_args(&PRESETS[i], train, args, 3 * PRESET_MAX_OPTS + 2));
+    }
+}
+/* --list-presets prints the table and exits; --preset NAME (or --preset=NAME) is replaced by the
+   preset's options, where it stands, and what it expands to is printed. Returns the new argv
+   (argc in *argc), or argv itself when there is no preset. One preset per command line. */
+EX_FN char **expand_preset(int *argc, char **argv, int train) {
+    static const char *out[256];
+    const char *args[3 * PRESET_MAX_OPTS + 2], *name = NULL;
+    int at = -1, skip = 0, n = 0, k;
+    for (int a = 1; a < *argc; a++) {
+        if (strcmp(argv[a], "--list-presets") == 0) { list_presets(train); exit(0); }
+        if (strcmp(argv[a], "--preset") == 0 || strncmp(argv[a], "--preset=", 9) == 0) {
+            if (at >= 0) die("--preset is given twice; give one preset and override its options after it");
+            at = a;
+            if (argv[a][8] == '=') { name = argv[a] + 9; skip = 1; }
+            else if (a + 1 < *argc) { name = argv[a + 1]; skip = 2; a++; }
+            else die("option --preset needs a value (one of the names of --list-presets)");
+        }
+    }
+    if (at < 0) return argv;
+    const preset *p = find_preset(name);
+    if (!p) {
+        char names[256];
+        size_t m = 0;
+        for (int i = 0; i < N_PRESETS && m < sizeof names; i++)
+            m += (size_t)snprintf(names + m, sizeof names - m, "%s%s", i ? ", " : "", PRESETS[i].name);
+        die("unknown --preset \"%s\"; choose one of %s (--list-presets shows what each sets)", name, names);
+    }
+    k = preset_args(p, train, args, 3 * PRESET_MAX_OPTS + 2);
+    if (*argc + k > 255) die("too many options with --preset %s", name);
+    for (int a = 0; a < at; a++) out[n++] = argv[a];
+    for (int i = 0; i < k; i++) out[n++] = args[i];
+    for (int a = at + skip; a < *argc; a++) out[n++] = argv[a];
+    out[n] = NULL;
+    printf("preset %s (%s):", p->name, p->source);
+    print_args(stdout, args, k);
+    *argc = n;
+    return (char **)out;
 }
 
 /* ==== [checkpoints] ========================================================================= */

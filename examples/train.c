@@ -39,8 +39,8 @@ typedef struct {
     const char *optimizer, *schedule, *save, *resume, *prompt, *data, *valid, *tokenizer;
     int batch, grad_accum, steps, warmup, seed, vocab, eval_only, greedy;
     int threads, eval_every, eval_batches, log_every, save_every, stop_after, sample, top_k;
-    int skip_nonfinite, check_finite, memory_limit;
-    float lr, weight_decay, clip, temperature;
+    int skip_nonfinite, check_finite, memory_limit, epochs, inner_iterations;
+    float lr, weight_decay, clip, temperature, beta1, beta2;
     const char *device;
 } settings;
 
@@ -48,9 +48,10 @@ static settings S = {
     .m = MODEL_SETTINGS_DEFAULT, .optimizer = "adam", .schedule = "cosine", .batch = 16, .grad_accum = 1,
     .steps = 2000, .warmup = 100, .seed = 1, .lr = 1e-3f, .weight_decay = -1, .clip = 1.0f,
     .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300, .device = "cpu",
-    .temperature = 0.8f, .top_k = 200};
+    .temperature = 0.8f, .top_k = 200, .beta1 = 0.9f, .beta2 = 0.999f};
 
-static int list_mixers;
+static int list_mixers, list_presets_flag;
+static const char *preset_name;
 
 #define TRAIN_MIXER_EXTRA \
     {"list-mixers", OPT_FLAG, &list_mixers, RUN_ONLY, 0, NULL, "print the mixers this build has, one per line, and exit"}, \
@@ -68,6 +69,11 @@ static const option OPTIONS[] = {
      "learning-rate schedule (cosine: warm-up, then down to lr/10)"},
     {"warmup", OPT_INT, &S.warmup, SAVED, 0, NULL, "warm-up steps (at most steps/10 unless given)"},
     {"weight-decay", OPT_FLOAT, &S.weight_decay, SAVED, 0, NULL, "weight decay (default 0.01 for adamw, else 0)"},
+    {"beta1", OPT_FLOAT, &S.beta1, SAVED, 0, NULL, "Adam's first-moment decay"},
+    {"beta2", OPT_FLOAT, &S.beta2, SAVED, 0, NULL, "Adam's second-moment decay"},
+    {"epochs", OPT_INT, &S.epochs, RUN_ONLY, 0, NULL, "train this many passes over the training data: sets --steps (0 = use --steps)"},
+    {"inner-iterations", OPT_INT, &S.inner_iterations, RUN_ONLY, 0, NULL,
+     "validate this many times per pass over the data (labml's inner_iterations): sets --eval-every (0 = no)"},
     {"clip", OPT_FLOAT, &S.clip, SAVED, 0, NULL, "max gradient norm (0 = no clipping)"},
     {"seed", OPT_INT, &S.seed, SAVED, 0, NULL, "seed of the initialisation, dropout and batches"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
@@ -95,6 +101,9 @@ static const option OPTIONS[] = {
     {"temperature", OPT_FLOAT, &S.temperature, RUN_ONLY, 0, NULL, "sampling temperature (0 = greedy)"},
     {"top-k", OPT_INT, &S.top_k, RUN_ONLY, 0, NULL, "sample among the k most likely tokens (0 = all)"},
     {"greedy", OPT_FLAG, &S.greedy, RUN_ONLY, 0, NULL, "sample the most likely token each time (--temperature 0)"},
+    /* handled by expand_preset before the table is parsed; here for --help */
+    {"preset", OPT_TEXT, &preset_name, RUN_ONLY, 0, NULL, "a seed's experiment: its options, printed; later options override them"},
+    {"list-presets", OPT_FLAG, &list_presets_flag, RUN_ONLY, 0, NULL, "print the presets and the options each expands to, and exit"},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 static char DEFAULTS[N_OPTIONS][64]; /* each option's default as text: what an older checkpoint without it means */
@@ -383,6 +392,7 @@ static int32_t *prompt_ids(data *d, int *n) {
 static mf_optimizer make_optimizer(void) {
     mf_optimizer opt = mf_optimizer_default((mf_optimizer_kind)choice_index("adam|adam_labml|adamw|sgd", S.optimizer), S.lr);
     opt.weight_decay = S.weight_decay;
+    if (strcmp(S.optimizer, "sgd") != 0) { opt.beta1 = S.beta1; opt.beta2 = S.beta2; }
     opt.schedule.kind = (mf_schedule_kind)choice_index("constant|warmup|noam|cosine", S.schedule);
     opt.schedule.warmup = S.warmup; opt.schedule.total_steps = S.steps;
     opt.schedule.min_lr = S.lr / 10; opt.schedule.d_model = S.m.d_model;
@@ -392,6 +402,17 @@ static mf_optimizer make_optimizer(void) {
         die("--schedule cosine needs --steps (%d) > --warmup (%d); lower --warmup or use --schedule constant",
             S.steps, S.warmup);
     return opt;
+}
+
+/* --epochs and --inner-iterations, in batches of the loader (labml counts its training this way) */
+static void apply_epochs(const mf_loader *L, mf_optimizer *opt) {
+    int64_t per_epoch = mf_loader_batches(L);
+    if (S.epochs > 0) {
+        if (per_epoch * S.epochs > INT_MAX) die("--epochs %d: %lld steps is too many", S.epochs, (long long)(per_epoch * S.epochs));
+        S.steps = (int)(per_epoch * S.epochs);
+        opt->schedule.total_steps = S.steps;
+    }
+    if (S.inner_iterations > 0) S.eval_every = per_epoch / S.inner_iterations > 0 ? (int)(per_epoch / S.inner_iterations) : 1;
 }
 
 /* the training loader; a memory model also needs validation columns of >= 2 tokens */
@@ -498,6 +519,7 @@ int main(int argc, char **argv) {
 
     model_choices();
     for (int i = 0; i < N_OPTIONS; i++) format_option(&OPTIONS[i], DEFAULTS[i], sizeof DEFAULTS[i]);
+    argv = expand_preset(&argc, argv, 1);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     if (list_mixers) { /* for scripts: the mixers of this build */
         for (int k = 0; k < MF_MIXER_COUNT; k++)
@@ -558,6 +580,7 @@ int main(int argc, char **argv) {
     }
 
     make_loader(&L, &d, has_memory(&cfg));
+    apply_epochs(&L, &opt);
     int64_t step = S.resume ? resume_state(ctx, model, &L) : 0;
     if (S.save) check_writable(S.save);
 

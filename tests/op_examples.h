@@ -100,9 +100,13 @@ static mf_tensor *ex_rel_attention(mf_ctx *c, mf_tensor **x) {
 static mf_tensor *ex_dpfp(mf_ctx *c, mf_tensor **x) { return mf_dpfp(c, x[0], 2, 1e-6f); }
 static mf_tensor *ex_fast_weights(mf_ctx *c, mf_tensor **x) { return mf_fast_weights(c, x[0], x[1], x[2], x[3], 1); }
 static mf_tensor *ex_fast_weights_chunk(mf_ctx *c, mf_tensor **x) { return mf_fast_weights(c, x[0], x[1], x[2], x[3], 2); }
-static mf_tensor *ex_linear_attention(mf_ctx *c, mf_tensor **x) { return mf_linear_attention(c, x[0], x[1], x[2], 1e-6f, 1); }
+static mf_tensor *ex_linear_attention(mf_ctx *c, mf_tensor **x) { return mf_linear_attention(c, x[0], x[1], x[2], 1, 1e-6f, 1); }
 static mf_tensor *ex_linear_attention_chunk(mf_ctx *c, mf_tensor **x) {
-    return mf_linear_attention(c, x[0], x[1], x[2], 1e-6f, 2);
+    return mf_linear_attention(c, x[0], x[1], x[2], 1, 1e-6f, 2);
+}
+static mf_tensor *ex_linear_attention_plain(mf_ctx *c, mf_tensor **x) { return mf_linear_attention(c, x[0], x[1], x[2], 0, 0, 1); }
+static mf_tensor *ex_linear_attention_plain_chunk(mf_ctx *c, mf_tensor **x) {
+    return mf_linear_attention(c, x[0], x[1], x[2], 0, 0, 2);
 }
 #endif
 #ifndef METAFORMER_NO_FEEDBACK
@@ -190,6 +194,10 @@ static const op_example EXAMPLES[] = {
     {"linear_attention", "recurrent", 3, EX_IN3(EX4(2, 5, 2, 3), EX4(2, 5, 2, 3), EX4(2, 5, 2, 4)), 0.1f, 1, ex_linear_attention},
     {"linear_attention", "chunks of 2", 3, EX_IN3(EX4(2, 5, 2, 3), EX4(2, 5, 2, 3), EX4(2, 5, 2, 4)), 0.1f, 1,
      ex_linear_attention_chunk},
+    {"linear_attention", "no normaliser", 3, EX_IN3(EX4(2, 5, 2, 3), EX4(2, 5, 2, 3), EX4(2, 5, 2, 4)), 0.1f, 1,
+     ex_linear_attention_plain},
+    {"linear_attention", "no normaliser, chunks of 2", 3, EX_IN3(EX4(2, 5, 2, 3), EX4(2, 5, 2, 3), EX4(2, 5, 2, 4)), 0.1f,
+     1, ex_linear_attention_plain_chunk},
 #endif
 #ifndef METAFORMER_NO_FEEDBACK
     {"feedback_attention", "", 6, EX_IN6(EX3(2, 2, 3), EX4(2, 2, 4, 3), EX4(2, 2, 4, 3), EX2(2, 3), EX3(5, 2, 3), EX2(5, 2)),

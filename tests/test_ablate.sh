@@ -107,6 +107,16 @@ for model in relative compressive; do
     else bad "a text file: $model trains on the sequential loader" "$status" "$(cat txt.out)"; fi
 done
 
+# 4b. --seed-configs: each model also in its seed's configuration (row MODEL/seed, right after MODEL)
+"$ABLATE" text.txt "${TINY[@]}" --seq-len 16 --models sdpa,relative --seed-configs --out seed > seed.out 2>&1; rc=$?
+csv_fields seed.csv > seed.tsv
+if [ $rc -eq 0 ] && [ "$(tail -n +2 seed.tsv | cut -f1 | tr '\n' ' ')" = "sdpa sdpa/seed relative relative/seed " ] &&
+   awk -F '\t' 'NR > 1 && $10 !~ /^ok/ { exit 1 }' seed.tsv &&
+   awk -F '\t' '$1 == "sdpa" { a = $2 } $1 == "sdpa/seed" { b = $2 } END { exit !(b > 0 && a - b == 4 * 16 * 1) }' seed.tsv &&
+   grep -q 'Rows MODEL/seed: each model in its seed' seed.md && grep -q 'relative, compressive: none' seed.md
+then ok "--seed-configs: MODEL and MODEL/seed rows; sdpa/seed is the MetaFormer baseline without its 4 biases of 16"
+else bad "--seed-configs: MODEL and MODEL/seed rows" "rc $rc" "$(cat seed.out)"; fi
+
 # 5. errors: exit status 1 and a message naming the problem
 expect_error "unknown model"          'unknown model "gpt" in --models'  "$ABLATE" "${TINY[@]}" --models sdpa,gpt
 expect_error "a model named twice"    'names "pool" twice'              "$ABLATE" "${TINY[@]}" --models pool,pool

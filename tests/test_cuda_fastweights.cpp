@@ -82,7 +82,8 @@ static void test_elu1(void) {
 }
 
 /* ---------------------------------------------------------------- the recurrences */
-/* features: DPFP (nu >= 1: dd = 2 dk nu, the rows sum to 1) or elu + 1 (nu 0: dd = dk; scaled by
+/* features: DPFP (nu >= 1: dd = 2 dk nu, the rows sum to 1; linear attention without normaliser) or
+   elu + 1 (nu 0: dd = dk; linear attention divides by z . q; scaled by
    1 / dk for the delta rule so beta |k|^2 stays < 2 and the recurrence bounded) */
 struct FwShape { int B, T, H, dk, dv, nu; };
 static Graph fw_graph(FwShape s, int linear, int chunk) {
@@ -97,7 +98,7 @@ static Graph fw_graph(FwShape s, int linear, int chunk) {
         w.push_back(q); w.push_back(k); w.push_back(v);
         if (beta) w.push_back(beta);
         w.push_back(xq); w.push_back(xk); /* and through the feature maps */
-        return linear ? mf_linear_attention(c, q, k, v, 1e-6f, chunk) : mf_fast_weights(c, q, k, v, beta, chunk);
+        return linear ? mf_linear_attention(c, q, k, v, !s.nu, 1e-6f, chunk) : mf_fast_weights(c, q, k, v, beta, chunk);
     };
 }
 static const FwShape SHAPES[] = {
@@ -163,7 +164,7 @@ static void test_errors(void) {
     mf_clear_error(ctx);
     MFT_CHECK(mf_dpfp(ctx, q, 8, 1e-6f) == NULL && strstr(mf_error(ctx), "[1, 7]"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_linear_attention(ctx, q, q, b, 1e-6f, 1) == NULL && strstr(mf_error(ctx), "4-D"));
+    MFT_CHECK(mf_linear_attention(ctx, q, q, b, 1, 1e-6f, 1) == NULL && strstr(mf_error(ctx), "4-D"));
     mf_ctx_free(ctx);
 }
 

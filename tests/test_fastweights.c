@@ -49,11 +49,11 @@ static void test_dpfp_grad(void) {
 }
 
 /* ---- the ops ------------------------------------------------------------------------------------- */
-typedef struct { int chunk, linear; } op_case;
+typedef struct { int chunk, linear; } op_case; /* linear: 0 fast weights, 1 normalised linear, 2 plain linear */
 /* in: q, k features [B, T, H, dd], v [B, T, H, dv], beta [B, T, H] */
 static mf_tensor *b_fw(mf_ctx *ctx, mf_tensor **in, void *user) {
     op_case *c = (op_case *)user;
-    if (c->linear) return mf_linear_attention(ctx, in[0], in[1], in[2], 1e-6f, c->chunk);
+    if (c->linear) return mf_linear_attention(ctx, in[0], in[1], in[2], c->linear == 1, 1e-6f, c->chunk);
     return mf_fast_weights(ctx, in[0], in[1], in[2], in[3], c->chunk);
 }
 static void test_fast_weights_grad(void) {
@@ -75,6 +75,9 @@ static void test_fast_weights_grad(void) {
         snprintf(name, sizeof name, "linear_attention chunk %d", c.chunk);
         MFT_CHECK(GC_OK(gc_check(name, 3, s, b_fw, &c, NULL)));
         s[0].lo = s[1].lo = 0.0f; s[0].hi = s[1].hi = 0.4f;
+        c.linear = 2; /* no normaliser (sum-normalised features such as DPFP's) */
+        snprintf(name, sizeof name, "linear_attention without normaliser, chunk %d", c.chunk);
+        MFT_CHECK(GC_OK(gc_check(name, 3, s, b_fw, &c, NULL)));
     }
 }
 
@@ -93,7 +96,8 @@ static fw_result run_op(int kind, int chunk, int B, int H, int T, int dk, int nu
     beta = mf_sigmoid(ctx, bl);
     q = kind == 2 ? mf_elu1(ctx, xq) : mf_dpfp(ctx, xq, nu, 1e-6f);
     k = kind == 2 ? mf_elu1(ctx, xk) : mf_dpfp(ctx, xk, nu, 1e-6f);
-    y = kind == 0 ? mf_fast_weights(ctx, q, k, v, beta, chunk) : mf_linear_attention(ctx, q, k, v, 1e-6f, chunk);
+    /* linear attention divides by z . q only with elu + 1 features (docs/math.md §7.5) */
+    y = kind == 0 ? mf_fast_weights(ctx, q, k, v, beta, chunk) : mf_linear_attention(ctx, q, k, v, kind == 2, 1e-6f, chunk);
     R = mf_new(ctx, y ? 4 : 1, y ? y->shape : sb);
     for (i = 0; R && i < R->ne; i++) R->data[i] = mf__uniform(99, 1, (uint64_t)i) * 2 - 1;
     mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, y, R)));
@@ -149,7 +153,7 @@ static void test_linear_zero_denominator(void) {
     mf_ctx *ctx = mf_ctx_new(1);
     int s[4] = {1, 2, 1, 2}, i;
     const float q[4] = {1, 0, 1, 0}, k[4] = {0, 1, 0, 1}, v[4] = {1, 2, 3, 4};
-    mf_tensor *y = mf_linear_attention(ctx, mf_from(ctx, 4, s, q), mf_from(ctx, 4, s, k), mf_from(ctx, 4, s, v), 1e-6f, 1);
+    mf_tensor *y = mf_linear_attention(ctx, mf_from(ctx, 4, s, q), mf_from(ctx, 4, s, k), mf_from(ctx, 4, s, v), 1, 1e-6f, 1);
     MFT_CHECK(y != NULL);
     for (i = 0; y && i < 4; i++) MFT_CHECK(y->data[i] == 0.0f);
     mf_ctx_free(ctx);
@@ -167,7 +171,9 @@ static void test_op_errors(void) {
     mf_clear_error(ctx);
     MFT_CHECK(mf_fast_weights(ctx, q, q, q, b, -2) == NULL && strstr(mf_error(ctx), "chunk"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_linear_attention(ctx, q, q, b, 1e-6f, 1) == NULL && strstr(mf_error(ctx), "4-D"));
+    MFT_CHECK(mf_linear_attention(ctx, q, q, b, 1, 1e-6f, 1) == NULL && strstr(mf_error(ctx), "4-D"));
+    mf_clear_error(ctx);
+    MFT_CHECK(mf_linear_attention(ctx, q, q, q, 2, 1e-6f, 1) == NULL && strstr(mf_error(ctx), "normalise 2"));
     mf_clear_error(ctx);
     MFT_CHECK(mf_dpfp(ctx, q, 0, 1e-6f) == NULL && strstr(mf_error(ctx), "nu 0"));
     mf_clear_error(ctx);

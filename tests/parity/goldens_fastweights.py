@@ -9,9 +9,10 @@ It is independent of metaformer.h: the C test (tests/test_fastweights.c) convert
 (ids_lib[b][t] = ids[t][b], logits_lib[b][t][v] = logits[t][b][v]).
 
     fw_fast_weights   DPFP(nu 1) + delta rule, no LayerNorm before attention (docs/math.md §7.4)
-    fw_linear_dpfp    linear attention W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6),
-                      DPFP(nu 2) features, pre-LN layer (the library's MetaFormer block)
-    fw_linear_elu     the same with phi = elu + 1
+    fw_linear_dpfp    linear attention W += v phi(k)^T, y = W phi(q) (no z normaliser: DPFP's features
+                      are sum-normalised, docs/math.md §7.5), DPFP(nu 2) features, pre-LN layer (the
+                      library's MetaFormer block)
+    fw_linear_elu     phi = elu + 1, with the normaliser: z += phi(k), y = W phi(q) / (z . phi(q) + 1e-6)
 
 Model (docs/math.md §3.5): Embedding N(0,1), no positional encoding -> 2 layers -> final LayerNorm ->
 generator Linear(D, V); FFN = labml FeedForward (Linear, ReLU, Linear, biases). Weights come from

@@ -7,8 +7,9 @@ benchmark (bench/torch_fastweights.py). Independent of metaformer.h.
 labml layout: activations [T][B][D] sequence-first, per-head views [T][B][H][dk].
     fast_weights   DPFP features + the delta rule in the seed's Python token loop, no LayerNorm
                    before the attention (docs/math.md §7.4)
-    linear         W += v phi(k)^T, z += phi(k), y = W phi(q) / (z . phi(q) + eps), the same kind of
-                   loop, in the library's pre-LN MetaFormer block; DPFP or elu + 1 features
+    linear         W += v phi(k)^T, y = W phi(q) with DPFP features (sum-normalised: no z); with
+                   elu + 1 features also z += phi(k), y = W phi(q) / (z . phi(q) + eps); the same
+                   kind of loop, in the library's pre-LN MetaFormer block (docs/math.md §7.5)
 Model (docs/math.md §3.5): Embedding N(0,1) (+ learned positions, a benchmark option) -> layers -> final
 LayerNorm -> generator Linear(D, V); FFN = labml FeedForward (tests/parity/seed_labml.py).
 """
@@ -58,18 +59,21 @@ def fast_weights_loop(query, key, value, beta):
     return torch.stack(outputs)
 
 
-def linear_loop(query, key, value, eps=1e-6):
-    """Linear attention as the same kind of token loop: W = W + v phi(k)^T, z = z + phi(k),
-    y = W phi(q) / (z . phi(q) + eps)."""
+def linear_loop(query, key, value, normalise, eps=1e-6):
+    """Linear attention as the same kind of token loop: W = W + v phi(k)^T, y = W phi(q); with
+    normalise also z = z + phi(k) and y = W phi(q) / (z . phi(q) + eps). The seed: with DPFP "the
+    normalisation term z is not needed because phi' is normalised" (normalise False); elu + 1
+    features keep the linear transformer's denominator (normalise True)."""
     weights = key.new_zeros((key.shape[1], key.shape[2], value.shape[3], key.shape[3]))
     z = key.new_zeros((key.shape[1], key.shape[2], key.shape[3]))
     outputs = []
     for i in range(query.shape[0]):
         weights = weights + torch.einsum('bhv,bhk->bhvk', value[i], key[i])
-        z = z + key[i]
-        num = torch.einsum('bhvk,bhk->bhv', weights, query[i])
-        den = torch.einsum('bhk,bhk->bh', z, query[i]) + eps
-        y = num / den[..., None]
+        y = torch.einsum('bhvk,bhk->bhv', weights, query[i])
+        if normalise:
+            z = z + key[i]
+            den = torch.einsum('bhk,bhk->bh', z, query[i]) + eps
+            y = y / den[..., None]
         outputs.append(y.reshape(y.shape[0], -1))
     return torch.stack(outputs)
 
@@ -117,7 +121,7 @@ class LinearAttention(_Projections):
 
     def forward(self, x):
         query, key, value = self.project(x)
-        return self.output(linear_loop(query, key, value, self.eps))
+        return self.output(linear_loop(query, key, value, isinstance(self.phi, EluFeature), self.eps))
 
 
 class Layer(nn.Module):
