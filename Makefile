@@ -140,7 +140,7 @@ $(BUILD)/asan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXX) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(BUILD)/%: examples/%.c examples/common.h metaformer.h
+$(BUILD)/%: examples/%.c examples/common.h examples/svg.h metaformer.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -204,7 +204,7 @@ FORCE:
 # ASan + UBSan) and tests/fuzz/run.sh runs each. `make test` replays the committed seeds and crash
 # inputs (tests/fuzz/seeds/, tests/fuzz/regress/) through the same targets linked with
 # tests/fuzz/replay.c and built with ASan + UBSan without libFuzzer (so gcc will do).
-FUZZ_DEPS    := tests/fuzz/fuzz.h tests/fuzz/fuzz_cli.h metaformer.h examples/*.c examples/common.h tests/golden.h tests/mf_test.h
+FUZZ_DEPS    := tests/fuzz/fuzz.h tests/fuzz/fuzz_cli.h metaformer.h examples/*.c examples/*.h tests/golden.h tests/mf_test.h
 SAN_ONLY     := -fsanitize=address,undefined
 FUZZFLAGS    := $(filter-out $(SAN_ONLY),$(SANFLAGS)) -fsanitize=fuzzer,address,undefined -Wno-unused-function
 # the library is compiled once per flavour and linked into every target (as the tests link tests/mf_impl.c)
