@@ -8,6 +8,7 @@
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
 #   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
+#   make study     the NLP MetaFormer sorting study: the seed's model and figures, bench/results/study/ (issue #20)
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
 #   make fuzz      the libFuzzer targets of tests/fuzz/ (clang), FUZZ_SECONDS each (default 120):
 #                  corpus under build/fuzz/, results in bench/results/fuzz_<date>.md
@@ -36,7 +37,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-cuda demo ablate goldens clean test-cuda train-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-cuda demo ablate study goldens clean test-cuda train-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -140,7 +141,7 @@ $(BUILD)/asan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXX) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(BUILD)/%: examples/%.c examples/common.h metaformer.h
+$(BUILD)/%: examples/%.c examples/common.h examples/svg.h metaformer.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -160,7 +161,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -189,6 +190,7 @@ $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_resume.log: $(BUILD)/train $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
+$(BUILD)/logs/sh/test_study.log: $(BUILD)/study
 $(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE
 	@bash tests/run.sh --one $@ "$<"
 $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE
@@ -205,7 +207,7 @@ FORCE:
 # ASan + UBSan) and tests/fuzz/run.sh runs each. `make test` replays the committed seeds and crash
 # inputs (tests/fuzz/seeds/, tests/fuzz/regress/) through the same targets linked with
 # tests/fuzz/replay.c and built with ASan + UBSan without libFuzzer (so gcc will do).
-FUZZ_DEPS    := tests/fuzz/fuzz.h tests/fuzz/fuzz_cli.h metaformer.h examples/*.c examples/common.h tests/golden.h tests/mf_test.h
+FUZZ_DEPS    := tests/fuzz/fuzz.h tests/fuzz/fuzz_cli.h metaformer.h examples/*.c examples/*.h tests/golden.h tests/mf_test.h
 SAN_ONLY     := -fsanitize=address,undefined
 FUZZFLAGS    := $(filter-out $(SAN_ONLY),$(SANFLAGS)) -fsanitize=fuzzer,address,undefined -Wno-unused-function
 # the library is compiled once per flavour and linked into every target (as the tests link tests/mf_impl.c)
@@ -286,6 +288,11 @@ demo: $(BUILD)/sort
 # On a text file: ./build/ablate FILE --quick
 ablate: $(BUILD)/ablate
 	./$(BUILD)/ablate --quick --out $(BUILD)/ablate_sorter
+
+# issue #20: the NLP MetaFormer seed's sorting study (sdpa, metric, quadratic on the seed's model; about
+# half a minute on 2 cores): bench/results/study/report.md and its SVG figures
+study: $(BUILD)/study
+	./$(BUILD)/study --out bench/results/study
 
 # PyTorch parity goldens (needs python3-torch; the committed goldens make `make test` Python-free)
 goldens: $(BUILD)/parity_export

@@ -510,6 +510,11 @@ typedef enum mf_mixer_kind {
 typedef enum mf_pos_kind { MF_POS_NONE = 0, MF_POS_LEARNED, MF_POS_SINUSOIDAL } mf_pos_kind;
 typedef enum mf_act_kind { MF_ACT_RELU = 0, MF_ACT_GELU, MF_ACT_GELU_TANH, MF_ACT_SILU } mf_act_kind;
 typedef enum mf_feature_kind { MF_FEATURE_DPFP = 0, MF_FEATURE_ELU1 } mf_feature_kind;
+/* The block layout (docs/math.md §19.2). pre_norm: x = x + mixer(LN1(x)); x = x + FFN(LN2(x)).
+   stream_norm (the NLP MetaFormer sorter's, where the residual stream itself is normalised):
+   s = LN1(x); s = s + mixer(s); s = LN_mid(s); x = s + FFN(LN2(s)) - one more LayerNorm per block
+   ("layers.<l>.ln_mid.*", after the mixer's parameters); mixers whose block applies ln1 only. */
+typedef enum mf_block_kind { MF_BLOCK_PRE_NORM = 0, MF_BLOCK_STREAM_NORM } mf_block_kind;
 
 typedef struct mf_model_config {
     int vocab;              /* tokens 0 .. vocab-1 (required) */
@@ -536,6 +541,7 @@ typedef struct mf_model_config {
     int dpfp_nu;            /* DPFP order nu: feature size 2 * dk * nu */
     mf_feature_kind linear_feature; /* linear: DPFP or elu(x) + 1 features */
     int chunk_size;         /* fast_weights training kernel: 0 = automatic, 1 = recurrent, n = chunkwise by n */
+    mf_block_kind block;    /* block layout: pre_norm (default) or stream_norm (see mf_block_kind) */
 } mf_model_config;
 
 typedef struct mf_model mf_model;
@@ -543,14 +549,14 @@ typedef struct mf_model mf_model;
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
    GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; mem_len 0, not
    compressive, c_mem_len 0, compression_rate 2; dpfp_nu 1, DPFP features, chunk_size 0
-   (automatic); vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
+   (automatic); block pre_norm; vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
    ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
 /* Names <-> kinds: the one way to turn a name into a config value and back (command lines, files).
    Mixers: "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
    "feedback", "feedback_kv" (list them with mf_mixer_name(k) for k = 0 .. MF_MIXER_COUNT - 1);
    positions: "none", "learned", "sinusoidal"; FFN activations: "relu", "gelu", "gelu_tanh", "silu";
-   linear's features: "dpfp", "elu1". *_name returns "unknown" for a value out of range, *_from_name
+   linear's features: "dpfp", "elu1"; block layouts: "pre_norm", "stream_norm". *_name returns "unknown" for a value out of range, *_from_name
    -1 for an unknown name (or NULL). mf_mixer_compiled: 1 when the mixer's family is compiled in
    (see METAFORMER_NO_XL etc. under OPTIONS), 0 when not or unknown. */
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
@@ -562,6 +568,8 @@ MFDEF const char *mf_act_name(mf_act_kind kind);
 MFDEF int mf_act_from_name(const char *name);
 MFDEF const char *mf_feature_name(mf_feature_kind kind);
 MFDEF int mf_feature_from_name(const char *name);
+MFDEF const char *mf_block_name(mf_block_kind kind);
+MFDEF int mf_block_from_name(const char *name);
 /* Check a config; returns 0, or -1 with the reason in ctx. A mixer-specific field (attn_bias,
    pool_size, pool_causal, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu,
    linear_feature, chunk_size) that the chosen mixer does not read must keep its default: e.g.
@@ -634,6 +642,43 @@ MFDEF void mf_model_reset_memory(mf_model *m);
    memory, covers a row twice in a step, or changes the batch of a memory that holds rows fails. */
 MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows);
 MFDEF float mf_model_aux_loss(const mf_model *m);
+
+/* ---- attention inspection (docs/math.md §19) ------------------------------------------------------
+   What the softmax mixers attend to, for a forward pass of ids [B][T]: each layer's and head's raw
+   scores and attention probabilities, computed with plain loops outside the fused kernels (training
+   is unchanged). Mixers with attention maps: sdpa, metric, quadratic, relative (over its memories),
+   feedback and feedback_kv (over the memory of the earlier steps; CPU contexts only); the others are
+   refused with a message. Key layout, Tk keys per query (mf_model_attention_keys):
+     sdpa, metric, quadratic  Tk = T, key j = token j; query i sees j <= i
+     relative                 Tk = T + M: keys [compressed memories ; memories ; segment], the memories
+                              of the current slot held now (M = the most any layer holds; a layer that
+                              holds fewer has its first keys missing: score -inf, probability 0);
+                              query i sees j <= i + M
+     feedback, feedback_kv    Tk = T, key j = memory slot j (the memory of step j); query i sees j < i
+                              (query 0 sees nothing: its row is all zeros); a key j >= i does not exist
+                              at step i: score -inf
+   scores[l][b][h][i][j] is the logit the softmax sees (scaled by 1/sqrt(dk), relative and feedback
+   with their position terms), also at masked keys (before the mask); probs the softmax over the
+   visible keys (0 elsewhere). */
+/* Tk of a forward of length T now (relative: with the memories held now), or -1 with the reason in
+   the model's context (a mixer without attention maps, T outside [1, max_seq], feedback on CUDA). */
+MFDEF int mf_model_attention_keys(mf_model *m, int T);
+/* Run the forward of ids [B][T] with the attention of every layer computed from the maps it returns:
+   scores and probs (either may be NULL) receive n_layers * B * n_heads * T * Tk floats each, laid out
+   [n_layers][B][n_heads][T][Tk]. Returns the logits [B, T, vocab] (arena, until mf_reset), equal to
+   mf_model_forward's up to float rounding, or NULL with the reason in ctx. Runs without gradient and
+   in evaluation mode (no dropout); like a forward, the relative mixer's call reads and then updates
+   the current memory slot (select slot 1 to keep the training memory). Host buffers on any device. */
+MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int T, float *scores, float *probs);
+/* The bilinear form of each head's scores (without the 1/sqrt(dk)), into out (host memory):
+     MF_ATTN_FORM_HEAD  [H][dk][dk]: metric: M_h (symmetric, expanded from its triangle), quadratic:
+                        M_h; sdpa: Wq_h Wk_h^T (Wq_h = rows h dk .. h dk + dk - 1 of attn.q.weight)
+     MF_ATTN_FORM_MODEL [H][D][D], the form on the layer's normalised input x, score = x A x'^T:
+                        sdpa: Wq_h^T Wk_h (the seed's "Wq Wk^T"), metric / quadratic: Wp_h^T M_h Wp_h
+   (sdpa's biases add terms that are not part of the form.) Returns 0, or -1 with the reason in ctx (a
+   mixer other than sdpa, metric, quadratic; layer out of range; NULL out). */
+enum { MF_ATTN_FORM_HEAD = 0, MF_ATTN_FORM_MODEL = 1 };
+MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out);
 
 /* ---- checkpoints (safetensors: loadable with safetensors.torch.load_file) ---------------------
    Every parameter is stored under its name as F32. With with_optimizer != 0 the optimizer moments
@@ -4802,13 +4847,15 @@ enum {
     MF__MIX_PRE_LN = 2,      /* the generic block applies ln1 before the mixer (else the mixer gets the layer input) */
     MF__MIX_HEADS = 4,       /* splits d_model into n_heads heads (n_heads must divide d_model) */
     MF__MIX_FIXED_STATE = 8, /* generation state of a fixed size: with pos = NONE it generates past max_seq */
-    MF__MIX_SKIP = 16        /* no mixer sub-block at all (identity) */
+    MF__MIX_SKIP = 16,       /* no mixer sub-block at all (identity) */
+    MF__MIX_MAPS = 32        /* softmax attention: mf_model_attention can inspect it */
 };
 
 typedef struct mf__layer {
     int p0, np;               /* the layer's parameters: mf_param_at(ctx, p0 .. p0 + np - 1), creation order */
     mf_tensor *ln1_w, *ln1_b; /* ln1 (rows with MF__MIX_LN1; relative and feedback read it themselves) */
     mf_tensor *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b; /* the FFN sub-block */
+    mf_tensor *lnm_w, *lnm_b; /* block stream_norm: ln_mid, on the stream between the sub-blocks */
     void *mix;                /* the family's per-layer struct (family->layer_size bytes, zeroed) */
 } mf__layer;
 
@@ -4879,6 +4926,7 @@ struct mf_model {
     char *fam_layers;   /* n_layers per-layer structs of the family */
     int cache_len;      /* tokens held by the generation cache */
     int on_device;      /* sinusoid, the family's constants and caches are device buffers (CUDA) */
+    struct mf__probe *probe; /* set during mf_model_attention: the mixers attend through mf__probe_attend */
 };
 
 /* mixers whose generation state has a fixed size: with no position table they generate past max_seq */
@@ -4905,6 +4953,7 @@ static float *mf__model_const(mf_model *m, float *host, size_t bytes) {
 static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
 static const char *const mf__act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
 static const char *const mf__feature_names[] = {"dpfp", "elu1"};
+static const char *const mf__block_names[] = {"pre_norm", "stream_norm"};
 static int mf__name_index(const char *const *names, int n, const char *name) {
     int i;
     for (i = 0; name && i < n; i++) if (strcmp(name, names[i]) == 0) return i;
@@ -4918,6 +4967,8 @@ MFDEF const char *mf_act_name(mf_act_kind k) { return mf__name_of(MF__NAMES(mf__
 MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
 MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NAMES(mf__feature_names), (int)k); }
 MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
+MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
+MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
 
 MFDEF mf_model_config mf_model_config_default(void) {
     mf_model_config c;
@@ -4962,6 +5013,12 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
                 "without that switch, or choose another mixer)", row->name, row->off);
     if ((int)c->pos < MF_POS_NONE || c->pos > MF_POS_SINUSOIDAL) MF__BAD("model config: unknown positional encoding %d", (int)c->pos);
     if ((int)c->ffn_act < MF_ACT_RELU || c->ffn_act > MF_ACT_SILU) MF__BAD("model config: unknown FFN activation %d", (int)c->ffn_act);
+    if ((int)c->block < MF_BLOCK_PRE_NORM || c->block > MF_BLOCK_STREAM_NORM)
+        MF__BAD("model config: unknown block layout %d (pre_norm or stream_norm)", (int)c->block);
+    if (c->block == MF_BLOCK_STREAM_NORM && !(row->flags & MF__MIX_PRE_LN))
+        MF__BAD("model config: block layout stream_norm needs a mixer whose block applies ln1 before it (sdpa, metric, "
+                "quadratic, pool, linear); the %s mixer %s (use block pre_norm)", row->name,
+                row->flags & MF__MIX_SKIP ? "has no mixer sub-block" : "normalises its own input");
     if ((row->flags & MF__MIX_HEADS) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
         MF__BAD("model config: d_model %d is not divisible by n_heads %d; pick a head count that divides "
                 "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, row->name);
@@ -5021,6 +5078,7 @@ static void mf__make_layer(mf_model *m, int l) {
     L->mix = m->fam_layers + (size_t)l * m->fam->layer_size;
     if (m->mixer->flags & MF__MIX_LN1) mf__layer_norm_params(m, l, "ln1", &L->ln1_w, &L->ln1_b);
     if (m->fam->make_layer) m->fam->make_layer(m, l);
+    if (c->block == MF_BLOCK_STREAM_NORM) mf__layer_norm_params(m, l, "ln_mid", &L->lnm_w, &L->lnm_b);
     mf__layer_norm_params(m, l, "ln2", &L->ln2_w, &L->ln2_b);
     mf__layer_linear(m, l, "ffn.fc1", D, c->d_ff, c->ffn_bias, &L->fc1_w, &L->fc1_b);
     mf__layer_linear(m, l, "ffn.fc2", c->d_ff, D, c->ffn_bias, &L->fc2_w, &L->fc2_b);
@@ -5158,7 +5216,11 @@ static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, i
     for (l = 0; l < c->n_layers && !fam->run_stack; l++) {
         mf__layer *L = &m->layers[l];
         mf_tensor *h;
-        if (!(m->mixer->flags & MF__MIX_SKIP)) {
+        if (c->block == MF_BLOCK_STREAM_NORM) { /* the stream itself normalised (check: a PRE_LN mixer) */
+            x = mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps);
+            h = x ? fam->mixer(m, l, x, pos0, cache) : NULL;
+            x = mf_layernorm(ctx, mf_add(ctx, x, mf_dropout(ctx, h, p)), L->lnm_w, L->lnm_b, c->ln_eps);
+        } else if (!(m->mixer->flags & MF__MIX_SKIP)) {
             h = m->mixer->flags & MF__MIX_PRE_LN ? mf_layernorm(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps) : x;
             h = h ? fam->mixer(m, l, h, pos0, cache) : NULL;
             x = mf_add(ctx, x, mf_dropout(ctx, h, p));
@@ -5286,6 +5348,147 @@ done:
 }
 
 
+/* ---- attention inspection (mf_model_attention, docs/math.md §19) ---------------------------------
+   While m->probe is set, the softmax mixers attend through mf__probe_attend (the feedback recurrence
+   through mf__fb_probe): plain loops over host copies of q, k, v that write the scores and
+   probabilities of layer l into the caller's buffers and make the attention output from those very
+   probabilities, so the logits of the pass show that the maps are the ones the model uses. The fused
+   kernels are not involved. */
+typedef struct mf__probe {
+    int B, T, Tk, H;
+    float *scores, *probs; /* [n_layers][B][H][T][Tk] each (the caller's), or NULL */
+    float *row, *sc;       /* [Tk] each: one query's probabilities when probs is NULL, its scores */
+} mf__probe;
+
+/* the row of query i of (layer l, batch b, head h) in a probe buffer, or NULL */
+static float *mf__probe_row(const mf__probe *p, float *buf, int l, int b, int h, int i) {
+    return buf ? buf + ((((int64_t)l * p->B + b) * p->H + h) * p->T + i) * p->Tk : NULL;
+}
+
+/* Query i of (l, b, h): sc[0 .. n) are the scores of the keys at columns off .. off + n - 1 (the other
+   columns do not exist for this layer or step: score -inf, probability 0), of which the first vis
+   are visible. Writes the row's scores and probabilities; returns the probabilities of the n keys. */
+static const float *mf__probe_softmax(const mf__probe *p, int l, int b, int h, int i, int off, int n, int vis) {
+    float *srow = mf__probe_row(p, p->scores, l, b, h, i), *prow = p->probs ? mf__probe_row(p, p->probs, l, b, h, i) : p->row;
+    double mx = -INFINITY, sum = 0;
+    int j;
+    for (j = 0; j < p->Tk; j++) {
+        prow[j] = 0.0f;
+        if (srow) srow[j] = j >= off && j < off + n ? p->sc[j - off] : -INFINITY;
+    }
+    for (j = 0; j < vis; j++) if (p->sc[j] > mx) mx = p->sc[j];
+    for (j = 0; j < vis; j++) sum += exp((double)p->sc[j] - mx);
+    for (j = 0; j < vis; j++) prow[off + j] = (float)(exp((double)p->sc[j] - mx) / sum);
+    return prow + off;
+}
+
+/* mf_attention (u == NULL) or mf_rel_attention (u, R, S: the relative tables) of layer l, unfused:
+   q [B, H, T, dk], k [B, H, n, dk], v [B, H, n, dv], the first n - T keys memories -> [B, H, T, dv] */
+static mf_tensor *mf__probe_attend(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
+                                   mf_tensor *u, mf_tensor *R, mf_tensor *S) {
+    mf_ctx *ctx = m->ctx;
+    mf__probe *p = m->probe;
+    int B, H, T, n, dk, dv, P = 0, b, h, i, j, c, shape[4];
+    size_t nq, nk, nv, nt = 0;
+    float *buf, *hq, *hk, *hv, *hu = NULL, *hR = NULL, *hS = NULL, *out;
+    mf_tensor *o = NULL;
+    if (!q || !k || !v || !mf_ok(ctx)) return NULL;
+    B = q->shape[0]; H = q->shape[1]; T = q->shape[2]; dk = q->shape[3]; n = k->shape[2]; dv = v->shape[3];
+    if (B != p->B || H != p->H || T != p->T || n > p->Tk || n < T)
+        return (mf_tensor *)mf__fail(ctx, "attention inspection: layer %d attends %d x %d x %d queries to %d keys but the "
+                                     "maps were sized for %d x %d x %d queries and %d keys (mf_model_attention_keys "
+                                     "disagrees with the mixer: a bug)", l, B, H, T, n, p->B, p->H, p->T, p->Tk);
+    nq = (size_t)B * H * T * dk; nk = (size_t)B * H * n * dk; nv = (size_t)B * H * n * dv;
+    if (R) { P = R->shape[0] / 2; nt = (size_t)H * dk + (size_t)2 * P * H * dk + (size_t)2 * P * H; }
+    if (!(buf = (float *)mf__xmalloc((nq + nk + nv + nt + (size_t)B * H * T * dv) * sizeof(float))))
+        return (mf_tensor *)mf__fail(ctx, "out of memory: attention inspection of layer %d", l);
+    hq = buf; hk = hq + nq; hv = hk + nk; out = hv + nv + nt;
+    if (R) { hu = hv + nv; hR = hu + (size_t)H * dk; hS = hR + (size_t)2 * P * H * dk; }
+    if (mf_to_host(ctx, q, hq) == 0 && mf_to_host(ctx, k, hk) == 0 && mf_to_host(ctx, v, hv) == 0 &&
+        (!R || (mf_to_host(ctx, u, hu) == 0 && mf_to_host(ctx, R, hR) == 0 && mf_to_host(ctx, S, hS) == 0))) {
+        for (b = 0; b < B; b++)
+            for (h = 0; h < H; h++)
+                for (i = 0; i < T; i++) {
+                    const float *qi = hq + (((int64_t)b * H + h) * T + i) * dk, *pr;
+                    float *oi = out + (((int64_t)b * H + h) * T + i) * dv;
+                    for (j = 0; j < n; j++) {
+                        const float *kj = hk + (((int64_t)b * H + h) * n + j) * dk;
+                        double s = 0;
+                        for (c = 0; c < dk; c++) s += ((double)qi[c] + (hu ? hu[h * dk + c] : 0.0f)) * kj[c];
+                        if (hR) { /* rho = P + j - i - M: row P is distance 0 (docs/math.md §5.2) */
+                            int64_t rho = (int64_t)P + j - i - (n - T);
+                            for (c = 0; c < dk; c++) s += (double)qi[c] * hR[(rho * H + h) * dk + c];
+                            s += hS[rho * H + h];
+                        }
+                        p->sc[j] = (float)(scale * s);
+                    }
+                    pr = mf__probe_softmax(p, l, b, h, i, p->Tk - n, n, i + n - T + 1);
+                    for (c = 0; c < dv; c++) oi[c] = 0.0f;
+                    for (j = 0; j < n; j++)
+                        for (c = 0; c < dv; c++) oi[c] += pr[j] * hv[(((int64_t)b * H + h) * n + j) * dv + c];
+                }
+        shape[0] = B; shape[1] = H; shape[2] = T; shape[3] = dv;
+        o = mf_from(ctx, 4, shape, out);
+    }
+    MF_FREE(buf);
+    return o;
+}
+
+/* the fused attention of a softmax mixer's layer l, or its inspection */
+static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale) {
+    return m->probe ? mf__probe_attend(m, l, q, k, v, scale, NULL, NULL, NULL) : mf_attention(m->ctx, q, k, v, scale, 1);
+}
+
+#ifndef METAFORMER_NO_XL
+static int mf__xl_held(const mf_model *m); /* [mf:xl]: the most memories a layer holds in the current slot */
+#endif
+
+MFDEF int mf_model_attention_keys(mf_model *m, int T) {
+    if (!m || !mf_ok(m->ctx)) return -1;
+    if (!(m->mixer->flags & MF__MIX_MAPS))
+        return (mf__fail(m->ctx, "attention inspection: the %s mixer has no attention probabilities to show (inspect "
+                         "sdpa, metric, quadratic, relative, feedback or feedback_kv)", m->mixer->name), -1);
+    if (T < 1 || T > m->cfg.max_seq)
+        return (mf__fail(m->ctx, "attention inspection: length %d must be in [1, max_seq = %d]", T, m->cfg.max_seq), -1);
+    if (m->fam->run_stack && m->on_device)
+        return (mf__fail(m->ctx, "attention inspection: the %s mixer is inspected on CPU contexts only (on the GPU its "
+                         "recurrence is one kernel); load its weights into a CPU context (mf_save, mf_load)", m->mixer->name), -1);
+#ifndef METAFORMER_NO_XL
+    if (m->cfg.mixer == MF_MIXER_RELATIVE) return T + mf__xl_held(m);
+#endif
+    return T;
+}
+
+MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int T, float *scores, float *probs) {
+    mf_ctx *ctx;
+    mf__probe p;
+    mf_tensor *logits;
+    int Tk, grad, training;
+    int64_t e, n;
+    if (!m || (Tk = mf_model_attention_keys(m, T)) < 0) return NULL;
+    ctx = m->ctx;
+    if (B < 1) return (mf_tensor *)mf__fail(ctx, "attention inspection: batch %d must be >= 1", B);
+    memset(&p, 0, sizeof p);
+    p.B = B; p.T = T; p.Tk = Tk; p.H = m->cfg.n_heads; p.scores = scores; p.probs = probs;
+    if (!(p.row = (float *)mf__xmalloc(2 * (size_t)Tk * sizeof(float))))
+        return (mf_tensor *)mf__fail(ctx, "out of memory: attention inspection");
+    p.sc = p.row + Tk;
+    n = (int64_t)m->cfg.n_layers * B * p.H * T * Tk; /* rows no query fills (feedback's first step) stay empty */
+    for (e = 0; e < n; e++) {
+        if (scores) scores[e] = -INFINITY;
+        if (probs) probs[e] = 0.0f;
+    }
+    grad = mf_set_grad(ctx, 0);
+    training = mf_set_training(ctx, 0);
+    m->probe = &p;
+    logits = mf__model_run(m, ids, B, T, 0, 0);
+    m->probe = NULL;
+    mf_set_grad(ctx, grad);
+    mf_set_training(ctx, training);
+    MF_FREE(p.row);
+    return logits;
+}
+
 /* ==== [mf:attention] ======================================================================== */
 /* The softmax attention family: sdpa (causal multi-head attention, labml MHA), metric (per head
    p = x Wp, a symmetric M from its upper triangle Mbar, softmax(p M p^T / sqrt(dk)) p, E) and
@@ -5393,7 +5596,7 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
         mf_tensor *k = mf__split_heads(ctx, mf_linear(ctx, xn, A->wk, A->bk), H);
         mf_tensor *v = mf__split_heads(ctx, mf_linear(ctx, xn, A->wv, A->bv), H);
         if (cache && k && v) { k = mf__cache_heads(m, A->cache_k, k, pos0); v = mf__cache_heads(m, A->cache_v, v, pos0); }
-        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, k, v, scale, 1)), A->wo, A->bo);
+        return mf_linear(ctx, mf__merge_heads(ctx, mf__attention_of(m, l, q, k, v, scale)), A->wo, A->bo);
     } else {
         /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
         int wshape[3], mshape[3], dshape[2], eshape[2];
@@ -5410,7 +5613,7 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
         p = mf__split_heads(ctx, mf_linear(ctx, xn, A->wp, NULL), H);
         q = mf__split_heads(ctx, mf_linear(ctx, xn, wq, NULL), H);
         if (cache && p) p = mf__cache_heads(m, A->cache_k, p, pos0);
-        return mf_linear(ctx, mf__merge_heads(ctx, mf_attention(ctx, q, p, p, scale, 1)), A->we, NULL);
+        return mf_linear(ctx, mf__merge_heads(ctx, mf__attention_of(m, l, q, p, p, scale)), A->we, NULL);
     }
 }
 
@@ -5418,6 +5621,58 @@ static const mf__family mf__fam_attention = {
     "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS),
     NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL
 };
+
+MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) {
+    mf_ctx *ctx;
+    const mf_model_config *c;
+    const mf__attn_layer *A;
+    int D, H, dk, h, a, b, d, e, ok;
+    float *w1, *w2, *M, *tri;
+    if (!m || !mf_ok(m->ctx)) return -1;
+    ctx = m->ctx; c = &m->cfg;
+    if (m->fam != &mf__fam_attention)
+        return (mf__fail(ctx, "attention form: the %s mixer has no per-head bilinear form (sdpa, metric and quadratic "
+                         "have one)", m->mixer->name), -1);
+    if (layer < 0 || layer >= c->n_layers || (form != MF_ATTN_FORM_HEAD && form != MF_ATTN_FORM_MODEL) || !out)
+        return (mf__fail(ctx, "attention form: layer %d (need 0 .. %d), form %d (MF_ATTN_FORM_HEAD or _MODEL) and out "
+                         "%s (need a buffer)", layer, c->n_layers - 1, form, out ? "given" : "NULL"), -1);
+    A = MF__ATTN_L(m, layer);
+    D = c->d_model; H = c->n_heads; dk = D / H;
+    if (!(w1 = (float *)mf__xmalloc((2 * (size_t)D * D + 2 * (size_t)H * dk * dk) * sizeof(float))))
+        return (mf__fail(ctx, "out of memory: attention form"), -1);
+    w2 = w1 + (size_t)D * D; M = w2 + (size_t)D * D; tri = M + (size_t)H * dk * dk;
+    if (c->mixer == MF_MIXER_SDPA) ok = mf_to_host(ctx, A->wq, w1) == 0 && mf_to_host(ctx, A->wk, w2) == 0;
+    else ok = mf_to_host(ctx, A->wp, w1) == 0 && mf_to_host(ctx, A->mform, c->mixer == MF_MIXER_METRIC ? tri : M) == 0;
+    if (ok && c->mixer == MF_MIXER_METRIC) /* the row-major upper triangle, mirrored (docs/math.md §9.1) */
+        for (h = 0; h < H; h++) {
+            const float *t = tri + (int64_t)h * dk * (dk + 1) / 2;
+            for (a = 0; a < dk; a++)
+                for (b = a; b < dk; b++, t++) M[((int64_t)h * dk + a) * dk + b] = M[((int64_t)h * dk + b) * dk + a] = *t;
+        }
+    for (h = 0; ok && h < H; h++) {
+        const float *q = w1 + (int64_t)h * dk * D, *k = (c->mixer == MF_MIXER_SDPA ? w2 : w1) + (int64_t)h * dk * D;
+        const float *Mh = M + (int64_t)h * dk * dk;
+        if (form == MF_ATTN_FORM_HEAD) {
+            for (a = 0; a < dk; a++)
+                for (b = 0; b < dk; b++) {
+                    double s = 0;
+                    if (c->mixer == MF_MIXER_SDPA) for (d = 0; d < D; d++) s += (double)q[a * D + d] * k[b * D + d];
+                    else s = Mh[a * dk + b];
+                    out[((int64_t)h * dk + a) * dk + b] = (float)s;
+                }
+        } else
+            for (d = 0; d < D; d++)
+                for (e = 0; e < D; e++) { /* sum_ab Wq[a][d] A[a][b] Wk[b][e], A = I (sdpa) or M_h */
+                    double s = 0;
+                    for (a = 0; a < dk; a++)
+                        if (c->mixer == MF_MIXER_SDPA) s += (double)q[a * D + d] * k[a * D + e];
+                        else for (b = 0; b < dk; b++) s += (double)q[a * D + d] * Mh[a * dk + b] * k[b * D + e];
+                    out[((int64_t)h * D + d) * D + e] = (float)s;
+                }
+    }
+    MF_FREE(w1);
+    return ok ? 0 : -1;
+}
 
 /* ==== [mf:pool] ============================================================================= */
 /* The token-mixing-free family: pool (the mean over a window of pool_size tokens minus x,
@@ -6075,10 +6330,22 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     q = mf__split_heads(ctx, mf_linear(ctx, zq, L->wq, NULL), H);
     k = mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H);
     v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, L->bv), H);
-    o = mf_rel_attention(ctx, q, k, v, L->rel_u, L->rel_r, L->rel_s, 1.0f / sqrtf((float)(D / H)));
+    o = m->probe ? mf__probe_attend(m, l, q, k, v, 1.0f / sqrtf((float)(D / H)), L->rel_u, L->rel_r, L->rel_s)
+                 : mf_rel_attention(ctx, q, k, v, L->rel_u, L->rel_r, L->rel_s, 1.0f / sqrtf((float)(D / H)));
     o = mf_linear(ctx, mf__merge_heads(ctx, o), L->wo, L->bo);
     if (o) mf__xl_update(m, s, l, x, gen, &view);
     return mf_ok(ctx) ? o : NULL;
+}
+
+static int mf__xl_held(const mf_model *m) {
+    const struct mf__xl_state *xl = (const struct mf__xl_state *)m->fam_state;
+    const mf__xl_slot *s = xl ? &xl->slot[xl->cur] : NULL;
+    int l, held, most = 0;
+    for (l = 0; s && s->B > 0 && l < m->cfg.n_layers; l++) {
+        held = (m->cfg.compressive ? s->clen[l] : 0) + s->len[l];
+        if (held > most) most = held;
+    }
+    return most;
 }
 
 static mf_tensor *mf__xl_aux_loss(mf_model *m) {
@@ -7606,6 +7873,30 @@ static mf__fb_attn mf__fb_layer_attn(const mf__fb_fwd *f, int l, int n, const fl
     return a;
 }
 
+/* Attention inspection (mf_model_attention): the maps of layer l at step t recomputed with plain loops
+   (slot j is key column j; the steps start at position 0), and the output a->o replaced by the one
+   made from them */
+static void mf__fb_probe(const mf__fb_fwd *f, int l, int t, const mf__fb_attn *a) {
+    mf__probe *p = f->m->probe;
+    int D = a->H * a->d, d = a->d, n = a->n, b, h, j, c;
+    for (b = 0; b < a->B; b++)
+        for (h = 0; h < a->H; h++) {
+            const float *q = a->q + (int64_t)b * D + (int64_t)h * d, *u = a->u + (int64_t)h * d, *pr;
+            float *o = a->o + (int64_t)b * D + (int64_t)h * d;
+            for (j = 0; j < n; j++) { /* scale ((q + u) . k_j + q . r_j + s_j), row nr - n + j of the tables */
+                const float *k = a->k + b * a->sb + h * a->sh + (int64_t)j * d;
+                const float *r = a->r + ((int64_t)h * a->nr + a->nr - n + j) * d;
+                double s = a->s[(int64_t)h * a->nr + a->nr - n + j];
+                for (c = 0; c < d; c++) s += ((double)q[c] + u[c]) * k[c] + (double)q[c] * r[c];
+                p->sc[j] = (float)(a->scale * s);
+            }
+            pr = mf__probe_softmax(p, l, b, h, t, 0, n, n);
+            for (c = 0; c < d; c++) o[c] = 0.0f;
+            for (j = 0; j < n; j++)
+                for (c = 0; c < d; c++) o[c] += pr[j] * a->v[b * a->sb + h * a->sh + (int64_t)j * d + c];
+        }
+}
+
 /* ---- forward: step t of the whole batch --------------------------------------------------------- */
 static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
     const mf_model_config *c = &f->m->cfg;
@@ -7626,6 +7917,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             {
                 mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
                 mf__fb_attn_forward(ctx, &a);
+                if (f->m->probe) mf__fb_probe(f, l, t, &a);
             }
             mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, A->bo, B, f->tmp);
             mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
@@ -7972,15 +8264,15 @@ static const mf__family mf__fam_feedback = {
 static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* name           kind                   family              switch                       flags
                                                                                               fields read */
-    {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS,
+    {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS,
                                                                                             MF__F(ATTN_BIAS)},
-    {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS, 0},
-    {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS, 0},
+    {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS, 0},
+    {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS, 0},
     {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN,
                                                                                             MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL)},
     {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP, 0},
     /* relative: ln1 normalises [memories ; x] inside the mixer */
-    {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_FIXED_STATE,
+    {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE)},
     /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
     {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
@@ -7988,8 +8280,8 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE)},
     /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
-    {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS, 0},
-    {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS, 0},
+    {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS, 0},
+    {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS, 0},
 };
 static const mf__mixer_row *mf__mixer_row_of(int kind) {
     return kind >= 0 && kind < MF_MIXER_COUNT ? &mf__mixer_rows[kind] : NULL;

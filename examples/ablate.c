@@ -26,6 +26,7 @@
 #include "../metaformer.h"
 #define EX_PROG "ablate"
 #include "common.h"
+#include "svg.h"  /* open_out, axes, ticks, colours: the charts' helpers */
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -499,15 +500,6 @@ static void print_table(FILE *f, const run *runs, int n, int text) {
     }
 }
 
-static FILE *open_out(const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) die("cannot write \"%s\": %s (does the directory exist?)", path, strerror(errno));
-    return f;
-}
-static void close_out(FILE *f, const char *path) {
-    if (ferror(f) | fclose(f)) die("cannot write \"%s\": %s", path, strerror(errno));
-}
-
 /* CSV: a header and a row per model; numbers empty for a failed run; the status quoted last */
 static void write_csv(const char *path, const run *runs, int n, int text) {
     FILE *f = open_out(path);
@@ -539,59 +531,6 @@ static void write_curves(const char *path, const run *runs, int n) {
     close_out(f, path);
 }
 
-/* a "nice" tick spacing near range / 6: 1, 2 or 5 times a power of ten */
-static double nice_step(double range) {
-    double raw = range / 6, p = pow(10, floor(log10(raw))), r = raw / p;
-    return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * p;
-}
-
-/* the nearest 1, 2 or 5 times a power of ten at or below v (up: at or above) */
-static double log_tick(double v, int up) {
-    double p = pow(10, floor(log10(v))), r = v / p * (1 + (up ? -1e-9 : 1e-9));
-    if (up) return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * p;
-    return (r >= 5 ? 5 : r >= 2 ? 2 : 1) * p;
-}
-
-/* a chart axis: data range [lo, hi] drawn from pixel p0 to p1, linear or logarithmic */
-typedef struct axis { double lo, hi, p0, p1; int log; } axis;
-
-static double axis_px(const axis *a, double v) {
-    double t;
-    v = v > a->hi ? a->hi : v < a->lo ? a->lo : v; /* a diverging run's larger values: at the edge */
-    t = a->log ? log10(v / a->lo) / log10(a->hi / a->lo) : (v - a->lo) / (a->hi - a->lo);
-    return a->p0 + t * (a->p1 - a->p0);
-}
-
-/* Tick values into ticks (at most max); with widen, lo and hi move out to ticks first. Linear: a
-   nice step; logarithmic: 1, 2 and 5 times the powers of ten (only the powers over > 3 decades). */
-static int axis_ticks(axis *a, int widen, double *ticks, int max) {
-    int n = 0;
-    if (a->log) {
-        static const double mult[3] = {1, 2, 5};
-        if (widen) { a->lo = log_tick(a->lo, 0); a->hi = log_tick(a->hi, 1); }
-        int every = log10(a->hi / a->lo) > 3.01 ? 3 : 1;
-        for (double d = pow(10, floor(log10(a->lo))); d <= a->hi * 1.0001 && n < max; d *= 10)
-            for (int k = 0; k < 3 && n < max; k += every)
-                if (d * mult[k] >= a->lo * 0.9999 && d * mult[k] <= a->hi * 1.0001) ticks[n++] = d * mult[k];
-        return n;
-    }
-    double step = nice_step(a->hi - a->lo);
-    if (widen) { a->lo = floor(a->lo / step) * step; a->hi = ceil(a->hi / step) * step; }
-    for (double v = ceil(a->lo / step - 1e-9) * step; v <= a->hi + step * 1e-6 && n < max; v += step)
-        ticks[n++] = fabs(v) < step * 1e-6 ? 0.0 : v;
-    return n;
-}
-
-static void xml_text(FILE *f, const char *s) {
-    for (; *s; s++)
-        if (*s == '<') fputs("&lt;", f); else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '&') fputs("&amp;", f); else if (*s == '"') fputs("&quot;", f); else fputc(*s, f);
-}
-
-static const char *const COLORS[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                                     "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"};
-#define N_COLORS ((int)(sizeof COLORS / sizeof COLORS[0]))
-
 /* The axes of the loss chart: x from 0 to the last step; y from the lowest point to the highest
    first point (the initial loss), so a diverging run cannot squash the others. */
 static void chart_axes(const run *runs, int n, int log_y, axis *x, axis *y) {
@@ -607,10 +546,6 @@ static void chart_axes(const run *runs, int n, int log_y, axis *x, axis *y) {
         }
     if (!isfinite(y->lo)) { y->lo = log_y ? 0.1 : 0; y->hi = 1; }
     if (!(y->hi > y->lo)) y->hi = log_y ? y->lo * 10 : y->lo + 1;
-}
-
-static void svg_line(FILE *f, double x1, double y1, double x2, double y2) {
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", x1, y1, x2, y2);
 }
 
 /* the loss curves as an SVG line chart: grid, ticks, labels, legend, a polyline per model */

@@ -511,16 +511,18 @@ typedef struct model_settings {
     int d_model, heads, layers, d_ff, seq_len, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu, chunk;
     float dropout;
     int clone_layers, attn_bias;
+    const char *block;
 } model_settings;
-#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f, 0, 1}
+#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f, 0, 1, "pre_norm"}
 
 /* the choices of the name options: the library's names (model_choices fills them in) */
-EX_VAR char MIXERS[256], POSITIONS[64], ACTIVATIONS[64], FEATURES[64];
+EX_VAR char MIXERS[256], POSITIONS[64], ACTIVATIONS[64], FEATURES[64], BLOCKS[64];
 EX_FN void model_choices(void) {
     LIBRARY_CHOICES(MIXERS, mf_mixer_name, mf_mixer_kind);
     LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
     LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
     LIBRARY_CHOICES(FEATURES, mf_feature_name, mf_feature_kind);
+    LIBRARY_CHOICES(BLOCKS, mf_block_name, mf_block_kind);
 }
 
 /* The option rows of the model settings M (a model_settings variable), in the order checkpoints
@@ -544,7 +546,8 @@ EX_FN void model_choices(void) {
     {"act", OPT_TEXT, &M.act, SAVED, 0, ACTIVATIONS, "FFN activation"}, \
     {"dropout", OPT_FLOAT, &M.dropout, SAVED, 0, NULL, "dropout probability"}, \
     {"clone-layers", OPT_FLAG, &M.clone_layers, SAVED, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"}, \
-    {"attn-bias", OPT_INT, &M.attn_bias, SAVED, 0, NULL, "sdpa: biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it"},
+    {"attn-bias", OPT_INT, &M.attn_bias, SAVED, 0, NULL, "sdpa: biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it"}, \
+    {"block", OPT_TEXT, &M.block, SAVED, 0, BLOCKS, "block layout (stream_norm: the NLP MetaFormer sorter's, docs/math.md §19.2)"},
 
 /* the library's config of the settings, with a vocabulary of V ids */
 EX_FN mf_model_config settings_config(const model_settings *M, int V) {
@@ -560,6 +563,7 @@ EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     cfg.chunk_size = M->chunk;
     cfg.clone_layers = M->clone_layers;
     if (cfg.mixer == MF_MIXER_SDPA) cfg.attn_bias = M->attn_bias; /* the only mixer with optional biases */
+    cfg.block = (mf_block_kind)mf_block_from_name(M->block);
     if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && M->d_model % M->heads)
         die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
             "pick a head count that divides d-model", M->d_model, M->heads, M->mixer);

@@ -1,0 +1,434 @@
+/* study.c - the NLP MetaFormer seed's sorting study, reproduced (docs/math.md §13, §19; `make study`).
+   build: make build/study      run: ./build/study [--out DIR] [--quick]
+
+   Trains the seed's "NanoGPT" sorter - d_model 9, 3 heads of 3, 3 blocks, d_ff 36, no Linear biases,
+   GELU, learned positions, the stream_norm block (s = LN1(x); s = s + Attn(s); s = LN2(s);
+   x = s + MLP(s), the MLP with its own LN), Adam lr 1e-3 without schedule or clipping, 20 epochs x
+   50 batches x 50 sequences - with sdpa, metric and quadratic attention, on the seed form of the task
+   (a causal model can reach about 85.7% token accuracy) and on the solvable form (100%). Then it
+   draws the seed's figures from the trained seed-form models with the attention inspection API
+   (mf_model_attention, mf_model_attention_form): the distances between the learned embeddings, the
+   per-head score tables on a fixed input, each head's metric tensor next to sdpa's Wq Wk^T, the loss
+   curves; and writes DIR/report.md that puts the numbers next to the figures and the seed's claims.
+   --quick: a few steps, for the test (tests/test_study.sh). */
+#define _POSIX_C_SOURCE 200809L /* isatty, in common.h */
+#define METAFORMER_IMPLEMENTATION
+#include "../metaformer.h"
+#define EX_PROG "study"
+#include "common.h"
+#include "svg.h"
+#include <sys/stat.h>
+
+#define SEED_CEILING 85.7 /* docs/math.md §13: the best token accuracy of a causal model on the seed form */
+enum { N_MIXERS = 3, N_FORMS = 2, D = 9, H = 3, DK = 3, LAYERS = 3, DFF = 36, MAX_STEPS = 100000 };
+static const mf_mixer_kind MIXERS_RUN[N_MIXERS] = {MF_MIXER_SDPA, MF_MIXER_METRIC, MF_MIXER_QUADRATIC};
+static const char *const FORMS[N_FORMS] = {"seed", "solvable"};
+/* the fixed input of the score tables (seed form, W = 11 tokens) */
+static const int32_t FIXED[SORT_W] = {2, 0, 1, 1, 0, 2, 2, 1, 0, 0, 1};
+
+static struct {
+    int epochs, batches, batch, seed, threads, eval_batches, quick;
+    const char *out;
+} S = {20, 50, 50, 1, 1, 20, 0, "bench/results/study"};
+
+static const option OPTS[] = {
+    {"epochs", OPT_INT, &S.epochs, RUN_ONLY, 1, NULL, "epochs"},
+    {"batches", OPT_INT, &S.batches, RUN_ONLY, 1, NULL, "batches per epoch"},
+    {"batch", OPT_INT, &S.batch, RUN_ONLY, 1, NULL, "sequences per batch"},
+    {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "held-out batches of --batch sequences for the accuracy"},
+    {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of the initialisation and the data"},
+    {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "threads (0: all; the model is too small to gain from more)"},
+    {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "directory of report.md and the figures (created)"},
+    {"quick", OPT_FLAG, &S.quick, RUN_ONLY, 0, NULL, "2 epochs of 5 batches (a test of the outputs, not a study)"},
+};
+#define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: study [options]\nThe NLP MetaFormer sorting study (docs/math.md §19): trains, draws, reports.\n");
+    print_options(f, OPTS, N_OPTS);
+}
+
+typedef struct run {
+    mf_mixer_kind mixer;
+    int solvable;
+    mf_ctx *ctx;
+    mf_model *model;
+    double *loss;                 /* per step */
+    int steps;
+    double acc, eval_loss, secs;
+    long scored;
+} run;
+
+/* the seed's model (docs/math.md §13) with this mixer, for a form of the task */
+static mf_model_config sorter_config(mf_mixer_kind mixer, int solvable) {
+    mf_model_config c = mf_model_config_default();
+    c.vocab = SORT_VOCAB; c.d_model = D; c.n_heads = H; c.n_layers = LAYERS; c.d_ff = DFF;
+    c.max_seq = solvable ? 2 * SORT_W - 1 : SORT_W;
+    c.mixer = mixer; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU; c.ffn_bias = 0;
+    if (mixer == MF_MIXER_SDPA) c.attn_bias = 0;
+    c.block = MF_BLOCK_STREAM_NORM;
+    return c;
+}
+
+static double last_epoch_loss(const run *r);
+
+static void train(run *r, int32_t *ids, int32_t *targets) {
+    mf_model_config cfg = sorter_config(r->mixer, r->solvable);
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f); /* torch.optim.Adam(lr = 1e-3), constant */
+    uint64_t rng = (uint64_t)S.seed * 2 + 1, eval_rng = (uint64_t)S.seed * 2 + 2 + 0x5EEDULL;
+    mf_tensor *head_b;
+    double t0 = mf_time();
+    r->ctx = mf_ctx_new((uint64_t)S.seed);
+    if (!r->ctx) die("out of memory");
+    mf_set_threads(r->ctx, S.threads);
+    mf_set_keep_activation_grads(r->ctx, 0);
+    check_model_config(r->ctx, &cfg);
+    if (!(r->model = mf_model_new(r->ctx, &cfg))) die("%s", mf_error(r->ctx));
+    /* the seed's head is Linear(9, 3) without bias: the library's head bias held at zero */
+    head_b = mf_param_find(r->ctx, "head.bias");
+    mf_init_const(r->ctx, head_b, 0.0f);
+    mf_param_set_trainable(head_b, 0);
+    r->steps = S.epochs * S.batches;
+    if (!(r->loss = (double *)malloc((size_t)r->steps * sizeof(double)))) die("out of memory");
+    for (int step = 0; step < r->steps; step++) {
+        int T = sort_batch(&rng, r->solvable, S.batch, ids, targets);
+        float loss, ar;
+        if (train_step(r->ctx, r->model, &opt, 0.0f, ids, targets, S.batch, T, &loss, &ar, NULL) < 0)
+            die("%s (%s form): %s", mf_mixer_name(r->mixer), FORMS[r->solvable], mf_error(r->ctx));
+        r->loss[step] = loss;
+    }
+    r->acc = sort_evaluate(r->model, r->ctx, &eval_rng, r->solvable, S.batch, S.eval_batches, ids, targets, &r->scored,
+                           &r->eval_loss);
+    r->secs = mf_time() - t0;
+    if (!mf_ok(r->ctx)) die("%s", mf_error(r->ctx));
+    printf("%-9s %-8s  last-epoch loss %.4f  held-out loss %.4f  token accuracy %5.1f%% (%ld tokens)  %.1f s\n",
+           mf_mixer_name(r->mixer), FORMS[r->solvable], last_epoch_loss(r), r->eval_loss, r->acc, r->scored, r->secs);
+    fflush(stdout);
+}
+
+/* ---- the figures' numbers ------------------------------------------------------------------------ */
+
+/* eigenvalues of a symmetric n x n matrix (n <= D), ascending: cyclic Jacobi rotations */
+static void sym_eigenvalues(const double *a_in, int n, double *ev) {
+    double a[D * D];
+    memcpy(a, a_in, sizeof(double) * n * n);
+    for (int sweep = 0; sweep < 60; sweep++) {
+        double off = 0;
+        for (int p = 0; p < n; p++) for (int q = p + 1; q < n; q++) off += a[p * n + q] * a[p * n + q];
+        if (off < 1e-24) break;
+        for (int p = 0; p < n; p++)
+            for (int q = p + 1; q < n; q++) {
+                if (fabs(a[p * n + q]) < 1e-300) continue;
+                double th = (a[q * n + q] - a[p * n + p]) / (2 * a[p * n + q]);
+                double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1)), c = 1 / sqrt(t * t + 1), s = t * c;
+                for (int k = 0; k < n; k++) { /* A = J^T A J */
+                    double akp = a[k * n + p], akq = a[k * n + q];
+                    a[k * n + p] = c * akp - s * akq; a[k * n + q] = s * akp + c * akq;
+                }
+                for (int k = 0; k < n; k++) {
+                    double apk = a[p * n + k], aqk = a[q * n + k];
+                    a[p * n + k] = c * apk - s * aqk; a[q * n + k] = s * apk + c * aqk;
+                }
+            }
+    }
+    for (int i = 0; i < n; i++) ev[i] = a[i * n + i];
+    for (int i = 1; i < n; i++) for (int j = i; j > 0 && ev[j] < ev[j - 1]; j--) { double t = ev[j]; ev[j] = ev[j - 1]; ev[j - 1] = t; }
+}
+
+/* ||A - A^T|| / ||A|| (Frobenius) of an n x n matrix: 0 for a symmetric one */
+static double asymmetry(const float *a, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) { double d = a[i * n + j] - a[j * n + i]; num += d * d; den += (double)a[i * n + j] * a[i * n + j]; }
+    return den > 0 ? sqrt(num / den) : 0;
+}
+
+/* "+ + -": the signs of the eigenvalues of the symmetric part of an n x n matrix (|ev| < 1e-3 max: 0) */
+static void eigen_signs(const float *a, int n, char *buf, size_t size, double *ev) {
+    double s[D * D], mx = 0;
+    size_t k = 0;
+    for (int i = 0; i < n; i++) for (int j = 0; j < n; j++) s[i * n + j] = 0.5 * ((double)a[i * n + j] + a[j * n + i]);
+    sym_eigenvalues(s, n, ev);
+    for (int i = 0; i < n; i++) if (fabs(ev[i]) > mx) mx = fabs(ev[i]);
+    buf[0] = 0;
+    for (int i = n - 1; i >= 0 && k + 3 < size; i--)
+        k += (size_t)snprintf(buf + k, size - k, "%s%c", i == n - 1 ? "" : " ", fabs(ev[i]) < 1e-3 * mx ? '0' : ev[i] > 0 ? '+' : '-');
+}
+
+/* cosine similarity of the symmetric parts of two n x n matrices */
+static double sym_cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double x = 0.5 * ((double)a[i * n + j] + a[j * n + i]), y = 0.5 * ((double)b[i * n + j] + b[j * n + i]);
+            ab += x * y; aa += x * x; bb += y * y;
+        }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
+}
+
+static double last_epoch_loss(const run *r) {
+    double s = 0;
+    int n = r->steps < S.batches ? r->steps : S.batches;
+    for (int i = r->steps - n; i < r->steps; i++) s += r->loss[i];
+    return n ? s / n : NAN;
+}
+
+/* dist[i][j] over the 3 tokens: Euclidean |e_i - e_j| (A NULL), else the form (e_i - e_j) A (e_i - e_j)^T */
+static void token_distances(const float *emb, const float *A, float *dist) {
+    for (int i = 0; i < SORT_VOCAB; i++)
+        for (int j = 0; j < SORT_VOCAB; j++) {
+            double diff[D], s = 0;
+            for (int d = 0; d < D; d++) diff[d] = (double)emb[i * D + d] - emb[j * D + d];
+            for (int d = 0; d < D; d++)
+                if (!A) s += diff[d] * diff[d];
+                else for (int e = 0; e < D; e++) s += diff[d] * A[d * D + e] * diff[e];
+            dist[i * SORT_VOCAB + j] = (float)(A ? s : sqrt(s));
+        }
+}
+/* 1 is between 0 and 2: the pair (0, 2) is the farthest (magnitudes: an indefinite form can be < 0) */
+static int ordered(const float *dist) {
+    double d01 = fabs(dist[1]), d12 = fabs(dist[5]), d02 = fabs(dist[2]);
+    return d02 > d01 && d02 > d12;
+}
+
+static const char *const TOKEN_LABELS[SORT_VOCAB] = {"0", "1", "2"};
+
+static void path_in(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", S.out, name); }
+
+/* ---- main ---------------------------------------------------------------------------------------- */
+int main(int argc, char **argv) {
+    unsigned char given[N_OPTS] = {0};
+    const char *none = NULL;
+    run runs[N_FORMS][N_MIXERS];
+    int32_t *ids, *targets;
+    char path[4096], title[256], signs[32];
+    float emb[N_MIXERS][SORT_VOCAB * D], head_forms[N_MIXERS][LAYERS][H * DK * DK], model_forms[N_MIXERS][LAYERS][H * D * D];
+    float dist[N_MIXERS][1 + H][SORT_VOCAB * SORT_VOCAB];
+    float *scores[N_MIXERS], *probs[N_MIXERS];
+    double ev[D], t0 = mf_time(), max_cos = 0, max_asym[N_MIXERS] = {0};
+    int indefinite[N_MIXERS] = {0}, ordering_heads[N_MIXERS] = {0};
+    char cos_text[32];
+    FILE *md;
+
+    parse_options(argc, argv, OPTS, N_OPTS, given, &none, usage);
+    if (none) die("study takes no file (\"%s\"); see --help", none);
+    if (S.quick) { S.epochs = 2; S.batches = 5; S.eval_batches = 2; }
+    if ((long)S.epochs * S.batches > MAX_STEPS) die("--epochs x --batches = %ld steps: at most %d", (long)S.epochs * S.batches, MAX_STEPS);
+    if (mkdir(S.out, 0777) != 0 && errno != EEXIST) die("cannot create \"%s\": %s", S.out, strerror(errno));
+    ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)S.batch * SORT_MAX_T);
+    targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)S.batch * SORT_MAX_T);
+    if (!ids || !targets) die("out of memory");
+    printf("the NLP MetaFormer sorter: d_model %d, %d heads of %d, %d blocks (stream_norm), d_ff %d, no biases, GELU, "
+           "learned positions; Adam lr 1e-3, %d epochs x %d batches x %d sequences, seed %d\n", D, H, DK, LAYERS, DFF,
+           S.epochs, S.batches, S.batch, S.seed);
+    for (int f = 0; f < N_FORMS; f++)
+        for (int k = 0; k < N_MIXERS; k++) {
+            memset(&runs[f][k], 0, sizeof(run));
+            runs[f][k].mixer = MIXERS_RUN[k]; runs[f][k].solvable = f;
+            train(&runs[f][k], ids, targets);
+        }
+
+    /* the figures of the seed-form models (the seed's) */
+    for (int k = 0; k < N_MIXERS; k++) {
+        run *r = &runs[0][k];
+        int n = LAYERS * 1 * H * SORT_W * SORT_W;
+        scores[k] = (float *)malloc(sizeof(float) * n);
+        probs[k] = (float *)malloc(sizeof(float) * n);
+        if (!scores[k] || !probs[k]) die("out of memory");
+        if (mf_model_attention_keys(r->model, SORT_W) != SORT_W || !mf_model_attention(r->model, FIXED, 1, SORT_W, scores[k], probs[k]))
+            die("attention inspection: %s", mf_error(r->ctx));
+        mf_reset(r->ctx);
+        for (int l = 0; l < LAYERS; l++)
+            if (mf_model_attention_form(r->model, l, MF_ATTN_FORM_HEAD, head_forms[k][l]) < 0 ||
+                mf_model_attention_form(r->model, l, MF_ATTN_FORM_MODEL, model_forms[k][l]) < 0)
+                die("attention form: %s", mf_error(r->ctx));
+        if (mf_to_host(r->ctx, mf_param_find(r->ctx, "tok_emb"), emb[k]) < 0) die("%s", mf_error(r->ctx));
+        token_distances(emb[k], NULL, dist[k][0]);
+        for (int h = 0; h < H; h++) token_distances(emb[k], model_forms[k][0] + h * D * D, dist[k][1 + h]);
+        for (int i = 0; i < n; i++) if (probs[k][i] == 0.0f && (i % SORT_W) > (i / SORT_W) % SORT_W) scores[k][i] = NAN; /* masked: grey */
+    }
+    {   /* embeddings: Euclidean distances and the induced ones of layer 0's heads */
+        svg_matrix m[N_MIXERS * (1 + H)];
+        for (int k = 0; k < N_MIXERS; k++)
+            for (int p = 0; p <= H; p++) {
+                svg_matrix *q = &m[k * (1 + H) + p];
+                memset(q, 0, sizeof *q);
+                if (p == 0) snprintf(q->title, sizeof q->title, "%s: |e_i - e_j|", mf_mixer_name(MIXERS_RUN[k]));
+                else snprintf(q->title, sizeof q->title, "%s head %d: d A d^T", mf_mixer_name(MIXERS_RUN[k]), p - 1);
+                q->rows = q->cols = SORT_VOCAB; q->v = dist[k][p]; q->row_labels = q->col_labels = TOKEN_LABELS;
+            }
+        path_in(path, sizeof path, "embeddings.svg");
+        svg_heatmaps(path, "Distances between the learned token embeddings (seed form)",
+                     "left: Euclidean; then per head of layer 0: (e_i - e_j) A_h (e_i - e_j)^T, A_h the head's D x D form",
+                     m, N_MIXERS * (1 + H), 1 + H);
+    }
+    for (int k = 0; k < N_MIXERS; k++) { /* score tables: every layer and head on the fixed input */
+        svg_matrix m[LAYERS * H];
+        char labels[SORT_W][4];
+        const char *lab[SORT_W];
+        for (int i = 0; i < SORT_W; i++) { snprintf(labels[i], sizeof labels[i], "%d", (int)FIXED[i]); lab[i] = labels[i]; }
+        for (int l = 0; l < LAYERS; l++)
+            for (int h = 0; h < H; h++) {
+                svg_matrix *q = &m[l * H + h];
+                memset(q, 0, sizeof *q);
+                snprintf(q->title, sizeof q->title, "layer %d head %d", l, h);
+                q->rows = q->cols = SORT_W; q->v = scores[k] + (l * H + h) * SORT_W * SORT_W;
+                q->row_labels = q->col_labels = lab;
+            }
+        snprintf(title, sizeof title, "%s attention scores on a fixed input (rows: queries, columns: keys)", mf_mixer_name(MIXERS_RUN[k]));
+        snprintf(path, sizeof path, "%s/scores_%s.svg", S.out, mf_mixer_name(MIXERS_RUN[k]));
+        svg_heatmaps(path, title, "scaled as the softmax sees them; grey: masked (a key after the query)", m, LAYERS * H, H);
+    }
+    for (int space = 0; space < 2; space++) { /* each head's form: metric / quadratic M_h next to sdpa's Wq_h Wk_h^T */
+        svg_matrix m[N_MIXERS * LAYERS * H];
+        int n = space ? D : DK;
+        for (int l = 0; l < LAYERS; l++)
+            for (int k = 0; k < N_MIXERS; k++)
+                for (int h = 0; h < H; h++) {
+                    svg_matrix *q = &m[(l * N_MIXERS + k) * H + h];
+                    memset(q, 0, sizeof *q);
+                    snprintf(q->title, sizeof q->title, "L%d h%d %s: %s", l, h, mf_mixer_name(MIXERS_RUN[k]),
+                             MIXERS_RUN[k] == MF_MIXER_SDPA ? (space ? "Wq^T Wk" : "Wq Wk^T") : (space ? "Wp^T M Wp" : "M"));
+                    q->rows = q->cols = n;
+                    q->v = space ? model_forms[k][l] + h * D * D : head_forms[k][l] + h * DK * DK;
+                }
+        path_in(path, sizeof path, space ? "forms_model.svg" : "forms_head.svg");
+        svg_heatmaps(path, space ? "Each head's bilinear form on the layer input (D x D)" : "Each head's metric tensor next to sdpa's Wq Wk^T (dk x dk)",
+                     space ? "score = x A x'^T / sqrt(dk); sdpa: Wq_h^T Wk_h, metric / quadratic: Wp_h^T M_h Wp_h"
+                           : "metric: M_h (symmetric by construction), quadratic: M_h, sdpa: Wq_h Wk_h^T (the [dk, D] projections)",
+                     m, N_MIXERS * LAYERS * H, 3 * H);
+    }
+    {   /* loss curves: the mean of every 10 steps */
+        svg_series s[N_FORMS * N_MIXERS];
+        char names[N_FORMS * N_MIXERS][64];
+        double *xs[N_FORMS * N_MIXERS], *ys[N_FORMS * N_MIXERS];
+        int every = S.batches / 5 > 0 ? S.batches / 5 : 1;
+        for (int f = 0; f < N_FORMS; f++)
+            for (int k = 0; k < N_MIXERS; k++) {
+                int i = f * N_MIXERS + k, n = runs[f][k].steps / every;
+                xs[i] = (double *)malloc(sizeof(double) * (n + 1)); ys[i] = (double *)malloc(sizeof(double) * (n + 1));
+                if (!xs[i] || !ys[i]) die("out of memory");
+                for (int p = 0; p < n; p++) {
+                    double sum = 0;
+                    for (int q = 0; q < every; q++) sum += runs[f][k].loss[p * every + q];
+                    xs[i][p] = (p + 1.0) * every / S.batches; ys[i][p] = sum / every;
+                }
+                snprintf(names[i], sizeof names[i], "%s, %s form", mf_mixer_name(MIXERS_RUN[k]), FORMS[f]);
+                s[i].name = names[i]; s[i].x = xs[i]; s[i].y = ys[i]; s[i].n = n;
+            }
+        path_in(path, sizeof path, "loss.svg");
+        snprintf(title, sizeof title, "Training loss of the sorter (mean of every %d steps)", every);
+        svg_line_chart(path, title, "epoch", "cross-entropy (nats)", s, N_FORMS * N_MIXERS);
+        for (int i = 0; i < N_FORMS * N_MIXERS; i++) { free(xs[i]); free(ys[i]); }
+    }
+
+    /* ---- report.md ---- */
+    path_in(path, sizeof path, "report.md");
+    md = open_out(path);
+    fprintf(md, "# The NLP MetaFormer sorting study, reproduced\n\n");
+    fprintf(md, "`make study` (`./build/study --out %s%s`), seed %d, %d thread(s); %.0f s in all on a shared machine. "
+                "Setup (docs/math.md §13, §19): tokens {0, 1, 2}, W = %d; d_model %d, %d heads of %d, %d blocks in the seed's "
+                "layout (block `stream_norm`: s = LN1(x); s = s + Attn(s); s = LN2(s); x = s + MLP(s), the MLP with its own LN), "
+                "d_ff %d, GELU, learned positions, no Linear biases (LayerNorms keep PyTorch's affine bias); Adam lr 1e-3, "
+                "no schedule, no clipping; %d epochs x %d batches x %d sequences of fresh random data. The seed form predicts "
+                "sorted(x)[w] at position w from x[0..w] (a causal model can reach about %.1f%% token accuracy); the solvable "
+                "form reads x then sorted(x) (100%% possible). Accuracy on %d held-out batches.\n\n",
+            S.out, S.quick ? " --quick" : "", S.seed, S.threads, mf_time() - t0, SORT_W, D, H, DK, LAYERS, DFF, S.epochs,
+            S.batches, S.batch, SEED_CEILING, S.eval_batches);
+    fprintf(md, "## Accuracy\n\n| mixer | form | parameters | last-epoch train loss | held-out loss | token accuracy | ceiling | seconds |\n"
+                "|---|---|---|---|---|---|---|---|\n");
+    for (int f = 0; f < N_FORMS; f++)
+        for (int k = 0; k < N_MIXERS; k++) {
+            const run *r = &runs[f][k];
+            fprintf(md, "| %s | %s | %lld | %.4f | %.4f | %.1f%% | %s | %.1f |\n", mf_mixer_name(r->mixer), FORMS[f],
+                    (long long)mf_param_count(r->ctx) - SORT_VOCAB, last_epoch_loss(r), r->eval_loss, r->acc,
+                    f ? "100%" : "85.7%", r->secs);
+        }
+    fprintf(md, "\n(Parameters without the head bias, which is held at zero: the seed's head has none.) "
+                "The seed-form loss floor is about 0.314 nats (docs/math.md §13).\n\n![loss curves](loss.svg)\n\n");
+    fprintf(md, "## The forms of the heads (seed form)\n\n![metric tensors and Wq Wk^T](forms_head.svg)\n\n"
+                "![the forms on the layer input](forms_model.svg)\n\n"
+                "| mixer | layer | head | asymmetry of the dk x dk form | eigenvalue signs (symmetric part) | "
+                "asymmetry of the D x D form | best cosine with an sdpa head (D x D, symmetric parts) |\n|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < N_MIXERS; k++)
+        for (int l = 0; l < LAYERS; l++)
+            for (int h = 0; h < H; h++) {
+                double best = 0;
+                eigen_signs(head_forms[k][l] + h * DK * DK, DK, signs, sizeof signs, ev);
+                for (int g = 0; g < H && k > 0; g++) {
+                    double c = sym_cosine(model_forms[k][l] + h * D * D, model_forms[0][l] + g * D * D, D);
+                    if (fabs(c) > fabs(best)) best = c;
+                }
+                if (k) snprintf(cos_text, sizeof cos_text, "%.2f", best); else snprintf(cos_text, sizeof cos_text, "-");
+                if (k == 1 && fabs(best) > max_cos) max_cos = fabs(best);
+                if (strchr(signs, '+') && strchr(signs, '-')) indefinite[k]++;
+                if (asymmetry(head_forms[k][l] + h * DK * DK, DK) > max_asym[k]) max_asym[k] = asymmetry(head_forms[k][l] + h * DK * DK, DK);
+                fprintf(md, "| %s | %d | %d | %.3f | %s | %.3f | %s |\n", mf_mixer_name(MIXERS_RUN[k]), l, h,
+                        asymmetry(head_forms[k][l] + h * DK * DK, DK), signs, asymmetry(model_forms[k][l] + h * D * D, D), cos_text);
+            }
+    fprintf(md, "\nAsymmetry = ||A - A^T|| / ||A||. An eigenvalue sign pattern with both + and - is an indefinite form "
+                "(not a metric in the strict sense). The cosine compares a head's D x D form with the most similar sdpa "
+                "head of the same layer (the models are trained separately, so heads need not correspond).\n\n");
+    fprintf(md, "## Embeddings (seed form)\n\n![embedding distances](embeddings.svg)\n\n| mixer | |e0-e1| | |e1-e2| | |e0-e2| | "
+                "1 between 0 and 2 (Euclidean) | heads of layer 0 whose form orders 0, 1, 2 |\n|---|---|---|---|---|---|\n");
+    for (int k = 0; k < N_MIXERS; k++) {
+        char heads[64] = "";
+        size_t n = 0;
+        for (int h = 0; h < H; h++)
+            if (ordered(dist[k][1 + h])) {
+                n += (size_t)snprintf(heads + n, sizeof heads - n, "%s%d", n ? ", " : "", h);
+                ordering_heads[k]++;
+            }
+        fprintf(md, "| %s | %.2f | %.2f | %.2f | %s | %s |\n", mf_mixer_name(MIXERS_RUN[k]), dist[k][0][1], dist[k][0][5],
+                dist[k][0][2], ordered(dist[k][0]) ? "yes" : "no", n ? heads : "none");
+    }
+    fprintf(md, "\n## Score tables (seed form, input %d %d %d %d %d %d %d %d %d %d %d)\n\n", FIXED[0], FIXED[1], FIXED[2],
+            FIXED[3], FIXED[4], FIXED[5], FIXED[6], FIXED[7], FIXED[8], FIXED[9], FIXED[10]);
+    for (int k = 0; k < N_MIXERS; k++)
+        fprintf(md, "![%s scores](scores_%s.svg)\n\n", mf_mixer_name(MIXERS_RUN[k]), mf_mixer_name(MIXERS_RUN[k]));
+    fprintf(md, "The metric mixer's score table of a head is p M p^T with the same p on both sides, so before the mask "
+                "it is symmetric in (query, key); sdpa's q k^T is not.\n");
+    {   /* the seed's claims (its README, "Early Explorations with NanoGPT array sorter"), point by point */
+        const run *sd = &runs[0][0], *me = &runs[0][1];
+        fprintf(md, "\n## Next to the seed's claims\n\n");
+        fprintf(md, "1. *\"Induced distances between the embeddings for each token ... note how the first head is clearly "
+                    "encoding for the sort order.\"* Here a head orders the tokens when, under its form, 0 and 2 are the "
+                    "farthest pair (1 lies between them). Layer 0 heads that do: sdpa %d of %d, metric %d of %d, quadratic %d "
+                    "of %d; the Euclidean embedding distances order them for sdpa: %s, metric: %s, quadratic: %s "
+                    "(table above). Which head does it depends on the seed of the run: heads are interchangeable. The token "
+                    "embeddings move little from their N(0, 1) initialisation in %d steps at lr 1e-3 (the three models start "
+                    "from the same one, hence their nearly equal Euclidean distances): the ordering, where there is one, is "
+                    "in the heads' forms.\n",
+                ordering_heads[0], H, ordering_heads[1], H, ordering_heads[2], H, ordered(dist[0][0]) ? "yes" : "no",
+                ordered(dist[1][0]) ? "yes" : "no", ordered(dist[2][0]) ? "yes" : "no", sd->steps);
+        fprintf(md, "2. *\"Scaled dot product doesn't really have an analogue to this.\"* It has one: its D x D form "
+                    "Wq_h^T Wk_h induces the same kind of quadratic form on token differences, from its symmetric part; "
+                    "the figures use it. But that form is far from symmetric (asymmetry up to %.2f for the dk x dk form), so "
+                    "the antisymmetric part, which a distance cannot show, carries a good share of sdpa's scores.\n",
+                max_asym[0]);
+        fprintf(md, "3. *\"Scores tables, which we can compare.\"* The score tables of the fixed input are above for all three "
+                    "mixers; both kinds of model reach the same loss (point 5), with different-looking tables: a metric head's "
+                    "table is symmetric before the mask, sdpa's is not.\n");
+        fprintf(md, "4. *\"In case of metric attention, they are metric tensors; in case of scaled dot product, we use WqWk.T "
+                    "as an analogue.\"* The learned M_h are symmetric by construction (asymmetry 0 in every head) but "
+                    "indefinite in %d of %d heads (eigenvalues of both signs): they are symmetric bilinear forms, not metrics "
+                    "in the strict (positive-definite) sense. sdpa's Wq Wk^T is not symmetric (%d of %d heads indefinite in "
+                    "its symmetric part). Head by head, the D x D forms of the two separately trained models do not match: "
+                    "the best |cosine| between a metric head and any sdpa head of the same layer is %.2f. The unconstrained "
+                    "quadratic mixer, which could learn a symmetric M, does not (asymmetry up to %.2f).\n",
+                indefinite[1], LAYERS * H, indefinite[0], LAYERS * H, max_cos, max_asym[2]);
+        fprintf(md, "5. *Loss \"not much difference\"* (the seed's next-token comparison; its sorter reports no numbers). "
+                    "On the seed form sdpa reaches %.1f%% and metric %.1f%% token accuracy (held-out loss %.4f vs %.4f), "
+                    "both near the %.1f%% ceiling; on the solvable form %.1f%% vs %.1f%%, with %lld vs %lld parameters.\n",
+                sd->acc, me->acc, sd->eval_loss, me->eval_loss, SEED_CEILING, runs[1][0].acc, runs[1][1].acc,
+                (long long)mf_param_count(sd->ctx) - SORT_VOCAB, (long long)mf_param_count(me->ctx) - SORT_VOCAB);
+    }
+    close_out(md, path);
+    printf("wrote %s/report.md, embeddings.svg, scores_*.svg, forms_head.svg, forms_model.svg, loss.svg (%.0f s)\n", S.out,
+           mf_time() - t0);
+    for (int f = 0; f < N_FORMS; f++)
+        for (int k = 0; k < N_MIXERS; k++) { free(runs[f][k].loss); mf_model_free(runs[f][k].model); mf_ctx_free(runs[f][k].ctx); }
+    for (int k = 0; k < N_MIXERS; k++) { free(scores[k]); free(probs[k]); }
+    free(ids); free(targets);
+    return 0;
+}
