@@ -88,12 +88,12 @@ static mf_tensor *ex_conv1d(mf_ctx *c, mf_tensor **x) { return mf_conv1d(c, x[0]
 static mf_tensor *ex_avg_pool(mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 3, 1); }
 static mf_tensor *ex_avg_pool_centred(mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 5, 0); }
 static mf_tensor *ex_avg_pool_sub(mf_ctx *c, mf_tensor **x) { return mf__avg_pool_sub(c, x[0], 3, 1); }
-static mf_tensor *ex_attention(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.45f, 1); }
-static mf_tensor *ex_attention_full(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 0); }
+static mf_tensor *ex_attention(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.45f, 1, 0.0f); }
+static mf_tensor *ex_attention_full(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 0, 0.0f); }
 static mf_tensor *ex_elu1(mf_ctx *c, mf_tensor **x) { return mf_elu1(c, x[0]); }
 #ifndef METAFORMER_NO_XL
 static mf_tensor *ex_rel_attention(mf_ctx *c, mf_tensor **x) {
-    return mf_rel_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f);
+    return mf_rel_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f, 0.0f);
 }
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
@@ -107,7 +107,7 @@ static mf_tensor *ex_linear_attention_chunk(mf_ctx *c, mf_tensor **x) {
 #endif
 #ifndef METAFORMER_NO_FEEDBACK
 static mf_tensor *ex_feedback_attention(mf_ctx *c, mf_tensor **x) {
-    return mf_feedback_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f);
+    return mf_feedback_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f, 0.0f);
 }
 /* the whole recurrence of a small model (its parameters besides the input x [B, T, D]) */
 static mf_tensor *ex_feedback_model(mf_ctx *c, mf_tensor **x, mf_mixer_kind mixer) {
