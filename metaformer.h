@@ -376,7 +376,7 @@ MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, 
    the values (labml's dropout(attn)): out = (softmax(s) * mask / (1 - dropout)) v, the mask never
    stored - it is exactly what mf_dropout(ctx, P, dropout) would draw on the [B, H, Tq, Tk]
    probabilities at the same point of the context's RNG (the op takes one dropout call), and the
-   backward redraws it (docs/math.md §4.3). 0, or outside training mode: no dropout, no RNG use. */
+   backward redraws it (docs/math.md §4.1). 0, or outside training mode: no dropout, no RNG use. */
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
                               int causal, float dropout);
 /* Transformer-XL relative multi-head attention (docs/math.md §5.2), fused like mf_attention:
@@ -4266,7 +4266,7 @@ enum { MF__ARG_ATTN_CAUSAL, MF__ARG_ATTN_STREAM_LO, MF__ARG_ATTN_STREAM_HI };
    dropout p (0 outside training mode) */
 enum { MF__FARG_ATTN_SCALE, MF__FARG_ATTN_DROP };
 
-/* ---- attention-probability dropout inside the fused kernels (docs/math.md §4.3) -----------------
+/* ---- attention-probability dropout inside the fused kernels (docs/math.md §4.1) -----------------
    The probabilities P [B, H, Tq, Tk] are never formed, so the mask is drawn where a tile of them is:
    element (b, h, i, j) keeps with mf__drop_keep(seed, stream, ((b H + h) Tq + i) Tk + j, p), the
    draw mf_dropout would make on the whole tensor at the same stream (the context's dropout call
@@ -7008,8 +7008,9 @@ static const mf__family mf__fam_fastweights = {
    slots per sequence, and max_seq <= P = 4096, the rows of the relative tables. Generation keeps
    the slots and the packed weights in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n
    continues after the n tokens so far, one step per new token. Dropout (config.dropout, training
-   only) acts where the generic block has it: both residual branches and the FFN hidden layer (not
-   on the attention probabilities, like the sdpa mixer).
+   only) acts where the generic block has it: both residual branches and the FFN hidden layer;
+   config.attn_dropout drops the attention probabilities inside each step's attention (its own RNG
+   stream per call, mf__fb_layer_attn's numbering: docs/math.md §4.1).
 
    On a CUDA context the two ops (feedback_attention, feedback) run the kernels of [cu:feedback] in
    metaformer_cuda.cuh: the same node, buffers and reverse-time backward, with the slot stack, the
@@ -7053,7 +7054,7 @@ typedef struct mf__fb_attn {
     float *qu;                   /* [B][H d] scratch: q + u */
     float *work;                 /* per head mf__fb_attn_work floats */
     mf__attn_drop drop;          /* probability dropout: a_j of (b, h) keeps by element */
-    int64_t dbase, dld;          /*   dbase + (b H + h) dld + j of drop's stream (docs/math.md §4.3) */
+    int64_t dbase, dld;          /*   dbase + (b H + h) dld + j of drop's stream (docs/math.md §4.1) */
     float *o, *lse;              /* [B][H d], [B][H] */
     /* backward */
     const float *dout;           /* [B][H d] */

@@ -1112,7 +1112,7 @@ typedef struct {
     float *out, *lse_out, *gq, *gk, *gv;      /* NULL: no gradient wanted */
     int Tq, Tk, dk, dv, B, causal;
     float scale;
-    mf__attn_drop drop;                       /* probability dropout (docs/math.md §4.3); p = 0: none */
+    mf__attn_drop drop;                       /* probability dropout (docs/math.md §4.1); p = 0: none */
 } mf__fa_args;
 /* the dropped probability of query i, key j of head bh (the CPU's element index and draw) */
 static __device__ float mf__fa_drop(const mf__fa_args &a, long long bh, int i, int j, float p) {
@@ -1509,7 +1509,7 @@ typedef struct {
     const float *go, *lse, *D;          /* backward: dO [BH, Tq, dv], row log-sum-exp, D = dO . O [BH, Tq] */
     int H, Tq, Tk, dk, dv, P;
     float scale;
-    mf__attn_drop drop;                 /* probability dropout over all Tk keys (docs/math.md §4.3) */
+    mf__attn_drop drop;                 /* probability dropout over all Tk keys (docs/math.md §4.1) */
 } mf__cu_xl_args;
 /* the dropped probability of query i, key j of head bh (the CPU's element index and draw) */
 static __device__ float mf__cu_xl_drop(const mf__cu_xl_args &a, long long bh, int i, int j, float p) {

@@ -1,4 +1,4 @@
-/* Attention-probability dropout inside the fused kernels (docs/math.md §4.3): mf_attention against
+/* Attention-probability dropout inside the fused kernels (docs/math.md §4.1): mf_attention against
    mf_softmax -> mf_dropout -> matmul composed from ops (the same mask: the same RNG stream and
    element index), mf_rel_attention and mf_feedback_attention against double references that draw
    the mask with mf__drop_keep, finite differences with dropout on, p = 0 and evaluation mode

@@ -1,7 +1,7 @@
 /* test_cuda_attn_dropout.cpp - attention-probability dropout in the CUDA kernels (the fused attention,
  * the relative attention, the feedback attention and its recurrence) against the CPU: the same masks
  * (the same counter-based draws) and so the same outputs and gradients, and training runs of models
- * with attn_dropout (docs/math.md §4.3). Built with the emulator by make test, with nvcc by make
+ * with attn_dropout (docs/math.md §4.1). Built with the emulator by make test, with nvcc by make
  * test-cuda. */
 #include "cuda_parity.h"
 
