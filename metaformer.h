@@ -362,9 +362,10 @@ MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf
    row P - n + j: the previous step is row P - 1), n <= P -> [B, H, dk]:
        out[b][h] = sum_j a_j v[b][h][j],  a = softmax_j(scale * ((q + u) . k_j + q . r_j + s_j))
    (scale is usually 1 / sqrt(dk)). The query never sees itself: the slots are the past only.
-   Saves B*H floats (the log-sum-exp); the backward recomputes the probabilities. */
+   Saves B*H floats (the log-sum-exp); the backward recomputes the probabilities. dropout: as
+   mf_attention's, on a [B, H, n] (element (b, h, j) of mf_dropout's draw on that tensor). */
 MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v,
-                                       mf_tensor *u, mf_tensor *r, mf_tensor *s, float scale);
+                                       mf_tensor *u, mf_tensor *r, mf_tensor *s, float scale, float dropout);
 /* Fused multi-head scaled dot-product attention (FlashAttention-2 style on the CPU):
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv],
    out = softmax(scale * q k^T [+ causal mask]) v. causal != 0: query i sees key j iff
@@ -372,9 +373,14 @@ MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, 
    as mf_softmax). A query that sees no key outputs zeros. No Tq x Tk matrix is kept: the op
    saves B*H*Tq floats (the row log-sum-exp) and the backward recomputes the probabilities tile
    by tile, so memory grows linearly with the sequence. Gradients are deterministic (they do not
-   depend on the thread count). scale is usually 1 / sqrt(dk). */
+   depend on the thread count). scale is usually 1 / sqrt(dk).
+   dropout in [0, 1): in training mode, inverted dropout on the probabilities before they weight
+   the values (labml's dropout(attn)): out = (softmax(s) * mask / (1 - dropout)) v, the mask never
+   stored - it is exactly what mf_dropout(ctx, P, dropout) would draw on the [B, H, Tq, Tk]
+   probabilities at the same point of the context's RNG (the op takes one dropout call), and the
+   backward redraws it (docs/math.md §4.1). 0, or outside training mode: no dropout, no RNG use. */
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
-                              int causal);
+                              int causal, float dropout);
 /* Transformer-XL relative multi-head attention (docs/math.md §5.2), fused like mf_attention:
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] with Tq <= Tk: the first M = Tk - Tq keys
    are memory, visible to every query; the last Tq keys are the queries' own positions (causal).
@@ -385,9 +391,10 @@ MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor
    kept (the op saves the row log-sum-exp; the backward recomputes the scores tile by tile); only
    the rows P - Tk + 1 .. P of R and S, the ones some query sees, receive gradient. Gradients are
    deterministic; the CPU backward runs one thread per (batch, head) pair, CUDA uses tiled kernels
-   (metaformer_cuda.cuh, [cu:xl]). scale is usually 1/sqrt(dk). */
+   (metaformer_cuda.cuh, [cu:xl]). scale is usually 1/sqrt(dk). dropout: as mf_attention's, over
+   all Tk keys (the memories too). */
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
-                                  mf_tensor *R, mf_tensor *S, float scale);
+                                  mf_tensor *R, mf_tensor *S, float scale, float dropout);
 /* P of the relative mixer's tables: R [2 * MF_XL_P][H][dk], S [2 * MF_XL_P][H] (docs/math.md §5.1); the
    feedback transformer's tables have P rows of the same P (docs/math.md §8.1). */
 #define MF_XL_P 4096
@@ -542,6 +549,9 @@ typedef struct mf_model_config {
     mf_feature_kind linear_feature; /* linear: DPFP or elu(x) + 1 features */
     int chunk_size;         /* fast_weights training kernel: 0 = automatic, 1 = recurrent, n = chunkwise by n */
     mf_block_kind block;    /* block layout: pre_norm (default) or stream_norm (see mf_block_kind) */
+    float attn_dropout;     /* dropout on the attention probabilities, inside the fused kernels of the
+                               softmax mixers (sdpa, metric, quadratic, relative over its memories,
+                               feedback; labml's dropout(attn)), training mode only; in [0, 1) */
 } mf_model_config;
 
 typedef struct mf_model mf_model;
@@ -549,7 +559,7 @@ typedef struct mf_model mf_model;
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
    GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; mem_len 0, not
    compressive, c_mem_len 0, compression_rate 2; dpfp_nu 1, DPFP features, chunk_size 0
-   (automatic); block pre_norm; vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
+   (automatic); block pre_norm; attn_dropout 0; vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
    ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
 /* Names <-> kinds: the one way to turn a name into a config value and back (command lines, files).
@@ -1218,6 +1228,15 @@ static MF__HD float mf__uniform(uint64_t seed, uint64_t stream, uint64_t index) 
    the feedback recurrence, on the CPU and in the CUDA kernels, all draw their masks here. */
 static MF__HD int mf__drop_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
     return mf__uniform(seed ^ 0xd50f0d50f0ULL, stream, index) >= p;
+}
+/* The same draw split in two, for kernels that draw many elements of one stream: the stream's key
+   (the hash of the salted seed and the stream, once per call) and the element's keep from it;
+   mf__drop_keep_at(mf__drop_key(seed, stream), i, p) == mf__drop_keep(seed, stream, i, p). */
+static MF__HD uint64_t mf__drop_key(uint64_t seed, uint64_t stream) {
+    return mf__mix64((seed ^ 0xd50f0d50f0ULL) ^ mf__mix64(stream + 0x9e3779b97f4a7c15ULL));
+}
+static MF__HD int mf__drop_keep_at(uint64_t key, uint64_t index, float p) {
+    return (float)(mf__mix64(key + index) >> 40) * (1.0f / 16777216.0f) >= p;
 }
 /* standard normal (Box-Muller on two 32-bit halves of one draw) */
 static float mf__normal(uint64_t seed, uint64_t stream, uint64_t index) {
@@ -4313,8 +4332,50 @@ static mf_tensor *mf__avg_pool_sub(mf_ctx *ctx, mf_tensor *x, int kernel, int ca
     return mf__avg_pool(ctx, &mf__op_avg_pool_sub, x, kernel, causal);
 }
 
-enum { MF__ARG_ATTN_CAUSAL };  /* iarg of attention and rel_attention (their shape is one function) */
-enum { MF__FARG_ATTN_SCALE };  /* farg of attention, rel_attention and feedback_attention */
+/* iarg of attention and rel_attention (their shape is one function); the dropout stream's halves
+   also of feedback_attention */
+enum { MF__ARG_ATTN_CAUSAL, MF__ARG_ATTN_STREAM_LO, MF__ARG_ATTN_STREAM_HI };
+/* farg of attention, rel_attention and feedback_attention: the score scale and the probability
+   dropout p (0 outside training mode) */
+enum { MF__FARG_ATTN_SCALE, MF__FARG_ATTN_DROP };
+
+/* ---- attention-probability dropout inside the fused kernels (docs/math.md §4.1) -----------------
+   The probabilities P [B, H, Tq, Tk] are never formed, so the mask is drawn where a tile of them is:
+   element (b, h, i, j) keeps with mf__drop_keep(seed, stream, ((b H + h) Tq + i) Tk + j, p), the
+   draw mf_dropout would make on the whole tensor at the same stream (the context's dropout call
+   counter, taken by the op in training mode when p > 0). Kept values are scaled by 1 / (1 - p);
+   the softmax's sum (and the saved log-sum-exp) is that of the undropped P, and the backward
+   redraws the same mask from the stream kept in the op's arguments. p == 0: no draw at all. */
+typedef struct mf__attn_drop {
+    uint64_t key; /* mf__drop_key(seed, stream) */
+    float p, s;   /* probability, 1 / (1 - p) */
+} mf__attn_drop;
+static MF__HD mf__attn_drop mf__attn_drop_make(uint64_t seed, uint64_t stream, float p) {
+    mf__attn_drop d;
+    d.p = p; d.s = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    d.key = p > 0.0f ? mf__drop_key(seed, stream) : 0;
+    return d;
+}
+static uint64_t mf__attn_drop_stream(const mf_tensor *out) {
+    return ((uint64_t)(uint32_t)out->iarg[MF__ARG_ATTN_STREAM_HI] << 32) | (uint32_t)out->iarg[MF__ARG_ATTN_STREAM_LO];
+}
+static mf__attn_drop mf__attn_drop_of(const mf_ctx *ctx, const mf_tensor *out) {
+    return mf__attn_drop_make(ctx->seed, mf__attn_drop_stream(out), out->farg[MF__FARG_ATTN_DROP]);
+}
+/* p checked by the op's entry point; the op takes a stream only when it will drop something */
+static int mf__attn_drop_check(mf_ctx *ctx, const char *op, float p) {
+    if (p >= 0.0f && p < 1.0f) return 0;
+    mf__fail(ctx, "%s: attention dropout p = %g must be in [0, 1) (0: none)", op, (double)p);
+    return -1;
+}
+static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
+    int on = ctx->training && p > 0.0f;
+    t->farg[MF__FARG_ATTN_DROP] = on ? p : 0.0f;
+    if (!on) return;
+    t->iarg[MF__ARG_ATTN_STREAM_LO] = (int)(uint32_t)ctx->rng_calls;
+    t->iarg[MF__ARG_ATTN_STREAM_HI] = (int)(uint32_t)(ctx->rng_calls >> 32);
+    ctx->rng_calls++;
+}
 /* ---- attention: fused multi-head scaled dot-product attention, FlashAttention-2 on the CPU -------
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv]; arguments: the score scale
    and causal (MF__FARG_ATTN_SCALE, MF__ARG_ATTN_CAUSAL); saved: the row log-sum-exp, B*H*Tq floats
@@ -4343,6 +4404,20 @@ enum { MF__FARG_ATTN_SCALE };  /* farg of attention, rel_attention and feedback_
    64 queries = 4 AVX-512 vectors = one register tile row. */
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
 #define MF__AT_BK 64 /* keys per tile */
+
+/* dst[jj][ii] = the dropped, rescaled src[jj][ii] of a transposed tile ([key][query], MF__AT_BQ
+   lanes; lanes from bq on get 0); e0: the element index of (query lane 0, key row 0), ld: Tk */
+static void mf__attn_drop_tile(const mf__attn_drop *d, float *dst, const float *src, int bk, int bq, int64_t e0,
+                               int64_t ld) {
+    int jj, ii;
+    for (jj = 0; jj < bk; jj++) {
+        const float *x = src + jj * MF__AT_BQ;
+        float *y = dst + jj * MF__AT_BQ;
+        for (ii = 0; ii < bq; ii++)
+            y[ii] = mf__drop_keep_at(d->key, (uint64_t)(e0 + ii * ld + jj), d->p) ? x[ii] * d->s : 0.0f;
+        for (; ii < MF__AT_BQ; ii++) y[ii] = 0.0f;
+    }
+}
 
 
 /* Register tile of mf__attn_mm: R (1, 4 or 8) rows of C x NV (1..MF__AV_MAXV) vectors; the last
@@ -4541,9 +4616,11 @@ static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
 /* One key block: st [bk][MF__AT_BQ] holds the (transposed, scaled, masked) scores and is replaced by
    exp(s - m_new); acc (bq rows) is rescaled by al = exp(m_old - m_new) and gains P vblk
    (vblk [bk][dv], the block's values). al: MF__AT_BQ floats of scratch. diag, first: a causal
-   diagonal tile's hidden part, left out of P vblk (mf__attn_mm_queries_acc). */
+   diagonal tile's hidden part, left out of P vblk (mf__attn_mm_queries_acc). d: the dropout (e0, ld:
+   mf__attn_drop_tile's element index of the tile and Tk), applied to P after the sum l. */
 static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, float *m, float *l,
-                                  float *al, float *acc, int diag, int first) {
+                                  float *al, float *acc, int diag, int first, const mf__attn_drop *d, int64_t e0,
+                                  int64_t ld) {
     int ii, jj, c;
     for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* MF__AW queries at a time */
         mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
@@ -4561,6 +4638,7 @@ static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float
     for (ii = 0; ii < bq; ii++)
         if (al[ii] != 1.0f)
             for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
+    if (d->p > 0.0f) mf__attn_drop_tile(d, st, st, bk, bq, e0, ld); /* after the sum: l is undropped */
     mf__attn_mm_queries_acc(bq, dv, bk, st, vblk, acc, dv, diag, first);
 }
 /* o = acc / l and the row log-sum-exp m + log l; a query that saw no key: zeros and +inf */
@@ -4575,7 +4653,7 @@ static void mf__attn_online_finish(const float *acc, const float *m, const float
 }
 
 /* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 floats. */
-static void mf__attn_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
+static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
     int causal = out->iarg[MF__ARG_ATTN_CAUSAL], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
@@ -4594,7 +4672,8 @@ static void mf__attn_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
         mf__attn_mm_keys(bk, dk, k + (int64_t)j0 * dk, dk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
         if (diag) mf__attn_mask(st, j0, bk, i0, off);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, diag, j0 - off - i0);
+        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, diag, j0 - off - i0, d,
+                              (bh * Tq + i0) * Tk + j0, Tk);
     }
     mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
 }
@@ -4614,12 +4693,13 @@ static int mf__attn_thread_num(void) {
     return 0;
 #endif
 }
-/* The forward of a tiled attention (this op, and rel_attention in [mf:xl]): tile(out, head, query
-   tile, scratch) for every query tile of every head, on up to nt threads with `per` floats of
+/* The forward of a tiled attention (this op, and rel_attention in [mf:xl]): tile(out, dropout, head,
+   query tile, scratch) for every query tile of every head, on up to nt threads with `per` floats of
    scratch each (flops sizes the thread count); out->saved gets the log-sum-exp [BH][Tq]. */
 static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double flops,
-                               void (*tile)(mf_tensor *out, int64_t bh, int qt, float *work)) {
+                               void (*tile)(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work)) {
     const mf_tensor *Q = out->src[0];
+    mf__attn_drop d = mf__attn_drop_of(ctx, out);
     int Tq = Q->shape[2], nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
     int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], n = BH * nqt, t;
     float *work;
@@ -4632,7 +4712,7 @@ static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
     for (t = 0; t < n; t++) /* the last query tiles of a causal head have the most keys: go first */
-        tile(out, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+        tile(out, &d, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
 }
 /* The backward's per-head inputs of head t: dO^T [dv][Tqp], the forward's lse [Tqp] (+inf
    padding) and D = rowsum(dO * O) [Tqp] */
@@ -4659,9 +4739,11 @@ static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
 
 /* Backward of one (key tile kt, query tile qt) pair of head bh. what: 1 = dK and dV, 2 = dQ, 3 = all.
    hd: the head's scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D [Tqp];
-   st, dp: two 64 x 64 tiles of the thread. */
-static void mf__attn_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, int what, const float *hd,
-                              float *st, float *dp) {
+   st, dp: two 64 x 64 tiles of the thread; with dropout (d->p > 0) a third, pd, gets the dropped
+   P~ = P * mask / (1 - p): dV += P~^T dO and dS = P * (mask dP~ / (1 - p) - D) = P~ dP~ - P D
+   (D = rowsum(dO * O) is still sum_j P dP: O = P~ V). */
+static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt, int what,
+                              const float *hd, float *st, float *dp, float *pd) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], causal = out->iarg[MF__ARG_ATTN_CAUSAL];
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
@@ -4684,20 +4766,28 @@ static void mf__attn_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, int wh
             float *s = st + jj * MF__AT_BQ + ii;
             mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
         }
-    if (gv) /* dV += P^T dO */
-        mf__attn_mm_keys_acc(bk, dv, bq, st, dO, gv + (bh * Tk + j0) * dv, dv, diag, first);
+    if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
+    if (gv) /* dV += P^T dO (P~ with dropout) */
+        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, gv + (bh * Tk + j0) * dv, dv, diag, first);
     if (!gk && !gq) return;
     /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D), 0 where P is (dP^T is not computed there) */
     mf__attn_mm_keys(bk, dv, v, dv, dot, Tqp, dp, diag, first);
     for (jj = 0; jj < bk; jj++) {
         int c0 = diag ? mf__attn_first_vec(first + jj / MF__AT_G * MF__AT_G) : 0;
-        float *d = dp + jj * MF__AT_BQ;
-        for (ii = 0; ii < c0; ii += MF__AW) mf__av_store(d + ii, mf__av_zero());
-        for (; ii < MF__AT_BQ; ii += MF__AW) {
-            mf__av ds = mf__av_mul(mf__av_load(st + jj * MF__AT_BQ + ii),
-                                   mf__av_sub(mf__av_load(d + ii), mf__av_load(D + ii)));
-            mf__av_store(d + ii, mf__av_mul(ds, mf__av_set1(scale)));
-        }
+        float *g = dp + jj * MF__AT_BQ;
+        for (ii = 0; ii < c0; ii += MF__AW) mf__av_store(g + ii, mf__av_zero());
+        if (d->p > 0.0f)
+            for (; ii < MF__AT_BQ; ii += MF__AW) {
+                mf__av ds = mf__av_sub(mf__av_mul(mf__av_load(pd + jj * MF__AT_BQ + ii), mf__av_load(g + ii)),
+                                       mf__av_mul(mf__av_load(st + jj * MF__AT_BQ + ii), mf__av_load(D + ii)));
+                mf__av_store(g + ii, mf__av_mul(ds, mf__av_set1(scale)));
+            }
+        else
+            for (; ii < MF__AT_BQ; ii += MF__AW) {
+                mf__av ds = mf__av_mul(mf__av_load(st + jj * MF__AT_BQ + ii),
+                                       mf__av_sub(mf__av_load(g + ii), mf__av_load(D + ii)));
+                mf__av_store(g + ii, mf__av_mul(ds, mf__av_set1(scale)));
+            }
     }
     if (gq) /* dQ += dS K */
         mf__attn_mm_queries_acc(bq, dk, bk, dp, k, gq + (bh * Tq + i0) * dk, dk, diag, first);
@@ -4711,7 +4801,8 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nkt = (Tk + MF__AT_BK - 1) / MF__AT_BK;
     int Tqp = nqt * MF__AT_BQ, nt, pass, need_kv = mf__g(K) || mf__g(V), need_q = mf__g(Q) != NULL;
     int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], hs = (int64_t)(dk + dv + 2) * Tqp, t;
-    int64_t per = 2 * MF__AT_BK * MF__AT_BQ;
+    mf__attn_drop d = mf__attn_drop_of(ctx, out);
+    int64_t per = (d.p > 0.0f ? 3 : 2) * MF__AT_BK * MF__AT_BQ, tile = MF__AT_BK * MF__AT_BQ;
     float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *work;
     if (!need_kv && !need_q) return;
     nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
@@ -4738,7 +4829,7 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             int kt, qt;
             for (kt = 0; kt < nkt; kt++)
                 for (qt = 0; qt < nqt; qt++)
-                    mf__attn_bwd_pair(out, t, kt, qt, 3, head + t * hs, st, st + MF__AT_BK * MF__AT_BQ);
+                    mf__attn_bwd_pair(out, &d, t, kt, qt, 3, head + t * hs, st, st + tile, st + 2 * tile);
         }
         return;
     }
@@ -4754,16 +4845,20 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             int own = (int)(t % nown), x;
             float *st = work + per * mf__attn_thread_num();
             for (x = 0; x < nloop; x++)
-                mf__attn_bwd_pair(out, bh, pass == 0 ? own : x, pass == 0 ? x : own, pass == 0 ? 1 : 2,
-                                  head + bh * hs, st, st + MF__AT_BK * MF__AT_BQ);
+                mf__attn_bwd_pair(out, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, pass == 0 ? 1 : 2,
+                                  head + bh * hs, st, st + tile, st + 2 * tile);
         }
     }
 }
 static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward,
                                          mf__attention_backward, MF__OP_PROPS(0) };
-MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal) {
-    mf_tensor *t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
+MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,
+                              float dropout) {
+    mf_tensor *t;
+    if (!mf_ok(ctx) || mf__attn_drop_check(ctx, "attention", dropout) < 0) return NULL;
+    t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
     if (t) { t->farg[MF__FARG_ATTN_SCALE] = scale; t->iarg[MF__ARG_ATTN_CAUSAL] = causal != 0; }
+    if (t) mf__attn_drop_set(ctx, t, dropout);
     return mf__finish(ctx, t);
 }
 
@@ -4828,17 +4923,18 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
 enum {
     MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
     MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
-    MF__FIELD_CHUNK_SIZE, MF__FIELD_COUNT
+    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_COUNT
 };
 #define MF__F(field) (1u << MF__FIELD_##field)
 static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
-    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size"};
+    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout"};
 static void mf__field_values(const mf_model_config *c, int *v) {
     v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
     v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
     v[MF__FIELD_COMPRESSIVE] = c->compressive; v[MF__FIELD_C_MEM_LEN] = c->c_mem_len;
     v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
     v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
+    v[MF__FIELD_ATTN_DROPOUT] = c->attn_dropout != 0.0f; /* a float: mf_model_check names it itself */
 }
 
 /* per-mixer flags of a row */
@@ -5024,6 +5120,14 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
                 "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, row->name);
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
     if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
+    if (!(c->attn_dropout >= 0.0f && c->attn_dropout < 1.0f))
+        MF__BAD("model config: attn_dropout %g must be in [0, 1) (0: none)", (double)c->attn_dropout);
+    if (c->attn_dropout != 0.0f && !(row->fields & MF__F(ATTN_DROPOUT))) {
+        char which[160];
+        mf__readers(MF__FIELD_ATTN_DROPOUT, 0, which, sizeof which);
+        MF__BAD("model config: attn_dropout = %g applies only to %s (the softmax attention: set it to 0, or use "
+                "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
+    }
     mf__field_values(c, v);
     mf__field_values(&d, dv);
     for (f = 0; f < MF__FIELD_COUNT; f++)
@@ -5436,7 +5540,8 @@ static mf_tensor *mf__probe_attend(mf_model *m, int l, mf_tensor *q, mf_tensor *
 
 /* the fused attention of a softmax mixer's layer l, or its inspection */
 static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale) {
-    return m->probe ? mf__probe_attend(m, l, q, k, v, scale, NULL, NULL, NULL) : mf_attention(m->ctx, q, k, v, scale, 1);
+    return m->probe ? mf__probe_attend(m, l, q, k, v, scale, NULL, NULL, NULL)
+                    : mf_attention(m->ctx, q, k, v, scale, 1, m->cfg.attn_dropout);
 }
 
 #ifndef METAFORMER_NO_XL
@@ -5618,7 +5723,7 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 }
 
 static const mf__family mf__fam_attention = {
-    "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS),
+    "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT),
     NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL
 };
 
@@ -5812,7 +5917,7 @@ static int mf__rel_attention_shape(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 
-static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
+static void mf__rel_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
     int M = Tk - Tq, i0 = qt * MF__AT_BQ, bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, kend, j0;
@@ -5829,7 +5934,8 @@ static void mf__rel_fwd_tile(mf_tensor *out, int64_t bh, int qt, float *work) {
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
         mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, MF__AT_BQ, st, gt);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, j0 + bk - 1 > i0 + M, j0 - M - i0);
+        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, j0 + bk - 1 > i0 + M, j0 - M - i0,
+                              d, (bh * Tq + i0) * Tk + j0, Tk);
     }
     mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
 }
@@ -5845,9 +5951,10 @@ static void mf__rel_attention_forward(mf_ctx *ctx, mf_tensor *out) {
 /* Backward of the pair (key tile kt, query tile qt) of head bh. hd: the head's scale * Q^T,
    scale * (Q + u)^T [dk][Tqp] each, dO^T [dv][Tqp], lse [Tqp], D [Tqp]; part: the head's partial
    dR [Tq + Tk - 1][dk], dS [Tq + Tk - 1], du [dk] (row g <-> table row P - Tk + 1 + g);
-   st, dp: 64 x 64 tiles, gt: MF__RA_GT x 64. */
-static void mf__rel_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, const float *hd, float *part,
-                             float *st, float *dp, float *gt) {
+   st, dp: 64 x 64 tiles, gt: MF__RA_GT x 64; pd: a third 64 x 64 tile for the dropped P~ (dropout
+   as in mf__attn_bwd_pair, over the memories too). */
+static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt, const float *hd,
+                             float *part, float *st, float *dp, float *gt, float *pd) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3], *R = out->src[4];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, M = Tk - Tq, jj, ii, c;
@@ -5868,15 +5975,20 @@ static void mf__rel_bwd_pair(mf_tensor *out, int64_t bh, int kt, int qt, const f
             float *s = st + jj * MF__AT_BQ + ii;
             mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
         }
-    if (gv) mf__attn_mm(bk, dv, bq, st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
+    if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
+    if (gv) mf__attn_mm(bk, dv, bq, d->p > 0.0f ? pd : st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
     if (!gq && !gk && !gu && !gR && !gS) return;
-    /* dS^T = scale * P^T * (V dO^T - D) */
+    /* dS^T = scale * P^T * (V dO^T - D); with dropout scale * (P~^T * V dO^T - P^T * D) */
     mf__attn_mm(bk, MF__AT_BQ, dv, v, dv, 1, dot, Tqp, dp, MF__AT_BQ, 0);
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
-            float *d = dp + jj * MF__AT_BQ + ii;
-            mf__av ds = mf__av_mul(mf__av_load(st + jj * MF__AT_BQ + ii), mf__av_sub(mf__av_load(d), mf__av_load(D + ii)));
-            mf__av_store(d, mf__av_mul(ds, mf__av_set1(scale)));
+            float *g = dp + jj * MF__AT_BQ + ii;
+            mf__av p = mf__av_load(st + jj * MF__AT_BQ + ii), ds;
+            if (d->p > 0.0f)
+                ds = mf__av_sub(mf__av_mul(mf__av_load(pd + jj * MF__AT_BQ + ii), mf__av_load(g)),
+                                mf__av_mul(p, mf__av_load(D + ii)));
+            else ds = mf__av_mul(p, mf__av_sub(mf__av_load(g), mf__av_load(D + ii)));
+            mf__av_store(g, mf__av_mul(ds, mf__av_set1(scale)));
         }
     if (gq) mf__attn_mm(bq, dk, bk, dp, 1, MF__AT_BQ, k, dk, gq + (bh * Tq + i0) * dk, dk, 1);
     if (gk) mf__attn_mm(bk, dk, bq, dp, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
@@ -5908,7 +6020,8 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nkt = (Tk + MF__AT_BK - 1) / MF__AT_BK, P = out->src[4]->shape[0] / 2;
     int Tqp = nqt * MF__AT_BQ, nt, ng = Tq + Tk - 1;
     int64_t BH = (int64_t)B * H, hs = (int64_t)(2 * dk + dv + 2) * Tqp, ps = (int64_t)ng * (dk + 1) + dk, t;
-    int64_t per = 2 * MF__AT_BK * MF__AT_BQ + MF__RA_GT * MF__AT_BQ;
+    mf__attn_drop d = mf__attn_drop_of(ctx, out);
+    int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile + MF__RA_GT * MF__AT_BQ;
     float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *part, *work;
     float *gu = mf__g(U), *gR = mf__g(out->src[4]), *gS = mf__g(out->src[5]);
     int i;
@@ -5939,8 +6052,8 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
         int kt, qt;
         for (kt = 0; kt < nkt; kt++)
             for (qt = 0; qt < nqt; qt++)
-                mf__rel_bwd_pair(out, t, kt, qt, head + t * hs, part + t * ps, st, st + MF__AT_BK * MF__AT_BQ,
-                                 st + 2 * MF__AT_BK * MF__AT_BQ);
+                mf__rel_bwd_pair(out, &d, t, kt, qt, head + t * hs, part + t * ps, st, st + tile, st + 2 * tile,
+                                 st + 2 * tile + MF__RA_GT * MF__AT_BQ);
     }
     /* the partials summed over b in order; table row P - Tk + 1 + g for the visible g < Tk */
 #if MF__OMP
@@ -5962,12 +6075,15 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
 static const mf__op mf__op_rel_attention = { "rel_attention", 6, mf__rel_attention_shape, mf__rel_attention_forward,
                                             mf__rel_attention_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_rel_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
-                                  mf_tensor *R, mf_tensor *S, float scale) {
-    mf_tensor *t = mf__begin(ctx, &mf__op_rel_attention, q, k, v, u);
+                                  mf_tensor *R, mf_tensor *S, float scale, float dropout) {
+    mf_tensor *t;
+    if (!mf_ok(ctx) || mf__attn_drop_check(ctx, "rel_attention", dropout) < 0) return NULL;
+    t = mf__begin(ctx, &mf__op_rel_attention, q, k, v, u);
     if (t) {
         t->src[4] = R; t->src[5] = S;
         t->farg[MF__FARG_ATTN_SCALE] = scale;
         t->iarg[MF__ARG_ATTN_CAUSAL] = 1; /* for mf__attention_shape */
+        mf__attn_drop_set(ctx, t, dropout);
     }
     return mf__finish(ctx, t);
 }
@@ -6254,11 +6370,11 @@ static mf_tensor *mf__xl_ar_loss(mf_model *m, int l, mf_tensor *h, mf_tensor *mc
     q = mf__split_heads(ctx, mf_linear(ctx, mf_layernorm(ctx, h, g, be, eps), wq, NULL), H);
     mn = mf_layernorm(ctx, mc, g, be, eps);
     target = mf_attention(ctx, q, mf__split_heads(ctx, mf_linear(ctx, mn, wk, NULL), H),
-                          mf__split_heads(ctx, mf_linear(ctx, mn, wv, bv), H), scale, 0);
+                          mf__split_heads(ctx, mf_linear(ctx, mn, wv, bv), H), scale, 0, 0.0f);
     mf_set_grad(ctx, grad);
     cn = mf_layernorm(ctx, cm, g, be, eps);
     return mf_mse(ctx, mf_attention(ctx, q, mf__split_heads(ctx, mf_linear(ctx, cn, wk, NULL), H),
-                                     mf__split_heads(ctx, mf_linear(ctx, cn, wv, bv), H), scale, 0), target);
+                                     mf__split_heads(ctx, mf_linear(ctx, cn, wv, bv), H), scale, 0, 0.0f), target);
 }
 
 /* after layer l's attention: its memories continue with x [B, T, D] (docs/math.md §5.5, 6.3), read
@@ -6331,7 +6447,7 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     k = mf__split_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H);
     v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, L->bv), H);
     o = m->probe ? mf__probe_attend(m, l, q, k, v, 1.0f / sqrtf((float)(D / H)), L->rel_u, L->rel_r, L->rel_s)
-                 : mf_rel_attention(ctx, q, k, v, L->rel_u, L->rel_r, L->rel_s, 1.0f / sqrtf((float)(D / H)));
+                 : mf_rel_attention(ctx, q, k, v, L->rel_u, L->rel_r, L->rel_s, 1.0f / sqrtf((float)(D / H)), c->attn_dropout);
     o = mf_linear(ctx, mf__merge_heads(ctx, o), L->wo, L->bo);
     if (o) mf__xl_update(m, s, l, x, gen, &view);
     return mf_ok(ctx) ? o : NULL;
@@ -6416,7 +6532,8 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
 }
 
 static const mf__family mf__fam_xl = {
-    "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE),
+    "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
+                                MF__F(ATTN_DROPOUT),
     mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state
 };
 /* the memories of a relative model, NULL for the other mixers */
@@ -7348,8 +7465,9 @@ static const mf__family mf__fam_fastweights = {
    slots per sequence, and max_seq <= P = 4096, the rows of the relative tables. Generation keeps
    the slots and the packed weights in mf__fb_state (batch 1): pos0 = 0 starts over, pos0 = n
    continues after the n tokens so far, one step per new token. Dropout (config.dropout, training
-   only) acts where the generic block has it: both residual branches and the FFN hidden layer (not
-   on the attention probabilities, like the sdpa mixer).
+   only) acts where the generic block has it: both residual branches and the FFN hidden layer;
+   config.attn_dropout drops the attention probabilities inside each step's attention (its own RNG
+   stream per call, mf__fb_layer_attn's numbering: docs/math.md §4.1).
 
    On a CUDA context the two ops (feedback_attention, feedback) run the kernels of [cu:feedback] in
    metaformer_cuda.cuh: the same node, buffers and reverse-time backward, with the slot stack, the
@@ -7391,7 +7509,9 @@ typedef struct mf__fb_attn {
     const float *r, *rt, *s;     /* [H][nr][d], [H][d][nr], [H][nr]: slot j reads row nr - n + j */
     int nr;
     float *qu;                   /* [B][H d] scratch: q + u */
-    float *work;                 /* per head (2 B + 2) n + d floats */
+    float *work;                 /* per head mf__fb_attn_work floats */
+    mf__attn_drop drop;          /* probability dropout: a_j of (b, h) keeps by element */
+    int64_t dbase, dld;          /*   dbase + (b H + h) dld + j of drop's stream (docs/math.md §4.1) */
     float *o, *lse;              /* [B][H d], [B][H] */
     /* backward */
     const float *dout;           /* [B][H d] */
@@ -7400,6 +7520,15 @@ typedef struct mf__fb_attn {
     int64_t dsb, dsh;
 } mf__fb_attn;
 
+/* scratch floats per head of the feedback attention of B rows over n slots of head size d */
+static int64_t mf__fb_attn_work(int B, int n, int d) { return (int64_t)(2 * B + 3) * n + d; }
+/* a[j] of (b, h) dropped in place: kept ones times 1 / (1 - p), or into dst (dst may be a) */
+static void mf__fb_attn_drop(const mf__fb_attn *a, int b, int h, const float *x, float *dst) {
+    int64_t e0 = a->dbase + ((int64_t)b * a->H + h) * a->dld;
+    int j;
+    for (j = 0; j < a->n; j++)
+        dst[j] = mf__drop_keep_at(a->drop.key, (uint64_t)(e0 + j), a->drop.p) ? x[j] * a->drop.s : 0.0f;
+}
 /* y [N] = x [K] @ M [K][N] (row-major, ldm), or y += it (add). One row: four rows of M at a time
    into separate accumulators, so the sum is not one long chain of dependent FMAs (the small-tile
    kernel's one-row tile is). */
@@ -7470,7 +7599,7 @@ static void mf__fb_attn_forward(mf_ctx *ctx, const mf__fb_attn *a) {
     int D = a->H * a->d, h;
     MF__PARFOR(ctx, a->H, 6.0 * a->B * a->n * a->d)
     for (h = 0; h < a->H; h++) {
-        float *pos = a->work + (int64_t)h * ((2 * a->B + 2) * a->n + a->d), *sc = pos + (int64_t)a->B * a->n, mx;
+        float *pos = a->work + h * mf__fb_attn_work(a->B, a->n, a->d), *sc = pos + (int64_t)a->B * a->n, mx;
         int b, j;
         mf__fb_attn_prep(a, h, pos);
         for (b = 0; b < a->B; b++) {
@@ -7481,6 +7610,7 @@ static void mf__fb_attn_forward(mf_ctx *ctx, const mf__fb_attn *a) {
             sum = mf__fb_exp(sc, a->n, mx);
             for (j = 0; j < a->n; j++) sc[j] /= sum;
             a->lse[(int64_t)b * a->H + h] = mx + logf(sum);
+            if (a->drop.p > 0.0f) mf__fb_attn_drop(a, b, h, sc, sc);
             mf__fb_vm(a->d, a->n, sc, a->v + b * a->sb + h * a->sh, a->d, a->o + qo, 0); /* o = a^T V */
         }
     }
@@ -7489,8 +7619,8 @@ static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
     int D = a->H * a->d, n = a->n, d = a->d, h;
     MF__PARFOR(ctx, a->H, 16.0 * a->B * n * d)
     for (h = 0; h < a->H; h++) {
-        float *pos = a->work + (int64_t)h * ((2 * a->B + 2) * n + d), *G = pos + (int64_t)a->B * n;
-        float *p = G + (int64_t)a->B * n, *dp = p + n, *kg = dp + n;
+        float *pos = a->work + h * mf__fb_attn_work(a->B, n, d), *G = pos + (int64_t)a->B * n;
+        float *p = G + (int64_t)a->B * n, *dp = p + n, *pd = dp + n, *kg = pd + n, *pv = p;
         int b, j, i;
         mf__fb_attn_prep(a, h, pos);
         for (b = 0; b < a->B; b++) {
@@ -7500,13 +7630,18 @@ static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
             mf__fb_scores(a, b, h, pos + (int64_t)b * n, p);
             mf__fb_exp(p, n, a->lse[(int64_t)b * a->H + h]);                       /* a_j */
             mf__fb_vm(n, d, dout, a->vt + hb, a->ldt, dp, 0);                       /* dout . v_j */
-            for (j = 0; j < n; j++) g[j] = a->scale * p[j] * (dp[j] - Dd);
+            if (a->drop.p > 0.0f) { /* the dropped a~: g_j = scale (a~_j dp_j - a_j D), dv_j += a~_j dout */
+                mf__fb_attn_drop(a, b, h, p, pd);
+                for (j = 0; j < n; j++) g[j] = a->scale * (pd[j] * dp[j] - p[j] * Dd);
+                pv = pd;
+            } else
+                for (j = 0; j < n; j++) g[j] = a->scale * p[j] * (dp[j] - Dd);
             mf__fb_vm(d, n, g, a->k + hb, d, kg, 0);                                /* sum_j g_j k_j */
             for (i = 0; i < d; i++) a->dq[qo + i] += kg[i];
             if (a->du) for (i = 0; i < d; i++) a->du[(int64_t)h * d + i] += kg[i];
             mf__fb_vm(d, n, g, a->r + ((int64_t)h * a->nr + a->nr - n) * d, d, a->dq + qo, 1); /* + g_j r_j */
             if (a->dk) mf__attn_mm(n, d, 1, g, 1, 1, a->qu + qo, d, a->dk + dhb, d, 1); /* dk_j += g_j (q + u) */
-            if (a->dv) mf__attn_mm(n, d, 1, p, 1, 1, dout, d, a->dv + dhb, d, 1);      /* dv_j += a_j dout */
+            if (a->dv) mf__attn_mm(n, d, 1, pv, 1, 1, dout, d, a->dv + dhb, d, 1);     /* dv_j += a_j dout */
         }
         if (a->dr) /* dr_j += sum_b g_bj q_b */
             mf__attn_mm(n, d, a->B, G, 1, n, a->q + (int64_t)h * d, D, a->dr + ((int64_t)h * a->nr + a->nr - n) * d, d, 1);
@@ -7571,7 +7706,7 @@ static int mf__fba_setup(mf_ctx *ctx, const mf_tensor *out, mf__fb_attn *a) {
     a->r = r = (float *)mf__alloc(ctx, 2 * (size_t)H * n * d * sizeof(float));
     a->s = s = (float *)mf__alloc(ctx, (size_t)H * n * sizeof(float));
     a->qu = (float *)mf__alloc(ctx, (size_t)B * H * d * sizeof(float));
-    a->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * n + d) * sizeof(float));
+    a->work = (float *)mf__alloc(ctx, (size_t)(H * mf__fb_attn_work(B, n, d)) * sizeof(float));
     if (!mf_ok(ctx)) return -1;
     a->vt = vt = kt + (int64_t)B * H * n * d;
     a->rt = rt = r + (int64_t)H * n * d;
@@ -7582,6 +7717,7 @@ static int mf__fba_setup(mf_ctx *ctx, const mf_tensor *out, mf__fb_attn *a) {
     mf__fb_table_rows(r, rt, out->src[4]->data, P, H, d, n, 0);
     mf__fb_table_rows(s, NULL, out->src[5]->data, P, H, 1, n, 0);
     a->o = out->data; a->lse = out->saved;
+    a->drop = mf__attn_drop_of(ctx, out); a->dld = n; /* the probabilities [B, H, n] */
     return 0;
 }
 static void mf__fba_forward(mf_ctx *ctx, mf_tensor *out) {
@@ -7609,9 +7745,11 @@ static void mf__fba_backward(mf_ctx *ctx, mf_tensor *out) {
 static const mf__op mf__op_feedback_attention = { "feedback_attention", 3, mf__fba_shape, mf__fba_forward,
                                                   mf__fba_backward, MF__OP_PROPS(0) };
 MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, mf_tensor *u,
-                                       mf_tensor *r, mf_tensor *s, float scale) {
-    mf_tensor *t = mf__begin(ctx, &mf__op_feedback_attention, q, k, v, u);
-    if (t) { t->src[4] = r; t->src[5] = s; t->farg[MF__FARG_ATTN_SCALE] = scale; }
+                                       mf_tensor *r, mf_tensor *s, float scale, float dropout) {
+    mf_tensor *t;
+    if (!mf_ok(ctx) || mf__attn_drop_check(ctx, "feedback_attention", dropout) < 0) return NULL;
+    t = mf__begin(ctx, &mf__op_feedback_attention, q, k, v, u);
+    if (t) { t->src[4] = r; t->src[5] = s; t->farg[MF__FARG_ATTN_SCALE] = scale; mf__attn_drop_set(ctx, t, dropout); }
     return mf__finish(ctx, t);
 }
 
@@ -7729,6 +7867,8 @@ typedef struct mf__fb_fwd {
     int nr;              /* rows of the relative tables this call reads: the last pos0 + T */
     float drop;          /* dropout p; 0 when not training */
     uint64_t stream;     /* dropout RNG stream of this call */
+    mf__attn_drop adrop; /* attention-probability dropout (its own stream): a_j of layer l, step t, row b,
+                            head h is element (((l T + t) B + b) H + h) nr + j (mf__fb_layer_attn) */
     float *sw;           /* softmax(w) [N + 1] */
     float *wf;           /* the weights packed for the forward (mf__fb_pack) */
     float *slots;        /* [nblk][B][H][2][...] keys / values per block and head: [cap][dk] rows,
@@ -7870,6 +8010,7 @@ static mf__fb_attn mf__fb_layer_attn(const mf__fb_fwd *f, int l, int n, const fl
     a.nr = f->nr;
     a.r = f->rh + (int64_t)l * H * f->nr * d; a.rt = f->rt + (int64_t)l * H * f->nr * d; a.s = f->sh + (int64_t)l * H * f->nr;
     a.qu = f->qu; a.work = f->work; a.o = o; a.lse = lse;
+    a.drop = f->adrop; a.dld = f->nr; a.dbase = ((int64_t)l * f->T + (n - f->pos0)) * f->B * H * f->nr;
     return a;
 }
 
@@ -7973,7 +8114,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     f->rt = (float *)mf__alloc(ctx, (size_t)N * f->nr * D * fl);
     f->sh = (float *)mf__alloc(ctx, (size_t)N * f->nr * H * fl);
     f->qu = (float *)mf__alloc(ctx, (size_t)B * D * fl);
-    f->work = (float *)mf__alloc(ctx, (size_t)H * ((2 * B + 2) * f->nr + D / H) * fl);
+    f->work = (float *)mf__alloc(ctx, (size_t)(H * mf__fb_attn_work(B, f->nr, D / H)) * fl);
     mf__fb_alloc_steps(ctx, f);
     f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
     if (!f->gen) f->slots = (float *)mf__alloc(ctx, 2 * tb * ld * fl);
@@ -8209,6 +8350,8 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     f->nr = pos0 + T;
     f->drop = ctx->training ? c->dropout : 0.0f;
     if (f->drop > 0.0f) f->stream = ctx->rng_calls++;
+    f->adrop = mf__attn_drop_make(ctx->seed, ctx->rng_calls, ctx->training ? c->attn_dropout : 0.0f);
+    if (f->adrop.p > 0.0f) ctx->rng_calls++;
     if (gen) { /* the memory and the packed weights persist between the calls (allocated once); on
                   CUDA the slots are a device buffer [nblk][max_seq][D] and nothing is packed */
         size_t slots = (ctx->be ? 1 : 2) * (size_t)c->max_seq * mf__fb_nblk(m) * c->d_model;
@@ -8237,7 +8380,7 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
 }
 
 static const mf__family mf__fam_feedback = {
-    "feedback", sizeof(mf__fb_layer), 0,
+    "feedback", sizeof(mf__fb_layer), MF__F(ATTN_DROPOUT),
     mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL
 };
 #endif /* METAFORMER_NO_FEEDBACK */
@@ -8265,23 +8408,28 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* name           kind                   family              switch                       flags
                                                                                               fields read */
     {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS,
-                                                                                            MF__F(ATTN_BIAS)},
-    {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS, 0},
-    {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS, 0},
+                                                                                            MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT)},
+    {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS,
+                                                                                            MF__F(ATTN_DROPOUT)},
+    {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS,
+                                                                                            MF__F(ATTN_DROPOUT)},
     {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN,
                                                                                             MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL)},
     {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP, 0},
     /* relative: ln1 normalises [memories ; x] inside the mixer */
     {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_FIXED_STATE,
-                                                                                            MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE)},
+                                                                                            MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
+                                                                                            MF__F(ATTN_DROPOUT)},
     /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
     {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(DPFP_NU) | MF__F(CHUNK_SIZE)},
     {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE)},
     /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
-    {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS, 0},
-    {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS, 0},
+    {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
+                                                                                            MF__F(ATTN_DROPOUT)},
+    {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
+                                                                                            MF__F(ATTN_DROPOUT)},
 };
 static const mf__mixer_row *mf__mixer_row_of(int kind) {
     return kind >= 0 && kind < MF_MIXER_COUNT ? &mf__mixer_rows[kind] : NULL;

@@ -1112,7 +1112,12 @@ typedef struct {
     float *out, *lse_out, *gq, *gk, *gv;      /* NULL: no gradient wanted */
     int Tq, Tk, dk, dv, B, causal;
     float scale;
+    mf__attn_drop drop;                       /* probability dropout (docs/math.md §4.1); p = 0: none */
 } mf__fa_args;
+/* the dropped probability of query i, key j of head bh (the CPU's element index and draw) */
+static __device__ float mf__fa_drop(const mf__fa_args &a, long long bh, int i, int j, float p) {
+    return mf__drop_keep_at(a.drop.key, (uint64_t)((bh * a.Tq + i) * a.Tk + j), a.drop.p) ? p * a.drop.s : 0.0f;
+}
 
 static __host__ __device__ int mf__fa_pad(int d) { return (d + 15) & ~15; }
 /* bytes of shared memory of the forward (kind 0), the dK/dV (1) and the dQ (2) kernel for tiles of B */
@@ -1263,7 +1268,11 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
                 mx = fmaxf(mx, s);
             }
             for (o = 1; o < tpr; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            for (c = part; c < B; c += tpr) { float p = expf(st[c * lt + r] - mx); st[c * lt + r] = p; sum += p; }
+            for (c = part; c < B; c += tpr) { /* the sum l is of the undropped P */
+                float p = expf(st[c * lt + r] - mx);
+                sum += p;
+                st[c * lt + r] = a.drop.p > 0.0f && p != 0.0f ? mf__fa_drop(a, bh, i0 + r, j0 + c, p) : p;
+            }
             for (o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             al = expf(m - mx);
             l = al * l + sum;
@@ -1324,8 +1333,14 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         MF__FA_EACH(ii, jj, B, B, {
             int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
             float p = vis ? expf(ss[ii * lt + jj] - ls[ii]) : 0.0f;
-            ss[ii * lt + jj] = p;
-            if (a.gk) dps[ii * lt + jj] = p * (dps[ii * lt + jj] - Ds[ii]); /* dS / scale: Qs has it */
+            if (a.drop.p > 0.0f) { /* P~ for dV; dS = P~ dP~ - P D */
+                float pd = vis ? mf__fa_drop(a, bh, i0 + ii, j0 + jj, p) : 0.0f;
+                ss[ii * lt + jj] = pd;
+                if (a.gk) dps[ii * lt + jj] = pd * dps[ii * lt + jj] - p * Ds[ii];
+            } else {
+                ss[ii * lt + jj] = p;
+                if (a.gk) dps[ii * lt + jj] = p * (dps[ii * lt + jj] - Ds[ii]); /* dS / scale: Qs has it */
+            }
         });
         __syncthreads();
         if (a.gv) mf__fa_mm<TC>(dvs, lv, ss, lt, gs, lv, B, dvp, B, 1);  /* dV += P^T dO */
@@ -1366,7 +1381,10 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         MF__FA_EACH(jj, ii, B, B, {
             int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
             float p = vis ? expf(st[jj * lt + ii] - ls[ii]) : 0.0f;
-            dpt[jj * lt + ii] = p * (dpt[jj * lt + ii] - Ds[ii]) * a.scale; /* dS^T */
+            if (a.drop.p > 0.0f) {
+                float pd = vis ? mf__fa_drop(a, bh, i0 + ii, j0 + jj, p) : 0.0f;
+                dpt[jj * lt + ii] = (pd * dpt[jj * lt + ii] - p * Ds[ii]) * a.scale;
+            } else dpt[jj * lt + ii] = p * (dpt[jj * lt + ii] - Ds[ii]) * a.scale; /* dS^T */
         });
         __syncthreads();
         mf__fa_mm<TC>(dqs, lk, dpt, lt, ks, lk, B, dkp, B, 1); /* dQ += dS K */
@@ -1405,6 +1423,11 @@ static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
     a.causal = out->iarg[MF__ARG_ATTN_CAUSAL]; a.scale = out->farg[MF__FARG_ATTN_SCALE];
     return a;
 }
+static mf__fa_args mf__cu_fa_args_ctx(const mf_ctx *ctx, const mf_tensor *out) {
+    mf__fa_args a = mf__cu_fa_args(out);
+    a.drop = mf__attn_drop_of(ctx, out);
+    return a;
+}
 /* launch the fused-attention kernel `kind` (0 the forward, 1 dK / dV, 2 dQ: mf__fa_smem's kinds) over
    the query tiles (the key tiles for kind 1) of BH heads: its tile a->B, shared memory and grid */
 static int mf__cu_fa_launch(mf_ctx *ctx, const char *op, mf__fa_args *a, int kind, long long BH) {
@@ -1424,7 +1447,7 @@ static int mf__cu_fa_launch(mf_ctx *ctx, const char *op, mf__fa_args *a, int kin
               : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<0>, grid, bytes, *a);
 }
 static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__fa_args a = mf__cu_fa_args(out);
+    mf__fa_args a = mf__cu_fa_args_ctx(ctx, out);
     long long BH = (long long)out->shape[0] * out->shape[1];
     if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     a.out = out->data; a.lse_out = out->saved;
@@ -1432,7 +1455,7 @@ static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
 }
 static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    mf__fa_args a = mf__cu_fa_args(out);
+    mf__fa_args a = mf__cu_fa_args_ctx(ctx, out);
     long long BH = (long long)out->shape[0] * out->shape[1];
     const char *op = "attention (backward)";
     float *D;
@@ -1486,7 +1509,12 @@ typedef struct {
     const float *go, *lse, *D;          /* backward: dO [BH, Tq, dv], row log-sum-exp, D = dO . O [BH, Tq] */
     int H, Tq, Tk, dk, dv, P;
     float scale;
+    mf__attn_drop drop;                 /* probability dropout over all Tk keys (docs/math.md §4.1) */
 } mf__cu_xl_args;
+/* the dropped probability of query i, key j of head bh (the CPU's element index and draw) */
+static __device__ float mf__cu_xl_drop(const mf__cu_xl_args &a, long long bh, int i, int j, float p) {
+    return mf__drop_keep_at(a.drop.key, (uint64_t)((bh * a.Tq + i) * a.Tk + j), a.drop.p) ? p * a.drop.s : 0.0f;
+}
 
 /* ---- the score terms ---- */
 /* scale * ((q + u) . k + q . r + s) of one (query, key) pair; r, s: the pair's table row */
@@ -1505,11 +1533,17 @@ static __device__ float mf__cu_xl_dotp(const float *a, const float *b, int n) {
 static __device__ int mf__cu_xl_visible(const mf__cu_xl_args &a, int i, int j) {
     return i < a.Tq && j >= 0 && j < a.Tk && j <= i + a.Tk - a.Tq;
 }
-/* dS of a visible pair: scale * P * (dO_i . v_j - D_i), P recomputed from the saved lse */
-static __device__ float mf__cu_xl_dscore(float s, float lse, const float *go, const float *v, int dv, float D,
-                                         float scale, float *p) {
-    *p = expf(s - lse);
-    return scale * *p * (mf__cu_xl_dotp(go, v, dv) - D);
+/* dS of the visible pair (query i, key j) of head bh: scale * P * (dO_i . v_j - D_i), P recomputed
+   from the saved lse; *p: the P that weights v_j (with dropout P~, and dS = scale (P~ dO_i . v_j - P D_i)) */
+static __device__ float mf__cu_xl_dscore(const mf__cu_xl_args &a, long long bh, int i, int j, float s, float lse,
+                                         const float *go, const float *v, float D, float *p) {
+    float pr = expf(s - lse), pd;
+    if (a.drop.p <= 0.0f) {
+        *p = pr;
+        return a.scale * pr * (mf__cu_xl_dotp(go, v, a.dv) - D);
+    }
+    *p = pd = mf__cu_xl_drop(a, bh, i, j, pr);
+    return a.scale * (pd * mf__cu_xl_dotp(go, v, a.dv) - pr * D);
 }
 
 /* ---- tile staging ---- */
@@ -1575,8 +1609,9 @@ static __global__ void mf__k_xl_fwd(mf__cu_xl_args a, float *o, float *lse) {
         alpha = mnew == -INFINITY ? 1.0f : expf(m - mnew);
         for (n = 0; n < BK / MF__XL_TPR; n++) {
             float pe = sc[n] == -INFINITY ? 0.0f : expf(sc[n] - mnew);
+            sum += pe; /* l is the undropped sum */
+            if (a.drop.p > 0.0f && pe != 0.0f) pe = mf__cu_xl_drop(a, bh, i0 + ii, j0 + sub + n * MF__XL_TPR, pe);
             p[ii * BK + sub + n * MF__XL_TPR] = pe;
-            sum += pe;
         }
         sum = mf__cu_xl_rowsum(sum);
         l = l * alpha + sum;
@@ -1634,8 +1669,9 @@ static __global__ void mf__k_xl_bwd_dq(mf__cu_xl_args a, float *dq) {
             int jj = sub + n * MF__XL_TPR, r = jj - ii + BQ - 1;
             float d = 0, pr;
             if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
-                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale), L,
-                                     gs + ii * lv, vs + jj * lv, dv, Dr, a.scale, &pr);
+                d = mf__cu_xl_dscore(a, bh, i0 + ii, j0 + jj,
+                                     mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale), L,
+                                     gs + ii * lv, vs + jj * lv, Dr, &pr);
             ds[ii * BK + jj] = d;
         }
         __syncthreads();
@@ -1682,8 +1718,9 @@ static __global__ void mf__k_xl_bwd_dkv(mf__cu_xl_args a, float *dk_, float *dv_
             int ii = sub + n * MF__XL_TPR, r = jj - ii + BQ - 1;
             float d = 0, pr = 0;
             if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
-                d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale),
-                                     lq[ii], gs + ii * lv, vs + jj * lv, dv, dq[ii], a.scale, &pr);
+                d = mf__cu_xl_dscore(a, bh, i0 + ii, j0 + jj,
+                                     mf__cu_xl_score(qs + ii * lk, us, ks + jj * lk, rs + r * lk, ss[r], dk, a.scale),
+                                     lq[ii], gs + ii * lv, vs + jj * lv, dq[ii], &pr);
             pt[jj * BQ + ii] = pr;
             dt[jj * BQ + ii] = d;
             cacc += d;
@@ -1754,8 +1791,9 @@ static __global__ void mf__k_xl_bwd_rel(mf__cu_xl_args a, int B, float *dR, floa
                 int ii = sub + n * MF__XL_TPR, jl = ii - dd + BK - 1;
                 float d = 0, pr;
                 if (d0 + dd < a.Tk && mf__cu_xl_visible(a, i0 + ii, jlo + jl))
-                    d = mf__cu_xl_dscore(mf__cu_xl_score(qs + ii * lk, us, ks + jl * lk, rs + dd * lk, ss[dd], dk, a.scale),
-                                         lq[ii], gs + ii * lv, vs + jl * lv, dv, dq[ii], a.scale, &pr);
+                    d = mf__cu_xl_dscore(a, bh, i0 + ii, jlo + jl,
+                                         mf__cu_xl_score(qs + ii * lk, us, ks + jl * lk, rs + dd * lk, ss[dd], dk, a.scale),
+                                         lq[ii], gs + ii * lv, vs + jl * lv, dq[ii], &pr);
                 dt[dd * BQ + ii] = d;
                 sacc += d;
             }
@@ -1786,13 +1824,14 @@ static __global__ void mf__k_xl_bwd_du(float *du, const float *dup, int B, int H
 }
 
 /* ---- host wrappers ---- */
-static mf__cu_xl_args mf__cu_xl_args_of(const mf_tensor *out) {
+static mf__cu_xl_args mf__cu_xl_args_of(const mf_ctx *ctx, const mf_tensor *out) {
     mf__cu_xl_args a;
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     a.q = Q->data; a.k = K->data; a.v = V->data; a.u = out->src[3]->data; a.R = out->src[4]->data; a.S = out->src[5]->data;
     a.go = out->grad; a.lse = out->saved; a.D = NULL;
     a.H = Q->shape[1]; a.Tq = Q->shape[2]; a.Tk = K->shape[2]; a.dk = Q->shape[3]; a.dv = V->shape[3];
     a.P = out->src[4]->shape[0] / 2; a.scale = out->farg[MF__FARG_ATTN_SCALE];
+    a.drop = mf__attn_drop_of(ctx, out);
     return a;
 }
 /* `floats` of dynamic shared memory for one of the kernels (mf__cu_smem, the head sizes in the message) */
@@ -1803,7 +1842,7 @@ template <class K> static int mf__cu_xl_smem(mf_ctx *ctx, K kernel, size_t float
                        "use smaller heads (more heads of the same d_model)");
 }
 static int mf__cu_rel_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__cu_xl_args a = mf__cu_xl_args_of(out);
+    mf__cu_xl_args a = mf__cu_xl_args_of(ctx, out);
     long long BH = (long long)out->src[0]->shape[0] * a.H, nqt = (a.Tq + MF__XL_BQ - 1) / MF__XL_BQ;
     size_t lk = (size_t)(a.dk | 1), lv = (size_t)(a.dv | 1);
     size_t smem = (MF__XL_BQ + MF__XL_BK) * lk + a.dk + MF__XL_BK * lv + (size_t)MF__XL_BQ * a.dv +
@@ -1814,7 +1853,7 @@ static int mf__cu_rel_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
                       out->data, out->saved);
 }
 static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__cu_xl_args a = mf__cu_xl_args_of(out);
+    mf__cu_xl_args a = mf__cu_xl_args_of(ctx, out);
     int B = out->src[0]->shape[0];
     long long BH = (long long)B * a.H, nqt = (a.Tq + MF__XL_BQ - 1) / MF__XL_BQ, nkt = (a.Tk + MF__XL_BK - 1) / MF__XL_BK;
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gu = mf__g(out->src[3]);
@@ -2574,7 +2613,17 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
 
 /* the attention's view of one call: heads, head size, memory slots, table rows; key/value (b, h, j)
    at b sb + h sh + j sj; slot j reads table row P - n + j; dr / ds rows (rb + j) */
-typedef struct { int H, d, n, P, rb; long long sb, sh, sj; float scale; } mf__cu_fba;
+typedef struct {
+    int H, d, n, P, rb;
+    long long sb, sh, sj;
+    float scale;
+    mf__attn_drop drop;     /* probability dropout: a_j of (b, h) is element dbase + (b H + h) dld + j */
+    long long dbase, dld;   /* of drop's stream (mf__fb_attn's numbering on the CPU) */
+} mf__cu_fba;
+/* the dropped a_j of row bh = b H + h */
+static __device__ float mf__cu_fba_drop(const mf__cu_fba &a, int bh, int j, float p) {
+    return mf__drop_keep_at(a.drop.key, (uint64_t)(a.dbase + (long long)bh * a.dld + j), a.drop.p) ? p * a.drop.s : 0.0f;
+}
 
 /* scale ((q + u) . k_j + q . r_j + s_j) of slot j (qu = q + u, qq = q in shared memory) */
 static __device__ float mf__cu_fba_score(const float *qu, const float *qq, const float *kj, const float *rj, float sj,
@@ -2618,7 +2667,10 @@ static __global__ void mf__k_fba_fwd(const float *q, const float *u, const float
     mx = mf__cu_bred(mx, sh, 1);
     for (j = threadIdx.x; j < a.n; j += blockDim.x) { float e = expf(p[j] - mx); p[j] = e; l += e; }
     l = mf__cu_bred(l, sh, 0);
-    for (j = threadIdx.x; j < a.n; j += blockDim.x) p[j] /= l; /* as the CPU: normalised, then summed */
+    for (j = threadIdx.x; j < a.n; j += blockDim.x) { /* as the CPU: normalised, dropped, then summed */
+        p[j] /= l;
+        if (a.drop.p > 0.0f) p[j] = mf__cu_fba_drop(a, bh, j, p[j]);
+    }
     __syncthreads();
     for (c = threadIdx.x; c < a.d; c += blockDim.x) {
         float acc = 0;
@@ -2628,7 +2680,7 @@ static __global__ void mf__k_fba_fwd(const float *q, const float *u, const float
     if (threadIdx.x == 0) lse[bh] = mx + logf(l);
 }
 /* backward, one block per (b, h): a_j from the lse, g_j = scale a_j (dout . v_j - dout . o) into
-   G [bh][n] and a_j into Pr [bh][n] (for the dk / dv / dr / ds kernels); dq += sum_j g_j k_j, then
+   G [bh][n] and a_j (dropped, with dropout) into Pr [bh][n] (for the dk / dv / dr / ds kernels); dq += sum_j g_j k_j, then
    += sum_j g_j r_j (the CPU's order); kg [bh][d] = sum_j g_j k_j (for du; may be NULL).
    shared: q [d], q + u [d], dout [d], g [n] */
 static __global__ void mf__k_fba_bwd_row(const float *q, const float *u, const float *k, const float *v, const float *r,
@@ -2647,7 +2699,11 @@ static __global__ void mf__k_fba_bwd_row(const float *q, const float *u, const f
         float pj = expf(mf__cu_fba_score(qu, qq, k + base + j * a.sj, r + ((r0 + j) * a.H + h) * a.d,
                                          s[(r0 + j) * a.H + h], a.d, a.scale) - L), dp = 0;
         for (c = 0; c < a.d; c++) dp += go[c] * vj[c];
-        g[j] = a.scale * pj * (dp - Dd);
+        if (a.drop.p > 0.0f) { /* a~_j weights v_j: g_j = scale (a~_j dp - a_j D) */
+            float pd = mf__cu_fba_drop(a, bh, j, pj);
+            g[j] = a.scale * (pd * dp - pj * Dd);
+            pj = pd;
+        } else g[j] = a.scale * pj * (dp - Dd);
         G[(long long)bh * a.n + j] = g[j];
         Pr[(long long)bh * a.n + j] = pj;
     }
@@ -2732,9 +2788,10 @@ static int mf__cu_fba_run(mf_ctx *ctx, const char *op, const mf__cu_fba *a, int 
 
 /* ---- the feedback_attention op: q [B, H, dk], k, v [B, H, n, dk], u [H, dk], r [P, H, dk], s [P, H];
    saved: lse [B H] */
-static mf__cu_fba mf__cu_fba_op_view(const mf_tensor *out) {
+static mf__cu_fba mf__cu_fba_op_view(const mf_ctx *ctx, const mf_tensor *out) {
     const mf_tensor *q = out->src[0], *k = out->src[1];
     mf__cu_fba a;
+    a.drop = mf__attn_drop_of(ctx, out); a.dbase = 0; a.dld = k->shape[2];
     a.H = q->shape[1]; a.d = q->shape[2]; a.n = k->shape[2]; a.P = out->src[4]->shape[0]; a.rb = a.P - a.n;
     a.sj = a.d; a.sh = (long long)a.n * a.d; a.sb = a.sh * a.H; a.scale = out->farg[MF__FARG_ATTN_SCALE];
     return a;
@@ -2745,7 +2802,7 @@ static void mf__cu_fba_op_io(const mf_tensor *out, mf__cu_fba_io *x) {
     x->r = out->src[4]->data; x->s = out->src[5]->data; x->o = out->data; x->lse = out->saved;
 }
 static int mf__cu_fba_fwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__cu_fba a = mf__cu_fba_op_view(out);
+    mf__cu_fba a = mf__cu_fba_op_view(ctx, out);
     mf__cu_fba_io x;
     int B = out->shape[0];
     if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)B * a.H * sizeof(float)))) return -1;
@@ -2753,7 +2810,7 @@ static int mf__cu_fba_fwd(mf_ctx *ctx, mf_tensor *out) {
     return mf__cu_fba_run(ctx, "feedback_attention", &a, B, &x, 0);
 }
 static int mf__cu_fba_bwd(mf_ctx *ctx, mf_tensor *out) {
-    mf__cu_fba a = mf__cu_fba_op_view(out);
+    mf__cu_fba a = mf__cu_fba_op_view(ctx, out);
     mf__cu_fba_io x;
     int B = out->shape[0];
     size_t rows = (size_t)B * a.H;
@@ -2852,11 +2909,13 @@ static int mf__cu_fb_drop(mf_ctx *ctx, const char *op, const mf__fb_fwd *f, int 
                       (unsigned long long)f->stream, (long long)mf__fb_drop_base(f, site, l, t));
 }
 /* the attention view of layer l at a step with n slots (the stack [nblk][cap][B][D]) */
-static mf__cu_fba mf__cu_fb_view(const mf__fb_fwd *f, int n) {
+static mf__cu_fba mf__cu_fb_view(const mf__fb_fwd *f, int l, int n) {
     const mf_model_config *c = &f->m->cfg;
     mf__cu_fba a;
     a.H = c->n_heads; a.d = c->d_model / c->n_heads; a.n = n; a.P = MF__FB_P; a.rb = f->T - n;
     a.sb = c->d_model; a.sh = a.d; a.sj = (long long)f->B * c->d_model; a.scale = 1.0f / sqrtf((float)a.d);
+    a.drop = f->adrop; a.dld = f->nr; /* mf__fb_layer_attn's numbering */
+    a.dbase = ((long long)l * f->T + (n - f->pos0)) * f->B * a.H * f->nr;
     return a;
 }
 static float *mf__cu_fb_slot(const mf__fb_fwd *f, float *stack, int blk, int n) {
@@ -2876,7 +2935,7 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
         if (n > 0) { /* x = x + drop(out(attention(q = LN_att(x) Wq^T, memory))) */
             float *z = MF__FB_AT(f, f->z, l, t, D), *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D);
             int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
-            mf__cu_fba a = mf__cu_fb_view(f, n);
+            mf__cu_fba a = mf__cu_fb_view(f, l, n);
             mf__cu_fba_io io;
             memset(&io, 0, sizeof io);
             io.q = q; io.u = A->rel_u->data; io.r = A->rel_r->data; io.s = A->rel_s->data;
@@ -2989,7 +3048,7 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
         if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
             float *ao = MF__FB_AT(f, g->ao, l, t, D), *dq = MF__FB_AT(f, g->q, l, t, D), *dln1 = MF__FB_AT(f, g->ln1, l, t, D);
             int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
-            mf__cu_fba a = mf__cu_fb_view(f, t);
+            mf__cu_fba a = mf__cu_fb_view(f, l, t);
             mf__cu_fba_io io;
             memset(&io, 0, sizeof io);
             io.q = MF__FB_AT(f, f->q, l, t, D); io.u = A->rel_u->data; io.r = A->rel_r->data; io.s = A->rel_s->data;

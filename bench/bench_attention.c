@@ -50,7 +50,7 @@ static void run(int fused, int threads, int cuda, double *fwd, double *total, si
         mf_tensor *o, *loss;
         sync_device();
         t0 = mf_time();
-        o = fused ? mf_attention(ctx, q, k, v, scale, 1)
+        o = fused ? mf_attention(ctx, q, k, v, scale, 1, 0.0f)
                   : mf_matmul(ctx, mf_softmax(ctx, mf_scale(ctx, mf_matmul(ctx, q, k, 0, 1), scale), 1), v, 0, 0);
         sync_device();
         t1 = mf_time();

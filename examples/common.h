@@ -509,11 +509,11 @@ EX_FN void loader_open(mf_loader *L, mf_tokens *s, int sequential, int B, int T,
 typedef struct model_settings {
     const char *mixer, *pos, *act, *feature;
     int d_model, heads, layers, d_ff, seq_len, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu, chunk;
-    float dropout;
+    float dropout, attn_dropout;
     int clone_layers, attn_bias;
     const char *block;
 } model_settings;
-#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f, 0, 1, "pre_norm"}
+#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f, 0.0f, 0, 1, "pre_norm"}
 
 /* the choices of the name options: the library's names (model_choices fills them in) */
 EX_VAR char MIXERS[256], POSITIONS[64], ACTIVATIONS[64], FEATURES[64], BLOCKS[64];
@@ -547,13 +547,14 @@ EX_FN void model_choices(void) {
     {"dropout", OPT_FLOAT, &M.dropout, SAVED, 0, NULL, "dropout probability"}, \
     {"clone-layers", OPT_FLAG, &M.clone_layers, SAVED, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"}, \
     {"attn-bias", OPT_INT, &M.attn_bias, SAVED, 0, NULL, "sdpa: biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it"}, \
-    {"block", OPT_TEXT, &M.block, SAVED, 0, BLOCKS, "block layout (stream_norm: the NLP MetaFormer sorter's, docs/math.md §19.2)"},
+    {"block", OPT_TEXT, &M.block, SAVED, 0, BLOCKS, "block layout (stream_norm: the NLP MetaFormer sorter's, docs/math.md §19.2)"}, \
+    {"attn-dropout", OPT_FLOAT, &M.attn_dropout, SAVED, 0, NULL, "sdpa, metric, quadratic, relative, feedback*: dropout on the attention probabilities"},
 
 /* the library's config of the settings, with a vocabulary of V ids */
 EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     mf_model_config cfg = mf_model_config_default();
     cfg.vocab = V; cfg.d_model = M->d_model; cfg.n_heads = M->heads; cfg.n_layers = M->layers; cfg.d_ff = M->d_ff;
-    cfg.max_seq = M->seq_len; cfg.dropout = M->dropout;
+    cfg.max_seq = M->seq_len; cfg.dropout = M->dropout; cfg.attn_dropout = M->attn_dropout;
     cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(M->mixer);
     cfg.pos = (mf_pos_kind)mf_pos_from_name(M->pos);
     cfg.ffn_act = (mf_act_kind)mf_act_from_name(M->act);
@@ -576,7 +577,7 @@ EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
     static const struct { const char *field, *option; } SET_BY[] = {
         {"mem_len", "mem-len"}, {"compressive", "compressive"}, {"c_mem_len", "c-mem-len"},
         {"compression_rate", "compression-rate"}, {"dpfp_nu", "dpfp-nu"}, {"linear_feature", "feature"},
-        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}};
+        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}, {"attn_dropout", "attn-dropout"}};
     if (mf_model_check(ctx, cfg) == 0) return;
     const char *msg = mf_error(ctx), *at = strstr(msg, "model config: ");
     for (size_t i = 0; at && i < sizeof SET_BY / sizeof SET_BY[0]; i++) {

@@ -88,12 +88,16 @@ static mf_tensor *ex_conv1d(mf_ctx *c, mf_tensor **x) { return mf_conv1d(c, x[0]
 static mf_tensor *ex_avg_pool(mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 3, 1); }
 static mf_tensor *ex_avg_pool_centred(mf_ctx *c, mf_tensor **x) { return mf_avg_pool_seq(c, x[0], 5, 0); }
 static mf_tensor *ex_avg_pool_sub(mf_ctx *c, mf_tensor **x) { return mf__avg_pool_sub(c, x[0], 3, 1); }
-static mf_tensor *ex_attention(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.45f, 1); }
-static mf_tensor *ex_attention_full(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 0); }
+static mf_tensor *ex_attention(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.45f, 1, 0.0f); }
+static mf_tensor *ex_attention_full(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 0, 0.0f); }
+static mf_tensor *ex_attention_drop(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.45f, 1, 0.3f); }
 static mf_tensor *ex_elu1(mf_ctx *c, mf_tensor **x) { return mf_elu1(c, x[0]); }
 #ifndef METAFORMER_NO_XL
 static mf_tensor *ex_rel_attention(mf_ctx *c, mf_tensor **x) {
-    return mf_rel_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f);
+    return mf_rel_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f, 0.0f);
+}
+static mf_tensor *ex_rel_attention_drop(mf_ctx *c, mf_tensor **x) {
+    return mf_rel_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f, 0.3f);
 }
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
@@ -111,19 +115,23 @@ static mf_tensor *ex_linear_attention_plain_chunk(mf_ctx *c, mf_tensor **x) {
 #endif
 #ifndef METAFORMER_NO_FEEDBACK
 static mf_tensor *ex_feedback_attention(mf_ctx *c, mf_tensor **x) {
-    return mf_feedback_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f);
+    return mf_feedback_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f, 0.0f);
+}
+static mf_tensor *ex_feedback_attention_drop(mf_ctx *c, mf_tensor **x) {
+    return mf_feedback_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f, 0.3f);
 }
 /* the whole recurrence of a small model (its parameters besides the input x [B, T, D]) */
-static mf_tensor *ex_feedback_model(mf_ctx *c, mf_tensor **x, mf_mixer_kind mixer) {
+static mf_tensor *ex_feedback_model(mf_ctx *c, mf_tensor **x, mf_mixer_kind mixer, float attn_dropout) {
     mf_model_config cfg = mf_model_config_default();
     cfg.vocab = 7; cfg.d_model = 8; cfg.n_heads = 2; cfg.n_layers = 2; cfg.d_ff = 12; cfg.max_seq = 6;
-    cfg.mixer = mixer; cfg.ffn_act = MF_ACT_GELU; cfg.dropout = 0.0f;
+    cfg.mixer = mixer; cfg.ffn_act = MF_ACT_GELU; cfg.dropout = 0.0f; cfg.attn_dropout = attn_dropout;
     ex_cleanup();
     if (!(ex_model = mf_model_new(c, &cfg))) return NULL;
     return mf__fb_run(ex_model, x[0], 0, 0);
 }
-static mf_tensor *ex_feedback(mf_ctx *c, mf_tensor **x) { return ex_feedback_model(c, x, MF_MIXER_FEEDBACK); }
-static mf_tensor *ex_feedback_kv(mf_ctx *c, mf_tensor **x) { return ex_feedback_model(c, x, MF_MIXER_FEEDBACK_KV); }
+static mf_tensor *ex_feedback(mf_ctx *c, mf_tensor **x) { return ex_feedback_model(c, x, MF_MIXER_FEEDBACK, 0.0f); }
+static mf_tensor *ex_feedback_kv(mf_ctx *c, mf_tensor **x) { return ex_feedback_model(c, x, MF_MIXER_FEEDBACK_KV, 0.0f); }
+static mf_tensor *ex_feedback_drop(mf_ctx *c, mf_tensor **x) { return ex_feedback_model(c, x, MF_MIXER_FEEDBACK, 0.3f); }
 #endif
 
 #define EXN {0, {0, 0, 0, 0}}
@@ -180,10 +188,14 @@ static const op_example EXAMPLES[] = {
     {"avg_pool_sub", "causal", 1, EX_IN1(EX3(2, 9, 5)), -1, 1, ex_avg_pool_sub},
     {"attention", "causal, Tk > Tq", 3, EX_IN3(EX4(2, 2, 5, 4), EX4(2, 2, 7, 4), EX4(2, 2, 7, 3)), -1, 1, ex_attention},
     {"attention", "full", 3, EX_IN3(EX4(1, 2, 6, 5), EX4(1, 2, 4, 5), EX4(1, 2, 4, 5)), -1, 1, ex_attention_full},
+    {"attention", "causal, probability dropout 0.3", 3, EX_IN3(EX4(2, 2, 5, 4), EX4(2, 2, 7, 4), EX4(2, 2, 7, 3)), -1, 1,
+     ex_attention_drop},
     {"elu1", "", 1, EX_IN1(EX2(5, 7)), -2, 2, ex_elu1},
 #ifndef METAFORMER_NO_XL
     {"rel_attention", "memory", 6, EX_IN6(EX4(2, 2, 4, 3), EX4(2, 2, 6, 3), EX4(2, 2, 6, 3), EX2(2, 3), EX3(14, 2, 3),
                                          EX2(14, 2)), -1, 1, ex_rel_attention},
+    {"rel_attention", "memory, probability dropout 0.3", 6, EX_IN6(EX4(2, 2, 4, 3), EX4(2, 2, 6, 3), EX4(2, 2, 6, 3),
+                                         EX2(2, 3), EX3(14, 2, 3), EX2(14, 2)), -1, 1, ex_rel_attention_drop},
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
     {"dpfp", "", 1, EX_IN1(EX3(2, 3, 4)), -1, 1, ex_dpfp},
@@ -202,8 +214,11 @@ static const op_example EXAMPLES[] = {
 #ifndef METAFORMER_NO_FEEDBACK
     {"feedback_attention", "", 6, EX_IN6(EX3(2, 2, 3), EX4(2, 2, 4, 3), EX4(2, 2, 4, 3), EX2(2, 3), EX3(5, 2, 3), EX2(5, 2)),
      -1, 1, ex_feedback_attention},
+    {"feedback_attention", "probability dropout 0.3", 6, EX_IN6(EX3(2, 2, 3), EX4(2, 2, 4, 3), EX4(2, 2, 4, 3), EX2(2, 3),
+                                                            EX3(5, 2, 3), EX2(5, 2)), -1, 1, ex_feedback_attention_drop},
     {"feedback", "per-layer k, v", 1, EX_IN1(EX3(2, 5, 8)), -1, 1, ex_feedback},
     {"feedback", "shared k, v", 1, EX_IN1(EX3(2, 5, 8)), -1, 1, ex_feedback_kv},
+    {"feedback", "per-layer k, v, probability dropout 0.3", 1, EX_IN1(EX3(2, 5, 8)), -1, 1, ex_feedback_drop},
 #endif
 };
 #define N_EXAMPLES ((int)(sizeof EXAMPLES / sizeof EXAMPLES[0]))

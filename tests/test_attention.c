@@ -25,7 +25,7 @@ static at_io at_build(mf_ctx *ctx, at_case c, int fused, const float *R) {
     } else {
         io.k = mf_param_find(ctx, "k"); io.v = mf_param_find(ctx, "v");
     }
-    if (fused) io.out = mf_attention(ctx, io.q, io.k, io.v, scale, c.causal);
+    if (fused) io.out = mf_attention(ctx, io.q, io.k, io.v, scale, c.causal, 0.0f);
     else
         io.out = mf_matmul(ctx, mf_softmax(ctx, mf_scale(ctx, mf_matmul(ctx, io.q, io.k, 0, 1), scale), c.causal),
                            io.v, 0, 0);
@@ -245,21 +245,21 @@ static void test_shape_errors(void) {
     int s4[4] = {2, 3, 5, 8}, s4b[4] = {2, 4, 5, 8}, s4k[4] = {2, 3, 6, 8}, s4d[4] = {2, 3, 5, 7}, s3[3] = {6, 5, 8};
     mf_tensor *q = mf_new(ctx, 4, s4), *bad_h = mf_new(ctx, 4, s4b), *k6 = mf_new(ctx, 4, s4k);
     mf_tensor *d7 = mf_new(ctx, 4, s4d), *x3 = mf_new(ctx, 3, s3), *ok;
-    MFT_CHECK(mf_attention(ctx, x3, q, q, 1, 0) == NULL && strstr(mf_error(ctx), "4-D"));
+    MFT_CHECK(mf_attention(ctx, x3, q, q, 1, 0, 0.0f) == NULL && strstr(mf_error(ctx), "4-D"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_attention(ctx, q, bad_h, bad_h, 1, 0) == NULL && strstr(mf_error(ctx), "head"));
+    MFT_CHECK(mf_attention(ctx, q, bad_h, bad_h, 1, 0, 0.0f) == NULL && strstr(mf_error(ctx), "head"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_attention(ctx, q, q, k6, 1, 0) == NULL && strstr(mf_error(ctx), "keys"));
+    MFT_CHECK(mf_attention(ctx, q, q, k6, 1, 0, 0.0f) == NULL && strstr(mf_error(ctx), "keys"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_attention(ctx, q, d7, d7, 1, 0) == NULL && strstr(mf_error(ctx), "dk"));
+    MFT_CHECK(mf_attention(ctx, q, d7, d7, 1, 0, 0.0f) == NULL && strstr(mf_error(ctx), "dk"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_attention(ctx, q, q, q, NAN, 0) == NULL && strstr(mf_error(ctx), "scale"));
+    MFT_CHECK(mf_attention(ctx, q, q, q, NAN, 0, 0.0f) == NULL && strstr(mf_error(ctx), "scale"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_attention(ctx, q, q, q, INFINITY, 0) == NULL && strstr(mf_error(ctx), "scale"));
+    MFT_CHECK(mf_attention(ctx, q, q, q, INFINITY, 0, 0.0f) == NULL && strstr(mf_error(ctx), "scale"));
     mf_clear_error(ctx);
-    MFT_CHECK(mf_attention(ctx, q, NULL, q, 1, 0) == NULL && strstr(mf_error(ctx), "attention"));
+    MFT_CHECK(mf_attention(ctx, q, NULL, q, 1, 0, 0.0f) == NULL && strstr(mf_error(ctx), "attention"));
     mf_clear_error(ctx);
-    ok = mf_attention(ctx, q, k6, k6, 0.5f, 1); /* dv may differ from dk; Tk from Tq */
+    ok = mf_attention(ctx, q, k6, k6, 0.5f, 1, 0.0f); /* dv may differ from dk; Tk from Tq */
     MFT_CHECK(ok && ok->ndim == 4 && ok->shape[2] == 5 && ok->shape[3] == 8);
     mf_ctx_free(ctx);
 }

@@ -109,17 +109,17 @@ static const Case CASES[] = {
     {"avg_pool_sub causal", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf__avg_pool_sub(c, x[0], 3, 1); }, -1, 1},
     {"avg_pool_sub centred", 1, {S3(2, 9, 5), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) { return mf__avg_pool_sub(c, x[0], 5, 0); }, -1, 1},
     {"attention causal", 3, {S4(2, 2, 9, 5), S4(2, 2, 9, 5), S4(2, 2, 9, 5), NOS}, [](mf_ctx *c, mf_tensor **x) {
-        return mf_attention(c, x[0], x[1], x[2], 0.45f, 1); }, -1, 1},
+        return mf_attention(c, x[0], x[1], x[2], 0.45f, 1, 0.0f); }, -1, 1},
     {"attention causal memory (Tk > Tq), dv != dk", 3, {S4(1, 3, 5, 4), S4(1, 3, 11, 4), S4(1, 3, 11, 6), NOS}, [](mf_ctx *c, mf_tensor **x) {
-        return mf_attention(c, x[0], x[1], x[2], 0.5f, 1); }, -1, 1},
+        return mf_attention(c, x[0], x[1], x[2], 0.5f, 1, 0.0f); }, -1, 1},
     {"attention causal Tq > Tk (rows without keys)", 3, {S4(1, 2, 7, 3), S4(1, 2, 4, 3), S4(1, 2, 4, 3), NOS}, [](mf_ctx *c, mf_tensor **x) {
-        return mf_attention(c, x[0], x[1], x[2], 0.7f, 1); }, -1, 1},
+        return mf_attention(c, x[0], x[1], x[2], 0.7f, 1, 0.0f); }, -1, 1},
     {"attention full", 3, {S4(2, 1, 6, 5), S4(2, 1, 13, 5), S4(2, 1, 13, 5), NOS}, [](mf_ctx *c, mf_tensor **x) {
-        return mf_attention(c, x[0], x[1], x[2], 0.45f, 0); }, -1, 1},
+        return mf_attention(c, x[0], x[1], x[2], 0.45f, 0, 0.0f); }, -1, 1},
     {"attention long row (> block)", 3, {S4(1, 1, 3, 4), S4(1, 1, MFT_SMALL ? 150 : 300, 4), S4(1, 1, MFT_SMALL ? 150 : 300, 4), NOS},
-     [](mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 1); }, -1, 1},
+     [](mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 1, 0.0f); }, -1, 1},
     {"attention self (q = k = v)", 1, {S4(1, 2, 7, 4), NOS, NOS, NOS}, [](mf_ctx *c, mf_tensor **x) {
-        return mf_attention(c, x[0], x[0], x[0], 0.5f, 1); }, -1, 1},
+        return mf_attention(c, x[0], x[0], x[0], 0.5f, 1, 0.0f); }, -1, 1},
 };
 
 static void test_ops(void) {
@@ -225,7 +225,7 @@ static void test_attention_head_too_wide(void) {
     int sh[4] = {1, 1, 2, 4096};
     mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
     mf_tensor *q = mf_new(ctx, 4, sh);
-    MFT_CHECK(mf_attention(ctx, q, q, q, 1.0f, 0) == NULL);
+    MFT_CHECK(mf_attention(ctx, q, q, q, 1.0f, 0, 0.0f) == NULL);
     MFT_CHECK(strstr(mf_error(ctx), "attention") != NULL && strstr(mf_error(ctx), "shared memory") != NULL);
     mf_ctx_free(ctx);
 }

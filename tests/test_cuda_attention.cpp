@@ -45,7 +45,7 @@ static OpRun run_case(const Case &c, int cuda) {
     }
     if (c.self_attn) in[1] = in[2] = in[0];
     for (int i = 0; i < n_in; i++) watch.push_back((c.grads >> i) & 1 ? in[i] : NULL);
-    return op_run_finish(ctx, mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal), watch, 777);
+    return op_run_finish(ctx, mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal, 0.0f), watch, 777);
 }
 /* worst relative error of the output and the gradients; -1 when the run failed */
 static double compare(const Case &c, const OpRun &gpu, const OpRun &cpu, const char *what, double tol, double floor) {
@@ -165,13 +165,13 @@ static void test_errors(void) {
     int sq[4] = {1, 1, 3, 4}, sk[4] = {1, 1, 5, 3}, wide[4] = {1, 1, 2, 4096};
     MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
     /* bad shapes: the op's own message, on the device as on the CPU */
-    MFT_CHECK(mf_attention(ctx, mf_new(ctx, 4, sq), mf_new(ctx, 4, sk), mf_new(ctx, 4, sk), 0.5f, 1) == NULL);
+    MFT_CHECK(mf_attention(ctx, mf_new(ctx, 4, sq), mf_new(ctx, 4, sk), mf_new(ctx, 4, sk), 0.5f, 1, 0.0f) == NULL);
     MFT_CHECK(strstr(mf_error(ctx), "head sizes dk") != NULL);
     mf_clear_error(ctx);
     mf_reset(ctx);
     /* a head too wide for shared memory: a clear error naming the sizes, no launch */
     mf_tensor *q = mf_new(ctx, 4, wide);
-    MFT_CHECK(mf_attention(ctx, q, q, q, 1.0f, 0) == NULL);
+    MFT_CHECK(mf_attention(ctx, q, q, q, 1.0f, 0, 0.0f) == NULL);
     MFT_CHECK(strstr(mf_error(ctx), "dk = 4096") != NULL && strstr(mf_error(ctx), "shared memory") != NULL);
     mf_ctx_free(ctx);
 }

@@ -30,7 +30,7 @@ static OpRun run_fba(const Fba &c, int cuda) {
         in[i] = mf_param(ctx, nm, nd[i], sh[i]);
         if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 2000 + (uint64_t)i, -1.5f, 1.5f).data());
     }
-    return op_run_finish(ctx, mf_feedback_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.d)),
+    return op_run_finish(ctx, mf_feedback_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.d), 0.0f),
                          std::vector<mf_tensor *>(in, in + 6));
 }
 static void check_fba(const Fba &c) {

@@ -27,7 +27,7 @@ static OpRun rel_run(const RelCase &c, int cuda) {
         in[i] = mf_param(ctx, REL_NAMES[i], nd[i], sh[i]);
         if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 100 + (uint64_t)i, -amp[i], amp[i]).data());
     }
-    return op_run_finish(ctx, mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.dk)),
+    return op_run_finish(ctx, mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.dk), 0.0f),
                          std::vector<mf_tensor *>(in, in + 6));
 }
 /* table rows other than the visible P - Tk + 1 .. P must have exactly zero gradient */
@@ -87,7 +87,7 @@ static void test_rel_attention_too_big(void) {
     int sq[4] = {1, 1, 2, 2048}, su[2] = {1, 2048}, sr[3] = {4, 1, 2048}, ss[2] = {4, 1};
     mf_ctx_set_device(ctx, MF_DEVICE_CUDA);
     mf_tensor *q = mf_new(ctx, 4, sq), *u = mf_new(ctx, 2, su), *R = mf_new(ctx, 3, sr), *S = mf_new(ctx, 2, ss);
-    MFT_CHECK(mf_rel_attention(ctx, q, q, q, u, R, S, 1.0f) == NULL);
+    MFT_CHECK(mf_rel_attention(ctx, q, q, q, u, R, S, 1.0f, 0.0f) == NULL);
     MFT_CHECK(strstr(mf_error(ctx), "rel_attention") && strstr(mf_error(ctx), "shared memory"));
     mf_ctx_free(ctx);
 }

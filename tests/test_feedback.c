@@ -39,7 +39,7 @@ static void check_attention_reference(int B, int H, int d, int n, int P) {
     for (i = 0; i < 6; i++) { buf[i] = (float *)malloc((size_t)sizes[i] * sizeof(float)); fill(&s, buf[i], sizes[i], -1.5f, 1.5f); }
     t[0] = mf_from(ctx, 3, sq, buf[0]); t[1] = mf_from(ctx, 4, sk, buf[1]); t[2] = mf_from(ctx, 4, sk, buf[2]);
     t[3] = mf_from(ctx, 2, su, buf[3]); t[4] = mf_from(ctx, 3, sr, buf[4]); t[5] = mf_from(ctx, 2, ss, buf[5]);
-    out = mf_feedback_attention(ctx, t[0], t[1], t[2], t[3], t[4], t[5], 0.37f);
+    out = mf_feedback_attention(ctx, t[0], t[1], t[2], t[3], t[4], t[5], 0.37f, 0.0f);
     MFT_CHECK(out != NULL && out->ndim == 3 && out->shape[2] == d);
     for (b = 0; out && b < B; b++)
         for (h = 0; h < H; h++) {
@@ -76,7 +76,7 @@ static void test_attention_matches_reference(void) {
 static int fba_n;
 static mf_tensor *build_fba(mf_ctx *ctx, mf_tensor **in, void *user) {
     (void)user;
-    return mf_feedback_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)in[0]->shape[2]));
+    return mf_feedback_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)in[0]->shape[2]), 0.0f);
 }
 static void check_attention_grad(int B, int H, int d, int n, int P) {
     gc_spec s[6];
@@ -420,13 +420,13 @@ static void test_bad_input(void) {
         int sq[3] = {1, 2, 4}, sk[4] = {1, 2, 5, 4}, su[2] = {2, 4}, sr[3] = {4, 2, 4}, ss[2] = {4, 2};
         mf_tensor *q = mf_new(ctx, 3, sq), *kk = mf_new(ctx, 4, sk), *u = mf_new(ctx, 2, su), *r = mf_new(ctx, 3, sr);
         mf_tensor *s = mf_new(ctx, 2, ss);
-        MFT_CHECK(mf_feedback_attention(ctx, q, kk, kk, u, r, s, 0.5f) == NULL); /* 5 slots > P = 4 */
+        MFT_CHECK(mf_feedback_attention(ctx, q, kk, kk, u, r, s, 0.5f, 0.0f) == NULL); /* 5 slots > P = 4 */
         expect_error(ctx, "n must be <= P");
         mf_ctx_free(ctx);
         ctx = mf_ctx_new(1);
         sk[2] = 3;
         q = mf_new(ctx, 3, sq); kk = mf_new(ctx, 4, sk); r = mf_new(ctx, 3, sr); s = mf_new(ctx, 2, ss);
-        MFT_CHECK(mf_feedback_attention(ctx, q, kk, kk, r, r, s, 0.5f) == NULL); /* u with the shape of r */
+        MFT_CHECK(mf_feedback_attention(ctx, q, kk, kk, r, r, s, 0.5f, 0.0f) == NULL); /* u with the shape of r */
         expect_error(ctx, "[H, dk], [P, H, dk], [P, H]");
         mf_ctx_free(ctx);
     }

@@ -3,7 +3,8 @@
 # --list-mixers, names from mf_mixer_name) and the compressive transformer, N steps uninterrupted
 # against K steps with --save + --stop-after, then --resume for the rest: every training loss and
 # every validation loss after K must be the same, and the two final checkpoints (weights, moments,
-# memories, RNG and loader positions) identical byte for byte, with dropout on (the RNG counts).
+# memories, RNG and loader positions) identical byte for byte, with dropout on (the RNG counts; sdpa
+# and relative once more with attention-probability dropout, which draws from the RNG too).
 # The memory models need their memories in the checkpoint (mf_model_save): a checkpoint without them
 # (an older one, made here by renaming its "mf.state" key) must still resume, say that the memories
 # start empty, and then differ - which shows the comparison can fail. On the emulated CUDA device
@@ -45,7 +46,9 @@ run_pair() {
 models=0; exact=0
 while read -r mixer; do
     case $mixer in relative) variants=("relative|--mixer relative --mem-len 5"
-                                       "compressive|--mixer relative --compressive --mem-len 5 --c-mem-len 4 --compression-rate 2") ;;
+                                       "compressive|--mixer relative --compressive --mem-len 5 --c-mem-len 4 --compression-rate 2"
+                                       "relative_attn_dropout|--mixer relative --mem-len 5 --attn-dropout 0.2") ;;
+                   sdpa) variants=("sdpa|--mixer sdpa" "sdpa_attn_dropout|--mixer sdpa --attn-dropout 0.2") ;;
                    *) variants=("$mixer|--mixer $mixer") ;; esac
     for v in "${variants[@]}"; do
         name=${v%%|*}

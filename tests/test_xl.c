@@ -37,7 +37,7 @@ static ra_io ra_build(mf_ctx *ctx, ra_case c, const float *W) {
         io.k = mf_param_find(ctx, "k"); io.v = mf_param_find(ctx, "v"); io.u = mf_param_find(ctx, "u");
         io.R = mf_param_find(ctx, "R"); io.S = mf_param_find(ctx, "S");
     }
-    io.out = mf_rel_attention(ctx, io.q, io.k, io.v, io.u, io.R, io.S, 1.0f / sqrtf((float)c.dk));
+    io.out = mf_rel_attention(ctx, io.q, io.k, io.v, io.u, io.R, io.S, 1.0f / sqrtf((float)c.dk), 0.0f);
     io.loss = W ? mf_sum(ctx, mf_mul(ctx, io.out, mf_from(ctx, 4, so, W))) : NULL;
     return io;
 }
@@ -167,7 +167,7 @@ static void test_rel_matches_reference(void) {
 typedef struct { int P; } ra_user;
 static mf_tensor *ra_gc_build(mf_ctx *ctx, mf_tensor **in, void *user) {
     (void)user;
-    return mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)in[0]->shape[3]));
+    return mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)in[0]->shape[3]), 0.0f);
 }
 static void ra_gradcheck(const char *name, int B, int H, int Tq, int Tk, int dk, int dv, int P) {
     gc_spec s[6];
@@ -246,15 +246,15 @@ static void test_rel_shape_errors(void) {
     mf_tensor *q = mf_new(ctx, 4, sq), *k = mf_new(ctx, 4, sk), *k2 = mf_new(ctx, 4, sk2), *u = mf_new(ctx, 2, su);
     mf_tensor *ub = mf_new(ctx, 2, sub), *R = mf_new(ctx, 3, sr), *Rodd = mf_new(ctx, 3, srodd), *S = mf_new(ctx, 2, ss);
     mf_tensor *Sb = mf_new(ctx, 2, ssb), *Rs = mf_new(ctx, 3, srs), *Ss = mf_new(ctx, 2, sss), *ok;
-    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, ub, R, S, 0.5f), "u");
-    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, Rodd, S, 0.5f), "R");
-    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, R, Sb, 0.5f), "S");
-    expect_fail(ctx, mf_rel_attention(ctx, q, k2, k2, u, R, S, 0.5f), "Tk >= Tq");
-    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, Rs, Ss, 0.5f), "relative positions");
-    expect_fail(ctx, mf_rel_attention(ctx, q, k, NULL, u, R, S, 0.5f), "rel_attention");
-    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, R, NULL, 0.5f), "rel_attention");
-    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, R, S, NAN), "scale");
-    ok = mf_rel_attention(ctx, q, k, k, u, R, S, 0.5f);
+    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, ub, R, S, 0.5f, 0.0f), "u");
+    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, Rodd, S, 0.5f, 0.0f), "R");
+    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, R, Sb, 0.5f, 0.0f), "S");
+    expect_fail(ctx, mf_rel_attention(ctx, q, k2, k2, u, R, S, 0.5f, 0.0f), "Tk >= Tq");
+    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, Rs, Ss, 0.5f, 0.0f), "relative positions");
+    expect_fail(ctx, mf_rel_attention(ctx, q, k, NULL, u, R, S, 0.5f, 0.0f), "rel_attention");
+    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, R, NULL, 0.5f, 0.0f), "rel_attention");
+    expect_fail(ctx, mf_rel_attention(ctx, q, k, k, u, R, S, NAN, 0.0f), "scale");
+    ok = mf_rel_attention(ctx, q, k, k, u, R, S, 0.5f, 0.0f);
     MFT_CHECK(ok && ok->ndim == 4 && ok->shape[2] == 5 && ok->shape[3] == 4);
     mf_ctx_free(ctx);
 }
