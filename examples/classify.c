@@ -306,10 +306,13 @@ int main(int argc, char **argv) {
     EX_PARSED();
     if (S.load) {
         load_settings(given, &d, data_kind, sizeof data_kind, vocab, sizeof vocab);
-        if (file ? strcmp(data_kind, "bytes") != 0 && strcmp(data_kind, "chars") != 0 : strcmp(data_kind, S.task) != 0)
-            die("--load: \"%s\" was trained on %s%s; give %s", S.load, file ? "the generated task " : "",
-                data_kind, file || !strcmp(data_kind, "bytes") || !strcmp(data_kind, "chars") ? "a labelled text file" : "the same --task");
+        int text_model = strcmp(data_kind, "bytes") == 0 || strcmp(data_kind, "chars") == 0;
+        if (!file && text_model) die("--load: \"%s\" was trained on a labelled text file (%s tokens); give a labelled text file", S.load, data_kind);
+        if (file && !text_model) die("--load: \"%s\" was trained on the generated task %s; drop the text file", S.load, data_kind);
+        if (!file && given[find_option(OPTS, N_OPTS, "task")] && strcmp(data_kind, S.task) != 0)
+            die("--load: \"%s\" was trained on the generated task %s; give --task %s or drop --task", S.load, data_kind, data_kind);
         if (file) S.tokens = strcmp(data_kind, "chars") == 0 ? "chars" : "bytes";
+        else S.task = data_kind;
     }
     rng = 0x5eed0000ULL + (uint64_t)S.seed;
     if (file) {
