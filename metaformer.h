@@ -81,7 +81,8 @@
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
- *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation (no
+ *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation, the
+ *                   sequence-classification head (no
  *                   mixer of its own: each family of mixers plugs in through one descriptor)
  *   [mf:attention]  mixer family: sdpa, metric, quadratic (softmax attention, KV cache)
  *   [mf:pool]       mixer family: pool, identity
@@ -497,7 +498,7 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
    causal = 0 makes the mixers see the whole sequence (docs/math.md §20).
    The token mixer is interchangeable (docs/math.md §4, §9): */
 typedef enum mf_mixer_kind {
-    MF_MIXER_SDPA = 0,  /* causal multi-head attention; q, k, v, out Linear with bias (labml MHA) */
+    MF_MIXER_SDPA = 0,  /* multi-head attention (causal unless causal = 0); q, k, v, out Linear with bias (labml MHA) */
     MF_MIXER_METRIC,    /* per head p = x Wp, symmetric M (upper triangle), softmax(p M p^T / sqrt(dk)) p, E without bias */
     MF_MIXER_QUADRATIC, /* the same with an unconstrained M per head */
     MF_MIXER_POOL,      /* mean over a window of pool_size tokens minus x (count_include_pad = false) */
