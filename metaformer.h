@@ -559,8 +559,8 @@ typedef struct mf_model mf_model;
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
    GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; mem_len 0, not
    compressive, c_mem_len 0, compression_rate 2; dpfp_nu 1, DPFP features, chunk_size 0
-   (automatic); causal 1, n_classes 0 (a language model); vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
-   ffn_act = MF_ACT_RELU. */
+   (automatic); causal 1, n_classes 0 (a language model); vocab unset. The labml experiments of
+   the seeds use pos = MF_POS_NONE and ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
 /* Names <-> kinds: the one way to turn a name into a config value and back (command lines, files).
    Mixers: "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
@@ -5335,7 +5335,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
     if (!c->causal || c->n_classes > 0)
         return (mf__fail(ctx, "generate: the model is %s; generation needs a causal language model (causal = 1, "
                          "n_classes = 0)", c->n_classes > 0 ? "a sequence classifier (n_classes > 0)"
-                         : "non-causal (causal = 0: every position sees the later ones, which generation has not made yet)"), -1);
+                         : "non-causal (causal = 0: every position sees later ones, not generated yet)"), -1);
     use_cache = m->fam->gen_begin ? m->fam->gen_begin(m) : 1; /* the family's caches / state */
     if (use_cache < 0) return -1;
     hist = (int32_t *)mf__xmalloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
