@@ -81,7 +81,8 @@
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
- *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation (no
+ *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation, the
+ *                   sequence-classification head (no
  *                   mixer of its own: each family of mixers plugs in through one descriptor)
  *   [mf:attention]  mixer family: sdpa, metric, quadratic (softmax attention, KV cache)
  *   [mf:pool]       mixer family: pool, identity
@@ -284,6 +285,9 @@ MFDEF mf_tensor *mf_gelu(mf_ctx *ctx, mf_tensor *x, int tanh_approx);
 MFDEF mf_tensor *mf_sigmoid(mf_ctx *ctx, mf_tensor *x);
 MFDEF mf_tensor *mf_silu(mf_ctx *ctx, mf_tensor *x);
 MFDEF mf_tensor *mf_exp(mf_ctx *ctx, mf_tensor *x);
+/* 1 / x elementwise (torch.reciprocal; a zero gives Inf): divisions in op compositions, e.g. the
+   normaliser of non-causal linear attention */
+MFDEF mf_tensor *mf_reciprocal(mf_ctx *ctx, mf_tensor *x);
 /* Softmax over the last axis. causal != 0: x is [..., Tq, Tk] scores and key j is hidden from
    query i when j > i + (Tk - Tq) (the last Tq keys are the queries' own positions). */
 MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal);
@@ -498,10 +502,12 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
 
 /* ---- the MetaFormer language model ------------------------------------------------------------
    Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
-   Model: token embedding (N(0,1)) [+ positions] -> n_layers blocks -> final LN -> Linear(D, V).
+   Model: token embedding (N(0,1)) [+ positions] -> n_layers blocks -> final LN -> Linear(D, V);
+   a sequence classifier (n_classes > 0) ends in the mean over positions -> Linear(D, n_classes).
+   causal = 0 makes the mixers see the whole sequence (docs/math.md §20).
    The token mixer is interchangeable (docs/math.md §4, §9): */
 typedef enum mf_mixer_kind {
-    MF_MIXER_SDPA = 0,  /* causal multi-head attention; q, k, v, out Linear with bias (labml MHA) */
+    MF_MIXER_SDPA = 0,  /* multi-head attention (causal unless causal = 0); q, k, v, out Linear with bias (labml MHA) */
     MF_MIXER_METRIC,    /* per head p = x Wp, symmetric M (upper triangle), softmax(p M p^T / sqrt(dk)) p, E without bias */
     MF_MIXER_QUADRATIC, /* the same with an unconstrained M per head */
     MF_MIXER_POOL,      /* mean over a window of pool_size tokens minus x (count_include_pad = false) */
@@ -535,7 +541,10 @@ typedef struct mf_model_config {
     int attn_bias;          /* sdpa: biases in q, k, v and the output Linear (labml: 1); the other
                                mixers have the biases of their seeds (see docs/math.md §16) */
     int pool_size;          /* pool: window length, odd when centred */
-    int pool_causal;        /* pool: window [t - pool_size + 1, t] instead of centred (required for LM) */
+    int pool_causal;        /* pool in a causal model: window [t - pool_size + 1, t] (1, default; what a language
+                               model needs) or centred (0: it sees pool_size / 2 later tokens). A non-causal model
+                               (causal = 0) always pools the centred window and does not read pool_causal, which
+                               then keeps its default (one way to ask for a centred window: causal = 0) */
     float dropout;          /* on both residual branches and the FFN hidden layer */
     int clone_layers;       /* labml: all layers start as copies of layer 0 */
     float ln_eps;
@@ -552,6 +561,16 @@ typedef struct mf_model_config {
     float attn_dropout;     /* dropout on the attention probabilities, inside the fused kernels of the
                                softmax mixers (sdpa, metric, quadratic, relative over its memories,
                                feedback; labml's dropout(attn)), training mode only; in [0, 1) */
+    /* non-causal models and classification (docs/math.md §20) */
+    int causal;             /* 1 (default): position t sees positions <= t, a language model. 0: every position
+                               sees the whole sequence (sdpa, metric, quadratic: no mask; pool: the centred window;
+                               linear: W and z summed over all positions; identity: nothing changes); refused by
+                               the recurrent mixers (relative, fast_weights, feedback, feedback_kv) and by
+                               mf_model_generate */
+    int n_classes;          /* 0 (default): a language model with the head Linear(D, vocab). > 0: a sequence
+                               classifier: the head is "cls.weight" [n_classes, D], "cls.bias" [n_classes] on the
+                               mean of the final LayerNorm's output over each row's positions (no "head.*"
+                               parameters are made; use mf_model_classify_logits / mf_model_classify_loss) */
 } mf_model_config;
 
 typedef struct mf_model mf_model;
@@ -559,8 +578,8 @@ typedef struct mf_model mf_model;
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
    GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; mem_len 0, not
    compressive, c_mem_len 0, compression_rate 2; dpfp_nu 1, DPFP features, chunk_size 0
-   (automatic); block pre_norm; attn_dropout 0; vocab unset. The labml experiments of the seeds use pos = MF_POS_NONE and
-   ffn_act = MF_ACT_RELU. */
+   (automatic); block pre_norm; attn_dropout 0; causal 1, n_classes 0 (a language model); vocab unset.
+   The labml experiments of the seeds use pos = MF_POS_NONE and ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
 /* Names <-> kinds: the one way to turn a name into a config value and back (command lines, files).
    Mixers: "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
@@ -587,13 +606,15 @@ MFDEF int mf_block_from_name(const char *name);
    mixer (set it to 0, or choose mixer relative) ...". */
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *cfg);
 /* Create the model's parameters in ctx (names "tok_emb", "pos_emb", "layers.<l>.<...>",
-   "ln_f.weight", "head.weight", ...) with PyTorch's default initialisation. NULL on error. */
+   "ln_f.weight", "head.weight", ...; a classifier has "cls.weight", "cls.bias" instead of "head.*")
+   with PyTorch's default initialisation. NULL on error. */
 MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg);
 /* Free the model (not its parameters: they belong to the context). Call it BEFORE
    mf_ctx_free: on a CUDA context the model's device buffers are released through the context. */
 MFDEF void mf_model_free(mf_model *m);
 MFDEF const mf_model_config *mf_model_get_config(const mf_model *m);
-/* Logits [B, T, vocab] of ids [B][T] (row-major, B*T ints), T <= max_seq. */
+/* Logits [B, T, vocab] of ids [B][T] (row-major, B*T ints), T <= max_seq. A language model's
+   (n_classes = 0; a classifier's calls of this and mf_model_loss fail: use mf_model_classify_*). */
 MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T);
 /* Mean cross-entropy of the next-token predictions: targets [B][T], -1 = not counted. [1]. */
 MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T);
@@ -606,6 +627,19 @@ MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *t
    NULL with the error in ctx when total_targets is below the call's count or total_rows below B. */
 MFDEF mf_tensor *mf_model_loss_part(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
                                     int64_t total_targets, int64_t total_rows);
+/* Sequence classification (n_classes > 0; docs/math.md §20.3): logits [B, n_classes] of ids [B][T]
+   (row-major). lengths [B] gives each row's length in 1..T (NULL: every row has T tokens); the ids
+   after a row's length are padding and never read, so texts of different lengths batch together
+   and a row's logits do not depend on its padding nor on the other rows (the rows of each length
+   run as one batch of that length: one forward per distinct length). logits = Linear(mean over the
+   row's positions of the final LayerNorm's output). With causal = 0 every position sees the whole
+   row (the seed's setup); a causal model averages causal features. NULL with the reason in ctx on a
+   language model, bad sizes, a length outside [1, T] or an id outside the vocabulary. */
+MFDEF mf_tensor *mf_model_classify_logits(mf_model *m, const int32_t *ids, const int32_t *lengths, int B, int T);
+/* Mean cross-entropy over the B rows of mf_model_classify_logits against labels [B] (class ids in
+   [0, n_classes); one outside is an error naming the row). [1]. */
+MFDEF mf_tensor *mf_model_classify_loss(mf_model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
+                                        int B, int T);
 /* Sampling: temperature <= 0 is greedy (argmax); top_k > 0 keeps the k most likely tokens. */
 typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sampler;
 /* Continue prompt (n_prompt >= 1 tokens) by n_new tokens written to out, with a cache: the
@@ -614,7 +648,8 @@ typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sa
    stacks). Past max_seq tokens the window slides (the cache is rebuilt from the last max_seq / 2
    tokens) - except for relative, fast_weights and linear with pos = MF_POS_NONE, whose state
    has a fixed size: they go on without limit. Uses the activation arena (it calls mf_reset)
-   and never records gradients. Returns 0 or -1. */
+   and never records gradients. Refused (-1) for a non-causal model (causal = 0) and a classifier
+   (n_classes > 0). Returns 0 or -1. */
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out);
 /* Relative mixer (Transformer-XL, compressive transformer; docs/math.md §5, §6): the memories carried from
@@ -3176,7 +3211,7 @@ MFDEF mf_tensor *mf_sub(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__bi
 MFDEF mf_tensor *mf_mul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b) { return mf__binary(ctx, &mf__op_mul, MF__MUL, a, b); }
 
 /* ---- elementwise unary ops: y = f(x) -------------------------------------------------------------- */
-enum { MF__SCALE, MF__RELU, MF__GELU, MF__GELU_TANH, MF__SIGMOID, MF__SILU, MF__EXP, MF__ELU1 };
+enum { MF__SCALE, MF__RELU, MF__GELU, MF__GELU_TANH, MF__SIGMOID, MF__SILU, MF__EXP, MF__ELU1, MF__RECIP };
 enum { MF__ARG_UNARY_KIND };  /* iarg: f, one of the above */
 enum { MF__FARG_UNARY_S };    /* farg: f's parameter (scale's factor) */
 static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
@@ -3198,6 +3233,7 @@ static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
     case MF__SIGMOID: y = mf__sigmoidf(v); break;                                                       \
     case MF__SILU: y = v * mf__sigmoidf(v); break;                                                      \
     case MF__ELU1: y = v > 0 ? v + 1.0f : expf(v); break;                                               \
+    case MF__RECIP: y = 1.0f / v; break;                                                                \
     default: y = expf(v); break;
 #define MF__UNARY_DF_CASES(v, y, s, d)                                                                  \
     case MF__SCALE: d = s; break;                                                                       \
@@ -3210,6 +3246,7 @@ static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
     case MF__SIGMOID: d = y * (1.0f - y); break;                                                        \
     case MF__SILU: { float sg = mf__sigmoidf(v); d = sg * (1.0f + v * (1.0f - sg)); break; }            \
     case MF__ELU1: d = v > 0 ? 1.0f : y; break;                                                         \
+    case MF__RECIP: d = -y * y; break;                                                                  \
     default: d = y; break;
 /* The exact GELU x Phi(x) and its derivative Phi(x) + x phi(x), without erf or exp: gelu(x) =
    x + gelu(-x) and gelu'(x) = 1 - gelu'(-x) fold every x onto -|x|, where both are smooth and
@@ -3341,6 +3378,7 @@ MF__UNARY_OP(sigmoid);
 MF__UNARY_OP(silu);
 MF__UNARY_OP(exp);
 MF__UNARY_OP(elu1);
+MF__UNARY_OP(reciprocal);
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[MF__ARG_UNARY_KIND] = kind; t->farg[MF__FARG_UNARY_S] = s; }
@@ -3355,6 +3393,7 @@ MFDEF mf_tensor *mf_sigmoid(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &
 MFDEF mf_tensor *mf_silu(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_silu, MF__SILU, x, 0); }
 MFDEF mf_tensor *mf_exp(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_exp, MF__EXP, x, 0); }
 MFDEF mf_tensor *mf_elu1(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_elu1, MF__ELU1, x, 0); }
+MFDEF mf_tensor *mf_reciprocal(mf_ctx *ctx, mf_tensor *x) { return mf__unary(ctx, &mf__op_reciprocal, MF__RECIP, x, 0); }
 
 /* ---- softmax over the last axis, optionally causal: x [..., Tq, Tk] ------------------------------
    Query i of a [Tq, Tk] block sees keys 0 .. i + Tk - Tq; a row that sees no key is all zeros (no NaN). */
@@ -4944,7 +4983,8 @@ enum {
     MF__MIX_HEADS = 4,       /* splits d_model into n_heads heads (n_heads must divide d_model) */
     MF__MIX_FIXED_STATE = 8, /* generation state of a fixed size: with pos = NONE it generates past max_seq */
     MF__MIX_SKIP = 16,       /* no mixer sub-block at all (identity) */
-    MF__MIX_MAPS = 32        /* softmax attention: mf_model_attention can inspect it */
+    MF__MIX_MAPS = 32,       /* softmax attention: mf_model_attention can inspect it */
+    MF__MIX_NONCAUSAL = 64   /* has a non-causal form (causal = 0; docs/math.md §20): not a recurrence */
 };
 
 typedef struct mf__layer {
@@ -5017,6 +5057,7 @@ struct mf_model {
     const mf__family *fam;      /* its family */
     void *fam_state;            /* the family's model-level state, or NULL */
     mf_tensor *tok_emb, *pos_emb, *lnf_w, *lnf_b, *head_w, *head_b;
+    mf_tensor *cls_w, *cls_b;   /* the classification head (n_classes > 0; then head_w, head_b are NULL) */
     float *sinusoid;    /* [max_seq][D] when pos == SINUSOIDAL */
     mf__layer *layers;
     char *fam_layers;   /* n_layers per-layer structs of the family */
@@ -5073,6 +5114,7 @@ MFDEF mf_model_config mf_model_config_default(void) {
     c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
     c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
     c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
+    c.causal = 1;
     return c;
 }
 
@@ -5090,6 +5132,28 @@ static void mf__readers(int f, int choose, char *buf, size_t size) {
                       r->name);
     }
     if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
+}
+
+/* causal and n_classes (docs/math.md §20): 0, or -1 with the reason in ctx */
+static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__mixer_row *row) {
+    if (c->causal != 0 && c->causal != 1)
+        return (mf__fail(ctx, "model config: causal %d must be 1 (a language model: position t sees positions <= t) or 0 "
+                         "(every position sees the whole sequence, e.g. for classification)", c->causal), -1);
+    if (!c->causal && !(row->flags & MF__MIX_NONCAUSAL))
+        return (mf__fail(ctx, "model config: causal = 0: the %s mixer is a recurrence over the positions (its state "
+                         "runs left to right) and has no non-causal form; choose sdpa, metric, quadratic, pool, identity "
+                         "or linear, or keep causal = 1", row->name), -1);
+    if (!c->causal && c->mixer == MF_MIXER_POOL && c->pool_causal != 1)
+        return (mf__fail(ctx, "model config: pool_causal = 0 with causal = 0: a non-causal model always pools the centred "
+                         "window and does not read pool_causal; leave it at its default 1"), -1);
+    if (c->n_classes < 0)
+        return (mf__fail(ctx, "model config: n_classes %d must be 0 (a language model) or the number of classes of a "
+                         "sequence classifier", c->n_classes), -1);
+    if (c->n_classes > 0 && c->mixer == MF_MIXER_RELATIVE)
+        return (mf__fail(ctx, "model config: n_classes = %d with the relative mixer: its memories continue batch rows "
+                         "across calls, which a classifier of independent texts does not have; choose another mixer",
+                         c->n_classes), -1);
+    return 0;
 }
 
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
@@ -5128,6 +5192,7 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
         MF__BAD("model config: attn_dropout = %g applies only to %s (the softmax attention: set it to 0, or use "
                 "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
     }
+    if (mf__check_noncausal(ctx, c, row) < 0) return -1;
     mf__field_values(c, v);
     mf__field_values(&d, dv);
     for (f = 0; f < MF__FIELD_COUNT; f++)
@@ -5227,11 +5292,16 @@ MFDEF mf_model *mf_model_new(mf_ctx *ctx, const mf_model_config *cfg) {
     m->lnf_w = mf_param(ctx, "ln_f.weight", 1, &D);
     mf_init_const(ctx, m->lnf_w, 1.0f);
     m->lnf_b = mf_param(ctx, "ln_f.bias", 1, &D);
-    shape[0] = cfg->vocab; shape[1] = D;
-    m->head_w = mf_param(ctx, "head.weight", 2, shape);
-    mf_init_kaiming_uniform(ctx, m->head_w);
-    m->head_b = mf_param(ctx, "head.bias", 1, &cfg->vocab);
-    mf_init_bias(ctx, m->head_b, D);
+    if (cfg->n_classes > 0) { /* a classifier: Linear(D, n_classes) on the mean over positions, no LM head */
+        mf_linear_layer cls = mf_linear_layer_new(ctx, "cls", D, cfg->n_classes, 1);
+        m->cls_w = cls.weight; m->cls_b = cls.bias;
+    } else {
+        shape[0] = cfg->vocab; shape[1] = D;
+        m->head_w = mf_param(ctx, "head.weight", 2, shape);
+        mf_init_kaiming_uniform(ctx, m->head_w);
+        m->head_b = mf_param(ctx, "head.bias", 1, &cfg->vocab);
+        mf_init_bias(ctx, m->head_b, D);
+    }
     if (mf_ok(ctx) && cfg->pos == MF_POS_SINUSOIDAL) {
         int t, i;
         size_t bytes = (size_t)cfg->max_seq * D * sizeof(float);
@@ -5288,8 +5358,8 @@ static mf_tensor *mf__activation(mf_ctx *ctx, mf_act_kind a, mf_tensor *x) {
     }
 }
 
-/* logits [B, T, V] for ids at positions pos0 .. pos0 + T - 1 */
-static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, int pos0, int cache) {
+/* the final LayerNorm's output [B, T, D] for ids at positions pos0 .. pos0 + T - 1 */
+static mf_tensor *mf__model_hidden(mf_model *m, const int32_t *ids, int B, int T, int pos0, int cache) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
     const mf__family *fam = m->fam;
@@ -5333,8 +5403,15 @@ static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, i
         h = mf_linear(ctx, mf_dropout(ctx, h, p), L->fc2_w, L->fc2_b);
         x = mf_add(ctx, x, mf_dropout(ctx, h, p));
     }
-    x = mf_layernorm(ctx, x, m->lnf_w, m->lnf_b, c->ln_eps);
-    return mf_linear(ctx, x, m->head_w, m->head_b);
+    return mf_layernorm(ctx, x, m->lnf_w, m->lnf_b, c->ln_eps);
+}
+/* logits [B, T, V] for ids at positions pos0 .. pos0 + T - 1 (a language model) */
+static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, int pos0, int cache) {
+    if (m->cfg.n_classes > 0 && mf_ok(m->ctx))
+        return (mf_tensor *)mf__fail(m->ctx, "model: n_classes = %d: this model classifies sequences and has no "
+                                     "language-model head; use mf_model_classify_logits / mf_model_classify_loss",
+                                     m->cfg.n_classes);
+    return mf_linear(m->ctx, mf__model_hidden(m, ids, B, T, pos0, cache), m->head_w, m->head_b);
 }
 
 MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T) {
@@ -5367,6 +5444,68 @@ MFDEF mf_tensor *mf_model_loss_part(mf_model *m, const int32_t *ids, const int32
     if (m->fam->aux_loss && (aux = m->fam->aux_loss(m)) != NULL)
         loss = mf_add(m->ctx, loss, mf_scale(m->ctx, aux, (float)((double)B / (double)total_rows)));
     return loss;
+}
+
+/* ---- sequence classification (docs/math.md §20.3) ---------------------------------------------
+   Rows of different lengths never see padding: the rows of each distinct length run as one batch of
+   that length (no mixer, no mask, no position is shared with padding), each row's final-LN output is
+   averaged over its own positions, and the pooled rows are put back in the caller's order. */
+static int mf__classify_args(mf_model *m, const int32_t *ids, const int32_t *lengths, int B, int T) {
+    int b;
+    if (!mf_ok(m->ctx)) return -1;
+    if (m->cfg.n_classes < 1)
+        return (mf__fail(m->ctx, "classify: the model is a language model (n_classes = 0); make it with n_classes > 0 "
+                         "to classify sequences"), -1);
+    if (!ids) return (mf__fail(m->ctx, "classify: ids is NULL; pass B * T token ids"), -1);
+    if (B < 1 || T < 1 || T > m->cfg.max_seq)
+        return (mf__fail(m->ctx, "classify: batch %d x length %d does not fit; need B >= 1 and 1 <= T <= max_seq = %d "
+                         "(raise max_seq in the config)", B, T, m->cfg.max_seq), -1);
+    for (b = 0; lengths && b < B; b++)
+        if (lengths[b] < 1 || lengths[b] > T)
+            return (mf__fail(m->ctx, "classify: lengths[%d] = %d is outside [1, T = %d]; a row holds 1 to T tokens, "
+                             "the rest of the row is padding that is never read", b, (int)lengths[b], T), -1);
+    return 0;
+}
+/* the mean over each row's positions of the final LN's output -> [B, D], rows in the caller's order */
+static mf_tensor *mf__classify_pool(mf_model *m, const int32_t *ids, const int32_t *lengths, int B, int T) {
+    mf_ctx *ctx = m->ctx;
+    mf_tensor *pooled = NULL;
+    int32_t *gids = (int32_t *)mf__alloc(ctx, (size_t)B * T * sizeof(int32_t));
+    int32_t *where = (int32_t *)mf__alloc(ctx, (size_t)B * sizeof(int32_t)); /* row b's place in the pooled rows */
+    int len, b, done = 0, groups = 0;
+    if (!gids || !where) return NULL;
+    for (len = 1; len <= T; len++) { /* ascending lengths: one forward per length present */
+        mf_tensor *h;
+        int nb = 0;
+        for (b = 0; b < B; b++)
+            if ((lengths ? lengths[b] : T) == len) {
+                memcpy(gids + (int64_t)nb * len, ids + (int64_t)b * T, (size_t)len * sizeof(int32_t));
+                where[b] = done + nb++;
+            }
+        if (!nb) continue;
+        h = mf__model_hidden(m, gids, nb, len, 0, 0);                     /* [nb, len, D] */
+        h = mf_scale(ctx, mf_sum_axis(ctx, h, 1), 1.0f / (float)len);     /* [nb, D] */
+        pooled = pooled ? mf_concat(ctx, pooled, h, 0) : h;
+        done += nb;
+        groups++;
+        if (!mf_ok(ctx)) return NULL;
+    }
+    return groups > 1 ? mf_embedding(ctx, pooled, where, 1, &B) : pooled; /* back in the caller's order */
+}
+MFDEF mf_tensor *mf_model_classify_logits(mf_model *m, const int32_t *ids, const int32_t *lengths, int B, int T) {
+    if (!m || mf__classify_args(m, ids, lengths, B, T) < 0) return NULL;
+    return mf_linear(m->ctx, mf__classify_pool(m, ids, lengths, B, T), m->cls_w, m->cls_b);
+}
+MFDEF mf_tensor *mf_model_classify_loss(mf_model *m, const int32_t *ids, const int32_t *lengths, const int32_t *labels,
+                                        int B, int T) {
+    int b;
+    if (!m || mf__classify_args(m, ids, lengths, B, T) < 0) return NULL;
+    if (!labels) return (mf_tensor *)mf__fail(m->ctx, "classify loss: labels is NULL; pass one class id per row");
+    for (b = 0; b < B; b++)
+        if (labels[b] < 0 || labels[b] >= m->cfg.n_classes)
+            return (mf_tensor *)mf__fail(m->ctx, "classify loss: labels[%d] = %d is outside [0, n_classes = %d)", b,
+                                         (int)labels[b], m->cfg.n_classes);
+    return mf_cross_entropy(m->ctx, mf_model_classify_logits(m, ids, lengths, B, T), labels, -1);
 }
 
 /* index of the sampled token from logits[V] */
@@ -5406,6 +5545,10 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
     for (i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             return (mf__fail(ctx, "generate: prompt token %d at position %d is outside [0, %d)", (int)prompt[i], i, V), -1);
+    if (!c->causal || c->n_classes > 0)
+        return (mf__fail(ctx, "generate: the model is %s; generation needs a causal language model (causal = 1, "
+                         "n_classes = 0)", c->n_classes > 0 ? "a sequence classifier (n_classes > 0)"
+                         : "non-causal (causal = 0: every position sees later ones, not generated yet)"), -1);
     use_cache = m->fam->gen_begin ? m->fam->gen_begin(m) : 1; /* the family's caches / state */
     if (use_cache < 0) return -1;
     hist = (int32_t *)mf__xmalloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
@@ -5526,7 +5669,7 @@ static mf_tensor *mf__probe_attend(mf_model *m, int l, mf_tensor *q, mf_tensor *
                         }
                         p->sc[j] = (float)(scale * s);
                     }
-                    pr = mf__probe_softmax(p, l, b, h, i, p->Tk - n, n, i + n - T + 1);
+                    pr = mf__probe_softmax(p, l, b, h, i, p->Tk - n, n, m->cfg.causal ? i + n - T + 1 : n);
                     for (c = 0; c < dv; c++) oi[c] = 0.0f;
                     for (j = 0; j < n; j++)
                         for (c = 0; c < dv; c++) oi[c] += pr[j] * hv[(((int64_t)b * H + h) * n + j) * dv + c];
@@ -5541,7 +5684,7 @@ static mf_tensor *mf__probe_attend(mf_model *m, int l, mf_tensor *q, mf_tensor *
 /* the fused attention of a softmax mixer's layer l, or its inspection */
 static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale) {
     return m->probe ? mf__probe_attend(m, l, q, k, v, scale, NULL, NULL, NULL)
-                    : mf_attention(m->ctx, q, k, v, scale, 1, m->cfg.attn_dropout);
+                    : mf_attention(m->ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout);
 }
 
 #ifndef METAFORMER_NO_XL
@@ -5789,8 +5932,10 @@ typedef struct mf__pool_layer {
 } mf__pool_layer;
 #define MF__POOL_L(m, l) ((mf__pool_layer *)(m)->layers[l].mix)
 
+/* the window: [t - k + 1, t] only in a causal model with pool_causal = 1, else centred */
+static int mf__pool_is_causal(const mf_model_config *c) { return c->causal && c->pool_causal; }
 static int mf__pool_check(mf_ctx *ctx, const mf_model_config *c) {
-    if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!c->pool_causal && c->pool_size % 2 == 0)))
+    if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!mf__pool_is_causal(c) && c->pool_size % 2 == 0)))
         return (mf__fail(ctx, "model config: pool_size %d must be >= 1 (and odd for a centred window)", c->pool_size), -1);
     return 0;
 }
@@ -5802,7 +5947,7 @@ static int mf__pool_gen_begin(mf_model *m) {
     size_t per_layer = (size_t)m->cfg.max_seq * m->cfg.d_model * sizeof(float);
     int l;
     if (m->cfg.mixer != MF_MIXER_POOL) return 1; /* identity: nothing to keep */
-    if (!m->cfg.pool_causal) return 0;
+    if (!mf__pool_is_causal(&m->cfg)) return 0;
     for (l = 0; l < m->cfg.n_layers; l++) {
         mf__pool_layer *P = MF__POOL_L(m, l);
         if (!P->cache && !(P->cache = (float *)mf__dmalloc(m->ctx, per_layer, "generation cache")))
@@ -5822,10 +5967,10 @@ static mf_tensor *mf__pool_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
         start = pos0 - keep < 0 ? 0 : pos0 - keep;
         shape[0] = 1; shape[1] = pos0 + T - start; shape[2] = D;
         win = mf__wrap(ctx, 3, shape, rows + (int64_t)start * D);
-        win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, c->pool_causal), 1, pos0 - start, T);
+        win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, 1), 1, pos0 - start, T);
         return mf_sub(ctx, win, xn);
     }
-    return mf__avg_pool_sub(ctx, xn, c->pool_size, c->pool_causal);
+    return mf__avg_pool_sub(ctx, xn, c->pool_size, mf__pool_is_causal(c));
 }
 
 static const mf__family mf__fam_pool = {
@@ -7408,6 +7553,26 @@ static mf_tensor *mf__fw_feature(mf_model *m, mf_tensor *x) {
     if (c->mixer == MF_MIXER_LINEAR && c->linear_feature == MF_FEATURE_ELU1) return mf_elu1(m->ctx, x);
     return mf_dpfp(m->ctx, x, c->dpfp_nu, MF__FW_EPS);
 }
+/* Non-causal linear attention (docs/math.md §20.2) on token-major q, k [B, T, H, dd] (features) and
+   v [B, T, H, dv]: W = sum_j v_j phi(k_j)^T and z = sum_j phi(k_j) over ALL positions, then
+   y_t = W phi(q_t) / (z . phi(q_t) + eps) -> [B, T, H, dv] (normalise = 0, DPFP: y_t = W phi(q_t)). Composed of ops (their gradients and CUDA
+   kernels): per head, the products K^T V [dd, dv] and K^T 1 [dd, dv] (z in every column, so the
+   denominator comes out already broadcast over dv), then Q times each. */
+static mf_tensor *mf__linear_attention_full(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, int normalise,
+                                            float eps) {
+    int perm[4] = {0, 2, 1, 3}, oshape[2], one = 1;
+    mf_tensor *Q, *K, *V, *ones, *num, *den;
+    if (!q || !k || !v) return NULL;
+    Q = mf_permute(ctx, q, perm); K = mf_permute(ctx, k, perm); V = mf_permute(ctx, v, perm); /* [B, H, T, .] */
+    oshape[0] = v->shape[1]; oshape[1] = v->shape[3];
+    ones = mf_new(ctx, 2, oshape);
+    if (ones) mf_init_const(ctx, ones, 1.0f);
+    num = mf_matmul(ctx, Q, mf_matmul(ctx, K, V, 1, 0), 0, 0);    /* [B, H, T, dv] */
+    if (!normalise) return mf_permute(ctx, num, perm); /* DPFP: the features are normalised already (docs/math.md §7.5) */
+    den = mf_matmul(ctx, Q, mf_matmul(ctx, K, ones, 1, 0), 0, 0); /* z . phi(q_t) in every column */
+    den = mf_add(ctx, den, mf_from(ctx, 1, &one, &eps));
+    return mf_permute(ctx, mf_mul(ctx, num, mf_reciprocal(ctx, den)), perm);
+}
 static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
@@ -7422,7 +7587,8 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     if (fast) beta = mf_sigmoid(ctx, mf_linear(ctx, xn, L->wbeta, NULL));              /* [B, T, H] */
     if (gen && !(state = mf__fw_state(m, l, x->shape[0], x->shape[1], pos0))) return NULL;
     if (!q || !k || !v || (fast && !beta)) return NULL;
-    y = mf__fw_apply(ctx, q, k, v, beta, mf__fw_normalised(c), MF__FW_EPS, c->chunk_size, state);          /* [B, T, H, dk] */
+    if (!c->causal) y = mf__linear_attention_full(ctx, q, k, v, mf__fw_normalised(c), MF__FW_EPS);
+    else y = mf__fw_apply(ctx, q, k, v, beta, mf__fw_normalised(c), MF__FW_EPS, c->chunk_size, state); /* [B, T, H, dk] */
     return y ? mf_linear(ctx, mf_reshape(ctx, y, 3, x->shape), L->wo, L->bo) : NULL;
 }
 
@@ -8407,15 +8573,15 @@ static const mf__family mf__fam_feedback = {
 static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* name           kind                   family              switch                       flags
                                                                                               fields read */
-    {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS,
+    {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
                                                                                             MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT)},
-    {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS,
+    {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
                                                                                             MF__F(ATTN_DROPOUT)},
-    {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS,
+    {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
                                                                                             MF__F(ATTN_DROPOUT)},
-    {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN,
+    {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_NONCAUSAL,
                                                                                             MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL)},
-    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP, 0},
+    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0},
     /* relative: ln1 normalises [memories ; x] inside the mixer */
     {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
@@ -8423,7 +8589,8 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
     {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(DPFP_NU) | MF__F(CHUNK_SIZE)},
-    {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE,
+    /* linear: causal = 0 sums W and z over the whole sequence (docs/math.md §20.2) */
+    {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE | MF__MIX_NONCAUSAL,
                                                                                             MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE)},
     /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
     {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
@@ -11376,7 +11543,7 @@ static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
     &mf__op_softmax, &mf__op_log_softmax, &mf__op_cross_entropy, &mf__op_mse, &mf__op_layernorm,
     &mf__op_embedding, &mf__op_dropout, &mf__op_reshape, &mf__op_permute, &mf__op_concat, &mf__op_slice,
     &mf__op_roll, &mf__op_sum, &mf__op_mean, &mf__op_sum_axis, &mf__op_conv1d, &mf__op_avg_pool,
-    &mf__op_avg_pool_sub, &mf__op_attention, &mf__op_elu1,
+    &mf__op_avg_pool_sub, &mf__op_attention, &mf__op_elu1, &mf__op_reciprocal,
 #ifndef METAFORMER_NO_XL
     &mf__op_rel_attention,
 #endif

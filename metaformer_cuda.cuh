@@ -3361,6 +3361,7 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
     {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd},
     {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd},
+    {&mf__op_reciprocal, mf__cu_unary_fwd, mf__cu_unary_bwd},
 #ifndef METAFORMER_NO_XL
     /* xl: Transformer-XL relative attention ([cu:xl]) */
     {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd},

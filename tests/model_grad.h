@@ -51,6 +51,28 @@ GC__FN mf_tensor *mg_forward(mf_ctx *ctx, void *user) {
     return c->loss ? mf_model_loss(c->model, mg_ids, mg_targets, MG_B, MG_T) : mf_model_forward(c->model, mg_ids, MG_B, MG_T);
 }
 
+/* DPFP is not smooth: relu kinks, and phi / sum(phi) jumps where only one product is non-zero and
+   it vanishes. A finite difference across one fails, so the DPFP models are set up kink-free by
+   construction (one layer: only the embedding and Wq, Wk are upstream of DPFP): embedding
+   dimension 0 is 2 for every token and the others are scaled by 0.1, Wq[f][0], Wk[f][0] = +-0.5
+   and the rest scaled by 0.1, so every projection (also after linear's LayerNorm) stays > 0.3
+   away from 0 however the checker perturbs a weight. The goldens check the 2-layer models.
+   A prepare hook of mg_case (CPU contexts: it writes the parameters' data). */
+GC__FN void mg_kinkfree(mf_ctx *ctx, mf_model *m) {
+    const mf_model_config *c = mf_model_get_config(m);
+    const char *names[2] = {"layers.0.attn.q.weight", "layers.0.attn.k.weight"};
+    mf_tensor *E = mf_param_find(ctx, "tok_emb");
+    int i, d, D = c->d_model;
+    for (i = 0; i < c->vocab; i++)
+        for (d = 0; d < D; d++) E->data[i * D + d] = d == 0 ? 2.0f : 0.3f * E->data[i * D + d];
+    for (i = 0; i < 2; i++) {
+        mf_tensor *W = mf_param_find(ctx, names[i]);
+        int f;
+        for (f = 0; f < D; f++)
+            for (d = 0; d < D; d++)
+                W->data[f * D + d] = d == 0 ? ((f * 5 + i) % 3 == 0 ? -0.5f : 0.5f) : 0.3f * W->data[f * D + d];
+    }
+}
 /* gc_check_params of the logits, "<what> logits": every element of every parameter (a sample of
    each under ASan, GC_MODEL_SAMPLE); 1 when it passes */
 GC__FN int mg_check_logits(const char *what, mg_case *c) {

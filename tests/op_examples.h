@@ -92,6 +92,7 @@ static mf_tensor *ex_attention(mf_ctx *c, mf_tensor **x) { return mf_attention(c
 static mf_tensor *ex_attention_full(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.5f, 0, 0.0f); }
 static mf_tensor *ex_attention_drop(mf_ctx *c, mf_tensor **x) { return mf_attention(c, x[0], x[1], x[2], 0.45f, 1, 0.3f); }
 static mf_tensor *ex_elu1(mf_ctx *c, mf_tensor **x) { return mf_elu1(c, x[0]); }
+static mf_tensor *ex_reciprocal(mf_ctx *c, mf_tensor **x) { return mf_reciprocal(c, x[0]); }
 #ifndef METAFORMER_NO_XL
 static mf_tensor *ex_rel_attention(mf_ctx *c, mf_tensor **x) {
     return mf_rel_attention(c, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f, 0.0f);
@@ -191,6 +192,7 @@ static const op_example EXAMPLES[] = {
     {"attention", "causal, probability dropout 0.3", 3, EX_IN3(EX4(2, 2, 5, 4), EX4(2, 2, 7, 4), EX4(2, 2, 7, 3)), -1, 1,
      ex_attention_drop},
     {"elu1", "", 1, EX_IN1(EX2(5, 7)), -2, 2, ex_elu1},
+    {"reciprocal", "", 1, EX_IN1(EX2(5, 7)), 0.5f, 2, ex_reciprocal},
 #ifndef METAFORMER_NO_XL
     {"rel_attention", "memory", 6, EX_IN6(EX4(2, 2, 4, 3), EX4(2, 2, 6, 3), EX4(2, 2, 6, 3), EX2(2, 3), EX3(14, 2, 3),
                                          EX2(14, 2)), -1, 1, ex_rel_attention},

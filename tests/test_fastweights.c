@@ -184,27 +184,6 @@ static void test_op_errors(void) {
 }
 
 /* ---- the mixers in the model --------------------------------------------------------------------- */
-/* DPFP is not smooth: relu kinks, and phi / sum(phi) jumps where only one product is non-zero and
-   it vanishes. A finite difference across one fails, so the DPFP models are set up kink-free by
-   construction (one layer: only the embedding and Wq, Wk are upstream of DPFP): embedding
-   dimension 0 is 2 for every token and the others are scaled by 0.1, Wq[f][0], Wk[f][0] = +-0.5
-   and the rest scaled by 0.1, so every projection (also after linear's LayerNorm) stays > 0.3
-   away from 0 however the checker perturbs a weight. The goldens check the 2-layer models. */
-static void m_kinkfree(mf_ctx *ctx, mf_model *m) {
-    const mf_model_config *c = &m->cfg;
-    const char *names[2] = {"layers.0.attn.q.weight", "layers.0.attn.k.weight"};
-    mf_tensor *E = mf_param_find(ctx, "tok_emb");
-    int i, d, D = c->d_model;
-    for (i = 0; i < c->vocab; i++)
-        for (d = 0; d < D; d++) E->data[i * D + d] = d == 0 ? 2.0f : 0.3f * E->data[i * D + d];
-    for (i = 0; i < 2; i++) {
-        mf_tensor *W = mf_param_find(ctx, names[i]);
-        int f;
-        for (f = 0; f < D; f++)
-            for (d = 0; d < D; d++)
-                W->data[f * D + d] = d == 0 ? ((f * 5 + i) % 3 == 0 ? -0.5f : 0.5f) : 0.3f * W->data[f * D + d];
-    }
-}
 /* without positions: the seed's models have none */
 static mf_model_config tiny(mf_mixer_kind mixer) {
     mf_model_config c = mg_tiny(mixer);
@@ -216,7 +195,7 @@ static void check_model(const char *what, mf_model_config cfg) {
     memset(&c, 0, sizeof c);
     c.cfg = cfg;
     if (cfg.mixer == MF_MIXER_FAST_WEIGHTS || cfg.linear_feature == MF_FEATURE_DPFP) {
-        c.prepare = m_kinkfree;
+        c.prepare = mg_kinkfree;
         c.cfg.n_layers = 1;
     }
     MFT_CHECK(mg_check_logits(what, &c));

@@ -1,0 +1,380 @@
+/* classify.c - sequence classification with a non-causal MetaFormer (docs/math.md §20): the NLP
+   MetaFormer seed's setup, one block, then the mean over the positions and a Linear to the classes.
+   build: `make examples` (build/classify)
+   run:   ./build/classify                          the generated task "repeat" (see below)
+          ./build/classify --task majority --mixer pool
+          ./build/classify labelled.tsv --tokens chars --seq-len 64 --save model.safetensors
+          ./build/classify labelled.tsv --load model.safetensors --steps 0   (evaluate only)
+
+   Data, either
+     a generated task (--task): rows of 6..12 tokens (--seq-len 12), 2000 of them (--examples)
+       repeat    tokens 0..7: does the first token occur again later in the row? (half of the rows
+                 do). A product of two positions' contents: the mean of per-token features cannot
+                 express it, the attention mixers can (identity stays near chance)
+       before    tokens 2..7 with one 0 and one 1 somewhere: does the 0 come before the 1? With
+                 learned positions the answer is additive in the two positions, so even identity
+                 (no token mixing) learns it
+       majority  tokens 0 and 1, an odd count: which one is more frequent? (a mean of the tokens)
+     or a labelled text file: one example a line, LABEL<TAB>TEXT (labels are names, mapped to ids
+       in order of appearance; empty lines are skipped), read as bytes (--tokens bytes, 256 ids) or
+       as the characters that occur (--tokens chars); a text longer than --seq-len is cut there.
+   Every 10th example (after a shuffle by --seed) is held out; the rest trains. Rows of different
+   lengths share batches (mf_model_classify_loss takes each row's length: padding is never read).
+   --save writes the weights with the head and the settings (model options, causal, the labels,
+   the tokens); --load restores them (the model options then come from the file). */
+#define _POSIX_C_SOURCE 200809L /* isatty, in common.h */
+#define METAFORMER_IMPLEMENTATION
+#include "../metaformer.h"
+#define EX_PROG "classify"
+#include "common.h"
+
+enum { MAX_LABELS = 1000, TASK_VOCAB = 8 };
+
+typedef struct dataset {
+    int n, T, V, n_labels, n_train; /* examples, row capacity, vocabulary, classes, training rows */
+    int32_t *ids, *lengths, *labels; /* ids [n][T] (0-padded), per example */
+    char *names[MAX_LABELS];        /* the classes' names */
+    int cut;                        /* texts cut to T tokens */
+} dataset;
+
+/* ---- settings: one table drives parsing, --help and the checkpoint metadata ---- */
+static model_settings M = {"quadratic", "learned", "gelu", "dpfp", 32, 4, 1, 64, 12, 0, 0, 0, 2, 1, 0, 0.0f, 0.0f, 0, 1, "pre_norm"};
+static struct {
+    const char *task, *tokens, *save, *load;
+    int causal, steps, batch, examples, eval_every, threads;
+    float lr;
+    int seed;
+} S = {"repeat", "bytes", NULL, NULL, 0, 1500, 32, 2000, 250, 0, 3e-3f, 1};
+static option OPTS[] = {
+    MODEL_OPTIONS(M, )
+    {"causal", OPT_FLAG, &S.causal, SAVED, 0, NULL, "a causal model (the mixers see only earlier positions); default: non-causal"},
+    {"task", OPT_TEXT, &S.task, RUN_ONLY, 0, "repeat|before|majority", "the generated task (without a text file)"},
+    {"examples", OPT_INT, &S.examples, RUN_ONLY, 20, NULL, "generated examples (every 10th is held out)"},
+    {"tokens", OPT_TEXT, &S.tokens, RUN_ONLY, 0, "bytes|chars", "a text file's tokens"},
+    {"steps", OPT_INT, &S.steps, RUN_ONLY, 0, NULL, "training steps (0: evaluate only)"},
+    {"batch", OPT_INT, &S.batch, RUN_ONLY, 1, NULL, "rows per step"},
+    {"lr", OPT_FLOAT, &S.lr, RUN_ONLY, 0, NULL, "Adam learning rate"},
+    {"eval-every", OPT_INT, &S.eval_every, RUN_ONLY, 1, NULL, "steps between held-out evaluations"},
+    {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of the data, the split and the initialisation"},
+    {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0: all)"},
+    {"save", OPT_TEXT, &S.save, RUN_ONLY, 0, NULL, "write the trained model (with its settings) to this file"},
+    {"load", OPT_TEXT, &S.load, RUN_ONLY, 0, NULL, "start from a model written by --save (its settings too)"},
+};
+enum { N_OPTS = (int)(sizeof OPTS / sizeof OPTS[0]) };
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: " EX_PROG " [LABELLED_FILE] [options]\n"
+               "Trains a sequence classifier (mean over positions, then Linear to the classes) on a generated task,\n"
+               "or on a file of LABEL<TAB>TEXT lines; prints the accuracy on the held-out tenth.\n");
+    print_options(f, OPTS, N_OPTS);
+}
+
+/* ---- data ---- */
+static void data_alloc(dataset *d, int n, int T) {
+    d->n = n; d->T = T;
+    d->ids = (int32_t *)calloc((size_t)n * T, sizeof(int32_t));
+    d->lengths = (int32_t *)calloc((size_t)n, sizeof(int32_t));
+    d->labels = (int32_t *)calloc((size_t)n, sizeof(int32_t));
+    if (!d->ids || !d->lengths || !d->labels) die("out of memory: %d examples", n);
+}
+static int label_id(dataset *d, const char *name, size_t len, int may_add, const char *where) {
+    for (int i = 0; i < d->n_labels; i++)
+        if (strlen(d->names[i]) == len && memcmp(d->names[i], name, len) == 0) return i;
+    if (!may_add) die("%s: label \"%.*s\" is not one of the model's classes (it was trained on other labels)", where, (int)len, name);
+    if (d->n_labels == MAX_LABELS) die("%s: more than %d distinct labels", where, MAX_LABELS);
+    if (!(d->names[d->n_labels] = (char *)malloc(len + 1))) die("out of memory");
+    memcpy(d->names[d->n_labels], name, len);
+    d->names[d->n_labels][len] = 0;
+    return d->n_labels++;
+}
+
+static void task_generate(dataset *d, const char *task, int n, int T, uint64_t rng) {
+    int before = strcmp(task, "before") == 0, repeat = strcmp(task, "repeat") == 0, lo = T / 2 > 2 ? T / 2 : 2;
+    const char *names[2] = {"no", "yes"};
+    if (T < 2) die("--seq-len %d: the generated tasks need rows of at least 2 tokens", T);
+    data_alloc(d, n, T);
+    d->V = TASK_VOCAB;
+    if (before) { names[0] = "1-first"; names[1] = "0-first"; }
+    if (!before && !repeat) { names[0] = "more-0"; names[1] = "more-1"; }
+    label_id(d, names[0], strlen(names[0]), 1, "task");
+    label_id(d, names[1], strlen(names[1]), 1, "task");
+    for (int e = 0; e < n; e++) {
+        int32_t *row = d->ids + (int64_t)e * T;
+        int L = lo + (int)random_below(&rng, T - lo + 1), ones = 0;
+        if (repeat) { /* label 1: the first token again at a random later place; 0: never again */
+            int yes = (int)random_below(&rng, 2);
+            row[0] = (int32_t)random_below(&rng, TASK_VOCAB);
+            for (int t = 1; t < L; t++) {
+                int32_t v = (int32_t)random_below(&rng, TASK_VOCAB - 1);
+                row[t] = v >= row[0] ? v + 1 : v; /* any token but the first */
+            }
+            if (yes) row[1 + random_below(&rng, L - 1)] = row[0];
+            d->labels[e] = yes;
+        } else if (before) {
+            int a = (int)random_below(&rng, L), b = (int)random_below(&rng, L - 1);
+            if (b >= a) b++;
+            for (int t = 0; t < L; t++) row[t] = 2 + (int32_t)random_below(&rng, TASK_VOCAB - 2);
+            row[a] = 0; row[b] = 1;
+            d->labels[e] = a < b;
+        } else {
+            if (L % 2 == 0) L--; /* no ties */
+            for (int t = 0; t < L; t++) ones += row[t] = (int32_t)random_below(&rng, 2);
+            d->labels[e] = 2 * ones > L;
+        }
+        d->lengths[e] = L;
+    }
+}
+
+/* LABEL<TAB>TEXT lines; tok encodes the texts (refusing what it cannot encode) */
+static void text_read(dataset *d, const char *path, unsigned char *bytes, size_t len, mf_tokenizer *tok, int T,
+                      int may_add_labels) {
+    size_t pos = 0;
+    int line = 0, n = 0, cap = 0;
+    int32_t *buf = (int32_t *)malloc((size_t)T * sizeof(int32_t));
+    if (!buf) die("out of memory");
+    if (len == 0) die("\"%s\" is empty; give one example a line: LABEL<TAB>TEXT", path);
+    for (size_t i = 0; i < len; i++)
+        if (bytes[i] == 0) die("\"%s\" looks binary (it contains NUL bytes); give a text file of LABEL<TAB>TEXT lines", path);
+    data_alloc(d, 0, T);
+    while (pos < len) {
+        const char *s = (const char *)bytes + pos, *tab, *nl = (const char *)memchr(s, '\n', len - pos);
+        size_t ll = nl ? (size_t)(nl - s) : len - pos;
+        char where[600];
+        int64_t n_ids;
+        pos += ll + 1;
+        line++;
+        if (ll > 0 && s[ll - 1] == '\r') ll--;
+        if (ll == 0) continue;
+        snprintf(where, sizeof where, "\"%s\" line %d", path, line);
+        if (!(tab = (const char *)memchr(s, '\t', ll))) die("%s has no tab; each line is LABEL<TAB>TEXT", where);
+        if (tab == s) die("%s has an empty label before the tab", where);
+        if ((size_t)(tab + 1 - s) == ll) die("%s has an empty text after the tab", where);
+        if (n == cap) { /* grow the example arrays */
+            cap = cap ? 2 * cap : 256;
+            d->ids = (int32_t *)realloc(d->ids, (size_t)cap * T * sizeof(int32_t));
+            d->lengths = (int32_t *)realloc(d->lengths, (size_t)cap * sizeof(int32_t));
+            d->labels = (int32_t *)realloc(d->labels, (size_t)cap * sizeof(int32_t));
+            if (!d->ids || !d->lengths || !d->labels) die("out of memory reading \"%s\"", path);
+        }
+        d->labels[n] = label_id(d, s, (size_t)(tab - s), may_add_labels, where);
+        n_ids = mf_tokenizer_encode(tok, tab + 1, (size_t)(s + ll - tab - 1), buf, T);
+        if (n_ids < 0) die("%s: %s", where, mf_tokenizer_error(tok));
+        if (n_ids > T) { d->cut++; n_ids = T; }
+        memset(d->ids + (int64_t)n * T, 0, (size_t)T * sizeof(int32_t));
+        memcpy(d->ids + (int64_t)n * T, buf, (size_t)n_ids * sizeof(int32_t));
+        d->lengths[n++] = (int32_t)n_ids;
+    }
+    free(buf);
+    d->n = n;
+    if (n < 2) die("\"%s\" has %d example%s; give at least 2 (every 10th is held out)", path, n, n == 1 ? "" : "s");
+    if (d->n_labels < 2) die("\"%s\" has a single label (\"%s\"); a classifier needs at least 2", path, d->names[0]);
+    d->V = mf_tokenizer_vocab_size(tok);
+}
+
+/* shuffle the examples (Fisher-Yates) and hold out every 10th: training rows first */
+static void data_split(dataset *d, uint64_t rng) {
+    int T = d->T, n_valid = d->n / 10 > 0 ? d->n / 10 : 1;
+    int32_t *row = (int32_t *)malloc((size_t)T * sizeof(int32_t));
+    if (!row) die("out of memory");
+    for (int i = d->n - 1; i > 0; i--) {
+        int j = (int)random_below(&rng, i + 1), t;
+        memcpy(row, d->ids + (int64_t)i * T, (size_t)T * sizeof *row);
+        memcpy(d->ids + (int64_t)i * T, d->ids + (int64_t)j * T, (size_t)T * sizeof *row);
+        memcpy(d->ids + (int64_t)j * T, row, (size_t)T * sizeof *row);
+        t = d->lengths[i]; d->lengths[i] = d->lengths[j]; d->lengths[j] = t;
+        t = d->labels[i]; d->labels[i] = d->labels[j]; d->labels[j] = t;
+    }
+    free(row);
+    d->n_train = d->n - n_valid;
+}
+
+/* accuracy (percent) on the held-out rows, in batches; *right gets the count */
+static double evaluate(mf_ctx *ctx, mf_model *m, const dataset *d, int B, int *right) {
+    int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0), C = d->n_labels, total = d->n - d->n_train;
+    float *out = (float *)malloc((size_t)B * C * sizeof(float));
+    if (!out) die("out of memory");
+    *right = 0;
+    for (int s = d->n_train; s < d->n; s += B) {
+        int b = d->n - s < B ? d->n - s : B;
+        mf_tensor *logits = mf_model_classify_logits(m, d->ids + (int64_t)s * d->T, d->lengths + s, b, d->T);
+        if (!logits || mf_to_host(ctx, logits, out) < 0) die("evaluation: %s", mf_error(ctx));
+        for (int r = 0; r < b; r++) {
+            int best = 0;
+            for (int c = 1; c < C; c++) if (out[r * C + c] > out[r * C + best]) best = c;
+            *right += best == d->labels[s + r];
+        }
+        mf_reset(ctx);
+    }
+    free(out);
+    mf_set_grad(ctx, grad);
+    mf_set_training(ctx, training);
+    return 100.0 * *right / total;
+}
+
+/* ---- checkpoints: the model options as "classify.<option>", and what the data needs ---- */
+static void save_model(mf_ctx *ctx, const dataset *d, const mf_tokenizer *tok) {
+    static char values[N_OPTS + 4][1024];
+    const char *kv[2 * (N_OPTS + 4)];
+    static char keys[N_OPTS + 4][64];
+    int n = 0;
+    size_t off = 0;
+    for (int i = 0; i < N_OPTS; i++) {
+        if (!OPTS[i].saved) continue;
+        snprintf(keys[n], 64, "classify.%s", OPTS[i].name);
+        format_option(&OPTS[i], values[n], sizeof values[n]);
+        kv[2 * n] = keys[n]; kv[2 * n + 1] = values[n]; n++;
+    }
+    snprintf(keys[n], 64, "classify.n_classes"); snprintf(values[n], 1024, "%d", d->n_labels);
+    kv[2 * n] = keys[n]; kv[2 * n + 1] = values[n]; n++;
+    snprintf(keys[n], 64, "classify.data"); snprintf(values[n], 1024, "%s", tok ? S.tokens : S.task);
+    kv[2 * n] = keys[n]; kv[2 * n + 1] = values[n]; n++;
+    snprintf(keys[n], 64, "classify.vocab"); values[n][0] = 0; /* chars: the byte values in hex */
+    for (int id = 0; tok && strcmp(S.tokens, "chars") == 0 && id < d->V && off + 3 < 1024; id++, off += 2) {
+        int len;
+        const unsigned char *b = mf_tokenizer_token(tok, id, &len);
+        snprintf(values[n] + off, 3, "%02x", b ? b[0] : 0);
+    }
+    kv[2 * n] = keys[n]; kv[2 * n + 1] = values[n]; n++;
+    {   /* the class names, one a line */
+        size_t need = 1;
+        char *names;
+        for (int c = 0; c < d->n_labels; c++) need += strlen(d->names[c]) + 1;
+        if (!(names = (char *)malloc(need))) die("out of memory");
+        names[0] = 0;
+        for (int c = 0; c < d->n_labels; c++) { strcat(names, d->names[c]); if (c + 1 < d->n_labels) strcat(names, "\n"); }
+        kv[2 * n] = "classify.labels"; kv[2 * n + 1] = names; n++;
+        if (mf_save(ctx, S.save, 0, kv, n) < 0) die("--save: %s", mf_error(ctx));
+        free(names);
+    }
+}
+
+/* --load: the settings of the file into M and S.causal (the command line must not set them), its
+   labels into d (in the stored order) and its data kind */
+static void load_settings(const unsigned char *given, dataset *d, char *data_kind, size_t kind_size, char *vocab, size_t vocab_size) {
+    char key[64], buf[1024], *labels;
+    int len;
+    if (mf_load_meta(S.load, "classify.n_classes", buf, sizeof buf) < 0) {
+        mf_ctx *probe = mf_ctx_new(0);
+        if (mf_load(probe, S.load, 0) < 0) die("--load: %s", mf_error(probe));
+        die("--load: \"%s\" was not written by " EX_PROG " --save (its metadata has no classify settings)", S.load);
+    }
+    for (int i = 0; i < N_OPTS; i++) {
+        const char *why;
+        if (!OPTS[i].saved) continue;
+        if (given[i]) die("--%s: the model's settings come from the checkpoint \"%s\" (--load); drop --%s", OPTS[i].name, S.load, OPTS[i].name);
+        snprintf(key, sizeof key, "classify.%s", OPTS[i].name);
+        if (mf_load_meta(S.load, key, buf, sizeof buf) < 0) die("--load: \"%s\" has no %s in its metadata", S.load, key);
+        if (OPTS[i].type == OPT_TEXT) { /* kept: the option points at the copy */
+            char *copy = (char *)malloc(strlen(buf) + 1);
+            if (!copy) die("out of memory");
+            strcpy(copy, buf);
+            if ((why = set_option(&OPTS[i], copy))) die("--load: \"%s\": %s", S.load, why);
+        } else if ((why = set_option(&OPTS[i], buf))) die("--load: \"%s\": %s", S.load, why);
+    }
+    if (mf_load_meta(S.load, "classify.data", data_kind, kind_size) < 0 ||
+        mf_load_meta(S.load, "classify.vocab", vocab, vocab_size) < 0 ||
+        (len = mf_load_meta(S.load, "classify.labels", NULL, 0)) < 0)
+        die("--load: \"%s\" lacks classify.data, classify.vocab or classify.labels in its metadata", S.load);
+    if (!(labels = (char *)malloc((size_t)len + 1))) die("out of memory");
+    mf_load_meta(S.load, "classify.labels", labels, (size_t)len + 1);
+    for (char *p = labels, *e; *p || p == labels; p = e + 1) {
+        e = strchr(p, '\n');
+        label_id(d, p, e ? (size_t)(e - p) : strlen(p), 1, "--load");
+        if (!e) break;
+    }
+    free(labels);
+}
+
+int main(int argc, char **argv) {
+    static unsigned char given[N_OPTS];
+    const char *file = NULL;
+    dataset d;
+    mf_tokenizer *tok = NULL;
+    mf_ctx *ctx;
+    mf_model *m;
+    mf_model_config cfg;
+    mf_optimizer opt;
+    char data_kind[64] = "", vocab[1024] = "";
+    uint64_t rng;
+    int right = 0;
+    double acc = 0;
+    memset(&d, 0, sizeof d);
+    model_choices();
+    parse_options(argc, argv, OPTS, N_OPTS, given, &file, usage);
+    if (file && given[find_option(OPTS, N_OPTS, "task")]) die("--task and a text file given; the task is generated, give one of them");
+    if (!file && given[find_option(OPTS, N_OPTS, "tokens")]) die("--tokens applies to a text file; give one, or drop --tokens");
+    EX_PARSED();
+    if (S.load) {
+        load_settings(given, &d, data_kind, sizeof data_kind, vocab, sizeof vocab);
+        int text_model = strcmp(data_kind, "bytes") == 0 || strcmp(data_kind, "chars") == 0;
+        if (!file && text_model) die("--load: \"%s\" was trained on a labelled text file (%s tokens); give a labelled text file", S.load, data_kind);
+        if (file && !text_model) die("--load: \"%s\" was trained on the generated task %s; drop the text file", S.load, data_kind);
+        if (!file && given[find_option(OPTS, N_OPTS, "task")] && strcmp(data_kind, S.task) != 0)
+            die("--load: \"%s\" was trained on the generated task %s; give --task %s or drop --task", S.load, data_kind, data_kind);
+        if (file) S.tokens = strcmp(data_kind, "chars") == 0 ? "chars" : "bytes";
+        else S.task = data_kind;
+    }
+    rng = 0x5eed0000ULL + (uint64_t)S.seed;
+    if (file) {
+        size_t len;
+        unsigned char *bytes = read_file(file, &len);
+        if (S.load && strcmp(S.tokens, "chars") == 0) tok = tokenizer_from_vocab_hex(vocab, S.load);
+        else tok = strcmp(S.tokens, "chars") == 0 ? mf_tokenizer_chars(bytes, len) : mf_tokenizer_bytes();
+        if (mf_tokenizer_error(tok)) die("\"%s\": %s", file, mf_tokenizer_error(tok));
+        text_read(&d, file, bytes, len, tok, M.seq_len, !S.load);
+        free(bytes);
+    } else task_generate(&d, S.task, S.examples, M.seq_len, rng);
+    data_split(&d, rng ^ 0x5b117ULL);
+    cfg = settings_config(&M, d.V);
+    cfg.causal = S.causal; cfg.n_classes = d.n_labels;
+    if (!(ctx = mf_ctx_new((uint64_t)S.seed))) die("out of memory");
+    mf_set_threads(ctx, S.threads);
+    check_model_config(ctx, &cfg);
+    if (!(m = mf_model_new(ctx, &cfg))) die("%s", mf_error(ctx));
+    if (S.load && mf_load(ctx, S.load, 0) < 0) die("--load: %s", mf_error(ctx));
+    printf("%s: %d examples (%d train, %d held out), %d classes, vocabulary %d, rows of up to %d tokens\n",
+           file ? file : S.task, d.n, d.n_train, d.n - d.n_train, d.n_labels, d.V, d.T);
+    if (d.cut) printf("%d texts were longer than --seq-len %d and are cut there\n", d.cut, d.T);
+    printf("model: %s mixer, %s, %d layer%s, d_model %d, %lld parameters\n", M.mixer, S.causal ? "causal" : "non-causal",
+           M.layers, M.layers == 1 ? "" : "s", M.d_model, (long long)mf_param_count(ctx));
+    opt = mf_optimizer_default(MF_OPT_ADAM, S.lr);
+    {
+        int B = S.batch;
+        int32_t *ids = (int32_t *)malloc((size_t)B * d.T * sizeof(int32_t)), *lengths = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+        int32_t *labels = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+        double loss_sum = 0;
+        if (!ids || !lengths || !labels) die("out of memory");
+        for (int step = 1; step <= S.steps; step++) {
+            mf_tensor *loss;
+            for (int r = 0; r < B; r++) { /* rows drawn from the training split */
+                int e = (int)random_below(&rng, d.n_train);
+                memcpy(ids + (int64_t)r * d.T, d.ids + (int64_t)e * d.T, (size_t)d.T * sizeof(int32_t));
+                lengths[r] = d.lengths[e]; labels[r] = d.labels[e];
+            }
+            loss = mf_model_classify_loss(m, ids, lengths, labels, B, d.T);
+            mf_backward(ctx, loss);
+            mf_optimizer_step(ctx, &opt);
+            loss_sum += mf_item(ctx, loss);
+            mf_zero_grad(ctx);
+            mf_reset(ctx);
+            if (!mf_ok(ctx)) die("training: %s", mf_error(ctx));
+            if (step % S.eval_every == 0 || step == S.steps) {
+                int n = step % S.eval_every ? step % S.eval_every : S.eval_every;
+                acc = evaluate(ctx, m, &d, B, &right);
+                printf("step %5d  loss %.4f  held-out accuracy %.1f%%\n", step, loss_sum / n, acc);
+                fflush(stdout);
+                loss_sum = 0;
+            }
+        }
+        free(ids); free(lengths); free(labels);
+    }
+    acc = evaluate(ctx, m, &d, S.batch, &right);
+    printf("held-out accuracy: %.1f%% (%d of %d)\n", acc, right, d.n - d.n_train);
+    if (S.save) { save_model(ctx, &d, tok); printf("saved %s\n", S.save); }
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    mf_tokenizer_free(tok);
+    free(d.ids); free(d.lengths); free(d.labels);
+    for (int c = 0; c < d.n_labels; c++) free(d.names[c]);
+    return 0;
+}
