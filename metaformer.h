@@ -703,7 +703,10 @@ MFDEF uint64_t mf_dist_seed(const mf_dist *d, uint64_t seed);
    rank has the same parameters (names, shapes, trainable; a difference is refused naming the first
    one and the rank), broadcasts their values from rank 0, re-seeds ctx's dropout with
    mf_dist_seed, lays the gradient buckets over the flat gradient buffer and installs the backward
-   hook that starts a bucket's average as soon as its gradients are final. 0, or -1 on every rank. */
+   hook that starts a bucket's average as soon as its gradients are final. With zero1, before the
+   first optimizer step or checkpoint load (the moments are then made for this rank's shard only).
+   The MPI transport averages host buffers: CPU contexts (a CUDA context needs METAFORMER_NCCL).
+   0, or -1 on every rank. */
 MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx);
 /* Do not start averages in the coming backwards (on = 1: micro-batches before the last one of a
    step, gradient accumulation), or start them again (on = 0, the default). Returns the old value. */
@@ -711,7 +714,8 @@ MFDEF int mf_dist_no_sync(mf_dist *d, int on);
 /* Collective, every step after the backward(s), also on a rank whose ctx failed: agrees on failure
    (-1 on EVERY rank, "rank r: <its error>" in mf_dist_error and in each ctx), finishes the gradient
    average (starting the buckets the backward did not) and sums sums[0 .. n_sums) over the ranks in
-   the same call (e.g. loss * count, count). sums may be NULL when n_sums is 0. 0 or -1. */
+   the same call (e.g. loss * count, count). sums may be NULL when n_sums is 0. 0 or -1. With
+   ZeRO-1 the gradients are reduce-scattered: this rank's buffer holds the average in its shard only. */
 MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums);
 /* Collective failure agreement at any other point (opening files, loading data): ok = 0 on a rank
    that failed, why its reason (or NULL: ctx's error). 0 when every rank is ok, else -1 on every
@@ -734,7 +738,7 @@ MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *co
 MFDEF int mf_dist_load(mf_dist *d, mf_model *m, const char *path);
 /* The last error ("" when none). */
 MFDEF const char *mf_dist_error(const mf_dist *d);
-/* Uninstalls the backward hook (when the ctx still lives, call it before mf_ctx_free). */
+/* Free d and take its backward hook out of the attached context: call it before mf_ctx_free. */
 MFDEF void mf_dist_free(mf_dist *d);
 #endif /* METAFORMER_MPI */
 
@@ -4921,7 +4925,9 @@ typedef struct mf__family {
     mf_tensor *(*aux_loss)(mf_model *m); /* a loss term of the last forward added by mf_model_loss, or NULL */
     /* the state that crosses calls of mf_model_forward / mf_model_loss (memories), for checkpoints
        (mf_model_save / mf_model_load): list every piece with mf__state_ints / mf__state_floats, in the
-       same order whatever mf__state_mode is; 0, or -1 (error in ctx). NULL: no such state. */
+       same order whatever mf__state_mode is; 0, or -1 (error in ctx). NULL: no such state. Float
+       pieces hold batch rows first, and an int piece named "*.lengths" the row count in element 0:
+       [mf:dist] gathers and splits the rows over the ranks by that rule. */
     int (*state)(mf_model *m, mf__state_io *io);
 } mf__family;
 
