@@ -1281,8 +1281,8 @@ static void mf__blocks_free(mf__block *b) {
    It covers what grows with the model and the batch: the activation arena blocks (host, and device
    on CUDA), the flat parameter and gradient buffers and the optimizer moments. */
 static size_t mf__param_bytes(const mf_ctx *ctx) { return ctx->p_data ? (size_t)ctx->p_cap * 2 * sizeof(float) : 0; }
-static size_t mf__moment_bytes(const mf_ctx *ctx) {
-    return ctx->p_m ? (size_t)(ctx->p_cap ? ctx->p_cap : 1) * 2 * sizeof(float) : 0;
+static size_t mf__moment_bytes(const mf_ctx *ctx) { /* ZeRO-1 ([mf:dist]): the rank's shard only */
+    return ctx->p_m ? (size_t)(ctx->mom_n ? ctx->mom_n : ctx->p_cap ? ctx->p_cap : 1) * 2 * sizeof(float) : 0;
 }
 static size_t mf__mem_used(const mf_ctx *ctx) { return ctx->arena_bytes + mf__param_bytes(ctx) + mf__moment_bytes(ctx); }
 /* who asks for activation memory now: the running op, or a tensor made outside the ops */
@@ -11184,7 +11184,7 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
         else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
                                                  "or checkpoint load (the moments exist already); resume with mf_dist_load");
         else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
-        else if (mf__mem_grant(ctx, 3 * (size_t)d->shard * sizeof(float), "optimizer moments") < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
+        else if (mf__mem_grant(ctx, 2 * (size_t)d->shard * sizeof(float), "optimizer moments") < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
         else if (!(d->tmp = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
                  !(ctx->p_m = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
                  !(ctx->p_v = (float *)mf__xmalloc((size_t)d->shard * sizeof(float)))) {
