@@ -30,7 +30,8 @@ BUILD   := build
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
 CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
-TEST_SRCS := $(wildcard tests/test_*.c)
+# tests/test_dist.c needs MPI: built by mpicc below and run by tests/test_dist.sh on 2 ranks
+TEST_SRCS := $(filter-out tests/test_dist.c,$(wildcard tests/test_*.c))
 TEST_CXX  := $(wildcard tests/test_*.cpp)
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
 ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/asan/%,$(TEST_CXX))
@@ -161,7 +162,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -192,6 +193,21 @@ $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_study.log: $(BUILD)/study
 $(BUILD)/logs/sh/test_classify_cli.log: $(BUILD)/classify
+$(BUILD)/logs/sh/test_dist.log: $(BUILD)/dist/test_dist $(BUILD)/dist/asan/test_dist
+
+# ---- MPI: data-parallel training ([mf:dist], -DMETAFORMER_MPI) ----
+# tools/install_mpi.sh installs Open MPI where mpicc is missing and apt-get can; where it cannot, the
+# binaries are not made and tests/test_dist.sh says "skip".
+MPICC ?= mpicc
+MPI_BUILD = bash tools/install_mpi.sh; if command -v $(MPICC) > /dev/null; then \
+            echo "$(MPICC) -DMETAFORMER_MPI $(1) -Itests -I. $< -o $@ $(LDLIBS)"; \
+            $(MPICC) -DMETAFORMER_MPI $(1) -Itests -I. $< -o $@ $(LDLIBS); else rm -f $@; fi
+$(BUILD)/dist/test_dist: tests/test_dist.c metaformer.h tests/mf_test.h
+	@mkdir -p $(dir $@)
+	@$(call MPI_BUILD,$(CFLAGS))
+$(BUILD)/dist/asan/test_dist: tests/test_dist.c metaformer.h tests/mf_test.h | $(BUILD)/dist/test_dist
+	@mkdir -p $(dir $@)
+	@$(call MPI_BUILD,$(SANFLAGS))
 $(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE
 	@bash tests/run.sh --one $@ "$<"
 $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE
