@@ -10834,8 +10834,20 @@ struct mf_dist {
     int rank, world, local_rank;
     mf_dist_config cfg;
     const mf__dist_transport *tr;
+    void *nccl;              /* the NCCL transport's state ([cu:dist]); NULL: none */
     char err[MF__ERRLEN];
 };
+
+#ifdef METAFORMER_NCCL
+/* The NCCL transport for contexts on the GPU, in metaformer_cuda.cuh's [cu:dist]: mf_dist_new picks the
+   local rank's GPU (mf__nccl_pick_device), mf_dist_attach of a CUDA context opens the communicator
+   (collective: the unique id made by rank 0 goes over d->comm) and sets d->tr = mf__nccl_transport(),
+   mf_dist_free closes it. 0, or -1 with the error in d->err (on every rank for mf__nccl_open). */
+static int mf__nccl_pick_device(mf_dist *d);
+static int mf__nccl_open(mf_dist *d, mf_ctx *ctx);
+static void mf__nccl_close(mf_dist *d);
+static const mf__dist_transport *mf__nccl_transport(void);
+#endif
 
 MFDEF mf_dist_config mf_dist_config_default(void) {
     mf_dist_config c;

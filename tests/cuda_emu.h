@@ -65,7 +65,7 @@
  * mf_emu_set_stack_size(bytes), mf_emu_live_allocations(&bytes), mf_emu_launch_count(),
  * mf_emu_sync_count(), mf_emu_host_copy_count(), mf_emu_stream_id(st), mf_emu_log(on), mf_emu_log_size(),
  * mf_emu_log_at(i, &stream, &run), mf_emu_watch(p, n), mf_emu_unwatch_all(), mf_emu_race_count(),
- * mf_emu_race_message();
+ * mf_emu_race_message(), mf_emu_set_device_count(n);
  * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
  *
  *   - WMMA (nvcuda::wmma): a stand-in for the TF32 shape only - fragment<matrix_a / matrix_b /
@@ -290,7 +290,7 @@ struct State {
     size_t alloc_bytes = 0;
     size_t mem_limit = 0;  /* mf_emu_set_memory_limit: the device's size (0 = 80 GiB, never reached) */
     std::map<const void *, int> smem_limit;
-    int device = 0;
+    int device = 0, device_count = 1; /* the current device; how many there are (all share the memory) */
     unsigned long long launches = 0;
     unsigned long long syncs = 0, host_copies = 0; /* host waits: synchronisations, host <-> device copies */
     /* the launch being run */
@@ -494,6 +494,9 @@ static inline size_t mf_emu_live_allocations(size_t *bytes) {
     if (bytes) *bytes = s.alloc_bytes;
     return s.allocs.size();
 }
+/* pretend the machine has n devices (default 1): cudaSetDevice takes 0 .. n-1, cudaGetDevice tells
+   which; they are one device underneath (a process per device, as MPI ranks, sees its own) */
+static inline void mf_emu_set_device_count(int n) { mf_emu::S().device_count = n < 1 ? 1 : n; }
 static inline unsigned long long mf_emu_launch_count(void) { return mf_emu::S().launches; }
 /* host synchronisations (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize) and
    host <-> device copies so far: a test checks that a sequence of launches never waits on the host
@@ -1430,15 +1433,18 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 
-static inline cudaError_t cudaGetDeviceCount(int *n) { if (n) *n = 1; return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int *n) { if (n) *n = mf_emu::S().device_count; return cudaSuccess; }
 static inline cudaError_t cudaSetDevice(int d) {
-    if (d != 0) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulator has one device", d);
+    if (d < 0 || d >= mf_emu::S().device_count)
+        return mf_emu::set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulator has %d device(s)", d,
+                                 mf_emu::S().device_count);
+    mf_emu::S().device = d;
     return cudaSuccess;
 }
-static inline cudaError_t cudaGetDevice(int *d) { if (d) *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int *d) { if (d) *d = mf_emu::S().device; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     if (!p) return cudaErrorInvalidValue;
-    if (d != 0) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): one device", d);
+    if (d < 0 || d >= mf_emu::S().device_count) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): %d device(s)", d, mf_emu::S().device_count);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda_emu");
     p->totalGlobalMem = (size_t)80 << 30;
