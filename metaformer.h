@@ -10841,12 +10841,11 @@ struct mf_dist {
 #ifdef METAFORMER_NCCL
 /* The NCCL transport for contexts on the GPU, in metaformer_cuda.cuh's [cu:dist]: mf_dist_new picks the
    local rank's GPU (mf__nccl_pick_device), mf_dist_attach of a CUDA context opens the communicator
-   (collective: the unique id made by rank 0 goes over d->comm) and sets d->tr = mf__nccl_transport(),
+   (collective: the unique id made by rank 0 goes over d->comm) and sets d->tr to the NCCL transport,
    mf_dist_free closes it. 0, or -1 with the error in d->err (on every rank for mf__nccl_open). */
 static int mf__nccl_pick_device(mf_dist *d);
 static int mf__nccl_open(mf_dist *d, mf_ctx *ctx);
 static void mf__nccl_close(mf_dist *d);
-static const mf__dist_transport *mf__nccl_transport(void);
 #endif
 
 MFDEF mf_dist_config mf_dist_config_default(void) {

@@ -3515,7 +3515,6 @@ static int mf__nccl_broadcast(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n, in
 static const mf__dist_transport mf__nccl_table = {
     "nccl", mf__nccl_allreduce_start, mf__nccl_wait_all, mf__nccl_reduce_scatter, mf__nccl_all_gather, mf__nccl_broadcast,
 };
-static const mf__dist_transport *mf__nccl_transport(void) { return &mf__nccl_table; }
 
 /* one GPU per rank: the local rank's (a machine without GPUs keeps its CPU contexts on MPI) */
 static int mf__nccl_pick_device(mf_dist *d) {

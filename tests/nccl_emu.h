@@ -22,6 +22,12 @@
 #ifndef MF_CUDA_EMU_H
 #error "include cuda_emu.h before nccl_emu.h"
 #endif
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* the C API only */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #define NCCL_MAJOR 2
