@@ -3443,12 +3443,11 @@ typedef struct mf__nccl {
 #define MF__NCCL(d) ((mf__nccl *)(d)->nccl)
 
 static int mf__nccl_failed(mf_dist *d, const char *what, const char *call, ncclResult_t r) {
-    snprintf(d->err, sizeof d->err, "rank %d: %s: %s failed: %s (NCCL %d.%d; NCCL_DEBUG=WARN prints NCCL's own reason)",
-             d->rank, what, call, ncclGetErrorString(r), NCCL_MAJOR, NCCL_MINOR);
+    snprintf(d->err, sizeof d->err, "%s: %s failed: %s (NCCL %d.%d; NCCL_DEBUG=WARN prints NCCL's own reason)", what, call, ncclGetErrorString(r), NCCL_MAJOR, NCCL_MINOR);
     return -1;
 }
 static int mf__nccl_cuda_failed(mf_dist *d, const char *what, const char *call, cudaError_t e) {
-    snprintf(d->err, sizeof d->err, "rank %d: %s: %s failed: %s (%s)", d->rank, what, call, cudaGetErrorString(e),
+    snprintf(d->err, sizeof d->err, "%s: %s failed: %s (%s)", what, call, cudaGetErrorString(e),
              cudaGetErrorName(e));
     return -1;
 }
@@ -3466,8 +3465,7 @@ static int mf__nccl_async(mf_dist *d, const char *what) {
 /* the communication stream's next collective runs after the compute stream's work queued so far */
 static int mf__nccl_after_compute(mf_dist *d, mf_ctx *ctx, const char *what) {
     mf__nccl *nc = MF__NCCL(d);
-    if (!ctx->be) return (snprintf(d->err, sizeof d->err, "rank %d: %s: the NCCL transport needs a context on the GPU",
-                                   d->rank, what), -1);
+    if (!ctx->be) return (snprintf(d->err, sizeof d->err, "%s: the NCCL transport needs a context on the GPU", what), -1);
     if (mf__nccl_async(d, what) < 0) return -1;
     MF__NCCL_CUDA(d, what, cudaEventRecord(nc->ready, MF__CU(ctx)->stream));
     MF__NCCL_CUDA(d, what, cudaStreamWaitEvent(nc->stream, nc->ready, 0));
@@ -3525,28 +3523,15 @@ static int mf__nccl_pick_device(mf_dist *d) {
     return 0;
 }
 
-/* every rank's ok (1) or not (0), agreed over d->comm; on failure d->err names the first failed rank */
-static int mf__nccl_agree(mf_dist *d, int ok) {
-    int all = 0, first = ok ? d->world : d->rank;
-    char msg[MF__ERRLEN];
-    if (MPI_Allreduce(&first, &all, 1, MPI_INT, MPI_MIN, d->comm) != MPI_SUCCESS)
-        return (snprintf(d->err, sizeof d->err, "rank %d: mf_dist_attach: MPI_Allreduce failed", d->rank), -1);
-    if (all == d->world) return 0;
-    memcpy(msg, d->err, sizeof msg);
-    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, all, d->comm);
-    msg[sizeof msg - 1] = 0;
-    memcpy(d->err, msg, sizeof msg);
-    return -1;
-}
 static int mf__nccl_setup(mf_dist *d, mf_ctx *ctx, mf__nccl *nc) {
     const char *what = "mf_dist_attach (NCCL)";
     int dev = -1, n = 0;
     MF__NCCL_CUDA(d, what, cudaGetDeviceCount(&n));
     MF__NCCL_CUDA(d, what, cudaGetDevice(&dev));
     if (dev != d->local_rank)
-        return (snprintf(d->err, sizeof d->err, "rank %d: %s: this rank is local rank %d but its context is on GPU %d of %d; "
+        return (snprintf(d->err, sizeof d->err, "%s: this rank is local rank %d but its context is on GPU %d of %d; "
                          "start at most one rank per GPU of a machine, and make the dist context (mf_dist_new) before "
-                         "mf_ctx_set_device", d->rank, what, d->local_rank, dev, n), -1);
+                         "mf_ctx_set_device", what, d->local_rank, dev, n), -1);
     (void)ctx;
     MF__NCCL_CUDA(d, what, cudaStreamCreateWithFlags(&nc->stream, cudaStreamNonBlocking));
     MF__NCCL_CUDA(d, what, cudaEventCreateWithFlags(&nc->ready, cudaEventDisableTiming));
@@ -3560,7 +3545,7 @@ static int mf__nccl_open(mf_dist *d, mf_ctx *ctx) {
     int ok;
     if (nc) memset(nc, 0, sizeof *nc);
     d->nccl = nc;
-    ok = nc ? mf__nccl_setup(d, ctx, nc) == 0 : (snprintf(d->err, sizeof d->err, "rank %d: out of memory: NCCL state", d->rank), 0);
+    ok = nc ? mf__nccl_setup(d, ctx, nc) == 0 : (snprintf(d->err, sizeof d->err, "out of memory: the NCCL state"), 0);
     memset(&u, 0, sizeof u);
     if (d->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&u.id);
@@ -3568,13 +3553,13 @@ static int mf__nccl_open(mf_dist *d, mf_ctx *ctx) {
         if (!u.ok && ok) ok = mf__nccl_failed(d, "mf_dist_attach", "ncclGetUniqueId(&id)", r) == 0;
     }
     MPI_Bcast(&u, (int)sizeof u, MPI_BYTE, 0, d->comm);
-    if (mf__nccl_agree(d, ok && u.ok) < 0) { mf__nccl_close(d); return -1; }
+    if (mf__dist_agree(d, NULL, ok && u.ok, NULL) < 0) { mf__nccl_close(d); return -1; }
     {
         ncclResult_t r = ncclCommInitRank(&nc->comm, d->world, u.id, d->rank);
         ok = r == ncclSuccess || mf__nccl_failed(d, "mf_dist_attach", "ncclCommInitRank(&comm, world, id, rank)", r) == 0;
         if (r != ncclSuccess) nc->comm = NULL;
     }
-    if (mf__nccl_agree(d, ok) < 0) { mf__nccl_close(d); return -1; }
+    if (mf__dist_agree(d, NULL, ok, NULL) < 0) { mf__nccl_close(d); return -1; }
     d->tr = &mf__nccl_table;
     return 0;
 }
