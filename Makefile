@@ -30,7 +30,7 @@ MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
 CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
 TEST_SRCS := $(wildcard tests/test_*.c)
-TEST_CXX  := $(wildcard tests/test_*.cpp)
+TEST_CXX  := $(filter-out tests/test_dist_cuda.cpp,$(wildcard tests/test_*.cpp))
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
 ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/asan/%,$(TEST_CXX))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
@@ -173,7 +173,21 @@ TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
 
-test: $(TEST_SCHED) $(EXAMPLES)
+# the NCCL transport on the emulated GPU: 2 MPI ranks (tests/test_dist_cuda.cpp, tests/nccl_emu.h);
+# skipped with a message where mpicxx is missing
+MPICXX ?= $(shell command -v mpicxx 2>/dev/null)
+MPIRUN := mpirun --allow-run-as-root --oversubscribe -np 2
+ifneq ($(MPICXX),)
+MPI_LOGS  := $(BUILD)/logs/mpi/test_dist_cuda.log
+TEST_LOGS += $(MPI_LOGS)
+$(BUILD)/mpi/test_dist_cuda: tests/test_dist_cuda.cpp $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(CXXFLAGS) -DMETAFORMER_MPI -DMETAFORMER_NCCL -I. -Itests $< -o $@ $(LDLIBS)
+$(BUILD)/logs/mpi/%.log: $(BUILD)/mpi/% FORCE
+	@bash tests/run.sh --one $@ "$(MPIRUN) $<"
+endif
+
+test: $(TEST_SCHED) $(MPI_LOGS) $(EXAMPLES)
 	@bash tests/run.sh --report $(TEST_LOGS)
 # the test binaries stay after the run (made by pattern rules for the logs only, make would delete them)
 .SECONDARY: $(TESTS) $(ASAN) $(CASAN) $(BUILD)/nosimd/test_gemm $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay/%)
