@@ -56,6 +56,9 @@
  *                           where POSIX mmap is missing)
  *   METAFORMER_MPI          compile [mf:dist], data-parallel training over MPI (mf_dist_*; includes
  *                           <mpi.h>: build with mpicc, run with mpirun; see the README)
+ *   METAFORMER_NCCL         with METAFORMER_MPI and METAFORMER_CUDA: contexts on the GPU average their
+ *                           gradients with NCCL (one GPU per rank, the local rank's; collectives on a
+ *                           stream of their own, ordered by events: docs/math.md §18.8); link -lnccl
  *
  * CONCEPTS
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
