@@ -30,9 +30,9 @@ BUILD   := build
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
 CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
-# tests/test_dist.c needs MPI: built by mpicc below and run by tests/test_dist.sh on 2 ranks
+# tests/test_dist.c and tests/test_dist_cuda.cpp need MPI: built by mpicc / mpicxx below and run on 2 ranks
 TEST_SRCS := $(filter-out tests/test_dist.c,$(wildcard tests/test_*.c))
-TEST_CXX  := $(wildcard tests/test_*.cpp)
+TEST_CXX  := $(filter-out tests/test_dist_cuda.cpp,$(wildcard tests/test_*.cpp))
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
 ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/asan/%,$(TEST_CXX))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
@@ -193,21 +193,27 @@ $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_study.log: $(BUILD)/study
 $(BUILD)/logs/sh/test_classify_cli.log: $(BUILD)/classify
-$(BUILD)/logs/sh/test_dist.log: $(BUILD)/dist/test_dist $(BUILD)/dist/asan/test_dist
+$(BUILD)/logs/sh/test_dist.log: $(BUILD)/dist/test_dist $(BUILD)/dist/asan/test_dist $(BUILD)/dist/test_dist_cuda
 
 # ---- MPI: data-parallel training ([mf:dist], -DMETAFORMER_MPI) ----
 # tools/install_mpi.sh installs Open MPI where mpicc is missing and apt-get can; where it cannot, the
 # binaries are not made and tests/test_dist.sh says "skip".
 MPICC ?= mpicc
-MPI_BUILD = bash tools/install_mpi.sh; if command -v $(MPICC) > /dev/null; then \
-            echo "$(MPICC) -DMETAFORMER_MPI $(1) -Itests -I. $< -o $@ $(LDLIBS)"; \
-            $(MPICC) -DMETAFORMER_MPI $(1) -Itests -I. $< -o $@ $(LDLIBS); else rm -f $@; fi
+MPICXX ?= mpicxx
+# $(call MPI_BUILD,compiler,flags): with the MPI wrapper compiler when there is one, else no binary
+MPI_BUILD = bash tools/install_mpi.sh; if command -v $(1) > /dev/null; then \
+            echo "$(1) -DMETAFORMER_MPI $(2) -Itests -I. $< -o $@ $(LDLIBS)"; \
+            $(1) -DMETAFORMER_MPI $(2) -Itests -I. $< -o $@ $(LDLIBS); else rm -f $@; fi
 $(BUILD)/dist/test_dist: tests/test_dist.c metaformer.h tests/mf_test.h
 	@mkdir -p $(dir $@)
-	@$(call MPI_BUILD,$(CFLAGS))
+	@$(call MPI_BUILD,$(MPICC),$(CFLAGS))
 $(BUILD)/dist/asan/test_dist: tests/test_dist.c metaformer.h tests/mf_test.h | $(BUILD)/dist/test_dist
 	@mkdir -p $(dir $@)
-	@$(call MPI_BUILD,$(SANFLAGS))
+	@$(call MPI_BUILD,$(MPICC),$(SANFLAGS))
+# the NCCL transport on the emulated GPU (tests/nccl_emu.h: NCCL's API over MPI)
+$(BUILD)/dist/test_dist_cuda: tests/test_dist_cuda.cpp $(CUDA_DEPS) tests/nccl_emu.h | $(BUILD)/dist/asan/test_dist
+	@mkdir -p $(dir $@)
+	@$(call MPI_BUILD,$(MPICXX),-DMETAFORMER_NCCL $(CXXFLAGS))
 $(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE
 	@bash tests/run.sh --one $@ "$<"
 $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE

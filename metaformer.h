@@ -56,6 +56,9 @@
  *                           where POSIX mmap is missing)
  *   METAFORMER_MPI          compile [mf:dist], data-parallel training over MPI (mf_dist_*; includes
  *                           <mpi.h>: build with mpicc, run with mpirun; see the README)
+ *   METAFORMER_NCCL         with METAFORMER_MPI and METAFORMER_CUDA: contexts on the GPU average their
+ *                           gradients with NCCL (one GPU per rank, the local rank's; collectives on a
+ *                           stream of their own, ordered by events: docs/math.md §18.8); link -lnccl
  *
  * CONCEPTS
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
@@ -11678,6 +11681,7 @@ struct mf_dist {
     int rank, world, local_rank;
     mf_dist_config cfg;
     const mf__dist_transport *tr;
+    void *nccl;              /* the NCCL transport's state ([cu:dist]); NULL: none */
     char err[MF__ERRLEN];
     mf_ctx *ctx;                 /* attached */
     mf__dist_bucket *bk;
@@ -11701,6 +11705,15 @@ struct mf_dist {
     int *first;                  /* per parameter: the first tape op that reads it (scratch) */
 };
 
+#ifdef METAFORMER_NCCL
+/* The NCCL transport for contexts on the GPU, in metaformer_cuda.cuh's [cu:dist]: mf_dist_new picks the
+   local rank's GPU (mf__nccl_pick_device), mf_dist_attach of a CUDA context opens the communicator
+   (collective: the unique id made by rank 0 goes over d->comm) and sets d->tr to the NCCL transport,
+   mf_dist_free closes it. 0, or -1 with the error in d->err (on every rank for mf__nccl_open). */
+static int mf__nccl_pick_device(mf_dist *d);
+static int mf__nccl_open(mf_dist *d, mf_ctx *ctx);
+static void mf__nccl_close(mf_dist *d);
+#endif
 static int mf__dist_fail(mf_dist *d, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -11819,6 +11832,14 @@ MFDEF mf_dist *mf_dist_new(MPI_Comm comm, const mf_dist_config *cfg, char *err, 
         MPI_Comm_rank(local, &d->local_rank);
         MPI_Comm_free(&local);
     }
+#ifdef METAFORMER_NCCL
+    if (mf__nccl_pick_device(d) < 0) { /* one GPU per rank: the local rank's */
+        mf__dist_new_fail(err, err_size, "%s", d->err);
+        MPI_Comm_free(&d->comm);
+        MF_FREE(d);
+        return NULL;
+    }
+#endif
     return d;
 }
 MFDEF int mf_dist_rank(const mf_dist *d) { return d ? d->rank : 0; }
@@ -11912,6 +11933,18 @@ static void mf__dist_first_difference(const char *mine, const char *theirs, char
     snprintf(why, size, "mf_dist_attach: this rank has %s parameters than rank 0 (parameter %d is %s here; every rank "
              "must build the same model config)", *mine ? "more" : "fewer", line, *mine ? "present" : "missing");
 }
+static uint64_t mf__dist_checksum(const float *x, int64_t n);
+/* the parameters' checksum (a CUDA context's copied to the host first; 0 when that fails: the
+   ranks then disagree, or all fail alike) */
+static uint64_t mf__dist_param_checksum(mf_ctx *ctx) {
+    float *h;
+    uint64_t sum;
+    if (!ctx->be) return mf__dist_checksum(ctx->p_data, ctx->p_used);
+    if (!(h = (float *)mf__xmalloc((size_t)ctx->p_used * sizeof(float)))) return 0;
+    sum = ctx->be->copy(ctx, h, ctx->p_data, (size_t)ctx->p_used * sizeof(float), MF__D2H) == 0 ? mf__dist_checksum(h, ctx->p_used) : 0;
+    MF_FREE(h);
+    return sum;
+}
 static uint64_t mf__dist_checksum(const float *x, int64_t n) {
     uint64_t h = 0x243f6a8885a308d3ULL;
     int64_t k;
@@ -11958,12 +11991,20 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
     if (!ctx) snprintf(why, sizeof why, "mf_dist_attach: the context is NULL");
     else if (d->ctx) snprintf(why, sizeof why, "mf_dist_attach: this mf_dist is attached already (one context per mf_dist)");
     else if (!mf_ok(ctx)) snprintf(why, sizeof why, "%s", mf_error(ctx));
+#ifdef METAFORMER_NCCL
+    else if (ctx->be && d->cfg.zero1) snprintf(why, sizeof why, "mf_dist_attach: ZeRO-1 on a CUDA context is not supported yet "
+                                               "(plain data parallelism over NCCL is: zero1 = 0)");
+#else
     else if (ctx->be) snprintf(why, sizeof why, "mf_dist_attach: the MPI transport averages host buffers; a CUDA context needs "
                                "the NCCL build (METAFORMER_NCCL)");
+#endif
     else if (ctx->n_params == 0) snprintf(why, sizeof why, "mf_dist_attach: the context has no parameters (make the model first)");
     else if (ctx->bw_hook) snprintf(why, sizeof why, "mf_dist_attach: the context has a backward hook already (another mf_dist?)");
     else if (!(mine = mf__dist_param_list(ctx, &len))) snprintf(why, sizeof why, "out of memory: the parameter list");
     if (mf__dist_agree(d, ctx, why[0] == 0, why) < 0) { MF_FREE(mine); return -1; }
+#ifdef METAFORMER_NCCL
+    if (ctx->be && mf__nccl_open(d, ctx) < 0) { MF_FREE(mine); return -1; } /* collective; d->tr: NCCL */
+#endif
     /* the same parameters: rank 0's list against every rank's */
     if (d->rank == 0) len0 = len;
     MPI_Bcast(&len0, 1, MPI_INT, 0, d->comm);
@@ -11976,7 +12017,7 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
     if (mf__dist_agree(d, ctx, ok, why) < 0) return -1;
     /* rank 0's values, checked */
     if (d->tr->broadcast(d, ctx, ctx->p_data, ctx->p_used, 0) < 0) return mf__dist_agree(d, ctx, 0, d->err);
-    sum = mf__dist_checksum(ctx->p_data, ctx->p_used);
+    sum = mf__dist_param_checksum(ctx);
     lo_hi[0] = sum; lo_hi[1] = ~sum;
     MPI_Allreduce(lo_hi, red, 2, MPI_UINT64_T, MPI_MIN, d->comm);
     if (mf__dist_agree(d, ctx, red[0] == sum && red[1] == ~sum, "mf_dist_attach: the parameters differ from rank 0's after the broadcast") < 0)
@@ -12260,6 +12301,9 @@ MFDEF void mf_dist_free(mf_dist *d) {
     if (!d) return;
     if (d->ctx && d->ctx->bw_hook_user == d) { d->ctx->bw_hook = NULL; d->ctx->bw_hook_user = NULL; }
     if (d->n_req) MPI_Waitall(d->n_req, d->req, MPI_STATUSES_IGNORE);
+#ifdef METAFORMER_NCCL
+    mf__nccl_close(d);
+#endif
     MPI_Comm_free(&d->comm);
     MF_FREE(d->bk); MF_FREE(d->first); MF_FREE(d->req); MF_FREE(d->req_buf); MF_FREE(d->req_n); MF_FREE(d->tmp);
     MF_FREE(d);

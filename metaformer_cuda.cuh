@@ -3182,26 +3182,28 @@ static __device__ int mf__cu_seg_at(const mf__cu_seg *segs, int nseg, long long 
 static __global__ void mf__k_nonzero(const float *g, const mf__cu_seg *segs, int nseg, int *flag) {
     MF__CU_SEG_LOOP(s, k, segs, nseg) if (g[k] != 0.0f) flag[s] = 1;
 }
-static __global__ void mf__k_optimizer(float *w, const float *g, float *m, float *v, const mf__cu_seg *segs, int nseg,
-                                       int kind, float b1, float b2, float eps, float wd, float mu, int nesterov) {
+/* m, v hold the moments of the flat buffer's floats [mo, ...) (ZeRO-1: the rank's shard; else mo 0) */
+static __global__ void mf__k_optimizer(float *w, const float *g, float *m, float *v, long long mo, const mf__cu_seg *segs,
+                                       int nseg, int kind, float b1, float b2, float eps, float wd, float mu, int nesterov) {
     MF__CU_SEG_LOOP(s, k, segs, nseg) {
         const mf__cu_seg *sg = &segs[s];
+        long long q = k - mo; /* the moments' index */
         if (kind == MF_OPT_ADAM || kind == MF_OPT_ADAMW) {
             float gk = g[k] + (kind == MF_OPT_ADAM ? wd * w[k] : 0.0f);
             w[k] *= sg->decay;
-            m[k] = b1 * m[k] + (1.0f - b1) * gk;
-            v[k] = b2 * v[k] + (1.0f - b2) * gk * gk;
-            w[k] -= sg->step * m[k] / (sqrtf(v[k]) * sg->rc2 + eps);
+            m[q] = b1 * m[q] + (1.0f - b1) * gk;
+            v[q] = b2 * v[q] + (1.0f - b2) * gk * gk;
+            w[k] -= sg->step * m[q] / (sqrtf(v[q]) * sg->rc2 + eps);
         } else if (kind == MF_OPT_ADAM_LABML) {
             w[k] *= sg->decay;
-            m[k] = b1 * m[k] + (1.0f - b1) * g[k];
-            v[k] = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
-            w[k] -= sg->step * m[k] / (sqrtf(v[k]) + eps);
+            m[q] = b1 * m[q] + (1.0f - b1) * g[k];
+            v[q] = b2 * v[q] + (1.0f - b2) * g[k] * g[k];
+            w[k] -= sg->step * m[q] / (sqrtf(v[q]) + eps);
         } else {
             float gk = g[k] + wd * w[k];
             if (mu > 0) {
-                m[k] = sg->first ? gk : mu * m[k] + gk;
-                gk = nesterov ? gk + mu * m[k] : m[k];
+                m[q] = sg->first ? gk : mu * m[q] + gk;
+                gk = nesterov ? gk + mu * m[q] : m[q];
             }
             w[k] -= sg->lr * gk;
         }
@@ -3269,6 +3271,17 @@ static float mf__cu_clip(mf_ctx *ctx, float max_norm) {
     return norm;
 }
 
+/* the part of segment sg inside the flat buffer's [lo, hi); its element count (0: none) */
+static long long mf__cu_seg_clip(mf__cu_seg *sg, long long lo, long long hi) {
+    long long a = sg->off > lo ? sg->off : lo, b = sg->off + sg->n < hi ? sg->off + sg->n : hi;
+    sg->off = a;
+    sg->n = b > a ? b - a : 0;
+    return sg->n;
+}
+
+/* The optimizer step over the flat buffers; with ctx->mom_n > 0 (ZeRO-1, [mf:dist]) over the rank's
+   shard [mom_lo, mom_lo + mom_n) only, whose moments the moment buffers hold. Every parameter's step
+   count advances either way, so the ranks agree on the bias corrections. */
 static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     mf__cu_seg *hs, *ds;
     int i, n = 0, nq = 0, *flags = NULL;
@@ -3313,6 +3326,7 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         c1 = (float)(1.0 - pow(b1, (double)t));
         c2 = (float)(1.0 - pow(b2, (double)t));
         sg->off = p->offset; sg->n = p->ne; sg->lr = lr; sg->first = t == 1;
+        if (ctx->mom_n > 0 && mf__cu_seg_clip(sg, ctx->mom_lo, ctx->mom_lo + ctx->mom_n) == 0) { n--; continue; }
         if (o->kind == MF_OPT_ADAM || o->kind == MF_OPT_ADAMW) {
             sg->step = lr / c1; sg->rc2 = 1.0f / sqrtf(c2);
             sg->decay = o->kind == MF_OPT_ADAMW ? 1.0f - lr * o->weight_decay : 1.0f;
@@ -3323,8 +3337,8 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     if (n == 0) return 0;
     if (!(ds = mf__cu_put_segs(ctx, hs, n, 0, &total))) return -1;
     return MF__CU_RUN(ctx, what, mf__k_optimizer, mf__cu_seg_grid(total), MF__CU_BS, 0, ctx->p_data,
-                      (const float *)ctx->p_grad, ctx->p_m, ctx->p_v, (const mf__cu_seg *)ds, n, (int)o->kind, b1, b2,
-                      o->eps, o->weight_decay, o->momentum, o->nesterov);
+                      (const float *)ctx->p_grad, ctx->p_m, ctx->p_v, (long long)(ctx->mom_n > 0 ? ctx->mom_lo : 0),
+                      (const mf__cu_seg *)ds, n, (int)o->kind, b1, b2, o->eps, o->weight_decay, o->momentum, o->nesterov);
 }
 
 /* ==== [cu:backend] ========================================================================== */
@@ -3465,5 +3479,161 @@ MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) {
     MF__CU(ctx)->tf32 = on != 0;
     return 0;
 }
+
+#if defined(METAFORMER_MPI) && defined(METAFORMER_NCCL)
+/* ==== [cu:dist] ============================================================================= */
+/* The NCCL transport of [mf:dist] (docs/math.md §18.8): one communicator per mf_dist, made from a
+   unique id that rank 0 draws and d->comm broadcasts; every collective runs on a communication
+   stream of its own, in place on the device buffers. The two streams are ordered by events only (the
+   host never waits): a reduction waits on an event recorded on the compute stream right when its
+   input is final (for a bucket: after the backward kernels of the op that finished it, which the
+   backward hook of [mf:dist] calls it after), and the compute stream waits on an event recorded on
+   the communication stream after the last reduction before anything reads the result (wait_all:
+   before clipping and the optimizer). */
+#ifndef MF_CUDA_EMU
+#include <nccl.h>
+#endif
+typedef struct mf__nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;  /* the communication stream */
+    cudaEvent_t ready;    /* on the compute stream: what the next collective reads is final */
+    cudaEvent_t done;     /* on the communication stream: the collectives started so far are done */
+    int started;          /* collectives started since the compute stream last waited on them */
+} mf__nccl;
+#define MF__NCCL(d) ((mf__nccl *)(d)->nccl)
+
+static int mf__nccl_failed(mf_dist *d, const char *what, const char *call, ncclResult_t r) {
+    snprintf(d->err, sizeof d->err, "%s: %s failed: %s (NCCL %d.%d; NCCL_DEBUG=WARN prints NCCL's own reason)", what, call, ncclGetErrorString(r), NCCL_MAJOR, NCCL_MINOR);
+    return -1;
+}
+static int mf__nccl_cuda_failed(mf_dist *d, const char *what, const char *call, cudaError_t e) {
+    snprintf(d->err, sizeof d->err, "%s: %s failed: %s (%s)", what, call, cudaGetErrorString(e),
+             cudaGetErrorName(e));
+    return -1;
+}
+#define MF__NCCL_CHECK(d, what, call) \
+    do { ncclResult_t mf__r = (call); if (mf__r != ncclSuccess) return mf__nccl_failed((d), (what), #call, mf__r); } while (0)
+#define MF__NCCL_CUDA(d, what, call) \
+    do { cudaError_t mf__e = (call); if (mf__e != cudaSuccess) return mf__nccl_cuda_failed((d), (what), #call, mf__e); } while (0)
+
+/* an error a collective met after it was queued (a peer that died, a network fault) */
+static int mf__nccl_async(mf_dist *d, const char *what) {
+    ncclResult_t r = ncclSuccess;
+    MF__NCCL_CHECK(d, what, ncclCommGetAsyncError(MF__NCCL(d)->comm, &r));
+    return r == ncclSuccess ? 0 : mf__nccl_failed(d, what, "a queued collective (ncclCommGetAsyncError)", r);
+}
+/* the communication stream's next collective runs after the compute stream's work queued so far */
+static int mf__nccl_after_compute(mf_dist *d, mf_ctx *ctx, const char *what) {
+    mf__nccl *nc = MF__NCCL(d);
+    if (!ctx->be) return (snprintf(d->err, sizeof d->err, "%s: the NCCL transport needs a context on the GPU", what), -1);
+    if (mf__nccl_async(d, what) < 0) return -1;
+    MF__NCCL_CUDA(d, what, cudaEventRecord(nc->ready, MF__CU(ctx)->stream));
+    MF__NCCL_CUDA(d, what, cudaStreamWaitEvent(nc->stream, nc->ready, 0));
+    return 0;
+}
+/* the compute stream's next work runs after every collective started so far */
+static int mf__nccl_wait_all(mf_dist *d, mf_ctx *ctx) {
+    mf__nccl *nc = MF__NCCL(d);
+    if (!nc->started) return mf__nccl_async(d, "the gradient average");
+    MF__NCCL_CUDA(d, "the gradient average", cudaEventRecord(nc->done, nc->stream));
+    MF__NCCL_CUDA(d, "the gradient average", cudaStreamWaitEvent(MF__CU(ctx)->stream, nc->done, 0));
+    nc->started = 0;
+    return mf__nccl_async(d, "the gradient average");
+}
+static int mf__nccl_allreduce_start(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n) {
+    const char *what = "the gradient average of a bucket";
+    if (mf__nccl_after_compute(d, ctx, what) < 0) return -1;
+    MF__NCCL_CHECK(d, what, ncclAllReduce(buf, buf, (size_t)n, ncclFloat, ncclAvg, MF__NCCL(d)->comm, MF__NCCL(d)->stream));
+    MF__NCCL(d)->started++;
+    return 0;
+}
+static int mf__nccl_reduce_scatter(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shard) {
+    const char *what = "ZeRO-1: the gradient reduce-scatter";
+    if (mf__nccl_after_compute(d, ctx, what) < 0) return -1;
+    MF__NCCL_CHECK(d, what, ncclReduceScatter(buf, buf + (int64_t)d->rank * shard, (size_t)shard, ncclFloat, ncclAvg,
+                                              MF__NCCL(d)->comm, MF__NCCL(d)->stream));
+    MF__NCCL(d)->started++;
+    return mf__nccl_wait_all(d, ctx);
+}
+static int mf__nccl_all_gather(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shard) {
+    const char *what = "ZeRO-1: the parameter all-gather";
+    if (mf__nccl_after_compute(d, ctx, what) < 0) return -1;
+    MF__NCCL_CHECK(d, what, ncclAllGather(buf + (int64_t)d->rank * shard, buf, (size_t)shard, ncclFloat,
+                                          MF__NCCL(d)->comm, MF__NCCL(d)->stream));
+    MF__NCCL(d)->started++;
+    return mf__nccl_wait_all(d, ctx);
+}
+static int mf__nccl_broadcast(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n, int root) {
+    const char *what = "the broadcast of the parameters";
+    if (mf__nccl_after_compute(d, ctx, what) < 0) return -1;
+    MF__NCCL_CHECK(d, what, ncclBroadcast(buf, buf, (size_t)n, ncclFloat, root, MF__NCCL(d)->comm, MF__NCCL(d)->stream));
+    MF__NCCL(d)->started++;
+    return mf__nccl_wait_all(d, ctx);
+}
+static const mf__dist_transport mf__nccl_table = {
+    "nccl", mf__nccl_allreduce_start, mf__nccl_wait_all, mf__nccl_reduce_scatter, mf__nccl_all_gather, mf__nccl_broadcast,
+};
+
+/* one GPU per rank: the local rank's (a machine without GPUs keeps its CPU contexts on MPI) */
+static int mf__nccl_pick_device(mf_dist *d) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) { (void)cudaGetLastError(); return 0; }
+    if (d->local_rank >= n) return 0; /* refused when a context goes on the GPU (mf__nccl_open) */
+    MF__NCCL_CUDA(d, "mf_dist_new", cudaSetDevice(d->local_rank));
+    return 0;
+}
+
+static int mf__nccl_setup(mf_dist *d, mf_ctx *ctx, mf__nccl *nc) {
+    const char *what = "mf_dist_attach (NCCL)";
+    int dev = -1, n = 0;
+    MF__NCCL_CUDA(d, what, cudaGetDeviceCount(&n));
+    MF__NCCL_CUDA(d, what, cudaGetDevice(&dev));
+    if (dev != d->local_rank)
+        return (snprintf(d->err, sizeof d->err, "%s: this rank is local rank %d but its context is on GPU %d of %d; "
+                         "start at most one rank per GPU of a machine, and make the dist context (mf_dist_new) before "
+                         "mf_ctx_set_device", what, d->local_rank, dev, n), -1);
+    (void)ctx;
+    MF__NCCL_CUDA(d, what, cudaStreamCreateWithFlags(&nc->stream, cudaStreamNonBlocking));
+    MF__NCCL_CUDA(d, what, cudaEventCreateWithFlags(&nc->ready, cudaEventDisableTiming));
+    MF__NCCL_CUDA(d, what, cudaEventCreateWithFlags(&nc->done, cudaEventDisableTiming));
+    return 0;
+}
+/* collective: stream and events, the unique id from rank 0 over d->comm, the communicator */
+static int mf__nccl_open(mf_dist *d, mf_ctx *ctx) {
+    struct { int ok; ncclUniqueId id; } u;
+    mf__nccl *nc = (mf__nccl *)mf__xmalloc(sizeof(mf__nccl));
+    int ok;
+    if (nc) memset(nc, 0, sizeof *nc);
+    d->nccl = nc;
+    ok = nc ? mf__nccl_setup(d, ctx, nc) == 0 : (snprintf(d->err, sizeof d->err, "out of memory: the NCCL state"), 0);
+    memset(&u, 0, sizeof u);
+    if (d->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&u.id);
+        u.ok = r == ncclSuccess;
+        if (!u.ok && ok) ok = mf__nccl_failed(d, "mf_dist_attach", "ncclGetUniqueId(&id)", r) == 0;
+    }
+    MPI_Bcast(&u, (int)sizeof u, MPI_BYTE, 0, d->comm);
+    if (mf__dist_agree(d, NULL, ok && u.ok, NULL) < 0) { mf__nccl_close(d); return -1; }
+    {
+        ncclResult_t r = ncclCommInitRank(&nc->comm, d->world, u.id, d->rank);
+        ok = r == ncclSuccess || mf__nccl_failed(d, "mf_dist_attach", "ncclCommInitRank(&comm, world, id, rank)", r) == 0;
+        if (r != ncclSuccess) nc->comm = NULL;
+    }
+    if (mf__dist_agree(d, NULL, ok, NULL) < 0) { mf__nccl_close(d); return -1; }
+    d->tr = &mf__nccl_table;
+    return 0;
+}
+static void mf__nccl_close(mf_dist *d) {
+    mf__nccl *nc = MF__NCCL(d);
+    if (!nc) return;
+    if (nc->stream) cudaStreamSynchronize(nc->stream);
+    if (nc->comm) ncclCommDestroy(nc->comm);
+    if (nc->ready) cudaEventDestroy(nc->ready);
+    if (nc->done) cudaEventDestroy(nc->done);
+    if (nc->stream) cudaStreamDestroy(nc->stream);
+    MF_FREE(nc);
+    d->nccl = NULL;
+}
+#endif /* METAFORMER_MPI && METAFORMER_NCCL */
 
 #endif /* METAFORMER_CUDA_CUH */

@@ -39,6 +39,21 @@ make -k -j"$(( (JOBS + 1) / 2 ))" -C examples/embed cuda OUT="$tmp/embed" NVCC="
 make -k -j"$JOBS" BUILD="$tmp" NVCC="$NVCC" CUDA_ARCH="$ARCH" CFLAGS="$CWARN" \
     NVFLAGS="-std=c++14 -O2 $ARCH -Xcompiler -fopenmp $WFLAGS" "${targets[@]:1}" > "$tmp/root.log" 2>&1
 wait
+# the NCCL transport (METAFORMER_MPI + METAFORMER_NCCL): the library compiled by nvcc with mpi.h's
+# include path from the MPI compiler wrapper, linked with NCCL, cuBLAS and the MPI libraries
+nccl_name="nvcc sm_90 + PTX build of metaformer.h with METAFORMER_CUDA, METAFORMER_NCCL and METAFORMER_MPI (-lnccl)"
+if command -v mpicc > /dev/null; then
+    printf '#define METAFORMER_IMPLEMENTATION\n#define METAFORMER_CUDA\n#include "metaformer.h"\nint main(void) { return 0; }\n' > "$tmp/nccl.cu"
+    # shellcheck disable=SC2046
+    if "$NVCC" -std=c++14 -O2 $ARCH $WFLAGS -DMETAFORMER_MPI -DMETAFORMER_NCCL -I. $(mpicc --showme:compile) \
+           "$tmp/nccl.cu" -o "$tmp/nccl" -lnccl -lcublas $(mpicc --showme:link | sed 's/-Wl,[^ ]*//g') > "$tmp/nccl.log" 2>&1; then
+        echo "ok   $nccl_name"; pass=$((pass+1))
+    else
+        echo "FAIL $nccl_name"; fail=$((fail+1)); head -20 "$tmp/nccl.log"
+    fi
+else
+    echo "skip $nccl_name: mpicc not found (apt-get install libopenmpi-dev openmpi-bin)"
+fi
 for j in "${!targets[@]}"; do
     if [ -x "${targets[$j]}" ]; then
         echo "ok   ${names[$j]}"; pass=$((pass+1))

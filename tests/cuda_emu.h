@@ -42,10 +42,30 @@
  *     accumulation; beta == 0 never reads C). In CUBLAS_TF32_TENSOR_OP_MATH mode the inputs are
  *     rounded to TF32 (10-bit mantissa) like tensor cores do, unless mf_emu_set_tf32(0).
  *
+ * Streams and events
+ *   - Work on the legacy default stream (0) runs at once, after all queued work (as before streams
+ *     were emulated). Kernels launched on a created stream are queued on it and run only when
+ *     something waits for them: cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize,
+ *     a copy, fill or cuBLAS call on that stream (these run at once, after the stream's queued work),
+ *     or a stream that waits on an event recorded after them. So work two streams run in
+ *     parallel on a GPU runs here as late as the waits allow: a missing cudaStreamWaitEvent shows as
+ *     a wrong result. cudaEventRecord queues a mark; cudaStreamWaitEvent queues a wait that runs the
+ *     other stream up to that mark first. A stand-in library (tests/nccl_emu.h) queues its
+ *     operations the same way (mf_emu::enqueue).
+ *   - Every stream keeps a vector clock (the operations of each stream it is ordered after, through
+ *     its waits). mf_emu_watch(p, n) watches device memory: after every operation the emulator
+ *     notes which words it changed; a change of a word whose last writer is not ordered before
+ *     the writing operation, or a stand-in's read (mf_emu::check_read) of such a word, is a race:
+ *     mf_emu_race_count(), mf_emu_race_message() (how a test proves that no all-reduce read a
+ *     gradient before the kernel that finished it). mf_emu_log(1) records every operation's
+ *     enqueue and run with its stream (mf_emu_log_size, mf_emu_log_at, mf_emu_stream_id).
+ *
  * Emulator API: mf_emu_set_order(order, seed), mf_emu_get_order(), mf_emu_last_message(),
  * mf_emu_clear_message(), mf_emu_set_verbose(on), mf_emu_set_poison(on), mf_emu_set_tf32(on),
  * mf_emu_set_stack_size(bytes), mf_emu_live_allocations(&bytes), mf_emu_launch_count(),
- * mf_emu_sync_count(), mf_emu_host_copy_count();
+ * mf_emu_sync_count(), mf_emu_host_copy_count(), mf_emu_stream_id(st), mf_emu_log(on), mf_emu_log_size(),
+ * mf_emu_log_at(i, &stream, &run), mf_emu_watch(p, n), mf_emu_unwatch_all(), mf_emu_race_count(),
+ * mf_emu_race_message(), mf_emu_set_device_count(n);
  * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
  *
  *   - WMMA (nvcuda::wmma): a stand-in for the TF32 shape only - fragment<matrix_a / matrix_b /
@@ -62,7 +82,7 @@
  * Not emulated: inline PTX asm, other WMMA shapes and types, mma PTX, cp.async, cooperative groups,
  * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half/bfloat16
  * types, __match_*_sync, per-lane independent progress inside a warp (lanes only interleave at
- * primitives), concurrency between streams (all work is synchronous),
+ * primitives), concurrency between streams (queued work runs in order on the host thread that waits),
  * the static __shared__ size in the smem limit, detection of host pointers passed to kernels,
  * per-host-thread error state (one global last error). A kernel thread overflowing its stack hits a
  * guard page (SIGSEGV): raise mf_emu_set_stack_size() for kernels with big local arrays.
@@ -91,7 +111,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <tuple>
@@ -175,8 +198,21 @@ enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxSharedMem
 #define cudaEventDisableTiming 0x02
 #define cudaHostAllocDefault 0x00
 
-struct mf_emu_stream { unsigned magic; unsigned flags; };
-struct mf_emu_event { unsigned magic; int recorded; double t_ms; };
+/* A stream is a queue of work (see "Streams and events" in the top comment): seq numbers its
+   operations, done counts those run, vc is its vector clock (vc[s]: the last operation of stream s
+   that this stream's next operation is ordered after). An event remembers the operation a record
+   put on a stream (st, seq) and that stream's clock when it ran. */
+struct mf_emu_stream {
+    unsigned magic; unsigned flags; int id;
+    unsigned long long enq, done;
+    std::deque<std::pair<unsigned long long, std::function<void(mf_emu_stream *)>>> q;
+    std::vector<unsigned long long> vc;
+};
+struct mf_emu_event {
+    unsigned magic; int recorded; double t_ms;
+    mf_emu_stream *st; unsigned long long seq;
+    std::shared_ptr<std::vector<unsigned long long>> vc;
+};
 typedef struct mf_emu_stream *cudaStream_t;
 typedef struct mf_emu_event *cudaEvent_t;
 
@@ -226,6 +262,17 @@ struct Fiber {
     uint64_t wval, wres;
 };
 struct Warp { unsigned alive, waiting; };
+/* one operation of the log: enqueued (run 0) or run (run 1) on stream `stream` as its seq-th */
+struct LogEntry { int stream, run; unsigned long long seq; const char *name; };
+/* a watched range of device memory, in 4-byte words: a copy of its contents and, per word, the
+   operation that wrote it last (stream, seq, name) */
+struct Watch {
+    const char *p; size_t words;
+    std::vector<uint32_t> shadow;
+    std::vector<int> wst;
+    std::vector<unsigned long long> wseq;
+    std::vector<const char *> wname;
+};
 
 struct State {
     std::mutex launch_mu, alloc_mu;
@@ -243,7 +290,7 @@ struct State {
     size_t alloc_bytes = 0;
     size_t mem_limit = 0;  /* mf_emu_set_memory_limit: the device's size (0 = 80 GiB, never reached) */
     std::map<const void *, int> smem_limit;
-    int device = 0;
+    int device = 0, device_count = 1; /* the current device; how many there are (all share the memory) */
     unsigned long long launches = 0;
     unsigned long long syncs = 0, host_copies = 0; /* host waits: synchronisations, host <-> device copies */
     /* the launch being run */
@@ -266,6 +313,16 @@ struct State {
     void *sched_fake = nullptr;
     const void *main_bottom = nullptr;
     size_t main_size = 0;
+    /* streams: the queues, the operation log, the watched ranges (see "Streams and events") */
+    std::recursive_mutex q_mu;
+    mf_emu_stream null_stream{0x5EA3u, 0, 0, 0, 0, {}, {}};
+    std::vector<mf_emu_stream *> streams;
+    int next_stream = 1;
+    int logging = 0;
+    std::vector<LogEntry> log;
+    std::vector<Watch> watches;
+    unsigned long long races = 0;
+    char race_msg[512] = {0};
 };
 
 template <int D> struct G {
@@ -297,6 +354,110 @@ static inline cudaError_t set_error(cudaError_t e, const char *fmt, ...) {
     va_list ap; va_start(ap, fmt); vmessage(fmt, ap); va_end(ap);
     S().last_error = e;
     return e;
+}
+
+/* ---- streams: queues of work, run when something waits on them (see "Streams and events") ---- */
+static inline mf_emu_stream *stream_of(cudaStream_t st) { return st ? st : &S().null_stream; }
+static inline unsigned long long clock_of(const std::vector<unsigned long long> &vc, int id) {
+    return (size_t)id < vc.size() ? vc[(size_t)id] : 0;
+}
+static inline void clock_merge(std::vector<unsigned long long> &to, const std::vector<unsigned long long> &from) {
+    if (to.size() < from.size()) to.resize(from.size(), 0);
+    for (size_t i = 0; i < from.size(); i++) to[i] = std::max(to[i], from[i]);
+}
+/* is the write (stream ws, its op wseq) ordered before the next operation of stream st? */
+static inline bool ordered_before(const mf_emu_stream *st, int ws, unsigned long long wseq) {
+    return ws == st->id || clock_of(st->vc, ws) >= wseq;
+}
+static inline void log_op(const mf_emu_stream *st, int run, unsigned long long seq, const char *name) {
+    State &s = S();
+    if (s.logging) s.log.push_back(LogEntry{st->id, run, seq, name});
+}
+static inline void race(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void race(const char *fmt, ...) {
+    State &s = S();
+    if (s.races++ == 0) {
+        va_list ap; va_start(ap, fmt); vsnprintf(s.race_msg, sizeof s.race_msg, fmt, ap); va_end(ap);
+        if (s.verbose) { fprintf(stderr, "cuda_emu: race: %s\n", s.race_msg); fflush(stderr); }
+    }
+}
+/* after operation (st, seq, name) ran: which watched words did it change? A change of a word whose
+   last writer is not ordered before this operation is a race (two unordered writes) */
+static inline void watch_diff(const mf_emu_stream *st, unsigned long long seq, const char *name) {
+    State &s = S();
+    for (size_t w = 0; w < s.watches.size(); w++) {
+        Watch &x = s.watches[w];
+        if (!memcmp(x.shadow.data(), x.p, x.words * 4)) continue;
+        for (size_t i = 0; i < x.words; i++) {
+            uint32_t v; memcpy(&v, x.p + 4 * i, 4);
+            if (v == x.shadow[i]) continue;
+            if (x.wname[i] && !ordered_before(st, x.wst[i], x.wseq[i]))
+                race("'%s' (stream %d, op %llu) wrote word %zu of watched range %zu after '%s' (stream %d, op %llu) "
+                     "without waiting on it", name, st->id, seq, i, w, x.wname[i], x.wst[i], x.wseq[i]);
+            x.shadow[i] = v; x.wst[i] = st->id; x.wseq[i] = seq; x.wname[i] = name;
+        }
+    }
+}
+static inline void run_front(mf_emu_stream *st) {
+    std::pair<unsigned long long, std::function<void(mf_emu_stream *)>> op = std::move(st->q.front());
+    st->q.pop_front();
+    if (st->vc.size() <= (size_t)st->id) st->vc.resize((size_t)st->id + 1, 0);
+    st->vc[(size_t)st->id] = op.first;
+    op.second(st);
+    st->done = op.first;
+}
+/* run stream st's queued work up to its operation `upto` (and, through its waits, what that needs) */
+static inline void flush(mf_emu_stream *st, unsigned long long upto) {
+    State &s = S();
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    while (st->done < upto && !st->q.empty()) run_front(st);
+}
+static inline void flush_all() {
+    State &s = S();
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    flush(&s.null_stream, s.null_stream.enq);
+    for (size_t i = 0; i < s.streams.size(); i++) flush(s.streams[i], s.streams[i]->enq);
+}
+/* put `fn` at the end of stream st's queue under `name` (a string literal or otherwise lasting);
+   returns its seq. Every operation's effect on watched memory is attributed to it. */
+static inline unsigned long long enqueue(cudaStream_t stream, const char *name, std::function<void(mf_emu_stream *)> fn) {
+    State &s = S();
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    mf_emu_stream *st = stream_of(stream);
+    unsigned long long seq = ++st->enq;
+    log_op(st, 0, seq, name);
+    st->q.push_back(std::make_pair(seq, [fn, name, seq](mf_emu_stream *self) {
+        log_op(self, 1, seq, name);
+        fn(self);
+        if (!S().watches.empty()) watch_diff(self, seq, name);
+    }));
+    return seq;
+}
+/* the operations a host thread waits for: everything before them on their stream runs first (the
+   legacy default stream, 0, also waits for every other stream), then they run at once */
+static inline void run_now(cudaStream_t stream, const char *name, std::function<void(mf_emu_stream *)> fn) {
+    State &s = S();
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    mf_emu_stream *st = stream_of(stream);
+    if (st == &s.null_stream) flush_all();
+    flush(st, enqueue(stream, name, fn));
+}
+/* for a stand-in library's operation running on stream st (tests/nccl_emu.h): may it read the
+   n bytes at p? A watched word written last by an operation not ordered before it is a race. */
+static inline void check_read(const mf_emu_stream *st, const void *p, size_t n, const char *name) {
+    State &s = S();
+    uintptr_t a = (uintptr_t)p;
+    for (size_t w = 0; w < s.watches.size(); w++) {
+        Watch &x = s.watches[w];
+        uintptr_t lo = (uintptr_t)x.p, hi = lo + 4 * x.words;
+        size_t i = a > lo ? (a - lo) / 4 : 0;
+        for (; lo + 4 * i < hi && lo + 4 * i < a + n; i++)
+            if (x.wname[i] && !ordered_before(st, x.wst[i], x.wseq[i])) {
+                race("'%s' (stream %d, op %llu) read word %zu of watched range %zu, written by '%s' (stream %d, op %llu) "
+                     "without waiting on it", name, st->id, clock_of(st->vc, st->id), i, w, x.wname[i], x.wst[i], x.wseq[i]);
+                return;
+            }
+    }
 }
 
 } /* namespace mf_emu */
@@ -333,12 +494,56 @@ static inline size_t mf_emu_live_allocations(size_t *bytes) {
     if (bytes) *bytes = s.alloc_bytes;
     return s.allocs.size();
 }
+/* pretend the machine has n devices (default 1): cudaSetDevice takes 0 .. n-1, cudaGetDevice tells
+   which; they are one device underneath (a process per device, as MPI ranks, sees its own) */
+static inline void mf_emu_set_device_count(int n) { mf_emu::S().device_count = n < 1 ? 1 : n; }
 static inline unsigned long long mf_emu_launch_count(void) { return mf_emu::S().launches; }
 /* host synchronisations (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize) and
    host <-> device copies so far: a test checks that a sequence of launches never waits on the host
    (subtract the launches checked by a synchronisation, as metaformer_cuda.cuh does under MF_CUDA_EMU) */
 static inline unsigned long long mf_emu_sync_count(void) { return mf_emu::S().syncs; }
 static inline unsigned long long mf_emu_host_copy_count(void) { return mf_emu::S().host_copies; }
+namespace mf_emu { static inline bool in_device(const void *p, size_t n); }
+/* streams (see "Streams and events"): a stream's number in the log (0: the legacy default stream) */
+static inline int mf_emu_stream_id(cudaStream_t st) { return mf_emu::stream_of(st)->id; }
+/* record every operation enqueued and run (1), or stop (0); each start empties the log */
+static inline void mf_emu_log(int on) {
+    mf_emu::State &s = mf_emu::S();
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    if (on) s.log.clear();
+    s.logging = on;
+}
+static inline size_t mf_emu_log_size(void) { return mf_emu::S().log.size(); }
+/* entry i of the log: its stream, whether it is the run (1) or the enqueue (0), and its name */
+static inline const char *mf_emu_log_at(size_t i, int *stream, int *run) {
+    mf_emu::State &s = mf_emu::S();
+    if (i >= s.log.size()) return nullptr;
+    if (stream) *stream = s.log[i].stream;
+    if (run) *run = s.log[i].run;
+    return s.log[i].name;
+}
+/* watch the bytes [p, p + n) of device memory (n a multiple of 4) for races between streams; the
+   check costs a comparison of every watched byte after every operation */
+static inline int mf_emu_watch(const void *p, size_t n) {
+    mf_emu::State &s = mf_emu::S();
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    if (!p || n % 4 || !mf_emu::in_device(p, n)) return -1;
+    mf_emu::flush_all();
+    mf_emu::Watch w;
+    w.p = (const char *)p; w.words = n / 4;
+    w.shadow.resize(w.words); memcpy(w.shadow.data(), p, n);
+    w.wst.assign(w.words, 0); w.wseq.assign(w.words, 0); w.wname.assign(w.words, nullptr);
+    s.watches.push_back(w);
+    return 0;
+}
+static inline void mf_emu_unwatch_all(void) {
+    mf_emu::State &s = mf_emu::S();
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    s.watches.clear();
+}
+/* races found so far, and the first one's description ("" when none) */
+static inline unsigned long long mf_emu_race_count(void) { return mf_emu::S().races; }
+static inline const char *mf_emu_race_message(void) { return mf_emu::S().race_msg; }
 
 /* ------------------------------------------------------------------------------------------------
  * Fibers
@@ -710,27 +915,27 @@ static inline int dyn_limit(const void *k) {
     return it == s.smem_limit.end() ? 48 * 1024 : it->second;
 }
 
-static inline void launch_impl(const char *name, const void *k, dim3 grid, dim3 block, size_t smem,
-                               cudaStream_t stream, void (*inv)(void *), void *ctx) {
+/* a launch's configuration is checked when it is made, as the runtime does (cudaGetLastError after
+   the launch reports it); false: not launched */
+static inline bool launch_ok(const char *name, const void *k, dim3 grid, dim3 block, size_t smem) {
     State &s = S();
-    (void)stream;
     unsigned long long nth = (unsigned long long)block.x * block.y * block.z;
     if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 || nth > 1024) {
         set_error(cudaErrorInvalidConfiguration,
                   "launch of '%s': invalid block (%u,%u,%u): each dim >= 1, x,y <= 1024, z <= 64, product <= 1024",
                   name, block.x, block.y, block.z);
-        return;
+        return false;
     }
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
         set_error(cudaErrorInvalidConfiguration,
                   "launch of '%s': invalid grid (%u,%u,%u): each dim >= 1, x <= 2^31-1, y,z <= 65535", name, grid.x,
                   grid.y, grid.z);
-        return;
+        return false;
     }
     if (s.cur) {
         set_error(cudaErrorNotSupported, "launch of '%s' from inside kernel '%s': dynamic parallelism is not emulated",
                   name, s.kname);
-        return;
+        return false;
     }
     std::lock_guard<std::mutex> lk(s.launch_mu);
     int lim = dyn_limit(k);
@@ -739,8 +944,16 @@ static inline void launch_impl(const char *name, const void *k, dim3 grid, dim3 
                   "launch of '%s': %zu bytes of dynamic shared memory exceed the kernel's limit of %d (48 KiB unless "
                   "raised with cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n), n <= 232448)",
                   name, smem, lim);
-        return;
+        return false;
     }
+    return true;
+}
+
+/* run a checked launch (from its stream's queue) */
+static inline void launch_run(const char *name, dim3 grid, dim3 block, size_t smem, void (*inv)(void *), void *ctx) {
+    State &s = S();
+    unsigned long long nth = (unsigned long long)block.x * block.y * block.z;
+    std::lock_guard<std::mutex> lk(s.launch_mu);
     s.launches++;
     s.kname = name; s.inv = inv; s.ctx = ctx; s.failed = 0;
     s.nthreads = (int)nth;
@@ -802,12 +1015,20 @@ template <class... P> static void invoke(void *p) {
     call_pack<Pack<P...>, P...>(pk, std::index_sequence_for<P...>());
 }
 
+/* a launch on the legacy default stream (0) runs at once; on a created stream it is queued and runs
+   when something waits for that stream (see "Streams and events") */
 template <class... P, class... A>
 static inline void launch(const char *name, void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           A &&...a) {
     static_assert(sizeof...(P) == sizeof...(A), "MF_LAUNCH: wrong number of kernel arguments");
-    Pack<P...> pk = {k, std::tuple<typename std::decay<P>::type...>(conv_arg<typename std::decay<P>::type>(std::forward<A>(a))...)};
-    launch_impl(name, (const void *)k, grid, block, smem, stream, &invoke<P...>, &pk);
+    if (!launch_ok(name, (const void *)k, grid, block, smem)) return;
+    std::shared_ptr<Pack<P...>> pk(new Pack<P...>{
+        k, std::tuple<typename std::decay<P>::type...>(conv_arg<typename std::decay<P>::type>(std::forward<A>(a))...)});
+    std::function<void(mf_emu_stream *)> run = [name, grid, block, smem, pk](mf_emu_stream *) {
+        launch_run(name, grid, block, smem, &invoke<P...>, pk.get());
+    };
+    if (stream_of(stream) == &S().null_stream) run_now(stream, name, run);
+    else enqueue(stream, name, run);
 }
 
 static inline unsigned char *dyn_smem() { return S().dyn; }
@@ -1115,20 +1336,25 @@ static inline cudaError_t cudaMallocHost(void **p, size_t n) {
 template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t n) { return cudaMallocHost((void **)p, n); }
 static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cudaMallocHost(p, n); }
 static inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
-static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
-    return mf_emu::do_memcpy("cudaMemcpy", dst, src, n, kind);
-}
+/* copies and fills run at once, after the work queued before them on their stream (a copy from
+   pageable host memory is synchronous on the real device too) */
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t st = 0) {
-    (void)st;
-    return mf_emu::do_memcpy("cudaMemcpyAsync", dst, src, n, kind);
-}
-static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
-    if (n == 0) return cudaSuccess;
-    cudaError_t e = mf_emu::check_dev("cudaMemset", "destination", p, n);
-    if (e == cudaSuccess) memset(p, v, n);
+    cudaError_t e = cudaSuccess;
+    mf_emu::run_now(st, "cudaMemcpyAsync", [&](mf_emu_stream *) { e = mf_emu::do_memcpy("cudaMemcpyAsync", dst, src, n, kind); });
     return e;
 }
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st = 0) { (void)st; return cudaMemset(p, v, n); }
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    cudaError_t e = cudaSuccess;
+    mf_emu::run_now(0, "cudaMemcpy", [&](mf_emu_stream *) { e = mf_emu::do_memcpy("cudaMemcpy", dst, src, n, kind); });
+    return e;
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st = 0) {
+    if (n == 0) return cudaSuccess;
+    cudaError_t e = mf_emu::check_dev("cudaMemset", "destination", p, n);
+    if (e == cudaSuccess) mf_emu::run_now(st, "cudaMemset", [=](mf_emu_stream *) { memset(p, v, n); });
+    return e;
+}
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, 0); }
 template <class T>
 static inline cudaError_t cudaMemcpyToSymbol(T &sym, const void *src, size_t n, size_t off = 0,
                                              cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
@@ -1162,7 +1388,7 @@ static inline cudaError_t cudaGetLastError(void) {
     return e;
 }
 static inline cudaError_t cudaPeekAtLastError(void) { return mf_emu::S().last_error; }
-static inline cudaError_t cudaDeviceSynchronize(void) { return mf_emu::sync_result(); }
+static inline cudaError_t cudaDeviceSynchronize(void) { mf_emu::flush_all(); return mf_emu::sync_result(); }
 static inline cudaError_t cudaDeviceReset(void) {
     mf_emu::State &s = mf_emu::S();
     std::lock_guard<std::mutex> lk(s.alloc_mu);
@@ -1207,15 +1433,18 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 
-static inline cudaError_t cudaGetDeviceCount(int *n) { if (n) *n = 1; return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int *n) { if (n) *n = mf_emu::S().device_count; return cudaSuccess; }
 static inline cudaError_t cudaSetDevice(int d) {
-    if (d != 0) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulator has one device", d);
+    if (d < 0 || d >= mf_emu::S().device_count)
+        return mf_emu::set_error(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulator has %d device(s)", d,
+                                 mf_emu::S().device_count);
+    mf_emu::S().device = d;
     return cudaSuccess;
 }
-static inline cudaError_t cudaGetDevice(int *d) { if (d) *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int *d) { if (d) *d = mf_emu::S().device; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     if (!p) return cudaErrorInvalidValue;
-    if (d != 0) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): one device", d);
+    if (d < 0 || d >= mf_emu::S().device_count) return mf_emu::set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): %d device(s)", d, mf_emu::S().device_count);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda_emu");
     p->totalGlobalMem = (size_t)80 << 30;
@@ -1285,41 +1514,79 @@ static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, 
 }
 
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {
+    mf_emu::State &s = mf_emu::S();
     if (!st) return cudaErrorInvalidValue;
-    *st = new mf_emu_stream;
-    (*st)->magic = 0x5EA3u;
-    (*st)->flags = flags;
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    *st = new mf_emu_stream{0x5EA3u, flags, s.next_stream++, 0, 0, {}, {}};
+    s.streams.push_back(*st);
     return cudaSuccess;
 }
 static inline cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, cudaStreamDefault); }
 static inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *st, unsigned flags, int prio) { (void)prio; return cudaStreamCreateWithFlags(st, flags); }
 static inline cudaError_t cudaStreamDestroy(cudaStream_t st) {
+    mf_emu::State &s = mf_emu::S();
     if (!st || st->magic != 0x5EA3u) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
+    std::lock_guard<std::recursive_mutex> lk(s.q_mu);
+    mf_emu::flush(st, st->enq); /* its work still completes, as on the device */
+    s.streams.erase(std::find(s.streams.begin(), s.streams.end(), st));
     st->magic = 0;
     delete st;
     return cudaSuccess;
 }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t st) { (void)st; return mf_emu::sync_result(); }
-static inline cudaError_t cudaStreamQuery(cudaStream_t st) { (void)st; return cudaSuccess; }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags = 0) { (void)st; (void)ev; (void)flags; return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+    mf_emu_stream *q = mf_emu::stream_of(st);
+    if (q == &mf_emu::S().null_stream) mf_emu::flush_all();
+    else mf_emu::flush(q, q->enq);
+    return mf_emu::sync_result();
+}
+static inline cudaError_t cudaStreamQuery(cudaStream_t st) {
+    mf_emu_stream *q = mf_emu::stream_of(st);
+    return q->done == q->enq ? cudaSuccess : cudaErrorNotReady;
+}
+/* stream st's later work runs after the work the event's last record marked (nothing to wait for
+   when it was never recorded); the vector clocks carry the order for the race checks */
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags = 0) {
+    (void)flags;
+    if (!ev || ev->magic != 0xE7E7u) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: not a live event");
+    if (!ev->recorded) return cudaSuccess;
+    mf_emu_stream *src = ev->st;
+    unsigned long long seq = ev->seq;
+    std::shared_ptr<std::vector<unsigned long long>> vc = ev->vc;
+    mf_emu::enqueue(st, "cudaStreamWaitEvent", [src, seq, vc](mf_emu_stream *self) {
+        mf_emu::flush(src, seq);
+        mf_emu::clock_merge(self->vc, *vc);
+    });
+    return cudaSuccess;
+}
 
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags) {
     (void)flags;
     if (!ev) return cudaErrorInvalidValue;
-    *ev = new mf_emu_event;
-    (*ev)->magic = 0xE7E7u; (*ev)->recorded = 0; (*ev)->t_ms = 0;
+    *ev = new mf_emu_event{0xE7E7u, 0, 0, nullptr, 0, nullptr};
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, cudaEventDefault); }
 static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st = 0) {
-    (void)st;
     if (!ev || ev->magic != 0xE7E7u) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
+    std::shared_ptr<std::vector<unsigned long long>> vc(new std::vector<unsigned long long>());
     ev->recorded = 1;
-    ev->t_ms = mf_emu::now_ms();
+    ev->st = mf_emu::stream_of(st);
+    ev->vc = vc;
+    ev->seq = mf_emu::enqueue(st, "cudaEventRecord", [ev, vc](mf_emu_stream *self) {
+        *vc = self->vc;
+        ev->t_ms = mf_emu::now_ms(); /* cudaEventDestroy runs this first: ev is alive */
+    });
+    if (st == 0) mf_emu::flush_all();
     return cudaSuccess;
 }
-static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) { (void)ev; return mf_emu::sync_result(); }
-static inline cudaError_t cudaEventQuery(cudaEvent_t ev) { (void)ev; return cudaSuccess; }
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    if (ev && ev->magic == 0xE7E7u && ev->recorded) mf_emu::flush(ev->st, ev->seq);
+    return mf_emu::sync_result();
+}
+static inline cudaError_t cudaEventQuery(cudaEvent_t ev) {
+    if (!ev || ev->magic != 0xE7E7u) return cudaErrorInvalidResourceHandle;
+    return !ev->recorded || ev->st->done >= ev->seq ? cudaSuccess : cudaErrorNotReady;
+}
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     if (!ms || !a || !b || a->magic != 0xE7E7u || b->magic != 0xE7E7u) return cudaErrorInvalidResourceHandle;
     if (!a->recorded || !b->recorded) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event not recorded");
@@ -1328,6 +1595,7 @@ static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEve
 }
 static inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     if (!ev || ev->magic != 0xE7E7u) return mf_emu::set_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event");
+    if (ev->recorded) mf_emu::flush(ev->st, ev->seq);
     ev->magic = 0;
     delete ev;
     return cudaSuccess;
@@ -1476,8 +1744,12 @@ static inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
                                          const float *beta, float *C, int ldc) {
     cublasStatus_t st = mf_emu::sgemm_check("cublasSgemm", h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
-    std::vector<float> At, Bt;
-    return mf_emu::sgemm_one(h, ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc, At, Bt);
+    float al = *alpha, be = *beta;
+    mf_emu::run_now(h->stream, "cublasSgemm", [&](mf_emu_stream *) {
+        std::vector<float> At, Bt;
+        st = mf_emu::sgemm_one(h, ta, tb, m, n, k, al, A, lda, B, ldb, be, C, ldc, At, Bt);
+    });
+    return st;
 }
 static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                                        int m, int n, int k, const float *alpha, const float *A, int lda,
@@ -1485,10 +1757,12 @@ static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasO
                                                        const float *beta, float *C, int ldc, long long sC, int batch) {
     cublasStatus_t st = mf_emu::sgemm_check("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, batch);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
-    std::vector<float> At, Bt;
-    for (int b = 0; b < batch; b++)
-        mf_emu::sgemm_one(h, ta, tb, m, n, k, *alpha, A + (ptrdiff_t)b * sA, lda, B + (ptrdiff_t)b * sB, ldb, *beta,
-                          C + (ptrdiff_t)b * sC, ldc, At, Bt);
+    mf_emu::run_now(h->stream, "cublasSgemmStridedBatched", [&](mf_emu_stream *) {
+        std::vector<float> At, Bt;
+        for (int b = 0; b < batch; b++)
+            mf_emu::sgemm_one(h, ta, tb, m, n, k, *alpha, A + (ptrdiff_t)b * sA, lda, B + (ptrdiff_t)b * sB, ldb, *beta,
+                              C + (ptrdiff_t)b * sC, ldc, At, Bt);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
