@@ -548,51 +548,29 @@ static void chart_axes(const run *runs, int n, int log_y, axis *x, axis *y) {
     if (!(y->hi > y->lo)) y->hi = log_y ? y->lo * 10 : y->lo + 1;
 }
 
-/* the loss curves as an SVG line chart: grid, ticks, labels, legend, a polyline per model */
+/* the loss curves as an SVG line chart (examples/svg.h), one series per model */
 static void write_svg(const char *path, const run *runs, int n, const char *title, int log_y) {
-    const double W = 900, H = 540, L = 70, R = 190, TOP = 44, BOT = 56, right = W - R, bottom = H - BOT;
-    double xt[64], yt[64];
-    int nx, ny, legend = 0;
+    svg_series *s = (svg_series *)calloc((size_t)n + 1, sizeof *s);
+    double *xy = NULL;
+    size_t total = 0, at = 0;
     axis x, y;
-    FILE *f = open_out(path);
-    chart_axes(runs, n, log_y, &x, &y);
-    x.p0 = L; x.p1 = right; y.p0 = bottom; y.p1 = TOP;
-    ny = axis_ticks(&y, 1, yt, 64);
-    nx = axis_ticks(&x, 0, xt, 64);
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H, W, H);
-    fprintf(f, "<text x=\"%.0f\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">", (L + right) / 2);
-    xml_text(f, title);
-    fprintf(f, "</text>\n<g stroke=\"#ddd\">\n");
-    for (int i = 0; i < ny; i++) svg_line(f, L, axis_px(&y, yt[i]), right, axis_px(&y, yt[i]));
-    for (int i = 0; i < nx; i++) svg_line(f, axis_px(&x, xt[i]), TOP, axis_px(&x, xt[i]), bottom);
-    fprintf(f, "</g>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", L, TOP,
-            right - L, bottom - TOP);
-    for (int i = 0; i < ny; i++)
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, axis_px(&y, yt[i]) + 4, yt[i]);
-    for (int i = 0; i < nx; i++)
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", axis_px(&x, xt[i]), bottom + 18, xt[i]);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">optimizer step</text>\n", (L + right) / 2, H - 12);
-    fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">training loss (nats, "
-               "cross-entropy%s)</text>\n", (TOP + bottom) / 2, (TOP + bottom) / 2, log_y ? ", log scale" : "");
+    if (!s) die("out of memory for the chart");
+    for (int i = 0; i < n; i++) total += (size_t)runs[i].n_curve;
+    if (!(xy = (double *)malloc((2 * total + 1) * sizeof *xy))) die("out of memory for the chart");
     for (int i = 0; i < n; i++) {
-        const char *color = COLORS[i % N_COLORS];
-        int drawn = 0;
+        s[i].name = runs[i].model; s[i].n = runs[i].n_curve;
+        s[i].x = xy + at; s[i].y = xy + at + runs[i].n_curve;
         for (int k = 0; k < runs[i].n_curve; k++) {
-            double v = runs[i].curve[k].loss;
-            if (!isfinite(v) || (log_y && v <= 0)) continue;
-            if (!drawn++) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"", color);
-            fprintf(f, "%.1f,%.1f ", axis_px(&x, (double)runs[i].curve[k].step), axis_px(&y, v));
+            xy[at + k] = (double)runs[i].curve[k].step;
+            xy[at + runs[i].n_curve + k] = runs[i].curve[k].loss;
         }
-        if (!drawn) continue;
-        fprintf(f, "\"><title>%s</title></polyline>\n", runs[i].model);
-        fprintf(f, "<g stroke=\"%s\" stroke-width=\"3\">", color);
-        svg_line(f, right + 14, TOP + 10 + 20.0 * legend, right + 38, TOP + 10 + 20.0 * legend);
-        fprintf(f, "</g><text x=\"%.0f\" y=\"%.0f\">%s</text>\n", right + 44, TOP + 14 + 20.0 * legend, runs[i].model);
-        legend++;
+        at += 2 * (size_t)runs[i].n_curve;
     }
-    fprintf(f, "</svg>\n");
-    close_out(f, path);
+    chart_axes(runs, n, log_y, &x, &y);
+    svg_line_chart(path, title, "optimizer step", log_y ? "training loss (nats, cross-entropy, log scale)"
+                                                        : "training loss (nats, cross-entropy)", s, n, &x, &y);
+    free(xy);
+    free(s);
 }
 
 /* the same chart as PNG through gnuplot, when it is installed; 0 when the PNG was written */

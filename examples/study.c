@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
             }
         path_in(path, sizeof path, "loss.svg");
         snprintf(title, sizeof title, "Training loss of the sorter (mean of every %d steps)", every);
-        svg_line_chart(path, title, "epoch", "cross-entropy (nats)", s, N_FORMS * N_MIXERS);
+        svg_line_chart(path, title, "epoch", "cross-entropy (nats)", s, N_FORMS * N_MIXERS, NULL, NULL);
         for (int i = 0; i < N_FORMS * N_MIXERS; i++) { free(xs[i]); free(ys[i]); }
     }
 

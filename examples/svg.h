@@ -75,27 +75,37 @@ EX_FN void svg_line(FILE *f, double x1, double y1, double x2, double y2) {
 /* ---- a line chart of named series ------------------------------------------------------------ */
 typedef struct svg_series {
     const char *name;
-    const double *x, *y; /* n points; non-finite y values are skipped */
+    const double *x, *y; /* n points; non-finite y values (and y <= 0 on a log axis) are skipped */
     int n;
 } svg_series;
 
-EX_FN void svg_line_chart(const char *path, const char *title, const char *xlabel, const char *ylabel,
-                          const svg_series *s, int n) {
-    const double W = 900, H = 540, L = 70, R = 210, TOP = 44, BOT = 56, right = W - R, bottom = H - BOT;
-    double xt[64], yt[64];
-    int nx, ny;
-    axis x = {INFINITY, -INFINITY, 0, 0, 0}, y = {INFINITY, -INFINITY, 0, 0, 0};
-    FILE *f = open_out(path);
+/* the range of the series' points: x and y from their smallest to their largest finite value */
+EX_FN void svg_data_axes(const svg_series *s, int n, axis *x, axis *y) {
+    x->lo = y->lo = INFINITY; x->hi = y->hi = -INFINITY; x->log = y->log = 0;
     for (int i = 0; i < n; i++)
         for (int k = 0; k < s[i].n; k++) {
             if (!isfinite(s[i].y[k])) continue;
-            if (s[i].x[k] < x.lo) x.lo = s[i].x[k];
-            if (s[i].x[k] > x.hi) x.hi = s[i].x[k];
-            if (s[i].y[k] < y.lo) y.lo = s[i].y[k];
-            if (s[i].y[k] > y.hi) y.hi = s[i].y[k];
+            if (s[i].x[k] < x->lo) x->lo = s[i].x[k];
+            if (s[i].x[k] > x->hi) x->hi = s[i].x[k];
+            if (s[i].y[k] < y->lo) y->lo = s[i].y[k];
+            if (s[i].y[k] > y->hi) y->hi = s[i].y[k];
         }
-    if (!(x.hi > x.lo)) { x.lo = 0; x.hi = x.lo + 1; }
-    if (!(y.hi > y.lo)) { y.lo = isfinite(y.lo) ? y.lo : 0; y.hi = y.lo + 1; }
+    if (!(x->hi > x->lo)) { x->lo = isfinite(x->lo) ? x->lo : 0; x->hi = x->lo + 1; }
+    if (!(y->hi > y->lo)) { y->lo = isfinite(y->lo) ? y->lo : 0; y->hi = y->lo + 1; }
+}
+
+/* A line chart: grid, ticks, labels, a polyline per series (series i in COLORS[i]), a legend of the
+   series that have a point. xr, yr: the axes' ranges (and y's log scale); NULL: the data's range. */
+EX_FN void svg_line_chart(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                          const svg_series *s, int n, const axis *xr, const axis *yr) {
+    const double W = 900, H = 540, L = 70, R = 210, TOP = 44, BOT = 56, right = W - R, bottom = H - BOT;
+    double xt[64], yt[64];
+    int nx, ny, legend = 0;
+    axis x, y;
+    FILE *f = open_out(path);
+    svg_data_axes(s, n, &x, &y);
+    if (xr) x = *xr;
+    if (yr) y = *yr;
     x.p0 = L; x.p1 = right; y.p0 = bottom; y.p1 = TOP;
     ny = axis_ticks(&y, 1, yt, 64);
     nx = axis_ticks(&x, 0, xt, 64);
@@ -122,16 +132,19 @@ EX_FN void svg_line_chart(const char *path, const char *title, const char *xlabe
         const char *color = COLORS[i % N_COLORS];
         int drawn = 0;
         for (int k = 0; k < s[i].n; k++) {
-            if (!isfinite(s[i].y[k])) continue;
+            if (!isfinite(s[i].y[k]) || (y.log && s[i].y[k] <= 0)) continue;
             if (!drawn++) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"", color);
             fprintf(f, "%.1f,%.1f ", axis_px(&x, s[i].x[k]), axis_px(&y, s[i].y[k]));
         }
-        if (drawn) fprintf(f, "\"/>\n");
-        fprintf(f, "<g stroke=\"%s\" stroke-width=\"3\">", color);
-        svg_line(f, right + 14, TOP + 10 + 20.0 * i, right + 38, TOP + 10 + 20.0 * i);
-        fprintf(f, "</g><text x=\"%.0f\" y=\"%.0f\">", right + 44, TOP + 14 + 20.0 * i);
+        if (!drawn) continue;
+        fprintf(f, "\"><title>");
+        xml_text(f, s[i].name);
+        fprintf(f, "</title></polyline>\n<g stroke=\"%s\" stroke-width=\"3\">", color);
+        svg_line(f, right + 14, TOP + 10 + 20.0 * legend, right + 38, TOP + 10 + 20.0 * legend);
+        fprintf(f, "</g><text x=\"%.0f\" y=\"%.0f\">", right + 44, TOP + 14 + 20.0 * legend);
         xml_text(f, s[i].name);
         fprintf(f, "</text>\n");
+        legend++;
     }
     fprintf(f, "</svg>\n");
     close_out(f, path);
