@@ -5524,18 +5524,23 @@ MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T)
     return m ? mf__model_run(m, ids, B, T, 0, 0) : NULL;
 }
 
-MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T) {
-    mf_tensor *logits, *loss, *aux;
-    if (!m) return NULL;
-    logits = mf__model_run(m, ids, B, T, 0, 0);
-    loss = mf_cross_entropy(m->ctx, logits, targets, -1);
-    if (m->fam->aux_loss && (aux = m->fam->aux_loss(m)) != NULL) loss = mf_add(m->ctx, loss, aux);
+/* the cross-entropy of the next-token predictions times w_ce, plus the family's auxiliary loss times
+   w_aux (a weight of exactly 1 adds no op) */
+static mf_tensor *mf__lm_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T, float w_ce,
+                              float w_aux) {
+    mf_tensor *loss = mf_cross_entropy(m->ctx, mf__model_run(m, ids, B, T, 0, 0), targets, -1), *aux;
+    if (w_ce != 1.0f) loss = mf_scale(m->ctx, loss, w_ce);
+    if (m->fam->aux_loss && (aux = m->fam->aux_loss(m)) != NULL)
+        loss = mf_add(m->ctx, loss, w_aux != 1.0f ? mf_scale(m->ctx, aux, w_aux) : aux);
     return loss;
+}
+
+MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T) {
+    return m ? mf__lm_loss(m, ids, targets, B, T, 1.0f, 1.0f) : NULL;
 }
 
 MFDEF mf_tensor *mf_model_loss_part(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
                                     int64_t total_targets, int64_t total_rows) {
-    mf_tensor *logits, *loss, *aux;
     int64_t counted = 0, i;
     if (!m || !mf_ok(m->ctx)) return NULL;
     if (targets && B > 0 && T > 0)
@@ -5544,12 +5549,8 @@ MFDEF mf_tensor *mf_model_loss_part(mf_model *m, const int32_t *ids, const int32
         return (mf_tensor *)mf__fail(m->ctx, "mf_model_loss_part: total_targets %lld and total_rows %lld must be at least "
                                      "this micro-batch's %lld counted targets and %d rows (they count the whole batch)",
                                      (long long)total_targets, (long long)total_rows, (long long)counted, B);
-    logits = mf__model_run(m, ids, B, T, 0, 0);
-    loss = mf_scale(m->ctx, mf_cross_entropy(m->ctx, logits, targets, -1),
-                    total_targets > 0 ? (float)((double)counted / (double)total_targets) : 0.0f);
-    if (m->fam->aux_loss && (aux = m->fam->aux_loss(m)) != NULL)
-        loss = mf_add(m->ctx, loss, mf_scale(m->ctx, aux, (float)((double)B / (double)total_rows)));
-    return loss;
+    return mf__lm_loss(m, ids, targets, B, T, total_targets > 0 ? (float)((double)counted / (double)total_targets) : 0.0f,
+                       (float)((double)B / (double)total_rows));
 }
 
 /* ---- sequence classification (docs/math.md §20.3) ---------------------------------------------
