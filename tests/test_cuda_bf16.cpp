@@ -250,7 +250,7 @@ static void check_curve(mf_mixer_kind mixer, int steps) {
     printf("    %-12s %d steps: loss %.4f -> %.4f (fp32 CPU) / %.4f (bf16); windows of %d differ by %.2f%% at most\n",
            mf_mixer_name(mixer), steps, cpu[0], cpu[(size_t)steps - 1], bf[(size_t)steps - 1], W, 100 * worst);
     MFT_CHECK(worst <= 0.01);
-    MFT_CHECK(cpu[(size_t)steps - 1] < cpu[0] - 0.2); /* it learned: the curve says something */
+    MFT_CHECK(cpu[(size_t)steps - 1] < cpu[0] - 0.1); /* it learned: the curve says something */
 }
 static void test_train_sdpa(void) { check_curve(MF_MIXER_SDPA, MFT_SMALL ? 50 : 150); }
 static void test_train_relative(void) { check_curve(MF_MIXER_RELATIVE, MFT_SMALL ? 50 : 150); }
