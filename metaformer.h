@@ -442,9 +442,27 @@ MFDEF int mf_cuda_available(char *why, size_t size);
 typedef enum mf_device { MF_DEVICE_CPU = 0, MF_DEVICE_CUDA = 1 } mf_device;
 MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev);
 MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
-/* CUDA: let cuBLAS (the matmuls) and the fused attention kernels (on sm_80+) use TF32 tensor
-   cores (on = 1; faster, ~1e-3 relative error) or exact float32 (on = 0, the default). Returns 0, or -1 (nothing changes, no error recorded)
-   when ctx is not on a CUDA device. */
+/* The arithmetic of a CUDA context (docs/math.md, "Mixed precision"):
+     MF_PREC_FP32  exact float32 everywhere (the default, and the only precision of the CPU);
+     MF_PREC_TF32  cuBLAS and the fused attention kernels (sm_80+) round their inputs to TF32
+                   (10-bit mantissa) on the tensor cores, fp32 accumulation: ~1e-3 relative error;
+     MF_PREC_BF16  mixed precision: parameters, gradients and optimizer moments stay fp32 (the
+                   master copy, what checkpoints hold); every GEMM reads bf16 copies of the weights
+                   (refreshed after each optimizer step, mf_set_data and a load) and bf16
+                   activations, with fp32 accumulation and fp32 outputs; LayerNorm statistics,
+                   softmax, the loss and every reduction stay fp32. ~2^-9 relative error per input.
+   mf_cuda_set_precision switches at any time (also between steps). Returns 0; on a CPU context
+   MF_PREC_FP32 is accepted and TF32 / BF16 fail with the reason in ctx; an unknown value fails. */
+typedef enum mf_precision { MF_PREC_FP32 = 0, MF_PREC_TF32, MF_PREC_BF16 } mf_precision;
+MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p);
+/* The precision of ctx (MF_PREC_FP32 for a CPU context or NULL). */
+MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx);
+/* "fp32", "tf32", "bf16" ("unknown" for a value out of range), and back: the value for a name,
+   or -1 for an unknown name (or NULL). */
+MFDEF const char *mf_precision_name(mf_precision p);
+MFDEF int mf_precision_from_name(const char *name);
+/* Shorthand: on = 1 is mf_cuda_set_precision(ctx, MF_PREC_TF32), on = 0 is MF_PREC_FP32.
+   Returns 0, or -1 (nothing changes, no error recorded) when ctx is not on a CUDA device. */
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on);
 /* Copy the t->ne values (or gradients) of a tensor on any device into dst (host memory).
    Returns 0, or -1 with the error in ctx (no gradient: -1). */
@@ -5212,6 +5230,19 @@ MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NA
 MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
 MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
 MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
+static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
+MFDEF const char *mf_precision_name(mf_precision p) { return mf__name_of(MF__NAMES(mf__precision_names), (int)p); }
+MFDEF int mf_precision_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__precision_names), name); }
+/* mf_cuda_set_precision on a context without the CUDA backend: the CPU computes in fp32 only */
+static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
+    if (!mf_ok(ctx)) return -1;
+    if (p == MF_PREC_FP32) return 0;
+    if (p == MF_PREC_TF32 || p == MF_PREC_BF16)
+        return (mf__fail(ctx, "mf_cuda_set_precision: %s needs a CUDA context; the CPU computes in fp32 only (call "
+                         "mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first, or keep MF_PREC_FP32)", mf_precision_name(p)), -1);
+    return (mf__fail(ctx, "mf_cuda_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
+                     (int)p), -1);
+}
 
 MFDEF mf_model_config mf_model_config_default(void) {
     mf_model_config c;
@@ -12354,6 +12385,8 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
     return (mf__fail(ctx, "mf_ctx_set_device: unknown device %d (MF_DEVICE_CPU or MF_DEVICE_CUDA)", (int)dev), -1);
 }
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) { (void)ctx; (void)on; return -1; }
+MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) { return mf__precision_on_cpu(ctx, p); }
+MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx) { (void)ctx; return MF_PREC_FP32; }
 #endif
 
 #endif /* METAFORMER_IMPLEMENTATION_DONE */

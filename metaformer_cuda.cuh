@@ -72,7 +72,7 @@
  *                    host synchronisation inside the loop) and mf_feedback_attention
  *   [cu:optim]       the optimizer step (Adam, AdamW, labml Adam, SGD-momentum) and gradient
  *                    clipping over the flat buffers
- *   [cu:backend]     the op table (mf__cu_ops), the backend, mf_ctx_set_device, mf_cuda_set_tf32
+ *   [cu:backend]     the op table (mf__cu_ops), the backend, mf_ctx_set_device, mf_cuda_set_precision
  * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention) and chunk lengths are bounded by it.
@@ -143,8 +143,8 @@ typedef struct mf__cu {
     size_t scratch_cap;
     void *host;                /* host staging for those tables */
     size_t host_cap;
-    int tf32;                  /* mf_cuda_set_tf32: cuBLAS and the attention kernels on TF32 tensor cores */
-    int tc_tf32;               /* the device has TF32 tensor cores (sm_80+; the emulator counts as one) */
+    mf_precision prec;         /* mf_cuda_set_precision: what the GEMMs and the kernels compute in */
+    int tc_tf32;               /* the device has TF32 and bf16 tensor cores (sm_80+; the emulator counts as one) */
     int smem_optin;            /* shared memory a block may opt in to (bytes) */
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
@@ -1471,7 +1471,7 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
    (sm_80+); fp32 elsewhere */
 static int mf__cu_fa_prec(mf_ctx *ctx) {
     if (!MF__CU(ctx)->tc_tf32) return MF__FA_FP32;
-    return MF__CU_BF16(ctx) ? MF__FA_BF16 : MF__CU(ctx)->tf32 ? MF__FA_TF32 : MF__FA_FP32;
+    return MF__CU(ctx)->prec == MF_PREC_BF16 ? MF__FA_BF16 : MF__CU(ctx)->prec == MF_PREC_TF32 ? MF__FA_TF32 : MF__FA_FP32;
 }
 /* the tile B of kernel `kind` (mf__fa_smem): 64 or 32 with room for two blocks per SM, else 64 or 32
    alone, else 16 (16 x 16 score tiles keep only a quarter of the threads busy in the fp32 products:
@@ -3552,13 +3552,24 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
     return 0;
 }
 
+MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) {
+    if (!ctx || !ctx->be) return mf__precision_on_cpu(ctx, p);
+    if (!mf_ok(ctx)) return -1;
+    if (p != MF_PREC_FP32 && p != MF_PREC_TF32 && p != MF_PREC_BF16)
+        return mf__precision_on_cpu(ctx, p);
+    /* TF32 is cuBLAS's math mode; bf16 GEMMs pick their arithmetic through cublasGemmEx's types */
+    if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_precision", cublasSetMathMode(MF__CU(ctx)->blas, p == MF_PREC_TF32 ?
+                        CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) < 0)
+        return -1;
+    MF__CU(ctx)->prec = p;
+    return 0;
+}
+MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx) {
+    return ctx && ctx->be ? MF__CU(ctx)->prec : MF_PREC_FP32;
+}
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) {
     if (!ctx || !ctx->be || !mf_ok(ctx)) return -1;
-    if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_tf32", cublasSetMathMode(MF__CU(ctx)->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                                         : CUBLAS_DEFAULT_MATH)) < 0)
-        return -1;
-    MF__CU(ctx)->tf32 = on != 0;
-    return 0;
+    return mf_cuda_set_precision(ctx, on ? MF_PREC_TF32 : MF_PREC_FP32);
 }
 
 #if defined(METAFORMER_MPI) && defined(METAFORMER_NCCL)
