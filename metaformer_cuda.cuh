@@ -1115,8 +1115,6 @@ template <int TC> struct mf__fa_elem { typedef float T; };
 template <> struct mf__fa_elem<MF__FA_BF16> { typedef __nv_bfloat16 T; };
 static __device__ void mf__fa_put(float *p, float x) { *p = x; }
 static __device__ void mf__fa_put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); } /* round to nearest even */
-static __device__ float mf__fa_get(float x) { return x; }
-static __device__ float mf__fa_get(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 typedef struct {
     const float *q, *k, *v, *o, *g, *lse, *D; /* g: dO */
@@ -1284,7 +1282,7 @@ static __device__ void mf__fa_mm_cores(float *C, int ldc, const __nv_bfloat16 *A
     for (int t = threadIdx.x; t < M * N; t += blockDim.x) {
         int m = t / N, n = t % N;
         float c = acc ? C[m * ldc + n] : 0.0f;
-        for (int k = 0; k < K; k++) c += mf__fa_get(At[k * lda + m]) * mf__fa_get(Bk[k * ldb + n]);
+        for (int k = 0; k < K; k++) c += __bfloat162float(At[k * lda + m]) * __bfloat162float(Bk[k * ldb + n]);
         C[m * ldc + n] = c;
     }
 }
