@@ -208,8 +208,9 @@ MFDEF size_t mf_activation_bytes(const mf_ctx *ctx);
 MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx);
 /* A memory cap of `bytes` (0 = none, the default) on what grows with the model and the batch: the
    activation arena (host, and device on CUDA), the parameter and gradient buffers and the optimizer
-   moments. Growth beyond it fails the context with a message naming the cap, the use, the request,
-   who asked (the op, "parameters" or "optimizer moments") and the fix; a cap that is large enough
+   moments (and in bf16 on CUDA the bf16 weight copy and GEMM scratch). Growth beyond it fails the
+   context with a message naming the cap, the use, the request, who asked (the op, "parameters",
+   "optimizer moments" or "bf16 copies") and the fix; a cap that is large enough
    changes nothing (the same values bit for bit: the arena's last block is cut to the room left).
    The GEMM workspace, model memories and bookkeeping are outside it. Returns 0, or -1 with the
    error in ctx when the context already uses more. mf_ctx_memory_bytes: what the cap counts now. */
@@ -1315,6 +1316,7 @@ struct mf_ctx {
     int check_finite;       /* test every op's output (and input gradients) for NaN / Inf */
     size_t mem_limit;       /* bytes; 0 = no cap */
     size_t arena_bytes;     /* capacity of the activation arena blocks (host + device) */
+    size_t aux_bytes;       /* device buffers of the backend beside those (bf16: the weight copy, GEMM scratch) */
     const char *cur_op;     /* the op running now (forward or backward): who asked for memory */
     int cur_backward;
     /* called by mf_backward after the backward of tape op i (mf_dist: starts the gradient buckets
@@ -1427,12 +1429,15 @@ static void mf__blocks_free(mf__block *b) {
 
 /* ---- the memory cap (mf_ctx_set_memory_limit) ----
    It covers what grows with the model and the batch: the activation arena blocks (host, and device
-   on CUDA), the flat parameter and gradient buffers and the optimizer moments. */
+   on CUDA), the flat parameter and gradient buffers, the optimizer moments and, in bf16 on CUDA, the
+   bf16 weight copy and the GEMM operands' bf16 scratch (aux_bytes). */
 static size_t mf__param_bytes(const mf_ctx *ctx) { return ctx->p_data ? (size_t)ctx->p_cap * 2 * sizeof(float) : 0; }
 static size_t mf__moment_bytes(const mf_ctx *ctx) { /* ZeRO-1 ([mf:dist]): the rank's shard only */
     return ctx->p_m ? (size_t)(ctx->mom_n ? ctx->mom_n : ctx->p_cap ? ctx->p_cap : 1) * 2 * sizeof(float) : 0;
 }
-static size_t mf__mem_used(const mf_ctx *ctx) { return ctx->arena_bytes + mf__param_bytes(ctx) + mf__moment_bytes(ctx); }
+static size_t mf__mem_used(const mf_ctx *ctx) {
+    return ctx->arena_bytes + mf__param_bytes(ctx) + mf__moment_bytes(ctx) + ctx->aux_bytes;
+}
 /* who asks for activation memory now: the running op, or a tensor made outside the ops */
 static const char *mf__mem_who(const mf_ctx *ctx, char *buf, size_t size) {
     if (ctx->cur_op) snprintf(buf, size, "op %s (%s)", ctx->cur_op, ctx->cur_backward ? "backward" : "forward");
@@ -1447,10 +1452,10 @@ static int mf__mem_grant(mf_ctx *ctx, size_t more, const char *who) {
     used = mf__mem_used(ctx);
     if (more <= ctx->mem_limit && used <= ctx->mem_limit - more) return 0;
     mf__fail(ctx, "memory limit: %s asks for %zu more bytes, but the context already uses %zu of its %zu-byte cap "
-             "(activation arena %zu, parameters and gradients %zu, optimizer moments %zu); raise the cap "
-             "(mf_ctx_set_memory_limit, build/train --memory-limit MB) or make the batch, the sequence or the "
-             "model smaller", who, more, used, ctx->mem_limit, ctx->arena_bytes, mf__param_bytes(ctx),
-             mf__moment_bytes(ctx));
+             "(activation arena %zu, parameters and gradients %zu, optimizer moments %zu, bf16 copies %zu); raise "
+             "the cap (mf_ctx_set_memory_limit, build/train --memory-limit MB) or make the batch, the sequence or "
+             "the model smaller", who, more, used, ctx->mem_limit, ctx->arena_bytes, mf__param_bytes(ctx),
+             mf__moment_bytes(ctx), ctx->aux_bytes);
     return -1;
 }
 /* The size of a new arena block that must hold `bytes`: `want` (the doubling), cut down to the room
