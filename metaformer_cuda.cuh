@@ -64,8 +64,8 @@
  *   [cu:attention]   mf_attention (sdpa, metric, quadratic, the compressive AR loss), the last op of
  *                    [mf:ops]: a fused FlashAttention-2 kernel family (tiles in shared memory,
  *                    online softmax, backward by recomputation from the row log-sum-exp, no Tq x Tk
- *                    buffer, any sequence length): exact fp32 by default, TF32 tensor cores (WMMA)
- *                    after mf_cuda_set_tf32(ctx, 1) on sm_80+
+ *                    buffer, any sequence length): exact fp32 by default; on sm_80+ TF32 tensor
+ *                    cores (WMMA) with MF_PREC_TF32, bf16 tensor cores with MF_PREC_BF16
  *   [cu:xl]          mf_rel_attention: FA2-style tiles with the content and position terms inside
  *   [cu:fastweights] mf_dpfp, mf_fast_weights, mf_linear_attention: recurrent and chunkwise kernels
  *   [cu:feedback]    the feedback transformer's token recurrence (one tape node, device stacks, no
@@ -76,9 +76,13 @@
  * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention) and chunk lengths are bounded by it.
- * Limits: the embedding and bias gradients are parallel over the columns only; only the attention
- * has a tensor-core path (the relative attention, the fast-weight chunks and the feedback steps are
- * fp32 on the CUDA cores).
+ * Limits: the embedding and bias gradients are parallel over the columns only. Tensor-core paths:
+ * cuBLAS's GEMMs and the fused attention of [cu:attention] (sdpa, metric, quadratic, forward and
+ * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
+ * sm_80+). The relative attention ([cu:xl]), the fast-weight / linear chunks ([cu:fastweights]) and
+ * the feedback steps ([cu:feedback]) compute in fp32 on the CUDA cores whatever the precision. No
+ * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
+ * defaults, not tuned ones.
  */
 #ifndef METAFORMER_CUDA_CUH
 #define METAFORMER_CUDA_CUH
@@ -1184,12 +1188,17 @@ static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
        sm_90's 227 KiB: forward B = 32, dK/dV B = 16). Grid: BH x ceil(T / B) blocks of
        the query (forward, dQ) or key (dK/dV) tiles; all barriers are block-wide and uniform.
      - Every tile product is C [M][N] (+)= sum_k At[k][m] Bk[k][n] with both operands stored k-major
-       ("T" tiles [d][B + 4] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
+       ("T" tiles [d][B + pad] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
        per thread, 2 x 4 on 32 x 32 tiles, float4 loads of both operands, k ascending:
-       deterministic) or, with TF32 (mf_cuda_set_tf32 on sm_80+), WMMA m16n16k8 (a warp computes
-       a 16 x 64 strip, one A fragment for four products; matrix_a col_major, inputs rounded by
-       __float_to_tf32, fp32 accumulation in a fixed order). Row strides (B + 4, d + 4 floats) are
-       multiples of 4 and keep WMMA's 32-byte alignment.
+       deterministic) or, on sm_80+, WMMA (a warp computes a 16 x 64 strip, one A fragment for four
+       products; matrix_a col_major, fp32 accumulation in a fixed order): m16n16k8 with TF32
+       (MF_PREC_TF32: inputs rounded by __float_to_tf32), m16n16k16 with bf16 (MF_PREC_BF16).
+     - The precision is the template argument TC (MF__FA_FP32 / TF32 / BF16). The operand tiles
+       (Q, K, V, dO, and the P, dS that feed products) hold mf__fa_elem<TC>: float, or bf16 rounded
+       to nearest even when staged (global memory stays fp32); scores, the softmax statistics and the
+       accumulators are fp32 in every precision. The fp32 / TF32 kernels overwrite a score tile with
+       P or dS; bf16 writes them to tiles of their own (docs/math.md §4.2). Row strides pad every
+       tile by 16 bytes (B + 4 floats, B + 8 bf16): WMMA's ldm and 32-byte alignment hold.
      - Forward: block = (head, query tile), the tiles with the most keys first, looping over the
        key tiles it can see: S^T = K Qs^T; online softmax per query in registers (128 / B threads
        per query, shuffles); O rescaled; O += P V; at the end O / l and lse = m + log l.

@@ -1,9 +1,10 @@
 /* test_cuda_attention.cpp - the fused CUDA attention ([cu:attention] in metaformer_cuda.cuh) against
  * the CPU's mf_attention: output and the gradients of q, k and v, on the exact fp32 kernels and on
- * the TF32 tensor-core kernels (WMMA; under the emulator through its stand-in of nvcuda::wmma).
+ * the TF32 and bf16 tensor-core kernels (WMMA; under the emulator through its stand-in of
+ * nvcuda::wmma), with and without attention dropout.
  *
  *   make test       g++ -std=c++14 with tests/cuda_emu.h: every kernel runs on the CPU emulator,
- *                   fp32 in each thread order (in, reversed, shuffled), TF32 in one
+ *                   fp32 in each thread order (in, reversed, shuffled), TF32 and bf16 in one
  *   make test-cuda  nvcc -x cu for a real GPU (sm_90), without the emulator
  *
  * Tolerances (max error relative to the tensor's largest value, as tests/test_cuda.cpp):
@@ -16,7 +17,10 @@
  *   documents for TF32 matmuls (~1e-3 relative) plus one level of error propagation. The error is
  *   relative to the size of the terms, not of the result: dS = P (dP - D) cancels exactly for a
  *   query with one key (T = 1: dq = dk = 0 on the CPU, ~5e-5 in TF32), so the TF32 errors are
- *   divided by max(max |reference|, 0.1) - the gradients here are O(0.1 .. 1). */
+ *   divided by max(max |reference|, 0.1) - the gradients here are O(0.1 .. 1).
+ *   bf16: 10 u = 10 / 256 = 0.039 by the same rule, u = 2^-8 (bf16 keeps 8 significant bits): the
+ *   Q, K, V, dO, P and dS tiles are rounded to bf16, scores, softmax and accumulators stay fp32
+ *   (docs/math.md §4.2 derives the bound). Measured worst: ~9e-3 (~2.3 u). */
 #include "cuda_parity.h"
 
 static const double TOL_TF32 = 5e-3, TF32_FLOOR = 0.1, TOL_BF16 = 10.0 / 256, BF16_FLOOR = 0.1;
