@@ -67,8 +67,8 @@
  *   [cu:attention]   mf_attention (sdpa, metric, quadratic, the compressive AR loss), the last op of
  *                    [mf:ops]: a fused FlashAttention-2 kernel family (tiles in shared memory,
  *                    online softmax, backward by recomputation from the row log-sum-exp, no Tq x Tk
- *                    buffer, any sequence length): exact fp32 by default, TF32 tensor cores (WMMA)
- *                    after mf_cuda_set_tf32(ctx, 1) on sm_80+
+ *                    buffer, any sequence length): exact fp32 by default; on sm_80+ TF32 tensor
+ *                    cores (WMMA) with MF_PREC_TF32, bf16 tensor cores with MF_PREC_BF16
  *   [cu:xl]          mf_rel_attention: FA2-style tiles with the content and position terms inside
  *   [cu:fastweights] mf_dpfp, mf_fast_weights, mf_linear_attention: recurrent and chunkwise kernels
  *   [cu:feedback]    the feedback transformer's token recurrence (one tape node, device stacks, no
@@ -79,9 +79,13 @@
  * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention) and chunk lengths are bounded by it.
- * Limits: the embedding and bias gradients are parallel over the columns only; only the attention
- * has a tensor-core path (the relative attention, the fast-weight chunks and the feedback steps are
- * fp32 on the CUDA cores).
+ * Limits: the embedding and bias gradients are parallel over the columns only. Tensor-core paths:
+ * cuBLAS's GEMMs and the fused attention of [cu:attention] (sdpa, metric, quadratic, forward and
+ * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
+ * sm_80+). The relative attention ([cu:xl]), the fast-weight / linear chunks ([cu:fastweights]) and
+ * the feedback steps ([cu:feedback]) compute in fp32 on the CUDA cores whatever the precision. No
+ * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
+ * defaults, not tuned ones.
  */
 #ifndef METAFORMER_CUDA_CUH
 #define METAFORMER_CUDA_CUH
@@ -1187,12 +1191,17 @@ static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
        sm_90's 227 KiB: forward B = 32, dK/dV B = 16). Grid: BH x ceil(T / B) blocks of
        the query (forward, dQ) or key (dK/dV) tiles; all barriers are block-wide and uniform.
      - Every tile product is C [M][N] (+)= sum_k At[k][m] Bk[k][n] with both operands stored k-major
-       ("T" tiles [d][B + 4] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
+       ("T" tiles [d][B + pad] hold a matrix transposed), through mf__fa_mm: fp32 FMA (4 x 4 outputs
        per thread, 2 x 4 on 32 x 32 tiles, float4 loads of both operands, k ascending:
-       deterministic) or, with TF32 (mf_cuda_set_tf32 on sm_80+), WMMA m16n16k8 (a warp computes
-       a 16 x 64 strip, one A fragment for four products; matrix_a col_major, inputs rounded by
-       __float_to_tf32, fp32 accumulation in a fixed order). Row strides (B + 4, d + 4 floats) are
-       multiples of 4 and keep WMMA's 32-byte alignment.
+       deterministic) or, on sm_80+, WMMA (a warp computes a 16 x 64 strip, one A fragment for four
+       products; matrix_a col_major, fp32 accumulation in a fixed order): m16n16k8 with TF32
+       (MF_PREC_TF32: inputs rounded by __float_to_tf32), m16n16k16 with bf16 (MF_PREC_BF16).
+     - The precision is the template argument TC (MF__FA_FP32 / TF32 / BF16). The operand tiles
+       (Q, K, V, dO, and the P, dS that feed products) hold mf__fa_elem<TC>: float, or bf16 rounded
+       to nearest even when staged (global memory stays fp32); scores, the softmax statistics and the
+       accumulators are fp32 in every precision. The fp32 / TF32 kernels overwrite a score tile with
+       P or dS; bf16 writes them to tiles of their own (docs/math.md §4.2). Row strides pad every
+       tile by 16 bytes (B + 4 floats, B + 8 bf16): WMMA's ldm and 32-byte alignment hold.
      - Forward: block = (head, query tile), the tiles with the most keys first, looping over the
        key tiles it can see: S^T = K Qs^T; online softmax per query in registers (128 / B threads
        per query, shuffles); O rescaled; O += P V; at the end O / l and lse = m + log l.
@@ -1201,12 +1210,21 @@ static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
        dK += dS^T Qs; dQ: block = (head, query tile) over its key tiles: dQ += scale dS K. Results
        are added into the gradient buffers; a NULL one (no gradient wanted) is skipped. */
 #ifndef MF_CUDA_EMU
+#include <cuda_bf16.h>
 #include <mma.h>
 #endif
 #if defined(MF_CUDA_EMU) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-#define MF__FA_WMMA 1 /* TF32 WMMA exists (sm_80+); elsewhere the TF32 kernels fall back to fp32 */
+#define MF__FA_WMMA 1 /* TF32 and bf16 WMMA exist (sm_80+); elsewhere those kernels fall back to the CUDA cores */
 #endif
 #define MF__FA_THREADS 128
+/* the kernels' precision (the template argument TC): 0 fp32 on the CUDA cores, 1 TF32 WMMA, 2 bf16 WMMA */
+enum { MF__FA_FP32 = 0, MF__FA_TF32 = 1, MF__FA_BF16 = 2 };
+/* the element of the operand tiles in shared memory (Q, K, V, dO and the P, dS that feed products):
+   float, or bf16 for the bf16 kernels; scores, accumulators and row statistics are always float */
+template <int TC> struct mf__fa_elem { typedef float T; };
+template <> struct mf__fa_elem<MF__FA_BF16> { typedef __nv_bfloat16 T; };
+static __device__ void mf__fa_put(float *p, float x) { *p = x; }
+static __device__ void mf__fa_put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); } /* round to nearest even */
 
 typedef struct {
     const float *q, *k, *v, *o, *g, *lse, *D; /* g: dO */
@@ -1221,13 +1239,28 @@ static __device__ float mf__fa_drop(const mf__fa_args &a, long long bh, int i, i
 }
 
 static __host__ __device__ int mf__fa_pad(int d) { return (d + 15) & ~15; }
-/* bytes of shared memory of the forward (kind 0), the dK/dV (1) and the dQ (2) kernel for tiles of B */
-static size_t mf__fa_smem(int B, int dk, int dv, int kind) {
-    size_t dkp = (size_t)mf__fa_pad(dk), dvp = (size_t)mf__fa_pad(dv), lt = (size_t)B + 4, lk = dkp + 4, lv = dvp + 4;
-    size_t n = kind == 0 ? 2 * dkp * lt + 2 * B * lv + B * lt + B
-             : kind == 1 ? 2 * (dkp + dvp) * lt + 2 * B * (lk + lv) + 2 * B * lt + 2 * B
-                         : 2 * (dkp + dvp) * lt + 2 * B * lk + 2 * B * lt + 2 * B;
-    return n * sizeof(float);
+/* the row stride of a tile of n columns of es-byte elements: 16 bytes of padding (4 floats, 8 bf16),
+   which keeps rows on different banks and the multiple of 16 bytes that WMMA's ldm needs */
+static __host__ __device__ int mf__fa_stride(int n, int es) { return n + 16 / es; }
+/* bytes of shared memory of the forward (kind 0), the dK/dV (1) and the dQ (2) kernel for tiles of B;
+   bf16: the operand tiles in bf16, plus the bf16 copies of P and dS (the fp32 kernels overwrite the
+   score tiles in place). f counts the floats (scores, accumulators, row vectors), e the operand
+   elements; the kernels lay out the floats first, each buffer a multiple of 32 bytes. */
+static size_t mf__fa_smem(int B, int dk, int dv, int kind, int bf16) {
+    size_t es = bf16 ? 2 : 4, dkp = (size_t)mf__fa_pad(dk), dvp = (size_t)mf__fa_pad(dv), b = (size_t)B;
+    size_t lt = b + 4, lk = dkp + 4, lv = dvp + 4, le = (size_t)mf__fa_stride(B, (int)es);
+    size_t lke = (size_t)mf__fa_stride((int)dkp, (int)es), lve = (size_t)mf__fa_stride((int)dvp, (int)es), f, e;
+    if (kind == 0) { /* S^T, O, 1 / l | Qs^T, K^T, V, P^T */
+        f = b * lt + b * lv + b;
+        e = 2 * dkp * le + b * lve + (bf16 ? b * le : 0);
+    } else if (kind == 1) { /* dK, dV, S, dP, lse, D | K^T, V^T, Qs^T, dO^T, Qs, dO, P, dS */
+        f = b * (lk + lv) + 2 * b * lt + 2 * b;
+        e = 2 * (dkp + dvp) * le + b * (lke + lve) + (bf16 ? 2 * b * le : 0);
+    } else { /* dQ, S^T, dP^T, lse, D | Qs^T, dO^T, K^T, V^T, K, dS^T */
+        f = b * lk + 2 * b * lt + 2 * b;
+        e = 2 * (dkp + dvp) * le + b * lke + (bf16 ? b * le : 0);
+    }
+    return f * sizeof(float) + e * es;
 }
 
 /* for every (r, c) of a rows x cols block, threads striding over it row by row (neighbouring threads
@@ -1241,13 +1274,16 @@ static size_t mf__fa_smem(int B, int dk, int dv, int kind) {
             __VA_ARGS__; \
         } \
     } while (0)
-/* dst [B][ld] = s * rows [0, rows) of src [.][d]; zero elsewhere up to B rows and dp columns */
-static __device__ void mf__fa_load(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
-    MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f);
+/* dst [B][ld] = s * rows [0, rows) of src [.][d]; zero elsewhere up to B rows and dp columns
+   (E = bf16: rounded to nearest even) */
+template <class E>
+static __device__ void mf__fa_load(E *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + r * ld + c, r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f));
 }
 /* the same transposed: dst [dp][ld] (a "T" tile), dst[c][r] = s * src[r][c] */
-static __device__ void mf__fa_load_t(float *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
-    MF__FA_EACH(r, c, B, dp, dst[c * ld + r] = r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f);
+template <class E>
+static __device__ void mf__fa_load_t(E *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + c * ld + r, r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f));
 }
 static __device__ void mf__fa_zero(float *dst, int ld, int B, int dp) {
     MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = 0.0f);
@@ -1262,32 +1298,49 @@ static __device__ void mf__fa_add_out(float *dst, int d, const float *src, int l
 }
 
 #ifdef MF__FA_WMMA
+/* the WMMA shape of an operand element: TF32 m16n16k8 for float (the inputs rounded by
+   __float_to_tf32 after the load), bf16 m16n16k16 (already rounded when the tile was stored) */
+template <class E> struct mf__fa_wmma {
+    enum { K = 8 };
+    typedef nvcuda::wmma::precision::tf32 In;
+    template <class F> static __device__ void round(F &f) {
+        for (int i = 0; i < f.num_elements; i++) f.x[i] = nvcuda::wmma::__float_to_tf32(f.x[i]);
+    }
+};
+template <> struct mf__fa_wmma<__nv_bfloat16> {
+    enum { K = 16 };
+    typedef __nv_bfloat16 In;
+    template <class F> static __device__ void round(F &) {}
+};
 /* each warp computes a 16 x (16 g) strip (g accumulator tiles, g = 4, 2 or 1: as wide as leaves
    every warp a strip), so that one A fragment serves g products */
-static __device__ void mf__fa_mm_tc(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
-                                    int K, int acc) {
+template <class E>
+static __device__ void mf__fa_mm_tc(float *C, int ldc, const E *At, int lda, const E *Bk, int ldb, int M, int N, int K,
+                                    int acc) {
     namespace w = nvcuda::wmma;
+    typedef mf__fa_wmma<E> S;
+    typedef typename S::In In;
     int ntn = N / 16, nw = blockDim.x / 32, g = 4, ng, units;
     while (g > 1 && (M / 16) * ((ntn + g - 1) / g) < nw) g /= 2;
     ng = (ntn + g - 1) / g;
     units = (M / 16) * ng;
     for (int t = threadIdx.x / 32; t < units; t += nw) { /* warp-uniform */
         int m0 = t / ng * 16, n0 = t % ng * g * 16, f, nf = min(g, (N - n0) / 16);
-        w::fragment<w::accumulator, 16, 16, 8, float> fc[4];
+        w::fragment<w::accumulator, 16, 16, S::K, float> fc[4];
         for (f = 0; f < 4; f++)
             if (f < nf) {
                 if (acc) w::load_matrix_sync(fc[f], C + m0 * ldc + n0 + 16 * f, ldc, w::mem_row_major);
                 else w::fill_fragment(fc[f], 0.0f);
             }
-        for (int k = 0; k < K; k += 8) {
-            w::fragment<w::matrix_a, 16, 16, 8, w::precision::tf32, w::col_major> fa;
+        for (int k = 0; k < K; k += S::K) {
+            w::fragment<w::matrix_a, 16, 16, S::K, In, w::col_major> fa;
             w::load_matrix_sync(fa, At + k * lda + m0, lda);
-            for (int i = 0; i < fa.num_elements; i++) fa.x[i] = w::__float_to_tf32(fa.x[i]);
+            S::round(fa);
             for (f = 0; f < 4; f++)
                 if (f < nf) {
-                    w::fragment<w::matrix_b, 16, 16, 8, w::precision::tf32, w::row_major> fb;
+                    w::fragment<w::matrix_b, 16, 16, S::K, In, w::row_major> fb;
                     w::load_matrix_sync(fb, Bk + k * ldb + n0 + 16 * f, ldb);
-                    for (int i = 0; i < fb.num_elements; i++) fb.x[i] = w::__float_to_tf32(fb.x[i]);
+                    S::round(fb);
                     w::mma_sync(fc[f], fa, fb, fc[f]);
                 }
         }
@@ -1326,40 +1379,61 @@ static __device__ void mf__fa_mm_fma(float *C, int ldc, const float *At, int lda
         for (i = 0; i < R; i++) *(float4 *)(C + (m0 + i) * ldc + n0) = c[i];
     }
 }
-/* C [M][N] (+ when acc)= sum over k < K of At[k][m] Bk[k][n], all in shared memory, both operands
-   k-major (lda, ldb, ldc multiples of 4; M, N multiples of 16, K of 8). No barrier inside.
-   fp32: 4 x 4 outputs per thread, 2 x 4 when that leaves threads idle (32 x 32 tiles). */
-template <int TC>
-static __device__ void mf__fa_mm(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
-                                 int K, int acc) {
-#ifdef MF__FA_WMMA
-    if (TC) { mf__fa_mm_tc(C, ldc, At, lda, Bk, ldb, M, N, K, acc); return; }
-#endif
+/* fp32 on the CUDA cores, 4 x 4 outputs per thread, 2 x 4 when that leaves threads idle (32 x 32 tiles) */
+static __device__ void mf__fa_mm_cores(float *C, int ldc, const float *At, int lda, const float *Bk, int ldb, int M, int N,
+                                       int K, int acc) {
     if ((M / 4) * (N / 4) < (int)blockDim.x) mf__fa_mm_fma<2>(C, ldc, At, lda, Bk, ldb, M, N, K, acc);
     else mf__fa_mm_fma<4>(C, ldc, At, lda, Bk, ldb, M, N, K, acc);
 }
+/* bf16 operands on a GPU without bf16 tensor cores (compiled for sm_70 and older; never chosen at run
+   time there, mf__cu_fa_prec): one output per thread, k ascending */
+static __device__ void mf__fa_mm_cores(float *C, int ldc, const __nv_bfloat16 *At, int lda, const __nv_bfloat16 *Bk,
+                                       int ldb, int M, int N, int K, int acc) {
+    for (int t = threadIdx.x; t < M * N; t += blockDim.x) {
+        int m = t / N, n = t % N;
+        float c = acc ? C[m * ldc + n] : 0.0f;
+        for (int k = 0; k < K; k++) c += __bfloat162float(At[k * lda + m]) * __bfloat162float(Bk[k * ldb + n]);
+        C[m * ldc + n] = c;
+    }
+}
+/* C [M][N] (+ when acc)= sum over k < K of At[k][m] Bk[k][n], all in shared memory, both operands
+   k-major (row strides multiples of 16 bytes; M, N, K multiples of 16), the operands in the kernel's
+   element (mf__fa_elem<TC>). No barrier inside. */
+template <int TC>
+static __device__ void mf__fa_mm(float *C, int ldc, const typename mf__fa_elem<TC>::T *At, int lda,
+                                 const typename mf__fa_elem<TC>::T *Bk, int ldb, int M, int N, int K, int acc) {
+#ifdef MF__FA_WMMA
+    if (TC != MF__FA_FP32) { mf__fa_mm_tc(C, ldc, At, lda, Bk, ldb, M, N, K, acc); return; }
+#endif
+    mf__fa_mm_cores(C, ldc, At, lda, Bk, ldb, M, N, K, acc);
+}
 
-/* forward: block = (head, query tile). shared: Qs^T [dkp][lt], K^T [dkp][lt], V [B][lv],
-   S^T / P^T [B][lt], O [B][lv], 1 / l [B] */
+/* forward: block = (head, query tile). shared (mf__fa_smem): floats S^T [B][lt], O [B][lv], 1 / l [B];
+   operand tiles Qs^T [dkp][le], K^T [dkp][le], V [B][lve], P^T [B][le] (the fp32 kernels write P^T
+   over S^T: pt = st) */
 template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_fwd(mf__fa_args a) {
+    typedef typename mf__fa_elem<TC>::T E;
     MF_DYN_SMEM(float, sm);
     const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lv = dvp + 4;
-    float *qt = sm, *kt = qt + dkp * lt, *vs = kt + dkp * lt, *st = vs + B * lv, *os = st + B * lt, *il = os + B * lv;
+    const int le = mf__fa_stride(B, sizeof(E)), lve = mf__fa_stride(dvp, sizeof(E));
+    float *st = sm, *os = st + B * lt, *il = os + B * lv;
+    E *qt = (E *)(il + B), *kt = qt + dkp * le, *vs = kt + dkp * le;
+    E *pt = TC == MF__FA_BF16 ? vs + B * lve : (E *)st;
     int nqt = (a.Tq + B - 1) / B, off = a.Tk - a.Tq, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B;
     long long bh = blockIdx.x / nqt;
     int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
     int tpr = blockDim.x / B, r = threadIdx.x / tpr, part = threadIdx.x % tpr, c, o;
     int lim = a.causal ? i0 + r + off : a.Tk; /* query r sees the keys j <= lim */
     float m = -1e30f, l = 0.0f;               /* finite start: exp(m_old - m_new) is never NaN */
-    mf__fa_load_t(qt, lt, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_load_t(qt, le, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
     mf__fa_zero(os, lv, B, dvp);
     for (int j0 = 0; j0 < kend; j0 += B) {
         int bk = min(B, kend - j0);
         __syncthreads(); /* the previous tile's products are done with K and V */
-        mf__fa_load_t(kt, lt, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load(vs, lv, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        mf__fa_load_t(kt, le, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(vs, lve, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
         __syncthreads();
-        mf__fa_mm<TC>(st, lt, kt, lt, qt, lt, B, B, dkp, 0); /* S^T [key][query] */
+        mf__fa_mm<TC>(st, lt, kt, le, qt, le, B, B, dkp, 0); /* S^T [key][query] */
         __syncthreads();
         { /* online softmax of query r (column r of S^T) by its tpr threads (neighbouring lanes) */
             float mx = m, sum = 0.0f, al;
@@ -1372,7 +1446,7 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
             for (c = part; c < B; c += tpr) { /* the sum l is of the undropped P */
                 float p = expf(st[c * lt + r] - mx);
                 sum += p;
-                st[c * lt + r] = a.drop.p > 0.0f && p != 0.0f ? mf__fa_drop(a, bh, i0 + r, j0 + c, p) : p;
+                mf__fa_put(pt + c * le + r, a.drop.p > 0.0f && p != 0.0f ? mf__fa_drop(a, bh, i0 + r, j0 + c, p) : p);
             }
             for (o = 1; o < tpr; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             al = expf(m - mx);
@@ -1382,7 +1456,7 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
                 for (c = part; c < dvp; c += tpr) os[r * lv + c] *= al;
         }
         __syncthreads();
-        mf__fa_mm<TC>(os, lv, st, lt, vs, lv, B, dvp, B, 1); /* O += P V */
+        mf__fa_mm<TC>(os, lv, pt, le, vs, lve, B, dvp, B, 1); /* O += P V */
     }
     if (part == 0) {
         il[r] = l > 0.0f ? 1.0f / l : 0.0f;
@@ -1401,70 +1475,77 @@ static __global__ void mf__k_fa_rowdot(float *D, const float *g, const float *o,
     }
 }
 
-/* dK, dV: block = (head, key tile) over the query tiles that see it. shared: K^T [dkp][lt],
-   V^T [dvp][lt], dK [B][lk], dV [B][lv], Qs^T [dkp][lt], Qs [B][lk], dO^T [dvp][lt], dO [B][lv],
-   S / P [B][lt], dP / dS [B][lt] ([query][key]), lse [B], D [B] */
+/* dK, dV: block = (head, key tile) over the query tiles that see it. shared (mf__fa_smem): floats
+   dK [B][lk], dV [B][lv], S [B][lt], dP [B][lt] ([query][key]), lse [B], D [B]; operand tiles
+   K^T [dkp][le], V^T [dvp][le], Qs^T [dkp][le], dO^T [dvp][le], Qs [B][lke], dO [B][lve], P [B][le],
+   dS [B][le] (the fp32 kernels write P over S and dS over dP) */
 template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_kv(mf__fa_args a) {
+    typedef typename mf__fa_elem<TC>::T E;
     MF_DYN_SMEM(float, sm);
     const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lk = dkp + 4, lv = dvp + 4;
-    float *kt = sm, *vt = kt + dkp * lt, *dks = vt + dvp * lt, *dvs = dks + B * lk, *qt = dvs + B * lv;
-    float *qs = qt + dkp * lt, *gt = qs + B * lk, *gs = gt + dvp * lt, *ss = gs + B * lv, *dps = ss + B * lt;
-    float *ls = dps + B * lt, *Ds = ls + B;
+    const int le = mf__fa_stride(B, sizeof(E)), lke = mf__fa_stride(dkp, sizeof(E)), lve = mf__fa_stride(dvp, sizeof(E));
+    float *dks = sm, *dvs = dks + B * lk, *ss = dvs + B * lv, *dps = ss + B * lt, *ls = dps + B * lt, *Ds = ls + B;
+    E *kt = (E *)(Ds + B), *vt = kt + dkp * le, *qt = vt + dvp * le, *gt = qt + dkp * le, *qs = gt + dvp * le;
+    E *gs = qs + B * lke, *pe = TC == MF__FA_BF16 ? gs + B * lve : (E *)ss, *dse = TC == MF__FA_BF16 ? pe + B * le : (E *)dps;
     int nkt = (a.Tk + B - 1) / B, j0 = (int)(blockIdx.x % nkt) * B, off = a.Tk - a.Tq;
     long long bh = blockIdx.x / nkt;
     int bk = min(B, a.Tk - j0), first = a.causal ? max(0, j0 - off) : 0; /* the first query that sees a key */
-    mf__fa_load_t(kt, lt, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
-    mf__fa_load_t(vt, lt, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+    mf__fa_load_t(kt, le, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
+    mf__fa_load_t(vt, le, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
     mf__fa_zero(dks, lk, B, dkp);
     mf__fa_zero(dvs, lv, B, dvp);
     for (int i0 = first / B * B; i0 < a.Tq; i0 += B) {
         int bq = min(B, a.Tq - i0);
         const float *q = a.q + (bh * a.Tq + i0) * a.dk, *g = a.g + (bh * a.Tq + i0) * a.dv;
         __syncthreads();
-        mf__fa_load_t(qt, lt, q, a.dk, bq, B, dkp, a.scale);
-        if (a.gk) mf__fa_load(qs, lk, q, a.dk, bq, B, dkp, a.scale);
-        if (a.gk) mf__fa_load_t(gt, lt, g, a.dv, bq, B, dvp, 1.0f);
-        if (a.gv) mf__fa_load(gs, lv, g, a.dv, bq, B, dvp, 1.0f);
+        mf__fa_load_t(qt, le, q, a.dk, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load(qs, lke, q, a.dk, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load_t(gt, le, g, a.dv, bq, B, dvp, 1.0f);
+        if (a.gv) mf__fa_load(gs, lve, g, a.dv, bq, B, dvp, 1.0f);
         mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
         mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
         __syncthreads();
-        mf__fa_mm<TC>(ss, lt, qt, lt, kt, lt, B, B, dkp, 0);            /* S = Qs K^T */
-        if (a.gk) mf__fa_mm<TC>(dps, lt, gt, lt, vt, lt, B, B, dvp, 0); /* dP = dO V^T */
+        mf__fa_mm<TC>(ss, lt, qt, le, kt, le, B, B, dkp, 0);            /* S = Qs K^T */
+        if (a.gk) mf__fa_mm<TC>(dps, lt, gt, le, vt, le, B, B, dvp, 0); /* dP = dO V^T */
         __syncthreads();
         MF__FA_EACH(ii, jj, B, B, {
             int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
             float p = vis ? expf(ss[ii * lt + jj] - ls[ii]) : 0.0f;
             if (a.drop.p > 0.0f) { /* P~ for dV; dS = P~ dP~ - P D */
                 float pd = vis ? mf__fa_drop(a, bh, i0 + ii, j0 + jj, p) : 0.0f;
-                ss[ii * lt + jj] = pd;
-                if (a.gk) dps[ii * lt + jj] = pd * dps[ii * lt + jj] - p * Ds[ii];
+                mf__fa_put(pe + ii * le + jj, pd);
+                if (a.gk) mf__fa_put(dse + ii * le + jj, pd * dps[ii * lt + jj] - p * Ds[ii]);
             } else {
-                ss[ii * lt + jj] = p;
-                if (a.gk) dps[ii * lt + jj] = p * (dps[ii * lt + jj] - Ds[ii]); /* dS / scale: Qs has it */
+                mf__fa_put(pe + ii * le + jj, p);
+                if (a.gk) mf__fa_put(dse + ii * le + jj, p * (dps[ii * lt + jj] - Ds[ii])); /* dS / scale: Qs has it */
             }
         });
         __syncthreads();
-        if (a.gv) mf__fa_mm<TC>(dvs, lv, ss, lt, gs, lv, B, dvp, B, 1);  /* dV += P^T dO */
-        if (a.gk) mf__fa_mm<TC>(dks, lk, dps, lt, qs, lk, B, dkp, B, 1); /* dK += dS^T Qs */
+        if (a.gv) mf__fa_mm<TC>(dvs, lv, pe, le, gs, lve, B, dvp, B, 1);  /* dV += P^T dO */
+        if (a.gk) mf__fa_mm<TC>(dks, lk, dse, le, qs, lke, B, dkp, B, 1); /* dK += dS^T Qs */
     }
     __syncthreads();
     if (a.gk) mf__fa_add_out(a.gk + (bh * a.Tk + j0) * a.dk, a.dk, dks, lk, bk);
     if (a.gv) mf__fa_add_out(a.gv + (bh * a.Tk + j0) * a.dv, a.dv, dvs, lv, bk);
 }
 
-/* dQ: block = (head, query tile) over its visible key tiles. shared: Qs^T [dkp][lt], dO^T [dvp][lt],
-   dQ [B][lk], K^T [dkp][lt], K [B][lk], V^T [dvp][lt], S^T / P^T [B][lt], dP^T / dS^T [B][lt]
-   ([key][query]), lse [B], D [B] */
+/* dQ: block = (head, query tile) over its visible key tiles. shared (mf__fa_smem): floats dQ [B][lk],
+   S^T [B][lt], dP^T [B][lt] ([key][query]), lse [B], D [B]; operand tiles Qs^T [dkp][le],
+   dO^T [dvp][le], K^T [dkp][le], V^T [dvp][le], K [B][lke], dS^T [B][le] (the fp32 kernels write dS^T
+   over dP^T) */
 template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k_fa_bwd_q(mf__fa_args a) {
+    typedef typename mf__fa_elem<TC>::T E;
     MF_DYN_SMEM(float, sm);
     const int B = a.B, dkp = mf__fa_pad(a.dk), dvp = mf__fa_pad(a.dv), lt = B + 4, lk = dkp + 4;
-    float *qt = sm, *gt = qt + dkp * lt, *dqs = gt + dvp * lt, *kt = dqs + B * lk, *ks = kt + dkp * lt;
-    float *vt = ks + B * lk, *st = vt + dvp * lt, *dpt = st + B * lt, *ls = dpt + B * lt, *Ds = ls + B;
+    const int le = mf__fa_stride(B, sizeof(E)), lke = mf__fa_stride(dkp, sizeof(E));
+    float *dqs = sm, *st = dqs + B * lk, *dpt = st + B * lt, *ls = dpt + B * lt, *Ds = ls + B;
+    E *qt = (E *)(Ds + B), *gt = qt + dkp * le, *kt = gt + dvp * le, *vt = kt + dkp * le, *ks = vt + dvp * le;
+    E *dse = TC == MF__FA_BF16 ? ks + B * lke : (E *)dpt;
     int nqt = (a.Tq + B - 1) / B, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B, off = a.Tk - a.Tq;
     long long bh = blockIdx.x / nqt;
     int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
-    mf__fa_load_t(qt, lt, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
-    mf__fa_load_t(gt, lt, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
+    mf__fa_load_t(qt, le, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    mf__fa_load_t(gt, le, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
     mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
     mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
     mf__fa_zero(dqs, lk, B, dkp);
@@ -1472,42 +1553,47 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         int bk = min(B, kend - j0);
         const float *k = a.k + (bh * a.Tk + j0) * a.dk;
         __syncthreads();
-        mf__fa_load_t(kt, lt, k, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load(ks, lk, k, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load_t(vt, lt, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        mf__fa_load_t(kt, le, k, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load(ks, lke, k, a.dk, bk, B, dkp, 1.0f);
+        mf__fa_load_t(vt, le, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
         __syncthreads();
-        mf__fa_mm<TC>(st, lt, kt, lt, qt, lt, B, B, dkp, 0);  /* S^T = K Qs^T */
-        mf__fa_mm<TC>(dpt, lt, vt, lt, gt, lt, B, B, dvp, 0); /* dP^T = V dO^T */
+        mf__fa_mm<TC>(st, lt, kt, le, qt, le, B, B, dkp, 0);  /* S^T = K Qs^T */
+        mf__fa_mm<TC>(dpt, lt, vt, le, gt, le, B, B, dvp, 0); /* dP^T = V dO^T */
         __syncthreads();
         MF__FA_EACH(jj, ii, B, B, {
             int vis = ii < bq && jj < bk && (!a.causal || j0 + jj <= i0 + ii + off);
             float p = vis ? expf(st[jj * lt + ii] - ls[ii]) : 0.0f;
             if (a.drop.p > 0.0f) {
                 float pd = vis ? mf__fa_drop(a, bh, i0 + ii, j0 + jj, p) : 0.0f;
-                dpt[jj * lt + ii] = (pd * dpt[jj * lt + ii] - p * Ds[ii]) * a.scale;
-            } else dpt[jj * lt + ii] = p * (dpt[jj * lt + ii] - Ds[ii]) * a.scale; /* dS^T */
+                mf__fa_put(dse + jj * le + ii, (pd * dpt[jj * lt + ii] - p * Ds[ii]) * a.scale);
+            } else mf__fa_put(dse + jj * le + ii, p * (dpt[jj * lt + ii] - Ds[ii]) * a.scale); /* dS^T */
         });
         __syncthreads();
-        mf__fa_mm<TC>(dqs, lk, dpt, lt, ks, lk, B, dkp, B, 1); /* dQ += dS K */
+        mf__fa_mm<TC>(dqs, lk, dse, le, ks, lke, B, dkp, B, 1); /* dQ += dS K */
     }
     __syncthreads();
     mf__fa_add_out(a.gq + (bh * a.Tq + i0) * a.dk, a.dk, dqs, lk, bq);
 }
 
-/* the tensor-core path: TF32 switched on for the context and a device that has it (sm_80+) */
-static int mf__cu_fa_tc(mf_ctx *ctx) { return MF__CU(ctx)->prec == MF_PREC_TF32 && MF__CU(ctx)->tc_tf32; }
+/* the kernels' precision (MF__FA_FP32 / TF32 / BF16): the context's, on a device with tensor cores
+   (sm_80+); fp32 elsewhere */
+static int mf__cu_fa_prec(mf_ctx *ctx) {
+    if (!MF__CU(ctx)->tc_tf32) return MF__FA_FP32;
+    return MF__CU(ctx)->prec == MF_PREC_BF16 ? MF__FA_BF16 : MF__CU(ctx)->prec == MF_PREC_TF32 ? MF__FA_TF32 : MF__FA_FP32;
+}
 /* the tile B of kernel `kind` (mf__fa_smem): 64 or 32 with room for two blocks per SM, else 64 or 32
    alone, else 16 (16 x 16 score tiles keep only a quarter of the threads busy in the fp32 products:
    the last resort, for the widest heads); 0 (and an error) when even 16 does not fit */
-static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int kind, const char *op) {
+static int mf__cu_fa_tile(mf_ctx *ctx, int dk, int dv, int kind, int bf16, const char *op) {
     size_t lim = (size_t)MF__CU(ctx)->smem_optin;
     int B, pass;
     for (pass = 0; pass < 2; pass++)
         for (B = 64; B >= 32; B /= 2)
-            if (mf__fa_smem(B, dk, dv, kind) <= (pass ? lim : lim / 2)) return B;
-    if (mf__fa_smem(16, dk, dv, kind) <= lim) return 16;
+            if (mf__fa_smem(B, dk, dv, kind, bf16) <= (pass ? lim : lim / 2)) return B;
+    if (mf__fa_smem(16, dk, dv, kind, bf16) <= lim) return 16;
     mf__fail(ctx, "%s: head sizes dk = %d, dv = %d need %zu bytes of shared memory per block even with 16-query tiles, "
-             "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv, mf__fa_smem(16, dk, dv, kind), lim);
+             "more than this GPU's %zu: use smaller heads (or run on the CPU)", op, dk, dv,
+             mf__fa_smem(16, dk, dv, kind, bf16), lim);
     return 0;
 }
 /* launch a fused-attention kernel with `bytes` of dynamic shared memory (mf__cu_fa_tile chose tiles that fit) */
@@ -1531,21 +1617,23 @@ static mf__fa_args mf__cu_fa_args_ctx(const mf_ctx *ctx, const mf_tensor *out) {
 }
 /* launch the fused-attention kernel `kind` (0 the forward, 1 dK / dV, 2 dQ: mf__fa_smem's kinds) over
    the query tiles (the key tiles for kind 1) of BH heads: its tile a->B, shared memory and grid */
+/* the kernel `kind` (0 the forward, 1 dK / dV, 2 dQ) of precision TC, launched */
+template <int TC> static int mf__cu_fa_run(mf_ctx *ctx, const char *op, const mf__fa_args *a, int kind, unsigned grid,
+                                           size_t bytes) {
+    if (kind == 0) return MF__CU_FA_RUN(ctx, op, mf__k_fa_fwd<TC>, grid, bytes, *a);
+    if (kind == 1) return MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<TC>, grid, bytes, *a);
+    return MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<TC>, grid, bytes, *a);
+}
 static int mf__cu_fa_launch(mf_ctx *ctx, const char *op, mf__fa_args *a, int kind, long long BH) {
-    int tc = mf__cu_fa_tc(ctx), T = kind == 1 ? a->Tk : a->Tq;
+    int prec = mf__cu_fa_prec(ctx), bf16 = prec == MF__FA_BF16, T = kind == 1 ? a->Tk : a->Tq;
     size_t bytes;
     unsigned grid;
-    if (!(a->B = mf__cu_fa_tile(ctx, a->dk, a->dv, kind, op))) return -1;
-    bytes = mf__fa_smem(a->B, a->dk, a->dv, kind);
+    if (!(a->B = mf__cu_fa_tile(ctx, a->dk, a->dv, kind, bf16, op))) return -1;
+    bytes = mf__fa_smem(a->B, a->dk, a->dv, kind, bf16);
     grid = (unsigned)(BH * ((T + a->B - 1) / a->B));
-    if (kind == 0)
-        return tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_fwd<1>, grid, bytes, *a)
-                  : MF__CU_FA_RUN(ctx, op, mf__k_fa_fwd<0>, grid, bytes, *a);
-    if (kind == 1)
-        return tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<1>, grid, bytes, *a)
-                  : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_kv<0>, grid, bytes, *a);
-    return tc ? MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<1>, grid, bytes, *a)
-              : MF__CU_FA_RUN(ctx, op, mf__k_fa_bwd_q<0>, grid, bytes, *a);
+    return prec == MF__FA_BF16   ? mf__cu_fa_run<MF__FA_BF16>(ctx, op, a, kind, grid, bytes)
+           : prec == MF__FA_TF32 ? mf__cu_fa_run<MF__FA_TF32>(ctx, op, a, kind, grid, bytes)
+                                 : mf__cu_fa_run<MF__FA_FP32>(ctx, op, a, kind, grid, bytes);
 }
 static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__fa_args a = mf__cu_fa_args_ctx(ctx, out);

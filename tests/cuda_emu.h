@@ -74,16 +74,19 @@
  * mf_emu_race_message(), mf_emu_set_device_count(n);
  * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
  *
- *   - WMMA (nvcuda::wmma): a stand-in for the TF32 shape only - fragment<matrix_a / matrix_b /
- *     accumulator, 16, 16, 8, precision::tf32 / float, row_major / col_major>, fill_fragment,
- *     load_matrix_sync, mma_sync, store_matrix_sync (mem_row_major / mem_col_major) and
- *     __float_to_tf32 (round to nearest, ties away, to 10 mantissa bits: cvt.rna.tf32.f32). Every
- *     lane holds the whole tile (CUDA leaves the lane layout unspecified: a kernel may only use the
- *     collective functions and uniform element-wise operations). Each function is a rendezvous of
- *     the warp (all 32 lanes, like the .sync of the hardware), so that every lane has loaded before
- *     any lane stores. mma_sync multiplies the inputs truncated to TF32 (what tensor cores read of
- *     an unconverted float) and accumulates in float, k ascending. Pointers must be 32-byte aligned
- *     and ldm a multiple of 4 (else a launch failure, as the hardware's misaligned-address fault).
+ *   - WMMA (nvcuda::wmma): a stand-in for two shapes - TF32 (fragment<matrix_a / matrix_b /
+ *     accumulator, 16, 16, 8, precision::tf32 / float, row_major / col_major>) and bf16
+ *     (fragment<..., 16, 16, 16, __nv_bfloat16 / float, ...>, inputs loaded from __nv_bfloat16
+ *     memory) - with fill_fragment, load_matrix_sync, mma_sync, store_matrix_sync (mem_row_major /
+ *     mem_col_major) and __float_to_tf32 (round to nearest, ties away, to 10 mantissa bits:
+ *     cvt.rna.tf32.f32). Every lane holds the whole tile (CUDA leaves the lane layout unspecified:
+ *     a kernel may only use the collective functions and uniform element-wise operations). Each
+ *     function is a rendezvous of the warp (all 32 lanes, like the .sync of the hardware), so that
+ *     every lane has loaded before any lane stores. mma_sync multiplies the inputs truncated to TF32
+ *     (what tensor cores read of an unconverted float), or the bf16 inputs exactly (a product of two
+ *     8-bit significands fits a float's 24), and accumulates in float, k ascending. Pointers must be
+ *     32-byte aligned and ldm a multiple of 16 bytes (4 floats, 8 bf16; else a launch failure, as
+ *     the hardware's misaligned-address fault).
  *
  * Not emulated: inline PTX asm, other WMMA shapes and types, mma PTX, cp.async, cooperative groups,
  * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half types
@@ -1880,6 +1883,9 @@ struct accumulator {};
 struct row_major {};
 struct col_major {};
 namespace precision { struct tf32 {}; }
+/* what a fragment of input type T holds: bf16 for bf16 inputs, float for TF32 inputs and accumulators */
+template <class T> struct mf_emu_storage { typedef float type; };
+template <> struct mf_emu_storage<__nv_bfloat16> { typedef __nv_bfloat16 type; };
 enum layout_t { mem_row_major, mem_col_major };
 
 template <class Use, int M, int N, int K> struct mf_emu_dims;
@@ -1889,32 +1895,44 @@ template <int M, int N, int K> struct mf_emu_dims<accumulator, M, N, K> { enum {
 
 /* the whole R x C tile, row-major, in every lane */
 template <class Use, int M, int N, int K, class T, class Layout = void> class fragment {
-    static_assert(M == 16 && N == 16 && K == 8, "wmma stand-in: only the m16n16k8 (TF32) shape is emulated");
-    static_assert(std::is_same<T, precision::tf32>::value || std::is_same<T, float>::value,
-                  "wmma stand-in: only precision::tf32 inputs and float accumulators are emulated");
+    static_assert(M == 16 && N == 16 && (K == 8 || K == 16),
+                  "wmma stand-in: only the m16n16k8 (TF32) and m16n16k16 (bf16) shapes are emulated");
+    static_assert(K == 8 ? std::is_same<T, precision::tf32>::value || std::is_same<T, float>::value
+                         : std::is_same<T, __nv_bfloat16>::value || std::is_same<T, float>::value,
+                  "wmma stand-in: only precision::tf32 (k = 8) or __nv_bfloat16 (k = 16) inputs and float "
+                  "accumulators are emulated");
   public:
+    typedef typename mf_emu_storage<T>::type storage_t;
     enum { rows = mf_emu_dims<Use, M, N, K>::R, cols = mf_emu_dims<Use, M, N, K>::C, num_elements = rows * cols };
-    float x[num_elements];
+    storage_t x[num_elements];
 };
+static inline void mf_emu_wmma_set(float &d, float v) { d = v; }
+static inline void mf_emu_wmma_set(__nv_bfloat16 &d, float v) { d = __float2bfloat16(v); }
+static inline float mf_emu_wmma_get(float v) { return v; }
+static inline float mf_emu_wmma_get(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 static inline float __float_to_tf32(float in) { return mf_emu::to_tf32(in); }
 
-static inline void mf_emu_wmma_check(const char *fn, const void *p, unsigned ldm) {
+/* es: the element's bytes (ldm counts elements) */
+static inline void mf_emu_wmma_check(const char *fn, const void *p, unsigned ldm, unsigned es = 4) {
     mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32); /* the .sync: a rendezvous of the warp */
-    if (((uintptr_t)p & 31u) != 0 || ldm % 4 != 0)
+    if (((uintptr_t)p & 31u) != 0 || (ldm * es) % 16 != 0)
         mf_emu::kernel_fault("%s: misaligned address %p or ldm %u (the pointer must be 32-byte aligned, ldm a "
-                             "multiple of 4 floats)", fn, p, ldm);
+                             "multiple of 16 bytes: 4 floats, 8 bf16)", fn, p, ldm);
 }
 template <class Use, int M, int N, int K, class T, class L>
 static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v) {
     mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32);
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
+    for (int i = 0; i < f.num_elements; i++) mf_emu_wmma_set(f.x[i], v);
 }
-template <class Use, int M, int N, int K, class T, class L>
-static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const float *p, unsigned ldm) {
+/* P: float for TF32 fragments, __nv_bfloat16 for bf16 ones (as the real overloads) */
+template <class Use, int M, int N, int K, class T, class L, class P>
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ldm) {
     static_assert(!std::is_same<Use, accumulator>::value, "load_matrix_sync of an accumulator needs a layout_t");
     typedef fragment<Use, M, N, K, T, L> F;
-    mf_emu_wmma_check("load_matrix_sync", p, ldm);
+    static_assert(std::is_same<P, typename F::storage_t>::value,
+                  "wmma stand-in: load a TF32 fragment from float, a bf16 fragment from __nv_bfloat16");
+    mf_emu_wmma_check("load_matrix_sync", p, ldm, sizeof(P));
     for (int r = 0; r < F::rows; r++)
         for (int c = 0; c < F::cols; c++)
             f.x[r * F::cols + c] = std::is_same<L, col_major>::value ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
@@ -1948,6 +1966,20 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const frag
         for (int j = 0; j < N; j++) {
             float acc = c.x[i * N + j];
             for (int l = 0; l < K; l++) acc += mf_emu_tf32_trunc(a.x[i * K + l]) * mf_emu_tf32_trunc(b.x[l * N + j]);
+            r[i * N + j] = acc;
+        }
+    memcpy(d.x, r, sizeof r);
+}
+template <int M, int N, int K, class LA, class LB>
+static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, __nv_bfloat16, LA> &a,
+                            const fragment<matrix_b, M, N, K, __nv_bfloat16, LB> &b,
+                            const fragment<accumulator, M, N, K, float> &c) {
+    float r[M * N];
+    mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = c.x[i * N + j];
+            for (int l = 0; l < K; l++) acc += mf_emu_wmma_get(a.x[i * K + l]) * mf_emu_wmma_get(b.x[l * N + j]);
             r[i * N + j] = acc;
         }
     memcpy(d.x, r, sizeof r);

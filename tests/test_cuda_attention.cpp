@@ -1,9 +1,10 @@
 /* test_cuda_attention.cpp - the fused CUDA attention ([cu:attention] in metaformer_cuda.cuh) against
  * the CPU's mf_attention: output and the gradients of q, k and v, on the exact fp32 kernels and on
- * the TF32 tensor-core kernels (WMMA; under the emulator through its stand-in of nvcuda::wmma).
+ * the TF32 and bf16 tensor-core kernels (WMMA; under the emulator through its stand-in of
+ * nvcuda::wmma), with and without attention dropout.
  *
  *   make test       g++ -std=c++14 with tests/cuda_emu.h: every kernel runs on the CPU emulator,
- *                   fp32 in each thread order (in, reversed, shuffled), TF32 in one
+ *                   fp32 in each thread order (in, reversed, shuffled), TF32 and bf16 in one
  *   make test-cuda  nvcc -x cu for a real GPU (sm_90), without the emulator
  *
  * Tolerances (max error relative to the tensor's largest value, as tests/test_cuda.cpp):
@@ -16,17 +17,20 @@
  *   documents for TF32 matmuls (~1e-3 relative) plus one level of error propagation. The error is
  *   relative to the size of the terms, not of the result: dS = P (dP - D) cancels exactly for a
  *   query with one key (T = 1: dq = dk = 0 on the CPU, ~5e-5 in TF32), so the TF32 errors are
- *   divided by max(max |reference|, 0.1) - the gradients here are O(0.1 .. 1). */
+ *   divided by max(max |reference|, 0.1) - the gradients here are O(0.1 .. 1).
+ *   bf16: 10 u = 10 / 256 = 0.039 by the same rule, u = 2^-8 (bf16 keeps 8 significant bits): the
+ *   Q, K, V, dO, P and dS tiles are rounded to bf16, scores, softmax and accumulators stay fp32
+ *   (docs/math.md §4.2 derives the bound). Measured worst: ~9e-3 (~2.3 u). */
 #include "cuda_parity.h"
 
-static const double TOL_TF32 = 5e-3, TF32_FLOOR = 0.1;
+static const double TOL_TF32 = 5e-3, TF32_FLOOR = 0.1, TOL_BF16 = 10.0 / 256, BF16_FLOOR = 0.1;
 
 /* ---------------------------------------------------------------- op parity */
 /* one attention: q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv]; grads: bit i set = input i
    is a parameter (gets a gradient), else a constant; self_attn: q = k = v (one parameter) */
-struct Case { const char *name; int B, H, Tq, Tk, dk, dv, causal; float scale; int grads, self_attn; };
+struct Case { const char *name; int B, H, Tq, Tk, dk, dv, causal; float scale; int grads, self_attn; float drop; };
 
-/* the run on one context (cuda: 0 CPU, 1 fp32 kernels, 2 TF32 kernels); loss = sum(out * R) */
+/* the run on one context (cuda: 0 CPU, 1 fp32 kernels, 2 TF32 kernels, 3 bf16 kernels); loss = sum(out * R) */
 static OpRun run_case(const Case &c, int cuda) {
     OpRun r;
     mf_ctx *ctx = mf_ctx_new(5);
@@ -36,6 +40,7 @@ static OpRun run_case(const Case &c, int cuda) {
     int n_in = c.self_attn ? 1 : 3;
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     if (cuda == 2) mf_cuda_set_tf32(ctx, 1);
+    if (cuda == 3 && mf_cuda_set_precision(ctx, MF_PREC_BF16) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     for (int i = 0; i < n_in; i++) {
         char nm[16];
         std::vector<float> x = rand_vec((int64_t)shapes[i][0] * shapes[i][1] * shapes[i][2] * shapes[i][3], 300 + (uint64_t)i);
@@ -45,7 +50,7 @@ static OpRun run_case(const Case &c, int cuda) {
     }
     if (c.self_attn) in[1] = in[2] = in[0];
     for (int i = 0; i < n_in; i++) watch.push_back((c.grads >> i) & 1 ? in[i] : NULL);
-    return op_run_finish(ctx, mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal, 0.0f), watch, 777);
+    return op_run_finish(ctx, mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal, c.drop), watch, 777);
 }
 /* worst relative error of the output and the gradients; -1 when the run failed */
 static double compare(const Case &c, const OpRun &gpu, const OpRun &cpu, const char *what, double tol, double floor) {
@@ -70,7 +75,7 @@ static int same_bits(const OpRun &a, const OpRun &b) {
             return 0;
     return 1;
 }
-static double worst_tf32 = 0; /* the largest TF32 error seen: the rounding must be visible */
+static double worst_tf32 = 0, worst_bf16 = 0; /* the largest errors seen: the rounding must be visible */
 /* quick: fp32 in one thread order and no TF32 run (the long sequence: the emulator's WMMA stand-in
    does each warp's tile product in all 32 lanes, too slow for 56000 keys) */
 static void check_case(const Case &c, int quick = 0) {
@@ -91,31 +96,37 @@ static void check_case(const Case &c, int quick = 0) {
         double e = compare(c, tf, cpu, "tf32", TOL_TF32, TF32_FLOOR);
         MFT_CHECK(e >= 0 && e <= TOL_TF32);
         if (e > worst_tf32) worst_tf32 = e;
+        OpRun bf = run_case(c, 3);
+        e = compare(c, bf, cpu, "bf16", TOL_BF16, BF16_FLOOR);
+        MFT_CHECK(e >= 0 && e <= TOL_BF16);
+        if (e > worst_bf16) worst_bf16 = e;
     }
     if (getenv("MFT_TIME")) printf("    %-50s %.2f s\n", c.name, mf_time() - t0);
     set_order(0);
 }
 
 static const Case CASES[] = {
-    {"T = 1", 1, 2, 1, 1, 3, 3, 1, 0.5f, 7, 0},
-    {"T = 1 full", 2, 1, 1, 1, 5, 2, 0, 0.5f, 7, 0},
-    {"T = 7, d = 17, causal", 1, 2, 7, 7, 17, 17, 1, 0.24f, 7, 0},
-    {"T = 33, dk = 3, dv = 5, full", 2, 1, 33, 33, 3, 5, 0, 0.58f, 7, 0},
-    {"T = 65, d = 64, causal (ragged second tile)", 1, 2, 65, 65, 64, 64, 1, 0.125f, 7, 0},
-    {"T = 130, d = 16, causal", 1, 2, MFT_SMALL ? 70 : 130, MFT_SMALL ? 70 : 130, 16, 16, 1, 0.25f, 7, 0},
-    {"T = 130, dk = 8, dv = 12, full", 1, 1, MFT_SMALL ? 70 : 130, MFT_SMALL ? 70 : 130, 8, 12, 0, 0.35f, 7, 0},
-    {"memory keys Tq = 20 < Tk = 90, causal", 1, 2, 20, 90, 8, 12, 1, 0.35f, 7, 0},
-    {"memory keys Tq = 20 < Tk = 90, full", 1, 1, 20, 90, 8, 5, 0, 0.35f, 7, 0},
-    {"Tq = 70 > Tk = 6, causal: rows without keys", 1, 2, 70, 6, 5, 4, 1, 0.45f, 7, 0},
-    {"d = 80, causal", 1, 1, 19, 19, 80, 80, 1, 0.11f, 7, 0},
-    {"d = 128, full", 1, 1, 40, 40, 128, 128, 0, 0.088f, 7, 0},
-    {"d = 256, causal", 1, 1, 20, 20, 256, 256, 1, 0.0625f, 7, 0},
-    {"dk = 1, dv = 256", 1, 1, 9, 9, 1, 256, 1, 1.0f, 7, 0},
-    {"dk = 256, dv = 1", 1, 1, 9, 9, 256, 1, 0, 0.0625f, 7, 0},
-    {"only q needs a gradient", 1, 2, 21, 21, 6, 7, 1, 0.4f, 1, 0},
-    {"only k needs a gradient", 1, 2, 21, 21, 6, 7, 1, 0.4f, 2, 0},
-    {"only v needs a gradient", 1, 2, 21, 21, 6, 7, 0, 0.4f, 4, 0},
-    {"self attention q = k = v (gradients add up)", 2, 1, 23, 23, 6, 6, 1, 0.4f, 1, 1},
+    {"T = 1", 1, 2, 1, 1, 3, 3, 1, 0.5f, 7, 0, 0.0f},
+    {"T = 1 full", 2, 1, 1, 1, 5, 2, 0, 0.5f, 7, 0, 0.0f},
+    {"T = 7, d = 17, causal", 1, 2, 7, 7, 17, 17, 1, 0.24f, 7, 0, 0.0f},
+    {"T = 33, dk = 3, dv = 5, full", 2, 1, 33, 33, 3, 5, 0, 0.58f, 7, 0, 0.0f},
+    {"T = 65, d = 64, causal (ragged second tile)", 1, 2, 65, 65, 64, 64, 1, 0.125f, 7, 0, 0.0f},
+    {"T = 130, d = 16, causal", 1, 2, MFT_SMALL ? 70 : 130, MFT_SMALL ? 70 : 130, 16, 16, 1, 0.25f, 7, 0, 0.0f},
+    {"T = 130, dk = 8, dv = 12, full", 1, 1, MFT_SMALL ? 70 : 130, MFT_SMALL ? 70 : 130, 8, 12, 0, 0.35f, 7, 0, 0.0f},
+    {"memory keys Tq = 20 < Tk = 90, causal", 1, 2, 20, 90, 8, 12, 1, 0.35f, 7, 0, 0.0f},
+    {"memory keys Tq = 20 < Tk = 90, full", 1, 1, 20, 90, 8, 5, 0, 0.35f, 7, 0, 0.0f},
+    {"Tq = 70 > Tk = 6, causal: rows without keys", 1, 2, 70, 6, 5, 4, 1, 0.45f, 7, 0, 0.0f},
+    {"d = 80, causal", 1, 1, 19, 19, 80, 80, 1, 0.11f, 7, 0, 0.0f},
+    {"d = 128, full", 1, 1, 40, 40, 128, 128, 0, 0.088f, 7, 0, 0.0f},
+    {"d = 256, causal", 1, 1, 20, 20, 256, 256, 1, 0.0625f, 7, 0, 0.0f},
+    {"dk = 1, dv = 256", 1, 1, 9, 9, 1, 256, 1, 1.0f, 7, 0, 0.0f},
+    {"dk = 256, dv = 1", 1, 1, 9, 9, 256, 1, 0, 0.0625f, 7, 0, 0.0f},
+    {"only q needs a gradient", 1, 2, 21, 21, 6, 7, 1, 0.4f, 1, 0, 0.0f},
+    {"only k needs a gradient", 1, 2, 21, 21, 6, 7, 1, 0.4f, 2, 0, 0.0f},
+    {"only v needs a gradient", 1, 2, 21, 21, 6, 7, 0, 0.4f, 4, 0, 0.0f},
+    {"self attention q = k = v (gradients add up)", 2, 1, 23, 23, 6, 6, 1, 0.4f, 1, 1, 0.0f},
+    {"dropout p 0.3, T = 70, d = 8, causal (ragged)", 2, 2, 70, 70, 8, 8, 1, 0.35f, 7, 0, 0.3f},
+    {"dropout p 0.6, Tq = 20 < Tk = 90, full", 1, 2, 20, 90, 8, 12, 0, 0.35f, 7, 0, 0.6f},
 };
 static void test_attention_parity(void) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(CASES[i]);
@@ -130,16 +141,31 @@ static void test_attention_parity(void) {
         }
         set_order(0);
     }
-    /* the TF32 kernels really round (else the tolerance above would hide a fp32 fallback) */
+    { /* and the bf16 kernels */
+        OpRun first;
+        for (int o = 0; o < N_ORDERS; o++) {
+            set_order(o);
+            OpRun bf = run_case(CASES[4], 3);
+            MFT_CHECK(bf.err.empty());
+            if (o == 0) first = bf;
+            else if (!same_bits(bf, first)) { printf("    bf16 results depend on the thread order\n"); MFT_CHECK(0); }
+        }
+        set_order(0);
+    }
+    /* the TF32 and bf16 kernels really round (else the tolerances above would hide a fallback to a
+       more exact path): bf16's unit roundoff is 8 times TF32's */
     printf("    worst TF32 error (relative, floor %g): %.3g\n", TF32_FLOOR, worst_tf32);
     if (!(worst_tf32 > 1e-5)) printf("    TF32 runs are as exact as fp32 (%.3g): no tensor-core path?\n", worst_tf32);
     MFT_CHECK(worst_tf32 > 1e-5);
+    printf("    worst bf16 error (relative, floor %g): %.3g\n", BF16_FLOOR, worst_bf16);
+    if (!(worst_bf16 > 2 * worst_tf32)) printf("    bf16 runs are as exact as TF32 (%.3g): no bf16 path?\n", worst_bf16);
+    MFT_CHECK(worst_bf16 > 2 * worst_tf32);
 }
 
 /* more keys than the old per-row kernel's shared memory held (~55000): no length limit now */
 static void test_long_sequence(void) {
     const int Tk = MFT_SMALL ? 20000 : 56000;
-    Case c = {"Tq = 3, Tk = 56000, memory keys, causal", 1, 1, 3, Tk, 2, 3, 1, 0.7f, 7, 0};
+    Case c = {"Tq = 3, Tk = 56000, memory keys, causal", 1, 1, 3, Tk, 2, 3, 1, 0.7f, 7, 0, 0.0f};
     check_case(c, 1);
 }
 

@@ -970,6 +970,74 @@ static void test_wmma_tf32(void) {
     CK(cudaFree(a)); CK(cudaFree(b)); CK(cudaFree(c));
 }
 
+/* bf16 WMMA (m16n16k16) as the attention's bf16 kernels use it: A stored k-major (matrix_a
+   col_major), B row_major, both __nv_bfloat16 in shared memory (ld 24: 48 bytes, a multiple of 16);
+   C (+)= A B in fp32. bad_ldm: B's ldm 20 bf16 (40 bytes), which the hardware refuses. */
+__global__ void k_wmma_bf16(const float *a, const float *b, float *c, int accumulate, int bad_ldm) {
+    namespace w = nvcuda::wmma;
+    MF_DYN_SMEM(float, cs);                                      /* C [16][20] */
+    __nv_bfloat16 *at = (__nv_bfloat16 *)(cs + 16 * 20), *bs = at + 16 * 24; /* A^T [16][24], B [16][24] */
+    int t = threadIdx.x;
+    for (int i = t; i < 256; i += blockDim.x) {
+        at[(i % 16) * 24 + i / 16] = __float2bfloat16(a[i]); /* a [16][16] row-major, k = i % 16 */
+        bs[(i / 16) * 24 + i % 16] = __float2bfloat16(b[i]);
+        cs[(i / 16) * 20 + i % 16] = c[i];
+    }
+    __syncthreads();
+    {
+        w::fragment<w::matrix_a, 16, 16, 16, __nv_bfloat16, w::col_major> fa;
+        w::fragment<w::matrix_b, 16, 16, 16, __nv_bfloat16, w::row_major> fb;
+        w::fragment<w::accumulator, 16, 16, 16, float> fc;
+        w::load_matrix_sync(fa, at, 24);
+        w::load_matrix_sync(fb, bs, bad_ldm ? 20 : 24);
+        if (accumulate) w::load_matrix_sync(fc, cs, 20, w::mem_row_major);
+        else w::fill_fragment(fc, 0.0f);
+        w::mma_sync(fc, fa, fb, fc);
+        w::store_matrix_sync(cs, fc, 20, w::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = t; i < 256; i += blockDim.x) c[i] = cs[(i / 16) * 20 + i % 16];
+}
+static void test_wmma_bf16(void) {
+    float *a, *b, *c;
+    std::vector<float> ha(256), hb(256), hc(256), out(256);
+    unsigned seed = 9;
+    size_t smem = 16 * 20 * 4 + 2 * 16 * 24 * 2;
+    for (auto &x : ha) x = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    for (auto &x : hb) x = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    for (auto &x : hc) x = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    CK(cudaMalloc((void **)&a, 1024)); CK(cudaMalloc((void **)&b, 1024)); CK(cudaMalloc((void **)&c, 1024));
+    CK(cudaMemcpy(a, ha.data(), 1024, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b, hb.data(), 1024, cudaMemcpyHostToDevice));
+    for (int acc = 0; acc < 2; acc++) {
+        double worst = 0, moved = 0;
+        CK(cudaMemcpy(c, hc.data(), 1024, cudaMemcpyHostToDevice));
+        MF_LAUNCH(k_wmma_bf16, 1, 32, smem, 0, a, b, c, acc, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(out.data(), c, 1024, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) {
+                double ref = acc ? hc[(size_t)(i * 16 + j)] : 0.0, exact = ref;
+                for (int l = 0; l < 16; l++) {
+                    float x = ha[(size_t)(i * 16 + l)], y = hb[(size_t)(l * 16 + j)];
+                    ref += (double)__bfloat162float(__float2bfloat16(x)) * __bfloat162float(__float2bfloat16(y));
+                    exact += (double)x * y;
+                }
+                worst = std::max(worst, fabs(out[(size_t)(i * 16 + j)] - ref));
+                moved = std::max(moved, fabs(out[(size_t)(i * 16 + j)] - exact));
+            }
+        if (!(worst <= 1e-5)) printf("    bf16 wmma (accumulate %d): max error %.3g\n", acc, worst);
+        MFT_CHECK(worst <= 1e-5);                 /* exact products of the rounded inputs, fp32 sums */
+        MFT_CHECK(moved > 1e-4 && moved < 0.1);   /* the bf16 rounding (u = 2^-8) is there, and small */
+    }
+    mf_emu_set_verbose(0);
+    MF_LAUNCH(k_wmma_bf16, 1, 32, smem, 0, a, b, c, 0, 1);
+    MFT_CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    MFT_CHECK(strstr(mf_emu_last_message(), "ldm 20") != nullptr);
+    mf_emu_set_verbose(1);
+    CK(cudaFree(a)); CK(cudaFree(b)); CK(cudaFree(c));
+}
+
 static void test_no_leaks(void) { MFT_CHECK(mf_emu_live_allocations(nullptr) == 0); }
 
 int main(void) {
@@ -991,6 +1059,7 @@ int main(void) {
     MFT_RUN(test_softmax_rows);
     MFT_RUN(test_tf32_rounding);
     MFT_RUN(test_wmma_tf32);
+    MFT_RUN(test_wmma_bf16);
     MFT_RUN(test_no_leaks);
     printf("    total %.2f s\n", seconds_since(t0));
     return mft_finish();
