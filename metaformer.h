@@ -784,7 +784,7 @@ MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const
 MFDEF int mf_model_load(mf_model *m, const char *path, int with_optimizer);
 
 #ifdef METAFORMER_MPI
-/* ---- data-parallel training over MPI ([mf:dist]; docs/math.md §18.3-18.7) ---------------------
+/* ---- data-parallel training over MPI ([mf:dist]; docs/math.md §18.3-18.8) ---------------------
    Compiled only with -DMETAFORMER_MPI (build with mpicc; the default build needs no MPI). Every rank
    runs the same program on its own rows of each global batch (contract: rank r, micro-batch i of
    accum takes the global rows [(r * accum + i) * B, (r * accum + i + 1) * B)). A step:
@@ -820,8 +820,9 @@ MFDEF uint64_t mf_dist_seed(const mf_dist *d, uint64_t seed);
    one and the rank), broadcasts their values from rank 0, re-seeds ctx's dropout with
    mf_dist_seed, lays the gradient buckets over the flat gradient buffer and installs the backward
    hook that starts a bucket's average as soon as its gradients are final. With zero1, before the
-   first optimizer step or checkpoint load (the moments are then made for this rank's shard only).
-   The MPI transport averages host buffers: CPU contexts (a CUDA context needs METAFORMER_NCCL).
+   first optimizer step or checkpoint load (the moments are then made for this rank's shard only, in
+   GPU memory for a CUDA context). The MPI transport averages host buffers: CPU contexts (a CUDA
+   context needs METAFORMER_NCCL, whose transport also runs ZeRO-1 on the GPU; docs/math.md §18.8).
    0, or -1 on every rank. */
 MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx);
 /* Do not start averages in the coming backwards (on = 1: micro-batches before the last one of a
@@ -838,14 +839,16 @@ MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums);
    rank with "rank r: why" of the first failed rank in mf_dist_error and ctx. */
 MFDEF int mf_dist_check(mf_dist *d, mf_ctx *ctx, int ok, const char *why);
 /* mf_clip_grad_norm of the averaged gradients: the same norm and scaling on every rank (with ZeRO-1
-   the shards' squares are summed over the ranks). Call after mf_dist_sync. */
+   the shards' squares are summed over the ranks, and each rank scales its shard). Collective with
+   ZeRO-1 (every rank calls it, also a failed one: 0 then). Call after mf_dist_sync. */
 MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm);
 /* mf_optimizer_step after mf_dist_sync: the parameters without gradient agree over the ranks; with
    ZeRO-1 each rank updates its shard of the flat buffer (its moments only) and the parameters are
    all-gathered. Collective. 0 or -1 (on every rank). */
 MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o);
 /* Collective mf_model_save with the optimizer state: ZeRO-1's moments and every rank's memory rows
-   (the relative mixer's, in rank order) are gathered, rank 0 writes path (crash-safe). The file is an
+   (the relative mixer's, in rank order) are gathered, rank 0 writes path (crash-safe; on GPUs rank 0
+   holds the whole moments in device memory while it writes). The file is an
    ordinary checkpoint: mf_model_load with one process reads it, as mf_dist_load on any world size
    whose batch layout fits (the memory rows divide evenly). 0 or -1 on every rank. */
 MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *const *meta_kv, int n_meta);
@@ -12139,9 +12142,9 @@ MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm) {
     double ss, all[2] = {0, 0}, mine[2];
     float norm;
     if (!d || !d->cfg.zero1) return mf_clip_grad_norm(ctx, max_norm); /* the averaged gradients are the same everywhere */
-    if (!ctx || ctx != d->ctx) return 0.0f;
-    /* every rank joins the sum (a failed one adds a failure), so none waits for a missing rank */
-    ss = mf_ok(ctx) ? mf__dist_shard_sumsq(d, ctx) : -1;
+    /* every rank joins the sum (a failed one, or one passing another context, adds a failure), so
+       none waits for a missing rank */
+    ss = ctx && ctx == d->ctx && mf_ok(ctx) ? mf__dist_shard_sumsq(d, ctx) : -1;
     mine[0] = ss < 0 ? 0 : ss; mine[1] = ss < 0;
     MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, d->comm);
     if (all[1] > 0) return 0.0f; /* mf_dist_optimizer_step then fails on every rank */
