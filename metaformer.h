@@ -803,7 +803,7 @@ MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const
 MFDEF int mf_model_load(mf_model *m, const char *path, int with_optimizer);
 
 #ifdef METAFORMER_MPI
-/* ---- data-parallel training over MPI ([mf:dist]; docs/math.md §18.3-18.7) ---------------------
+/* ---- data-parallel training over MPI ([mf:dist]; docs/math.md §18.3-18.8) ---------------------
    Compiled only with -DMETAFORMER_MPI (build with mpicc; the default build needs no MPI). Every rank
    runs the same program on its own rows of each global batch (contract: rank r, micro-batch i of
    accum takes the global rows [(r * accum + i) * B, (r * accum + i + 1) * B)). A step:
@@ -839,8 +839,9 @@ MFDEF uint64_t mf_dist_seed(const mf_dist *d, uint64_t seed);
    one and the rank), broadcasts their values from rank 0, re-seeds ctx's dropout with
    mf_dist_seed, lays the gradient buckets over the flat gradient buffer and installs the backward
    hook that starts a bucket's average as soon as its gradients are final. With zero1, before the
-   first optimizer step or checkpoint load (the moments are then made for this rank's shard only).
-   The MPI transport averages host buffers: CPU contexts (a CUDA context needs METAFORMER_NCCL).
+   first optimizer step or checkpoint load (the moments are then made for this rank's shard only, in
+   GPU memory for a CUDA context). The MPI transport averages host buffers: CPU contexts (a CUDA
+   context needs METAFORMER_NCCL, whose transport also runs ZeRO-1 on the GPU; docs/math.md §18.8).
    0, or -1 on every rank. */
 MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx);
 /* Do not start averages in the coming backwards (on = 1: micro-batches before the last one of a
@@ -857,14 +858,16 @@ MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums);
    rank with "rank r: why" of the first failed rank in mf_dist_error and ctx. */
 MFDEF int mf_dist_check(mf_dist *d, mf_ctx *ctx, int ok, const char *why);
 /* mf_clip_grad_norm of the averaged gradients: the same norm and scaling on every rank (with ZeRO-1
-   the shards' squares are summed over the ranks). Call after mf_dist_sync. */
+   the shards' squares are summed over the ranks, and each rank scales its shard). Collective with
+   ZeRO-1 (every rank calls it, also a failed one: 0 then). Call after mf_dist_sync. */
 MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm);
 /* mf_optimizer_step after mf_dist_sync: the parameters without gradient agree over the ranks; with
    ZeRO-1 each rank updates its shard of the flat buffer (its moments only) and the parameters are
    all-gathered. Collective. 0 or -1 (on every rank). */
 MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o);
 /* Collective mf_model_save with the optimizer state: ZeRO-1's moments and every rank's memory rows
-   (the relative mixer's, in rank order) are gathered, rank 0 writes path (crash-safe). The file is an
+   (the relative mixer's, in rank order) are gathered, rank 0 writes path (crash-safe; on GPUs rank 0
+   holds the whole moments in device memory while it writes). The file is an
    ordinary checkpoint: mf_model_load with one process reads it, as mf_dist_load on any world size
    whose batch layout fits (the memory rows divide evenly). 0 or -1 on every rank. */
 MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *const *meta_kv, int n_meta);
@@ -1279,7 +1282,10 @@ typedef struct mf__backend {
     int (*forward)(mf_ctx *ctx, mf_tensor *out);   /* out->data allocated; fills it (+ saved) */
     int (*backward)(mf_ctx *ctx, mf_tensor *out);
     int (*optimizer_step)(mf_ctx *ctx, const struct mf_optimizer *o); /* after validation */
-    float (*clip)(mf_ctx *ctx, float max_norm);
+    /* clipping: the trainable parameters' gradients inside the flat floats [lo, hi) (ZeRO-1 passes
+       the rank's shard): their sum of squares (-1 on error), and scaling them by f */
+    double (*grad_sumsq)(mf_ctx *ctx, int64_t lo, int64_t hi);
+    int (*grad_scale)(mf_ctx *ctx, int64_t lo, int64_t hi, float f);
     void (*destroy)(mf_ctx *ctx);                  /* free the backend state (not the params) */
 } mf__backend;
 
@@ -11479,7 +11485,13 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
     int i;
     float norm;
     if (!mf_ok(ctx)) return 0.0f;
-    if (ctx->be) return ctx->be->clip(ctx, max_norm);
+    if (ctx->be) { /* one reduction over all the gradients; scaled on the device */
+        ss = ctx->be->grad_sumsq(ctx, 0, ctx->p_used);
+        if (ss < 0) return 0.0f;
+        norm = (float)sqrt(ss);
+        if (max_norm > 0 && norm > max_norm) ctx->be->grad_scale(ctx, 0, ctx->p_used, max_norm / (norm + 1e-6f));
+        return norm;
+    }
     for (i = 0; i < ctx->n_params; i++)
         if (mf__trainable(ctx, i)) { nch += (ctx->params[i]->ne + MF__PCHUNK - 1) / MF__PCHUNK; total += ctx->params[i]->ne; }
     /* per-chunk partial sums in double, added in chunk order: the same norm for any thread count */
@@ -12019,6 +12031,24 @@ static int mf__dist_layout(mf_dist *d, mf_ctx *ctx) {
     return 0;
 }
 
+/* ZeRO-1: this rank's moments, zeroed, in the context's memory (the GPU's for a CUDA context), and on
+   the host d->tmp, the MPI reduce-scatter's result (NCCL's lands in place) */
+static int mf__dist_shard_moments(mf_dist *d, mf_ctx *ctx) {
+    size_t bytes = (size_t)d->shard * sizeof(float);
+    if (mf__mem_grant(ctx, 2 * bytes, "optimizer moments") < 0) return mf__dist_fail(d, "%s", mf_error(ctx));
+    if (!ctx->be && !(d->tmp = (float *)mf__xmalloc(bytes)))
+        return mf__dist_fail(d, "out of memory: ZeRO-1's buffer of a shard (%lld floats)", (long long)d->shard);
+    ctx->p_m = (float *)mf__dmalloc(ctx, bytes, "ZeRO-1 optimizer moments");
+    ctx->p_v = ctx->p_m ? (float *)mf__dmalloc(ctx, bytes, "ZeRO-1 optimizer moments") : NULL;
+    if (!ctx->p_v || mf__dzero(ctx, ctx->p_m, bytes) < 0 || mf__dzero(ctx, ctx->p_v, bytes) < 0) {
+        mf__dfree(ctx, ctx->p_m); mf__dfree(ctx, ctx->p_v); ctx->p_m = ctx->p_v = NULL;
+        return mf__dist_fail(d, "ZeRO-1 moments of %lld floats: %s", (long long)d->shard,
+                             mf_ok(ctx) ? "out of memory" : mf_error(ctx));
+    }
+    ctx->mom_lo = d->rank * d->shard; ctx->mom_n = d->shard;
+    return 0;
+}
+
 MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
     char why[MF__ERRLEN] = "";
     char *mine = NULL, *theirs = NULL;
@@ -12028,10 +12058,7 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
     if (!ctx) snprintf(why, sizeof why, "mf_dist_attach: the context is NULL");
     else if (d->ctx) snprintf(why, sizeof why, "mf_dist_attach: this mf_dist is attached already (one context per mf_dist)");
     else if (!mf_ok(ctx)) snprintf(why, sizeof why, "%s", mf_error(ctx));
-#ifdef METAFORMER_NCCL
-    else if (ctx->be && d->cfg.zero1) snprintf(why, sizeof why, "mf_dist_attach: ZeRO-1 on a CUDA context is not supported yet "
-                                               "(plain data parallelism over NCCL is: zero1 = 0)");
-#else
+#ifndef METAFORMER_NCCL
     else if (ctx->be) snprintf(why, sizeof why, "mf_dist_attach: the MPI transport averages host buffers; a CUDA context needs "
                                "the NCCL build (METAFORMER_NCCL)");
 #endif
@@ -12070,16 +12097,7 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
         else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
                                                  "or checkpoint load (the moments exist already); resume with mf_dist_load");
         else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
-        else if (mf__mem_grant(ctx, 2 * (size_t)d->shard * sizeof(float), "optimizer moments") < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
-        else if (!(d->tmp = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
-                 !(ctx->p_m = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
-                 !(ctx->p_v = (float *)mf__xmalloc((size_t)d->shard * sizeof(float)))) {
-            MF_FREE(ctx->p_m); ctx->p_m = NULL;
-            ok = 0, mf__dist_fail(d, "out of memory: ZeRO-1 moments of %lld floats", (long long)d->shard);
-        } else {
-            memset(ctx->p_m, 0, (size_t)d->shard * sizeof(float)); memset(ctx->p_v, 0, (size_t)d->shard * sizeof(float));
-            ctx->mom_lo = d->rank * d->shard; ctx->mom_n = d->shard;
-        }
+        else if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
     }
     if (mf__dist_agree(d, ctx, ok, d->err) < 0) return -1;
     d->ctx = ctx;
@@ -12108,8 +12126,14 @@ MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums) {
     MPI_Allreduce(nn, red, 2, MPI_INT, MPI_MIN, d->comm);
     if (ok && red[0] != -red[1]) ok = 0, snprintf(why, sizeof why, "mf_dist_sync: the ranks pass different numbers of sums (%d here)", n_sums);
     rc = mf__dist_agree(d, ctx, ok, why[0] ? why : NULL);
-    if (d->ctx && !d->cfg.zero1 && d->tr->wait_all(d, d->ctx) < 0 && rc == 0) rc = mf__dist_agree(d, ctx, 0, d->err);
-    if (rc == 0 && d->cfg.zero1 && d->tr->reduce_scatter(d, ctx, ctx->p_grad, d->shard) < 0) rc = mf__dist_agree(d, ctx, 0, d->err);
+    if (d->ctx && !d->cfg.zero1) { /* a transport error on one rank fails every rank */
+        ok = d->tr->wait_all(d, d->ctx) == 0;
+        if (rc == 0) rc = mf__dist_agree(d, ctx, ok, ok ? NULL : d->err);
+    }
+    if (rc == 0 && d->cfg.zero1) {
+        ok = d->tr->reduce_scatter(d, ctx, ctx->p_grad, d->shard) == 0;
+        rc = mf__dist_agree(d, ctx, ok, ok ? NULL : d->err);
+    }
     if (rc == 0 && n_sums > 0) MPI_Allreduce(MPI_IN_PLACE, sums, n_sums, MPI_DOUBLE, MPI_SUM, d->comm);
     d->planned = 0; d->stray = 0; d->next = d->n_bk - 1;
     d->last_in_backward = d->started_in_backward; d->started_in_backward = 0;
@@ -12126,29 +12150,43 @@ static void mf__dist_in_shard(const mf_dist *d, const mf_ctx *ctx, int i, int64_
     *a -= p->offset; *b -= p->offset;
 }
 
-MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm) {
-    double ss = 0, all = 0;
+/* ZeRO-1 clipping: the sum of squares of this rank's shard of the trainable gradients (-1: failed,
+   in ctx), and their scaling by f; a CUDA context's on the device */
+static double mf__dist_shard_sumsq(mf_dist *d, mf_ctx *ctx) {
+    double ss = 0;
     int i;
-    float norm;
-    if (!d || !d->cfg.zero1) return mf_clip_grad_norm(ctx, max_norm); /* the averaged gradients are the same everywhere */
-    if (!mf_ok(ctx) || ctx != d->ctx) return 0.0f;
+    if (ctx->be) return ctx->be->grad_sumsq(ctx, d->rank * d->shard, (d->rank + 1) * d->shard);
     for (i = 0; i < ctx->n_params; i++) {
         int64_t a, b, k;
         if (!ctx->params[i]->requires_grad) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
         for (k = a; k < b; k++) ss += (double)ctx->params[i]->grad[k] * ctx->params[i]->grad[k];
     }
-    MPI_Allreduce(&ss, &all, 1, MPI_DOUBLE, MPI_SUM, d->comm);
-    norm = (float)sqrt(all);
-    if (max_norm > 0 && norm > max_norm) {
-        float f = max_norm / (norm + 1e-6f);
-        for (i = 0; i < ctx->n_params; i++) {
-            int64_t a, b, k;
-            if (!ctx->params[i]->requires_grad) continue;
-            mf__dist_in_shard(d, ctx, i, &a, &b);
-            for (k = a; k < b; k++) ctx->params[i]->grad[k] *= f;
-        }
+    return ss;
+}
+static void mf__dist_shard_scale(mf_dist *d, mf_ctx *ctx, float f) {
+    int i;
+    if (ctx->be) { ctx->be->grad_scale(ctx, d->rank * d->shard, (d->rank + 1) * d->shard, f); return; }
+    for (i = 0; i < ctx->n_params; i++) {
+        int64_t a, b, k;
+        if (!ctx->params[i]->requires_grad) continue;
+        mf__dist_in_shard(d, ctx, i, &a, &b);
+        for (k = a; k < b; k++) ctx->params[i]->grad[k] *= f;
     }
+}
+
+MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm) {
+    double ss, all[2] = {0, 0}, mine[2];
+    float norm;
+    if (!d || !d->cfg.zero1) return mf_clip_grad_norm(ctx, max_norm); /* the averaged gradients are the same everywhere */
+    /* every rank joins the sum (a failed one, or one passing another context, adds a failure), so
+       none waits for a missing rank */
+    ss = ctx && ctx == d->ctx && mf_ok(ctx) ? mf__dist_shard_sumsq(d, ctx) : -1;
+    mine[0] = ss < 0 ? 0 : ss; mine[1] = ss < 0;
+    MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, d->comm);
+    if (all[1] > 0) return 0.0f; /* mf_dist_optimizer_step then fails on every rank */
+    norm = (float)sqrt(all[0]);
+    if (max_norm > 0 && norm > max_norm) mf__dist_shard_scale(d, ctx, max_norm / (norm + 1e-6f));
     return norm;
 }
 
@@ -12160,16 +12198,18 @@ MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o)
     if (!d->ctx || ctx != d->ctx)
         return mf__dist_agree(d, ctx, 0, "mf_dist_optimizer_step: the context is not the one attached with mf_dist_attach");
     if (!d->cfg.zero1) return mf__dist_agree(d, ctx, mf_optimizer_step(ctx, o) == 0, NULL);
-    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o) == 0 && (jobs = mf__opt_jobs(ctx, o, &total)) != NULL;
+    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o) == 0;
+    if (ok && ctx->be) ok = ctx->be->optimizer_step(ctx, o) == 0; /* over the shard [mom_lo, mom_lo + mom_n) */
+    else if (ok) ok = (jobs = mf__opt_jobs(ctx, o, &total)) != NULL;
     if (mf__dist_agree(d, ctx, ok, NULL) < 0) return -1;
-    for (i = 0; i < ctx->n_params; i++) { /* this rank's shard (its moments), serial: a shard is 1 / world of the work */
+    for (i = 0; jobs && i < ctx->n_params; i++) { /* this rank's shard (its moments), serial: a shard is 1 / world of the work */
         int64_t a, b;
         if (jobs[i].param < 0) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
         if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b);
     }
-    if (d->tr->all_gather(d, ctx, ctx->p_data, d->shard) < 0) return mf__dist_agree(d, ctx, 0, d->err);
-    return 0;
+    ok = d->tr->all_gather(d, ctx, ctx->p_data, d->shard) == 0;
+    return mf__dist_agree(d, ctx, ok, ok ? NULL : d->err);
 }
 
 /* ---- checkpoints on any world size ---- */
@@ -12179,6 +12219,24 @@ static int mf__dist_is_rows(const char *name) {
     size_t n = strlen(name);
     return n >= 8 && strcmp(name + n - 8, ".lengths") == 0;
 }
+/* every rank's n floats at src gathered on rank 0 in rank order into dst (world * n floats; NULL on
+   the other ranks); src and dst in the context's memory (a CUDA context's go through the host) */
+static int mf__dist_gather(mf_dist *d, mf_ctx *ctx, const float *src, int64_t n, float *dst) {
+    const float *hs = src;
+    float *hbuf = NULL, *hd = dst;
+    int ok = 1;
+    if (ctx->be) {
+        hbuf = (float *)mf__xmalloc((size_t)(n * (d->rank == 0 ? d->world + 1 : 1)) * sizeof(float) + 1);
+        ok = hbuf && mf__ddownload(ctx, hbuf, src, (size_t)n * sizeof(float)) == 0;
+        hs = hbuf; hd = hbuf && d->rank == 0 ? hbuf + n : NULL;
+    }
+    if (mf__dist_agree(d, ctx, ok, "out of memory: the host copy of a gathered buffer") < 0) { MF_FREE(hbuf); return -1; }
+    MPI_Gather(hs, (int)n, MPI_FLOAT, hd, (int)n, MPI_FLOAT, 0, d->comm);
+    if (ctx->be && d->rank == 0) ok = mf__dupload(ctx, dst, hd, (size_t)(n * d->world) * sizeof(float)) == 0;
+    MF_FREE(hbuf);
+    return mf__dist_agree(d, ctx, ok, NULL);
+}
+
 /* the state of every rank, gathered on rank 0 in rank order (the rows of rank 0, then rank 1, ...);
    x[i].data of the float tensors points into *bufs (rank 0; freed by the caller) */
 static int mf__dist_gather_state(mf_dist *d, mf_ctx *ctx, mf__xtensor *x, int nx, float **bufs) {
@@ -12197,9 +12255,9 @@ static int mf__dist_gather_state(mf_dist *d, mf_ctx *ctx, mf__xtensor *x, int nx
     if (d->rank == 0) {
         int64_t total = 0;
         for (i = 0; i < nx; i++) if (!x[i].i32) total += x[i].ne * d->world;
-        ok = (*bufs = (float *)mf__xmalloc((size_t)(total ? total : 1) * sizeof(float))) != NULL;
+        ok = (*bufs = (float *)mf__dmalloc(ctx, (size_t)(total ? total : 1) * sizeof(float), "the gathered model state")) != NULL;
     }
-    if (mf__dist_agree(d, ctx, ok, "out of memory: the gathered model state") < 0) return -1;
+    if (mf__dist_agree(d, ctx, ok, NULL) < 0) return -1;
     at = d->rank == 0 ? *bufs : NULL;
     for (i = 0; i < nx; i++) {
         if (x[i].i32) {
@@ -12207,25 +12265,30 @@ static int mf__dist_gather_state(mf_dist *d, mf_ctx *ctx, mf__xtensor *x, int nx
             continue;
         }
         if (x[i].ne * d->world > INT_MAX) return mf__dist_agree(d, ctx, 0, "mf_dist_save: a model state tensor too long for MPI's int counts");
-        MPI_Gather(x[i].data, (int)x[i].ne, MPI_FLOAT, at, (int)x[i].ne, MPI_FLOAT, 0, d->comm);
+        if (mf__dist_gather(d, ctx, x[i].data, x[i].ne, at) < 0) return -1;
         x[i].shape[0] *= d->world; x[i].ne *= d->world;
         if (at) { x[i].data = at; at += x[i].ne; }
     }
     return 0;
 }
 
-/* ZeRO-1: every rank's moments gathered into full buffers on rank 0 (*m, *v; NULL elsewhere) */
+/* ZeRO-1: every rank's moments gathered into full buffers on rank 0 (*m, *v in the context's memory,
+   freed by the caller with mf__dfree; NULL elsewhere). For the moment the whole buffers exist on rank
+   0 while it writes the file (on a GPU: device memory of twice the parameters). */
 static int mf__dist_gather_moments(mf_dist *d, mf_ctx *ctx, float **m, float **v) {
     int ok = 1;
+    size_t bytes = (size_t)ctx->p_cap * sizeof(float);
     *m = *v = NULL;
     if (d->rank == 0) {
-        *m = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
-        *v = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
-        if ((ok = *m && *v)) { memset(*m, 0, (size_t)ctx->p_cap * sizeof(float)); memset(*v, 0, (size_t)ctx->p_cap * sizeof(float)); }
+        *m = (float *)mf__dmalloc(ctx, bytes, "the gathered optimizer moments");
+        *v = *m ? (float *)mf__dmalloc(ctx, bytes, "the gathered optimizer moments") : NULL;
+        ok = *v && mf__dzero(ctx, *m, bytes) == 0 && mf__dzero(ctx, *v, bytes) == 0;
     }
-    if (mf__dist_agree(d, ctx, ok, "out of memory: the gathered optimizer moments") < 0) { MF_FREE(*m); MF_FREE(*v); return -1; }
-    MPI_Gather(ctx->p_m, (int)d->shard, MPI_FLOAT, *m, (int)d->shard, MPI_FLOAT, 0, d->comm);
-    MPI_Gather(ctx->p_v, (int)d->shard, MPI_FLOAT, *v, (int)d->shard, MPI_FLOAT, 0, d->comm);
+    if (mf__dist_agree(d, ctx, ok, NULL) < 0 || mf__dist_gather(d, ctx, ctx->p_m, d->shard, *m) < 0 ||
+        mf__dist_gather(d, ctx, ctx->p_v, d->shard, *v) < 0) {
+        mf__dfree(ctx, *m); mf__dfree(ctx, *v); *m = *v = NULL;
+        return -1;
+    }
     return 0;
 }
 /* swap the moment buffers of ctx with (*m, *v, *lo, *n): whole ones for mf__save / mf__load_ckpt */
@@ -12266,7 +12329,8 @@ MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *co
     rc = mf__dist_agree(d, ctx, d->rank != 0 || rc == 0, NULL);
 done:
     for (i = 0; i < io.n; i++) MF_FREE(io.t[i].ints);
-    MF_FREE(io.t); MF_FREE(bufs); MF_FREE(fm); MF_FREE(fv);
+    MF_FREE(io.t);
+    if (ctx) { mf__dfree(ctx, bufs); mf__dfree(ctx, fm); mf__dfree(ctx, fv); }
     return rc < 0 ? -1 : 0;
 }
 
@@ -12321,11 +12385,10 @@ MFDEF int mf_dist_load(mf_dist *d, mf_model *m, const char *path) {
         rc = mf__load_ckpt(ctx, &c, path, 1, m);
         if (d->cfg.zero1) {
             mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
-            if (rc >= 0) {
-                memcpy(ctx->p_m, fm + ctx->mom_lo, (size_t)ctx->mom_n * sizeof(float));
-                memcpy(ctx->p_v, fv + ctx->mom_lo, (size_t)ctx->mom_n * sizeof(float));
-            }
-            MF_FREE(fm); MF_FREE(fv);
+            if (rc >= 0 && (mf__dcopy(ctx, ctx->p_m, fm + ctx->mom_lo, (size_t)ctx->mom_n * sizeof(float)) < 0 ||
+                            mf__dcopy(ctx, ctx->p_v, fv + ctx->mom_lo, (size_t)ctx->mom_n * sizeof(float)) < 0))
+                rc = -1;
+            mf__dfree(ctx, fm); mf__dfree(ctx, fv);
         }
         if (rc >= 0) ctx->seed = mf_dist_seed(d, ctx->seed); /* the file holds rank 0's seed */
         if (mf__dist_agree(d, ctx, rc >= 0, NULL) < 0) rc = -1;

@@ -3427,45 +3427,54 @@ static mf__cu_seg *mf__cu_put_segs(mf_ctx *ctx, mf__cu_seg *h, int n, size_t ext
     return (mf__cu_seg *)(d + extra);
 }
 
-static float mf__cu_clip(mf_ctx *ctx, float max_norm) {
-    mf__cu_seg *hs, *ds;
-    int i, n = 0;
-    long long total;
-    double ss = 0, *partial;
-    float norm;
-    size_t head = (MF__CU_RED_BLOCKS + 1) * sizeof(double);
-    if (!(hs = (mf__cu_seg *)mf__cu_host(ctx, (size_t)(ctx->n_params + 1) * sizeof(mf__cu_seg)))) return 0.0f;
-    for (i = 0; i < ctx->n_params; i++) {
-        const mf_tensor *p = ctx->params[i];
-        if (!p->requires_grad) continue;
-        memset(&hs[n], 0, sizeof hs[n]);
-        hs[n].off = p->offset; hs[n].n = p->ne;
-        n++;
-    }
-    if (n == 0) return 0.0f;
-    if (!(ds = mf__cu_put_segs(ctx, hs, n, head, &total))) return 0.0f;
-    partial = (double *)((char *)ds - head);
-    if (MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_sumsq, MF__CU_RED_BLOCKS, MF__CU_BS, 0, (const float *)ctx->p_grad,
-                   (const mf__cu_seg *)ds, n, partial) < 0 ||
-        MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_reduce_end, 1, 32, 0, (const double *)partial, MF__CU_RED_BLOCKS, 1.0,
-                   (float *)NULL, partial + MF__CU_RED_BLOCKS) < 0 ||
-        mf__cu_copy(ctx, &ss, partial + MF__CU_RED_BLOCKS, sizeof ss, MF__D2H) < 0)
-        return 0.0f;
-    norm = (float)sqrt(ss);
-    if (max_norm > 0 && norm > max_norm) {
-        float f = max_norm / (norm + 1e-6f);
-        MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_scale_segs, mf__cu_seg_grid(total), MF__CU_BS, 0, ctx->p_grad,
-                   (const mf__cu_seg *)ds, n, f);
-    }
-    return norm;
-}
-
 /* the part of segment sg inside the flat buffer's [lo, hi); its element count (0: none) */
 static long long mf__cu_seg_clip(mf__cu_seg *sg, long long lo, long long hi) {
     long long a = sg->off > lo ? sg->off : lo, b = sg->off + sg->n < hi ? sg->off + sg->n : hi;
     sg->off = a;
     sg->n = b > a ? b - a : 0;
     return sg->n;
+}
+
+/* the trainable parameters' parts inside the flat floats [lo, hi) as segments on the device, after
+   `extra` bytes of scratch kept for the caller; *n segments (0: none, NULL returned), *total elements */
+static mf__cu_seg *mf__cu_grad_segs(mf_ctx *ctx, int64_t lo, int64_t hi, size_t extra, int *n, long long *total) {
+    mf__cu_seg *hs;
+    int i;
+    *n = 0; *total = 0;
+    if (!(hs = (mf__cu_seg *)mf__cu_host(ctx, (size_t)(ctx->n_params + 1) * sizeof(mf__cu_seg)))) return NULL;
+    for (i = 0; i < ctx->n_params; i++) {
+        const mf_tensor *p = ctx->params[i];
+        if (!p->requires_grad) continue;
+        memset(&hs[*n], 0, sizeof hs[*n]);
+        hs[*n].off = p->offset; hs[*n].n = p->ne;
+        if (mf__cu_seg_clip(&hs[*n], lo, hi) > 0) (*n)++;
+    }
+    return *n ? mf__cu_put_segs(ctx, hs, *n, extra, total) : NULL;
+}
+/* clipping's sum of squares over [lo, hi) (in double, in a fixed order); -1 on error */
+static double mf__cu_grad_sumsq(mf_ctx *ctx, int64_t lo, int64_t hi) {
+    mf__cu_seg *ds;
+    int n;
+    long long total;
+    double ss = 0, *partial;
+    size_t head = (MF__CU_RED_BLOCKS + 1) * sizeof(double);
+    if (!(ds = mf__cu_grad_segs(ctx, lo, hi, head, &n, &total))) return n == 0 && mf_ok(ctx) ? 0.0 : -1.0;
+    partial = (double *)((char *)ds - head);
+    if (MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_sumsq, MF__CU_RED_BLOCKS, MF__CU_BS, 0, (const float *)ctx->p_grad,
+                   (const mf__cu_seg *)ds, n, partial) < 0 ||
+        MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_reduce_end, 1, 32, 0, (const double *)partial, MF__CU_RED_BLOCKS, 1.0,
+                   (float *)NULL, partial + MF__CU_RED_BLOCKS) < 0 ||
+        mf__cu_copy(ctx, &ss, partial + MF__CU_RED_BLOCKS, sizeof ss, MF__D2H) < 0)
+        return -1.0;
+    return ss;
+}
+static int mf__cu_grad_scale(mf_ctx *ctx, int64_t lo, int64_t hi, float f) {
+    mf__cu_seg *ds;
+    int n;
+    long long total;
+    if (!(ds = mf__cu_grad_segs(ctx, lo, hi, 0, &n, &total))) return n == 0 && mf_ok(ctx) ? 0 : -1;
+    return MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_scale_segs, mf__cu_seg_grid(total), MF__CU_BS, 0, ctx->p_grad,
+                      (const mf__cu_seg *)ds, n, f);
 }
 
 /* The optimizer step over the flat buffers; with ctx->mom_n > 0 (ZeRO-1, [mf:dist]) over the rank's
@@ -3614,7 +3623,7 @@ static void mf__cu_destroy(mf_ctx *ctx) {
 
 static const mf__backend mf__cuda_backend = {
     mf__cu_dalloc, mf__cu_dfree, mf__cu_arena, mf__cu_reset, mf__cu_copy, mf__cu_zero,
-    mf__cu_forward, mf__cu_backward, mf__cu_optimizer_step, mf__cu_clip, mf__cu_destroy,
+    mf__cu_forward, mf__cu_backward, mf__cu_optimizer_step, mf__cu_grad_sumsq, mf__cu_grad_scale, mf__cu_destroy,
 };
 
 MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Data-parallel training over MPI on 2 ranks: tests/test_dist.c (optimized, then ASan + UBSan) and the
-# NCCL transport on the emulated GPU (tests/test_dist_cuda.cpp), each under a time limit, so a
+# Data-parallel training over MPI on 2 ranks: tests/test_dist.c and the NCCL transport on the emulated
+# GPU (tests/test_dist_cuda.cpp), each optimized, then with ASan + UBSan, under a time limit, so a
 # collective that hangs fails the test instead of the suite. Where Open MPI is missing
 # (tools/install_mpi.sh could not install it) the test says "skip", counted neither passed nor failed.
 set -u
@@ -13,7 +13,7 @@ fi
 # root may run mpirun when asked; 2 ranks on fewer cores need --oversubscribe; one thread per rank
 run() { timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$@" < /dev/null; }
 pass=0; fail=0
-for bin in build/dist/test_dist build/dist/asan/test_dist build/dist/test_dist_cuda; do
+for bin in build/dist/test_dist build/dist/asan/test_dist build/dist/test_dist_cuda build/dist/asan/test_dist_cuda; do
     [ -x "$bin" ] || continue
     # ASan: Open MPI's own allocations at exit are not the library's leaks
     out=$(ASAN_OPTIONS=abort_on_error=1:detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 run -x ASAN_OPTIONS -x UBSAN_OPTIONS "$bin" 2>&1)
