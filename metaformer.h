@@ -208,8 +208,9 @@ MFDEF size_t mf_activation_bytes(const mf_ctx *ctx);
 MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx);
 /* A memory cap of `bytes` (0 = none, the default) on what grows with the model and the batch: the
    activation arena (host, and device on CUDA), the parameter and gradient buffers and the optimizer
-   moments. Growth beyond it fails the context with a message naming the cap, the use, the request,
-   who asked (the op, "parameters" or "optimizer moments") and the fix; a cap that is large enough
+   moments (and in bf16 on CUDA the bf16 weight copy and GEMM scratch). Growth beyond it fails the
+   context with a message naming the cap, the use, the request, who asked (the op, "parameters",
+   "optimizer moments" or "bf16 copies") and the fix; a cap that is large enough
    changes nothing (the same values bit for bit: the arena's last block is cut to the room left).
    The GEMM workspace, model memories and bookkeeping are outside it. Returns 0, or -1 with the
    error in ctx when the context already uses more. mf_ctx_memory_bytes: what the cap counts now. */
@@ -442,9 +443,27 @@ MFDEF int mf_cuda_available(char *why, size_t size);
 typedef enum mf_device { MF_DEVICE_CPU = 0, MF_DEVICE_CUDA = 1 } mf_device;
 MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev);
 MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
-/* CUDA: let cuBLAS (the matmuls) and the fused attention kernels (on sm_80+) use TF32 tensor
-   cores (on = 1; faster, ~1e-3 relative error) or exact float32 (on = 0, the default). Returns 0, or -1 (nothing changes, no error recorded)
-   when ctx is not on a CUDA device. */
+/* The arithmetic of a CUDA context (docs/math.md, "Mixed precision"):
+     MF_PREC_FP32  exact float32 everywhere (the default, and the only precision of the CPU);
+     MF_PREC_TF32  cuBLAS and the fused attention kernels (sm_80+) round their inputs to TF32
+                   (10-bit mantissa) on the tensor cores, fp32 accumulation: ~1e-3 relative error;
+     MF_PREC_BF16  mixed precision: parameters, gradients and optimizer moments stay fp32 (the
+                   master copy, what checkpoints hold); every GEMM reads bf16 copies of the weights
+                   (refreshed after each optimizer step, mf_set_data and a load) and bf16
+                   activations, with fp32 accumulation and fp32 outputs; LayerNorm statistics,
+                   softmax, the loss and every reduction stay fp32. ~2^-9 relative error per input.
+   mf_cuda_set_precision switches at any time (also between steps). Returns 0; on a CPU context
+   MF_PREC_FP32 is accepted and TF32 / BF16 fail with the reason in ctx; an unknown value fails. */
+typedef enum mf_precision { MF_PREC_FP32 = 0, MF_PREC_TF32, MF_PREC_BF16 } mf_precision;
+MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p);
+/* The precision of ctx (MF_PREC_FP32 for a CPU context or NULL). */
+MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx);
+/* "fp32", "tf32", "bf16" ("unknown" for a value out of range), and back: the value for a name,
+   or -1 for an unknown name (or NULL). */
+MFDEF const char *mf_precision_name(mf_precision p);
+MFDEF int mf_precision_from_name(const char *name);
+/* Shorthand: on = 1 is mf_cuda_set_precision(ctx, MF_PREC_TF32), on = 0 is MF_PREC_FP32.
+   Returns 0, or -1 (nothing changes, no error recorded) when ctx is not on a CUDA device. */
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on);
 /* Copy the t->ne values (or gradients) of a tensor on any device into dst (host memory).
    Returns 0, or -1 with the error in ctx (no gradient: -1). */
@@ -1297,6 +1316,7 @@ struct mf_ctx {
     int check_finite;       /* test every op's output (and input gradients) for NaN / Inf */
     size_t mem_limit;       /* bytes; 0 = no cap */
     size_t arena_bytes;     /* capacity of the activation arena blocks (host + device) */
+    size_t aux_bytes;       /* device buffers of the backend beside those (bf16: the weight copy, GEMM scratch) */
     const char *cur_op;     /* the op running now (forward or backward): who asked for memory */
     int cur_backward;
     /* called by mf_backward after the backward of tape op i (mf_dist: starts the gradient buckets
@@ -1409,12 +1429,15 @@ static void mf__blocks_free(mf__block *b) {
 
 /* ---- the memory cap (mf_ctx_set_memory_limit) ----
    It covers what grows with the model and the batch: the activation arena blocks (host, and device
-   on CUDA), the flat parameter and gradient buffers and the optimizer moments. */
+   on CUDA), the flat parameter and gradient buffers, the optimizer moments and, in bf16 on CUDA, the
+   bf16 weight copy and the GEMM operands' bf16 scratch (aux_bytes). */
 static size_t mf__param_bytes(const mf_ctx *ctx) { return ctx->p_data ? (size_t)ctx->p_cap * 2 * sizeof(float) : 0; }
 static size_t mf__moment_bytes(const mf_ctx *ctx) { /* ZeRO-1 ([mf:dist]): the rank's shard only */
     return ctx->p_m ? (size_t)(ctx->mom_n ? ctx->mom_n : ctx->p_cap ? ctx->p_cap : 1) * 2 * sizeof(float) : 0;
 }
-static size_t mf__mem_used(const mf_ctx *ctx) { return ctx->arena_bytes + mf__param_bytes(ctx) + mf__moment_bytes(ctx); }
+static size_t mf__mem_used(const mf_ctx *ctx) {
+    return ctx->arena_bytes + mf__param_bytes(ctx) + mf__moment_bytes(ctx) + ctx->aux_bytes;
+}
 /* who asks for activation memory now: the running op, or a tensor made outside the ops */
 static const char *mf__mem_who(const mf_ctx *ctx, char *buf, size_t size) {
     if (ctx->cur_op) snprintf(buf, size, "op %s (%s)", ctx->cur_op, ctx->cur_backward ? "backward" : "forward");
@@ -1429,10 +1452,10 @@ static int mf__mem_grant(mf_ctx *ctx, size_t more, const char *who) {
     used = mf__mem_used(ctx);
     if (more <= ctx->mem_limit && used <= ctx->mem_limit - more) return 0;
     mf__fail(ctx, "memory limit: %s asks for %zu more bytes, but the context already uses %zu of its %zu-byte cap "
-             "(activation arena %zu, parameters and gradients %zu, optimizer moments %zu); raise the cap "
-             "(mf_ctx_set_memory_limit, build/train --memory-limit MB) or make the batch, the sequence or the "
-             "model smaller", who, more, used, ctx->mem_limit, ctx->arena_bytes, mf__param_bytes(ctx),
-             mf__moment_bytes(ctx));
+             "(activation arena %zu, parameters and gradients %zu, optimizer moments %zu, bf16 copies %zu); raise "
+             "the cap (mf_ctx_set_memory_limit, build/train --memory-limit MB) or make the batch, the sequence or "
+             "the model smaller", who, more, used, ctx->mem_limit, ctx->arena_bytes, mf__param_bytes(ctx),
+             mf__moment_bytes(ctx), ctx->aux_bytes);
     return -1;
 }
 /* The size of a new arena block that must hold `bytes`: `want` (the doubling), cut down to the room
@@ -5212,6 +5235,19 @@ MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NA
 MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
 MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
 MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
+static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
+MFDEF const char *mf_precision_name(mf_precision p) { return mf__name_of(MF__NAMES(mf__precision_names), (int)p); }
+MFDEF int mf_precision_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__precision_names), name); }
+/* mf_cuda_set_precision on a context without the CUDA backend: the CPU computes in fp32 only */
+static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
+    if (!mf_ok(ctx)) return -1;
+    if (p == MF_PREC_FP32) return 0;
+    if (p == MF_PREC_TF32 || p == MF_PREC_BF16)
+        return (mf__fail(ctx, "mf_cuda_set_precision: %s needs a CUDA context; the CPU computes in fp32 only (call "
+                         "mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first, or keep MF_PREC_FP32)", mf_precision_name(p)), -1);
+    return (mf__fail(ctx, "mf_cuda_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
+                     (int)p), -1);
+}
 
 MFDEF mf_model_config mf_model_config_default(void) {
     mf_model_config c;
@@ -12354,6 +12390,8 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
     return (mf__fail(ctx, "mf_ctx_set_device: unknown device %d (MF_DEVICE_CPU or MF_DEVICE_CUDA)", (int)dev), -1);
 }
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) { (void)ctx; (void)on; return -1; }
+MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) { return mf__precision_on_cpu(ctx, p); }
+MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx) { (void)ctx; return MF_PREC_FP32; }
 #endif
 
 #endif /* METAFORMER_IMPLEMENTATION_DONE */

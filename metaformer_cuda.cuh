@@ -72,7 +72,7 @@
  *                    host synchronisation inside the loop) and mf_feedback_attention
  *   [cu:optim]       the optimizer step (Adam, AdamW, labml Adam, SGD-momentum) and gradient
  *                    clipping over the flat buffers
- *   [cu:backend]     the op table (mf__cu_ops), the backend, mf_ctx_set_device, mf_cuda_set_tf32
+ *   [cu:backend]     the op table (mf__cu_ops), the backend, mf_ctx_set_device, mf_cuda_set_precision
  * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention) and chunk lengths are bounded by it.
@@ -86,6 +86,7 @@
 /* ==== [cu:platform] ========================================================================= */
 #ifndef MF_CUDA_EMU
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #endif
 
@@ -143,9 +144,15 @@ typedef struct mf__cu {
     size_t scratch_cap;
     void *host;                /* host staging for those tables */
     size_t host_cap;
-    int tf32;                  /* mf_cuda_set_tf32: cuBLAS and the attention kernels on TF32 tensor cores */
-    int tc_tf32;               /* the device has TF32 tensor cores (sm_80+; the emulator counts as one) */
+    mf_precision prec;         /* mf_cuda_set_precision: what the GEMMs and the kernels compute in */
+    int tc_tf32;               /* the device has TF32 and bf16 tensor cores (sm_80+; the emulator counts as one) */
     int smem_optin;            /* shared memory a block may opt in to (bytes) */
+    /* MF_PREC_BF16 ([cu:gemm]): the bf16 copy of the flat parameter buffer, made again at the first
+       GEMM after anything may have written the parameters (wbf_stale), and the scratch holding the
+       bf16 conversion of the other GEMM operands (activations, gradients) for one product */
+    __nv_bfloat16 *wbf, *gemm_bf;
+    int64_t wbf_cap, gemm_bf_cap; /* elements */
+    int wbf_stale;
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
@@ -261,10 +268,16 @@ static void *mf__cu_arena(mf_ctx *ctx, size_t bytes) {
 static void mf__cu_blocks_free(mf_ctx *ctx, mf__cu_block *b) {
     while (b) { mf__cu_block *n = b->next; mf__cu_dfree(ctx, b->base); MF_FREE(b); b = n; }
 }
+/* the parameters may have changed: the bf16 weight copy is made again before the next GEMM */
+static void mf__cu_params_changed(mf_ctx *ctx) { MF__CU(ctx)->wbf_stale = 1; }
+static int mf__cu_in_params(const mf_ctx *ctx, const void *p) {
+    return ctx->p_data && (const float *)p >= ctx->p_data && (const float *)p < ctx->p_data + ctx->p_cap;
+}
 static void mf__cu_reset(mf_ctx *ctx) {
     mf__cu *cu = MF__CU(ctx);
     size_t total = 0, peak = ctx->act_peak;
     mf__cu_block *b;
+    mf__cu_params_changed(ctx); /* a new step: whatever wrote the parameters, the next forward sees it */
     if (!cu->blocks) return;
     if (!cu->blocks->next) { cu->blocks->used = 0; return; }
     for (b = cu->blocks; b; b = b->next) total += b->cap;
@@ -281,12 +294,14 @@ static int mf__cu_copy(mf_ctx *ctx, void *dst, const void *src, size_t bytes, in
     cudaMemcpyKind k = kind == MF__H2D ? cudaMemcpyHostToDevice : kind == MF__D2H ? cudaMemcpyDeviceToHost
                                                                                  : cudaMemcpyDeviceToDevice;
     if (!bytes) return 0;
+    if (mf__cu_in_params(ctx, dst)) mf__cu_params_changed(ctx);
     if (MF_CUDA_CHECK(ctx, "copy", cudaMemcpyAsync(dst, src, bytes, k, cu->stream)) < 0) return -1;
     if (kind == MF__D2H) return MF_CUDA_CHECK(ctx, "copy to host", cudaStreamSynchronize(cu->stream));
     return 0;
 }
 static int mf__cu_zero(mf_ctx *ctx, void *dst, size_t bytes) {
     if (!bytes) return 0;
+    if (mf__cu_in_params(ctx, dst)) mf__cu_params_changed(ctx);
     return MF_CUDA_CHECK(ctx, "zero", cudaMemsetAsync(dst, 0, bytes, MF__CU(ctx)->stream));
 }
 /* persistent device scratch of at least bytes (its contents do not survive a call that grows it) */
@@ -313,7 +328,89 @@ static void *mf__cu_host(mf_ctx *ctx, size_t bytes) {
 
 /* ==== [cu:gemm] ============================================================================= */
 /* Row-major C_i = op(A_i) op(B_i) + beta C_i (i < batch), as mf__gemm: column-major cuBLAS computes
-   C^T = op(B)^T op(A)^T. sC == 0 with batch > 1: every product adds into the same C. */
+   C^T = op(B)^T op(A)^T. sC == 0 with batch > 1: every product adds into the same C.
+   MF_PREC_BF16: A and B are read in bf16 (cublasGemmEx, CUBLAS_COMPUTE_32F: fp32 accumulation and
+   fp32 C). An operand inside the flat parameter buffer (a weight) is read from the bf16 copy of the
+   parameters, made once per change of the parameters; any other operand (an activation, a gradient)
+   is converted into a scratch that the next product reuses, so no bf16 copy outlives its product:
+   the activations keep their fp32 values (what the other ops and the backward read). */
+static __global__ void mf__k_to_bf16(__nv_bfloat16 *y, const float *x, long long n) {
+    MF__CU_LOOP(i, n) y[i] = __float2bfloat16(x[i]);
+}
+/* make *buf hold at least n bf16 values (its contents are lost when it grows); counted in aux_bytes */
+static int mf__cu_bf16_buf(mf_ctx *ctx, __nv_bfloat16 **buf, int64_t *cap, int64_t n, const char *what) {
+    int64_t want = n < 4096 ? 4096 : n;
+    if (n <= *cap) return 0;
+    if (mf__mem_grant(ctx, (size_t)(want - *cap) * sizeof(__nv_bfloat16), what) < 0) return -1;
+    mf__cu_dfree(ctx, *buf);
+    ctx->aux_bytes -= (size_t)*cap * sizeof(__nv_bfloat16);
+    *cap = 0;
+    if (!(*buf = (__nv_bfloat16 *)mf__cu_dalloc(ctx, (size_t)want * sizeof(__nv_bfloat16), what))) return -1;
+    *cap = want;
+    ctx->aux_bytes += (size_t)want * sizeof(__nv_bfloat16);
+    return 0;
+}
+/* the bf16 copy of the parameters, converted again when they may have changed */
+static const __nv_bfloat16 *mf__cu_weights_bf16(mf_ctx *ctx, const char *op) {
+    mf__cu *cu = MF__CU(ctx);
+    if (cu->wbf_cap < ctx->p_cap) {
+        if (mf__cu_bf16_buf(ctx, &cu->wbf, &cu->wbf_cap, ctx->p_cap, "bf16 copies (the weights)") < 0) return NULL;
+        cu->wbf_stale = 1;
+    }
+    if (cu->wbf_stale) {
+        if (MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(ctx->p_used), cu->wbf, (const float *)ctx->p_data,
+                       (long long)ctx->p_used) < 0)
+            return NULL;
+        cu->wbf_stale = 0;
+    }
+    return cu->wbf;
+}
+/* the values a strided product reads of an operand: batch matrices of rows x cols, stride apart */
+static long long mf__cu_gemm_extent(long long rows, long long cols, long long stride, int batch) {
+    return (stride && batch > 1 ? (long long)(batch - 1) * stride : 0) + rows * cols;
+}
+/* bf16 versions of A (n_a values) and B (n_b): from the weight copy or converted into scratch */
+static int mf__cu_gemm_operands(mf_ctx *ctx, const char *op, const float *A, long long n_a, const float *B,
+                                long long n_b, const __nv_bfloat16 **a, const __nv_bfloat16 **b) {
+    mf__cu *cu = MF__CU(ctx);
+    int wa = mf__cu_in_params(ctx, A), wb = mf__cu_in_params(ctx, B);
+    long long off_b = wa ? 0 : (n_a + 127) / 128 * 128; /* B's scratch after A's, 256-byte aligned */
+    const __nv_bfloat16 *w = NULL;
+    if ((wa || wb) && !(w = mf__cu_weights_bf16(ctx, op))) return -1;
+    if ((!wa || !wb) && mf__cu_bf16_buf(ctx, &cu->gemm_bf, &cu->gemm_bf_cap, off_b + (wb ? 0 : n_b),
+                                        "bf16 copies (GEMM scratch)") < 0)
+        return -1;
+    *a = wa ? w + (A - ctx->p_data) : cu->gemm_bf;
+    *b = wb ? w + (B - ctx->p_data) : cu->gemm_bf + off_b;
+    if (!wa && MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(n_a), cu->gemm_bf, A, n_a) < 0) return -1;
+    if (!wb && MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(n_b), cu->gemm_bf + off_b, B, n_b) < 0) return -1;
+    return 0;
+}
+/* mf__cu_gemm in bf16 */
+static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
+                            long long sA, const float *B, long long sB, float beta, float *C, long long sC, int batch) {
+    cublasHandle_t h = MF__CU(ctx)->blas;
+    int lda = ta ? M : K, ldb = tb ? K : N, i;
+    const float one = 1.0f;
+    const __nv_bfloat16 *a, *b;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (mf__cu_gemm_operands(ctx, op, A, mf__cu_gemm_extent(M, K, sA, batch), B, mf__cu_gemm_extent(K, N, sB, batch),
+                             &a, &b) < 0)
+        return -1;
+    if (batch > 1 && sC == 0) {
+        for (i = 0; i < batch; i++) {
+            float bt = i ? 1.0f : beta;
+            if (MF_CUBLAS_CHECK(ctx, op, cublasGemmEx(h, ob, oa, N, M, K, &one, b + i * sB, CUDA_R_16BF, ldb, a + i * sA,
+                                                      CUDA_R_16BF, lda, &bt, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                                      CUBLAS_GEMM_DEFAULT)) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    return MF_CUBLAS_CHECK(ctx, op, cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &one, b, CUDA_R_16BF, ldb, sB, a,
+                                                               CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, N, sC,
+                                                               batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
 static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
                        long long sA, const float *B, long long sB, float beta, float *C, long long sC, int batch) {
     cublasHandle_t h = MF__CU(ctx)->blas;
@@ -321,6 +418,7 @@ static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N
     const float one = 1.0f;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (!mf_ok(ctx)) return -1;
+    if (MF__CU(ctx)->prec == MF_PREC_BF16) return mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, sA, B, sB, beta, C, sC, batch);
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float b = i ? 1.0f : beta;
@@ -1394,7 +1492,7 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
 }
 
 /* the tensor-core path: TF32 switched on for the context and a device that has it (sm_80+) */
-static int mf__cu_fa_tc(mf_ctx *ctx) { return MF__CU(ctx)->tf32 && MF__CU(ctx)->tc_tf32; }
+static int mf__cu_fa_tc(mf_ctx *ctx) { return MF__CU(ctx)->prec == MF_PREC_TF32 && MF__CU(ctx)->tc_tf32; }
 /* the tile B of kernel `kind` (mf__fa_smem): 64 or 32 with room for two blocks per SM, else 64 or 32
    alone, else 16 (16 x 16 score tiles keep only a quarter of the threads busy in the fp32 products:
    the last resort, for the widest heads); 0 (and an error) when even 16 does not fit */
@@ -3336,6 +3434,7 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     }
     if (n == 0) return 0;
     if (!(ds = mf__cu_put_segs(ctx, hs, n, 0, &total))) return -1;
+    mf__cu_params_changed(ctx);
     return MF__CU_RUN(ctx, what, mf__k_optimizer, mf__cu_seg_grid(total), MF__CU_BS, 0, ctx->p_data,
                       (const float *)ctx->p_grad, ctx->p_m, ctx->p_v, (long long)(ctx->mom_n > 0 ? ctx->mom_lo : 0),
                       (const mf__cu_seg *)ds, n, (int)o->kind, b1, b2, o->eps, o->weight_decay, o->momentum, o->nesterov);
@@ -3412,6 +3511,9 @@ static void mf__cu_destroy(mf_ctx *ctx) {
     if (!cu) return;
     mf__cu_blocks_free(ctx, cu->blocks);
     mf__cu_dfree(ctx, cu->scratch);
+    mf__cu_dfree(ctx, cu->wbf);
+    mf__cu_dfree(ctx, cu->gemm_bf);
+    ctx->aux_bytes = 0;
     if (cu->blas) cublasDestroy(cu->blas);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     MF_FREE(cu->host);
@@ -3471,13 +3573,27 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
     return 0;
 }
 
+MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) {
+    if (!ctx || !ctx->be) return mf__precision_on_cpu(ctx, p);
+    if (!mf_ok(ctx)) return -1;
+    if (p != MF_PREC_FP32 && p != MF_PREC_TF32 && p != MF_PREC_BF16)
+        return mf__precision_on_cpu(ctx, p);
+    if (p == MF_PREC_BF16 && !MF__CU(ctx)->tc_tf32)
+        return (mf__fail(ctx, "mf_cuda_set_precision: bf16 needs a GPU with bf16 tensor cores (compute capability "
+                         "8.0 or newer: A100, H100, RTX 30xx and later); use MF_PREC_FP32 on this one"), -1);
+    /* TF32 is cuBLAS's math mode; bf16 GEMMs pick their arithmetic through cublasGemmEx's types */
+    if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_precision", cublasSetMathMode(MF__CU(ctx)->blas, p == MF_PREC_TF32 ?
+                        CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) < 0)
+        return -1;
+    MF__CU(ctx)->prec = p;
+    return 0;
+}
+MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx) {
+    return ctx && ctx->be ? MF__CU(ctx)->prec : MF_PREC_FP32;
+}
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) {
     if (!ctx || !ctx->be || !mf_ok(ctx)) return -1;
-    if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_tf32", cublasSetMathMode(MF__CU(ctx)->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                                         : CUBLAS_DEFAULT_MATH)) < 0)
-        return -1;
-    MF__CU(ctx)->tf32 = on != 0;
-    return 0;
+    return mf_cuda_set_precision(ctx, on ? MF_PREC_TF32 : MF_PREC_FP32);
 }
 
 #if defined(METAFORMER_MPI) && defined(METAFORMER_NCCL)
@@ -3558,6 +3674,7 @@ static int mf__nccl_reduce_scatter(mf_dist *d, mf_ctx *ctx, float *buf, int64_t 
 static int mf__nccl_all_gather(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shard) {
     const char *what = "ZeRO-1: the parameter all-gather";
     if (mf__nccl_after_compute(d, ctx, what) < 0) return -1;
+    mf__cu_params_changed(ctx);
     MF__NCCL_CHECK(d, what, ncclAllGather(buf + (int64_t)d->rank * shard, buf, (size_t)shard, ncclFloat,
                                           MF__NCCL(d)->comm, MF__NCCL(d)->stream));
     MF__NCCL(d)->started++;
@@ -3566,6 +3683,7 @@ static int mf__nccl_all_gather(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shar
 static int mf__nccl_broadcast(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n, int root) {
     const char *what = "the broadcast of the parameters";
     if (mf__nccl_after_compute(d, ctx, what) < 0) return -1;
+    mf__cu_params_changed(ctx);
     MF__NCCL_CHECK(d, what, ncclBroadcast(buf, buf, (size_t)n, ncclFloat, root, MF__NCCL(d)->comm, MF__NCCL(d)->stream));
     MF__NCCL(d)->started++;
     return mf__nccl_wait_all(d, ctx);

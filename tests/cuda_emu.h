@@ -41,6 +41,12 @@
  *   - cuBLAS: cublasSgemm / cublasSgemmStridedBatched with real column-major semantics (double
  *     accumulation; beta == 0 never reads C). In CUBLAS_TF32_TENSOR_OP_MATH mode the inputs are
  *     rounded to TF32 (10-bit mantissa) like tensor cores do, unless mf_emu_set_tf32(0).
+ *     cublasGemmEx / cublasGemmStridedBatchedEx: A and B both CUDA_R_32F or both CUDA_R_16BF,
+ *     C CUDA_R_32F, CUBLAS_COMPUTE_32F (other types: CUBLAS_STATUS_NOT_SUPPORTED).
+ *   - bfloat16 (cuda_bf16.h): __nv_bfloat16, __nv_bfloat162 and the explicit conversions
+ *     __float2bfloat16(_rn), __bfloat162float, __floats2bfloat162_rn, __float22bfloat162_rn,
+ *     __bfloat1622float2, __low2float, __high2float (round to nearest even, exact widening); no
+ *     bf16 arithmetic operators and no implicit conversions.
  *
  * Streams and events
  *   - Work on the legacy default stream (0) runs at once, after all queued work (as before streams
@@ -80,8 +86,8 @@
  *     and ldm a multiple of 4 (else a launch failure, as the hardware's misaligned-address fault).
  *
  * Not emulated: inline PTX asm, other WMMA shapes and types, mma PTX, cp.async, cooperative groups,
- * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half/bfloat16
- * types, __match_*_sync, per-lane independent progress inside a warp (lanes only interleave at
+ * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half types
+ * and bf16 arithmetic, __match_*_sync, per-lane independent progress inside a warp (lanes only interleave at
  * primitives), concurrency between streams (queued work runs in order on the host thread that waits),
  * the static __shared__ size in the smem limit, detection of host pointers passed to kernels,
  * per-host-thread error state (one global last error). A kernel thread overflowing its stack hits a
@@ -1602,6 +1608,45 @@ static inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * bfloat16 (the cuda_bf16.h names): 1 sign, 8 exponent, 7 mantissa bits, the upper half of a float.
+ * Conversions from float round to nearest, ties to even (NaN stays a quiet NaN), as the hardware's
+ * cvt.rn.bf16.f32; to float they are exact. Only explicit conversions exist here (no arithmetic
+ * operators, no implicit float <-> bf16), so a kernel that compiles here says what it rounds.
+ * ---------------------------------------------------------------------------------------------- */
+struct __attribute__((aligned(2))) __nv_bfloat16 { unsigned short __x; };
+struct __attribute__((aligned(4))) __nv_bfloat162 { __nv_bfloat16 x, y; };
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __nv_bfloat162 nv_bfloat162;
+namespace mf_emu {
+static inline unsigned short bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u); /* NaN: quiet, sign kept */
+    u += 0x7fffu + ((u >> 16) & 1u);                                                   /* ties to even */
+    return (unsigned short)(u >> 16);
+}
+static inline float bf16_value(unsigned short b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float round_bf16(float f) { return bf16_value(bf16_bits(f)); }
+} /* namespace mf_emu */
+static inline __nv_bfloat16 __float2bfloat16(float f) { __nv_bfloat16 h; h.__x = mf_emu::bf16_bits(f); return h; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+static inline float __bfloat162float(__nv_bfloat16 h) { return mf_emu::bf16_value(h.__x); }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+    __nv_bfloat162 r; r.x = __float2bfloat16(a); r.y = __float2bfloat16(b); return r;
+}
+static inline __nv_bfloat162 __float22bfloat162_rn(float2 v) { return __floats2bfloat162_rn(v.x, v.y); }
+static inline float2 __bfloat1622float2(__nv_bfloat162 h) {
+    float2 r; r.x = __bfloat162float(h.x); r.y = __bfloat162float(h.y); return r;
+}
+static inline float __low2float(__nv_bfloat162 h) { return __bfloat162float(h.x); }
+static inline float __high2float(__nv_bfloat162 h) { return __bfloat162float(h.y); }
+
+/* ------------------------------------------------------------------------------------------------
  * cuBLAS stand-ins (column-major, like the real library)
  * ---------------------------------------------------------------------------------------------- */
 typedef enum {
@@ -1764,6 +1809,64 @@ static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasO
                               C + (ptrdiff_t)b * sC, ldc, At, Bt);
     });
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* cublasGemmEx / cublasGemmStridedBatchedEx: A and B both CUDA_R_32F or both CUDA_R_16BF, C
+   CUDA_R_32F, CUBLAS_COMPUTE_32F (what the library calls); bf16 inputs are widened exactly and
+   multiplied like cublasSgemm (double accumulation, which bounds an fp32 accumulation's error). */
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+namespace mf_emu {
+static inline cublasStatus_t gemm_ex_types(const char *fn, cudaDataType_t ta, cudaDataType_t tb, cudaDataType_t tc,
+                                           cublasComputeType_t ct) {
+    if (ta != tb || (ta != CUDA_R_32F && ta != CUDA_R_16BF) || tc != CUDA_R_32F || ct != CUBLAS_COMPUTE_32F) {
+        set_error(S().last_error, "%s: CUBLAS_STATUS_NOT_SUPPORTED (the stand-in takes A, B both CUDA_R_32F or both "
+                  "CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F; got %d %d %d %d)", fn, (int)ta, (int)tb, (int)tc, (int)ct);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* the float values of a column-major operand of `cols` columns (lda apart) */
+static inline const float *gemm_ex_widen(const void *p, cudaDataType_t t, int lda, int cols, std::vector<float> &w) {
+    if (t == CUDA_R_32F) return (const float *)p;
+    w.resize((size_t)lda * (size_t)(cols > 0 ? cols : 0));
+    for (size_t i = 0; i < w.size(); i++) w[i] = __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return w.data();
+}
+} /* namespace mf_emu */
+static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                                        int m, int n, int k, const void *alpha, const void *A,
+                                                        cudaDataType_t Atype, int lda, long long sA, const void *B,
+                                                        cudaDataType_t Btype, int ldb, long long sB, const void *beta,
+                                                        void *C, cudaDataType_t Ctype, int ldc, long long sC, int batch,
+                                                        cublasComputeType_t ct, cublasGemmAlgo_t algo) {
+    const char *fn = "cublasGemmStridedBatchedEx";
+    cublasStatus_t st = mf_emu::sgemm_check(fn, h, ta, tb, m, n, k, (const float *)alpha, (const float *)beta, lda, ldb, ldc, batch);
+    size_t es = Atype == CUDA_R_16BF ? 2 : 4;
+    (void)algo;
+    if (st != CUBLAS_STATUS_SUCCESS || (st = mf_emu::gemm_ex_types(fn, Atype, Btype, Ctype, ct)) != CUBLAS_STATUS_SUCCESS)
+        return st;
+    mf_emu::run_now(h->stream, fn, [&](mf_emu_stream *) {
+        std::vector<float> At, Bt, wa, wb;
+        for (int b = 0; b < batch; b++) {
+            const float *a = mf_emu::gemm_ex_widen((const char *)A + (ptrdiff_t)b * sA * (ptrdiff_t)es, Atype, lda,
+                                                   ta == CUBLAS_OP_N ? k : m, wa);
+            const float *bb = mf_emu::gemm_ex_widen((const char *)B + (ptrdiff_t)b * sB * (ptrdiff_t)es, Btype, ldb,
+                                                    tb == CUBLAS_OP_N ? n : k, wb);
+            mf_emu::sgemm_one(h, ta, tb, m, n, k, *(const float *)alpha, a, lda, bb, ldb, *(const float *)beta,
+                              (float *)C + (ptrdiff_t)b * sC, ldc, At, Bt);
+        }
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda,
+                                          const void *B, cudaDataType_t Btype, int ldb, const void *beta, void *C,
+                                          cudaDataType_t Ctype, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t algo) {
+    return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype,
+                                      ldc, 0, 1, ct, algo);
 }
 
 /* ------------------------------------------------------------------------------------------------
