@@ -30,6 +30,8 @@
 set -u
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.." || exit 1
+# under `make gpu-report`: the make runs below are make runs of their own (no jobserver of the outer one)
+unset MAKEFLAGS MFLAGS MAKELEVEL
 
 DRY=0
 DIR=""
@@ -203,7 +205,7 @@ if [ -n "$PART" ]; then
 fi
 
 # ---- is there a GPU? ---------------------------------------------------------------------------
-GPU=$("$NVSMI" --query-gpu=name,compute_cap --format=csv,noheader 2> /dev/null | head -n 1)
+GPU=$("$NVSMI" --query-gpu=name --format=csv,noheader 2> /dev/null | head -n 1)
 if [ -z "$GPU" ]; then
     if [ "$DRY" = 0 ]; then
         say "make gpu-report: no NVIDIA GPU here (\`$NVSMI --query-gpu=name\` lists none): it needs a machine with an"
@@ -213,7 +215,7 @@ if [ -z "$GPU" ]; then
     say "(dry run: no NVIDIA GPU here; the commands below are what a GPU machine would run, built for sm_90)"
 fi
 # the GPU's compute capability: "9.0" -> 90 (sm_90); anything else -> sm_90
-CAP_DOT=$(echo "$GPU" | awk -F', *' '{ print $2 }')
+CAP_DOT=$("$NVSMI" --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -n 1 | tr -d ' ')
 CAP=${CAP_DOT//./}
 case "$CAP" in [1-9][0-9]|[1-9][0-9][0-9]) ;; *) CAP=90 ;; esac
 ARCH="-gencode arch=compute_$CAP,code=sm_$CAP -gencode arch=compute_$CAP,code=compute_$CAP"
@@ -232,7 +234,8 @@ T_START=$(date +%s)
 
 if [ "$DRY" = 1 ]; then
     say "make gpu-report --dry-run: the report would go to $DIR/ (report.md and one log per part); budget $BUDGET s"
-    say "  \$ $NVSMI --query-gpu=name,compute_cap --format=csv,noheader    -> CUDA_ARCH=\"$ARCH\""
+    say "  \$ $NVSMI --query-gpu=name --format=csv,noheader"
+    say "  \$ $NVSMI --query-gpu=compute_cap --format=csv,noheader    -> CUDA_ARCH=\"$ARCH\""
     total=0
     for id in "${PARTS[@]}"; do
         say ""
