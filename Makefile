@@ -176,7 +176,8 @@ TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/log
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
 TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
-              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl casan/test_xl sh/hygiene sh/train_emu asan/test_feedback
+              asan/test_cuda_attention asan/test_cuda_xl asan/test_cuda_bf16 asan/test_xl casan/test_xl sh/hygiene sh/train_emu \
+              asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
 

@@ -24,7 +24,10 @@
  *     wrappers read an op's arguments by the slot names metaformer.h gives them (MF__ARG_* in
  *     out->iarg, MF__FARG_* in out->farg).
  *   - Dense products go through cuBLAS (row-major via C^T = B^T A^T), exact float32 unless
- *     mf_cuda_set_tf32(ctx, 1). Every other kernel here is deterministic (no atomics; reductions in a
+ *     mf_cuda_set_precision picks TF32 or BF16 (MF__CU(ctx)->prec). In BF16 the products read bf16
+ *     operands (a bf16 copy of the parameters, the other operands converted into a scratch; fp32
+ *     accumulation and output, [cu:gemm]); the parameters, moments and activations stay fp32.
+ *     Every other kernel here is deterministic (no atomics; reductions in a
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
  *   - Errors: every runtime / cuBLAS call is checked and the message names the op and the call;
  *     launches are checked with cudaGetLastError (and synchronised under the emulator or with
@@ -56,7 +59,7 @@
  *   [cu:platform]    launch and error-check macros, the backend state, block reductions,
  *                    the shared-memory opt-in (mf__cu_smem)
  *   [cu:memory]      device allocations, the activation arena, copies, zeroing, scratch
- *   [cu:gemm]        row-major GEMM through cuBLAS
+ *   [cu:gemm]        row-major GEMM through cuBLAS (fp32, TF32, or bf16 operands via cublasGemmEx)
  *   [cu:ops]         every op of [mf:ops] in its order (matmul, linear, add / sub / mul, the unary
  *                    ops, softmax, log_softmax, cross_entropy, mse, layernorm, embedding, dropout,
  *                    reshape, permute, concat, slice, roll, sum / mean, sum_axis, conv1d, avg_pool):

@@ -41,13 +41,13 @@ typedef struct {
     int threads, eval_every, eval_batches, log_every, save_every, stop_after, sample, top_k;
     int skip_nonfinite, check_finite, memory_limit, epochs, inner_iterations;
     float lr, weight_decay, clip, temperature, beta1, beta2;
-    const char *device;
+    const char *device, *precision;
 } settings;
 
 static settings S = {
     .m = MODEL_SETTINGS_DEFAULT, .optimizer = "adam", .schedule = "cosine", .batch = 16, .grad_accum = 1,
     .steps = 2000, .warmup = 100, .seed = 1, .lr = 1e-3f, .weight_decay = -1, .clip = 1.0f,
-    .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300, .device = "cpu",
+    .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300, .device = "cpu", .precision = "fp32",
     .temperature = 0.8f, .top_k = 200, .beta1 = 0.9f, .beta2 = 0.999f};
 
 static int list_mixers, list_presets_flag;
@@ -78,6 +78,8 @@ static const option OPTIONS[] = {
     {"seed", OPT_INT, &S.seed, SAVED, 0, NULL, "seed of the initialisation, dropout and batches"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
     {"device", OPT_TEXT, &S.device, RUN_ONLY, 0, "cpu|cuda", "where to train (cuda: a build made by `make train-cuda`)"},
+    {"precision", OPT_TEXT, &S.precision, SAVED_CHANGEABLE, 0, "fp32|tf32|bf16",
+     "cuda: the GEMMs' arithmetic (bf16: mixed precision with fp32 master weights; checkpoints stay fp32 and resume anywhere)"},
     {"eval-every", OPT_INT, &S.eval_every, RUN_ONLY, 0, NULL, "validate every N steps (0 = at the end only)"},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "batches per validation"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 1, NULL, "progress line every N steps when not on a terminal"},
@@ -551,6 +553,11 @@ int main(int argc, char **argv) {
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     if (!ctx) die("out of memory");
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
+    if (strcmp(S.device, "cpu") == 0 && S.resume && !given[option_index("precision")] && strcmp(S.precision, "fp32") != 0) {
+        printf("note: the checkpoint trained in %s; the CPU computes in fp32\n", S.precision); /* its weights are fp32 */
+        S.precision = "fp32";
+    }
+    if (mf_cuda_set_precision(ctx, (mf_precision)mf_precision_from_name(S.precision)) < 0) die("--precision: %s", mf_error(ctx));
     mf_set_threads(ctx, S.threads);
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     mf_set_check_finite(ctx, S.check_finite);

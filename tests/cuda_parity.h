@@ -97,8 +97,9 @@ struct TrainOpts {
                           gradient is 0 by +-lr with the sign of its rounding noise: looser there) */
     int only_order;    /* < 0: every thread order; else that one (emulated runs of big models are slow) */
     const char *save;
+    mf_precision prec; /* of the CUDA run */
 };
-static inline TrainOpts train_opts(void) { TrainOpts o = {MF_OPT_ADAM, 3e-3f, 3, 8, 6, 1e-5, -1, NULL}; return o; }
+static inline TrainOpts train_opts(void) { TrainOpts o = {MF_OPT_ADAM, 3e-3f, 3, 8, 6, 1e-5, -1, NULL, MF_PREC_FP32}; return o; }
 /* one training step from loss: backward, clip to 0.5, the optimizer; the gradient norm and the loss
    go to norms and losses; then the gradients are zeroed and the activations released */
 static inline void train_step(mf_ctx *ctx, mf_tensor *loss, mf_optimizer *opt, std::vector<float> &norms,
@@ -119,7 +120,11 @@ static inline TrainRun train_run(mf_model_config cfg, int cuda, const TrainOpts 
     std::vector<int32_t> ids((size_t)(B * T)), tg((size_t)(B * T));
     int32_t prompt[5] = {1, 2, 3, 5, 8};
     mf_sampler smp = {0.8f, 3, 17};
-    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    if (cuda && (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || mf_cuda_set_precision(ctx, o.prec) < 0)) {
+        r.err = mf_error(ctx);
+        mf_ctx_free(ctx);
+        return r;
+    }
     m = mf_model_new(ctx, &cfg);
     opt.weight_decay = 0.01f;
     for (int s = 0; s < o.steps && m; s++) {

@@ -1,0 +1,346 @@
+/* test_cuda_bf16.cpp - bf16 mixed precision (mf_cuda_set_precision(ctx, MF_PREC_BF16)) against the
+ * CPU's fp32: the precision API, the emulator's bf16 rounding, the GEMM path (bf16 operands, fp32
+ * accumulation), the bf16 weight copy following the parameters, every op example of
+ * tests/op_examples.h, a few hundred training steps of each family, and a bf16 checkpoint resumed on
+ * the CPU and back.
+ *
+ * The tolerance (docs/math.md, "Mixed precision"). bf16 keeps 8 significant bits: rounding to
+ * nearest changes a value by at most u = 2^-8 of itself, and a rounding error is close to uniform on
+ * [-u, u] (standard deviation u / sqrt(3)). A product of two rounded inputs carries both errors
+ * (standard deviation u sqrt(2/3) < 2^-8 relative), and a dot product of length K adds K such
+ * independent errors: its error is about sqrt(K) 2^-8 |a_i||b_i| (a typical term's size), at most
+ * 2u sum |a_i b_i| (every error of the same sign). Relative to the largest value of an output whose
+ * terms do not cancel (what rel_err measures), that is about 2^-8 for one product; a value that went
+ * through a chain of c products (a gradient through the layers of an op) collects about c of them.
+ * The tests allow BF16_TOL = 2^-5 (8 times one product's error; a wrong bf16 path - a stale or
+ * unrounded weight, a swapped operand - is off by O(1)), and they check that ops without a product
+ * stay at the fp32 tolerance. */
+#include "cuda_parity.h"
+#include "op_examples.h"
+
+#include <math.h>
+
+static const double BF16_TOL = 1.0 / 32; /* 8 x 2^-8: see the top comment */
+
+/* round to bf16 (nearest, ties to even) on the host, written from the format's definition */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    uint32_t lo = u & 0xffffu, hi = u & 0xffff0000u;
+    if (lo > 0x8000u || (lo == 0x8000u && (hi & 0x10000u))) hi += 0x10000u;
+    memcpy(&x, &hi, 4);
+    return x;
+}
+
+/* ------------------------------------------------------------------------------ the API */
+static void test_precision_api(void) {
+    mf_ctx *cpu = mf_ctx_new(1);
+    MFT_CHECK(mf_cuda_precision(cpu) == MF_PREC_FP32);
+    MFT_CHECK(mf_cuda_set_precision(cpu, MF_PREC_FP32) == 0 && mf_ok(cpu));
+    MFT_CHECK(mf_cuda_set_tf32(cpu, 1) == -1 && mf_ok(cpu)); /* the shorthand: refused, no error */
+    MFT_CHECK(mf_cuda_set_precision(cpu, MF_PREC_BF16) == -1);
+    MFT_CHECK(strstr(mf_error(cpu), "bf16 needs a CUDA context") && strstr(mf_error(cpu), "MF_DEVICE_CUDA"));
+    mf_ctx_free(cpu);
+    MFT_CHECK(mf_cuda_set_precision(NULL, MF_PREC_BF16) == -1 && mf_cuda_precision(NULL) == MF_PREC_FP32);
+
+    mf_ctx *ctx = mf_ctx_new(1);
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
+    MFT_CHECK(mf_cuda_precision(ctx) == MF_PREC_FP32);
+    MFT_CHECK(mf_cuda_set_precision(ctx, MF_PREC_BF16) == 0 && mf_cuda_precision(ctx) == MF_PREC_BF16);
+    MFT_CHECK(mf_cuda_set_tf32(ctx, 1) == 0 && mf_cuda_precision(ctx) == MF_PREC_TF32);
+    MFT_CHECK(mf_cuda_set_tf32(ctx, 0) == 0 && mf_cuda_precision(ctx) == MF_PREC_FP32);
+    MFT_CHECK(mf_cuda_set_precision(ctx, (mf_precision)7) == -1 && strstr(mf_error(ctx), "unknown precision 7"));
+    mf_ctx_free(ctx);
+
+    for (int p = 0; p < 3; p++) MFT_CHECK(mf_precision_from_name(mf_precision_name((mf_precision)p)) == p);
+    MFT_CHECK(strcmp(mf_precision_name(MF_PREC_BF16), "bf16") == 0 && strcmp(mf_precision_name((mf_precision)9), "unknown") == 0);
+    MFT_CHECK(mf_precision_from_name("fp16") == -1 && mf_precision_from_name(NULL) == -1);
+}
+
+#ifdef MF_CUDA_EMU
+/* the emulator's conversions: nearest, ties to even, exact widening, NaN and overflow */
+static void test_emu_bf16_rounding(void) {
+    const float tie_down = 1.0f + 1.0f / 256, tie_up = 1.0f + 3.0f / 256, above = 1.0f + 1.0f / 256 + 1.0f / 4096;
+    MFT_CHECK(__bfloat162float(__float2bfloat16(tie_down)) == 1.0f);             /* tie: to the even 1.0 */
+    MFT_CHECK(__bfloat162float(__float2bfloat16(tie_up)) == 1.0f + 4.0f / 256);  /* tie: up to even */
+    MFT_CHECK(__bfloat162float(__float2bfloat16(above)) == 1.0f + 2.0f / 256);   /* past the tie: up */
+    MFT_CHECK(__bfloat162float(__float2bfloat16(-3.0f)) == -3.0f);
+    MFT_CHECK(isnan(__bfloat162float(__float2bfloat16(NAN))));
+    MFT_CHECK(isinf(__bfloat162float(__float2bfloat16(INFINITY))));
+    MFT_CHECK(isinf(__bfloat162float(__float2bfloat16(3.4e38f)))); /* past bf16's largest finite value */
+    std::vector<float> v = rand_vec(1000, 11, -100.0f, 100.0f);
+    int bad = 0;
+    for (size_t i = 0; i < v.size(); i++) {
+        float r = __bfloat162float(__float2bfloat16(v[i]));
+        bad += r != bf16_round(v[i]) || fabsf(r - v[i]) > fabsf(v[i]) / 256;
+    }
+    MFT_CHECK(bad == 0);
+}
+#endif
+
+/* ------------------------------------------------------------------------------ the GEMM path */
+/* a product in bf16 is the fp32 product of the inputs rounded to bf16 (fp32 accumulation); the
+   weight (a parameter: the bf16 copy) and the activation (converted per product) both rounded */
+static void test_gemm_is_rounded_inputs(void) {
+    const int M = 5, K = 37, N = 6;
+    int sa[2] = {M, K}, sw[2] = {N, K};
+    std::vector<float> a = rand_vec(M * K, 1), w = rand_vec(N * K, 2), ar(a), wr(w);
+    for (size_t i = 0; i < ar.size(); i++) ar[i] = bf16_round(a[i]);
+    for (size_t i = 0; i < wr.size(); i++) wr[i] = bf16_round(w[i]);
+    mf_ctx *cpu = mf_ctx_new(1);
+    std::vector<float> ref = host_of(cpu, mf_linear(cpu, mf_from(cpu, 2, sa, ar.data()), mf_from(cpu, 2, sw, wr.data()), NULL), 0);
+    std::vector<float> exact = host_of(cpu, mf_linear(cpu, mf_from(cpu, 2, sa, a.data()), mf_from(cpu, 2, sw, w.data()), NULL), 0);
+    mf_ctx_free(cpu);
+    mf_ctx *ctx = mf_ctx_new(1);
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0 && mf_cuda_set_precision(ctx, MF_PREC_BF16) == 0);
+    mf_tensor *W = mf_param(ctx, "w", 2, sw);
+    mf_set_data(ctx, W, w.data());
+    std::vector<float> got = host_of(ctx, mf_linear(ctx, mf_from(ctx, 2, sa, a.data()), W, NULL), 0);
+    MFT_CHECK(mf_ok(ctx));
+    MFT_CHECK(rel_err(got, ref) <= 1e-6);
+    double e = rel_err(got, exact);
+    MFT_CHECK(e > 1e-5 && e <= BF16_TOL); /* rounded, within the bound */
+    printf("    linear %dx%dx%d in bf16: rel err %.2e against fp32 (one product: ~2^-8 = %.2e)\n", M, K, N, e, 1.0 / 256);
+    mf_ctx_free(ctx);
+}
+
+/* the bf16 copy of the weights follows mf_set_data and the optimizer without an mf_reset */
+static void test_weight_copy_follows_parameters(void) {
+    int sx[2] = {2, 3}, sw[2] = {2, 3};
+    float x[6] = {1, 2, 3, -1, 0, 1}, w1[6] = {1, 0, 0, 0, 1, 0}, w2[6] = {0, 0, 1, 1, 1, 1};
+    mf_ctx *ctx = mf_ctx_new(1);
+    MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0 && mf_cuda_set_precision(ctx, MF_PREC_BF16) == 0);
+    mf_tensor *W = mf_param(ctx, "w", 2, sw);
+    mf_set_data(ctx, W, w1);
+    mf_tensor *X = mf_from(ctx, 2, sx, x);
+    std::vector<float> y1 = host_of(ctx, mf_linear(ctx, X, W, NULL), 0);
+    mf_set_data(ctx, W, w2);
+    std::vector<float> y2 = host_of(ctx, mf_linear(ctx, X, W, NULL), 0);
+    MFT_CHECK(y1[0] == 1 && y1[1] == 2 && y1[2] == -1 && y1[3] == 0);
+    MFT_CHECK(y2[0] == 3 && y2[1] == 6 && y2[2] == 1 && y2[3] == 0);
+    /* an SGD step of lr 1 on loss = sum(y): w -= sum over rows of x = (0, 2, 4) */
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_SGD, 1.0f);
+    opt.momentum = 0;
+    mf_backward(ctx, mf_sum(ctx, mf_linear(ctx, X, W, NULL)));
+    mf_optimizer_step(ctx, &opt);
+    std::vector<float> y3 = host_of(ctx, mf_linear(ctx, X, W, NULL), 0);
+    MFT_CHECK(y3[0] == -13 && y3[1] == -10 && y3[2] == -3); /* w = ((0, -2, -3), (1, -1, -3)) */
+    MFT_CHECK(mf_ok(ctx));
+    mf_ctx_free(ctx);
+}
+
+/* ------------------------------------------------------------------------------ every op */
+struct ExOut { const mf__op *op; std::vector<float> out; std::vector<std::vector<float> > grads; std::string err; };
+static ExOut ex_run(const op_example &e, int cuda, mf_precision prec) {
+    ExOut r;
+    mf_ctx *ctx = mf_ctx_new(99);
+    mf_tensor *in[EX_MAX_IN] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    r.op = NULL;
+    if (cuda && (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || mf_cuda_set_precision(ctx, prec) < 0)) {
+        r.err = mf_error(ctx);
+        mf_ctx_free(ctx);
+        return r;
+    }
+    for (int k = 0; k < e.n_in; k++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "in%d", k);
+        if (!(in[k] = mf_param(ctx, nm, e.in[k].nd, e.in[k].s))) break;
+        std::vector<float> v((size_t)in[k]->ne);
+        for (int64_t i = 0; i < in[k]->ne; i++) v[(size_t)i] = ex_value(&e, k, i);
+        mf_set_data(ctx, in[k], v.data());
+    }
+    mf_tensor *out = mf_ok(ctx) ? e.build(ctx, in) : NULL;
+    if (out) {
+        r.op = out->op;
+        mf_tensor *R = mf_from(ctx, out->ndim, out->shape, rand_vec(out->ne, 555).data());
+        mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, R)));
+        if (mf_ok(ctx)) {
+            r.out = host_of(ctx, out, 0);
+            for (int i = 0; i < mf_param_tensors(ctx); i++) r.grads.push_back(host_of(ctx, mf_param_at(ctx, i), 1));
+        }
+    }
+    if (!mf_ok(ctx)) r.err = mf_error(ctx);
+    ex_cleanup();
+    mf_ctx_free(ctx);
+    return r;
+}
+/* every example in bf16 against the CPU within BF16_TOL; the ones that run no product in bf16
+   (their fp32 CUDA run and bf16 run agree bit for bit) within the fp32 tolerance */
+static void test_every_op_in_bf16(void) {
+    double worst = 0;
+    const char *worst_op = "";
+    int with_gemm = 0;
+    for (int x = 0; x < N_EXAMPLES; x++) {
+        const op_example &e = EXAMPLES[x];
+        std::string what = std::string(e.op) + (*e.what ? std::string(" (") + e.what + ")" : std::string());
+        ExOut cpu = ex_run(e, 0, MF_PREC_FP32), f32 = ex_run(e, 1, MF_PREC_FP32), bf = ex_run(e, 1, MF_PREC_BF16);
+        if (!cpu.err.empty() || !bf.err.empty() || !f32.err.empty()) {
+            printf("    %s: a run failed: %s%s%s\n", what.c_str(), cpu.err.c_str(), f32.err.c_str(), bf.err.c_str());
+            MFT_CHECK(0);
+            continue;
+        }
+        MFT_CHECK(cpu.op == ex_op(&e) && ex_find(cpu.op) >= 0);
+        bool same = bf.out == f32.out && bf.grads == f32.grads;
+        double tol = same ? TOL : BF16_TOL, err = rel_err(bf.out, cpu.out);
+        with_gemm += !same;
+        for (size_t i = 0; i < cpu.grads.size() && i < bf.grads.size(); i++) err = std::max(err, rel_err(bf.grads[i], cpu.grads[i]));
+        MFT_CHECK(bf.grads.size() == cpu.grads.size());
+        if (!(err <= tol)) { printf("    %s: bf16 differs from the CPU by %.3g (allowed %.3g)\n", what.c_str(), err, tol); MFT_CHECK(0); }
+        if (err > worst) { worst = err; worst_op = e.op; }
+    }
+    printf("    %d examples, %d with products in bf16; largest rel err %.2e (%s), allowed %.2e\n", N_EXAMPLES, with_gemm,
+           worst, worst_op, BF16_TOL);
+    MFT_CHECK(with_gemm >= 3); /* matmul, linear, conv1d at least */
+}
+
+/* ------------------------------------------------------------------------------ training */
+/* a few hundred steps of one model of each family in bf16: the loss curve within 1% of the CPU's
+   fp32 curve (the mean of each window of 25 steps: single steps differ by the rounding noise). The
+   next token is one of three (a fixed hash picks it), so the loss tends to ln 3, not to 0, where a
+   relative comparison would measure noise. */
+static std::vector<float> curve(const mf_model_config &cfg, int cuda, int steps, std::string &err) {
+    std::vector<float> losses;
+    mf_ctx *ctx = mf_ctx_new(7);
+    const int B = 2, T = 8;
+    int32_t ids[B * T], tg[B * T];
+    if (cuda && (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || mf_cuda_set_precision(ctx, MF_PREC_BF16) < 0)) {
+        err = mf_error(ctx);
+        mf_ctx_free(ctx);
+        return losses;
+    }
+    mf_model *m = mf_model_new(ctx, &cfg);
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 3e-3f);
+    for (int s = 0; s < steps && m && mf_ok(ctx); s++) {
+        for (int i = 0; i < B * T; i++) {
+            ids[i] = (i * 7 + s * 3) % cfg.vocab;
+            tg[i] = (ids[i] + 1 + (int)(mft_uniform(5, (uint64_t)s, (uint64_t)i) * 3)) % cfg.vocab;
+        }
+        mf_tensor *loss = mf_model_loss(m, ids, tg, B, T);
+        mf_backward(ctx, loss);
+        mf_clip_grad_norm(ctx, 0.5f);
+        mf_optimizer_step(ctx, &opt);
+        losses.push_back(mf_item(ctx, loss));
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+    }
+    if (!mf_ok(ctx)) err = mf_error(ctx);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return losses;
+}
+static void check_curve(mf_mixer_kind mixer, int steps) {
+    mf_model_config cfg = small_config(mixer);
+    std::string err;
+    cfg.dropout = 0;
+    if (mixer == MF_MIXER_RELATIVE) cfg.mem_len = 4;
+    std::vector<float> cpu = curve(cfg, 0, steps, err), bf = curve(cfg, 1, steps, err);
+    if (!err.empty() || (int)cpu.size() != steps || (int)bf.size() != steps) {
+        printf("    %s: %s\n", mf_mixer_name(mixer), err.c_str());
+        MFT_CHECK(0);
+        return;
+    }
+    const int W = 25;
+    double worst = 0;
+    for (int s0 = 0; s0 + W <= steps; s0 += W) {
+        double a = 0, b = 0;
+        for (int s = s0; s < s0 + W; s++) { a += cpu[(size_t)s]; b += bf[(size_t)s]; }
+        worst = std::max(worst, fabs(b - a) / a);
+    }
+    printf("    %-12s %d steps: loss %.4f -> %.4f (fp32 CPU) / %.4f (bf16); windows of %d differ by %.2f%% at most\n",
+           mf_mixer_name(mixer), steps, cpu[0], cpu[(size_t)steps - 1], bf[(size_t)steps - 1], W, 100 * worst);
+    MFT_CHECK(worst <= 0.01);
+    MFT_CHECK(cpu[(size_t)steps - 1] < cpu[0] - 0.1); /* it learned: the curve says something */
+}
+static void test_train_sdpa(void) { check_curve(MF_MIXER_SDPA, MFT_SMALL ? 50 : 150); }
+static void test_train_relative(void) { check_curve(MF_MIXER_RELATIVE, MFT_SMALL ? 50 : 150); }
+static void test_train_fast_weights(void) { check_curve(MF_MIXER_FAST_WEIGHTS, MFT_SMALL ? 50 : 150); }
+static void test_train_feedback(void) { check_curve(MF_MIXER_FEEDBACK, MFT_SMALL ? 25 : 75); }
+
+/* ------------------------------------------------------------------------------ checkpoints */
+/* a bf16 run saves fp32 masters: loaded on the CPU bit for bit, trained on there, and back into a
+   bf16 context, whose next loss matches the CPU's within the bf16 tolerance */
+static void test_checkpoint_bf16_to_cpu_and_back(void) {
+    const char *path = "build/test_cuda_bf16_ckpt.safetensors";
+    mf_model_config cfg = small_config(MF_MIXER_SDPA);
+    TrainOpts o = train_opts();
+    o.steps = 3; o.save = path; o.prec = MF_PREC_BF16;
+    TrainRun gpu = train_run(cfg, 1, o);
+    MFT_CHECK(gpu.err.empty());
+    int32_t ids[16], tg[16];
+    for (int i = 0; i < 16; i++) { ids[i] = (i * 5) % cfg.vocab; tg[i] = (ids[i] + 2) % cfg.vocab; }
+    float loss[2] = {0, 0};
+    for (int cuda = 0; cuda <= 1; cuda++) {
+        mf_ctx *ctx = mf_ctx_new(7);
+        if (cuda) MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0 && mf_cuda_set_precision(ctx, MF_PREC_BF16) == 0);
+        mf_model *m = mf_model_new(ctx, &cfg);
+        MFT_CHECK(mf_load(ctx, path, 1) == 0);
+        MFT_CHECK(rel_err(params_host(ctx), gpu.params) == 0.0);
+        MFT_CHECK(mf_optimizer_steps(ctx) == 3);
+        mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 3e-3f);
+        opt.weight_decay = 0.01f;
+        mf_set_training(ctx, 0);
+        loss[cuda] = mf_item(ctx, mf_model_loss(m, ids, tg, 2, 8));
+        mf_set_training(ctx, 1);
+        mf_tensor *l = mf_model_loss(m, ids, tg, 2, 8); /* and it trains on from there */
+        mf_backward(ctx, l);
+        MFT_CHECK(mf_optimizer_step(ctx, &opt) == 0 && mf_optimizer_steps(ctx) == 4);
+        MFT_CHECK(mf_ok(ctx));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+    MFT_CHECK(fabs(loss[1] - loss[0]) <= BF16_TOL * fabs(loss[0]));
+    remove(path);
+}
+
+/* ------------------------------------------------------------------------------ memory */
+/* what bf16 costs and saves, by the library's counters, for one training step of an sdpa model:
+   the activations stay fp32 (the bf16 operands live in one scratch for one product), so the
+   arena's peak is unchanged and bf16 adds the weight copy (2 bytes a parameter) and the scratch */
+static void test_memory_counters(void) {
+    mf_model_config cfg = small_config(MF_MIXER_SDPA);
+    cfg.d_model = 32; cfg.d_ff = 64; cfg.max_seq = 32; cfg.vocab = 29;
+    size_t total[2], peak[2], params = 0;
+    for (int bf = 0; bf <= 1; bf++) {
+        mf_ctx *ctx = mf_ctx_new(3);
+        MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
+        if (bf) MFT_CHECK(mf_cuda_set_precision(ctx, MF_PREC_BF16) == 0);
+        mf_model *m = mf_model_new(ctx, &cfg);
+        std::vector<int32_t> ids(4 * 32), tg(4 * 32);
+        for (size_t i = 0; i < ids.size(); i++) { ids[i] = (int)(i * 3 % 29); tg[i] = (int)((i + 1) * 3 % 29); }
+        mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f);
+        mf_backward(ctx, mf_model_loss(m, ids.data(), tg.data(), 4, 32));
+        mf_optimizer_step(ctx, &opt);
+        total[bf] = mf_ctx_memory_bytes(ctx);
+        peak[bf] = mf_activation_peak_bytes(ctx);
+        params = (size_t)mf_param_count(ctx);
+        MFT_CHECK(mf_ok(ctx));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+    printf("    sdpa d 32, B 4, T 32, %zu parameters: activation peak fp32 %zu / bf16 %zu bytes; counted total fp32 %zu / "
+           "bf16 %zu bytes (ratio %.3f)\n", params, peak[0], peak[1], total[0], total[1], (double)total[1] / (double)total[0]);
+    MFT_CHECK(peak[1] == peak[0]);
+    MFT_CHECK(total[1] >= total[0] + params * 2); /* the weight copy is counted */
+}
+
+int main(void) {
+    if (cuda_suite_start("test_cuda_bf16") < 0) return 1;
+    MFT_RUN(test_precision_api);
+#ifdef MF_CUDA_EMU
+    MFT_RUN(test_emu_bf16_rounding);
+#endif
+    MFT_RUN(test_gemm_is_rounded_inputs);
+    MFT_RUN(test_weight_copy_follows_parameters);
+    MFT_RUN(test_every_op_in_bf16);
+    MFT_RUN(test_train_sdpa);
+    MFT_RUN(test_train_relative);
+    MFT_RUN(test_train_fast_weights);
+    MFT_RUN(test_train_feedback);
+    MFT_RUN(test_checkpoint_bf16_to_cpu_and_back);
+    MFT_RUN(test_memory_counters);
+#ifdef MF_CUDA_EMU
+    MFT_RUN(test_no_leaks);
+#endif
+    return mft_finish();
+}
