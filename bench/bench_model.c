@@ -272,7 +272,7 @@ int main(int argc, char **argv) {
     mf_model_config cfg = mf_model_config_default();
     const char *mixer = "sdpa", *label = NULL;
     int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0, cuda = 0;
-    mf_precision prec = MF_PREC_FP32;
+    const char *precision = "fp32";
     double gpu_base = 0, gpu_peak = 0;
     double max_time = 0, *times, t_all, med, best, fpt, fpt_full, rss_before, t_first = 0;
     double wall_timed = 0, cpu_timed = 0, c0;
@@ -312,8 +312,8 @@ int main(int argc, char **argv) {
         else if (ARG("--peak")) peak = atoi(v);
         else if (ARG("--profile")) profile = atoi(v);
         else if (ARG("--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda"))) cuda = !strcmp(v, "cuda");
-        else if (ARG("--precision") && mf_precision_from_name(v) >= 0) prec = (mf_precision)mf_precision_from_name(v);
-        else if (!strcmp(a, "--tf32")) prec = MF_PREC_TF32;
+        else if (ARG("--precision")) precision = v;
+        else if (!strcmp(a, "--tf32")) precision = "tf32";
         else if (!strcmp(a, "--list-mixers")) { /* the mixers this build can run, one per line (bench/run*.sh) */
             int k;
             for (k = 0; k < MF_MIXER_COUNT; k++) {
@@ -344,10 +344,17 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
 #endif
-    if (!cuda && prec != MF_PREC_FP32) {
-        fprintf(stderr, "bench_model: --precision %s is a CUDA setting; add --device cuda (the CPU computes in fp32)\n",
-                mf_precision_name(prec));
-        return 2;
+    /* the precision API (mf_precision) is used in the CUDA build only: bench/run.sh --header git:REV
+       builds the CPU program against headers older than it */
+    if (strcmp(precision, "fp32") != 0) {
+#ifdef METAFORMER_CUDA
+        if (mf_precision_from_name(precision) < 0) { fprintf(stderr, "bench_model: --precision %s: fp32, tf32 or bf16\n", precision); return 2; }
+#endif
+        if (!cuda) {
+            fprintf(stderr, "bench_model: --precision %s is a CUDA setting: use the CUDA build with --device cuda (the CPU "
+                            "computes in fp32)\n", precision);
+            return 2;
+        }
     }
     if (cuda && profile) { fprintf(stderr, "bench_model: --profile times ops on the CPU only; drop it with --device cuda\n"); return 2; }
     rss_before = peak_rss_mb();
@@ -359,7 +366,11 @@ int main(int argc, char **argv) {
         (void)cudaFree(0); /* the CUDA runtime's context first: its memory is not the model's */
 #endif
         gpu_base = gpu_used_mb();
-        if (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || mf_cuda_set_precision(ctx, prec) < 0) {
+        if (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0
+#ifdef METAFORMER_CUDA
+            || mf_cuda_set_precision(ctx, (mf_precision)mf_precision_from_name(precision)) < 0
+#endif
+        ) {
             fprintf(stderr, "bench_model: --device cuda: %s\n", mf_error(ctx));
             return 1;
         }
@@ -408,10 +419,9 @@ int main(int argc, char **argv) {
     best = times[0];
     fpt = 3.0 * flops_per_token_fwd(&cfg, T, 0);
     fpt_full = 3.0 * flops_per_token_fwd(&cfg, T, 1);
-    printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %s, %d CPU threads, %lld params\n", mixer,
-           B, T, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab,
-           cuda ? (prec == MF_PREC_BF16 ? "CUDA (bf16 mixed precision)" : prec == MF_PREC_TF32 ? "CUDA (TF32 matmuls)" : "CUDA (fp32)")
-                : "CPU", threads, (long long)mf_param_count(ctx));
+    printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %s %s, %d CPU threads, %lld params\n", mixer,
+           B, T, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab, precision,
+           cuda ? "CUDA" : "CPU", threads, (long long)mf_param_count(ctx));
     if (cuda) printf("  device memory held %.1f MB (parameters, gradients, moments, activations, cuBLAS workspace)\n", gpu_peak);
     printf("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f\n", done,
            warmup, t_first * 1e3, med * 1e3, best * 1e3, (double)last_loss);
@@ -426,7 +436,7 @@ int main(int argc, char **argv) {
            "device=%s precision=%s gpu_mb=%.1f\n",
            label, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
            peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
-           cpu_timed / wall_timed, (double)last_loss, cuda ? "cuda" : "cpu", mf_precision_name(prec), gpu_peak);
+           cpu_timed / wall_timed, (double)last_loss, cuda ? "cuda" : "cpu", precision, gpu_peak);
     fflush(stdout);
     if (profile > 0) profile_steps(ctx, m, &opt, ids, tg, B, T, profile);
     if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }
