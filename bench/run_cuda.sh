@@ -10,7 +10,7 @@
 #
 # Options (or the environment variables in brackets):
 #   --precision LIST [BENCH_PRECISION=fp32]  fp32, tf32, bf16 (comma or space separated): both sides at
-#                                  each, in this order per row. fp32: exact float32; tf32: matmuls on
+#                                  each, every row at one precision before the next. fp32: exact float32; tf32: matmuls on
 #                                  the TF32 tensor cores; bf16: C mf_cuda_set_precision(MF_PREC_BF16),
 #                                  torch fp32 parameters + torch.autocast(dtype=torch.bfloat16).
 #                                  --tf32 = --precision tf32
@@ -154,8 +154,8 @@ run_side() { # run_side c|torch ROW REP PRECISION
 if [ "$MODELS" = 1 ]; then
     for r in $(seq 1 "$REPS"); do
         say "== repeat $r of $REPS"
-        for m in $ROWS; do
-            for p in $PRECS; do
+        for p in $PRECS; do    # one precision over every row, then the next: the first ones complete first
+            for m in $ROWS; do
                 if [ $((r % 2)) = 1 ]; then run_side c "$m" "$r" "$p"; run_side torch "$m" "$r" "$p"
                 else run_side torch "$m" "$r" "$p"; run_side c "$m" "$r" "$p"; fi
             done
