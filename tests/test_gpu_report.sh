@@ -5,7 +5,7 @@
 # parts at their precisions) within time limits that add up to the budget, and write nothing.
 # Uses build/train (its --list-mixers). Prints ok/FAIL lines and the runner's summary.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
 check() { # NAME CONDITION...
