@@ -16,6 +16,11 @@
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
 #   make bench-cuda every model and the attention / fast-weights kernels vs PyTorch on the GPU
+#   make gpu-report on a machine with an NVIDIA GPU, in under 10 minutes: the build for its GPU,
+#                  test-cuda, every model trained on the GPU (fp32, bf16) beside the CPU, the
+#                  benchmarks at fp32 / TF32 / bf16 vs PyTorch; one Markdown report + the logs in
+#                  GPU_REPORT_DIR (default bench/results/gpu_<date>/). bench/gpu_report.sh --dry-run
+#                  prints what it would run
 #   make reliability  bench/results/reliability_<date>.md: fuzzing, kill-during-save, resume of every
 #                  model, non-finite and memory-cap tests, sanitizer runs (issue #22)
 CC      ?= gcc
@@ -38,7 +43,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-cuda demo ablate study goldens clean test-cuda train-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-cuda gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -162,7 +167,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -194,6 +199,7 @@ $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_study.log: $(BUILD)/study
 $(BUILD)/logs/sh/test_classify_cli.log: $(BUILD)/classify
+$(BUILD)/logs/sh/test_gpu_report.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_dist.log: $(BUILD)/dist/test_dist $(BUILD)/dist/asan/test_dist $(BUILD)/dist/test_dist_cuda $(BUILD)/dist/asan/test_dist_cuda
 
 # ---- MPI: data-parallel training ([mf:dist], -DMETAFORMER_MPI) ----
@@ -342,6 +348,16 @@ reliability:
 # the same on an NVIDIA GPU against PyTorch on that GPU (needs nvcc, a GPU and torch 2.x with CUDA)
 bench-cuda:
 	bash bench/run_cuda.sh
+
+# every nvcc build (the parity suites, train-cuda, the GPU benchmarks) and the CPU trainer beside
+# them: what make gpu-report builds first, in parallel
+cuda-all: $(CUDA_SUITES) $(BUILD)/train-cuda $(BUILD)/train $(BUILD)/cuda/bench_model $(BUILD)/cuda/bench_attention \
+          $(BUILD)/cuda/bench_fw_sweep
+
+# issue #18: the whole CUDA backend on a real GPU, one report (bench/gpu_report.sh)
+GPU_REPORT_DIR ?=
+gpu-report:
+	bash bench/gpu_report.sh $(if $(GPU_REPORT_DIR),--out "$(GPU_REPORT_DIR)")
 
 clean:
 	rm -rf $(BUILD)

@@ -11,7 +11,7 @@
 
    On a GPU (the CUDA kernels of [cu:fastweights] in metaformer_cuda.cuh):
      make build/cuda/bench_fw_sweep        (nvcc -x cu -DMETAFORMER_CUDA ...)
-     build/cuda/bench_fw_sweep --device cuda [--batch B] [the options above]
+     build/cuda/bench_fw_sweep --device cuda [--batch B] [--precision fp32|tf32|bf16] [the options above]
    With --device cuda the defaults are the issue's GPU model: d_model 512, 8 heads (dk 64, DPFP
    d_dot 128), batch 16 (--batch; --tokens is not used), T = 1024, 2048, 4096, chunks of 16, best of
    3; the device is synchronised around every timed region. The table adds tokens/s of both forms
@@ -28,6 +28,7 @@
 #endif
 
 static int H = 8, DK = 32, NU = 1, LINEAR = 0, THREADS = 0, REPS = 5, TOKENS = 8192, DEVICE = 0, BATCH = 16;
+static mf_precision PREC = MF_PREC_FP32; /* --precision: the CUDA context's arithmetic */
 
 /* seconds: wall clock, or with one thread the process's CPU time (robust to a machine shared with
    other jobs: time the process waits for a core does not count); on the GPU: wall clock after the
@@ -75,7 +76,10 @@ static void run(int T, int Bt, int chunk, double *fwd, double *total) {
     mf_tensor *q, *k, *v, *beta;
     float *hq, *hk, *hv, *hb;
 #ifdef METAFORMER_CUDA
-    if (DEVICE && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { fprintf(stderr, "bench_fw_sweep: %s\n", mf_error(ctx)); exit(1); }
+    if (DEVICE && (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || mf_cuda_set_precision(ctx, PREC) < 0)) {
+        fprintf(stderr, "bench_fw_sweep: %s\n", mf_error(ctx));
+        exit(1);
+    }
 #endif
     mf_set_threads(ctx, THREADS);
     /* the op's inputs as parameters (so it computes every input gradient), made once */
@@ -119,8 +123,8 @@ static int parse_list(const char *s, int *out, int max) {
 /* --device cuda: the recurrent and the chunkwise kernels side by side at the GPU shapes */
 static void device_table(const int *lengths, int nl, const int *chunks, int nc) {
     int i, j;
-    printf("CUDA %s kernels, fwd+bwd of the op alone (device synchronised): B=%d H=%d dk=%d d_dot=%d (nu %d), best of %d\n",
-           LINEAR ? "linear attention" : "fast weights (delta rule)", BATCH, H, DK, 2 * DK * NU, NU, REPS);
+    printf("CUDA %s kernels, fwd+bwd of the op alone (device synchronised): B=%d H=%d dk=%d d_dot=%d (nu %d), %s, best of %d\n",
+           LINEAR ? "linear attention" : "fast weights (delta rule)", BATCH, H, DK, 2 * DK * NU, NU, mf_precision_name(PREC), REPS);
     printf("%6s %4s | %11s %12s", "T", "B", "recurrent", "ktok/s");
     for (j = 0; j < nc; j++) printf(" | chunk %-4d %12s %9s", chunks[j], "ktok/s", "speed-up");
     printf("\n");
@@ -155,11 +159,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--batch")) BATCH = atoi(v);
         else if (!strcmp(a, "--chunks")) { nc = parse_list(v, chunks, 16); set_chunks = 1; }
         else if (!strcmp(a, "--lengths")) { nl = parse_list(v, lengths, 32); set_len = 1; }
-        else if (!strcmp(a, "--device")) {
+        else if (!strcmp(a, "--precision")) {
+            if (mf_precision_from_name(v) < 0) { fprintf(stderr, "bench_fw_sweep: --precision %s: fp32, tf32 or bf16\n", v); return 2; }
+            PREC = (mf_precision)mf_precision_from_name(v);
+        } else if (!strcmp(a, "--device")) {
             if (!strcmp(v, "cuda")) DEVICE = 1;
             else if (strcmp(v, "cpu")) { fprintf(stderr, "bench_fw_sweep: --device %s: cpu or cuda\n", v); return 2; }
         } else { fprintf(stderr, "bench_fw_sweep: unknown option %s (see the comment at the top)\n", a); return 2; }
         i++;
+    }
+    if (!DEVICE && PREC != MF_PREC_FP32) {
+        fprintf(stderr, "bench_fw_sweep: --precision %s is a CUDA setting; add --device cuda\n", mf_precision_name(PREC));
+        return 2;
     }
     if (DEVICE) {
         if (!set_h) H = 8;

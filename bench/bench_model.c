@@ -23,8 +23,10 @@
  *   --peak N       (only with -DMF_BENCH_OPENBLAS ... -lopenblas) measure OpenBLAS sgemm on one
  *                  N x N x N product with --threads threads instead, best of 7 timings
  *   --device cpu|cuda   cuda: only in the CUDA build (make build/cuda/bench_model:
- *                  nvcc -x cu -DMETAFORMER_CUDA bench/bench_model.c -lcublas); --tf32 lets cuBLAS use
- *                  TF32 tensor cores (mf_cuda_set_tf32). Each step ends by reading the loss (mf_item),
+ *                  nvcc -x cu -DMETAFORMER_CUDA bench/bench_model.c -lcublas).
+ *   --precision fp32|tf32|bf16   (cuda) the context's arithmetic (mf_cuda_set_precision): exact fp32,
+ *                  TF32 tensor cores, or bf16 mixed precision; --tf32 = --precision tf32.
+ *                  Each step ends by reading the loss (mf_item),
  *                  which waits for the GPU, so the step time is the GPU's. Instead of the peak RSS the
  *                  CUDA run reports gpu_mb: the most device memory the model and its steps held (the
  *                  drop of cudaMemGetInfo's free memory from just before the context was set up, so
@@ -263,13 +265,14 @@ static void usage(void) {
                     "  [--heads N] [--layers N] [--d-ff N] [--seq N] [--batch N] [--vocab N] [--pool-size N]\n"
                     "  [--pos none|learned|sinusoidal] [--act relu|gelu] [--mem-len N] [--compressive] [--c-mem-len N]\n"
                     "  [--rate c] [--chunk N] [--dpfp-nu N] [--feature dpfp|elu1] [--label NAME] [--seed N]\n"
-                    "  [--profile N] [--peak N] [--device cpu|cuda] [--tf32]\n");
+                    "  [--profile N] [--peak N] [--device cpu|cuda] [--precision fp32|tf32|bf16] [--tf32]\n");
 }
 
 int main(int argc, char **argv) {
     mf_model_config cfg = mf_model_config_default();
     const char *mixer = "sdpa", *label = NULL;
-    int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0, cuda = 0, tf32 = 0;
+    int steps = 10, warmup = 2, threads = 2, T = 256, B = 8, profile = 0, peak = 0, i, s, done = 0, cuda = 0;
+    const char *precision = "fp32";
     double gpu_base = 0, gpu_peak = 0;
     double max_time = 0, *times, t_all, med, best, fpt, fpt_full, rss_before, t_first = 0;
     double wall_timed = 0, cpu_timed = 0, c0;
@@ -309,7 +312,8 @@ int main(int argc, char **argv) {
         else if (ARG("--peak")) peak = atoi(v);
         else if (ARG("--profile")) profile = atoi(v);
         else if (ARG("--device") && (!strcmp(v, "cpu") || !strcmp(v, "cuda"))) cuda = !strcmp(v, "cuda");
-        else if (!strcmp(a, "--tf32")) tf32 = 1;
+        else if (ARG("--precision")) precision = v;
+        else if (!strcmp(a, "--tf32")) precision = "tf32";
         else if (!strcmp(a, "--list-mixers")) { /* the mixers this build can run, one per line (bench/run*.sh) */
             int k;
             for (k = 0; k < MF_MIXER_COUNT; k++) {
@@ -340,6 +344,18 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
 #endif
+    /* the precision API (mf_precision) is used in the CUDA build only: bench/run.sh --header git:REV
+       builds the CPU program against headers older than it */
+    if (strcmp(precision, "fp32") != 0) {
+#ifdef METAFORMER_CUDA
+        if (mf_precision_from_name(precision) < 0) { fprintf(stderr, "bench_model: --precision %s: fp32, tf32 or bf16\n", precision); return 2; }
+#endif
+        if (!cuda) {
+            fprintf(stderr, "bench_model: --precision %s is a CUDA setting: use the CUDA build with --device cuda (the CPU "
+                            "computes in fp32)\n", precision);
+            return 2;
+        }
+    }
     if (cuda && profile) { fprintf(stderr, "bench_model: --profile times ops on the CPU only; drop it with --device cuda\n"); return 2; }
     rss_before = peak_rss_mb();
     ctx = mf_ctx_new(1234);
@@ -350,7 +366,11 @@ int main(int argc, char **argv) {
         (void)cudaFree(0); /* the CUDA runtime's context first: its memory is not the model's */
 #endif
         gpu_base = gpu_used_mb();
-        if (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || (tf32 && mf_cuda_set_tf32(ctx, 1) < 0)) {
+        if (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0
+#ifdef METAFORMER_CUDA
+            || mf_cuda_set_precision(ctx, (mf_precision)mf_precision_from_name(precision)) < 0
+#endif
+        ) {
             fprintf(stderr, "bench_model: --device cuda: %s\n", mf_error(ctx));
             return 1;
         }
@@ -399,9 +419,9 @@ int main(int argc, char **argv) {
     best = times[0];
     fpt = 3.0 * flops_per_token_fwd(&cfg, T, 0);
     fpt_full = 3.0 * flops_per_token_fwd(&cfg, T, 1);
-    printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %s, %d CPU threads, %lld params\n", mixer,
-           B, T, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab,
-           cuda ? (tf32 ? "CUDA (TF32 matmuls)" : "CUDA (fp32)") : "CPU", threads, (long long)mf_param_count(ctx));
+    printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %s %s, %d CPU threads, %lld params\n", mixer,
+           B, T, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab, precision,
+           cuda ? "CUDA" : "CPU", threads, (long long)mf_param_count(ctx));
     if (cuda) printf("  device memory held %.1f MB (parameters, gradients, moments, activations, cuBLAS workspace)\n", gpu_peak);
     printf("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f\n", done,
            warmup, t_first * 1e3, med * 1e3, best * 1e3, (double)last_loss);
@@ -413,10 +433,10 @@ int main(int argc, char **argv) {
            cpu_timed / wall_timed, threads);
     printf("RESULT impl=c mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
            "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d cpu_util=%.2f loss=%.4f "
-           "device=%s gpu_mb=%.1f\n",
+           "device=%s precision=%s gpu_mb=%.1f\n",
            label, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
            peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
-           cpu_timed / wall_timed, (double)last_loss, cuda ? (tf32 ? "cuda-tf32" : "cuda") : "cpu", gpu_peak);
+           cpu_timed / wall_timed, (double)last_loss, cuda ? "cuda" : "cpu", precision, gpu_peak);
     fflush(stdout);
     if (profile > 0) profile_steps(ctx, m, &opt, ids, tg, B, T, profile);
     if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }

@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
 # bench/run_cuda.sh - `make bench-cuda`: on an NVIDIA GPU, a training step of every mixer and memory
 # model, metaformer.h's CUDA backend (build/cuda/bench_model --device cuda) against PyTorch eager on
-# the same GPU (bench/torch_*.py --device cuda, torch 2.x), side by side in one invocation; then the
-# fused attention kernel against torch's scaled_dot_product_attention (T = 1024 .. 8192, dk 64) and
-# the fast-weights chunkwise kernel against the recurrent one (T = 1024 .. 4096). Writes the report
-# to bench/results/cuda_<date>.md (build/bench_cuda/ keeps the raw RESULT lines and the run logs).
+# the same GPU (bench/torch_*.py --device cuda, torch 2.x), side by side in one invocation, at each
+# precision asked for; then the fused attention kernel against torch's scaled_dot_product_attention
+# (T = 1024 .. 8192, dk 64) and the fast-weights chunkwise kernel against the recurrent one
+# (T = 1024 .. 4096). Writes the report to bench/results/cuda_<date>.md (build/bench_cuda/ keeps the
+# raw RESULT lines, one file per precision, and the run logs). `make gpu-report` (bench/gpu_report.sh)
+# runs each part of it under its own time limit.
 #
 # Options (or the environment variables in brackets):
+#   --precision LIST [BENCH_PRECISION=fp32]  fp32, tf32, bf16 (comma or space separated): both sides at
+#                                  each, every row at one precision before the next. fp32: exact float32; tf32: matmuls on
+#                                  the TF32 tensor cores; bf16: C mf_cuda_set_precision(MF_PREC_BF16),
+#                                  torch fp32 parameters + torch.autocast(dtype=torch.bfloat16).
+#                                  --tf32 = --precision tf32
+#   --parts LIST                   models, attention, fw-sweep (default all three; --no-attention and
+#                                  --no-fw-sweep drop one)
 #   --rows "a b" [BENCH_ROWS]      rows (see row_spec), default: every mixer of the library
 #                                  (build/cuda/bench_model --list-mixers) and compressive
 #   --reps N [BENCH_REPS=1]        C / torch runs per row, interleaved (a GPU is quiet: 1 is enough)
 #   --steps N [BENCH_STEPS=10] --warmup N [BENCH_WARMUP=3] --max-time S [BENCH_MAX_TIME=20]
-#   --tf32                         both sides let matmuls use TF32 tensor cores (default: exact fp32)
-#   --no-attention  --no-fw-sweep  skip the kernel sweeps
+#   --deadline S                   start no model run S seconds after this script started (the rest
+#                                  is listed as not run); each run is also stopped after max-time + 60 s
+#   --goals FILE                   append the part's #18 goals, checked, as Markdown table rows
+#                                  "| goal | met / NOT met / not measured | numbers |"
 #   --out FILE   --build-only      [PYTHON=python3] [NVCC=nvcc] [CUDA_ARCH="-gencode ..."]
 # GPU config (issue #8): d_model 512, heads 8, layers 6, d_ff 2048, batch 16, vocab 65; seq_len 1024
 # (softmax family, simple mixers, fast weights), 256 (feedback); XL memories the CPU bench's x 4.
@@ -24,9 +35,12 @@ REPS=${BENCH_REPS:-1}
 STEPS=${BENCH_STEPS:-10}
 WARMUP=${BENCH_WARMUP:-3}
 MAX_TIME=${BENCH_MAX_TIME:-20}
-TF32=""
+PRECS=${BENCH_PRECISION:-fp32}
+PARTS="models attention fw-sweep"
 ATTN=1
 FW_SWEEP=1
+DEADLINE=0
+GOALS=""
 OUT=""
 BUILD_ONLY=0
 PY=${PYTHON:-python3}
@@ -36,18 +50,42 @@ ARCH=${CUDA_ARCH:-"-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,
 . bench/common.sh
 own_option() { # the options of this script (the shared ones: parse_args in bench/common.sh)
     case "$1" in
-    --tf32) TF32="--tf32"; ARG_USED=1 ;;
+    --tf32) PRECS=tf32; ARG_USED=1 ;;
+    --precision) PRECS=${2-}; ARG_USED=2 ;;
+    --parts) PARTS=${2-}; ARG_USED=2 ;;
+    --deadline) DEADLINE=${2-}; ARG_USED=2 ;;
+    --goals) GOALS=${2-}; ARG_USED=2 ;;
     --no-attention) ATTN=0; ARG_USED=1 ;;
     esac
 }
 parse_args own_option "$@"
+PRECS=$(echo "$PRECS" | tr ',' ' ' | xargs)
+PARTS=$(echo "$PARTS" | tr ',' ' ' | xargs)
+for p in $PRECS; do
+    case "$p" in fp32|tf32|bf16) ;; *) say "bench/run_cuda.sh: --precision $p: fp32, tf32 or bf16"; exit 2 ;; esac
+done
+for part in $PARTS; do
+    case "$part" in models|attention|fw-sweep) ;; *) say "bench/run_cuda.sh: --parts $part: models, attention or fw-sweep"; exit 2 ;; esac
+done
+PRECS_LIST=${PRECS// /,}   # for the programs' --precision lists
+in_list() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; }
+has_prec() { in_list "$1" "$PRECS"; }
+MODELS=0; in_list models "$PARTS" && MODELS=1
+in_list attention "$PARTS" || ATTN=0
+in_list fw-sweep "$PARTS" || FW_SWEEP=0
 
 T_START=$(date +%s)
 BUILD=build/bench_cuda
 mkdir -p "$BUILD" bench/results
-[ -n "$OUT" ] || OUT="bench/results/cuda_$(date +%Y-%m-%d)$([ -n "$TF32" ] && echo _tf32).md"
-RAW="$BUILD/raw.txt"; : > "$RAW"
+[ -n "$OUT" ] || OUT="bench/results/cuda_$(date +%Y-%m-%d)$([ "$PRECS" != fp32 ] && echo "_${PRECS// /_}").md"
 REPORT="$BUILD/report.md"; : > "$REPORT"
+raw_of() { echo "$BUILD/raw_$1.txt"; }   # the RESULT lines of one precision
+for p in $PRECS; do : > "$(raw_of "$p")"; done
+# goal NAME STATUS NUMBERS: one checked goal, in the report (and in --goals FILE)
+goal() {
+    rep "- $1: **$2** ($3)"
+    [ -z "$GOALS" ] || printf '| %s | %s | %s |\n' "$1" "$2" "$3" >> "$GOALS"
+}
 
 # ---- build -------------------------------------------------------------------------------------
 [ -x "$NVCC" ] || { say "make bench-cuda: nvcc not found (set NVCC=...): the CUDA benchmark needs the CUDA compiler"; exit 1; }
@@ -90,89 +128,215 @@ row_spec() {
 [ -n "$ROWS" ] || ROWS=$(default_rows build/cuda/bench_model)
 for m in $ROWS; do [ -n "$(row_spec "$m")" ] || { say "bench/run_cuda.sh: unknown row $m"; exit 2; }; done
 
-run_side() { # run_side c|torch ROW REP
+# each run stops after max-time + 30 s, each kernel sweep after BENCH_KERNEL_LIMIT s (--foreground:
+# a timeout around this script stops them too)
+RUN_LIMIT=$(awk -v t="$MAX_TIME" 'BEGIN { printf "%d", t + 30 }')
+KERNEL_LIMIT=${BENCH_KERNEL_LIMIT:-180}
+past_deadline() { [ "$DEADLINE" -gt 0 ] && [ $(($(date +%s) - T_START)) -ge "$DEADLINE" ]; }
+NOT_RUN=""; FAILED=""
+: > "$BUILD/failed.txt"
+run_side() { # run_side c|torch ROW REP PRECISION
     local log="$BUILD/last_$1.txt"
+    if past_deadline; then NOT_RUN="$NOT_RUN $1:$2/$4"; return 0; fi
     # shellcheck disable=SC2046,SC2086
     if [ "$1" = c ]; then
-        build/cuda/bench_model --device cuda $SIZES $(row_field "$2" 1) $TF32 --steps "$STEPS" --warmup "$WARMUP" \
-            --max-time "$MAX_TIME" > "$log" 2>&1
+        timeout --foreground "$RUN_LIMIT" build/cuda/bench_model --device cuda $SIZES $(row_field "$2" 1) --precision "$4" \
+            --steps "$STEPS" --warmup "$WARMUP" --max-time "$MAX_TIME" > "$log" 2>&1
     else
         [ "$TORCH" = 1 ] || return 0
-        "$PY" $(row_field "$2" 2) --device cuda $SIZES $TF32 --steps "$STEPS" --warmup "$WARMUP" --max-time "$MAX_TIME" > "$log" 2>&1
+        timeout --foreground "$RUN_LIMIT" "$PY" $(row_field "$2" 2) --device cuda $SIZES --precision "$4" --steps "$STEPS" \
+            --warmup "$WARMUP" --max-time "$MAX_TIME" > "$log" 2>&1
     fi
-    record_result "$log" "$2" "$3" "$1" gpu_mb
+    RAW=$(raw_of "$4") record_result "$log" "$2" "$3" "$1 $4" gpu_mb
+    # a run without a result: its last lines go into the report
+    grep -q '^RESULT' "$log" || { FAILED="$FAILED $1:$2/$4"; tail -n 4 "$log" | sed "s|^|$1 $2 $4: |" >> "$BUILD/failed.txt"; }
 }
-for r in $(seq 1 "$REPS"); do
-    say "== repeat $r of $REPS"
-    for m in $ROWS; do
-        if [ $((r % 2)) = 1 ]; then run_side c "$m" "$r"; run_side torch "$m" "$r"; else run_side torch "$m" "$r"; run_side c "$m" "$r"; fi
+if [ "$MODELS" = 1 ]; then
+    for r in $(seq 1 "$REPS"); do
+        say "== repeat $r of $REPS"
+        for p in $PRECS; do    # one precision over every row, then the next: the first ones complete first
+            for m in $ROWS; do
+                if [ $((r % 2)) = 1 ]; then run_side c "$m" "$r" "$p"; run_side torch "$m" "$r" "$p"
+                else run_side torch "$m" "$r" "$p"; run_side c "$m" "$r" "$p"; fi
+            done
+        done
     done
-done
+fi
+[ -z "$FAILED" ] || NOTES+=("these runs gave no result (failed, or stopped after $RUN_LIMIT s):$FAILED; their last lines are under Failed runs below.")
+[ -z "$NOT_RUN" ] || NOTES+=("the deadline (--deadline $DEADLINE s) left these runs out (side:row/precision):$NOT_RUN.")
 
 # ---- the report --------------------------------------------------------------------------------
 GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
 rep "# metaformer.h CUDA benchmark, $(date '+%Y-%m-%d %H:%M')"
 rep ""
-rep "Command: \`bash bench/run_cuda.sh${TF32:+ --tf32}\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run)."
+rep "Command: \`bash bench/run_cuda.sh --precision $PRECS_LIST --parts ${PARTS// /,}\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run)."
 rep "GPU: ${GPU:-unknown (no nvidia-smi)}; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs."
-PREC="exact fp32 on both sides"; ALLOW=False
-[ -n "$TF32" ] && { PREC="TF32 matmuls on both sides (cuBLAS and the attention kernel's tensor-core path)"; ALLOW=True; }
-rep "C: $("$NVCC" --version | tail -n 1), the Makefile's NVFLAGS ($(make -s -p -n 2>/dev/null | sed -n 's/^NVFLAGS = //p' | head -n 1), CUDA_ARCH $ARCH); precision: $PREC."
-[ "$TORCH" = 1 ] && rep "PyTorch: $("$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -n 1), eager, fp32 parameters, torch.backends.cuda.matmul.allow_tf32 = $ALLOW; sdpa/metric/quadratic attend through F.scaled_dot_product_attention."
+rep "C: $("$NVCC" --version | tail -n 1), the Makefile's NVFLAGS ($(make -s -p -n 2>/dev/null | sed -n 's/^NVFLAGS = //p' | head -n 1), CUDA_ARCH $ARCH)."
+[ "$TORCH" = 1 ] && rep "PyTorch: $("$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -n 1), eager; sdpa/metric/quadratic attend through F.scaled_dot_product_attention (PyTorch's choice of kernel: for bf16 its flash or cuDNN one)."
+rep "Precisions: fp32 = exact float32 on both sides; tf32 = matmuls (and the C attention kernels' tiles) on the TF32 tensor cores, fp32 accumulation; bf16 = C mf_cuda_set_precision(MF_PREC_BF16) (fp32 master weights and Adam, bf16 GEMM operands, fp32 accumulation), torch fp32 parameters and Adam with the forward and the loss under torch.autocast(dtype=torch.bfloat16)."
+
+if [ "$MODELS" = 1 ]; then
 rep "Config: $SIZES, dropout 0; sequence and memory lengths per row. MetaFormer mixers: learned positions, GELU; relative, compressive, fast_weights, linear, feedback: the seeds' models (no positions, ReLU FFN) against the seeds' PyTorch code."
-rep "Step: forward + cross-entropy + backward + clip_grad_norm(1.0) + Adam (lr 1e-3) + zero_grad on random tokens, timed until the GPU is done (C: mf_item of the loss; torch: torch.cuda.synchronize())."
+rep "Step: forward + cross-entropy + backward + clip_grad_norm(1.0) + Adam (lr 1e-3) + zero_grad on random tokens, timed until the GPU is done (C: mf_item of the loss, host clock; torch: CUDA events around the step)."
 rep ""
-rep "| row | config | C tok/s | torch tok/s | ratio | C TFLOP/s | C GPU MB | torch GPU MB | goal |"
-rep "|---|---|---:|---:|---:|---:|---:|---:|---|"
-table_row() { # ROW: its line of the table
-    local m=$1 c_tok t_tok c_gf c_mb t_mb
-    c_tok=$(raw_stat c "$m" tok_s median)
-    t_tok=$(raw_stat torch "$m" tok_s median)
-    c_gf=$(raw_stat c "$m" gflops median)
-    c_mb=$(raw_stat c "$m" gpu_mb maxval)
-    t_mb=$(raw_stat torch "$m" gpu_mb maxval)
-    awk -v m="$m" -v cfg="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v cm="$c_mb" -v tm="$t_mb" \
-        'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
-        BEGIN {
-            ratio = (ct != "" && tt != "" && tt > 0) ? ct / tt : ""
-            goal = ratio == "" ? "-" : ratio >= 1 ? "met" : "NOT met"
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, cfg, f(ct, 0), f(tt, 0), f(ratio, 2),
-                   cg == "" ? "-" : sprintf("%.1f", cg / 1000), f(cm, 0), f(tm, 0), goal
-        }'
+hdr="| row | config |"; sep="|---|---|"
+for p in $PRECS; do hdr="$hdr $p C tok/s | $p torch tok/s | $p ratio |"; sep="$sep---:|---:|---:|"; done
+rep "$hdr goal |"
+rep "$sep---|"
+# the precisions with a goal (#18: fp32 and bf16 at least PyTorch's speed); tf32 alone: tf32
+GOAL_PRECS=""
+for p in fp32 bf16; do has_prec "$p" && GOAL_PRECS="$GOAL_PRECS $p"; done
+[ -n "$GOAL_PRECS" ] || GOAL_PRECS=$PRECS
+ratio_of() { # PRECISION ROW: C tok/s / torch tok/s, or nothing
+    local c t
+    c=$(RAW=$(raw_of "$1") raw_stat c "$2" tok_s median)
+    t=$(RAW=$(raw_of "$1") raw_stat torch "$2" tok_s median)
+    awk -v c="$c" -v t="$t" 'BEGIN { if (c != "" && t != "" && t > 0) printf "%.3f", c / t }'
+}
+table_row() { # ROW: its line of the throughput table
+    local m=$1 line p c t r goal="met"
+    line="| $m | $(row_field "$m" 3) |"
+    for p in $PRECS; do
+        c=$(RAW=$(raw_of "$p") raw_stat c "$m" tok_s median)
+        t=$(RAW=$(raw_of "$p") raw_stat torch "$m" tok_s median)
+        r=$(ratio_of "$p" "$m")
+        line="$line $(awk -v x="$c" 'BEGIN { print x == "" ? "-" : sprintf("%.0f", x) }') | $(awk -v x="$t" 'BEGIN { print x == "" ? "-" : sprintf("%.0f", x) }') | ${r:--} |"
+    done
+    for p in $GOAL_PRECS; do
+        r=$(ratio_of "$p" "$m")
+        if [ -z "$r" ]; then goal="-"; break; fi
+        awk -v r="$r" 'BEGIN { exit !(r < 1) }' && goal="NOT met"
+    done
+    echo "$line $goal |"
 }
 table_rows table_row
 rep ""
-rep "tok/s: median over the runs of each side (each run: the median step). ratio = C / torch; goal (issue #8): ratio >= 1."
-rep "TFLOP/s: the analytic model FLOPs of bench/bench_model.c's header (causal half of attention, backward = 2 x forward)."
-rep "GPU MB: C = the most device memory the model and its steps held (cudaMemGetInfo, cuBLAS workspace included);"
-rep "torch = torch.cuda.max_memory_reserved() (its caching allocator's holding; max_memory_allocated is in the raw lines)."
+rep "tok/s: median over the runs of each side (each run: the median step). ratio = C / torch; goal (issue #18): ratio >= 1 at$GOAL_PRECS."
+rep ""
+rep "Peak GPU memory (MB). C: the most device memory the model and its steps held (the drop of cudaMemGetInfo's free memory; cuBLAS's workspace included). torch: max_memory_allocated (its tensors) / max_memory_reserved (its caching allocator's holding)."
+rep ""
+hdr="| row |"; sep="|---|"
+for p in $PRECS; do hdr="$hdr $p C | $p torch alloc / reserved |"; sep="$sep---:|---:|"; done
+has_prec fp32 && has_prec bf16 && { hdr="$hdr C bf16 / fp32 | torch bf16 / fp32 (alloc) |"; sep="$sep---:|---:|"; }
+rep "$hdr"
+rep "$sep"
+mem_ratio() { # IMPL ROW FIELD: bf16 / fp32 of FIELD's largest value, or -
+    local a b
+    a=$(RAW=$(raw_of bf16) raw_stat "$1" "$2" "$3" maxval)
+    b=$(RAW=$(raw_of fp32) raw_stat "$1" "$2" "$3" maxval)
+    awk -v a="$a" -v b="$b" 'BEGIN { print (a != "" && b != "" && b > 0) ? sprintf("%.2f", a / b) : "-" }'
+}
+for m in $ROWS; do
+    line="| $m |"
+    for p in $PRECS; do
+        c=$(RAW=$(raw_of "$p") raw_stat c "$m" gpu_mb maxval)
+        ta=$(RAW=$(raw_of "$p") raw_stat torch "$m" gpu_alloc_mb maxval)
+        tr=$(RAW=$(raw_of "$p") raw_stat torch "$m" gpu_mb maxval)
+        line="$line ${c:--} | ${ta:--} / ${tr:--} |"
+    done
+    has_prec fp32 && has_prec bf16 && line="$line $(mem_ratio c "$m" gpu_mb) | $(mem_ratio torch "$m" gpu_alloc_mb) |"
+    rep "$line"
+done
+rep ""
+rep "### Goals of #18 (models)"
+rep ""
+for p in fp32 bf16; do
+    has_prec "$p" || continue
+    slow=""; missing=""; n=0; nr=0
+    for m in $ROWS; do
+        r=$(ratio_of "$p" "$m"); n=$((n + 1))
+        [ -n "$r" ] || { missing="$missing $m"; continue; }
+        nr=$((nr + 1))
+        awk -v r="$r" 'BEGIN { exit !(r < 1) }' && slow="$slow $m ($r)"
+    done
+    what="$p: every model at least as fast as PyTorch eager$([ "$p" = bf16 ] && echo " with bf16 autocast")"
+    if [ "$nr" = 0 ]; then goal "$what" "not measured" "no row has both sides"
+    elif [ -n "$slow" ]; then goal "$what" "NOT met" "slower:$slow; $nr of $n rows measured"
+    elif [ "$nr" -lt "$n" ]; then goal "$what" "met where measured" "$nr of $n rows measured; not measured:$missing"
+    else goal "$what" "met" "all $n rows"; fi
+done
+if has_prec fp32 && has_prec bf16; then
+    r=$(mem_ratio c sdpa gpu_mb)
+    what="bf16 peak GPU memory at least a third below fp32 on the sdpa config (C bf16 / fp32 <= 0.67)"
+    if [ "$r" = - ]; then goal "$what" "not measured" "no sdpa runs at both precisions"
+    elif awk -v r="$r" 'BEGIN { exit !(r <= 2.0 / 3) }'; then goal "$what" "met" "ratio $r"
+    else goal "$what" "NOT met" "ratio $r"; fi
+fi
 for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
+if [ -s "$BUILD/failed.txt" ]; then
+    rep ""
+    rep "Failed runs (the last lines of each):"
+    rep '```'
+    while IFS= read -r l; do rep "$l"; done < "$BUILD/failed.txt"
+    rep '```'
+fi
+fi
 
 # ---- the kernels alone -------------------------------------------------------------------------
-verbatim() { rep '```'; "$@" 2>&1 | while IFS= read -r l; do rep "$l"; done; rep '```'; }
+verbatim() { # LOG CMD...: the command's output into the report (and LOG)
+    local log=$1
+    shift
+    rep '```'
+    "$@" 2>&1 | tee "$log" | while IFS= read -r l; do rep "$l"; done
+    rep '```'
+}
 if [ "$ATTN" = 1 ]; then
     rep ""
     rep "## Attention: the fused kernel vs torch.nn.functional.scaled_dot_product_attention (B 4, H 8, dk 64, causal)"
     rep ""
-    rep "Goal: at least PyTorch's SDPA TFLOP/s at the same precision (fp32 vs fp32, TF32 vs TF32). FLOPs as FlashAttention counts them."
-    verbatim build/cuda/bench_attention --device cuda 4 8 64 1024 2048 4096 8192
-    [ "$TORCH" = 1 ] && verbatim "$PY" bench/torch_sdpa.py --batch 4 --heads 8 --dk 64
+    rep "Goal (#18): in bf16, forward + backward at least 0.7x PyTorch's fastest SDPA kernel at T = 1024 .. 8192. FLOPs as FlashAttention counts them; peak_MB: C from cudaMemGetInfo, torch max_memory_allocated."
+    verbatim "$BUILD/attention_c.txt" timeout --foreground "$KERNEL_LIMIT" build/cuda/bench_attention --device cuda --precision "$PRECS_LIST" 4 8 64 1024 2048 4096 8192
+    : > "$BUILD/attention_torch.txt"
+    [ "$TORCH" = 1 ] && verbatim "$BUILD/attention_torch.txt" timeout --foreground "$KERNEL_LIMIT" "$PY" bench/torch_sdpa.py --batch 4 --heads 8 --dk 64 --precision "$PRECS_LIST"
+    # per (precision, T): C's fwd+bwd TFLOP/s against the fastest torch kernel's
+    rep ""
+    rep "| precision | T | C fwd+bwd TF/s | torch best fwd+bwd TF/s (kernel) | C / torch |"
+    rep "|---|---:|---:|---:|---:|"
+    awk '/^(metaformer|torch_)/ && NF >= 8 {
+             key = $2 " " $3
+             if (FILENAME == ARGV[1]) c[key] = $7
+             else if (!(key in t) || $7 + 0 > t[key] + 0) { t[key] = $7; k[key] = substr($1, 7) }
+             if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+         }
+         END { for (i = 1; i <= n; i++) { key = order[i]; split(key, a, " ")
+                   r = (key in c && key in t && t[key] > 0) ? sprintf("%.2f", c[key] / t[key]) : "-"
+                   printf "| %s | %s | %s | %s | %s |\n", a[1], a[2], key in c ? c[key] : "-",
+                          key in t ? t[key] " (" k[key] ")" : "-", r } }' \
+        "$BUILD/attention_c.txt" "$BUILD/attention_torch.txt" > "$BUILD/attention_table.md"
+    while IFS= read -r l; do rep "$l"; done < "$BUILD/attention_table.md"
+    rep ""
+    what="bf16 fused attention forward + backward at least 0.7x PyTorch's fastest SDPA (T 1024-8192, dk 64)"
+    if has_prec bf16; then
+        res=$(awk -F'|' '$2 ~ /bf16/ { n++; r = $6 + 0; if ($6 ~ /-/) miss++; else if (r < 0.7) { low++; l = l " T=" $3 + 0 " (" r ")" } }
+                         END { if (n == 0 || miss == n) print "not measured|no bf16 rows"
+                               else if (low) print "NOT met|below 0.7 at" l
+                               else if (miss) print "met where measured|" n - miss " of " n " lengths"
+                               else print "met|" n " lengths, ratios " "all >= 0.7" }' "$BUILD/attention_table.md")
+        goal "$what" "${res%%|*}" "${res#*|}"
+    fi
 fi
 if [ "$FW_SWEEP" = 1 ]; then
     rep ""
     rep "## Fast weights: the recurrent vs the chunkwise kernel (forward + backward; goal: chunkwise >= 5x recurrent at T = 4096)"
     rep ""
-    verbatim build/cuda/bench_fw_sweep --device cuda
+    for p in $PRECS; do
+        [ "$p" = tf32 ] && continue   # the fast-weights kernels have no TF32 path of their own
+        verbatim "$BUILD/fw_$p.txt" timeout --foreground "$KERNEL_LIMIT" build/cuda/bench_fw_sweep --device cuda --precision "$p"
+        sp=$(awk '$1 == 4096 { for (i = NF; i > 0; i--) if ($i ~ /^[0-9.]+x$/) { sub(/x$/, "", $i); print $i; exit } }' "$BUILD/fw_$p.txt")
+        what="$p: fast-weights chunkwise at least 5x the recurrent kernel at T = 4096"
+        if [ -z "$sp" ]; then goal "$what" "not measured" "no T = 4096 line"
+        elif awk -v s="$sp" 'BEGIN { exit !(s >= 5) }'; then goal "$what" "met" "${sp}x"
+        else goal "$what" "NOT met" "${sp}x"; fi
+    done
 fi
 rep ""
 rep "## Raw runs"
 rep ""
 rep '```'
-while IFS= read -r l; do rep "$l"; done < "$RAW"
+for p in $PRECS; do while IFS= read -r l; do rep "$l"; done < "$(raw_of "$p")"; done
 rep '```'
 T_END=$(date +%s)
 rep ""
-if [ "$ALL_MET" = 1 ]; then rep "Goal met by every row."; else rep "Goal NOT met by every row (see the goal column)."; fi
 rep "Runtime of this benchmark: $((T_END - T_START)) s."
 cp "$REPORT" "$OUT"
 say ""

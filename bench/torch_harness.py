@@ -14,10 +14,19 @@ PyTorch defaults) step, zero_grad(set_to_none=True). --max-time S stops after S 
 (at least one warm-up and one timed step; the warm-up ends early past S/4).
 
 --device cuda (torch >= 2.0 with a GPU): every tensor and module is created on the GPU (the default
-device), the step is timed up to torch.cuda.synchronize(), and the RESULT line adds gpu_mb: the most
-memory PyTorch's caching allocator reserved from the GPU (max_memory_reserved; gpu_alloc_mb is the
-most its tensors used). Matmuls are exact fp32 unless --tf32 (torch.backends.cuda.matmul.allow_tf32
-and cudnn.allow_tf32), matching bench_model's --tf32.
+device), each step is timed by CUDA events recorded around it (read after torch.cuda.synchronize()),
+and the RESULT line adds gpu_alloc_mb, the most memory its tensors held at once
+(torch.cuda.max_memory_allocated), and gpu_mb, the most PyTorch's caching allocator reserved from the
+GPU (max_memory_reserved).
+
+--precision fp32|tf32|bf16 (as bench_model's --precision): fp32, exact float32 matmuls; tf32, matmuls
+on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32; --tf32 is the
+same); bf16, mixed precision as a PyTorch user trains: fp32 parameters and Adam, the forward and the
+loss under torch.autocast(dtype=torch.bfloat16) (matmuls and attention in bf16, softmax, norms and
+the loss in fp32 by autocast's rules), the backward outside it. On the CPU bf16 is autocast on the
+CPU (torch >= 1.10), tf32 is refused. --sdpa-backend picks the kernel of
+F.scaled_dot_product_attention (torch >= 2.3; default auto, PyTorch's own choice: for bf16 on a
+Hopper GPU its flash or cuDNN kernel).
 """
 import argparse
 import ctypes
@@ -29,6 +38,7 @@ import time
 torch = None
 _rss_python = 0.0
 _device = "cpu"
+_args = None
 
 
 def cpu_seconds():
@@ -58,15 +68,42 @@ def parser(doc, seq):
     p.add_argument("--foreach", type=int, default=1, help="Adam(foreach=...): 1 multi-tensor (fast), 0 per tensor")
     p.add_argument("--info", action="store_true", help="print the BLAS / threading configuration and exit")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--tf32", action="store_true", help="cuda: let matmuls use TF32 tensor cores")
+    p.add_argument("--precision", choices=PRECISIONS, default=None, help="fp32 (default), tf32 (cuda), bf16 (autocast)")
+    p.add_argument("--tf32", action="store_true", help="cuda: let matmuls use TF32 tensor cores (= --precision tf32)")
+    p.add_argument("--sdpa-backend", choices=sorted(SDPA_BACKENDS), default="auto",
+                   help="the kernel of F.scaled_dot_product_attention (auto: PyTorch's choice)")
     return p
+
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+SDPA_BACKENDS = {"auto": None, "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                 "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+
+
+def precision(args):
+    """The run's precision: --precision, else tf32 for --tf32, else fp32."""
+    return args.precision or ("tf32" if args.tf32 else "fp32")
+
+
+def step_context(args):
+    """What the forward and the loss run under: bf16 autocast for --precision bf16, the SDPA backend
+    of --sdpa-backend (its backward runs the same kernel: autograd saved it)."""
+    import contextlib
+    ctx = contextlib.ExitStack()
+    if precision(args) == "bf16":
+        ctx.enter_context(torch.autocast(device_type=args.device, dtype=torch.bfloat16))
+    if SDPA_BACKENDS[args.sdpa_backend]:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        ctx.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[args.sdpa_backend])))
+    return ctx
 
 
 def start(args):
     """Import torch (after recording the interpreter's RSS) with args.threads intra-op threads."""
-    global torch, _rss_python, _device
+    global torch, _rss_python, _device, _args
     _rss_python = rss_mb()
     _device = args.device
+    _args = args
     import torch as t
     torch = t
     torch.set_num_threads(args.threads)
@@ -76,8 +113,16 @@ def start(args):
         if not torch.cuda.is_available():
             raise SystemExit("--device cuda: torch %s sees no CUDA GPU" % torch.__version__)
         torch.set_default_device("cuda")
-        torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
-        torch.backends.cudnn.allow_tf32 = bool(args.tf32)
+        torch.backends.cuda.matmul.allow_tf32 = precision(args) == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision(args) == "tf32"
+    elif precision(args) == "tf32":
+        raise SystemExit("--precision tf32 is a setting of the GPU's tensor cores: use it with --device cuda")
+    if args.sdpa_backend != "auto":
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: F401
+        except ImportError:
+            raise SystemExit("--sdpa-backend %s needs torch >= 2.3 (this is torch %s); use auto"
+                             % (args.sdpa_backend, torch.__version__))
     return torch
 
 
@@ -114,8 +159,9 @@ def blas_info():
 def print_setup():
     """One human-readable line and one INFO line: torch, threads, the BLAS really loaded, the environment."""
     if _device == "cuda":
-        print("torch %s on %s (CUDA %s), TF32 matmuls %s" % (torch.__version__, torch.cuda.get_device_name(),
-                                                            torch.version.cuda, torch.backends.cuda.matmul.allow_tf32))
+        print("torch %s on %s (CUDA %s), precision %s (TF32 matmuls %s), SDPA backend %s" % (
+            torch.__version__, torch.cuda.get_device_name(), torch.version.cuda, precision(_args),
+            torch.backends.cuda.matmul.allow_tf32, _args.sdpa_backend))
         print("INFO impl=torch version=%s device=cuda gpu=%s" % (torch.__version__,
                                                                  torch.cuda.get_device_name().replace(" ", "_")))
         return
@@ -161,16 +207,23 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
     times, loss_v, t_first, cpu_timed = [], float("nan"), 0.0, 0.0
     t_all = time.perf_counter()
     s = -args.warmup - 1
+    cuda = args.device == "cuda"
     while s + 1 < args.steps:
         s += 1
         t0, c0 = time.perf_counter(), cpu_seconds()
-        loss = loss_fn(gen)
+        if cuda:
+            ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ev0.record()
+        with step_context(args):
+            loss = loss_fn(gen)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if cuda:
+            ev1.record()
         sync(args)
-        dt = time.perf_counter() - t0
+        dt = ev0.elapsed_time(ev1) * 1e-3 if cuda else time.perf_counter() - t0
         loss_v = loss.item()
         if s == -args.warmup:
             t_first = dt
@@ -190,18 +243,18 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
     if args.device == "cuda":
         gpu_mb = torch.cuda.max_memory_reserved() / 1048576.0
         gpu_alloc_mb = torch.cuda.max_memory_allocated() / 1048576.0
-    print("torch %s train step: %s, %d threads, %d params" % (name, describe, args.threads, nparams))
+    print("torch %s train step: %s, %s, %d threads, %d params" % (name, describe, precision(args), args.threads, nparams))
     print("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f" % (
         len(times), args.warmup, t_first * 1e3, med * 1e3, best * 1e3, loss_v))
     print("  tokens/s %.0f, model GFLOP/s %.1f, peak RSS %.1f MB (python %.1f MB, after import torch %.1f MB)" % (
         tok_s, fpt * tok_s * 1e-9, rss_mb(), _rss_python, rss_torch))
     print("  CPU time / wall time over the timed steps %.2f (%d threads)" % (util, args.threads))
     if args.device == "cuda":
-        print("  GPU memory reserved %.1f MB, allocated at most %.1f MB" % (gpu_mb, gpu_alloc_mb))
+        print("  GPU memory: tensors at most %.1f MB (max_memory_allocated), reserved %.1f MB" % (gpu_alloc_mb, gpu_mb))
     print("RESULT impl=torch mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
           "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f "
-          "device=%s gpu_mb=%.1f gpu_alloc_mb=%.1f" % (
+          "device=%s precision=%s sdpa=%s gpu_mb=%.1f gpu_alloc_mb=%.1f" % (
               name, tok_s, med * 1e3, best * 1e3, fpt * tok_s * 1e-9, fpt * 1e-6, fpt_full * 1e-6, rss_mb(),
               rss_torch, nparams, len(times), args.threads, util, loss_v,
-              args.device + ("-tf32" if args.tf32 and args.device == "cuda" else ""), gpu_mb, gpu_alloc_mb))
+              args.device, precision(args), args.sdpa_backend, gpu_mb, gpu_alloc_mb))
     return 0
