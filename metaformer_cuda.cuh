@@ -1724,15 +1724,19 @@ static __device__ int mf__cu_xl_visible(const mf__cu_xl_args &a, int i, int j) {
 }
 /* dS of the visible pair (query i, key j) of head bh: scale * P * (dO_i . v_j - D_i), P recomputed
    from the saved lse; *p: the P that weights v_j (with dropout P~, and dS = scale (P~ dO_i . v_j - P D_i)) */
-static __device__ float mf__cu_xl_dscore(const mf__cu_xl_args &a, long long bh, int i, int j, float s, float lse,
-                                         const float *go, const float *v, float D, float *p) {
+static __device__ float mf__cu_xl_dscore_of(const mf__cu_xl_args &a, long long bh, int i, int j, float s, float lse,
+                                            float dot, float D, float *p) { /* dot: dO_i . v_j */
     float pr = expf(s - lse), pd;
     if (a.drop.p <= 0.0f) {
         *p = pr;
-        return a.scale * pr * (mf__cu_xl_dotp(go, v, a.dv) - D);
+        return a.scale * pr * (dot - D);
     }
     *p = pd = mf__cu_xl_drop(a, bh, i, j, pr);
-    return a.scale * (pd * mf__cu_xl_dotp(go, v, a.dv) - pr * D);
+    return a.scale * (pd * dot - pr * D);
+}
+static __device__ float mf__cu_xl_dscore(const mf__cu_xl_args &a, long long bh, int i, int j, float s, float lse,
+                                         const float *go, const float *v, float D, float *p) {
+    return mf__cu_xl_dscore_of(a, bh, i, j, s, lse, mf__cu_xl_dotp(go, v, a.dv), D, p);
 }
 
 /* ---- tile staging ---- */
@@ -2012,6 +2016,338 @@ static __global__ void mf__k_xl_bwd_du(float *du, const float *dup, int B, int H
     }
 }
 
+/* ---- the bf16 tensor-core kernels (MF_PREC_BF16 on sm_80+; docs/math.md §22) ---- */
+/* The same blocks, tiles, loops and per-pair math as the fp32 kernels above; only the products move
+   to the tensor cores, through [cu:attention]'s mf__fa_mm (bf16 WMMA m16n16k16, fp32 accumulators).
+   The three score terms become three tile products of k-major bf16 operands staged from fp32
+   (rounded to nearest even): A = (q + u) K^T over the tile's keys, Bp = q R^T over its table rows,
+   and in the backward G = dO V^T (the dO_i . v_j of dS); a pair reads its content term from A and its
+   position term from Bp on its diagonal (row jj - ii + BQ - 1; in dR/dS the key ii - dd + BK - 1
+   of A, G). The softmax, P, dS and every row statistic and accumulator stay fp32; P and dS are
+   rounded to bf16 only as operands of the products O += P V, dQ += dS K + dS_diag R, dV += P^T dO,
+   dK += dS^T q and dR += dS_diag^T q. Tables staged for a tile pair are padded from NR = 63 to 64
+   rows (a multiple of 16); head sizes are padded to multiples of 16 with zeros. */
+enum { MF__XL_TC_FWD, MF__XL_TC_DQ, MF__XL_TC_DKV, MF__XL_TC_REL };
+#define MF__XL_NRP 64 /* MF__XL_NR rounded up to the tensor cores' multiple of 16 */
+/* byte offsets of a bf16 kernel's buffers in its dynamic shared memory (a 0-byte buffer: unused by
+   that kernel), each 32-byte aligned as WMMA's loads and stores need; bytes: the total */
+typedef struct {
+    size_t A, Bp, G, acc, acc2, ss, lse, D, csum;     /* fp32 */
+    size_t qut, qt, gt, kt, rt, vt, vs, ks, rs, qs, gs, e1, e2; /* bf16 */
+    size_t bytes;
+} mf__xl_tc_smem;
+static __host__ __device__ size_t mf__xl_carve(size_t *at, size_t bytes) {
+    size_t o = *at;
+    *at += (bytes + 31) & ~(size_t)31;
+    return o;
+}
+/* the layout of kernel `kind`. Row strides: fp32 tiles n + 4 floats, bf16 tiles n + 8 elements (16
+   bytes of padding, as mf__fa_stride). Keys nk and table rows nr of a tile: BK and NRP, swapped in
+   the dR/dS kernel (BK distances, NRP keys). */
+static __host__ __device__ mf__xl_tc_smem mf__xl_tc_layout(int kind, int dk, int dv) {
+    const size_t f = sizeof(float), e = 2, q = MF__XL_BQ, bk = MF__XL_BK;
+    size_t dkp = (size_t)mf__fa_pad(dk), dvp = (size_t)mf__fa_pad(dv), at = 0;
+    size_t nk = kind == MF__XL_TC_REL ? MF__XL_NRP : bk, nr = kind == MF__XL_TC_REL ? bk : MF__XL_NRP;
+    int bwd = kind != MF__XL_TC_FWD, dq = kind == MF__XL_TC_DQ, dkv = kind == MF__XL_TC_DKV;
+    mf__xl_tc_smem L;
+    L.A = mf__xl_carve(&at, q * (nk + 4) * f);
+    L.Bp = mf__xl_carve(&at, q * (nr + 4) * f);
+    L.G = mf__xl_carve(&at, bwd ? q * (nk + 4) * f : 0);
+    L.acc = mf__xl_carve(&at, q * ((bwd ? dkp : dvp) + 4) * f); /* O, dQ, dK or dR */
+    L.acc2 = mf__xl_carve(&at, dkv ? bk * (dvp + 4) * f : 0);    /* dV */
+    L.ss = mf__xl_carve(&at, nr * f);
+    L.lse = mf__xl_carve(&at, q * f);
+    L.D = mf__xl_carve(&at, q * f);
+    L.csum = mf__xl_carve(&at, bk * f);
+    L.qut = mf__xl_carve(&at, dkp * (q + 8) * e);
+    L.qt = mf__xl_carve(&at, dkp * (q + 8) * e);
+    L.gt = mf__xl_carve(&at, bwd ? dvp * (q + 8) * e : 0);
+    L.kt = mf__xl_carve(&at, dkp * (nk + 8) * e);
+    L.rt = mf__xl_carve(&at, dkp * (nr + 8) * e);
+    L.vt = mf__xl_carve(&at, bwd ? dvp * (nk + 8) * e : 0);
+    L.vs = mf__xl_carve(&at, bwd ? 0 : nk * (dvp + 8) * e);
+    L.ks = mf__xl_carve(&at, dq ? nk * (dkp + 8) * e : 0);
+    L.rs = mf__xl_carve(&at, dq ? nr * (dkp + 8) * e : 0);
+    L.qs = mf__xl_carve(&at, dkv || kind == MF__XL_TC_REL ? q * (dkp + 8) * e : 0);
+    L.gs = mf__xl_carve(&at, dkv ? q * (dvp + 8) * e : 0);
+    L.e1 = mf__xl_carve(&at, q * (bk + 8) * e);                                  /* P^T, dS^T, P or dS */
+    L.e2 = mf__xl_carve(&at, dq ? nr * (q + 8) * e : dkv ? q * (bk + 8) * e : 0); /* dS_diag^T or dS */
+    L.bytes = at;
+    return L;
+}
+/* dst = rows r0 .. r0 + n - 1 of src (row stride lds, may be negative; rows outside [0, rows) and the
+   columns from w to wp are zero), plus the vector add [w] when not NULL, rounded to bf16: row-major
+   [n][ld], or trans: [wp][ld] (a k-major "T" tile) */
+static __device__ void mf__cu_xl_stage_bf(__nv_bfloat16 *dst, int ld, int trans, const float *src, long long lds, int r0,
+                                          int n, int rows, int w, int wp, const float *add) {
+    MF__FA_EACH(r, c, n, wp, {
+        int g = r0 + r;
+        float x = c < w && g >= 0 && g < rows ? src[(long long)g * lds + c] + (add ? add[c] : 0.0f) : 0.0f;
+        mf__fa_put(dst + (trans ? c * ld + r : r * ld + c), x);
+    });
+}
+static __device__ void mf__cu_xl_zero(float *dst, int n) {
+    for (int e = threadIdx.x; e < n; e += blockDim.x) dst[e] = 0.0f;
+}
+#define MF__XL_SM(T, name) T *name = (T *)(sm + L.name) /* a buffer of the layout L */
+#define MF__XL_MM mf__fa_mm<MF__FA_BF16>
+
+/* forward: block = (b*h, query tile), as mf__k_xl_fwd */
+static __global__ void __launch_bounds__(MF__XL_NT) mf__k_xl_fwd_bf16(mf__cu_xl_args a, float *o, float *lse_out) {
+    typedef __nv_bfloat16 E;
+    MF_DYN_SMEM(unsigned char, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NRP = MF__XL_NRP, TPR = MF__XL_TPR;
+    const mf__xl_tc_smem L = mf__xl_tc_layout(MF__XL_TC_FWD, a.dk, a.dv);
+    const int dk = a.dk, dv = a.dv, dkp = mf__fa_pad(dk), dvp = mf__fa_pad(dv), M = a.Tk - a.Tq, nqt = (a.Tq + BQ - 1) / BQ;
+    const int la = BK + 4, lb = NRP + 4, lo = dvp + 4, lq = BQ + 8, lkt = BK + 8, lrt = NRP + 8, lvs = dvp + 8;
+    long long bh = blockIdx.x / nqt;
+    int h = (int)(bh % a.H), i0 = (int)(blockIdx.x % nqt) * BQ, ii = threadIdx.x / TPR, sub = threadIdx.x % TPR, n, c, j0;
+    int kend = i0 + BQ + M < a.Tk ? i0 + BQ + M : a.Tk; /* later keys are hidden from the whole tile */
+    MF__XL_SM(float, A); MF__XL_SM(float, Bp); MF__XL_SM(float, acc); MF__XL_SM(float, ss);
+    MF__XL_SM(E, qut); MF__XL_SM(E, qt); MF__XL_SM(E, kt); MF__XL_SM(E, rt); MF__XL_SM(E, vs); MF__XL_SM(E, e1);
+    float *ls = (float *)(sm + L.lse), m = -INFINITY, l = 0;
+    mf__cu_xl_stage_bf(qut, lq, 1, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk, dkp, a.u + (long long)h * dk);
+    mf__cu_xl_stage_bf(qt, lq, 1, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk, dkp, NULL);
+    mf__cu_xl_zero(acc, BQ * lo);
+    for (j0 = 0; j0 < kend; j0 += BK) {
+        float sc[MF__XL_BK / MF__XL_TPR], mx = -INFINITY, mnew, alpha, sum = 0;
+        int rho0 = a.P + j0 - i0 - (BQ - 1) - M;
+        __syncthreads(); /* the previous tile is consumed */
+        mf__cu_xl_stage_bf(kt, lkt, 1, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk, dkp, NULL);
+        mf__cu_xl_stage_bf(rt, lrt, 1, a.R + (long long)h * dk, (long long)a.H * dk, rho0, NRP, 2 * a.P, dk, dkp, NULL);
+        mf__cu_xl_stage(ss, 1, a.S + h, a.H, rho0, NRP, 2 * a.P, 1);
+        mf__cu_xl_stage_bf(vs, lvs, 0, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv, dvp, NULL);
+        __syncthreads();
+        MF__XL_MM(A, la, qut, lq, kt, lkt, BQ, BK, dkp, 0);   /* (q + u) K^T */
+        MF__XL_MM(Bp, lb, qt, lq, rt, lrt, BQ, NRP, dkp, 0); /* q R^T */
+        __syncthreads();
+        for (n = 0; n < BK / TPR; n++) {
+            int jj = sub + n * TPR, r = jj - ii + BQ - 1;
+            sc[n] = mf__cu_xl_visible(a, i0 + ii, j0 + jj) ? a.scale * (A[ii * la + jj] + Bp[ii * lb + r] + ss[r]) : -INFINITY;
+            mx = sc[n] > mx ? sc[n] : mx;
+        }
+        mx = mf__cu_xl_rowmax(mx);
+        mnew = mx > m ? mx : m;
+        alpha = mnew == -INFINITY ? 1.0f : expf(m - mnew);
+        for (n = 0; n < BK / TPR; n++) {
+            float pe = sc[n] == -INFINITY ? 0.0f : expf(sc[n] - mnew);
+            sum += pe; /* l is the undropped sum */
+            if (a.drop.p > 0.0f && pe != 0.0f) pe = mf__cu_xl_drop(a, bh, i0 + ii, j0 + sub + n * TPR, pe);
+            mf__fa_put(e1 + (sub + n * TPR) * lq + ii, pe); /* P^T [key][query] */
+        }
+        sum = mf__cu_xl_rowsum(sum);
+        l = l * alpha + sum;
+        m = mnew;
+        if (alpha != 1.0f)
+            for (c = sub; c < dvp; c += TPR) acc[ii * lo + c] *= alpha;
+        __syncthreads();
+        MF__XL_MM(acc, lo, e1, lq, vs, lvs, BQ, dvp, BK, 1); /* O = alpha O + P V */
+    }
+    if (sub == 0) {
+        ls[ii] = l;
+        if (i0 + ii < a.Tq) lse_out[bh * a.Tq + i0 + ii] = l > 0 ? m + logf(l) : INFINITY;
+    }
+    __syncthreads();
+    MF__FA_EACH(r, cc, BQ, dv, if (i0 + r < a.Tq) o[(bh * a.Tq + i0 + r) * dv + cc] = ls[r] > 0 ? acc[r * lo + cc] / ls[r] : 0.0f);
+}
+
+/* dQ: block = (b*h, query tile), as mf__k_xl_bwd_dq; dQ += dS K + dS_diag R, dS_diag [table row][query]
+   holding dS_ij at row jj - ii + BQ - 1 */
+static __global__ void __launch_bounds__(MF__XL_NT) mf__k_xl_bwd_dq_bf16(mf__cu_xl_args a, float *dq) {
+    typedef __nv_bfloat16 E;
+    MF_DYN_SMEM(unsigned char, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NRP = MF__XL_NRP;
+    const mf__xl_tc_smem L = mf__xl_tc_layout(MF__XL_TC_DQ, a.dk, a.dv);
+    const int dk = a.dk, dv = a.dv, dkp = mf__fa_pad(dk), dvp = mf__fa_pad(dv), M = a.Tk - a.Tq, nqt = (a.Tq + BQ - 1) / BQ;
+    const int la = BK + 4, lb = NRP + 4, lo = dkp + 4, lq = BQ + 8, lkt = BK + 8, lrt = NRP + 8, lks = dkp + 8;
+    long long bh = blockIdx.x / nqt;
+    int h = (int)(bh % a.H), i0 = (int)(blockIdx.x % nqt) * BQ, j0;
+    int kend = i0 + BQ + M < a.Tk ? i0 + BQ + M : a.Tk;
+    MF__XL_SM(float, A); MF__XL_SM(float, Bp); MF__XL_SM(float, G); MF__XL_SM(float, acc); MF__XL_SM(float, ss);
+    MF__XL_SM(E, qut); MF__XL_SM(E, qt); MF__XL_SM(E, gt); MF__XL_SM(E, kt); MF__XL_SM(E, rt); MF__XL_SM(E, vt);
+    MF__XL_SM(E, ks); MF__XL_SM(E, rs); MF__XL_SM(E, e1); MF__XL_SM(E, e2);
+    float *ls = (float *)(sm + L.lse), *Ds = (float *)(sm + L.D);
+    mf__cu_xl_stage_bf(qut, lq, 1, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk, dkp, a.u + (long long)h * dk);
+    mf__cu_xl_stage_bf(qt, lq, 1, a.q + bh * a.Tq * dk, dk, i0, BQ, a.Tq, dk, dkp, NULL);
+    mf__cu_xl_stage_bf(gt, lq, 1, a.go + bh * a.Tq * dv, dv, i0, BQ, a.Tq, dv, dvp, NULL);
+    mf__cu_xl_stage(ls, 1, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+    mf__cu_xl_stage(Ds, 1, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+    mf__cu_xl_zero(acc, BQ * lo);
+    for (j0 = 0; j0 < kend; j0 += BK) {
+        int rho0 = a.P + j0 - i0 - (BQ - 1) - M;
+        __syncthreads();
+        mf__cu_xl_stage_bf(kt, lkt, 1, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk, dkp, NULL);
+        mf__cu_xl_stage_bf(ks, lks, 0, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk, dkp, NULL);
+        mf__cu_xl_stage_bf(vt, lkt, 1, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv, dvp, NULL);
+        mf__cu_xl_stage_bf(rt, lrt, 1, a.R + (long long)h * dk, (long long)a.H * dk, rho0, NRP, 2 * a.P, dk, dkp, NULL);
+        mf__cu_xl_stage_bf(rs, lks, 0, a.R + (long long)h * dk, (long long)a.H * dk, rho0, NRP, 2 * a.P, dk, dkp, NULL);
+        mf__cu_xl_stage(ss, 1, a.S + h, a.H, rho0, NRP, 2 * a.P, 1);
+        __syncthreads();
+        MF__XL_MM(A, la, qut, lq, kt, lkt, BQ, BK, dkp, 0);
+        MF__XL_MM(Bp, lb, qt, lq, rt, lrt, BQ, NRP, dkp, 0);
+        MF__XL_MM(G, la, gt, lq, vt, lkt, BQ, BK, dvp, 0); /* dO V^T */
+        __syncthreads();
+        MF__FA_EACH(ii, jj, BQ, BK, { /* dS over A */
+            int r = jj - ii + BQ - 1;
+            float d = 0, pr;
+            if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
+                d = mf__cu_xl_dscore_of(a, bh, i0 + ii, j0 + jj, a.scale * (A[ii * la + jj] + Bp[ii * lb + r] + ss[r]),
+                                        ls[ii], G[ii * la + jj], Ds[ii], &pr);
+            A[ii * la + jj] = d;
+        });
+        __syncthreads();
+        MF__FA_EACH(jj, ii, BK, BQ, mf__fa_put(e1 + jj * lq + ii, A[ii * la + jj])); /* dS^T */
+        MF__FA_EACH(r, ii, NRP, BQ, {                                                /* dS_diag^T */
+            int jj = r + ii - (BQ - 1);
+            mf__fa_put(e2 + r * lq + ii, jj >= 0 && jj < BK ? A[ii * la + jj] : 0.0f);
+        });
+        __syncthreads();
+        MF__XL_MM(acc, lo, e1, lq, ks, lks, BQ, dkp, BK, 1);  /* dQ += dS K */
+        MF__XL_MM(acc, lo, e2, lq, rs, lks, BQ, dkp, NRP, 1); /* dQ += dS_diag R */
+    }
+    __syncthreads();
+    mf__fa_add_out(dq + (bh * a.Tq + i0) * dk, dk, acc, lo, min(BQ, a.Tq - i0));
+}
+
+/* dK, dV: block = (b*h, key tile), the query tiles that see it in order, as mf__k_xl_bwd_dkv (the
+   same outputs, dup included) */
+static __global__ void __launch_bounds__(MF__XL_NT) mf__k_xl_bwd_dkv_bf16(mf__cu_xl_args a, float *dk_, float *dv_, float *dup) {
+    typedef __nv_bfloat16 E;
+    MF_DYN_SMEM(unsigned char, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NRP = MF__XL_NRP;
+    const mf__xl_tc_smem L = mf__xl_tc_layout(MF__XL_TC_DKV, a.dk, a.dv);
+    const int dk = a.dk, dv = a.dv, dkp = mf__fa_pad(dk), dvp = mf__fa_pad(dv), M = a.Tk - a.Tq, nkt = (a.Tk + BK - 1) / BK;
+    const int la = BK + 4, lb = NRP + 4, lok = dkp + 4, lov = dvp + 4, lq = BQ + 8, lkt = BK + 8, lrt = NRP + 8;
+    const int lqs = dkp + 8, lgs = dvp + 8;
+    long long bh = blockIdx.x / nkt;
+    int h = (int)(bh % a.H), j0 = (int)(blockIdx.x % nkt) * BK, i0, e;
+    MF__XL_SM(float, A); MF__XL_SM(float, Bp); MF__XL_SM(float, G); MF__XL_SM(float, acc); MF__XL_SM(float, acc2);
+    MF__XL_SM(float, ss); MF__XL_SM(float, csum);
+    MF__XL_SM(E, qut); MF__XL_SM(E, qt); MF__XL_SM(E, gt); MF__XL_SM(E, kt); MF__XL_SM(E, rt); MF__XL_SM(E, vt);
+    MF__XL_SM(E, qs); MF__XL_SM(E, gs); MF__XL_SM(E, e1); MF__XL_SM(E, e2);
+    float *ls = (float *)(sm + L.lse), *Ds = (float *)(sm + L.D);
+    mf__cu_xl_stage_bf(kt, lkt, 1, a.k + bh * a.Tk * dk, dk, j0, BK, a.Tk, dk, dkp, NULL);
+    mf__cu_xl_stage_bf(vt, lkt, 1, a.v + bh * a.Tk * dv, dv, j0, BK, a.Tk, dv, dvp, NULL);
+    mf__cu_xl_zero(acc, BK * lok);
+    mf__cu_xl_zero(acc2, BK * lov);
+    mf__cu_xl_zero(csum, BK);
+    i0 = j0 - M > 0 ? (j0 - M) / BQ * BQ : 0; /* query i sees key j iff i >= j - M */
+    for (; i0 < a.Tq; i0 += BQ) {
+        int rho0 = a.P + j0 - i0 - (BQ - 1) - M;
+        const float *q = a.q + bh * a.Tq * dk, *g = a.go + bh * a.Tq * dv;
+        __syncthreads();
+        mf__cu_xl_stage_bf(qut, lq, 1, q, dk, i0, BQ, a.Tq, dk, dkp, a.u + (long long)h * dk);
+        mf__cu_xl_stage_bf(qt, lq, 1, q, dk, i0, BQ, a.Tq, dk, dkp, NULL);
+        mf__cu_xl_stage_bf(qs, lqs, 0, q, dk, i0, BQ, a.Tq, dk, dkp, NULL);
+        mf__cu_xl_stage_bf(gt, lq, 1, g, dv, i0, BQ, a.Tq, dv, dvp, NULL);
+        mf__cu_xl_stage_bf(gs, lgs, 0, g, dv, i0, BQ, a.Tq, dv, dvp, NULL);
+        mf__cu_xl_stage_bf(rt, lrt, 1, a.R + (long long)h * dk, (long long)a.H * dk, rho0, NRP, 2 * a.P, dk, dkp, NULL);
+        mf__cu_xl_stage(ss, 1, a.S + h, a.H, rho0, NRP, 2 * a.P, 1);
+        mf__cu_xl_stage(ls, 1, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+        mf__cu_xl_stage(Ds, 1, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+        __syncthreads();
+        MF__XL_MM(A, la, qut, lq, kt, lkt, BQ, BK, dkp, 0);
+        MF__XL_MM(Bp, lb, qt, lq, rt, lrt, BQ, NRP, dkp, 0);
+        MF__XL_MM(G, la, gt, lq, vt, lkt, BQ, BK, dvp, 0);
+        __syncthreads();
+        MF__FA_EACH(ii, jj, BQ, BK, { /* P into e1, dS into e2 and over A */
+            int r = jj - ii + BQ - 1;
+            float d = 0, pr = 0;
+            if (mf__cu_xl_visible(a, i0 + ii, j0 + jj))
+                d = mf__cu_xl_dscore_of(a, bh, i0 + ii, j0 + jj, a.scale * (A[ii * la + jj] + Bp[ii * lb + r] + ss[r]),
+                                        ls[ii], G[ii * la + jj], Ds[ii], &pr);
+            mf__fa_put(e1 + ii * lkt + jj, pr);
+            mf__fa_put(e2 + ii * lkt + jj, d);
+            A[ii * la + jj] = d;
+        });
+        __syncthreads();
+        for (e = threadIdx.x; e < BK; e += blockDim.x) { /* the column sums of dS, queries in order */
+            float s = csum[e];
+            for (int ii = 0; ii < BQ; ii++) s += A[ii * la + e];
+            csum[e] = s;
+        }
+        if (dv_) MF__XL_MM(acc2, lov, e1, lkt, gs, lgs, BK, dvp, BQ, 1); /* dV += P^T dO */
+        if (dk_) MF__XL_MM(acc, lok, e2, lkt, qs, lqs, BK, dkp, BQ, 1);  /* dK += dS^T q */
+    }
+    __syncthreads();
+    for (e = threadIdx.x; dup && e < dk; e += blockDim.x) { /* keys past Tk add nothing */
+        float s = 0;
+        for (int n = 0; n < BK && j0 + n < a.Tk; n++) s += csum[n] * a.k[(bh * a.Tk + j0 + n) * dk + e];
+        dup[(long long)blockIdx.x * dk + e] = s;
+    }
+    if (dv_) mf__fa_add_out(dv_ + (bh * a.Tk + j0) * dv, dv, acc2, lov, min(BK, a.Tk - j0));
+    MF__FA_EACH(r, c, min(BK, a.Tk - j0), dk, /* the u term: + colsum(dS) u */
+                if (dk_) dk_[(bh * a.Tk + j0 + r) * dk + c] += acc[r * lok + c] + csum[r] * a.u[(long long)h * dk + c]);
+}
+
+/* dR, dS: block = (head, BK relative distances), every b and query tile in order, as
+   mf__k_xl_bwd_rel: the pair (query lane ii, distance lane dd) is key ii - dd + BK - 1 of the NRP
+   keys staged from jlo */
+static __global__ void __launch_bounds__(MF__XL_NT) mf__k_xl_bwd_rel_bf16(mf__cu_xl_args a, int B, float *dR, float *dS) {
+    typedef __nv_bfloat16 E;
+    MF_DYN_SMEM(unsigned char, sm);
+    const int BQ = MF__XL_BQ, BK = MF__XL_BK, NRP = MF__XL_NRP;
+    const mf__xl_tc_smem L = mf__xl_tc_layout(MF__XL_TC_REL, a.dk, a.dv);
+    const int dk = a.dk, dv = a.dv, dkp = mf__fa_pad(dk), dvp = mf__fa_pad(dv), M = a.Tk - a.Tq, ndt = (a.Tk + BK - 1) / BK;
+    const int la = NRP + 4, lb = BK + 4, lo = dkp + 4, lq = BQ + 8, lkt = NRP + 8, lrt = BK + 8, lqs = dkp + 8;
+    int h = (int)(blockIdx.x / ndt), d0 = (int)(blockIdx.x % ndt) * BK, b, i0, e;
+    MF__XL_SM(float, A); MF__XL_SM(float, Bp); MF__XL_SM(float, G); MF__XL_SM(float, acc); MF__XL_SM(float, ss);
+    MF__XL_SM(float, csum);
+    MF__XL_SM(E, qut); MF__XL_SM(E, qt); MF__XL_SM(E, gt); MF__XL_SM(E, kt); MF__XL_SM(E, rt); MF__XL_SM(E, vt);
+    MF__XL_SM(E, qs); MF__XL_SM(E, e1);
+    float *ls = (float *)(sm + L.lse), *Ds = (float *)(sm + L.D);
+    /* distance lane dd: table row P - d0 - dd (descending), for the Tk distances only */
+    mf__cu_xl_stage_bf(rt, lrt, 1, a.R + ((long long)(a.P - d0) * a.H + h) * dk, -(long long)a.H * dk, 0, BK, a.Tk - d0, dk,
+                       dkp, NULL);
+    for (e = threadIdx.x; e < BK; e += blockDim.x) ss[e] = d0 + e < a.Tk ? a.S[(long long)(a.P - d0 - e) * a.H + h] : 0.0f;
+    mf__cu_xl_zero(acc, BK * lo);
+    mf__cu_xl_zero(csum, BK);
+    for (b = 0; b < B; b++) {
+        long long bh = (long long)b * a.H + h;
+        const float *q = a.q + bh * a.Tq * dk, *g = a.go + bh * a.Tq * dv;
+        for (i0 = 0; i0 < a.Tq; i0 += BQ) {
+            int jlo = i0 + M - d0 - (BK - 1);
+            if (i0 + BQ - 1 + M < d0) continue; /* every pair of the tile has j < 0 */
+            __syncthreads();
+            mf__cu_xl_stage_bf(qut, lq, 1, q, dk, i0, BQ, a.Tq, dk, dkp, a.u + (long long)h * dk);
+            mf__cu_xl_stage_bf(qt, lq, 1, q, dk, i0, BQ, a.Tq, dk, dkp, NULL);
+            mf__cu_xl_stage_bf(qs, lqs, 0, q, dk, i0, BQ, a.Tq, dk, dkp, NULL);
+            mf__cu_xl_stage_bf(gt, lq, 1, g, dv, i0, BQ, a.Tq, dv, dvp, NULL);
+            mf__cu_xl_stage_bf(kt, lkt, 1, a.k + bh * a.Tk * dk, dk, jlo, NRP, a.Tk, dk, dkp, NULL);
+            mf__cu_xl_stage_bf(vt, lkt, 1, a.v + bh * a.Tk * dv, dv, jlo, NRP, a.Tk, dv, dvp, NULL);
+            mf__cu_xl_stage(ls, 1, a.lse + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+            mf__cu_xl_stage(Ds, 1, a.D + bh * a.Tq, 1, i0, BQ, a.Tq, 1);
+            __syncthreads();
+            MF__XL_MM(A, la, qut, lq, kt, lkt, BQ, NRP, dkp, 0); /* (q + u) K^T over the NRP keys */
+            MF__XL_MM(Bp, lb, qt, lq, rt, lrt, BQ, BK, dkp, 0);  /* q R^T over the BK distances */
+            MF__XL_MM(G, la, gt, lq, vt, lkt, BQ, NRP, dvp, 0);
+            __syncthreads();
+            MF__FA_EACH(ii, dd, BQ, BK, { /* dS [query][distance] into e1 and over Bp */
+                int jl = ii - dd + BK - 1;
+                float d = 0, pr;
+                if (d0 + dd < a.Tk && mf__cu_xl_visible(a, i0 + ii, jlo + jl))
+                    d = mf__cu_xl_dscore_of(a, bh, i0 + ii, jlo + jl, a.scale * (A[ii * la + jl] + Bp[ii * lb + dd] + ss[dd]),
+                                            ls[ii], G[ii * la + jl], Ds[ii], &pr);
+                mf__fa_put(e1 + ii * lrt + dd, d);
+                Bp[ii * lb + dd] = d;
+            });
+            __syncthreads();
+            for (e = threadIdx.x; e < BK; e += blockDim.x) {
+                float s = csum[e];
+                for (int ii = 0; ii < BQ; ii++) s += Bp[ii * lb + e];
+                csum[e] = s;
+            }
+            MF__XL_MM(acc, lo, e1, lrt, qs, lqs, BK, dkp, BQ, 1); /* dR_rows += dS_diag^T q */
+        }
+    }
+    __syncthreads();
+    for (e = threadIdx.x; dS && e < BK; e += blockDim.x)
+        if (d0 + e < a.Tk) dS[(long long)(a.P - d0 - e) * a.H + h] += csum[e];
+    MF__FA_EACH(r, c, min(BK, a.Tk - d0), dk, if (dR) dR[((long long)(a.P - d0 - r) * a.H + h) * dk + c] += acc[r * lo + c]);
+}
+#undef MF__XL_SM
+#undef MF__XL_MM
+
 /* ---- host wrappers ---- */
 static mf__cu_xl_args mf__cu_xl_args_of(const mf_ctx *ctx, const mf_tensor *out) {
     mf__cu_xl_args a;
@@ -2037,9 +2373,38 @@ static int mf__cu_rel_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     size_t smem = (MF__XL_BQ + MF__XL_BK) * lk + a.dk + MF__XL_BK * lv + (size_t)MF__XL_BQ * a.dv +
                   MF__XL_NR * (lk + 1) + MF__XL_BQ * MF__XL_BK + 2 * MF__XL_BQ;
     if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
+    if (mf__cu_fa_prec(ctx) == MF__FA_BF16) {
+        size_t bytes = mf__xl_tc_layout(MF__XL_TC_FWD, a.dk, a.dv).bytes;
+        if (mf__cu_xl_smem(ctx, mf__k_xl_fwd_bf16, bytes / sizeof(float), "the forward", a) < 0) return -1;
+        return MF__CU_RUN(ctx, "rel_attention", mf__k_xl_fwd_bf16, (unsigned)(BH * nqt), MF__XL_NT, bytes, a, out->data,
+                          out->saved);
+    }
     if (mf__cu_xl_smem(ctx, mf__k_xl_fwd, smem, "the forward", a) < 0) return -1;
     return MF__CU_RUN(ctx, "rel_attention", mf__k_xl_fwd, (unsigned)(BH * nqt), MF__XL_NT, smem * sizeof(float), a,
                       out->data, out->saved);
+}
+/* the backward's kernels on the bf16 tensor cores (D = dO . O already in a.D; cs: du's parts or NULL) */
+static int mf__cu_rel_attention_bwd_bf16(mf_ctx *ctx, const mf__cu_xl_args &a, int B, float *gq, float *gk, float *gv,
+                                         float *gu, float *gR, float *gS, float *cs) {
+    const char *op = "rel_attention (backward)";
+    long long BH = (long long)B * a.H, nqt = (a.Tq + MF__XL_BQ - 1) / MF__XL_BQ, nkt = (a.Tk + MF__XL_BK - 1) / MF__XL_BK;
+    size_t s_dq = mf__xl_tc_layout(MF__XL_TC_DQ, a.dk, a.dv).bytes, s_kv = mf__xl_tc_layout(MF__XL_TC_DKV, a.dk, a.dv).bytes;
+    size_t s_rel = mf__xl_tc_layout(MF__XL_TC_REL, a.dk, a.dv).bytes;
+    if (gq && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_dq_bf16, s_dq / sizeof(float), "the dQ backward", a) < 0 ||
+               MF__CU_RUN(ctx, op, mf__k_xl_bwd_dq_bf16, (unsigned)(BH * nqt), MF__XL_NT, s_dq, a, gq) < 0))
+        return -1;
+    if ((gk || gv || gu) && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_dkv_bf16, s_kv / sizeof(float), "the dK/dV backward", a) < 0 ||
+                             MF__CU_RUN(ctx, op, mf__k_xl_bwd_dkv_bf16, (unsigned)(BH * nkt), MF__XL_NT, s_kv, a, gk, gv,
+                                        cs) < 0))
+        return -1;
+    if (gu && MF__CU_RUN(ctx, op, mf__k_xl_bwd_du, MF__EW((long long)a.H * a.dk), gu, (const float *)cs, B, a.H,
+                         (int)nkt, a.dk) < 0)
+        return -1;
+    if ((gR || gS) && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_rel_bf16, s_rel / sizeof(float), "the dR/dS backward", a) < 0 ||
+                       MF__CU_RUN(ctx, op, mf__k_xl_bwd_rel_bf16, (unsigned)((long long)a.H * nkt), MF__XL_NT, s_rel, a, B,
+                                  gR, gS) < 0))
+        return -1;
+    return 0;
 }
 static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_xl_args a = mf__cu_xl_args_of(ctx, out);
@@ -2061,6 +2426,7 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (MF__CU_RUN(ctx, op, mf__k_xl_dot, MF__EW(BH * a.Tq), D, (const float *)out->grad, (const float *)out->data,
                    a.dv, BH * a.Tq) < 0)
         return -1;
+    if (mf__cu_fa_prec(ctx) == MF__FA_BF16) return mf__cu_rel_attention_bwd_bf16(ctx, a, B, gq, gk, gv, gu, gR, gS, cs);
     if (gq && (mf__cu_xl_smem(ctx, mf__k_xl_bwd_dq, s_dq, "the dQ backward", a) < 0 ||
                MF__CU_RUN(ctx, op, mf__k_xl_bwd_dq, (unsigned)(BH * nqt), MF__XL_NT, s_dq * sizeof(float), a, gq) < 0))
         return -1;

@@ -8,11 +8,11 @@
 #include "cuda_parity.h"
 
 /* ---------------------------------------------------------------- the op */
-struct RelCase { int B, H, Tq, M, dk, dv, P; };
+struct RelCase { int B, H, Tq, M, dk, dv, P; float drop; }; /* drop: attention dropout (0 when left out) */
 static const char *REL_NAMES[6] = {"q", "k", "v", "u", "R", "S"};
 
 /* q, k, v, u, R, S as parameters (every table row random: the invisible ones must stay without
-   gradient), loss = sum(out * W), W fixed random */
+   gradient), loss = sum(out * W), W fixed random; cuda: 0 CPU, 1 the fp32 kernels, 3 the bf16 ones */
 static OpRun rel_run(const RelCase &c, int cuda) {
     OpRun r;
     mf_ctx *ctx = mf_ctx_new(3);
@@ -23,11 +23,12 @@ static OpRun rel_run(const RelCase &c, int cuda) {
     float amp[6] = {1.5f, 1.5f, 1.0f, 0.5f, 0.7f, 1.0f};
     mf_tensor *in[6];
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    if (cuda == 3 && mf_cuda_set_precision(ctx, MF_PREC_BF16) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     for (int i = 0; i < 6; i++) {
         in[i] = mf_param(ctx, REL_NAMES[i], nd[i], sh[i]);
         if (in[i]) mf_set_data(ctx, in[i], rand_vec(in[i]->ne, 100 + (uint64_t)i, -amp[i], amp[i]).data());
     }
-    return op_run_finish(ctx, mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.dk), 0.0f),
+    return op_run_finish(ctx, mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], 1.0f / sqrtf((float)c.dk), c.drop),
                          std::vector<mf_tensor *>(in, in + 6));
 }
 /* table rows other than the visible P - Tk + 1 .. P must have exactly zero gradient */
@@ -69,17 +70,60 @@ static void rel_check(const RelCase &c) {
 }
 static void test_rel_attention_op(void) {
     static const RelCase cases[] = {
-        {1, 1, 1, 0, 3, 3, 4},    /* one query, no memory */
-        {1, 1, 1, 40, 16, 16, 64}, /* one query over 40 memory keys (a generation step) */
-        {3, 2, 7, 5, 5, 7, 12},   /* Tk = P: the table edge */
-        {3, 2, 7, 0, 1, 2, 7},    /* Tq = Tk = P, head size 1 */
-        {1, 2, 33, 0, 7, 5, 40},  /* a ragged second query / key tile */
-        {3, 1, 33, 40, 4, 4, 80}, /* memory longer than a tile */
-        {1, 3, 70, 5, 5, 3, 80},
-        {MFT_SMALL ? 1 : 3, 2, 70, 40, 3, 6, 110}, /* Tk = 110 = P, 4 key tiles */
-        {1, 1, 33, 40, 64, 64, 80}, /* head size 64: every kernel over 48 KiB of shared memory */
+        {1, 1, 1, 0, 3, 3, 4, 0.0f},    /* one query, no memory */
+        {1, 1, 1, 40, 16, 16, 64, 0.0f}, /* one query over 40 memory keys (a generation step) */
+        {3, 2, 7, 5, 5, 7, 12, 0.0f},   /* Tk = P: the table edge */
+        {3, 2, 7, 0, 1, 2, 7, 0.0f},    /* Tq = Tk = P, head size 1 */
+        {1, 2, 33, 0, 7, 5, 40, 0.0f},  /* a ragged second query / key tile */
+        {3, 1, 33, 40, 4, 4, 80, 0.0f}, /* memory longer than a tile */
+        {1, 3, 70, 5, 5, 3, 80, 0.0f},
+        {MFT_SMALL ? 1 : 3, 2, 70, 40, 3, 6, 110, 0.0f}, /* Tk = 110 = P, 4 key tiles */
+        {1, 1, 33, 40, 64, 64, 80, 0.0f}, /* head size 64: every kernel over 48 KiB of shared memory */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) rel_check(cases[i]);
+}
+/* the bf16 tensor-core kernels (MF_PREC_BF16) against the CPU. Tolerance as tests/test_cuda_attention.cpp:
+   10 u = 10 / 256 (u = 2^-8, bf16's unit roundoff) relative to max(max |reference|, 0.1): q + u, q,
+   k, v, the table rows R, dO, and P, dS as product operands are rounded to bf16; the scores, softmax,
+   row statistics and accumulators stay fp32 (docs/math.md §22). The bf16 error must also exceed 20
+   times the fp32 kernels' on the same cases: a silent fallback to the fp32 kernels fails. */
+static void test_rel_attention_bf16(void) {
+    static const RelCase cases[] = {
+        {1, 1, 1, 0, 3, 3, 4, 0.0f},    /* one query, no memory */
+        {2, 2, 7, 5, 5, 7, 12, 0.0f},   /* Tk = P: the table edge, ragged head sizes */
+        {1, 2, 33, 0, 7, 5, 40, 0.0f},  /* a ragged second query / key tile */
+        {3, 1, 33, 40, 4, 4, 80, 0.0f}, /* memory longer than a tile */
+        {1, 2, 40, 30, 8, 6, 80, 0.3f}, /* attention dropout over memory and current keys */
+        {1, 1, 33, 40, 64, 64, 80, 0.0f}, /* head size 64 */
+    };
+    const double TOL_BF16 = 10.0 / 256, FLOOR = 0.1;
+    double worst_bf16 = 0, worst_fp32 = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const RelCase &c = cases[i];
+        OpRun cpu = rel_run(c, 0), fp = rel_run(c, 1), bf = rel_run(c, 3);
+        char nm[96];
+        snprintf(nm, sizeof nm, "B%d H%d Tq%d M%d dk%d dv%d P%d drop %g", c.B, c.H, c.Tq, c.M, c.dk, c.dv, c.P, c.drop);
+        if (!cpu.err.empty() || !fp.err.empty() || !bf.err.empty()) {
+            printf("    %s: a run failed: %s%s%s\n", nm, cpu.err.c_str(), fp.err.c_str(), bf.err.c_str());
+            MFT_CHECK(0);
+            continue;
+        }
+        for (int t = -1; t < 6; t++) {
+            const std::vector<float> &ref = t < 0 ? cpu.out : cpu.grads[(size_t)t];
+            double eb = rel_err(t < 0 ? bf.out : bf.grads[(size_t)t], ref, FLOOR);
+            double ef = rel_err(t < 0 ? fp.out : fp.grads[(size_t)t], ref, FLOOR);
+            if (!(eb <= TOL_BF16)) { printf("    %s (bf16): %s%s differs, rel err %.3g\n", nm, t < 0 ? "output" : "d", t < 0 ? "" : REL_NAMES[t], eb); MFT_CHECK(0); }
+            if (eb > worst_bf16) worst_bf16 = eb;
+            if (ef > worst_fp32) worst_fp32 = ef;
+        }
+        MFT_CHECK(rel_invisible_zero(c, bf.grads[4], bf.grads[5]) == 0);
+        if (i == 0) { /* deterministic */
+            OpRun again = rel_run(c, 3);
+            MFT_CHECK(again.out == bf.out && again.grads == bf.grads);
+        }
+    }
+    printf("    worst relative error: bf16 %.3g, fp32 %.3g (floor %g)\n", worst_bf16, worst_fp32, FLOOR);
+    MFT_CHECK(worst_bf16 > 20 * worst_fp32 && worst_bf16 > 1e-4);
 }
 /* heads too large for the kernels' shared memory: a clear error, nothing launched */
 static void test_rel_attention_too_big(void) {
@@ -316,6 +360,7 @@ static void test_config_errors(void) {
 int main(void) {
     if (cuda_suite_start("test_cuda_xl") < 0) return 1;
     MFT_RUN(test_rel_attention_op);
+    MFT_RUN(test_rel_attention_bf16);
     MFT_RUN(test_rel_attention_too_big);
     MFT_RUN(test_train_relative_no_memory);
     MFT_RUN(test_train_xl);
