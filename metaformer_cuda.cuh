@@ -26,7 +26,8 @@
  *   - Dense products go through cuBLAS (row-major via C^T = B^T A^T), exact float32 unless
  *     mf_cuda_set_precision picks TF32 or BF16 (MF__CU(ctx)->prec). In BF16 the products read bf16
  *     operands (a bf16 copy of the parameters, the other operands converted into a scratch; fp32
- *     accumulation and output, [cu:gemm]); the parameters, moments and activations stay fp32.
+ *     accumulation and output, [cu:gemm]), and so do the tile products of [cu:attention] and
+ *     [cu:xl]; the parameters, moments and activations stay fp32.
  *     Every other kernel here is deterministic (no atomics; reductions in a
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
  *   - Errors: every runtime / cuBLAS call is checked and the message names the op and the call;
@@ -69,7 +70,9 @@
  *                    online softmax, backward by recomputation from the row log-sum-exp, no Tq x Tk
  *                    buffer, any sequence length): exact fp32 by default; on sm_80+ TF32 tensor
  *                    cores (WMMA) with MF_PREC_TF32, bf16 tensor cores with MF_PREC_BF16
- *   [cu:xl]          mf_rel_attention: FA2-style tiles with the content and position terms inside
+ *   [cu:xl]          mf_rel_attention: FA2-style tiles with the content and position terms inside;
+ *                    fp32 on the CUDA cores, or (MF_PREC_BF16, sm_80+) the three score terms and
+ *                    every accumulation as bf16 WMMA tile products
  *   [cu:fastweights] mf_dpfp, mf_fast_weights, mf_linear_attention: recurrent and chunkwise kernels
  *   [cu:feedback]    the feedback transformer's token recurrence (one tape node, device stacks, no
  *                    host synchronisation inside the loop) and mf_feedback_attention
@@ -78,12 +81,15 @@
  *   [cu:backend]     the op table (mf__cu_ops), the backend, mf_ctx_set_device, mf_cuda_set_precision
  * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
- * attention, 218 for the relative attention) and chunk lengths are bounded by it.
+ * attention, 218 for the relative attention, 208 for its bf16 kernels on sm_90) and chunk lengths
+ * are bounded by it.
  * Limits: the embedding and bias gradients are parallel over the columns only. Tensor-core paths:
  * cuBLAS's GEMMs and the fused attention of [cu:attention] (sdpa, metric, quadratic, forward and
  * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
- * sm_80+). The relative attention ([cu:xl]), the fast-weight / linear chunks ([cu:fastweights]) and
- * the feedback steps ([cu:feedback]) compute in fp32 on the CUDA cores whatever the precision. No
+ * sm_80+), and the relative attention of [cu:xl] with MF_PREC_BF16 only (bf16 WMMA m16n16k16; TF32
+ * leaves it on the fp32 kernels). The fast-weight / linear chunks ([cu:fastweights]) compute in fp32
+ * on the CUDA cores whatever the precision; the feedback steps' dense products are [cu:gemm]'s (bf16
+ * with MF_PREC_BF16), their one-query attention stays fp32 (a matrix-vector product). No
  * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
  * defaults, not tuned ones.
  */
@@ -1660,7 +1666,8 @@ static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
 
 /* ==== [cu:xl] =============================================================================== */
 #ifndef METAFORMER_NO_XL
-/* Transformer-XL relative attention (mf_rel_attention). */
+/* Transformer-XL relative attention (mf_rel_attention): fp32 kernels, and their bf16 tensor-core
+   twins (MF_PREC_BF16 on sm_80+: mf__k_xl_*_bf16 below, chosen by mf__cu_fa_prec). */
 /* FlashAttention-2 style kernels for the relative attention of docs/math.md §5.2 (the CPU twin is
    mf__rel_attention_forward / _backward in [mf:xl]): no Tq x Tk tensor is ever stored.
      score[i][j] = scale * ((q_i + u) . k_j + q_i . R[rho] + S[rho]),  rho = P + j - i - M,
@@ -2490,7 +2497,9 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
                      substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
    Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
    U, Gm, P (and normalised linear attention's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
-   opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size. */
+   opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size.
+   Every kernel here computes in fp32 on the CUDA cores in every precision (MF_PREC_BF16 included:
+   no bf16 tensor-core path yet). */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
 #define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
@@ -3164,7 +3173,12 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
    context's stream; softmax(w), the layer weights and every scalar the kernels need are read on the
    device (no value comes back to the host), and all memory is allocated before the loop.
    tests/test_cuda_feedback.cpp counts the emulator's host transfers and synchronisations over a
-   forward and a backward to check this. CUDA Graph capture of the per-step sequence is not done. */
+   forward and a backward to check this. CUDA Graph capture of the per-step sequence is not done.
+
+   Precision: the step's dense products go through mf__cu_gemm, so MF_PREC_BF16 runs them on the bf16
+   tensor cores; the feedback attention (one query per (batch row, head) against the slots: a
+   matrix-vector product that would fill one row of a 16-row WMMA tile, bound by reading the slots)
+   stays fp32 on the CUDA cores in every precision. */
 
 /* the attention's view of one call: heads, head size, memory slots, table rows; key/value (b, h, j)
    at b sb + h sh + j sj; slot j reads table row P - n + j; dr / ds rows (rb + j) */
