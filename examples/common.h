@@ -78,7 +78,11 @@ EX_FN void ex_fuzz_free_all(void) { while (ex_fuzz_n_blocks) free(ex_fuzz_blocks
 #define EX_PARSED() ((void)0)
 #endif
 
-/* print "<program>: error: <message>" and exit with status 1 */
+/* A program whose error must end more than its own process (build/train-mpi: every rank of the
+   job) sets this: die() hands it the message instead of printing it and exiting. It must not return. */
+EX_VAR void (*ex_die_hook)(const char *message);
+
+/* print "<program>: error: <message>" and exit with status 1 (or hand the message to ex_die_hook) */
 EX_FN EX_NORETURN void die(const char *fmt, ...) {
     va_list ap;
 #ifdef EX_FUZZ
@@ -88,6 +92,13 @@ EX_FN EX_NORETURN void die(const char *fmt, ...) {
     longjmp(ex_fuzz_jmp, EX_FUZZ_DIED);
 #endif
     fflush(stdout);
+    if (ex_die_hook) {
+        static char msg[16384]; /* a path of up to about 8000 bytes is quoted whole */
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        ex_die_hook(msg);
+    }
     fprintf(stderr, EX_PROG ": error: ");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
