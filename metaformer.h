@@ -54,6 +54,8 @@
  *   METAFORMER_NO_DATA      leave out [mf:tokenizer] and [mf:data] (tokenizers, shards, loaders)
  *   METAFORMER_NO_MMAP      read token shards with stdio instead of memory-mapping them (the default
  *                           where POSIX mmap is missing)
+ *   METAFORMER_MPI          compile [mf:dist], data-parallel training over MPI (mf_dist_*; includes
+ *                           <mpi.h>: build with mpicc, run with mpirun; see the README)
  *
  * CONCEPTS
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
@@ -94,6 +96,8 @@
  *   [mf:tokenizer]  bytes, characters and byte-level BPE (GPT-2's files, training), one file format
  *   [mf:data]       token shards (llm.c, nanoGPT), memory-mapped streams, the training loaders
  *   [mf:optim]      Adam (PyTorch, labml), AdamW, SGD-momentum, clipping, schedules
+ *   [mf:dist]       data-parallel training over MPI: gradient buckets averaged during the backward,
+ *                   ZeRO-1, checkpoints on any world size, failure agreement (METAFORMER_MPI only)
  *   metaformer_cuda.cuh mirrors this order with [cu:*] banners (its own CONTENTS table).
  *
  * EXTENDING (what a change touches)
@@ -123,6 +127,15 @@
 /* ==== [mf:api] ============================================================================== */
 #include <stddef.h>
 #include <stdint.h>
+#ifdef METAFORMER_MPI
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* C++: the C API only (MPI's C++ bindings are deprecated and warn) */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#endif
 
 #define METAFORMER_VERSION "0.1.0"
 
@@ -654,6 +667,77 @@ MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const
    before anything changes. */
 MFDEF int mf_model_load(mf_model *m, const char *path, int with_optimizer);
 
+#ifdef METAFORMER_MPI
+/* ---- data-parallel training over MPI ([mf:dist]; docs/math.md §18.3-18.7) ---------------------
+   Compiled only with -DMETAFORMER_MPI (build with mpicc; the default build needs no MPI). Every rank
+   runs the same program on its own rows of each global batch (contract: rank r, micro-batch i of
+   accum takes the global rows [(r * accum + i) * B, (r * accum + i + 1) * B)). A step:
+       mf_model_loss + mf_backward on the rank's rows (the backward starts the bucket averages);
+       mf_dist_sync(d, ctx, sums, n)   -- every rank, also one whose ctx failed: -1 on every rank then;
+       mf_dist_clip_grad_norm(d, ctx, max_norm); mf_dist_optimizer_step(d, ctx, &opt);
+       mf_zero_grad(ctx); mf_reset(ctx);
+   Gradients are AVERAGED over ranks (summed, divided by the world size): the mean loss of each rank
+   must be over the same number of counted targets for the result to equal one big batch; otherwise
+   scale each rank's loss by world * count_r / count_sum. Every function below that is marked
+   "collective" must be called by every rank of the communicator, in the same order. No call hangs
+   on a failed rank: failures are agreed on first and return -1 on every rank with "rank r: cause". */
+typedef struct mf_dist mf_dist;
+typedef struct mf_dist_config {
+    int zero1;               /* 1: ZeRO-1, the optimizer moments sharded over the ranks */
+    int64_t bucket_floats;   /* gradient floats per all-reduce bucket (whole parameters each) */
+    int no_overlap;          /* 1: no reduction starts during the backward (all in mf_dist_sync) */
+} mf_dist_config;
+/* zero1 0, buckets of 2^20 floats, overlap on. */
+MFDEF mf_dist_config mf_dist_config_default(void);
+/* A distributed context on comm (e.g. MPI_COMM_WORLD; MPI_Init is the caller's), cfg NULL = the
+   defaults. Collective. NULL on error, with the reason in err (err_size bytes; may be NULL). */
+MFDEF mf_dist *mf_dist_new(MPI_Comm comm, const mf_dist_config *cfg, char *err, size_t err_size);
+/* This rank, the number of ranks, and the rank among those on the same machine (picks the GPU). */
+MFDEF int mf_dist_rank(const mf_dist *d);
+MFDEF int mf_dist_world(const mf_dist *d);
+MFDEF int mf_dist_local_rank(const mf_dist *d);
+/* The dropout seed of this rank from a run's seed: rank 0 keeps seed (world 1 = a plain run), the
+   others get a hash of (seed, rank), so the ranks draw different dropout masks. */
+MFDEF uint64_t mf_dist_seed(const mf_dist *d, uint64_t seed);
+/* Collective, once, after the model's parameters exist (no mf_param afterwards): checks that every
+   rank has the same parameters (names, shapes, trainable; a difference is refused naming the first
+   one and the rank), broadcasts their values from rank 0, re-seeds ctx's dropout with
+   mf_dist_seed, lays the gradient buckets over the flat gradient buffer and installs the backward
+   hook that starts a bucket's average as soon as its gradients are final. 0, or -1 on every rank. */
+MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx);
+/* Do not start averages in the coming backwards (on = 1: micro-batches before the last one of a
+   step, gradient accumulation), or start them again (on = 0, the default). Returns the old value. */
+MFDEF int mf_dist_no_sync(mf_dist *d, int on);
+/* Collective, every step after the backward(s), also on a rank whose ctx failed: agrees on failure
+   (-1 on EVERY rank, "rank r: <its error>" in mf_dist_error and in each ctx), finishes the gradient
+   average (starting the buckets the backward did not) and sums sums[0 .. n_sums) over the ranks in
+   the same call (e.g. loss * count, count). sums may be NULL when n_sums is 0. 0 or -1. */
+MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums);
+/* Collective failure agreement at any other point (opening files, loading data): ok = 0 on a rank
+   that failed, why its reason (or NULL: ctx's error). 0 when every rank is ok, else -1 on every
+   rank with "rank r: why" of the first failed rank in mf_dist_error and ctx. */
+MFDEF int mf_dist_check(mf_dist *d, mf_ctx *ctx, int ok, const char *why);
+/* mf_clip_grad_norm of the averaged gradients: the same norm and scaling on every rank (with ZeRO-1
+   the shards' squares are summed over the ranks). Call after mf_dist_sync. */
+MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm);
+/* mf_optimizer_step after mf_dist_sync: the parameters without gradient agree over the ranks; with
+   ZeRO-1 each rank updates its shard of the flat buffer (its moments only) and the parameters are
+   all-gathered. Collective. 0 or -1 (on every rank). */
+MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o);
+/* Collective mf_model_save with the optimizer state: ZeRO-1's moments and every rank's memory rows
+   (the relative mixer's, in rank order) are gathered, rank 0 writes path (crash-safe). The file is an
+   ordinary checkpoint: mf_model_load with one process reads it, as mf_dist_load on any world size
+   whose batch layout fits (the memory rows divide evenly). 0 or -1 on every rank. */
+MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *const *meta_kv, int n_meta);
+/* Collective mf_model_load with the optimizer state, on any world size: each rank takes its memory
+   rows and (ZeRO-1) its shard of the moments. A file that fails on any rank fails every rank. */
+MFDEF int mf_dist_load(mf_dist *d, mf_model *m, const char *path);
+/* The last error ("" when none). */
+MFDEF const char *mf_dist_error(const mf_dist *d);
+/* Uninstalls the backward hook (when the ctx still lives, call it before mf_ctx_free). */
+MFDEF void mf_dist_free(mf_dist *d);
+#endif /* METAFORMER_MPI */
+
 #ifndef METAFORMER_NO_DATA
 /* ---- tokenizers (docs/math.md §17) ------------------------------------------------------------
    One type for every vocabulary:
@@ -1090,6 +1174,13 @@ struct mf_ctx {
     size_t arena_bytes;     /* capacity of the activation arena blocks (host + device) */
     const char *cur_op;     /* the op running now (forward or backward): who asked for memory */
     int cur_backward;
+    /* called by mf_backward after the backward of tape op i (mf_dist: starts the gradient buckets
+       that are final from there on); NULL: none */
+    void (*bw_hook)(mf_ctx *ctx, void *user, int i);
+    void *bw_hook_user;
+    /* ZeRO-1 (mf_dist): the moment buffers hold the floats [mom_lo, mom_lo + mom_n) of the flat
+       buffer only; mom_n 0: all of it */
+    int64_t mom_lo, mom_n;
 };
 
 static void *mf__xmalloc(size_t n) { return n ? MF_MALLOC(n) : NULL; }
@@ -1957,6 +2048,10 @@ static int mf__backward_one(mf_ctx *ctx, mf_tensor *t) {
     if (!mf_ok(ctx)) return -1;
     return ctx->check_finite ? mf__check_backward(ctx, t) : 0;
 }
+/* After the backward of tape op i (and of the ops after it): the hook of a distributed run. */
+static void mf__backward_done(mf_ctx *ctx, int i) {
+    if (ctx->bw_hook) ctx->bw_hook(ctx, ctx->bw_hook_user, i);
+}
 /* Recycled activation gradients (mf_set_keep_activation_grads(ctx, 0)), CPU. Walking the tape
    backwards, an op's inputs get their gradient buffers just before its backward (the buffer an
    input shares, mf__grad_shared_src, or a free one of its size, the one freed last: the warmest),
@@ -1985,7 +2080,7 @@ static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
     for (i = end; i >= 0 && mf_ok(ctx); i--) {
         mf_tensor *t = ctx->tape[i];
         int k, share;
-        if (!t->grad) continue;
+        if (!t->grad) { mf__backward_done(ctx, i); continue; }
         share = mf__grad_shared_src(ctx, t);
         for (k = 0; k < MF_MAX_SRC; k++) {
             mf_tensor *s = t->src[k];
@@ -1997,6 +2092,7 @@ static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
         if (mf__backward_one(ctx, t) < 0) return -1;
         if (mf__grad_sharing(t) < 0) { fl[nfl].p = t->grad; fl[nfl].ne = t->ne; nfl++; }
         t->grad = NULL;
+        mf__backward_done(ctx, i);
     }
     return mf_ok(ctx) ? 0 : -1;
 }
@@ -2038,12 +2134,12 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
     if (ctx->be) {
         static const float one = 1.0f;
         if (ctx->be->copy(ctx, loss->grad, &one, sizeof one, MF__H2D) < 0) return -1;
-        for (i = end; i >= 0 && mf_ok(ctx); i--) mf__backward_one(ctx, ctx->tape[i]);
+        for (i = end; i >= 0 && mf__backward_one(ctx, ctx->tape[i]) == 0; i--) mf__backward_done(ctx, i);
         return mf_ok(ctx) ? 0 : -1;
     }
     loss->grad[0] = 1.0f;
     loss->grad_pending = 0;
-    for (i = end; i >= 0 && mf_ok(ctx); i--) mf__backward_one(ctx, ctx->tape[i]);
+    for (i = end; i >= 0 && mf__backward_one(ctx, ctx->tape[i]) == 0; i--) mf__backward_done(ctx, i);
     return mf_ok(ctx) ? 0 : -1;
 }
 
@@ -10718,6 +10814,59 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     }
     return 0;
 }
+
+#ifdef METAFORMER_MPI
+/* ==== [mf:dist] ============================================================================= */
+/* Data-parallel training (docs/math.md §18.3-18.7). The transport is a table of functions, so MPI
+   (host buffers) and NCCL (device buffers, its own stream) share the bucketing, the backward hook,
+   ZeRO-1 and the checkpoints. Each returns 0, or -1 with the error in d. */
+typedef struct mf__dist_transport {
+    const char *name;                                                         /* "mpi", "nccl" */
+    int (*allreduce_start)(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n);   /* in-place average */
+    int (*wait_all)(mf_dist *d, mf_ctx *ctx); /* every started reduction done, visible to the compute stream */
+    int (*reduce_scatter)(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shard); /* average; rank r's shard [r*shard, (r+1)*shard) */
+    int (*all_gather)(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shard);
+    int (*broadcast)(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n, int root);
+} mf__dist_transport;
+
+struct mf_dist {
+    MPI_Comm comm;
+    int rank, world, local_rank;
+    mf_dist_config cfg;
+    const mf__dist_transport *tr;
+    char err[MF__ERRLEN];
+};
+
+MFDEF mf_dist_config mf_dist_config_default(void) {
+    mf_dist_config c;
+    memset(&c, 0, sizeof c);
+    c.bucket_floats = (int64_t)1 << 20;
+    return c;
+}
+MFDEF mf_dist *mf_dist_new(MPI_Comm comm, const mf_dist_config *cfg, char *err, size_t err_size) {
+    (void)comm; (void)cfg;
+    if (err && err_size) snprintf(err, err_size, "mf_dist_new: not implemented yet");
+    return NULL;
+}
+MFDEF int mf_dist_rank(const mf_dist *d) { return d ? d->rank : 0; }
+MFDEF int mf_dist_world(const mf_dist *d) { return d ? d->world : 1; }
+MFDEF int mf_dist_local_rank(const mf_dist *d) { return d ? d->local_rank : 0; }
+MFDEF uint64_t mf_dist_seed(const mf_dist *d, uint64_t seed) {
+    return (!d || d->rank == 0) ? seed : mf__mix64(seed ^ mf__mix64((uint64_t)d->rank + 0x9e3779b97f4a7c15ULL));
+}
+MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) { (void)d; (void)ctx; return -1; }
+MFDEF int mf_dist_no_sync(mf_dist *d, int on) { (void)d; (void)on; return 0; }
+MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums) { (void)d; (void)ctx; (void)sums; (void)n_sums; return -1; }
+MFDEF int mf_dist_check(mf_dist *d, mf_ctx *ctx, int ok, const char *why) { (void)d; (void)ctx; (void)why; return ok ? 0 : -1; }
+MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm) { (void)d; return mf_clip_grad_norm(ctx, max_norm); }
+MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o) { (void)d; return mf_optimizer_step(ctx, o); }
+MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *const *meta_kv, int n_meta) {
+    (void)d; return mf_model_save(m, path, 1, meta_kv, n_meta);
+}
+MFDEF int mf_dist_load(mf_dist *d, mf_model *m, const char *path) { (void)d; return mf_model_load(m, path, 1); }
+MFDEF const char *mf_dist_error(const mf_dist *d) { return d ? d->err : "mf_dist is NULL"; }
+MFDEF void mf_dist_free(mf_dist *d) { MF_FREE(d); }
+#endif /* METAFORMER_MPI */
 
 /* ---- every op ------------------------------------------------------------------------------------
    The descriptors of [mf:ops] and of the families' sections (a family's ops under its switch), here
