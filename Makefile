@@ -14,6 +14,8 @@
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
+#   make train-mpi build/train-mpi: examples/train.c with data-parallel training over MPI (mpirun)
+#   make bench-dist 2 ranks x 1 thread against 1 rank x 2 threads for every model (bench/dist.sh)
 #   make bench-cuda every model and the attention / fast-weights kernels vs PyTorch on the GPU
 #   make reliability  bench/results/reliability_<date>.md: fuzzing, kill-during-save, resume of every
 #                  model, non-finite and memory-cap tests, sanitizer runs (issue #22)
@@ -36,7 +38,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-cuda demo ablate goldens clean test-cuda train-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-cuda bench-dist demo ablate goldens clean test-cuda train-cuda train-mpi reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -275,6 +277,14 @@ $(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer
 	@mkdir -p $(BUILD)/cuda
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train.o
 	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
+
+# build/train-mpi: examples/train.c with data-parallel training over MPI (-DMETAFORMER_MPI), built
+# by Open MPI's mpicc; run it with mpirun (README: "Training on several processes")
+MPICC ?= mpicc
+train-mpi: $(BUILD)/train-mpi
+$(BUILD)/train-mpi: examples/train.c examples/common.h metaformer.h
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DMETAFORMER_MPI $< -o $@ $(LDLIBS)
 
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort

@@ -244,7 +244,7 @@ static double run_validation(mf_ctx *ctx, mf_model *model, data *d, double *scor
         *score = sort_evaluate(model, ctx, &rng, 1, S.batch, S.eval_batches, d->x, d->y, &n_scored, &loss);
         return mf_ok(ctx) ? loss : NAN;
     }
-    loss = validate(ctx, model, d->valid, S.seq_len, S.batch, S.eval_batches, d->x, d->y, NULL, NULL, NULL, NULL);
+    loss = validate(ctx, model, d->valid, S.seq_len, S.batch, S.eval_batches, d->x, d->y, NULL, NULL, NULL, NULL, NULL);
     *score = loss / log(2.0);
     return loss;
 }
@@ -275,7 +275,7 @@ static int run_child(const char *model_name, int index, int n_runs, const text_d
         float loss, ar, norm;
         int B, T, rc;
         next_batch(&d, model, &B, &T);
-        if ((rc = train_step(ctx, model, &opt, S.clip, d.x, d.y, B, T, &loss, &ar, &norm)) < 0) {
+        if ((rc = train_step(ctx, model, &opt, S.clip, d.x, d.y, B, T, &loss, &ar, &norm, NULL)) < 0) {
             progress_break(&pr);
             send_result(fd, RUN_FAILED, step, "step %lld failed: %s", (long long)step, mf_error(ctx));
             return 1;

@@ -11,7 +11,8 @@
      [model]     the model settings (train.c's options, checkpoints, build/sample) and their config
      [checkpoints] what build/train stores about its data and tokenizer, and the checks of it
      [sample]    generate and print a sample
-     [steps]     one training step and the validation loss of either loader
+     [steps]     one training step and the validation loss of either loader, on one process or
+                 on the ranks of a data-parallel run (build/train-mpi)
 
    Every function is static; EX_FN marks them unused-is-fine, since no program needs all. */
 #ifndef EXAMPLES_COMMON_H
@@ -698,23 +699,55 @@ EX_FN void print_sample(mf_ctx *ctx, mf_model *model, mf_tokenizer *tok, const i
 }
 
 /* ==== [steps] =============================================================================== */
+/* The ranks of a data-parallel run (build/train-mpi, docs/math.md §18): every rank takes its rows of
+   each global batch and the sums are added up over the ranks. NULL: one process. */
+struct mf_dist;
+typedef struct ex_ranks {
+    int rank, world;
+    struct mf_dist *dist;              /* METAFORMER_MPI: the steps' gradient averages, clipping, update */
+    void (*sum)(double *v, int n);     /* v[0 .. n) added up over the ranks, in place */
+    double sync_seconds;               /* train_step: the time spent in mf_dist_sync */
+    int nonfinite_ranks;               /* train_step: how many ranks had a NaN / Inf loss this step */
+    float local_loss;                  /* train_step: this rank's loss of the step */
+} ex_ranks;
+
 /* One training step (docs/math.md §11.5): forward and loss, backward, the gradient norm (clipped to
    clip when clip > 0), optimizer step, zero grad. *loss gets the loss, *ar the compressive models'
    attention-reconstruction part of it (0 for the others) and *grad_norm (may be NULL) the norm
    before clipping, all read before mf_reset. A NaN or Inf loss or gradient norm skips the update:
    the optimizer never applies a non-finite step; the gradients are zeroed and the step's activations
-   freed. Returns 0, 1 for such a non-finite step, or -1 with the error in ctx. */
+   freed. With ranks (NULL: one process; B may be 0 on a rank that the last global batch left no
+   row) the loss is the mean over the global batch: each rank's loss is weighted by its share of the
+   targets, the gradients averaged over the ranks (ranks->dist), and the loss, norm and decision are
+   the same on every rank; ranks->sync_seconds adds the time spent waiting for the averages.
+   Returns 0, 1 for such a non-finite step, or -1 with the error in ctx (on every rank). */
+#ifdef METAFORMER_MPI
+EX_FN int train_step_ranks(mf_ctx *ctx, mf_model *m, const int32_t *x, const int32_t *y, int B, int T, float clip,
+                           float *loss, float *ar, float *norm, ex_ranks *ranks);
+#endif
 EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float clip, const int32_t *x,
-                     const int32_t *y, int B, int T, float *loss, float *ar, float *grad_norm) {
-    mf_tensor *l = mf_model_loss(m, x, y, B, T);
+                     const int32_t *y, int B, int T, float *loss, float *ar, float *grad_norm, ex_ranks *ranks) {
     float norm;
     int finite;
-    mf_backward(ctx, l);
-    norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
-    *loss = mf_item(ctx, l); /* the value on any device */
-    *ar = mf_model_aux_loss(m);
+    (void)ranks; /* used with METAFORMER_MPI */
+#ifdef METAFORMER_MPI
+    if (ranks && ranks->dist) {
+        if (train_step_ranks(ctx, m, x, y, B, T, clip, loss, ar, &norm, ranks) < 0) return -1;
+    } else
+#endif
+    {
+        mf_tensor *l = mf_model_loss(m, x, y, B, T);
+        mf_backward(ctx, l);
+        norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
+        *loss = mf_item(ctx, l); /* the value on any device */
+        *ar = mf_model_aux_loss(m);
+    }
     if (grad_norm) *grad_norm = norm;
     finite = isfinite(*loss) && isfinite(norm);
+#ifdef METAFORMER_MPI
+    if (finite && ranks && ranks->dist) mf_dist_optimizer_step(ranks->dist, ctx, opt);
+    else
+#endif
     if (finite) mf_optimizer_step(ctx, opt);
     mf_zero_grad(ctx);
     mf_reset(ctx);
@@ -722,22 +755,57 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
     return finite ? 0 : 1;
 }
 
+#ifdef METAFORMER_MPI
+/* train_step's forward, backward, average and norm on the ranks: each rank's mean loss weighted by
+   world * its targets / the global batch's (1 when the ranks have as many), so that the average of
+   the gradients is the gradient of the global mean; the loss (and ar) summed over the ranks in the
+   same call. -1 on every rank when one failed (its error in ctx). */
+EX_FN int train_step_ranks(mf_ctx *ctx, mf_model *m, const int32_t *x, const int32_t *y, int B, int T, float clip,
+                           float *loss, float *ar, float *norm, ex_ranks *ranks) {
+    double sums[4] = {0, 0, 0, 0}, all, t0; /* loss * targets, ar * targets, targets, ranks with a non-finite loss */
+    ranks->local_loss = 0;
+    for (int i = 0; i < B * T; i++) sums[2] += y[i] >= 0;
+    all = sums[2];
+    ranks->sum(&all, 1);
+    if (sums[2] > 0) {
+        mf_tensor *l = mf_model_loss(m, x, y, B, T);
+        float weight = (float)(ranks->world * sums[2] / all);
+        sums[0] = (double)mf_item(ctx, l) * sums[2];
+        sums[1] = (double)mf_model_aux_loss(m) * sums[2];
+        ranks->local_loss = (float)(sums[0] / sums[2]);
+        sums[3] = !isfinite(sums[0]);
+        mf_backward(ctx, weight == 1.0f ? l : mf_scale(ctx, l, weight));
+    }
+    t0 = mf_time();
+    if (mf_dist_sync(ranks->dist, ctx, sums, 4) < 0) return -1;
+    ranks->sync_seconds += mf_time() - t0;
+    *norm = mf_dist_clip_grad_norm(ranks->dist, ctx, clip > 0 ? clip : 0);
+    *loss = (float)(sums[0] / sums[2]);
+    *ar = (float)(sums[1] / sums[2]);
+    ranks->nonfinite_ranks = (int)sums[3];
+    return 0;
+}
+#endif
+
 /* Mean validation cross-entropy (without the reconstruction loss, which goes to *ar when ar is
    not NULL) of n_batches batches of B rows over the validation stream, without gradients or
    dropout. A model without memory reads windows of T spread evenly over the stream; a memory
    model reads the first n_batches batches of a sequential loader on memory slot 1, emptied at
-   the start (the training memory in slot 0 is left alone). x, y hold B * T ids. When token_bytes
+   the start (the training memory in slot 0 is left alone). x, y hold B * T ids. With ranks (NULL:
+   one process) a batch is B rows of each rank, a global batch of B * world: each rank reads its
+   rows and the sums are added up over the ranks, so every rank returns the loss of one process
+   validating with B * world rows. When token_bytes
    (the byte length of each id) is given, *bytes gets the bytes of the scored targets: bits per
    byte = loss * scored / ln 2 / bytes (docs/math.md §17.6), *scored (when not NULL) their number. Returns NaN when a forward fails
    (the error is in ctx) or a memory model's validation data is too short for two tokens per row;
    dies when the stream cannot be read (an id outside the vocabulary). */
 EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, int n_batches, int32_t *x, int32_t *y,
-                      double *ar, const int *token_bytes, double *bytes, double *scored) {
+                      double *ar, const int *token_bytes, double *bytes, double *scored, const ex_ranks *ranks) {
     int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0), memory = has_memory(mf_model_get_config(m));
-    int slot = memory ? mf_model_memory_slot(m, 1) : 0;
-    double ce_sum = 0, ar_sum = 0, tokens = 0, nbytes = 0;
+    int slot = memory ? mf_model_memory_slot(m, 1) : 0, rank = ranks ? ranks->rank : 0, world = ranks ? ranks->world : 1;
+    double sums[4] = {0, 0, 0, 0}; /* cross-entropy * tokens, reconstruction loss * tokens, tokens, bytes */
     mf_loader sq;
-    int64_t n = mf_tokens_count(valid), windows = (n - 1) / T, count = (int64_t)n_batches * B, done = 0;
+    int64_t n = mf_tokens_count(valid), windows = (n - 1) / T, G = (int64_t)B * world, count = n_batches * G, done = 0;
     int32_t *row = (int32_t *)malloc((size_t)(T + 1) * sizeof *row);
     if (!row) die("out of memory");
     memset(&sq, 0, sizeof sq);
@@ -745,7 +813,7 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
     if (memory) {
         mf_loader_config c;
         memset(&c, 0, sizeof c);
-        c.batch = B; c.seq_len = T; c.sequential = 1; c.world = 1;
+        c.batch = B; c.seq_len = T; c.sequential = 1; c.rank = rank; c.world = world;
         count = 0;
         if (slot >= 0 && mf_loader_init(&sq, valid, &c) == 0) {
             mf_model_reset_memory(m);
@@ -758,22 +826,24 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
         float a;
         if (memory) {
             if (mf_loader_next(&sq, x, y, &b, &Tb) < 0) die("validation: %s", sq.error);
-        } else {
-            b = count - done < B ? (int)(count - done) : B;
+        } else { /* this rank's rows [first, first + b) of the global batch of g windows */
+            int64_t g = count - done < G ? count - done : G, first = (int64_t)rank * B < g ? (int64_t)rank * B : g;
+            b = (int)(g - first < B ? g - first : B);
             for (int r = 0; r < b; r++) {
-                int64_t start = (done + r) * windows / count * T;
+                int64_t start = (done + first + r) * windows / count * T;
                 if (mf_tokens_read(valid, start, T + 1, row) < 0) die("validation: %s", mf_tokens_error(valid));
                 memcpy(x + r * T, row, (size_t)T * sizeof *x);
                 memcpy(y + r * T, row + 1, (size_t)T * sizeof *y);
             }
         }
+        done += memory ? 1 : (count - done < G ? count - done : G);
+        if (b == 0) continue; /* the last global batch left this rank no row */
         if (!(loss = mf_model_loss(m, x, y, b, Tb))) break;
         a = mf_model_aux_loss(m);
-        ce_sum += ((double)mf_item(ctx, loss) - a) * b * Tb;
-        ar_sum += (double)a * b * Tb;
-        tokens += (double)b * Tb;
-        if (token_bytes) for (int i = 0; i < b * Tb; i++) nbytes += token_bytes[y[i]];
-        done += memory ? 1 : b;
+        sums[0] += ((double)mf_item(ctx, loss) - a) * b * Tb;
+        sums[1] += (double)a * b * Tb;
+        sums[2] += (double)b * Tb;
+        if (token_bytes) for (int i = 0; i < b * Tb; i++) sums[3] += token_bytes[y[i]];
         mf_reset(ctx);
     }
     mf_loader_free(&sq);
@@ -781,9 +851,11 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
     if (memory && slot >= 0) mf_model_memory_slot(m, slot);
     mf_set_grad(ctx, grad);
     mf_set_training(ctx, training);
-    if (ar) *ar = tokens > 0 ? ar_sum / tokens : 0;
-    if (bytes) *bytes = nbytes;
-    if (scored) *scored = tokens;
-    return mf_ok(ctx) && tokens > 0 ? ce_sum / tokens : NAN;
+    if (!mf_ok(ctx)) sums[2] = NAN; /* a failed forward on any rank makes the result NaN on all */
+    if (ranks && ranks->sum) ranks->sum(sums, 4);
+    if (ar) *ar = sums[2] > 0 ? sums[1] / sums[2] : 0;
+    if (bytes) *bytes = sums[3];
+    if (scored) *scored = sums[2];
+    return sums[2] > 0 ? sums[0] / sums[2] : NAN;
 }
 #endif /* EXAMPLES_COMMON_H */

@@ -30,8 +30,70 @@
 #include <glob.h>
 #define METAFORMER_IMPLEMENTATION
 #include "../metaformer.h"
+#ifdef METAFORMER_MPI
+#define EX_PROG "train-mpi"
+#else
 #define EX_PROG "train"
+#endif
 #include "common.h"
+
+/* ---- build/train-mpi (`make train-mpi`: this file with -DMETAFORMER_MPI, built by mpicc) ----
+   `mpirun -np N build/train-mpi ...` runs this program once per rank: --batch is the rows of one
+   rank, a step's global batch is N * --batch rows and rank r reads the rows [r * batch, (r + 1) *
+   batch) of it (mf_loader's rank / world), so N ranks train as one process with --batch N * batch.
+   The loss, validation and gradient norm printed are the global ones; rank 0 prints and writes the
+   checkpoints (mf_dist_save: an ordinary checkpoint, which any world size resumes). An error that
+   every rank knows of (mf_dist_* agreed on it) is printed once by rank 0 and ends every rank with
+   status 1; an error of one rank alone is printed with its rank and ends the job (MPI_Abort). */
+static ex_ranks RANKS = {0, 1, NULL, NULL, 0, 0, 0}; /* one process: rank 0 of 1 */
+static int AGREED; /* the error at hand is known to every rank (train-mpi) */
+#ifdef METAFORMER_MPI
+static int zero1, no_overlap;
+#define TRAIN_MPI_OPTIONS \
+    {"zero1", OPT_FLAG, &zero1, RUN_ONLY, 0, NULL, "ZeRO-1: shard the optimizer moments over the ranks (same results, less memory)"}, \
+    {"no-overlap", OPT_FLAG, &no_overlap, RUN_ONLY, 0, NULL, "average the gradients after the backward, not during it (measures the overlap)"},
+
+static void sum_over_ranks(double *v, int n) { MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
+
+static void die_mpi(const char *message) {
+    if (!AGREED) { /* this rank alone: say which, and end the job */
+        fprintf(stderr, EX_PROG ": error: rank %d of %d: %s\n", RANKS.rank, RANKS.world, message);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (RANKS.rank == 0) fprintf(stderr, EX_PROG ": error: %s\n", message);
+    exit(1); /* mpi_end finalizes */
+}
+/* a failure every rank agreed on: rank 0 prints it (it names the rank that failed), all end */
+static EX_NORETURN void die_agreed(const char *what, const char *why) {
+    AGREED = 1;
+    die("%s: %s", what, why);
+}
+static void mpi_end(void) {
+    int done;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+}
+static void mpi_start(int *argc, char ***argv) {
+    MPI_Init(argc, argv);
+    atexit(mpi_end);
+    MPI_Comm_rank(MPI_COMM_WORLD, &RANKS.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &RANKS.world);
+    RANKS.sum = sum_over_ranks;
+    ex_die_hook = die_mpi;
+    if (RANKS.rank != 0 && !freopen("/dev/null", "w", stdout)) die("cannot send the output of rank %d to /dev/null", RANKS.rank);
+}
+/* the ranks' checks and broadcast of the parameters, the dropout streams, the gradient buckets */
+static void mpi_attach(mf_ctx *ctx) {
+    mf_dist_config c = mf_dist_config_default();
+    char err[1024];
+    c.zero1 = zero1; c.no_overlap = no_overlap;
+    if (!(RANKS.dist = mf_dist_new(MPI_COMM_WORLD, &c, err, sizeof err))) die("%s", err);
+    if (mf_dist_attach(RANKS.dist, ctx) < 0) die_agreed("the ranks cannot start", mf_dist_error(RANKS.dist));
+}
+#else
+#define TRAIN_MPI_OPTIONS
+#endif
 
 /* ---- settings: one table drives parsing, --help, the checkpoint metadata and --resume ---- */
 typedef struct {
@@ -93,6 +155,7 @@ static const option OPTIONS[] = {
     {"temperature", OPT_FLOAT, &S.temperature, RUN_ONLY, 0, NULL, "sampling temperature (0 = greedy)"},
     {"top-k", OPT_INT, &S.top_k, RUN_ONLY, 0, NULL, "sample among the k most likely tokens (0 = all)"},
     {"greedy", OPT_FLAG, &S.greedy, RUN_ONLY, 0, NULL, "sample the most likely token each time (--temperature 0)"},
+    TRAIN_MPI_OPTIONS
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 static char DEFAULTS[N_OPTIONS][64]; /* each option's default as text: what an older checkpoint without it means */
@@ -307,7 +370,12 @@ static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const m
     }
 #undef PUT
     if (!d->shards) { kv[2 * n] = "train.vocab"; kv[2 * n + 1] = d->text.vocab_hex; n++; } /* byte values in hex: "0a2021..." */
+#ifdef METAFORMER_MPI
+    (void)ctx;
+    if (mf_dist_save(RANKS.dist, model, S.save, kv, n) < 0) die_agreed("cannot save", mf_dist_error(RANKS.dist));
+#else
     if (mf_model_save(model, S.save, 1, kv, n) < 0) die("%s", mf_error(ctx));
+#endif
 }
 
 /* --resume, before the model exists: take the settings from the checkpoint. An option given on
@@ -406,8 +474,13 @@ static void make_loader(mf_loader *L, data *d, int sequential) {
 static int64_t resume_state(mf_ctx *ctx, mf_model *model, mf_loader *L) {
     char buf[64];
     mf_loader_state st;
+#ifdef METAFORMER_MPI
+    int rc = mf_dist_load(RANKS.dist, model, S.resume);
+    if (rc < 0) die_agreed("cannot resume", mf_dist_error(RANKS.dist));
+#else
     int rc = mf_model_load(model, S.resume, 1);
     if (rc < 0) die("cannot resume: %s", mf_error(ctx));
+#endif
     st.epoch_rng = strtoull(meta("train.epoch_rng", buf, sizeof buf), NULL, 16);
     st.rng = strtoull(meta("train.rng", buf, sizeof buf), NULL, 16);
     st.epoch_pos = strtoll(meta("train.epoch_pos", buf, sizeof buf), NULL, 10);
@@ -417,6 +490,23 @@ static int64_t resume_state(mf_ctx *ctx, mf_model *model, mf_loader *L) {
         printf("note: \"%s\" holds no memories (an older checkpoint): the memories start empty, so the losses "
                "differ from an uninterrupted run\n", S.resume);
     return mf_optimizer_steps(ctx);
+}
+
+/* "rank 1 of 4", "ranks 1, 3 of 4": the ranks whose loss of this step was not finite (collective) */
+static const char *nonfinite_ranks(void) {
+    static char buf[200];
+    double *bad = (double *)calloc((size_t)RANKS.world, sizeof *bad);
+    int n, k = 0;
+    if (!bad) return "a rank (out of memory naming it)";
+    bad[RANKS.rank] = !isfinite(RANKS.local_loss);
+    RANKS.sum(bad, RANKS.world);
+    for (int r = 0; r < RANKS.world; r++) k += bad[r] > 0;
+    n = snprintf(buf, sizeof buf, "rank%s", k > 1 ? "s" : "");
+    for (int r = 0, i = 0; r < RANKS.world && n < (int)sizeof buf - 40; r++)
+        if (bad[r] > 0) n += snprintf(buf + n, sizeof buf - n, "%s %d", i++ ? "," : "", r);
+    snprintf(buf + n, sizeof buf - n, " of %d", RANKS.world);
+    free(bad);
+    return buf;
 }
 
 /* A NaN / Inf loss or gradient norm at `step` once the --skip-nonfinite budget is spent: stop, with
@@ -429,6 +519,8 @@ static void stop_nonfinite(int64_t step, float loss, float norm, int skipped, in
     else snprintf(kept, sizeof kept, "the checkpoint \"%s\" of step %lld is the last good one and is kept", S.save,
                   (long long)saved_step);
     char l[32], n[32];
+    AGREED = 1; /* the loss and the norm are the global ones: every rank stops here */
+    if (RANKS.nonfinite_ranks) snprintf(kept + strlen(kept), sizeof kept - strlen(kept), " (the loss was not finite on %s)", nonfinite_ranks());
     die("step %lld: the loss is %s and the gradient norm %s: not finite, so training stops without applying it%s; %s. "
         "Lower --lr, keep --clip, let a few such steps pass with --skip-nonfinite N, or find the op that makes the "
         "value with --check-finite", (long long)step, format_value(loss, l, sizeof l), format_value(norm, n, sizeof n),
@@ -468,7 +560,7 @@ typedef struct valid_result { double loss, ar, bytes, scored; } valid_result;
 static valid_result evaluate(mf_ctx *ctx, mf_model *m, data *d, int32_t *x, int32_t *y) {
     valid_result r;
     r.loss = validate(ctx, m, d->valid, S.m.seq_len, S.batch, S.eval_batches, x, y, &r.ar, d->token_bytes, &r.bytes,
-                      &r.scored);
+                      &r.scored, &RANKS);
     if (!mf_ok(ctx)) die("validation failed: %s", mf_error(ctx));
     if (isnan(r.loss)) die("validation failed: no validation batch could be read");
     return r;
@@ -494,6 +586,9 @@ int main(int argc, char **argv) {
     int n_prompt;
     char what[64];
 
+#ifdef METAFORMER_MPI
+    mpi_start(&argc, &argv);
+#endif
     model_choices();
     for (int i = 0; i < N_OPTIONS; i++) format_option(&OPTIONS[i], DEFAULTS[i], sizeof DEFAULTS[i]);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
@@ -534,6 +629,9 @@ int main(int argc, char **argv) {
     check_model_config(ctx, &cfg);
     mf_model *model = mf_model_new(ctx, &cfg);
     if (!model) die("%s", mf_error(ctx));
+#ifdef METAFORMER_MPI
+    mpi_attach(ctx);
+#endif
 
     int T = S.m.seq_len;
     int32_t *x = (int32_t *)malloc((size_t)S.batch * T * sizeof *x), *y = (int32_t *)malloc((size_t)S.batch * T * sizeof *y);
@@ -554,7 +652,7 @@ int main(int argc, char **argv) {
 
     make_loader(&L, &d, has_memory(&cfg));
     int64_t step = S.resume ? resume_state(ctx, model, &L) : 0;
-    if (S.save) check_writable(S.save);
+    if (S.save && RANKS.rank == 0) check_writable(S.save); /* rank 0 writes the checkpoints */
 
     if (!d.shards)
         printf("data: \"%s\", %zu bytes, %d distinct characters, %lld train / %lld valid\n", path, d.text.len, d.text.V,
@@ -586,11 +684,14 @@ int main(int argc, char **argv) {
         int rc;
         if ((new_pass = mf_loader_next(&L, x, y, &b, &Tb)) < 0) die("training data: %s", L.error);
         if (new_pass && L.cfg.sequential) mf_model_reset_memory(model); /* a pass over the data starts with empty memories */
-        if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, Tb, &loss, &aux, &norm)) < 0)
+        if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, Tb, &loss, &aux, &norm, &RANKS)) < 0) {
+            if (RANKS.dist) AGREED = 1; /* mf_dist_sync agreed on it: ctx holds "rank r: ..." */
             die("training step %lld failed: %s", (long long)step + 1, mf_error(ctx));
+        }
         if (rc > 0) { /* a NaN / Inf loss or gradient norm: train_step applied no update */
             progress_break(&pr);
             if (skipped >= S.skip_nonfinite) stop_nonfinite(step + 1, loss, norm, skipped, saved_step);
+            if (RANKS.nonfinite_ranks) printf("(the loss was not finite on %s)\n", nonfinite_ranks());
             skipped++;
             char lv[32], nv[32];
             printf("step %lld: loss %s, gradient norm %s: not finite, skipped (no update, gradients zeroed%s); "
@@ -602,7 +703,7 @@ int main(int argc, char **argv) {
             train_time += mf_time() - t0;
             continue;
         }
-        step++; run_steps++; tokens += (int64_t)b * Tb;
+        step++; run_steps++; tokens += (int64_t)b * Tb * RANKS.world;
         train_time += mf_time() - t0;
 
         /* a terminal: one line updated in place; else a line per log_every steps */
@@ -634,12 +735,18 @@ int main(int argc, char **argv) {
     valid_result r = evaluate(ctx, model, &d, x, y);
     snprintf(what, sizeof what, "step %lld", (long long)step);
     print_validation(&pr, &d, what, &r);
-    if (S.sample > 0) {
+    if (S.sample > 0 && RANKS.rank == 0) {
         int32_t *prompt = prompt_ids(&d, &n_prompt);
         mf_sampler sampler = {S.temperature, S.top_k, (uint64_t)S.seed};
         print_sample(ctx, model, d.tok, prompt, n_prompt, S.sample, &sampler);
         free(prompt);
     }
+#ifdef METAFORMER_MPI
+    if (RANKS.dist && run_steps)
+        printf("ranks: %d, %.1f s waiting for the gradient averages (%.1f%% of the training time)%s\n", RANKS.world,
+               RANKS.sync_seconds, 100 * RANKS.sync_seconds / train_time, no_overlap ? ", --no-overlap" : "");
+    mf_dist_free(RANKS.dist);
+#endif
     mf_model_free(model);
     mf_ctx_free(ctx);
     free(x); free(y); mf_loader_free(&L); close_data(&d);
