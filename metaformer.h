@@ -589,6 +589,15 @@ MFDEF const mf_model_config *mf_model_get_config(const mf_model *m);
 MFDEF mf_tensor *mf_model_forward(mf_model *m, const int32_t *ids, int B, int T);
 /* Mean cross-entropy of the next-token predictions: targets [B][T], -1 = not counted. [1]. */
 MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T);
+/* The loss of a micro-batch as its part of a larger batch (gradient accumulation, data-parallel
+   training; docs/math.md §18.2): its cross-entropy summed over its counted targets (not -1) and
+   divided by total_targets, the counted targets of the whole batch (every micro-batch, every
+   rank), plus the model's auxiliary loss (compressive: reconstruction) times B / total_rows. The
+   parts of a batch add up to mf_model_loss of the whole batch, and so do their gradients, to float
+   rounding; with total_targets = the call's own count and total_rows = B it is mf_model_loss. [1];
+   NULL with the error in ctx when total_targets is below the call's count or total_rows below B. */
+MFDEF mf_tensor *mf_model_loss_part(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
+                                    int64_t total_targets, int64_t total_rows);
 /* Sampling: temperature <= 0 is greedy (argmax); top_k > 0 keeps the k most likely tokens. */
 typedef struct mf_sampler { float temperature; int top_k; uint64_t seed; } mf_sampler;
 /* Continue prompt (n_prompt >= 1 tokens) by n_new tokens written to out, with a cache: the
@@ -623,6 +632,17 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
    weight 1 (it reaches only the compressors, which the cross-entropy never reaches). */
 MFDEF int mf_model_memory_slot(mf_model *m, int slot);
 MFDEF void mf_model_reset_memory(mf_model *m);
+/* Memory rows, for micro-batches (gradient accumulation, docs/math.md §18.2): the next
+   mf_model_forward / mf_model_loss calls with B rows use rows [row0, row0 + B) of a memory of
+   `rows` rows (the current slot's; the default 0, 0 means the rows of each call, as above). The
+   micro-batches of one step cover each row once, with the same T; a layer's new memories replace
+   the old ones once all its rows are written, so micro-batch i reads the memories of the previous
+   step like row block i of one call on all rows would, and the results equal that call's to
+   float rounding. mf_model_save / mf_model_load keep all `rows` rows (a save between two
+   micro-batches of a step is refused). Returns 0, or -1 with the error in ctx (row0 < 0, rows < 0,
+   row0 >= rows); a model without memories accepts and ignores it. A call that runs past the
+   memory, covers a row twice in a step, or changes the batch of a memory that holds rows fails. */
+MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows);
 MFDEF float mf_model_aux_loss(const mf_model *m);
 
 /* ---- checkpoints (safetensors: loadable with safetensors.torch.load_file) ---------------------
@@ -840,14 +860,19 @@ MFDEF void mf_tokens_close(mf_tokens *s);
                 is shorter when count / batch - 1 is not a multiple of T): the memory models' loader
    The state (rng, epoch_rng, epoch_pos, seq_pos) is everything a checkpoint needs: copy it out,
    and mf_loader_restore replays the same batches. Both states exist in either mode (a program may
-   save both). rank / world are reserved for distributed training (rank r of world w will take
-   every w-th window, starting at r); only world 1 (or 0, meaning 1) is accepted today. */
+   save both).
+   Data-parallel training (docs/math.md §18.1): with world w > 1 the loader reads a GLOBAL batch of
+   batch * w rows (the windows, or the columns: the range is cut into batch * w columns) and rank r
+   gets its rows [r * batch, (r + 1) * batch), so the w ranks together see what one loader of
+   batch * w rows sees. The state is the same on every rank (each draws the whole global batch's
+   random numbers), so any rank's state resumes any rank. The last global batch of a shuffled epoch
+   may leave a rank fewer rows, or none (rows 0): it still calls mf_loader_next with the others. */
 typedef struct mf_loader_config {
     int64_t start, count;   /* the range of the stream (count 0: from start to the end) */
     int batch, seq_len;     /* B rows of T tokens */
     int sequential;         /* 0: shuffled windows, 1: sequential columns */
     uint64_t seed;          /* the shuffled loader's RNG */
-    int rank, world;        /* reserved: 0, 1 */
+    int rank, world;        /* this process's rank in 0 .. world - 1; world 0 means 1 */
 } mf_loader_config;
 typedef struct mf_loader_state {
     uint64_t rng, epoch_rng; /* shuffled: the RNG now, and at the start of the current epoch */
@@ -859,7 +884,7 @@ typedef struct mf_loader {
     mf_loader_state state;
     mf_tokens *tokens;       /* borrowed */
     int64_t windows;         /* shuffled: windows per epoch, (count - 1) / T */
-    int64_t column;          /* sequential: tokens per column, count / batch */
+    int64_t column;          /* sequential: tokens per column, count / (batch * world) */
     int64_t *perm;           /* shuffled: this epoch's order */
     int32_t *row;            /* T + 1 ids */
     char error[512];         /* "" or what failed */
@@ -5252,6 +5277,25 @@ MFDEF mf_tensor *mf_model_loss(mf_model *m, const int32_t *ids, const int32_t *t
     return loss;
 }
 
+MFDEF mf_tensor *mf_model_loss_part(mf_model *m, const int32_t *ids, const int32_t *targets, int B, int T,
+                                    int64_t total_targets, int64_t total_rows) {
+    mf_tensor *logits, *loss, *aux;
+    int64_t counted = 0, i;
+    if (!m || !mf_ok(m->ctx)) return NULL;
+    if (targets && B > 0 && T > 0)
+        for (i = 0; i < (int64_t)B * T; i++) counted += targets[i] != -1;
+    if (total_targets < counted || total_rows < B)
+        return (mf_tensor *)mf__fail(m->ctx, "mf_model_loss_part: total_targets %lld and total_rows %lld must be at least "
+                                     "this micro-batch's %lld counted targets and %d rows (they count the whole batch)",
+                                     (long long)total_targets, (long long)total_rows, (long long)counted, B);
+    logits = mf__model_run(m, ids, B, T, 0, 0);
+    loss = mf_scale(m->ctx, mf_cross_entropy(m->ctx, logits, targets, -1),
+                    total_targets > 0 ? (float)((double)counted / (double)total_targets) : 0.0f);
+    if (m->fam->aux_loss && (aux = m->fam->aux_loss(m)) != NULL)
+        loss = mf_add(m->ctx, loss, mf_scale(m->ctx, aux, (float)((double)B / (double)total_rows)));
+    return loss;
+}
+
 /* index of the sampled token from logits[V] */
 static int mf__sample(const float *logits, int V, const mf_sampler *s, uint64_t draw, float *scratch) {
     int i, best = 0;
@@ -5789,7 +5833,17 @@ typedef struct mf__xl_slot {
     int *len, *clen;    /* per layer: memories and compressed memories held */
     float *mem, *cmem;  /* per layer l a block of B * cap (c_mem_len) rows of D floats at l * B * cap * D
                            (l * B * c_mem_len * D), holding [B][len][D] ([B][clen][D]) densely, oldest first */
+    /* memory rows (mf_model_memory_rows): a call of b < B rows reads rows [row0, row0 + b) of mem and
+       writes their new memories to the same place of next; once a layer's B rows are all written (a
+       round: the micro-batches of one step) next becomes mem. The layouts stay dense per layer. */
+    int row0, rows;     /* the setting: rows 0 = the batch of each call */
+    float *nmem, *ncmem;         /* the round's new memories, laid out as mem, cmem */
+    int *nlen, *nclen, *nrows;   /* per layer: their lengths, and the rows written so far */
+    unsigned char *wrote;        /* [layer][B]: row written in this round */
 } mf__xl_slot;
+/* the part of a slot's layer that one call reads (mem, cmem at row0) and writes (mem_out, cmem_out at
+   row0 in the new lengths' layout): in place for a call on every row */
+typedef struct mf__xl_view { float *mem, *cmem, *mem_out, *cmem_out; int row0, round; } mf__xl_view;
 typedef struct mf__xl_layer {
     mf_tensor *wq, *wk, *wv, *bv, *wo, *bo; /* q, k without bias (docs/math.md §5.1) */
     mf_tensor *rel_u, *rel_r, *rel_s;       /* u [H][dk], R [2P][H][dk], S [2P][H] */
@@ -5859,6 +5913,15 @@ static void mf__xl_make_layer(mf_model *m, int l) {
     }
 }
 
+/* the round's buffers of memory rows (allocated by the first call on part of the rows) */
+static void mf__xl_free_round(mf_model *m, mf__xl_slot *s) {
+    mf__model_dfree(m, s->nmem); mf__model_dfree(m, s->ncmem);
+    MF_FREE(s->nlen); MF_FREE(s->nclen); MF_FREE(s->nrows); MF_FREE(s->wrote);
+    s->nmem = s->ncmem = NULL;
+    s->nlen = s->nclen = s->nrows = NULL;
+    s->wrote = NULL;
+}
+
 static void mf__xl_free(mf_model *m) {
     struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     int i;
@@ -5866,6 +5929,7 @@ static void mf__xl_free(mf_model *m) {
     for (i = 0; i < 3; i++) { /* mem, cmem: on the model's device (only a CUDA model needs its context alive) */
         MF_FREE(xl->slot[i].len); MF_FREE(xl->slot[i].clen);
         mf__model_dfree(m, xl->slot[i].mem); mf__model_dfree(m, xl->slot[i].cmem);
+        mf__xl_free_round(m, &xl->slot[i]);
     }
     MF_FREE(xl);
     m->fam_state = NULL;
@@ -5893,7 +5957,11 @@ static void mf__xl_init(mf_model *m) {
 static void mf__xl_clear(const mf_model *m, mf__xl_slot *s) {
     memset(s->len, 0, (size_t)m->cfg.n_layers * sizeof(int));
     memset(s->clen, 0, (size_t)m->cfg.n_layers * sizeof(int));
+    if (s->nrows) memset(s->nrows, 0, (size_t)m->cfg.n_layers * sizeof(int));
+    if (s->wrote) memset(s->wrote, 0, (size_t)m->cfg.n_layers * s->B);
 }
+/* rows of the slot's layer l written in the current round (0 outside one) */
+static int mf__xl_pending(const mf__xl_slot *s, int l) { return s->nrows ? s->nrows[l] : 0; }
 
 /* the slot's buffers for B batch rows; a slot holding memories of another batch size is an error */
 static int mf__xl_prepare(mf_model *m, mf__xl_slot *s, int B) {
@@ -5909,11 +5977,83 @@ static int mf__xl_prepare(mf_model *m, mf__xl_slot *s, int B) {
     n = (size_t)c->n_layers * B * s->cap * c->d_model;
     nc = c->compressive ? (size_t)c->n_layers * B * c->c_mem_len * c->d_model : 0;
     mf__dfree(m->ctx, s->mem); mf__dfree(m->ctx, s->cmem);
+    mf__xl_free_round(m, s);
     s->mem = s->cmem = NULL;
     s->B = 0;
     if (n && !(s->mem = (float *)mf__dmalloc(m->ctx, n * sizeof(float), "model memories"))) return -1;
     if (nc && !(s->cmem = (float *)mf__dmalloc(m->ctx, nc * sizeof(float), "model compressed memories"))) return -1;
     s->B = B;
+    return 0;
+}
+
+/* the round's buffers for calls on part of the slot's rows (once per slot size) */
+static int mf__xl_prepare_round(mf_model *m, mf__xl_slot *s) {
+    const mf_model_config *c = &m->cfg;
+    size_t L = (size_t)c->n_layers, n = L * s->B * s->cap * c->d_model;
+    size_t nc = c->compressive ? L * s->B * c->c_mem_len * c->d_model : 0;
+    if (s->nrows) return 0;
+    s->nlen = (int *)mf__xmalloc(L * sizeof(int));
+    s->nclen = (int *)mf__xmalloc(L * sizeof(int));
+    s->wrote = (unsigned char *)mf__xmalloc(L * s->B);
+    if (!s->nlen || !s->nclen || !s->wrote) return (mf__xl_free_round(m, s), mf__fail(m->ctx, "out of memory: model memories"), -1);
+    if ((n && !(s->nmem = (float *)mf__dmalloc(m->ctx, n * sizeof(float), "model memories (memory rows)"))) ||
+        (nc && !(s->ncmem = (float *)mf__dmalloc(m->ctx, nc * sizeof(float), "model compressed memories (memory rows)"))))
+        return (mf__xl_free_round(m, s), -1);
+    memset(s->wrote, 0, L * s->B);
+    if (!(s->nrows = (int *)mf__xmalloc(L * sizeof(int)))) return (mf__xl_free_round(m, s), mf__fail(m->ctx, "out of memory: model memories"), -1);
+    memset(s->nrows, 0, L * sizeof(int));
+    return 0;
+}
+
+/* The view of layer l for a call of b rows: the whole slot in place, or (memory rows) rows
+   [row0, row0 + b), which must not be written yet in this round. 0 or -1 (error in ctx). */
+static int mf__xl_view_of(mf_model *m, mf__xl_slot *s, int l, int b, mf__xl_view *v) {
+    const mf_model_config *c = &m->cfg;
+    int64_t D = c->d_model, mbase = (int64_t)l * s->B * s->cap * D, cbase = (int64_t)l * s->B * c->c_mem_len * D;
+    int r;
+    memset(v, 0, sizeof *v);
+    v->round = b < s->B;
+    v->row0 = v->round ? s->row0 : 0;
+    if (s->cap > 0) v->mem = s->mem + mbase + (int64_t)v->row0 * s->len[l] * D;
+    if (s->cmem) v->cmem = s->cmem + cbase + (int64_t)v->row0 * s->clen[l] * D;
+    if (!v->round) {
+        if (mf__xl_pending(s, l))
+            return (mf__fail(m->ctx, "relative mixer: a call on all %d memory rows while %d of them are already updated "
+                             "in this step (mf_model_memory_rows); finish the step's micro-batches, or call "
+                             "mf_model_reset_memory", s->B, s->nrows[l]), -1);
+        v->mem_out = s->cap > 0 ? s->mem + mbase : NULL;
+        v->cmem_out = s->cmem ? s->cmem + cbase : NULL;
+        return 0;
+    }
+    if (mf__xl_prepare_round(m, s) < 0) return -1;
+    for (r = v->row0; r < v->row0 + b; r++)
+        if (s->wrote[(int64_t)l * s->B + r])
+            return (mf__fail(m->ctx, "relative mixer: memory row %d was already updated in this step (mf_model_memory_rows "
+                             "%d, %d): each row once per step; set the next micro-batch's row0", r, s->row0, s->B), -1);
+    v->mem_out = s->cap > 0 ? s->nmem + mbase : NULL;
+    v->cmem_out = s->ncmem ? s->ncmem + cbase : NULL;
+    return 0;
+}
+
+/* after a call on part of the rows wrote lengths len, clen of layer l: the rows are marked, and once
+   every row is written the new memories replace the old ones. 0 or -1 (lengths that differ within
+   a round: the micro-batches of one step must have the same length). */
+static int mf__xl_round_done(mf_model *m, mf__xl_slot *s, int l, int row0, int b, int len, int clen) {
+    const mf_model_config *c = &m->cfg;
+    int64_t D = c->d_model;
+    if (s->nrows[l] && (s->nlen[l] != len || s->nclen[l] != clen))
+        return (mf__fail(m->ctx, "relative mixer: the micro-batches of one step must have the same length T (layer %d "
+                         "would hold %d memories in some rows and %d in others); give each the same T", l, s->nlen[l], len), -1);
+    s->nlen[l] = len; s->nclen[l] = clen;
+    memset(s->wrote + (int64_t)l * s->B + row0, 1, (size_t)b);
+    if ((s->nrows[l] += b) < s->B) return 0;
+    if (len > 0 && mf__dcopy(m->ctx, s->mem + (int64_t)l * s->B * s->cap * D, s->nmem + (int64_t)l * s->B * s->cap * D,
+                             (size_t)s->B * len * D * sizeof(float)) < 0) return -1;
+    if (clen > 0 && mf__dcopy(m->ctx, s->cmem + (int64_t)l * s->B * c->c_mem_len * D, s->ncmem + (int64_t)l * s->B * c->c_mem_len * D,
+                              (size_t)s->B * clen * D * sizeof(float)) < 0) return -1;
+    s->len[l] = len; s->clen[l] = clen;
+    s->nrows[l] = 0;
+    memset(s->wrote + (int64_t)l * s->B, 0, (size_t)s->B);
     return 0;
 }
 
@@ -5959,27 +6099,25 @@ static mf_tensor *mf__xl_ar_loss(mf_model *m, int l, mf_tensor *h, mf_tensor *mc
                                      mf__split_heads(ctx, mf_linear(ctx, cn, wv, bv), H), scale, 0), target);
 }
 
-/* after layer l's attention: its memories continue with x [B, T, D] (docs/math.md §5.5, 6.3) */
-static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int gen) {
+/* after layer l's attention: its memories continue with x [B, T, D] (docs/math.md §5.5, 6.3), read
+   and written where the view says */
+static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int gen, const mf__xl_view *v) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
     const mf__xl_layer *L = MF__XL_L(m, l);
     struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     int B = x->shape[0], T = x->shape[1], D = c->d_model, cap = s->cap, rate = c->compression_rate;
-    int len = s->len[l], n = len + T, keep;
-    float *mem;
+    int len = s->len[l], n = len + T, keep, cl = s->clen[l], ckeep = cl;
     mf_tensor *all; /* [mem ; x] [B, n, D], a constant in the arena (or x itself) */
     if (cap == 0) return; /* no memories: s->mem is NULL, no offset may be added to it */
-    mem = s->mem + (int64_t)l * B * cap * D;
-    if (!(all = mf__xl_cat(ctx, mf__xl_wrap(ctx, mem, B, len, D), mf_detach(ctx, x)))) return;
+    if (!(all = mf__xl_cat(ctx, mf__xl_wrap(ctx, v->mem, B, len, D), mf_detach(ctx, x)))) return;
     if (c->compressive && n > cap) {
-        int nc = (n - cap + rate - 1) / rate, nold = nc * rate, cl = s->clen[l], ckeep;
-        float *cmem = s->cmem + (int64_t)l * B * c->c_mem_len * D;
+        int nc = (n - cap + rate - 1) / rate, nold = nc * rate;
         mf_tensor *old = mf_slice(ctx, all, 1, 0, nold), *cm;                  /* the oldest nold rows */
         if (!old || !(cm = mf_conv1d(ctx, old, L->cmp_w, L->cmp_b, rate, 0))) return; /* [B, nc, D] */
         ckeep = cl + nc < c->c_mem_len ? cl + nc : c->c_mem_len; /* the last c_mem_len of [c_mem ; cm] */
-        if (mf__xl_store(ctx, cmem, mf__xl_cat(ctx, mf__xl_wrap(ctx, cmem, B, cl, D), mf_detach(ctx, cm)), ckeep) < 0) return;
-        s->clen[l] = ckeep;
+        if (mf__xl_store(ctx, v->cmem_out + (int64_t)v->row0 * ckeep * D,
+                         mf__xl_cat(ctx, mf__xl_wrap(ctx, v->cmem, B, cl, D), mf_detach(ctx, cm)), ckeep) < 0) return;
         if (!gen) {
             mf_tensor *ar = mf__xl_ar_loss(m, l, mf_detach(ctx, x), old, cm);
             if (!ar) return;
@@ -5987,9 +6125,16 @@ static void mf__xl_update(mf_model *m, mf__xl_slot *s, int l, mf_tensor *x, int 
             xl->aux_value += mf_item(ctx, ar); /* the host waits here on CUDA: one float per layer */
         }
         keep = n - nold; /* can be 0 when mem_len = compression_rate - 1 */
-    } else keep = n < cap ? n : cap;
-    if (keep > 0 && mf__xl_store(ctx, mem, all, keep) < 0) return; /* the last keep rows of [mem ; x] */
+    } else {
+        keep = n < cap ? n : cap;
+        if (v->round && cl > 0 && /* the compressed memories stay: the round's copy of these rows too */
+            mf__dcopy(ctx, v->cmem_out + (int64_t)v->row0 * cl * D, v->cmem, (size_t)B * cl * D * sizeof(float)) < 0) return;
+    }
+    /* the last keep rows of [mem ; x] */
+    if (keep > 0 && mf__xl_store(ctx, v->mem_out + (int64_t)v->row0 * keep * D, all, keep) < 0) return;
+    if (v->round) { mf__xl_round_done(m, s, l, v->row0, B, keep, ckeep); return; }
     s->len[l] = keep;
+    s->clen[l] = ckeep;
 }
 
 static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
@@ -5999,19 +6144,24 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     const mf__xl_layer *L = MF__XL_L(m, l);
     struct mf__xl_state *xl = (struct mf__xl_state *)m->fam_state;
     mf__xl_slot *s;
-    int B, T, D = c->d_model, H = c->n_heads, Mm;
+    mf__xl_view view;
+    int B, T, D = c->d_model, H = c->n_heads, Mm, rows;
     mf_tensor *kv, *xn, *zq, *q, *k, *v, *o;
     if (!x || !xl) return NULL;
     B = x->shape[0]; T = x->shape[1];
     s = &xl->slot[gen ? 2 : xl->cur];
     if (!gen && l == 0) { xl->aux = NULL; xl->aux_value = 0; }
     if (gen && pos0 == 0 && l == 0) mf__xl_clear(m, s); /* a new generation */
-    if (mf__xl_prepare(m, s, B) < 0) return NULL;
+    rows = s->rows ? s->rows : B;
+    if (s->row0 + B > rows)
+        return (mf_tensor *)mf__fail(ctx, "relative mixer: a call of %d rows at memory row %d of %d (mf_model_memory_rows) "
+                                     "runs past the memory; the micro-batches must fit in its rows", B, s->row0, rows);
+    if (mf__xl_prepare(m, s, rows) < 0 || mf__xl_view_of(m, s, l, B, &view) < 0) return NULL;
     kv = x;
     Mm = (c->compressive ? s->clen[l] : 0) + s->len[l];
     if (Mm > 0) { /* [c_mem ; mem ; x]: the memories are constants over the slot buffers */
-        mf_tensor *cmem = c->compressive ? mf__xl_wrap(ctx, s->cmem + (int64_t)l * B * c->c_mem_len * D, B, s->clen[l], D) : NULL;
-        kv = mf_concat(ctx, mf__xl_cat(ctx, cmem, mf__xl_wrap(ctx, s->mem + (int64_t)l * B * s->cap * D, B, s->len[l], D)), x, 1);
+        mf_tensor *cmem = c->compressive ? mf__xl_wrap(ctx, view.cmem, B, s->clen[l], D) : NULL;
+        kv = mf_concat(ctx, mf__xl_cat(ctx, cmem, mf__xl_wrap(ctx, view.mem, B, s->len[l], D)), x, 1);
     }
     xn = mf_layernorm(ctx, kv, BL->ln1_w, BL->ln1_b, c->ln_eps);
     zq = Mm > 0 ? mf_slice(ctx, xn, 1, Mm, T) : xn;
@@ -6020,7 +6170,7 @@ static mf_tensor *mf__xl_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     v = mf__split_heads(ctx, mf_linear(ctx, xn, L->wv, L->bv), H);
     o = mf_rel_attention(ctx, q, k, v, L->rel_u, L->rel_r, L->rel_s, 1.0f / sqrtf((float)(D / H)));
     o = mf_linear(ctx, mf__merge_heads(ctx, o), L->wo, L->bo);
-    if (o) mf__xl_update(m, s, l, x, gen);
+    if (o) mf__xl_update(m, s, l, x, gen, &view);
     return mf_ok(ctx) ? o : NULL;
 }
 
@@ -6041,6 +6191,14 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
     char name[96];
     if (!xl || !v) { MF_FREE(v); return (mf__fail(m->ctx, "out of memory: model memories"), -1); }
     cur = xl->cur;
+    for (s = 0; s < 2 && mode == MF__STATE_SAVE; s++)
+        for (l = 0; l < L; l++)
+            if (mf__xl_pending(&xl->slot[s], l)) {
+                MF_FREE(v);
+                return (mf__fail(m->ctx, "mf_model_save: the memories of slot %d are in the middle of a step (%d of %d rows "
+                                 "updated: mf_model_memory_rows); save after the step's last micro-batch", s,
+                                 xl->slot[s].nrows[l], xl->slot[s].B), -1);
+            }
     if (mf__state_ints(io, "__state__.memory.slot", &cur, 1) < 0) rc = -1;
     else if (cur < 0 || cur > 1) rc = (mf__fail(m->ctx, "mf_model_load: memory slot %d is not 0 or 1 (a corrupt checkpoint)", (int)cur), -1);
     for (s = 0; s < 2 && rc == 0; s++) {
@@ -6104,6 +6262,7 @@ MFDEF void mf_model_reset_memory(mf_model *m) {
     struct mf__xl_state *xl = mf__xl_state_of(m);
     if (xl) mf__xl_clear(m, &xl->slot[xl->cur]);
 }
+
 MFDEF float mf_model_aux_loss(const mf_model *m) {
     struct mf__xl_state *xl = mf__xl_state_of(m);
     return xl ? xl->aux_value : 0.0f;
@@ -6113,6 +6272,19 @@ MFDEF int mf_model_memory_slot(mf_model *m, int slot) { return !m || slot < 0 ||
 MFDEF void mf_model_reset_memory(mf_model *m) { (void)m; }
 MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 #endif /* METAFORMER_NO_XL */
+MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
+#ifndef METAFORMER_NO_XL
+    struct mf__xl_state *xl = mf__xl_state_of(m);
+#endif
+    if (!m) return -1;
+    if (rows < 0 || row0 < 0 || (rows == 0 && row0 != 0) || (rows > 0 && row0 >= rows))
+        return (mf__fail(m->ctx, "mf_model_memory_rows: row0 %d, rows %d: need 0 <= row0 < rows (or 0, 0: the rows of "
+                         "each call)", row0, rows), -1);
+#ifndef METAFORMER_NO_XL
+    if (xl) { xl->slot[xl->cur].row0 = row0; xl->slot[xl->cur].rows = rows; }
+#endif
+    return 0;
+}
 
 /* ==== [mf:fastweights] ====================================================================== */
 #ifndef METAFORMER_NO_FASTWEIGHTS /* the whole section: its ops, the family, its rows in [mf:mixers] */
@@ -10462,6 +10634,9 @@ static int mf__loader_fail(mf_loader *L, const char *fmt, ...) {
     return -1;
 }
 
+/* rows of a global batch: every rank's batch (docs/math.md §18.1) */
+static int64_t mf__loader_global(const mf_loader *L) { return (int64_t)L->cfg.batch * (L->cfg.world > 1 ? L->cfg.world : 1); }
+
 MFDEF int mf_loader_init(mf_loader *L, mf_tokens *tokens, const mf_loader_config *cfg) {
     int64_t total;
     if (!L) return -1;
@@ -10471,20 +10646,23 @@ MFDEF int mf_loader_init(mf_loader *L, mf_tokens *tokens, const mf_loader_config
     L->tokens = tokens;
     if (mf_tokens_error(tokens)) return mf__loader_fail(L, "mf_loader_init: %s", mf_tokens_error(tokens));
     if (cfg->batch < 1 || cfg->seq_len < 1) return mf__loader_fail(L, "mf_loader_init: batch %d and seq_len %d must be >= 1", cfg->batch, cfg->seq_len);
-    if (cfg->world > 1 || cfg->rank != 0)
-        return mf__loader_fail(L, "mf_loader_init: rank %d of world %d: distributed slices are not implemented yet (use rank 0, world 1)", cfg->rank, cfg->world);
+    if (cfg->world < 0 || cfg->rank < 0 || cfg->rank >= (cfg->world ? cfg->world : 1))
+        return mf__loader_fail(L, "mf_loader_init: rank %d of world %d: the rank must be in 0 .. world - 1 (world 0 means 1)", cfg->rank, cfg->world);
+    if (cfg->world == 0) L->cfg.world = 1;
+    if ((int64_t)cfg->batch * L->cfg.world > INT32_MAX)
+        return mf__loader_fail(L, "mf_loader_init: batch %d times world %d is too large", cfg->batch, L->cfg.world);
     total = mf_tokens_count(tokens);
     if (cfg->start < 0 || cfg->count < 0 || cfg->start > total || cfg->count > total - cfg->start)
         return mf__loader_fail(L, "mf_loader_init: the range [%lld, +%lld) is outside the stream of %lld tokens", (long long)cfg->start, (long long)cfg->count, (long long)total);
     if (cfg->count == 0) L->cfg.count = total - cfg->start;
     L->windows = (L->cfg.count - 1) / cfg->seq_len;
-    L->column = L->cfg.count / cfg->batch;
+    L->column = L->cfg.count / mf__loader_global(L);
     L->state.rng = 0x5eed0000ULL ^ cfg->seed * 0x9e3779b97f4a7c15ULL;
     L->state.epoch_rng = 0;
     L->state.epoch_pos = L->windows;   /* the first batch starts an epoch */
     L->state.seq_pos = L->column - 1;  /* the first batch starts a pass */
     if (cfg->sequential && L->column < 2)
-        return mf__loader_fail(L, "batch %d cuts %lld tokens into columns of fewer than 2 tokens; the sequential loader needs a smaller batch or more data", cfg->batch, (long long)L->cfg.count);
+        return mf__loader_fail(L, "batch %d x world %d cuts %lld tokens into columns of fewer than 2 tokens; the sequential loader needs a smaller batch or more data", cfg->batch, L->cfg.world, (long long)L->cfg.count);
     if (!cfg->sequential && L->windows < 1)
         return mf__loader_fail(L, "%lld tokens hold no window of seq_len + 1 = %d tokens; use more data or a smaller seq_len", (long long)L->cfg.count, cfg->seq_len + 1);
     if (!(L->row = (int32_t *)MF_MALLOC((size_t)(cfg->seq_len + 1) * sizeof *L->row))) return mf__loader_fail(L, "out of memory");
@@ -10514,26 +10692,32 @@ static int mf__loader_row(mf_loader *L, int64_t at, int n, int32_t *x, int32_t *
 
 MFDEF int mf_loader_next(mf_loader *L, int32_t *x, int32_t *y, int *rows, int *Tb) {
     int b, T, fresh;
+    int64_t g, first;
     if (!L || L->error[0] || (!L->perm && !L->cfg.sequential)) return L ? mf__loader_fail(L, "mf_loader_next: the loader was not initialised") : -1;
     if (!x || !y || !rows || !Tb) return mf__loader_fail(L, "mf_loader_next: x, y, rows and Tb must not be NULL");
     T = L->cfg.seq_len;
+    first = (int64_t)L->cfg.rank * L->cfg.batch;
     if (L->cfg.sequential) {
         int64_t n = L->column;
         fresh = L->state.seq_pos >= n - 1;
         if (fresh) L->state.seq_pos = 0;
         *Tb = (int)(n - 1 - L->state.seq_pos < T ? n - 1 - L->state.seq_pos : T);
         *rows = L->cfg.batch;
-        for (b = 0; b < L->cfg.batch; b++)
-            if (mf__loader_row(L, b * n + L->state.seq_pos, *Tb, x + b * *Tb, y + b * *Tb) < 0) return -1;
+        for (b = 0; b < L->cfg.batch; b++) /* this rank's columns: rank * batch + b of the global batch */
+            if (mf__loader_row(L, (first + b) * n + L->state.seq_pos, *Tb, x + b * *Tb, y + b * *Tb) < 0) return -1;
         L->state.seq_pos += *Tb;
         return fresh;
     }
     fresh = L->state.epoch_pos >= L->windows;
     if (fresh) mf__loader_new_epoch(L);
-    for (b = 0; b < L->cfg.batch && L->state.epoch_pos < L->windows; b++) {
+    /* every rank draws the offsets of the whole global batch (the state stays the same on all ranks)
+       and reads its own rows [first, first + batch) of it */
+    for (g = 0, b = 0; g < mf__loader_global(L) && L->state.epoch_pos < L->windows; g++) {
         int64_t start = L->perm[L->state.epoch_pos++] * T, room = L->cfg.count - (start + T + 1);
         start += mf__loader_below(&L->state.rng, (room < T - 1 ? room : T - 1) + 1);
+        if (g < first || g >= first + L->cfg.batch) continue;
         if (mf__loader_row(L, start, T, x + b * T, y + b * T) < 0) return -1;
+        b++;
     }
     *rows = b;
     *Tb = T;
@@ -10543,7 +10727,7 @@ MFDEF int mf_loader_next(mf_loader *L, int32_t *x, int32_t *y, int *rows, int *T
 MFDEF int64_t mf_loader_batches(const mf_loader *L) {
     if (!L || L->cfg.seq_len < 1 || L->cfg.batch < 1) return 0;
     if (L->cfg.sequential) return (L->column - 1 + L->cfg.seq_len - 1) / L->cfg.seq_len;
-    return (L->windows + L->cfg.batch - 1) / L->cfg.batch;
+    return (L->windows + mf__loader_global(L) - 1) / mf__loader_global(L);
 }
 
 /* replay the interrupted epoch's shuffle from its starting RNG, then continue the saved stream */

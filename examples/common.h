@@ -505,11 +505,13 @@ EX_FN mf_tokens *text_split(const text_data *t, int valid) {
     return s;
 }
 
-/* a loader over the whole stream, dying with a message that names the option to change */
-EX_FN void loader_open(mf_loader *L, mf_tokens *s, int sequential, int B, int T, uint64_t seed, const char *what) {
+/* a loader over the whole stream, dying with a message that names the option to change; rank r of
+   world (1: one process) reads the rows [r * B, (r + 1) * B) of each global batch of B * world */
+EX_FN void loader_open(mf_loader *L, mf_tokens *s, int sequential, int B, int T, uint64_t seed, int rank, int world,
+                       const char *what) {
     mf_loader_config c;
     memset(&c, 0, sizeof c);
-    c.batch = B; c.seq_len = T; c.sequential = sequential; c.seed = seed; c.world = 1;
+    c.batch = B; c.seq_len = T; c.sequential = sequential; c.seed = seed; c.rank = rank; c.world = world;
     if (mf_loader_init(L, s, &c) < 0)
         die("the %s data: %s (--batch %d, --seq-len %d)", what, L->error, B, T);
 }
@@ -708,44 +710,66 @@ typedef struct ex_ranks {
     void (*sum)(double *v, int n);     /* v[0 .. n) added up over the ranks, in place */
     double sync_seconds;               /* train_step: the time spent in mf_dist_sync */
     int nonfinite_ranks;               /* train_step: how many ranks had a NaN / Inf loss this step */
-    float local_loss;                  /* train_step: this rank's loss of the step */
+    float local_loss;                  /* train_step: this rank's part of the step's loss */
 } ex_ranks;
 
-/* One training step (docs/math.md §11.5): forward and loss, backward, the gradient norm (clipped to
-   clip when clip > 0), optimizer step, zero grad. *loss gets the loss, *ar the compressive models'
-   attention-reconstruction part of it (0 for the others) and *grad_norm (may be NULL) the norm
-   before clipping, all read before mf_reset. A NaN or Inf loss or gradient norm skips the update:
-   the optimizer never applies a non-finite step; the gradients are zeroed and the step's activations
-   freed. With ranks (NULL: one process; B may be 0 on a rank that the last global batch left no
-   row) the loss is the mean over the global batch: each rank's loss is weighted by its share of the
-   targets, the gradients averaged over the ranks (ranks->dist), and the loss, norm and decision are
-   the same on every rank; ranks->sync_seconds adds the time spent waiting for the averages.
-   Returns 0, 1 for such a non-finite step, or -1 with the error in ctx (on every rank). */
-#ifdef METAFORMER_MPI
-EX_FN int train_step_ranks(mf_ctx *ctx, mf_model *m, const int32_t *x, const int32_t *y, int B, int T, float clip,
-                           float *loss, float *ar, float *norm, ex_ranks *ranks);
-#endif
+/* One training step (docs/math.md §11.5, §18.2) on x, y [rows][T]: in micro-batches of micro rows
+   (rows [i * micro, (i + 1) * micro), the last one shorter when rows is not a multiple), each
+   forward, loss and backward, its activations freed before the next; each micro-batch's loss is
+   weighted by its share of the counted targets (mf_model_loss_part), so the gradient is the one of
+   the whole batch; a memory model's micro-batch i uses its memory rows (mf_model_memory_rows).
+   Then the gradient norm (clipped to clip when clip > 0), optimizer step, zero grad. *loss gets
+   the loss of the whole batch, *ar the compressive models' attention-reconstruction part of it (0
+   for the others) and *grad_norm (may be NULL) the norm before clipping. A NaN or Inf loss or
+   gradient norm skips the update: the optimizer never applies a non-finite step; the gradients are
+   zeroed and the step's activations freed. With ranks (NULL: one process) the whole batch is the
+   global one, the rows of every rank (rows may be 0 on a rank that the last global batch left none):
+   the weights count every rank's targets, the gradients are averaged over the ranks during the
+   last micro-batch's backward (ranks->dist), and the loss, norm and decision are the same on every
+   rank. Returns 0, 1 for such a non-finite step, or -1 with the error in ctx (on every rank). */
 EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float clip, const int32_t *x,
-                     const int32_t *y, int B, int T, float *loss, float *ar, float *grad_norm, ex_ranks *ranks) {
-    float norm;
+                     const int32_t *y, int rows, int micro, int T, float *loss, float *ar, float *grad_norm,
+                     ex_ranks *ranks) {
+    int64_t n = (int64_t)rows * T;
+    double total[2] = {0, (double)rows}; /* the counted targets and the rows of the whole batch */
+    double sums[3] = {0, 0, 0};          /* loss, ar, ranks whose part was not finite */
+    float norm, world = ranks && ranks->dist ? (float)ranks->world : 1.0f;
     int finite;
-    (void)ranks; /* used with METAFORMER_MPI */
+    for (int64_t i = 0; i < n; i++) total[0] += y[i] != -1;
+    if (world > 1) ranks->sum(total, 2);
+    for (int r0 = 0; r0 < rows && mf_ok(ctx); r0 += micro) {
+        int b = rows - r0 < micro ? rows - r0 : micro;
+        mf_tensor *l;
+        if (mf_model_memory_rows(m, micro < rows ? r0 : 0, micro < rows ? rows : 0) < 0) break;
 #ifdef METAFORMER_MPI
-    if (ranks && ranks->dist) {
-        if (train_step_ranks(ctx, m, x, y, B, T, clip, loss, ar, &norm, ranks) < 0) return -1;
+        if (world > 1) mf_dist_no_sync(ranks->dist, r0 + b < rows); /* average during the last backward only */
+#endif
+        l = mf_model_loss_part(m, x + (int64_t)r0 * T, y + (int64_t)r0 * T, b, T, (int64_t)total[0], (int64_t)total[1]);
+        /* the ranks' gradients are averaged: world x each part makes the gradient of the global batch */
+        mf_backward(ctx, world > 1 ? mf_scale(ctx, l, world) : l);
+        sums[0] += mf_item(ctx, l); /* the value on any device */
+        sums[1] += (double)mf_model_aux_loss(m) * b / total[1];
+        mf_reset(ctx); /* the micro-batch's activations; the gradients add up in the parameters */
+    }
+    mf_model_memory_rows(m, 0, 0);
+#ifdef METAFORMER_MPI
+    if (world > 1) {
+        double t0 = mf_time();
+        ranks->local_loss = (float)sums[0];
+        sums[2] = !isfinite(sums[0]);
+        if (mf_dist_sync(ranks->dist, ctx, sums, 3) < 0) return -1;
+        ranks->sync_seconds += mf_time() - t0;
+        ranks->nonfinite_ranks = (int)sums[2];
+        norm = mf_dist_clip_grad_norm(ranks->dist, ctx, clip > 0 ? clip : 0);
     } else
 #endif
-    {
-        mf_tensor *l = mf_model_loss(m, x, y, B, T);
-        mf_backward(ctx, l);
-        norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
-        *loss = mf_item(ctx, l); /* the value on any device */
-        *ar = mf_model_aux_loss(m);
-    }
+    norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
+    *loss = (float)sums[0];
+    *ar = (float)sums[1];
     if (grad_norm) *grad_norm = norm;
     finite = isfinite(*loss) && isfinite(norm);
 #ifdef METAFORMER_MPI
-    if (finite && ranks && ranks->dist) mf_dist_optimizer_step(ranks->dist, ctx, opt);
+    if (finite && world > 1) mf_dist_optimizer_step(ranks->dist, ctx, opt);
     else
 #endif
     if (finite) mf_optimizer_step(ctx, opt);
@@ -754,38 +778,6 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
     if (!mf_ok(ctx)) return -1;
     return finite ? 0 : 1;
 }
-
-#ifdef METAFORMER_MPI
-/* train_step's forward, backward, average and norm on the ranks: each rank's mean loss weighted by
-   world * its targets / the global batch's (1 when the ranks have as many), so that the average of
-   the gradients is the gradient of the global mean; the loss (and ar) summed over the ranks in the
-   same call. -1 on every rank when one failed (its error in ctx). */
-EX_FN int train_step_ranks(mf_ctx *ctx, mf_model *m, const int32_t *x, const int32_t *y, int B, int T, float clip,
-                           float *loss, float *ar, float *norm, ex_ranks *ranks) {
-    double sums[4] = {0, 0, 0, 0}, all, t0; /* loss * targets, ar * targets, targets, ranks with a non-finite loss */
-    ranks->local_loss = 0;
-    for (int i = 0; i < B * T; i++) sums[2] += y[i] >= 0;
-    all = sums[2];
-    ranks->sum(&all, 1);
-    if (sums[2] > 0) {
-        mf_tensor *l = mf_model_loss(m, x, y, B, T);
-        float weight = (float)(ranks->world * sums[2] / all);
-        sums[0] = (double)mf_item(ctx, l) * sums[2];
-        sums[1] = (double)mf_model_aux_loss(m) * sums[2];
-        ranks->local_loss = (float)(sums[0] / sums[2]);
-        sums[3] = !isfinite(sums[0]);
-        mf_backward(ctx, weight == 1.0f ? l : mf_scale(ctx, l, weight));
-    }
-    t0 = mf_time();
-    if (mf_dist_sync(ranks->dist, ctx, sums, 4) < 0) return -1;
-    ranks->sync_seconds += mf_time() - t0;
-    *norm = mf_dist_clip_grad_norm(ranks->dist, ctx, clip > 0 ? clip : 0);
-    *loss = (float)(sums[0] / sums[2]);
-    *ar = (float)(sums[1] / sums[2]);
-    ranks->nonfinite_ranks = (int)sums[3];
-    return 0;
-}
-#endif
 
 /* Mean validation cross-entropy (without the reconstruction loss, which goes to *ar when ar is
    not NULL) of n_batches batches of B rows over the validation stream, without gradients or

@@ -99,7 +99,7 @@ static void mpi_attach(mf_ctx *ctx) {
 typedef struct {
     model_settings m;           /* the model: examples/common.h [model], shared with build/sample */
     const char *optimizer, *schedule, *save, *resume, *prompt, *data, *valid, *tokenizer;
-    int batch, steps, warmup, seed, vocab, eval_only, greedy;
+    int batch, grad_accum, steps, warmup, seed, vocab, eval_only, greedy;
     int threads, eval_every, eval_batches, log_every, save_every, stop_after, sample, top_k;
     int skip_nonfinite, check_finite, memory_limit;
     float lr, weight_decay, clip, temperature;
@@ -107,7 +107,7 @@ typedef struct {
 } settings;
 
 static settings S = {
-    .m = MODEL_SETTINGS_DEFAULT, .optimizer = "adam", .schedule = "cosine", .batch = 16,
+    .m = MODEL_SETTINGS_DEFAULT, .optimizer = "adam", .schedule = "cosine", .batch = 16, .grad_accum = 1,
     .steps = 2000, .warmup = 100, .seed = 1, .lr = 1e-3f, .weight_decay = -1, .clip = 1.0f,
     .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300, .device = "cpu",
     .temperature = 0.8f, .top_k = 200};
@@ -120,7 +120,9 @@ static int list_mixers;
     {"feedback-kv", OPT_ALIAS, &S.m.mixer, RUN_ONLY, 0, "feedback_kv", "feedback with keys/values shared by all layers (--mixer feedback_kv)"},
 static const option OPTIONS[] = {
     MODEL_OPTIONS(S.m, TRAIN_MIXER_EXTRA)
-    {"batch", OPT_INT, &S.batch, SAVED, 1, NULL, "windows per step"},
+    {"batch", OPT_INT, &S.batch, SAVED, 1, NULL, "windows per micro-batch (a step takes --grad-accum of them)"},
+    {"grad-accum", OPT_INT, &S.grad_accum, SAVED, 1, NULL,
+     "micro-batches of --batch windows per optimizer step: the gradient of one batch of grad-accum x batch windows"},
     {"steps", OPT_INT, &S.steps, SAVED_CHANGEABLE, 0, NULL, "total optimizer steps (cosine ends here)"},
     {"lr", OPT_FLOAT, &S.lr, SAVED, 0, NULL, "peak learning rate"},
     {"optimizer", OPT_TEXT, &S.optimizer, SAVED, 0, "adam|adam_labml|adamw|sgd", "optimizer"},
@@ -462,10 +464,11 @@ static mf_optimizer make_optimizer(void) {
 
 /* the training loader; a memory model also needs validation columns of >= 2 tokens */
 static void make_loader(mf_loader *L, data *d, int sequential) {
-    loader_open(L, d->train, sequential, S.batch, S.m.seq_len, (uint64_t)S.seed, "training");
+    loader_open(L, d->train, sequential, S.batch * S.grad_accum, S.m.seq_len, (uint64_t)S.seed, RANKS.rank, RANKS.world,
+                "training");
     if (sequential) {
         mf_loader valid;
-        loader_open(&valid, d->valid, 1, S.batch, S.m.seq_len, 0, "validation");
+        loader_open(&valid, d->valid, 1, S.batch, S.m.seq_len, 0, RANKS.rank, RANKS.world, "validation");
         mf_loader_free(&valid);
     }
 }
@@ -634,7 +637,10 @@ int main(int argc, char **argv) {
 #endif
 
     int T = S.m.seq_len;
-    int32_t *x = (int32_t *)malloc((size_t)S.batch * T * sizeof *x), *y = (int32_t *)malloc((size_t)S.batch * T * sizeof *y);
+    if ((int64_t)S.batch * S.grad_accum * T > INT_MAX)
+        die("--batch %d x --grad-accum %d x --seq-len %d tokens per step is too many; lower one of them", S.batch, S.grad_accum, T);
+    size_t step_ids = (size_t)S.batch * S.grad_accum * T; /* the loader's batch: every micro-batch of a step */
+    int32_t *x = (int32_t *)malloc(step_ids * sizeof *x), *y = (int32_t *)malloc(step_ids * sizeof *y);
     if (!x || !y) die("out of memory");
     if (S.eval_only) { /* the checkpoint's weights on the validation data, nothing else */
         valid_result r;
@@ -664,11 +670,12 @@ int main(int argc, char **argv) {
                d.tok ? "tokenizer " : "--vocab, no tokenizer", d.tok ? d.tok_spec : "");
     printf("model: %s, d_model %d, %d heads, %d layers, d_ff %d, T %d, %lld parameters\n", describe_mixer(), S.m.d_model,
            S.m.heads, S.m.layers, S.m.d_ff, T, (long long)mf_param_count(ctx));
-    printf("train: %s, %s schedule, lr %g, warmup %d, batch %d, %d steps\n", S.optimizer, S.schedule, (double)S.lr,
-           S.warmup, S.batch, S.steps);
+    printf("train: %s, %s schedule, lr %g, warmup %d, batch %d", S.optimizer, S.schedule, (double)S.lr, S.warmup, S.batch);
+    if (S.grad_accum > 1) printf(" x %d accumulated micro-batches (%d windows per step)", S.grad_accum, S.batch * S.grad_accum);
+    printf(", %d steps\n", S.steps);
     if (L.cfg.sequential)
         printf("loader: sequential, %d columns of %lld %s, %lld batches per pass; validation on memory slot 1\n",
-               S.batch, (long long)L.column, d.shards ? "tokens" : "characters", (long long)mf_loader_batches(&L));
+               L.cfg.batch, (long long)L.column, d.shards ? "tokens" : "characters", (long long)mf_loader_batches(&L));
     if (S.resume) printf("resumed from \"%s\" at step %lld\n", S.resume, (long long)step);
     fflush(stdout);
 
@@ -684,7 +691,7 @@ int main(int argc, char **argv) {
         int rc;
         if ((new_pass = mf_loader_next(&L, x, y, &b, &Tb)) < 0) die("training data: %s", L.error);
         if (new_pass && L.cfg.sequential) mf_model_reset_memory(model); /* a pass over the data starts with empty memories */
-        if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, Tb, &loss, &aux, &norm, &RANKS)) < 0) {
+        if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, S.batch, Tb, &loss, &aux, &norm, &RANKS)) < 0) {
             if (RANKS.dist) AGREED = 1; /* mf_dist_sync agreed on it: ctx holds "rank r: ..." */
             die("training step %lld failed: %s", (long long)step + 1, mf_error(ctx));
         }
