@@ -1583,6 +1583,7 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     int i, k;
     float **bufs[4];
     if (floats <= ctx->p_cap) return 0;
+    if (ctx->mom_n) return (mf__fail(ctx, "mf_param: no parameter can be added once the moments are sharded (ZeRO-1, mf_dist_attach)"), -1);
     while (cap < floats) cap *= 2;
     if (mf__mem_grant(ctx, (size_t)(cap - ctx->p_cap) * sizeof(float) * (ctx->p_m ? 4 : 2),
                       ctx->p_m ? "parameters (values, gradients and optimizer moments)" : "parameters (values and gradients)") < 0)
@@ -8377,6 +8378,8 @@ static int mf__save(mf_ctx *ctx, const char *path, int with_optimizer, const cha
     if (!path || !path[0]) return (mf__fail(ctx, "mf_save: path is NULL or empty"), -1);
     if (n_meta < 0 || (n_meta > 0 && !meta_kv)) return (mf__fail(ctx, "mf_save: n_meta %d needs %d key/value strings in meta_kv", n_meta, 2 * n_meta), -1);
     if (!mf__little_endian()) return (mf__fail(ctx, "mf_save: safetensors is little-endian; this host is not"), -1);
+    if (with_optimizer && ctx->mom_n)
+        return (mf__fail(ctx, "mf_save: the optimizer moments are sharded (ZeRO-1): save with mf_dist_save"), -1);
     if (with_optimizer && mf__alloc_moments(ctx) < 0) return -1; /* before any step: zeros */
     nt = ctx->n_params * (with_optimizer ? 3 : 1);
     mf__buf_str(&h, "{\"__metadata__\": {\"mf.format\": \"metaformer.h " METAFORMER_VERSION "\"");
@@ -8710,13 +8713,11 @@ static int64_t *mf__ckpt_param_steps(mf_ctx *ctx, const mf__ckpt *c, const char 
 
 /* mf_load, and with a model m whose family has state, the state too: 0, 1 when the file has no
    state (the memories start empty), -1 */
+static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_optimizer, mf_model *m);
 static int mf__load(mf_ctx *ctx, const char *path, int with_optimizer, mf_model *m) {
     mf__ckpt c;
     const char *why;
-    int i, k, nt, with_state = 0;
-    mf__state_io io;
-    char steps[32] = "", calls[32] = "", seed[32] = "";
-    int64_t *psteps = NULL;
+    int rc;
     if (!mf_ok(ctx)) return -1;
     if (!path) return (mf__fail(ctx, "mf_load: path is NULL"), -1);
     if (!mf__little_endian()) return (mf__fail(ctx, "mf_load: safetensors is little-endian; this host is not"), -1);
@@ -8725,24 +8726,35 @@ static int mf__load(mf_ctx *ctx, const char *path, int with_optimizer, mf_model 
         mf__ckpt_close(&c);
         return -1;
     }
+    rc = mf__load_ckpt(ctx, &c, path, with_optimizer, m);
+    mf__ckpt_close(&c);
+    return rc;
+}
+/* mf__load of an open checkpoint (read from path; [mf:dist] passes one with its rows of the state) */
+static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_optimizer, mf_model *m) {
+    int i, k, nt, with_state = 0;
+    mf__state_io io;
+    char steps[32] = "", calls[32] = "", seed[32] = "";
+    int64_t *psteps = NULL;
+    if (ctx->mom_n && with_optimizer)
+        return (mf__fail(ctx, "mf_load: the optimizer moments are sharded (ZeRO-1): load with mf_dist_load"), -1);
     /* validate everything before changing anything */
     nt = ctx->n_params * (with_optimizer ? 3 : 1);
-    if (with_optimizer && (mf__ckpt_meta(&c, "mf.opt_steps", steps, sizeof steps) < 0 ||
-                           mf__ckpt_meta(&c, "mf.rng_calls", calls, sizeof calls) < 0 ||
-                           mf__ckpt_meta(&c, "mf.seed", seed, sizeof seed) < 0)) {
+    if (with_optimizer && (mf__ckpt_meta(cp, "mf.opt_steps", steps, sizeof steps) < 0 ||
+                           mf__ckpt_meta(cp, "mf.rng_calls", calls, sizeof calls) < 0 ||
+                           mf__ckpt_meta(cp, "mf.seed", seed, sizeof seed) < 0)) {
         mf__fail(ctx, "mf_load: \"%s\" has no optimizer state (saved without it, or not by metaformer.h); "
                  "load with with_optimizer = 0 to take the weights only", path);
-        mf__ckpt_close(&c);
         return -1;
     }
-    if (with_optimizer && !(psteps = mf__ckpt_param_steps(ctx, &c, path))) { mf__ckpt_close(&c); return -1; }
+    if (with_optimizer && !(psteps = mf__ckpt_param_steps(ctx, cp, path))) return -1;
     for (i = 0; i < nt; i++) {
         const char *prefix;
         const mf_tensor *p;
         mf__entry *e;
         int same;
         mf__ckpt_tensor(ctx, i, &prefix, &p);
-        e = mf__ckpt_find(&c, prefix, p->name);
+        e = mf__ckpt_find(cp, prefix, p->name);
         if (!e) { mf__fail(ctx, "mf_load: \"%s\" has no tensor \"%s%s\" (a checkpoint of another model or config?)", path, prefix, p->name); break; }
         same = e->f32 && e->ndim == p->ndim && e->end - e->begin == (uint64_t)p->ne * 4;
         for (k = 0; same && k < p->ndim; k++) same = e->shape[k] == p->shape[k];
@@ -8754,23 +8766,23 @@ static int mf__load(mf_ctx *ctx, const char *path, int with_optimizer, mf_model 
         }
         e->used = 1;
     }
-    for (i = 0; mf_ok(ctx) && i < c.n; i++)
-        if (!c.e[i].used && strncmp(c.e[i].name, "__optim__.", 10) != 0 && strncmp(c.e[i].name, "__state__.", 10) != 0)
+    for (i = 0; mf_ok(ctx) && i < cp->n; i++)
+        if (!cp->e[i].used && strncmp(cp->e[i].name, "__optim__.", 10) != 0 && strncmp(cp->e[i].name, "__state__.", 10) != 0)
             mf__fail(ctx, "mf_load: \"%s\" has a tensor \"%s\" that this model lacks (a checkpoint of another "
-                     "model or config?)", path, c.e[i].name);
-    if (m && m->fam->state && mf_ok(ctx) && mf__ckpt_meta(&c, "mf.state", NULL, 0) >= 0) { /* mf_model_save's file */
+                     "model or config?)", path, cp->e[i].name);
+    if (m && m->fam->state && mf_ok(ctx) && mf__ckpt_meta(cp, "mf.state", NULL, 0) >= 0) { /* mf_model_save's file */
         memset(&io, 0, sizeof io);
-        io.mode = MF__STATE_CHECK; io.c = &c; io.path = path; io.m = m;
+        io.mode = MF__STATE_CHECK; io.c = cp; io.path = path; io.m = m;
         with_state = m->fam->state(m, &io) == 0;
     }
     if (mf_ok(ctx) && with_optimizer) mf__alloc_moments(ctx);
-    if (!mf_ok(ctx)) { MF_FREE(psteps); mf__ckpt_close(&c); return -1; }
+    if (!mf_ok(ctx)) { MF_FREE(psteps); return -1; }
     for (i = 0; i < nt; i++) {
         const char *prefix;
         const mf_tensor *p;
         float *dst = (float *)mf__ckpt_tensor(ctx, i, &prefix, &p);
-        const mf__entry *e = mf__ckpt_find(&c, prefix, p->name);
-        mf__dupload(ctx, dst, c.data + e->begin, (size_t)p->ne * sizeof(float));
+        const mf__entry *e = mf__ckpt_find(cp, prefix, p->name);
+        mf__dupload(ctx, dst, cp->data + e->begin, (size_t)p->ne * sizeof(float));
     }
     if (with_optimizer) {
         memcpy(ctx->p_steps, psteps, (size_t)ctx->n_params * sizeof(int64_t));
@@ -8780,7 +8792,6 @@ static int mf__load(mf_ctx *ctx, const char *path, int with_optimizer, mf_model 
         ctx->seed = (uint64_t)strtoull(seed, NULL, 10);
     }
     if (with_state) { io.mode = MF__STATE_APPLY; m->fam->state(m, &io); }
-    mf__ckpt_close(&c);
     return !mf_ok(ctx) ? -1 : m && m->fam->state && !with_state ? 1 : 0;
 }
 
@@ -10897,12 +10908,14 @@ typedef struct mf__opt_job {
     float lr, step, rc2, decay;
 } mf__opt_job;
 
-/* elements [lo, hi) of parameter j->param */
+/* elements [lo, hi) of parameter j->param (the moments hold the flat floats from ctx->mom_lo on) */
 static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi) {
     const mf_tensor *p = ctx->params[j->param];
-    float *w = p->data, *g = p->grad, *m = ctx->p_m + p->offset, *v = ctx->p_v + p->offset;
+    float *w = p->data + lo, *g = p->grad + lo, *m = ctx->p_m + (p->offset + lo - ctx->mom_lo);
+    float *v = ctx->p_v + (p->offset + lo - ctx->mom_lo);
     float b1 = o->beta1, b2 = o->beta2, wd = o->weight_decay, eps = o->eps, step = j->step, decay = j->decay;
-    int64_t k = lo;
+    int64_t k = 0;
+    hi -= lo;
     switch (o->kind) {
     case MF_OPT_ADAM:
     case MF_OPT_ADAMW:
@@ -10948,17 +10961,14 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
     }
 }
 
-/* One update of every parameter that has a gradient. The moments live in flat buffers. */
-MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+/* The step's coefficients of every parameter (jobs[i].param -1: no update), counting the step;
+   the elements of those with a gradient in *total. NULL on error. */
+static mf__opt_job *mf__opt_jobs(mf_ctx *ctx, const mf_optimizer *o, int64_t *total_out) {
     int i;
     float b1, b2;
     int64_t total = 0;
     mf__opt_job *jobs;
-    if (!mf_ok(ctx)) return -1;
-    if (mf__check_optimizer(ctx, o) < 0) return -1;
-    if (mf__alloc_moments(ctx) < 0) return -1;
-    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
-    if (!(jobs = (mf__opt_job *)mf__alloc(ctx, (size_t)(ctx->n_params + 1) * sizeof(mf__opt_job)))) return -1;
+    if (!(jobs = (mf__opt_job *)mf__alloc(ctx, (size_t)(ctx->n_params + 1) * sizeof(mf__opt_job)))) return NULL;
     ctx->opt_t++;
     b1 = o->beta1; b2 = o->beta2;
     for (i = 0; i < ctx->n_params; i++) {
@@ -10983,6 +10993,21 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         }
         total += p->ne;
     }
+    *total_out = total;
+    return jobs;
+}
+
+/* One update of every parameter that has a gradient. The moments live in flat buffers. */
+MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+    int64_t total;
+    mf__opt_job *jobs;
+    if (!mf_ok(ctx)) return -1;
+    if (mf__check_optimizer(ctx, o) < 0) return -1;
+    if (ctx->mom_n)
+        return (mf__fail(ctx, "mf_optimizer_step: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step"), -1);
+    if (mf__alloc_moments(ctx) < 0) return -1;
+    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
+    if (!(jobs = mf__opt_jobs(ctx, o, &total))) return -1;
     MF__PARALLEL(ctx, 10.0 * (double)total)
     {
         int tid = MF__TID(), nth = MF__NTH(), k;
@@ -11001,6 +11026,7 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
 
 #ifdef METAFORMER_MPI
 /* ==== [mf:dist] ============================================================================= */
+#include <limits.h>
 /* Data-parallel training (docs/math.md §18.3-18.7). The transport is a table of functions, so MPI
    (host buffers) and NCCL (device buffers, its own stream) share the bucketing, the backward hook,
    ZeRO-1 and the checkpoints. Each returns 0, or -1 with the error in d. */
@@ -11013,13 +11039,115 @@ typedef struct mf__dist_transport {
     int (*broadcast)(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n, int root);
 } mf__dist_transport;
 
+/* a bucket: the flat gradient floats [lo, hi), whole parameters; ready once the backward has passed
+   tape op ready_at (INT_MAX: from the start, -1: only in mf_dist_sync) */
+typedef struct mf__dist_bucket { int64_t lo, hi; int ready_at; } mf__dist_bucket;
+
 struct mf_dist {
-    MPI_Comm comm;
+    MPI_Comm comm;               /* a duplicate of the caller's: our collectives never meet theirs */
     int rank, world, local_rank;
     mf_dist_config cfg;
     const mf__dist_transport *tr;
     char err[MF__ERRLEN];
+    mf_ctx *ctx;                 /* attached */
+    mf__dist_bucket *bk;
+    int n_bk;
+    int next;                    /* the next bucket to start (they start from the last one down) */
+    int planned;                 /* the buckets' ready_at are computed for this step's tape */
+    int no_sync;
+    int stray;                   /* a backward ran after this step's averages had started */
+    int last_op;                 /* the tape op the hook saw last (a new backward starts higher) */
+    int started_in_backward;     /* buckets the backward hook started in this step, and in the last one */
+    int last_in_backward;
+    int local_fail;              /* a reduction failed to start here (d->err): reported by mf_dist_sync */
+    /* MPI: the reductions under way */
+    MPI_Request *req;
+    float **req_buf;
+    int64_t *req_n;
+    int n_req, cap_req;
+    /* ZeRO-1: the flat buffer padded to npad = world * shard floats; rank r owns [r*shard, (r+1)*shard) */
+    int64_t shard, npad;
+    float *tmp;                  /* shard floats (the reduce-scatter's result) */
+    int *first;                  /* per parameter: the first tape op that reads it (scratch) */
 };
+
+static int mf__dist_fail(mf_dist *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->err, sizeof d->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- the MPI transport (host buffers; MPI counts are int: long buffers go in pieces) ---- */
+#define MF__MPI_PIECE ((int64_t)1 << 30)
+static int mf__mpi_allreduce_start(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n) {
+    (void)ctx;
+    for (; n > 0; buf += MF__MPI_PIECE, n -= MF__MPI_PIECE) {
+        int64_t len = n < MF__MPI_PIECE ? n : MF__MPI_PIECE;
+        if (d->n_req == d->cap_req) return mf__dist_fail(d, "mf_dist: more gradient reductions than buckets (an internal error)");
+        if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)len, MPI_FLOAT, MPI_SUM, d->comm, &d->req[d->n_req]) != MPI_SUCCESS)
+            return mf__dist_fail(d, "MPI_Iallreduce failed");
+        d->req_buf[d->n_req] = buf; d->req_n[d->n_req] = len; d->n_req++;
+    }
+    return 0;
+}
+static void mf__dist_scale(float *x, int64_t n, float f) {
+    int64_t k;
+    for (k = 0; k < n; k++) x[k] *= f;
+}
+static int mf__mpi_wait_all(mf_dist *d, mf_ctx *ctx) {
+    int i, rc = MPI_Waitall(d->n_req, d->req, MPI_STATUSES_IGNORE);
+    (void)ctx;
+    for (i = 0; i < d->n_req; i++) mf__dist_scale(d->req_buf[i], d->req_n[i], 1.0f / (float)d->world);
+    d->n_req = 0;
+    return rc == MPI_SUCCESS ? 0 : mf__dist_fail(d, "MPI_Waitall failed");
+}
+static int mf__mpi_reduce_scatter(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shard) {
+    (void)ctx;
+    if (MPI_Reduce_scatter_block(buf, d->tmp, (int)shard, MPI_FLOAT, MPI_SUM, d->comm) != MPI_SUCCESS)
+        return mf__dist_fail(d, "MPI_Reduce_scatter_block failed");
+    memcpy(buf + d->rank * shard, d->tmp, (size_t)shard * sizeof(float));
+    mf__dist_scale(buf + d->rank * shard, shard, 1.0f / (float)d->world);
+    return 0;
+}
+static int mf__mpi_all_gather(mf_dist *d, mf_ctx *ctx, float *buf, int64_t shard) {
+    (void)ctx;
+    return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, d->comm) == MPI_SUCCESS
+           ? 0 : mf__dist_fail(d, "MPI_Allgather failed");
+}
+static int mf__mpi_broadcast(mf_dist *d, mf_ctx *ctx, float *buf, int64_t n, int root) {
+    (void)ctx;
+    for (; n > 0; buf += MF__MPI_PIECE, n -= MF__MPI_PIECE)
+        if (MPI_Bcast(buf, (int)(n < MF__MPI_PIECE ? n : MF__MPI_PIECE), MPI_FLOAT, root, d->comm) != MPI_SUCCESS)
+            return mf__dist_fail(d, "MPI_Bcast failed");
+    return 0;
+}
+static const mf__dist_transport mf__dist_mpi = {
+    "mpi", mf__mpi_allreduce_start, mf__mpi_wait_all, mf__mpi_reduce_scatter, mf__mpi_all_gather, mf__mpi_broadcast
+};
+
+/* ---- failure agreement: the first failed rank's reason reaches every rank ---- */
+/* ok = 0 on a failed rank (why: its reason, or NULL for ctx's error). Returns 0 when every rank is
+   ok; else -1 on every rank, "rank r: why" in d->err and (failing it) in ctx. */
+static int mf__dist_agree(mf_dist *d, mf_ctx *ctx, int ok, const char *why) {
+    int mine = ok ? d->world : d->rank, first = d->world;
+    char msg[MF__ERRLEN];
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, d->comm) != MPI_SUCCESS)
+        return mf__dist_fail(d, "MPI_Allreduce failed (the failure agreement)");
+    if (first == d->world) return 0;
+    memset(msg, 0, sizeof msg);
+    if (d->rank == first)
+        snprintf(msg, sizeof msg, "rank %d: %.490s", first, why ? why : ctx && !mf_ok(ctx) ? mf_error(ctx) : d->err[0] ? d->err : "failed");
+    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, d->comm);
+    snprintf(d->err, sizeof d->err, "%s", msg);
+    if (ctx) { snprintf(ctx->err, sizeof ctx->err, "%s", msg); ctx->failed = 1; }
+    return -1;
+}
+MFDEF int mf_dist_check(mf_dist *d, mf_ctx *ctx, int ok, const char *why) {
+    if (!d) return (mf__fail(ctx, "mf_dist_check: the mf_dist is NULL (make it with mf_dist_new)"), -1);
+    return mf__dist_agree(d, ctx, ok && (!ctx || mf_ok(ctx)), ok ? NULL : why);
+}
 
 MFDEF mf_dist_config mf_dist_config_default(void) {
     mf_dist_config c;
@@ -11027,10 +11155,41 @@ MFDEF mf_dist_config mf_dist_config_default(void) {
     c.bucket_floats = (int64_t)1 << 20;
     return c;
 }
+
+static void mf__dist_new_fail(char *err, size_t size, const char *fmt, ...) {
+    va_list ap;
+    if (!err || !size) return;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+}
 MFDEF mf_dist *mf_dist_new(MPI_Comm comm, const mf_dist_config *cfg, char *err, size_t err_size) {
-    (void)comm; (void)cfg;
-    if (err && err_size) snprintf(err, err_size, "mf_dist_new: not implemented yet");
-    return NULL;
+    mf_dist *d;
+    MPI_Comm local;
+    int inited = 0;
+    mf_dist_config c = cfg ? *cfg : mf_dist_config_default();
+    if (MPI_Initialized(&inited) != MPI_SUCCESS || !inited)
+        return (mf__dist_new_fail(err, err_size, "mf_dist_new: MPI is not initialised (call MPI_Init first)"), (mf_dist *)NULL);
+    if (comm == MPI_COMM_NULL)
+        return (mf__dist_new_fail(err, err_size, "mf_dist_new: the communicator is MPI_COMM_NULL"), (mf_dist *)NULL);
+    if (c.bucket_floats < 1 || (c.zero1 != 0 && c.zero1 != 1) || (c.no_overlap != 0 && c.no_overlap != 1))
+        return (mf__dist_new_fail(err, err_size, "mf_dist_new: bad config (bucket_floats %lld must be >= 1, zero1 and no_overlap "
+                              "0 or 1; start from mf_dist_config_default)", (long long)c.bucket_floats), (mf_dist *)NULL);
+    if (!(d = (mf_dist *)mf__xmalloc(sizeof *d))) return (mf__dist_new_fail(err, err_size, "out of memory: mf_dist"), (mf_dist *)NULL);
+    memset(d, 0, sizeof *d);
+    d->cfg = c;
+    d->tr = &mf__dist_mpi;
+    if (MPI_Comm_dup(comm, &d->comm) != MPI_SUCCESS) {
+        MF_FREE(d);
+        return (mf__dist_new_fail(err, err_size, "mf_dist_new: MPI_Comm_dup failed"), (mf_dist *)NULL);
+    }
+    MPI_Comm_rank(d->comm, &d->rank);
+    MPI_Comm_size(d->comm, &d->world);
+    if (MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+        MPI_Comm_rank(local, &d->local_rank);
+        MPI_Comm_free(&local);
+    }
+    return d;
 }
 MFDEF int mf_dist_rank(const mf_dist *d) { return d ? d->rank : 0; }
 MFDEF int mf_dist_world(const mf_dist *d) { return d ? d->world : 1; }
@@ -11038,18 +11197,443 @@ MFDEF int mf_dist_local_rank(const mf_dist *d) { return d ? d->local_rank : 0; }
 MFDEF uint64_t mf_dist_seed(const mf_dist *d, uint64_t seed) {
     return (!d || d->rank == 0) ? seed : mf__mix64(seed ^ mf__mix64((uint64_t)d->rank + 0x9e3779b97f4a7c15ULL));
 }
-MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) { (void)d; (void)ctx; return -1; }
-MFDEF int mf_dist_no_sync(mf_dist *d, int on) { (void)d; (void)on; return 0; }
-MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums) { (void)d; (void)ctx; (void)sums; (void)n_sums; return -1; }
-MFDEF int mf_dist_check(mf_dist *d, mf_ctx *ctx, int ok, const char *why) { (void)d; (void)ctx; (void)why; return ok ? 0 : -1; }
-MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm) { (void)d; return mf_clip_grad_norm(ctx, max_norm); }
-MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o) { (void)d; return mf_optimizer_step(ctx, o); }
-MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *const *meta_kv, int n_meta) {
-    (void)d; return mf_model_save(m, path, 1, meta_kv, n_meta);
-}
-MFDEF int mf_dist_load(mf_dist *d, mf_model *m, const char *path) { (void)d; return mf_model_load(m, path, 1); }
 MFDEF const char *mf_dist_error(const mf_dist *d) { return d ? d->err : "mf_dist is NULL"; }
-MFDEF void mf_dist_free(mf_dist *d) { MF_FREE(d); }
+MFDEF int mf_dist_no_sync(mf_dist *d, int on) {
+    int old;
+    if (!d) return 0;
+    old = d->no_sync; d->no_sync = on != 0;
+    return old;
+}
+
+/* ---- the buckets and the backward hook ---- */
+/* Each bucket's ready_at from this step's tape: a parameter's gradient is final once the backward
+   has passed the first tape op that reads it. A parameter no op reads as an input but a forward
+   touched (a fused op that reads it from its own state, the feedback recurrence) is final only at
+   the end: -1. Frozen and untouched parameters are final from the start. */
+static void mf__dist_plan(mf_dist *d, mf_ctx *ctx) {
+    int i, k, b = 0;
+    for (i = 0; i < ctx->n_params; i++) d->first[i] = INT_MAX;
+    for (i = 0; i < ctx->tape_len; i++)
+        for (k = 0; k < MF_MAX_SRC; k++) {
+            const mf_tensor *s = ctx->tape[i]->src[k];
+            int j;
+            if (s && s->is_param && d->first[j = mf__param_index(ctx, s)] > i) d->first[j] = i;
+        }
+    for (i = 0; i < ctx->n_params; i++)
+        if (d->first[i] == INT_MAX && ctx->p_touched[i] && ctx->params[i]->requires_grad) d->first[i] = -1;
+    for (b = 0; b < d->n_bk; b++) d->bk[b].ready_at = INT_MAX;
+    for (i = 0, b = 0; i < ctx->n_params; i++) {
+        while (ctx->params[i]->offset >= d->bk[b].hi) b++;
+        if (d->first[i] < d->bk[b].ready_at) d->bk[b].ready_at = d->first[i];
+    }
+}
+static int mf__dist_start(mf_dist *d, mf_ctx *ctx, int b) {
+    return d->tr->allreduce_start(d, ctx, ctx->p_grad + d->bk[b].lo, d->bk[b].hi - d->bk[b].lo);
+}
+/* mf_backward's hook after tape op i: start the buckets that are final, from the last one down (the
+   same order on every rank: MPI matches the collectives of a communicator by their order) */
+static void mf__dist_hook(mf_ctx *ctx, void *user, int i) {
+    mf_dist *d = (mf_dist *)user;
+    if (d->no_sync || d->cfg.no_overlap || d->local_fail) return;
+    if (!d->planned) { mf__dist_plan(d, ctx); d->planned = 1; d->last_op = INT_MAX; }
+    else if (i >= d->last_op) d->stray = 1; /* a second backward in this step */
+    if (d->stray) return;
+    d->last_op = i;
+    while (d->next >= 0 && d->bk[d->next].ready_at >= i) {
+        if (mf__dist_start(d, ctx, d->next) < 0) { d->local_fail = 1; return; }
+        d->next--; d->started_in_backward++;
+    }
+}
+
+/* ---- attach: the same parameters everywhere, rank 0's values, the buckets ---- */
+/* "name [shape] (frozen)" of parameter i */
+static void mf__dist_param_str(const mf_ctx *ctx, int i, char *buf, size_t size) {
+    char sh[64];
+    const mf_tensor *p = ctx->params[i];
+    snprintf(buf, size, "\"%s\" %s%s", p->name, mf_shape_str(p, sh, sizeof sh), p->requires_grad ? "" : " (frozen)");
+}
+/* the parameter list as text, one per line (the caller frees it) */
+static char *mf__dist_param_list(const mf_ctx *ctx, int *len) {
+    mf__buf h = {NULL, 0, 0, 0};
+    char one[700];
+    int i;
+    for (i = 0; i < ctx->n_params; i++) {
+        mf__dist_param_str(ctx, i, one, sizeof one);
+        mf__buf_str(&h, one);
+        mf__buf_str(&h, "\n");
+    }
+    mf__buf_str(&h, "");
+    if (h.oom) { MF_FREE(h.s); return NULL; }
+    *len = (int)h.len + 1;
+    return h.s;
+}
+/* why this rank's list differs from rank 0's (mine, theirs: the lists), into why */
+static void mf__dist_first_difference(const char *mine, const char *theirs, char *why, size_t size) {
+    int line = 0;
+    while (*mine && *theirs) {
+        const char *a = strchr(mine, '\n'), *b = strchr(theirs, '\n');
+        if (a - mine != b - theirs || memcmp(mine, theirs, (size_t)(a - mine)) != 0) {
+            snprintf(why, size, "mf_dist_attach: parameter %d is %.*s here but %.*s on rank 0 (every rank must build the "
+                     "same model config)", line, (int)(a - mine), mine, (int)(b - theirs), theirs);
+            return;
+        }
+        mine = a + 1; theirs = b + 1; line++;
+    }
+    snprintf(why, size, "mf_dist_attach: this rank has %s parameters than rank 0 (parameter %d is %s here; every rank "
+             "must build the same model config)", *mine ? "more" : "fewer", line, *mine ? "present" : "missing");
+}
+static uint64_t mf__dist_checksum(const float *x, int64_t n) {
+    uint64_t h = 0x243f6a8885a308d3ULL;
+    int64_t k;
+    for (k = 0; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &x[k], 4);
+        h = mf__mix64(h ^ u);
+    }
+    return h;
+}
+/* the buckets over the flat gradient buffer: whole parameters, about bucket_floats each */
+static int mf__dist_layout(mf_dist *d, mf_ctx *ctx) {
+    int i, n = 0;
+    int64_t lo = 0;
+    if (!(d->bk = (mf__dist_bucket *)mf__xmalloc((size_t)(ctx->n_params + 1) * sizeof *d->bk)) ||
+        !(d->first = (int *)mf__xmalloc((size_t)(ctx->n_params + 1) * sizeof(int))))
+        return mf__dist_fail(d, "out of memory: the gradient buckets");
+    for (i = 0; i < ctx->n_params; i++) {
+        const mf_tensor *p = ctx->params[i];
+        int64_t end = i + 1 < ctx->n_params ? ctx->params[i + 1]->offset : ctx->p_used;
+        if (end - lo >= d->cfg.bucket_floats || i + 1 == ctx->n_params || p->offset + p->ne - lo >= d->cfg.bucket_floats) {
+            d->bk[n].lo = lo; d->bk[n].hi = end; d->bk[n].ready_at = -1;
+            n++; lo = end;
+        }
+    }
+    d->n_bk = n;
+    d->next = n - 1;
+    for (i = 0, n = 0; i < d->n_bk; i++) n += (int)((d->bk[i].hi - d->bk[i].lo + MF__MPI_PIECE - 1) / MF__MPI_PIECE);
+    /* every request slot now, so that starting a bucket never allocates (nor fails) mid-step */
+    d->cap_req = n + 1;
+    d->req = (MPI_Request *)mf__xmalloc((size_t)d->cap_req * sizeof *d->req);
+    d->req_buf = (float **)mf__xmalloc((size_t)d->cap_req * sizeof *d->req_buf);
+    d->req_n = (int64_t *)mf__xmalloc((size_t)d->cap_req * sizeof *d->req_n);
+    if (!d->req || !d->req_buf || !d->req_n) return mf__dist_fail(d, "out of memory: the list of gradient reductions");
+    return 0;
+}
+
+MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
+    char why[MF__ERRLEN] = "";
+    char *mine = NULL, *theirs = NULL;
+    int len = 0, len0 = 0, ok = 1;
+    uint64_t sum, lo_hi[2], red[2];
+    if (!d) return (mf__fail(ctx, "mf_dist_attach: the mf_dist is NULL (make it with mf_dist_new)"), -1);
+    if (!ctx) snprintf(why, sizeof why, "mf_dist_attach: the context is NULL");
+    else if (d->ctx) snprintf(why, sizeof why, "mf_dist_attach: this mf_dist is attached already (one context per mf_dist)");
+    else if (!mf_ok(ctx)) snprintf(why, sizeof why, "%s", mf_error(ctx));
+    else if (ctx->be) snprintf(why, sizeof why, "mf_dist_attach: the MPI transport averages host buffers; a CUDA context needs "
+                               "the NCCL build (METAFORMER_NCCL)");
+    else if (ctx->n_params == 0) snprintf(why, sizeof why, "mf_dist_attach: the context has no parameters (make the model first)");
+    else if (ctx->bw_hook) snprintf(why, sizeof why, "mf_dist_attach: the context has a backward hook already (another mf_dist?)");
+    else if (!(mine = mf__dist_param_list(ctx, &len))) snprintf(why, sizeof why, "out of memory: the parameter list");
+    if (mf__dist_agree(d, ctx, why[0] == 0, why) < 0) { MF_FREE(mine); return -1; }
+    /* the same parameters: rank 0's list against every rank's */
+    if (d->rank == 0) len0 = len;
+    MPI_Bcast(&len0, 1, MPI_INT, 0, d->comm);
+    if (!(theirs = (char *)mf__xmalloc((size_t)len0))) { ok = 0; snprintf(why, sizeof why, "out of memory: the parameter list"); }
+    if (theirs && d->rank == 0) memcpy(theirs, mine, (size_t)len0);
+    if (mf__dist_agree(d, ctx, ok, why) < 0) { MF_FREE(mine); MF_FREE(theirs); return -1; }
+    MPI_Bcast(theirs, len0, MPI_CHAR, 0, d->comm);
+    if (ok && (len != len0 || memcmp(mine, theirs, (size_t)len) != 0)) { ok = 0; mf__dist_first_difference(mine, theirs, why, sizeof why); }
+    MF_FREE(mine); MF_FREE(theirs);
+    if (mf__dist_agree(d, ctx, ok, why) < 0) return -1;
+    /* rank 0's values, checked */
+    if (d->tr->broadcast(d, ctx, ctx->p_data, ctx->p_used, 0) < 0) return mf__dist_agree(d, ctx, 0, d->err);
+    sum = mf__dist_checksum(ctx->p_data, ctx->p_used);
+    lo_hi[0] = sum; lo_hi[1] = ~sum;
+    MPI_Allreduce(lo_hi, red, 2, MPI_UINT64_T, MPI_MIN, d->comm);
+    if (mf__dist_agree(d, ctx, red[0] == sum && red[1] == ~sum, "mf_dist_attach: the parameters differ from rank 0's after the broadcast") < 0)
+        return -1;
+    ctx->seed = mf_dist_seed(d, ctx->seed);
+    ok = mf__dist_layout(d, ctx) == 0;
+    if (ok && d->cfg.zero1) { /* the padded flat buffer and this rank's moments only */
+        d->shard = (ctx->p_used + d->world - 1) / d->world;
+        d->shard = (d->shard + 15) & ~(int64_t)15;
+        d->npad = d->shard * d->world;
+        if (d->shard > INT_MAX) ok = 0, mf__dist_fail(d, "mf_dist_attach: a ZeRO-1 shard of %lld floats is too long for MPI's int "
+                                                      "counts; use more ranks", (long long)d->shard);
+        else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
+                                                 "or checkpoint load (the moments exist already); resume with mf_dist_load");
+        else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
+        else if (mf__mem_grant(ctx, 3 * (size_t)d->shard * sizeof(float), "optimizer moments") < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
+        else if (!(d->tmp = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
+                 !(ctx->p_m = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
+                 !(ctx->p_v = (float *)mf__xmalloc((size_t)d->shard * sizeof(float)))) {
+            MF_FREE(ctx->p_m); ctx->p_m = NULL;
+            ok = 0, mf__dist_fail(d, "out of memory: ZeRO-1 moments of %lld floats", (long long)d->shard);
+        } else {
+            memset(ctx->p_m, 0, (size_t)d->shard * sizeof(float)); memset(ctx->p_v, 0, (size_t)d->shard * sizeof(float));
+            ctx->mom_lo = d->rank * d->shard; ctx->mom_n = d->shard;
+        }
+    }
+    if (mf__dist_agree(d, ctx, ok, d->err) < 0) return -1;
+    d->ctx = ctx;
+    if (!d->cfg.zero1) { ctx->bw_hook = mf__dist_hook; ctx->bw_hook_user = d; }
+    return 0;
+}
+
+/* ---- the step: failure agreement, the averages, clipping, the update ---- */
+MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums) {
+    int rc, ok, nn[2], red[2];
+    char why[MF__ERRLEN] = "";
+    if (!d) return (mf__fail(ctx, "mf_dist_sync: the mf_dist is NULL (make it with mf_dist_new)"), -1);
+    if (!d->ctx || ctx != d->ctx) snprintf(why, sizeof why, "mf_dist_sync: the context is not the one attached with mf_dist_attach");
+    else if (n_sums < 0 || (n_sums > 0 && !sums)) snprintf(why, sizeof why, "mf_dist_sync: %d sums need an array of that many doubles", n_sums);
+    else if (d->local_fail) snprintf(why, sizeof why, "%s", d->err);
+    else if (d->stray) snprintf(why, sizeof why, "mf_dist_sync: a second mf_backward ran after the gradient average had started; "
+                                "call mf_dist_no_sync(d, 1) before the backwards of the micro-batches before the last one");
+    ok = why[0] == 0 && mf_ok(ctx);
+    if (d->ctx) { /* the same collectives on every rank, failed or not: the buckets not started yet, the touched parameters */
+        if (!d->cfg.zero1)
+            for (; d->next >= 0; d->next--)
+                if (mf__dist_start(d, d->ctx, d->next) < 0) ok = 0, snprintf(why, sizeof why, "%s", d->err);
+        MPI_Allreduce(MPI_IN_PLACE, d->ctx->p_touched, d->ctx->n_params, MPI_UNSIGNED_CHAR, MPI_MAX, d->comm);
+    }
+    nn[0] = n_sums; nn[1] = -n_sums;
+    MPI_Allreduce(nn, red, 2, MPI_INT, MPI_MIN, d->comm);
+    if (ok && red[0] != -red[1]) ok = 0, snprintf(why, sizeof why, "mf_dist_sync: the ranks pass different numbers of sums (%d here)", n_sums);
+    rc = mf__dist_agree(d, ctx, ok, why[0] ? why : NULL);
+    if (d->ctx && !d->cfg.zero1 && d->tr->wait_all(d, d->ctx) < 0 && rc == 0) rc = mf__dist_agree(d, ctx, 0, d->err);
+    if (rc == 0 && d->cfg.zero1 && d->tr->reduce_scatter(d, ctx, ctx->p_grad, d->shard) < 0) rc = mf__dist_agree(d, ctx, 0, d->err);
+    if (rc == 0 && n_sums > 0) MPI_Allreduce(MPI_IN_PLACE, sums, n_sums, MPI_DOUBLE, MPI_SUM, d->comm);
+    d->planned = 0; d->stray = 0; d->next = d->n_bk - 1;
+    d->last_in_backward = d->started_in_backward; d->started_in_backward = 0;
+    return rc;
+}
+
+/* ZeRO-1: the part [a, b) of parameter i inside this rank's shard (a == b: none) */
+static void mf__dist_in_shard(const mf_dist *d, const mf_ctx *ctx, int i, int64_t *a, int64_t *b) {
+    const mf_tensor *p = ctx->params[i];
+    int64_t lo = d->rank * d->shard, hi = lo + d->shard;
+    *a = p->offset > lo ? p->offset : lo;
+    *b = p->offset + p->ne < hi ? p->offset + p->ne : hi;
+    if (*b < *a) *b = *a;
+    *a -= p->offset; *b -= p->offset;
+}
+
+MFDEF float mf_dist_clip_grad_norm(mf_dist *d, mf_ctx *ctx, float max_norm) {
+    double ss = 0, all = 0;
+    int i;
+    float norm;
+    if (!d || !d->cfg.zero1) return mf_clip_grad_norm(ctx, max_norm); /* the averaged gradients are the same everywhere */
+    if (!mf_ok(ctx) || ctx != d->ctx) return 0.0f;
+    for (i = 0; i < ctx->n_params; i++) {
+        int64_t a, b, k;
+        if (!ctx->params[i]->requires_grad) continue;
+        mf__dist_in_shard(d, ctx, i, &a, &b);
+        for (k = a; k < b; k++) ss += (double)ctx->params[i]->grad[k] * ctx->params[i]->grad[k];
+    }
+    MPI_Allreduce(&ss, &all, 1, MPI_DOUBLE, MPI_SUM, d->comm);
+    norm = (float)sqrt(all);
+    if (max_norm > 0 && norm > max_norm) {
+        float f = max_norm / (norm + 1e-6f);
+        for (i = 0; i < ctx->n_params; i++) {
+            int64_t a, b, k;
+            if (!ctx->params[i]->requires_grad) continue;
+            mf__dist_in_shard(d, ctx, i, &a, &b);
+            for (k = a; k < b; k++) ctx->params[i]->grad[k] *= f;
+        }
+    }
+    return norm;
+}
+
+MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o) {
+    int64_t total;
+    mf__opt_job *jobs = NULL;
+    int i, ok;
+    if (!d) return (mf__fail(ctx, "mf_dist_optimizer_step: the mf_dist is NULL (make it with mf_dist_new)"), -1);
+    if (!d->ctx || ctx != d->ctx)
+        return mf__dist_agree(d, ctx, 0, "mf_dist_optimizer_step: the context is not the one attached with mf_dist_attach");
+    if (!d->cfg.zero1) return mf__dist_agree(d, ctx, mf_optimizer_step(ctx, o) == 0, NULL);
+    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o) == 0 && (jobs = mf__opt_jobs(ctx, o, &total)) != NULL;
+    if (mf__dist_agree(d, ctx, ok, NULL) < 0) return -1;
+    for (i = 0; i < ctx->n_params; i++) { /* this rank's shard (its moments), serial: a shard is 1 / world of the work */
+        int64_t a, b;
+        if (jobs[i].param < 0) continue;
+        mf__dist_in_shard(d, ctx, i, &a, &b);
+        if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b);
+    }
+    if (d->tr->all_gather(d, ctx, ctx->p_data, d->shard) < 0) return mf__dist_agree(d, ctx, 0, d->err);
+    return 0;
+}
+
+/* ---- checkpoints on any world size ---- */
+/* The model state's tensors hold batch rows first (the relative mixer's memories [B, len, D]); an
+   int array named "*.lengths" holds the rows in element 0 (mf__xl_state). */
+static int mf__dist_is_rows(const char *name) {
+    size_t n = strlen(name);
+    return n >= 8 && strcmp(name + n - 8, ".lengths") == 0;
+}
+/* the state of every rank, gathered on rank 0 in rank order (the rows of rank 0, then rank 1, ...);
+   x[i].data of the float tensors points into *bufs (rank 0; freed by the caller) */
+static int mf__dist_gather_state(mf_dist *d, mf_ctx *ctx, mf__xtensor *x, int nx, float **bufs) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL, lo_hi[2], red[2];
+    int i, ok = 1;
+    float *at;
+    for (i = 0; i < nx; i++) { /* the same pieces everywhere: names, shapes and the int values */
+        h = mf__mix64(h ^ mf__dist_checksum((const float *)(const void *)x[i].name, (int64_t)(sizeof x[i].name / 4)));
+        h = mf__mix64(h ^ (uint64_t)x[i].ne ^ ((uint64_t)x[i].i32 << 40));
+        if (x[i].i32) h = mf__mix64(h ^ mf__dist_checksum((const float *)(const void *)x[i].ints, x[i].ne));
+    }
+    lo_hi[0] = h; lo_hi[1] = ~h;
+    MPI_Allreduce(lo_hi, red, 2, MPI_UINT64_T, MPI_MIN, d->comm);
+    if (mf__dist_agree(d, ctx, red[0] == h && red[1] == ~h, "mf_dist_save: the ranks' model states differ in shape (every rank "
+                       "must run the same batch size and memory lengths)") < 0) return -1;
+    if (d->rank == 0) {
+        int64_t total = 0;
+        for (i = 0; i < nx; i++) if (!x[i].i32) total += x[i].ne * d->world;
+        ok = (*bufs = (float *)mf__xmalloc((size_t)(total ? total : 1) * sizeof(float))) != NULL;
+    }
+    if (mf__dist_agree(d, ctx, ok, "out of memory: the gathered model state") < 0) return -1;
+    at = d->rank == 0 ? *bufs : NULL;
+    for (i = 0; i < nx; i++) {
+        if (x[i].i32) {
+            if (mf__dist_is_rows(x[i].name)) x[i].ints[0] *= d->world;
+            continue;
+        }
+        if (x[i].ne * d->world > INT_MAX) return mf__dist_agree(d, ctx, 0, "mf_dist_save: a model state tensor too long for MPI's int counts");
+        MPI_Gather(x[i].data, (int)x[i].ne, MPI_FLOAT, at, (int)x[i].ne, MPI_FLOAT, 0, d->comm);
+        x[i].shape[0] *= d->world; x[i].ne *= d->world;
+        if (at) { x[i].data = at; at += x[i].ne; }
+    }
+    return 0;
+}
+
+/* ZeRO-1: every rank's moments gathered into full buffers on rank 0 (*m, *v; NULL elsewhere) */
+static int mf__dist_gather_moments(mf_dist *d, mf_ctx *ctx, float **m, float **v) {
+    int ok = 1;
+    *m = *v = NULL;
+    if (d->rank == 0) {
+        *m = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
+        *v = (float *)mf__xmalloc((size_t)ctx->p_cap * sizeof(float));
+        if ((ok = *m && *v)) { memset(*m, 0, (size_t)ctx->p_cap * sizeof(float)); memset(*v, 0, (size_t)ctx->p_cap * sizeof(float)); }
+    }
+    if (mf__dist_agree(d, ctx, ok, "out of memory: the gathered optimizer moments") < 0) { MF_FREE(*m); MF_FREE(*v); return -1; }
+    MPI_Gather(ctx->p_m, (int)d->shard, MPI_FLOAT, *m, (int)d->shard, MPI_FLOAT, 0, d->comm);
+    MPI_Gather(ctx->p_v, (int)d->shard, MPI_FLOAT, *v, (int)d->shard, MPI_FLOAT, 0, d->comm);
+    return 0;
+}
+/* swap the moment buffers of ctx with (*m, *v, *lo, *n): whole ones for mf__save / mf__load_ckpt */
+static void mf__dist_swap_moments(mf_ctx *ctx, float **m, float **v, int64_t *lo, int64_t *n) {
+    float *tm = ctx->p_m, *tv = ctx->p_v;
+    int64_t tl = ctx->mom_lo, tn = ctx->mom_n;
+    ctx->p_m = *m; ctx->p_v = *v; ctx->mom_lo = *lo; ctx->mom_n = *n;
+    *m = tm; *v = tv; *lo = tl; *n = tn;
+}
+
+static int mf__dist_model_ok(mf_dist *d, mf_model *m, const char *fn, char *why, size_t size) {
+    if (!m) snprintf(why, size, "%s: the model is NULL", fn);
+    else if (!d->ctx || m->ctx != d->ctx) snprintf(why, size, "%s: the model's context is not the one attached with mf_dist_attach", fn);
+    else if (!mf_ok(m->ctx)) snprintf(why, size, "%s", mf_error(m->ctx));
+    return why[0] == 0;
+}
+
+MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *const *meta_kv, int n_meta) {
+    mf__state_io io;
+    char why[MF__ERRLEN] = "";
+    float *bufs = NULL, *fm = NULL, *fv = NULL;
+    int i, rc = -1;
+    mf_ctx *ctx = m ? m->ctx : NULL;
+    if (!d) return (mf__fail(ctx, "mf_dist_save: the mf_dist is NULL (make it with mf_dist_new)"), -1);
+    memset(&io, 0, sizeof io);
+    io.mode = MF__STATE_SAVE; io.m = m;
+    if (mf__dist_model_ok(d, m, "mf_dist_save", why, sizeof why) && m->fam->state && m->fam->state(m, &io) < 0)
+        snprintf(why, sizeof why, "%s", mf_error(ctx));
+    if (mf__dist_agree(d, ctx, why[0] == 0, why[0] ? why : NULL) < 0) goto done;
+    if (mf__dist_gather_state(d, ctx, io.t, io.n, &bufs) < 0) goto done;
+    if (d->cfg.zero1 && mf__dist_gather_moments(d, ctx, &fm, &fv) < 0) goto done;
+    if (d->rank == 0) {
+        int64_t lo = 0, n = 0;
+        if (d->cfg.zero1) mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
+        rc = mf__save(ctx, path, 1, meta_kv, n_meta, io.t, io.n, "mf.state", "1");
+        if (d->cfg.zero1) mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
+    }
+    rc = mf__dist_agree(d, ctx, d->rank != 0 || rc == 0, NULL);
+done:
+    for (i = 0; i < io.n; i++) MF_FREE(io.t[i].ints);
+    MF_FREE(io.t); MF_FREE(bufs); MF_FREE(fm); MF_FREE(fv);
+    return rc < 0 ? -1 : 0;
+}
+
+/* This rank's rows of the model state in an open checkpoint, in place: every "__state__." tensor
+   keeps rows [rank * B / world, (rank + 1) * B / world) of its B (a view: offsets and shape), every
+   "*.lengths" array says B / world. 0, or -1 with why when the rows do not split evenly. */
+static int mf__dist_state_rows(mf_dist *d, mf__ckpt *c, char *why, size_t size) {
+    int i;
+    for (i = 0; i < c->n; i++) {
+        mf__entry *e = &c->e[i];
+        uint64_t bytes = e->end - e->begin;
+        if (strncmp(e->name, "__state__.", 10) != 0) continue;
+        if (e->i32 && mf__dist_is_rows(e->name) && bytes >= 4) {
+            int32_t rows;
+            unsigned char *at = c->file + (c->data - c->file) + e->begin;
+            memcpy(&rows, at, 4);
+            if (rows % d->world)
+                return snprintf(why, size, "mf_dist_load: the checkpoint's memories hold %d batch rows, which %d ranks cannot "
+                                "split evenly (run a world size that divides %d, with batch %d / world per rank)",
+                                (int)rows, d->world, (int)rows, (int)rows), -1;
+            rows /= d->world;
+            memcpy(at, &rows, 4);
+        } else if (e->f32 && e->ndim >= 1) {
+            if (e->shape[0] % d->world)
+                return snprintf(why, size, "mf_dist_load: the state tensor \"%s\" has %d batch rows, which %d ranks cannot split "
+                                "evenly", e->name, e->shape[0], d->world), -1;
+            e->begin += bytes / (uint64_t)d->world * (uint64_t)d->rank;
+            e->end = e->begin + bytes / (uint64_t)d->world;
+            e->shape[0] /= d->world;
+        }
+    }
+    return 0;
+}
+
+MFDEF int mf_dist_load(mf_dist *d, mf_model *m, const char *path) {
+    mf__ckpt c;
+    char why[MF__ERRLEN] = "";
+    const char *err;
+    int rc = -1, opened = 0;
+    mf_ctx *ctx = m ? m->ctx : NULL;
+    if (!d) return (mf__fail(ctx, "mf_dist_load: the mf_dist is NULL (make it with mf_dist_new)"), -1);
+    memset(&c, 0, sizeof c);
+    if (mf__dist_model_ok(d, m, "mf_dist_load", why, sizeof why)) {
+        if (!path) snprintf(why, sizeof why, "mf_dist_load: path is NULL");
+        else if ((err = mf__ckpt_open(&c, path))) snprintf(why, sizeof why, "mf_dist_load: \"%s\": %s", path, err);
+        else opened = 1, mf__dist_state_rows(d, &c, why, sizeof why);
+    }
+    if (mf__dist_agree(d, ctx, why[0] == 0, why[0] ? why : NULL) == 0) {
+        float *fm = NULL, *fv = NULL;
+        int64_t lo = 0, n = 0;
+        if (d->cfg.zero1) mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n); /* mf__load_ckpt makes whole ones */
+        rc = mf__load_ckpt(ctx, &c, path, 1, m);
+        if (d->cfg.zero1) {
+            mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
+            if (rc >= 0) {
+                memcpy(ctx->p_m, fm + ctx->mom_lo, (size_t)ctx->mom_n * sizeof(float));
+                memcpy(ctx->p_v, fv + ctx->mom_lo, (size_t)ctx->mom_n * sizeof(float));
+            }
+            MF_FREE(fm); MF_FREE(fv);
+        }
+        if (rc >= 0) ctx->seed = mf_dist_seed(d, ctx->seed); /* the file holds rank 0's seed */
+        if (mf__dist_agree(d, ctx, rc >= 0, NULL) < 0) rc = -1;
+    }
+    if (opened) mf__ckpt_close(&c);
+    return rc;
+}
+
+MFDEF void mf_dist_free(mf_dist *d) {
+    if (!d) return;
+    if (d->ctx && d->ctx->bw_hook_user == d) { d->ctx->bw_hook = NULL; d->ctx->bw_hook_user = NULL; }
+    if (d->n_req) MPI_Waitall(d->n_req, d->req, MPI_STATUSES_IGNORE);
+    MPI_Comm_free(&d->comm);
+    MF_FREE(d->bk); MF_FREE(d->first); MF_FREE(d->req); MF_FREE(d->req_buf); MF_FREE(d->req_n); MF_FREE(d->tmp);
+    MF_FREE(d);
+}
 #endif /* METAFORMER_MPI */
 
 /* ---- every op ------------------------------------------------------------------------------------
