@@ -81,6 +81,8 @@ static void mpi_start(int *argc, char ***argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &RANKS.world);
     RANKS.sum = sum_over_ranks;
     ex_die_hook = die_mpi;
+    /* mpirun hands the ranks a terminal of its own even when its output goes to a file: rank 0 prints
+       plain progress lines (progress_new is told below) */
     if (RANKS.rank != 0 && !freopen("/dev/null", "w", stdout)) die("cannot send the output of rank %d to /dev/null", RANKS.rank);
 }
 /* the ranks' checks and broadcast of the parameters, the dropout streams, the gradient buckets */
@@ -364,6 +366,7 @@ static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const m
     PUT("train.epoch_rng", "%016llx", (unsigned long long)L->state.epoch_rng);
     PUT("train.epoch_pos", "%lld", (long long)L->state.epoch_pos);
     PUT("train.seq_pos", "%lld", (long long)L->state.seq_pos); /* the sequential loader (memory models) */
+    PUT("train.world", "%d", RANKS.world); /* the ranks of build/train-mpi: the global batch is world x grad-accum x batch */
     if (d->shards) { /* docs/math.md §17.6: what a resumed, evaluated or sampled model needs to read its ids */
         PUT("train.data", "tokens");
         PUT("train.vocab_size", "%d", d->V);
@@ -401,6 +404,25 @@ static void load_settings(const unsigned char *given) {
         }
         if (set_option(o, stored[i])) die("checkpoint \"%s\" has a bad train.%s \"%s\"", S.resume, o->name, stored[i]);
     }
+}
+
+/* --resume of a checkpoint that another number of ranks wrote: the global batch (world x grad-accum x
+   batch windows, in that order: docs/math.md §18.1) stays the same, so the run continues the same
+   loss curve, by giving each rank a share of the micro-batches (--grad-accum). A checkpoint without
+   train.world was written by one process. */
+static void keep_global_batch(void) {
+    char buf[32];
+    long long world = mf_load_meta(S.resume, "train.world", buf, sizeof buf) < 0 ? 1 : atoll(buf), micro;
+    if (world == RANKS.world) return;
+    if (world < 1 || world > INT_MAX) die("checkpoint \"%s\" has a bad train.world \"%s\"", S.resume, buf);
+    micro = world * S.grad_accum; /* the micro-batches of --batch windows in a step */
+    if (micro % RANKS.world)
+        die("checkpoint \"%s\" was trained by %lld rank%s x --grad-accum %d x --batch %d windows per step: %d ranks cannot "
+            "share those %lld micro-batches evenly; resume with a number of ranks that divides %lld", S.resume, world,
+            world == 1 ? "" : "s", S.grad_accum, S.batch, RANKS.world, micro, micro);
+    printf("note: checkpoint \"%s\" of %lld rank%s resumed by %d: --grad-accum %d becomes %lld, the same %lld windows per "
+           "step\n", S.resume, world, world == 1 ? "" : "s", RANKS.world, S.grad_accum, micro / RANKS.world, micro * S.batch);
+    S.grad_accum = (int)(micro / RANKS.world);
 }
 
 /* the vocabulary must match; another text with the same characters is allowed (with a note) */
@@ -468,7 +490,7 @@ static void make_loader(mf_loader *L, data *d, int sequential) {
                 "training");
     if (sequential) {
         mf_loader valid;
-        loader_open(&valid, d->valid, 1, S.batch, S.m.seq_len, 0, RANKS.rank, RANKS.world, "validation");
+        loader_open(&valid, d->valid, 1, S.batch * S.grad_accum, S.m.seq_len, 0, RANKS.rank, RANKS.world, "validation");
         mf_loader_free(&valid);
     }
 }
@@ -562,7 +584,9 @@ typedef struct valid_result { double loss, ar, bytes, scored; } valid_result;
 
 static valid_result evaluate(mf_ctx *ctx, mf_model *m, data *d, int32_t *x, int32_t *y) {
     valid_result r;
-    r.loss = validate(ctx, m, d->valid, S.m.seq_len, S.batch, S.eval_batches, x, y, &r.ar, d->token_bytes, &r.bytes,
+    /* a validation batch is the rows of a step (every micro-batch, every rank), so that 2 ranks x
+       --batch B, 1 x --grad-accum 2 x B and 1 x 2B validate on the same windows */
+    r.loss = validate(ctx, m, d->valid, S.m.seq_len, S.batch * S.grad_accum, S.eval_batches, x, y, &r.ar, d->token_bytes, &r.bytes,
                       &r.scored, &RANKS);
     if (!mf_ok(ctx)) die("validation failed: %s", mf_error(ctx));
     if (isnan(r.loss)) die("validation failed: no validation batch could be read");
@@ -586,6 +610,9 @@ int main(int argc, char **argv) {
     data d;
     mf_loader L;
     progress pr = progress_new();
+#ifdef METAFORMER_MPI
+    pr.tty = 0; /* see mpi_start */
+#endif
     int n_prompt;
     char what[64];
 
@@ -610,6 +637,7 @@ int main(int argc, char **argv) {
     if (S.resume) {
         if (S.m.compressive) S.m.mixer = "relative"; /* what --compressive means, compared with the checkpoint */
         load_settings(given);
+        keep_global_batch();
     }
     open_data(&d, path);
     if (S.resume && !d.shards) check_resume_text(&d.text, path);
@@ -651,7 +679,11 @@ int main(int argc, char **argv) {
         else {
             printf("%s: valid loss %.6f (%.4f bits/char), perplexity %.3f\n", what, r.loss, r.loss / log(2.0), exp(r.loss));
         }
-        printf("(%.0f validation tokens: --eval-batches %d of --batch %d)\n", r.scored, S.eval_batches, S.batch);
+        printf("(%.0f validation tokens: --eval-batches %d of %d windows)\n", r.scored, S.eval_batches,
+               S.batch * S.grad_accum * RANKS.world);
+#ifdef METAFORMER_MPI
+        mf_dist_free(RANKS.dist);
+#endif
         mf_model_free(model); mf_ctx_free(ctx); free(x); free(y); close_data(&d);
         return 0;
     }
@@ -671,11 +703,13 @@ int main(int argc, char **argv) {
     printf("model: %s, d_model %d, %d heads, %d layers, d_ff %d, T %d, %lld parameters\n", describe_mixer(), S.m.d_model,
            S.m.heads, S.m.layers, S.m.d_ff, T, (long long)mf_param_count(ctx));
     printf("train: %s, %s schedule, lr %g, warmup %d, batch %d", S.optimizer, S.schedule, (double)S.lr, S.warmup, S.batch);
-    if (S.grad_accum > 1) printf(" x %d accumulated micro-batches (%d windows per step)", S.grad_accum, S.batch * S.grad_accum);
+    if (S.grad_accum > 1) printf(" x %d accumulated micro-batches", S.grad_accum);
+    if (RANKS.world > 1) printf(" x %d ranks", RANKS.world);
+    if (S.grad_accum > 1 || RANKS.world > 1) printf(" (%d windows per step)", S.batch * S.grad_accum * RANKS.world);
     printf(", %d steps\n", S.steps);
     if (L.cfg.sequential)
         printf("loader: sequential, %d columns of %lld %s, %lld batches per pass; validation on memory slot 1\n",
-               L.cfg.batch, (long long)L.column, d.shards ? "tokens" : "characters", (long long)mf_loader_batches(&L));
+               L.cfg.batch * RANKS.world, (long long)L.column, d.shards ? "tokens" : "characters", (long long)mf_loader_batches(&L));
     if (S.resume) printf("resumed from \"%s\" at step %lld\n", S.resume, (long long)step);
     fflush(stdout);
 
