@@ -21,6 +21,9 @@
 #                  model, non-finite and memory-cap tests, sanitizer runs (issue #22)
 CC      ?= gcc
 CXX     ?= g++
+# Open MPI's compiler wrapper (build/train-mpi, the distributed tests); where it is missing those are skipped
+MPICC   ?= mpicc
+HAVE_MPI := $(shell command -v $(MPICC) > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1 && echo 1)
 WARN    := -Wall -Wextra -pedantic -Werror
 CFLAGS  ?= -std=c99 -O2 -march=native -fopenmp $(WARN)
 SANFLAGS := -std=c99 -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-recover=all \
@@ -162,7 +165,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite test_resume
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite test_resume test_train_mpi
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -188,6 +191,7 @@ $(BUILD)/logs/sh/test_nonfinite.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
 $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_resume.log: $(BUILD)/train $(BUILD)/emu/train_emu
+$(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(if $(HAVE_MPI),$(BUILD)/train-mpi)
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE
@@ -280,7 +284,6 @@ $(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer
 
 # build/train-mpi: examples/train.c with data-parallel training over MPI (-DMETAFORMER_MPI), built
 # by Open MPI's mpicc; run it with mpirun (README: "Training on several processes")
-MPICC ?= mpicc
 train-mpi: $(BUILD)/train-mpi
 $(BUILD)/train-mpi: examples/train.c examples/common.h metaformer.h
 	@mkdir -p $(dir $@)
