@@ -244,7 +244,7 @@ static double run_validation(mf_ctx *ctx, mf_model *model, data *d, double *scor
         *score = sort_evaluate(model, ctx, &rng, 1, S.batch, S.eval_batches, d->x, d->y, &n_scored, &loss);
         return mf_ok(ctx) ? loss : NAN;
     }
-    loss = validate(ctx, model, d->valid, S.seq_len, S.batch, S.eval_batches, d->x, d->y, NULL, NULL, NULL, NULL);
+    loss = validate(ctx, model, d->valid, S.seq_len, S.batch, S.eval_batches, d->x, d->y, NULL, NULL, NULL, NULL, NULL);
     *score = loss / log(2.0);
     return loss;
 }
