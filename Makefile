@@ -318,6 +318,11 @@ bench:
 reliability:
 	bash bench/reliability.sh
 
+# data-parallel training on this machine: 2 ranks x 1 thread (build/train-mpi) against 1 process x 2
+# threads for every model; bench/results/dist_<date>.md
+bench-dist:
+	bash bench/dist.sh
+
 # the same on an NVIDIA GPU against PyTorch on that GPU (needs nvcc, a GPU and torch 2.x with CUDA)
 bench-cuda:
 	bash bench/run_cuda.sh

@@ -784,8 +784,8 @@ int main(int argc, char **argv) {
     }
 #ifdef METAFORMER_MPI
     if (RANKS.dist && run_steps)
-        printf("ranks: %d, %.1f s waiting for the gradient averages (%.1f%% of the training time)%s\n", RANKS.world,
-               RANKS.sync_seconds, 100 * RANKS.sync_seconds / train_time, no_overlap ? ", --no-overlap" : "");
+        printf("ranks: %d, %.3f s of the %.3f s of training waiting for the gradient averages (%.1f%%)%s\n", RANKS.world,
+               RANKS.sync_seconds, train_time, 100 * RANKS.sync_seconds / train_time, no_overlap ? ", --no-overlap" : "");
     mf_dist_free(RANKS.dist);
 #endif
     mf_model_free(model);
