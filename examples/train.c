@@ -85,12 +85,16 @@ static void mpi_start(int *argc, char ***argv) {
        plain progress lines (progress_new is told below) */
     if (RANKS.rank != 0 && !freopen("/dev/null", "w", stdout)) die("cannot send the output of rank %d to /dev/null", RANKS.rank);
 }
-/* the ranks' checks and broadcast of the parameters, the dropout streams, the gradient buckets */
-static void mpi_attach(mf_ctx *ctx) {
+/* the ranks' context, before the training context: with NCCL it picks the GPU of the rank's local
+   rank, on which mf_ctx_set_device then opens the context */
+static void mpi_new(void) {
     mf_dist_config c = mf_dist_config_default();
     char err[1024];
     c.zero1 = zero1; c.no_overlap = no_overlap;
     if (!(RANKS.dist = mf_dist_new(MPI_COMM_WORLD, &c, err, sizeof err))) die("%s", err);
+}
+/* the ranks' checks and broadcast of the parameters, the dropout streams, the gradient buckets */
+static void mpi_attach(mf_ctx *ctx) {
     if (mf_dist_attach(RANKS.dist, ctx) < 0) die_agreed("the ranks cannot start", mf_dist_error(RANKS.dist));
 }
 #else
@@ -650,6 +654,9 @@ int main(int argc, char **argv) {
 
     mf_model_config cfg = settings_config(&S.m, d.V);
     mf_optimizer opt = make_optimizer();
+#ifdef METAFORMER_MPI
+    mpi_new();
+#endif
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     if (!ctx) die("out of memory");
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
