@@ -8,6 +8,7 @@
            ./build/train input.txt --compressive --mem-len 64 --c-mem-len 64 --compression-rate 2
            ./build/train --data 'train_*.bin' --valid val.bin --tokenizer tok.bin   token shards
            ./build/train --resume lm.safetensors --eval-only                  validation loss only
+           mpirun -np 2 build/train-mpi input.txt --threads 1 --batch 8      2 ranks (make train-mpi), = --batch 16
 
    The file is read as bytes. The vocabulary is the sorted set of byte values in the whole file,
    the first floor(0.9 * length) bytes train and the rest validates (docs/math.md §12). Batches

@@ -2,7 +2,7 @@
 # build/train-mpi (examples/train.c with -DMETAFORMER_MPI) against build/train, 2 ranks on this machine:
 #   - `mpirun -np 2 train-mpi --batch B` prints the losses and validation losses of `train --batch 2B`
 #     (to float rounding: the ranks' gradients are averaged in another order), for sdpa and for the
-#     relative mixer with memories (each rank carries the memory of its rows);
+#     relative mixer with memories (each rank carries the memory of its rows), and so does --zero1;
 #   - a checkpoint of 2 ranks, resumed by one process (build/train: the file is an ordinary one), goes
 #     on with the losses of the uninterrupted 2-rank run (its --grad-accum doubles: the same global batch);
 #   - a rank that fails ends the whole job with a non-zero status and a message naming it, never a
@@ -48,6 +48,12 @@ for v in "sdpa|--mixer sdpa" "relative|--mixer relative --mem-len 5"; do
     if [ $rc -eq 0 ] && same_losses "$name.one" "$name.two" && grep -q 'batch 3 x 2 ranks (6 windows per step)' "$name.two"
     then ok "$name: 2 ranks x --batch 3 = 1 process x --batch 6 (every loss and validation loss)"
     else bad "$name: 2 ranks x --batch 3 = 1 process x --batch 6" "rc $rc" "$(diff <(losses "$name.one") <(losses "$name.two"))" "$(tail -n 5 "$name.two")"; fi
+
+    if [ "$name" = sdpa ]; then # ZeRO-1: the moments sharded, the same steps
+        "${MPIRUN[@]}" -np 2 "$TRAIN_MPI" text.txt "${TINY[@]}" --batch 3 --zero1 > zero1.two 2>&1; rc=$?
+        if [ $rc -eq 0 ] && same_losses "$name.two" zero1.two; then ok "sdpa: --zero1 gives the losses of plain data parallelism"
+        else bad "sdpa: --zero1 gives the losses of plain data parallelism" "rc $rc" "$(diff <(losses "$name.two") <(losses zero1.two))"; fi
+    fi
 
     # stopped after STOP steps by 2 ranks, resumed by one process
     # shellcheck disable=SC2086
