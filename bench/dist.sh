@@ -100,7 +100,7 @@ stat() { grep " row=$1 " "$RAW" | sed -n "s/.* $2=\([^ ]*\).*/\1/p" | median; }
     echo "spends in mf_dist_sync after its backward (the gradient averages not yet done, and waiting for the slower rank),"
     echo "per step; with --no-overlap every average runs there, so that wait is the whole communication; hidden = 1 - wait"
     echo "with overlap / wait without. Peak MB: the maximum resident set of the process (of each rank: the larger)."
-    echo "The cost model (README, docs/math.md §18.8) predicts the communication from the gradient bytes: see there."
+    echo "The cost model (README, docs/math.md §18.9) predicts the communication from the gradient bytes: see there."
     echo
     echo "## Raw runs"
     echo
