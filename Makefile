@@ -21,9 +21,6 @@
 #                  model, non-finite and memory-cap tests, sanitizer runs (issue #22)
 CC      ?= gcc
 CXX     ?= g++
-# Open MPI's compiler wrapper (build/train-mpi, the distributed tests); where it is missing those are skipped
-MPICC   ?= mpicc
-HAVE_MPI := $(shell command -v $(MPICC) > /dev/null 2>&1 && command -v mpirun > /dev/null 2>&1 && echo 1)
 WARN    := -Wall -Wextra -pedantic -Werror
 CFLAGS  ?= -std=c99 -O2 -march=native -fopenmp $(WARN)
 SANFLAGS := -std=c99 -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-recover=all \
@@ -34,7 +31,8 @@ BUILD   := build
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 
 CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
-TEST_SRCS := $(wildcard tests/test_*.c)
+# tests/test_dist.c needs MPI: built by mpicc below and run by tests/test_dist.sh on 2 ranks
+TEST_SRCS := $(filter-out tests/test_dist.c,$(wildcard tests/test_*.c))
 TEST_CXX  := $(wildcard tests/test_*.cpp)
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/tests/%,$(TEST_CXX))
 ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests/%.cpp,$(BUILD)/asan/%,$(TEST_CXX))
@@ -165,7 +163,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite test_resume test_accum test_train_mpi
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_embed test_tokenize test_nonfinite test_resume test_accum test_dist test_train_mpi
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -192,9 +190,24 @@ $(BUILD)/logs/sh/test_accum.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
 $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_resume.log: $(BUILD)/train $(BUILD)/emu/train_emu
-$(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(if $(HAVE_MPI),$(BUILD)/train-mpi)
+$(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(BUILD)/train-mpi
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
+$(BUILD)/logs/sh/test_dist.log: $(BUILD)/dist/test_dist $(BUILD)/dist/asan/test_dist
+
+# ---- MPI: data-parallel training ([mf:dist], -DMETAFORMER_MPI) ----
+# tools/install_mpi.sh installs Open MPI where mpicc is missing and apt-get can; where it cannot, the
+# binaries are not made and tests/test_dist.sh says "skip".
+MPICC ?= mpicc
+MPI_BUILD = bash tools/install_mpi.sh; if command -v $(MPICC) > /dev/null; then \
+            echo "$(MPICC) -DMETAFORMER_MPI $(1) -Itests -I. $< -o $@ $(LDLIBS)"; \
+            $(MPICC) -DMETAFORMER_MPI $(1) -Itests -I. $< -o $@ $(LDLIBS); else rm -f $@; fi
+$(BUILD)/dist/test_dist: tests/test_dist.c metaformer.h tests/mf_test.h
+	@mkdir -p $(dir $@)
+	@$(call MPI_BUILD,$(CFLAGS))
+$(BUILD)/dist/asan/test_dist: tests/test_dist.c metaformer.h tests/mf_test.h | $(BUILD)/dist/test_dist
+	@mkdir -p $(dir $@)
+	@$(call MPI_BUILD,$(SANFLAGS))
 $(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE
 	@bash tests/run.sh --one $@ "$<"
 $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE
@@ -284,11 +297,12 @@ $(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer
 	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
 # build/train-mpi: examples/train.c with data-parallel training over MPI (-DMETAFORMER_MPI), built
-# by Open MPI's mpicc; run it with mpirun (README: "Training on several processes")
+# by Open MPI's mpicc (MPI_BUILD: installed when missing); run it with mpirun (README: "Training on
+# several processes")
 train-mpi: $(BUILD)/train-mpi
 $(BUILD)/train-mpi: examples/train.c examples/common.h metaformer.h
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -DMETAFORMER_MPI $< -o $@ $(LDLIBS)
+	@$(call MPI_BUILD,$(CFLAGS))
 
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort

@@ -11583,7 +11583,7 @@ static int mf__dist_state_rows(mf_dist *d, mf__ckpt *c, char *why, size_t size) 
             memcpy(at, &rows, 4);
         } else if (e->f32 && e->ndim >= 1) {
             if (e->shape[0] % d->world)
-                return snprintf(why, size, "mf_dist_load: the state tensor \"%s\" has %d batch rows, which %d ranks cannot split "
+                return snprintf(why, size, "mf_dist_load: the state tensor \"%.200s\" has %d batch rows, which %d ranks cannot split "
                                 "evenly", e->name, e->shape[0], d->world), -1;
             e->begin += bytes / (uint64_t)d->world * (uint64_t)d->rank;
             e->end = e->begin + bytes / (uint64_t)d->world;

@@ -50,6 +50,21 @@ $main_fn"
 check "shards by stdio (NO_MMAP)" "gcc -std=c99 -pedantic -DMETAFORMER_NO_MMAP $W" c "$impl
 $main_fn"
 check "declarations only (C)"   "gcc -std=c99 -pedantic $W"                c "$use"
+# the data-parallel section ([mf:dist]) with MPI's compiler wrappers, where Open MPI is installed
+if command -v mpicc > /dev/null && command -v mpicxx > /dev/null; then
+    check "mpi c99 pedantic"        "mpicc -std=c99 -pedantic -DMETAFORMER_MPI -fopenmp -march=native -O2 $W" c "$impl
+$main_fn"
+    check "mpi c++11"               "mpicxx -std=c++11 -DMETAFORMER_MPI $W" cpp "$impl
+$main_fn"
+    check "mpi static mode"         "mpicc -std=c99 -pedantic -DMETAFORMER_MPI -DMETAFORMER_STATIC $W" c "$impl
+$main_fn"
+    check "mpi custom allocator, no data" "mpicc -std=c99 -pedantic -DMETAFORMER_MPI -DMETAFORMER_NO_DATA $W" c "$alloc
+$impl
+$main_fn"
+    check "mpi declarations only (C++)" "mpicxx -std=c++11 -DMETAFORMER_MPI $W" cpp "$use"
+else
+    echo "skip the METAFORMER_MPI builds: Open MPI is not installed (tools/install_mpi.sh)"
+fi
 check "declarations only (C++)" "g++ -std=c++11 $W"                        cpp "$use"
 # the per-family switches: the header compiles without each family (C and C++), a program trains a
 # mixer of another family one step and generates, and every left-out mixer is refused by name

@@ -8,7 +8,9 @@
  *   unreadable checkpoint, a NaN with check-finite) fails every rank with its message; a mismatched
  *   config is refused. */
 #define METAFORMER_IMPLEMENTATION
+#ifndef METAFORMER_MPI
 #define METAFORMER_MPI
+#endif
 #include "metaformer.h"
 #include "mf_test.h"
 #include <string.h>
