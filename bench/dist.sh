@@ -27,6 +27,7 @@ command -v mpirun > /dev/null || { echo "bench/dist.sh: mpirun is missing (apt-g
 make -s build/train build/train-mpi || exit 1
 BUILD=build/bench_dist; mkdir -p "$BUILD"
 cat README.md docs/math.md metaformer.h > "$BUILD/corpus.txt"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} # idle OpenMP threads sleep: a shared machine slows both sides alike
 MPIRUN=(mpirun --oversubscribe $([ "$(id -u)" -eq 0 ] && echo --allow-run-as-root) --bind-to none)
 [ -n "$ROWS" ] || ROWS="$(build/train --list-mixers | sed 's/^relative$/relative compressive/' | tr '\n' ' ')"
 # the models of bench/run.sh's table: d_model 256, 8 heads, 4 layers, d_ff 1024; a global batch of 16
