@@ -723,7 +723,10 @@ MFDEF uint64_t mf_dist_seed(const mf_dist *d, uint64_t seed);
    rank has the same parameters (names, shapes, trainable; a difference is refused naming the first
    one and the rank), broadcasts their values from rank 0, re-seeds ctx's dropout with
    mf_dist_seed, lays the gradient buckets over the flat gradient buffer and installs the backward
-   hook that starts a bucket's average as soon as its gradients are final. 0, or -1 on every rank. */
+   hook that starts a bucket's average as soon as its gradients are final. With zero1, before the
+   first optimizer step or checkpoint load (the moments are then made for this rank's shard only).
+   The MPI transport averages host buffers: CPU contexts (a CUDA context needs METAFORMER_NCCL).
+   0, or -1 on every rank. */
 MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx);
 /* Do not start averages in the coming backwards (on = 1: micro-batches before the last one of a
    step, gradient accumulation), or start them again (on = 0, the default). Returns the old value. */
@@ -731,7 +734,8 @@ MFDEF int mf_dist_no_sync(mf_dist *d, int on);
 /* Collective, every step after the backward(s), also on a rank whose ctx failed: agrees on failure
    (-1 on EVERY rank, "rank r: <its error>" in mf_dist_error and in each ctx), finishes the gradient
    average (starting the buckets the backward did not) and sums sums[0 .. n_sums) over the ranks in
-   the same call (e.g. loss * count, count). sums may be NULL when n_sums is 0. 0 or -1. */
+   the same call (e.g. loss * count, count). sums may be NULL when n_sums is 0. 0 or -1. With
+   ZeRO-1 the gradients are reduce-scattered: this rank's buffer holds the average in its shard only. */
 MFDEF int mf_dist_sync(mf_dist *d, mf_ctx *ctx, double *sums, int n_sums);
 /* Collective failure agreement at any other point (opening files, loading data): ok = 0 on a rank
    that failed, why its reason (or NULL: ctx's error). 0 when every rank is ok, else -1 on every
@@ -754,7 +758,7 @@ MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *co
 MFDEF int mf_dist_load(mf_dist *d, mf_model *m, const char *path);
 /* The last error ("" when none). */
 MFDEF const char *mf_dist_error(const mf_dist *d);
-/* Uninstalls the backward hook (when the ctx still lives, call it before mf_ctx_free). */
+/* Free d and take its backward hook out of the attached context: call it before mf_ctx_free. */
 MFDEF void mf_dist_free(mf_dist *d);
 #endif /* METAFORMER_MPI */
 
@@ -1302,8 +1306,8 @@ static void mf__blocks_free(mf__block *b) {
    It covers what grows with the model and the batch: the activation arena blocks (host, and device
    on CUDA), the flat parameter and gradient buffers and the optimizer moments. */
 static size_t mf__param_bytes(const mf_ctx *ctx) { return ctx->p_data ? (size_t)ctx->p_cap * 2 * sizeof(float) : 0; }
-static size_t mf__moment_bytes(const mf_ctx *ctx) {
-    return ctx->p_m ? (size_t)(ctx->p_cap ? ctx->p_cap : 1) * 2 * sizeof(float) : 0;
+static size_t mf__moment_bytes(const mf_ctx *ctx) { /* ZeRO-1 ([mf:dist]): the rank's shard only */
+    return ctx->p_m ? (size_t)(ctx->mom_n ? ctx->mom_n : ctx->p_cap ? ctx->p_cap : 1) * 2 * sizeof(float) : 0;
 }
 static size_t mf__mem_used(const mf_ctx *ctx) { return ctx->arena_bytes + mf__param_bytes(ctx) + mf__moment_bytes(ctx); }
 /* who asks for activation memory now: the running op, or a tensor made outside the ops */
@@ -4946,7 +4950,9 @@ typedef struct mf__family {
     mf_tensor *(*aux_loss)(mf_model *m); /* a loss term of the last forward added by mf_model_loss, or NULL */
     /* the state that crosses calls of mf_model_forward / mf_model_loss (memories), for checkpoints
        (mf_model_save / mf_model_load): list every piece with mf__state_ints / mf__state_floats, in the
-       same order whatever mf__state_mode is; 0, or -1 (error in ctx). NULL: no such state. */
+       same order whatever mf__state_mode is; 0, or -1 (error in ctx). NULL: no such state. Float
+       pieces hold batch rows first, and an int piece named "*.lengths" the row count in element 0:
+       [mf:dist] gathers and splits the rows over the ranks by that rule. */
     int (*state)(mf_model *m, mf__state_io *io);
 } mf__family;
 
@@ -11362,7 +11368,7 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
         else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
                                                  "or checkpoint load (the moments exist already); resume with mf_dist_load");
         else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
-        else if (mf__mem_grant(ctx, 3 * (size_t)d->shard * sizeof(float), "optimizer moments") < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
+        else if (mf__mem_grant(ctx, 2 * (size_t)d->shard * sizeof(float), "optimizer moments") < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
         else if (!(d->tmp = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
                  !(ctx->p_m = (float *)mf__xmalloc((size_t)d->shard * sizeof(float))) ||
                  !(ctx->p_v = (float *)mf__xmalloc((size_t)d->shard * sizeof(float)))) {

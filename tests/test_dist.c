@@ -161,6 +161,41 @@ static void test_parity_relative_memory(void) { check_parity(MF_MIXER_RELATIVE);
 static void test_parity_fast_weights(void) { check_parity(MF_MIXER_FAST_WEIGHTS); }
 static void test_parity_feedback(void) { check_parity(MF_MIXER_FEEDBACK); }
 
+/* gradient accumulation: each rank runs its B rows as B micro-batches of one row, the averages
+   held back (mf_dist_no_sync) until the last backward; == one process on the 2B rows. A second
+   backward after the averages started is refused by mf_dist_sync. */
+static void test_no_sync_accumulation(void) {
+    run D, R;
+    mf_dist_config dc = mf_dist_config_default();
+    int32_t x[B * T], y[B * T];
+    float *gd, *gr;
+    int i, n;
+    dc.bucket_floats = 512;
+    MFT_CHECK(run_new(&D, MF_MIXER_SDPA, MPI_COMM_WORLD, &dc, B) == 0);
+    MFT_CHECK(run_new(&R, MF_MIXER_SDPA, MPI_COMM_NULL, NULL, B * world) == 0);
+    if (mft__cur_bad) { run_free(&D); run_free(&R); return; }
+    n = (int)mf_param_count(R.ctx);
+    gd = (float *)malloc((size_t)n * sizeof(float)); gr = (float *)malloc((size_t)n * sizeof(float));
+    step(&R, 0, 0.0f, gr);
+    batch(0, D.G, D.row0, B, x, y);
+    for (i = 0; i < B; i++) {
+        mf_tensor *loss;
+        mf_dist_no_sync(D.d, i < B - 1);
+        loss = mf_model_loss(D.m, x + i * T, y + i * T, 1, T);
+        mf_backward(D.ctx, mf_scale(D.ctx, loss, 1.0f / B));
+    }
+    mf_dist_no_sync(D.d, 0);
+    MFT_CHECK(mf_dist_sync(D.d, D.ctx, NULL, 0) == 0);
+    MFT_CHECK(D.d->last_in_backward > 1);
+    memcpy(gd, mf_param_grads(D.ctx), (size_t)n * sizeof(float));
+    MFT_CHECK(worst(R.ctx, gd, gr) <= 1e-6);
+    mf_zero_grad(D.ctx); mf_reset(D.ctx);
+    for (i = 0; i < 2; i++) mf_backward(D.ctx, mf_model_loss(D.m, x, y, B, T)); /* no mf_dist_no_sync */
+    MFT_CHECK(mf_dist_sync(D.d, D.ctx, NULL, 0) == -1 && strstr(mf_dist_error(D.d), "second mf_backward"));
+    free(gd); free(gr);
+    run_free(&D); run_free(&R);
+}
+
 /* ZeRO-1 (sharded moments, clipping that bites) == plain data parallel */
 static void test_zero1(void) {
     run P, Z;
@@ -297,6 +332,7 @@ int main(int argc, char **argv) {
     MFT_RUN(test_parity_relative_memory);
     MFT_RUN(test_parity_fast_weights);
     MFT_RUN(test_parity_feedback);
+    MFT_RUN(test_no_sync_accumulation);
     MFT_RUN(test_zero1);
     MFT_RUN(test_checkpoint_2_to_1);
     MFT_RUN(test_checkpoint_1_to_2);
