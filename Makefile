@@ -15,6 +15,7 @@
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
 #   make train-mpi build/train-mpi: examples/train.c with data-parallel training over MPI (mpirun)
+#   make train-mpi-cuda build/train-mpi-cuda: the same with --device cuda, gradients over NCCL
 #   make bench-dist 2 ranks x 1 thread against 1 rank x 2 threads for every model (bench/dist.sh)
 #   make bench-cuda every model and the attention / fast-weights kernels vs PyTorch on the GPU
 #   make reliability  bench/results/reliability_<date>.md: fuzzing, kill-during-save, resume of every
@@ -39,7 +40,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-cuda bench-dist demo ablate goldens clean test-cuda train-cuda train-mpi reliability FORCE
+.PHONY: all test examples fuzz bench bench-cuda bench-dist demo ablate goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -303,6 +304,19 @@ train-mpi: $(BUILD)/train-mpi
 $(BUILD)/train-mpi: examples/train.c examples/common.h metaformer.h
 	@mkdir -p $(dir $@)
 	@$(call MPI_BUILD,$(CFLAGS))
+
+# build/train-mpi-cuda: train-mpi with --device cuda, one GPU per rank (its local rank's), gradients
+# averaged over NCCL (METAFORMER_NCCL beside METAFORMER_CUDA); the implementation compiled by nvcc with
+# mpi.h's include path from mpicc, train.c by mpicc without it (as train-cuda)
+MPI_NVLINK = $(shell $(MPICC) --showme:link 2>/dev/null | sed 's/-Wl,[^ ]*//g')
+train-mpi-cuda: $(BUILD)/train-mpi-cuda
+$(BUILD)/cuda/metaformer_cuda_nccl.o: examples/metaformer_cuda.cu metaformer.h metaformer_cuda.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -DMETAFORMER_MPI -DMETAFORMER_NCCL $(shell $(MPICC) --showme:compile 2>/dev/null) -c $< -o $@
+$(BUILD)/train-mpi-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer_cuda_nccl.o
+	@mkdir -p $(BUILD)/cuda
+	$(MPICC) $(CFLAGS) -DMETAFORMER_MPI -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train_mpi.o
+	$(NVCC) $(BUILD)/cuda/train_mpi.o $(BUILD)/cuda/metaformer_cuda_nccl.o -o $@ $(NVLIBS) -lnccl $(MPI_NVLINK)
 
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort
