@@ -733,16 +733,16 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
     int64_t n = (int64_t)rows * T;
     double total[2] = {0, (double)rows}; /* the counted targets and the rows of the whole batch */
     double sums[3] = {0, 0, 0};          /* loss, ar, ranks whose part was not finite */
-    float norm, world = ranks && ranks->dist ? (float)ranks->world : 1.0f;
-    int finite;
+    int dist = ranks && ranks->dist, finite; /* a data-parallel run (even of 1 rank): the collectives */
+    float norm, world = dist ? (float)ranks->world : 1.0f;
     for (int64_t i = 0; i < n; i++) total[0] += y[i] != -1;
-    if (world > 1) ranks->sum(total, 2);
+    if (dist) ranks->sum(total, 2);
     for (int r0 = 0; r0 < rows && mf_ok(ctx); r0 += micro) {
         int b = rows - r0 < micro ? rows - r0 : micro;
         mf_tensor *l;
         if (mf_model_memory_rows(m, micro < rows ? r0 : 0, micro < rows ? rows : 0) < 0) break;
 #ifdef METAFORMER_MPI
-        if (world > 1) mf_dist_no_sync(ranks->dist, r0 + b < rows); /* average during the last backward only */
+        if (dist) mf_dist_no_sync(ranks->dist, r0 + b < rows); /* average during the last backward only */
 #endif
         l = mf_model_loss_part(m, x + (int64_t)r0 * T, y + (int64_t)r0 * T, b, T, (int64_t)total[0], (int64_t)total[1]);
         /* the ranks' gradients are averaged: world x each part makes the gradient of the global batch */
@@ -753,7 +753,7 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
     }
     mf_model_memory_rows(m, 0, 0);
 #ifdef METAFORMER_MPI
-    if (world > 1) {
+    if (dist) {
         double t0 = mf_time();
         ranks->local_loss = (float)sums[0];
         sums[2] = !isfinite(sums[0]);
@@ -769,7 +769,7 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
     if (grad_norm) *grad_norm = norm;
     finite = isfinite(*loss) && isfinite(norm);
 #ifdef METAFORMER_MPI
-    if (finite && world > 1) mf_dist_optimizer_step(ranks->dist, ctx, opt);
+    if (finite && dist) mf_dist_optimizer_step(ranks->dist, ctx, opt);
     else
 #endif
     if (finite) mf_optimizer_step(ctx, opt);
