@@ -26,6 +26,7 @@ done
 command -v mpirun > /dev/null || { echo "bench/dist.sh: mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
 make -s build/train build/train-mpi || exit 1
 BUILD=build/bench_dist; mkdir -p "$BUILD"
+mpicc -std=c99 -O2 bench/bench_allreduce.c -o "$BUILD/bench_allreduce" || exit 1
 cat README.md docs/math.md metaformer.h > "$BUILD/corpus.txt"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} # idle OpenMP threads sleep: a shared machine slows both sides alike
 MPIRUN=(mpirun --oversubscribe $([ "$(id -u)" -eq 0 ] && echo --allow-run-as-root) --bind-to none)
@@ -50,6 +51,11 @@ peak_mb() { awk '/Maximum resident set size/ { if ($NF > m) m = $NF } END { prin
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+# the cost model's link: alpha from a 1-float all-reduce, beta from one 4 MiB bucket's (2 ranks: the
+# ring sends the whole buffer once each way, so beta is the all-reduce's bytes / time)
+"${MPIRUN[@]}" -np 2 "$BUILD/bench_allreduce" > "$BUILD/allreduce.txt" || exit 1
+ALPHA_MS=$(sed -n 's/^RESULT floats=1 .*best_ms=\([^ ]*\).*/\1/p' "$BUILD/allreduce.txt")
+BETA_GBS=$(sed -n 's/^RESULT floats=1048576 .*gb_s=\([^ ]*\).*/\1/p' "$BUILD/allreduce.txt")
 RAW="$BUILD/raw.txt"; : > "$RAW"
 for rep in $(seq "$REPS"); do
     for m in $ROWS; do
@@ -83,16 +89,24 @@ stat() { grep " row=$1 " "$RAW" | sed -n "s/.* $2=\([^ ]*\).*/\1/p" | median; }
     echo "windows: \`build/train --batch 16 --threads 2\` against \`mpirun -np 2 build/train-mpi --batch 8 --threads 1\`; $STEPS steps"
     echo "(the first included), Adam, clip 1. Gradient buckets of 2^20 floats (4 MiB), averaged during the backward."
     echo
-    echo "| model | parameters | 1 x 2 threads tok/s | 2 x 1 thread tok/s | 2 ranks / 1 process | wait in sync, overlap (% of step) | wait, --no-overlap (% of step) | hidden | peak MB 1 process | peak MB per rank |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "Link, measured by bench/bench_allreduce.c in this run (best of 20): alpha $ALPHA_MS ms (1 float), beta $BETA_GBS GB/s"
+    echo "(one 4 MiB bucket); every size:"
+    echo
+    echo '```'
+    cat "$BUILD/allreduce.txt"
+    echo '```'
+    echo
+    echo "| model | parameters | 1 x 2 threads tok/s | 2 x 1 thread tok/s | 2 ranks / 1 process | cost model: all-reduce per step | wait in sync, overlap (% of step) | wait, --no-overlap (% of step) | hidden | peak MB 1 process | peak MB per rank |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for m in $ROWS; do
         one=$(stat "$m" one_tok_s); two=$(stat "$m" two_tok_s); ts=$(stat "$m" two_train_s)
         w=$(stat "$m" two_wait_s); ws=$(stat "$m" seq_wait_s); seq=$(stat "$m" seq_tok_s)
         awk -v m="$m" -v p="$(stat "$m" params)" -v one="$one" -v two="$two" -v ts="$ts" -v w="$w" -v ws="$ws" -v seq="$seq" \
-            -v mb1="$(stat "$m" one_mb)" -v mb2="$(stat "$m" rank_mb)" -v steps="$STEPS" 'BEGIN {
+            -v mb1="$(stat "$m" one_mb)" -v mb2="$(stat "$m" rank_mb)" -v steps="$STEPS" -v alpha="$ALPHA_MS" -v beta="$BETA_GBS" 'BEGIN {
+            k = int((p + 1048575) / 1048576); model = 2 * k * alpha + 4 * p / (beta * 1e6) # ms, w = 2
             step = ts / steps; seqstep = (two * ts / seq) / steps; hidden = "-"
             if (ws > 0) hidden = sprintf("%.0f%%", 100 * (1 - w / ws))
-            printf "| %s | %d | %.0f | %.0f | %.2f | %.1f ms (%.1f%%) | %.1f ms (%.1f%%) | %s | %s | %s |\n", m, p, one, two, two / one,
+            printf "| %s | %d | %.0f | %.0f | %.2f | %.2f ms | %.1f ms (%.1f%%) | %.1f ms (%.1f%%) | %s | %s | %s |\n", m, p, one, two, two / one, model,
                 1000 * w / steps, 100 * w / ts, 1000 * ws / steps, 100 * (ws / steps) / seqstep,
                 hidden, mb1, mb2 }'
     done
@@ -101,7 +115,10 @@ stat() { grep " row=$1 " "$RAW" | sed -n "s/.* $2=\([^ ]*\).*/\1/p" | median; }
     echo "spends in mf_dist_sync after its backward (the gradient averages not yet done, and waiting for the slower rank),"
     echo "per step; with --no-overlap every average runs there, so that wait is the whole communication; hidden = 1 - wait"
     echo "with overlap / wait without. Peak MB: the maximum resident set of the process (of each rank: the larger)."
-    echo "The cost model (README, docs/math.md §18.9) predicts the communication from the gradient bytes: see there."
+    echo "cost model (README, docs/math.md §18.9): 2 (w - 1) k alpha + 2 (w - 1) / w * 4 P / beta with w = 2, k buckets of 2^20"
+    echo "floats, alpha and beta measured above: the all-reduce time alone. The waits measured in mf_dist_sync are larger"
+    echo "where one rank finishes its backward later than the other (the wait holds that difference: on a machine shared with"
+    echo "other work the ranks are not scheduled alike), so compare the model with the smallest waits."
     echo
     echo "## Raw runs"
     echo
