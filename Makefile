@@ -15,6 +15,9 @@
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
+#   make train-mpi build/train-mpi: examples/train.c with data-parallel training over MPI (mpirun)
+#   make train-mpi-cuda build/train-mpi-cuda: the same with --device cuda, gradients over NCCL
+#   make bench-dist 2 ranks x 1 thread against 1 rank x 2 threads for every model (bench/dist.sh)
 #   make bench-cuda every model and the attention / fast-weights kernels vs PyTorch on the GPU
 #   make gpu-report on a machine with an NVIDIA GPU, in under 10 minutes: the build for its GPU,
 #                  test-cuda, every model trained on the GPU (fp32, bf16) beside the CPU, the
@@ -43,7 +46,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-cuda gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-cuda bench-dist gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -167,7 +170,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report test_train_mpi
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -195,6 +198,7 @@ $(BUILD)/logs/sh/test_accum.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
 $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_resume.log: $(BUILD)/train $(BUILD)/emu/train_emu
+$(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(BUILD)/train-mpi
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_study.log: $(BUILD)/study
@@ -312,6 +316,27 @@ $(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train.o
 	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
+# build/train-mpi: examples/train.c with data-parallel training over MPI (-DMETAFORMER_MPI), built
+# by Open MPI's mpicc (MPI_BUILD: installed when missing); run it with mpirun (README: "Training on
+# several processes")
+train-mpi: $(BUILD)/train-mpi
+$(BUILD)/train-mpi: examples/train.c examples/common.h metaformer.h
+	@mkdir -p $(dir $@)
+	@$(call MPI_BUILD,$(MPICC),$(CFLAGS))
+
+# build/train-mpi-cuda: train-mpi with --device cuda, one GPU per rank (its local rank's), gradients
+# averaged over NCCL (METAFORMER_NCCL beside METAFORMER_CUDA); the implementation compiled by nvcc with
+# mpi.h's include path from mpicc, train.c by mpicc without it (as train-cuda)
+MPI_NVLINK = $(shell $(MPICC) --showme:link 2>/dev/null | sed 's/-Wl,[^ ]*//g')
+train-mpi-cuda: $(BUILD)/train-mpi-cuda
+$(BUILD)/cuda/metaformer_cuda_nccl.o: examples/metaformer_cuda.cu metaformer.h metaformer_cuda.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -DMETAFORMER_MPI -DMETAFORMER_NCCL $(shell $(MPICC) --showme:compile 2>/dev/null) -c $< -o $@
+$(BUILD)/train-mpi-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer_cuda_nccl.o
+	@mkdir -p $(BUILD)/cuda
+	$(MPICC) $(CFLAGS) -DMETAFORMER_MPI -DMETAFORMER_IMPLEMENTATION_DONE -c $< -o $(BUILD)/cuda/train_mpi.o
+	$(NVCC) $(BUILD)/cuda/train_mpi.o $(BUILD)/cuda/metaformer_cuda_nccl.o -o $@ $(NVLIBS) -lnccl $(MPI_NVLINK)
+
 # the README's first command: the array sorter with the metric-tensor mixer, no data needed
 demo: $(BUILD)/sort
 	./$(BUILD)/sort --mixer metric
@@ -344,6 +369,11 @@ bench:
 # test's sanitizer logs (bench/reliability.sh --logs reads every part from the logs)
 reliability:
 	bash bench/reliability.sh
+
+# data-parallel training on this machine: 2 ranks x 1 thread (build/train-mpi) against 1 process x 2
+# threads for every model; bench/results/dist_<date>.md
+bench-dist:
+	bash bench/dist.sh
 
 # the same on an NVIDIA GPU against PyTorch on that GPU (needs nvcc, a GPU and torch 2.x with CUDA)
 bench-cuda:

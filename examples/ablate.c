@@ -288,7 +288,7 @@ static void open_data(data *d, const text_data *text, const mf_model_config *cfg
     d->sequential = has_memory(cfg);
     d->train = text_split(text, 0);
     d->valid = text_split(text, 1);
-    loader_open(&d->loader, d->train, d->sequential, S.batch, S.seq_len, (uint64_t)S.seed, "training");
+    loader_open(&d->loader, d->train, d->sequential, S.batch, S.seq_len, (uint64_t)S.seed, 0, 1, "training");
 }
 
 /* validation: loss, and the accuracy (sorter) or bits per character (text) into *score */
@@ -300,7 +300,7 @@ static double run_validation(mf_ctx *ctx, mf_model *model, data *d, double *scor
         *score = sort_evaluate(model, ctx, &rng, 1, S.batch, S.eval_batches, d->x, d->y, &n_scored, &loss);
         return mf_ok(ctx) ? loss : NAN;
     }
-    loss = validate(ctx, model, d->valid, S.seq_len, S.batch, S.eval_batches, d->x, d->y, NULL, NULL, NULL, NULL);
+    loss = validate(ctx, model, d->valid, S.seq_len, S.batch, S.eval_batches, d->x, d->y, NULL, NULL, NULL, NULL, NULL);
     *score = loss / log(2.0);
     return loss;
 }
@@ -330,7 +330,7 @@ static int run_child(const char *model_name, const char *label, int seed_config,
         float loss, ar, norm;
         int B, T, rc;
         next_batch(&d, model, &B, &T);
-        if ((rc = train_step(ctx, model, &opt, S.clip, d.x, d.y, B, B, T, &loss, &ar, &norm)) < 0) {
+        if ((rc = train_step(ctx, model, &opt, S.clip, d.x, d.y, B, B, T, &loss, &ar, &norm, NULL)) < 0) {
             progress_break(&pr);
             send_result(fd, RUN_FAILED, step, "step %lld failed: %s", (long long)step, mf_error(ctx));
             return 1;

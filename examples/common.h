@@ -12,7 +12,8 @@
      [presets]   the seeds' experiments as options (--preset, --list-presets, ablate --seed-configs)
      [checkpoints] what build/train stores about its data and tokenizer, and the checks of it
      [sample]    generate and print a sample
-     [steps]     one training step and the validation loss of either loader
+     [steps]     one training step and the validation loss of either loader, on one process or
+                 on the ranks of a data-parallel run (build/train-mpi)
 
    Every function is static; EX_FN marks them unused-is-fine, since no program needs all. */
 #ifndef EXAMPLES_COMMON_H
@@ -79,7 +80,11 @@ EX_FN void ex_fuzz_free_all(void) { while (ex_fuzz_n_blocks) free(ex_fuzz_blocks
 #define EX_PARSED() ((void)0)
 #endif
 
-/* print "<program>: error: <message>" and exit with status 1 */
+/* A program whose error must end more than its own process (build/train-mpi: every rank of the
+   job) sets this: die() hands it the message instead of printing it and exiting. It must not return. */
+EX_VAR void (*ex_die_hook)(const char *message);
+
+/* print "<program>: error: <message>" and exit with status 1 (or hand the message to ex_die_hook) */
 EX_FN EX_NORETURN void die(const char *fmt, ...) {
     va_list ap;
 #ifdef EX_FUZZ
@@ -89,6 +94,13 @@ EX_FN EX_NORETURN void die(const char *fmt, ...) {
     longjmp(ex_fuzz_jmp, EX_FUZZ_DIED);
 #endif
     fflush(stdout);
+    if (ex_die_hook) {
+        static char msg[16384]; /* a path of up to about 8000 bytes is quoted whole */
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        ex_die_hook(msg);
+    }
     fprintf(stderr, EX_PROG ": error: ");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -494,11 +506,13 @@ EX_FN mf_tokens *text_split(const text_data *t, int valid) {
     return s;
 }
 
-/* a loader over the whole stream, dying with a message that names the option to change */
-EX_FN void loader_open(mf_loader *L, mf_tokens *s, int sequential, int B, int T, uint64_t seed, const char *what) {
+/* a loader over the whole stream, dying with a message that names the option to change; rank r of
+   world (1: one process) reads the rows [r * B, (r + 1) * B) of each global batch of B * world */
+EX_FN void loader_open(mf_loader *L, mf_tokens *s, int sequential, int B, int T, uint64_t seed, int rank, int world,
+                       const char *what) {
     mf_loader_config c;
     memset(&c, 0, sizeof c);
-    c.batch = B; c.seq_len = T; c.sequential = sequential; c.seed = seed; c.world = 1;
+    c.batch = B; c.seq_len = T; c.sequential = sequential; c.seed = seed; c.rank = rank; c.world = world;
     if (mf_loader_init(L, s, &c) < 0)
         die("the %s data: %s (--batch %d, --seq-len %d)", what, L->error, B, T);
 }
@@ -833,6 +847,18 @@ EX_FN void print_sample(mf_ctx *ctx, mf_model *model, mf_tokenizer *tok, const i
 }
 
 /* ==== [steps] =============================================================================== */
+/* The ranks of a data-parallel run (build/train-mpi, docs/math.md §18): every rank takes its rows of
+   each global batch and the sums are added up over the ranks. NULL: one process. */
+struct mf_dist;
+typedef struct ex_ranks {
+    int rank, world;
+    struct mf_dist *dist;              /* METAFORMER_MPI: the steps' gradient averages, clipping, update */
+    void (*sum)(double *v, int n);     /* v[0 .. n) added up over the ranks, in place */
+    double sync_seconds;               /* train_step: the time spent in mf_dist_sync */
+    int nonfinite_ranks;               /* train_step: how many ranks had a NaN / Inf loss this step */
+    float local_loss;                  /* train_step: this rank's part of the step's loss */
+} ex_ranks;
+
 /* One training step (docs/math.md §11.5, §18.2) on x, y [rows][T]: in micro-batches of micro rows
    (rows [i * micro, (i + 1) * micro), the last one shorter when rows is not a multiple), each
    forward, loss and backward, its activations freed before the next; each micro-batch's loss is
@@ -842,31 +868,56 @@ EX_FN void print_sample(mf_ctx *ctx, mf_model *model, mf_tokenizer *tok, const i
    the loss of the whole batch, *ar the compressive models' attention-reconstruction part of it (0
    for the others) and *grad_norm (may be NULL) the norm before clipping. A NaN or Inf loss or
    gradient norm skips the update: the optimizer never applies a non-finite step; the gradients are
-   zeroed and the step's activations freed. Returns 0, 1 for such a non-finite step, or -1 with the
-   error in ctx. */
+   zeroed and the step's activations freed. With ranks (NULL: one process) the whole batch is the
+   global one, the rows of every rank (rows may be 0 on a rank that the last global batch left none):
+   the weights count every rank's targets, the gradients are averaged over the ranks during the
+   last micro-batch's backward (ranks->dist), and the loss, norm and decision are the same on every
+   rank. Returns 0, 1 for such a non-finite step, or -1 with the error in ctx (on every rank). */
 EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float clip, const int32_t *x,
-                     const int32_t *y, int rows, int micro, int T, float *loss, float *ar, float *grad_norm) {
-    int64_t counted = 0, n = (int64_t)rows * T;
-    double sum = 0, aux = 0;
-    float norm;
-    int finite;
-    for (int64_t i = 0; i < n; i++) counted += y[i] != -1;
+                     const int32_t *y, int rows, int micro, int T, float *loss, float *ar, float *grad_norm,
+                     ex_ranks *ranks) {
+    int64_t n = (int64_t)rows * T;
+    double total[2] = {0, (double)rows}; /* the counted targets and the rows of the whole batch */
+    double sums[3] = {0, 0, 0};          /* loss, ar, ranks whose part was not finite */
+    int dist = ranks && ranks->dist, finite; /* a data-parallel run (even of 1 rank): the collectives */
+    float norm, world = dist ? (float)ranks->world : 1.0f;
+    for (int64_t i = 0; i < n; i++) total[0] += y[i] != -1;
+    if (dist) ranks->sum(total, 2);
     for (int r0 = 0; r0 < rows && mf_ok(ctx); r0 += micro) {
         int b = rows - r0 < micro ? rows - r0 : micro;
         mf_tensor *l;
         if (mf_model_memory_rows(m, micro < rows ? r0 : 0, micro < rows ? rows : 0) < 0) break;
-        l = mf_model_loss_part(m, x + (int64_t)r0 * T, y + (int64_t)r0 * T, b, T, counted, rows);
-        mf_backward(ctx, l);
-        sum += mf_item(ctx, l); /* the value on any device */
-        aux += (double)mf_model_aux_loss(m) * b / rows;
+#ifdef METAFORMER_MPI
+        if (dist) mf_dist_no_sync(ranks->dist, r0 + b < rows); /* average during the last backward only */
+#endif
+        l = mf_model_loss_part(m, x + (int64_t)r0 * T, y + (int64_t)r0 * T, b, T, (int64_t)total[0], (int64_t)total[1]);
+        /* the ranks' gradients are averaged: world x each part makes the gradient of the global batch */
+        mf_backward(ctx, world > 1 ? mf_scale(ctx, l, world) : l);
+        sums[0] += mf_item(ctx, l); /* the value on any device */
+        sums[1] += (double)mf_model_aux_loss(m) * b / total[1];
         mf_reset(ctx); /* the micro-batch's activations; the gradients add up in the parameters */
     }
     mf_model_memory_rows(m, 0, 0);
+#ifdef METAFORMER_MPI
+    if (dist) {
+        double t0 = mf_time();
+        ranks->local_loss = (float)sums[0];
+        sums[2] = !isfinite(sums[0]);
+        if (mf_dist_sync(ranks->dist, ctx, sums, 3) < 0) return -1;
+        ranks->sync_seconds += mf_time() - t0;
+        ranks->nonfinite_ranks = (int)sums[2];
+        norm = mf_dist_clip_grad_norm(ranks->dist, ctx, clip > 0 ? clip : 0);
+    } else
+#endif
     norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
-    *loss = (float)sum;
-    *ar = (float)aux;
+    *loss = (float)sums[0];
+    *ar = (float)sums[1];
     if (grad_norm) *grad_norm = norm;
     finite = isfinite(*loss) && isfinite(norm);
+#ifdef METAFORMER_MPI
+    if (finite && dist) mf_dist_optimizer_step(ranks->dist, ctx, opt);
+    else
+#endif
     if (finite) mf_optimizer_step(ctx, opt);
     mf_zero_grad(ctx);
     mf_reset(ctx);
@@ -878,18 +929,21 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
    not NULL) of n_batches batches of B rows over the validation stream, without gradients or
    dropout. A model without memory reads windows of T spread evenly over the stream; a memory
    model reads the first n_batches batches of a sequential loader on memory slot 1, emptied at
-   the start (the training memory in slot 0 is left alone). x, y hold B * T ids. When token_bytes
+   the start (the training memory in slot 0 is left alone). x, y hold B * T ids. With ranks (NULL:
+   one process) a batch is B rows of each rank, a global batch of B * world: each rank reads its
+   rows and the sums are added up over the ranks, so every rank returns the loss of one process
+   validating with B * world rows. When token_bytes
    (the byte length of each id) is given, *bytes gets the bytes of the scored targets: bits per
    byte = loss * scored / ln 2 / bytes (docs/math.md §17.6), *scored (when not NULL) their number. Returns NaN when a forward fails
    (the error is in ctx) or a memory model's validation data is too short for two tokens per row;
    dies when the stream cannot be read (an id outside the vocabulary). */
 EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, int n_batches, int32_t *x, int32_t *y,
-                      double *ar, const int *token_bytes, double *bytes, double *scored) {
+                      double *ar, const int *token_bytes, double *bytes, double *scored, const ex_ranks *ranks) {
     int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0), memory = has_memory(mf_model_get_config(m));
-    int slot = memory ? mf_model_memory_slot(m, 1) : 0;
-    double ce_sum = 0, ar_sum = 0, tokens = 0, nbytes = 0;
+    int slot = memory ? mf_model_memory_slot(m, 1) : 0, rank = ranks ? ranks->rank : 0, world = ranks ? ranks->world : 1;
+    double sums[4] = {0, 0, 0, 0}; /* cross-entropy * tokens, reconstruction loss * tokens, tokens, bytes */
     mf_loader sq;
-    int64_t n = mf_tokens_count(valid), windows = (n - 1) / T, count = (int64_t)n_batches * B, done = 0;
+    int64_t n = mf_tokens_count(valid), windows = (n - 1) / T, G = (int64_t)B * world, count = n_batches * G, done = 0;
     int32_t *row = (int32_t *)malloc((size_t)(T + 1) * sizeof *row);
     if (!row) die("out of memory");
     memset(&sq, 0, sizeof sq);
@@ -897,7 +951,7 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
     if (memory) {
         mf_loader_config c;
         memset(&c, 0, sizeof c);
-        c.batch = B; c.seq_len = T; c.sequential = 1; c.world = 1;
+        c.batch = B; c.seq_len = T; c.sequential = 1; c.rank = rank; c.world = world;
         count = 0;
         if (slot >= 0 && mf_loader_init(&sq, valid, &c) == 0) {
             mf_model_reset_memory(m);
@@ -910,22 +964,24 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
         float a;
         if (memory) {
             if (mf_loader_next(&sq, x, y, &b, &Tb) < 0) die("validation: %s", sq.error);
-        } else {
-            b = count - done < B ? (int)(count - done) : B;
+        } else { /* this rank's rows [first, first + b) of the global batch of g windows */
+            int64_t g = count - done < G ? count - done : G, first = (int64_t)rank * B < g ? (int64_t)rank * B : g;
+            b = (int)(g - first < B ? g - first : B);
             for (int r = 0; r < b; r++) {
-                int64_t start = (done + r) * windows / count * T;
+                int64_t start = (done + first + r) * windows / count * T;
                 if (mf_tokens_read(valid, start, T + 1, row) < 0) die("validation: %s", mf_tokens_error(valid));
                 memcpy(x + r * T, row, (size_t)T * sizeof *x);
                 memcpy(y + r * T, row + 1, (size_t)T * sizeof *y);
             }
         }
+        done += memory ? 1 : (count - done < G ? count - done : G);
+        if (b == 0) continue; /* the last global batch left this rank no row */
         if (!(loss = mf_model_loss(m, x, y, b, Tb))) break;
         a = mf_model_aux_loss(m);
-        ce_sum += ((double)mf_item(ctx, loss) - a) * b * Tb;
-        ar_sum += (double)a * b * Tb;
-        tokens += (double)b * Tb;
-        if (token_bytes) for (int i = 0; i < b * Tb; i++) nbytes += token_bytes[y[i]];
-        done += memory ? 1 : b;
+        sums[0] += ((double)mf_item(ctx, loss) - a) * b * Tb;
+        sums[1] += (double)a * b * Tb;
+        sums[2] += (double)b * Tb;
+        if (token_bytes) for (int i = 0; i < b * Tb; i++) sums[3] += token_bytes[y[i]];
         mf_reset(ctx);
     }
     mf_loader_free(&sq);
@@ -933,9 +989,11 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
     if (memory && slot >= 0) mf_model_memory_slot(m, slot);
     mf_set_grad(ctx, grad);
     mf_set_training(ctx, training);
-    if (ar) *ar = tokens > 0 ? ar_sum / tokens : 0;
-    if (bytes) *bytes = nbytes;
-    if (scored) *scored = tokens;
-    return mf_ok(ctx) && tokens > 0 ? ce_sum / tokens : NAN;
+    if (!mf_ok(ctx)) sums[2] = NAN; /* a failed forward on any rank makes the result NaN on all */
+    if (ranks && ranks->sum) ranks->sum(sums, 4);
+    if (ar) *ar = sums[2] > 0 ? sums[1] / sums[2] : 0;
+    if (bytes) *bytes = sums[3];
+    if (scored) *scored = sums[2];
+    return sums[2] > 0 ? sums[0] / sums[2] : NAN;
 }
 #endif /* EXAMPLES_COMMON_H */

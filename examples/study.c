@@ -93,7 +93,7 @@ static void train(run *r, int32_t *ids, int32_t *targets) {
     for (int step = 0; step < r->steps; step++) {
         int T = sort_batch(&rng, r->solvable, S.batch, ids, targets);
         float loss, ar;
-        if (train_step(r->ctx, r->model, &opt, 0.0f, ids, targets, S.batch, S.batch, T, &loss, &ar, NULL) < 0)
+        if (train_step(r->ctx, r->model, &opt, 0.0f, ids, targets, S.batch, S.batch, T, &loss, &ar, NULL, NULL) < 0)
             die("%s (%s form): %s", mf_mixer_name(r->mixer), FORMS[r->solvable], mf_error(r->ctx));
         r->loss[step] = loss;
     }

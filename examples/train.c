@@ -8,6 +8,7 @@
            ./build/train input.txt --compressive --mem-len 64 --c-mem-len 64 --compression-rate 2
            ./build/train --data 'train_*.bin' --valid val.bin --tokenizer tok.bin   token shards
            ./build/train --resume lm.safetensors --eval-only                  validation loss only
+           mpirun -np 2 build/train-mpi input.txt --threads 1 --batch 8      2 ranks (make train-mpi), = --batch 16
 
    The file is read as bytes. The vocabulary is the sorted set of byte values in the whole file,
    the first floor(0.9 * length) bytes train and the rest validates (docs/math.md §12). Batches
@@ -30,8 +31,76 @@
 #include <glob.h>
 #define METAFORMER_IMPLEMENTATION
 #include "../metaformer.h"
+#ifdef METAFORMER_MPI
+#define EX_PROG "train-mpi"
+#else
 #define EX_PROG "train"
+#endif
 #include "common.h"
+
+/* ---- build/train-mpi (`make train-mpi`: this file with -DMETAFORMER_MPI, built by mpicc) ----
+   `mpirun -np N build/train-mpi ...` runs this program once per rank: --batch is the rows of one
+   rank, a step's global batch is N * --batch rows and rank r reads the rows [r * batch, (r + 1) *
+   batch) of it (mf_loader's rank / world), so N ranks train as one process with --batch N * batch.
+   The loss, validation and gradient norm printed are the global ones; rank 0 prints and writes the
+   checkpoints (mf_dist_save: an ordinary checkpoint, which any world size resumes). An error that
+   every rank knows of (mf_dist_* agreed on it) is printed once by rank 0 and ends every rank with
+   status 1; an error of one rank alone is printed with its rank and ends the job (MPI_Abort). */
+static ex_ranks RANKS = {0, 1, NULL, NULL, 0, 0, 0}; /* one process: rank 0 of 1 */
+static int AGREED; /* the error at hand is known to every rank (train-mpi) */
+#ifdef METAFORMER_MPI
+static int zero1, no_overlap;
+#define TRAIN_MPI_OPTIONS \
+    {"zero1", OPT_FLAG, &zero1, RUN_ONLY, 0, NULL, "ZeRO-1: shard the optimizer moments over the ranks (same results, less memory)"}, \
+    {"no-overlap", OPT_FLAG, &no_overlap, RUN_ONLY, 0, NULL, "average the gradients after the backward, not during it (measures the overlap)"},
+
+static void sum_over_ranks(double *v, int n) { MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
+
+static void die_mpi(const char *message) {
+    if (!AGREED) { /* this rank alone: say which, and end the job */
+        fprintf(stderr, EX_PROG ": error: rank %d of %d: %s\n", RANKS.rank, RANKS.world, message);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (RANKS.rank == 0) fprintf(stderr, EX_PROG ": error: %s\n", message);
+    exit(1); /* mpi_end finalizes */
+}
+/* a failure every rank agreed on: rank 0 prints it (it names the rank that failed), all end */
+static EX_NORETURN void die_agreed(const char *what, const char *why) {
+    AGREED = 1;
+    die("%s: %s", what, why);
+}
+static void mpi_end(void) {
+    int done;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+}
+static void mpi_start(int *argc, char ***argv) {
+    MPI_Init(argc, argv);
+    atexit(mpi_end);
+    MPI_Comm_rank(MPI_COMM_WORLD, &RANKS.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &RANKS.world);
+    RANKS.sum = sum_over_ranks;
+    ex_die_hook = die_mpi;
+    /* mpirun hands the ranks a terminal of its own even when its output goes to a file: rank 0 prints
+       plain progress lines (progress_new is told below) */
+    if (RANKS.rank != 0 && !freopen("/dev/null", "w", stdout)) die("cannot send the output of rank %d to /dev/null", RANKS.rank);
+}
+/* the ranks' context, before the training context: with NCCL it picks the GPU of the rank's local
+   rank, on which mf_ctx_set_device then opens the context */
+static void mpi_new(void) {
+    mf_dist_config c = mf_dist_config_default();
+    char err[1024];
+    c.zero1 = zero1; c.no_overlap = no_overlap;
+    if (!(RANKS.dist = mf_dist_new(MPI_COMM_WORLD, &c, err, sizeof err))) die("%s", err);
+}
+/* the ranks' checks and broadcast of the parameters, the dropout streams, the gradient buckets */
+static void mpi_attach(mf_ctx *ctx) {
+    if (mf_dist_attach(RANKS.dist, ctx) < 0) die_agreed("the ranks cannot start", mf_dist_error(RANKS.dist));
+}
+#else
+#define TRAIN_MPI_OPTIONS
+#endif
 
 /* ---- settings: one table drives parsing, --help, the checkpoint metadata and --resume ---- */
 typedef struct {
@@ -106,6 +175,7 @@ static const option OPTIONS[] = {
     /* handled by expand_preset before the table is parsed; here for --help */
     {"preset", OPT_TEXT, &preset_name, RUN_ONLY, 0, NULL, "a seed's experiment: its options, printed; later options override them"},
     {"list-presets", OPT_FLAG, &list_presets_flag, RUN_ONLY, 0, NULL, "print the presets and the options each expands to, and exit"},
+    TRAIN_MPI_OPTIONS
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 static char DEFAULTS[N_OPTIONS][64]; /* each option's default as text: what an older checkpoint without it means */
@@ -312,6 +382,7 @@ static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const m
     PUT("train.epoch_rng", "%016llx", (unsigned long long)L->state.epoch_rng);
     PUT("train.epoch_pos", "%lld", (long long)L->state.epoch_pos);
     PUT("train.seq_pos", "%lld", (long long)L->state.seq_pos); /* the sequential loader (memory models) */
+    PUT("train.world", "%d", RANKS.world); /* the ranks of build/train-mpi: the global batch is world x grad-accum x batch */
     if (d->shards) { /* docs/math.md §17.6: what a resumed, evaluated or sampled model needs to read its ids */
         PUT("train.data", "tokens");
         PUT("train.vocab_size", "%d", d->V);
@@ -320,7 +391,12 @@ static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const m
     }
 #undef PUT
     if (!d->shards) { kv[2 * n] = "train.vocab"; kv[2 * n + 1] = d->text.vocab_hex; n++; } /* byte values in hex: "0a2021..." */
+#ifdef METAFORMER_MPI
+    (void)ctx;
+    if (mf_dist_save(RANKS.dist, model, S.save, kv, n) < 0) die_agreed("cannot save", mf_dist_error(RANKS.dist));
+#else
     if (mf_model_save(model, S.save, 1, kv, n) < 0) die("%s", mf_error(ctx));
+#endif
 }
 
 /* --resume, before the model exists: take the settings from the checkpoint. An option given on
@@ -344,6 +420,25 @@ static void load_settings(const unsigned char *given) {
         }
         if (set_option(o, stored[i])) die("checkpoint \"%s\" has a bad train.%s \"%s\"", S.resume, o->name, stored[i]);
     }
+}
+
+/* --resume of a checkpoint that another number of ranks wrote: the global batch (world x grad-accum x
+   batch windows, in that order: docs/math.md §18.1) stays the same, so the run continues the same
+   loss curve, by giving each rank a share of the micro-batches (--grad-accum). A checkpoint without
+   train.world was written by one process. */
+static void keep_global_batch(void) {
+    char buf[32];
+    long long world = mf_load_meta(S.resume, "train.world", buf, sizeof buf) < 0 ? 1 : atoll(buf), micro;
+    if (world == RANKS.world) return;
+    if (world < 1 || world > INT_MAX) die("checkpoint \"%s\" has a bad train.world \"%s\"", S.resume, buf);
+    micro = world * S.grad_accum; /* the micro-batches of --batch windows in a step */
+    if (micro % RANKS.world)
+        die("checkpoint \"%s\" was trained by %lld rank%s x --grad-accum %d x --batch %d windows per step: %d ranks cannot "
+            "share those %lld micro-batches evenly; resume with a number of ranks that divides %lld", S.resume, world,
+            world == 1 ? "" : "s", S.grad_accum, S.batch, RANKS.world, micro, micro);
+    printf("note: checkpoint \"%s\" of %lld rank%s resumed by %d: --grad-accum %d becomes %lld, the same %lld windows per "
+           "step\n", S.resume, world, world == 1 ? "" : "s", RANKS.world, S.grad_accum, micro / RANKS.world, micro * S.batch);
+    S.grad_accum = (int)(micro / RANKS.world);
 }
 
 /* the vocabulary must match; another text with the same characters is allowed (with a note) */
@@ -419,10 +514,11 @@ static void apply_epochs(const mf_loader *L, mf_optimizer *opt) {
 
 /* the training loader; a memory model also needs validation columns of >= 2 tokens */
 static void make_loader(mf_loader *L, data *d, int sequential) {
-    loader_open(L, d->train, sequential, S.batch * S.grad_accum, S.m.seq_len, (uint64_t)S.seed, "training");
+    loader_open(L, d->train, sequential, S.batch * S.grad_accum, S.m.seq_len, (uint64_t)S.seed, RANKS.rank, RANKS.world,
+                "training");
     if (sequential) {
         mf_loader valid;
-        loader_open(&valid, d->valid, 1, S.batch, S.m.seq_len, 0, "validation");
+        loader_open(&valid, d->valid, 1, S.batch * S.grad_accum, S.m.seq_len, 0, RANKS.rank, RANKS.world, "validation");
         mf_loader_free(&valid);
     }
 }
@@ -431,8 +527,13 @@ static void make_loader(mf_loader *L, data *d, int sequential) {
 static int64_t resume_state(mf_ctx *ctx, mf_model *model, mf_loader *L) {
     char buf[64];
     mf_loader_state st;
+#ifdef METAFORMER_MPI
+    int rc = mf_dist_load(RANKS.dist, model, S.resume);
+    if (rc < 0) die_agreed("cannot resume", mf_dist_error(RANKS.dist));
+#else
     int rc = mf_model_load(model, S.resume, 1);
     if (rc < 0) die("cannot resume: %s", mf_error(ctx));
+#endif
     st.epoch_rng = strtoull(meta("train.epoch_rng", buf, sizeof buf), NULL, 16);
     st.rng = strtoull(meta("train.rng", buf, sizeof buf), NULL, 16);
     st.epoch_pos = strtoll(meta("train.epoch_pos", buf, sizeof buf), NULL, 10);
@@ -442,6 +543,23 @@ static int64_t resume_state(mf_ctx *ctx, mf_model *model, mf_loader *L) {
         printf("note: \"%s\" holds no memories (an older checkpoint): the memories start empty, so the losses "
                "differ from an uninterrupted run\n", S.resume);
     return mf_optimizer_steps(ctx);
+}
+
+/* "rank 1 of 4", "ranks 1, 3 of 4": the ranks whose loss of this step was not finite (collective) */
+static const char *nonfinite_ranks(void) {
+    static char buf[200];
+    double *bad = (double *)calloc((size_t)RANKS.world, sizeof *bad);
+    int n, k = 0;
+    if (!bad) return "a rank (out of memory naming it)";
+    bad[RANKS.rank] = !isfinite(RANKS.local_loss);
+    RANKS.sum(bad, RANKS.world);
+    for (int r = 0; r < RANKS.world; r++) k += bad[r] > 0;
+    n = snprintf(buf, sizeof buf, "rank%s", k > 1 ? "s" : "");
+    for (int r = 0, i = 0; r < RANKS.world && n < (int)sizeof buf - 40; r++)
+        if (bad[r] > 0) n += snprintf(buf + n, sizeof buf - n, "%s %d", i++ ? "," : "", r);
+    snprintf(buf + n, sizeof buf - n, " of %d", RANKS.world);
+    free(bad);
+    return buf;
 }
 
 /* A NaN / Inf loss or gradient norm at `step` once the --skip-nonfinite budget is spent: stop, with
@@ -454,6 +572,8 @@ static void stop_nonfinite(int64_t step, float loss, float norm, int skipped, in
     else snprintf(kept, sizeof kept, "the checkpoint \"%s\" of step %lld is the last good one and is kept", S.save,
                   (long long)saved_step);
     char l[32], n[32];
+    AGREED = 1; /* the loss and the norm are the global ones: every rank stops here */
+    if (RANKS.nonfinite_ranks) snprintf(kept + strlen(kept), sizeof kept - strlen(kept), " (the loss was not finite on %s)", nonfinite_ranks());
     die("step %lld: the loss is %s and the gradient norm %s: not finite, so training stops without applying it%s; %s. "
         "Lower --lr, keep --clip, let a few such steps pass with --skip-nonfinite N, or find the op that makes the "
         "value with --check-finite", (long long)step, format_value(loss, l, sizeof l), format_value(norm, n, sizeof n),
@@ -492,8 +612,10 @@ typedef struct valid_result { double loss, ar, bytes, scored; } valid_result;
 
 static valid_result evaluate(mf_ctx *ctx, mf_model *m, data *d, int32_t *x, int32_t *y) {
     valid_result r;
-    r.loss = validate(ctx, m, d->valid, S.m.seq_len, S.batch, S.eval_batches, x, y, &r.ar, d->token_bytes, &r.bytes,
-                      &r.scored);
+    /* a validation batch is the rows of a step (every micro-batch, every rank), so that 2 ranks x
+       --batch B, 1 x --grad-accum 2 x B and 1 x 2B validate on the same windows */
+    r.loss = validate(ctx, m, d->valid, S.m.seq_len, S.batch * S.grad_accum, S.eval_batches, x, y, &r.ar, d->token_bytes, &r.bytes,
+                      &r.scored, &RANKS);
     if (!mf_ok(ctx)) die("validation failed: %s", mf_error(ctx));
     if (isnan(r.loss)) die("validation failed: no validation batch could be read");
     return r;
@@ -516,9 +638,15 @@ int main(int argc, char **argv) {
     data d;
     mf_loader L;
     progress pr = progress_new();
+#ifdef METAFORMER_MPI
+    pr.tty = 0; /* see mpi_start */
+#endif
     int n_prompt;
     char what[64];
 
+#ifdef METAFORMER_MPI
+    mpi_start(&argc, &argv);
+#endif
     model_choices();
     for (int i = 0; i < N_OPTIONS; i++) format_option(&OPTIONS[i], DEFAULTS[i], sizeof DEFAULTS[i]);
     argv = expand_preset(&argc, argv, 1);
@@ -538,6 +666,7 @@ int main(int argc, char **argv) {
     if (S.resume) {
         if (S.m.compressive) S.m.mixer = "relative"; /* what --compressive means, compared with the checkpoint */
         load_settings(given);
+        keep_global_batch();
     }
     open_data(&d, path);
     if (S.resume && !d.shards) check_resume_text(&d.text, path);
@@ -550,6 +679,9 @@ int main(int argc, char **argv) {
 
     mf_model_config cfg = settings_config(&S.m, d.V);
     mf_optimizer opt = make_optimizer();
+#ifdef METAFORMER_MPI
+    mpi_new();
+#endif
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     if (!ctx) die("out of memory");
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
@@ -565,6 +697,9 @@ int main(int argc, char **argv) {
     check_model_config(ctx, &cfg);
     mf_model *model = mf_model_new(ctx, &cfg);
     if (!model) die("%s", mf_error(ctx));
+#ifdef METAFORMER_MPI
+    mpi_attach(ctx);
+#endif
 
     int T = S.m.seq_len;
     if ((int64_t)S.batch * S.grad_accum * T > INT_MAX)
@@ -581,7 +716,11 @@ int main(int argc, char **argv) {
         else {
             printf("%s: valid loss %.6f (%.4f bits/char), perplexity %.3f\n", what, r.loss, r.loss / log(2.0), exp(r.loss));
         }
-        printf("(%.0f validation tokens: --eval-batches %d of --batch %d)\n", r.scored, S.eval_batches, S.batch);
+        printf("(%.0f validation tokens: --eval-batches %d of %d windows)\n", r.scored, S.eval_batches,
+               S.batch * S.grad_accum * RANKS.world);
+#ifdef METAFORMER_MPI
+        mf_dist_free(RANKS.dist);
+#endif
         mf_model_free(model); mf_ctx_free(ctx); free(x); free(y); close_data(&d);
         return 0;
     }
@@ -589,7 +728,7 @@ int main(int argc, char **argv) {
     make_loader(&L, &d, has_memory(&cfg));
     apply_epochs(&L, &opt);
     int64_t step = S.resume ? resume_state(ctx, model, &L) : 0;
-    if (S.save) check_writable(S.save);
+    if (S.save && RANKS.rank == 0) check_writable(S.save); /* rank 0 writes the checkpoints */
 
     if (!d.shards)
         printf("data: \"%s\", %zu bytes, %d distinct characters, %lld train / %lld valid\n", path, d.text.len, d.text.V,
@@ -602,11 +741,13 @@ int main(int argc, char **argv) {
     printf("model: %s, d_model %d, %d heads, %d layers, d_ff %d, T %d, %lld parameters\n", describe_mixer(), S.m.d_model,
            S.m.heads, S.m.layers, S.m.d_ff, T, (long long)mf_param_count(ctx));
     printf("train: %s, %s schedule, lr %g, warmup %d, batch %d", S.optimizer, S.schedule, (double)S.lr, S.warmup, S.batch);
-    if (S.grad_accum > 1) printf(" x %d accumulated micro-batches (%d windows per step)", S.grad_accum, S.batch * S.grad_accum);
+    if (S.grad_accum > 1) printf(" x %d accumulated micro-batches", S.grad_accum);
+    if (RANKS.world > 1) printf(" x %d ranks", RANKS.world);
+    if (S.grad_accum > 1 || RANKS.world > 1) printf(" (%d windows per step)", S.batch * S.grad_accum * RANKS.world);
     printf(", %d steps\n", S.steps);
     if (L.cfg.sequential)
         printf("loader: sequential, %d columns of %lld %s, %lld batches per pass; validation on memory slot 1\n",
-               L.cfg.batch, (long long)L.column, d.shards ? "tokens" : "characters", (long long)mf_loader_batches(&L));
+               L.cfg.batch * RANKS.world, (long long)L.column, d.shards ? "tokens" : "characters", (long long)mf_loader_batches(&L));
     if (S.resume) printf("resumed from \"%s\" at step %lld\n", S.resume, (long long)step);
     fflush(stdout);
 
@@ -622,11 +763,14 @@ int main(int argc, char **argv) {
         int rc;
         if ((new_pass = mf_loader_next(&L, x, y, &b, &Tb)) < 0) die("training data: %s", L.error);
         if (new_pass && L.cfg.sequential) mf_model_reset_memory(model); /* a pass over the data starts with empty memories */
-        if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, S.batch, Tb, &loss, &aux, &norm)) < 0)
+        if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, S.batch, Tb, &loss, &aux, &norm, &RANKS)) < 0) {
+            if (RANKS.dist) AGREED = 1; /* mf_dist_sync agreed on it: ctx holds "rank r: ..." */
             die("training step %lld failed: %s", (long long)step + 1, mf_error(ctx));
+        }
         if (rc > 0) { /* a NaN / Inf loss or gradient norm: train_step applied no update */
             progress_break(&pr);
             if (skipped >= S.skip_nonfinite) stop_nonfinite(step + 1, loss, norm, skipped, saved_step);
+            if (RANKS.nonfinite_ranks) printf("(the loss was not finite on %s)\n", nonfinite_ranks());
             skipped++;
             char lv[32], nv[32];
             printf("step %lld: loss %s, gradient norm %s: not finite, skipped (no update, gradients zeroed%s); "
@@ -638,7 +782,7 @@ int main(int argc, char **argv) {
             train_time += mf_time() - t0;
             continue;
         }
-        step++; run_steps++; tokens += (int64_t)b * Tb;
+        step++; run_steps++; tokens += (int64_t)b * Tb * RANKS.world;
         train_time += mf_time() - t0;
 
         /* a terminal: one line updated in place; else a line per log_every steps */
@@ -670,12 +814,18 @@ int main(int argc, char **argv) {
     valid_result r = evaluate(ctx, model, &d, x, y);
     snprintf(what, sizeof what, "step %lld", (long long)step);
     print_validation(&pr, &d, what, &r);
-    if (S.sample > 0) {
+    if (S.sample > 0 && RANKS.rank == 0) {
         int32_t *prompt = prompt_ids(&d, &n_prompt);
         mf_sampler sampler = {S.temperature, S.top_k, (uint64_t)S.seed};
         print_sample(ctx, model, d.tok, prompt, n_prompt, S.sample, &sampler);
         free(prompt);
     }
+#ifdef METAFORMER_MPI
+    if (RANKS.dist && run_steps)
+        printf("ranks: %d, %.3f s of the %.3f s of training waiting for the gradient averages (%.1f%%)%s\n", RANKS.world,
+               RANKS.sync_seconds, train_time, 100 * RANKS.sync_seconds / train_time, no_overlap ? ", --no-overlap" : "");
+    mf_dist_free(RANKS.dist);
+#endif
     mf_model_free(model);
     mf_ctx_free(ctx);
     free(x); free(y); mf_loader_free(&L); close_data(&d);

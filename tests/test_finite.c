@@ -158,18 +158,18 @@ static void test_train_step_skips_nonfinite(void) {
     MFT_CHECK(m != NULL && before != NULL);
     if (!m || !before) { free(before); mf_ctx_free(ctx); return; }
     batch(0, x, y);
-    MFT_CHECK(train_step(ctx, m, &opt, 0, x, y, B, B, T, &loss, &ar, &norm) == 0 && isfinite(loss) && norm > 0);
+    MFT_CHECK(train_step(ctx, m, &opt, 0, x, y, B, B, T, &loss, &ar, &norm, NULL) == 0 && isfinite(loss) && norm > 0);
     keep = w->data[x[0] * cfg.d_model]; /* the embedding row of the first token */
     w->data[x[0] * cfg.d_model] = NAN;
     memcpy(before, mf_param_data(ctx), (size_t)n * sizeof(float));
-    MFT_CHECK(train_step(ctx, m, &opt, 1.0f, x, y, B, B, T, &loss, &ar, &norm) == 1);
+    MFT_CHECK(train_step(ctx, m, &opt, 1.0f, x, y, B, B, T, &loss, &ar, &norm, NULL) == 1);
     MFT_CHECK(isnan(loss) && !isfinite(norm) && mf_ok(ctx));
     MFT_CHECK(memcmp(before, mf_param_data(ctx), (size_t)n * sizeof(float)) == 0);
     MFT_CHECK(mf_optimizer_steps(ctx) == 1);
     for (i = 0; i < n; i++) nonzero += mf_param_grads(ctx)[i] != 0.0f;
     MFT_CHECK(nonzero == 0);
     w->data[x[0] * cfg.d_model] = keep;
-    MFT_CHECK(train_step(ctx, m, &opt, 1.0f, x, y, B, B, T, &loss, &ar, &norm) == 0 && isfinite(loss));
+    MFT_CHECK(train_step(ctx, m, &opt, 1.0f, x, y, B, B, T, &loss, &ar, &norm, NULL) == 0 && isfinite(loss));
     MFT_CHECK(mf_optimizer_steps(ctx) == 2);
     free(before);
     mf_model_free(m);
