@@ -39,17 +39,17 @@ make -k -j"$(( (JOBS + 1) / 2 ))" -C examples/embed cuda OUT="$tmp/embed" NVCC="
 make -k -j"$JOBS" BUILD="$tmp" NVCC="$NVCC" CUDA_ARCH="$ARCH" CFLAGS="$CWARN" \
     NVFLAGS="-std=c++14 -O2 $ARCH -Xcompiler -fopenmp $WFLAGS" "${targets[@]:1}" > "$tmp/root.log" 2>&1
 wait
-# the NCCL transport (METAFORMER_MPI + METAFORMER_NCCL): the library compiled by nvcc with mpi.h's
-# include path from the MPI compiler wrapper, linked with NCCL, cuBLAS and the MPI libraries
-nccl_name="nvcc sm_90 + PTX build of metaformer.h with METAFORMER_CUDA, METAFORMER_NCCL and METAFORMER_MPI (-lnccl)"
+# the NCCL transport (METAFORMER_MPI + METAFORMER_NCCL): build/train-mpi-cuda, the library compiled by
+# nvcc with mpi.h's include path from the MPI compiler wrapper, train.c by mpicc, linked with NCCL,
+# cuBLAS and the MPI libraries (make train-mpi-cuda)
+nccl_name="nvcc sm_90 + PTX build of examples/train.c with METAFORMER_CUDA, METAFORMER_NCCL and METAFORMER_MPI (make train-mpi-cuda)"
 if command -v mpicc > /dev/null; then
-    printf '#define METAFORMER_IMPLEMENTATION\n#define METAFORMER_CUDA\n#include "metaformer.h"\nint main(void) { return 0; }\n' > "$tmp/nccl.cu"
-    # shellcheck disable=SC2046
-    if "$NVCC" -std=c++14 -O2 $ARCH $WFLAGS -DMETAFORMER_MPI -DMETAFORMER_NCCL -I. $(mpicc --showme:compile) \
-           "$tmp/nccl.cu" -o "$tmp/nccl" -lnccl -lcublas $(mpicc --showme:link | sed 's/-Wl,[^ ]*//g') > "$tmp/nccl.log" 2>&1; then
+    if make -j"$JOBS" BUILD="$tmp" NVCC="$NVCC" CUDA_ARCH="$ARCH" CFLAGS="$CWARN" \
+           NVFLAGS="-std=c++14 -O2 $ARCH -Xcompiler -fopenmp $WFLAGS" "$tmp/train-mpi-cuda" > "$tmp/nccl.log" 2>&1 &&
+       [ -x "$tmp/train-mpi-cuda" ]; then
         echo "ok   $nccl_name"; pass=$((pass+1))
     else
-        echo "FAIL $nccl_name"; fail=$((fail+1)); head -20 "$tmp/nccl.log"
+        echo "FAIL $nccl_name"; fail=$((fail+1)); grep -v -e "^$NVCC " -e '^mpicc ' "$tmp/nccl.log" | head -20
     fi
 else
     echo "skip $nccl_name: mpicc not found (apt-get install libopenmpi-dev openmpi-bin)"
