@@ -2876,13 +2876,15 @@ static __device__ void mf__fw_stage(mf__fw_bf *dst, int ld, const float *src, lo
 }
 /* the width of the feature step from k0: MF__FW_KS, or what is left of d_dot padded to 16 */
 static __device__ int mf__fw_step(int dd, int k0) { return min(MF__FW_KS, mf__fa_pad(dd - k0)); }
-/* shared bytes of mf__k_fw_prep_bf16, mf__k_fw_cout_bf16 and mf__k_fw_cstate_bf16 */
+/* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2) and
+   mf__k_fw_cdstate_bf16 (3) */
 static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
     size_t cp = (size_t)mf__fa_pad(p->C), np = (size_t)mf__fa_pad(p->dvp), rr = cp > MF__FW_KS ? cp : MF__FW_KS;
     size_t ddp = (size_t)mf__fa_pad(p->dd), ks = MF__FW_KS, b = sizeof(mf__fw_bf);
     if (kind == 0) return 2 * cp * (cp + 4) * sizeof(float) + 2 * ks * (cp + 8) * b;      /* P, Gm | Q^T, K^T */
     if (kind == 1) return cp * (np + 4) * sizeof(float) + rr * (cp + 8 + np + 8) * b;     /* Y | A, B */
-    return (ddp + cp) * 20 * sizeof(float) + (cp * 24 + ks * 24 + rr * (rr + 8)) * b;      /* S^T, U | U, S^T, A */
+    if (kind == 2) return (ddp + cp) * 20 * sizeof(float) + (cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* S^T, U | U, S^T, A */
+    return (ddp + cp) * 20 * sizeof(float) + (2 * cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* dS^T, dU | dY, -dU, dS^T, A */
 }
 /* mf__k_fw_prep's P = tril(Q K^T) and Gm = tril(K K^T, -1): grid B H nc, shared fp32 P, Gm
    [Cp][Cp + 4], bf16 Q^T, K^T of a feature step [MF__FW_KS][Cp + 8]; then the same forward
@@ -3056,6 +3058,59 @@ static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float
             if (p.beta) S[e] += w;
         }
         __syncthreads();
+    }
+}
+/* mf__k_fw_cdstate on the bf16 tensor cores, blocks and shared memory as mf__k_fw_cstate_bf16 (dL/dS^T
+   fp32 [ddp][20], dU fp32 [Cp][20]; bf16 dY and -dU [Cp][24] each, dL/dS^T of a feature step
+   [MF__FW_KS][24], A [rr][rr + 8]): per chunk from the last dU = K dS^T + P^T dY, then
+   dS^T += Q^T dY (- W^T dU), as tile products over feature steps. */
+static __global__ void mf__k_fw_cdstate_bf16(mf__cu_fw p, const float *X, const float *P, const float *dy, float *dSe,
+                                             float *dU) {
+    MF_DYN_SMEM(float, sm);
+    long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp, rb = mf__cu_fw_row(p, bh, 0), ls = (long long)p.H * p.dd;
+    int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * 16, nt = blockDim.x, C = p.C, Cp = mf__fa_pad(C);
+    int ddp = mf__fa_pad(dd), nc = (p.T + C - 1) / C, rr = Cp > MF__FW_KS ? Cp : MF__FW_KS, la = rr + 8, ch, e, k0;
+    float *S = sm, *dUf = S + ddp * 20;
+    mf__fw_bf *dYb = (mf__fw_bf *)(dUf + Cp * 20), *nUb = dYb + Cp * 24, *Sb = nUb + Cp * 24, *As = Sb + MF__FW_KS * 24;
+    for (e = threadIdx.x; e < ddp * 20; e += nt) S[e] = 0.0f;
+    __syncthreads();
+    for (ch = nc - 1; ch >= 0; ch--) {
+        int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+        const float *kr = p.k + MF__FW_R(t0) * dd, *qr = p.q + MF__FW_R(t0) * dd;
+        for (e = threadIdx.x; e < dd * 16; e += nt) { /* [dvp][dd], rows along d_dot */
+            int cl = e / dd, j = e % dd;
+            if (c0 + cl < dvp) dSe[(bh * nc + ch) * ss + (long long)(c0 + cl) * dd + j] = S[j * 20 + cl];
+        }
+        mf__fw_stage(dYb, 24, dy + MF__FW_R(t0) * dvp, (long long)p.H * dvp, cn, Cp, c0, dvp, 16, 0);
+        for (k0 = 0; k0 < dd; k0 += MF__FW_KS) { /* dU = K dS^T */
+            int w = mf__fw_step(dd, k0);
+            mf__fw_stage(As, la, kr, ls, cn, Cp, k0, dd, w, 1);
+            mf__fw_stage(Sb, 24, S + k0 * 20, 20, w, w, 0, 16, 16, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(dUf, 20, As, la, Sb, 24, Cp, 16, w, k0 > 0);
+            __syncthreads();
+        }
+        mf__fw_stage(As, la, P + (bh * nc + ch) * (long long)C * C, C, cn, Cp, 0, C, Cp, 0); /* += P^T dY */
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(dUf, 20, As, la, dYb, 24, Cp, 16, Cp, 1);
+        __syncthreads();
+        for (e = threadIdx.x; e < Cp * 16; e += nt) {
+            int i = e / 16, cl = e % 16, c = c0 + cl, on = i < cn && c < dvp;
+            if (on) dU[(bh * p.T + t0 + i) * dvp + c] = dUf[i * 20 + cl];
+            mf__fa_put(nUb + i * 24 + cl, on ? -dUf[i * 20 + cl] : 0.0f);
+        }
+        for (k0 = 0; k0 < dd; k0 += MF__FW_KS) { /* dS^T += Q^T dY (- W^T dU) */
+            int w = mf__fw_step(dd, k0);
+            mf__fw_stage(As, la, qr, ls, cn, Cp, k0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(S + k0 * 20, 20, As, la, dYb, 24, w, 16, Cp, 1);
+            __syncthreads();
+            if (!p.beta) continue;
+            mf__fw_stage(As, la, X + (bh * p.T + t0) * ldx, ldx, cn, Cp, k0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(S + k0 * 20, 20, As, la, nUb, 24, w, 16, Cp, 1);
+            __syncthreads();
+        }
     }
 }
 /* The gradients of one chunk: one block per (chunk, head), grid B H nc. Inputs: the chunk-start
@@ -3308,8 +3363,14 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
         dU = dSe + BH * nc * ss;
         if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
         if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0) return -1;
-        if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), MF__CU_FW_NT,
-                       smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
+        if (mf__cu_fa_prec(ctx) == MF__FA_BF16) {
+            size_t ds = mf__fw_bf16_smem(&p, 3);
+            if (mf__cu_fw_smem(ctx, mf__k_fw_cdstate_bf16, ds, op, &p) < 0 ||
+                MF__CU_RUN(ctx, op, mf__k_fw_cdstate_bf16, dim3((unsigned)BH, (unsigned)((p.dvp + 15) / 16)),
+                           MF__FA_THREADS, ds, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU) < 0)
+                return -1;
+        } else if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)),
+                              MF__CU_FW_NT, smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
             return -1;
         return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.stn,
                           (const float *)dSe, (const float *)b.X, (const float *)b.U, (const float *)dU,
