@@ -87,8 +87,11 @@
  * cuBLAS's GEMMs and the fused attention of [cu:attention] (sdpa, metric, quadratic, forward and
  * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
  * sm_80+), and the relative attention of [cu:xl] with MF_PREC_BF16 only (bf16 WMMA m16n16k16; TF32
- * leaves it on the fp32 kernels). The fast-weight / linear chunks ([cu:fastweights]) compute in fp32
- * on the CUDA cores whatever the precision; the feedback steps' dense products are [cu:gemm]'s (bf16
+ * leaves it on the fp32 kernels). The chunkwise fast-weight / linear kernels ([cu:fastweights])
+ * with MF_PREC_BF16 only: the forward (P, Gm, the state update, the output) and the backward's state
+ * pass (dU, dL/dS^T) as bf16 WMMA tile products with an fp32 state and fp32 accumulators; their
+ * per-chunk gradient kernel (mf__k_fw_cgrad), the forward substitution and the recurrent form stay
+ * fp32 on the CUDA cores. The feedback steps' dense products are [cu:gemm]'s (bf16
  * with MF_PREC_BF16), their one-query attention stays fp32 (a matrix-vector product). No
  * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
  * defaults, not tuned ones.
@@ -2498,8 +2501,15 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
    Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
    U, Gm, P (and normalised linear attention's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
    opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size.
-   Every kernel here computes in fp32 on the CUDA cores in every precision (MF_PREC_BF16 included:
-   no bf16 tensor-core path yet). */
+   Precision: fp32 on the CUDA cores in fp32 and TF32. With MF_PREC_BF16 (on sm_80+, mf__cu_fa_prec)
+   the chunkwise form runs mf__k_fw_prep_bf16, mf__k_fw_cstate_bf16 and mf__k_fw_cout_bf16 forward and
+   mf__k_fw_cdstate_bf16 backward instead: every product above except the forward substitution is a
+   bf16 WMMA tile product ([cu:attention]'s mf__fa_mm) over operands rounded to bf16 as they are
+   staged in shared memory, zero-padded to 16 (tokens to Cp = pad(C), value columns in 16-column
+   slices, d_dot in steps of MF__FW_KS features), accumulated in fp32 into fp32 tiles; the state S^T,
+   dL/dS^T and everything kept for the backward stay fp32 (docs/math.md §4.2). Still fp32 in bf16:
+   mf__k_fw_cgrad (dP, the back substitution, D, dQ, dK, dV, dbeta of a chunk), the forward
+   substitution and the recurrent form (a matrix-vector product per token). */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
 #define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
