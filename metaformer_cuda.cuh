@@ -87,8 +87,11 @@
  * cuBLAS's GEMMs and the fused attention of [cu:attention] (sdpa, metric, quadratic, forward and
  * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
  * sm_80+), and the relative attention of [cu:xl] with MF_PREC_BF16 only (bf16 WMMA m16n16k16; TF32
- * leaves it on the fp32 kernels). The fast-weight / linear chunks ([cu:fastweights]) compute in fp32
- * on the CUDA cores whatever the precision; the feedback steps' dense products are [cu:gemm]'s (bf16
+ * leaves it on the fp32 kernels). The chunkwise fast-weight / linear kernels ([cu:fastweights])
+ * with MF_PREC_BF16 only: the forward (P, Gm, the state update, the output) and the backward's state
+ * pass (dU, dL/dS^T) as bf16 WMMA tile products with an fp32 state and fp32 accumulators; their
+ * per-chunk gradient kernel (mf__k_fw_cgrad), the forward substitution and the recurrent form stay
+ * fp32 on the CUDA cores. The feedback steps' dense products are [cu:gemm]'s (bf16
  * with MF_PREC_BF16), their one-query attention stays fp32 (a matrix-vector product). No
  * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
  * defaults, not tuned ones.
@@ -2498,8 +2501,15 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
    Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
    U, Gm, P (and normalised linear attention's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
    opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size.
-   Every kernel here computes in fp32 on the CUDA cores in every precision (MF_PREC_BF16 included:
-   no bf16 tensor-core path yet). */
+   Precision: fp32 on the CUDA cores in fp32 and TF32. With MF_PREC_BF16 (on sm_80+, mf__cu_fa_prec)
+   the chunkwise form runs mf__k_fw_prep_bf16, mf__k_fw_cstate_bf16 and mf__k_fw_cout_bf16 forward and
+   mf__k_fw_cdstate_bf16 backward instead: every product above except the forward substitution is a
+   bf16 WMMA tile product ([cu:attention]'s mf__fa_mm) over operands rounded to bf16 as they are
+   staged in shared memory, zero-padded to 16 (tokens to Cp = pad(C), value columns in 16-column
+   slices, d_dot in steps of MF__FW_KS features), accumulated in fp32 into fp32 tiles; the state S^T,
+   dL/dS^T and everything kept for the backward stay fp32 (docs/math.md §4.2). Still fp32 in bf16:
+   mf__k_fw_cgrad (dP, the back substitution, D, dQ, dK, dV, dbeta of a chunk), the forward
+   substitution and the recurrent form (a matrix-vector product per token). */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
 #define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
@@ -2733,14 +2743,30 @@ static __global__ void mf__k_fw_rec_bwd(mf__cu_fw p, const float *ck, const floa
 }
 
 /* ---- chunkwise form ---- */
+/* (delta rule) the forward substitution (I + A) X = diag(beta) [K, V], A[i][m] = beta_i Gm[i][m], of
+   the chunk of n tokens from t0 of head bh into X [bh][T][dd + dvp]: one thread per column (the
+   columns are independent). Gs [n][lg]: Gm of the chunk; Ks [n][lk]: its keys (row i = token t0 + i). */
+static __device__ void mf__fw_subst(const mf__cu_fw &p, float *X, const float *Gs, int lg, const float *Ks, long long lk,
+                                    long long bh, int t0, int n) {
+    int dd = p.dd, ldx = dd + p.dvp, i, m, j;
+    long long rb = mf__cu_fw_row(p, bh, 0);
+    for (j = threadIdx.x; j < ldx; j += blockDim.x) {
+        float *Xc = X + (bh * p.T + t0) * ldx + j;
+        for (i = 0; i < n; i++) {
+            long long r = MF__FW_R(t0 + i);
+            float b = p.beta[r], acc = 0;
+            for (m = 0; m < i; m++) acc = MF__CU_FMA(-b * Gs[i * lg + m], Xc[(long long)m * ldx], acc);
+            Xc[(long long)i * ldx] = acc + b * (j < dd ? Ks[i * lk + j] : mf__cu_fw_v(p, r, j - dd));
+        }
+    }
+}
 /* The chunk's products that need no state, one block per (chunk, head) (grid B H nc), K and Q of
    the chunk staged in shared memory ([C][dd + 1] each: conflict-free row dots), then [C][C] for Gm:
    Gm[bh][ch][i][m] = k_i . k_m (m < i; delta rule only) and P = q_i . k_m (m <= i), 0 elsewhere;
-   then (delta rule) the forward substitution (I + A) X = diag(beta) [K, V], A[i][m] = beta_i
-   Gm[i][m], into X [bh][T][dd + dvp]: one thread per column (the columns are independent). */
+   then (delta rule) the forward substitution mf__fw_subst. */
 static __global__ void mf__k_fw_prep(mf__cu_fw p, float *Gm, float *P, float *X) {
     MF_DYN_SMEM(float, sm);
-    int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, lk = dd + 1, ldx = dd + p.dvp, nt = blockDim.x, e, i, m, j;
+    int C = p.C, nc = (p.T + C - 1) / C, dd = p.dd, lk = dd + 1, nt = blockDim.x, e, i, m, j;
     long long bh = blockIdx.x / nc, rb = mf__cu_fw_row(p, bh, 0), cb = (long long)blockIdx.x * C * C;
     int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
     float *Ks = sm, *Qs = Ks + C * lk, *Gs = Qs + C * lk;
@@ -2766,15 +2792,7 @@ static __global__ void mf__k_fw_prep(mf__cu_fw p, float *Gm, float *P, float *X)
     }
     if (!p.beta) return; /* uniform over the block: no barrier follows for anyone */
     __syncthreads();
-    for (j = threadIdx.x; j < ldx; j += nt) {
-        float *Xc = X + (bh * p.T + t0) * ldx + j;
-        for (i = 0; i < cn; i++) {
-            long long r = MF__FW_R(t0 + i);
-            float b = p.beta[r], acc = 0;
-            for (m = 0; m < i; m++) acc = MF__CU_FMA(-b * Gs[i * C + m], Xc[(long long)m * ldx], acc);
-            Xc[(long long)i * ldx] = acc + b * (j < dd ? Ks[i * lk + j] : mf__cu_fw_v(p, r, j - dd));
-        }
-    }
+    mf__fw_subst(p, X, Gs, C, Ks, lk, bh, t0, cn);
 }
 /* The state pass, sequential over the chunks: grid (B H, slices of cw value columns), MF__CU_FW_NT
    threads that share the slice's S^T [dd][cw] (shared memory, then the chunk's U [C][cw]). Per
@@ -2852,6 +2870,156 @@ static __global__ void mf__k_fw_cout(mf__cu_fw p, const float *st, const float *
         y[e] = a + s;
     }
 }
+/* ---- chunkwise products on the bf16 tensor cores (MF_PREC_BF16) ---- */
+/* The same kernels' products as bf16 WMMA tile products (mf__fa_mm<MF__FA_BF16>, [cu:attention]):
+   the operands are staged in shared memory rounded to bf16, zero-padded to multiples of 16 (the chunk
+   to Cp = pad(C), the value columns to 16-column slices, d_dot in steps of MF__FW_KS features, which
+   bound the shared memory whatever d_dot); the accumulators, the state S^T, U and everything kept
+   for the backward are fp32. */
+#define MF__FW_KS 64 /* features per step of the bf16 products */
+typedef __nv_bfloat16 mf__fw_bf;
+/* dst [R][ld] bf16 (tr: transposed, dst [W][ld], dst[c][r]) = src[r ls + c0 + c] for r < n and
+   c0 + c < d, zero elsewhere up to R rows and W columns (src in global or shared memory) */
+static __device__ void mf__fw_stage(mf__fw_bf *dst, int ld, const float *src, long long ls, int n, int R, int c0, int d,
+                                    int W, int tr) {
+    MF__FA_EACH(r, c, R, W, mf__fa_put(dst + (tr ? c * ld + r : r * ld + c), r < n && c0 + c < d ? src[r * ls + c0 + c] : 0.0f));
+}
+/* the width of the feature step from k0: MF__FW_KS, or what is left of d_dot padded to 16 */
+static __device__ int mf__fw_step(int dd, int k0) { return min(MF__FW_KS, mf__fa_pad(dd - k0)); }
+/* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2) and
+   mf__k_fw_cdstate_bf16 (3) */
+static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
+    size_t cp = (size_t)mf__fa_pad(p->C), np = (size_t)mf__fa_pad(p->dvp), rr = cp > MF__FW_KS ? cp : MF__FW_KS;
+    size_t ddp = (size_t)mf__fa_pad(p->dd), ks = MF__FW_KS, b = sizeof(mf__fw_bf);
+    if (kind == 0) return 2 * cp * (cp + 4) * sizeof(float) + 2 * ks * (cp + 8) * b;      /* P, Gm | Q^T, K^T */
+    if (kind == 1) return cp * (np + 4) * sizeof(float) + rr * (cp + 8 + np + 8) * b;     /* Y | A, B */
+    if (kind == 2) return (ddp + cp) * 20 * sizeof(float) + (cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* S^T, U | U, S^T, A */
+    return (ddp + cp) * 20 * sizeof(float) + (2 * cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* dS^T, dU | dY, -dU, dS^T, A */
+}
+/* mf__k_fw_prep's P = tril(Q K^T) and Gm = tril(K K^T, -1): grid B H nc, shared fp32 P, Gm
+   [Cp][Cp + 4], bf16 Q^T, K^T of a feature step [MF__FW_KS][Cp + 8]; then the same forward
+   substitution (fp32, Gm as computed here). */
+static __global__ void mf__k_fw_prep_bf16(mf__cu_fw p, float *Gm, float *P, float *X) {
+    MF_DYN_SMEM(float, sm);
+    int C = p.C, Cp = mf__fa_pad(C), lc = Cp + 4, le = Cp + 8, nc = (p.T + C - 1) / C, dd = p.dd, e, i, m, k0;
+    long long bh = blockIdx.x / nc, rb = mf__cu_fw_row(p, bh, 0), cb = (long long)blockIdx.x * C * C;
+    long long ls = (long long)p.H * dd;
+    int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+    float *Ps = sm, *Gs = Ps + Cp * lc;
+    mf__fw_bf *Qt = (mf__fw_bf *)(Gs + Cp * lc), *Kt = Qt + MF__FW_KS * le;
+    const float *q0 = p.q + MF__FW_R(t0) * dd, *kr = p.k + MF__FW_R(t0) * dd;
+    for (k0 = 0; k0 < dd; k0 += MF__FW_KS) {
+        int w = mf__fw_step(dd, k0);
+        mf__fw_stage(Qt, le, q0, ls, cn, Cp, k0, dd, w, 1);
+        mf__fw_stage(Kt, le, kr, ls, cn, Cp, k0, dd, w, 1);
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(Ps, lc, Qt, le, Kt, le, Cp, Cp, w, k0 > 0);
+        if (p.beta) mf__fa_mm<MF__FA_BF16>(Gs, lc, Kt, le, Kt, le, Cp, Cp, w, k0 > 0);
+        __syncthreads();
+    }
+    for (e = threadIdx.x; e < C * C; e += blockDim.x) { /* each element read and masked by one thread */
+        float g;
+        i = e / C; m = e % C;
+        g = p.beta && i < cn && m < i ? Gs[i * lc + m] : 0.0f;
+        if (p.beta) Gs[i * lc + m] = g;
+        if (Gm) Gm[cb + e] = g;
+        P[cb + e] = i < cn && m <= i ? Ps[i * lc + m] : 0.0f;
+    }
+    if (!p.beta) return; /* uniform over the block */
+    __syncthreads();
+    mf__fw_subst(p, X, Gs, lc, kr, ls, bh, t0, cn);
+}
+/* mf__k_fw_cout's Y = Q S^T + P U per (chunk, head) (grid B H nc): fp32 Y [Cp][Np + 4] (Np = pad(dvp)),
+   bf16 operand tiles A [rr][Cp + 8] (Q^T of a feature step, then P^T) and B [rr][Np + 8] (S^T of
+   the step, then U), rr = max(Cp, MF__FW_KS). */
+static __global__ void mf__k_fw_cout_bf16(mf__cu_fw p, const float *st, const float *U, const float *P, float *y) {
+    MF_DYN_SMEM(float, sm);
+    int C = p.C, Cp = mf__fa_pad(C), dvp = p.dvp, Np = mf__fa_pad(dvp), ly = Np + 4, la = Cp + 8, lb = Np + 8;
+    int nc = (p.T + C - 1) / C, dd = p.dd, rr = Cp > MF__FW_KS ? Cp : MF__FW_KS, e, k0;
+    long long bh = blockIdx.x / nc, rb = mf__cu_fw_row(p, bh, 0), ls = (long long)p.H * dd;
+    int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+    const float *S = st + (bh * nc + ch) * (long long)dd * dvp;
+    float *Ys = sm;
+    mf__fw_bf *As = (mf__fw_bf *)(Ys + Cp * ly), *Bs = As + rr * la;
+    for (k0 = 0; k0 < dd; k0 += MF__FW_KS) { /* Y = Q S^T */
+        int w = mf__fw_step(dd, k0);
+        mf__fw_stage(As, la, p.q + MF__FW_R(t0) * dd, ls, cn, Cp, k0, dd, w, 1);
+        mf__fw_stage(Bs, lb, S + (long long)k0 * dvp, dvp, dd - k0, w, 0, dvp, Np, 0);
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(Ys, ly, As, la, Bs, lb, Cp, Np, w, k0 > 0);
+        __syncthreads();
+    }
+    mf__fw_stage(As, la, P + ((bh * nc + ch) * C) * (long long)C, C, cn, Cp, 0, C, Cp, 1); /* += P U */
+    mf__fw_stage(Bs, lb, U + (bh * p.T + t0) * (long long)dvp, dvp, cn, Cp, 0, dvp, Np, 0);
+    __syncthreads();
+    mf__fa_mm<MF__FA_BF16>(Ys, ly, As, la, Bs, lb, Cp, Np, Cp, 1);
+    __syncthreads();
+    for (e = threadIdx.x; e < cn * dvp; e += blockDim.x) {
+        int i = e / dvp, c = e % dvp;
+        y[MF__FW_R(t0 + i) * dvp + c] = Ys[i * ly + c];
+    }
+}
+/* mf__k_fw_cstate with 16 value columns per block (grid (B H, Np / 16)), the state S^T [ddp][20] and
+   U [Cp][20] fp32 in shared memory; per chunk U = U_ - W S^T and S^T += K^T U as bf16 tile products
+   over feature steps (bf16 tiles: U [Cp][24], the step's S^T [MF__FW_KS][24], A [rr][rr + 8] for W^T
+   or K of the step). */
+static __global__ void mf__k_fw_cstate_bf16(mf__cu_fw p, const float *X, float *st, float *stn, float *U, float *state) {
+    MF_DYN_SMEM(float, sm);
+    long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp, rb = mf__cu_fw_row(p, bh, 0), ls = (long long)p.H * p.dd;
+    int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * 16, nt = blockDim.x, C = p.C, Cp = mf__fa_pad(C);
+    int ddp = mf__fa_pad(dd), nc = (p.T + C - 1) / C, rr = Cp > MF__FW_KS ? Cp : MF__FW_KS, la = rr + 8, ch, e, k0;
+    float *S = sm, *Uf = S + ddp * 20; /* S[j 20 + cl], Uf[i 20 + cl] */
+    mf__fw_bf *Ub = (mf__fw_bf *)(Uf + Cp * 20), *Sb = Ub + Cp * 24, *As = Sb + MF__FW_KS * 24;
+    for (e = threadIdx.x; e < ddp * 16; e += nt) {
+        int j = e / 16, cl = e % 16;
+        S[j * 20 + cl] = state && j < dd && c0 + cl < dvp ? state[bh * ss + (long long)j * dvp + c0 + cl] : 0.0f;
+    }
+    __syncthreads();
+    for (ch = 0; ch < nc; ch++) {
+        int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+        const float *xr = X ? X + (bh * p.T + t0) * ldx : NULL, *kr = p.k + MF__FW_R(t0) * dd;
+        for (e = threadIdx.x; e < dd * 16; e += nt) {
+            int j = e / 16, cl = e % 16;
+            if (c0 + cl < dvp) st[(bh * nc + ch) * ss + (long long)j * dvp + c0 + cl] = S[j * 20 + cl];
+        }
+        if (stn)
+            for (e = threadIdx.x; e < dd * 16; e += nt) {
+                int cl = e / dd, j = e % dd;
+                if (c0 + cl < dvp) stn[(bh * nc + ch) * ss + (long long)(c0 + cl) * dd + j] = S[j * 20 + cl];
+            }
+        if (p.beta) /* Uf = W S^T */
+            for (k0 = 0; k0 < dd; k0 += MF__FW_KS) {
+                int w = mf__fw_step(dd, k0);
+                mf__fw_stage(As, la, xr, ldx, cn, Cp, k0, dd, w, 1);
+                mf__fw_stage(Sb, 24, S + k0 * 20, 20, w, w, 0, 16, 16, 0);
+                __syncthreads();
+                mf__fa_mm<MF__FA_BF16>(Uf, 20, As, la, Sb, 24, Cp, 16, w, k0 > 0);
+                __syncthreads();
+            }
+        for (e = threadIdx.x; e < Cp * 16; e += nt) { /* U = U_ - W S^T (linear: [v, 1]); zero past the chunk */
+            int i = e / 16, cl = e % 16, c = c0 + cl;
+            float u = 0;
+            if (i < cn && c < dvp) {
+                u = p.beta ? xr[(long long)i * ldx + dd + c] - Uf[i * 20 + cl] : mf__cu_fw_v(p, MF__FW_R(t0 + i), c);
+                U[(bh * p.T + t0 + i) * dvp + c] = u;
+            }
+            mf__fa_put(Ub + i * 24 + cl, u);
+        }
+        __syncthreads();
+        for (k0 = 0; k0 < dd; k0 += MF__FW_KS) { /* S^T += K^T U */
+            int w = mf__fw_step(dd, k0);
+            mf__fw_stage(As, la, kr, ls, cn, Cp, k0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(S + k0 * 20, 20, As, la, Ub, 24, w, 16, Cp, 1);
+            __syncthreads();
+        }
+    }
+    if (state)
+        for (e = threadIdx.x; e < dd * 16; e += nt) {
+            int j = e / 16, cl = e % 16;
+            if (c0 + cl < dvp) state[bh * ss + (long long)j * dvp + c0 + cl] = S[j * 20 + cl];
+        }
+}
 /* Backward state pass, chunks from the last; blocks and shared memory as mf__k_fw_cstate, with
    dL/dS^T [dd][cw] and the chunk's dU [C][cw]. dSe [bh][nc][dvp][dd] gets dL/dS^T at every chunk's
    end, dU [bh][T][dvp] = K dS^T + P^T dY; then dS^T += Q^T dY (- W^T dU for the delta rule).
@@ -2900,6 +3068,59 @@ static __global__ void mf__k_fw_cdstate(mf__cu_fw p, const float *X, const float
             if (p.beta) S[e] += w;
         }
         __syncthreads();
+    }
+}
+/* mf__k_fw_cdstate on the bf16 tensor cores, blocks and shared memory as mf__k_fw_cstate_bf16 (dL/dS^T
+   fp32 [ddp][20], dU fp32 [Cp][20]; bf16 dY and -dU [Cp][24] each, dL/dS^T of a feature step
+   [MF__FW_KS][24], A [rr][rr + 8]): per chunk from the last dU = K dS^T + P^T dY, then
+   dS^T += Q^T dY (- W^T dU), as tile products over feature steps. */
+static __global__ void mf__k_fw_cdstate_bf16(mf__cu_fw p, const float *X, const float *P, const float *dy, float *dSe,
+                                             float *dU) {
+    MF_DYN_SMEM(float, sm);
+    long long bh = blockIdx.x, ss = (long long)p.dd * p.dvp, rb = mf__cu_fw_row(p, bh, 0), ls = (long long)p.H * p.dd;
+    int dd = p.dd, dvp = p.dvp, ldx = dd + dvp, c0 = blockIdx.y * 16, nt = blockDim.x, C = p.C, Cp = mf__fa_pad(C);
+    int ddp = mf__fa_pad(dd), nc = (p.T + C - 1) / C, rr = Cp > MF__FW_KS ? Cp : MF__FW_KS, la = rr + 8, ch, e, k0;
+    float *S = sm, *dUf = S + ddp * 20;
+    mf__fw_bf *dYb = (mf__fw_bf *)(dUf + Cp * 20), *nUb = dYb + Cp * 24, *Sb = nUb + Cp * 24, *As = Sb + MF__FW_KS * 24;
+    for (e = threadIdx.x; e < ddp * 20; e += nt) S[e] = 0.0f;
+    __syncthreads();
+    for (ch = nc - 1; ch >= 0; ch--) {
+        int t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+        const float *kr = p.k + MF__FW_R(t0) * dd, *qr = p.q + MF__FW_R(t0) * dd;
+        for (e = threadIdx.x; e < dd * 16; e += nt) { /* [dvp][dd], rows along d_dot */
+            int cl = e / dd, j = e % dd;
+            if (c0 + cl < dvp) dSe[(bh * nc + ch) * ss + (long long)(c0 + cl) * dd + j] = S[j * 20 + cl];
+        }
+        mf__fw_stage(dYb, 24, dy + MF__FW_R(t0) * dvp, (long long)p.H * dvp, cn, Cp, c0, dvp, 16, 0);
+        for (k0 = 0; k0 < dd; k0 += MF__FW_KS) { /* dU = K dS^T */
+            int w = mf__fw_step(dd, k0);
+            mf__fw_stage(As, la, kr, ls, cn, Cp, k0, dd, w, 1);
+            mf__fw_stage(Sb, 24, S + k0 * 20, 20, w, w, 0, 16, 16, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(dUf, 20, As, la, Sb, 24, Cp, 16, w, k0 > 0);
+            __syncthreads();
+        }
+        mf__fw_stage(As, la, P + (bh * nc + ch) * (long long)C * C, C, cn, Cp, 0, C, Cp, 0); /* += P^T dY */
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(dUf, 20, As, la, dYb, 24, Cp, 16, Cp, 1);
+        __syncthreads();
+        for (e = threadIdx.x; e < Cp * 16; e += nt) {
+            int i = e / 16, cl = e % 16, c = c0 + cl, on = i < cn && c < dvp;
+            if (on) dU[(bh * p.T + t0 + i) * dvp + c] = dUf[i * 20 + cl];
+            mf__fa_put(nUb + i * 24 + cl, on ? -dUf[i * 20 + cl] : 0.0f);
+        }
+        for (k0 = 0; k0 < dd; k0 += MF__FW_KS) { /* dS^T += Q^T dY (- W^T dU) */
+            int w = mf__fw_step(dd, k0);
+            mf__fw_stage(As, la, qr, ls, cn, Cp, k0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(S + k0 * 20, 20, As, la, dYb, 24, w, 16, Cp, 1);
+            __syncthreads();
+            if (!p.beta) continue;
+            mf__fw_stage(As, la, X + (bh * p.T + t0) * ldx, ldx, cn, Cp, k0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(S + k0 * 20, 20, As, la, nUb, 24, w, 16, Cp, 1);
+            __syncthreads();
+        }
     }
 }
 /* The gradients of one chunk: one block per (chunk, head), grid B H nc. Inputs: the chunk-start
@@ -3055,6 +3276,21 @@ template <class K> static int mf__cu_fw_smem(mf_ctx *ctx, K kernel, size_t bytes
     snprintf(w, sizeof w, "a chunk of %d tokens (d_dot %d, dv %d)", p->C, p->dd, p->dv);
     return mf__cu_smem(ctx, kernel, bytes, op, w, "use a smaller chunk_size (16 is the automatic choice)");
 }
+/* the chunkwise forward on the bf16 tensor cores: mf__k_fw_prep_bf16, mf__k_fw_cstate_bf16, mf__k_fw_cout_bf16 */
+static int mf__cu_fw_fwd_bf16(mf_ctx *ctx, const mf__cu_fw *p, const mf__cu_fw_buf *b, float *state, float *y, int keep,
+                              const char *op) {
+    long long BH = (long long)p->B * p->H, nc = (p->T + p->C - 1) / p->C;
+    size_t ps = mf__fw_bf16_smem(p, 0), os = mf__fw_bf16_smem(p, 1), cs = mf__fw_bf16_smem(p, 2);
+    if (mf__cu_fw_smem(ctx, mf__k_fw_prep_bf16, ps, op, p) < 0 || mf__cu_fw_smem(ctx, mf__k_fw_cout_bf16, os, op, p) < 0 ||
+        mf__cu_fw_smem(ctx, mf__k_fw_cstate_bf16, cs, op, p) < 0)
+        return -1;
+    if (MF__CU_RUN(ctx, op, mf__k_fw_prep_bf16, (unsigned)(BH * nc), MF__CU_FW_NT, ps, *p, b->Gm, b->P, b->X) < 0 ||
+        MF__CU_RUN(ctx, op, mf__k_fw_cstate_bf16, dim3((unsigned)BH, (unsigned)((p->dvp + 15) / 16)), MF__FA_THREADS, cs, *p,
+                   (const float *)b->X, b->st, keep ? b->stn : (float *)NULL, b->U, state) < 0)
+        return -1;
+    return MF__CU_RUN(ctx, op, mf__k_fw_cout_bf16, (unsigned)(BH * nc), MF__FA_THREADS, os, *p, (const float *)b->st,
+                      (const float *)b->U, (const float *)b->P, y);
+}
 static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
@@ -3071,6 +3307,8 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
         if (MF__CU_RUN(ctx, op, mf__k_fw_rec_fwd, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), cw, smem, p,
                        state, out->requires_grad ? b.st : (float *)NULL, y) < 0)
             return -1;
+    } else if (mf__cu_fa_prec(ctx) == MF__FA_BF16) {
+        if (mf__cu_fw_fwd_bf16(ctx, &p, &b, state, y, out->requires_grad, op) < 0) return -1;
     } else {
         size_t csmem, psmem = (size_t)(2 * p.C * (p.dd + 1) + p.C * p.C) * sizeof(float);
         int ccw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &csmem);
@@ -3135,8 +3373,14 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
         dU = dSe + BH * nc * ss;
         if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
         if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0) return -1;
-        if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), MF__CU_FW_NT,
-                       smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
+        if (mf__cu_fa_prec(ctx) == MF__FA_BF16) {
+            size_t ds = mf__fw_bf16_smem(&p, 3);
+            if (mf__cu_fw_smem(ctx, mf__k_fw_cdstate_bf16, ds, op, &p) < 0 ||
+                MF__CU_RUN(ctx, op, mf__k_fw_cdstate_bf16, dim3((unsigned)BH, (unsigned)((p.dvp + 15) / 16)),
+                           MF__FA_THREADS, ds, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU) < 0)
+                return -1;
+        } else if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)),
+                              MF__CU_FW_NT, smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
             return -1;
         return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.stn,
                           (const float *)dSe, (const float *)b.X, (const float *)b.U, (const float *)dU,

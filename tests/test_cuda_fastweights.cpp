@@ -17,11 +17,15 @@
 /* A graph: makes its parameters (random values), returns the output and fills `watch` with the
    tensors whose gradients are compared (the op's inputs: activations or parameters). */
 typedef std::function<mf_tensor *(mf_ctx *, std::vector<mf_tensor *> &)> Graph;
-static OpRun run_graph(const Graph &g, int cuda) {
+static OpRun run_graph(const Graph &g, int cuda, mf_precision prec = MF_PREC_FP32) {
     OpRun r;
     std::vector<mf_tensor *> watch;
     mf_ctx *ctx = mf_ctx_new(99);
-    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
+    if (cuda && (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || mf_cuda_set_precision(ctx, prec) < 0)) {
+        r.err = mf_error(ctx);
+        mf_ctx_free(ctx);
+        return r;
+    }
     mf_tensor *out = g(ctx, watch);
     return op_run_finish(ctx, out, watch);
 }
@@ -139,6 +143,56 @@ static void test_recurrent_vs_chunkwise(void) {
             }
         }
 }
+/* the chunkwise forward on the bf16 tensor cores (MF_PREC_BF16) against the CPU: output and every
+   gradient (the backward is fp32 but reads the bf16 forward's P, Gm, U and states) within 10 u =
+   10 / 256 (u = 2^-8, bf16's unit roundoff) relative to max(max |reference|, 0.1), as the bf16
+   attention tests (docs/math.md §22). Ragged chunks (3 of 5 tokens, 16 of 37, 100: tiles padded to
+   16, a 112-token tile), d_dot 7, 16, 70 (two feature steps), 4 to 41 value columns (three 16-column
+   slices), both ops with elu + 1 and DPFP features. The bf16 error of every case must also exceed 20 times the
+   fp32 kernels' on it: a silent fallback to the fp32 kernels fails. */
+static void test_chunkwise_bf16(void) {
+    static const struct { FwShape s; int chunk; } cases[] = {
+        {{2, 5, 3, 7, 5, 0}, 3}, {{1, 37, 3, 4, 4, 2}, 16}, {{1, 37, 1, 35, 40, 1}, 16}, {{1, 100, 1, 2, 3, 1}, 100},
+    };
+    const double TOL_BF16 = 10.0 / 256, FLOOR = 0.1;
+    double worst_bf16 = 0;
+    for (int linear = 0; linear < 2; linear++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const FwShape &s = cases[i].s;
+            Graph g = fw_graph(s, linear, cases[i].chunk);
+            OpRun cpu = run_graph(g, 0), fp = run_graph(g, 1), bf = run_graph(g, 1, MF_PREC_BF16);
+            char nm[96];
+            snprintf(nm, sizeof nm, "%s chunk %d T %d dk %d dv %d nu %d", linear ? "linear" : "fast_weights", cases[i].chunk,
+                     s.T, s.dk, s.dv, s.nu);
+            if (!cpu.err.empty() || !fp.err.empty() || !bf.err.empty()) {
+                printf("    %s: a run failed: %s%s%s\n", nm, cpu.err.c_str(), fp.err.c_str(), bf.err.c_str());
+                MFT_CHECK(0);
+                continue;
+            }
+            double case_bf16 = 0, case_fp32 = 0;
+            for (int t = -1; t < (int)cpu.grads.size(); t++) {
+                const std::vector<float> &ref = t < 0 ? cpu.out : cpu.grads[(size_t)t];
+                double eb = rel_err(t < 0 ? bf.out : bf.grads[(size_t)t], ref, FLOOR);
+                double ef = rel_err(t < 0 ? fp.out : fp.grads[(size_t)t], ref, FLOOR);
+                if (!(eb <= TOL_BF16)) {
+                    printf("    %s (bf16): %s %d differs, rel err %.3g\n", nm, t < 0 ? "output" : "gradient", t, eb);
+                    MFT_CHECK(0);
+                }
+                case_bf16 = std::max(case_bf16, eb);
+                case_fp32 = std::max(case_fp32, ef);
+            }
+            for (int o = 1; o < N_ORDERS; o++) { /* the same bits in every thread order: no race on the tiles */
+                set_order(o);
+                OpRun again = run_graph(g, 1, MF_PREC_BF16);
+                MFT_CHECK(again.err.empty() && again.out == bf.out && again.grads == bf.grads);
+            }
+            set_order(0);
+            printf("    %s: bf16 %.3g, fp32 %.3g\n", nm, case_bf16, case_fp32);
+            MFT_CHECK(case_bf16 > 20 * case_fp32 && case_bf16 > 1e-4); /* no case silently in fp32 */
+            worst_bf16 = std::max(worst_bf16, case_bf16);
+        }
+    printf("    worst relative error in bf16: %.3g (floor %g, allowed %.3g)\n", worst_bf16, FLOOR, TOL_BF16);
+}
 /* long chunks: the backward's shared memory above 48 KiB (opted in) up to 128 tokens; beyond that
    a clear error, no launch */
 static void test_chunk_long(void) {
@@ -195,6 +249,7 @@ int main(void) {
     MFT_RUN(test_fast_weights_op);
     MFT_RUN(test_linear_attention_op);
     MFT_RUN(test_recurrent_vs_chunkwise);
+    MFT_RUN(test_chunkwise_bf16);
     MFT_RUN(test_chunk_long);
     MFT_RUN(test_errors);
     MFT_RUN(test_train_fast_weights);
