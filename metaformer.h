@@ -1273,6 +1273,7 @@ static inline void mf__vaxpy(int n, float a, const float *x, float *y, int tail)
 
 struct mf__block;
 #define MF__PROF_ROWS 64 /* op names of the profiler (mf_set_profile): every op and the non-op entries fit */
+typedef struct mf__prof_row { const char *name; int64_t calls; double fwd, fwd_gemm, bwd, bwd_gemm; } mf__prof_row;
 
 /* The device backend of a context (NULL on the CPU): metaformer_cuda.cuh fills one in, so the
    generic code below needs no CUDA types. Every function records its own error in ctx. */
@@ -1336,7 +1337,7 @@ struct mf_ctx {
     /* the op profiler (mf_set_profile): one row per op name, GEMM seconds so far */
     int profile;
     int prof_n;
-    struct mf__prof_row { const char *name; int64_t calls; double fwd, fwd_gemm, bwd, bwd_gemm; } prof[MF__PROF_ROWS];
+    mf__prof_row prof[MF__PROF_ROWS];
     double prof_gemm_s;
 };
 
@@ -2061,7 +2062,7 @@ static const char *mf__prof_kind(const char *name) {
     return "elementwise"; /* add, mul, gelu, softmax, dropout, ... */
 }
 /* the profile row of a name (names are string constants: compared by address first) */
-static struct mf__prof_row *mf__prof_row(mf_ctx *ctx, const char *name) {
+static mf__prof_row *mf__prof_row(mf_ctx *ctx, const char *name) {
     int i;
     for (i = 0; i < ctx->prof_n; i++) if (ctx->prof[i].name == name || !strcmp(ctx->prof[i].name, name)) return &ctx->prof[i];
     if (ctx->prof_n == MF__PROF_ROWS) return &ctx->prof[MF__PROF_ROWS - 1]; /* more names than ops: none yet */
@@ -2077,7 +2078,7 @@ static mf__prof_mark mf__prof_begin(const mf_ctx *ctx) {
 }
 enum { MF__PROF_FWD, MF__PROF_BWD, MF__PROF_OTHER }; /* an op's forward, its backward, a non-op entry */
 static void mf__prof_end(mf_ctx *ctx, const char *name, int where, mf__prof_mark m) {
-    struct mf__prof_row *r = mf__prof_row(ctx, name);
+    mf__prof_row *r = mf__prof_row(ctx, name);
     double dt = mf_time() - m.t, dg = ctx->prof_gemm_s - m.gemm;
     if (where == MF__PROF_FWD) r->fwd += dt, r->fwd_gemm += dg;
     else r->bwd += dt, r->bwd_gemm += dg;
@@ -2097,7 +2098,7 @@ MFDEF int mf_profile_entries(const mf_ctx *ctx, mf_profile_entry *out, int max) 
     int i;
     if (!ctx) return -1;
     for (i = 0; i < ctx->prof_n; i++) {
-        const struct mf__prof_row *r = &ctx->prof[i];
+        const mf__prof_row *r = &ctx->prof[i];
         all[i].name = r->name; all[i].kind = mf__prof_kind(r->name); all[i].calls = r->calls;
         all[i].fwd_s = r->fwd; all[i].fwd_gemm_s = r->fwd_gemm; all[i].bwd_s = r->bwd; all[i].bwd_gemm_s = r->bwd_gemm;
     }
