@@ -2062,7 +2062,7 @@ static const char *mf__prof_kind(const char *name) {
     return "elementwise"; /* add, mul, gelu, softmax, dropout, ... */
 }
 /* the profile row of a name (names are string constants: compared by address first) */
-static mf__prof_row *mf__prof_row(mf_ctx *ctx, const char *name) {
+static mf__prof_row *mf__prof_row_of(mf_ctx *ctx, const char *name) {
     int i;
     for (i = 0; i < ctx->prof_n; i++) if (ctx->prof[i].name == name || !strcmp(ctx->prof[i].name, name)) return &ctx->prof[i];
     if (ctx->prof_n == MF__PROF_ROWS) return &ctx->prof[MF__PROF_ROWS - 1]; /* more names than ops: none yet */
@@ -2078,7 +2078,7 @@ static mf__prof_mark mf__prof_begin(const mf_ctx *ctx) {
 }
 enum { MF__PROF_FWD, MF__PROF_BWD, MF__PROF_OTHER }; /* an op's forward, its backward, a non-op entry */
 static void mf__prof_end(mf_ctx *ctx, const char *name, int where, mf__prof_mark m) {
-    mf__prof_row *r = mf__prof_row(ctx, name);
+    mf__prof_row *r = mf__prof_row_of(ctx, name);
     double dt = mf_time() - m.t, dg = ctx->prof_gemm_s - m.gemm;
     if (where == MF__PROF_FWD) r->fwd += dt, r->fwd_gemm += dg;
     else r->bwd += dt, r->bwd_gemm += dg;
