@@ -160,8 +160,7 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
     if args.compile:
         if not hasattr(torch, "compile"):
             raise SystemExit("--compile needs torch >= 2.0 (this is torch %s)" % torch.__version__)
-        compiled = torch.compile(model)
-        model.forward = compiled.forward  # loss_fn calls model(...): through the compiled graph now
+        model.forward = torch.compile(model.forward)  # loss_fn calls model(...): the compiled graph now
     if nparams is None:
         nparams = sum(p.numel() for p in params)
     try:
