@@ -82,7 +82,7 @@
  *   [mf:platform]   allocator, errors, threads, SIMD vectors, timer, counter-based RNG
  *   [mf:memory]     context, activation arena, parameter arena, tensor creation
  *   [mf:init]       parameter initialisers (PyTorch defaults)
- *   [mf:autograd]   tape, backward, no-grad
+ *   [mf:autograd]   tape, backward, no-grad, the op profiler (mf_set_profile)
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
