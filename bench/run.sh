@@ -364,10 +364,10 @@ rep "and the C metric mixer's M-folded D x D query projection are not counted. %
 rep "The families' counts (relative position term, compressor and reconstruction loss, fast-weight state updates, feedback"
 rep "memory projections) are spelled out in the header of bench/bench_model.c."
 rep "Peak RSS: getrusage(RUSAGE_SELF).ru_maxrss of each process, max over runs. The torch process's includes the interpreter and"
-rep "libtorch: $(grep "impl=torch" "$RAW" | field rss_base_mb | median) MB after \`import torch\`, before the model."
+rep "libtorch: $(grep "impl=torch " "$RAW" | field rss_base_mb | median) MB (1.13) / $(grep "impl=torch2 " "$RAW" | field rss_base_mb | median) MB (2.x) after \`import torch\`, before the model."
 rep "goal (#21): C tok/s >= min(k x the faster PyTorch's tok/s, the tok/s of 80% of peak) with k = 2.2 (MetaFormer mixers),"
 rep "3 (relative, compressive), 10 (fast_weights, feedback, feedback_kv; linear 5), and C peak RSS <= half the smaller PyTorch peak RSS."
-rep "CPU time / wall time of the timed steps (median over all runs; $THREADS = every thread had a CPU): C $(grep "impl=c " "$RAW" | field cpu_util | median), torch $(grep "impl=torch " "$RAW" | field cpu_util | median)."
+rep "CPU time / wall time of the timed steps (median over all runs; $THREADS = every thread had a CPU): C $(grep "impl=c " "$RAW" | field cpu_util | median), torch 1.13 $(grep "impl=torch " "$RAW" | field cpu_util | median), torch 2.x $(grep "impl=torch2 " "$RAW" | field cpu_util | median)."
 for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
 if [ -s "$GEMM_OUT" ]; then rep ""; rep "## SGEMM ($GEMM_SRC)"; rep ""; while IFS= read -r l; do rep "$l"; done < "$GEMM_OUT"; fi
 rep ""
