@@ -12,7 +12,9 @@
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
 #   make fuzz      the libFuzzer targets of tests/fuzz/ (clang), FUZZ_SECONDS each (default 120):
 #                  corpus under build/fuzz/, results in bench/results/fuzz_<date>.md
-#   make bench     SGEMM vs OpenBLAS and every model vs PyTorch (installs what it needs)
+#   make bench     SGEMM vs OpenBLAS and every model vs PyTorch 1.13 (Debian) and 2.x (PyPI, into
+#                  build/venv-torch), torch.compile rows, the per-op breakdown (installs what it needs)
+#   make bench-ops the per-op breakdown alone: C (mf_set_profile) next to torch.profiler
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
 #   make train-mpi build/train-mpi: examples/train.c with data-parallel training over MPI (mpirun)
@@ -46,7 +48,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-cuda bench-dist gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-ops bench-cuda bench-dist gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -364,6 +366,11 @@ $(BUILD)/parity_export: tests/parity/export.c metaformer.h
 # benchmarks: SGEMM vs OpenBLAS, model training vs PyTorch, side by side in one run
 bench:
 	bash bench/run.sh
+
+# only the per-op time breakdown of a training step of every model: C (mf_set_profile) next to
+# PyTorch 2.x's torch.profiler, grouped the same way (bench/results/cpu_<date>_ops.md)
+bench-ops:
+	bash bench/run.sh --ops-only
 
 # issue #22's figures: runs the reliability tests it finds by name, reads fuzzing results and make
 # test's sanitizer logs (bench/reliability.sh --logs reads every part from the logs)

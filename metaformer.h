@@ -82,7 +82,7 @@
  *   [mf:platform]   allocator, errors, threads, SIMD vectors, timer, counter-based RNG
  *   [mf:memory]     context, activation arena, parameter arena, tensor creation
  *   [mf:init]       parameter initialisers (PyTorch defaults)
- *   [mf:autograd]   tape, backward, no-grad
+ *   [mf:autograd]   tape, backward, no-grad, the op profiler (mf_set_profile)
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
@@ -225,6 +225,32 @@ MFDEF size_t mf_ctx_memory_bytes(const mf_ctx *ctx);
    the ops (a parameter, mf_from data, a loaded checkpoint). Slow (a pass over every output; on
    CUDA a copy to the host); for finding where a loss goes NaN. Returns the old setting. */
 MFDEF int mf_set_check_finite(mf_ctx *ctx, int on);
+/* Op profiler (off by default; when off it costs one test of a flag per op and per GEMM call):
+   while on, every op's forward and backward on a CPU context is timed, and so is the part of it
+   spent in the GEMM driver (the matmul / linear / conv products; the small per-tile products inside
+   the fused attention and fast-weights kernels count to their op), plus mf_optimizer_step,
+   mf_clip_grad_norm, mf_zero_grad and the zeroing of activation gradients in mf_backward. Times add
+   up per op name over all calls until the next mf_set_profile(ctx, 1), which zeroes them.
+   mf_set_profile returns the old setting, or -1 (error in ctx) on a GPU context, whose kernels run
+   asynchronously (time those with the CUDA tools). Each op name belongs to one kind (mf_profile_entry's
+   kind: "matmul", "attention", "layernorm", "elementwise", "loss", "embedding", "copy", "optimizer",
+   "memset"), so a report can group them as PyTorch's profiler would. */
+typedef struct mf_profile_entry {
+    const char *name;        /* the op's name ("linear", "attention", ...) or "optimizer_step",
+                                "clip_grad_norm", "zero_grad", "zero_activation_grads" */
+    const char *kind;        /* its group, see above */
+    int64_t calls;           /* forward calls (backward calls for what runs only there) */
+    double fwd_s, fwd_gemm_s; /* seconds in its forward, of which in the GEMM driver */
+    double bwd_s, bwd_gemm_s; /* seconds in its backward (and the non-op entries), of which in GEMM */
+} mf_profile_entry;
+MFDEF int mf_set_profile(mf_ctx *ctx, int on);
+/* The profile's entries into out[0 .. max-1], the slowest (forward + backward) first; returns how
+   many there are (more than max: the rest were left out), 0 when none, -1 for a NULL ctx. */
+MFDEF int mf_profile_entries(const mf_ctx *ctx, mf_profile_entry *out, int max);
+/* The profile as a text table into buf (one line per op, then the time per kind with GEMM apart),
+   each time divided by n_steps (the steps profiled; 1 = totals); returns the length of the whole
+   text as snprintf does (buf may be NULL with size 0 to ask), -1 for a NULL ctx or n_steps < 1. */
+MFDEF int mf_profile_report(const mf_ctx *ctx, int n_steps, char *buf, size_t size);
 MFDEF int64_t mf_param_count(const mf_ctx *ctx);
 /* Seconds since an arbitrary point (wall clock with OpenMP or POSIX clocks, else CPU time). */
 MFDEF double mf_time(void);
@@ -1268,6 +1294,8 @@ static inline void mf__vaxpy(int n, float a, const float *x, float *y, int tail)
 #endif
 
 struct mf__block;
+#define MF__PROF_ROWS 64 /* op names of the profiler (mf_set_profile): every op and the non-op entries fit */
+typedef struct mf__prof_row { const char *name; int64_t calls; double fwd, fwd_gemm, bwd, bwd_gemm; } mf__prof_row;
 
 /* The device backend of a context (NULL on the CPU): metaformer_cuda.cuh fills one in, so the
    generic code below needs no CUDA types. Every function records its own error in ctx. */
@@ -1332,6 +1360,11 @@ struct mf_ctx {
     /* ZeRO-1 (mf_dist): the moment buffers hold the floats [mom_lo, mom_lo + mom_n) of the flat
        buffer only; mom_n 0: all of it */
     int64_t mom_lo, mom_n;
+    /* the op profiler (mf_set_profile): one row per op name, GEMM seconds so far */
+    int profile;
+    int prof_n;
+    mf__prof_row prof[MF__PROF_ROWS];
+    double prof_gemm_s;
 };
 
 static void *mf__xmalloc(size_t n) { return n ? MF_MALLOC(n) : NULL; }
@@ -2029,6 +2062,120 @@ MFDEF int mf_set_check_finite(mf_ctx *ctx, int on) {
     old = ctx->check_finite; ctx->check_finite = on != 0;
     return old;
 }
+
+/* ---- the op profiler (mf_set_profile) ---- */
+MFDEF int mf_set_profile(mf_ctx *ctx, int on) {
+    int old;
+    if (!ctx) return 0;
+    if (on && ctx->be)
+        return (mf__fail(ctx, "mf_set_profile: the op profiler times CPU contexts only (GPU kernels run "
+                         "asynchronously: profile a GPU run with the CUDA tools, e.g. nsys)"), -1);
+    old = ctx->profile; ctx->profile = on != 0;
+    if (on) { ctx->prof_n = 0; memset(ctx->prof, 0, sizeof ctx->prof); ctx->prof_gemm_s = 0; }
+    return old;
+}
+static int mf__profiling(const mf_ctx *ctx) { return ctx->profile && !ctx->be; }
+/* the kind of an op (or non-op entry) name: how a report groups them (mf_profile_entry) */
+static const char *mf__prof_kind(const char *name) {
+    static const char *const kinds[][2] = {
+        {"matmul", "matmul"}, {"linear", "matmul"}, {"conv1d", "matmul"},
+        {"attention", "mixer"}, {"rel_attention", "mixer"}, {"fast_weights", "mixer"}, {"linear_attention", "mixer"},
+        {"feedback_attention", "mixer"}, {"feedback", "mixer"}, {"dpfp", "mixer"}, {"avg_pool", "mixer"},
+        {"avg_pool_sub", "mixer"}, {"layernorm", "layernorm"}, {"embedding", "embedding"},
+        {"cross_entropy", "loss"}, {"mse", "loss"}, {"sum", "loss"}, {"mean", "loss"}, {"sum_axis", "loss"},
+        {"reshape", "copy"}, {"permute", "copy"}, {"concat", "copy"}, {"slice", "copy"}, {"roll", "copy"},
+        {"optimizer_step", "optimizer"}, {"clip_grad_norm", "optimizer"}, {"zero_grad", "optimizer"},
+        {"zero_activation_grads", "memset"}};
+    size_t i;
+    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) if (!strcmp(kinds[i][0], name)) return kinds[i][1];
+    return "elementwise"; /* add, mul, gelu, softmax, dropout, ... */
+}
+/* the profile row of a name (names are string constants: compared by address first) */
+static mf__prof_row *mf__prof_row_of(mf_ctx *ctx, const char *name) {
+    int i;
+    for (i = 0; i < ctx->prof_n; i++) if (ctx->prof[i].name == name || !strcmp(ctx->prof[i].name, name)) return &ctx->prof[i];
+    if (ctx->prof_n == MF__PROF_ROWS) return &ctx->prof[MF__PROF_ROWS - 1]; /* more names than ops: none yet */
+    ctx->prof[ctx->prof_n].name = name;
+    return &ctx->prof[ctx->prof_n++];
+}
+/* a timed region: its start and the GEMM seconds before it */
+typedef struct { double t, gemm; } mf__prof_mark;
+static mf__prof_mark mf__prof_begin(const mf_ctx *ctx) {
+    mf__prof_mark m;
+    m.t = mf_time(); m.gemm = ctx->prof_gemm_s;
+    return m;
+}
+enum { MF__PROF_FWD, MF__PROF_BWD, MF__PROF_OTHER }; /* an op's forward, its backward, a non-op entry */
+static void mf__prof_end(mf_ctx *ctx, const char *name, int where, mf__prof_mark m) {
+    mf__prof_row *r = mf__prof_row_of(ctx, name);
+    double dt = mf_time() - m.t, dg = ctx->prof_gemm_s - m.gemm;
+    if (where == MF__PROF_FWD) r->fwd += dt, r->fwd_gemm += dg;
+    else r->bwd += dt, r->bwd_gemm += dg;
+    if (where != MF__PROF_BWD) r->calls++;
+}
+/* GEMM driver calls from the ops: their time, while profiling */
+static double mf__gemm_t0(const mf_ctx *ctx) { return ctx->profile ? mf_time() : 0.0; }
+static void mf__gemm_t1(mf_ctx *ctx, double t0) { if (ctx->profile) ctx->prof_gemm_s += mf_time() - t0; }
+
+static int mf__prof_cmp(const void *a, const void *b) {
+    const mf_profile_entry *x = (const mf_profile_entry *)a, *y = (const mf_profile_entry *)b;
+    double u = x->fwd_s + x->bwd_s, v = y->fwd_s + y->bwd_s;
+    return u < v ? 1 : u > v ? -1 : strcmp(x->name, y->name);
+}
+MFDEF int mf_profile_entries(const mf_ctx *ctx, mf_profile_entry *out, int max) {
+    mf_profile_entry all[MF__PROF_ROWS];
+    int i;
+    if (!ctx) return -1;
+    for (i = 0; i < ctx->prof_n; i++) {
+        const mf__prof_row *r = &ctx->prof[i];
+        all[i].name = r->name; all[i].kind = mf__prof_kind(r->name); all[i].calls = r->calls;
+        all[i].fwd_s = r->fwd; all[i].fwd_gemm_s = r->fwd_gemm; all[i].bwd_s = r->bwd; all[i].bwd_gemm_s = r->bwd_gemm;
+    }
+    qsort(all, (size_t)ctx->prof_n, sizeof all[0], mf__prof_cmp);
+    for (i = 0; out && i < ctx->prof_n && i < max; i++) out[i] = all[i];
+    return ctx->prof_n;
+}
+/* printf into buf at *len (nothing past size; *len counts the whole text, as snprintf) */
+static void mf__prof_printf(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(buf && *len < size ? buf + *len : NULL, buf && *len < size ? size - *len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len += (size_t)n;
+}
+MFDEF int mf_profile_report(const mf_ctx *ctx, int n_steps, char *buf, size_t size) {
+    static const char *const kinds[] = {"matmul", "mixer", "layernorm", "elementwise", "loss", "embedding", "copy",
+                                        "optimizer", "memset"};
+    mf_profile_entry e[MF__PROF_ROWS];
+    double f[10] = {0}, b[10] = {0}, total = 0, ms;
+    int n, i, k;
+    size_t len = 0;
+    if (!ctx || n_steps < 1) return -1;
+    if (buf && size) buf[0] = 0;
+    n = mf_profile_entries(ctx, e, MF__PROF_ROWS);
+    ms = 1e3 / n_steps;
+    for (i = 0; i < n; i++) total += e[i].fwd_s + e[i].bwd_s;
+    if (total <= 0) total = 1e-30;
+    mf__prof_printf(buf, size, &len, "%-22s %-11s %8s %9s %9s %9s %9s %9s %6s\n", "op", "kind", "calls", "fwd ms",
+                    "(GEMM)", "bwd ms", "(GEMM)", "total ms", "%");
+    for (i = 0; i < n; i++) {
+        mf__prof_printf(buf, size, &len, "%-22s %-11s %8.1f %9.3f %9.3f %9.3f %9.3f %9.3f %5.1f%%\n", e[i].name, e[i].kind,
+                        (double)e[i].calls / n_steps, e[i].fwd_s * ms, e[i].fwd_gemm_s * ms, e[i].bwd_s * ms,
+                        e[i].bwd_gemm_s * ms, (e[i].fwd_s + e[i].bwd_s) * ms, 100 * (e[i].fwd_s + e[i].bwd_s) / total);
+        for (k = 0; k < 9 && strcmp(kinds[k], e[i].kind); k++) {}
+        f[k] += e[i].fwd_s - e[i].fwd_gemm_s; b[k] += e[i].bwd_s - e[i].bwd_gemm_s;
+        f[9] += e[i].fwd_gemm_s; b[9] += e[i].bwd_gemm_s;
+    }
+    mf__prof_printf(buf, size, &len, "by kind, GEMM apart (ms%s): %-10s fwd %9.3f bwd %9.3f total %9.3f %5.1f%%\n",
+                    n_steps > 1 ? " per step" : "", "GEMM", f[9] * ms, b[9] * ms, (f[9] + b[9]) * ms, 100 * (f[9] + b[9]) / total);
+    for (k = 0; k < 9; k++)
+        if (f[k] + b[k] > 0)
+            mf__prof_printf(buf, size, &len, "%*s %-10s fwd %9.3f bwd %9.3f total %9.3f %5.1f%%\n",
+                            n_steps > 1 ? 37 : 28, "", k == 0 ? "matmul-rest" : kinds[k], f[k] * ms, b[k] * ms,
+                            (f[k] + b[k]) * ms, 100 * (f[k] + b[k]) / total);
+    return len > (size_t)2147483647 ? 2147483647 : (int)len;
+}
 /* The index of the first NaN / Inf among n floats of tensor data on the context's device (its
    value in *v), -1 when all are finite, -2 when a device copy failed (error in ctx). */
 static int64_t mf__first_nonfinite(mf_ctx *ctx, const float *p, int64_t n, float *v) {
@@ -2119,7 +2266,12 @@ static mf_tensor *mf__finish_op(mf_ctx *ctx, mf_tensor *t) {
                 if (t->src[i]->is_param) ctx->p_touched[mf__param_index(ctx, t->src[i])] = 1;
             }
     if (ctx->be) ctx->be->forward(ctx, t); /* the op's kernels on the device */
-    else t->op->forward(ctx, t);
+    else if (!ctx->profile) t->op->forward(ctx, t);
+    else {
+        mf__prof_mark m = mf__prof_begin(ctx);
+        t->op->forward(ctx, t);
+        mf__prof_end(ctx, t->op->name, MF__PROF_FWD, m);
+    }
     if (!mf_ok(ctx)) return NULL;
     if (t->requires_grad && mf__tape_push(ctx, t) < 0) return NULL;
     return t;
@@ -2167,12 +2319,19 @@ static void mf__zero_floats(mf_ctx *ctx, float *x, int64_t n) {
     }
 }
 
-MFDEF void mf_zero_grad(mf_ctx *ctx) {
+static void mf__zero_grad(mf_ctx *ctx) {
     if (ctx && ctx->p_grad) { /* the CPU's threads share the memset (megabytes for a model) */
         if (ctx->be) mf__dzero(ctx, ctx->p_grad, (size_t)ctx->p_used * sizeof(float));
         else mf__zero_floats(ctx, ctx->p_grad, (int64_t)ctx->p_used);
     }
     if (ctx && ctx->n_params) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
+}
+MFDEF void mf_zero_grad(mf_ctx *ctx) {
+    mf__prof_mark m = {0, 0};
+    if (!ctx || !mf__profiling(ctx)) { mf__zero_grad(ctx); return; }
+    m = mf__prof_begin(ctx);
+    mf__zero_grad(ctx);
+    mf__prof_end(ctx, "zero_grad", MF__PROF_OTHER, m);
 }
 
 /* CPU: the input of t whose gradient buffer t's gradient shares (mf__grad_shared_src, [mf:ops]), or -1 */
@@ -2188,7 +2347,9 @@ static int mf__grad_sharing(const mf_tensor *t) {
    unless that op stores into it (assigns_grads); one that no op wrote is zeroed before its own
    backward reads it. */
 static void mf__backward_op(mf_ctx *ctx, mf_tensor *t) {
-    int k;
+    int k, prof = mf__profiling(ctx);
+    mf__prof_mark m = {0, 0};
+    if (prof) m = mf__prof_begin(ctx);
     if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
     if ((k = mf__grad_sharing(t)) >= 0) { /* that input's gradient is complete; the op leaves it alone */
         t->src[k]->grad_pending = 0;
@@ -2198,7 +2359,11 @@ static void mf__backward_op(mf_ctx *ctx, mf_tensor *t) {
         mf_tensor *s = t->src[k];
         if (s && !s->is_param && s->requires_grad && s->grad_pending) mf__zero_floats(ctx, s->grad, s->ne), s->grad_pending = 0;
     }
+    if (!prof) { t->op->backward(ctx, t); return; }
+    mf__prof_end(ctx, "zero_activation_grads", MF__PROF_OTHER, m);
+    m = mf__prof_begin(ctx);
     t->op->backward(ctx, t);
+    mf__prof_end(ctx, t->op->name, MF__PROF_BWD, m);
 }
 /* The backward of one tape op on either device, the op named as the one asking for memory, its
    input gradients tested in check mode. Returns 0 or -1. */
@@ -3018,6 +3183,7 @@ static void mf__gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const flo
                      int batch) {
     int lda = ta ? M : K, ldb = tb ? K : N, i;
     float *ws = mf__gemm_workspace(ctx, M, N, K);
+    double t0 = mf__gemm_t0(ctx);
     if (!ws) return;
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++)
@@ -3027,6 +3193,7 @@ static void mf__gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const flo
         mf__sgemm_batched_ws(ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, N, sC, batch,
                              ctx->n_threads, ws);
     }
+    mf__gemm_t1(ctx, t0);
 }
 
 /* ---- matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N] ------------------------------------ */
@@ -3182,9 +3349,11 @@ static void mf__linear_forward(mf_ctx *ctx, mf_tensor *out) {
     int in = w->shape[1], nout = w->shape[0];
     int64_t rows = mf__rows(x);
     float *ws = mf__gemm_workspace(ctx, (int)rows, nout, in);
+    double t0 = mf__gemm_t0(ctx);
     /* the bias is added in the GEMM's final store (no second pass over y) */
     if (ws) mf__sgemm_bias_ws(0, 1, (int)rows, nout, in, 1.0f, x->data, in, w->data, in, 0.0f, out->data, nout,
                               b ? b->data : NULL, ctx->n_threads, ws, NULL);
+    mf__gemm_t1(ctx, t0);
 }
 static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
@@ -3198,12 +3367,15 @@ static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     if (dw) {
         /* dW = dy^T x; the bias gradient (dy's column sums) is summed while dy's panels are packed */
         float *ws = mf__gemm_workspace(ctx, nout, in, (int)rows), *sums = NULL;
+        double t0;
         int j;
         if (!ws) return;
         if (db && !(sums = (float *)mf__alloc(ctx, (size_t)nout * sizeof(float)))) return;
         if (sums) memset(sums, 0, (size_t)nout * sizeof(float));
+        t0 = mf__gemm_t0(ctx); /* (with dy's column sums: the bias gradient) */
         mf__sgemm_bias_ws(1, 0, nout, in, (int)rows, 1.0f, out->grad, nout, x->data, in, aw ? 0.0f : 1.0f, dw, in,
                           NULL, ctx->n_threads, ws, sums);
+        mf__gemm_t1(ctx, t0);
         if (sums) for (j = 0; j < nout; j++) db[j] += sums[j];
     } else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db, NULL);
 }
@@ -8119,8 +8291,11 @@ static void mf__fb_mm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const fl
                       const float *B, int ldb, float beta, float *C, int ldc) {
     float *ws;
     if (M <= 0 || N <= 0 || K <= 0) return;
-    if ((ws = mf__gemm_workspace(ctx, M, N, K)) != NULL)
+    if ((ws = mf__gemm_workspace(ctx, M, N, K)) != NULL) {
+        double t0 = mf__gemm_t0(ctx);
         mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, ctx->n_threads, ws);
+        mf__gemm_t1(ctx, t0);
+    }
 }
 
 /* The model's weights, packed: per layer q, out, fc1, fc2, then the key/value blocks (original:
@@ -11479,7 +11654,7 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx) { return ctx ? ctx->opt_t : 
 #define MF__PCHUNK 16384
 static int mf__trainable(const mf_ctx *ctx, int i) { return ctx->params[i]->requires_grad; }
 
-MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
+static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
     double ss = 0, *part;
     int64_t nch = 0, total = 0, c;
     int i;
@@ -11680,7 +11855,7 @@ static mf__opt_job *mf__opt_jobs(mf_ctx *ctx, const mf_optimizer *o, int64_t *to
 }
 
 /* One update of every parameter that has a gradient. The moments live in flat buffers. */
-MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     int64_t total;
     mf__opt_job *jobs;
     if (!mf_ok(ctx)) return -1;
@@ -11704,6 +11879,25 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         }
     }
     return 0;
+}
+/* the two entry points above, timed while profiling (mf_set_profile) */
+MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
+    mf__prof_mark m;
+    float norm;
+    if (!ctx || !mf__profiling(ctx)) return mf__clip_grad_norm(ctx, max_norm);
+    m = mf__prof_begin(ctx);
+    norm = mf__clip_grad_norm(ctx, max_norm);
+    mf__prof_end(ctx, "clip_grad_norm", MF__PROF_OTHER, m);
+    return norm;
+}
+MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+    mf__prof_mark m;
+    int r;
+    if (!ctx || !mf__profiling(ctx)) return mf__optimizer_step(ctx, o);
+    m = mf__prof_begin(ctx);
+    r = mf__optimizer_step(ctx, o);
+    mf__prof_end(ctx, "optimizer_step", MF__PROF_OTHER, m);
+    return r;
 }
 
 #ifdef METAFORMER_MPI

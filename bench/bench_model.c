@@ -18,8 +18,9 @@
  *   --steps 10 --warmup 2 --threads 2 (0 = all)
  *   --max-time S   stop after S seconds in all (at least one warm-up step and one timed step; warm-up
  *                  ends early past S/4; 0 = never)
- *   --profile N    then time every op over N more steps (forward re-run op by op, backward op by op;
- *                  the fastest of the N steps per op)
+ *   --profile N    then N more steps under the library's op profiler (mf_set_profile): time per op
+ *                  forward / backward with the GEMM inside apart, the optimizer, the gradient
+ *                  zeroing (mean of the N steps), and one "OPS ... kind=K fwd_ms bwd_ms" line per kind
  *   --peak N       (only with -DMF_BENCH_OPENBLAS ... -lopenblas) measure OpenBLAS sgemm on one
  *                  N x N x N product with --threads threads instead, best of 7 timings
  *   --device cpu|cuda   cuda: only in the CUDA build (make build/cuda/bench_model:
@@ -127,93 +128,51 @@ static double flops_per_token_fwd(const mf_model_config *c, int T, int full_atte
     return N * layer + 2.0 * D * V;
 }
 
-/* ---- --profile N: time every op, best of N steps ----------------------------------------- */
-typedef struct { char key[96]; double fwd, bwd, best_fwd, best_bwd; int n, seen; } prof_row;
-static prof_row prows[512];
-static int nprows;
-static prof_row *prof_get(const mf_tensor *t) {
-    char key[96], s[64];
-    int i;
-    snprintf(key, sizeof key, "%-13s %s", t->op->name, mf_shape_str(t, s, sizeof s));
-    for (i = 0; i < nprows; i++) if (!strcmp(prows[i].key, key)) return &prows[i];
-    if (nprows == 512) return &prows[511];
-    memset(&prows[nprows], 0, sizeof prows[0]);
-    strcpy(prows[nprows].key, key);
-    return &prows[nprows++];
-}
-static int prof_cmp(const void *a, const void *b) {
-    const prof_row *x = (const prof_row *)a, *y = (const prof_row *)b;
-    double u = x->best_fwd + x->best_bwd, v = y->best_fwd + y->best_bwd;
-    return u < v ? 1 : u > v ? -1 : 0;
-}
-static double minv(double a, double b) { return a < b ? a : b; }
-
-/* n_steps profiled steps on one batch: the forward runs as usual, then every tape op's forward is
-   run again on its own (ops are pure functions of their inputs: the values do not change) and
-   mf_backward is replayed op by op. Per op (name + output shape, instances summed) and for the
-   rest of the step, the fastest of the steps is kept: a machine shared with other jobs makes
-   single timings noisy. Relies on the implementation's internals (tape, op table). */
+/* ---- --profile N: the library's op profiler over N more steps ---------------------------- */
+/* n_steps training steps on one batch with mf_set_profile on: the profile table (ms per step, the
+   mean of the steps), then one machine-readable line per kind, GEMM apart, for bench/run.sh's
+   breakdown next to PyTorch's profiler (bench/torch_harness.py --profile):
+     OPS impl=c mixer=NAME kind=KIND fwd_ms=... bwd_ms=...
+   kind "glue" is the step's time outside the timed ops (the model code between them, the arena). */
 static void profile_steps(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, const int32_t *ids,
-                          const int32_t *tg, int B, int T, int n_steps) {
-    double t0, fwd_all = 1e30, zero = 1e30, clip = 1e30, adam = 1e30, rst = 1e30, sum_f = 0, sum_b = 0, total;
-    int i, step;
-    nprows = 0;
+                          const int32_t *tg, int B, int T, int n_steps, const char *label) {
+    static const char *const kinds[] = {"matmul", "mixer", "layernorm", "elementwise", "loss", "embedding", "copy",
+                                        "optimizer", "memset"};
+    mf_profile_entry e[64];
+    double f[10] = {0}, b[10] = {0}, wall = 0, sum = 0, t0;
+    char *text;
+    int n, i, k, len, step;
+    mf_set_profile(ctx, 1);
     for (step = 0; step < n_steps; step++) {
-        mf_tensor *loss;
         t0 = now();
-        loss = mf_model_loss(m, ids, tg, B, T);
-        fwd_all = minv(fwd_all, now() - t0);
-        if (!loss) return;
-        for (i = 0; i < nprows; i++) prows[i].fwd = prows[i].bwd = 0, prows[i].n = 0;
-        for (i = 0; i < ctx->tape_len; i++) {
-            mf_tensor *t = ctx->tape[i];
-            prof_row *r = prof_get(t);
-            r->n++;
-            if (t->op->is_view) continue;
-            t0 = now();
-            t->op->forward(ctx, t);
-            r->fwd += now() - t0;
-        }
-        t0 = now(); /* mf_backward, replayed: every activation gradient zeroed up front (the library
-                       may zero each one lazily, just before its first use: the same bytes) */
-        for (i = 0; i < ctx->tape_len; i++) {
-            mf_tensor *t = ctx->tape[i];
-            if (!t->grad) t->grad = (float *)mf__alloc(ctx, (size_t)t->ne * sizeof(float));
-            memset(t->grad, 0, (size_t)t->ne * sizeof(float));
-        }
-        zero = minv(zero, now() - t0);
-        loss->grad[0] = 1.0f;
-        for (i = ctx->tape_len - 1; i >= 0; i--) {
-            mf_tensor *t = ctx->tape[i];
-            t0 = now();
-            t->op->backward(ctx, t);
-            prof_get(t)->bwd += now() - t0;
-        }
-        for (i = 0; i < nprows; i++) {
-            prof_row *r = &prows[i];
-            r->best_fwd = r->seen ? minv(r->best_fwd, r->fwd) : r->fwd;
-            r->best_bwd = r->seen ? minv(r->best_bwd, r->bwd) : r->bwd;
-            r->seen = 1;
-        }
-        t0 = now(); mf_clip_grad_norm(ctx, 1.0f); clip = minv(clip, now() - t0);
-        t0 = now(); mf_optimizer_step(ctx, opt); adam = minv(adam, now() - t0);
-        t0 = now(); mf_zero_grad(ctx); mf_reset(ctx); rst = minv(rst, now() - t0);
+        mf_backward(ctx, mf_model_loss(m, ids, tg, B, T));
+        mf_clip_grad_norm(ctx, 1.0f);
+        mf_optimizer_step(ctx, opt);
+        mf_zero_grad(ctx);
+        mf_reset(ctx);
+        wall += now() - t0;
     }
-    qsort(prows, (size_t)nprows, sizeof prows[0], prof_cmp);
-    for (i = 0; i < nprows; i++) { sum_f += prows[i].best_fwd; sum_b += prows[i].best_bwd; }
-    total = sum_f + zero + sum_b + clip + adam + rst;
-    printf("\nprofile (ms per step, the fastest of %d steps per row; forward: each op re-run alone; the forward as a "
-           "whole took %.1f ms)\n", n_steps, fwd_all * 1e3);
-    printf("  %-46s %5s %9s %9s %9s %6s\n", "op output-shape", "count", "fwd", "bwd", "total", "%");
-    for (i = 0; i < nprows && i < 30; i++)
-        printf("  %-46s %5d %9.2f %9.2f %9.2f %5.1f%%\n", prows[i].key, prows[i].n, prows[i].best_fwd * 1e3,
-               prows[i].best_bwd * 1e3, (prows[i].best_fwd + prows[i].best_bwd) * 1e3,
-               100 * (prows[i].best_fwd + prows[i].best_bwd) / total);
-    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(backward: zero activation grads, all up front)", "", "", "", zero * 1e3, 100 * zero / total);
-    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_clip_grad_norm)", "", "", "", clip * 1e3, 100 * clip / total);
-    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_optimizer_step Adam)", "", "", "", adam * 1e3, 100 * adam / total);
-    printf("  %-46s %5s %9s %9s %9.2f %5.1f%%\n", "(mf_zero_grad + mf_reset)", "", "", "", rst * 1e3, 100 * rst / total);
-    printf("  sum: forward ops %.1f ms, backward ops %.1f ms, step total %.1f ms\n", sum_f * 1e3, sum_b * 1e3, total * 1e3);
+    mf_set_profile(ctx, 0);
+    len = mf_profile_report(ctx, n_steps, NULL, 0);
+    if (len > 0 && (text = (char *)malloc((size_t)len + 1)) != NULL) {
+        mf_profile_report(ctx, n_steps, text, (size_t)len + 1);
+        printf("\nprofile (ms per step, the mean of %d steps of %.2f ms wall)\n%s",
+               n_steps, wall * 1e3 / n_steps, text);
+        free(text);
+    }
+    n = mf_profile_entries(ctx, e, 64);
+    for (i = 0; i < n && i < 64; i++) {
+        for (k = 0; k < 9 && strcmp(kinds[k], e[i].kind); k++) {}
+        f[k] += e[i].fwd_s - e[i].fwd_gemm_s; b[k] += e[i].bwd_s - e[i].bwd_gemm_s;
+        f[9] += e[i].fwd_gemm_s; b[9] += e[i].bwd_gemm_s;
+        sum += e[i].fwd_s + e[i].bwd_s;
+    }
+    printf("OPS impl=c mixer=%s kind=gemm fwd_ms=%.3f bwd_ms=%.3f\n", label, f[9] * 1e3 / n_steps, b[9] * 1e3 / n_steps);
+    for (k = 0; k < 9; k++)
+        printf("OPS impl=c mixer=%s kind=%s fwd_ms=%.3f bwd_ms=%.3f\n", label, kinds[k], f[k] * 1e3 / n_steps,
+               b[k] * 1e3 / n_steps);
+    printf("OPS impl=c mixer=%s kind=glue fwd_ms=%.3f bwd_ms=0\n", label, (wall - sum) * 1e3 / n_steps);
+    printf("OPS impl=c mixer=%s kind=step fwd_ms=%.3f bwd_ms=0\n", label, wall * 1e3 / n_steps);
 }
 
 #ifdef MF_BENCH_OPENBLAS
@@ -438,7 +397,7 @@ int main(int argc, char **argv) {
            peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
            cpu_timed / wall_timed, (double)last_loss, cuda ? "cuda" : "cpu", precision, gpu_peak);
     fflush(stdout);
-    if (profile > 0) profile_steps(ctx, m, &opt, ids, tg, B, T, profile);
+    if (profile > 0) profile_steps(ctx, m, &opt, ids, tg, B, T, profile, label);
     if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }
     mf_model_free(m);
     mf_ctx_free(ctx);

@@ -18,6 +18,13 @@
 #   --no-fw-sweep [BENCH_FW_SWEEP=0]   skip the fast-weights kernel sweep (recurrent vs chunkwise vs the
 #                                      seed's PyTorch loop, T = 128 .. 2048; about 2 minutes)
 #   --perf [BENCH_PERF=1]              also `perf record` one short C run per mixer (top symbols)
+#   --no-torch2 [BENCH_TORCH2=0]       no PyTorch 2.x column (else bench/torch2_venv.sh installs the current
+#                                      2.x from PyPI into build/venv-torch once, ~4.4 GB, and it runs beside
+#                                      Debian's torch 1.13: eager, and torch.compile in a second row)
+#   --ops-only                         `make bench-ops`: only the per-op breakdown (C next to torch.profiler),
+#                                      report bench/results/cpu_<date>_ops.md
+#   --no-compile [BENCH_COMPILE=0]     no torch.compile row; [BENCH_COMPILE_TIMEOUT=300] s per compiled run
+#                                      (compile included; a row whose compile takes longer shows "-")
 #   [BENCH_C_WAIT_POLICY=default]      OMP_WAIT_POLICY of the C runs: "default" = libgomp's own (its
 #                                      one OpenMP pool spins briefly between parallel regions, as a
 #                                      program normally runs); PASSIVE makes every region pay a
@@ -25,6 +32,11 @@
 #   --out FILE                         report path;   --build-only   build, then stop
 #   [PYTHON=/usr/bin/python3]   [CC=gcc]   [BENCH_NO_APT=1]
 #
+# PyTorch 2.x (PyPI's wheel: MKL for BLAS, oneDNN, its own libgomp) runs with OMP_NUM_THREADS=N
+# MKL_NUM_THREADS=N and the C runs' wait policy (libgomp's default): MKL and ATen share that one OpenMP
+# pool, so there are no two pools to keep apart. Its torch.compile row: Inductor's C++ backend (g++);
+# the compile (the first warm-up steps) is not timed, its time is in the raw lines (first_step_ms).
+# The goal columns compare C with the faster of the two eager PyTorch columns.
 # Fairness settings for PyTorch (printed in the report): torch.set_num_threads(N), OMP_NUM_THREADS=N,
 # OPENBLAS_NUM_THREADS=N, OMP_WAIT_POLICY=PASSIVE (OpenMP workers sleep while OpenBLAS's pthreads
 # run, so the two pools do not fight), BLAS = OpenBLAS (checked in the torch process itself), and
@@ -47,6 +59,10 @@ PROFILE=${BENCH_PROFILE:-1}
 FW_SWEEP=${BENCH_FW_SWEEP:-1}
 PERF=${BENCH_PERF:-0}
 PROF_STEPS=${BENCH_PROFILE_STEPS:-3}
+TORCH2=${BENCH_TORCH2:-1}
+COMPILE=${BENCH_COMPILE:-1}
+COMPILE_TIMEOUT=${BENCH_COMPILE_TIMEOUT:-300}
+OPS_ONLY=0
 PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-gcc}
 OUT=""
@@ -56,11 +72,14 @@ BUILD_ONLY=0
 own_option() { # the options of this script (the shared ones: parse_args in bench/common.sh)
     case "$1" in
     --header) HEADER=${2-}; ARG_USED=2 ;;
-    --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0; FW_SWEEP=0; ARG_USED=1 ;;
+    --quick) REPS=1; STEPS=3; WARMUP=1; MAX_TIME=5; GEMM_TABLE=0; PROFILE=0; FW_SWEEP=0; COMPILE=0; ARG_USED=1 ;;
     --threads) THREADS=${2-}; ARG_USED=2 ;;
     --no-gemm-table) GEMM_TABLE=0; ARG_USED=1 ;;
     --no-profile) PROFILE=0; ARG_USED=1 ;;
     --perf) PERF=1; ARG_USED=1 ;;
+    --no-torch2) TORCH2=0; ARG_USED=1 ;;
+    --no-compile) COMPILE=0; ARG_USED=1 ;;
+    --ops-only) REPS=0; GEMM_TABLE=0; FW_SWEEP=0; COMPILE=0; PROFILE=1; OPS_ONLY=1; ARG_USED=1 ;;
     esac
 }
 parse_args own_option "$@"
@@ -74,6 +93,7 @@ git:*) TAG="_git-$(git rev-parse --short "${HEADER#git:}" 2>/dev/null || printf 
 metaformer.h) ;;
 *) TAG="_$(basename "$HEADER" .h | tr -c 'A-Za-z0-9.-' '-')" ;;
 esac
+[ "$OPS_ONLY" = 1 ] && TAG="${TAG}_ops"
 [ -n "$OUT" ] || OUT="bench/results/cpu_$(date +%Y-%m-%d)${TAG}.md"
 RAW="$BUILD/raw${TAG}.txt"
 : > "$RAW"
@@ -101,6 +121,12 @@ NOTES=()
 TORCH=1
 TORCH_WHY=""
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then TORCH=0; TORCH_WHY="$PY cannot import torch (install python3-torch)"; NOTES+=("PyTorch: $TORCH_WHY; torch columns are empty."); fi
+PY2=""
+if [ "$TORCH2" = 1 ] && [ "$BUILD_ONLY" = 0 ]; then
+    PY2=$(bash bench/torch2_venv.sh | tail -n 1)
+    "$PY2" -c 'import torch' >/dev/null 2>&1 || { NOTES+=("PyTorch 2.x: bench/torch2_venv.sh could not install it (see its messages): no torch 2.x columns."); PY2=""; TORCH2=0; }
+fi
+[ "$TORCH2" = 1 ] || COMPILE=0
 
 # ---- build ---------------------------------------------------------------------------------
 # The header under test is staged when it is not the working tree's metaformer.h as is: from git
@@ -143,6 +169,7 @@ TORCH_ENV=(env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" OMP_WA
 C_WAIT=${BENCH_C_WAIT_POLICY:-default}
 if [ "$C_WAIT" = default ]; then C_ENV=(env -u OMP_WAIT_POLICY OMP_NUM_THREADS="$THREADS")
 else C_ENV=(env OMP_NUM_THREADS="$THREADS" OMP_WAIT_POLICY="$C_WAIT"); fi
+TORCH2_ENV=("${C_ENV[@]}" MKL_NUM_THREADS="$THREADS")
 
 # ---- OpenBLAS kernels and the FP32 peak ----------------------------------------------------
 PEAKS="$BUILD/peaks${TAG}.txt"
@@ -198,6 +225,11 @@ if [ "$TORCH" = 1 ]; then
     "${TORCH_ENV[@]}" "$PY" bench/torch_ref.py --threads "$THREADS" --info 2>/dev/null | grep -q 'openblas=1' ||
         NOTES+=("WARNING: the torch process does not have OpenBLAS loaded (see the torch line): its numbers use another BLAS.")
 fi
+TORCH2_INFO=""
+if [ "$TORCH2" = 1 ]; then
+    TORCH2_INFO=$("${TORCH2_ENV[@]}" "$PY2" bench/torch_ref.py --threads "$THREADS" --info 2>/dev/null | head -n 1)
+    say "== $TORCH2_INFO"
+fi
 
 # ---- the benchmark rows -------------------------------------------------------------------
 # row_spec ROW -> "bench_model flags|PyTorch script and flags|goal (x PyTorch tok/s)|config". Every
@@ -208,19 +240,23 @@ row_spec() {
     local labml="--pos none --act relu"
     case "$1" in
     sdpa|metric|quadratic|pool|identity)
-        echo "--mixer $1 --seq 256|bench/torch_ref.py --mixer $1 --seq 256|2|T 256" ;;
+        echo "--mixer $1 --seq 256|bench/torch_ref.py --mixer $1 --seq 256|2.2|T 256" ;;
+    small)   # the small-model regime of #21 (a common CPU tutorial size): sdpa, d 128, 4 heads, 4 layers, d_ff 512, T 64, batch 12
+        echo "--mixer sdpa --d-model 128 --heads 4 --d-ff 512 --seq 64 --batch 12 --label small|bench/torch_ref.py --mixer sdpa --d-model 128 --heads 4 --d-ff 512 --seq 64 --batch 12|2.5|sdpa, D 128, H 4, d_ff 512, T 64, B 12" ;;
     relative)
-        echo "--mixer relative $labml --seq 64 --mem-len 64|bench/torch_xl.py --mixer relative --seq 64 --mem-len 64|2|T 64, mem 64" ;;
+        echo "--mixer relative $labml --seq 64 --mem-len 64|bench/torch_xl.py --mixer relative --seq 64 --mem-len 64|3|T 64, mem 64" ;;
     compressive)
-        echo "--mixer relative $labml --compressive --seq 32 --mem-len 32 --c-mem-len 64 --rate 2|bench/torch_xl.py --mixer compressive --seq 32 --mem-len 32 --c-mem-len 64 --rate 2|2|T 32, mem 32, c_mem 64, c 2" ;;
-    fast_weights|linear)
+        echo "--mixer relative $labml --compressive --seq 32 --mem-len 32 --c-mem-len 64 --rate 2|bench/torch_xl.py --mixer compressive --seq 32 --mem-len 32 --c-mem-len 64 --rate 2|3|T 32, mem 32, c_mem 64, c 2" ;;
+    fast_weights)
+        echo "--mixer $1 $labml --seq 128|bench/torch_fastweights.py --mixer $1 $labml --seq 128|10|T 128" ;;
+    linear)
         echo "--mixer $1 $labml --seq 128|bench/torch_fastweights.py --mixer $1 $labml --seq 128|5|T 128" ;;
     feedback|feedback_kv)
         echo "--mixer $1 $labml --seq 64|bench/torch_feedback.py --mixer $1 $labml --seq 64|10|T 64" ;;
     *) echo "" ;;
     esac
 }
-[ -n "$ROWS" ] || ROWS=$(default_rows "$BUILD/bench_model")
+[ -n "$ROWS" ] || ROWS="$(default_rows "$BUILD/bench_model") small"
 for m in $ROWS; do [ -n "$(row_spec "$m")" ] || { say "bench/run.sh: unknown row $m"; exit 2; }; done
 
 # ---- the model runs: C and torch interleaved per row, REPS times --------------------------
@@ -238,11 +274,27 @@ run_torch() {
         --max-time "$MAX_TIME" > "$BUILD/last_torch.txt" 2>&1
     record_result "$BUILD/last_torch.txt" "$1" "$2" torch rss_mb
 }
+# PyTorch 2.x, eager and (COMPILE: once per row, in the first repeat) torch.compile; their RESULT lines
+# are relabelled impl=torch2 / impl=torch2c
+run_torch2() {
+    [ "$TORCH2" = 1 ] || return 0
+    # shellcheck disable=SC2046
+    "${TORCH2_ENV[@]}" "$PY2" $(row_field "$1" 2) --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+        --max-time "$MAX_TIME" 2>&1 | sed 's/^RESULT impl=torch /RESULT impl=torch2 /' > "$BUILD/last_torch2.txt"
+    record_result "$BUILD/last_torch2.txt" "$1" "$2" "torch2" rss_mb
+    [ "$COMPILE" = 1 ] && [ "$2" = 1 ] || return 0
+    # shellcheck disable=SC2046
+    timeout "$COMPILE_TIMEOUT" "${TORCH2_ENV[@]}" "$PY2" $(row_field "$1" 2) --compile --steps "$STEPS" \
+        --warmup "$((WARMUP > 2 ? WARMUP : 2))" --threads "$THREADS" --max-time "$MAX_TIME" 2>&1 |
+        sed 's/^RESULT impl=torch /RESULT impl=torch2c /' > "$BUILD/last_torch2c.txt"
+    record_result "$BUILD/last_torch2c.txt" "$1" "$2" "torch2 compiled" rss_mb
+}
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$REPS"); do
     say "== repeat $r of $REPS"
     for m in $ROWS; do
-        if [ $((r % 2)) = 1 ]; then run_c "$m" "$r"; run_torch "$m" "$r"; else run_torch "$m" "$r"; run_c "$m" "$r"; fi
+        if [ $((r % 2)) = 1 ]; then run_c "$m" "$r"; run_torch "$m" "$r"; run_torch2 "$m" "$r"
+        else run_torch2 "$m" "$r"; run_torch "$m" "$r"; run_c "$m" "$r"; fi
     done
     measure_peak
 done
@@ -256,42 +308,55 @@ rep ""
 rep "Command: \`bash bench/run.sh$([ "$HEADER" = metaformer.h ] || echo " --header $HEADER")\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run, $THREADS threads)."
 rep "Machine: $CPU, $(nproc) CPUs, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo); load average $LOAD_BEFORE before, $LOAD_AFTER after (other jobs share this machine)."
 rep "C: $($CC --version | head -n 1), $CFLAGS_B; header: $GEMM_SRC (sha1 $HDR_SHA at build time)."
-[ -n "$TORCH_INFO" ] && rep "PyTorch: $TORCH_INFO"
-rep "C environment: OMP_NUM_THREADS=$THREADS$([ "$C_WAIT" = default ] || echo " OMP_WAIT_POLICY=$C_WAIT"), mf_set_threads($THREADS). PyTorch environment: OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE${CORETYPE:+ OPENBLAS_CORETYPE=$CORETYPE}, torch.set_num_threads($THREADS)."
+[ -n "$TORCH_INFO" ] && rep "PyTorch (Debian): $TORCH_INFO"
+[ -n "$TORCH2_INFO" ] && rep "PyTorch (PyPI, build/venv-torch): $TORCH2_INFO"
+rep "C environment: OMP_NUM_THREADS=$THREADS$([ "$C_WAIT" = default ] || echo " OMP_WAIT_POLICY=$C_WAIT"), mf_set_threads($THREADS). PyTorch 1.13 environment: OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE${CORETYPE:+ OPENBLAS_CORETYPE=$CORETYPE}, torch.set_num_threads($THREADS). PyTorch 2.x environment: the C runs' plus MKL_NUM_THREADS=$THREADS, torch.set_num_threads($THREADS)."
 rep "Config: d_model 256, heads 8, layers 4, d_ff 1024, batch 8, vocab 65, dropout 0; sequence and memory lengths per row. MetaFormer mixers: learned positions, GELU, biases, pool_size 3 causal; relative/compressive/fast_weights/feedback: the seeds' models (no positions, ReLU FFN) against the seeds' PyTorch code (bench/torch_xl.py, torch_fastweights.py, torch_feedback.py)."
 rep "Step: forward + cross-entropy + backward + clip_grad_norm(1.0) + Adam (lr 1e-3) + zero_grad, random tokens."
 if [ -n "$PEAK" ]; then
     rep "FP32 peak: $PEAK GFLOP/s = best OpenBLAS sgemm 2048^3, $THREADS threads, core ${OPENBLAS_CORETYPE:-autodetected}, over $(grep -c '^RESULT' "$PEAKS") measurements in this run."
 fi
 rep ""
-rep "| row | config | C tok/s | torch tok/s | ratio | C GFLOP/s | % of peak | C peak RSS MB | torch peak RSS MB | torch GFLOP/s | MFLOP/token | goal |"
+rep "| row | config | C tok/s | torch 1.13 tok/s | torch 2.x tok/s | ratio (faster) | C GFLOP/s | % of peak | C peak RSS MB | torch peak RSS MB (1.13 / 2.x) | MFLOP/token | goal |"
 rep "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-table_row() { # ROW: its line of the table
-    local m=$1 c_tok t_tok c_gf t_gf c_rss t_rss mft
+table_row() { # ROW: its line of the table, and the torch.compile line under it
+    local m=$1 c_tok t_tok t2_tok t2c_tok c_gf c_rss t_rss t2_rss t2c_rss t2c_first mft
     c_tok=$(raw_stat c "$m" tok_s median)
     t_tok=$(raw_stat torch "$m" tok_s median)
+    t2_tok=$(raw_stat torch2 "$m" tok_s median)
+    t2c_tok=$(raw_stat torch2c "$m" tok_s median)
+    t2c_first=$(raw_stat torch2c "$m" first_step_ms median)
     c_gf=$(raw_stat c "$m" gflops median)
-    t_gf=$(raw_stat torch "$m" gflops median)
     c_rss=$(raw_stat c "$m" rss_mb maxval)
     t_rss=$(raw_stat torch "$m" rss_mb maxval)
+    t2_rss=$(raw_stat torch2 "$m" rss_mb maxval)
+    t2c_rss=$(raw_stat torch2c "$m" rss_mb maxval)
     mft=$(raw_stat c "$m" mflop_tok head -n 1)
-    awk -v m="$m" -v cfg="$(row_field "$m" 4)" -v gx="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v cg="$c_gf" -v tg="$t_gf" -v cr="$c_rss" -v tr="$t_rss" \
-        -v pk="$PEAK" -v mft="$mft" 'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+    awk -v m="$m" -v cfg="$(row_field "$m" 4)" -v gx="$(row_field "$m" 3)" -v ct="$c_tok" -v tt="$t_tok" -v t2="$t2_tok" \
+        -v t2c="$t2c_tok" -v t2cf="$t2c_first" -v cg="$c_gf" -v cr="$c_rss" -v tr="$t_rss" -v tr2="$t2_rss" -v tr2c="$t2c_rss" \
+        -v pk="$PEAK" -v mft="$mft" -v compile="$COMPILE" 'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
         BEGIN {
-            ratio = (ct != "" && tt != "" && tt > 0) ? ct / tt : ""
+            best = (tt != "" && (t2 == "" || tt + 0 > t2 + 0)) ? tt : t2          # the faster eager PyTorch
+            rmin = (tr != "" && (tr2 == "" || tr + 0 < tr2 + 0)) ? tr : tr2       # its smaller peak RSS
+            ratio = (ct != "" && best != "" && best > 0) ? ct / best : ""
             pct = (cg != "" && pk != "" && pk > 0) ? 100 * cg / pk : ""
-            # goal: C tok/s >= min(gx x torch tok/s, tok/s at 75% of peak), and less peak memory
-            speed = (ratio != "" && ratio >= gx) || (pct != "" && pct >= 75)
-            mem = cr != "" && tr != "" && cr + 0 < tr + 0
+            # goal (#21): C tok/s >= min(gx x the faster torch, the tok/s of 80% of peak), peak RSS <= half
+            speed = (ratio != "" && ratio >= gx) || (pct != "" && pct >= 80)
+            mem = cr != "" && rmin != "" && cr + 0 <= 0.5 * rmin
             if (ct == "" || (ratio == "" && pct == "")) goal = "-"
             else goal = (speed && mem) ? "met" : "NOT met (" (speed ? "" : "speed") (speed || mem ? "" : ", ") (mem ? "" : "memory") ")"
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, cfg, f(ct, 0), f(tt, 0), f(ratio, 2),
-                   f(cg, 1), f(pct, 1), f(cr, 0), f(tr, 0), f(tg, 1), f(mft, 2), goal
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s |\n", m, cfg, f(ct, 0), f(tt, 0), f(t2, 0),
+                   f(ratio, 2), f(cg, 1), f(pct, 1), f(cr, 0), f(tr, 0), f(tr2, 0), f(mft, 2), goal
+            if (compile == 1)
+                printf "| %s, torch.compile | compile %s s, not timed | %s | | %s | %s | | | | - / %s | | (not a goal) |\n", m,
+                       t2cf == "" ? "-" : sprintf("%.0f", t2cf / 1000), f(ct, 0), f(t2c, 0),
+                       (ct != "" && t2c != "" && t2c > 0) ? sprintf("%.2f", ct / t2c) : "-", f(tr2c, 0)
         }'
 }
 table_rows table_row
 rep ""
-rep "tok/s and GFLOP/s: median over the $REPS runs of each side (each run: the median step). ratio = C / torch."
+rep "tok/s and GFLOP/s: median over the $REPS runs of each side (each run: the median step). ratio = C / the faster of the two eager PyTorch columns."
+rep "torch.compile rows: PyTorch 2.x, torch.compile(model) (Inductor, C++ for the CPU), one run per row (the first repeat), ratio = C / compiled; the compile (first warm-up steps, the time in the config column) is not timed. \"-\": the run failed or took longer than ${COMPILE_TIMEOUT} s with its compile (build/bench/last_torch2c.txt has the last log)."
 rep "GFLOP/s = analytic model FLOPs per token x tokens/s: every matmul of the model math at 2*m*n*k, backward = 2 x forward;"
 rep "attention QK^T and PV counted for the CAUSAL half only (T(T+1)/2 query-key pairs); metric/quadratic count p, the per-head p M"
 rep "(2 dk^2 per head and token) and E; pool/identity count the FFN and the head only. Recomputation (the flash backward)"
@@ -299,10 +364,10 @@ rep "and the C metric mixer's M-folded D x D query projection are not counted. %
 rep "The families' counts (relative position term, compressor and reconstruction loss, fast-weight state updates, feedback"
 rep "memory projections) are spelled out in the header of bench/bench_model.c."
 rep "Peak RSS: getrusage(RUSAGE_SELF).ru_maxrss of each process, max over runs. The torch process's includes the interpreter and"
-rep "libtorch: $(grep "impl=torch" "$RAW" | field rss_base_mb | median) MB after \`import torch\`, before the model."
-rep "goal (the issues): C tok/s >= min(k x torch tok/s, the tok/s of 75% of peak) with k = 2 (MetaFormer mixers, relative, compressive),"
-rep "5 (fast_weights), 10 (feedback), and C peak RSS < torch peak RSS."
-rep "CPU time / wall time of the timed steps (median over all runs; $THREADS = every thread had a CPU): C $(grep "impl=c " "$RAW" | field cpu_util | median), torch $(grep "impl=torch " "$RAW" | field cpu_util | median)."
+rep "libtorch: $(grep "impl=torch " "$RAW" | field rss_base_mb | median) MB (1.13) / $(grep "impl=torch2 " "$RAW" | field rss_base_mb | median) MB (2.x) after \`import torch\`, before the model."
+rep "goal (#21): C tok/s >= min(k x the faster PyTorch's tok/s, the tok/s of 80% of peak) with k = 2.2 (MetaFormer mixers),"
+rep "3 (relative, compressive), 10 (fast_weights, feedback, feedback_kv; linear 5), and C peak RSS <= half the smaller PyTorch peak RSS."
+rep "CPU time / wall time of the timed steps (median over all runs; $THREADS = every thread had a CPU): C $(grep "impl=c " "$RAW" | field cpu_util | median), torch 1.13 $(grep "impl=torch " "$RAW" | field cpu_util | median), torch 2.x $(grep "impl=torch2 " "$RAW" | field cpu_util | median)."
 for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
 if [ -s "$GEMM_OUT" ]; then rep ""; rep "## SGEMM ($GEMM_SRC)"; rep ""; while IFS= read -r l; do rep "$l"; done < "$GEMM_OUT"; fi
 rep ""
@@ -333,17 +398,56 @@ fi
 
 # ---- op profile (C) and perf ---------------------------------------------------------------
 if [ "$PROFILE" = 1 ]; then
+    TP_PY=$PY; TP_ENV=("${TORCH_ENV[@]}"); TP_NAME="1.13 (Debian)"
+    [ "$TORCH2" = 1 ] && { TP_PY=$PY2; TP_ENV=("${TORCH2_ENV[@]}"); TP_NAME="$(echo "$TORCH2_INFO" | cut -d: -f1 | sed 's/^torch //') (PyPI, eager)"; }
     rep ""
-    rep "## C op profile (bench_model --profile $PROF_STEPS: ops timed one by one, the fastest of $PROF_STEPS steps per row; top rows)"
+    rep "## Where the time of one training step goes: C (mf_set_profile) next to PyTorch $TP_NAME (torch.profiler)"
+    rep ""
+    rep "ms per step, the mean of $PROF_STEPS profiled steps (after the timed runs; one batch). Kinds: gemm = time inside the"
+    rep "GEMM driver (C: the library's packed SGEMM called by linear / matmul; torch: aten::mm, addmm, bmm), matmul = the rest"
+    rep "of the linear ops (C: nearly nothing, the bias is summed in the GEMM; torch: aten::sum, the bias gradients), mixer ="
+    rep "the token mixer's own kernels (fused attention, softmax, pooling, fast-weight / feedback recurrences; their small"
+    rep "per-tile products included), layernorm, elementwise (residual adds, GELU, dropout, scale), loss (cross-entropy),"
+    rep "embedding, copy (C: permute / concat / slice; torch: copy_, cat, contiguous, ...), optimizer (clip_grad_norm, Adam,"
+    rep "zero_grad), memset (C: zeroing activation gradients in the backward; torch: zero_ / fill_), glue = the step's wall"
+    rep "time outside every timed op (C: model code between ops; torch: Python, the autograd engine, the profiler's own"
+    rep "overhead, which also inflates its op times a little), step = the profiled step's wall time. Forward / backward:"
+    rep "where the op ran (the optimizer's time is in the backward column). torch's kinds come from ATen op names"
+    rep "(bench/torch_harness.py _KINDS), the C's from the library (mf_profile_entry.kind)."
     for m in $ROWS; do
         # shellcheck disable=SC2046
         "${C_ENV[@]}" "$BUILD/bench_model" $(row_field "$m" 1) --steps 1 --warmup 1 --threads "$THREADS" --max-time 1 \
             --profile "$PROF_STEPS" > "$BUILD/prof_$m.txt" 2>&1
+        : > "$BUILD/prof_torch_$m.txt"
+        if [ "$TORCH" = 1 ] || [ "$TORCH2" = 1 ]; then
+            # shellcheck disable=SC2046
+            "${TP_ENV[@]}" "$TP_PY" $(row_field "$m" 2) --steps 1 --warmup 1 --threads "$THREADS" --max-time 1 \
+                --profile "$PROF_STEPS" > "$BUILD/prof_torch_$m.txt" 2>&1
+        fi
         rep ""
-        rep "### $m"
+        rep "### $m ($(row_field "$m" 4))"
+        rep ""
+        rep "| kind | C fwd | C bwd | C total | torch fwd | torch bwd | torch total | torch / C |"
+        rep "|---|---:|---:|---:|---:|---:|---:|---:|"
+        for k in gemm matmul mixer layernorm elementwise loss embedding copy optimizer memset glue step; do
+            cl=$(grep "^OPS impl=c .* kind=$k " "$BUILD/prof_$m.txt" | head -n 1)
+            tl=$(grep "^OPS impl=torch .* kind=$k " "$BUILD/prof_torch_$m.txt" | head -n 1)
+            awk -v k="$k" -v cf="$(echo "$cl" | field fwd_ms)" -v cb="$(echo "$cl" | field bwd_ms)" \
+                -v tf="$(echo "$tl" | field fwd_ms)" -v tb="$(echo "$tl" | field bwd_ms)" '
+                function f(x) { return x == "" ? "-" : sprintf("%.2f", x) }
+                BEGIN { ct = cf == "" ? "" : cf + cb; tt = tf == "" ? "" : tf + tb
+                        if ((ct == "" || ct < 0.005) && (tt == "" || tt < 0.005)) exit
+                        printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", k, f(cf), f(cb), f(ct), f(tf), f(tb), f(tt),
+                               (ct != "" && tt != "" && ct > 0) ? sprintf("%.2f", tt / ct) : "-" }' | while IFS= read -r l; do rep "$l"; done
+        done
+        rep ""
+        rep "<details><summary>C per op, torch top ATen ops</summary>"
+        rep ""
         rep '```'
-        sed -n '/^profile (ms/,$p' "$BUILD/prof_$m.txt" | awk 'NR <= 16 || /^  \(|^  sum/' | while IFS= read -r l; do rep "$l"; done
+        sed -n '/^profile (ms/,/^OPS/p' "$BUILD/prof_$m.txt" | grep -v '^OPS' | while IFS= read -r l; do rep "$l"; done
+        sed -n '/^torch.profiler/,/^OPS/p' "$BUILD/prof_torch_$m.txt" | grep -v '^OPS' | while IFS= read -r l; do rep "$l"; done
         rep '```'
+        rep "</details>"
     done
 fi
 if [ "$PERF" = 1 ] && command -v perf >/dev/null; then

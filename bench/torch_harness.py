@@ -72,6 +72,9 @@ def parser(doc, seq):
     p.add_argument("--tf32", action="store_true", help="cuda: let matmuls use TF32 tensor cores (= --precision tf32)")
     p.add_argument("--sdpa-backend", choices=sorted(SDPA_BACKENDS), default="auto",
                    help="the kernel of F.scaled_dot_product_attention (auto: PyTorch's choice)")
+    p.add_argument("--compile", action="store_true", help="torch >= 2: train torch.compile(model) (Inductor); the compile "
+                   "(first steps) is not timed: the time limit starts after the first warm-up step")
+    p.add_argument("--profile", type=int, default=0, help="then N more steps under torch.profiler: OPS lines per kind")
     return p
 
 
@@ -137,8 +140,8 @@ def blas_info():
     (a @ a).sum().item()
     libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "blas" in ln.split()[-1] or "lapack" in ln.split()[-1]})
     info = {"libs": libs, "openblas": False, "core": "?", "blas_threads": "?", "config": "?"}
-    for path in libs:
-        if "openblas" in os.path.basename(path):
+    for path in libs:  # (numpy's own scipy_openblas64_ is numpy's, not torch's: not asked)
+        if os.path.basename(path).startswith("libopenblas"):
             try:
                 lib = ctypes.CDLL(path)
                 lib.openblas_get_corename.restype = ctypes.c_char_p
@@ -146,13 +149,17 @@ def blas_info():
                 info.update(openblas=True, core=lib.openblas_get_corename().decode(),
                             blas_threads=lib.openblas_get_num_threads(),
                             config=lib.openblas_get_config().decode().strip())
-            except OSError:
+            except (OSError, AttributeError):
                 pass
     cfg = torch.__config__.show()
     blas_line = [w for w in cfg.replace(",", " ").split() if w.startswith("BLAS_INFO=")]
     info["torch_blas_info"] = blas_line[0] if blas_line else "?"
     info["mkl"] = torch.backends.mkl.is_available()
     info["mkldnn"] = torch.backends.mkldnn.is_available()
+    info["mkldnn_enabled"] = torch.backends.mkldnn.enabled
+    info["cpu_capability"] = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
+    info["libs_cfg"] = ", ".join(ln.strip("- ").strip() for ln in cfg.splitlines()
+                                 if "Math Kernel" in ln or "MKL-DNN" in ln or "OpenMP" in ln)
     return info
 
 
@@ -167,16 +174,17 @@ def print_setup():
         return
     info = blas_info()
     env = " ".join("%s=%s" % (k, os.environ.get(k, "unset")) for k in
-                   ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))
+                   ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"))
     print("torch %s: intra-op threads %d, inter-op threads %d, %s, %s; BLAS libraries %s; OpenBLAS %s core %s, "
-          "%s threads (%s); MKL %s, MKL-DNN %s; %s" % (
+          "%s threads (%s); MKL %s, MKL-DNN %s (enabled %s); CPU capability %s; built with: %s; %s" % (
               torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(),
               torch.__config__.parallel_info().splitlines()[-1].strip(), info["torch_blas_info"],
-              ",".join(info["libs"]), "yes" if info["openblas"] else "NO", info["core"], info["blas_threads"],
-              info["config"], info["mkl"], info["mkldnn"], env))
-    print("INFO impl=torch version=%s threads=%d interop=%d openblas=%d core=%s blas_threads=%s" % (
+              ",".join(info["libs"]) or "none loaded (linked in)", "yes" if info["openblas"] else "NO", info["core"],
+              info["blas_threads"], info["config"], info["mkl"], info["mkldnn"], info["mkldnn_enabled"],
+              info["cpu_capability"], info["libs_cfg"], env))
+    print("INFO impl=torch version=%s threads=%d interop=%d openblas=%d mkl=%d core=%s blas_threads=%s" % (
         torch.__version__, torch.get_num_threads(), torch.get_num_interop_threads(), int(info["openblas"]),
-        info["core"], info["blas_threads"]))
+        int(info["mkl"]), info["core"], info["blas_threads"]))
 
 
 def lm_loss_fn(args, model):
@@ -195,6 +203,10 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
     analytic forward FLOPs per token (training = 3x). Prints the summary and the RESULT line."""
     rss_torch = rss_mb()
     params = list(model.parameters())
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            raise SystemExit("--compile needs torch >= 2.0 (this is torch %s)" % torch.__version__)
+        model.forward = torch.compile(model.forward)  # loss_fn calls model(...): the compiled graph now
     if nparams is None:
         nparams = sum(p.numel() for p in params)
     try:
@@ -227,6 +239,8 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
         loss_v = loss.item()
         if s == -args.warmup:
             t_first = dt
+            if args.compile:
+                t_all = time.perf_counter()  # the compile is not part of the time limit
         if s >= 0:
             times.append(dt)
             cpu_timed += cpu_seconds() - c0
@@ -243,7 +257,8 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
     if args.device == "cuda":
         gpu_mb = torch.cuda.max_memory_reserved() / 1048576.0
         gpu_alloc_mb = torch.cuda.max_memory_allocated() / 1048576.0
-    print("torch %s train step: %s, %s, %d threads, %d params" % (name, describe, precision(args), args.threads, nparams))
+    print("torch %s train step: %s, %s, %d threads, %d params%s" % (name, describe, precision(args), args.threads, nparams,
+                                                                    ", torch.compile" if args.compile else ""))
     print("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f" % (
         len(times), args.warmup, t_first * 1e3, med * 1e3, best * 1e3, loss_v))
     print("  tokens/s %.0f, model GFLOP/s %.1f, peak RSS %.1f MB (python %.1f MB, after import torch %.1f MB)" % (
@@ -253,8 +268,88 @@ def train(args, name, describe, model, loss_fn, tokens_per_step, fpt_fwd, fpt_fw
         print("  GPU memory: tensors at most %.1f MB (max_memory_allocated), reserved %.1f MB" % (gpu_alloc_mb, gpu_mb))
     print("RESULT impl=torch mixer=%s tok_s=%.1f step_ms=%.2f best_step_ms=%.2f gflops=%.2f mflop_tok=%.4f "
           "mflop_tok_full=%.4f rss_mb=%.1f rss_base_mb=%.1f params=%d steps=%d threads=%d cpu_util=%.2f loss=%.4f "
-          "device=%s precision=%s sdpa=%s gpu_mb=%.1f gpu_alloc_mb=%.1f" % (
+          "device=%s precision=%s sdpa=%s gpu_mb=%.1f gpu_alloc_mb=%.1f first_step_ms=%.1f compiled=%d version=%s" % (
               name, tok_s, med * 1e3, best * 1e3, fpt * tok_s * 1e-9, fpt * 1e-6, fpt_full * 1e-6, rss_mb(),
               rss_torch, nparams, len(times), args.threads, util, loss_v,
-              args.device, precision(args), args.sdpa_backend, gpu_mb, gpu_alloc_mb))
+              args.device, precision(args), args.sdpa_backend, gpu_mb, gpu_alloc_mb,
+              t_first * 1e3, int(args.compile), torch.__version__.split("+")[0]))
+    if args.profile > 0:
+        profile_steps(args, name, loss_fn, params, opt, gen)
     return 0
+
+
+# The kinds of bench_model's OPS lines (the library's mf_profile_entry kinds), for PyTorch's ATen ops:
+# matched by name, first match wins; anything else is elementwise. The time of an op is its self
+# time (its children apart), so a composite op (linear -> addmm) adds nothing twice.
+_KINDS = (("gemm", ("mm", "addmm", "bmm", "baddbmm", "addbmm", "dot", "mv", "mkldnn_linear", "_mkldnn_", "mkl_linear")),
+          ("matmul", ("sum",)),  # the bias gradients of the Linear layers: the C side sums them inside its GEMM
+          ("loss", ("nll_loss", "cross_entropy", "log_softmax", "mean")),
+          ("mixer", ("scaled_dot_product", "flash_attention", "_efficient_attention", "softmax", "avg_pool",
+                     "masked_fill", "einsum", "cumsum", "tril", "triu")),
+          ("layernorm", ("layer_norm",)),
+          ("embedding", ("embedding",)),
+          ("copy", ("copy_", "clone", "contiguous", "cat", "stack", "transpose", "permute", "view", "reshape",
+                    "_unsafe_view", "as_strided", "t", "expand", "slice", "select", "unsqueeze", "squeeze",
+                    "split", "chunk", "narrow", "empty", "empty_like", "new_empty", "empty_strided", "zeros",
+                    "zeros_like", "full", "resize_", "index", "index_select", "gather", "scatter_add",
+                    "unbind", "detach", "_to_copy", "to", "pad", "constant_pad_nd", "slice_backward",
+                    "select_backward")),
+          ("memset", ("zero_", "fill_")))
+
+
+def _kind(op):
+    """The kind of an ATen op (aten::native_layer_norm_backward -> layernorm): its name, or a name of
+    seven letters or more contained in it."""
+    n = op.split("::", 1)[-1].split(".", 1)[0]
+    for kind, names in _KINDS:
+        if n in names or n.rstrip("_") in names or any(len(p) > 6 and p in n for p in names):
+            return kind
+    return "elementwise"
+
+
+def profile_steps(args, name, loss_fn, params, opt, gen):
+    """N training steps under torch.profiler: the self CPU time of every ATen op, by kind as the C
+    side's OPS lines (forward / backward: the region the op ran in; clip_grad_norm, the Adam step and
+    zero_grad all count as the optimizer), the mean over the steps; glue = the step's profiled wall
+    time not inside any ATen op (Python, the autograd engine, the profiler's own overhead)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    n = args.profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(n):
+            with record_function("mf.step"):
+                with record_function("mf.forward"):
+                    loss = loss_fn(gen)
+                with record_function("mf.backward"):
+                    loss.backward()
+                with record_function("mf.optimizer"):
+                    torch.nn.utils.clip_grad_norm_(params, 1.0)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+    acc, step_us, ops_us = {}, 0.0, 0.0
+    for ev in prof.events():
+        if ev.name == "mf.step":
+            step_us += ev.cpu_time_total
+        if ev.name.startswith("mf.") or not ev.name.startswith("aten::"):
+            continue
+        region, p = None, ev.cpu_parent
+        while p is not None:
+            if p.name in ("mf.forward", "mf.backward", "mf.optimizer"):
+                region = p.name
+            p = p.cpu_parent
+        if region is None:
+            continue
+        kind = "optimizer" if region == "mf.optimizer" else _kind(ev.name)
+        k = (kind, "bwd" if region != "mf.forward" else "fwd")
+        acc[k] = acc.get(k, 0.0) + ev.self_cpu_time_total
+        ops_us += ev.self_cpu_time_total
+    table = sorted(((ev.key, ev.self_cpu_time_total / n) for ev in prof.key_averages() if ev.key.startswith("aten::")),
+                   key=lambda r: -r[1])
+    print("\ntorch.profiler (self CPU time per step, the mean of %d steps; top ATen ops)" % n)
+    for key, us in table[:20]:
+        print("  %-40s %-11s %9.3f ms" % (key, _kind(key), us * 1e-3))
+    for kind in ("gemm", "matmul", "mixer", "layernorm", "elementwise", "loss", "embedding", "copy", "optimizer",
+                 "memset"):
+        print("OPS impl=torch mixer=%s kind=%s fwd_ms=%.3f bwd_ms=%.3f" % (
+            name, kind, acc.get((kind, "fwd"), 0.0) * 1e-3 / n, acc.get((kind, "bwd"), 0.0) * 1e-3 / n))
+    print("OPS impl=torch mixer=%s kind=glue fwd_ms=%.3f bwd_ms=0" % (name, (step_us - ops_us) * 1e-3 / n))
+    print("OPS impl=torch mixer=%s kind=step fwd_ms=%.3f bwd_ms=0" % (name, step_us * 1e-3 / n))

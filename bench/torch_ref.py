@@ -8,9 +8,10 @@ The same model and train step as bench/bench_model.c (docs/math.md §3, §4, §9
   token Embedding N(0,1) + learned position Embedding -> n_layers pre-LN blocks
   (x += mixer(LN1(x)); x += fc2(GELU(fc1(LN2(x))))) -> final LN -> Linear(D, V), PyTorch init.
   sdpa      causal MHA, q/k/v/out Linear with bias (q, k, v fused into one Linear(D, 3D): the same
-            math, the usual fast way), explicit matmul + masked softmax (torch 1.13 has no
-            F.scaled_dot_product_attention); with --device cuda (torch 2.x) sdpa, metric and quadratic
-            attend through F.scaled_dot_product_attention (flash / memory-efficient kernels)
+            math, the usual fast way); sdpa, metric and quadratic attend through
+            F.scaled_dot_product_attention where the torch has it (2.x, as a user would: its fused CPU
+            flash attention, on the GPU the flash / memory-efficient kernels), else (torch 1.13) an
+            explicit matmul + masked softmax
   metric    per head p = x Wp (no bias), M symmetric from its upper triangle Mbar [H, dk(dk+1)/2],
             r = (p M) p^T / sqrt(dk), causal softmax, t = s p (values = p), E without bias
   quadratic the same with an unconstrained M [H, dk, dk]
@@ -76,7 +77,7 @@ class Mixer(nn.Module):
 
     def attend(self, q, k, v):
         # q, k, v [B, H, T, dk]; q already scaled
-        if args.device == "cuda":  # torch 2.x: its fused kernels (flash / memory-efficient), as a user would
+        if hasattr(F, "scaled_dot_product_attention"):  # torch 2.x: its fused kernels, as a user would
             return sdpa(q, k, v)
         T = q.shape[2]
         s = torch.matmul(q, k.transpose(-2, -1)).masked_fill_(self.mask[:T, :T], float("-inf"))
