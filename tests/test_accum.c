@@ -66,7 +66,7 @@ static run train(const mf_model_config *c, int micro, int holes, int use_train_s
         make_batch(s, holes, x, y);
         if (use_train_step) {
             float ar;
-            train_step(r.ctx, r.m, &opt, 0, x, y, rows, mb, T, &r.loss[s], &ar, NULL);
+            train_step(r.ctx, r.m, &opt, 0, x, y, rows, mb, T, &r.loss[s], &ar, NULL, NULL);
             continue;
         }
         for (int i = 0; i < rows * T; i++) counted += y[i] != -1;
