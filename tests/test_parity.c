@@ -3,7 +3,10 @@
  * tests/goldens/<config>.safetensors (written by tests/parity/make_goldens.py, `make goldens`)
  * holds a model config in __metadata__ ("cfg.*"), the weights ("param.<name>"), a batch ("ids",
  * "targets", I32 [B, T]) and what PyTorch computed in float64 from docs/math.md: "logits" [B, T, V],
- * "loss" [1] and "grad.<name>" for every parameter. This test builds the model from the metadata,
+ * "loss" [1] and "grad.<name>" for every parameter. A classifier (cfg.n_classes = C > 0, docs/math.md
+ * §20.3) has "lengths" and "labels" (I32 [B]) instead of targets and "logits" [B, C], and is run
+ * with mf_model_classify_logits / mf_model_classify_loss. Non-causal models (cfg.causal = 0, §20.1)
+ * and the stream_norm block (cfg.block, §19.2) come from the same metadata. This test builds the model from the metadata,
  * copies the weights in, runs forward, loss and backward in fp32 and compares every tensor:
  *     err = max|c - golden| / max(max|golden|, 1e-6) <= 1e-4
  * A golden gradient that is exactly zero (zero by the math: key biases, the LayerNorm beta before
@@ -24,27 +27,25 @@
 #include "golden.h"
 
 /* ---- the config from the metadata ---------------------------------------------------------- */
-static int meta_enum(const char *path, const char *key, const char *const *names, int n, int *ok) {
+/* the value of an enum named in the metadata, read with the library's own from_name */
+static int meta_enum(const char *path, const char *key, int (*from_name)(const char *), int *ok) {
     char buf[64];
-    int i;
+    int v;
     if (mf_load_meta(path, key, buf, sizeof buf) < 0) { printf("    %s: no metadata \"%s\"\n", path, key); *ok = 0; return 0; }
-    for (i = 0; i < n; i++) if (strcmp(buf, names[i]) == 0) return i;
+    if ((v = from_name(buf)) >= 0) return v;
     printf("    %s: unknown %s \"%s\"\n", path, key, buf);
     *ok = 0;
     return 0;
 }
 
 static mf_model_config config_from(const char *path, int *B, int *T, int *ok) {
-    static const char *const pos[] = {"none", "learned", "sinusoidal"};
-    static const char *const act[] = {"relu", "gelu", "gelu_tanh", "silu"};
     mf_model_config c = mf_model_config_default();
     char buf[64];
-    if (mf_load_meta(path, "cfg.mixer", buf, sizeof buf) < 0 || mf_mixer_from_name(buf) < 0) {
-        printf("    %s: missing or unknown cfg.mixer\n", path);
-        *ok = 0;
-    } else c.mixer = (mf_mixer_kind)mf_mixer_from_name(buf);
-    c.pos = (mf_pos_kind)meta_enum(path, "cfg.pos", pos, 3, ok);
-    c.ffn_act = (mf_act_kind)meta_enum(path, "cfg.ffn_act", act, 4, ok);
+    c.mixer = (mf_mixer_kind)meta_enum(path, "cfg.mixer", mf_mixer_from_name, ok);
+    c.pos = (mf_pos_kind)meta_enum(path, "cfg.pos", mf_pos_from_name, ok);
+    c.ffn_act = (mf_act_kind)meta_enum(path, "cfg.ffn_act", mf_act_from_name, ok);
+    c.block = (mf_block_kind)meta_enum(path, "cfg.block", mf_block_from_name, ok);
+    c.linear_feature = (mf_feature_kind)meta_enum(path, "cfg.linear_feature", mf_feature_from_name, ok);
     c.vocab = meta_int(path, "cfg.vocab", ok);
     c.d_model = meta_int(path, "cfg.d_model", ok);
     c.n_heads = meta_int(path, "cfg.n_heads", ok);
@@ -56,6 +57,9 @@ static mf_model_config config_from(const char *path, int *B, int *T, int *ok) {
     c.pool_size = meta_int(path, "cfg.pool_size", ok);
     c.pool_causal = meta_int(path, "cfg.pool_causal", ok);
     c.clone_layers = meta_int(path, "cfg.clone_layers", ok);
+    c.causal = meta_int(path, "cfg.causal", ok);
+    c.n_classes = meta_int(path, "cfg.n_classes", ok);
+    c.dpfp_nu = meta_int(path, "cfg.dpfp_nu", ok);
     if (mf_load_meta(path, "cfg.ln_eps", buf, sizeof buf) < 0) *ok = 0; else c.ln_eps = (float)atof(buf);
     if (mf_load_meta(path, "cfg.dropout", buf, sizeof buf) < 0) *ok = 0; else c.dropout = (float)atof(buf);
     *B = meta_int(path, "parity.B", ok);
@@ -76,6 +80,22 @@ static void compare(tally *t, const golden *g, const gt_entry *e, const float *g
 
 static char current[128]; /* the config being tested */
 static int mixers_seen[MF_MIXER_COUNT];
+static int non_causal_seen, classifier_seen, stream_norm_seen, elu1_seen;
+
+/* a copy of the I32 entry `name` of shape [n0] (n1 = 0) or [n0, n1]; NULL (and a message) when it
+   is missing, not I32, of another shape, or memory runs out */
+static int32_t *golden_int_tensor(const golden *g, const char *path, const char *name, int n0, int n1) {
+    const gt_entry *e = golden_find(g, "", name);
+    int shape[2];
+    int32_t *v;
+    shape[0] = n0; shape[1] = n1;
+    if (!e || !e->i32 || !same_shape(e, n1 ? 2 : 1, shape)) {
+        printf("    %s: %s is missing or not I32 [%d%s]\n", path, name, n0, n1 ? ", T" : "");
+        return NULL;
+    }
+    if ((v = (int32_t *)malloc((size_t)e->ne * sizeof(int32_t)))) golden_ints(g, e, v);
+    return v;
+}
 
 static void test_config(void) {
     char path[256];
@@ -85,8 +105,8 @@ static void test_config(void) {
     mf_ctx *ctx = NULL;
     mf_model *m = NULL;
     mf_model_config cfg;
-    int32_t *ids = NULL, *targets = NULL;
-    int B = 0, T = 0, ok = 1, i, n_param_entries = 0;
+    int32_t *ids = NULL, *targets = NULL, *lengths = NULL, *labels = NULL;
+    int B = 0, T = 0, ok = 1, i, n_param_entries = 0, cls;
     double gscale = 0;
     tally t;
     memset(&t, 0, sizeof t);
@@ -95,7 +115,12 @@ static void test_config(void) {
     cfg = config_from(path, &B, &T, &ok);
     MFT_CHECK(ok);
     if (!ok) goto done;
+    cls = cfg.n_classes > 0;
     mixers_seen[cfg.mixer] = 1;
+    non_causal_seen |= !cfg.causal;
+    classifier_seen |= cls;
+    stream_norm_seen |= cfg.block == MF_BLOCK_STREAM_NORM;
+    elu1_seen |= cfg.mixer == MF_MIXER_LINEAR && cfg.linear_feature == MF_FEATURE_ELU1;
     ctx = mf_ctx_new(1);
     m = mf_model_new(ctx, &cfg);
     if (!m) { printf("    %s\n", mf_error(ctx)); MFT_CHECK(m != NULL); goto done; }
@@ -114,37 +139,30 @@ static void test_config(void) {
     for (i = 0; i < g.n; i++) n_param_entries += strncmp(g.e[i].name, "param.", 6) == 0;
     MFT_CHECK(n_param_entries == mf_param_tensors(ctx));
 
-    /* the batch */
-    {
-        int bt[2];
-        const gt_entry *ei = golden_find(&g, "", "ids"), *et = golden_find(&g, "", "targets");
-        bt[0] = B; bt[1] = T;
-        if (!ei || !et || !ei->i32 || !et->i32 || !same_shape(ei, 2, bt) || !same_shape(et, 2, bt)) {
-            printf("    %s: ids / targets are missing or not I32 [%d, %d]\n", path, B, T);
-            MFT_CHECK(0);
-            goto done;
-        }
-        ids = (int32_t *)malloc((size_t)B * T * sizeof(int32_t));
-        targets = (int32_t *)malloc((size_t)B * T * sizeof(int32_t));
-        if (!ids || !targets) { MFT_CHECK(0); goto done; }
-        golden_ints(&g, ei, ids);
-        golden_ints(&g, et, targets);
-    }
+    /* the batch: a language model's targets [B, T], a classifier's lengths and labels [B] */
+    ids = golden_int_tensor(&g, path, "ids", B, T);
+    if (cls) {
+        lengths = golden_int_tensor(&g, path, "lengths", B, 0);
+        labels = golden_int_tensor(&g, path, "labels", B, 0);
+    } else targets = golden_int_tensor(&g, path, "targets", B, T);
+    MFT_CHECK(ids && (cls ? lengths && labels : targets != NULL));
+    if (!ids || (cls ? !lengths || !labels : !targets)) goto done;
 
-    /* forward: logits */
+    /* forward: logits [B, T, V] of a language model, [B, C] of a classifier */
     {
-        mf_tensor *logits = mf_model_forward(m, ids, B, T);
+        mf_tensor *logits = cls ? mf_model_classify_logits(m, ids, lengths, B, T) : mf_model_forward(m, ids, B, T);
         int shape[3];
-        shape[0] = B; shape[1] = T; shape[2] = cfg.vocab;
+        shape[0] = B; shape[1] = cls ? cfg.n_classes : T; shape[2] = cfg.vocab;
         e = golden_find(&g, "", "logits");
-        MFT_CHECK(logits != NULL && e != NULL && !e->i32 && same_shape(e, 3, shape));
-        if (!logits || !e || e->i32 || !same_shape(e, 3, shape)) goto done;
+        MFT_CHECK(logits != NULL && e != NULL && !e->i32 && same_shape(e, cls ? 2 : 3, shape));
+        if (!logits) printf("    %s\n", mf_error(ctx));
+        if (!logits || !e || e->i32 || !same_shape(e, cls ? 2 : 3, shape)) goto done;
         compare(&t, &g, e, logits->data, 0.0);
         mf_reset(ctx);
     }
     /* loss and backward: every parameter gradient */
     {
-        mf_tensor *loss = mf_model_loss(m, ids, targets, B, T);
+        mf_tensor *loss = cls ? mf_model_classify_loss(m, ids, lengths, labels, B, T) : mf_model_loss(m, ids, targets, B, T);
         int one = 1;
         e = golden_find(&g, "", "loss");
         MFT_CHECK(loss != NULL && e != NULL && !e->i32 && same_shape(e, 1, &one));
@@ -177,7 +195,7 @@ static void test_config(void) {
     MFT_CHECK(t.n_bad == 0 && t.n_tensors == 2 + mf_param_tensors(ctx));
     printf("    %-15s worst %-34s rel err %.2e  (%d tensors)\n", current, t.worst_name, t.worst, t.n_tensors);
 done:
-    free(ids); free(targets);
+    free(ids); free(targets); free(lengths); free(labels);
     mf_model_free(m);
     mf_ctx_free(ctx);
     golden_close(&g);
@@ -191,6 +209,16 @@ static void test_every_mixer_has_a_golden(void) {
         if (!mixers_seen[k]) printf("    no golden exercises the %s mixer\n", mf_mixer_name((mf_mixer_kind)k));
         MFT_CHECK(mixers_seen[k]);
     }
+}
+
+/* the paths of docs/math.md §19.2 and §20 that PyTorch computes too: non-causal attention (sdpa,
+   metric, linear), the classification head over rows of different lengths, the stream_norm block */
+static void test_every_new_path_has_a_golden(void) {
+    if (!non_causal_seen) printf("    no golden is non-causal (cfg.causal = 0)\n");
+    if (!classifier_seen) printf("    no golden is a classifier (cfg.n_classes > 0)\n");
+    if (!stream_norm_seen) printf("    no golden has the stream_norm block\n");
+    if (!elu1_seen) printf("    no golden has the linear mixer with elu1 features\n");
+    MFT_CHECK(non_causal_seen && classifier_seen && stream_norm_seen && elu1_seen);
 }
 
 int main(void) {
@@ -215,6 +243,7 @@ int main(void) {
     }
     fclose(f);
     MFT_RUN(test_every_mixer_has_a_golden);
+    MFT_RUN(test_every_new_path_has_a_golden);
     printf("    %d parity configs in %.2f s\n", n, mf_time() - t0);
     return mft_finish();
 }

@@ -6,7 +6,9 @@
  * (their init, gamma = 1 and beta = 0, would hide a swapped or ignored affine), and writes
  * OUTDIR/<config>.safetensors with mf_save. The __metadata__ holds the model config (keys "cfg.*",
  * read back by tests/test_parity.c with mf_load_meta) and the batch: "parity.B", "parity.T",
- * "parity.ids" and "parity.targets" (comma-separated row-major [B][T] ints; target -1 = ignored).
+ * "parity.ids" and "parity.targets" (comma-separated row-major [B][T] ints; target -1 = ignored);
+ * a classifier (n_classes > 0, docs/math.md §20.3) has "parity.lengths" and "parity.labels" ([B] ints)
+ * instead of targets, and its ids after a row's length are padding.
  * tests/parity/make_goldens.py reads these files, rebuilds each model in PyTorch from docs/math.md and
  * writes tests/goldens/<config>.safetensors. Prints one line per file written. */
 #define METAFORMER_IMPLEMENTATION
@@ -17,6 +19,9 @@
 #define PB 2
 #define PT 9
 #define PVOCAB 13
+#define CLS_B 4       /* a classifier's batch: rows of lengths CLS_LENGTHS, two of them alike */
+#define CLS_CLASSES 3
+static const int32_t CLS_LENGTHS[CLS_B] = {9, 5, 9, 3};
 
 typedef struct {
     const char *name;
@@ -25,20 +30,33 @@ typedef struct {
     mf_act_kind act;
     int pool_size, pool_causal, clone_layers;
     uint64_t seed;
+    int d_model, n_layers, d_ff;
+    /* the paths of docs/math.md §19.2 and §20 (zero: the pre-norm causal language model) */
+    int non_causal, n_classes;
+    mf_block_kind block;
+    mf_feature_kind linear_feature;
 } parity_config;
 
-static const parity_config configs[] = {
-    {"sdpa",          MF_MIXER_SDPA,      MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 101},
-    {"sdpa_sin_clone", MF_MIXER_SDPA,     MF_POS_SINUSOIDAL, MF_ACT_RELU, 3, 1, 1, 102},
-    {"metric",        MF_MIXER_METRIC,    MF_POS_LEARNED,    MF_ACT_RELU, 3, 1, 0, 103},
-    {"quadratic",     MF_MIXER_QUADRATIC, MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 104},
-    {"pool_causal3",  MF_MIXER_POOL,      MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 105},
-    {"pool_centred5", MF_MIXER_POOL,      MF_POS_LEARNED,    MF_ACT_RELU, 5, 0, 0, 106},
-    {"identity",      MF_MIXER_IDENTITY,  MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 107},
-};
+/* the width, depth and FFN size: the first goldens' language models, and a smaller shape (a few KB a
+   golden) for the paths of docs/math.md §19.2 and §20 (the seed's classifier has one block) */
+#define LM_SHAPE 24, 2, 40
+#define SMALL_SHAPE(n_layers) 12, n_layers, 16
 
-static const char *pos_names[] = {"none", "learned", "sinusoidal"};
-static const char *act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+static const parity_config configs[] = {
+    {"sdpa",          MF_MIXER_SDPA,      MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 101, LM_SHAPE, 0, 0, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"sdpa_sin_clone", MF_MIXER_SDPA,     MF_POS_SINUSOIDAL, MF_ACT_RELU, 3, 1, 1, 102, LM_SHAPE, 0, 0, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"metric",        MF_MIXER_METRIC,    MF_POS_LEARNED,    MF_ACT_RELU, 3, 1, 0, 103, LM_SHAPE, 0, 0, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"quadratic",     MF_MIXER_QUADRATIC, MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 104, LM_SHAPE, 0, 0, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"pool_causal3",  MF_MIXER_POOL,      MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 105, LM_SHAPE, 0, 0, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"pool_centred5", MF_MIXER_POOL,      MF_POS_LEARNED,    MF_ACT_RELU, 5, 0, 0, 106, LM_SHAPE, 0, 0, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"identity",      MF_MIXER_IDENTITY,  MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 107, LM_SHAPE, 0, 0, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"cls_sdpa",      MF_MIXER_SDPA,      MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 108, SMALL_SHAPE(1), 1, CLS_CLASSES, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"cls_metric",    MF_MIXER_METRIC,    MF_POS_LEARNED,    MF_ACT_RELU, 3, 1, 0, 109, SMALL_SHAPE(1), 1, CLS_CLASSES, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"cls_linear_elu", MF_MIXER_LINEAR,   MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 110, SMALL_SHAPE(1), 1, CLS_CLASSES,
+     MF_BLOCK_PRE_NORM, MF_FEATURE_ELU1},
+    {"cls_linear_dpfp", MF_MIXER_LINEAR,  MF_POS_LEARNED,    MF_ACT_RELU, 3, 1, 0, 111, SMALL_SHAPE(1), 1, CLS_CLASSES, MF_BLOCK_PRE_NORM, MF_FEATURE_DPFP},
+    {"stream_sdpa",   MF_MIXER_SDPA,      MF_POS_LEARNED,    MF_ACT_GELU, 3, 1, 0, 112, SMALL_SHAPE(2), 0, 0, MF_BLOCK_STREAM_NORM, MF_FEATURE_DPFP},
+};
 
 /* a small deterministic generator (xorshift64*), independent of the library's RNG */
 static uint64_t rng_state;
@@ -60,16 +78,19 @@ static int export_one(const parity_config *pc, const char *outdir) {
     mf_model_config cfg = mf_model_config_default();
     mf_ctx *ctx = mf_ctx_new(pc->seed);
     mf_model *m;
-    int32_t ids[PB * PT], targets[PB * PT];
-    char path[1024], vals[24][32], ids_s[512], tg_s[512];
-    const char *meta[2 * 24];
-    int i, n = 0, rc;
+    int32_t ids[CLS_B * PT], targets[PB * PT], labels[CLS_B];
+    char path[1024], vals[32][32], ids_s[512], tg_s[512], len_s[64], lab_s[64];
+    const char *meta[2 * 32];
+    int i, n = 0, rc, B = pc->n_classes ? CLS_B : PB;
 
-    cfg.vocab = PVOCAB; cfg.d_model = 24; cfg.n_heads = 3; cfg.n_layers = 2; cfg.d_ff = 40;
+    cfg.vocab = PVOCAB; cfg.d_model = pc->d_model; cfg.n_heads = 3; cfg.n_layers = pc->n_layers; cfg.d_ff = pc->d_ff;
     cfg.max_seq = 12; /* > T: rows T.. of a learned position table must get zero gradient */
     cfg.mixer = pc->mixer; cfg.pos = pc->pos; cfg.ffn_act = pc->act;
     cfg.ffn_bias = 1; cfg.attn_bias = 1; cfg.pool_size = pc->pool_size; cfg.pool_causal = pc->pool_causal;
     cfg.dropout = 0.0f; cfg.clone_layers = pc->clone_layers; cfg.ln_eps = 1e-5f;
+    cfg.causal = !pc->non_causal; cfg.n_classes = pc->n_classes; cfg.block = pc->block;
+    cfg.linear_feature = pc->linear_feature;
+    if (pc->mixer == MF_MIXER_LINEAR && pc->linear_feature == MF_FEATURE_DPFP) cfg.dpfp_nu = 2; /* more than one roll */
     if (!ctx || !(m = mf_model_new(ctx, &cfg))) {
         fprintf(stderr, "parity_export: %s: %s\n", pc->name, ctx ? mf_error(ctx) : "out of memory");
         mf_ctx_free(ctx);
@@ -81,7 +102,8 @@ static int export_one(const parity_config *pc, const char *outdir) {
         mf_tensor *p = mf_param_at(ctx, i);
         const char *name = p->name;
         int64_t j;
-        if (!(strstr(name, ".ln1.") || strstr(name, ".ln2.") || strncmp(name, "ln_f.", 5) == 0)) continue;
+        if (!(strstr(name, ".ln1.") || strstr(name, ".ln2.") || strstr(name, ".ln_mid.") || strncmp(name, "ln_f.", 5) == 0))
+            continue;
         if (pc->clone_layers && strncmp(name, "layers.", 7) == 0 && strncmp(name, "layers.0.", 9) != 0) {
             char twin[128];
             snprintf(twin, sizeof twin, "layers.0.%s", strchr(name + 7, '.') + 1);
@@ -91,20 +113,27 @@ static int export_one(const parity_config *pc, const char *outdir) {
         for (j = 0; j < p->ne; j++)
             p->data[j] = (strcmp(strrchr(name, '.'), ".weight") == 0 ? 1.0f : 0.0f) + 0.2f * rng_uniform();
     }
-    /* the batch: random tokens, next-token targets, a few ignored (-1) */
-    for (i = 0; i < PB * PT; i++) ids[i] = (int32_t)(rng_next() % PVOCAB);
-    for (i = 0; i < PB * PT; i++) targets[i] = (i % PT < PT - 1) ? ids[i + 1] : (int32_t)(rng_next() % PVOCAB);
-    targets[2] = -1; targets[PT + 5] = -1; targets[PT + PT - 1] = -1;
-    join_ints(ids_s, sizeof ids_s, ids, PB * PT);
-    join_ints(tg_s, sizeof tg_s, targets, PB * PT);
+    /* the batch: random tokens; a language model's next-token targets, a few ignored (-1); a
+       classifier's labels, one per row (the ids past a row's length are padding, random as well) */
+    for (i = 0; i < B * PT; i++) ids[i] = (int32_t)(rng_next() % PVOCAB);
+    if (pc->n_classes) {
+        for (i = 0; i < B; i++) labels[i] = (int32_t)(rng_next() % (uint32_t)pc->n_classes);
+        join_ints(len_s, sizeof len_s, CLS_LENGTHS, B);
+        join_ints(lab_s, sizeof lab_s, labels, B);
+    } else {
+        for (i = 0; i < PB * PT; i++) targets[i] = (i % PT < PT - 1) ? ids[i + 1] : (int32_t)(rng_next() % PVOCAB);
+        targets[2] = -1; targets[PT + 5] = -1; targets[PT + PT - 1] = -1;
+        join_ints(tg_s, sizeof tg_s, targets, PB * PT);
+    }
+    join_ints(ids_s, sizeof ids_s, ids, B * PT);
 
 #define META_S(k, v) (meta[2 * n] = (k), meta[2 * n + 1] = (v), n++)
 #define META_I(k, v) (snprintf(vals[n], sizeof vals[n], "%d", (int)(v)), META_S(k, vals[n]))
 #define META_G(k, v) (snprintf(vals[n], sizeof vals[n], "%.7g", (double)(v)), META_S(k, vals[n]))
     META_S("parity.config", pc->name);
     META_S("cfg.mixer", mf_mixer_name(cfg.mixer));
-    META_S("cfg.pos", pos_names[cfg.pos]);
-    META_S("cfg.ffn_act", act_names[cfg.ffn_act]);
+    META_S("cfg.pos", mf_pos_name(cfg.pos));
+    META_S("cfg.ffn_act", mf_act_name(cfg.ffn_act));
     META_I("cfg.vocab", cfg.vocab);
     META_I("cfg.d_model", cfg.d_model);
     META_I("cfg.n_heads", cfg.n_heads);
@@ -118,11 +147,19 @@ static int export_one(const parity_config *pc, const char *outdir) {
     META_I("cfg.clone_layers", cfg.clone_layers);
     META_G("cfg.ln_eps", cfg.ln_eps);
     META_G("cfg.dropout", cfg.dropout);
+    META_I("cfg.causal", cfg.causal);
+    META_I("cfg.n_classes", cfg.n_classes);
+    META_S("cfg.block", mf_block_name(cfg.block));
+    META_S("cfg.linear_feature", mf_feature_name(cfg.linear_feature));
+    META_I("cfg.dpfp_nu", cfg.dpfp_nu);
     META_I("parity.seed", pc->seed);
-    META_I("parity.B", PB);
+    META_I("parity.B", B);
     META_I("parity.T", PT);
     META_S("parity.ids", ids_s);
-    META_S("parity.targets", tg_s);
+    if (pc->n_classes) {
+        META_S("parity.lengths", len_s);
+        META_S("parity.labels", lab_s);
+    } else META_S("parity.targets", tg_s);
 #undef META_S
 #undef META_I
 #undef META_G

@@ -3,13 +3,15 @@
 
 1. Runs build/parity_export, which writes one safetensors file per parity config to build/parity/:
    the model's weights (mf_save), the config and the batch (ids, targets) in __metadata__.
-2. For each file, builds the same model in PyTorch from docs/math.md (sections 3, 4, 9,
-   10) - independent code, not a port of metaformer.h - and runs forward, cross-entropy (mean over
-   the targets != -1) and backward in float64 (the golden: the truth) and in float32 (a check that
-   fp32 can meet the 1e-4 tolerance at all).
-3. Writes tests/goldens/<config>.safetensors (all F32 except ids/targets, I32):
+2. For each file, builds the same model in PyTorch from docs/math.md (sections 3, 4, 7.1, 7.5, 9,
+   10, 19.2, 20) - independent code, not a port of metaformer.h - and runs forward, cross-entropy
+   (mean over the targets != -1) and backward in float64 (the golden: the truth) and in float32 (a
+   check that fp32 can meet the 1e-4 tolerance at all).
+3. Writes tests/goldens/<config>.safetensors (all F32 except ids/targets/lengths/labels, I32):
      param.<name>   every weight, exactly as exported     ids, targets   [B, T]
      grad.<name>    dLoss/dparam (float64 run)             logits [B, T, V], loss [1]
+   A classifier (cfg.n_classes > 0, docs/math.md §20.3) has lengths [B] and labels [B] instead of
+   targets, and logits [B, C]: the mean cross-entropy over the rows.
    with the config in __metadata__ ("cfg.*", read by tests/test_parity.c with mf_load_meta),
    and tests/goldens/manifest.txt (one config per line), which the C test walks.
 
@@ -120,20 +122,23 @@ def merge(o):
     return o.transpose(1, 2).reshape(B, T, H * e)
 
 
-def causal_softmax(scores):
-    """softmax over the key axis with -inf where key j > query i (docs/math.md §3.6)."""
+def attention_softmax(scores, causal):
+    """softmax over the key axis; causal: -inf where key j > query i (docs/math.md §3.6), else every
+    key is visible (docs/math.md §20.1)."""
+    if not causal:
+        return torch.softmax(scores, dim=-1)
     T = scores.shape[-1]
     visible = torch.ones(T, T, dtype=torch.bool).tril()
     return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
 
 
-def mha(xn, P, pre, H, bias):
-    """docs/math.md §4: labml MHA, q, k, v, out Linear with bias, scale 1/sqrt(dk), causal."""
+def mha(xn, P, pre, H, bias, causal):
+    """docs/math.md §4: labml MHA, q, k, v, out Linear with bias, scale 1/sqrt(dk)."""
     dk = xn.shape[-1] // H
     q = heads(F.linear(xn, P(pre + "q.weight"), P.opt(pre + "q.bias", bias)), H)
     k = heads(F.linear(xn, P(pre + "k.weight"), P.opt(pre + "k.bias", bias)), H)
     v = heads(F.linear(xn, P(pre + "v.weight"), P.opt(pre + "v.bias", bias)), H)
-    a = causal_softmax(q @ k.transpose(-1, -2) / math.sqrt(dk))
+    a = attention_softmax(q @ k.transpose(-1, -2) / math.sqrt(dk), causal)
     return F.linear(merge(a @ v), P(pre + "out.weight"), P.opt(pre + "out.bias", bias))
 
 
@@ -147,13 +152,13 @@ def metric_form(mbar, dk):
     return mbar[:, idx]  # [H, dk, dk]
 
 
-def form_attention(xn, P, pre, H, M):
-    """docs/math.md §9.2 / 9.5: p = x Wp per head, r = p M p^T, s = causal softmax(r / sqrt(dk)), t = s p,
+def form_attention(xn, P, pre, H, M, causal):
+    """docs/math.md §9.2 / 9.5: p = x Wp per head, r = p M p^T, s = softmax(r / sqrt(dk)), t = s p,
     y = tbar E^T (no biases)."""
     dk = xn.shape[-1] // H
     p = heads(F.linear(xn, P(pre + "p.weight")), H)               # [B, H, T, dk]
     r = torch.einsum("bhck,hkl,bhdl->bhcd", p, M, p)               # r[c][c'] = p_c M p_c'^T
-    s = causal_softmax(r / math.sqrt(dk))
+    s = attention_softmax(r / math.sqrt(dk), causal)
     return F.linear(merge(s @ p), P(pre + "e.weight"))
 
 
@@ -169,6 +174,35 @@ def pool(xn, k, causal):
     return mean.transpose(1, 2) - xn
 
 
+def dpfp(x, nu, eps=1e-6):
+    """docs/math.md §7.1: a = ReLU([x, -x]); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk], r = 1..nu;
+    divided by its sum (+ eps)."""
+    a = F.relu(torch.cat([x, -x], dim=-1))
+    phi = torch.cat([a * torch.roll(a, shifts=r, dims=-1) for r in range(1, nu + 1)], dim=-1)
+    return phi / (phi.sum(dim=-1, keepdim=True) + eps)
+
+
+def linear_attention(xn, P, pre, H, cfg, causal):
+    """docs/math.md §7.5 and §20.2: phi(q), phi(k), v bias-free per head; y_t = W phi(q_t) with W the
+    sum of v_j phi(k_j)^T over the keys j <= t (causal) or all keys; elu + 1 features divide by
+    z . phi(q_t) + 1e-6 (z the sum of phi(k_j) over the same keys), DPFP features do not."""
+    if cfg["linear_feature"] == "elu1":
+        phi = lambda x: F.elu(x) + 1
+    else:
+        phi = lambda x: dpfp(x, cfg["dpfp_nu"])
+    q = phi(heads(F.linear(xn, P(pre + "q.weight")), H))
+    k = phi(heads(F.linear(xn, P(pre + "k.weight")), H))
+    v = heads(F.linear(xn, P(pre + "v.weight")), H)
+    w = q @ k.transpose(-1, -2)                                      # w[t][j] = phi(q_t) . phi(k_j)
+    if causal:
+        T = w.shape[-1]
+        w = w * torch.ones(T, T, dtype=w.dtype).tril()
+    y = w @ v                                                        # = W phi(q_t)
+    if cfg["linear_feature"] == "elu1":
+        y = y / (w.sum(dim=-1, keepdim=True) + 1e-6)                 # z . phi(q_t) = sum_j w[t][j]
+    return F.linear(merge(y), P(pre + "out.weight"), P(pre + "out.bias"))
+
+
 ACTS = {
     "relu": F.relu,
     "gelu": lambda x: F.gelu(x),                        # exact erf form (docs/math.md §10)
@@ -177,11 +211,27 @@ ACTS = {
 }
 
 
-def model_forward(P, cfg, ids, dtype):
-    """docs/math.md §10 (NLP MetaFormer, pre-norm) with the labml pieces of docs/math.md §3: embedding N(0,1) without
-    sqrt(D) scaling [+ positions] -> blocks -> final LayerNorm -> Linear(D, V, bias)."""
+def mixer_forward(xn, P, pre, cfg):
+    D, H, mixer, causal = cfg["d_model"], cfg["n_heads"], cfg["mixer"], cfg["causal"]
+    if mixer == "sdpa":
+        return mha(xn, P, pre, H, cfg["attn_bias"], causal)
+    if mixer == "metric":
+        return form_attention(xn, P, pre, H, metric_form(P(pre + "metric"), D // H), causal)
+    if mixer == "quadratic":
+        return form_attention(xn, P, pre, H, P(pre + "quad").view(H, D // H, D // H), causal)
+    if mixer == "pool":  # a non-causal model pools the centred window (docs/math.md §20.1)
+        return pool(xn, cfg["pool_size"], causal and cfg["pool_causal"])
+    if mixer == "linear":
+        return linear_attention(xn, P, pre, H, cfg, causal)
+    raise ValueError(mixer)
+
+
+def features(P, cfg, ids, dtype):
+    """docs/math.md §10 (NLP MetaFormer) with the labml pieces of docs/math.md §3: embedding N(0,1) without
+    sqrt(D) scaling [+ positions] -> blocks -> final LayerNorm. The pre-norm block (§3.5) or the
+    stream_norm block (§19.2: s = LN1(x); s = s + mixer(s); s = LN_mid(s); x = s + FFN(LN2(s)))."""
     B, T = ids.shape
-    D, H, mixer = cfg["d_model"], cfg["n_heads"], cfg["mixer"]
+    D, mixer = cfg["d_model"], cfg["mixer"]
     x = F.embedding(ids, P("tok_emb"))
     if cfg["pos"] == "learned":
         x = x + P("pos_emb")[:T]
@@ -190,33 +240,43 @@ def model_forward(P, cfg, ids, dtype):
     act = ACTS[cfg["ffn_act"]]
     for l in range(cfg["n_layers"]):
         pre = f"layers.{l}."
-        if mixer != "identity":  # docs/math.md §9.8 DEFAULT: the identity mixer's sub-block is omitted
-            xn = layer_norm(x, P(pre + "ln1.weight"), P(pre + "ln1.bias"))
-            if mixer == "sdpa":
-                y = mha(xn, P, pre + "attn.", H, cfg["attn_bias"])
-            elif mixer == "metric":
-                y = form_attention(xn, P, pre + "attn.", H, metric_form(P(pre + "attn.metric"), D // H))
-            elif mixer == "quadratic":
-                y = form_attention(xn, P, pre + "attn.", H, P(pre + "attn.quad").view(H, D // H, D // H))
-            elif mixer == "pool":
-                y = pool(xn, cfg["pool_size"], cfg["pool_causal"])
-            else:
-                raise ValueError(mixer)
-            x = x + y  # dropout 0
+        if cfg["block"] == "stream_norm":
+            s = layer_norm(x, P(pre + "ln1.weight"), P(pre + "ln1.bias"))
+            s = s + mixer_forward(s, P, pre + "attn.", cfg)
+            x = layer_norm(s, P(pre + "ln_mid.weight"), P(pre + "ln_mid.bias"))
+        elif mixer != "identity":  # docs/math.md §9.8 DEFAULT: the identity mixer's sub-block is omitted
+            x = x + mixer_forward(layer_norm(x, P(pre + "ln1.weight"), P(pre + "ln1.bias")), P, pre + "attn.", cfg)
         xn = layer_norm(x, P(pre + "ln2.weight"), P(pre + "ln2.bias"))
         fb = cfg["ffn_bias"]
         h = act(F.linear(xn, P(pre + "ffn.fc1.weight"), P.opt(pre + "ffn.fc1.bias", fb)))
         x = x + F.linear(h, P(pre + "ffn.fc2.weight"), P.opt(pre + "ffn.fc2.bias", fb))
-    x = layer_norm(x, P("ln_f.weight"), P("ln_f.bias"))
-    return F.linear(x, P("head.weight"), P("head.bias"))
+    return layer_norm(x, P("ln_f.weight"), P("ln_f.bias"))
 
 
-def run(weights, cfg, ids, targets, dtype):
-    P = Params({n: torch.tensor(w, dtype=dtype, requires_grad=True) for n, w in weights.items()})
-    logits = model_forward(P, cfg, torch.tensor(ids, dtype=torch.long), dtype)
+def lm_loss(P, cfg, batch, dtype):
+    """a language model: logits [B, T, V] = Linear(D, V) of the features; the mean cross-entropy over
+    the targets != -1"""
+    logits = F.linear(features(P, cfg, torch.tensor(batch["ids"], dtype=torch.long), dtype),
+                      P("head.weight"), P("head.bias"))
     V = logits.shape[-1]
-    loss = F.cross_entropy(logits.reshape(-1, V), torch.tensor(targets, dtype=torch.long).reshape(-1),
+    loss = F.cross_entropy(logits.reshape(-1, V), torch.tensor(batch["targets"], dtype=torch.long).reshape(-1),
                            ignore_index=-1, reduction="mean")
+    return logits, loss
+
+
+def classify_loss(P, cfg, batch, dtype):
+    """docs/math.md §20.3: row b alone, its first L_b ids (the rest is padding), through the blocks;
+    the mean of its features over those positions; logits [B, C] = Linear(D, C) of the means; the
+    mean cross-entropy over the rows"""
+    ids = torch.tensor(batch["ids"], dtype=torch.long)
+    means = [features(P, cfg, ids[b:b + 1, :L], dtype).mean(dim=1) for b, L in enumerate(batch["lengths"])]
+    logits = F.linear(torch.cat(means, dim=0), P("cls.weight"), P("cls.bias"))
+    return logits, F.cross_entropy(logits, torch.tensor(batch["labels"], dtype=torch.long), reduction="mean")
+
+
+def run(weights, cfg, batch, dtype):
+    P = Params({n: torch.tensor(w, dtype=dtype, requires_grad=True) for n, w in weights.items()})
+    logits, loss = (classify_loss if cfg["n_classes"] else lm_loss)(P, cfg, batch, dtype)
     loss.backward()
     unused = set(weights) - P.used
     if unused:
@@ -243,7 +303,11 @@ ZERO_REL = 1e-10
 
 # ---------------------------------------------------------------------------------- main
 INT_KEYS = ("vocab", "d_model", "n_heads", "n_layers", "d_ff", "max_seq", "ffn_bias", "attn_bias",
-            "pool_size", "pool_causal", "clone_layers")
+            "pool_size", "pool_causal", "clone_layers", "causal", "n_classes", "dpfp_nu")
+
+
+def meta_ints(meta, key, shape):
+    return np.array([int(v) for v in meta[key].split(",")], dtype=np.int32).reshape(shape)
 
 
 def golden_for(path):
@@ -255,8 +319,12 @@ def golden_for(path):
     if float(cfg["ln_eps"]) != LN_EPS or float(cfg["dropout"]) != 0.0:
         raise RuntimeError(f"{name}: parity needs ln_eps 1e-5 and dropout 0")
     B, T = int(meta["parity.B"]), int(meta["parity.T"])
-    ids = np.array([int(v) for v in meta["parity.ids"].split(",")], dtype=np.int32).reshape(B, T)
-    targets = np.array([int(v) for v in meta["parity.targets"].split(",")], dtype=np.int32).reshape(B, T)
+    batch = {"ids": meta_ints(meta, "parity.ids", (B, T))}
+    if cfg["n_classes"]:
+        batch["lengths"] = meta_ints(meta, "parity.lengths", (B,))
+        batch["labels"] = meta_ints(meta, "parity.labels", (B,))
+    else:
+        batch["targets"] = meta_ints(meta, "parity.targets", (B, T))
     if cfg["clone_layers"]:  # docs/math.md §3.2: every layer starts as a copy of one prototype
         for n, w in weights.items():
             if n.startswith("layers.") and not n.startswith("layers.0."):
@@ -264,8 +332,8 @@ def golden_for(path):
                 if not np.array_equal(w, weights[twin]):
                     raise RuntimeError(f"{name}: clone_layers is set but {n} differs from {twin}")
 
-    logits64, loss64, grads64 = run(weights, cfg, ids, targets, torch.float64)
-    logits32, loss32, grads32 = run(weights, cfg, ids, targets, torch.float32)
+    logits64, loss64, grads64 = run(weights, cfg, batch, torch.float64)
+    logits32, loss32, grads32 = run(weights, cfg, batch, torch.float32)
     gscale = max(float(np.max(np.abs(g))) for g in grads64.values())
     zeros = [n for n, g in grads64.items() if float(np.max(np.abs(g))) <= ZERO_REL * gscale]
     for n in zeros:
@@ -276,8 +344,8 @@ def golden_for(path):
         errs["grad." + n] = rel_err(grads32[n], grads64[n], gscale)
     worst = max(errs, key=errs.get)
 
-    tensors = [("ids", ids), ("targets", targets),
-               ("logits", logits64.astype(np.float32)), ("loss", np.array([loss64], dtype=np.float32))]
+    tensors = list(batch.items())
+    tensors += [("logits", logits64.astype(np.float32)), ("loss", np.array([loss64], dtype=np.float32))]
     tensors += [("param." + n, w.astype(np.float32)) for n, w in weights.items()]
     tensors += [("grad." + n, grads64[n].astype(np.float32)) for n in weights]
     out_meta = {k: v for k, v in meta.items() if k.startswith("cfg.")}
