@@ -9,7 +9,9 @@
    draws the seed's figures from the trained seed-form models with the attention inspection API
    (mf_model_attention, mf_model_attention_form): the distances between the learned embeddings, the
    per-head score tables on a fixed input, each head's metric tensor next to sdpa's Wq Wk^T, the loss
-   curves; and writes DIR/report.md that puts the numbers next to the figures and the seed's claims.
+   curves (DIR/NAME.svg; DIR/NAME.dat and the gnuplot script DIR/NAME.gp, run into DIR/NAME.png when
+   gnuplot is installed); and writes DIR/report.md that puts the numbers next to the figures and the
+   seed's claims.
    --quick: a few steps, for the test (tests/test_study.sh). */
 #define _POSIX_C_SOURCE 200809L /* isatty, in common.h */
 #define METAFORMER_IMPLEMENTATION
