@@ -350,7 +350,7 @@ ablate: $(BUILD)/ablate
 	./$(BUILD)/ablate --quick --out $(BUILD)/ablate_sorter
 
 # issue #20: the NLP MetaFormer seed's sorting study (sdpa, metric, quadratic on the seed's model; about
-# half a minute on 2 cores): bench/results/study/report.md and its SVG figures
+# half a minute on 2 cores): bench/results/study/report.md and its SVG figures (+ PNG with gnuplot)
 study: $(BUILD)/study
 	./$(BUILD)/study --out bench/results/study
 

@@ -98,7 +98,7 @@ static const option OPTIONS[] = {
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "validation batches [sorter 8, text 20; --quick 8, 10]"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 0, NULL, "not on a terminal: a progress line every N steps (0 = one line per run)"},
     {"log-y", OPT_FLAG, &S.log_y, RUN_ONLY, 0, NULL, "plot the loss on a log scale (--log-y=0: linear) [sorter: log, text: linear]"},
-    {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "output prefix: PREFIX.csv, .md, _curves.csv, .svg (.png with gnuplot)"},
+    {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "output prefix: PREFIX.csv, .md, _curves.csv, .svg, .gp (.png with gnuplot)"},
     {"seed-configs", OPT_FLAG, &S.seed_configs, RUN_ONLY, 0, NULL,
      "also train each model in its seed's own configuration (row MODEL/seed; see --list-presets)"},
     /* handled by expand_preset before the table is parsed; here for --help */
@@ -573,27 +573,21 @@ static void write_svg(const char *path, const run *runs, int n, const char *titl
     free(s);
 }
 
-/* the same chart as PNG through gnuplot, when it is installed; 0 when the PNG was written */
-static int write_png(const char *png, const char *curves, const run *runs, int n, const char *title, int log_y) {
-    FILE *g;
-    if (system("command -v gnuplot > /dev/null 2>&1") != 0 || !(g = popen("gnuplot > /dev/null 2>&1", "w"))) return -1;
-    remove(png);
-    fprintf(g, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 900,540 noenhanced } "
-               "else { set terminal png size 900,540 noenhanced }\n");
-    fprintf(g, "set output '%s'\nset datafile separator ','\nset key outside right\nset grid\n", png);
-    fprintf(g, "set title '%s'\nset xlabel 'optimizer step'\nset ylabel 'training loss (nats, cross-entropy%s)'\n%s", title,
+/* the same chart as STEM.png, from the curves CSV, by the script STEM.gp: gp_draw's result */
+static int write_png(const char *stem, const char *curves, const run *runs, int n, const char *title, int log_y) {
+    FILE *g = gp_script(stem, 900, 540, 1);
+    fprintf(g, "set datafile separator ','\nset key outside right\nset grid\nset title ");
+    gp_string(g, title);
+    fprintf(g, "\nset xlabel 'optimizer step'\nset ylabel 'training loss (nats, cross-entropy%s)'\n%s",
             log_y ? ", log scale" : "", log_y ? "set logscale y\n" : "");
     fprintf(g, "names = '");
     for (int i = 0; i < n; i++) if (runs[i].n_curve) fprintf(g, "%s ", runs[i].model);
     fprintf(g, "'\ncolors = '");
     for (int i = 0; i < n; i++) if (runs[i].n_curve) fprintf(g, "%s ", COLORS[i % N_COLORS]); /* as in the SVG */
-    fprintf(g, "'\nplot for [i=1:words(names)] '%s' using 2:(strcol(1) eq word(names, i) ? $4 : NaN) "
-               "with lines lw 2 lc rgb word(colors, i) title word(names, i)\n", curves);
-    if (pclose(g) != 0) return -1;
-    FILE *f = fopen(png, "rb");
-    if (!f) return -1;
-    fclose(f);
-    return 0;
+    fprintf(g, "'\nplot for [i=1:words(names)] ");
+    gp_string(g, file_base(curves));
+    fprintf(g, " using 2:(strcol(1) eq word(names, i) ? $4 : NaN) with lines lw 2 lc rgb word(colors, i) title word(names, i)\n");
+    return gp_draw(stem, g);
 }
 
 /* "Tiny Shakespeare-like text (input.txt, ...)": the setup line of the Markdown file and the plot */
@@ -628,15 +622,10 @@ static void write_markdown(const char *path, const char *command, const char *se
     close_out(f, path);
 }
 
-static const char *base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 int main(int argc, char **argv) {
     const char *path = NULL, *models[N_MAX];
     unsigned char given[N_OPTIONS] = {0};
-    char command[2048], setup[2048], title[300], csv[4096], md[4096], curves[4096], svg[4096], png[4096];
+    char command[2048], setup[2048], title[300], csv[4096], md[4096], curves[4096], svg[4096], png[4096], gp[4096];
     text_data text;
     int n_runs, k = snprintf(command, sizeof command, "%s", argv[0]);
     run *runs;
@@ -657,12 +646,11 @@ int main(int argc, char **argv) {
     }
     snprintf(csv, sizeof csv, "%s.csv", S.out); snprintf(md, sizeof md, "%s.md", S.out);
     snprintf(curves, sizeof curves, "%s_curves.csv", S.out); snprintf(svg, sizeof svg, "%s.svg", S.out);
-    snprintf(png, sizeof png, "%s.png", S.out);
+    snprintf(png, sizeof png, "%s.png", S.out); snprintf(gp, sizeof gp, "%s.gp", S.out);
     close_out(open_out(csv), csv); /* fail now, not after an hour of training */
-    describe(setup, sizeof setup, path ? base_name(path) : NULL, path ? &text : NULL, n_runs);
-    if (path) snprintf(title, sizeof title, "training loss, character-level LM on %s", base_name(path));
+    describe(setup, sizeof setup, path ? file_base(path) : NULL, path ? &text : NULL, n_runs);
+    if (path) snprintf(title, sizeof title, "training loss, character-level LM on %s", file_base(path));
     else snprintf(title, sizeof title, "training loss, array sorter");
-    for (char *c = title; *c; c++) if (*c == '\'') *c = ' '; /* gnuplot quotes it */
     printf("ablation: %s\n", setup);
 
     int per_model = S.seed_configs ? 2 : 1;
@@ -684,10 +672,10 @@ int main(int argc, char **argv) {
     write_csv(csv, runs, n_runs, path != NULL);
     write_curves(curves, runs, n_runs);
     write_svg(svg, runs, n_runs, title, S.log_y);
-    int have_png = write_png(png, curves, runs, n_runs, title, S.log_y) == 0;
-    write_markdown(md, command, setup, base_name(svg), runs, n_runs, path != NULL); /* the SVG: always there */
-    printf("\nwrote %s, %s, %s, %s%s%s\n", md, csv, curves, svg, have_png ? ", " : " (no gnuplot: no PNG)",
-           have_png ? png : "");
+    int have_png = write_png(S.out, curves, runs, n_runs, title, S.log_y) > 0;
+    write_markdown(md, command, setup, file_base(svg), runs, n_runs, path != NULL); /* the SVG: always there */
+    printf("\nwrote %s, %s, %s, %s%s%s, %s\n", md, csv, curves, svg, have_png ? ", " : " (no PNG: gnuplot",
+           have_png ? png : gnuplot_found() ? " failed)" : " is not installed)", gp);
     for (int i = 0; i < n_runs; i++) free(runs[i].curve);
     free(runs);
     if (path) text_free(&text);

@@ -9,7 +9,9 @@
    draws the seed's figures from the trained seed-form models with the attention inspection API
    (mf_model_attention, mf_model_attention_form): the distances between the learned embeddings, the
    per-head score tables on a fixed input, each head's metric tensor next to sdpa's Wq Wk^T, the loss
-   curves; and writes DIR/report.md that puts the numbers next to the figures and the seed's claims.
+   curves (DIR/NAME.svg; DIR/NAME.dat and the gnuplot script DIR/NAME.gp, run into DIR/NAME.png when
+   gnuplot is installed); and writes DIR/report.md that puts the numbers next to the figures and the
+   seed's claims.
    --quick: a few steps, for the test (tests/test_study.sh). */
 #define _POSIX_C_SOURCE 200809L /* isatty, in common.h */
 #define METAFORMER_IMPLEMENTATION
@@ -20,7 +22,7 @@
 #include <sys/stat.h>
 
 #define SEED_CEILING 85.7 /* docs/math.md §13: the best token accuracy of a causal model on the seed form */
-enum { N_MIXERS = 3, N_FORMS = 2, D = 9, H = 3, DK = 3, LAYERS = 3, DFF = 36, MAX_STEPS = 100000 };
+enum { N_FIGURES = 7, N_MIXERS = 3, N_FORMS = 2, D = 9, H = 3, DK = 3, LAYERS = 3, DFF = 36, MAX_STEPS = 100000 };
 static const mf_mixer_kind MIXERS_RUN[N_MIXERS] = {MF_MIXER_SDPA, MF_MIXER_METRIC, MF_MIXER_QUADRATIC};
 static const char *const FORMS[N_FORMS] = {"seed", "solvable"};
 /* the fixed input of the score tables (seed form, W = 11 tokens) */
@@ -195,6 +197,31 @@ static const char *const TOKEN_LABELS[SORT_VOCAB] = {"0", "1", "2"};
 
 static void path_in(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", S.out, name); }
 
+static int n_png; /* the figures gnuplot drew */
+
+/* figure NAME (the file name without extension) as DIR/NAME.svg and, with gnuplot, DIR/NAME.png */
+static void heatmaps(const char *name, const char *title, const char *subtitle, const svg_matrix *m, int n, int per_row) {
+    char stem[4096], svg[4096];
+    path_in(stem, sizeof stem, name);
+    svg_heatmaps(stem_path(svg, sizeof svg, stem, ".svg"), title, subtitle, m, n, per_row);
+    n_png += png_heatmaps(stem, title, subtitle, m, n, per_row) > 0;
+}
+static void line_chart(const char *name, const char *title, const char *xlabel, const char *ylabel, const svg_series *s, int n) {
+    char stem[4096], svg[4096];
+    path_in(stem, sizeof stem, name);
+    svg_line_chart(stem_path(svg, sizeof svg, stem, ".svg"), title, xlabel, ylabel, s, n, NULL, NULL);
+    n_png += png_line_chart(stem, title, xlabel, ylabel, s, n) > 0;
+}
+
+/* "![alt](NAME.svg)", and a link to NAME.png when gnuplot drew it */
+static void figure_link(FILE *md, const char *alt, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.png", S.out, name);
+    fprintf(md, "![%s](%s.svg)", alt, name);
+    if (is_png(path)) fprintf(md, " ([PNG](%s.png))", name);
+    fprintf(md, "\n\n");
+}
+
 /* ---- main ---------------------------------------------------------------------------------------- */
 int main(int argc, char **argv) {
     unsigned char given[N_OPTS] = {0};
@@ -257,8 +284,7 @@ int main(int argc, char **argv) {
                 else snprintf(q->title, sizeof q->title, "%s head %d: d A d^T", mf_mixer_name(MIXERS_RUN[k]), p - 1);
                 q->rows = q->cols = SORT_VOCAB; q->v = dist[k][p]; q->row_labels = q->col_labels = TOKEN_LABELS;
             }
-        path_in(path, sizeof path, "embeddings.svg");
-        svg_heatmaps(path, "Distances between the learned token embeddings (seed form)",
+        heatmaps("embeddings", "Distances between the learned token embeddings (seed form)",
                      "left: Euclidean; then per head of layer 0: (e_i - e_j) A_h (e_i - e_j)^T, A_h the head's D x D form",
                      m, N_MIXERS * (1 + H), 1 + H);
     }
@@ -276,8 +302,8 @@ int main(int argc, char **argv) {
                 q->row_labels = q->col_labels = lab;
             }
         snprintf(title, sizeof title, "%s attention scores on a fixed input (rows: queries, columns: keys)", mf_mixer_name(MIXERS_RUN[k]));
-        snprintf(path, sizeof path, "%s/scores_%s.svg", S.out, mf_mixer_name(MIXERS_RUN[k]));
-        svg_heatmaps(path, title, "scaled as the softmax sees them; grey: masked (a key after the query)", m, LAYERS * H, H);
+        snprintf(path, sizeof path, "scores_%s", mf_mixer_name(MIXERS_RUN[k]));
+        heatmaps(path, title, "scaled as the softmax sees them; grey: masked (a key after the query)", m, LAYERS * H, H);
     }
     for (int space = 0; space < 2; space++) { /* each head's form: metric / quadratic M_h next to sdpa's Wq_h Wk_h^T */
         svg_matrix m[N_MIXERS * LAYERS * H];
@@ -292,8 +318,7 @@ int main(int argc, char **argv) {
                     q->rows = q->cols = n;
                     q->v = space ? model_forms[k][l] + h * D * D : head_forms[k][l] + h * DK * DK;
                 }
-        path_in(path, sizeof path, space ? "forms_model.svg" : "forms_head.svg");
-        svg_heatmaps(path, space ? "Each head's bilinear form on the layer input (D x D)" : "Each head's metric tensor next to sdpa's Wq Wk^T (dk x dk)",
+        heatmaps(space ? "forms_model" : "forms_head", space ? "Each head's bilinear form on the layer input (D x D)" : "Each head's metric tensor next to sdpa's Wq Wk^T (dk x dk)",
                      space ? "score = x A x'^T / sqrt(dk); sdpa: Wq_h^T Wk_h, metric / quadratic: Wp_h^T M_h Wp_h"
                            : "metric: M_h (symmetric by construction), quadratic: M_h, sdpa: Wq_h Wk_h^T (the [dk, D] projections)",
                      m, N_MIXERS * LAYERS * H, 3 * H);
@@ -316,9 +341,8 @@ int main(int argc, char **argv) {
                 snprintf(names[i], sizeof names[i], "%s, %s form", mf_mixer_name(MIXERS_RUN[k]), FORMS[f]);
                 s[i].name = names[i]; s[i].x = xs[i]; s[i].y = ys[i]; s[i].n = n;
             }
-        path_in(path, sizeof path, "loss.svg");
         snprintf(title, sizeof title, "Training loss of the sorter (mean of every %d steps)", every);
-        svg_line_chart(path, title, "epoch", "cross-entropy (nats)", s, N_FORMS * N_MIXERS, NULL, NULL);
+        line_chart("loss", title, "epoch", "cross-entropy (nats)", s, N_FORMS * N_MIXERS);
         for (int i = 0; i < N_FORMS * N_MIXERS; i++) { free(xs[i]); free(ys[i]); }
     }
 
@@ -345,10 +369,12 @@ int main(int argc, char **argv) {
                     f ? "100%" : "85.7%", r->secs);
         }
     fprintf(md, "\n(Parameters without the head bias, which is held at zero: the seed's head has none.) "
-                "The seed-form loss floor is about 0.314 nats (docs/math.md §13).\n\n![loss curves](loss.svg)\n\n");
-    fprintf(md, "## The forms of the heads (seed form)\n\n![metric tensors and Wq Wk^T](forms_head.svg)\n\n"
-                "![the forms on the layer input](forms_model.svg)\n\n"
-                "| mixer | layer | head | asymmetry of the dk x dk form | eigenvalue signs (symmetric part) | "
+                "The seed-form loss floor is about 0.314 nats (docs/math.md §13).\n\n");
+    figure_link(md, "loss curves", "loss");
+    fprintf(md, "## The forms of the heads (seed form)\n\n");
+    figure_link(md, "metric tensors and Wq Wk^T", "forms_head");
+    figure_link(md, "the forms on the layer input", "forms_model");
+    fprintf(md, "| mixer | layer | head | asymmetry of the dk x dk form | eigenvalue signs (symmetric part) | "
                 "asymmetry of the D x D form | best cosine with an sdpa head (D x D, symmetric parts) |\n|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < N_MIXERS; k++)
         for (int l = 0; l < LAYERS; l++)
@@ -369,7 +395,9 @@ int main(int argc, char **argv) {
     fprintf(md, "\nAsymmetry = ||A - A^T|| / ||A||. An eigenvalue sign pattern with both + and - is an indefinite form "
                 "(not a metric in the strict sense). The cosine compares a head's D x D form with the most similar sdpa "
                 "head of the same layer (the models are trained separately, so heads need not correspond).\n\n");
-    fprintf(md, "## Embeddings (seed form)\n\n![embedding distances](embeddings.svg)\n\n| mixer | |e0-e1| | |e1-e2| | |e0-e2| | "
+    fprintf(md, "## Embeddings (seed form)\n\n");
+    figure_link(md, "embedding distances", "embeddings");
+    fprintf(md, "| mixer | |e0-e1| | |e1-e2| | |e0-e2| | "
                 "1 between 0 and 2 (Euclidean) | heads of layer 0 whose form orders 0, 1, 2 |\n|---|---|---|---|---|---|\n");
     for (int k = 0; k < N_MIXERS; k++) {
         char heads[64] = "";
@@ -384,8 +412,12 @@ int main(int argc, char **argv) {
     }
     fprintf(md, "\n## Score tables (seed form, input %d %d %d %d %d %d %d %d %d %d %d)\n\n", FIXED[0], FIXED[1], FIXED[2],
             FIXED[3], FIXED[4], FIXED[5], FIXED[6], FIXED[7], FIXED[8], FIXED[9], FIXED[10]);
-    for (int k = 0; k < N_MIXERS; k++)
-        fprintf(md, "![%s scores](scores_%s.svg)\n\n", mf_mixer_name(MIXERS_RUN[k]), mf_mixer_name(MIXERS_RUN[k]));
+    for (int k = 0; k < N_MIXERS; k++) {
+        char alt[64], name[64];
+        snprintf(alt, sizeof alt, "%s scores", mf_mixer_name(MIXERS_RUN[k]));
+        snprintf(name, sizeof name, "scores_%s", mf_mixer_name(MIXERS_RUN[k]));
+        figure_link(md, alt, name);
+    }
     fprintf(md, "The metric mixer's score table of a head is p M p^T with the same p on both sides, so before the mask "
                 "it is symmetric in (query, key); sdpa's q k^T is not.\n");
     {   /* the seed's claims (its README, "Early Explorations with NanoGPT array sorter"), point by point */
@@ -424,7 +456,10 @@ int main(int argc, char **argv) {
                 (long long)mf_param_count(sd->ctx) - SORT_VOCAB, (long long)mf_param_count(me->ctx) - SORT_VOCAB);
     }
     close_out(md, path);
-    printf("wrote %s/report.md, embeddings.svg, scores_*.svg, forms_head.svg, forms_model.svg, loss.svg (%.0f s)\n", S.out,
+    printf("wrote %s/report.md, embeddings.svg, scores_*.svg, forms_head.svg, forms_model.svg, loss.svg; %s (%.0f s)\n", S.out,
+           n_png == N_FIGURES ? "the same as .png through gnuplot"
+           : gnuplot_found() ? "gnuplot failed on some figures: fewer PNG (see the warnings)"
+                             : "no gnuplot: no PNG (the .gp scripts next to the figures draw them)",
            mf_time() - t0);
     for (int f = 0; f < N_FORMS; f++)
         for (int k = 0; k < N_MIXERS; k++) { free(runs[f][k].loss); mf_model_free(runs[f][k].model); mf_ctx_free(runs[f][k].ctx); }

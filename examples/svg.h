@@ -1,6 +1,8 @@
 /* svg.h - the examples' charts as SVG files, written by hand (no library): the axes, ticks and colours
    of line charts (build/ablate's loss plot, build/study's), a generic line chart of named series and
-   panels of annotated heatmaps (matrices with their values in the cells). Include after common.h. */
+   panels of annotated heatmaps (matrices with their values in the cells). The same charts as PNG
+   through gnuplot when it is installed: a data file and a gnuplot script next to the SVG (written
+   always, so the PNG can be drawn later), run when gnuplot is on the PATH. Include after common.h. */
 #ifndef EXAMPLES_SVG_H
 #define EXAMPLES_SVG_H
 
@@ -220,4 +222,219 @@ EX_FN void svg_heatmaps(const char *path, const char *title, const char *subtitl
     fprintf(f, "</svg>\n");
     close_out(f, path);
 }
+/* ---- the same charts as PNG, through gnuplot ------------------------------------------------------
+   A chart's STEM (a path without extension) names its files: STEM.gp the script, STEM.png the image,
+   STEM.dat the data where the chart writes its own. The scripts name their files without directory
+   and run from the directory of STEM, so `cd DIR && gnuplot STEM.gp` redraws a PNG by hand. */
+
+/* the last component of a path */
+EX_FN const char *file_base(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* STEM + ext into buf (dies if it does not fit) */
+EX_FN char *stem_path(char *buf, size_t size, const char *stem, const char *ext) {
+    int n = snprintf(buf, size, "%s%s", stem, ext);
+    if (n < 0 || (size_t)n >= size) die("the path \"%s%s\" is too long", stem, ext);
+    return buf;
+}
+
+/* 1 when a gnuplot program is on the PATH (asked once) */
+EX_FN int gnuplot_found(void) {
+    static int found = -1;
+    if (found < 0) found = system("command -v gnuplot > /dev/null 2>&1") == 0;
+    return found;
+}
+
+/* s as a gnuplot single-quoted string, where '' stands for ' */
+EX_FN void gp_string(FILE *g, const char *s) {
+    fputc('\'', g);
+    for (; *s; s++) {
+        if (*s == '\'') fputc('\'', g);
+        fputc(*s, g);
+    }
+    fputc('\'', g);
+}
+
+/* Opens STEM.gp and writes its first lines: a width x height PNG into STEM.png, text taken literally
+   (no enhanced-text markup). smooth: cairo's anti-aliased terminal first (curves); else libgd's
+   indexed-colour one first (heatmaps: a third of the size, with a number in every cell). Either
+   one when this gnuplot lacks the other. The caller writes the plot, then gp_draw. */
+EX_FN FILE *gp_script(const char *stem, int width, int height, int smooth) {
+    char path[4096], png[4096];
+    FILE *g = open_out(stem_path(path, sizeof path, stem, ".gp"));
+    fprintf(g, "# gnuplot script: draws %s (run it in its directory)\n", file_base(stem_path(png, sizeof png, stem, ".png")));
+    fprintf(g, "if (strstrt(' '.GPVAL_TERMINALS.' ', ' %s ') > 0) { set terminal %s size %d,%d noenhanced%s } "
+               "else { set terminal %s size %d,%d noenhanced%s }\nset output ", smooth ? "pngcairo" : "png",
+            smooth ? "pngcairo" : "png", width, height, smooth ? " font ',10'" : "", smooth ? "png" : "pngcairo", width,
+            height, smooth ? "" : " font ',10'");
+    gp_string(g, file_base(png));
+    fprintf(g, "\n");
+    return g;
+}
+
+/* 1 when the file starts with the 8-byte PNG signature */
+EX_FN int is_png(const char *path) {
+    unsigned char magic[8] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f) fclose(f);
+    return n == sizeof magic && memcmp(magic, "\x89PNG\r\n\x1a\n", sizeof magic) == 0;
+}
+
+/* appends the n bytes of s to buf (holding *k bytes) single-quoted for the shell: ' becomes '\'' */
+EX_FN void shell_quote(char *buf, size_t size, size_t *k, const char *s, size_t n) {
+    const size_t worst = 4 * n + 3; /* every byte a quote, and the two quotes around */
+    if (*k + worst >= size) die("the path \"%.*s\" is too long", (int)n, s);
+    buf[(*k)++] = '\'';
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\'') { memcpy(buf + *k, "'\\''", 4); *k += 4; }
+        else buf[(*k)++] = s[i];
+    }
+    buf[(*k)++] = '\'';
+    buf[*k] = 0;
+}
+
+/* Closes the script g of STEM (gp_script) and runs it when gnuplot is installed: 1 when it drew
+   STEM.png, 0 without gnuplot (the script stays, for later; no PNG either), -1 when gnuplot failed (a warning
+   names the script; no PNG is left behind). */
+EX_FN int gp_draw(const char *stem, FILE *g) {
+    char script[4096], png[4096], command[4 * 4096 + 64] = "cd ";
+    size_t k = 3;
+    const char *base, *dir = ".";
+    size_t dir_n = 1;
+    stem_path(script, sizeof script, stem, ".gp");
+    stem_path(png, sizeof png, stem, ".png");
+    close_out(g, script);
+    remove(png); /* an older run's PNG would not match the SVG */
+    if (!gnuplot_found()) return 0;
+    base = file_base(script);
+    if (base != script) { dir = script; dir_n = (size_t)(base - script) - 1; if (!dir_n) dir_n = 1; /* "/" */ }
+    shell_quote(command, sizeof command, &k, dir, dir_n);
+    memcpy(command + k, " && gnuplot ", 13); k += 12;
+    shell_quote(command, sizeof command, &k, base, strlen(base));
+    memcpy(command + k, " > /dev/null 2>&1", 18);
+    if (system(command) == 0 && is_png(png)) return 1;
+    remove(png);
+    fprintf(stderr, "%s: warning: gnuplot failed on \"%s\": no PNG (run it by hand in its directory to see why)\n", EX_PROG, script);
+    return -1;
+}
+
+/* v as gnuplot reads it: NaN for a missing value */
+EX_FN void gp_number(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.6g", v); else fputs("NaN", f);
+}
+
+/* The line chart of svg_line_chart as STEM.png: the series' points into STEM.dat (a block per series
+   that has points, "x y" lines), the script into STEM.gp. The same colours as the SVG. Returns gp_draw's. */
+EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel, const char *ylabel,
+                         const svg_series *s, int n) {
+    char dat[4096];
+    FILE *f = open_out(stem_path(dat, sizeof dat, stem, ".dat")), *g;
+    int blocks = 0;
+    for (int i = 0; i < n; i++) {
+        if (!s[i].n) continue;
+        fprintf(f, "%s# ", blocks++ ? "\n\n" : "");
+        fputs(s[i].name, f);
+        for (int k = 0; k < s[i].n; k++) {
+            fprintf(f, "\n");
+            gp_number(f, s[i].x[k]);
+            fputc(' ', f);
+            gp_number(f, s[i].y[k]);
+        }
+        fprintf(f, "\n");
+    }
+    close_out(f, dat);
+    g = gp_script(stem, 900, 540, 1);
+    fprintf(g, "set grid\nset key outside right top\nset title ");
+    gp_string(g, title);
+    fprintf(g, "\nset xlabel ");
+    gp_string(g, xlabel);
+    fprintf(g, "\nset ylabel ");
+    gp_string(g, ylabel);
+    fprintf(g, "\nplot");
+    blocks = 0;
+    for (int i = 0; i < n; i++) {
+        if (!s[i].n) continue;
+        fprintf(g, "%s ", blocks ? ", \\\n    " : "");
+        gp_string(g, file_base(dat));
+        fprintf(g, " index %d using 1:2 with lines lw 2 lc rgb '%s' title ", blocks++, COLORS[i % N_COLORS]);
+        gp_string(g, s[i].name);
+    }
+    if (!blocks) fprintf(g, " NaN notitle"); /* an empty chart, not a gnuplot error */
+    fprintf(g, "\n");
+    return gp_draw(stem, g);
+}
+
+/* ticks labelled by `labels` (NULL: 0, 1, 2, ...) at 0 .. n-1 on axis "x" or "y" */
+EX_FN void gp_label_tics(FILE *g, const char *axis, const char *const *labels, int n) {
+    fprintf(g, "set %stics (", axis);
+    for (int i = 0; i < n; i++) {
+        char number[16];
+        snprintf(number, sizeof number, "%d", i);
+        fprintf(g, "%s", i ? ", " : "");
+        gp_string(g, labels ? labels[i] : number);
+        fprintf(g, " %d", i);
+    }
+    fprintf(g, ")\n");
+}
+
+/* The panels of svg_heatmaps as STEM.png, laid out alike: the matrices into STEM.dat (a block of
+   rows per matrix, NaN where a value is missing), the script into STEM.gp: each panel on its own
+   blue-white-red scale, its values printed in the cells, missing cells grey with "-" (gnuplot warns
+   of the missing values when run by hand). Returns gp_draw's. */
+EX_FN int png_heatmaps(const char *stem, const char *title, const char *subtitle, const svg_matrix *m, int n, int per_row) {
+    const double cell = 34, gap = 56, lab = 22, head = 70;
+    double pw = 0, ph = 0, W, H;
+    char dat[4096];
+    FILE *f = open_out(stem_path(dat, sizeof dat, stem, ".dat")), *g;
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s# ", i ? "\n\n" : "");
+        fputs(m[i].title, f);
+        fprintf(f, "\n");
+        for (int r = 0; r < m[i].rows; r++)
+            for (int c = 0; c < m[i].cols; c++) {
+                gp_number(f, m[i].v[r * m[i].cols + c]);
+                fputc(c + 1 < m[i].cols ? ' ' : '\n', f);
+            }
+        if (m[i].cols > pw) pw = m[i].cols;
+        if (m[i].rows > ph) ph = m[i].rows;
+    }
+    close_out(f, dat);
+    if (per_row < 1) per_row = 1;
+    pw = pw * cell + lab; ph = ph * cell + lab + 18;
+    W = 20 + (per_row < n ? per_row : n) * (pw + gap);
+    H = head + ((n + per_row - 1) / per_row) * (ph + gap / 2);
+    if (W < 520) W = 520;
+    g = gp_script(stem, (int)W, (int)H, 0);
+    fprintf(g, "set palette defined (-1 '#0000ff', 0 '#ffffff', 1 '#ff0000')\nunset colorbox\nunset key\nset tics scale 0\n"
+               "set xtics font ',9'\nset ytics font ',9'\nset multiplot\n");
+    fprintf(g, "set label 1 ");
+    gp_string(g, title);
+    fprintf(g, " at screen 0.5, screen %.4f center font ',14'\nset label 2 ", 1 - 24 / H);
+    gp_string(g, subtitle ? subtitle : "");
+    fprintf(g, " at screen 0.5, screen %.4f center textcolor rgb '#555555'\n", 1 - 44 / H);
+    for (int i = 0; i < n; i++) {
+        double x0 = 20 + (i % per_row) * (pw + gap) + lab, y0 = head + (i / per_row) * (ph + gap / 2) + lab + 18, mx = 0;
+        for (int k = 0; k < m[i].rows * m[i].cols; k++) if (isfinite(m[i].v[k]) && fabs(m[i].v[k]) > mx) mx = fabs(m[i].v[k]);
+        if (i == 1) fprintf(g, "unset label 1\nunset label 2\n"); /* the titles once, with the first panel */
+        fprintf(g, "set lmargin at screen %.4f\nset rmargin at screen %.4f\nset tmargin at screen %.4f\nset bmargin at screen %.4f\n",
+                x0 / W, (x0 + m[i].cols * cell) / W, 1 - y0 / H, 1 - (y0 + m[i].rows * cell) / H);
+        fprintf(g, "set xrange [-0.5:%d.5]\nset yrange [%d.5:-0.5]\nset cbrange [%g:%g]\nset title ", m[i].cols - 1,
+                m[i].rows - 1, mx > 0 ? -mx : -1, mx > 0 ? mx : 1);
+        gp_string(g, m[i].title);
+        fprintf(g, " offset 0,-0.6\n");
+        gp_label_tics(g, "x", m[i].col_labels, m[i].cols);
+        gp_label_tics(g, "y", m[i].row_labels, m[i].rows);
+        fprintf(g, "plot ");
+        gp_string(g, file_base(dat));
+        fprintf(g, " index %d matrix with image, \\\n    '' index %d matrix using 1:($3 == $3 ? NaN : $2):(0.5):(0.5) "
+                   "with boxxy fillcolor rgb '#cccccc' fillstyle solid noborder, \\\n    '' index %d matrix using "
+                   "1:2:($3 == $3 ? sprintf('%%.2f', $3) : '-') with labels font ',7'\n", i, i, i);
+    }
+    fprintf(g, "unset multiplot\n");
+    return gp_draw(stem, g);
+}
+
 #endif /* EXAMPLES_SVG_H */

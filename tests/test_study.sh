@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # build/study --quick (seconds): the sorting study writes report.md and its SVG figures, every SVG
 # is well-formed (one <svg> element, closed; xmllint checks it where installed), the report has
-# its accuracy table with a row per mixer and form and links every figure; a bad option exits 1.
+# its accuracy table with a row per mixer and form and links every figure; every figure's gnuplot
+# script and data are there; with gnuplot installed every PNG is drawn (PNG signature) and linked;
+# run where gnuplot cannot be found (PATH without it), the study says so once, draws no PNG, removes
+# an older run's and links none; a bad option exits 1.
 # Needs build/study (make examples). Prints ok/FAIL lines and the runner's summary line.
 set -u
 cd "$(dirname "$0")/.."
@@ -33,6 +36,34 @@ for f in $FIGS; do grep -q "($f)" quick/report.md && links=$((links + 1)); done
 if [ "$rows" = 6 ] && [ "$links" = 7 ] && grep -q "Next to the seed's claims" quick/report.md
 then ok "report.md: 6 accuracy rows, links to the 7 figures, the seed's claims"
 else bad "report.md: 6 accuracy rows, 7 figure links, the seed's claims" "rows $rows, links $links" "$(cat quick/report.md)"; fi
+
+STEMS=$(echo "$FIGS" | sed 's/\.svg//g')
+missing=""
+for f in $STEMS; do [ -s "quick/$f.gp" ] && [ -s "quick/$f.dat" ] || missing="$missing $f"; done
+if [ -z "$missing" ]; then ok "every figure has its gnuplot script and data (.gp, .dat)"
+else bad "every figure has its gnuplot script and data" "missing:$missing"; fi
+
+png_sig=$(printf '\211PNG\r\n\032\n' | od -An -tx1 | tr -d ' \n')
+pngs() { # pngs DIR: how many figures have a PNG that starts with the PNG signature
+    local n=0
+    for f in $STEMS; do [ "$(head -c 8 "$1/$f.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "$png_sig" ] && n=$((n + 1)); done
+    echo $n
+}
+if command -v gnuplot > /dev/null 2>&1; then
+    n=$(pngs quick); links=$(grep -c '(\[PNG\](.*\.png))' quick/report.md)
+    if [ "$n" = 7 ] && [ "$links" = 7 ] && grep -q "the same as .png through gnuplot" run.out && [ ! -s run.err ]
+    then ok "gnuplot is installed: 7 PNG figures, each linked from the report"
+    else bad "gnuplot is installed: 7 PNG figures, each linked" "$n PNG, $links links" "$(tail -2 run.out)" "$(cat run.err)"; fi
+else echo "skip gnuplot is not installed: no PNG to check (apt-get install gnuplot-nox)"; fi
+
+# no gnuplot on the PATH: said once, no PNG (an older run's removed), none linked
+touch quick/loss.png
+PATH=/nonexistent "$STUDY" --quick --out quick > nognu.out 2> nognu.err; rc=$?
+n=$(pngs quick); ls quick/*.png > /dev/null 2>&1 && n="$n (files: $(ls quick/*.png))"
+if [ $rc -eq 0 ] && [ "$n" = 0 ] && [ "$(grep -c 'no gnuplot: no PNG' nognu.out nognu.err | awk -F: '{ s += $2 } END { print s }')" = 1 ] &&
+   ! grep -q '\.png' quick/report.md && [ -s quick/loss.gp ]
+then ok "without gnuplot: said once, no PNG left, none linked, the scripts kept"
+else bad "without gnuplot: said once, no PNG left, none linked" "rc $rc, PNG: $n" "$(cat nognu.out nognu.err | tail -3)"; fi
 
 "$STUDY" --epochs 0 > bad.out 2>&1; rc=$?
 if [ $rc -eq 1 ] && grep -q -- "--epochs must be >= 1" bad.out; then ok "a bad option exits 1 naming it"
