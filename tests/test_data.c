@@ -293,10 +293,10 @@ static void test_loader_errors(void) {
     c.batch = 1; c.start = 5; c.count = 6;
     MFT_CHECK(mf_loader_init(&L, s, &c) < 0 && strstr(L.error, "outside the stream of 10 tokens"));
     mf_loader_free(&L);
-    c.start = 0; c.count = 0; c.world = 2;
-    MFT_CHECK(mf_loader_init(&L, s, &c) < 0 && strstr(L.error, "not implemented"));
+    c.start = 0; c.count = 0; c.world = 2; c.rank = 2;
+    MFT_CHECK(mf_loader_init(&L, s, &c) < 0 && strstr(L.error, "rank 2 of world 2: the rank must be in 0 .. world - 1"));
     mf_loader_free(&L);
-    c.world = 1; c.seq_len = 4;
+    c.world = 1; c.rank = 0; c.seq_len = 4;
     mf_tokens_set_vocab(s, 9); /* id 9 is outside: the batch fails with the stream's message */
     MFT_CHECK(mf_loader_init(&L, s, &c) == 0);
     MFT_CHECK(mf_loader_next(&L, x, y, &rows, &Tb) == 1);
