@@ -32,6 +32,16 @@ for suite in tests/test_cuda*.cpp; do
     s=${suite#tests/}; targets+=("$tmp/cuda/${s%.cpp}")
 done
 
+# the NCCL transport (METAFORMER_MPI + METAFORMER_NCCL): build/train-mpi-cuda, the library compiled by
+# nvcc with mpi.h's include path from the MPI compiler wrapper, train.c by mpicc, linked with NCCL,
+# cuBLAS and the MPI libraries (make train-mpi-cuda)
+nccl_name="nvcc sm_90 + PTX build of examples/train.c with METAFORMER_CUDA, METAFORMER_NCCL and METAFORMER_MPI (make train-mpi-cuda)"
+if command -v mpicc > /dev/null; then
+    names+=("$nccl_name"); targets+=("$tmp/train-mpi-cuda")
+else
+    echo "skip $nccl_name: mpicc not found (apt-get install libopenmpi-dev openmpi-bin)"
+fi
+
 # the two builds run side by side, each on its share of the jobs; make -k goes on past a failure
 mkdir -p "$tmp/embed"
 make -k -j"$(( (JOBS + 1) / 2 ))" -C examples/embed cuda OUT="$tmp/embed" NVCC="$NVCC" CUDA_ARCH="$ARCH" \
@@ -39,21 +49,6 @@ make -k -j"$(( (JOBS + 1) / 2 ))" -C examples/embed cuda OUT="$tmp/embed" NVCC="
 make -k -j"$JOBS" BUILD="$tmp" NVCC="$NVCC" CUDA_ARCH="$ARCH" CFLAGS="$CWARN" \
     NVFLAGS="-std=c++14 -O2 $ARCH -Xcompiler -fopenmp $WFLAGS" "${targets[@]:1}" > "$tmp/root.log" 2>&1
 wait
-# the NCCL transport (METAFORMER_MPI + METAFORMER_NCCL): build/train-mpi-cuda, the library compiled by
-# nvcc with mpi.h's include path from the MPI compiler wrapper, train.c by mpicc, linked with NCCL,
-# cuBLAS and the MPI libraries (make train-mpi-cuda)
-nccl_name="nvcc sm_90 + PTX build of examples/train.c with METAFORMER_CUDA, METAFORMER_NCCL and METAFORMER_MPI (make train-mpi-cuda)"
-if command -v mpicc > /dev/null; then
-    if make -j"$JOBS" BUILD="$tmp" NVCC="$NVCC" CUDA_ARCH="$ARCH" CFLAGS="$CWARN" \
-           NVFLAGS="-std=c++14 -O2 $ARCH -Xcompiler -fopenmp $WFLAGS" "$tmp/train-mpi-cuda" > "$tmp/nccl.log" 2>&1 &&
-       [ -x "$tmp/train-mpi-cuda" ]; then
-        echo "ok   $nccl_name"; pass=$((pass+1))
-    else
-        echo "FAIL $nccl_name"; fail=$((fail+1)); grep -v -e "^$NVCC " -e '^mpicc ' "$tmp/nccl.log" | head -20
-    fi
-else
-    echo "skip $nccl_name: mpicc not found (apt-get install libopenmpi-dev openmpi-bin)"
-fi
 for j in "${!targets[@]}"; do
     if [ -x "${targets[$j]}" ]; then
         echo "ok   ${names[$j]}"; pass=$((pass+1))
@@ -61,7 +56,7 @@ for j in "${!targets[@]}"; do
         echo "FAIL ${names[$j]}"; fail=$((fail+1))
         log=$tmp/root.log; [ "$j" -eq 0 ] && log=$tmp/embed.log
         # the compiler's messages, without the command lines that make echoes
-        grep -v -e "^$NVCC " -e '^cc ' -e '^gcc ' -e '^mkdir ' -e '^make' "$log" | head -20
+        grep -v -e "^$NVCC " -e '^cc ' -e '^gcc ' -e '^mpicc ' -e '^mkdir ' -e '^make' "$log" | head -20
     fi
 done
 echo "$pass passed, $fail failed"
