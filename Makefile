@@ -87,10 +87,11 @@ endif
 CLANGXX  ?= clang++
 # the C tests that read outside data or do the most pointer arithmetic: every test linking the
 # shared implementation (one clang compile of the header, io, data, loaders, errors, ...) and of
-# those compiling it themselves the tokenizer, the model, the memories (which found bugs). The others
-# (ops, gemm, fast weights, feedback) and the emulated CUDA suites passed clang's build once and are
-# left to gcc's: each compiles the header again (~20 s), adding a minute to make test for no finding.
-CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model test_xl
+# those compiling it themselves the tokenizer and the model (which found bugs). The others (ops, gemm,
+# the memories of test_xl, fast weights, feedback) and the emulated CUDA suites passed clang's build
+# and are left to gcc's: each compiles the header again (~20 s; test_xl 45 s with its run), which
+# make test's 10 minutes cannot hold.
+CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model
 $(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
@@ -181,7 +182,7 @@ TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/log
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
 TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
-              asan/test_cuda_attention asan/test_cuda_xl asan/test_cuda_bf16 asan/test_xl casan/test_xl sh/hygiene sh/train_emu \
+              asan/test_cuda_attention asan/test_cuda_xl asan/test_cuda_bf16 asan/test_xl sh/hygiene sh/train_emu \
               asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)

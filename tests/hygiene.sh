@@ -28,8 +28,6 @@ check "c99 pedantic openmp"     "gcc -std=c99 -pedantic -fopenmp $W"       c "$i
 $main_fn"
 check "c99 avx2 only"           "gcc -std=c99 -pedantic -mavx2 -mfma $W"   c "$impl
 $main_fn"
-check "c99 native O2"           "gcc -std=c99 -pedantic -march=native -O2 $W" c "$impl
-$main_fn"
 check "c99 no simd"             "gcc -std=c99 -pedantic -march=native -DMETAFORMER_NO_SIMD $W" c "$impl
 $main_fn"
 check "c11 openmp disabled"     "gcc -std=c11 -pedantic -fopenmp -DMETAFORMER_NO_OPENMP $W" c "$impl
