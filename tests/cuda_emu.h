@@ -1908,8 +1908,6 @@ template <class Use, int M, int N, int K, class T, class Layout = void> class fr
 };
 static inline void mf_emu_wmma_set(float &d, float v) { d = v; }
 static inline void mf_emu_wmma_set(__nv_bfloat16 &d, float v) { d = __float2bfloat16(v); }
-static inline float mf_emu_wmma_get(float v) { return v; }
-static inline float mf_emu_wmma_get(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 static inline float __float_to_tf32(float in) { return mf_emu::to_tf32(in); }
 
@@ -1956,30 +1954,19 @@ static inline float mf_emu_tf32_trunc(float x) { /* the 19 bits a tensor core re
     memcpy(&x, &u, 4);
     return x;
 }
-template <int M, int N, int K, class LA, class LB>
-static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, precision::tf32, LA> &a,
-                            const fragment<matrix_b, M, N, K, precision::tf32, LB> &b,
-                            const fragment<accumulator, M, N, K, float> &c) {
+/* what a tensor core reads of an input element: the 19 bits of TF32 (its fragments hold floats), or
+   the bf16 value */
+static inline float mf_emu_mma_in(float x) { return mf_emu_tf32_trunc(x); }
+static inline float mf_emu_mma_in(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <int M, int N, int K, class T, class LA, class LB>
+static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+                            const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
     float r[M * N];
     mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             float acc = c.x[i * N + j];
-            for (int l = 0; l < K; l++) acc += mf_emu_tf32_trunc(a.x[i * K + l]) * mf_emu_tf32_trunc(b.x[l * N + j]);
-            r[i * N + j] = acc;
-        }
-    memcpy(d.x, r, sizeof r);
-}
-template <int M, int N, int K, class LA, class LB>
-static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, __nv_bfloat16, LA> &a,
-                            const fragment<matrix_b, M, N, K, __nv_bfloat16, LB> &b,
-                            const fragment<accumulator, M, N, K, float> &c) {
-    float r[M * N];
-    mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32);
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float acc = c.x[i * N + j];
-            for (int l = 0; l < K; l++) acc += mf_emu_wmma_get(a.x[i * K + l]) * mf_emu_wmma_get(b.x[l * N + j]);
+            for (int l = 0; l < K; l++) acc += mf_emu_mma_in(a.x[i * K + l]) * mf_emu_mma_in(b.x[l * N + j]);
             r[i * N + j] = acc;
         }
     memcpy(d.x, r, sizeof r);
