@@ -15,6 +15,8 @@
 #   make bench     SGEMM vs OpenBLAS and every model vs PyTorch 1.13 (Debian) and 2.x (PyPI, into
 #                  build/venv-torch), torch.compile rows, the per-op breakdown (installs what it needs)
 #   make bench-ops the per-op breakdown alone: C (mf_set_profile) next to torch.profiler
+#   make bench-ab  A/B of the committed metaformer.h against the working tree's, interleaved runs
+#                  (bash bench/ab.sh --help: other revisions, rows, repeats)
 #   make test-cuda the CUDA parity suite built by nvcc for a real GPU (sm_90), and run
 #   make train-cuda build/train-cuda: examples/train.c with the CUDA backend (--device cuda)
 #   make train-mpi build/train-mpi: examples/train.c with data-parallel training over MPI (mpirun)
@@ -48,7 +50,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-ops bench-cuda bench-dist gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-ops bench-ab bench-cuda bench-dist gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -373,6 +375,10 @@ bench:
 # PyTorch 2.x's torch.profiler, grouped the same way (bench/results/cpu_<date>_ops.md)
 bench-ops:
 	bash bench/run.sh --ops-only
+
+# a change's speed: the committed header (A) against the working tree's (B), interleaved in one run
+bench-ab:
+	bash bench/ab.sh
 
 # issue #22's figures: runs the reliability tests it finds by name, reads fuzzing results and make
 # test's sanitizer logs (bench/reliability.sh --logs reads every part from the logs)
