@@ -3527,7 +3527,7 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
 #define MF__SQRT_2_OVER_PI 0.7978845608028654f
 static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* f and f' of one element, for every kind but MF__GELU (vectorised below; the device has
-   mf__cu_gelu): the cases of a switch on the kind, assigning y = f(v) and d = f'(v) (y: f's
+   mf__cu_gelu; MF__RELU is vectorised below too, with these cases' values): the cases of a switch on the kind, assigning y = f(v) and d = f'(v) (y: f's
    output, read only where needed). The CPU loops and the CUDA unary kernels expand the same
    cases; as switch cases (not a function) they compile as they always have, down to the NaN a
    multiply keeps. */
@@ -3617,24 +3617,31 @@ static inline mf__av mf__av_gelu(mf__av x, int grad) {
     mf__av h = mf__av_gelu_fold(mf__av_abs(x), mf__gelu_tab[grad]);
     return mf__av_ifneg(x, h, grad ? mf__av_sub(mf__av_set1(1.0f), h) : mf__av_add(x, h));
 }
-/* y = gelu(x) (g NULL), or g * gelu'(x) */
-static mf__av mf__av_gelu_step(mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
-    if (!g) return mf__av_gelu(v, 0);
-    return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), mf__av_gelu(v, 1));
+/* The vectorised kinds (mf__unary_vec): MF__GELU, the common FFN activation, and MF__RELU, whose
+   scalar loop mispredicts a branch on every other element */
+static int mf__unary_vec(int kind) { return kind == MF__GELU || kind == MF__RELU; }
+/* y = f(x) (g NULL), or g * f'(x), for a kind of mf__unary_vec; relu's f' is a 1 or a 0 that
+   multiplies g, as in MF__UNARY_DF_CASES (a NaN or infinite g stays NaN where x <= 0) */
+static mf__av mf__av_unary_step(int kind, mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    mf__av f;
+    if (kind == MF__RELU) f = g ? mf__av_iflt(mf__av_zero(), v, mf__av_set1(1.0f), mf__av_zero())
+                                : mf__av_iflt(mf__av_zero(), v, v, mf__av_zero());
+    else f = mf__av_gelu(v, g != NULL);
+    return g ? mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), f) : f;
 }
-/* y = gelu(x) (g NULL), y = g * gelu'(x) (add 0) or y += g * gelu'(x) (add 1) */
-static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n, int add) {
+/* y = f(x) (g NULL), y = g * f'(x) (add 0) or y += g * f'(x) (add 1), for a kind of mf__unary_vec */
+static void mf__unary_run(mf_ctx *ctx, int kind, const float *x, const float *g, float *y, int64_t n, int add) {
     int64_t nb = (n + 4095) / 4096, b;
-    MF__PARFOR(ctx, nb, 4096.0 * 6)
+    MF__PARFOR(ctx, nb, 4096.0 * (kind == MF__GELU ? 6 : 1))
     for (b = 0; b < nb; b++) {
         int64_t i = b * 4096, end = i + 4096 < n ? i + 4096 : n;
         for (; i + MF__AW <= end; i += MF__AW) {
-            mf__av r = mf__av_gelu_step(mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
+            mf__av r = mf__av_unary_step(kind, mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
             mf__av_store(y + i, add ? mf__av_add(mf__av_load(y + i), r) : r);
         }
         if (i < end) { /* vector tail */
             mf__am mk = mf__av_mask((int)(end - i));
-            mf__av r = mf__av_gelu_step(mf__av_loadm(x + i, mk), g, mk, i, 1);
+            mf__av r = mf__av_unary_step(kind, mf__av_loadm(x + i, mk), g, mk, i, 1);
             mf__av_storem(y + i, mk, add ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
         }
     }
@@ -3644,8 +3651,8 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     float *y = out->data, s = out->farg[MF__FARG_UNARY_S];
     int64_t n = out->ne, i;
     int kind = out->iarg[MF__ARG_UNARY_KIND];
-    if (kind == MF__GELU) { /* the common FFN activation: vectorised */
-        mf__gelu_run(ctx, x, NULL, y, n, 0);
+    if (mf__unary_vec(kind)) {
+        mf__unary_run(ctx, kind, x, NULL, y, n, 0);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -3661,8 +3668,8 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[MF__FARG_UNARY_S];
     if (!dx) return;
     if (dx == g) assign = 1; /* the input's gradient shares the buffer (mf__grad_shared_src): in place */
-    if (kind == MF__GELU) {
-        mf__gelu_run(ctx, x, g, dx, n, !assign);
+    if (mf__unary_vec(kind)) {
+        mf__unary_run(ctx, kind, x, g, dx, n, !assign);
         return;
     }
     MF__PARFOR(ctx, n, 8)
