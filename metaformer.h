@@ -8282,15 +8282,20 @@ static void mf__fb_pack_cols(float *P, int K, int N, int o0, const float *src, i
         o += run;
     }
 }
-/* C [M][N] = A [M][K] (row stride lda) @ the packed operand, or C += it (add) */
-static void mf__fb_pmm(mf_ctx *ctx, int M, const float *A, int lda, float *P, int K, int N, float *C, int ldc,
-                       int add) {
+/* C [M][N] = A [M][K] (row stride lda) @ the packed operand (+ bias [N] if not NULL), or C += it
+   (add); each thread adds the bias to its own panels, so no serial pass follows */
+static void mf__fb_pmm(mf_ctx *ctx, int M, const float *A, int lda, float *P, int K, int N, const float *bias,
+                       float *C, int ldc, int add) {
     int np = (N + MF__FB_NP - 1) / MF__FB_NP, p;
     MF__PARFOR(ctx, np, 2.0 * M * K * MF__FB_NP)
     for (p = 0; p < np; p++) {
-        int w;
+        int w, r, j;
         const float *b = mf__fb_panel(P, K, N, p, &w);
-        mf__attn_mm(M, w, K, A, lda, 1, b, w, C + p * MF__FB_NP, ldc, add);
+        float *c = C + p * MF__FB_NP;
+        mf__attn_mm(M, w, K, A, lda, 1, b, w, c, ldc, add);
+        if (bias)
+            for (r = 0; r < M; r++)
+                for (j = 0; j < w; j++) c[(int64_t)r * ldc + j] += bias[p * MF__FB_NP + j];
     }
 }
 /* C[M][N] = beta * C + op(A) op(B) with leading dimensions: the big products (weight gradients) */
@@ -8415,9 +8420,7 @@ static MF__HD void mf__fb_softmax_w(float *sw, const float *w, int n) {
 
 /* y [rows][N] = x [rows][K] W^T + b, W packed (b may be NULL) */
 static void mf__fb_linear(mf_ctx *ctx, const float *x, float *W, int K, int N, const mf_tensor *b, int rows, float *y) {
-    int r, j;
-    mf__fb_pmm(ctx, rows, x, K, W, K, N, y, N, 0);
-    if (b) for (r = 0; r < rows; r++) for (j = 0; j < N; j++) y[(int64_t)r * N + j] += b->data[j];
+    mf__fb_pmm(ctx, rows, x, K, W, K, N, b ? b->data : NULL, y, N, 0);
 }
 /* dx += the LayerNorm backward of dy for x [rows][D] (g, b: the LN's parameters; their gradients
    are added when they take one): the layernorm op's own backward, on headers on the stack */
@@ -8432,8 +8435,8 @@ static void mf__fb_layernorm_backward(mf_ctx *ctx, float *x, float *st, mf_tenso
     out.src[0] = &in; out.src[1] = g; out.src[2] = b; out.grad = dy; out.saved = st;
     mf__layernorm_backward(ctx, &out);
 }
-/* the FFN activation: y = act(x) (dx == NULL) or dx += act'(x) * dy, n values: the unary op's
-   own kernels, on headers on the stack */
+/* the FFN activation: y = act(x) (dx == NULL) or dx = act'(x) * dy, n values: the unary op's
+   own kernels, on headers on the stack (dx pending: the kernel stores, nothing to zero first) */
 static int mf__fb_act_kind(mf_act_kind a) { /* the unary op's kind of the FFN activation (CPU and CUDA) */
     return a == MF_ACT_RELU ? MF__RELU : a == MF_ACT_GELU ? MF__GELU : a == MF_ACT_GELU_TANH ? MF__GELU_TANH : MF__SILU;
 }
@@ -8441,7 +8444,7 @@ static void mf__fb_act(mf_ctx *ctx, mf_act_kind a, float *x, float *y, float *dy
     mf_tensor in, out;
     memset(&in, 0, sizeof in); memset(&out, 0, sizeof out);
     mf__set_shape(&in, 1, &n); mf__set_shape(&out, 1, &n);
-    in.data = x; in.grad = dx; in.requires_grad = dx != NULL;
+    in.data = x; in.grad = dx; in.requires_grad = dx != NULL; in.grad_pending = 1;
     out.src[0] = &in; out.data = y; out.grad = dy;
     out.iarg[MF__ARG_UNARY_KIND] = mf__fb_act_kind(a);
     if (dx) mf__unary_backward(ctx, &out); else mf__unary_forward(ctx, &out);
@@ -8579,7 +8582,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
     }
     if (t < f->T - 1 || f->gen) {
         int nb = mf__fb_nblk(f->m), ld = nb * D, b, j;
-        mf__fb_pmm(ctx, B, mem, D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, f->tmp, ld, 0);
+        mf__fb_pmm(ctx, B, mem, D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, NULL, f->tmp, ld, 0);
         for (i = 0; i < nb; i++) {
             mf_tensor *w, *bias;
             mf__fb_kv_block(f->m, i, &w, &bias);
@@ -8657,7 +8660,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
     if (has_dm) { /* the readers of slot t are done: dm_t = dK|dV_t Wkv; dsw[l] += dm_t . hs_t[l] */
         float *kv = g->kv + (int64_t)t * B * ld;
         mf__fb_slot_grad(f, g->slots, t, kv);
-        mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, dm, D, 0);
+        mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, NULL, dm, D, 0);
         for (l = 0; l <= N; l++) g->dsw[l] += mf__vdot((int)bd, dm, MF__FB_AT(f, f->hs, l, t, D), MF__TAIL_SCALAR);
     }
     for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
@@ -8668,11 +8671,10 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
         /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
         memcpy(fo, dh, (size_t)bd * sizeof(float));
         mf__fb_dropout(ctx, f, 2, l, t, fo, D);
-        mf__fb_pmm(ctx, B, fo, D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, df, F, 0);
+        mf__fb_pmm(ctx, B, fo, D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, NULL, df, F, 0);
         mf__fb_dropout(ctx, f, 1, l, t, df, F);
-        memset(da1, 0, (size_t)B * F * sizeof(float));
         mf__fb_act(ctx, c->ffn_act, MF__FB_AT(f, f->a1, l, t, F), MF__FB_AT(f, f->g1, l, t, F), df, da1, B * F);
-        mf__fb_pmm(ctx, B, da1, F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, dd, D, 0);
+        mf__fb_pmm(ctx, B, da1, F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, NULL, dd, D, 0);
         mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->xm, l, t, D), MF__FB_AT(f, f->st2, l, t, 2), L->ln2_w, L->ln2_b,
                                   dd, dh, B, D);
         if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
@@ -8680,7 +8682,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
             const float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
             memcpy(ao, dh, (size_t)bd * sizeof(float));
             mf__fb_dropout(ctx, f, 0, l, t, ao, D);
-            mf__fb_pmm(ctx, B, ao, D, mf__fb_piece(f->m, g->wb, l, MF__FB_OUT), D, D, dd, D, 0);
+            mf__fb_pmm(ctx, B, ao, D, mf__fb_piece(f->m, g->wb, l, MF__FB_OUT), D, D, NULL, dd, D, 0);
             memset(dq, 0, (size_t)bd * sizeof(float));
             {
                 mf__fb_attn a = mf__fb_layer_attn(f, l, t, q, (float *)o, (float *)lse);
@@ -8691,7 +8693,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
                 a.dr = g->rh + rows * (D / H); a.ds = g->sh + rows;
                 mf__fb_attn_backward(ctx, &a);
             }
-            mf__fb_pmm(ctx, B, dq, D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, dd, D, 0);
+            mf__fb_pmm(ctx, B, dq, D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, NULL, dd, D, 0);
             mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
                                       dd, dh, B, D);
         }
