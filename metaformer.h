@@ -8012,7 +8012,18 @@ typedef struct mf__fb_attn {
     float *dq, *du, *dk, *dv, *dr, *ds; /* += ; dk, dv: head (b, h) at + b dsb + h dsh, rows [n][d];
                                     dr, ds laid out as r, s; du [H][d]; any but dq may be NULL */
     int64_t dsb, dsh;
+    /* the product before the attention, in its parallel loop (one fork fewer per step): with pin,
+       each head first writes its own columns of q (forward) or dout (backward) = pin [B][H d] @ pw
+       (packed [H d][H d], mf__fb_pmm) */
+    const float *pin;
+    float *pw;
 } mf__fb_attn;
+static void mf__fb_pmm_cols(int M, const float *A, int lda, float *P, int K, int N, int c0, int c1, float *C, int ldc);
+/* head h's columns of q (forward) or dout (backward) from pin @ pw, when a->pin is set */
+static void mf__fb_attn_project(const mf__fb_attn *a, int h, const float *dst) {
+    int D = a->H * a->d;
+    if (a->pin) mf__fb_pmm_cols(a->B, a->pin, D, a->pw, D, D, h * a->d, (h + 1) * a->d, (float *)dst, D);
+}
 
 /* scratch floats per head of the feedback attention of B rows over n slots of head size d */
 static int64_t mf__fb_attn_work(int B, int n, int d) { return (int64_t)(2 * B + 3) * n + d; }
@@ -8091,10 +8102,11 @@ static void mf__fb_attn_prep(const mf__fb_attn *a, int h, float *pos) {
 }
 static void mf__fb_attn_forward(mf_ctx *ctx, const mf__fb_attn *a) {
     int D = a->H * a->d, h;
-    MF__PARFOR(ctx, a->H, 6.0 * a->B * a->n * a->d)
+    MF__PARFOR(ctx, a->H, 6.0 * a->B * a->n * a->d + (a->pin ? 2.0 * a->B * D * a->d : 0.0))
     for (h = 0; h < a->H; h++) {
         float *pos = a->work + h * mf__fb_attn_work(a->B, a->n, a->d), *sc = pos + (int64_t)a->B * a->n, mx;
         int b, j;
+        mf__fb_attn_project(a, h, a->q);
         mf__fb_attn_prep(a, h, pos);
         for (b = 0; b < a->B; b++) {
             int64_t qo = (int64_t)b * D + (int64_t)h * a->d;
@@ -8111,11 +8123,12 @@ static void mf__fb_attn_forward(mf_ctx *ctx, const mf__fb_attn *a) {
 }
 static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
     int D = a->H * a->d, n = a->n, d = a->d, h;
-    MF__PARFOR(ctx, a->H, 16.0 * a->B * n * d)
+    MF__PARFOR(ctx, a->H, 16.0 * a->B * n * d + (a->pin ? 2.0 * a->B * D * d : 0.0))
     for (h = 0; h < a->H; h++) {
         float *pos = a->work + h * mf__fb_attn_work(a->B, n, d), *G = pos + (int64_t)a->B * n;
         float *p = G + (int64_t)a->B * n, *dp = p + n, *pd = dp + n, *kg = pd + n, *pv = p;
         int b, j, i;
+        mf__fb_attn_project(a, h, a->dout);
         mf__fb_attn_prep(a, h, pos);
         for (b = 0; b < a->B; b++) {
             int64_t qo = (int64_t)b * D + (int64_t)h * d, hb = b * a->sb + h * a->sh, dhb = b * a->dsb + h * a->dsh;
@@ -8296,6 +8309,16 @@ static void mf__fb_pmm(mf_ctx *ctx, int M, const float *A, int lda, float *P, in
         if (bias)
             for (r = 0; r < M; r++)
                 for (j = 0; j < w; j++) c[(int64_t)r * ldc + j] += bias[p * MF__FB_NP + j];
+    }
+}
+/* columns c0 .. c1 - 1 of C [M][N] = A [M][K] @ the packed operand (one thread) */
+static void mf__fb_pmm_cols(int M, const float *A, int lda, float *P, int K, int N, int c0, int c1, float *C, int ldc) {
+    while (c0 < c1) {
+        int w, p = c0 / MF__FB_NP, off = c0 - p * MF__FB_NP, run;
+        const float *b = mf__fb_panel(P, K, N, p, &w);
+        run = w - off < c1 - c0 ? w - off : c1 - c0;
+        mf__attn_mm(M, run, K, A, lda, 1, b + off, w, C + c0, ldc, 0);
+        c0 += run;
     }
 }
 /* C[M][N] = beta * C + op(A) op(B) with leading dimensions: the big products (weight gradients) */
@@ -8554,9 +8577,9 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             float *z = MF__FB_AT(f, f->z, l, t, D), *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D);
             float *lse = MF__FB_AT(f, f->lse, l, t, H);
             mf__layernorm_rows(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
-            mf__fb_linear(ctx, z, mf__fb_piece(f->m, f->wf, l, MF__FB_Q), D, D, NULL, B, q);
-            {
+            { /* q = z Wq^T, then the attention */
                 mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
+                a.pin = z; a.pw = mf__fb_piece(f->m, f->wf, l, MF__FB_Q);
                 mf__fb_attn_forward(ctx, &a);
                 if (f->m->probe) mf__fb_probe(f, l, t, &a);
             }
@@ -8682,12 +8705,12 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
             const float *q = MF__FB_AT(f, f->q, l, t, D), *o = MF__FB_AT(f, f->o, l, t, D), *lse = MF__FB_AT(f, f->lse, l, t, H);
             memcpy(ao, dh, (size_t)bd * sizeof(float));
             mf__fb_dropout(ctx, f, 0, l, t, ao, D);
-            mf__fb_pmm(ctx, B, ao, D, mf__fb_piece(f->m, g->wb, l, MF__FB_OUT), D, D, NULL, dd, D, 0);
             memset(dq, 0, (size_t)bd * sizeof(float));
-            {
+            { /* dd = ao Wo (the out projection's input gradient), then the attention's backward */
                 mf__fb_attn a = mf__fb_layer_attn(f, l, t, q, (float *)o, (float *)lse);
                 int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
                 int64_t rows = (int64_t)l * H * f->nr;
+                a.pin = ao; a.pw = mf__fb_piece(f->m, g->wb, l, MF__FB_OUT);
                 a.dout = dd; a.dq = dq; a.du = mf__g(MF__FB_L(f->m, l)->rel_u);
                 a.dk = g->slots + mf__fb_slot_head(f, kv, 0, 0, 1); a.dv = g->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 1);
                 a.dr = g->rh + rows * (D / H); a.ds = g->sh + rows;
