@@ -450,6 +450,38 @@ static void test_gelu_accuracy(void) {
     mf_ctx_free(c);
 }
 
+/* The vectorised ReLU (mf__unary_run) against the scalar cases every other kind runs
+   (MF__UNARY_F_CASES / MF__UNARY_DF_CASES) bit for bit: vector blocks and masked tails of every
+   length, stored and accumulated gradients, and the specials (+-0, infinities, NaN in x or in g:
+   relu' multiplies g, so a NaN or infinite g stays NaN where x <= 0, as the scalar loop has it). */
+static void test_relu_vector(void) {
+    enum { N = 70 };
+    static const float sp[10] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, FLT_MAX, -FLT_MAX, 3.0f};
+    float x[N], g[N], y[N], d[N], acc[N];
+    mf_ctx *c = mf_ctx_new(1);
+    int n, i, same = 1;
+    for (i = 0; i < N; i++) {
+        x[i] = i < 10 ? sp[i] : urand(21, (uint64_t)i, -2, 2);
+        g[i] = i % 7 == 3 ? (i % 2 ? NAN : INFINITY) : urand(22, (uint64_t)i, -1, 1);
+    }
+    for (n = 1; n <= N; n++) {
+        mf__unary_run(c, MF__RELU, x, NULL, y, n, 0);
+        mf__unary_run(c, MF__RELU, x, g, d, n, 0);
+        for (i = 0; i < n; i++) acc[i] = 0.25f;
+        mf__unary_run(c, MF__RELU, x, g, acc, n, 1);
+        for (i = 0; i < n; i++) {
+            float v = x[i], s = 0, wy = 0, wd = 0, dv = 0, wa;
+            switch (MF__RELU) { MF__UNARY_F_CASES(v, s, wy) }
+            switch (MF__RELU) { MF__UNARY_DF_CASES(v, wy, s, dv) }
+            wd = g[i] * dv; wa = 0.25f + g[i] * dv;
+            same &= memcmp(&wy, y + i, 4) == 0 && (memcmp(&wd, d + i, 4) == 0 || (wd != wd && d[i] != d[i])) &&
+                    (memcmp(&wa, acc + i, 4) == 0 || (wa != wa && acc[i] != acc[i]));
+        }
+    }
+    MFT_CHECK(same);
+    mf_ctx_free(c);
+}
+
 /* ==== softmax / log_softmax =================================================================== */
 static void test_softmax_forward(void) {
     mf_ctx *c = mf_ctx_new(5);
@@ -2210,6 +2242,7 @@ int main(void) {
     MFT_RUN(test_unary_forward);
     MFT_RUN(test_unary_grad);
     MFT_RUN(test_gelu_accuracy);
+    MFT_RUN(test_relu_vector);
     MFT_RUN(test_softmax_forward);
     MFT_RUN(test_softmax_grad);
     MFT_RUN(test_cross_entropy_forward);
