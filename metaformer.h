@@ -3527,8 +3527,8 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
 #define MF__SQRT_2_OVER_PI 0.7978845608028654f
 static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* f and f' of one element, for every kind but MF__GELU (vectorised below; the device has
-   mf__cu_gelu; MF__RELU is vectorised below too, with these cases' values): the cases of a switch on the kind, assigning y = f(v) and d = f'(v) (y: f's
-   output, read only where needed). The CPU loops and the CUDA unary kernels expand the same
+   mf__cu_gelu; the CPU runs MF__RELU vectorised too, with these cases' values): the cases of a
+   switch on the kind, assigning y = f(v) and d = f'(v) (y: f's output, read only where needed). The CPU loops and the CUDA unary kernels expand the same
    cases; as switch cases (not a function) they compile as they always have, down to the NaN a
    multiply keeps. */
 #define MF__UNARY_F_CASES(v, s, y)                                                                      \
@@ -7946,7 +7946,9 @@ static const mf__family mf__fam_fastweights = {
    (docs/math.md §8.6, the llm.c way): no tape node and no allocation per token. The forward keeps every
    step's activations in step-major buffers [layer][T][B][...] taken from the arena once per call;
    a step is, per layer, four products of the B batch rows with a weight (q, out, fc1, fc2: weights
-   packed once per call, mf__fb_pmm) and the attention of each (batch row, head). The backward
+   packed once per call, mf__fb_pmm) and the attention of each (batch row, head); each head forms
+   its own columns of the query (and in the backward of the out projection's input gradient) in
+   the attention's parallel loop, one fork/join fewer per layer and step. The backward
    walks t = T-1 .. 0: when it reaches step t, every reader of slot t (the later steps) is done,
    so the slot's key/value gradient is complete and dm_t = dK_t Wk + dV_t Wv is handed to hs_t[l]
    with weight softmax(w)[l]. Weight gradients are not formed per step: the per-step gradients of
