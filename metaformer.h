@@ -3528,9 +3528,9 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
 static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* f and f' of one element, for every kind but MF__GELU (vectorised below; the device has
    mf__cu_gelu; the CPU runs MF__RELU vectorised too, with these cases' values): the cases of a
-   switch on the kind, assigning y = f(v) and d = f'(v) (y: f's output, read only where needed). The CPU loops and the CUDA unary kernels expand the same
-   cases; as switch cases (not a function) they compile as they always have, down to the NaN a
-   multiply keeps. */
+   switch on the kind, assigning y = f(v) and d = f'(v) (y: f's output, read only where needed).
+   The CPU loops and the CUDA unary kernels expand the same cases; as switch cases (not a function)
+   they compile as they always have, down to the NaN a multiply keeps. */
 #define MF__UNARY_F_CASES(v, s, y)                                                                      \
     case MF__SCALE: y = s * v; break;                                                                   \
     case MF__RELU: y = v > 0 ? v : 0; break;                                                            \
