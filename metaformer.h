@@ -3622,30 +3622,44 @@ static mf__av mf__av_gelu_step(mf__av v, const float *g, mf__am mk, int64_t i, i
     if (!g) return mf__av_gelu(v, 0);
     return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), mf__av_gelu(v, 1));
 }
-/* y = gelu(x) (g NULL), y = g * gelu'(x) (add 0) or y += g * gelu'(x) (add 1) */
-static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n, int add) {
+/* relu: y = x > 0 ? x : 0 (g NULL), or g * (x > 0 ? 1 : 0): the scalar cases' values bit for bit
+   (g * 0 keeps its sign and NaN), without their unpredictable branch */
+static mf__av mf__av_relu_step(mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    mf__av z = mf__av_zero();
+    if (!g) return mf__av_iflt(z, v, v, z);
+    return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), mf__av_iflt(z, v, mf__av_set1(1.0f), z));
+}
+static mf__av mf__av_act_step(int kind, mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    return kind == MF__GELU ? mf__av_gelu_step(v, g, mk, i, masked) : mf__av_relu_step(v, g, mk, i, masked);
+}
+/* the vectorised activations (kind MF__GELU or MF__RELU): y = act(x) (g NULL), y = g * act'(x)
+   (add 0) or y += g * act'(x) (add 1) */
+static void mf__act_run(mf_ctx *ctx, int kind, const float *x, const float *g, float *y, int64_t n, int add) {
     int64_t nb = (n + 4095) / 4096, b;
     MF__PARFOR(ctx, nb, 4096.0 * 6)
     for (b = 0; b < nb; b++) {
         int64_t i = b * 4096, end = i + 4096 < n ? i + 4096 : n;
         for (; i + MF__AW <= end; i += MF__AW) {
-            mf__av r = mf__av_gelu_step(mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
+            mf__av r = mf__av_act_step(kind, mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
             mf__av_store(y + i, add ? mf__av_add(mf__av_load(y + i), r) : r);
         }
         if (i < end) { /* vector tail */
             mf__am mk = mf__av_mask((int)(end - i));
-            mf__av r = mf__av_gelu_step(mf__av_loadm(x + i, mk), g, mk, i, 1);
+            mf__av r = mf__av_act_step(kind, mf__av_loadm(x + i, mk), g, mk, i, 1);
             mf__av_storem(y + i, mk, add ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
         }
     }
+}
+static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n, int add) {
+    mf__act_run(ctx, MF__GELU, x, g, y, n, add);
 }
 static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
     float *y = out->data, s = out->farg[MF__FARG_UNARY_S];
     int64_t n = out->ne, i;
     int kind = out->iarg[MF__ARG_UNARY_KIND];
-    if (kind == MF__GELU) { /* the common FFN activation: vectorised */
-        mf__gelu_run(ctx, x, NULL, y, n, 0);
+    if (kind == MF__GELU || kind == MF__RELU) { /* the common FFN activations: vectorised */
+        mf__act_run(ctx, kind, x, NULL, y, n, 0);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -3661,8 +3675,8 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[MF__FARG_UNARY_S];
     if (!dx) return;
     if (dx == g) assign = 1; /* the input's gradient shares the buffer (mf__grad_shared_src): in place */
-    if (kind == MF__GELU) {
-        mf__gelu_run(ctx, x, g, dx, n, !assign);
+    if (kind == MF__GELU || kind == MF__RELU) {
+        mf__act_run(ctx, kind, x, g, dx, n, !assign);
         return;
     }
     MF__PARFOR(ctx, n, 8)
