@@ -1775,9 +1775,11 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
             *bufs[i] = nb;
             continue;
         }
+        /* host: the tail past p_used stays untouched (not resident: the capacity doubles, and a
+           model of 12.4 M floats would hold 4 x 17 MB of zeros); mf__param_zero_new zeroes each
+           parameter's floats as it is added */
         nb = (float *)MF_REALLOC(*bufs[i], (size_t)cap * sizeof(float));
         if (!nb) break;
-        memset(nb + ctx->p_cap, 0, (size_t)(cap - ctx->p_cap) * sizeof(float));
         *bufs[i] = nb;
     }
     for (k = 0; k < ctx->n_params; k++) { /* the buffers may have moved, even after a failure */
@@ -1793,7 +1795,20 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     return 0;
 }
 
-/* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed. */
+/* host: zero floats [lo, hi) of the parameter buffers (values, gradients and the moments once they
+   exist), the floats a new parameter takes (its alignment gap included); the device zeroes the
+   whole capacity when it grows */
+static void mf__param_zero_new(mf_ctx *ctx, int64_t lo, int64_t hi) {
+    float *bufs[4];
+    int i;
+    if (ctx->be || hi <= lo) return;
+    bufs[0] = ctx->p_data; bufs[1] = ctx->p_grad; bufs[2] = ctx->p_m; bufs[3] = ctx->p_v;
+    for (i = 0; i < 4; i++)
+        if (bufs[i]) memset(bufs[i] + lo, 0, (size_t)(hi - lo) * sizeof(float));
+}
+
+/* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed
+   (on the host: the floats in use; a later parameter zeroes its own, mf__param_zero_new). */
 static int mf__alloc_moments(mf_ctx *ctx) {
     size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (ctx->p_m) return 0;
@@ -1814,7 +1829,7 @@ static int mf__alloc_moments(mf_ctx *ctx) {
         mf__fail(ctx, "out of memory: optimizer moments for %lld floats", (long long)ctx->p_cap);
         return -1;
     }
-    memset(ctx->p_m, 0, bytes); memset(ctx->p_v, 0, bytes);
+    memset(ctx->p_m, 0, (size_t)ctx->p_used * sizeof(float)); memset(ctx->p_v, 0, (size_t)ctx->p_used * sizeof(float));
     return 0;
 }
 
@@ -1838,6 +1853,7 @@ MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *sh
     if ((ne = mf__check_shape(ctx, "mf_param", ndim, shape)) < 0) return NULL;
     off = (ctx->p_used + 15) & ~(int64_t)15; /* 64-byte aligned within the buffer */
     if (mf__param_reserve(ctx, off + ne) < 0) return NULL;
+    mf__param_zero_new(ctx, ctx->p_used, off + ne);
     if (ctx->n_params == ctx->params_cap) {
         int cap = ctx->params_cap ? 2 * ctx->params_cap : 64;
         mf_tensor **np = (mf_tensor **)MF_REALLOC(ctx->params, (size_t)cap * sizeof(mf_tensor *));
@@ -12305,7 +12321,10 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
         else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
                                                  "or checkpoint load (the moments exist already); resume with mf_dist_load");
         else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
-        else if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
+        else {
+            mf__param_zero_new(ctx, ctx->p_used, d->npad); /* the pad past the parameters, which the shards read */
+            if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
+        }
     }
     if (mf__dist_agree(d, ctx, ok, d->err) < 0) return -1;
     d->ctx = ctx;
