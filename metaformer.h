@@ -3666,9 +3666,6 @@ static void mf__act_run(mf_ctx *ctx, int kind, const float *x, const float *g, f
         }
     }
 }
-static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n, int add) {
-    mf__act_run(ctx, MF__GELU, x, g, y, n, add);
-}
 static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     const float *x = out->src[0]->data;
     float *y = out->data, s = out->farg[MF__FARG_UNARY_S];
@@ -11684,6 +11681,23 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx) { return ctx ? ctx->opt_t : 
 #define MF__PCHUNK 16384
 static int mf__trainable(const mf_ctx *ctx, int i) { return ctx->params[i]->requires_grad; }
 
+/* sum of x[i]^2 in double, in a fixed order: MF__SSQ_LANES running sums (x[i] in sum i mod
+   MF__SSQ_LANES, a vector's worth of independent chains the compiler keeps in registers), then
+   added pairwise. The squares are exact in double. */
+#define MF__SSQ_LANES 32
+static double mf__sumsq(const float *x, int64_t n) {
+    double s[MF__SSQ_LANES];
+    int64_t k = 0, full = n - n % MF__SSQ_LANES;
+    int l, w;
+    for (l = 0; l < MF__SSQ_LANES; l++) s[l] = 0;
+    for (; k < full; k += MF__SSQ_LANES)
+        for (l = 0; l < MF__SSQ_LANES; l++) s[l] += (double)x[k + l] * x[k + l];
+    for (l = 0; k + l < n; l++) s[l] += (double)x[k + l] * x[k + l];
+    for (w = MF__SSQ_LANES / 2; w >= 1; w /= 2)
+        for (l = 0; l < w; l++) s[l] += s[l + w];
+    return s[0];
+}
+
 static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
     double ss = 0, *part;
     int64_t nch = 0, total = 0, c;
@@ -11708,18 +11722,8 @@ static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
         for (j = 0; j < ctx->n_params; j++) {
             const mf_tensor *p = ctx->params[j];
             if (!mf__trainable(ctx, j)) continue;
-            for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
-                int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
-                double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-                const float *g = p->grad;
-                if (ch % nth != tid) continue;
-                for (k = lo; k + 4 <= hi; k += 4) {
-                    s0 += (double)g[k] * g[k]; s1 += (double)g[k + 1] * g[k + 1];
-                    s2 += (double)g[k + 2] * g[k + 2]; s3 += (double)g[k + 3] * g[k + 3];
-                }
-                for (; k < hi; k++) s0 += (double)g[k] * g[k];
-                part[ch] = (s0 + s1) + (s2 + s3);
-            }
+            for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++)
+                if (ch % nth == tid) part[ch] = mf__sumsq(p->grad + lo, (p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK) - lo);
         }
     }
     for (c = 0; c < nch; c++) ss += part[c];
@@ -12384,10 +12388,10 @@ static double mf__dist_shard_sumsq(mf_dist *d, mf_ctx *ctx) {
     int i;
     if (ctx->be) return ctx->be->grad_sumsq(ctx, d->rank * d->shard, (d->rank + 1) * d->shard);
     for (i = 0; i < ctx->n_params; i++) {
-        int64_t a, b, k;
+        int64_t a, b;
         if (!ctx->params[i]->requires_grad) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
-        for (k = a; k < b; k++) ss += (double)ctx->params[i]->grad[k] * ctx->params[i]->grad[k];
+        if (b > a) ss += mf__sumsq(ctx->params[i]->grad + a, b - a);
     }
     return ss;
 }
