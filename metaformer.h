@@ -560,6 +560,14 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx);
 /* Global L2 norm of all gradients; when max_norm > 0 and norm > max_norm, gradients are scaled
    by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the norm before. */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
+/* The end of a training step in one call: mf_clip_grad_norm(ctx, max_norm), mf_optimizer_step
+   and mf_zero_grad, the same values bit for bit. On the CPU it reads the gradients twice (their norm,
+   then the update that scales, applies and zeroes them), where the three calls stream them five
+   times. Returns the norm before clipping; a norm that is not finite (NaN or inf in a gradient)
+   updates nothing (the gradients are still zeroed). -1 on bad config / failed context. For ZeRO-1
+   ([mf:dist]) use the three mf_dist_* calls. */
+MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *opt, float max_norm);
+#define MF_TRAIN_UPDATE 1 /* mf_train_update exists (for programs built against older headers too) */
 
 /* ---- the MetaFormer language model ------------------------------------------------------------
    Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
@@ -2101,6 +2109,7 @@ static const char *mf__prof_kind(const char *name) {
         {"cross_entropy", "loss"}, {"mse", "loss"}, {"sum", "loss"}, {"mean", "loss"}, {"sum_axis", "loss"},
         {"reshape", "copy"}, {"permute", "copy"}, {"concat", "copy"}, {"slice", "copy"}, {"roll", "copy"},
         {"optimizer_step", "optimizer"}, {"clip_grad_norm", "optimizer"}, {"zero_grad", "optimizer"},
+        {"train_update", "optimizer"},
         {"zero_activation_grads", "memset"}};
     size_t i;
     for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) if (!strcmp(kinds[i][0], name)) return kinds[i][1];
@@ -11698,23 +11707,15 @@ static double mf__sumsq(const float *x, int64_t n) {
     return s[0];
 }
 
-static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
+/* CPU: the global L2 norm of the trainable gradients (chunks summed in order: the same norm for
+   any thread count); -1 when out of memory (in ctx) */
+static double mf__grad_norm(mf_ctx *ctx) {
     double ss = 0, *part;
     int64_t nch = 0, total = 0, c;
     int i;
-    float norm;
-    if (!mf_ok(ctx)) return 0.0f;
-    if (ctx->be) { /* one reduction over all the gradients; scaled on the device */
-        ss = ctx->be->grad_sumsq(ctx, 0, ctx->p_used);
-        if (ss < 0) return 0.0f;
-        norm = (float)sqrt(ss);
-        if (max_norm > 0 && norm > max_norm) ctx->be->grad_scale(ctx, 0, ctx->p_used, max_norm / (norm + 1e-6f));
-        return norm;
-    }
     for (i = 0; i < ctx->n_params; i++)
         if (mf__trainable(ctx, i)) { nch += (ctx->params[i]->ne + MF__PCHUNK - 1) / MF__PCHUNK; total += ctx->params[i]->ne; }
-    /* per-chunk partial sums in double, added in chunk order: the same norm for any thread count */
-    if (!(part = (double *)mf__alloc(ctx, (size_t)(nch + 1) * sizeof(double)))) return 0.0f;
+    if (!(part = (double *)mf__alloc(ctx, (size_t)(nch + 1) * sizeof(double)))) return -1;
     MF__PARALLEL(ctx, 2.0 * (double)total)
     {
         int tid = MF__TID(), nth = MF__NTH(), j;
@@ -11727,21 +11728,41 @@ static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
         }
     }
     for (c = 0; c < nch; c++) ss += part[c];
-    norm = (float)sqrt(ss);
-    if (max_norm > 0 && norm > max_norm) {
-        float f = max_norm / (norm + 1e-6f);
-        MF__PARALLEL(ctx, (double)total)
-        {
-            int tid = MF__TID(), nth = MF__NTH(), j;
-            int64_t ch = 0, lo;
-            for (j = 0; j < ctx->n_params; j++) {
-                mf_tensor *p = ctx->params[j];
-                if (!mf__trainable(ctx, j)) continue;
-                for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
-                    int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
-                    if (ch % nth != tid) continue;
-                    for (k = lo; k < hi; k++) p->grad[k] *= f;
-                }
+    return sqrt(ss);
+}
+/* the factor clipping applies to the gradients of norm `norm` (1: none) */
+static float mf__clip_factor(float norm, float max_norm) {
+    return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
+}
+
+static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
+    double ss;
+    int64_t total = 0;
+    int i;
+    float norm, f;
+    if (!mf_ok(ctx)) return 0.0f;
+    if (ctx->be) { /* one reduction over all the gradients; scaled on the device */
+        ss = ctx->be->grad_sumsq(ctx, 0, ctx->p_used);
+        if (ss < 0) return 0.0f;
+        norm = (float)sqrt(ss);
+        if (max_norm > 0 && norm > max_norm) ctx->be->grad_scale(ctx, 0, ctx->p_used, max_norm / (norm + 1e-6f));
+        return norm;
+    }
+    if ((ss = mf__grad_norm(ctx)) < 0) return 0.0f;
+    norm = (float)ss;
+    if ((f = mf__clip_factor(norm, max_norm)) == 1.0f) return norm;
+    for (i = 0; i < ctx->n_params; i++) if (mf__trainable(ctx, i)) total += ctx->params[i]->ne;
+    MF__PARALLEL(ctx, (double)total)
+    {
+        int tid = MF__TID(), nth = MF__NTH(), j;
+        int64_t ch = 0, lo;
+        for (j = 0; j < ctx->n_params; j++) {
+            mf_tensor *p = ctx->params[j];
+            if (!mf__trainable(ctx, j)) continue;
+            for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
+                int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
+                if (ch % nth != tid) continue;
+                for (k = lo; k < hi; k++) p->grad[k] *= f;
             }
         }
     }
@@ -11799,8 +11820,11 @@ typedef struct mf__opt_job {
     float lr, step, rc2, decay;
 } mf__opt_job;
 
-/* elements [lo, hi) of parameter j->param (the moments hold the flat floats from ctx->mom_lo on) */
-static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi) {
+/* elements [lo, hi) of parameter j->param (the moments hold the flat floats from ctx->mom_lo on)
+   with the gradient times gs (the clipping factor, 1: none), leaving the
+   gradient zero when zero is set (mf_train_update: each float read once, in the same pass) */
+static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi, float gs,
+                           int zero) {
     const mf_tensor *p = ctx->params[j->param];
     float *w = p->data + lo, *g = p->grad + lo, *m = ctx->p_m + (p->offset + lo - ctx->mom_lo);
     float *v = ctx->p_v + (p->offset + lo - ctx->mom_lo);
@@ -11817,9 +11841,12 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
         const float gw = o->kind == MF_OPT_ADAM ? wd : 0.0f, rc2 = j->rc2;
         const mf__av vb1 = mf__av_set1(b1), vb2 = mf__av_set1(b2), va1 = mf__av_set1(1.0f - b1);
         const mf__av va2 = mf__av_set1(1.0f - b2), vgw = mf__av_set1(gw), vdec = mf__av_set1(decay);
-        const mf__av vst = mf__av_set1(step), vrc = mf__av_set1(rc2), veps = mf__av_set1(eps);
+        const mf__av vst = mf__av_set1(step), vrc = mf__av_set1(rc2), veps = mf__av_set1(eps), vgs = mf__av_set1(gs);
         for (; k + MF__AW <= hi; k += MF__AW) {
-            mf__av wk = mf__av_load(w + k), gk = mf__av_add(mf__av_load(g + k), mf__av_mul(vgw, wk));
+            mf__av wk = mf__av_load(w + k), gk = mf__av_load(g + k);
+            if (gs != 1.0f) gk = mf__av_mul(gk, vgs);
+            gk = mf__av_add(gk, mf__av_mul(vgw, wk));
+            if (zero) mf__av_store(g + k, mf__av_zero());
             mf__av mk = mf__av_add(mf__av_mul(vb1, mf__av_load(m + k)), mf__av_mul(va1, gk));
             mf__av vk = mf__av_add(mf__av_mul(vb2, mf__av_load(v + k)), mf__av_mul(mf__av_mul(va2, gk), gk));
             wk = mf__av_mul(wk, vdec);
@@ -11829,7 +11856,8 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
                                                           mf__av_add(mf__av_mul(mf__av_sqrt(vk), vrc), veps))));
         }
         for (; k < hi; k++) {
-            float gk = g[k] + gw * w[k];
+            float gk = (gs != 1.0f ? g[k] * gs : g[k]) + gw * w[k];
+            if (zero) g[k] = 0.0f;
             w[k] *= decay;
             m[k] = b1 * m[k] + (1.0f - b1) * gk;
             v[k] = b2 * v[k] + (1.0f - b2) * gk * gk;
@@ -11840,7 +11868,8 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
     default: { /* SGD; m is the momentum buffer (torch: the first step sets buf = g) */
         float mu = o->momentum, lr = j->lr;
         for (; k < hi; k++) {
-            float gk = g[k] + wd * w[k];
+            float gk = (gs != 1.0f ? g[k] * gs : g[k]) + wd * w[k];
+            if (zero) g[k] = 0.0f;
             if (mu > 0) {
                 m[k] = j->first ? gk : mu * m[k] + gk;
                 gk = o->nesterov ? gk + mu * m[k] : m[k];
@@ -11888,16 +11917,11 @@ static mf__opt_job *mf__opt_jobs(mf_ctx *ctx, const mf_optimizer *o, int64_t *to
     return jobs;
 }
 
-/* One update of every parameter that has a gradient. The moments live in flat buffers. */
-static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+/* One update of every parameter that has a gradient, its gradient times gs; zero: every gradient
+   is left zero (as mf_zero_grad), the updated ones in the same pass. The moments live in flat buffers. */
+static int mf__optimizer_sweep(mf_ctx *ctx, const mf_optimizer *o, float gs, int zero) {
     int64_t total;
     mf__opt_job *jobs;
-    if (!mf_ok(ctx)) return -1;
-    if (mf__check_optimizer(ctx, o) < 0) return -1;
-    if (ctx->mom_n)
-        return (mf__fail(ctx, "mf_optimizer_step: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step"), -1);
-    if (mf__alloc_moments(ctx) < 0) return -1;
-    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
     if (!(jobs = mf__opt_jobs(ctx, o, &total))) return -1;
     MF__PARALLEL(ctx, 10.0 * (double)total)
     {
@@ -11905,14 +11929,47 @@ static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         int64_t ch = 0, lo;
         for (k = 0; k < ctx->n_params; k++) {
             const mf__opt_job *j = &jobs[k];
-            if (j->param < 0) continue;
-            for (lo = 0; lo < ctx->params[k]->ne; lo += MF__PCHUNK, ch++) {
-                int64_t n = ctx->params[k]->ne;
-                if (ch % nth == tid) mf__opt_update(ctx, o, j, lo, n - lo < MF__PCHUNK ? n : lo + MF__PCHUNK);
+            int64_t n = ctx->params[k]->ne;
+            if (j->param < 0 && !zero) continue;
+            for (lo = 0; lo < n; lo += MF__PCHUNK, ch++) {
+                int64_t hi = n - lo < MF__PCHUNK ? n : lo + MF__PCHUNK;
+                if (ch % nth != tid) continue;
+                if (j->param >= 0) mf__opt_update(ctx, o, j, lo, hi, gs, zero);
+                else memset(ctx->params[k]->grad + lo, 0, (size_t)(hi - lo) * sizeof(float));
             }
         }
     }
+    if (zero) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
     return 0;
+}
+/* what mf_optimizer_step and mf_train_update check first: 0, or -1 (the error in ctx) */
+static int mf__optimizer_ready(mf_ctx *ctx, const mf_optimizer *o) {
+    if (!mf_ok(ctx)) return -1;
+    if (mf__check_optimizer(ctx, o) < 0) return -1;
+    if (ctx->mom_n)
+        return (mf__fail(ctx, "mf_optimizer_step: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step"), -1);
+    return mf__alloc_moments(ctx);
+}
+static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+    if (mf__optimizer_ready(ctx, o) < 0) return -1;
+    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
+    return mf__optimizer_sweep(ctx, o, 1.0f, 0);
+}
+/* CPU: the norm in one pass over the gradients, then clipping, the update and the zeroing in a
+   second; a CUDA context runs the three calls */
+static float mf__train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) {
+    double norm;
+    if (mf__optimizer_ready(ctx, o) < 0) return -1.0f;
+    if (ctx->be) {
+        float nf = mf__clip_grad_norm(ctx, max_norm);
+        if (mf_ok(ctx) && isfinite(nf)) mf__optimizer_step(ctx, o);
+        mf__zero_grad(ctx);
+        return mf_ok(ctx) ? nf : -1.0f;
+    }
+    if ((norm = mf__grad_norm(ctx)) < 0) return -1.0f;
+    if (!isfinite((float)norm)) { mf__zero_grad(ctx); return (float)norm; }
+    if (mf__optimizer_sweep(ctx, o, mf__clip_factor((float)norm, max_norm), 1) < 0) return -1.0f;
+    return (float)norm;
 }
 /* the two entry points above, timed while profiling (mf_set_profile) */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
@@ -11932,6 +11989,16 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     r = mf__optimizer_step(ctx, o);
     mf__prof_end(ctx, "optimizer_step", MF__PROF_OTHER, m);
     return r;
+}
+MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) {
+    mf__prof_mark m;
+    float norm;
+    if (!ctx) return -1.0f;
+    if (!mf__profiling(ctx)) return mf__train_update(ctx, o, max_norm);
+    m = mf__prof_begin(ctx);
+    norm = mf__train_update(ctx, o, max_norm);
+    mf__prof_end(ctx, "train_update", MF__PROF_OTHER, m);
+    return norm;
 }
 
 #ifdef METAFORMER_MPI
