@@ -12504,7 +12504,7 @@ MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o)
         int64_t a, b;
         if (jobs[i].param < 0) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
-        if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b);
+        if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b, 1.0f, 0);
     }
     ok = d->tr->all_gather(d, ctx, ctx->p_data, d->shard) == 0;
     return mf__dist_agree(d, ctx, ok, ok ? NULL : d->err);
