@@ -457,7 +457,7 @@ static void test_train_update_matches_three_calls(void) {
             int sh[4] = {70001, 5, 40000, 9}, step, j;
             int64_t k;
             for (j = 0; j < 4; j++) {
-                char nm[8];
+                char nm[16];
                 mf_tensor *pa, *pb;
                 snprintf(nm, sizeof nm, "p%d", j);
                 pa = mf_param(a, nm, 1, &sh[j]); pb = mf_param(b, nm, 1, &sh[j]);
