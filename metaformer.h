@@ -11769,37 +11769,38 @@ static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
     return norm;
 }
 
-static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o) {
-    if (!o) return (mf__fail(ctx, "mf_optimizer_step: the optimizer config is NULL (start from mf_optimizer_default)"), -1);
+/* fn: the public function checking, named in the message */
+static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o, const char *fn) {
+    if (!o) return (mf__fail(ctx, "%s: the optimizer config is NULL (start from mf_optimizer_default)", fn), -1);
     if ((int)o->kind < MF_OPT_ADAM || (int)o->kind > MF_OPT_SGD)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown optimizer kind %d (MF_OPT_ADAM, MF_OPT_ADAM_LABML, "
-                         "MF_OPT_ADAMW or MF_OPT_SGD)", (int)o->kind), -1);
+        return (mf__fail(ctx, "%s: unknown optimizer kind %d (MF_OPT_ADAM, MF_OPT_ADAM_LABML, "
+                         "MF_OPT_ADAMW or MF_OPT_SGD)", fn, (int)o->kind), -1);
     if ((int)o->schedule.kind < MF_SCHED_CONSTANT || (int)o->schedule.kind > MF_SCHED_COSINE)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown schedule kind %d (MF_SCHED_CONSTANT, MF_SCHED_WARMUP, "
-                         "MF_SCHED_NOAM or MF_SCHED_COSINE)", (int)o->schedule.kind), -1);
+        return (mf__fail(ctx, "%s: unknown schedule kind %d (MF_SCHED_CONSTANT, MF_SCHED_WARMUP, "
+                         "MF_SCHED_NOAM or MF_SCHED_COSINE)", fn, (int)o->schedule.kind), -1);
     if (!(o->schedule.lr >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: lr %g is negative or NaN; it must be >= 0", (double)o->schedule.lr), -1);
+        return (mf__fail(ctx, "%s: lr %g is negative or NaN; it must be >= 0", fn, (double)o->schedule.lr), -1);
     if (!(o->weight_decay >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: weight_decay %g is negative or NaN; it must be >= 0", (double)o->weight_decay), -1);
+        return (mf__fail(ctx, "%s: weight_decay %g is negative or NaN; it must be >= 0", fn, (double)o->weight_decay), -1);
     if (o->kind != MF_OPT_SGD && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
-        return (mf__fail(ctx, "mf_optimizer_step: betas (%g, %g) must both be in [0, 1) (PyTorch: 0.9, 0.999)",
+        return (mf__fail(ctx, "%s: betas (%g, %g) must both be in [0, 1) (PyTorch: 0.9, 0.999)", fn,
                          (double)o->beta1, (double)o->beta2), -1);
     if (o->kind != MF_OPT_SGD && !(o->eps > 0))
-        return (mf__fail(ctx, "mf_optimizer_step: eps %g must be > 0 (PyTorch: 1e-8)", (double)o->eps), -1);
+        return (mf__fail(ctx, "%s: eps %g must be > 0 (PyTorch: 1e-8)", fn, (double)o->eps), -1);
     if (o->kind == MF_OPT_SGD && !(o->momentum >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: momentum %g is negative or NaN; it must be >= 0", (double)o->momentum), -1);
+        return (mf__fail(ctx, "%s: momentum %g is negative or NaN; it must be >= 0", fn, (double)o->momentum), -1);
     if (o->kind == MF_OPT_SGD && o->nesterov && !(o->momentum > 0))
-        return (mf__fail(ctx, "mf_optimizer_step: nesterov needs momentum > 0 (as in torch.optim.SGD)"), -1);
+        return (mf__fail(ctx, "%s: nesterov needs momentum > 0 (as in torch.optim.SGD)", fn), -1);
     if ((o->schedule.kind == MF_SCHED_WARMUP || o->schedule.kind == MF_SCHED_NOAM) && o->schedule.warmup <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: the %s schedule needs warmup > 0 steps, got %d",
+        return (mf__fail(ctx, "%s: the %s schedule needs warmup > 0 steps, got %d", fn,
                          o->schedule.kind == MF_SCHED_NOAM ? "Noam" : "warm-up", o->schedule.warmup), -1);
     if (o->schedule.kind == MF_SCHED_NOAM && o->schedule.d_model <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: the Noam schedule needs d_model > 0, got %d", o->schedule.d_model), -1);
+        return (mf__fail(ctx, "%s: the Noam schedule needs d_model > 0, got %d", fn, o->schedule.d_model), -1);
     if (o->schedule.kind == MF_SCHED_COSINE && o->schedule.total_steps <= o->schedule.warmup)
-        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule needs total_steps (%d) > warmup (%d)",
+        return (mf__fail(ctx, "%s: the cosine schedule needs total_steps (%d) > warmup (%d)", fn,
                          o->schedule.total_steps, o->schedule.warmup), -1);
     if (o->schedule.kind == MF_SCHED_COSINE && !(o->schedule.min_lr >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule's min_lr %g must be >= 0", (double)o->schedule.min_lr), -1);
+        return (mf__fail(ctx, "%s: the cosine schedule's min_lr %g must be >= 0", fn, (double)o->schedule.min_lr), -1);
     return 0;
 }
 
@@ -11943,15 +11944,15 @@ static int mf__optimizer_sweep(mf_ctx *ctx, const mf_optimizer *o, float gs, int
     return 0;
 }
 /* what mf_optimizer_step and mf_train_update check first: 0, or -1 (the error in ctx) */
-static int mf__optimizer_ready(mf_ctx *ctx, const mf_optimizer *o) {
+static int mf__optimizer_ready(mf_ctx *ctx, const mf_optimizer *o, const char *fn) {
     if (!mf_ok(ctx)) return -1;
-    if (mf__check_optimizer(ctx, o) < 0) return -1;
+    if (mf__check_optimizer(ctx, o, fn) < 0) return -1;
     if (ctx->mom_n)
-        return (mf__fail(ctx, "mf_optimizer_step: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step"), -1);
+        return (mf__fail(ctx, "%s: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step", fn), -1);
     return mf__alloc_moments(ctx);
 }
 static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
-    if (mf__optimizer_ready(ctx, o) < 0) return -1;
+    if (mf__optimizer_ready(ctx, o, "mf_optimizer_step") < 0) return -1;
     if (ctx->be) return ctx->be->optimizer_step(ctx, o);
     return mf__optimizer_sweep(ctx, o, 1.0f, 0);
 }
@@ -11959,7 +11960,7 @@ static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
    second; a CUDA context runs the three calls */
 static float mf__train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) {
     double norm;
-    if (mf__optimizer_ready(ctx, o) < 0) return -1.0f;
+    if (mf__optimizer_ready(ctx, o, "mf_train_update") < 0) return -1.0f;
     if (ctx->be) {
         float nf = mf__clip_grad_norm(ctx, max_norm);
         if (mf_ok(ctx) && isfinite(nf)) mf__optimizer_step(ctx, o);
@@ -12496,7 +12497,7 @@ MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o)
     if (!d->ctx || ctx != d->ctx)
         return mf__dist_agree(d, ctx, 0, "mf_dist_optimizer_step: the context is not the one attached with mf_dist_attach");
     if (!d->cfg.zero1) return mf__dist_agree(d, ctx, mf_optimizer_step(ctx, o) == 0, NULL);
-    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o) == 0;
+    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o, "mf_dist_optimizer_step") == 0;
     if (ok && ctx->be) ok = ctx->be->optimizer_step(ctx, o) == 0; /* over the shard [mom_lo, mom_lo + mom_n) */
     else if (ok) ok = (jobs = mf__opt_jobs(ctx, o, &total)) != NULL;
     if (mf__dist_agree(d, ctx, ok, NULL) < 0) return -1;
