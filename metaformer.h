@@ -560,6 +560,14 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx);
 /* Global L2 norm of all gradients; when max_norm > 0 and norm > max_norm, gradients are scaled
    by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the norm before. */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
+/* The end of a training step in one call: mf_clip_grad_norm(ctx, max_norm), mf_optimizer_step
+   and mf_zero_grad, the same values bit for bit. On the CPU it reads the gradients twice (their norm,
+   then the update that scales, applies and zeroes them), where the three calls stream them five
+   times. Returns the norm before clipping; a norm that is not finite (NaN or inf in a gradient)
+   updates nothing (the gradients are still zeroed). -1 on bad config / failed context. For ZeRO-1
+   ([mf:dist]) use the three mf_dist_* calls. */
+MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *opt, float max_norm);
+#define MF_TRAIN_UPDATE 1 /* mf_train_update exists (for programs built against older headers too) */
 
 /* ---- the MetaFormer language model ------------------------------------------------------------
    Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
@@ -1775,9 +1783,11 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
             *bufs[i] = nb;
             continue;
         }
+        /* host: the tail past p_used stays untouched (not resident: the capacity doubles, and a
+           model of 12.4 M floats would hold 4 x 17 MB of zeros); mf__param_zero_new zeroes each
+           parameter's floats as it is added */
         nb = (float *)MF_REALLOC(*bufs[i], (size_t)cap * sizeof(float));
         if (!nb) break;
-        memset(nb + ctx->p_cap, 0, (size_t)(cap - ctx->p_cap) * sizeof(float));
         *bufs[i] = nb;
     }
     for (k = 0; k < ctx->n_params; k++) { /* the buffers may have moved, even after a failure */
@@ -1793,7 +1803,20 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     return 0;
 }
 
-/* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed. */
+/* host: zero floats [lo, hi) of the parameter buffers (values, gradients and the moments once they
+   exist), the floats a new parameter takes (its alignment gap included); the device zeroes the
+   whole capacity when it grows */
+static void mf__param_zero_new(mf_ctx *ctx, int64_t lo, int64_t hi) {
+    float *bufs[4];
+    int i;
+    if (ctx->be || hi <= lo) return;
+    bufs[0] = ctx->p_data; bufs[1] = ctx->p_grad; bufs[2] = ctx->p_m; bufs[3] = ctx->p_v;
+    for (i = 0; i < 4; i++)
+        if (bufs[i]) memset(bufs[i] + lo, 0, (size_t)(hi - lo) * sizeof(float));
+}
+
+/* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed
+   (on the host: the floats in use; a later parameter zeroes its own, mf__param_zero_new). */
 static int mf__alloc_moments(mf_ctx *ctx) {
     size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (ctx->p_m) return 0;
@@ -1814,7 +1837,7 @@ static int mf__alloc_moments(mf_ctx *ctx) {
         mf__fail(ctx, "out of memory: optimizer moments for %lld floats", (long long)ctx->p_cap);
         return -1;
     }
-    memset(ctx->p_m, 0, bytes); memset(ctx->p_v, 0, bytes);
+    memset(ctx->p_m, 0, (size_t)ctx->p_used * sizeof(float)); memset(ctx->p_v, 0, (size_t)ctx->p_used * sizeof(float));
     return 0;
 }
 
@@ -1838,6 +1861,7 @@ MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *sh
     if ((ne = mf__check_shape(ctx, "mf_param", ndim, shape)) < 0) return NULL;
     off = (ctx->p_used + 15) & ~(int64_t)15; /* 64-byte aligned within the buffer */
     if (mf__param_reserve(ctx, off + ne) < 0) return NULL;
+    mf__param_zero_new(ctx, ctx->p_used, off + ne);
     if (ctx->n_params == ctx->params_cap) {
         int cap = ctx->params_cap ? 2 * ctx->params_cap : 64;
         mf_tensor **np = (mf_tensor **)MF_REALLOC(ctx->params, (size_t)cap * sizeof(mf_tensor *));
@@ -2085,6 +2109,7 @@ static const char *mf__prof_kind(const char *name) {
         {"cross_entropy", "loss"}, {"mse", "loss"}, {"sum", "loss"}, {"mean", "loss"}, {"sum_axis", "loss"},
         {"reshape", "copy"}, {"permute", "copy"}, {"concat", "copy"}, {"slice", "copy"}, {"roll", "copy"},
         {"optimizer_step", "optimizer"}, {"clip_grad_norm", "optimizer"}, {"zero_grad", "optimizer"},
+        {"train_update", "optimizer"},
         {"zero_activation_grads", "memset"}};
     size_t i;
     for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) if (!strcmp(kinds[i][0], name)) return kinds[i][1];
@@ -3622,19 +3647,30 @@ static mf__av mf__av_gelu_step(mf__av v, const float *g, mf__am mk, int64_t i, i
     if (!g) return mf__av_gelu(v, 0);
     return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), mf__av_gelu(v, 1));
 }
-/* y = gelu(x) (g NULL), y = g * gelu'(x) (add 0) or y += g * gelu'(x) (add 1) */
-static void mf__gelu_run(mf_ctx *ctx, const float *x, const float *g, float *y, int64_t n, int add) {
+/* relu: y = x > 0 ? x : 0 (g NULL), or g * (x > 0 ? 1 : 0): the scalar cases' values bit for bit
+   (g * 0 keeps its sign and NaN), without their unpredictable branch */
+static mf__av mf__av_relu_step(mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    mf__av z = mf__av_zero();
+    if (!g) return mf__av_iflt(z, v, v, z);
+    return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), mf__av_iflt(z, v, mf__av_set1(1.0f), z));
+}
+static mf__av mf__av_act_step(int kind, mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    return kind == MF__GELU ? mf__av_gelu_step(v, g, mk, i, masked) : mf__av_relu_step(v, g, mk, i, masked);
+}
+/* the vectorised activations (kind MF__GELU or MF__RELU): y = act(x) (g NULL), y = g * act'(x)
+   (add 0) or y += g * act'(x) (add 1) */
+static void mf__act_run(mf_ctx *ctx, int kind, const float *x, const float *g, float *y, int64_t n, int add) {
     int64_t nb = (n + 4095) / 4096, b;
     MF__PARFOR(ctx, nb, 4096.0 * 6)
     for (b = 0; b < nb; b++) {
         int64_t i = b * 4096, end = i + 4096 < n ? i + 4096 : n;
         for (; i + MF__AW <= end; i += MF__AW) {
-            mf__av r = mf__av_gelu_step(mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
+            mf__av r = mf__av_act_step(kind, mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
             mf__av_store(y + i, add ? mf__av_add(mf__av_load(y + i), r) : r);
         }
         if (i < end) { /* vector tail */
             mf__am mk = mf__av_mask((int)(end - i));
-            mf__av r = mf__av_gelu_step(mf__av_loadm(x + i, mk), g, mk, i, 1);
+            mf__av r = mf__av_act_step(kind, mf__av_loadm(x + i, mk), g, mk, i, 1);
             mf__av_storem(y + i, mk, add ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
         }
     }
@@ -3644,8 +3680,8 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     float *y = out->data, s = out->farg[MF__FARG_UNARY_S];
     int64_t n = out->ne, i;
     int kind = out->iarg[MF__ARG_UNARY_KIND];
-    if (kind == MF__GELU) { /* the common FFN activation: vectorised */
-        mf__gelu_run(ctx, x, NULL, y, n, 0);
+    if (kind == MF__GELU || kind == MF__RELU) { /* the common FFN activations: vectorised */
+        mf__act_run(ctx, kind, x, NULL, y, n, 0);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -3661,8 +3697,8 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[MF__FARG_UNARY_S];
     if (!dx) return;
     if (dx == g) assign = 1; /* the input's gradient shares the buffer (mf__grad_shared_src): in place */
-    if (kind == MF__GELU) {
-        mf__gelu_run(ctx, x, g, dx, n, !assign);
+    if (kind == MF__GELU || kind == MF__RELU) {
+        mf__act_run(ctx, kind, x, g, dx, n, !assign);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -11654,11 +11690,56 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx) { return ctx ? ctx->opt_t : 
 #define MF__PCHUNK 16384
 static int mf__trainable(const mf_ctx *ctx, int i) { return ctx->params[i]->requires_grad; }
 
-static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
+/* sum of x[i]^2 in double, in a fixed order: MF__SSQ_LANES running sums (x[i] in sum i mod
+   MF__SSQ_LANES, a vector's worth of independent chains the compiler keeps in registers), then
+   added pairwise. The squares are exact in double. */
+#define MF__SSQ_LANES 32
+static double mf__sumsq(const float *x, int64_t n) {
+    double s[MF__SSQ_LANES];
+    int64_t k = 0, full = n - n % MF__SSQ_LANES;
+    int l, w;
+    for (l = 0; l < MF__SSQ_LANES; l++) s[l] = 0;
+    for (; k < full; k += MF__SSQ_LANES)
+        for (l = 0; l < MF__SSQ_LANES; l++) s[l] += (double)x[k + l] * x[k + l];
+    for (l = 0; k + l < n; l++) s[l] += (double)x[k + l] * x[k + l];
+    for (w = MF__SSQ_LANES / 2; w >= 1; w /= 2)
+        for (l = 0; l < w; l++) s[l] += s[l + w];
+    return s[0];
+}
+
+/* CPU: the global L2 norm of the trainable gradients (chunks summed in order: the same norm for
+   any thread count); -1 when out of memory (in ctx) */
+static double mf__grad_norm(mf_ctx *ctx) {
     double ss = 0, *part;
     int64_t nch = 0, total = 0, c;
     int i;
-    float norm;
+    for (i = 0; i < ctx->n_params; i++)
+        if (mf__trainable(ctx, i)) { nch += (ctx->params[i]->ne + MF__PCHUNK - 1) / MF__PCHUNK; total += ctx->params[i]->ne; }
+    if (!(part = (double *)mf__alloc(ctx, (size_t)(nch + 1) * sizeof(double)))) return -1;
+    MF__PARALLEL(ctx, 2.0 * (double)total)
+    {
+        int tid = MF__TID(), nth = MF__NTH(), j;
+        int64_t ch = 0, lo;
+        for (j = 0; j < ctx->n_params; j++) {
+            const mf_tensor *p = ctx->params[j];
+            if (!mf__trainable(ctx, j)) continue;
+            for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++)
+                if (ch % nth == tid) part[ch] = mf__sumsq(p->grad + lo, (p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK) - lo);
+        }
+    }
+    for (c = 0; c < nch; c++) ss += part[c];
+    return sqrt(ss);
+}
+/* the factor clipping applies to the gradients of norm `norm` (1: none) */
+static float mf__clip_factor(float norm, float max_norm) {
+    return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
+}
+
+static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
+    double ss;
+    int64_t total = 0;
+    int i;
+    float norm, f;
     if (!mf_ok(ctx)) return 0.0f;
     if (ctx->be) { /* one reduction over all the gradients; scaled on the device */
         ss = ctx->be->grad_sumsq(ctx, 0, ctx->p_used);
@@ -11667,84 +11748,59 @@ static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
         if (max_norm > 0 && norm > max_norm) ctx->be->grad_scale(ctx, 0, ctx->p_used, max_norm / (norm + 1e-6f));
         return norm;
     }
-    for (i = 0; i < ctx->n_params; i++)
-        if (mf__trainable(ctx, i)) { nch += (ctx->params[i]->ne + MF__PCHUNK - 1) / MF__PCHUNK; total += ctx->params[i]->ne; }
-    /* per-chunk partial sums in double, added in chunk order: the same norm for any thread count */
-    if (!(part = (double *)mf__alloc(ctx, (size_t)(nch + 1) * sizeof(double)))) return 0.0f;
-    MF__PARALLEL(ctx, 2.0 * (double)total)
+    if ((ss = mf__grad_norm(ctx)) < 0) return 0.0f;
+    norm = (float)ss;
+    if ((f = mf__clip_factor(norm, max_norm)) == 1.0f) return norm;
+    for (i = 0; i < ctx->n_params; i++) if (mf__trainable(ctx, i)) total += ctx->params[i]->ne;
+    MF__PARALLEL(ctx, (double)total)
     {
         int tid = MF__TID(), nth = MF__NTH(), j;
         int64_t ch = 0, lo;
         for (j = 0; j < ctx->n_params; j++) {
-            const mf_tensor *p = ctx->params[j];
+            mf_tensor *p = ctx->params[j];
             if (!mf__trainable(ctx, j)) continue;
             for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
                 int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
-                double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-                const float *g = p->grad;
                 if (ch % nth != tid) continue;
-                for (k = lo; k + 4 <= hi; k += 4) {
-                    s0 += (double)g[k] * g[k]; s1 += (double)g[k + 1] * g[k + 1];
-                    s2 += (double)g[k + 2] * g[k + 2]; s3 += (double)g[k + 3] * g[k + 3];
-                }
-                for (; k < hi; k++) s0 += (double)g[k] * g[k];
-                part[ch] = (s0 + s1) + (s2 + s3);
-            }
-        }
-    }
-    for (c = 0; c < nch; c++) ss += part[c];
-    norm = (float)sqrt(ss);
-    if (max_norm > 0 && norm > max_norm) {
-        float f = max_norm / (norm + 1e-6f);
-        MF__PARALLEL(ctx, (double)total)
-        {
-            int tid = MF__TID(), nth = MF__NTH(), j;
-            int64_t ch = 0, lo;
-            for (j = 0; j < ctx->n_params; j++) {
-                mf_tensor *p = ctx->params[j];
-                if (!mf__trainable(ctx, j)) continue;
-                for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
-                    int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
-                    if (ch % nth != tid) continue;
-                    for (k = lo; k < hi; k++) p->grad[k] *= f;
-                }
+                for (k = lo; k < hi; k++) p->grad[k] *= f;
             }
         }
     }
     return norm;
 }
 
-static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o) {
-    if (!o) return (mf__fail(ctx, "mf_optimizer_step: the optimizer config is NULL (start from mf_optimizer_default)"), -1);
+/* fn: the public function checking, named in the message */
+static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o, const char *fn) {
+    if (!o) return (mf__fail(ctx, "%s: the optimizer config is NULL (start from mf_optimizer_default)", fn), -1);
     if ((int)o->kind < MF_OPT_ADAM || (int)o->kind > MF_OPT_SGD)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown optimizer kind %d (MF_OPT_ADAM, MF_OPT_ADAM_LABML, "
-                         "MF_OPT_ADAMW or MF_OPT_SGD)", (int)o->kind), -1);
+        return (mf__fail(ctx, "%s: unknown optimizer kind %d (MF_OPT_ADAM, MF_OPT_ADAM_LABML, "
+                         "MF_OPT_ADAMW or MF_OPT_SGD)", fn, (int)o->kind), -1);
     if ((int)o->schedule.kind < MF_SCHED_CONSTANT || (int)o->schedule.kind > MF_SCHED_COSINE)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown schedule kind %d (MF_SCHED_CONSTANT, MF_SCHED_WARMUP, "
-                         "MF_SCHED_NOAM or MF_SCHED_COSINE)", (int)o->schedule.kind), -1);
+        return (mf__fail(ctx, "%s: unknown schedule kind %d (MF_SCHED_CONSTANT, MF_SCHED_WARMUP, "
+                         "MF_SCHED_NOAM or MF_SCHED_COSINE)", fn, (int)o->schedule.kind), -1);
     if (!(o->schedule.lr >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: lr %g is negative or NaN; it must be >= 0", (double)o->schedule.lr), -1);
+        return (mf__fail(ctx, "%s: lr %g is negative or NaN; it must be >= 0", fn, (double)o->schedule.lr), -1);
     if (!(o->weight_decay >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: weight_decay %g is negative or NaN; it must be >= 0", (double)o->weight_decay), -1);
+        return (mf__fail(ctx, "%s: weight_decay %g is negative or NaN; it must be >= 0", fn, (double)o->weight_decay), -1);
     if (o->kind != MF_OPT_SGD && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
-        return (mf__fail(ctx, "mf_optimizer_step: betas (%g, %g) must both be in [0, 1) (PyTorch: 0.9, 0.999)",
+        return (mf__fail(ctx, "%s: betas (%g, %g) must both be in [0, 1) (PyTorch: 0.9, 0.999)", fn,
                          (double)o->beta1, (double)o->beta2), -1);
     if (o->kind != MF_OPT_SGD && !(o->eps > 0))
-        return (mf__fail(ctx, "mf_optimizer_step: eps %g must be > 0 (PyTorch: 1e-8)", (double)o->eps), -1);
+        return (mf__fail(ctx, "%s: eps %g must be > 0 (PyTorch: 1e-8)", fn, (double)o->eps), -1);
     if (o->kind == MF_OPT_SGD && !(o->momentum >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: momentum %g is negative or NaN; it must be >= 0", (double)o->momentum), -1);
+        return (mf__fail(ctx, "%s: momentum %g is negative or NaN; it must be >= 0", fn, (double)o->momentum), -1);
     if (o->kind == MF_OPT_SGD && o->nesterov && !(o->momentum > 0))
-        return (mf__fail(ctx, "mf_optimizer_step: nesterov needs momentum > 0 (as in torch.optim.SGD)"), -1);
+        return (mf__fail(ctx, "%s: nesterov needs momentum > 0 (as in torch.optim.SGD)", fn), -1);
     if ((o->schedule.kind == MF_SCHED_WARMUP || o->schedule.kind == MF_SCHED_NOAM) && o->schedule.warmup <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: the %s schedule needs warmup > 0 steps, got %d",
+        return (mf__fail(ctx, "%s: the %s schedule needs warmup > 0 steps, got %d", fn,
                          o->schedule.kind == MF_SCHED_NOAM ? "Noam" : "warm-up", o->schedule.warmup), -1);
     if (o->schedule.kind == MF_SCHED_NOAM && o->schedule.d_model <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: the Noam schedule needs d_model > 0, got %d", o->schedule.d_model), -1);
+        return (mf__fail(ctx, "%s: the Noam schedule needs d_model > 0, got %d", fn, o->schedule.d_model), -1);
     if (o->schedule.kind == MF_SCHED_COSINE && o->schedule.total_steps <= o->schedule.warmup)
-        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule needs total_steps (%d) > warmup (%d)",
+        return (mf__fail(ctx, "%s: the cosine schedule needs total_steps (%d) > warmup (%d)", fn,
                          o->schedule.total_steps, o->schedule.warmup), -1);
     if (o->schedule.kind == MF_SCHED_COSINE && !(o->schedule.min_lr >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule's min_lr %g must be >= 0", (double)o->schedule.min_lr), -1);
+        return (mf__fail(ctx, "%s: the cosine schedule's min_lr %g must be >= 0", fn, (double)o->schedule.min_lr), -1);
     return 0;
 }
 
@@ -11765,8 +11821,11 @@ typedef struct mf__opt_job {
     float lr, step, rc2, decay;
 } mf__opt_job;
 
-/* elements [lo, hi) of parameter j->param (the moments hold the flat floats from ctx->mom_lo on) */
-static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi) {
+/* elements [lo, hi) of parameter j->param (the moments hold the flat floats from ctx->mom_lo on)
+   with the gradient times gs (the clipping factor, 1: none), leaving the
+   gradient zero when zero is set (mf_train_update: each float read once, in the same pass) */
+static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi, float gs,
+                           int zero) {
     const mf_tensor *p = ctx->params[j->param];
     float *w = p->data + lo, *g = p->grad + lo, *m = ctx->p_m + (p->offset + lo - ctx->mom_lo);
     float *v = ctx->p_v + (p->offset + lo - ctx->mom_lo);
@@ -11783,9 +11842,12 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
         const float gw = o->kind == MF_OPT_ADAM ? wd : 0.0f, rc2 = j->rc2;
         const mf__av vb1 = mf__av_set1(b1), vb2 = mf__av_set1(b2), va1 = mf__av_set1(1.0f - b1);
         const mf__av va2 = mf__av_set1(1.0f - b2), vgw = mf__av_set1(gw), vdec = mf__av_set1(decay);
-        const mf__av vst = mf__av_set1(step), vrc = mf__av_set1(rc2), veps = mf__av_set1(eps);
+        const mf__av vst = mf__av_set1(step), vrc = mf__av_set1(rc2), veps = mf__av_set1(eps), vgs = mf__av_set1(gs);
         for (; k + MF__AW <= hi; k += MF__AW) {
-            mf__av wk = mf__av_load(w + k), gk = mf__av_add(mf__av_load(g + k), mf__av_mul(vgw, wk));
+            mf__av wk = mf__av_load(w + k), gk = mf__av_load(g + k);
+            if (gs != 1.0f) gk = mf__av_mul(gk, vgs);
+            gk = mf__av_add(gk, mf__av_mul(vgw, wk));
+            if (zero) mf__av_store(g + k, mf__av_zero());
             mf__av mk = mf__av_add(mf__av_mul(vb1, mf__av_load(m + k)), mf__av_mul(va1, gk));
             mf__av vk = mf__av_add(mf__av_mul(vb2, mf__av_load(v + k)), mf__av_mul(mf__av_mul(va2, gk), gk));
             wk = mf__av_mul(wk, vdec);
@@ -11795,7 +11857,8 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
                                                           mf__av_add(mf__av_mul(mf__av_sqrt(vk), vrc), veps))));
         }
         for (; k < hi; k++) {
-            float gk = g[k] + gw * w[k];
+            float gk = (gs != 1.0f ? g[k] * gs : g[k]) + gw * w[k];
+            if (zero) g[k] = 0.0f;
             w[k] *= decay;
             m[k] = b1 * m[k] + (1.0f - b1) * gk;
             v[k] = b2 * v[k] + (1.0f - b2) * gk * gk;
@@ -11806,7 +11869,8 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
     default: { /* SGD; m is the momentum buffer (torch: the first step sets buf = g) */
         float mu = o->momentum, lr = j->lr;
         for (; k < hi; k++) {
-            float gk = g[k] + wd * w[k];
+            float gk = (gs != 1.0f ? g[k] * gs : g[k]) + wd * w[k];
+            if (zero) g[k] = 0.0f;
             if (mu > 0) {
                 m[k] = j->first ? gk : mu * m[k] + gk;
                 gk = o->nesterov ? gk + mu * m[k] : m[k];
@@ -11854,16 +11918,11 @@ static mf__opt_job *mf__opt_jobs(mf_ctx *ctx, const mf_optimizer *o, int64_t *to
     return jobs;
 }
 
-/* One update of every parameter that has a gradient. The moments live in flat buffers. */
-static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+/* One update of every parameter that has a gradient, its gradient times gs; zero: every gradient
+   is left zero (as mf_zero_grad), the updated ones in the same pass. The moments live in flat buffers. */
+static int mf__optimizer_sweep(mf_ctx *ctx, const mf_optimizer *o, float gs, int zero) {
     int64_t total;
     mf__opt_job *jobs;
-    if (!mf_ok(ctx)) return -1;
-    if (mf__check_optimizer(ctx, o) < 0) return -1;
-    if (ctx->mom_n)
-        return (mf__fail(ctx, "mf_optimizer_step: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step"), -1);
-    if (mf__alloc_moments(ctx) < 0) return -1;
-    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
     if (!(jobs = mf__opt_jobs(ctx, o, &total))) return -1;
     MF__PARALLEL(ctx, 10.0 * (double)total)
     {
@@ -11871,14 +11930,47 @@ static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         int64_t ch = 0, lo;
         for (k = 0; k < ctx->n_params; k++) {
             const mf__opt_job *j = &jobs[k];
-            if (j->param < 0) continue;
-            for (lo = 0; lo < ctx->params[k]->ne; lo += MF__PCHUNK, ch++) {
-                int64_t n = ctx->params[k]->ne;
-                if (ch % nth == tid) mf__opt_update(ctx, o, j, lo, n - lo < MF__PCHUNK ? n : lo + MF__PCHUNK);
+            int64_t n = ctx->params[k]->ne;
+            if (j->param < 0 && !zero) continue;
+            for (lo = 0; lo < n; lo += MF__PCHUNK, ch++) {
+                int64_t hi = n - lo < MF__PCHUNK ? n : lo + MF__PCHUNK;
+                if (ch % nth != tid) continue;
+                if (j->param >= 0) mf__opt_update(ctx, o, j, lo, hi, gs, zero);
+                else memset(ctx->params[k]->grad + lo, 0, (size_t)(hi - lo) * sizeof(float));
             }
         }
     }
+    if (zero) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
     return 0;
+}
+/* what mf_optimizer_step and mf_train_update check first: 0, or -1 (the error in ctx) */
+static int mf__optimizer_ready(mf_ctx *ctx, const mf_optimizer *o, const char *fn) {
+    if (!mf_ok(ctx)) return -1;
+    if (mf__check_optimizer(ctx, o, fn) < 0) return -1;
+    if (ctx->mom_n)
+        return (mf__fail(ctx, "%s: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step", fn), -1);
+    return mf__alloc_moments(ctx);
+}
+static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+    if (mf__optimizer_ready(ctx, o, "mf_optimizer_step") < 0) return -1;
+    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
+    return mf__optimizer_sweep(ctx, o, 1.0f, 0);
+}
+/* CPU: the norm in one pass over the gradients, then clipping, the update and the zeroing in a
+   second; a CUDA context runs the three calls */
+static float mf__train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) {
+    double norm;
+    if (mf__optimizer_ready(ctx, o, "mf_train_update") < 0) return -1.0f;
+    if (ctx->be) {
+        float nf = mf__clip_grad_norm(ctx, max_norm);
+        if (mf_ok(ctx) && isfinite(nf)) mf__optimizer_step(ctx, o);
+        mf__zero_grad(ctx);
+        return mf_ok(ctx) ? nf : -1.0f;
+    }
+    if ((norm = mf__grad_norm(ctx)) < 0) return -1.0f;
+    if (!isfinite((float)norm)) { mf__zero_grad(ctx); return (float)norm; }
+    if (mf__optimizer_sweep(ctx, o, mf__clip_factor((float)norm, max_norm), 1) < 0) return -1.0f;
+    return (float)norm;
 }
 /* the two entry points above, timed while profiling (mf_set_profile) */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
@@ -11898,6 +11990,16 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     r = mf__optimizer_step(ctx, o);
     mf__prof_end(ctx, "optimizer_step", MF__PROF_OTHER, m);
     return r;
+}
+MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) {
+    mf__prof_mark m;
+    float norm;
+    if (!ctx) return -1.0f;
+    if (!mf__profiling(ctx)) return mf__train_update(ctx, o, max_norm);
+    m = mf__prof_begin(ctx);
+    norm = mf__train_update(ctx, o, max_norm);
+    mf__prof_end(ctx, "train_update", MF__PROF_OTHER, m);
+    return norm;
 }
 
 #ifdef METAFORMER_MPI
@@ -12291,7 +12393,10 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
         else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
                                                  "or checkpoint load (the moments exist already); resume with mf_dist_load");
         else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
-        else if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
+        else {
+            mf__param_zero_new(ctx, ctx->p_used, d->npad); /* the pad past the parameters, which the shards read */
+            if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
+        }
     }
     if (mf__dist_agree(d, ctx, ok, d->err) < 0) return -1;
     d->ctx = ctx;
@@ -12351,10 +12456,10 @@ static double mf__dist_shard_sumsq(mf_dist *d, mf_ctx *ctx) {
     int i;
     if (ctx->be) return ctx->be->grad_sumsq(ctx, d->rank * d->shard, (d->rank + 1) * d->shard);
     for (i = 0; i < ctx->n_params; i++) {
-        int64_t a, b, k;
+        int64_t a, b;
         if (!ctx->params[i]->requires_grad) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
-        for (k = a; k < b; k++) ss += (double)ctx->params[i]->grad[k] * ctx->params[i]->grad[k];
+        if (b > a) ss += mf__sumsq(ctx->params[i]->grad + a, b - a);
     }
     return ss;
 }
@@ -12392,7 +12497,7 @@ MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o)
     if (!d->ctx || ctx != d->ctx)
         return mf__dist_agree(d, ctx, 0, "mf_dist_optimizer_step: the context is not the one attached with mf_dist_attach");
     if (!d->cfg.zero1) return mf__dist_agree(d, ctx, mf_optimizer_step(ctx, o) == 0, NULL);
-    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o) == 0;
+    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o, "mf_dist_optimizer_step") == 0;
     if (ok && ctx->be) ok = ctx->be->optimizer_step(ctx, o) == 0; /* over the shard [mom_lo, mom_lo + mom_n) */
     else if (ok) ok = (jobs = mf__opt_jobs(ctx, o, &total)) != NULL;
     if (mf__dist_agree(d, ctx, ok, NULL) < 0) return -1;
@@ -12400,7 +12505,7 @@ MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o)
         int64_t a, b;
         if (jobs[i].param < 0) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
-        if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b);
+        if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b, 1.0f, 0);
     }
     ok = d->tr->all_gather(d, ctx, ctx->p_data, d->shard) == 0;
     return mf__dist_agree(d, ctx, ok, ok ? NULL : d->err);

@@ -373,7 +373,7 @@ static void test_unary_grad(void) {
     }
 }
 
-/* The table GELU kernel (mf__gelu_run) against double erfc / exp on a grid of 2^-10 over [-10, 10]
+/* The table GELU kernel (mf__act_run) against double erfc / exp on a grid of 2^-10 over [-10, 10]
    and a few thousand random floats: |err| <= 1 ulp of the result + 5e-8. The ulp is the final
    rounding of x + gelu(-x) or 1 - gelu'(-x) (with the reference's own rounding to float); 5e-8
    covers the fit (below 1e-8, tests/gelu_table.py) and the float evaluation of the folded value,
@@ -390,8 +390,8 @@ static int gelu_close(float got, double want) {
 static void gelu_eval(mf_ctx *c, const float *x, float *y, float *d, float *one, int64_t n) {
     int64_t i;
     for (i = 0; i < n; i++) one[i] = 1.0f;
-    mf__gelu_run(c, x, NULL, y, n, 0);
-    mf__gelu_run(c, x, one, d, n, 0);
+    mf__act_run(c, MF__GELU, x, NULL, y, n, 0);
+    mf__act_run(c, MF__GELU, x, one, d, n, 0);
 }
 static void gelu_check_grid(mf_ctx *c, float *x, float *y, float *d, float *one, int64_t n) {
     int64_t i, bad = 0;
@@ -444,7 +444,7 @@ static void test_gelu_accuracy(void) {
     MFT_CHECK(y[NX - 1] != y[NX - 1] && d[NX - 1] != d[NX - 1]);
     /* accumulate: y += g gelu'(x) */
     for (i = 0; i < NX - 1; i++) y[i] = 0.5f, one[i] = 2.0f;
-    mf__gelu_run(c, x, one, y, NX - 1, 1);
+    mf__act_run(c, MF__GELU, x, one, y, NX - 1, 1);
     for (i = 0; i < NX - 1; i++) MFT_CHECK(y[i] == 0.5f + 2.0f * d[i]);
     free(x);
     mf_ctx_free(c);
