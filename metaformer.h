@@ -4689,14 +4689,19 @@ static mf_tensor *mf__avg_pool_sub(mf_ctx *ctx, mf_tensor *x, int kernel, int ca
 
 /* iarg of attention and rel_attention (their shape is one function); the dropout stream's halves
    also of feedback_attention */
-enum { MF__ARG_ATTN_CAUSAL, MF__ARG_ATTN_STREAM_LO, MF__ARG_ATTN_STREAM_HI, MF__ARG_ATTN_LAYOUT };
-/* Where row i (query or key) of head bh = b H + h of an attention operand [B, H, T, d] (bthd 0) or
-   [B, T, H, d] (bthd 1, MF_ATTN_TOKENS_MAJOR) starts, and the distance between its rows. Shared by
-   the CPU kernels and their CUDA twins; rel_attention is always heads-major. */
-static MF__HD int64_t mf__attn_row(int64_t bh, int i, int T, int H, int d, int bthd) {
-    return bthd ? ((bh / H * T + i) * H + bh % H) * d : (bh * T + i) * d;
+enum { MF__ARG_ATTN_CAUSAL, MF__ARG_ATTN_STREAM_LO, MF__ARG_ATTN_STREAM_HI, MF__ARG_ATTN_LAYOUT, MF__ARG_ATTN_PARTS };
+/* Where an attention op's operands live (shared by the CPU kernels and their CUDA twins): heads
+   bh = b H + h; operand x (MF__AT_Q, _K, _V, _O: the output, and its gradient) is heads-major
+   [B, H, T, d] (bthd 0: rows d floats apart) or token-major [B, T, H, d] (bthd 1,
+   MF_ATTN_TOKENS_MAJOR: rows H d floats apart), or, inside the model, a part of a token-major pack
+   [B, T, P H, d] (q, k and v of one GEMM: rows P H d floats apart, part p from p H d on). Row i of
+   head bh of operand x starts at mf__attn_at; rel_attention's are always heads-major. */
+enum { MF__AT_Q, MF__AT_K, MF__AT_V, MF__AT_O };
+typedef struct mf__attn_geo { int64_t BH, off[4]; int H, Tq, Tk, dk, dv, bthd, ld[4]; } mf__attn_geo;
+static MF__HD int64_t mf__attn_at(const mf__attn_geo *g, int x, int64_t bh, int i) {
+    int T = x == MF__AT_K || x == MF__AT_V ? g->Tk : g->Tq, d = x <= MF__AT_K ? g->dk : g->dv;
+    return g->off[x] + (g->bthd ? (bh / g->H * T + i) * g->ld[x] + bh % g->H * d : (bh * T + i) * g->ld[x]);
 }
-static MF__HD int mf__attn_ld(int H, int d, int bthd) { return bthd ? H * d : d; }
 /* farg of attention, rel_attention and feedback_attention: the score scale and the probability
    dropout p (0 outside training mode) */
 enum { MF__FARG_ATTN_SCALE, MF__FARG_ATTN_DROP };
@@ -4767,22 +4772,32 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
 #define MF__AT_BK 64 /* keys per tile */
 
-/* An attention op's sizes and operand layout (mf__attention_shape has checked them); rel_attention's
-   q, k, v are read the same way (always heads-major) */
-typedef struct { int64_t BH; int H, Tq, Tk, dk, dv, bthd; } mf__attn_geo;
+/* MF__ARG_ATTN_PARTS: 0 (no packs), or 1 + a byte per operand x (q, k, v: bytes 0, 1, 2) that
+   holds its part p (bits 0-3) of a token-major pack [B, T, P H, d] of P (bits 4-7) projections */
+#define MF__ATTN_PACKS(pq, Pq, pk, Pk, pv, Pv) (1 + ((pq) | (Pq) << 4 | ((pk) | (Pk) << 4) << 8 | ((pv) | (Pv) << 4) << 16))
+static int mf__attn_part(const mf_tensor *out, int x) {
+    return out->iarg[MF__ARG_ATTN_PARTS] ? ((out->iarg[MF__ARG_ATTN_PARTS] - 1) >> (8 * x)) & 15 : 0;
+}
+static int mf__attn_packs(const mf_tensor *out, int x) { /* P of operand x; 1: not a pack */
+    return out->iarg[MF__ARG_ATTN_PARTS] ? ((out->iarg[MF__ARG_ATTN_PARTS] - 1) >> (8 * x + 4)) & 15 : 1;
+}
+/* An attention op's geometry (mf__attention_shape has checked the shapes); rel_attention's q, k, v
+   are read the same way (heads-major) */
 static mf__attn_geo mf__attn_geo_of(const mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     mf__attn_geo g;
+    int x;
     g.bthd = out->iarg[MF__ARG_ATTN_LAYOUT] != 0;
-    g.H = Q->shape[g.bthd ? 2 : 1]; g.Tq = Q->shape[g.bthd ? 1 : 2]; g.Tk = K->shape[g.bthd ? 1 : 2];
+    g.H = g.bthd ? Q->shape[2] / mf__attn_packs(out, MF__AT_Q) : Q->shape[1];
+    g.Tq = Q->shape[g.bthd ? 1 : 2]; g.Tk = K->shape[g.bthd ? 1 : 2];
     g.dk = Q->shape[3]; g.dv = V->shape[3]; g.BH = (int64_t)Q->shape[0] * g.H;
+    for (x = 0; x < 4; x++) {
+        int d = x <= MF__AT_K ? g.dk : g.dv, P = x < 3 ? mf__attn_packs(out, x) : 1;
+        g.ld[x] = g.bthd ? P * g.H * d : d;
+        g.off[x] = x < 3 ? (int64_t)mf__attn_part(out, x) * g.H * d : 0;
+    }
     return g;
 }
-/* the offset of row i of head bh in an operand of T rows of d floats, and its row stride */
-static int64_t mf__attn_at(const mf__attn_geo *g, int64_t bh, int i, int T, int d) {
-    return mf__attn_row(bh, i, T, g->H, d, g->bthd);
-}
-static int mf__attn_ldg(const mf__attn_geo *g, int d) { return mf__attn_ld(g->H, d, g->bthd); }
 
 /* dst[jj][ii] = the dropped, rescaled src[jj][ii] of a transposed tile ([key][query], MF__AT_BQ
    lanes; lanes from bq on get 0); e0: the element index of (query lane 0, key row 0), ld: Tk */
@@ -4961,15 +4976,21 @@ static void mf__attn_mm_queries_acc(int bq, int n, int bk, const float *S, const
 
 static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2];
-    int shape[4], bthd = out->iarg[MF__ARG_ATTN_LAYOUT] != 0, ht = bthd ? 2 : 1, tt = bthd ? 1 : 2;
+    int shape[4], bthd = out->iarg[MF__ARG_ATTN_LAYOUT] != 0, ht = bthd ? 2 : 1, tt = bthd ? 1 : 2, x, h[3];
     const char *lay = bthd ? "[B, T, H, d] (MF_ATTN_TOKENS_MAJOR)" : "[B, H, T, d]";
     char sq[64], sk[64], sv[64];
     mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64); mf_shape_str(v, sv, 64);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
         return MF__SHAPE_FAIL("attention: q %s, k %s, v %s must all be 4-D: %s (split the heads with "
                               "mf_reshape%s)", sq, sk, sv, lay, bthd ? "" : " + mf_transpose");
-    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[ht] != q->shape[ht] ||
-        v->shape[ht] != q->shape[ht])
+    for (x = 0; x < 3; x++) { /* the heads of each operand (a pack holds P H) */
+        int P = mf__attn_packs(out, x);
+        h[x] = out->src[x]->shape[ht] / P;
+        if (P < 1 || out->src[x]->shape[ht] % P || mf__attn_part(out, x) >= P)
+            return MF__SHAPE_FAIL("attention: part %d of a pack of %d does not fit %s", mf__attn_part(out, x), P,
+                                  x == 0 ? sq : x == 1 ? sk : sv);
+    }
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || h[1] != h[0] || h[2] != h[0])
         return MF__SHAPE_FAIL("attention: batch and head sizes differ: q %s, k %s, v %s; B and H of %s "
                               "must be equal", sq, sk, sv, lay);
     if (k->shape[tt] != v->shape[tt])
@@ -4980,7 +5001,8 @@ static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
     if (!(fabsf(out->farg[MF__FARG_ATTN_SCALE]) <= 3.402823466e+38f)) /* not NaN, not infinite */
         return MF__SHAPE_FAIL("attention: scale is %g; it must be finite (usually 1 / sqrt(dk))",
                               (double)out->farg[MF__FARG_ATTN_SCALE]);
-    shape[0] = q->shape[0]; shape[1] = q->shape[1]; shape[2] = q->shape[2]; shape[3] = v->shape[3];
+    shape[0] = q->shape[0]; shape[1] = bthd ? q->shape[1] : h[0]; shape[2] = bthd ? h[0] : q->shape[2];
+    shape[3] = v->shape[3];
     mf__set_shape(out, 4, shape); /* [B, H, Tq, dv] or [B, Tq, H, dv]: q's layout */
     return 0;
 }
@@ -5036,19 +5058,19 @@ static void mf__attn_online_finish(const float *acc, const float *m, const float
 /* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 floats. */
 static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
     const mf__attn_geo g = mf__attn_geo_of(out);
-    int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv, ldk = mf__attn_ldg(&g, dk), ldv = mf__attn_ldg(&g, dv);
+    int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv, ldq = g.ld[MF__AT_Q], ldk = g.ld[MF__AT_K], ldv = g.ld[MF__AT_V];
     int causal = out->iarg[MF__ARG_ATTN_CAUSAL], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
-    const float *q = out->src[0]->data + mf__attn_at(&g, bh, i0, Tq, dk);
-    const float *k = out->src[1]->data + mf__attn_at(&g, bh, 0, Tk, dk);
-    const float *v = out->src[2]->data + mf__attn_at(&g, bh, 0, Tk, dv);
-    float *o = out->data + mf__attn_at(&g, bh, i0, Tq, dv), *lse = out->saved + bh * Tq + i0;
+    const float *q = out->src[0]->data + mf__attn_at(&g, MF__AT_Q, bh, i0);
+    const float *k = out->src[1]->data + mf__attn_at(&g, MF__AT_K, bh, 0);
+    const float *v = out->src[2]->data + mf__attn_at(&g, MF__AT_V, bh, 0);
+    float *o = out->data + mf__attn_at(&g, MF__AT_O, bh, i0), *lse = out->saved + bh * Tq + i0;
     float *qt_ = work, *st = qt_ + (int64_t)dk * MF__AT_BQ, *acc = st + MF__AT_BK * MF__AT_BQ;
     float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
     /* keys from kend on are hidden from every query of the tile */
     kend = causal ? (i0 + bq + off < Tk ? i0 + bq + off : Tk) : Tk;
-    mf__attn_transpose(q, ldk, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
+    mf__attn_transpose(q, ldq, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
     mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
@@ -5057,7 +5079,7 @@ static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh
         mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * ldv, ldv, m, l, al, acc, diag, j0 - off - i0, d,
                               (bh * Tq + i0) * Tk + j0, Tk);
     }
-    mf__attn_online_finish(acc, m, l, bq, dv, o, ldv, lse);
+    mf__attn_online_finish(acc, m, l, bq, dv, o, g.ld[MF__AT_O], lse);
 }
 
 static int mf__attn_threads(mf_ctx *ctx, double work) {
@@ -5100,8 +5122,8 @@ static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double 
    padding) and D = rowsum(dO * O) [Tqp] */
 static void mf__attn_bwd_head(const mf_tensor *out, int64_t t, int Tqp, float *dot, float *lse, float *D) {
     const mf__attn_geo ge = mf__attn_geo_of(out);
-    int Tq = ge.Tq, dv = ge.dv, ld = mf__attn_ldg(&ge, dv), i, c;
-    const float *o = out->data + mf__attn_at(&ge, t, 0, Tq, dv), *g = out->grad + mf__attn_at(&ge, t, 0, Tq, dv);
+    int Tq = ge.Tq, dv = ge.dv, ld = ge.ld[MF__AT_O], i, c;
+    const float *o = out->data + mf__attn_at(&ge, MF__AT_O, t, 0), *g = out->grad + mf__attn_at(&ge, MF__AT_O, t, 0);
     mf__attn_transpose(g, ld, Tq, Tqp, dv, 1.0f, dot, Tqp);
     for (i = 0; i < Tqp; i++) {
         float d = 0;
@@ -5130,17 +5152,17 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     const mf__attn_geo ge = mf__attn_geo_of(out);
     int Tq = ge.Tq, Tk = ge.Tk, dk = ge.dk, dv = ge.dv, causal = out->iarg[MF__ARG_ATTN_CAUSAL];
-    int ldk = mf__attn_ldg(&ge, dk), ldv = mf__attn_ldg(&ge, dv);
+    int ldq = ge.ld[MF__AT_Q], ldk = ge.ld[MF__AT_K], ldv = ge.ld[MF__AT_V], ldo = ge.ld[MF__AT_O];
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
     int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, bk = Tk - j0 < MF__AT_BK ? Tk - j0 : MF__AT_BK;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
     float *gq = (what & 2) ? mf__g(Q) : NULL, *gk = (what & 1) ? mf__g(K) : NULL;
     float *gv = (what & 1) ? mf__g(V) : NULL;
-    int64_t qi = mf__attn_at(&ge, bh, i0, Tq, dk), kj = mf__attn_at(&ge, bh, j0, Tk, dk);
-    int64_t vj = mf__attn_at(&ge, bh, j0, Tk, dv);
+    int64_t qi = mf__attn_at(&ge, MF__AT_Q, bh, i0), kj = mf__attn_at(&ge, MF__AT_K, bh, j0);
+    int64_t vj = mf__attn_at(&ge, MF__AT_V, bh, j0);
     const float *q = Q->data + qi, *k = K->data + kj;
-    const float *v = V->data + vj, *dO = out->grad + mf__attn_at(&ge, bh, i0, Tq, dv);
+    const float *v = V->data + vj, *dO = out->grad + mf__attn_at(&ge, MF__AT_O, bh, i0);
     const float *qs = hd + i0, *dot = hd + (int64_t)dk * Tqp + i0;
     const float *lse = hd + (int64_t)(dk + dv) * Tqp + i0, *D = lse + Tqp;
     int diag = causal && j0 + bk - 1 > i0 + off, first = j0 - off - i0;
@@ -5155,7 +5177,7 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh
         }
     if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
     if (gv) /* dV += P^T dO (P~ with dropout) */
-        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldv, gv + vj, ldv, diag, first);
+        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldo, gv + vj, ldv, diag, first);
     if (!gk && !gq) return;
     /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D), 0 where P is (dP^T is not computed there) */
     mf__attn_mm_keys(bk, dv, v, ldv, dot, Tqp, dp, diag, first);
@@ -5177,9 +5199,9 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh
             }
     }
     if (gq) /* dQ += dS K */
-        mf__attn_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldk, diag, first);
+        mf__attn_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldq, diag, first);
     if (gk) /* dK += dS^T Q */
-        mf__attn_mm_keys_acc(bk, dk, bq, dp, q, ldk, gk + kj, ldk, diag, first);
+        mf__attn_mm_keys_acc(bk, dk, bq, dp, q, ldq, gk + kj, ldk, diag, first);
 }
 
 static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -5203,8 +5225,7 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
 #endif
     for (t = 0; t < BH; t++) {
         float *qs = head + t * hs, *dot = qs + (int64_t)dk * Tqp, *lse = dot + (int64_t)dv * Tqp;
-        mf__attn_transpose(Q->data + mf__attn_at(&ge, t, 0, Tq, dk), mf__attn_ldg(&ge, dk), Tq, Tqp, dk, scale, qs,
-                           Tqp);
+        mf__attn_transpose(Q->data + mf__attn_at(&ge, MF__AT_Q, t, 0), ge.ld[MF__AT_Q], Tq, Tqp, dk, scale, qs, Tqp);
         mf__attn_bwd_head(out, t, Tqp, dot, lse, lse + Tqp);
     }
     /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
@@ -5241,20 +5262,27 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
 }
 static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward,
                                          mf__attention_backward, MF__OP_PROPS(0) };
-MFDEF mf_tensor *mf_attention_layout(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
-                                     int causal, float dropout, mf_attn_layout layout) {
+/* the attention op; parts: 0, or (token-major) 1 + the parts q, k, v read of 5-D packs [B, T, P, H, d]
+   in bytes 0, 1, 2 (MF__ARG_ATTN_PARTS) */
+static mf_tensor *mf__attention_make(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,
+                                     float dropout, int bthd, int parts) {
     mf_tensor *t;
     if (!mf_ok(ctx) || mf__attn_drop_check(ctx, "attention", dropout) < 0) return NULL;
-    if (layout != MF_ATTN_HEADS_MAJOR && layout != MF_ATTN_TOKENS_MAJOR)
-        return (mf_tensor *)mf__fail(ctx, "mf_attention_layout: layout %d is neither MF_ATTN_HEADS_MAJOR (0) nor "
-                                     "MF_ATTN_TOKENS_MAJOR (1)", (int)layout);
     t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
     if (t) {
         t->farg[MF__FARG_ATTN_SCALE] = scale; t->iarg[MF__ARG_ATTN_CAUSAL] = causal != 0;
-        t->iarg[MF__ARG_ATTN_LAYOUT] = layout == MF_ATTN_TOKENS_MAJOR;
+        t->iarg[MF__ARG_ATTN_LAYOUT] = bthd; t->iarg[MF__ARG_ATTN_PARTS] = parts;
     }
     if (t) mf__attn_drop_set(ctx, t, dropout);
     return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_attention_layout(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
+                                     int causal, float dropout, mf_attn_layout layout) {
+    if (!mf_ok(ctx)) return NULL;
+    if (layout != MF_ATTN_HEADS_MAJOR && layout != MF_ATTN_TOKENS_MAJOR)
+        return (mf_tensor *)mf__fail(ctx, "mf_attention_layout: layout %d is neither MF_ATTN_HEADS_MAJOR (0) nor "
+                                     "MF_ATTN_TOKENS_MAJOR (1)", (int)layout);
+    return mf__attention_make(ctx, q, k, v, scale, causal, dropout, layout == MF_ATTN_TOKENS_MAJOR, 0);
 }
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,
                               float dropout) {
@@ -5723,12 +5751,20 @@ static mf_tensor *mf__merge_heads(mf_ctx *ctx, mf_tensor *o) {
     shape[0] = o->shape[0]; shape[1] = o->shape[2]; shape[2] = o->shape[1] * o->shape[3];
     return mf_reshape(ctx, mf_permute(ctx, o, perm), 3, shape);
 }
-/* [B, T, H*dk] -> [B, T, H, dk] (MF_ATTN_TOKENS_MAJOR): a view, no copy */
-static mf_tensor *mf__token_heads(mf_ctx *ctx, mf_tensor *x, int H) {
+/* [B, T, P*H*dk] -> the pack [B, T, P H, dk] of P token-major projections: a view, no copy */
+static mf_tensor *mf__token_pack(mf_ctx *ctx, mf_tensor *x, int P, int H) {
     int shape[4];
     if (!x) return NULL;
-    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = H; shape[3] = x->shape[2] / H;
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = P * H; shape[3] = x->shape[2] / (P * H);
     return mf_reshape(ctx, x, 4, shape);
+}
+/* the rows of a, b (and c) as one tensor (NULL when a is: no biases): the weights [n D, D] of n
+   projections, one GEMM for all; their parameters stay apart (names and checkpoints unchanged) */
+static mf_tensor *mf__stack_rows(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, mf_tensor *c) {
+    mf_tensor *ab;
+    if (!a) return NULL;
+    ab = mf_concat(ctx, a, b, 0);
+    return c ? mf_concat(ctx, ab, c, 0) : ab;
 }
 /* [B, T, H, dk] -> [B, T, H*dk]: a view */
 static mf_tensor *mf__token_merge(mf_ctx *ctx, mf_tensor *o) {
@@ -6071,16 +6107,25 @@ static mf_tensor *mf__probe_attend(mf_model *m, int l, mf_tensor *q, mf_tensor *
     return o;
 }
 
-/* the fused attention of a softmax mixer's layer l on token-major q, k, v [B, T, H, d] (the linear
-   layers' outputs, reshaped: no head copies) -> [B, T, H, dv], or its inspection (which reads
-   heads-major operands: permuted copies, only while inspecting) */
-static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale) {
+/* operand x of mf__attention_of, heads-major [B, H, T, d] for the inspection: a copy */
+static mf_tensor *mf__attn_heads_copy(mf_ctx *ctx, mf_tensor *t, int parts, int x, int H) {
+    int perm[4] = {0, 2, 1, 3}, part = parts ? ((parts - 1) >> (8 * x)) & 15 : 0;
+    if (t && t->shape[2] != H) t = mf_slice(ctx, t, 2, part * H, H); /* part p of a pack [B, T, P H, d] */
+    return mf_permute(ctx, t, perm);
+}
+/* the fused attention of a softmax mixer's layer l on token-major q, k, v [B, T, H, d] or parts of
+   packs [B, T, P H, d] (the linear layers' outputs, reshaped: no head copies; parts as
+   MF__ARG_ATTN_PARTS) -> [B, T, H, dv], or its inspection (which reads heads-major operands:
+   copies, only while inspecting) */
+static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, int parts,
+                                   float scale) {
     mf_ctx *ctx = m->ctx;
-    int perm[4] = {0, 2, 1, 3};
+    int perm[4] = {0, 2, 1, 3}, H = m->cfg.n_heads;
     if (m->probe)
-        return mf_permute(ctx, mf__probe_attend(m, l, mf_permute(ctx, q, perm), mf_permute(ctx, k, perm),
-                                                mf_permute(ctx, v, perm), scale, NULL, NULL, NULL), perm);
-    return mf_attention_layout(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, MF_ATTN_TOKENS_MAJOR);
+        return mf_permute(ctx, mf__probe_attend(m, l, mf__attn_heads_copy(ctx, q, parts, 0, H),
+                                                mf__attn_heads_copy(ctx, k, parts, 1, H),
+                                                mf__attn_heads_copy(ctx, v, parts, 2, H), scale, NULL, NULL, NULL), perm);
+    return mf__attention_make(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, 1, parts);
 }
 
 #ifndef METAFORMER_NO_XL
@@ -6214,12 +6259,14 @@ static int mf__attn_gen_begin(mf_model *m) {
     return 1;
 }
 
-/* Append the new tokens [1, Tn, H, dk] to a cache [max_seq][H][dk] at position pos0 and return all
-   cached tokens [1, pos0 + Tn, H, dk] as an arena tensor. */
+/* Append the new tokens x [1, Tn, H, dk] to a cache [max_seq][H][dk] at position pos0
+   and return all cached tokens [1, pos0 + Tn, H, dk] as an arena tensor. */
 static mf_tensor *mf__cache_heads(mf_model *m, float *cache, mf_tensor *x, int pos0) {
-    int Tn = x->shape[1], H = x->shape[2], dk = x->shape[3], shape[4];
+    int Tn, H = m->cfg.n_heads, dk = m->cfg.d_model / H, shape[4];
     int64_t row = (int64_t)H * dk;
     mf_tensor *all;
+    if (!x) return NULL;
+    Tn = x->shape[1];
     mf__dcopy(m->ctx, cache + pos0 * row, x->data, (size_t)(Tn * row) * sizeof(float));
     shape[0] = 1; shape[1] = pos0 + Tn; shape[2] = H; shape[3] = dk;
     if (!(all = mf_new(m->ctx, 4, shape))) return NULL;
@@ -6234,12 +6281,17 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
     mf__attn_layer *A = MF__ATTN_L(m, l);
     int H = c->n_heads, D = c->d_model, dk = D / H;
     float scale = 1.0f / sqrtf((float)dk);
-    if (c->mixer == MF_MIXER_SDPA) {
-        mf_tensor *q = mf__token_heads(ctx, mf_linear(ctx, xn, A->wq, A->bq), H);
-        mf_tensor *k = mf__token_heads(ctx, mf_linear(ctx, xn, A->wk, A->bk), H);
-        mf_tensor *v = mf__token_heads(ctx, mf_linear(ctx, xn, A->wv, A->bv), H);
-        if (cache && k && v) { k = mf__cache_heads(m, A->cache_k, k, pos0); v = mf__cache_heads(m, A->cache_v, v, pos0); }
-        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, k, v, scale)), A->wo, A->bo);
+    if (c->mixer == MF_MIXER_SDPA) { /* q, k, v: one GEMM into the pack [B, T, 3 H, dk] */
+        mf_tensor *qkv = mf__token_pack(ctx, mf_linear(ctx, xn, mf__stack_rows(ctx, A->wq, A->wk, A->wv),
+                                                       mf__stack_rows(ctx, A->bq, A->bk, A->bv)), 3, H);
+        mf_tensor *k = qkv, *v = qkv;
+        int parts = MF__ATTN_PACKS(0, 3, 1, 3, 2, 3);
+        if (cache && qkv) { /* k, v: the caches [1, pos0 + Tn, H, dk] */
+            k = mf__cache_heads(m, A->cache_k, mf_slice(ctx, qkv, 2, H, H), pos0);
+            v = mf__cache_heads(m, A->cache_v, mf_slice(ctx, qkv, 2, 2 * H, H), pos0);
+            parts = MF__ATTN_PACKS(0, 3, 0, 1, 0, 1);
+        }
+        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, qkv, k, v, parts, scale)), A->wo, A->bo);
     } else {
         /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
         int wshape[3], mshape[3], dshape[2], eshape[2];
@@ -6253,10 +6305,12 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
                                           0, 0), 3, mshape);
         } else M = mf_reshape(ctx, A->mform, 3, mshape);
         wq = mf_reshape(ctx, mf_matmul(ctx, M, mf_reshape(ctx, A->wp, 3, wshape), 1, 0), 2, dshape);
-        p = mf__token_heads(ctx, mf_linear(ctx, xn, A->wp, NULL), H);
-        q = mf__token_heads(ctx, mf_linear(ctx, xn, wq, NULL), H);
-        if (cache && p) p = mf__cache_heads(m, A->cache_k, p, pos0);
-        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, p, p, scale)), A->we, NULL);
+        q = mf__token_pack(ctx, mf_linear(ctx, xn, mf__stack_rows(ctx, wq, A->wp, NULL), NULL), 2, H); /* q, p */
+        p = q;
+        if (cache && q) p = mf__cache_heads(m, A->cache_k, mf_slice(ctx, q, 2, H, H), pos0);
+        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, p, p, p == q ? MF__ATTN_PACKS(0, 2, 1, 2, 1, 2)
+                                                                          : MF__ATTN_PACKS(0, 2, 0, 1, 0, 1), scale)),
+                         A->we, NULL);
     }
 }
 
