@@ -4746,7 +4746,9 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
 /* ---- attention: fused multi-head scaled dot-product attention, FlashAttention-2 on the CPU -------
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv]; arguments: the score scale
    and causal (MF__FARG_ATTN_SCALE, MF__ARG_ATTN_CAUSAL); saved: the row log-sum-exp, B*H*Tq floats
-   (+inf for a row that sees no key).
+   (+inf for a row that sees no key). Token-major operands (MF__ARG_ATTN_LAYOUT, MF__ARG_ATTN_PARTS:
+   [B, T, H, d], or parts of a pack of projections) only move the rows: mf__attn_geo says where each
+   row of each operand is, and every tile product takes its operands' row strides.
    Layout: a tile of MF__AT_BQ queries and MF__AT_BK keys keeps its scores TRANSPOSED, st[key][query],
    so the softmax statistics of the 64 queries (running max, sum, log-sum-exp, D) are vectors and
    every product below is C += A B with B row-major, vectorised along C's rows (mf__attn_mm: a
