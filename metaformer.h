@@ -5057,7 +5057,17 @@ static void mf__attn_online_finish(const float *acc, const float *m, const float
     }
 }
 
-/* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 floats. */
+/* rows rows of n floats: dst (ldd apart) = src (lds apart), or += with add */
+static void mf__attn_rows(float *dst, int ldd, const float *src, int lds, int rows, int n, int add) {
+    int r, c;
+    for (r = 0; r < rows; r++) {
+        float *y = dst + (int64_t)r * ldd;
+        const float *x = src + (int64_t)r * lds;
+        if (add) for (c = 0; c < n; c++) y[c] += x[c];
+        else memcpy(y, x, (size_t)n * sizeof(float));
+    }
+}
+/* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 + 64 (dk + dv) floats. */
 static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
     const mf__attn_geo g = mf__attn_geo_of(out);
     int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv, ldq = g.ld[MF__AT_Q], ldk = g.ld[MF__AT_K], ldv = g.ld[MF__AT_V];
@@ -5070,15 +5080,22 @@ static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh
     float *o = out->data + mf__attn_at(&g, MF__AT_O, bh, i0), *lse = out->saved + bh * Tq + i0;
     float *qt_ = work, *st = qt_ + (int64_t)dk * MF__AT_BQ, *acc = st + MF__AT_BK * MF__AT_BQ;
     float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
+    float *kc = al + MF__AT_BQ, *vc = kc + (int64_t)MF__AT_BK * dk; /* contiguous K, V tiles (token-major) */
+    int pack = ldk != dk || ldv != dv;
     /* keys from kend on are hidden from every query of the tile */
     kend = causal ? (i0 + bq + off < Tk ? i0 + bq + off : Tk) : Tk;
     mf__attn_transpose(q, ldq, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
     mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
-        mf__attn_mm_keys(bk, dk, k + (int64_t)j0 * ldk, ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
+        const float *kb = k + (int64_t)j0 * ldk, *vb = v + (int64_t)j0 * ldv;
+        if (pack) { /* far-apart rows (see mf__attn_bwd_gather): the tile products read copies */
+            mf__attn_rows(kc, dk, kb, ldk, bk, dk, 0); mf__attn_rows(vc, dv, vb, ldv, bk, dv, 0);
+            kb = kc; vb = vc;
+        }
+        mf__attn_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
         if (diag) mf__attn_mask(st, j0, bk, i0, off);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * ldv, ldv, m, l, al, acc, diag, j0 - off - i0, d,
+        mf__attn_online_block(st, bk, bq, dv, vb, pack ? dv : ldv, m, l, al, acc, diag, j0 - off - i0, d,
                               (bh * Tq + i0) * Tk + j0, Tk);
     }
     mf__attn_online_finish(acc, m, l, bq, dv, o, g.ld[MF__AT_O], lse);
@@ -5139,32 +5156,72 @@ static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf__attn_geo g = mf__attn_geo_of(out);
     int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv;
     int64_t BH = g.BH;
-    mf__attn_tiles_fwd(ctx, out, ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + 15) & ~(int64_t)15,
+    mf__attn_tiles_fwd(ctx, out, ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + (int64_t)MF__AT_BK * (dk + dv) + 15) & ~(int64_t)15,
                        2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0),
                        mf__attn_fwd_tile);
 }
 
-/* Backward of one (key tile kt, query tile qt) pair of head bh. what: 1 = dK and dV, 2 = dQ, 3 = all.
+/* One head's rows for the backward: q, k, v, dO and the gradients gq, gk, gv (NULL: not wanted here)
+   from row 0 of the head on, and the row strides (the gradients': their input's) - in the tensors, or
+   in a thread's contiguous copy of the head (mf__attn_bwd_gather). */
+typedef struct mf__attn_head { const float *q, *k, *v, *dO; float *gq, *gk, *gv; int ldq, ldk, ldv, ldo; } mf__attn_head;
+/* head bh in the tensors; what: 1 = dK and dV, 2 = dQ, 3 = all */
+static mf__attn_head mf__attn_head_of(const mf_tensor *out, const mf__attn_geo *ge, int64_t bh, int what) {
+    mf__attn_head h;
+    float *gq = (what & 2) ? mf__g(out->src[0]) : NULL, *gk = (what & 1) ? mf__g(out->src[1]) : NULL;
+    float *gv = (what & 1) ? mf__g(out->src[2]) : NULL;
+    int64_t qo = mf__attn_at(ge, MF__AT_Q, bh, 0), ko = mf__attn_at(ge, MF__AT_K, bh, 0), vo = mf__attn_at(ge, MF__AT_V, bh, 0);
+    h.q = out->src[0]->data + qo; h.k = out->src[1]->data + ko; h.v = out->src[2]->data + vo;
+    h.dO = out->grad + mf__attn_at(ge, MF__AT_O, bh, 0);
+    h.gq = gq ? gq + qo : NULL; h.gk = gk ? gk + ko : NULL; h.gv = gv ? gv + vo : NULL;
+    h.ldq = ge->ld[MF__AT_Q]; h.ldk = ge->ld[MF__AT_K]; h.ldv = ge->ld[MF__AT_V]; h.ldo = ge->ld[MF__AT_O];
+    return h;
+}
+/* Token-major heads have rows H d (or P H d) floats apart: strides of 1 KiB and more, whose rows
+   fall into a few L1 sets and defeat the prefetcher (the tile products ran ~30% slower). A thread
+   copies such a head into w (floats: mf__attn_gather_floats) as [T][d] blocks with zeroed
+   gradients, runs its pairs there and adds the gradients back (mf__attn_bwd_scatter). */
+static int64_t mf__attn_gather_floats(const mf__attn_geo *ge) {
+    return 2 * ((int64_t)ge->Tq * ge->dk + (int64_t)ge->Tk * (ge->dk + ge->dv)) + (int64_t)ge->Tq * ge->dv;
+}
+static mf__attn_head mf__attn_bwd_gather(const mf__attn_geo *ge, const mf__attn_head *t, float *w) {
+    mf__attn_head h;
+    int Tq = ge->Tq, Tk = ge->Tk, dk = ge->dk, dv = ge->dv;
+    float *q = w, *k = q + (int64_t)Tq * dk, *v = k + (int64_t)Tk * dk, *o = v + (int64_t)Tk * dv;
+    float *gq = o + (int64_t)Tq * dv, *gk = gq + (int64_t)Tq * dk, *gv = gk + (int64_t)Tk * dk;
+    mf__attn_rows(q, dk, t->q, t->ldq, Tq, dk, 0); mf__attn_rows(k, dk, t->k, t->ldk, Tk, dk, 0);
+    mf__attn_rows(v, dv, t->v, t->ldv, Tk, dv, 0); mf__attn_rows(o, dv, t->dO, t->ldo, Tq, dv, 0);
+    memset(gq, 0, (size_t)((int64_t)Tq * dk + (int64_t)Tk * (dk + dv)) * sizeof(float));
+    h.q = q; h.k = k; h.v = v; h.dO = o;
+    h.gq = t->gq ? gq : NULL; h.gk = t->gk ? gk : NULL; h.gv = t->gv ? gv : NULL;
+    h.ldq = h.ldk = dk; h.ldv = h.ldo = dv;
+    return h;
+}
+static void mf__attn_bwd_scatter(const mf__attn_geo *ge, const mf__attn_head *t, const mf__attn_head *h) {
+    if (t->gq) mf__attn_rows(t->gq, t->ldq, h->gq, h->ldq, ge->Tq, ge->dk, 1);
+    if (t->gk) mf__attn_rows(t->gk, t->ldk, h->gk, h->ldk, ge->Tk, ge->dk, 1);
+    if (t->gv) mf__attn_rows(t->gv, t->ldv, h->gv, h->ldv, ge->Tk, ge->dv, 1);
+}
+
+/* Backward of one (key tile kt, query tile qt) pair of head bh; hp: the head's rows
+   (only its non-NULL gradients are computed).
    hd: the head's scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D [Tqp];
    st, dp: two 64 x 64 tiles of the thread; with dropout (d->p > 0) a third, pd, gets the dropped
    P~ = P * mask / (1 - p): dV += P~^T dO and dS = P * (mask dP~ / (1 - p) - D) = P~ dP~ - P D
    (D = rowsum(dO * O) is still sum_j P dP: O = P~ V). */
-static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt, int what,
-                              const float *hd, float *st, float *dp, float *pd) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt,
+                              const mf__attn_head *hp, const float *hd, float *st, float *dp, float *pd) {
     const mf__attn_geo ge = mf__attn_geo_of(out);
     int Tq = ge.Tq, Tk = ge.Tk, dk = ge.dk, dv = ge.dv, causal = out->iarg[MF__ARG_ATTN_CAUSAL];
-    int ldq = ge.ld[MF__AT_Q], ldk = ge.ld[MF__AT_K], ldv = ge.ld[MF__AT_V], ldo = ge.ld[MF__AT_O];
+    int ldq = hp->ldq, ldk = hp->ldk, ldv = hp->ldv, ldo = hp->ldo;
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
     int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, bk = Tk - j0 < MF__AT_BK ? Tk - j0 : MF__AT_BK;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
-    float *gq = (what & 2) ? mf__g(Q) : NULL, *gk = (what & 1) ? mf__g(K) : NULL;
-    float *gv = (what & 1) ? mf__g(V) : NULL;
-    int64_t qi = mf__attn_at(&ge, MF__AT_Q, bh, i0), kj = mf__attn_at(&ge, MF__AT_K, bh, j0);
-    int64_t vj = mf__attn_at(&ge, MF__AT_V, bh, j0);
-    const float *q = Q->data + qi, *k = K->data + kj;
-    const float *v = V->data + vj, *dO = out->grad + mf__attn_at(&ge, MF__AT_O, bh, i0);
+    float *gq = hp->gq, *gk = hp->gk, *gv = hp->gv;
+    int64_t qi = (int64_t)i0 * ldq, kj = (int64_t)j0 * ldk, vj = (int64_t)j0 * ldv;
+    const float *q = hp->q + qi, *k = hp->k + kj;
+    const float *v = hp->v + vj, *dO = hp->dO + (int64_t)i0 * ldo;
     const float *qs = hd + i0, *dot = hd + (int64_t)dk * Tqp + i0;
     const float *lse = hd + (int64_t)(dk + dv) * Tqp + i0, *D = lse + Tqp;
     int diag = causal && j0 + bk - 1 > i0 + off, first = j0 - off - i0;
@@ -5214,7 +5271,8 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int Tqp = nqt * MF__AT_BQ, nt, pass, need_kv = mf__g(K) || mf__g(V), need_q = mf__g(Q) != NULL;
     int64_t BH = ge.BH, hs = (int64_t)(dk + dv + 2) * Tqp, t;
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
-    int64_t per = (d.p > 0.0f ? 3 : 2) * MF__AT_BK * MF__AT_BQ, tile = MF__AT_BK * MF__AT_BQ;
+    int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile;
+    int gather = ge.ld[MF__AT_Q] != dk || ge.ld[MF__AT_K] != dk || ge.ld[MF__AT_V] != dv || ge.ld[MF__AT_O] != dv;
     float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *work;
     if (!need_kv && !need_q) return;
     nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
@@ -5233,15 +5291,21 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
        as the split (7 products per pair); else the dK/dV pass, then the dQ pass. */
     if (need_kv && need_q && (double)((BH + nt - 1) / nt) <= 1.4 * (double)BH / nt) {
+        int64_t gper = gather ? (mf__attn_gather_floats(&ge) + 15) & ~(int64_t)15 : 0;
+        float *gw = gather ? (float *)mf__alloc(ctx, (size_t)(gper * nt) * sizeof(float)) : NULL;
+        if (gather && !gw) return;
 #if MF__OMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
         for (t = 0; t < BH; t++) {
             float *st = work + per * mf__attn_thread_num();
+            mf__attn_head th = mf__attn_head_of(out, &ge, t, 3), h = th;
             int kt, qt;
+            if (gather) h = mf__attn_bwd_gather(&ge, &th, gw + gper * mf__attn_thread_num());
             for (kt = 0; kt < nkt; kt++)
                 for (qt = 0; qt < nqt; qt++)
-                    mf__attn_bwd_pair(out, &d, t, kt, qt, 3, head + t * hs, st, st + tile, st + 2 * tile);
+                    mf__attn_bwd_pair(out, &d, t, kt, qt, &h, head + t * hs, st, st + tile, st + 2 * tile);
+            if (gather) mf__attn_bwd_scatter(&ge, &th, &h);
         }
         return;
     }
@@ -5256,9 +5320,10 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             int64_t bh = t / nown;
             int own = (int)(t % nown), x;
             float *st = work + per * mf__attn_thread_num();
+            mf__attn_head h = mf__attn_head_of(out, &ge, bh, pass == 0 ? 1 : 2);
             for (x = 0; x < nloop; x++)
-                mf__attn_bwd_pair(out, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, pass == 0 ? 1 : 2,
-                                  head + bh * hs, st, st + tile, st + 2 * tile);
+                mf__attn_bwd_pair(out, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, &h, head + bh * hs, st,
+                                  st + tile, st + 2 * tile);
         }
     }
 }
