@@ -428,6 +428,17 @@ MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, 
    backward redraws it (docs/math.md §4.1). 0, or outside training mode: no dropout, no RNG use. */
 MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
                               int causal, float dropout);
+/* Where mf_attention_layout's operands keep their heads: MF_ATTN_HEADS_MAJOR is mf_attention's
+   [B, H, T, d]; MF_ATTN_TOKENS_MAJOR is [B, T, H, d], the layout of a linear layer's [B, T, H*d]
+   output reshaped (a view, no copy). */
+typedef enum { MF_ATTN_HEADS_MAJOR = 0, MF_ATTN_TOKENS_MAJOR = 1 } mf_attn_layout;
+/* mf_attention with the operands in `layout`: MF_ATTN_TOKENS_MAJOR takes q [B, Tq, H, dk],
+   k [B, Tk, H, dk], v [B, Tk, H, dv] and returns [B, Tq, H, dv] (mf_reshape it to [B, Tq, H*dv]
+   for the output projection), so a model needs no head split and merge copies around the op. The
+   math, the saved log-sum-exp, the dropout mask (indexed by (b, h, i, j) as in mf_attention) and
+   the gradients are those of mf_attention on the permuted operands. */
+MFDEF mf_tensor *mf_attention_layout(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
+                                     int causal, float dropout, mf_attn_layout layout);
 /* Transformer-XL relative multi-head attention (docs/math.md §5.2), fused like mf_attention:
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] with Tq <= Tk: the first M = Tk - Tq keys
    are memory, visible to every query; the last Tq keys are the queries' own positions (causal).
@@ -560,6 +571,14 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx);
 /* Global L2 norm of all gradients; when max_norm > 0 and norm > max_norm, gradients are scaled
    by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the norm before. */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
+/* The end of a training step in one call: mf_clip_grad_norm(ctx, max_norm), mf_optimizer_step
+   and mf_zero_grad, the same values bit for bit. On the CPU it reads the gradients twice (their norm,
+   then the update that scales, applies and zeroes them), where the three calls stream them five
+   times. Returns the norm before clipping; a norm that is not finite (NaN or inf in a gradient)
+   updates nothing (the gradients are still zeroed). -1 on bad config / failed context. For ZeRO-1
+   ([mf:dist]) use the three mf_dist_* calls. */
+MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *opt, float max_norm);
+#define MF_TRAIN_UPDATE 1 /* mf_train_update exists (for programs built against older headers too) */
 
 /* ---- the MetaFormer language model ------------------------------------------------------------
    Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
@@ -1775,9 +1794,11 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
             *bufs[i] = nb;
             continue;
         }
+        /* host: the tail past p_used stays untouched (not resident: the capacity doubles, and a
+           model of 12.4 M floats would hold 4 x 17 MB of zeros); mf__param_zero_new zeroes each
+           parameter's floats as it is added */
         nb = (float *)MF_REALLOC(*bufs[i], (size_t)cap * sizeof(float));
         if (!nb) break;
-        memset(nb + ctx->p_cap, 0, (size_t)(cap - ctx->p_cap) * sizeof(float));
         *bufs[i] = nb;
     }
     for (k = 0; k < ctx->n_params; k++) { /* the buffers may have moved, even after a failure */
@@ -1793,7 +1814,20 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     return 0;
 }
 
-/* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed. */
+/* host: zero floats [lo, hi) of the parameter buffers (values, gradients and the moments once they
+   exist), the floats a new parameter takes (its alignment gap included); the device zeroes the
+   whole capacity when it grows */
+static void mf__param_zero_new(mf_ctx *ctx, int64_t lo, int64_t hi) {
+    float *bufs[4];
+    int i;
+    if (ctx->be || hi <= lo) return;
+    bufs[0] = ctx->p_data; bufs[1] = ctx->p_grad; bufs[2] = ctx->p_m; bufs[3] = ctx->p_v;
+    for (i = 0; i < 4; i++)
+        if (bufs[i]) memset(bufs[i] + lo, 0, (size_t)(hi - lo) * sizeof(float));
+}
+
+/* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed
+   (on the host: the floats in use; a later parameter zeroes its own, mf__param_zero_new). */
 static int mf__alloc_moments(mf_ctx *ctx) {
     size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (ctx->p_m) return 0;
@@ -1814,7 +1848,7 @@ static int mf__alloc_moments(mf_ctx *ctx) {
         mf__fail(ctx, "out of memory: optimizer moments for %lld floats", (long long)ctx->p_cap);
         return -1;
     }
-    memset(ctx->p_m, 0, bytes); memset(ctx->p_v, 0, bytes);
+    memset(ctx->p_m, 0, (size_t)ctx->p_used * sizeof(float)); memset(ctx->p_v, 0, (size_t)ctx->p_used * sizeof(float));
     return 0;
 }
 
@@ -1838,6 +1872,7 @@ MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *sh
     if ((ne = mf__check_shape(ctx, "mf_param", ndim, shape)) < 0) return NULL;
     off = (ctx->p_used + 15) & ~(int64_t)15; /* 64-byte aligned within the buffer */
     if (mf__param_reserve(ctx, off + ne) < 0) return NULL;
+    mf__param_zero_new(ctx, ctx->p_used, off + ne);
     if (ctx->n_params == ctx->params_cap) {
         int cap = ctx->params_cap ? 2 * ctx->params_cap : 64;
         mf_tensor **np = (mf_tensor **)MF_REALLOC(ctx->params, (size_t)cap * sizeof(mf_tensor *));
@@ -2085,6 +2120,7 @@ static const char *mf__prof_kind(const char *name) {
         {"cross_entropy", "loss"}, {"mse", "loss"}, {"sum", "loss"}, {"mean", "loss"}, {"sum_axis", "loss"},
         {"reshape", "copy"}, {"permute", "copy"}, {"concat", "copy"}, {"slice", "copy"}, {"roll", "copy"},
         {"optimizer_step", "optimizer"}, {"clip_grad_norm", "optimizer"}, {"zero_grad", "optimizer"},
+        {"train_update", "optimizer"},
         {"zero_activation_grads", "memset"}};
     size_t i;
     for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) if (!strcmp(kinds[i][0], name)) return kinds[i][1];
@@ -3527,10 +3563,10 @@ static int mf__same_shape(mf_ctx *ctx, mf_tensor *out) {
 #define MF__SQRT_2_OVER_PI 0.7978845608028654f
 static MF__HD float mf__sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* f and f' of one element, for every kind but MF__GELU (vectorised below; the device has
-   mf__cu_gelu; the CPU runs MF__RELU vectorised too, with these cases' values): the cases of a
-   switch on the kind, assigning y = f(v) and d = f'(v) (y: f's output, read only where needed).
-   The CPU loops and the CUDA unary kernels expand the same cases; as switch cases (not a function)
-   they compile as they always have, down to the NaN a multiply keeps. */
+   mf__cu_gelu): the cases of a switch on the kind, assigning y = f(v) and d = f'(v) (y: f's
+   output, read only where needed). The CPU loops and the CUDA unary kernels expand the same
+   cases; as switch cases (not a function) they compile as they always have, down to the NaN a
+   multiply keeps. */
 #define MF__UNARY_F_CASES(v, s, y)                                                                      \
     case MF__SCALE: y = s * v; break;                                                                   \
     case MF__RELU: y = v > 0 ? v : 0; break;                                                            \
@@ -3617,31 +3653,35 @@ static inline mf__av mf__av_gelu(mf__av x, int grad) {
     mf__av h = mf__av_gelu_fold(mf__av_abs(x), mf__gelu_tab[grad]);
     return mf__av_ifneg(x, h, grad ? mf__av_sub(mf__av_set1(1.0f), h) : mf__av_add(x, h));
 }
-/* The vectorised kinds (mf__unary_vec): MF__GELU, the common FFN activation, and MF__RELU, whose
-   scalar loop mispredicts a branch on every other element */
-static int mf__unary_vec(int kind) { return kind == MF__GELU || kind == MF__RELU; }
-/* y = f(x) (g NULL), or g * f'(x), for a kind of mf__unary_vec; relu's f' is a 1 or a 0 that
-   multiplies g, as in MF__UNARY_DF_CASES (a NaN or infinite g stays NaN where x <= 0) */
-static mf__av mf__av_unary_step(int kind, mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
-    mf__av f;
-    if (kind == MF__RELU) f = g ? mf__av_iflt(mf__av_zero(), v, mf__av_set1(1.0f), mf__av_zero())
-                                : mf__av_iflt(mf__av_zero(), v, v, mf__av_zero());
-    else f = mf__av_gelu(v, g != NULL);
-    return g ? mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), f) : f;
+/* y = gelu(x) (g NULL), or g * gelu'(x) */
+static mf__av mf__av_gelu_step(mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    if (!g) return mf__av_gelu(v, 0);
+    return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), mf__av_gelu(v, 1));
 }
-/* y = f(x) (g NULL), y = g * f'(x) (add 0) or y += g * f'(x) (add 1), for a kind of mf__unary_vec */
-static void mf__unary_run(mf_ctx *ctx, int kind, const float *x, const float *g, float *y, int64_t n, int add) {
+/* relu: y = x > 0 ? x : 0 (g NULL), or g * (x > 0 ? 1 : 0): the scalar cases' values bit for bit
+   (g * 0 keeps its sign and NaN), without their unpredictable branch */
+static mf__av mf__av_relu_step(mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    mf__av z = mf__av_zero();
+    if (!g) return mf__av_iflt(z, v, v, z);
+    return mf__av_mul(masked ? mf__av_loadm(g + i, mk) : mf__av_load(g + i), mf__av_iflt(z, v, mf__av_set1(1.0f), z));
+}
+static mf__av mf__av_act_step(int kind, mf__av v, const float *g, mf__am mk, int64_t i, int masked) {
+    return kind == MF__GELU ? mf__av_gelu_step(v, g, mk, i, masked) : mf__av_relu_step(v, g, mk, i, masked);
+}
+/* the vectorised activations (kind MF__GELU or MF__RELU): y = act(x) (g NULL), y = g * act'(x)
+   (add 0) or y += g * act'(x) (add 1) */
+static void mf__act_run(mf_ctx *ctx, int kind, const float *x, const float *g, float *y, int64_t n, int add) {
     int64_t nb = (n + 4095) / 4096, b;
-    MF__PARFOR(ctx, nb, 4096.0 * (kind == MF__GELU ? 6 : 1))
+    MF__PARFOR(ctx, nb, 4096.0 * 6)
     for (b = 0; b < nb; b++) {
         int64_t i = b * 4096, end = i + 4096 < n ? i + 4096 : n;
         for (; i + MF__AW <= end; i += MF__AW) {
-            mf__av r = mf__av_unary_step(kind, mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
+            mf__av r = mf__av_act_step(kind, mf__av_load(x + i), g, mf__av_mask(MF__AW), i, 0);
             mf__av_store(y + i, add ? mf__av_add(mf__av_load(y + i), r) : r);
         }
         if (i < end) { /* vector tail */
             mf__am mk = mf__av_mask((int)(end - i));
-            mf__av r = mf__av_unary_step(kind, mf__av_loadm(x + i, mk), g, mk, i, 1);
+            mf__av r = mf__av_act_step(kind, mf__av_loadm(x + i, mk), g, mk, i, 1);
             mf__av_storem(y + i, mk, add ? mf__av_add(mf__av_loadm(y + i, mk), r) : r);
         }
     }
@@ -3651,8 +3691,8 @@ static void mf__unary_forward(mf_ctx *ctx, mf_tensor *out) {
     float *y = out->data, s = out->farg[MF__FARG_UNARY_S];
     int64_t n = out->ne, i;
     int kind = out->iarg[MF__ARG_UNARY_KIND];
-    if (mf__unary_vec(kind)) {
-        mf__unary_run(ctx, kind, x, NULL, y, n, 0);
+    if (kind == MF__GELU || kind == MF__RELU) { /* the common FFN activations: vectorised */
+        mf__act_run(ctx, kind, x, NULL, y, n, 0);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -3668,8 +3708,8 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g_claim(out->src[0], &assign), s = out->farg[MF__FARG_UNARY_S];
     if (!dx) return;
     if (dx == g) assign = 1; /* the input's gradient shares the buffer (mf__grad_shared_src): in place */
-    if (mf__unary_vec(kind)) {
-        mf__unary_run(ctx, kind, x, g, dx, n, !assign);
+    if (kind == MF__GELU || kind == MF__RELU) {
+        mf__act_run(ctx, kind, x, g, dx, n, !assign);
         return;
     }
     MF__PARFOR(ctx, n, 8)
@@ -4685,7 +4725,19 @@ static mf_tensor *mf__avg_pool_sub(mf_ctx *ctx, mf_tensor *x, int kernel, int ca
 
 /* iarg of attention and rel_attention (their shape is one function); the dropout stream's halves
    also of feedback_attention */
-enum { MF__ARG_ATTN_CAUSAL, MF__ARG_ATTN_STREAM_LO, MF__ARG_ATTN_STREAM_HI };
+enum { MF__ARG_ATTN_CAUSAL, MF__ARG_ATTN_STREAM_LO, MF__ARG_ATTN_STREAM_HI, MF__ARG_ATTN_LAYOUT, MF__ARG_ATTN_PARTS };
+/* Where an attention op's operands live (shared by the CPU kernels and their CUDA twins): heads
+   bh = b H + h; operand x (MF__AT_Q, _K, _V, _O: the output, and its gradient) is heads-major
+   [B, H, T, d] (bthd 0: rows d floats apart) or token-major [B, T, H, d] (bthd 1,
+   MF_ATTN_TOKENS_MAJOR: rows H d floats apart), or, inside the model, a part of a token-major pack
+   [B, T, P H, d] (q, k and v of one GEMM: rows P H d floats apart, part p from p H d on). Row i of
+   head bh of operand x starts at mf__attn_at; rel_attention's are always heads-major. */
+enum { MF__AT_Q, MF__AT_K, MF__AT_V, MF__AT_O };
+typedef struct mf__attn_geo { int64_t BH, off[4]; int H, Tq, Tk, dk, dv, bthd, ld[4]; } mf__attn_geo;
+static MF__HD int64_t mf__attn_at(const mf__attn_geo *g, int x, int64_t bh, int i) {
+    int T = x == MF__AT_K || x == MF__AT_V ? g->Tk : g->Tq, d = x <= MF__AT_K ? g->dk : g->dv;
+    return g->off[x] + (g->bthd ? (bh / g->H * T + i) * g->ld[x] + bh % g->H * d : (bh * T + i) * g->ld[x]);
+}
 /* farg of attention, rel_attention and feedback_attention: the score scale and the probability
    dropout p (0 outside training mode) */
 enum { MF__FARG_ATTN_SCALE, MF__FARG_ATTN_DROP };
@@ -4730,7 +4782,9 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
 /* ---- attention: fused multi-head scaled dot-product attention, FlashAttention-2 on the CPU -------
    q [B, H, Tq, dk], k [B, H, Tk, dk], v [B, H, Tk, dv] -> [B, H, Tq, dv]; arguments: the score scale
    and causal (MF__FARG_ATTN_SCALE, MF__ARG_ATTN_CAUSAL); saved: the row log-sum-exp, B*H*Tq floats
-   (+inf for a row that sees no key).
+   (+inf for a row that sees no key). Token-major operands (MF__ARG_ATTN_LAYOUT, MF__ARG_ATTN_PARTS:
+   [B, T, H, d], or parts of a pack of projections) only move the rows: mf__attn_geo says where each
+   row of each operand is, and every tile product takes its operands' row strides.
    Layout: a tile of MF__AT_BQ queries and MF__AT_BK keys keeps its scores TRANSPOSED, st[key][query],
    so the softmax statistics of the 64 queries (running max, sum, log-sum-exp, D) are vectors and
    every product below is C += A B with B row-major, vectorised along C's rows (mf__attn_mm: a
@@ -4755,6 +4809,33 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    64 queries = 4 AVX-512 vectors = one register tile row. */
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
 #define MF__AT_BK 64 /* keys per tile */
+
+/* MF__ARG_ATTN_PARTS: 0 (no packs), or 1 + a byte per operand x (q, k, v: bytes 0, 1, 2) that
+   holds its part p (bits 0-3) of a token-major pack [B, T, P H, d] of P (bits 4-7) projections */
+#define MF__ATTN_PACKS(pq, Pq, pk, Pk, pv, Pv) (1 + ((pq) | (Pq) << 4 | ((pk) | (Pk) << 4) << 8 | ((pv) | (Pv) << 4) << 16))
+static int mf__attn_part(const mf_tensor *out, int x) {
+    return out->iarg[MF__ARG_ATTN_PARTS] ? ((out->iarg[MF__ARG_ATTN_PARTS] - 1) >> (8 * x)) & 15 : 0;
+}
+static int mf__attn_packs(const mf_tensor *out, int x) { /* P of operand x; 1: not a pack */
+    return out->iarg[MF__ARG_ATTN_PARTS] ? ((out->iarg[MF__ARG_ATTN_PARTS] - 1) >> (8 * x + 4)) & 15 : 1;
+}
+/* An attention op's geometry (mf__attention_shape has checked the shapes); rel_attention's q, k, v
+   are read the same way (heads-major) */
+static mf__attn_geo mf__attn_geo_of(const mf_tensor *out) {
+    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
+    mf__attn_geo g;
+    int x;
+    g.bthd = out->iarg[MF__ARG_ATTN_LAYOUT] != 0;
+    g.H = g.bthd ? Q->shape[2] / mf__attn_packs(out, MF__AT_Q) : Q->shape[1];
+    g.Tq = Q->shape[g.bthd ? 1 : 2]; g.Tk = K->shape[g.bthd ? 1 : 2];
+    g.dk = Q->shape[3]; g.dv = V->shape[3]; g.BH = (int64_t)Q->shape[0] * g.H;
+    for (x = 0; x < 4; x++) {
+        int d = x <= MF__AT_K ? g.dk : g.dv, P = x < 3 ? mf__attn_packs(out, x) : 1;
+        g.ld[x] = g.bthd ? P * g.H * d : d;
+        g.off[x] = x < 3 ? (int64_t)mf__attn_part(out, x) * g.H * d : 0;
+    }
+    return g;
+}
 
 /* dst[jj][ii] = the dropped, rescaled src[jj][ii] of a transposed tile ([key][query], MF__AT_BQ
    lanes; lanes from bq on get 0); e0: the element index of (query lane 0, key row 0), ld: Tk */
@@ -4908,51 +4989,59 @@ static void mf__attn_mm_keys(int bk, int d, const float *A, int ars, const float
     }
 }
 /* C [bk][n] += S [bk][BQ] X [bq][n] (dV += P^T dO, dK += dS^T Q: a sum over the tile's queries) */
-static void mf__attn_mm_keys_acc(int bk, int n, int bq, const float *S, const float *X, float *C, int ldc,
-                                 int diag, int first) {
+static void mf__attn_mm_keys_acc(int bk, int n, int bq, const float *S, const float *X, int ldx, float *C,
+                                 int ldc, int diag, int first) {
     int g;
-    if (!diag) { mf__attn_mm(bk, n, bq, S, MF__AT_BQ, 1, X, n, C, ldc, 1); return; }
+    if (!diag) { mf__attn_mm(bk, n, bq, S, MF__AT_BQ, 1, X, ldx, C, ldc, 1); return; }
     for (g = 0; g < bk; g += MF__AT_G) {
         int c0 = mf__attn_first_vec(first + g), rows = bk - g < MF__AT_G ? bk - g : MF__AT_G;
         if (c0 < bq)
-            mf__attn_mm(rows, n, bq - c0, S + (int64_t)g * MF__AT_BQ + c0, MF__AT_BQ, 1, X + (int64_t)c0 * n, n,
+            mf__attn_mm(rows, n, bq - c0, S + (int64_t)g * MF__AT_BQ + c0, MF__AT_BQ, 1, X + (int64_t)c0 * ldx, ldx,
                         C + (int64_t)g * ldc, ldc, 1);
     }
 }
 /* C [bq][n] += S^T X for S [bk][BQ], X [bk][n] (O += P V, dQ += dS K: a sum over the tile's keys) */
-static void mf__attn_mm_queries_acc(int bq, int n, int bk, const float *S, const float *X, float *C, int ldc,
-                                    int diag, int first) {
+static void mf__attn_mm_queries_acc(int bq, int n, int bk, const float *S, const float *X, int ldx, float *C,
+                                    int ldc, int diag, int first) {
     int q0;
-    if (!diag) { mf__attn_mm(bq, n, bk, S, 1, MF__AT_BQ, X, n, C, ldc, 1); return; }
+    if (!diag) { mf__attn_mm(bq, n, bk, S, 1, MF__AT_BQ, X, ldx, C, ldc, 1); return; }
     for (q0 = 0; q0 < bq; q0 += MF__AT_G) { /* key r is visible to some query of the group iff first + r <= q0 + 15 */
         int kq = q0 + MF__AT_G - first, rows = bq - q0 < MF__AT_G ? bq - q0 : MF__AT_G;
         if (kq > bk) kq = bk;
-        if (kq > 0) mf__attn_mm(rows, n, kq, S + q0, 1, MF__AT_BQ, X, n, C + (int64_t)q0 * ldc, ldc, 1);
+        if (kq > 0) mf__attn_mm(rows, n, kq, S + q0, 1, MF__AT_BQ, X, ldx, C + (int64_t)q0 * ldc, ldc, 1);
     }
 }
 
 static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *q = out->src[0], *k = out->src[1], *v = out->src[2];
-    int shape[4];
+    int shape[4], bthd = out->iarg[MF__ARG_ATTN_LAYOUT] != 0, ht = bthd ? 2 : 1, tt = bthd ? 1 : 2, x, h[3];
+    const char *lay = bthd ? "[B, T, H, d] (MF_ATTN_TOKENS_MAJOR)" : "[B, H, T, d]";
     char sq[64], sk[64], sv[64];
     mf_shape_str(q, sq, 64); mf_shape_str(k, sk, 64); mf_shape_str(v, sv, 64);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
-        return MF__SHAPE_FAIL("attention: q %s, k %s, v %s must all be 4-D: [B, H, T, d] (split the "
-                              "heads with mf_reshape + mf_transpose)", sq, sk, sv);
-    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] ||
-        v->shape[1] != q->shape[1])
-        return MF__SHAPE_FAIL("attention: batch and head sizes differ: q %s, k %s, v %s; the first two "
-                              "sizes [B, H] must be equal", sq, sk, sv);
-    if (k->shape[2] != v->shape[2])
-        return MF__SHAPE_FAIL("attention: k %s and v %s have different numbers of keys (size 2); "
-                              "each key needs one value", sk, sv);
+        return MF__SHAPE_FAIL("attention: q %s, k %s, v %s must all be 4-D: %s (split the heads with "
+                              "mf_reshape%s)", sq, sk, sv, lay, bthd ? "" : " + mf_transpose");
+    for (x = 0; x < 3; x++) { /* the heads of each operand (a pack holds P H) */
+        int P = mf__attn_packs(out, x);
+        h[x] = out->src[x]->shape[ht] / P;
+        if (P < 1 || out->src[x]->shape[ht] % P || mf__attn_part(out, x) >= P)
+            return MF__SHAPE_FAIL("attention: part %d of a pack of %d does not fit %s", mf__attn_part(out, x), P,
+                                  x == 0 ? sq : x == 1 ? sk : sv);
+    }
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || h[1] != h[0] || h[2] != h[0])
+        return MF__SHAPE_FAIL("attention: batch and head sizes differ: q %s, k %s, v %s; B and H of %s "
+                              "must be equal", sq, sk, sv, lay);
+    if (k->shape[tt] != v->shape[tt])
+        return MF__SHAPE_FAIL("attention: k %s and v %s have different numbers of keys (T of %s); "
+                              "each key needs one value", sk, sv, lay);
     if (k->shape[3] != q->shape[3])
         return MF__SHAPE_FAIL("attention: q %s and k %s have different head sizes dk (last size)", sq, sk);
     if (!(fabsf(out->farg[MF__FARG_ATTN_SCALE]) <= 3.402823466e+38f)) /* not NaN, not infinite */
         return MF__SHAPE_FAIL("attention: scale is %g; it must be finite (usually 1 / sqrt(dk))",
                               (double)out->farg[MF__FARG_ATTN_SCALE]);
-    shape[0] = q->shape[0]; shape[1] = q->shape[1]; shape[2] = q->shape[2]; shape[3] = v->shape[3];
-    mf__set_shape(out, 4, shape);
+    shape[0] = q->shape[0]; shape[1] = bthd ? q->shape[1] : h[0]; shape[2] = bthd ? h[0] : q->shape[2];
+    shape[3] = v->shape[3];
+    mf__set_shape(out, 4, shape); /* [B, H, Tq, dv] or [B, Tq, H, dv]: q's layout */
     return 0;
 }
 
@@ -4966,10 +5055,10 @@ static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
 }
 /* One key block: st [bk][MF__AT_BQ] holds the (transposed, scaled, masked) scores and is replaced by
    exp(s - m_new); acc (bq rows) is rescaled by al = exp(m_old - m_new) and gains P vblk
-   (vblk [bk][dv], the block's values). al: MF__AT_BQ floats of scratch. diag, first: a causal
+   (vblk: the block's bk values, rows ldv floats apart). al: MF__AT_BQ floats of scratch. diag, first: a causal
    diagonal tile's hidden part, left out of P vblk (mf__attn_mm_queries_acc). d: the dropout (e0, ld:
    mf__attn_drop_tile's element index of the tile and Tk), applied to P after the sum l. */
-static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, float *m, float *l,
+static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, int ldv, float *m, float *l,
                                   float *al, float *acc, int diag, int first, const mf__attn_drop *d, int64_t e0,
                                   int64_t ld) {
     int ii, jj, c;
@@ -4990,43 +5079,62 @@ static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float
         if (al[ii] != 1.0f)
             for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
     if (d->p > 0.0f) mf__attn_drop_tile(d, st, st, bk, bq, e0, ld); /* after the sum: l is undropped */
-    mf__attn_mm_queries_acc(bq, dv, bk, st, vblk, acc, dv, diag, first);
+    mf__attn_mm_queries_acc(bq, dv, bk, st, vblk, ldv, acc, dv, diag, first);
 }
-/* o = acc / l and the row log-sum-exp m + log l; a query that saw no key: zeros and +inf */
+/* o = acc / l (rows ldo floats apart) and the row log-sum-exp m + log l; a query that saw no key:
+   zeros and +inf */
 static void mf__attn_online_finish(const float *acc, const float *m, const float *l, int bq, int dv, float *o,
-                                   float *lse) {
+                                   int ldo, float *lse) {
     int ii, c;
     for (ii = 0; ii < bq; ii++) {
         float inv = l[ii] > 0 ? 1.0f / l[ii] : 0.0f;
-        for (c = 0; c < dv; c++) o[(int64_t)ii * dv + c] = acc[(int64_t)ii * dv + c] * inv;
+        for (c = 0; c < dv; c++) o[(int64_t)ii * ldo + c] = acc[(int64_t)ii * dv + c] * inv;
         lse[ii] = l[ii] > 0 ? m[ii] + logf(l[ii]) : INFINITY;
     }
 }
 
-/* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 floats. */
+/* rows rows of n floats: dst (ldd apart) = src (lds apart), or += with add */
+static void mf__attn_rows(float *dst, int ldd, const float *src, int lds, int rows, int n, int add) {
+    int r, c;
+    for (r = 0; r < rows; r++) {
+        float *y = dst + (int64_t)r * ldd;
+        const float *x = src + (int64_t)r * lds;
+        if (add) for (c = 0; c < n; c++) y[c] += x[c];
+        else memcpy(y, x, (size_t)n * sizeof(float));
+    }
+}
+/* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 + 64 (dk + dv) floats. */
 static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
+    const mf__attn_geo g = mf__attn_geo_of(out);
+    int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv, ldq = g.ld[MF__AT_Q], ldk = g.ld[MF__AT_K], ldv = g.ld[MF__AT_V];
     int causal = out->iarg[MF__ARG_ATTN_CAUSAL], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
-    const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + bh * Tk * dk;
-    const float *v = V->data + bh * Tk * dv;
-    float *o = out->data + (bh * Tq + i0) * dv, *lse = out->saved + bh * Tq + i0;
+    const float *q = out->src[0]->data + mf__attn_at(&g, MF__AT_Q, bh, i0);
+    const float *k = out->src[1]->data + mf__attn_at(&g, MF__AT_K, bh, 0);
+    const float *v = out->src[2]->data + mf__attn_at(&g, MF__AT_V, bh, 0);
+    float *o = out->data + mf__attn_at(&g, MF__AT_O, bh, i0), *lse = out->saved + bh * Tq + i0;
     float *qt_ = work, *st = qt_ + (int64_t)dk * MF__AT_BQ, *acc = st + MF__AT_BK * MF__AT_BQ;
     float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
+    float *kc = al + MF__AT_BQ, *vc = kc + (int64_t)MF__AT_BK * dk; /* contiguous K, V tiles (token-major) */
+    int pack = ldk != dk || ldv != dv;
     /* keys from kend on are hidden from every query of the tile */
     kend = causal ? (i0 + bq + off < Tk ? i0 + bq + off : Tk) : Tk;
-    mf__attn_transpose(q, dk, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
+    mf__attn_transpose(q, ldq, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
     mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
-        mf__attn_mm_keys(bk, dk, k + (int64_t)j0 * dk, dk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
+        const float *kb = k + (int64_t)j0 * ldk, *vb = v + (int64_t)j0 * ldv;
+        if (pack) { /* far-apart rows (see mf__attn_bwd_gather): the tile products read copies */
+            mf__attn_rows(kc, dk, kb, ldk, bk, dk, 0); mf__attn_rows(vc, dv, vb, ldv, bk, dv, 0);
+            kb = kc; vb = vc;
+        }
+        mf__attn_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
         if (diag) mf__attn_mask(st, j0, bk, i0, off);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, diag, j0 - off - i0, d,
+        mf__attn_online_block(st, bk, bq, dv, vb, pack ? dv : ldv, m, l, al, acc, diag, j0 - off - i0, d,
                               (bh * Tq + i0) * Tk + j0, Tk);
     }
-    mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
+    mf__attn_online_finish(acc, m, l, bq, dv, o, g.ld[MF__AT_O], lse);
 }
 
 static int mf__attn_threads(mf_ctx *ctx, double work) {
@@ -5049,10 +5157,10 @@ static int mf__attn_thread_num(void) {
    scratch each (flops sizes the thread count); out->saved gets the log-sum-exp [BH][Tq]. */
 static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double flops,
                                void (*tile)(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work)) {
-    const mf_tensor *Q = out->src[0];
+    const mf__attn_geo g = mf__attn_geo_of(out);
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
-    int Tq = Q->shape[2], nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
-    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], n = BH * nqt, t;
+    int Tq = g.Tq, nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
+    int64_t BH = g.BH, n = BH * nqt, t;
     float *work;
     nt = mf__attn_threads(ctx, flops);
     if (nt > n) nt = (int)n;
@@ -5068,49 +5176,94 @@ static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double 
 /* The backward's per-head inputs of head t: dO^T [dv][Tqp], the forward's lse [Tqp] (+inf
    padding) and D = rowsum(dO * O) [Tqp] */
 static void mf__attn_bwd_head(const mf_tensor *out, int64_t t, int Tqp, float *dot, float *lse, float *D) {
-    int Tq = out->src[0]->shape[2], dv = out->src[2]->shape[3], i, c;
-    const float *o = out->data + t * Tq * dv, *g = out->grad + t * Tq * dv;
-    mf__attn_transpose(g, dv, Tq, Tqp, dv, 1.0f, dot, Tqp);
+    const mf__attn_geo ge = mf__attn_geo_of(out);
+    int Tq = ge.Tq, dv = ge.dv, ld = ge.ld[MF__AT_O], i, c;
+    const float *o = out->data + mf__attn_at(&ge, MF__AT_O, t, 0), *g = out->grad + mf__attn_at(&ge, MF__AT_O, t, 0);
+    mf__attn_transpose(g, ld, Tq, Tqp, dv, 1.0f, dot, Tqp);
     for (i = 0; i < Tqp; i++) {
         float d = 0;
-        if (i < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)i * dv + c] * o[(int64_t)i * dv + c];
+        if (i < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)i * ld + c] * o[(int64_t)i * ld + c];
         lse[i] = i < Tq ? out->saved[t * Tq + i] : INFINITY;
         D[i] = d;
     }
 }
 
 static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
-    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1];
-    mf__attn_tiles_fwd(ctx, out, ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + 15) & ~(int64_t)15,
+    const mf__attn_geo g = mf__attn_geo_of(out);
+    int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv;
+    int64_t BH = g.BH;
+    mf__attn_tiles_fwd(ctx, out, ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + (int64_t)MF__AT_BK * (dk + dv) + 15) & ~(int64_t)15,
                        2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0),
                        mf__attn_fwd_tile);
 }
 
-/* Backward of one (key tile kt, query tile qt) pair of head bh. what: 1 = dK and dV, 2 = dQ, 3 = all.
+/* One head's rows for the backward: q, k, v, dO and the gradients gq, gk, gv (NULL: not wanted here)
+   from row 0 of the head on, and the row strides (the gradients': their input's) - in the tensors, or
+   in a thread's contiguous copy of the head (mf__attn_bwd_gather). */
+typedef struct mf__attn_head { const float *q, *k, *v, *dO; float *gq, *gk, *gv; int ldq, ldk, ldv, ldo; } mf__attn_head;
+/* head bh in the tensors; what: 1 = dK and dV, 2 = dQ, 3 = all */
+static mf__attn_head mf__attn_head_of(const mf_tensor *out, const mf__attn_geo *ge, int64_t bh, int what) {
+    mf__attn_head h;
+    float *gq = (what & 2) ? mf__g(out->src[0]) : NULL, *gk = (what & 1) ? mf__g(out->src[1]) : NULL;
+    float *gv = (what & 1) ? mf__g(out->src[2]) : NULL;
+    int64_t qo = mf__attn_at(ge, MF__AT_Q, bh, 0), ko = mf__attn_at(ge, MF__AT_K, bh, 0), vo = mf__attn_at(ge, MF__AT_V, bh, 0);
+    h.q = out->src[0]->data + qo; h.k = out->src[1]->data + ko; h.v = out->src[2]->data + vo;
+    h.dO = out->grad + mf__attn_at(ge, MF__AT_O, bh, 0);
+    h.gq = gq ? gq + qo : NULL; h.gk = gk ? gk + ko : NULL; h.gv = gv ? gv + vo : NULL;
+    h.ldq = ge->ld[MF__AT_Q]; h.ldk = ge->ld[MF__AT_K]; h.ldv = ge->ld[MF__AT_V]; h.ldo = ge->ld[MF__AT_O];
+    return h;
+}
+/* Token-major heads have rows H d (or P H d) floats apart: strides of 1 KiB and more, whose rows
+   fall into a few L1 sets and defeat the prefetcher (the tile products ran ~30% slower). A thread
+   copies such a head into w (floats: mf__attn_gather_floats) as [T][d] blocks with zeroed
+   gradients, runs its pairs there and adds the gradients back (mf__attn_bwd_scatter). */
+static int64_t mf__attn_gather_floats(const mf__attn_geo *ge) {
+    return 2 * ((int64_t)ge->Tq * ge->dk + (int64_t)ge->Tk * (ge->dk + ge->dv)) + (int64_t)ge->Tq * ge->dv;
+}
+static mf__attn_head mf__attn_bwd_gather(const mf__attn_geo *ge, const mf__attn_head *t, float *w) {
+    mf__attn_head h;
+    int Tq = ge->Tq, Tk = ge->Tk, dk = ge->dk, dv = ge->dv;
+    float *q = w, *k = q + (int64_t)Tq * dk, *v = k + (int64_t)Tk * dk, *o = v + (int64_t)Tk * dv;
+    float *gq = o + (int64_t)Tq * dv, *gk = gq + (int64_t)Tq * dk, *gv = gk + (int64_t)Tk * dk;
+    mf__attn_rows(q, dk, t->q, t->ldq, Tq, dk, 0); mf__attn_rows(k, dk, t->k, t->ldk, Tk, dk, 0);
+    mf__attn_rows(v, dv, t->v, t->ldv, Tk, dv, 0); mf__attn_rows(o, dv, t->dO, t->ldo, Tq, dv, 0);
+    memset(gq, 0, (size_t)((int64_t)Tq * dk + (int64_t)Tk * (dk + dv)) * sizeof(float));
+    h.q = q; h.k = k; h.v = v; h.dO = o;
+    h.gq = t->gq ? gq : NULL; h.gk = t->gk ? gk : NULL; h.gv = t->gv ? gv : NULL;
+    h.ldq = h.ldk = dk; h.ldv = h.ldo = dv;
+    return h;
+}
+static void mf__attn_bwd_scatter(const mf__attn_geo *ge, const mf__attn_head *t, const mf__attn_head *h) {
+    if (t->gq) mf__attn_rows(t->gq, t->ldq, h->gq, h->ldq, ge->Tq, ge->dk, 1);
+    if (t->gk) mf__attn_rows(t->gk, t->ldk, h->gk, h->ldk, ge->Tk, ge->dk, 1);
+    if (t->gv) mf__attn_rows(t->gv, t->ldv, h->gv, h->ldv, ge->Tk, ge->dv, 1);
+}
+
+/* Backward of one (key tile kt, query tile qt) pair of head bh; hp: the head's rows
+   (only its non-NULL gradients are computed).
    hd: the head's scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D [Tqp];
    st, dp: two 64 x 64 tiles of the thread; with dropout (d->p > 0) a third, pd, gets the dropped
    P~ = P * mask / (1 - p): dV += P~^T dO and dS = P * (mask dP~ / (1 - p) - D) = P~ dP~ - P D
    (D = rowsum(dO * O) is still sum_j P dP: O = P~ V). */
-static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt, int what,
-                              const float *hd, float *st, float *dp, float *pd) {
-    const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], causal = out->iarg[MF__ARG_ATTN_CAUSAL];
+static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt,
+                              const mf__attn_head *hp, const float *hd, float *st, float *dp, float *pd) {
+    const mf__attn_geo ge = mf__attn_geo_of(out);
+    int Tq = ge.Tq, Tk = ge.Tk, dk = ge.dk, dv = ge.dv, causal = out->iarg[MF__ARG_ATTN_CAUSAL];
+    int ldq = hp->ldq, ldk = hp->ldk, ldv = hp->ldv, ldo = hp->ldo;
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
     int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, bk = Tk - j0 < MF__AT_BK ? Tk - j0 : MF__AT_BK;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
-    float *gq = (what & 2) ? mf__g(Q) : NULL, *gk = (what & 1) ? mf__g(K) : NULL;
-    float *gv = (what & 1) ? mf__g(V) : NULL;
-    const float *q = Q->data + (bh * Tq + i0) * dk, *k = K->data + (bh * Tk + j0) * dk;
-    const float *v = V->data + (bh * Tk + j0) * dv, *dO = out->grad + (bh * Tq + i0) * dv;
+    float *gq = hp->gq, *gk = hp->gk, *gv = hp->gv;
+    int64_t qi = (int64_t)i0 * ldq, kj = (int64_t)j0 * ldk, vj = (int64_t)j0 * ldv;
+    const float *q = hp->q + qi, *k = hp->k + kj;
+    const float *v = hp->v + vj, *dO = hp->dO + (int64_t)i0 * ldo;
     const float *qs = hd + i0, *dot = hd + (int64_t)dk * Tqp + i0;
     const float *lse = hd + (int64_t)(dk + dv) * Tqp + i0, *D = lse + Tqp;
     int diag = causal && j0 + bk - 1 > i0 + off, first = j0 - off - i0;
     if (causal && j0 > i0 + bq - 1 + off) return; /* every key of the tile is hidden */
     /* P^T = exp(scale k q - lse) */
-    mf__attn_mm_keys(bk, dk, k, dk, qs, Tqp, st, diag, first);
+    mf__attn_mm_keys(bk, dk, k, ldk, qs, Tqp, st, diag, first);
     if (diag) mf__attn_mask(st, j0, bk, i0, off);
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
@@ -5119,10 +5272,10 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh
         }
     if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
     if (gv) /* dV += P^T dO (P~ with dropout) */
-        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, gv + (bh * Tk + j0) * dv, dv, diag, first);
+        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldo, gv + vj, ldv, diag, first);
     if (!gk && !gq) return;
     /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D), 0 where P is (dP^T is not computed there) */
-    mf__attn_mm_keys(bk, dv, v, dv, dot, Tqp, dp, diag, first);
+    mf__attn_mm_keys(bk, dv, v, ldv, dot, Tqp, dp, diag, first);
     for (jj = 0; jj < bk; jj++) {
         int c0 = diag ? mf__attn_first_vec(first + jj / MF__AT_G * MF__AT_G) : 0;
         float *g = dp + jj * MF__AT_BQ;
@@ -5141,19 +5294,21 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh
             }
     }
     if (gq) /* dQ += dS K */
-        mf__attn_mm_queries_acc(bq, dk, bk, dp, k, gq + (bh * Tq + i0) * dk, dk, diag, first);
+        mf__attn_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldq, diag, first);
     if (gk) /* dK += dS^T Q */
-        mf__attn_mm_keys_acc(bk, dk, bq, dp, q, gk + (bh * Tk + j0) * dk, dk, diag, first);
+        mf__attn_mm_keys_acc(bk, dk, bq, dp, q, ldq, gk + kj, ldk, diag, first);
 }
 
 static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
-    int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
+    const mf__attn_geo ge = mf__attn_geo_of(out);
+    int Tq = ge.Tq, Tk = ge.Tk, dk = ge.dk, dv = ge.dv;
     int nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nkt = (Tk + MF__AT_BK - 1) / MF__AT_BK;
     int Tqp = nqt * MF__AT_BQ, nt, pass, need_kv = mf__g(K) || mf__g(V), need_q = mf__g(Q) != NULL;
-    int64_t BH = (int64_t)Q->shape[0] * Q->shape[1], hs = (int64_t)(dk + dv + 2) * Tqp, t;
+    int64_t BH = ge.BH, hs = (int64_t)(dk + dv + 2) * Tqp, t;
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
-    int64_t per = (d.p > 0.0f ? 3 : 2) * MF__AT_BK * MF__AT_BQ, tile = MF__AT_BK * MF__AT_BQ;
+    int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile;
+    int gather = ge.ld[MF__AT_Q] != dk || ge.ld[MF__AT_K] != dk || ge.ld[MF__AT_V] != dv || ge.ld[MF__AT_O] != dv;
     float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *work;
     if (!need_kv && !need_q) return;
     nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
@@ -5166,21 +5321,27 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
 #endif
     for (t = 0; t < BH; t++) {
         float *qs = head + t * hs, *dot = qs + (int64_t)dk * Tqp, *lse = dot + (int64_t)dv * Tqp;
-        mf__attn_transpose(Q->data + t * Tq * dk, dk, Tq, Tqp, dk, scale, qs, Tqp);
+        mf__attn_transpose(Q->data + mf__attn_at(&ge, MF__AT_Q, t, 0), ge.ld[MF__AT_Q], Tq, Tqp, dk, scale, qs, Tqp);
         mf__attn_bwd_head(out, t, Tqp, dot, lse, lse + Tqp);
     }
     /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
        as the split (7 products per pair); else the dK/dV pass, then the dQ pass. */
     if (need_kv && need_q && (double)((BH + nt - 1) / nt) <= 1.4 * (double)BH / nt) {
+        int64_t gper = gather ? (mf__attn_gather_floats(&ge) + 15) & ~(int64_t)15 : 0;
+        float *gw = gather ? (float *)mf__alloc(ctx, (size_t)(gper * nt) * sizeof(float)) : NULL;
+        if (gather && !gw) return;
 #if MF__OMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
         for (t = 0; t < BH; t++) {
             float *st = work + per * mf__attn_thread_num();
+            mf__attn_head th = mf__attn_head_of(out, &ge, t, 3), h = th;
             int kt, qt;
+            if (gather) h = mf__attn_bwd_gather(&ge, &th, gw + gper * mf__attn_thread_num());
             for (kt = 0; kt < nkt; kt++)
                 for (qt = 0; qt < nqt; qt++)
-                    mf__attn_bwd_pair(out, &d, t, kt, qt, 3, head + t * hs, st, st + tile, st + 2 * tile);
+                    mf__attn_bwd_pair(out, &d, t, kt, qt, &h, head + t * hs, st, st + tile, st + 2 * tile);
+            if (gather) mf__attn_bwd_scatter(&ge, &th, &h);
         }
         return;
     }
@@ -5195,22 +5356,40 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             int64_t bh = t / nown;
             int own = (int)(t % nown), x;
             float *st = work + per * mf__attn_thread_num();
+            mf__attn_head h = mf__attn_head_of(out, &ge, bh, pass == 0 ? 1 : 2);
             for (x = 0; x < nloop; x++)
-                mf__attn_bwd_pair(out, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, pass == 0 ? 1 : 2,
-                                  head + bh * hs, st, st + tile, st + 2 * tile);
+                mf__attn_bwd_pair(out, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, &h, head + bh * hs, st,
+                                  st + tile, st + 2 * tile);
         }
     }
 }
 static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward,
                                          mf__attention_backward, MF__OP_PROPS(0) };
-MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,
-                              float dropout) {
+/* the attention op; parts: 0, or (token-major) 1 + the parts q, k, v read of 5-D packs [B, T, P, H, d]
+   in bytes 0, 1, 2 (MF__ARG_ATTN_PARTS) */
+static mf_tensor *mf__attention_make(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,
+                                     float dropout, int bthd, int parts) {
     mf_tensor *t;
     if (!mf_ok(ctx) || mf__attn_drop_check(ctx, "attention", dropout) < 0) return NULL;
     t = mf__begin(ctx, &mf__op_attention, q, k, v, NULL);
-    if (t) { t->farg[MF__FARG_ATTN_SCALE] = scale; t->iarg[MF__ARG_ATTN_CAUSAL] = causal != 0; }
+    if (t) {
+        t->farg[MF__FARG_ATTN_SCALE] = scale; t->iarg[MF__ARG_ATTN_CAUSAL] = causal != 0;
+        t->iarg[MF__ARG_ATTN_LAYOUT] = bthd; t->iarg[MF__ARG_ATTN_PARTS] = parts;
+    }
     if (t) mf__attn_drop_set(ctx, t, dropout);
     return mf__finish(ctx, t);
+}
+MFDEF mf_tensor *mf_attention_layout(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale,
+                                     int causal, float dropout, mf_attn_layout layout) {
+    if (!mf_ok(ctx)) return NULL;
+    if (layout != MF_ATTN_HEADS_MAJOR && layout != MF_ATTN_TOKENS_MAJOR)
+        return (mf_tensor *)mf__fail(ctx, "mf_attention_layout: layout %d is neither MF_ATTN_HEADS_MAJOR (0) nor "
+                                     "MF_ATTN_TOKENS_MAJOR (1)", (int)layout);
+    return mf__attention_make(ctx, q, k, v, scale, causal, dropout, layout == MF_ATTN_TOKENS_MAJOR, 0);
+}
+MFDEF mf_tensor *mf_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,
+                              float dropout) {
+    return mf_attention_layout(ctx, q, k, v, scale, causal, dropout, MF_ATTN_HEADS_MAJOR);
 }
 
 /* The input whose gradient can live in t's output gradient buffer, when it is an activation that
@@ -5675,6 +5854,28 @@ static mf_tensor *mf__merge_heads(mf_ctx *ctx, mf_tensor *o) {
     shape[0] = o->shape[0]; shape[1] = o->shape[2]; shape[2] = o->shape[1] * o->shape[3];
     return mf_reshape(ctx, mf_permute(ctx, o, perm), 3, shape);
 }
+/* [B, T, P*H*dk] -> the pack [B, T, P H, dk] of P token-major projections: a view, no copy */
+static mf_tensor *mf__token_pack(mf_ctx *ctx, mf_tensor *x, int P, int H) {
+    int shape[4];
+    if (!x) return NULL;
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = P * H; shape[3] = x->shape[2] / (P * H);
+    return mf_reshape(ctx, x, 4, shape);
+}
+/* the rows of a, b (and c) as one tensor (NULL when a is: no biases): the weights [n D, D] of n
+   projections, one GEMM for all; their parameters stay apart (names and checkpoints unchanged) */
+static mf_tensor *mf__stack_rows(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, mf_tensor *c) {
+    mf_tensor *ab;
+    if (!a) return NULL;
+    ab = mf_concat(ctx, a, b, 0);
+    return c ? mf_concat(ctx, ab, c, 0) : ab;
+}
+/* [B, T, H, dk] -> [B, T, H*dk]: a view */
+static mf_tensor *mf__token_merge(mf_ctx *ctx, mf_tensor *o) {
+    int shape[3];
+    if (!o) return NULL;
+    shape[0] = o->shape[0]; shape[1] = o->shape[1]; shape[2] = o->shape[2] * o->shape[3];
+    return mf_reshape(ctx, o, 3, shape);
+}
 
 static mf_tensor *mf__activation(mf_ctx *ctx, mf_act_kind a, mf_tensor *x) {
     switch (a) {
@@ -6009,10 +6210,25 @@ static mf_tensor *mf__probe_attend(mf_model *m, int l, mf_tensor *q, mf_tensor *
     return o;
 }
 
-/* the fused attention of a softmax mixer's layer l, or its inspection */
-static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale) {
-    return m->probe ? mf__probe_attend(m, l, q, k, v, scale, NULL, NULL, NULL)
-                    : mf_attention(m->ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout);
+/* operand x of mf__attention_of, heads-major [B, H, T, d] for the inspection: a copy */
+static mf_tensor *mf__attn_heads_copy(mf_ctx *ctx, mf_tensor *t, int parts, int x, int H) {
+    int perm[4] = {0, 2, 1, 3}, part = parts ? ((parts - 1) >> (8 * x)) & 15 : 0;
+    if (t && t->shape[2] != H) t = mf_slice(ctx, t, 2, part * H, H); /* part p of a pack [B, T, P H, d] */
+    return mf_permute(ctx, t, perm);
+}
+/* the fused attention of a softmax mixer's layer l on token-major q, k, v [B, T, H, d] or parts of
+   packs [B, T, P H, d] (the linear layers' outputs, reshaped: no head copies; parts as
+   MF__ARG_ATTN_PARTS) -> [B, T, H, dv], or its inspection (which reads heads-major operands:
+   copies, only while inspecting) */
+static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, int parts,
+                                   float scale) {
+    mf_ctx *ctx = m->ctx;
+    int perm[4] = {0, 2, 1, 3}, H = m->cfg.n_heads;
+    if (m->probe)
+        return mf_permute(ctx, mf__probe_attend(m, l, mf__attn_heads_copy(ctx, q, parts, 0, H),
+                                                mf__attn_heads_copy(ctx, k, parts, 1, H),
+                                                mf__attn_heads_copy(ctx, v, parts, 2, H), scale, NULL, NULL, NULL), perm);
+    return mf__attention_make(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, 1, parts);
 }
 
 #ifndef METAFORMER_NO_XL
@@ -6073,7 +6289,7 @@ MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int 
 typedef struct mf__attn_layer {
     mf_tensor *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo; /* sdpa */
     mf_tensor *wp, *mform, *we;                       /* metric (mform = Mbar) / quadratic (M) */
-    float *cache_k, *cache_v; /* generation: [H][max_seq][dk] keys / values (metric, quadratic: p in cache_k) */
+    float *cache_k, *cache_v; /* generation: [max_seq][H][dk] keys / values (metric, quadratic: p in cache_k) */
 } mf__attn_layer;
 typedef struct mf__attn_state {
     float *expand; /* metric: [L][dk*dk], 1 where Mbar entry l lands in M (L = dk (dk + 1) / 2) */
@@ -6133,7 +6349,7 @@ static void mf__attn_free(mf_model *m) {
     m->fam_state = NULL;
 }
 
-/* the KV caches of every layer: [H][max_seq][dk] each */
+/* the KV caches of every layer: [max_seq][H][dk] each (token-major, as the attention reads them) */
 static int mf__attn_gen_begin(mf_model *m) {
     size_t per_layer = (size_t)m->cfg.max_seq * m->cfg.d_model * sizeof(float);
     int l;
@@ -6146,17 +6362,18 @@ static int mf__attn_gen_begin(mf_model *m) {
     return 1;
 }
 
-/* Append the new tokens' heads [1, H, Tn, dk] to a cache [H][max_seq][dk] at position pos0 and
-   return all cached heads [1, H, pos0 + Tn, dk] as an arena tensor. */
+/* Append the new tokens x [1, Tn, H, dk] to a cache [max_seq][H][dk] at position pos0
+   and return all cached tokens [1, pos0 + Tn, H, dk] as an arena tensor. */
 static mf_tensor *mf__cache_heads(mf_model *m, float *cache, mf_tensor *x, int pos0) {
-    int H = x->shape[1], Tn = x->shape[2], dk = x->shape[3], S = m->cfg.max_seq, h, shape[4];
+    int Tn, H = m->cfg.n_heads, dk = m->cfg.d_model / H, shape[4];
+    int64_t row = (int64_t)H * dk;
     mf_tensor *all;
-    for (h = 0; h < H; h++)
-        mf__dcopy(m->ctx, cache + ((int64_t)h * S + pos0) * dk, x->data + (int64_t)h * Tn * dk, (size_t)Tn * dk * sizeof(float));
-    shape[0] = 1; shape[1] = H; shape[2] = pos0 + Tn; shape[3] = dk;
+    if (!x) return NULL;
+    Tn = x->shape[1];
+    mf__dcopy(m->ctx, cache + pos0 * row, x->data, (size_t)(Tn * row) * sizeof(float));
+    shape[0] = 1; shape[1] = pos0 + Tn; shape[2] = H; shape[3] = dk;
     if (!(all = mf_new(m->ctx, 4, shape))) return NULL;
-    for (h = 0; h < H; h++)
-        mf__dcopy(m->ctx, all->data + (int64_t)h * (pos0 + Tn) * dk, cache + (int64_t)h * S * dk, (size_t)(pos0 + Tn) * dk * sizeof(float));
+    mf__dcopy(m->ctx, all->data, cache, (size_t)((pos0 + Tn) * row) * sizeof(float));
     return all;
 }
 
@@ -6167,12 +6384,17 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
     mf__attn_layer *A = MF__ATTN_L(m, l);
     int H = c->n_heads, D = c->d_model, dk = D / H;
     float scale = 1.0f / sqrtf((float)dk);
-    if (c->mixer == MF_MIXER_SDPA) {
-        mf_tensor *q = mf__split_heads(ctx, mf_linear(ctx, xn, A->wq, A->bq), H);
-        mf_tensor *k = mf__split_heads(ctx, mf_linear(ctx, xn, A->wk, A->bk), H);
-        mf_tensor *v = mf__split_heads(ctx, mf_linear(ctx, xn, A->wv, A->bv), H);
-        if (cache && k && v) { k = mf__cache_heads(m, A->cache_k, k, pos0); v = mf__cache_heads(m, A->cache_v, v, pos0); }
-        return mf_linear(ctx, mf__merge_heads(ctx, mf__attention_of(m, l, q, k, v, scale)), A->wo, A->bo);
+    if (c->mixer == MF_MIXER_SDPA) { /* q, k, v: one GEMM into the pack [B, T, 3 H, dk] */
+        mf_tensor *qkv = mf__token_pack(ctx, mf_linear(ctx, xn, mf__stack_rows(ctx, A->wq, A->wk, A->wv),
+                                                       mf__stack_rows(ctx, A->bq, A->bk, A->bv)), 3, H);
+        mf_tensor *k = qkv, *v = qkv;
+        int parts = MF__ATTN_PACKS(0, 3, 1, 3, 2, 3);
+        if (cache && qkv) { /* k, v: the caches [1, pos0 + Tn, H, dk] */
+            k = mf__cache_heads(m, A->cache_k, mf_slice(ctx, qkv, 2, H, H), pos0);
+            v = mf__cache_heads(m, A->cache_v, mf_slice(ctx, qkv, 2, 2 * H, H), pos0);
+            parts = MF__ATTN_PACKS(0, 3, 0, 1, 0, 1);
+        }
+        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, qkv, k, v, parts, scale)), A->wo, A->bo);
     } else {
         /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
         int wshape[3], mshape[3], dshape[2], eshape[2];
@@ -6186,10 +6408,12 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
                                           0, 0), 3, mshape);
         } else M = mf_reshape(ctx, A->mform, 3, mshape);
         wq = mf_reshape(ctx, mf_matmul(ctx, M, mf_reshape(ctx, A->wp, 3, wshape), 1, 0), 2, dshape);
-        p = mf__split_heads(ctx, mf_linear(ctx, xn, A->wp, NULL), H);
-        q = mf__split_heads(ctx, mf_linear(ctx, xn, wq, NULL), H);
-        if (cache && p) p = mf__cache_heads(m, A->cache_k, p, pos0);
-        return mf_linear(ctx, mf__merge_heads(ctx, mf__attention_of(m, l, q, p, p, scale)), A->we, NULL);
+        q = mf__token_pack(ctx, mf_linear(ctx, xn, mf__stack_rows(ctx, wq, A->wp, NULL), NULL), 2, H); /* q, p */
+        p = q;
+        if (cache && q) p = mf__cache_heads(m, A->cache_k, mf_slice(ctx, q, 2, H, H), pos0);
+        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, p, p, p == q ? MF__ATTN_PACKS(0, 2, 1, 2, 1, 2)
+                                                                          : MF__ATTN_PACKS(0, 2, 0, 1, 0, 1), scale)),
+                         A->we, NULL);
     }
 }
 
@@ -6407,10 +6631,10 @@ static void mf__rel_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
         mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, MF__AT_BQ, st, gt);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, m, l, al, acc, j0 + bk - 1 > i0 + M, j0 - M - i0,
+        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, dv, m, l, al, acc, j0 + bk - 1 > i0 + M, j0 - M - i0,
                               d, (bh * Tq + i0) * Tk + j0, Tk);
     }
-    mf__attn_online_finish(acc, m, l, bq, dv, o, lse);
+    mf__attn_online_finish(acc, m, l, bq, dv, o, dv, lse);
 }
 
 static void mf__rel_attention_forward(mf_ctx *ctx, mf_tensor *out) {
@@ -11688,11 +11912,56 @@ MFDEF int64_t mf_optimizer_steps(const mf_ctx *ctx) { return ctx ? ctx->opt_t : 
 #define MF__PCHUNK 16384
 static int mf__trainable(const mf_ctx *ctx, int i) { return ctx->params[i]->requires_grad; }
 
-static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
+/* sum of x[i]^2 in double, in a fixed order: MF__SSQ_LANES running sums (x[i] in sum i mod
+   MF__SSQ_LANES, a vector's worth of independent chains the compiler keeps in registers), then
+   added pairwise. The squares are exact in double. */
+#define MF__SSQ_LANES 32
+static double mf__sumsq(const float *x, int64_t n) {
+    double s[MF__SSQ_LANES];
+    int64_t k = 0, full = n - n % MF__SSQ_LANES;
+    int l, w;
+    for (l = 0; l < MF__SSQ_LANES; l++) s[l] = 0;
+    for (; k < full; k += MF__SSQ_LANES)
+        for (l = 0; l < MF__SSQ_LANES; l++) s[l] += (double)x[k + l] * x[k + l];
+    for (l = 0; k + l < n; l++) s[l] += (double)x[k + l] * x[k + l];
+    for (w = MF__SSQ_LANES / 2; w >= 1; w /= 2)
+        for (l = 0; l < w; l++) s[l] += s[l + w];
+    return s[0];
+}
+
+/* CPU: the global L2 norm of the trainable gradients (chunks summed in order: the same norm for
+   any thread count); -1 when out of memory (in ctx) */
+static double mf__grad_norm(mf_ctx *ctx) {
     double ss = 0, *part;
     int64_t nch = 0, total = 0, c;
     int i;
-    float norm;
+    for (i = 0; i < ctx->n_params; i++)
+        if (mf__trainable(ctx, i)) { nch += (ctx->params[i]->ne + MF__PCHUNK - 1) / MF__PCHUNK; total += ctx->params[i]->ne; }
+    if (!(part = (double *)mf__alloc(ctx, (size_t)(nch + 1) * sizeof(double)))) return -1;
+    MF__PARALLEL(ctx, 2.0 * (double)total)
+    {
+        int tid = MF__TID(), nth = MF__NTH(), j;
+        int64_t ch = 0, lo;
+        for (j = 0; j < ctx->n_params; j++) {
+            const mf_tensor *p = ctx->params[j];
+            if (!mf__trainable(ctx, j)) continue;
+            for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++)
+                if (ch % nth == tid) part[ch] = mf__sumsq(p->grad + lo, (p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK) - lo);
+        }
+    }
+    for (c = 0; c < nch; c++) ss += part[c];
+    return sqrt(ss);
+}
+/* the factor clipping applies to the gradients of norm `norm` (1: none) */
+static float mf__clip_factor(float norm, float max_norm) {
+    return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
+}
+
+static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
+    double ss;
+    int64_t total = 0;
+    int i;
+    float norm, f;
     if (!mf_ok(ctx)) return 0.0f;
     if (ctx->be) { /* one reduction over all the gradients; scaled on the device */
         ss = ctx->be->grad_sumsq(ctx, 0, ctx->p_used);
@@ -11701,84 +11970,59 @@ static float mf__clip_grad_norm(mf_ctx *ctx, float max_norm) {
         if (max_norm > 0 && norm > max_norm) ctx->be->grad_scale(ctx, 0, ctx->p_used, max_norm / (norm + 1e-6f));
         return norm;
     }
-    for (i = 0; i < ctx->n_params; i++)
-        if (mf__trainable(ctx, i)) { nch += (ctx->params[i]->ne + MF__PCHUNK - 1) / MF__PCHUNK; total += ctx->params[i]->ne; }
-    /* per-chunk partial sums in double, added in chunk order: the same norm for any thread count */
-    if (!(part = (double *)mf__alloc(ctx, (size_t)(nch + 1) * sizeof(double)))) return 0.0f;
-    MF__PARALLEL(ctx, 2.0 * (double)total)
+    if ((ss = mf__grad_norm(ctx)) < 0) return 0.0f;
+    norm = (float)ss;
+    if ((f = mf__clip_factor(norm, max_norm)) == 1.0f) return norm;
+    for (i = 0; i < ctx->n_params; i++) if (mf__trainable(ctx, i)) total += ctx->params[i]->ne;
+    MF__PARALLEL(ctx, (double)total)
     {
         int tid = MF__TID(), nth = MF__NTH(), j;
         int64_t ch = 0, lo;
         for (j = 0; j < ctx->n_params; j++) {
-            const mf_tensor *p = ctx->params[j];
+            mf_tensor *p = ctx->params[j];
             if (!mf__trainable(ctx, j)) continue;
             for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
                 int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
-                double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-                const float *g = p->grad;
                 if (ch % nth != tid) continue;
-                for (k = lo; k + 4 <= hi; k += 4) {
-                    s0 += (double)g[k] * g[k]; s1 += (double)g[k + 1] * g[k + 1];
-                    s2 += (double)g[k + 2] * g[k + 2]; s3 += (double)g[k + 3] * g[k + 3];
-                }
-                for (; k < hi; k++) s0 += (double)g[k] * g[k];
-                part[ch] = (s0 + s1) + (s2 + s3);
-            }
-        }
-    }
-    for (c = 0; c < nch; c++) ss += part[c];
-    norm = (float)sqrt(ss);
-    if (max_norm > 0 && norm > max_norm) {
-        float f = max_norm / (norm + 1e-6f);
-        MF__PARALLEL(ctx, (double)total)
-        {
-            int tid = MF__TID(), nth = MF__NTH(), j;
-            int64_t ch = 0, lo;
-            for (j = 0; j < ctx->n_params; j++) {
-                mf_tensor *p = ctx->params[j];
-                if (!mf__trainable(ctx, j)) continue;
-                for (lo = 0; lo < p->ne; lo += MF__PCHUNK, ch++) {
-                    int64_t hi = p->ne - lo < MF__PCHUNK ? p->ne : lo + MF__PCHUNK, k;
-                    if (ch % nth != tid) continue;
-                    for (k = lo; k < hi; k++) p->grad[k] *= f;
-                }
+                for (k = lo; k < hi; k++) p->grad[k] *= f;
             }
         }
     }
     return norm;
 }
 
-static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o) {
-    if (!o) return (mf__fail(ctx, "mf_optimizer_step: the optimizer config is NULL (start from mf_optimizer_default)"), -1);
+/* fn: the public function checking, named in the message */
+static int mf__check_optimizer(mf_ctx *ctx, const mf_optimizer *o, const char *fn) {
+    if (!o) return (mf__fail(ctx, "%s: the optimizer config is NULL (start from mf_optimizer_default)", fn), -1);
     if ((int)o->kind < MF_OPT_ADAM || (int)o->kind > MF_OPT_SGD)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown optimizer kind %d (MF_OPT_ADAM, MF_OPT_ADAM_LABML, "
-                         "MF_OPT_ADAMW or MF_OPT_SGD)", (int)o->kind), -1);
+        return (mf__fail(ctx, "%s: unknown optimizer kind %d (MF_OPT_ADAM, MF_OPT_ADAM_LABML, "
+                         "MF_OPT_ADAMW or MF_OPT_SGD)", fn, (int)o->kind), -1);
     if ((int)o->schedule.kind < MF_SCHED_CONSTANT || (int)o->schedule.kind > MF_SCHED_COSINE)
-        return (mf__fail(ctx, "mf_optimizer_step: unknown schedule kind %d (MF_SCHED_CONSTANT, MF_SCHED_WARMUP, "
-                         "MF_SCHED_NOAM or MF_SCHED_COSINE)", (int)o->schedule.kind), -1);
+        return (mf__fail(ctx, "%s: unknown schedule kind %d (MF_SCHED_CONSTANT, MF_SCHED_WARMUP, "
+                         "MF_SCHED_NOAM or MF_SCHED_COSINE)", fn, (int)o->schedule.kind), -1);
     if (!(o->schedule.lr >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: lr %g is negative or NaN; it must be >= 0", (double)o->schedule.lr), -1);
+        return (mf__fail(ctx, "%s: lr %g is negative or NaN; it must be >= 0", fn, (double)o->schedule.lr), -1);
     if (!(o->weight_decay >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: weight_decay %g is negative or NaN; it must be >= 0", (double)o->weight_decay), -1);
+        return (mf__fail(ctx, "%s: weight_decay %g is negative or NaN; it must be >= 0", fn, (double)o->weight_decay), -1);
     if (o->kind != MF_OPT_SGD && !(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
-        return (mf__fail(ctx, "mf_optimizer_step: betas (%g, %g) must both be in [0, 1) (PyTorch: 0.9, 0.999)",
+        return (mf__fail(ctx, "%s: betas (%g, %g) must both be in [0, 1) (PyTorch: 0.9, 0.999)", fn,
                          (double)o->beta1, (double)o->beta2), -1);
     if (o->kind != MF_OPT_SGD && !(o->eps > 0))
-        return (mf__fail(ctx, "mf_optimizer_step: eps %g must be > 0 (PyTorch: 1e-8)", (double)o->eps), -1);
+        return (mf__fail(ctx, "%s: eps %g must be > 0 (PyTorch: 1e-8)", fn, (double)o->eps), -1);
     if (o->kind == MF_OPT_SGD && !(o->momentum >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: momentum %g is negative or NaN; it must be >= 0", (double)o->momentum), -1);
+        return (mf__fail(ctx, "%s: momentum %g is negative or NaN; it must be >= 0", fn, (double)o->momentum), -1);
     if (o->kind == MF_OPT_SGD && o->nesterov && !(o->momentum > 0))
-        return (mf__fail(ctx, "mf_optimizer_step: nesterov needs momentum > 0 (as in torch.optim.SGD)"), -1);
+        return (mf__fail(ctx, "%s: nesterov needs momentum > 0 (as in torch.optim.SGD)", fn), -1);
     if ((o->schedule.kind == MF_SCHED_WARMUP || o->schedule.kind == MF_SCHED_NOAM) && o->schedule.warmup <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: the %s schedule needs warmup > 0 steps, got %d",
+        return (mf__fail(ctx, "%s: the %s schedule needs warmup > 0 steps, got %d", fn,
                          o->schedule.kind == MF_SCHED_NOAM ? "Noam" : "warm-up", o->schedule.warmup), -1);
     if (o->schedule.kind == MF_SCHED_NOAM && o->schedule.d_model <= 0)
-        return (mf__fail(ctx, "mf_optimizer_step: the Noam schedule needs d_model > 0, got %d", o->schedule.d_model), -1);
+        return (mf__fail(ctx, "%s: the Noam schedule needs d_model > 0, got %d", fn, o->schedule.d_model), -1);
     if (o->schedule.kind == MF_SCHED_COSINE && o->schedule.total_steps <= o->schedule.warmup)
-        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule needs total_steps (%d) > warmup (%d)",
+        return (mf__fail(ctx, "%s: the cosine schedule needs total_steps (%d) > warmup (%d)", fn,
                          o->schedule.total_steps, o->schedule.warmup), -1);
     if (o->schedule.kind == MF_SCHED_COSINE && !(o->schedule.min_lr >= 0))
-        return (mf__fail(ctx, "mf_optimizer_step: the cosine schedule's min_lr %g must be >= 0", (double)o->schedule.min_lr), -1);
+        return (mf__fail(ctx, "%s: the cosine schedule's min_lr %g must be >= 0", fn, (double)o->schedule.min_lr), -1);
     return 0;
 }
 
@@ -11799,8 +12043,11 @@ typedef struct mf__opt_job {
     float lr, step, rc2, decay;
 } mf__opt_job;
 
-/* elements [lo, hi) of parameter j->param (the moments hold the flat floats from ctx->mom_lo on) */
-static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi) {
+/* elements [lo, hi) of parameter j->param (the moments hold the flat floats from ctx->mom_lo on)
+   with the gradient times gs (the clipping factor, 1: none), leaving the
+   gradient zero when zero is set (mf_train_update: each float read once, in the same pass) */
+static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job *j, int64_t lo, int64_t hi, float gs,
+                           int zero) {
     const mf_tensor *p = ctx->params[j->param];
     float *w = p->data + lo, *g = p->grad + lo, *m = ctx->p_m + (p->offset + lo - ctx->mom_lo);
     float *v = ctx->p_v + (p->offset + lo - ctx->mom_lo);
@@ -11817,9 +12064,12 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
         const float gw = o->kind == MF_OPT_ADAM ? wd : 0.0f, rc2 = j->rc2;
         const mf__av vb1 = mf__av_set1(b1), vb2 = mf__av_set1(b2), va1 = mf__av_set1(1.0f - b1);
         const mf__av va2 = mf__av_set1(1.0f - b2), vgw = mf__av_set1(gw), vdec = mf__av_set1(decay);
-        const mf__av vst = mf__av_set1(step), vrc = mf__av_set1(rc2), veps = mf__av_set1(eps);
+        const mf__av vst = mf__av_set1(step), vrc = mf__av_set1(rc2), veps = mf__av_set1(eps), vgs = mf__av_set1(gs);
         for (; k + MF__AW <= hi; k += MF__AW) {
-            mf__av wk = mf__av_load(w + k), gk = mf__av_add(mf__av_load(g + k), mf__av_mul(vgw, wk));
+            mf__av wk = mf__av_load(w + k), gk = mf__av_load(g + k);
+            if (gs != 1.0f) gk = mf__av_mul(gk, vgs);
+            gk = mf__av_add(gk, mf__av_mul(vgw, wk));
+            if (zero) mf__av_store(g + k, mf__av_zero());
             mf__av mk = mf__av_add(mf__av_mul(vb1, mf__av_load(m + k)), mf__av_mul(va1, gk));
             mf__av vk = mf__av_add(mf__av_mul(vb2, mf__av_load(v + k)), mf__av_mul(mf__av_mul(va2, gk), gk));
             wk = mf__av_mul(wk, vdec);
@@ -11829,7 +12079,8 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
                                                           mf__av_add(mf__av_mul(mf__av_sqrt(vk), vrc), veps))));
         }
         for (; k < hi; k++) {
-            float gk = g[k] + gw * w[k];
+            float gk = (gs != 1.0f ? g[k] * gs : g[k]) + gw * w[k];
+            if (zero) g[k] = 0.0f;
             w[k] *= decay;
             m[k] = b1 * m[k] + (1.0f - b1) * gk;
             v[k] = b2 * v[k] + (1.0f - b2) * gk * gk;
@@ -11840,7 +12091,8 @@ static void mf__opt_update(mf_ctx *ctx, const mf_optimizer *o, const mf__opt_job
     default: { /* SGD; m is the momentum buffer (torch: the first step sets buf = g) */
         float mu = o->momentum, lr = j->lr;
         for (; k < hi; k++) {
-            float gk = g[k] + wd * w[k];
+            float gk = (gs != 1.0f ? g[k] * gs : g[k]) + wd * w[k];
+            if (zero) g[k] = 0.0f;
             if (mu > 0) {
                 m[k] = j->first ? gk : mu * m[k] + gk;
                 gk = o->nesterov ? gk + mu * m[k] : m[k];
@@ -11888,16 +12140,11 @@ static mf__opt_job *mf__opt_jobs(mf_ctx *ctx, const mf_optimizer *o, int64_t *to
     return jobs;
 }
 
-/* One update of every parameter that has a gradient. The moments live in flat buffers. */
-static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+/* One update of every parameter that has a gradient, its gradient times gs; zero: every gradient
+   is left zero (as mf_zero_grad), the updated ones in the same pass. The moments live in flat buffers. */
+static int mf__optimizer_sweep(mf_ctx *ctx, const mf_optimizer *o, float gs, int zero) {
     int64_t total;
     mf__opt_job *jobs;
-    if (!mf_ok(ctx)) return -1;
-    if (mf__check_optimizer(ctx, o) < 0) return -1;
-    if (ctx->mom_n)
-        return (mf__fail(ctx, "mf_optimizer_step: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step"), -1);
-    if (mf__alloc_moments(ctx) < 0) return -1;
-    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
     if (!(jobs = mf__opt_jobs(ctx, o, &total))) return -1;
     MF__PARALLEL(ctx, 10.0 * (double)total)
     {
@@ -11905,14 +12152,47 @@ static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
         int64_t ch = 0, lo;
         for (k = 0; k < ctx->n_params; k++) {
             const mf__opt_job *j = &jobs[k];
-            if (j->param < 0) continue;
-            for (lo = 0; lo < ctx->params[k]->ne; lo += MF__PCHUNK, ch++) {
-                int64_t n = ctx->params[k]->ne;
-                if (ch % nth == tid) mf__opt_update(ctx, o, j, lo, n - lo < MF__PCHUNK ? n : lo + MF__PCHUNK);
+            int64_t n = ctx->params[k]->ne;
+            if (j->param < 0 && !zero) continue;
+            for (lo = 0; lo < n; lo += MF__PCHUNK, ch++) {
+                int64_t hi = n - lo < MF__PCHUNK ? n : lo + MF__PCHUNK;
+                if (ch % nth != tid) continue;
+                if (j->param >= 0) mf__opt_update(ctx, o, j, lo, hi, gs, zero);
+                else memset(ctx->params[k]->grad + lo, 0, (size_t)(hi - lo) * sizeof(float));
             }
         }
     }
+    if (zero) memset(ctx->p_touched, 0, (size_t)ctx->n_params);
     return 0;
+}
+/* what mf_optimizer_step and mf_train_update check first: 0, or -1 (the error in ctx) */
+static int mf__optimizer_ready(mf_ctx *ctx, const mf_optimizer *o, const char *fn) {
+    if (!mf_ok(ctx)) return -1;
+    if (mf__check_optimizer(ctx, o, fn) < 0) return -1;
+    if (ctx->mom_n)
+        return (mf__fail(ctx, "%s: the optimizer moments are sharded (ZeRO-1): step with mf_dist_optimizer_step", fn), -1);
+    return mf__alloc_moments(ctx);
+}
+static int mf__optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
+    if (mf__optimizer_ready(ctx, o, "mf_optimizer_step") < 0) return -1;
+    if (ctx->be) return ctx->be->optimizer_step(ctx, o);
+    return mf__optimizer_sweep(ctx, o, 1.0f, 0);
+}
+/* CPU: the norm in one pass over the gradients, then clipping, the update and the zeroing in a
+   second; a CUDA context runs the three calls */
+static float mf__train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) {
+    double norm;
+    if (mf__optimizer_ready(ctx, o, "mf_train_update") < 0) return -1.0f;
+    if (ctx->be) {
+        float nf = mf__clip_grad_norm(ctx, max_norm);
+        if (mf_ok(ctx) && isfinite(nf)) mf__optimizer_step(ctx, o);
+        mf__zero_grad(ctx);
+        return mf_ok(ctx) ? nf : -1.0f;
+    }
+    if ((norm = mf__grad_norm(ctx)) < 0) return -1.0f;
+    if (!isfinite((float)norm)) { mf__zero_grad(ctx); return (float)norm; }
+    if (mf__optimizer_sweep(ctx, o, mf__clip_factor((float)norm, max_norm), 1) < 0) return -1.0f;
+    return (float)norm;
 }
 /* the two entry points above, timed while profiling (mf_set_profile) */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
@@ -11932,6 +12212,16 @@ MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     r = mf__optimizer_step(ctx, o);
     mf__prof_end(ctx, "optimizer_step", MF__PROF_OTHER, m);
     return r;
+}
+MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) {
+    mf__prof_mark m;
+    float norm;
+    if (!ctx) return -1.0f;
+    if (!mf__profiling(ctx)) return mf__train_update(ctx, o, max_norm);
+    m = mf__prof_begin(ctx);
+    norm = mf__train_update(ctx, o, max_norm);
+    mf__prof_end(ctx, "train_update", MF__PROF_OTHER, m);
+    return norm;
 }
 
 #ifdef METAFORMER_MPI
@@ -12325,7 +12615,10 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
         else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
                                                  "or checkpoint load (the moments exist already); resume with mf_dist_load");
         else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
-        else if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
+        else {
+            mf__param_zero_new(ctx, ctx->p_used, d->npad); /* the pad past the parameters, which the shards read */
+            if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
+        }
     }
     if (mf__dist_agree(d, ctx, ok, d->err) < 0) return -1;
     d->ctx = ctx;
@@ -12385,10 +12678,10 @@ static double mf__dist_shard_sumsq(mf_dist *d, mf_ctx *ctx) {
     int i;
     if (ctx->be) return ctx->be->grad_sumsq(ctx, d->rank * d->shard, (d->rank + 1) * d->shard);
     for (i = 0; i < ctx->n_params; i++) {
-        int64_t a, b, k;
+        int64_t a, b;
         if (!ctx->params[i]->requires_grad) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
-        for (k = a; k < b; k++) ss += (double)ctx->params[i]->grad[k] * ctx->params[i]->grad[k];
+        if (b > a) ss += mf__sumsq(ctx->params[i]->grad + a, b - a);
     }
     return ss;
 }
@@ -12426,7 +12719,7 @@ MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o)
     if (!d->ctx || ctx != d->ctx)
         return mf__dist_agree(d, ctx, 0, "mf_dist_optimizer_step: the context is not the one attached with mf_dist_attach");
     if (!d->cfg.zero1) return mf__dist_agree(d, ctx, mf_optimizer_step(ctx, o) == 0, NULL);
-    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o) == 0;
+    ok = mf_ok(ctx) && mf__check_optimizer(ctx, o, "mf_dist_optimizer_step") == 0;
     if (ok && ctx->be) ok = ctx->be->optimizer_step(ctx, o) == 0; /* over the shard [mom_lo, mom_lo + mom_n) */
     else if (ok) ok = (jobs = mf__opt_jobs(ctx, o, &total)) != NULL;
     if (mf__dist_agree(d, ctx, ok, NULL) < 0) return -1;
@@ -12434,7 +12727,7 @@ MFDEF int mf_dist_optimizer_step(mf_dist *d, mf_ctx *ctx, const mf_optimizer *o)
         int64_t a, b;
         if (jobs[i].param < 0) continue;
         mf__dist_in_shard(d, ctx, i, &a, &b);
-        if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b);
+        if (a < b) mf__opt_update(ctx, o, &jobs[i], a, b, 1.0f, 0);
     }
     ok = d->tr->all_gather(d, ctx, ctx->p_data, d->shard) == 0;
     return mf__dist_agree(d, ctx, ok, ok ? NULL : d->err);

@@ -1189,7 +1189,9 @@ static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* Fused FlashAttention-2 forward and backward, fp32 and TF32 tensor cores: the last op of [mf:ops]. */
 /* mf_attention (metaformer.h [mf:ops]): q [BH, Tq, dk], k [BH, Tk, dk], v [BH, Tk, dv] -> o [BH, Tq, dv]
    and the row log-sum-exp lse [BH, Tq] (+inf for a query that sees no key, whose output is zero),
-   exactly the CPU op's convention. Query i sees key j iff !causal or j <= i + Tk - Tq.
+   exactly the CPU op's convention; with MF_ATTN_TOKENS_MAJOR q, k, v and o are [B, T, H, d] (or
+   parts of packs [B, T, P, H, d]) and row i of head bh = b H + h is found by mf__attn_at, as on the
+   CPU (lse and D stay [BH, Tq]). Query i sees key j iff !causal or j <= i + Tk - Tq.
    Design: three kernels of MF__FA_THREADS threads over square tiles of B queries / keys.
      - Every tile lives in shared memory: the operands (Q scaled by `scale`, K, V, dO), the score
        tiles and the accumulators (O, dK, dV, dQ). Head sizes are zero-padded to dkp, dvp (multiples
@@ -1239,9 +1241,14 @@ typedef struct {
     const float *q, *k, *v, *o, *g, *lse, *D; /* g: dO */
     float *out, *lse_out, *gq, *gk, *gv;      /* NULL: no gradient wanted */
     int Tq, Tk, dk, dv, B, causal;
+    mf__attn_geo geo;                         /* where the rows of q, k, v, o (and dO) are (mf__attn_at) */
     float scale;
     mf__attn_drop drop;                       /* probability dropout (docs/math.md §4.1); p = 0: none */
 } mf__fa_args;
+/* the offset of row i of head bh of operand x (MF__AT_Q, _K, _V, _O) */
+static __device__ long long mf__fa_at(const mf__fa_args &a, int x, long long bh, int i) {
+    return (long long)mf__attn_at(&a.geo, x, bh, i);
+}
 /* the dropped probability of query i, key j of head bh (the CPU's element index and draw) */
 static __device__ float mf__fa_drop(const mf__fa_args &a, long long bh, int i, int j, float p) {
     return mf__drop_keep_at(a.drop.key, (uint64_t)((bh * a.Tq + i) * a.Tk + j), a.drop.p) ? p * a.drop.s : 0.0f;
@@ -1283,16 +1290,16 @@ static size_t mf__fa_smem(int B, int dk, int dv, int kind, int bf16) {
             __VA_ARGS__; \
         } \
     } while (0)
-/* dst [B][ld] = s * rows [0, rows) of src [.][d]; zero elsewhere up to B rows and dp columns
-   (E = bf16: rounded to nearest even) */
+/* dst [B][ld] = s * rows [0, rows) of src (d floats each, rows lds floats apart); zero elsewhere up
+   to B rows and dp columns (E = bf16: rounded to nearest even) */
 template <class E>
-static __device__ void mf__fa_load(E *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
-    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + r * ld + c, r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f));
+static __device__ void mf__fa_load(E *dst, int ld, const float *src, int d, int lds, int rows, int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + r * ld + c, r < rows && c < d ? s * src[(long long)r * lds + c] : 0.0f));
 }
 /* the same transposed: dst [dp][ld] (a "T" tile), dst[c][r] = s * src[r][c] */
 template <class E>
-static __device__ void mf__fa_load_t(E *dst, int ld, const float *src, int d, int rows, int B, int dp, float s) {
-    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + c * ld + r, r < rows && c < d ? s * src[(long long)r * d + c] : 0.0f));
+static __device__ void mf__fa_load_t(E *dst, int ld, const float *src, int d, int lds, int rows, int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + c * ld + r, r < rows && c < d ? s * src[(long long)r * lds + c] : 0.0f));
 }
 static __device__ void mf__fa_zero(float *dst, int ld, int B, int dp) {
     MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = 0.0f);
@@ -1302,8 +1309,8 @@ static __device__ void mf__fa_load_vec(float *dst, const float *src, int rows, i
     for (int r = threadIdx.x; r < B; r += blockDim.x) dst[r] = r < rows ? src[r] : pad;
 }
 /* dst rows [0, rows) of [.][d] += src [.][ld] */
-static __device__ void mf__fa_add_out(float *dst, int d, const float *src, int ld, int rows) {
-    MF__FA_EACH(r, c, rows, d, dst[(long long)r * d + c] += src[r * ld + c]);
+static __device__ void mf__fa_add_out(float *dst, int d, int ldd, const float *src, int ld, int rows) {
+    MF__FA_EACH(r, c, rows, d, dst[(long long)r * ldd + c] += src[r * ld + c]);
 }
 
 #ifdef MF__FA_WMMA
@@ -1434,13 +1441,14 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
     int tpr = blockDim.x / B, r = threadIdx.x / tpr, part = threadIdx.x % tpr, c, o;
     int lim = a.causal ? i0 + r + off : a.Tk; /* query r sees the keys j <= lim */
     float m = -1e30f, l = 0.0f;               /* finite start: exp(m_old - m_new) is never NaN */
-    mf__fa_load_t(qt, le, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
+    const int ldq = a.geo.ld[MF__AT_Q], ldk = a.geo.ld[MF__AT_K], ldv = a.geo.ld[MF__AT_V], ldo = a.geo.ld[MF__AT_O];
+    mf__fa_load_t(qt, le, a.q + mf__fa_at(a, MF__AT_Q, bh, i0), a.dk, ldq, bq, B, dkp, a.scale);
     mf__fa_zero(os, lv, B, dvp);
     for (int j0 = 0; j0 < kend; j0 += B) {
         int bk = min(B, kend - j0);
         __syncthreads(); /* the previous tile's products are done with K and V */
-        mf__fa_load_t(kt, le, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load(vs, lve, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        mf__fa_load_t(kt, le, a.k + mf__fa_at(a, MF__AT_K, bh, j0), a.dk, ldk, bk, B, dkp, 1.0f);
+        mf__fa_load(vs, lve, a.v + mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
         __syncthreads();
         mf__fa_mm<TC>(st, lt, kt, le, qt, le, B, B, dkp, 0); /* S^T [key][query] */
         __syncthreads();
@@ -1472,14 +1480,16 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         if (r < bq) a.lse_out[bh * a.Tq + i0 + r] = l > 0.0f ? m + logf(l) : INFINITY;
     }
     __syncthreads();
-    MF__FA_EACH(rr, cc, bq, a.dv, a.out[(bh * a.Tq + i0 + rr) * a.dv + cc] = os[rr * lv + cc] * il[rr]);
+    float *out = a.out + mf__fa_at(a, MF__AT_O, bh, i0);
+    MF__FA_EACH(rr, cc, bq, a.dv, out[(long long)rr * ldo + cc] = os[rr * lv + cc] * il[rr]);
 }
 
-/* D[row] = dO . O (the CPU's order) */
-static __global__ void mf__k_fa_rowdot(float *D, const float *g, const float *o, int dv, long long rows) {
+/* D[bh Tq + i] = dO . O of query i of head bh (the CPU's order) */
+static __global__ void mf__k_fa_rowdot(float *D, mf__fa_args a, long long rows) {
     MF__CU_LOOP(r, rows) {
+        long long at = mf__fa_at(a, MF__AT_O, r / a.Tq, (int)(r % a.Tq));
         float d = 0;
-        for (int c = 0; c < dv; c++) d += g[r * dv + c] * o[r * dv + c];
+        for (int c = 0; c < a.dv; c++) d += a.g[at + c] * a.o[at + c];
         D[r] = d;
     }
 }
@@ -1499,18 +1509,19 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
     int nkt = (a.Tk + B - 1) / B, j0 = (int)(blockIdx.x % nkt) * B, off = a.Tk - a.Tq;
     long long bh = blockIdx.x / nkt;
     int bk = min(B, a.Tk - j0), first = a.causal ? max(0, j0 - off) : 0; /* the first query that sees a key */
-    mf__fa_load_t(kt, le, a.k + (bh * a.Tk + j0) * a.dk, a.dk, bk, B, dkp, 1.0f);
-    mf__fa_load_t(vt, le, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+    const int ldq = a.geo.ld[MF__AT_Q], ldk = a.geo.ld[MF__AT_K], ldv = a.geo.ld[MF__AT_V], ldo = a.geo.ld[MF__AT_O];
+    mf__fa_load_t(kt, le, a.k + mf__fa_at(a, MF__AT_K, bh, j0), a.dk, ldk, bk, B, dkp, 1.0f);
+    mf__fa_load_t(vt, le, a.v + mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
     mf__fa_zero(dks, lk, B, dkp);
     mf__fa_zero(dvs, lv, B, dvp);
     for (int i0 = first / B * B; i0 < a.Tq; i0 += B) {
         int bq = min(B, a.Tq - i0);
-        const float *q = a.q + (bh * a.Tq + i0) * a.dk, *g = a.g + (bh * a.Tq + i0) * a.dv;
+        const float *q = a.q + mf__fa_at(a, MF__AT_Q, bh, i0), *g = a.g + mf__fa_at(a, MF__AT_O, bh, i0);
         __syncthreads();
-        mf__fa_load_t(qt, le, q, a.dk, bq, B, dkp, a.scale);
-        if (a.gk) mf__fa_load(qs, lke, q, a.dk, bq, B, dkp, a.scale);
-        if (a.gk) mf__fa_load_t(gt, le, g, a.dv, bq, B, dvp, 1.0f);
-        if (a.gv) mf__fa_load(gs, lve, g, a.dv, bq, B, dvp, 1.0f);
+        mf__fa_load_t(qt, le, q, a.dk, ldq, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load(qs, lke, q, a.dk, ldq, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load_t(gt, le, g, a.dv, ldo, bq, B, dvp, 1.0f);
+        if (a.gv) mf__fa_load(gs, lve, g, a.dv, ldo, bq, B, dvp, 1.0f);
         mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
         mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
         __syncthreads();
@@ -1534,8 +1545,8 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         if (a.gk) mf__fa_mm<TC>(dks, lk, dse, le, qs, lke, B, dkp, B, 1); /* dK += dS^T Qs */
     }
     __syncthreads();
-    if (a.gk) mf__fa_add_out(a.gk + (bh * a.Tk + j0) * a.dk, a.dk, dks, lk, bk);
-    if (a.gv) mf__fa_add_out(a.gv + (bh * a.Tk + j0) * a.dv, a.dv, dvs, lv, bk);
+    if (a.gk) mf__fa_add_out(a.gk + mf__fa_at(a, MF__AT_K, bh, j0), a.dk, ldk, dks, lk, bk);
+    if (a.gv) mf__fa_add_out(a.gv + mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, dvs, lv, bk);
 }
 
 /* dQ: block = (head, query tile) over its visible key tiles. shared (mf__fa_smem): floats dQ [B][lk],
@@ -1553,18 +1564,19 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
     int nqt = (a.Tq + B - 1) / B, i0 = (nqt - 1 - (int)(blockIdx.x % nqt)) * B, off = a.Tk - a.Tq;
     long long bh = blockIdx.x / nqt;
     int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
-    mf__fa_load_t(qt, le, a.q + (bh * a.Tq + i0) * a.dk, a.dk, bq, B, dkp, a.scale);
-    mf__fa_load_t(gt, le, a.g + (bh * a.Tq + i0) * a.dv, a.dv, bq, B, dvp, 1.0f);
+    const int ldq = a.geo.ld[MF__AT_Q], ldk = a.geo.ld[MF__AT_K], ldv = a.geo.ld[MF__AT_V], ldo = a.geo.ld[MF__AT_O];
+    mf__fa_load_t(qt, le, a.q + mf__fa_at(a, MF__AT_Q, bh, i0), a.dk, ldq, bq, B, dkp, a.scale);
+    mf__fa_load_t(gt, le, a.g + mf__fa_at(a, MF__AT_O, bh, i0), a.dv, ldo, bq, B, dvp, 1.0f);
     mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
     mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
     mf__fa_zero(dqs, lk, B, dkp);
     for (int j0 = 0; j0 < kend; j0 += B) {
         int bk = min(B, kend - j0);
-        const float *k = a.k + (bh * a.Tk + j0) * a.dk;
+        const float *k = a.k + mf__fa_at(a, MF__AT_K, bh, j0);
         __syncthreads();
-        mf__fa_load_t(kt, le, k, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load(ks, lke, k, a.dk, bk, B, dkp, 1.0f);
-        mf__fa_load_t(vt, le, a.v + (bh * a.Tk + j0) * a.dv, a.dv, bk, B, dvp, 1.0f);
+        mf__fa_load_t(kt, le, k, a.dk, ldk, bk, B, dkp, 1.0f);
+        mf__fa_load(ks, lke, k, a.dk, ldk, bk, B, dkp, 1.0f);
+        mf__fa_load_t(vt, le, a.v + mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
         __syncthreads();
         mf__fa_mm<TC>(st, lt, kt, le, qt, le, B, B, dkp, 0);  /* S^T = K Qs^T */
         mf__fa_mm<TC>(dpt, lt, vt, le, gt, le, B, B, dvp, 0); /* dP^T = V dO^T */
@@ -1581,7 +1593,7 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         mf__fa_mm<TC>(dqs, lk, dse, le, ks, lke, B, dkp, B, 1); /* dQ += dS K */
     }
     __syncthreads();
-    mf__fa_add_out(a.gq + (bh * a.Tq + i0) * a.dk, a.dk, dqs, lk, bq);
+    mf__fa_add_out(a.gq + mf__fa_at(a, MF__AT_Q, bh, i0), a.dk, ldq, dqs, lk, bq);
 }
 
 /* the kernels' precision (MF__FA_FP32 / TF32 / BF16): the context's, on a device with tensor cores
@@ -1615,7 +1627,8 @@ static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
     mf__fa_args a;
     memset(&a, 0, sizeof a);
     a.q = Q->data; a.k = K->data; a.v = V->data; a.o = out->data; a.g = out->grad; a.lse = out->saved;
-    a.Tq = Q->shape[2]; a.Tk = K->shape[2]; a.dk = Q->shape[3]; a.dv = V->shape[3];
+    a.geo = mf__attn_geo_of(out);
+    a.Tq = a.geo.Tq; a.Tk = a.geo.Tk; a.dk = a.geo.dk; a.dv = a.geo.dv;
     a.causal = out->iarg[MF__ARG_ATTN_CAUSAL]; a.scale = out->farg[MF__FARG_ATTN_SCALE];
     return a;
 }
@@ -1646,7 +1659,7 @@ static int mf__cu_fa_launch(mf_ctx *ctx, const char *op, mf__fa_args *a, int kin
 }
 static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf__fa_args a = mf__cu_fa_args_ctx(ctx, out);
-    long long BH = (long long)out->shape[0] * out->shape[1];
+    long long BH = a.geo.BH;
     if (!(out->saved = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     a.out = out->data; a.lse_out = out->saved;
     return mf__cu_fa_launch(ctx, "attention", &a, 0, BH);
@@ -1654,14 +1667,14 @@ static int mf__cu_attention_fwd(mf_ctx *ctx, mf_tensor *out) {
 static int mf__cu_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     mf__fa_args a = mf__cu_fa_args_ctx(ctx, out);
-    long long BH = (long long)out->shape[0] * out->shape[1];
+    long long BH = a.geo.BH;
     const char *op = "attention (backward)";
     float *D;
     a.gq = mf__g(Q); a.gk = mf__g(K); a.gv = mf__g(V);
     if (!a.gq && !a.gk && !a.gv) return 0;
     if (!(D = (float *)mf__cu_arena(ctx, (size_t)(BH * a.Tq) * sizeof(float)))) return -1;
     a.D = D;
-    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, MF__EW(BH * a.Tq), D, a.g, a.o, a.dv, BH * a.Tq) < 0)
+    if (MF__CU_RUN(ctx, op, mf__k_fa_rowdot, MF__EW(BH * a.Tq), D, a, BH * a.Tq) < 0)
         return -1;
     if ((a.gk || a.gv) && mf__cu_fa_launch(ctx, op, &a, 1, BH) < 0) return -1;
     return a.gq ? mf__cu_fa_launch(ctx, op, &a, 2, BH) : 0;
@@ -2216,7 +2229,7 @@ static __global__ void __launch_bounds__(MF__XL_NT) mf__k_xl_bwd_dq_bf16(mf__cu_
         MF__XL_MM(acc, lo, e2, lq, rs, lks, BQ, dkp, NRP, 1); /* dQ += dS_diag R */
     }
     __syncthreads();
-    mf__fa_add_out(dq + (bh * a.Tq + i0) * dk, dk, acc, lo, min(BQ, a.Tq - i0));
+    mf__fa_add_out(dq + (bh * a.Tq + i0) * dk, dk, dk, acc, lo, min(BQ, a.Tq - i0));
 }
 
 /* dK, dV: block = (b*h, key tile), the query tiles that see it in order, as mf__k_xl_bwd_dkv (the
@@ -2285,7 +2298,7 @@ static __global__ void __launch_bounds__(MF__XL_NT) mf__k_xl_bwd_dkv_bf16(mf__cu
         for (int n = 0; n < BK && j0 + n < a.Tk; n++) s += csum[n] * a.k[(bh * a.Tk + j0 + n) * dk + e];
         dup[(long long)blockIdx.x * dk + e] = s;
     }
-    if (dv_) mf__fa_add_out(dv_ + (bh * a.Tk + j0) * dv, dv, acc2, lov, min(BK, a.Tk - j0));
+    if (dv_) mf__fa_add_out(dv_ + (bh * a.Tk + j0) * dv, dv, dv, acc2, lov, min(BK, a.Tk - j0));
     MF__FA_EACH(r, c, min(BK, a.Tk - j0), dk, /* the u term: + colsum(dS) u */
                 if (dk_) dk_[(bh * a.Tk + j0 + r) * dk + c] += acc[r * lok + c] + csum[r] * a.u[(long long)h * dk + c]);
 }

@@ -20,7 +20,9 @@ cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=bench/cpu_rows.sh
 . bench/cpu_rows.sh
 A=git:HEAD; B=metaformer.h; ROWS="sdpa identity relative fast_weights feedback_kv small"
-REPS=5; STEPS=6; WARMUP=2; MAX_TIME=10; THREADS=2; EXTRA=""; OUT=""; BUILD_ONLY=0; FW_SWEEP=0
+REPS=5; STEPS=6; WARMUP=2; MAX_TIME=10; THREADS=2; EXTRA=""; OUT=""; BUILD_ONLY=0
+# shellcheck disable=SC2034 # parse_args sets FW_SWEEP (--no-fw-sweep); unused here
+FW_SWEEP=0
 own_option() {
     case "$1" in
     --a) A=${2-}; ARG_USED=2 ;;

@@ -5,7 +5,9 @@
  *
  * One timed step = mf_model_loss (forward + cross-entropy) + mf_backward + mf_clip_grad_norm(1.0)
  * + mf_optimizer_step (Adam, PyTorch defaults, lr 1e-3) + mf_zero_grad + mf_reset, on random
- * tokens (seeded, a fresh batch every step, the targets are the next tokens).
+ * tokens (seeded, a fresh batch every step, the targets are the next tokens). The middle three are
+ * the one call mf_train_update where the header has it (MF_TRAIN_UPDATE; bench/ab.sh builds this
+ * file against older headers too).
  *
  * Flags (defaults = the reference config of the benchmark):
  *   --mixer NAME   a mixer of the library (mf_mixer_name); --list-mixers prints those of this build
@@ -80,6 +82,16 @@ static double cpu_seconds(void) { /* user + system time of the process, all thre
            1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
+/* clipping (max norm 1), the Adam update and zeroing the gradients */
+static void end_step(mf_ctx *ctx, const mf_optimizer *opt) {
+#ifdef MF_TRAIN_UPDATE
+    mf_train_update(ctx, opt, 1.0f);
+#else
+    mf_clip_grad_norm(ctx, 1.0f);
+    mf_optimizer_step(ctx, opt);
+    mf_zero_grad(ctx);
+#endif
+}
 static double peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -146,9 +158,7 @@ static void profile_steps(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, con
     for (step = 0; step < n_steps; step++) {
         t0 = now();
         mf_backward(ctx, mf_model_loss(m, ids, tg, B, T));
-        mf_clip_grad_norm(ctx, 1.0f);
-        mf_optimizer_step(ctx, opt);
-        mf_zero_grad(ctx);
+        end_step(ctx, opt);
         mf_reset(ctx);
         wall += now() - t0;
     }
@@ -355,11 +365,9 @@ int main(int argc, char **argv) {
         c0 = cpu_seconds();
         loss = mf_model_loss(m, ids, tg, B, T);
         mf_backward(ctx, loss);
-        mf_clip_grad_norm(ctx, 1.0f);
-        mf_optimizer_step(ctx, &opt);
+        end_step(ctx, &opt);
         if (loss) last_loss = mf_item(ctx, loss); /* on a GPU: waits for the step's kernels */
         if (cuda) { double held = gpu_used_mb() - gpu_base; gpu_peak = held > gpu_peak ? held : gpu_peak; }
-        mf_zero_grad(ctx);
         mf_reset(ctx);
         t0 = now() - t0;
         if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }

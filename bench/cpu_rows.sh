@@ -1,4 +1,5 @@
 # bench/cpu_rows.sh - the CPU benchmark's rows, sourced by bench/run.sh (make bench) and bench/ab.sh.
+# shellcheck shell=bash
 # row_spec ROW -> "bench_model flags|PyTorch script and flags|goal (x PyTorch tok/s)|config". Every
 # row: d_model 256, heads 8, layers 4, d_ff 1024, batch 8, vocab 65 (both sides' defaults). The
 # MetaFormer mixers run the MetaFormer model (learned positions, GELU); the labml families run

@@ -879,7 +879,7 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
     int64_t n = (int64_t)rows * T;
     double total[2] = {0, (double)rows}; /* the counted targets and the rows of the whole batch */
     double sums[3] = {0, 0, 0};          /* loss, ar, ranks whose part was not finite */
-    int dist = ranks && ranks->dist, finite; /* a data-parallel run (even of 1 rank): the collectives */
+    int dist = ranks && ranks->dist, finite, updated = 0; /* a data-parallel run (even of 1 rank): the collectives */
     float norm, world = dist ? (float)ranks->world : 1.0f;
     for (int64_t i = 0; i < n; i++) total[0] += y[i] != -1;
     if (dist) ranks->sum(total, 2);
@@ -909,17 +909,18 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
         norm = mf_dist_clip_grad_norm(ranks->dist, ctx, clip > 0 ? clip : 0);
     } else
 #endif
-    norm = mf_clip_grad_norm(ctx, clip > 0 ? clip : 0); /* max 0: the norm only, nothing scaled */
+    if (isfinite(sums[0])) { /* clip (max 0: the norm only), step and zero the gradients in one call */
+        norm = mf_train_update(ctx, opt, clip > 0 ? clip : 0);
+        updated = 1;
+    } else norm = mf_clip_grad_norm(ctx, 0);
     *loss = (float)sums[0];
     *ar = (float)sums[1];
     if (grad_norm) *grad_norm = norm;
     finite = isfinite(*loss) && isfinite(norm);
 #ifdef METAFORMER_MPI
     if (finite && dist) mf_dist_optimizer_step(ranks->dist, ctx, opt);
-    else
 #endif
-    if (finite) mf_optimizer_step(ctx, opt);
-    mf_zero_grad(ctx);
+    if (!updated) mf_zero_grad(ctx);
     mf_reset(ctx);
     if (!mf_ok(ctx)) return -1;
     return finite ? 0 : 1;

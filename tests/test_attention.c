@@ -240,6 +240,53 @@ static void test_partial_grads(void) {
     }
 }
 
+/* MF_ATTN_TOKENS_MAJOR: q, k, v [B, T, H, d] give exactly what mf_attention gives on the permuted
+   operands (the same products in the same order, only the addresses differ), dropout included */
+typedef struct at_lay { at_case c; float drop; int threads; } at_lay;
+static void at_layout_run(at_lay L, int tokens, float **res, int64_t *n) {
+    at_case c = L.c;
+    mf_ctx *ctx = mf_ctx_new(5);
+    int sq[4] = {c.B, c.Tq, c.H, c.dk}, sk[4] = {c.B, c.Tk, c.H, c.dk}, sv[4] = {c.B, c.Tk, c.H, c.dv};
+    int perm[4] = {0, 2, 1, 3};
+    float *R;
+    mf_tensor *q, *k, *v, *out;
+    int64_t no = (int64_t)c.B * c.H * c.Tq * c.dv, off = 0;
+    mf_set_threads(ctx, L.threads);
+    mf_set_training(ctx, 1);
+    q = mf_param(ctx, "q", 4, sq); k = mf_param(ctx, "k", 4, sk); v = mf_param(ctx, "v", 4, sv);
+    mf_init_normal(ctx, q, 0, 1.5f); mf_init_normal(ctx, k, 0, 1.5f); mf_init_normal(ctx, v, 0, 1);
+    R = at_random(no, 12);
+    if (tokens) out = mf_attention_layout(ctx, q, k, v, 0.4f, c.causal, L.drop, MF_ATTN_TOKENS_MAJOR);
+    else
+        out = mf_permute(ctx, mf_attention(ctx, mf_permute(ctx, q, perm), mf_permute(ctx, k, perm),
+                                           mf_permute(ctx, v, perm), 0.4f, c.causal, L.drop), perm);
+    MFT_CHECK(out && out->shape[1] == c.Tq && out->shape[2] == c.H && out->shape[3] == c.dv);
+    MFT_CHECK(mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, mf_from(ctx, 4, out ? out->shape : sq, R)))) == 0);
+    *n = no + q->ne + k->ne + v->ne;
+    *res = (float *)calloc((size_t)*n, sizeof(float));
+    if (mf_ok(ctx)) {
+        memcpy(*res, out->data, (size_t)no * sizeof(float)); off = no;
+        memcpy(*res + off, q->grad, (size_t)q->ne * sizeof(float)); off += q->ne;
+        memcpy(*res + off, k->grad, (size_t)k->ne * sizeof(float)); off += k->ne;
+        memcpy(*res + off, v->grad, (size_t)v->ne * sizeof(float));
+    } else printf("    %s\n", mf_error(ctx));
+    free(R);
+    mf_ctx_free(ctx);
+}
+static void test_tokens_major_layout(void) {
+    static const at_lay Ls[] = {{{2, 3, 65, 130, 7, 5, 1}, 0.0f, 2}, {{2, 3, 70, 70, 16, 24, 1}, 0.2f, 2},
+                                {{1, 4, 100, 130, 8, 8, 0}, 0.1f, 1}, {{1, 1, 130, 130, 32, 16, 1}, 0.0f, 2}};
+    int i;
+    for (i = 0; i < 4; i++) {
+        float *a, *b;
+        int64_t na, nb;
+        at_layout_run(Ls[i], 1, &a, &na); at_layout_run(Ls[i], 0, &b, &nb);
+        MFT_CHECK(na == nb && memcmp(a, b, (size_t)na * sizeof(float)) == 0);
+        MFT_CHECK(at_finite(a, na) && !at_zero(a, na));
+        free(a); free(b);
+    }
+}
+
 static void test_shape_errors(void) {
     mf_ctx *ctx = mf_ctx_new(1);
     int s4[4] = {2, 3, 5, 8}, s4b[4] = {2, 4, 5, 8}, s4k[4] = {2, 3, 6, 8}, s4d[4] = {2, 3, 5, 7}, s3[3] = {6, 5, 8};
@@ -261,6 +308,14 @@ static void test_shape_errors(void) {
     mf_clear_error(ctx);
     ok = mf_attention(ctx, q, k6, k6, 0.5f, 1, 0.0f); /* dv may differ from dk; Tk from Tq */
     MFT_CHECK(ok && ok->ndim == 4 && ok->shape[2] == 5 && ok->shape[3] == 8);
+    /* token-major: [B, T, H, d]; q's H is its size 2 */
+    MFT_CHECK(mf_attention_layout(ctx, q, k6, k6, 1, 0, 0.0f, MF_ATTN_TOKENS_MAJOR) == NULL &&
+              strstr(mf_error(ctx), "head") && strstr(mf_error(ctx), "TOKENS_MAJOR"));
+    mf_clear_error(ctx);
+    MFT_CHECK(mf_attention_layout(ctx, q, q, q, 1, 0, 0.0f, (mf_attn_layout)2) == NULL && strstr(mf_error(ctx), "layout"));
+    mf_clear_error(ctx);
+    ok = mf_attention_layout(ctx, q, bad_h, bad_h, 0.5f, 1, 0.0f, MF_ATTN_TOKENS_MAJOR); /* 4 keys, 5 heads */
+    MFT_CHECK(ok && ok->shape[1] == 3 && ok->shape[2] == 5 && ok->shape[3] == 8);
     mf_ctx_free(ctx);
 }
 
@@ -272,6 +327,7 @@ int main(void) {
     MFT_RUN(test_memory_is_linear);
     MFT_RUN(test_deterministic);
     MFT_RUN(test_partial_grads);
+    MFT_RUN(test_tokens_major_layout);
     MFT_RUN(test_shape_errors);
     return mft_finish();
 }

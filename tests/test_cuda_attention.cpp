@@ -30,11 +30,15 @@ static const double TOL_TF32 = 5e-3, TF32_FLOOR = 0.1, TOL_BF16 = 10.0 / 256, BF
    is a parameter (gets a gradient), else a constant; self_attn: q = k = v (one parameter) */
 struct Case { const char *name; int B, H, Tq, Tk, dk, dv, causal; float scale; int grads, self_attn; float drop; };
 
+/* the operands' layout of run_case: 0 mf_attention's [B, H, T, d], 1 MF_ATTN_TOKENS_MAJOR [B, T, H, d] */
+static int g_tokens_major = 0;
 /* the run on one context (cuda: 0 CPU, 1 fp32 kernels, 2 TF32 kernels, 3 bf16 kernels); loss = sum(out * R) */
 static OpRun run_case(const Case &c, int cuda) {
     OpRun r;
     mf_ctx *ctx = mf_ctx_new(5);
     int shapes[3][4] = {{c.B, c.H, c.Tq, c.dk}, {c.B, c.H, c.Tk, c.dk}, {c.B, c.H, c.Tk, c.dv}};
+    if (g_tokens_major)
+        for (int i = 0; i < 3; i++) { int t = shapes[i][1]; shapes[i][1] = shapes[i][2]; shapes[i][2] = t; }
     mf_tensor *in[3] = {NULL, NULL, NULL};
     std::vector<mf_tensor *> watch;
     int n_in = c.self_attn ? 1 : 3;
@@ -50,7 +54,9 @@ static OpRun run_case(const Case &c, int cuda) {
     }
     if (c.self_attn) in[1] = in[2] = in[0];
     for (int i = 0; i < n_in; i++) watch.push_back((c.grads >> i) & 1 ? in[i] : NULL);
-    return op_run_finish(ctx, mf_attention(ctx, in[0], in[1], in[2], c.scale, c.causal, c.drop), watch, 777);
+    return op_run_finish(ctx, mf_attention_layout(ctx, in[0], in[1], in[2], c.scale, c.causal, c.drop,
+                                                  g_tokens_major ? MF_ATTN_TOKENS_MAJOR : MF_ATTN_HEADS_MAJOR),
+                         watch, 777);
 }
 /* worst relative error of the output and the gradients; -1 when the run failed */
 static double compare(const Case &c, const OpRun &gpu, const OpRun &cpu, const char *what, double tol, double floor) {
@@ -162,6 +168,16 @@ static void test_attention_parity(void) {
     MFT_CHECK(worst_bf16 > 2 * worst_tf32);
 }
 
+/* token-major operands (MF_ATTN_TOKENS_MAJOR: rows H*d floats apart, as the softmax mixers pass the
+   linear layers' outputs): a ragged tile, memory keys, dropout and q = k = v, against the CPU's op
+   in the same layout (which tests/test_attention.c checks against mf_attention bit for bit) */
+static void test_tokens_major(void) {
+    static const int picks[] = {4, 7, 18, 19};
+    g_tokens_major = 1;
+    for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++) check_case(CASES[picks[i]]);
+    g_tokens_major = 0;
+}
+
 /* more keys than the old per-row kernel's shared memory held (~55000): no length limit now */
 static void test_long_sequence(void) {
     const int Tk = MFT_SMALL ? 20000 : 56000;
@@ -205,6 +221,7 @@ static void test_errors(void) {
 int main(void) {
     if (cuda_suite_start("test_cuda_attention") < 0) return 1;
     MFT_RUN(test_attention_parity);
+    MFT_RUN(test_tokens_major);
     MFT_RUN(test_long_sequence);
     MFT_RUN(test_models);
     MFT_RUN(test_errors);

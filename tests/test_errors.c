@@ -103,6 +103,7 @@ static void test_null_ctx(void) {
     L = mf_linear_layer_new(N, "fc", 2, 2, 1);
     MFT_CHECK(L.weight == NULL && L.bias == NULL);
     MFT_CHECK(mf_optimizer_step(N, &opt) == -1);
+    MFT_CHECK(mf_train_update(N, &opt, 1.0f) == -1.0f);
     MFT_CHECK(mf_optimizer_steps(NULL) == 0);
     MFT_CHECK(mf_clip_grad_norm(N, 1.0f) == 0.0f);
     /* the other context was not touched */
@@ -388,6 +389,9 @@ static void test_optimizer_configs(void) {
 #define BAD_OPT(edit, ...) do { o = mf_optimizer_default(MF_OPT_ADAM, 1e-3f); edit; \
     EXPECT_NEG(ctx, mf_optimizer_step(ctx, &o), "mf_optimizer_step", __VA_ARGS__); } while (0)
     EXPECT_NEG(ctx, mf_optimizer_step(ctx, NULL), "mf_optimizer_step", "NULL");
+    EXPECT_NEG(ctx, (int)mf_train_update(ctx, NULL, 1.0f), "mf_train_update", "NULL");
+    o = mf_optimizer_default(MF_OPT_ADAM, 1e-3f); o.beta1 = 1.0f;
+    EXPECT_NEG(ctx, (int)mf_train_update(ctx, &o, 1.0f), "mf_train_update", "betas");
     BAD_OPT(o.schedule.lr = -1e-3f, "lr -0.001");
     BAD_OPT(o.schedule.lr = NAN, "lr nan");
     BAD_OPT(o.weight_decay = -0.1f, "weight_decay -0.1");

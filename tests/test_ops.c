@@ -373,7 +373,7 @@ static void test_unary_grad(void) {
     }
 }
 
-/* The table GELU kernel (mf__unary_run) against double erfc / exp on a grid of 2^-10 over [-10, 10]
+/* The table GELU kernel (mf__act_run) against double erfc / exp on a grid of 2^-10 over [-10, 10]
    and a few thousand random floats: |err| <= 1 ulp of the result + 5e-8. The ulp is the final
    rounding of x + gelu(-x) or 1 - gelu'(-x) (with the reference's own rounding to float); 5e-8
    covers the fit (below 1e-8, tests/gelu_table.py) and the float evaluation of the folded value,
@@ -390,8 +390,8 @@ static int gelu_close(float got, double want) {
 static void gelu_eval(mf_ctx *c, const float *x, float *y, float *d, float *one, int64_t n) {
     int64_t i;
     for (i = 0; i < n; i++) one[i] = 1.0f;
-    mf__unary_run(c, MF__GELU, x, NULL, y, n, 0);
-    mf__unary_run(c, MF__GELU, x, one, d, n, 0);
+    mf__act_run(c, MF__GELU, x, NULL, y, n, 0);
+    mf__act_run(c, MF__GELU, x, one, d, n, 0);
 }
 static void gelu_check_grid(mf_ctx *c, float *x, float *y, float *d, float *one, int64_t n) {
     int64_t i, bad = 0;
@@ -444,13 +444,13 @@ static void test_gelu_accuracy(void) {
     MFT_CHECK(y[NX - 1] != y[NX - 1] && d[NX - 1] != d[NX - 1]);
     /* accumulate: y += g gelu'(x) */
     for (i = 0; i < NX - 1; i++) y[i] = 0.5f, one[i] = 2.0f;
-    mf__unary_run(c, MF__GELU, x, one, y, NX - 1, 1);
+    mf__act_run(c, MF__GELU, x, one, y, NX - 1, 1);
     for (i = 0; i < NX - 1; i++) MFT_CHECK(y[i] == 0.5f + 2.0f * d[i]);
     free(x);
     mf_ctx_free(c);
 }
 
-/* The vectorised ReLU (mf__unary_run) against the scalar cases every other kind runs
+/* The vectorised ReLU (mf__act_run) against the scalar cases every other kind runs
    (MF__UNARY_F_CASES / MF__UNARY_DF_CASES) bit for bit: vector blocks and masked tails of every
    length, stored and accumulated gradients, and the specials (+-0, infinities, NaN in x or in g:
    relu' multiplies g, so a NaN or infinite g stays NaN where x <= 0, as the scalar loop has it). */
@@ -465,10 +465,10 @@ static void test_relu_vector(void) {
         g[i] = i % 7 == 3 ? (i % 2 ? NAN : INFINITY) : urand(22, (uint64_t)i, -1, 1);
     }
     for (n = 1; n <= N; n++) {
-        mf__unary_run(c, MF__RELU, x, NULL, y, n, 0);
-        mf__unary_run(c, MF__RELU, x, g, d, n, 0);
+        mf__act_run(c, MF__RELU, x, NULL, y, n, 0);
+        mf__act_run(c, MF__RELU, x, g, d, n, 0);
         for (i = 0; i < n; i++) acc[i] = 0.25f;
-        mf__unary_run(c, MF__RELU, x, g, acc, n, 1);
+        mf__act_run(c, MF__RELU, x, g, acc, n, 1);
         for (i = 0; i < n; i++) {
             float v = x[i], s = 0, wy = 0, wd = 0, dv = 0, wa;
             switch (MF__RELU) { MF__UNARY_F_CASES(v, s, wy) }

@@ -433,6 +433,61 @@ static void test_clip_grad_norm(void) {
     mf_ctx_free(ctx);
 }
 
+/* mf_train_update = mf_clip_grad_norm + mf_optimizer_step + mf_zero_grad, bit for bit: two contexts
+   with the same parameters (one large enough for several chunks and threads, one frozen, one the
+   backward never reaches) and the same gradients each step, for every optimizer, with clipping on
+   (max 0.5), off (max 0) and not reached (max 1e9). A NaN gradient updates nothing. */
+static void set_grads(mf_ctx *ctx, int step) {
+    int i;
+    int64_t k;
+    for (i = 0; i < mf_param_tensors(ctx); i++) {
+        mf_tensor *p = mf_param_at(ctx, i);
+        if (i == 3) continue; /* no gradient this step: skipped by the optimizer */
+        for (k = 0; k < p->ne; k++) p->grad[k] = (float)((k * 7919 + step * 104729 + i * 31) % 2001 - 1000) * 1e-5f;
+    }
+}
+static void test_train_update_matches_three_calls(void) {
+    mf_optimizer_kind kinds[4] = {MF_OPT_ADAM, MF_OPT_ADAM_LABML, MF_OPT_ADAMW, MF_OPT_SGD};
+    const float maxes[3] = {0.5f, 0.0f, 1e9f};
+    int i, c;
+    for (i = 0; i < 4; i++)
+        for (c = 0; c < 3; c++) {
+            mf_ctx *a = mf_ctx_new(5), *b = mf_ctx_new(5);
+            mf_optimizer o = make(kinds[i], 0.01f, 0.1f, 0.9f, 1);
+            int sh[4] = {70001, 5, 40000, 9}, step, j;
+            int64_t k;
+            for (j = 0; j < 4; j++) {
+                char nm[16];
+                mf_tensor *pa, *pb;
+                snprintf(nm, sizeof nm, "p%d", j);
+                pa = mf_param(a, nm, 1, &sh[j]); pb = mf_param(b, nm, 1, &sh[j]);
+                for (k = 0; k < pa->ne; k++) pa->data[k] = pb->data[k] = (float)((k * 31 + j) % 97) * 0.01f - 0.5f;
+            }
+            mf_param_set_trainable(mf_param_at(a, 1), 0); mf_param_set_trainable(mf_param_at(b, 1), 0);
+            for (step = 0; step < 3; step++) {
+                float na, nb;
+                set_grads(a, step); set_grads(b, step);
+                na = mf_clip_grad_norm(a, maxes[c]);
+                MFT_CHECK(mf_optimizer_step(a, &o) == 0);
+                mf_zero_grad(a);
+                nb = mf_train_update(b, &o, maxes[c]);
+                MFT_CHECK(na == nb && na > 0);
+                MFT_CHECK(memcmp(mf_param_data(a), mf_param_data(b), (size_t)mf_param_count(a) * sizeof(float)) == 0);
+                for (k = 0; k < mf_param_count(b); k++) if (mf_param_grads(b)[k] != 0.0f) break;
+                MFT_CHECK(k == mf_param_count(b));
+            }
+            /* a NaN gradient: the norm is NaN, nothing moves, the gradients are zeroed */
+            memcpy(mf_param_grads(a), mf_param_data(b), (size_t)mf_param_count(b) * sizeof(float)); /* a: a copy */
+            set_grads(b, 9);
+            mf_param_at(b, 0)->grad[123] = NAN;
+            MFT_CHECK(isnan(mf_train_update(b, &o, maxes[c])));
+            MFT_CHECK(memcmp(mf_param_grads(a), mf_param_data(b), (size_t)mf_param_count(b) * sizeof(float)) == 0);
+            MFT_CHECK(mf_param_at(b, 0)->grad[123] == 0.0f);
+            MFT_CHECK(mf_ok(a) && mf_ok(b));
+            mf_ctx_free(a); mf_ctx_free(b);
+        }
+}
+
 /* ---- a whole training step in the documented order on y = 3x - 2 ------------------------------ */
 static void test_training_order_converges(void) {
     mf_optimizer_kind kinds[4] = {MF_OPT_ADAM, MF_OPT_ADAM_LABML, MF_OPT_ADAMW, MF_OPT_SGD};
@@ -482,6 +537,7 @@ int main(void) {
     MFT_RUN(test_schedule_warmup_cosine_constant);
     MFT_RUN(test_schedule_drives_step);
     MFT_RUN(test_clip_grad_norm);
+    MFT_RUN(test_train_update_matches_three_calls);
     MFT_RUN(test_training_order_converges);
     return mft_finish();
 }
