@@ -1096,6 +1096,11 @@ MFDEF void mf_loader_free(mf_loader *L);
 #endif
 
 #define MF__PRAGMA(x) _Pragma(#x)
+/* The work of one element of a streaming loop (y = a + b, y += s x: one flop, two or three floats
+   through memory), in the flops mf__threads_for weighs: such a loop runs at a few elements per
+   nanosecond, far below a compute loop's flop rate, so at one flop per element it would stay
+   on one thread up to 256 Ki elements (~100 us), where splitting it saves far more than a fork/join. */
+#define MF__COST_STREAM 4
 #if MF__OMP
 /* Parallel loop over n independent iterations of `cost` flops each; small loops stay serial. */
 #define MF__PARFOR(ctx, n, cost) \
@@ -3410,10 +3415,10 @@ static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
 static void mf__axpy(mf_ctx *ctx, int64_t n, float s, const float *x, float *y, int assign) {
     int64_t i;
     if (assign) {
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) y[i] = s * x[i];
     } else {
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) y[i] += s * x[i];
     }
 }
@@ -3424,7 +3429,7 @@ static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
     int kind = out->iarg[MF__ARG_BINARY_KIND];
     if (na == n && nb == n) { /* same shapes: one flat loop the compiler vectorises */
         float *y = out->data;
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) y[i] = kind == MF__ADD ? a[i] + b[i] : kind == MF__SUB ? a[i] - b[i] : a[i] * b[i];
         return;
     }
@@ -3478,7 +3483,7 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
         float *dbig = na == n ? da : db, *dsmall = na == n ? db : da;
         float sbig = (na == n || kind == MF__ADD) ? 1.0f : -1.0f, ssmall = (na == n && kind == MF__SUB) ? -1.0f : 1.0f;
         if (dbig) {
-            MF__PARFOR(ctx, n, 1)
+            MF__PARFOR(ctx, n, MF__COST_STREAM)
             for (i = 0; i < n; i++) dbig[i] += sbig * g[i];
         }
         if (dsmall) {
@@ -3757,12 +3762,19 @@ MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal) {
 
 /* row log-sum-exp of n values, in two parts: returns log(sum(exp(x - max))) and sets *mx to the
    max. Callers use (x - mx) - result: adding mx first would round the result to float at the
-   logits' magnitude (an error of 6e-5 at |x| ~ 1000). */
+   logits' magnitude (an error of 6e-5 at |x| ~ 1000). Vectorised (mf__av_exp, ~2 ulp) with a
+   scalar tail: a loss over a small vocabulary is otherwise mostly scalar expf calls. */
 static float mf__lse(const float *x, int n, float *mx_out) {
-    float mx = -INFINITY, sum = 0;
-    int j;
-    for (j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    for (j = 0; j < n; j++) sum += expf(x[j] - mx);
+    mf__av vmx = mf__av_set1(-INFINITY), acc = mf__av_zero();
+    float lanes[MF__AW], mx = -INFINITY, sum;
+    int j, k;
+    for (j = 0; j + MF__AW <= n; j += MF__AW) vmx = mf__av_max(vmx, mf__av_load(x + j));
+    mf__av_store(lanes, vmx);
+    for (k = 0; k < MF__AW; k++) mx = lanes[k] > mx ? lanes[k] : mx;
+    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    for (j = 0; j + MF__AW <= n; j += MF__AW) acc = mf__av_add(acc, mf__av_exp(mf__av_sub(mf__av_load(x + j), mf__av_set1(mx))));
+    sum = mf__av_hsum(acc);
+    for (; j < n; j++) sum += expf(x[j] - mx);
     *mx_out = mx;
     return logf(sum);
 }
@@ -3834,6 +3846,17 @@ static void mf__cross_entropy_forward(mf_ctx *ctx, mf_tensor *out) {
             total += ((double)lse[2 * r] - x->data[r * V + tg[r]]) + lse[2 * r + 1];
     out->data[0] = out->iarg[MF__ARG_CE_COUNT] ? (float)(total / out->iarg[MF__ARG_CE_COUNT]) : 0.0f;
 }
+/* y = g softmax(x) (assign) or y += g softmax(x), one row of n logits with max mx and
+   log-sum-exp(x - mx) l (mf__lse) */
+static void mf__ce_grad_row(const float *x, int n, float mx, float l, float g, float *y, int assign) {
+    mf__av vm = mf__av_set1(mx), vl = mf__av_set1(l), vg = mf__av_set1(g);
+    int j = 0;
+    for (; j + MF__AW <= n; j += MF__AW) {
+        mf__av p = mf__av_mul(vg, mf__av_exp(mf__av_sub(mf__av_sub(mf__av_load(x + j), vm), vl)));
+        mf__av_store(y + j, assign ? p : mf__av_add(mf__av_load(y + j), p));
+    }
+    for (; j < n; j++) y[j] = (assign ? 0.0f : y[j]) + g * expf((x[j] - mx) - l);
+}
 static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     const int32_t *tg = (const int32_t *)out->aux;
@@ -3846,13 +3869,11 @@ static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     g = out->grad[0] / (float)out->iarg[MF__ARG_CE_COUNT];
     MF__PARFOR(ctx, rows, 4 * V)
     for (r = 0; r < rows; r++) { /* d/dx = (softmax - onehot) * g */
-        int j;
         if (tg[r] == out->iarg[MF__ARG_CE_IGNORE]) {
             if (assign) memset(dx + r * V, 0, (size_t)V * sizeof(float));
             continue;
         }
-        for (j = 0; j < V; j++)
-            dx[r * V + j] = (assign ? 0.0f : dx[r * V + j]) + g * expf((x->data[r * V + j] - out->saved[2 * r]) - out->saved[2 * r + 1]);
+        mf__ce_grad_row(x->data + r * V, V, out->saved[2 * r], out->saved[2 * r + 1], g, dx + r * V, assign);
         dx[r * V + tg[r]] -= g;
     }
 }
@@ -4427,7 +4448,7 @@ static void mf__reduce_backward(mf_ctx *ctx, mf_tensor *out) {
     int64_t i, n = out->src[0]->ne;
     if (!dx) return;
     if (out->iarg[MF__ARG_REDUCE_MEAN]) g /= (float)n;
-    MF__PARFOR(ctx, n, 1)
+    MF__PARFOR(ctx, n, MF__COST_STREAM)
     for (i = 0; i < n; i++) dx[i] += g;
 }
 static const mf__op mf__op_sum = { "sum", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, MF__OP_PROPS(0) };
