@@ -1096,10 +1096,10 @@ MFDEF void mf_loader_free(mf_loader *L);
 #endif
 
 #define MF__PRAGMA(x) _Pragma(#x)
-/* The work of one element of a streaming loop (y = a + b, y += s x: one flop, two or three floats
-   through memory), in the flops mf__threads_for weighs: such a loop runs at a few elements per
-   nanosecond, far below a compute loop's flop rate, so at one flop per element it would stay
-   on one thread up to 256 Ki elements (~100 us), where splitting it saves far more than a fork/join. */
+/* The work of one element of a streaming loop (an add, an axpy, a copy: a flop at most, two or
+   three floats through memory) in the flops mf__threads_for weighs. Such loops run at a few
+   elements per nanosecond, far below a compute loop's flop rate: counted as one flop, a loop of
+   200 Ki elements (~50 us) would stay on one thread, where a fork/join (~1 us) pays for itself. */
 #define MF__COST_STREAM 4
 #if MF__OMP
 /* Parallel loop over n independent iterations of `cost` flops each; small loops stay serial. */
@@ -3434,7 +3434,7 @@ static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
         return;
     }
     if (na == 1 || nb == 1) {
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) {
             float x = a[na == n ? i : 0], y = b[nb == n ? i : 0];
             out->data[i] = kind == MF__ADD ? x + y : kind == MF__SUB ? x - y : x * y;
@@ -3443,7 +3443,7 @@ static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
     }
     { /* the smaller operand (ns elements) repeats n / ns times */
         int64_t ns = na < nb ? na : nb, reps = n / ns, r;
-        MF__PARFOR(ctx, reps, ns)
+        MF__PARFOR(ctx, reps, (double)ns * MF__COST_STREAM)
         for (r = 0; r < reps; r++) {
             const float *x = na == n ? a + r * ns : a, *z = nb == n ? b + r * ns : b;
             float *y = out->data + r * ns;
@@ -4082,7 +4082,7 @@ static void mf__embedding_forward(mf_ctx *ctx, mf_tensor *out) {
     const int32_t *ids = (const int32_t *)out->aux;
     int D = tb->shape[1];
     int64_t n = out->ne / D, i;
-    MF__PARFOR(ctx, n, D)
+    MF__PARFOR(ctx, n, (double)D * MF__COST_STREAM)
     for (i = 0; i < n; i++) memcpy(out->data + i * D, tb->data + (int64_t)ids[i] * D, (size_t)D * sizeof(float));
 }
 static void mf__embedding_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -4257,7 +4257,7 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     n01 = (int64_t)sh[0] * sh[1];
     {
         int64_t ab;
-        MF__PARFOR(ctx, n01, (double)sh[2] * sh[3])
+        MF__PARFOR(ctx, n01, (double)sh[2] * sh[3] * MF__COST_STREAM)
         for (ab = 0; ab < n01; ab++) {
             int64_t a = ab / sh[1], b = ab % sh[1], c, d, o = ab * sh[2] * sh[3];
             if (st[3] == 1) { /* the last axis stays last: contiguous runs of sh[3] */
