@@ -1250,6 +1250,9 @@ static mf__av mf__av_exp(mf__av x) {
     return mf__av_iflt(x, lo, mf__av_zero(), mf__av_pow2n(p, n));
 }
 #endif
+/* exp with IEEE's NaN and +inf: mf__av_exp clamps its input first, which turns a NaN into e^88 (a
+   row op that must pass a NaN on, like the loss, uses this one) */
+static inline mf__av mf__av_exp_ieee(mf__av x) { return mf__av_iflt(x, mf__av_set1(INFINITY), mf__av_exp(x), x); }
 
 /* Dot product and y += a x on rows of n floats (the mixer families' kernels). Both vectorise the
    whole MF__AW-wide blocks with FMA; the last n % MF__AW elements (the tail) are summed in one of
@@ -3762,8 +3765,9 @@ MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal) {
 
 /* row log-sum-exp of n values, in two parts: returns log(sum(exp(x - max))) and sets *mx to the
    max. Callers use (x - mx) - result: adding mx first would round the result to float at the
-   logits' magnitude (an error of 6e-5 at |x| ~ 1000). Vectorised (mf__av_exp, ~2 ulp) with a
-   scalar tail: a loss over a small vocabulary is otherwise mostly scalar expf calls. */
+   logits' magnitude (an error of 6e-5 at |x| ~ 1000). Vectorised (mf__av_exp_ieee, ~2 ulp; a NaN
+   or +inf in the row makes the result NaN, as expf does) with a scalar tail: a loss over a small
+   vocabulary is otherwise mostly scalar expf calls. */
 static float mf__lse(const float *x, int n, float *mx_out) {
     mf__av vmx = mf__av_set1(-INFINITY), acc = mf__av_zero();
     float lanes[MF__AW], mx = -INFINITY, sum;
@@ -3772,7 +3776,7 @@ static float mf__lse(const float *x, int n, float *mx_out) {
     mf__av_store(lanes, vmx);
     for (k = 0; k < MF__AW; k++) mx = lanes[k] > mx ? lanes[k] : mx;
     for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    for (j = 0; j + MF__AW <= n; j += MF__AW) acc = mf__av_add(acc, mf__av_exp(mf__av_sub(mf__av_load(x + j), mf__av_set1(mx))));
+    for (j = 0; j + MF__AW <= n; j += MF__AW) acc = mf__av_add(acc, mf__av_exp_ieee(mf__av_sub(mf__av_load(x + j), mf__av_set1(mx))));
     sum = mf__av_hsum(acc);
     for (; j < n; j++) sum += expf(x[j] - mx);
     *mx_out = mx;
@@ -3852,7 +3856,7 @@ static void mf__ce_grad_row(const float *x, int n, float mx, float l, float g, f
     mf__av vm = mf__av_set1(mx), vl = mf__av_set1(l), vg = mf__av_set1(g);
     int j = 0;
     for (; j + MF__AW <= n; j += MF__AW) {
-        mf__av p = mf__av_mul(vg, mf__av_exp(mf__av_sub(mf__av_sub(mf__av_load(x + j), vm), vl)));
+        mf__av p = mf__av_mul(vg, mf__av_exp_ieee(mf__av_sub(mf__av_sub(mf__av_load(x + j), vm), vl)));
         mf__av_store(y + j, assign ? p : mf__av_add(mf__av_load(y + j), p));
     }
     for (; j < n; j++) y[j] = (assign ? 0.0f : y[j]) + g * expf((x[j] - mx) - l);

@@ -652,6 +652,16 @@ static void test_cross_entropy_wide_rows(void) {
                    V, (double)ce->data[0], loss, worst_ls, worst_g);
         MFT_CHECK(!bad_ls && !bad_g);
         MFT_NEAR(ce->data[0], loss, 4e-6);
+        if (V >= 16) { /* a NaN or +inf logit inside the vector part: the loss and its row's gradient are NaN */
+            int bad_value;
+            for (bad_value = 0; bad_value < 2; bad_value++) {
+                mf_zero_grad(c);
+                p->data[V + 3] = bad_value ? INFINITY : NAN;
+                ce = mf_cross_entropy(c, p, tg, -1);
+                MFT_CHECK(ce && isnan(ce->data[0]) && mf_backward(c, ce) == 0);
+                MFT_CHECK(isnan(p->grad[V + 1]) && !isnan(p->grad[1]));
+            }
+        }
         MFT_CHECK(mf_ok(c));
         mf_ctx_free(c);
     }
