@@ -1115,6 +1115,11 @@ MFDEF void mf_loader_free(mf_loader *L);
 #endif
 
 #define MF__PRAGMA(x) _Pragma(#x)
+/* The work of one element of a streaming loop (an add, an axpy, a copy: a flop at most, two or
+   three floats through memory) in the flops mf__threads_for weighs. Such loops run at a few
+   elements per nanosecond, far below a compute loop's flop rate: counted as one flop, a loop of
+   200 Ki elements (~50 us) would stay on one thread, where a fork/join (~1 us) pays for itself. */
+#define MF__COST_STREAM 4
 #if MF__OMP
 /* Parallel loop over n independent iterations of `cost` flops each; small loops stay serial. */
 #define MF__PARFOR(ctx, n, cost) \
@@ -1264,6 +1269,9 @@ static mf__av mf__av_exp(mf__av x) {
     return mf__av_iflt(x, lo, mf__av_zero(), mf__av_pow2n(p, n));
 }
 #endif
+/* exp with IEEE's NaN and +inf: mf__av_exp clamps its input first, which turns a NaN into e^88 (a
+   row op that must pass a NaN on, like the loss, uses this one) */
+static inline mf__av mf__av_exp_ieee(mf__av x) { return mf__av_iflt(x, mf__av_set1(INFINITY), mf__av_exp(x), x); }
 
 /* Dot product and y += a x on rows of n floats (the mixer families' kernels). Both vectorise the
    whole MF__AW-wide blocks with FMA; the last n % MF__AW elements (the tail) are summed in one of
@@ -3446,10 +3454,10 @@ static int mf__binary_shape(mf_ctx *ctx, mf_tensor *out) {
 static void mf__axpy(mf_ctx *ctx, int64_t n, float s, const float *x, float *y, int assign) {
     int64_t i;
     if (assign) {
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) y[i] = s * x[i];
     } else {
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) y[i] += s * x[i];
     }
 }
@@ -3460,12 +3468,12 @@ static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
     int kind = out->iarg[MF__ARG_BINARY_KIND];
     if (na == n && nb == n) { /* same shapes: one flat loop the compiler vectorises */
         float *y = out->data;
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) y[i] = kind == MF__ADD ? a[i] + b[i] : kind == MF__SUB ? a[i] - b[i] : a[i] * b[i];
         return;
     }
     if (na == 1 || nb == 1) {
-        MF__PARFOR(ctx, n, 1)
+        MF__PARFOR(ctx, n, MF__COST_STREAM)
         for (i = 0; i < n; i++) {
             float x = a[na == n ? i : 0], y = b[nb == n ? i : 0];
             out->data[i] = kind == MF__ADD ? x + y : kind == MF__SUB ? x - y : x * y;
@@ -3474,7 +3482,7 @@ static void mf__binary_forward(mf_ctx *ctx, mf_tensor *out) {
     }
     { /* the smaller operand (ns elements) repeats n / ns times */
         int64_t ns = na < nb ? na : nb, reps = n / ns, r;
-        MF__PARFOR(ctx, reps, ns)
+        MF__PARFOR(ctx, reps, (double)ns * MF__COST_STREAM)
         for (r = 0; r < reps; r++) {
             const float *x = na == n ? a + r * ns : a, *z = nb == n ? b + r * ns : b;
             float *y = out->data + r * ns;
@@ -3514,7 +3522,7 @@ static void mf__binary_backward(mf_ctx *ctx, mf_tensor *out) {
         float *dbig = na == n ? da : db, *dsmall = na == n ? db : da;
         float sbig = (na == n || kind == MF__ADD) ? 1.0f : -1.0f, ssmall = (na == n && kind == MF__SUB) ? -1.0f : 1.0f;
         if (dbig) {
-            MF__PARFOR(ctx, n, 1)
+            MF__PARFOR(ctx, n, MF__COST_STREAM)
             for (i = 0; i < n; i++) dbig[i] += sbig * g[i];
         }
         if (dsmall) {
@@ -3804,12 +3812,20 @@ MFDEF mf_tensor *mf_softmax(mf_ctx *ctx, mf_tensor *x, int causal) {
 
 /* row log-sum-exp of n values, in two parts: returns log(sum(exp(x - max))) and sets *mx to the
    max. Callers use (x - mx) - result: adding mx first would round the result to float at the
-   logits' magnitude (an error of 6e-5 at |x| ~ 1000). */
+   logits' magnitude (an error of 6e-5 at |x| ~ 1000). Vectorised (mf__av_exp_ieee, ~2 ulp; a NaN
+   or +inf in the row makes the result NaN, as expf does) with a scalar tail: a loss over a small
+   vocabulary is otherwise mostly scalar expf calls. */
 static float mf__lse(const float *x, int n, float *mx_out) {
-    float mx = -INFINITY, sum = 0;
-    int j;
-    for (j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    for (j = 0; j < n; j++) sum += expf(x[j] - mx);
+    mf__av vmx = mf__av_set1(-INFINITY), acc = mf__av_zero();
+    float lanes[MF__AW], mx = -INFINITY, sum;
+    int j, k;
+    for (j = 0; j + MF__AW <= n; j += MF__AW) vmx = mf__av_max(vmx, mf__av_load(x + j));
+    mf__av_store(lanes, vmx);
+    for (k = 0; k < MF__AW; k++) mx = lanes[k] > mx ? lanes[k] : mx;
+    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    for (j = 0; j + MF__AW <= n; j += MF__AW) acc = mf__av_add(acc, mf__av_exp_ieee(mf__av_sub(mf__av_load(x + j), mf__av_set1(mx))));
+    sum = mf__av_hsum(acc);
+    for (; j < n; j++) sum += expf(x[j] - mx);
     *mx_out = mx;
     return logf(sum);
 }
@@ -3881,6 +3897,17 @@ static void mf__cross_entropy_forward(mf_ctx *ctx, mf_tensor *out) {
             total += ((double)lse[2 * r] - x->data[r * V + tg[r]]) + lse[2 * r + 1];
     out->data[0] = out->iarg[MF__ARG_CE_COUNT] ? (float)(total / out->iarg[MF__ARG_CE_COUNT]) : 0.0f;
 }
+/* y = g softmax(x) (assign) or y += g softmax(x), one row of n logits with max mx and
+   log-sum-exp(x - mx) l (mf__lse) */
+static void mf__ce_grad_row(const float *x, int n, float mx, float l, float g, float *y, int assign) {
+    mf__av vm = mf__av_set1(mx), vl = mf__av_set1(l), vg = mf__av_set1(g);
+    int j = 0;
+    for (; j + MF__AW <= n; j += MF__AW) {
+        mf__av p = mf__av_mul(vg, mf__av_exp_ieee(mf__av_sub(mf__av_sub(mf__av_load(x + j), vm), vl)));
+        mf__av_store(y + j, assign ? p : mf__av_add(mf__av_load(y + j), p));
+    }
+    for (; j < n; j++) y[j] = (assign ? 0.0f : y[j]) + g * expf((x[j] - mx) - l);
+}
 static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     const int32_t *tg = (const int32_t *)out->aux;
@@ -3893,13 +3920,11 @@ static void mf__cross_entropy_backward(mf_ctx *ctx, mf_tensor *out) {
     g = out->grad[0] / (float)out->iarg[MF__ARG_CE_COUNT];
     MF__PARFOR(ctx, rows, 4 * V)
     for (r = 0; r < rows; r++) { /* d/dx = (softmax - onehot) * g */
-        int j;
         if (tg[r] == out->iarg[MF__ARG_CE_IGNORE]) {
             if (assign) memset(dx + r * V, 0, (size_t)V * sizeof(float));
             continue;
         }
-        for (j = 0; j < V; j++)
-            dx[r * V + j] = (assign ? 0.0f : dx[r * V + j]) + g * expf((x->data[r * V + j] - out->saved[2 * r]) - out->saved[2 * r + 1]);
+        mf__ce_grad_row(x->data + r * V, V, out->saved[2 * r], out->saved[2 * r + 1], g, dx + r * V, assign);
         dx[r * V + tg[r]] -= g;
     }
 }
@@ -4108,7 +4133,7 @@ static void mf__embedding_forward(mf_ctx *ctx, mf_tensor *out) {
     const int32_t *ids = (const int32_t *)out->aux;
     int D = tb->shape[1];
     int64_t n = out->ne / D, i;
-    MF__PARFOR(ctx, n, D)
+    MF__PARFOR(ctx, n, (double)D * MF__COST_STREAM)
     for (i = 0; i < n; i++) memcpy(out->data + i * D, tb->data + (int64_t)ids[i] * D, (size_t)D * sizeof(float));
 }
 static void mf__embedding_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -4283,7 +4308,7 @@ static void mf__permute_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     n01 = (int64_t)sh[0] * sh[1];
     {
         int64_t ab;
-        MF__PARFOR(ctx, n01, (double)sh[2] * sh[3])
+        MF__PARFOR(ctx, n01, (double)sh[2] * sh[3] * MF__COST_STREAM)
         for (ab = 0; ab < n01; ab++) {
             int64_t a = ab / sh[1], b = ab % sh[1], c, d, o = ab * sh[2] * sh[3];
             if (st[3] == 1) { /* the last axis stays last: contiguous runs of sh[3] */
@@ -4474,7 +4499,7 @@ static void mf__reduce_backward(mf_ctx *ctx, mf_tensor *out) {
     int64_t i, n = out->src[0]->ne;
     if (!dx) return;
     if (out->iarg[MF__ARG_REDUCE_MEAN]) g /= (float)n;
-    MF__PARFOR(ctx, n, 1)
+    MF__PARFOR(ctx, n, MF__COST_STREAM)
     for (i = 0; i < n; i++) dx[i] += g;
 }
 static const mf__op mf__op_sum = { "sum", 1, mf__reduce_shape, mf__reduce_forward, mf__reduce_backward, MF__OP_PROPS(0) };

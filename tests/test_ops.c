@@ -643,6 +643,61 @@ static void test_cross_entropy_forward(void) {
     if (!mf_ok(c)) printf("    %s\n", mf_error(c));
     mf_ctx_free(c);
 }
+/* Rows wider than a SIMD vector (mf__lse and the backward run whole vectors, then a scalar tail):
+   loss, log_softmax and the logits' gradient against double references, at widths around the
+   vector sizes (8, 16) and the benchmarks' vocabulary (65). */
+static void test_cross_entropy_wide_rows(void) {
+    static const int widths[] = {1, 7, 8, 9, 15, 16, 17, 33, 65};
+    const int rows = 5;
+    size_t w;
+    for (w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        mf_ctx *c = mf_ctx_new(9);
+        int V = widths[w], sh[2], r, j, bad_ls = 0, bad_g = 0;
+        int32_t tg[5];
+        double loss = 0, worst_ls = 0, worst_g = 0;
+        mf_tensor *p, *ce, *ls;
+        sh[0] = rows; sh[1] = V;
+        p = rnd_param(c, "logits", 2, sh, 10 + (uint64_t)V);
+        for (r = 0; p && r < rows * V; r++) p->data[r] *= 8.0f; /* logits in [-8, 8] */
+        for (r = 0; r < rows; r++) tg[r] = (r * 7) % V;
+        ls = mf_log_softmax(c, p);
+        ce = mf_cross_entropy(c, p, tg, -1);
+        MFT_CHECK(ls && ce && mf_backward(c, ce) == 0);
+        if (!ls || !ce || !p->grad) { mf_ctx_free(c); continue; }
+        for (r = 0; r < rows; r++) {
+            const float *x = p->data + r * V;
+            double mx = x[0], sum = 0;
+            for (j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+            for (j = 0; j < V; j++) sum += exp((double)x[j] - mx);
+            for (j = 0; j < V; j++) {
+                double lsr = (double)x[j] - mx - log(sum), g = (exp(lsr) - (j == tg[r])) / rows;
+                double e_ls = fabs(ls->data[r * V + j] - lsr), e_g = fabs(p->grad[r * V + j] - g);
+                worst_ls = e_ls > worst_ls ? e_ls : worst_ls;
+                worst_g = e_g > worst_g ? e_g : worst_g;
+                bad_ls += e_ls > 4e-6 * (1 + fabs(lsr));
+                bad_g += e_g > 1e-7;
+            }
+            loss -= ((double)x[tg[r]] - mx - log(sum)) / rows;
+        }
+        if (bad_ls || bad_g || fabs(ce->data[0] - loss) > 4e-6 * (1 + loss))
+            printf("    V %d: loss %.9g (double %.9g), worst log_softmax error %.3g, worst gradient error %.3g\n",
+                   V, (double)ce->data[0], loss, worst_ls, worst_g);
+        MFT_CHECK(!bad_ls && !bad_g);
+        MFT_NEAR(ce->data[0], loss, 4e-6);
+        if (V >= 16) { /* a NaN or +inf logit inside the vector part: the loss and its row's gradient are NaN */
+            int bad_value;
+            for (bad_value = 0; bad_value < 2; bad_value++) {
+                mf_zero_grad(c);
+                p->data[V + 3] = bad_value ? INFINITY : NAN;
+                ce = mf_cross_entropy(c, p, tg, -1);
+                MFT_CHECK(ce && isnan(ce->data[0]) && mf_backward(c, ce) == 0);
+                MFT_CHECK(isnan(p->grad[V + 1]) && !isnan(p->grad[1]));
+            }
+        }
+        MFT_CHECK(mf_ok(c));
+        mf_ctx_free(c);
+    }
+}
 static mf_tensor *b_ce(mf_ctx *c, mf_tensor **in, void *u) {
     const args *a = (const args *)u;
     return mf_cross_entropy(c, in[0], a->ids, a->i[0]);
@@ -2247,6 +2302,7 @@ int main(void) {
     MFT_RUN(test_softmax_grad);
     MFT_RUN(test_cross_entropy_forward);
     MFT_RUN(test_cross_entropy_mse_grad);
+    MFT_RUN(test_cross_entropy_wide_rows);
     MFT_RUN(test_layernorm_forward);
     MFT_RUN(test_layernorm_grad);
     MFT_RUN(test_embedding);
