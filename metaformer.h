@@ -2586,7 +2586,11 @@ static __mmask16 mf__gemm_mask(int nr, int lo)
 #define MF__K_FMA(i, x) { __m512 ai = _mm512_set1_ps(x); \
     c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1); }
 #define MF__K_FMA_PACKED(i) MF__K_FMA(i, a[i])
-#define MF__K_PF(i) if (i < mr) _mm_prefetch((const char *)(c + (long)i * ldc), _MM_HINT_T0);
+/* both cache lines of each C row of the tile: a product's output is usually memory the step
+   last touched long ago, and its read-for-ownership misses would otherwise stall the stores
+   (cold 2048 x 1024 outputs ran ~20% slower with only the first line prefetched) */
+#define MF__K_PF(i) if (i < mr) { _mm_prefetch((const char *)(c + (long)i * ldc), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(c + (long)i * ldc + 16), _MM_HINT_T0); }
 #define MF__K_ST(i) if (i < mr) { mf__gemm_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0, bias); \
     if (m1) mf__gemm_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1, bias ? bias + 16 : NULL); }
 
