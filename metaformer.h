@@ -2939,6 +2939,32 @@ static void mf__gemm_rowsum(long ars, long acs, int M, int K, const float *A, fl
     }
 }
 
+/* Pack the A block op(A)[0:mc][0:kc] (element (i, p) at A[i*ars + p*acs]) into MR-row panels;
+   with rowsA, also rowsA[i] += the block's row sums (see mf__gemm_st) */
+static void mf__gemm_pack_a(const float *A, long ars, long acs, int mc, int kc, float *bufA, float *rowsA)
+{
+    int ir;
+    mf__gemm_pack(A, ars, acs, mc, kc, MF__GEMM_MR, bufA);
+    if (rowsA)
+        for (ir = 0; ir < mc; ir += MF__GEMM_MR)
+            mf__gemm_panel_rowsum(bufA + (long)ir * kc, (int)mf__gemm_min(MF__GEMM_MR, mc - ir), kc, rowsA + ir);
+}
+
+/* C[0:mc][0:nc] (+)= packed A block (mc x kc) @ packed B block (kc x nc), tile by tile:
+   a B micro-panel stays in L1 while the A panels of the block stream past it */
+static void mf__gemm_macro(int mc, int nc, int kc, const float *bufA, const float *bufB, float *C, int ldc,
+                           float alpha, float beta, const float *bias)
+{
+    int jr, ir;
+    for (jr = 0; jr < nc; jr += MF__GEMM_NR) {
+        int nr = (int)mf__gemm_min(MF__GEMM_NR, nc - jr);
+        const float *bp = bufB + (long)jr * kc;
+        for (ir = 0; ir < mc; ir += MF__GEMM_MR)
+            mf__gemm_kernel(kc, bufA + (long)ir * kc, bp, C + (long)ir * ldc + jr, ldc, alpha, beta,
+                            (int)mf__gemm_min(MF__GEMM_MR, mc - ir), nr, bias ? bias + jr : NULL);
+    }
+}
+
 /* One thread, blocked product (+ bias[N] on every row when not NULL); bufA / bufB hold
    mf__gemm_bufA_len / _bufB_len floats. When rowsA is not NULL, also rowsA[i] += sum over p of
    op(A)(i, p), summed in order of p, for M rows: the packing of A has every element in L1 once
@@ -2951,7 +2977,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
     /* element (i, p) of op(A) is A[i*ars + p*acs]; element (p, j) of op(B) is B[p*brs + j*bcs] */
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
-    int jc, pc, ic, jr, ir;
+    int jc, pc, ic;
     if (M <= 0 || N <= 0) return;
     if (rowsA && (K <= 0 || alpha == 0.0f
 #if defined(MF__GEMM_HAVE_DIRECT)
@@ -2979,20 +3005,9 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
             mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, bufB);
             for (ic = 0; ic < M; ic += MF__GEMM_MC) {
                 int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
-                mf__gemm_pack(A + ic * ars + pc * acs, ars, acs, mc, kc, MF__GEMM_MR, bufA);
-                if (rowsA && jc == 0)
-                    for (ir = 0; ir < mc; ir += MF__GEMM_MR)
-                        mf__gemm_panel_rowsum(bufA + (long)ir * kc, (int)mf__gemm_min(MF__GEMM_MR, mc - ir), kc,
-                                              rowsA + ic + ir);
-                for (jr = 0; jr < nc; jr += MF__GEMM_NR) {
-                    int nr = (int)mf__gemm_min(MF__GEMM_NR, nc - jr);
-                    const float *bp = bufB + (long)jr * kc;
-                    for (ir = 0; ir < mc; ir += MF__GEMM_MR) {
-                        int mr = (int)mf__gemm_min(MF__GEMM_MR, mc - ir);
-                        mf__gemm_kernel(kc, bufA + (long)ir * kc, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc,
-                                        alpha, beta_eff, mr, nr, bias_eff ? bias_eff + jc + jr : NULL);
-                    }
-                }
+                mf__gemm_pack_a(A + ic * ars + pc * acs, ars, acs, mc, kc, bufA, rowsA && jc == 0 ? rowsA + ic : NULL);
+                mf__gemm_macro(mc, nc, kc, bufA, bufB, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
+                               bias_eff ? bias_eff + jc : NULL);
             }
         }
     }
@@ -3045,6 +3060,64 @@ static void mf__gemm_part(int n, int parts, int t, int unit, int *lo, int *hi)
 }
 #endif
 
+/* A product split over a team of nt threads along one dimension, the other operand packed once
+   for all of them (a thread's part of the packing, a barrier, then every thread's own products).
+   Packing that operand per thread would repeat it nt times: ~10% of a 2-thread weight gradient
+   (K = batch x tokens), which packs K x N of B for only M/2 x N x K of arithmetic per thread.
+     split_m: thread t owns rows [m0, m1) of C; the B block (kc x nc) in sharedB is shared.
+     else:    thread t owns columns [n0, n1) of C, n1 - n0 <= NC; the A block (mc x kc) in sharedA
+              is shared, and the row sums rowsA (see mf__gemm_st) are summed by the thread that
+              packs each panel.
+   Called by every thread of the team (they must meet the same barriers); own: the thread's
+   private buffer (an A block when split_m, else a B block). */
+#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
+static void mf__gemm_team(int split_m, int t, int nt, int transA, int transB, int M, int N, int K, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                          const float *bias, float *shared, float *own, float *rowsA)
+{
+    long ars = transA ? 1 : lda, acs = transA ? lda : 1;
+    long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
+    int m0 = 0, m1 = M, n0 = 0, n1 = N, jc, pc, ic, lo, hi;
+    if (split_m) mf__gemm_part(M, nt, t, MF__GEMM_MR, &m0, &m1);
+    else mf__gemm_part(N, nt, t, MF__GEMM_NR, &n0, &n1);
+    for (jc = n0; jc < n1 || (jc == n0 && !split_m); jc += MF__GEMM_NC) { /* split N: exactly one pass */
+        int nc = (int)mf__gemm_min(MF__GEMM_NC, n1 - jc);
+        for (pc = 0; pc < K; pc += MF__GEMM_KC) {
+            int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
+            float beta_eff = pc == 0 ? beta : 1.0f;
+            const float *bias_eff = pc + kc >= K ? bias : NULL; /* the last K block */
+            if (split_m) {
+#pragma omp barrier
+                mf__gemm_part(nc, nt, t, MF__GEMM_NR, &lo, &hi);  /* (the others are done with the last block) */
+                if (hi > lo)
+                    mf__gemm_pack(B + pc * brs + (jc + lo) * bcs, bcs, brs, hi - lo, kc, MF__GEMM_NR, shared + (long)lo * kc);
+#pragma omp barrier
+                for (ic = m0; ic < m1; ic += MF__GEMM_MC) {
+                    int mc = (int)mf__gemm_min(MF__GEMM_MC, m1 - ic);
+                    mf__gemm_pack_a(A + ic * ars + pc * acs, ars, acs, mc, kc, own, rowsA && jc == 0 ? rowsA + ic : NULL);
+                    mf__gemm_macro(mc, nc, kc, own, shared, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
+                                   bias_eff ? bias_eff + jc : NULL);
+                }
+            } else {
+                if (nc > 0) mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, own);
+                for (ic = 0; ic < M; ic += MF__GEMM_MC) {
+                    int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
+#pragma omp barrier
+                    mf__gemm_part(mc, nt, t, MF__GEMM_MR, &lo, &hi);
+                    if (hi > lo)
+                        mf__gemm_pack_a(A + (ic + lo) * ars + pc * acs, ars, acs, hi - lo, kc, shared + (long)lo * kc,
+                                        rowsA ? rowsA + ic + lo : NULL);
+#pragma omp barrier
+                    if (nc > 0)
+                        mf__gemm_macro(mc, nc, kc, shared, own, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
+                                       bias_eff ? bias_eff + jc : NULL);
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* Floats of scratch one call needs for n_threads: per-thread packing buffers + alignment.
    The ops pass a workspace kept by the context, so a training step does not allocate. */
 static long mf__gemm_ws_floats(int M, int N, int K, int n_threads)
@@ -3082,8 +3155,27 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
         mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la, rowsA);
     } else {
 #if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
-        int tm, tn;
+        int tm, tn, team;
         mf__gemm_grid(M, N, nt, &tm, &tn);
+        /* one shared block when the grid is a single row or column of blocks (always, for 2
+           threads) and the parts take the blocked path; a column part must fit one NC block */
+        team = (tn == 1 || (tm == 1 && (N + nt - 1) / nt <= MF__GEMM_NC - MF__GEMM_NR))
+#if defined(MF__GEMM_HAVE_DIRECT)
+               && !mf__gemm_use_direct((M + tm - 1) / tm, (N + tn - 1) / tn, K)
+#endif
+            ;
+        if (team) {
+#pragma omp parallel num_threads(nt)
+            {
+                int t = omp_get_thread_num();
+                if (tn == 1) /* split M: B shared (thread 0's B buffer), each its own A buffer */
+                    mf__gemm_team(1, t, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+                                  buf + la, buf + per * t, rowsA);
+                else         /* split N: A shared (thread 0's A buffer), each its own B buffer */
+                    mf__gemm_team(0, t, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+                                  buf, buf + per * t + la, rowsA);
+            }
+        } else
 #pragma omp parallel num_threads(nt)
         {
             int t = omp_get_thread_num(), m0, m1, n0, n1;
