@@ -3069,15 +3069,18 @@ static void mf__gemm_part(int n, int parts, int t, int unit, int *lo, int *hi)
               is shared, and the row sums rowsA (see mf__gemm_st) are summed by the thread that
               packs each panel.
    Called by every thread of the team (they must meet the same barriers); own: the thread's
-   private buffer (an A block when split_m, else a B block). */
+   private buffer (an A block when split_m, else a B block); the shared blocks alternate between
+   shared[0] and shared[1], so one barrier per block suffices: when a thread packs block i + 1,
+   everyone has passed barrier i, so block i - 1, whose buffer it overwrites, is done with. */
 #if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
 static void mf__gemm_team(int split_m, int t, int nt, int transA, int transB, int M, int N, int K, float alpha,
                           const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
-                          const float *bias, float *shared, float *own, float *rowsA)
+                          const float *bias, float *const shared[2], float *own, float *rowsA)
 {
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
-    int m0 = 0, m1 = M, n0 = 0, n1 = N, jc, pc, ic, lo, hi;
+    int m0 = 0, m1 = M, n0 = 0, n1 = N, jc, pc, ic, lo, hi, flip = 0;
+    float *sh;
     if (split_m) mf__gemm_part(M, nt, t, MF__GEMM_MR, &m0, &m1);
     else mf__gemm_part(N, nt, t, MF__GEMM_NR, &n0, &n1);
     for (jc = n0; jc < n1 || (jc == n0 && !split_m); jc += MF__GEMM_NC) { /* split N: exactly one pass */
@@ -3087,29 +3090,29 @@ static void mf__gemm_team(int split_m, int t, int nt, int transA, int transB, in
             float beta_eff = pc == 0 ? beta : 1.0f;
             const float *bias_eff = pc + kc >= K ? bias : NULL; /* the last K block */
             if (split_m) {
-#pragma omp barrier
-                mf__gemm_part(nc, nt, t, MF__GEMM_NR, &lo, &hi);  /* (the others are done with the last block) */
+                sh = shared[flip ^= 1];
+                mf__gemm_part(nc, nt, t, MF__GEMM_NR, &lo, &hi);
                 if (hi > lo)
-                    mf__gemm_pack(B + pc * brs + (jc + lo) * bcs, bcs, brs, hi - lo, kc, MF__GEMM_NR, shared + (long)lo * kc);
+                    mf__gemm_pack(B + pc * brs + (jc + lo) * bcs, bcs, brs, hi - lo, kc, MF__GEMM_NR, sh + (long)lo * kc);
 #pragma omp barrier
                 for (ic = m0; ic < m1; ic += MF__GEMM_MC) {
                     int mc = (int)mf__gemm_min(MF__GEMM_MC, m1 - ic);
                     mf__gemm_pack_a(A + ic * ars + pc * acs, ars, acs, mc, kc, own, rowsA && jc == 0 ? rowsA + ic : NULL);
-                    mf__gemm_macro(mc, nc, kc, own, shared, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
+                    mf__gemm_macro(mc, nc, kc, own, sh, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
                                    bias_eff ? bias_eff + jc : NULL);
                 }
             } else {
                 if (nc > 0) mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, own);
                 for (ic = 0; ic < M; ic += MF__GEMM_MC) {
                     int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
-#pragma omp barrier
+                    sh = shared[flip ^= 1];
                     mf__gemm_part(mc, nt, t, MF__GEMM_MR, &lo, &hi);
                     if (hi > lo)
-                        mf__gemm_pack_a(A + (ic + lo) * ars + pc * acs, ars, acs, hi - lo, kc, shared + (long)lo * kc,
+                        mf__gemm_pack_a(A + (ic + lo) * ars + pc * acs, ars, acs, hi - lo, kc, sh + (long)lo * kc,
                                         rowsA ? rowsA + ic + lo : NULL);
 #pragma omp barrier
                     if (nc > 0)
-                        mf__gemm_macro(mc, nc, kc, shared, own, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
+                        mf__gemm_macro(mc, nc, kc, sh, own, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
                                        bias_eff ? bias_eff + jc : NULL);
                 }
             }
@@ -3168,12 +3171,13 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
 #pragma omp parallel num_threads(nt)
             {
                 int t = omp_get_thread_num();
-                if (tn == 1) /* split M: B shared (thread 0's B buffer), each its own A buffer */
+                float *const sB[2] = { buf + la, buf + per + la }, *const sA[2] = { buf, buf + per };
+                if (tn == 1) /* split M: B shared (threads 0 and 1's B buffers), each its own A buffer */
                     mf__gemm_team(1, t, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
-                                  buf + la, buf + per * t, rowsA);
-                else         /* split N: A shared (thread 0's A buffer), each its own B buffer */
+                                  sB, buf + per * t, rowsA);
+                else         /* split N: A shared (threads 0 and 1's A buffers), each its own B buffer */
                     mf__gemm_team(0, t, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
-                                  buf, buf + per * t + la, rowsA);
+                                  sA, buf + per * t + la, rowsA);
             }
         } else
 #pragma omp parallel num_threads(nt)
