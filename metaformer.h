@@ -2500,8 +2500,11 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
  *   portable:  4 x 16 plain C, written so the compiler can vectorise the 16-wide rows.
  * Small products (M*N*K <= 256^3, AVX-512 only) take a direct path: A is read in place
  * (no transposing pack), B is packed unless it is row-major and tiny (then read in place).
- * Threads: a single large product is cut into a grid of C blocks (one per thread, each with
- * private packing buffers); batched products of small matrices give whole matrices to threads.
+ * Threads: a single large product is cut into a grid of C blocks, one per thread.  When the grid
+ * is one column or one row of blocks (always for 2 threads), the threads are a team: they pack
+ * the operand they all need (B when split by rows, A when split by columns) together, once, into
+ * a shared buffer and meet at a barrier per block (mf__gemm_team); other grids give each thread
+ * private packing buffers.  Batched products of small matrices give whole matrices to threads.
  * ====================================================================================== */
 
 #if !defined(METAFORMER_NO_SIMD) && defined(__AVX512F__)
@@ -2521,7 +2524,9 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
  *             then streams from L2 rather than sitting in L1; the L1 prefetchers keep up.
  *   MC = 168 (14 panels of 12): the packed A block MC x KC (336 KiB) stays in L2.
  *   NC = 1024: the packed B block KC x NC (2 MiB) lives in L2/L3; bounds the buffer.
- * (KC 192..384, MC 96..384, NC 1024/4096 measured within noise of each other alone.) */
+ * (KC 192..384, MC 96..384, NC 1024/4096 measured within noise of each other alone.)
+ * On an AMD EPYC (Zen 5: L1d 48 KiB, L2 1 MiB per core) KC 256 and 384 measured within noise of
+ * 512 on the training step's shapes too, so one set of sizes serves both. */
 #if defined(MF__GEMM_AVX512)
 #define MF__GEMM_MR 12
 #define MF__GEMM_NR 32
