@@ -3067,12 +3067,12 @@ static void mf__gemm_part(int n, int parts, int t, int unit, int *lo, int *hi)
 
 /* A product split over a team of nt threads along one dimension, the other operand packed once
    for all of them (a thread's part of the packing, a barrier, then every thread's own products).
-   Packing that operand per thread would repeat it nt times: ~10% of a 2-thread weight gradient
-   (K = batch x tokens), which packs K x N of B for only M/2 x N x K of arithmetic per thread.
-     split_m: thread t owns rows [m0, m1) of C; the B block (kc x nc) in sharedB is shared.
-     else:    thread t owns columns [n0, n1) of C, n1 - n0 <= NC; the A block (mc x kc) in sharedA
-              is shared, and the row sums rowsA (see mf__gemm_st) are summed by the thread that
-              packs each panel.
+   Packing it per thread would repeat that work and its memory traffic nt times: a weight
+   gradient (K = batch x tokens) packs K x N of B for M/nt x N x K of arithmetic per thread.
+     split_m: thread t owns rows [m0, m1) of C; the B block (kc x nc) is shared.
+     else:    thread t owns columns [n0, n1) of C (best within one NC block: A is packed once per
+              block); the A block (mc x kc) is shared, and the row sums rowsA (see mf__gemm_st)
+              are summed by the thread that packs each panel.
    Called by every thread of the team (they must meet the same barriers); own: the thread's
    private buffer (an A block when split_m, else a B block); the shared blocks alternate between
    shared[0] and shared[1], so one barrier per block suffices: when a thread packs block i + 1,
@@ -3084,12 +3084,16 @@ static void mf__gemm_team(int split_m, int t, int nt, int transA, int transB, in
 {
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
-    int m0 = 0, m1 = M, n0 = 0, n1 = N, jc, pc, ic, lo, hi, flip = 0;
+    int m0 = 0, m1 = M, n0 = 0, n1 = N, pc, ic, lo, hi, flip = 0, q, passes;
     float *sh;
     if (split_m) mf__gemm_part(M, nt, t, MF__GEMM_MR, &m0, &m1);
     else mf__gemm_part(N, nt, t, MF__GEMM_NR, &n0, &n1);
-    for (jc = n0; jc < n1 || (jc == n0 && !split_m); jc += MF__GEMM_NC) { /* split N: exactly one pass */
-        int nc = (int)mf__gemm_min(MF__GEMM_NC, n1 - jc);
+    /* NC blocks of the widest part: the same count on every thread (empty blocks still meet) */
+    mf__gemm_part(N, split_m ? 1 : nt, split_m ? 0 : nt - 1, MF__GEMM_NR, &lo, &hi);
+    passes = (hi - lo + MF__GEMM_NC - 1) / MF__GEMM_NC;
+    for (q = 0; q < passes; ++q) {
+        int jc = n0 + q * MF__GEMM_NC, nc = (int)mf__gemm_min(MF__GEMM_NC, n1 - jc);
+        if (nc < 0) nc = 0;
         for (pc = 0; pc < K; pc += MF__GEMM_KC) {
             int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
             float beta_eff = pc == 0 ? beta : 1.0f;
@@ -3102,7 +3106,7 @@ static void mf__gemm_team(int split_m, int t, int nt, int transA, int transB, in
 #pragma omp barrier
                 for (ic = m0; ic < m1; ic += MF__GEMM_MC) {
                     int mc = (int)mf__gemm_min(MF__GEMM_MC, m1 - ic);
-                    mf__gemm_pack_a(A + ic * ars + pc * acs, ars, acs, mc, kc, own, rowsA && jc == 0 ? rowsA + ic : NULL);
+                    mf__gemm_pack_a(A + ic * ars + pc * acs, ars, acs, mc, kc, own, rowsA && q == 0 ? rowsA + ic : NULL);
                     mf__gemm_macro(mc, nc, kc, own, sh, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
                                    bias_eff ? bias_eff + jc : NULL);
                 }
@@ -3114,7 +3118,7 @@ static void mf__gemm_team(int split_m, int t, int nt, int transA, int transB, in
                     mf__gemm_part(mc, nt, t, MF__GEMM_MR, &lo, &hi);
                     if (hi > lo)
                         mf__gemm_pack_a(A + (ic + lo) * ars + pc * acs, ars, acs, hi - lo, kc, sh + (long)lo * kc,
-                                        rowsA ? rowsA + ic + lo : NULL);
+                                        rowsA && q == 0 ? rowsA + ic + lo : NULL);
 #pragma omp barrier
                     if (nc > 0)
                         mf__gemm_macro(mc, nc, kc, sh, own, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
@@ -3175,13 +3179,14 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
         if (team) {
 #pragma omp parallel num_threads(nt)
             {
-                int t = omp_get_thread_num();
+                /* (the team as it is: a nested region may get fewer threads than asked for) */
+                int t = omp_get_thread_num(), got = omp_get_num_threads();
                 float *const sB[2] = { buf + la, buf + per + la }, *const sA[2] = { buf, buf + per };
                 if (tn == 1) /* split M: B shared (threads 0 and 1's B buffers), each its own A buffer */
-                    mf__gemm_team(1, t, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+                    mf__gemm_team(1, t, got, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
                                   sB, buf + per * t, rowsA);
                 else         /* split N: A shared (threads 0 and 1's A buffers), each its own B buffer */
-                    mf__gemm_team(0, t, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+                    mf__gemm_team(0, t, got, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
                                   sA, buf + per * t + la, rowsA);
             }
         } else
@@ -3191,6 +3196,11 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
             float *bA = buf + per * t, *bB = bA + la;
             mf__gemm_part(M, tm, t / tn, MF__GEMM_MR, &m0, &m1);
             mf__gemm_part(N, tn, t % tn, MF__GEMM_NR, &n0, &n1);
+            if (omp_get_num_threads() < nt) { /* a nested region got fewer threads: the whole grid */
+                m0 = n0 = 0;
+                m1 = t == 0 ? M : 0;
+                n1 = N;
+            }
             if (m1 > m0 && n1 > n0) /* the row sums of A: by the first block of each block row */
                 mf__gemm_st(transA, transB, m1 - m0, n1 - n0, K, alpha,
                             transA ? A + m0 : A + (long)m0 * lda, lda,
