@@ -2500,11 +2500,8 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
  *   portable:  4 x 16 plain C, written so the compiler can vectorise the 16-wide rows.
  * Small products (M*N*K <= 256^3, AVX-512 only) take a direct path: A is read in place
  * (no transposing pack), B is packed unless it is row-major and tiny (then read in place).
- * Threads: a single large product is cut into a grid of C blocks, one per thread.  When the grid
- * is one column or one row of blocks (always for 2 threads), the threads are a team: they pack
- * the operand they all need (B when split by rows, A when split by columns) together, once, into
- * a shared buffer and meet at a barrier per block (mf__gemm_team); other grids give each thread
- * private packing buffers.  Batched products of small matrices give whole matrices to threads.
+ * Threads: a single large product is cut into a grid of C blocks (one per thread, each with
+ * private packing buffers); batched products of small matrices give whole matrices to threads.
  * ====================================================================================== */
 
 #if !defined(METAFORMER_NO_SIMD) && defined(__AVX512F__)
@@ -2526,7 +2523,10 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
  *   NC = 1024: the packed B block KC x NC (2 MiB) lives in L2/L3; bounds the buffer.
  * (KC 192..384, MC 96..384, NC 1024/4096 measured within noise of each other alone.)
  * On an AMD EPYC (Zen 5: L1d 48 KiB, L2 1 MiB per core) KC 256 and 384 measured within noise of
- * 512 on the training step's shapes too, so one set of sizes serves both. */
+ * 512 on the training step's shapes too, so one set of sizes serves both.  Threads keep private
+ * packing buffers: one B block packed by both threads and shared (a barrier per block) measured
+ * 0.89-0.98x on 2 threads there (each core then reads half the block from the other's cache),
+ * and far slower when other processes take CPUs (a descheduled thread stalls its partner). */
 #if defined(MF__GEMM_AVX512)
 #define MF__GEMM_MR 12
 #define MF__GEMM_NR 32
@@ -2944,32 +2944,6 @@ static void mf__gemm_rowsum(long ars, long acs, int M, int K, const float *A, fl
     }
 }
 
-/* Pack the A block op(A)[0:mc][0:kc] (element (i, p) at A[i*ars + p*acs]) into MR-row panels;
-   with rowsA, also rowsA[i] += the block's row sums (see mf__gemm_st) */
-static void mf__gemm_pack_a(const float *A, long ars, long acs, int mc, int kc, float *bufA, float *rowsA)
-{
-    int ir;
-    mf__gemm_pack(A, ars, acs, mc, kc, MF__GEMM_MR, bufA);
-    if (rowsA)
-        for (ir = 0; ir < mc; ir += MF__GEMM_MR)
-            mf__gemm_panel_rowsum(bufA + (long)ir * kc, (int)mf__gemm_min(MF__GEMM_MR, mc - ir), kc, rowsA + ir);
-}
-
-/* C[0:mc][0:nc] (+)= packed A block (mc x kc) @ packed B block (kc x nc), tile by tile:
-   a B micro-panel stays in L1 while the A panels of the block stream past it */
-static void mf__gemm_macro(int mc, int nc, int kc, const float *bufA, const float *bufB, float *C, int ldc,
-                           float alpha, float beta, const float *bias)
-{
-    int jr, ir;
-    for (jr = 0; jr < nc; jr += MF__GEMM_NR) {
-        int nr = (int)mf__gemm_min(MF__GEMM_NR, nc - jr);
-        const float *bp = bufB + (long)jr * kc;
-        for (ir = 0; ir < mc; ir += MF__GEMM_MR)
-            mf__gemm_kernel(kc, bufA + (long)ir * kc, bp, C + (long)ir * ldc + jr, ldc, alpha, beta,
-                            (int)mf__gemm_min(MF__GEMM_MR, mc - ir), nr, bias ? bias + jr : NULL);
-    }
-}
-
 /* One thread, blocked product (+ bias[N] on every row when not NULL); bufA / bufB hold
    mf__gemm_bufA_len / _bufB_len floats. When rowsA is not NULL, also rowsA[i] += sum over p of
    op(A)(i, p), summed in order of p, for M rows: the packing of A has every element in L1 once
@@ -2982,7 +2956,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
     /* element (i, p) of op(A) is A[i*ars + p*acs]; element (p, j) of op(B) is B[p*brs + j*bcs] */
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
     long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
-    int jc, pc, ic;
+    int jc, pc, ic, jr, ir;
     if (M <= 0 || N <= 0) return;
     if (rowsA && (K <= 0 || alpha == 0.0f
 #if defined(MF__GEMM_HAVE_DIRECT)
@@ -3010,9 +2984,20 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
             mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, bufB);
             for (ic = 0; ic < M; ic += MF__GEMM_MC) {
                 int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
-                mf__gemm_pack_a(A + ic * ars + pc * acs, ars, acs, mc, kc, bufA, rowsA && jc == 0 ? rowsA + ic : NULL);
-                mf__gemm_macro(mc, nc, kc, bufA, bufB, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
-                               bias_eff ? bias_eff + jc : NULL);
+                mf__gemm_pack(A + ic * ars + pc * acs, ars, acs, mc, kc, MF__GEMM_MR, bufA);
+                if (rowsA && jc == 0)
+                    for (ir = 0; ir < mc; ir += MF__GEMM_MR)
+                        mf__gemm_panel_rowsum(bufA + (long)ir * kc, (int)mf__gemm_min(MF__GEMM_MR, mc - ir), kc,
+                                              rowsA + ic + ir);
+                for (jr = 0; jr < nc; jr += MF__GEMM_NR) {
+                    int nr = (int)mf__gemm_min(MF__GEMM_NR, nc - jr);
+                    const float *bp = bufB + (long)jr * kc;
+                    for (ir = 0; ir < mc; ir += MF__GEMM_MR) {
+                        int mr = (int)mf__gemm_min(MF__GEMM_MR, mc - ir);
+                        mf__gemm_kernel(kc, bufA + (long)ir * kc, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc,
+                                        alpha, beta_eff, mr, nr, bias_eff ? bias_eff + jc + jr : NULL);
+                    }
+                }
             }
         }
     }
@@ -3065,71 +3050,6 @@ static void mf__gemm_part(int n, int parts, int t, int unit, int *lo, int *hi)
 }
 #endif
 
-/* A product split over a team of nt threads along one dimension, the other operand packed once
-   for all of them (a thread's part of the packing, a barrier, then every thread's own products).
-   Packing it per thread would repeat that work and its memory traffic nt times: a weight
-   gradient (K = batch x tokens) packs K x N of B for M/nt x N x K of arithmetic per thread.
-     split_m: thread t owns rows [m0, m1) of C; the B block (kc x nc) is shared.
-     else:    thread t owns columns [n0, n1) of C (best within one NC block: A is packed once per
-              block); the A block (mc x kc) is shared, and the row sums rowsA (see mf__gemm_st)
-              are summed by the thread that packs each panel.
-   Called by every thread of the team (they must meet the same barriers); own: the thread's
-   private buffer (an A block when split_m, else a B block); the shared blocks alternate between
-   shared[0] and shared[1], so one barrier per block suffices: when a thread packs block i + 1,
-   everyone has passed barrier i, so block i - 1, whose buffer it overwrites, is done with. */
-#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
-static void mf__gemm_team(int split_m, int t, int nt, int transA, int transB, int M, int N, int K, float alpha,
-                          const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
-                          const float *bias, float *const shared[2], float *own, float *rowsA)
-{
-    long ars = transA ? 1 : lda, acs = transA ? lda : 1;
-    long brs = transB ? 1 : ldb, bcs = transB ? ldb : 1;
-    int m0 = 0, m1 = M, n0 = 0, n1 = N, pc, ic, lo, hi, flip = 0, q, passes;
-    float *sh;
-    if (split_m) mf__gemm_part(M, nt, t, MF__GEMM_MR, &m0, &m1);
-    else mf__gemm_part(N, nt, t, MF__GEMM_NR, &n0, &n1);
-    /* NC blocks of the widest part: the same count on every thread (empty blocks still meet) */
-    mf__gemm_part(N, split_m ? 1 : nt, split_m ? 0 : nt - 1, MF__GEMM_NR, &lo, &hi);
-    passes = (hi - lo + MF__GEMM_NC - 1) / MF__GEMM_NC;
-    for (q = 0; q < passes; ++q) {
-        int jc = n0 + q * MF__GEMM_NC, nc = (int)mf__gemm_min(MF__GEMM_NC, n1 - jc);
-        if (nc < 0) nc = 0;
-        for (pc = 0; pc < K; pc += MF__GEMM_KC) {
-            int kc = (int)mf__gemm_min(MF__GEMM_KC, K - pc);
-            float beta_eff = pc == 0 ? beta : 1.0f;
-            const float *bias_eff = pc + kc >= K ? bias : NULL; /* the last K block */
-            if (split_m) {
-                sh = shared[flip ^= 1];
-                mf__gemm_part(nc, nt, t, MF__GEMM_NR, &lo, &hi);
-                if (hi > lo)
-                    mf__gemm_pack(B + pc * brs + (jc + lo) * bcs, bcs, brs, hi - lo, kc, MF__GEMM_NR, sh + (long)lo * kc);
-#pragma omp barrier
-                for (ic = m0; ic < m1; ic += MF__GEMM_MC) {
-                    int mc = (int)mf__gemm_min(MF__GEMM_MC, m1 - ic);
-                    mf__gemm_pack_a(A + ic * ars + pc * acs, ars, acs, mc, kc, own, rowsA && q == 0 ? rowsA + ic : NULL);
-                    mf__gemm_macro(mc, nc, kc, own, sh, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
-                                   bias_eff ? bias_eff + jc : NULL);
-                }
-            } else {
-                if (nc > 0) mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, own);
-                for (ic = 0; ic < M; ic += MF__GEMM_MC) {
-                    int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
-                    sh = shared[flip ^= 1];
-                    mf__gemm_part(mc, nt, t, MF__GEMM_MR, &lo, &hi);
-                    if (hi > lo)
-                        mf__gemm_pack_a(A + (ic + lo) * ars + pc * acs, ars, acs, hi - lo, kc, sh + (long)lo * kc,
-                                        rowsA && q == 0 ? rowsA + ic + lo : NULL);
-#pragma omp barrier
-                    if (nc > 0)
-                        mf__gemm_macro(mc, nc, kc, sh, own, C + (long)ic * ldc + jc, ldc, alpha, beta_eff,
-                                       bias_eff ? bias_eff + jc : NULL);
-                }
-            }
-        }
-    }
-}
-#endif
-
 /* Floats of scratch one call needs for n_threads: per-thread packing buffers + alignment.
    The ops pass a workspace kept by the context, so a training step does not allocate. */
 static long mf__gemm_ws_floats(int M, int N, int K, int n_threads)
@@ -3167,29 +3087,8 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
         mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la, rowsA);
     } else {
 #if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
-        int tm, tn, team;
+        int tm, tn;
         mf__gemm_grid(M, N, nt, &tm, &tn);
-        /* one shared block when the grid is a single row or column of blocks (always, for 2
-           threads) and the parts take the blocked path; a column part must fit one NC block */
-        team = (tn == 1 || (tm == 1 && (N + nt - 1) / nt <= MF__GEMM_NC - MF__GEMM_NR))
-#if defined(MF__GEMM_HAVE_DIRECT)
-               && !mf__gemm_use_direct((M + tm - 1) / tm, (N + tn - 1) / tn, K)
-#endif
-            ;
-        if (team) {
-#pragma omp parallel num_threads(nt)
-            {
-                /* (the team as it is: a nested region may get fewer threads than asked for) */
-                int t = omp_get_thread_num(), got = omp_get_num_threads();
-                float *const sB[2] = { buf + la, buf + per + la }, *const sA[2] = { buf, buf + per };
-                if (tn == 1) /* split M: B shared (threads 0 and 1's B buffers), each its own A buffer */
-                    mf__gemm_team(1, t, got, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
-                                  sB, buf + per * t, rowsA);
-                else         /* split N: A shared (threads 0 and 1's A buffers), each its own B buffer */
-                    mf__gemm_team(0, t, got, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
-                                  sA, buf + per * t + la, rowsA);
-            }
-        } else
 #pragma omp parallel num_threads(nt)
         {
             int t = omp_get_thread_num(), m0, m1, n0, n1;
