@@ -2565,7 +2565,12 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
  *             then streams from L2 rather than sitting in L1; the L1 prefetchers keep up.
  *   MC = 168 (14 panels of 12): the packed A block MC x KC (336 KiB) stays in L2.
  *   NC = 1024: the packed B block KC x NC (2 MiB) lives in L2/L3; bounds the buffer.
- * (KC 192..384, MC 96..384, NC 1024/4096 measured within noise of each other alone.) */
+ * (KC 192..384, MC 96..384, NC 1024/4096 measured within noise of each other alone.)
+ * On an AMD EPYC (Zen 5: L1d 48 KiB, L2 1 MiB per core) KC 256 and 384 measured within noise of
+ * 512 on the training step's shapes too, so one set of sizes serves both.  Threads keep private
+ * packing buffers: one B block packed by both threads and shared (a barrier per block) measured
+ * 0.89-0.98x on 2 threads there (each core then reads half the block from the other's cache),
+ * and far slower when other processes take CPUs (a descheduled thread stalls its partner). */
 #if defined(MF__GEMM_AVX512)
 #define MF__GEMM_MR 12
 #define MF__GEMM_NR 32
@@ -2630,7 +2635,11 @@ static __mmask16 mf__gemm_mask(int nr, int lo)
 #define MF__K_FMA(i, x) { __m512 ai = _mm512_set1_ps(x); \
     c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0); c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1); }
 #define MF__K_FMA_PACKED(i) MF__K_FMA(i, a[i])
-#define MF__K_PF(i) if (i < mr) _mm_prefetch((const char *)(c + (long)i * ldc), _MM_HINT_T0);
+/* both cache lines of each C row of the tile: a product's output is usually memory the step
+   last touched long ago, and its read-for-ownership misses would otherwise stall the stores
+   (cold 2048 x 1024 outputs ran ~20% slower with only the first line prefetched) */
+#define MF__K_PF(i) if (i < mr) { _mm_prefetch((const char *)(c + (long)i * ldc), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(c + (long)i * ldc + 16), _MM_HINT_T0); }
 #define MF__K_ST(i) if (i < mr) { mf__gemm_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0, bias); \
     if (m1) mf__gemm_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1, bias ? bias + 16 : NULL); }
 
@@ -3130,6 +3139,11 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
             float *bA = buf + per * t, *bB = bA + la;
             mf__gemm_part(M, tm, t / tn, MF__GEMM_MR, &m0, &m1);
             mf__gemm_part(N, tn, t % tn, MF__GEMM_NR, &n0, &n1);
+            if (omp_get_num_threads() < nt) { /* a nested region got fewer threads: the whole grid */
+                m0 = n0 = 0;
+                m1 = t == 0 ? M : 0;
+                n1 = N;
+            }
             if (m1 > m0 && n1 > n0) /* the row sums of A: by the first block of each block row */
                 mf__gemm_st(transA, transB, m1 - m0, n1 - n0, K, alpha,
                             transA ? A + m0 : A + (long)m0 * lda, lda,

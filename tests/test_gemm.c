@@ -1,6 +1,7 @@
 /* test_gemm.c - mf_sgemm / mf_sgemm_batched against a double-precision reference: ~800 cases
  * (sizes 1..300 incl. primes, all transposes, alpha/beta, NaN in C with beta = 0, padded leading
- * dims left untouched, block-boundary shapes, broadcast operands, 1/2/all threads).
+ * dims left untouched, block-boundary shapes, broadcast operands, 1/2/all threads, a call from
+ * inside a parallel region).
  * `make test` runs it optimized (AVX-512 / AVX2 kernel) and under ASan/UBSan; tests/hygiene.sh
  * covers the portable kernel's compile, and `cc -DMETAFORMER_NO_SIMD` runs it. */
 #include <stdio.h>
@@ -159,6 +160,15 @@ int main(int argc, char **argv)
         check(irand(0, 1), irand(0, 1), M, N, K, alphas[irand(0, 2)], betas[irand(0, 2)],
               irand(0, 1) * irand(0, 9), irand(0, 1) * irand(0, 9), irand(0, 1) * irand(0, 9), 1, 0, 0, thr);
     }
+#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
+    /* called from inside a parallel region: the nested region gets one thread, which must still
+       compute every block of the product (the team path, then a grid of direct-path parts) */
+#pragma omp parallel num_threads(2)
+    if (omp_get_thread_num() == 1) {
+        check(0, 0, 512, 256, 300, 1.0f, 0.0f, 0, 0, 0, 1, 0, 0, 2);
+        check(0, 0, 512, 200, 300, 1.0f, 0.5f, 0, 0, 0, 1, 0, 0, 2);
+    }
+#endif
     /* batched: attention-like shapes, broadcast operands, odd batch counts */
     check(0, 1, 64, 64, 32, 0.125f, 0.0f, 0, 0, 0, 8, 0, 0, 2);
     check(0, 0, 64, 32, 64, 1.0f, 0.0f, 0, 0, 0, 8, 0, 0, 0);
