@@ -5879,20 +5879,6 @@ static mf_tensor *mf__wrap(mf_ctx *ctx, int ndim, const int *shape, float *data)
     if (t) t->data = data;
     return t;
 }
-/* [B, T, H*dk] -> [B, H, T, dk] */
-static mf_tensor *mf__split_heads(mf_ctx *ctx, mf_tensor *x, int H) {
-    int shape[4], perm[4] = {0, 2, 1, 3};
-    if (!x) return NULL;
-    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = H; shape[3] = x->shape[2] / H;
-    return mf_permute(ctx, mf_reshape(ctx, x, 4, shape), perm);
-}
-/* [B, H, T, dk] -> [B, T, H*dk] */
-static mf_tensor *mf__merge_heads(mf_ctx *ctx, mf_tensor *o) {
-    int shape[3], perm[4] = {0, 2, 1, 3};
-    if (!o) return NULL;
-    shape[0] = o->shape[0]; shape[1] = o->shape[2]; shape[2] = o->shape[1] * o->shape[3];
-    return mf_reshape(ctx, mf_permute(ctx, o, perm), 3, shape);
-}
 /* [B, T, P*H*dk] -> the pack [B, T, P H, dk] of P token-major projections: a view, no copy */
 static mf_tensor *mf__token_pack(mf_ctx *ctx, mf_tensor *x, int P, int H) {
     int shape[4];
@@ -6571,6 +6557,20 @@ static const mf__family mf__fam_pool = {
 
 /* ==== [mf:xl] =============================================================================== */
 #ifndef METAFORMER_NO_XL /* the whole section: its ops, the family, its row in [mf:mixers] */
+/* [B, T, H*dk] -> [B, H, T, dk]: mf_rel_attention takes heads-major operands */
+static mf_tensor *mf__split_heads(mf_ctx *ctx, mf_tensor *x, int H) {
+    int shape[4], perm[4] = {0, 2, 1, 3};
+    if (!x) return NULL;
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = H; shape[3] = x->shape[2] / H;
+    return mf_permute(ctx, mf_reshape(ctx, x, 4, shape), perm);
+}
+/* [B, H, T, dk] -> [B, T, H*dk] */
+static mf_tensor *mf__merge_heads(mf_ctx *ctx, mf_tensor *o) {
+    int shape[3], perm[4] = {0, 2, 1, 3};
+    if (!o) return NULL;
+    shape[0] = o->shape[0]; shape[1] = o->shape[2]; shape[2] = o->shape[1] * o->shape[3];
+    return mf_reshape(ctx, mf_permute(ctx, o, perm), 3, shape);
+}
 /* Transformer-XL relative attention with segment memory and the compressive transformer
    (docs/math.md §5, §6).
 
@@ -7103,14 +7103,16 @@ static mf_tensor *mf__xl_ar_loss(mf_model *m, int l, mf_tensor *h, mf_tensor *mc
     mf_tensor *wk = mf_detach(ctx, L->wk), *wv = mf_detach(ctx, L->wv), *bv = mf_detach(ctx, L->bv);
     mf_tensor *q, *mn, *target, *cn;
     grad = mf_set_grad(ctx, 0); /* the query and the target: constants */
-    q = mf__split_heads(ctx, mf_linear(ctx, mf_layernorm(ctx, h, g, be, eps), wq, NULL), H);
+    q = mf__token_pack(ctx, mf_linear(ctx, mf_layernorm(ctx, h, g, be, eps), wq, NULL), 1, H);
     mn = mf_layernorm(ctx, mc, g, be, eps);
-    target = mf_attention(ctx, q, mf__split_heads(ctx, mf_linear(ctx, mn, wk, NULL), H),
-                          mf__split_heads(ctx, mf_linear(ctx, mn, wv, bv), H), scale, 0, 0.0f);
+    target = mf_attention_layout(ctx, q, mf__token_pack(ctx, mf_linear(ctx, mn, wk, NULL), 1, H),
+                                 mf__token_pack(ctx, mf_linear(ctx, mn, wv, bv), 1, H), scale, 0, 0.0f,
+                                 MF_ATTN_TOKENS_MAJOR);
     mf_set_grad(ctx, grad);
     cn = mf_layernorm(ctx, cm, g, be, eps);
-    return mf_mse(ctx, mf_attention(ctx, q, mf__split_heads(ctx, mf_linear(ctx, cn, wk, NULL), H),
-                                     mf__split_heads(ctx, mf_linear(ctx, cn, wv, bv), H), scale, 0, 0.0f), target);
+    return mf_mse(ctx, mf_attention_layout(ctx, q, mf__token_pack(ctx, mf_linear(ctx, cn, wk, NULL), 1, H),
+                                           mf__token_pack(ctx, mf_linear(ctx, cn, wv, bv), 1, H), scale, 0, 0.0f,
+                                           MF_ATTN_TOKENS_MAJOR), target);
 }
 
 /* after layer l's attention: its memories continue with x [B, T, D] (docs/math.md §5.5, 6.3), read
