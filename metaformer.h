@@ -4852,26 +4852,24 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
 /* MF__ARG_ATTN_PARTS: 0 (no packs), or 1 + a byte per operand x (q, k, v: bytes 0, 1, 2) that
    holds its part p (bits 0-3) of a token-major pack [B, T, P H, d] of P (bits 4-7) projections */
 #define MF__ATTN_PACKS(pq, Pq, pk, Pk, pv, Pv) (1 + ((pq) | (Pq) << 4 | ((pk) | (Pk) << 4) << 8 | ((pv) | (Pv) << 4) << 16))
-static int mf__attn_part(const mf_tensor *out, int x) {
-    return out->iarg[MF__ARG_ATTN_PARTS] ? ((out->iarg[MF__ARG_ATTN_PARTS] - 1) >> (8 * x)) & 15 : 0;
-}
-static int mf__attn_packs(const mf_tensor *out, int x) { /* P of operand x; 1: not a pack */
-    return out->iarg[MF__ARG_ATTN_PARTS] ? ((out->iarg[MF__ARG_ATTN_PARTS] - 1) >> (8 * x + 4)) & 15 : 1;
+static int mf__attn_part(int parts, int x) { return parts ? ((parts - 1) >> (8 * x)) & 15 : 0; }
+static int mf__attn_packs(int parts, int x) { /* P of operand x; 1: not a pack */
+    return parts ? ((parts - 1) >> (8 * x + 4)) & 15 : 1;
 }
 /* An attention op's geometry (mf__attention_shape has checked the shapes); rel_attention's q, k, v
    are read the same way (heads-major) */
 static mf__attn_geo mf__attn_geo_of(const mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     mf__attn_geo g;
-    int x;
+    int x, parts = out->iarg[MF__ARG_ATTN_PARTS];
     g.bthd = out->iarg[MF__ARG_ATTN_LAYOUT] != 0;
-    g.H = g.bthd ? Q->shape[2] / mf__attn_packs(out, MF__AT_Q) : Q->shape[1];
+    g.H = g.bthd ? Q->shape[2] / mf__attn_packs(parts, MF__AT_Q) : Q->shape[1];
     g.Tq = Q->shape[g.bthd ? 1 : 2]; g.Tk = K->shape[g.bthd ? 1 : 2];
     g.dk = Q->shape[3]; g.dv = V->shape[3]; g.BH = (int64_t)Q->shape[0] * g.H;
     for (x = 0; x < 4; x++) {
-        int d = x <= MF__AT_K ? g.dk : g.dv, P = x < 3 ? mf__attn_packs(out, x) : 1;
+        int d = x <= MF__AT_K ? g.dk : g.dv, P = x < 3 ? mf__attn_packs(parts, x) : 1;
         g.ld[x] = g.bthd ? P * g.H * d : d;
-        g.off[x] = x < 3 ? (int64_t)mf__attn_part(out, x) * g.H * d : 0;
+        g.off[x] = x < 3 ? (int64_t)mf__attn_part(parts, x) * g.H * d : 0;
     }
     return g;
 }
@@ -5061,10 +5059,10 @@ static int mf__attention_shape(mf_ctx *ctx, mf_tensor *out) {
         return MF__SHAPE_FAIL("attention: q %s, k %s, v %s must all be 4-D: %s (split the heads with "
                               "mf_reshape%s)", sq, sk, sv, lay, bthd ? "" : " + mf_transpose");
     for (x = 0; x < 3; x++) { /* the heads of each operand (a pack holds P H) */
-        int P = mf__attn_packs(out, x);
+        int P = mf__attn_packs(out->iarg[MF__ARG_ATTN_PARTS], x), part = mf__attn_part(out->iarg[MF__ARG_ATTN_PARTS], x);
         h[x] = out->src[x]->shape[ht] / P;
-        if (P < 1 || out->src[x]->shape[ht] % P || mf__attn_part(out, x) >= P)
-            return MF__SHAPE_FAIL("attention: part %d of a pack of %d does not fit %s", mf__attn_part(out, x), P,
+        if (P < 1 || out->src[x]->shape[ht] % P || part >= P)
+            return MF__SHAPE_FAIL("attention: part %d of a pack of %d does not fit %s", part, P,
                                   x == 0 ? sq : x == 1 ? sk : sv);
     }
     if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || h[1] != h[0] || h[2] != h[0])
@@ -5278,16 +5276,15 @@ static void mf__attn_bwd_scatter(const mf__attn_geo *ge, const mf__attn_head *t,
     if (t->gv) mf__attn_rows(t->gv, t->ldv, h->gv, h->ldv, ge->Tk, ge->dv, 1);
 }
 
-/* Backward of one (key tile kt, query tile qt) pair of head bh; hp: the head's rows
+/* Backward of one (key tile kt, query tile qt) pair of head bh; ge: the op's geometry (mf__attn_geo_of); hp: the head's rows
    (only its non-NULL gradients are computed).
    hd: the head's scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D [Tqp];
    st, dp: two 64 x 64 tiles of the thread; with dropout (d->p > 0) a third, pd, gets the dropped
    P~ = P * mask / (1 - p): dV += P~^T dO and dS = P * (mask dP~ / (1 - p) - D) = P~ dP~ - P D
    (D = rowsum(dO * O) is still sum_j P dP: O = P~ V). */
-static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt,
-                              const mf__attn_head *hp, const float *hd, float *st, float *dp, float *pd) {
-    const mf__attn_geo ge = mf__attn_geo_of(out);
-    int Tq = ge.Tq, Tk = ge.Tk, dk = ge.dk, dv = ge.dv, causal = out->iarg[MF__ARG_ATTN_CAUSAL];
+static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__attn_drop *d, int64_t bh, int kt,
+                              int qt, const mf__attn_head *hp, const float *hd, float *st, float *dp, float *pd) {
+    int Tq = ge->Tq, Tk = ge->Tk, dk = ge->dk, dv = ge->dv, causal = out->iarg[MF__ARG_ATTN_CAUSAL];
     int ldq = hp->ldq, ldk = hp->ldk, ldv = hp->ldv, ldo = hp->ldo;
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
     int i0 = qt * MF__AT_BQ, j0 = kt * MF__AT_BK;
@@ -5379,7 +5376,7 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             if (gather) h = mf__attn_bwd_gather(&ge, &th, gw + gper * mf__attn_thread_num());
             for (kt = 0; kt < nkt; kt++)
                 for (qt = 0; qt < nqt; qt++)
-                    mf__attn_bwd_pair(out, &d, t, kt, qt, &h, head + t * hs, st, st + tile, st + 2 * tile);
+                    mf__attn_bwd_pair(out, &ge, &d, t, kt, qt, &h, head + t * hs, st, st + tile, st + 2 * tile);
             if (gather) mf__attn_bwd_scatter(&ge, &th, &h);
         }
         return;
@@ -5397,14 +5394,14 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             float *st = work + per * mf__attn_thread_num();
             mf__attn_head h = mf__attn_head_of(out, &ge, bh, pass == 0 ? 1 : 2);
             for (x = 0; x < nloop; x++)
-                mf__attn_bwd_pair(out, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, &h, head + bh * hs, st,
+                mf__attn_bwd_pair(out, &ge, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, &h, head + bh * hs, st,
                                   st + tile, st + 2 * tile);
         }
     }
 }
 static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward,
                                          mf__attention_backward, MF__OP_PROPS(0) };
-/* the attention op; parts: 0, or (token-major) 1 + the parts q, k, v read of 5-D packs [B, T, P, H, d]
+/* the attention op; parts: 0, or (token-major) 1 + the parts q, k, v read of packs [B, T, P H, d]
    in bytes 0, 1, 2 (MF__ARG_ATTN_PARTS) */
 static mf_tensor *mf__attention_make(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,
                                      float dropout, int bthd, int parts) {
@@ -6237,7 +6234,7 @@ static mf_tensor *mf__probe_attend(mf_model *m, int l, mf_tensor *q, mf_tensor *
 
 /* operand x of mf__attention_of, heads-major [B, H, T, d] for the inspection: a copy */
 static mf_tensor *mf__attn_heads_copy(mf_ctx *ctx, mf_tensor *t, int parts, int x, int H) {
-    int perm[4] = {0, 2, 1, 3}, part = parts ? ((parts - 1) >> (8 * x)) & 15 : 0;
+    int perm[4] = {0, 2, 1, 3}, part = mf__attn_part(parts, x);
     if (t && t->shape[2] != H) t = mf_slice(ctx, t, 2, part * H, H); /* part p of a pack [B, T, P H, d] */
     return mf_permute(ctx, t, perm);
 }
@@ -12235,7 +12232,7 @@ static float mf__train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm
     if (mf__optimizer_sweep(ctx, o, mf__clip_factor((float)norm, max_norm), 1) < 0) return -1.0f;
     return (float)norm;
 }
-/* the two entry points above, timed while profiling (mf_set_profile) */
+/* the public entry points of the above, timed while profiling (mf_set_profile) */
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
     mf__prof_mark m;
     float norm;

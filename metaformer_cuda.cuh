@@ -1190,7 +1190,7 @@ static int mf__cu_avg_pool_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* mf_attention (metaformer.h [mf:ops]): q [BH, Tq, dk], k [BH, Tk, dk], v [BH, Tk, dv] -> o [BH, Tq, dv]
    and the row log-sum-exp lse [BH, Tq] (+inf for a query that sees no key, whose output is zero),
    exactly the CPU op's convention; with MF_ATTN_TOKENS_MAJOR q, k, v and o are [B, T, H, d] (or
-   parts of packs [B, T, P, H, d]) and row i of head bh = b H + h is found by mf__attn_at, as on the
+   parts of packs [B, T, P H, d]) and row i of head bh = b H + h is found by mf__attn_at, as on the
    CPU (lse and D stay [BH, Tq]). Query i sees key j iff !causal or j <= i + Tk - Tq.
    Design: three kernels of MF__FA_THREADS threads over square tiles of B queries / keys.
      - Every tile lives in shared memory: the operands (Q scaled by `scale`, K, V, dO), the score
