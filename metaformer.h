@@ -6475,24 +6475,19 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
         }
         return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, qkv, k, v, parts, scale)), A->wo, A->bo);
     } else {
-        /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
-        int wshape[3], mshape[3], dshape[2], eshape[2];
-        mf_tensor *M, *wq, *p, *q;
-        wshape[0] = H; wshape[1] = dk; wshape[2] = D;
+        /* p = xn Wp^T [B, T, H, dk], q = p M_h per head; k = v = p (generation: the cache of p) */
+        int mshape[3], eshape[2];
+        mf_tensor *M, *p, *q, *kv;
         mshape[0] = H; mshape[1] = dk; mshape[2] = dk;
-        dshape[0] = D; dshape[1] = D;
         if (c->mixer == MF_MIXER_METRIC) { /* M = Mbar @ expand: symmetric, gradients fold by themselves */
             eshape[0] = dk * (dk + 1) / 2; eshape[1] = dk * dk;
             M = mf_reshape(ctx, mf_matmul(ctx, A->mform, mf__wrap(ctx, 2, eshape, ((mf__attn_state *)m->fam_state)->expand),
                                           0, 0), 3, mshape);
         } else M = mf_reshape(ctx, A->mform, 3, mshape);
-        wq = mf_reshape(ctx, mf_matmul(ctx, M, mf_reshape(ctx, A->wp, 3, wshape), 1, 0), 2, dshape);
-        q = mf__token_pack(ctx, mf_linear(ctx, xn, mf__stack_rows(ctx, wq, A->wp, NULL), NULL), 2, H); /* q, p */
-        p = q;
-        if (cache && q) p = mf__cache_heads(m, A->cache_k, mf_slice(ctx, q, 2, H, H), pos0);
-        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, p, p, p == q ? MF__ATTN_PACKS(0, 2, 1, 2, 1, 2)
-                                                                          : MF__ATTN_PACKS(0, 2, 0, 1, 0, 1), scale)),
-                         A->we, NULL);
+        p = mf__token_pack(ctx, mf_linear(ctx, xn, A->wp, NULL), 1, H);
+        q = mf_head_matmul(ctx, p, M);
+        kv = cache ? mf__cache_heads(m, A->cache_k, p, pos0) : p;
+        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, kv, kv, 0, scale)), A->we, NULL);
     }
 }
 
