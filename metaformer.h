@@ -4973,16 +4973,79 @@ static void mf__attn_mm(int m, int n, int k, const float *A, int ars, int acs, c
 #undef MF__AT_DECL
 #undef MF__AT_TILE
 
+/* dst[c * ldd + r] = s * src[r * lds + c] for an MF__AW x MF__AW block, in registers: MF__AW row
+   loads, log2(MF__AW) rounds of lane shuffles, MF__AW column stores (a gather per column costs
+   several times more, and its lanes hit as many cache lines as the block has rows) */
+#if MF__AW == 16
+#define MF__TR_PD(f, a, b) _mm512_castpd_ps(f(_mm512_castps_pd(a), _mm512_castps_pd(b)))
+static void mf__av_transpose_block(const float *src, int lds, float s, float *dst, int ldd) {
+    __m512 r[16], t[16];
+    int i;
+    for (i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (int64_t)i * lds);
+    for (i = 0; i < 16; i += 2) { /* [a0 b0 a1 b1 | a4 b4 a5 b5 | ...], [a2 b2 a3 b3 | ...] */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) { /* rows i..i+3, columns 0..3 of each 128-bit lane */
+        r[i] = MF__TR_PD(_mm512_unpacklo_pd, t[i], t[i + 2]);
+        r[i + 1] = MF__TR_PD(_mm512_unpackhi_pd, t[i], t[i + 2]);
+        r[i + 2] = MF__TR_PD(_mm512_unpacklo_pd, t[i + 1], t[i + 3]);
+        r[i + 3] = MF__TR_PD(_mm512_unpackhi_pd, t[i + 1], t[i + 3]);
+    }
+    for (i = 0; i < 4; i++) { /* 128-bit lanes: rows 0..7 and 8..15, columns c, c + 8 / c + 4, c + 12 */
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (i = 0; i < 8; i++) { /* column i (i < 4: from lane 0 of t[i], t[i + 8]), column i + 8 */
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+    for (i = 0; i < 16; i++) _mm512_storeu_ps(dst + (int64_t)i * ldd, _mm512_mul_ps(_mm512_set1_ps(s), r[i]));
+}
+#undef MF__TR_PD
+#elif MF__AW == 8
+static void mf__av_transpose_block(const float *src, int lds, float s, float *dst, int ldd) {
+    __m256 r[8], t[8];
+    int i;
+    for (i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (int64_t)i * lds);
+    for (i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 8; i += 4) { /* rows i..i+3, columns 0..3 of each 128-bit lane */
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (i = 0; i < 4; i++) {
+        t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+        t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+    }
+    for (i = 0; i < 8; i++) _mm256_storeu_ps(dst + (int64_t)i * ldd, _mm256_mul_ps(_mm256_set1_ps(s), t[i]));
+}
+#else
+static void mf__av_transpose_block(const float *src, int lds, float s, float *dst, int ldd) {
+    (void)lds; (void)ldd;
+    dst[0] = s * src[0];
+}
+#endif
+
 /* dst[c * ldd + r] = s * src[r * lds + c] for c < cols, r < rows_pad (zeros from r = rows on);
    rows_pad is a multiple of MF__AW. */
 static void mf__attn_transpose(const float *src, int lds, int rows, int rows_pad, int cols, float s,
                                float *dst, int ldd) {
     int r, c;
-    for (r = 0; r + MF__AW <= rows; r += MF__AW)
-        for (c = 0; c < cols; c++) {
+    for (r = 0; r + MF__AW <= rows; r += MF__AW) {
+        for (c = 0; c + MF__AW <= cols; c += MF__AW)
+            mf__av_transpose_block(src + (int64_t)r * lds + c, lds, s, dst + (int64_t)c * ldd + r, ldd);
+        for (; c < cols; c++) {
             mf__av x = mf__av_gather(src + (int64_t)r * lds + c, lds);
             mf__av_store(dst + (int64_t)c * ldd + r, mf__av_mul(mf__av_set1(s), x));
         }
+    }
     for (c = 0; c < cols; c++) {
         float *d = dst + (int64_t)c * ldd;
         int i;
