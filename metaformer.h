@@ -1250,6 +1250,18 @@ typedef int mf__am;
 #define mf__av_gather(x, ld) ((void)(ld), *(x))
 #define mf__av_exp(x) expf(x)
 #endif
+/* ask for the cache lines of n floats at p (rows of token-major heads are too far apart for the
+   hardware prefetchers to follow) */
+#if MF__AW > 1
+#define MF__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define MF__PREFETCH(p) ((void)(p))
+#endif
+static void mf__prefetch_row(const float *p, int n) {
+    int i;
+    for (i = 0; i < n; i += 16) MF__PREFETCH(p + i);
+    MF__PREFETCH(p + n - 1);
+}
 /* a where x < 0, else b */
 #define mf__av_ifneg(x, a, b) mf__av_iflt(x, mf__av_zero(), a, b)
 #if MF__AW > 1
@@ -5193,12 +5205,15 @@ static void mf__attn_online_finish(const float *acc, const float *m, const float
     }
 }
 
-/* rows rows of n floats: dst (ldd apart) = src (lds apart), or += with add */
+/* rows rows of n floats: dst (ldd apart) = src (lds apart), or += with add; the strided side's
+   rows are asked for MF__AT_PF rows ahead */
+#define MF__AT_PF 8
 static void mf__attn_rows(float *dst, int ldd, const float *src, int lds, int rows, int n, int add) {
     int r, c;
     for (r = 0; r < rows; r++) {
         float *y = dst + (int64_t)r * ldd;
         const float *x = src + (int64_t)r * lds;
+        if (r + MF__AT_PF < rows) mf__prefetch_row(add ? y + (int64_t)MF__AT_PF * ldd : x + (int64_t)MF__AT_PF * lds, n);
         if (add) for (c = 0; c < n; c++) y[c] += x[c];
         else memcpy(y, x, (size_t)n * sizeof(float));
     }
@@ -7562,18 +7577,9 @@ MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps) {
 
 
 /* Token-major inputs put the rows of one head H * d floats apart: beyond what the hardware
-   prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves. */
-#if MF__AW > 1
-#define MF__FW_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-#else
-#define MF__FW_PREFETCH(p) ((void)(p))
-#endif
+   prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves
+   (mf__prefetch_row). */
 #define MF__FW_PF 4
-static void mf__fw_prefetch_row(const float *p, int n) { /* the cache lines of n floats at p */
-    int i;
-    for (i = 0; i < n; i += 16) MF__FW_PREFETCH(p + i);
-    MF__FW_PREFETCH(p + n - 1);
-}
 /* the j < m with w[j] != 0, into idx (m + 16 ints; DPFP features are mostly zeros: a product of
    two relus); returns their number. AVX-512: 16 at a time with a compress. */
 static int mf__fw_nonzero(int m, const float *w, int *idx) {
@@ -7689,10 +7695,10 @@ typedef struct mf__fwh {
 } mf__fwh;
 
 static void mf__fw_prefetch_token(const mf__fwh *h, int t) {
-    mf__fw_prefetch_row(h->q + t * h->lq, h->dd);
-    mf__fw_prefetch_row(h->k + t * h->lq, h->dd);
-    mf__fw_prefetch_row(h->v + t * h->lv, h->dv);
-    if (h->beta) MF__FW_PREFETCH(h->beta + t * h->lb);
+    mf__prefetch_row(h->q + t * h->lq, h->dd);
+    mf__prefetch_row(h->k + t * h->lq, h->dd);
+    mf__prefetch_row(h->v + t * h->lv, h->dv);
+    if (h->beta) MF__PREFETCH(h->beta + t * h->lb);
 }
 static void mf__fw_load_v(const mf__fwh *h, int t, float *row) { /* v_t, then 1 for linear */
     memcpy(row, h->v + t * h->lv, (size_t)h->dv * sizeof(float));
