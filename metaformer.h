@@ -5314,15 +5314,13 @@ static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, int64_t
 static void mf__attn_bwd_head(const mf_tensor *out, int64_t t, const float *g, int ldg, int Tqp, float *dot,
                               float *lse, float *D) {
     const mf__attn_geo ge = mf__attn_geo_of(out);
-    int Tq = ge.Tq, dv = ge.dv, ld = ge.ld[MF__AT_O], i, c;
+    int Tq = ge.Tq, dv = ge.dv, ld = ge.ld[MF__AT_O], i;
     const float *o = out->data + mf__attn_at(&ge, MF__AT_O, t, 0);
     if (!g) { g = out->grad + mf__attn_at(&ge, MF__AT_O, t, 0); ldg = ld; }
     mf__attn_transpose(g, ldg, Tq, Tqp, dv, 1.0f, dot, Tqp);
     for (i = 0; i < Tqp; i++) {
-        float d = 0;
-        if (i < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)i * ldg + c] * o[(int64_t)i * ld + c];
         lse[i] = i < Tq ? out->saved[t * Tq + i] : INFINITY;
-        D[i] = d;
+        D[i] = i < Tq ? mf__vdot(dv, g + (int64_t)i * ldg, o + (int64_t)i * ld, MF__TAIL_VEC) : 0.0f;
     }
 }
 
