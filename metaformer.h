@@ -4842,9 +4842,11 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    hand-blocked kernel, 4 x 64 or 8 x 32 register tiles on AVX-512; mf_sgemm per tile would pack
    and malloc on every call). exp is a vector polynomial (~2 ulp).
    The scale is folded into a transposed copy of the query tile (scale * Q^T, [dk][64]).
-   Forward: parallel over (b, h, query tile); key tiles in order with the online softmax (running
-   max m and sum l, the accumulator rescaled by exp(m_old - m_new)); key tiles that causality hides
-   from the whole query tile are skipped; out = acc / l, lse = m + log l.
+   Forward: parallel over (b, h, query tile), or over whole heads when there are 4 per thread (a
+   token-major head's keys and values are then copied once per head, not once per query tile); key
+   tiles in order with the online softmax (running max m and sum l, the accumulator rescaled by
+   exp(m_old - m_new)); key tiles that causality hides from the whole query tile are skipped;
+   out = acc / l, lse = m + log l.
    Backward (FA2): D_i = rowsum(dO_i * O_i); for each (key tile, query tile) pair P is recomputed
    as exp(scale q k - lse), dV += P^T dO, dP = dO V^T, dS = scale * P * (dP - D), dQ += dS K,
    dK += dS^T Q. Race-free and deterministic without atomics: when there are enough heads, each
@@ -4854,8 +4856,11 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    contributions in the same order in both schemes (dK/dV over ascending query tiles, dQ over
    ascending key tiles), so the gradients are bit-identical for any thread count.
    Scratch (per-thread slices, taken from the activation arena before the parallel region): forward
-   (dk + dv + 64 + 3) * 64 floats per thread; backward scale * Q^T, dO^T, lse and D per head
-   (about the size of q plus out) and two 64 x 64 tiles per thread.
+   (dk + dv + 64 + 3) * 64 floats per thread (whole heads: + Tk (dk + dv) for the copied keys and
+   values); backward two 64 x 64 tiles per thread, and the per-head inputs scale * Q^T, dO^T, lse and
+   D: per thread with whole heads (built from the thread's copy of the head), else for every head
+   (about the size of q plus out).
+   Transposes (scale * Q^T, dO^T) go through registers in MF__AW x MF__AW blocks.
    Tiles: 64 x 64 keeps a thread's tiles (scores, dP, Q^T, accumulator: ~50 KiB at d = 64) in L1/L2;
    64 queries = 4 AVX-512 vectors = one register tile row. */
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
