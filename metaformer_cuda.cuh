@@ -3136,6 +3136,50 @@ static __global__ void mf__k_fw_cdstate_bf16(mf__cu_fw p, const float *X, const 
         }
     }
 }
+/* The fp32 steps of the per-chunk gradients, shared by mf__k_fw_cgrad and mf__k_fw_cgrad_bf16 (chunk
+   of cn tokens from t0 of the head whose token 0 is at row rb; Gc: its Gm [C][C]). */
+/* G [cn][lg] = (I + A)^-T G in place, A[i][m] = beta_i Gm[i][m] (m < i): a back substitution,
+   sequential in i, a thread per column of [dW, dU] (the columns are independent) */
+static __device__ void mf__fw_backsubst(const mf__cu_fw &p, float *Gs, int lg, const float *Gc, long long rb, int t0,
+                                        int cn) {
+    int ldx = p.dd + p.dvp, C = p.C, i, j, m;
+    for (j = threadIdx.x; j < ldx; j += blockDim.x)
+        for (i = cn - 2; i >= 0; i--) {
+            float a = 0;
+            for (m = i + 1; m < cn; m++) a = MF__CU_FMA(-p.beta[MF__FW_R(t0 + m)] * Gc[m * C + i], Gs[m * lg + j], a);
+            Gs[i * lg + j] = a + Gs[i * lg + j];
+        }
+}
+/* dbeta_i = G_i . [k_i, v_i] - sum_{m<i} D[i][m] Gm[i][m] added to gb (may be NULL); then D [rows][ld]
+   becomes E = -diag(beta) D, strictly lower, zero past the chunk (cols columns). Row i: one thread's. */
+static __device__ void mf__fw_dbeta(const mf__cu_fw &p, const float *Gs, int lg, float *D, int ld, const float *Gc,
+                                    float *gb, long long rb, int t0, int cn, int rows, int cols) {
+    int dd = p.dd, i, j, m, c;
+    for (i = threadIdx.x; i < rows; i += blockDim.x) {
+        float b = 0;
+        if (i < cn) {
+            long long r = MF__FW_R(t0 + i);
+            const float *gi = Gs + i * lg;
+            float a = 0, a2 = 0;
+            b = p.beta[r];
+            for (j = 0; j < dd; j++) a = MF__CU_FMA(gi[j], p.k[r * dd + j], a);
+            for (c = 0; c < p.dvp; c++) a2 = MF__CU_FMA(gi[dd + c], mf__cu_fw_v(p, r, c), a2);
+            a += a2;
+            for (m = 0; m < i; m++) a -= D[i * ld + m] * Gc[i * p.C + m];
+            if (gb) gb[r] += a;
+        }
+        for (m = 0; m < cols; m++) D[i * ld + m] = i < cn && m < i ? -b * D[i * ld + m] : 0.0f;
+    }
+}
+/* dV += diag(beta) G[:, dd:] (delta rule) or dU [cn][ldu] (linear), one thread per element */
+static __device__ void mf__fw_dv(const mf__cu_fw &p, float *gv, const float *Gs, int lg, const float *dUc, int ldu,
+                                 long long rb, int t0, int cn) {
+    for (int e = threadIdx.x; e < cn * p.dv; e += blockDim.x) {
+        int i = e / p.dv, c = e % p.dv;
+        long long r = MF__FW_R(t0 + i);
+        gv[r * p.dv + c] += p.beta ? p.beta[r] * Gs[i * lg + p.dd + c] : dUc[i * ldu + c];
+    }
+}
 /* The gradients of one chunk: one block per (chunk, head), grid B H nc. Inputs: the chunk-start
    state and dL/dS^T at its end in the [dvp][dd] layout (Sn, dSn: the products below run over the
    value axis with the threads along d_dot, so their reads coalesce), X, U, dU, Gm, dY.
@@ -3178,12 +3222,7 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
             Gs[i * lg + j] = a;
         }
         __syncthreads();
-        for (j = threadIdx.x; j < ldx; j += nt) /* G = (I + A)^-T [dW, dU]: back substitution per column */
-            for (i = cn - 2; i >= 0; i--) {
-                float a = 0;
-                for (m = i + 1; m < cn; m++) a = MF__CU_FMA(-p.beta[MF__FWR(m)] * Gc[m * C + i], Gs[m * lg + j], a);
-                Gs[i * lg + j] = a + Gs[i * lg + j];
-            }
+        mf__fw_backsubst(p, Gs, lg, Gc, rb, t0, cn);
         __syncthreads();
         for (e = threadIdx.x; e < cn * cn; e += nt) { /* D = G X^T (m < i) */
             float a = 0;
@@ -3192,17 +3231,7 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
             D[i * C + m] = a;
         }
         __syncthreads();
-        for (i = threadIdx.x; i < cn; i += nt) { /* dbeta, then E = -diag(beta) D (row i: this thread's) */
-            long long r = MF__FWR(i);
-            const float *gi = Gs + i * lg;
-            float b = p.beta[r], a = 0, a2 = 0;
-            for (j = 0; j < dd; j++) a = MF__CU_FMA(gi[j], p.k[r * dd + j], a);
-            for (c = 0; c < dvp; c++) a2 = MF__CU_FMA(gi[dd + c], mf__cu_fw_v(p, r, c), a2);
-            a += a2;
-            for (m = 0; m < i; m++) a -= D[i * C + m] * Gc[i * C + m];
-            if (gb) gb[r] += a;
-            for (m = 0; m < cn; m++) D[i * C + m] = m < i ? -b * D[i * C + m] : 0.0f;
-        }
+        mf__fw_dbeta(p, Gs, lg, D, C, Gc, gb, rb, t0, cn, cn, cn);
     }
     __syncthreads();
     for (e = threadIdx.x; e < cn * dd; e += nt) { /* dQ = dY S + dP K;  dK = U dS^T + dP^T Q (+ delta terms) */
@@ -3229,13 +3258,7 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
             gk[r * dd + j] += a;
         }
     }
-    if (gv)
-        for (e = threadIdx.x; e < cn * p.dv; e += nt) {
-            long long r;
-            i = e / p.dv; c = e % p.dv;
-            r = MF__FWR(i);
-            gv[r * p.dv + c] += p.beta ? p.beta[r] * Gs[i * lg + dd + c] : dUs[i * lu + c];
-        }
+    if (gv) mf__fw_dv(p, gv, Gs, lg, dUs, lu, rb, t0, cn);
 #undef MF__FWR
 }
 
