@@ -2899,15 +2899,19 @@ static __device__ void mf__fw_stage(mf__fw_bf *dst, int ld, const float *src, lo
 }
 /* the width of the feature step from k0: MF__FW_KS, or what is left of d_dot padded to 16 */
 static __device__ int mf__fw_step(int dd, int k0) { return min(MF__FW_KS, mf__fa_pad(dd - k0)); }
-/* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2) and
-   mf__k_fw_cdstate_bf16 (3) */
+/* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2),
+   mf__k_fw_cdstate_bf16 (3) and mf__k_fw_cgrad_bf16 (4) */
 static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
     size_t cp = (size_t)mf__fa_pad(p->C), np = (size_t)mf__fa_pad(p->dvp), rr = cp > MF__FW_KS ? cp : MF__FW_KS;
     size_t ddp = (size_t)mf__fa_pad(p->dd), ks = MF__FW_KS, b = sizeof(mf__fw_bf);
     if (kind == 0) return 2 * cp * (cp + 4) * sizeof(float) + 2 * ks * (cp + 8) * b;      /* P, Gm | Q^T, K^T */
     if (kind == 1) return cp * (np + 4) * sizeof(float) + rr * (cp + 8 + np + 8) * b;     /* Y | A, B */
     if (kind == 2) return (ddp + cp) * 20 * sizeof(float) + (cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* S^T, U | U, S^T, A */
-    return (ddp + cp) * 20 * sizeof(float) + (2 * cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* dS^T, dU | dY, -dU, dS^T, A */
+    if (kind == 3) return (ddp + cp) * 20 * sizeof(float) + (2 * cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* dS^T, dU | dY, -dU, dS^T, A */
+    { /* kind 4: dP, (delta rule) D and G, the dQ / dK tile | A, B */
+        size_t ws = ks < ddp ? ks : ddp, lg = (size_t)mf__fa_pad(p->dd + p->dvp) + 4, d = p->beta ? 1 : 0;
+        return (cp * (cp + 4) * (1 + d) + d * cp * lg + cp * (ws + 4)) * sizeof(float) + rr * (cp + 8 + (cp > ws ? cp : ws) + 8) * b;
+    }
 }
 /* mf__k_fw_prep's P = tril(Q K^T) and Gm = tril(K K^T, -1): grid B H nc, shared fp32 P, Gm
    [Cp][Cp + 4], bf16 Q^T, K^T of a feature step [MF__FW_KS][Cp + 8]; then the same forward
@@ -3262,6 +3266,113 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
 #undef MF__FWR
 }
 
+/* mf__k_fw_cgrad on the bf16 tensor cores (MF_PREC_BF16; grid B H nc, MF__FA_THREADS threads): dP =
+   tril(dY U^T), dW = -dU S, D = G X^T, dQ = dY S + dP K and dK = U dS^T + dP^T Q + (E + E^T) K as
+   bf16 tile products (mf__fa_mm) over operands rounded to bf16 as they are staged, zero-padded (the
+   chunk to Cp = pad(C), value columns and features in steps of MF__FW_KS), accumulated in fp32; the
+   back substitution, dbeta, dV and dK's beta G term in fp32 (mf__fw_backsubst, mf__fw_dbeta,
+   mf__fw_dv). Shared (mf__fw_bf16_smem kind 4): fp32 dP [Cp][Cp + 4], (delta rule) D / E [Cp][Cp + 4]
+   and G [Cp][pad(dd + dvp) + 4], a dQ / dK tile R [Cp][ws + 4] (ws = min(MF__FW_KS, pad(dd)));
+   bf16 operand tiles A [rr][Cp + 8] and B [rr][max(Cp, ws) + 8], rr = max(Cp, MF__FW_KS). */
+static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const float *dSn, const float *X,
+                                           const float *U, const float *dU, const float *Gm, const float *dy, float *gq,
+                                           float *gk, float *gv, float *gb) {
+    MF_DYN_SMEM(float, sm);
+    int C = p.C, Cp = mf__fa_pad(C), nc = (p.T + C - 1) / C, dd = p.dd, dvp = p.dvp, ldx = dd + dvp, k0, f0;
+    int lc = Cp + 4, lg = mf__fa_pad(ldx) + 4, ws = min(MF__FW_KS, mf__fa_pad(dd)), lr = ws + 4;
+    int rr = max(Cp, MF__FW_KS), la = Cp + 8, lb = max(Cp, ws) + 8;
+    long long bh = blockIdx.x / nc, ss = (long long)dd * dvp, rb = mf__cu_fw_row(p, bh, 0);
+    long long lq = (long long)p.H * dd, ly = (long long)p.H * dvp;
+    int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+    const float *Sn = stn + (bh * nc + ch) * ss, *dS = dSn + (bh * nc + ch) * ss;
+    const float *Gc = p.beta ? Gm + (bh * nc + ch) * C * C : NULL, *Xc = p.beta ? X + (bh * p.T + t0) * ldx : NULL;
+    const float *dyc = dy + MF__FW_R(t0) * dvp, *Uc = U + (bh * p.T + t0) * dvp, *dUc = dU + (bh * p.T + t0) * dvp;
+    const float *qc = p.q + MF__FW_R(t0) * dd, *kc = p.k + MF__FW_R(t0) * dd;
+    float *dP = sm, *D = dP + Cp * lc, *G = D + (p.beta ? Cp * lc : 0), *R = G + (p.beta ? Cp * lg : 0);
+    mf__fw_bf *As = (mf__fw_bf *)(R + Cp * lr), *Bs = As + rr * la;
+    for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* dP = dY U^T over value-column steps */
+        int w = mf__fw_step(dvp, k0);
+        mf__fw_stage(As, la, dyc, ly, cn, Cp, k0, dvp, w, 1);
+        mf__fw_stage(Bs, lb, Uc, dvp, cn, Cp, k0, dvp, w, 1);
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(dP, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
+        __syncthreads();
+    }
+    MF__FA_EACH(i, m, Cp, Cp, if (!(i < cn && m <= i)) dP[i * lc + m] = 0.0f); /* tril, the chunk's tokens only */
+    if (p.beta) {
+        for (f0 = 0; f0 < dd; f0 += MF__FW_KS) /* [dW, dU] = [-dU S, dU]: dW by feature steps */
+            for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) {
+                int w = mf__fw_step(dd, f0), wc = mf__fw_step(dvp, k0);
+                mf__fa_load_t(As, la, dUc + k0, dvp - k0, dvp, cn, Cp, wc, -1.0f);
+                mf__fw_stage(Bs, lb, Sn + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
+                __syncthreads();
+                mf__fa_mm<MF__FA_BF16>(G + f0, lg, As, la, Bs, lb, Cp, w, wc, k0 > 0);
+                __syncthreads();
+            }
+        MF__FA_EACH(i, c, cn, dvp, G[i * lg + dd + c] = dUc[(long long)i * dvp + c]);
+        __syncthreads();
+        mf__fw_backsubst(p, G, lg, Gc, rb, t0, cn); /* G = (I + A)^-T [dW, dU] */
+        __syncthreads();
+        for (k0 = 0; k0 < ldx; k0 += MF__FW_KS) { /* D = G X^T over steps of the dd + dvp columns */
+            int w = mf__fw_step(ldx, k0);
+            mf__fw_stage(As, la, G, lg, cn, Cp, k0, ldx, w, 1);
+            mf__fw_stage(Bs, lb, Xc, ldx, cn, Cp, k0, ldx, w, 1);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(D, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
+            __syncthreads();
+        }
+        mf__fw_dbeta(p, G, lg, D, lc, Gc, gb, rb, t0, cn, Cp, Cp); /* dbeta; D becomes E */
+    }
+    __syncthreads();
+    /* dQ and dK by feature steps: R = the step's products, then added to gq / gk (the next product into R
+       follows a staging and its barrier, which orders it after these reads) */
+    for (f0 = 0; f0 < dd; f0 += MF__FW_KS) {
+        int w = mf__fw_step(dd, f0), wr = min(w, dd - f0);
+        if (gq) {
+            for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* R = dY S */
+                int wc = mf__fw_step(dvp, k0);
+                mf__fw_stage(As, la, dyc, ly, cn, Cp, k0, dvp, wc, 1);
+                mf__fw_stage(Bs, lb, Sn + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
+                __syncthreads();
+                mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
+                __syncthreads();
+            }
+            mf__fw_stage(As, la, dP, lc, Cp, Cp, 0, Cp, Cp, 1); /* R += dP K */
+            mf__fw_stage(Bs, lb, kc, lq, cn, Cp, f0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, Cp, 1);
+            __syncthreads();
+            MF__FA_EACH(i, j, cn, wr, gq[MF__FW_R(t0 + i) * dd + f0 + j] += R[i * lr + j]);
+        }
+        if (!gk) continue;
+        for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* R = U dS^T */
+            int wc = mf__fw_step(dvp, k0);
+            mf__fw_stage(As, la, Uc, dvp, cn, Cp, k0, dvp, wc, 1);
+            mf__fw_stage(Bs, lb, dS + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
+            __syncthreads();
+        }
+        mf__fw_stage(As, la, dP, lc, Cp, Cp, 0, Cp, Cp, 0); /* R += dP^T Q */
+        mf__fw_stage(Bs, lb, qc, lq, cn, Cp, f0, dd, w, 0);
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, Cp, 1);
+        __syncthreads();
+        if (p.beta) { /* R += (E + E^T) K (symmetric: the tile is its own transpose) */
+            MF__FA_EACH(m, i, Cp, Cp, mf__fa_put(As + m * la + i, D[m * lc + i] + D[i * lc + m]));
+            mf__fw_stage(Bs, lb, kc, lq, cn, Cp, f0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, Cp, 1);
+            __syncthreads();
+        }
+        MF__FA_EACH(i, j, cn, wr, {
+            long long r = MF__FW_R(t0 + i);
+            gk[r * dd + f0 + j] += p.beta ? MF__CU_FMA(p.beta[r], G[i * lg + f0 + j], R[i * lr + j]) : R[i * lr + j];
+        });
+    }
+    if (gv) mf__fw_dv(p, gv, G, lg, dUc, dvp, rb, t0, cn);
+}
+
 #undef MF__FW_R
 
 /* ---- host side ---- */
@@ -3363,6 +3474,21 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
                           out->farg[MF__FARG_FW_EPS], rows * p.dv);
     return 0;
 }
+/* the chunkwise backward on the bf16 tensor cores: mf__k_fw_cdstate_bf16 (dL/dS^T at the chunk ends into
+   dSe, dU), then mf__k_fw_cgrad_bf16 (each chunk's gradients) */
+static int mf__cu_fw_bwd_bf16(mf_ctx *ctx, const mf__cu_fw *p, const mf__cu_fw_buf *b, const float *dy, float *dSe,
+                              float *dU, float *gq, float *gk, float *gv, float *gb, const char *op) {
+    long long BH = (long long)p->B * p->H, nc = (p->T + p->C - 1) / p->C;
+    size_t ds = mf__fw_bf16_smem(p, 3), gs = mf__fw_bf16_smem(p, 4);
+    if (mf__cu_fw_smem(ctx, mf__k_fw_cdstate_bf16, ds, op, p) < 0 || mf__cu_fw_smem(ctx, mf__k_fw_cgrad_bf16, gs, op, p) < 0)
+        return -1;
+    if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate_bf16, dim3((unsigned)BH, (unsigned)((p->dvp + 15) / 16)), MF__FA_THREADS, ds,
+                   *p, (const float *)b->X, (const float *)b->P, dy, dSe, dU) < 0)
+        return -1;
+    return MF__CU_RUN(ctx, op, mf__k_fw_cgrad_bf16, (unsigned)(BH * nc), MF__FA_THREADS, gs, *p, (const float *)b->stn,
+                      (const float *)dSe, (const float *)b->X, (const float *)b->U, (const float *)dU,
+                      (const float *)b->Gm, dy, gq, gk, gv, gb);
+}
 static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
@@ -3407,16 +3533,11 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
                      * sizeof(float);
         if (!dSe) return -1;
         dU = dSe + BH * nc * ss;
+        if (mf__cu_fa_prec(ctx) == MF__FA_BF16) return mf__cu_fw_bwd_bf16(ctx, &p, &b, dy, dSe, dU, gq, gk, gv, gb, op);
         if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
-        if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0) return -1;
-        if (mf__cu_fa_prec(ctx) == MF__FA_BF16) {
-            size_t ds = mf__fw_bf16_smem(&p, 3);
-            if (mf__cu_fw_smem(ctx, mf__k_fw_cdstate_bf16, ds, op, &p) < 0 ||
-                MF__CU_RUN(ctx, op, mf__k_fw_cdstate_bf16, dim3((unsigned)BH, (unsigned)((p.dvp + 15) / 16)),
-                           MF__FA_THREADS, ds, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU) < 0)
-                return -1;
-        } else if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)),
-                              MF__CU_FW_NT, smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
+        if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), MF__CU_FW_NT,
+                       smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
             return -1;
         return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.stn,
                           (const float *)dSe, (const float *)b.X, (const float *)b.U, (const float *)dU,
