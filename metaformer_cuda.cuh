@@ -2908,9 +2908,10 @@ static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
     if (kind == 1) return cp * (np + 4) * sizeof(float) + rr * (cp + 8 + np + 8) * b;     /* Y | A, B */
     if (kind == 2) return (ddp + cp) * 20 * sizeof(float) + (cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* S^T, U | U, S^T, A */
     if (kind == 3) return (ddp + cp) * 20 * sizeof(float) + (2 * cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* dS^T, dU | dY, -dU, dS^T, A */
-    { /* kind 4: dP, (delta rule) D and G, the dQ / dK tile | A, B */
+    { /* kind 4: dP then D, (delta rule) G, the dQ / dK tile | dP, A, B */
         size_t ws = ks < ddp ? ks : ddp, lg = (size_t)mf__fa_pad(p->dd + p->dvp) + 4, d = p->beta ? 1 : 0;
-        return (cp * (cp + 4) * (1 + d) + d * cp * lg + cp * (ws + 4)) * sizeof(float) + rr * (cp + 8 + (cp > ws ? cp : ws) + 8) * b;
+        return (cp * (cp + 4) + d * cp * lg + cp * (ws + 4)) * sizeof(float) +
+               (cp * (cp + 8) + rr * (cp + 8 + (cp > ws ? cp : ws) + 8)) * b;
     }
 }
 /* mf__k_fw_prep's P = tril(Q K^T) and Gm = tril(K K^T, -1): grid B H nc, shared fp32 P, Gm
@@ -3271,9 +3272,10 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
    bf16 tile products (mf__fa_mm) over operands rounded to bf16 as they are staged, zero-padded (the
    chunk to Cp = pad(C), value columns and features in steps of MF__FW_KS), accumulated in fp32; the
    back substitution, dbeta, dV and dK's beta G term in fp32 (mf__fw_backsubst, mf__fw_dbeta,
-   mf__fw_dv). Shared (mf__fw_bf16_smem kind 4): fp32 dP [Cp][Cp + 4], (delta rule) D / E [Cp][Cp + 4]
-   and G [Cp][pad(dd + dvp) + 4], a dQ / dK tile R [Cp][ws + 4] (ws = min(MF__FW_KS, pad(dd)));
-   bf16 operand tiles A [rr][Cp + 8] and B [rr][max(Cp, ws) + 8], rr = max(Cp, MF__FW_KS). */
+   mf__fw_dv). Shared (mf__fw_bf16_smem kind 4): fp32 D [Cp][Cp + 4] (dP, then D / E), (delta rule)
+   G [Cp][pad(dd + dvp) + 4], a dQ / dK tile R [Cp][ws + 4] (ws = min(MF__FW_KS, pad(dd))); bf16 dP
+   [Cp][Cp + 8] (kept as an operand only: half the bytes of an fp32 copy) and the operand tiles A
+   [rr][Cp + 8], B [rr][max(Cp, ws) + 8], rr = max(Cp, MF__FW_KS). */
 static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const float *dSn, const float *X,
                                            const float *U, const float *dU, const float *Gm, const float *dy, float *gq,
                                            float *gk, float *gv, float *gb) {
@@ -3288,17 +3290,17 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
     const float *Gc = p.beta ? Gm + (bh * nc + ch) * C * C : NULL, *Xc = p.beta ? X + (bh * p.T + t0) * ldx : NULL;
     const float *dyc = dy + MF__FW_R(t0) * dvp, *Uc = U + (bh * p.T + t0) * dvp, *dUc = dU + (bh * p.T + t0) * dvp;
     const float *qc = p.q + MF__FW_R(t0) * dd, *kc = p.k + MF__FW_R(t0) * dd;
-    float *dP = sm, *D = dP + Cp * lc, *G = D + (p.beta ? Cp * lc : 0), *R = G + (p.beta ? Cp * lg : 0);
-    mf__fw_bf *As = (mf__fw_bf *)(R + Cp * lr), *Bs = As + rr * la;
+    float *D = sm, *G = D + Cp * lc, *R = G + (p.beta ? Cp * lg : 0);
+    mf__fw_bf *dPb = (mf__fw_bf *)(R + Cp * lr), *As = dPb + Cp * la, *Bs = As + rr * la;
     for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* dP = dY U^T over value-column steps */
         int w = mf__fw_step(dvp, k0);
         mf__fw_stage(As, la, dyc, ly, cn, Cp, k0, dvp, w, 1);
         mf__fw_stage(Bs, lb, Uc, dvp, cn, Cp, k0, dvp, w, 1);
         __syncthreads();
-        mf__fa_mm<MF__FA_BF16>(dP, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
+        mf__fa_mm<MF__FA_BF16>(D, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
         __syncthreads();
-    }
-    MF__FA_EACH(i, m, Cp, Cp, if (!(i < cn && m <= i)) dP[i * lc + m] = 0.0f); /* tril, the chunk's tokens only */
+    } /* tril, the chunk's tokens only; D is next written after barriers */
+    MF__FA_EACH(i, m, Cp, Cp, mf__fa_put(dPb + i * la + m, i < cn && m <= i ? D[i * lc + m] : 0.0f));
     if (p.beta) {
         for (f0 = 0; f0 < dd; f0 += MF__FW_KS) /* [dW, dU] = [-dU S, dU]: dW by feature steps */
             for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) {
@@ -3337,7 +3339,7 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
                 mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
                 __syncthreads();
             }
-            mf__fw_stage(As, la, dP, lc, Cp, Cp, 0, Cp, Cp, 1); /* R += dP K */
+            MF__FA_EACH(m, i, Cp, Cp, As[m * la + i] = dPb[i * la + m]); /* R += dP K (dP^T: a bf16 copy) */
             mf__fw_stage(Bs, lb, kc, lq, cn, Cp, f0, dd, w, 0);
             __syncthreads();
             mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, Cp, 1);
@@ -3353,10 +3355,9 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
             mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
             __syncthreads();
         }
-        mf__fw_stage(As, la, dP, lc, Cp, Cp, 0, Cp, Cp, 0); /* R += dP^T Q */
-        mf__fw_stage(Bs, lb, qc, lq, cn, Cp, f0, dd, w, 0);
+        mf__fw_stage(Bs, lb, qc, lq, cn, Cp, f0, dd, w, 0); /* R += dP^T Q (dP as it is kept) */
         __syncthreads();
-        mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, Cp, 1);
+        mf__fa_mm<MF__FA_BF16>(R, lr, dPb, la, Bs, lb, Cp, w, Cp, 1);
         __syncthreads();
         if (p.beta) { /* R += (E + E^T) K (symmetric: the tile is its own transpose) */
             MF__FA_EACH(m, i, Cp, Cp, mf__fa_put(As + m * la + i, D[m * lc + i] + D[i * lc + m]));
