@@ -26,8 +26,8 @@
  *   - Dense products go through cuBLAS (row-major via C^T = B^T A^T), exact float32 unless
  *     mf_cuda_set_precision picks TF32 or BF16 (MF__CU(ctx)->prec). In BF16 the products read bf16
  *     operands (a bf16 copy of the parameters, the other operands converted into a scratch; fp32
- *     accumulation and output, [cu:gemm]), and so do the tile products of [cu:attention] and
- *     [cu:xl]; the parameters, moments and activations stay fp32.
+ *     accumulation and output, [cu:gemm]), and so do the tile products of [cu:attention], [cu:xl]
+ *     and the chunkwise kernels of [cu:fastweights]; the parameters, moments and activations stay fp32.
  *     Every other kernel here is deterministic (no atomics; reductions in a
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
  *   - Errors: every runtime / cuBLAS call is checked and the message names the op and the call;
@@ -88,10 +88,11 @@
  * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
  * sm_80+), and the relative attention of [cu:xl] with MF_PREC_BF16 only (bf16 WMMA m16n16k16; TF32
  * leaves it on the fp32 kernels). The chunkwise fast-weight / linear kernels ([cu:fastweights])
- * with MF_PREC_BF16 only: the forward (P, Gm, the state update, the output) and the backward's state
- * pass (dU, dL/dS^T) as bf16 WMMA tile products with an fp32 state and fp32 accumulators; their
- * per-chunk gradient kernel (mf__k_fw_cgrad), the forward substitution and the recurrent form stay
- * fp32 on the CUDA cores. The feedback steps' dense products are [cu:gemm]'s (bf16
+ * with MF_PREC_BF16 only: the forward (P, Gm, the state update, the output), the backward's state
+ * pass (dU, dL/dS^T) and its per-chunk gradients (dP, -dU S, D = G X^T, dQ, dK) as bf16 WMMA tile
+ * products with an fp32 state and fp32 accumulators; the forward and back substitutions (triangular
+ * solves, sequential in the token), dbeta, dV and the recurrent form stay fp32 on the CUDA cores.
+ * The feedback steps' dense products are [cu:gemm]'s (bf16
  * with MF_PREC_BF16), their one-query attention stays fp32 (a matrix-vector product). No
  * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
  * defaults, not tuned ones.
@@ -2510,19 +2511,21 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
                      dU = K dS^T + P^T dY, dS^T += Q^T dY - W^T dU
      mf__k_fw_cgrad  (one block per (chunk, head), MF__CU_ROW threads; dY, U, dU, G, X of the chunk in
                      shared memory, the states read as [dvp][dd] so the loads coalesce): dP, the back
-                     substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
+                     substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk
+                     (the back substitution, dbeta and dV: mf__fw_backsubst, mf__fw_dbeta, mf__fw_dv).
    Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
    U, Gm, P (and normalised linear attention's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
    opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size.
    Precision: fp32 on the CUDA cores in fp32 and TF32. With MF_PREC_BF16 (on sm_80+, mf__cu_fa_prec)
    the chunkwise form runs mf__k_fw_prep_bf16, mf__k_fw_cstate_bf16 and mf__k_fw_cout_bf16 forward and
-   mf__k_fw_cdstate_bf16 backward instead: every product above except the forward substitution is a
-   bf16 WMMA tile product ([cu:attention]'s mf__fa_mm) over operands rounded to bf16 as they are
-   staged in shared memory, zero-padded to 16 (tokens to Cp = pad(C), value columns in 16-column
-   slices, d_dot in steps of MF__FW_KS features), accumulated in fp32 into fp32 tiles; the state S^T,
-   dL/dS^T and everything kept for the backward stay fp32 (docs/math.md §4.2). Still fp32 in bf16:
-   mf__k_fw_cgrad (dP, the back substitution, D, dQ, dK, dV, dbeta of a chunk), the forward
-   substitution and the recurrent form (a matrix-vector product per token). */
+   mf__k_fw_cdstate_bf16, mf__k_fw_cgrad_bf16 backward instead: every product above except the two
+   substitutions is a bf16 WMMA tile product ([cu:attention]'s mf__fa_mm) over operands rounded to
+   bf16 as they are staged in shared memory, zero-padded to 16 (tokens to Cp = pad(C), value columns
+   in 16-column slices in the state passes and in steps of MF__FW_KS in the per-chunk gradients,
+   d_dot in steps of MF__FW_KS features), accumulated in fp32 into fp32 tiles; the state S^T, dL/dS^T
+   and everything kept for the backward stay fp32 (docs/math.md §4.2). Still fp32 in bf16: the
+   forward substitution, the back substitution (both triangular solves, sequential in the token),
+   dbeta, dV (a scaled copy of G) and the recurrent form (a matrix-vector product per token). */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
 #define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
