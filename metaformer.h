@@ -1255,6 +1255,18 @@ typedef int mf__am;
 #define mf__av_gather(x, ld) ((void)(ld), *(x))
 #define mf__av_exp(x) expf(x)
 #endif
+/* ask for the cache lines of n floats at p (rows of token-major heads are too far apart for the
+   hardware prefetchers to follow) */
+#if MF__AW > 1
+#define MF__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define MF__PREFETCH(p) ((void)(p))
+#endif
+static void mf__prefetch_row(const float *p, int n) {
+    int i;
+    for (i = 0; i < n; i += 16) MF__PREFETCH(p + i);
+    MF__PREFETCH(p + n - 1);
+}
 /* a where x < 0, else b */
 #define mf__av_ifneg(x, a, b) mf__av_iflt(x, mf__av_zero(), a, b)
 #if MF__AW > 1
@@ -4887,9 +4899,11 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    hand-blocked kernel, 4 x 64 or 8 x 32 register tiles on AVX-512; mf_sgemm per tile would pack
    and malloc on every call). exp is a vector polynomial (~2 ulp).
    The scale is folded into a transposed copy of the query tile (scale * Q^T, [dk][64]).
-   Forward: parallel over (b, h, query tile); key tiles in order with the online softmax (running
-   max m and sum l, the accumulator rescaled by exp(m_old - m_new)); key tiles that causality hides
-   from the whole query tile are skipped; out = acc / l, lse = m + log l.
+   Forward: parallel over (b, h, query tile), or over whole heads when there are 4 per thread (a
+   token-major head's keys and values are then copied once per head, not once per query tile); key
+   tiles in order with the online softmax (running max m and sum l, the accumulator rescaled by
+   exp(m_old - m_new)); key tiles that causality hides from the whole query tile are skipped;
+   out = acc / l, lse = m + log l.
    Backward (FA2): D_i = rowsum(dO_i * O_i); for each (key tile, query tile) pair P is recomputed
    as exp(scale q k - lse), dV += P^T dO, dP = dO V^T, dS = scale * P * (dP - D), dQ += dS K,
    dK += dS^T Q. Race-free and deterministic without atomics: when there are enough heads, each
@@ -4899,8 +4913,11 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    contributions in the same order in both schemes (dK/dV over ascending query tiles, dQ over
    ascending key tiles), so the gradients are bit-identical for any thread count.
    Scratch (per-thread slices, taken from the activation arena before the parallel region): forward
-   (dk + dv + 64 + 3) * 64 floats per thread; backward scale * Q^T, dO^T, lse and D per head
-   (about the size of q plus out) and two 64 x 64 tiles per thread.
+   (dk + dv + 64 + 3) * 64 floats per thread (whole heads: + Tk (dk + dv) for the copied keys and
+   values); backward two 64 x 64 tiles per thread, and the per-head inputs scale * Q^T, dO^T, lse and
+   D: per thread with whole heads (built from the thread's copy of the head), else for every head
+   (about the size of q plus out).
+   Transposes (scale * Q^T, dO^T) go through registers in MF__AW x MF__AW blocks.
    Tiles: 64 x 64 keeps a thread's tiles (scores, dP, Q^T, accumulator: ~50 KiB at d = 64) in L1/L2;
    64 queries = 4 AVX-512 vectors = one register tile row. */
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
@@ -5030,16 +5047,79 @@ static void mf__attn_mm(int m, int n, int k, const float *A, int ars, int acs, c
 #undef MF__AT_DECL
 #undef MF__AT_TILE
 
+/* dst[c * ldd + r] = s * src[r * lds + c] for an MF__AW x MF__AW block, in registers: MF__AW row
+   loads, log2(MF__AW) rounds of lane shuffles, MF__AW column stores (a gather per column costs
+   several times more, and its lanes hit as many cache lines as the block has rows) */
+#if MF__AW == 16
+#define MF__TR_PD(f, a, b) _mm512_castpd_ps(f(_mm512_castps_pd(a), _mm512_castps_pd(b)))
+static void mf__av_transpose_block(const float *src, int lds, float s, float *dst, int ldd) {
+    __m512 r[16], t[16];
+    int i;
+    for (i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (int64_t)i * lds);
+    for (i = 0; i < 16; i += 2) { /* [a0 b0 a1 b1 | a4 b4 a5 b5 | ...], [a2 b2 a3 b3 | ...] */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) { /* rows i..i+3, columns 0..3 of each 128-bit lane */
+        r[i] = MF__TR_PD(_mm512_unpacklo_pd, t[i], t[i + 2]);
+        r[i + 1] = MF__TR_PD(_mm512_unpackhi_pd, t[i], t[i + 2]);
+        r[i + 2] = MF__TR_PD(_mm512_unpacklo_pd, t[i + 1], t[i + 3]);
+        r[i + 3] = MF__TR_PD(_mm512_unpackhi_pd, t[i + 1], t[i + 3]);
+    }
+    for (i = 0; i < 4; i++) { /* 128-bit lanes: rows 0..7 and 8..15, columns c, c + 8 / c + 4, c + 12 */
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (i = 0; i < 8; i++) { /* column i (i < 4: from lane 0 of t[i], t[i + 8]), column i + 8 */
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+    for (i = 0; i < 16; i++) _mm512_storeu_ps(dst + (int64_t)i * ldd, _mm512_mul_ps(_mm512_set1_ps(s), r[i]));
+}
+#undef MF__TR_PD
+#elif MF__AW == 8
+static void mf__av_transpose_block(const float *src, int lds, float s, float *dst, int ldd) {
+    __m256 r[8], t[8];
+    int i;
+    for (i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (int64_t)i * lds);
+    for (i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 8; i += 4) { /* rows i..i+3, columns 0..3 of each 128-bit lane */
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (i = 0; i < 4; i++) {
+        t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+        t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+    }
+    for (i = 0; i < 8; i++) _mm256_storeu_ps(dst + (int64_t)i * ldd, _mm256_mul_ps(_mm256_set1_ps(s), t[i]));
+}
+#else
+static void mf__av_transpose_block(const float *src, int lds, float s, float *dst, int ldd) {
+    (void)lds; (void)ldd;
+    dst[0] = s * src[0];
+}
+#endif
+
 /* dst[c * ldd + r] = s * src[r * lds + c] for c < cols, r < rows_pad (zeros from r = rows on);
    rows_pad is a multiple of MF__AW. */
 static void mf__attn_transpose(const float *src, int lds, int rows, int rows_pad, int cols, float s,
                                float *dst, int ldd) {
     int r, c;
-    for (r = 0; r + MF__AW <= rows; r += MF__AW)
-        for (c = 0; c < cols; c++) {
+    for (r = 0; r + MF__AW <= rows; r += MF__AW) {
+        for (c = 0; c + MF__AW <= cols; c += MF__AW)
+            mf__av_transpose_block(src + (int64_t)r * lds + c, lds, s, dst + (int64_t)c * ldd + r, ldd);
+        for (; c < cols; c++) {
             mf__av x = mf__av_gather(src + (int64_t)r * lds + c, lds);
             mf__av_store(dst + (int64_t)c * ldd + r, mf__av_mul(mf__av_set1(s), x));
         }
+    }
     for (c = 0; c < cols; c++) {
         float *d = dst + (int64_t)c * ldd;
         int i;
@@ -5187,34 +5267,40 @@ static void mf__attn_online_finish(const float *acc, const float *m, const float
     }
 }
 
-/* rows rows of n floats: dst (ldd apart) = src (lds apart), or += with add */
+/* rows rows of n floats: dst (ldd apart) = src (lds apart), or += with add; the strided side's
+   rows are asked for MF__AT_PF rows ahead */
+#define MF__AT_PF 8
 static void mf__attn_rows(float *dst, int ldd, const float *src, int lds, int rows, int n, int add) {
     int r, c;
     for (r = 0; r < rows; r++) {
         float *y = dst + (int64_t)r * ldd;
         const float *x = src + (int64_t)r * lds;
+        if (r + MF__AT_PF < rows) mf__prefetch_row(add ? y + (int64_t)MF__AT_PF * ldd : x + (int64_t)MF__AT_PF * lds, n);
         if (add) for (c = 0; c < n; c++) y[c] += x[c];
         else memcpy(y, x, (size_t)n * sizeof(float));
     }
 }
-/* Forward of query tile qt of head bh; work: (dk + 64 + dv + 3) * 64 + 64 (dk + dv) floats. */
-static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
-    const mf__attn_geo g = mf__attn_geo_of(out);
-    int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv, ldq = g.ld[MF__AT_Q], ldk = g.ld[MF__AT_K], ldv = g.ld[MF__AT_V];
+/* the scratch of mf__attn_fwd_tile_kv, rounded up to 16 floats */
+static int64_t mf__attn_fwd_floats(const mf__attn_geo *g) {
+    return ((int64_t)(g->dk + g->dv + MF__AT_BK + 3) * MF__AT_BQ + (int64_t)MF__AT_BK * (g->dk + g->dv) + 15) & ~(int64_t)15;
+}
+/* Forward of query tile qt of head bh, the keys and values read from k, v (row 0 of the head, rows
+   ldk / ldv floats apart); work: (dk + 64 + dv + 3) * 64 + 64 (dk + dv) floats. */
+static void mf__attn_fwd_tile_kv(mf_tensor *out, const mf__attn_drop *d, const mf__attn_geo *g, int64_t bh, int qt,
+                                 float *work, const float *k, int ldk, const float *v, int ldv) {
+    int Tq = g->Tq, Tk = g->Tk, dk = g->dk, dv = g->dv;
     int causal = out->iarg[MF__ARG_ATTN_CAUSAL], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
-    const float *q = out->src[0]->data + mf__attn_at(&g, MF__AT_Q, bh, i0);
-    const float *k = out->src[1]->data + mf__attn_at(&g, MF__AT_K, bh, 0);
-    const float *v = out->src[2]->data + mf__attn_at(&g, MF__AT_V, bh, 0);
-    float *o = out->data + mf__attn_at(&g, MF__AT_O, bh, i0), *lse = out->saved + bh * Tq + i0;
+    const float *q = out->src[0]->data + mf__attn_at(g, MF__AT_Q, bh, i0);
+    float *o = out->data + mf__attn_at(g, MF__AT_O, bh, i0), *lse = out->saved + bh * Tq + i0;
     float *qt_ = work, *st = qt_ + (int64_t)dk * MF__AT_BQ, *acc = st + MF__AT_BK * MF__AT_BQ;
     float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
     float *kc = al + MF__AT_BQ, *vc = kc + (int64_t)MF__AT_BK * dk; /* contiguous K, V tiles (token-major) */
     int pack = ldk != dk || ldv != dv;
     /* keys from kend on are hidden from every query of the tile */
     kend = causal ? (i0 + bq + off < Tk ? i0 + bq + off : Tk) : Tk;
-    mf__attn_transpose(q, ldq, bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
+    mf__attn_transpose(q, g->ld[MF__AT_Q], bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
     mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
@@ -5228,7 +5314,21 @@ static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh
         mf__attn_online_block(st, bk, bq, dv, vb, pack ? dv : ldv, m, l, al, acc, diag, j0 - off - i0, d,
                               (bh * Tq + i0) * Tk + j0, Tk);
     }
-    mf__attn_online_finish(acc, m, l, bq, dv, o, g.ld[MF__AT_O], lse);
+    mf__attn_online_finish(acc, m, l, bq, dv, o, g->ld[MF__AT_O], lse);
+}
+/* Forward of query tile qt of head bh (mf__attn_tiles_fwd's tile); qt < 0: every query tile of the
+   head, with its far-apart keys and values (token-major rows) copied once into the end of work
+   (Tk (dk + dv) floats more) rather than a key tile per query tile. */
+static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
+    const mf__attn_geo g = mf__attn_geo_of(out);
+    const float *k = out->src[1]->data + mf__attn_at(&g, MF__AT_K, bh, 0);
+    const float *v = out->src[2]->data + mf__attn_at(&g, MF__AT_V, bh, 0);
+    float *kh = work + mf__attn_fwd_floats(&g), *vh = kh + (int64_t)g.Tk * g.dk;
+    if (qt >= 0) { mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, k, g.ld[MF__AT_K], v, g.ld[MF__AT_V]); return; }
+    mf__attn_rows(kh, g.dk, k, g.ld[MF__AT_K], g.Tk, g.dk, 0);
+    mf__attn_rows(vh, g.dv, v, g.ld[MF__AT_V], g.Tk, g.dv, 0);
+    for (qt = (g.Tq + MF__AT_BQ - 1) / MF__AT_BQ - 1; qt >= 0; qt--)
+        mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, kh, g.dk, vh, g.dv);
 }
 
 static int mf__attn_threads(mf_ctx *ctx, double work) {
@@ -5248,16 +5348,20 @@ static int mf__attn_thread_num(void) {
 }
 /* The forward of a tiled attention (this op, and rel_attention in [mf:xl]): tile(out, dropout, head,
    query tile, scratch) for every query tile of every head, on up to nt threads with `per` floats of
-   scratch each (flops sizes the thread count); out->saved gets the log-sum-exp [BH][Tq]. */
-static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double flops,
+   scratch each (flops sizes the thread count); out->saved gets the log-sum-exp [BH][Tq].
+   per_head > 0: when there are heads enough to keep the threads busy (4 per thread), a thread takes
+   whole heads instead, tile(..., head, -1, ...), with per + per_head floats of scratch. */
+static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, int64_t per_head, double flops,
                                void (*tile)(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work)) {
     const mf__attn_geo g = mf__attn_geo_of(out);
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
-    int Tq = g.Tq, nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt;
+    int Tq = g.Tq, nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt, heads;
     int64_t BH = g.BH, n = BH * nqt, t;
     float *work;
     nt = mf__attn_threads(ctx, flops);
     if (nt > n) nt = (int)n;
+    heads = per_head > 0 && BH >= 4 * (int64_t)nt;
+    if (heads) { per = (per + per_head + 15) & ~(int64_t)15; n = BH; }
     out->saved = (float *)mf__alloc(ctx, (size_t)(BH * Tq) * sizeof(float));
     work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
     if (!out->saved || !work) return;
@@ -5265,20 +5369,20 @@ static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, double 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
     for (t = 0; t < n; t++) /* the last query tiles of a causal head have the most keys: go first */
-        tile(out, &d, t / nqt, nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+        tile(out, &d, heads ? t : t / nqt, heads ? -1 : nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
 }
 /* The backward's per-head inputs of head t: dO^T [dv][Tqp], the forward's lse [Tqp] (+inf
-   padding) and D = rowsum(dO * O) [Tqp] */
-static void mf__attn_bwd_head(const mf_tensor *out, int64_t t, int Tqp, float *dot, float *lse, float *D) {
+   padding) and D = rowsum(dO * O) [Tqp]; g: dO of the head, rows ldg floats apart (NULL: in out->grad) */
+static void mf__attn_bwd_head(const mf_tensor *out, int64_t t, const float *g, int ldg, int Tqp, float *dot,
+                              float *lse, float *D) {
     const mf__attn_geo ge = mf__attn_geo_of(out);
-    int Tq = ge.Tq, dv = ge.dv, ld = ge.ld[MF__AT_O], i, c;
-    const float *o = out->data + mf__attn_at(&ge, MF__AT_O, t, 0), *g = out->grad + mf__attn_at(&ge, MF__AT_O, t, 0);
-    mf__attn_transpose(g, ld, Tq, Tqp, dv, 1.0f, dot, Tqp);
+    int Tq = ge.Tq, dv = ge.dv, ld = ge.ld[MF__AT_O], i;
+    const float *o = out->data + mf__attn_at(&ge, MF__AT_O, t, 0);
+    if (!g) { g = out->grad + mf__attn_at(&ge, MF__AT_O, t, 0); ldg = ld; }
+    mf__attn_transpose(g, ldg, Tq, Tqp, dv, 1.0f, dot, Tqp);
     for (i = 0; i < Tqp; i++) {
-        float d = 0;
-        if (i < Tq) for (c = 0; c < dv; c++) d += g[(int64_t)i * ld + c] * o[(int64_t)i * ld + c];
         lse[i] = i < Tq ? out->saved[t * Tq + i] : INFINITY;
-        D[i] = d;
+        D[i] = i < Tq ? mf__vdot(dv, g + (int64_t)i * ldg, o + (int64_t)i * ld, MF__TAIL_VEC) : 0.0f;
     }
 }
 
@@ -5286,7 +5390,8 @@ static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf__attn_geo g = mf__attn_geo_of(out);
     int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv;
     int64_t BH = g.BH;
-    mf__attn_tiles_fwd(ctx, out, ((int64_t)(dk + dv + MF__AT_BK + 3) * MF__AT_BQ + (int64_t)MF__AT_BK * (dk + dv) + 15) & ~(int64_t)15,
+    int strided = g.ld[MF__AT_K] != dk || g.ld[MF__AT_V] != dv;
+    mf__attn_tiles_fwd(ctx, out, mf__attn_fwd_floats(&g), strided ? (int64_t)Tk * (dk + dv) : 0,
                        2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0),
                        mf__attn_fwd_tile);
 }
@@ -5405,38 +5510,42 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *work;
     if (!need_kv && !need_q) return;
     nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
+    /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
+       as the split (7 products per pair); else the dK/dV pass, then the dQ pass. A thread's head
+       (copied first when its rows are far apart) gives its per-head inputs: scale * Q^T [dk][Tqp],
+       dO^T [dv][Tqp], lse [Tqp] (+inf padding), D = rowsum(dO * O) [Tqp]. */
+    if (need_kv && need_q && (double)((BH + nt - 1) / nt) <= 1.4 * (double)BH / nt) {
+        int64_t gper = gather ? (mf__attn_gather_floats(&ge) + 15) & ~(int64_t)15 : 0, tper = per + hs + gper;
+        work = (float *)mf__alloc(ctx, (size_t)(tper * nt) * sizeof(float));
+        if (!work) return;
+#if MF__OMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+        for (t = 0; t < BH; t++) {
+            float *st = work + tper * mf__attn_thread_num(), *hd = st + per;
+            mf__attn_head th = mf__attn_head_of(out, &ge, t, 3), h = th;
+            int kt, qt;
+            if (gather) h = mf__attn_bwd_gather(&ge, &th, hd + hs);
+            mf__attn_transpose(h.q, h.ldq, Tq, Tqp, dk, scale, hd, Tqp);
+            mf__attn_bwd_head(out, t, h.dO, h.ldo, Tqp, hd + (int64_t)dk * Tqp, hd + (int64_t)(dk + dv) * Tqp,
+                              hd + (int64_t)(dk + dv + 1) * Tqp);
+            for (kt = 0; kt < nkt; kt++)
+                for (qt = 0; qt < nqt; qt++)
+                    mf__attn_bwd_pair(out, &ge, &d, t, kt, qt, &h, hd, st, st + tile, st + 2 * tile);
+            if (gather) mf__attn_bwd_scatter(&ge, &th, &h);
+        }
+        return;
+    }
     head = (float *)mf__alloc(ctx, (size_t)(BH * hs) * sizeof(float));
     work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
     if (!head || !work) return;
-    /* per head: scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D = rowsum(dO * O) */
 #if MF__OMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (t = 0; t < BH; t++) {
         float *qs = head + t * hs, *dot = qs + (int64_t)dk * Tqp, *lse = dot + (int64_t)dv * Tqp;
         mf__attn_transpose(Q->data + mf__attn_at(&ge, MF__AT_Q, t, 0), ge.ld[MF__AT_Q], Tq, Tqp, dk, scale, qs, Tqp);
-        mf__attn_bwd_head(out, t, Tqp, dot, lse, lse + Tqp);
-    }
-    /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
-       as the split (7 products per pair); else the dK/dV pass, then the dQ pass. */
-    if (need_kv && need_q && (double)((BH + nt - 1) / nt) <= 1.4 * (double)BH / nt) {
-        int64_t gper = gather ? (mf__attn_gather_floats(&ge) + 15) & ~(int64_t)15 : 0;
-        float *gw = gather ? (float *)mf__alloc(ctx, (size_t)(gper * nt) * sizeof(float)) : NULL;
-        if (gather && !gw) return;
-#if MF__OMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-#endif
-        for (t = 0; t < BH; t++) {
-            float *st = work + per * mf__attn_thread_num();
-            mf__attn_head th = mf__attn_head_of(out, &ge, t, 3), h = th;
-            int kt, qt;
-            if (gather) h = mf__attn_bwd_gather(&ge, &th, gw + gper * mf__attn_thread_num());
-            for (kt = 0; kt < nkt; kt++)
-                for (qt = 0; qt < nqt; qt++)
-                    mf__attn_bwd_pair(out, &ge, &d, t, kt, qt, &h, head + t * hs, st, st + tile, st + 2 * tile);
-            if (gather) mf__attn_bwd_scatter(&ge, &th, &h);
-        }
-        return;
+        mf__attn_bwd_head(out, t, NULL, 0, Tqp, dot, lse, lse + Tqp);
     }
     for (pass = 0; pass < 2; pass++) { /* 0: dK, dV over (head, key tile); 1: dQ over (head, query tile) */
         int nown = pass == 0 ? nkt : nqt, nloop = pass == 0 ? nqt : nkt;
@@ -6729,7 +6838,7 @@ static void mf__rel_attention_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
     int64_t BH = (int64_t)Q->shape[0] * Q->shape[1];
-    mf__attn_tiles_fwd(ctx, out, ((int64_t)(2 * dk + MF__AT_BK + MF__RA_GT + dv + 3) * MF__AT_BQ + 15) & ~(int64_t)15,
+    mf__attn_tiles_fwd(ctx, out, ((int64_t)(2 * dk + MF__AT_BK + MF__RA_GT + dv + 3) * MF__AT_BQ + 15) & ~(int64_t)15, 0,
                        2.0 * (double)BH * Tq * Tk * (2 * dk + dv), mf__rel_fwd_tile);
 }
 
@@ -6826,7 +6935,7 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
         float *lse = dot + (int64_t)dv * Tqp;
         mf__attn_transpose(Q->data + t * Tq * dk, dk, Tq, Tqp, dk, scale, qs, Tqp);
         mf__rel_add_u(qs, Tqp, Tq, dk, U->data + (t % H) * dk, scale, qu);
-        mf__attn_bwd_head(out, t, Tqp, dot, lse, lse + Tqp);
+        mf__attn_bwd_head(out, t, NULL, 0, Tqp, dot, lse, lse + Tqp);
         memset(part + t * ps, 0, (size_t)ps * sizeof(float));
     }
 #if MF__OMP
@@ -7523,18 +7632,9 @@ MFDEF mf_tensor *mf_dpfp(mf_ctx *ctx, mf_tensor *x, int nu, float eps) {
 
 
 /* Token-major inputs put the rows of one head H * d floats apart: beyond what the hardware
-   prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves. */
-#if MF__AW > 1
-#define MF__FW_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-#else
-#define MF__FW_PREFETCH(p) ((void)(p))
-#endif
+   prefetcher follows, so the kernels ask for the rows MF__FW_PF tokens ahead themselves
+   (mf__prefetch_row). */
 #define MF__FW_PF 4
-static void mf__fw_prefetch_row(const float *p, int n) { /* the cache lines of n floats at p */
-    int i;
-    for (i = 0; i < n; i += 16) MF__FW_PREFETCH(p + i);
-    MF__FW_PREFETCH(p + n - 1);
-}
 /* the j < m with w[j] != 0, into idx (m + 16 ints; DPFP features are mostly zeros: a product of
    two relus); returns their number. AVX-512: 16 at a time with a compress. */
 static int mf__fw_nonzero(int m, const float *w, int *idx) {
@@ -7650,10 +7750,10 @@ typedef struct mf__fwh {
 } mf__fwh;
 
 static void mf__fw_prefetch_token(const mf__fwh *h, int t) {
-    mf__fw_prefetch_row(h->q + t * h->lq, h->dd);
-    mf__fw_prefetch_row(h->k + t * h->lq, h->dd);
-    mf__fw_prefetch_row(h->v + t * h->lv, h->dv);
-    if (h->beta) MF__FW_PREFETCH(h->beta + t * h->lb);
+    mf__prefetch_row(h->q + t * h->lq, h->dd);
+    mf__prefetch_row(h->k + t * h->lq, h->dd);
+    mf__prefetch_row(h->v + t * h->lv, h->dv);
+    if (h->beta) MF__PREFETCH(h->beta + t * h->lb);
 }
 static void mf__fw_load_v(const mf__fwh *h, int t, float *row) { /* v_t, then 1 for linear */
     memcpy(row, h->v + t * h->lv, (size_t)h->dv * sizeof(float));

@@ -26,8 +26,8 @@
  *   - Dense products go through cuBLAS (row-major via C^T = B^T A^T), exact float32 unless
  *     mf_cuda_set_precision picks TF32 or BF16 (MF__CU(ctx)->prec). In BF16 the products read bf16
  *     operands (a bf16 copy of the parameters, the other operands converted into a scratch; fp32
- *     accumulation and output, [cu:gemm]), and so do the tile products of [cu:attention] and
- *     [cu:xl]; the parameters, moments and activations stay fp32.
+ *     accumulation and output, [cu:gemm]), and so do the tile products of [cu:attention], [cu:xl]
+ *     and the chunkwise kernels of [cu:fastweights]; the parameters, moments and activations stay fp32.
  *     Every other kernel here is deterministic (no atomics; reductions in a
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
  *   - Errors: every runtime / cuBLAS call is checked and the message names the op and the call;
@@ -88,10 +88,11 @@
  * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
  * sm_80+), and the relative attention of [cu:xl] with MF_PREC_BF16 only (bf16 WMMA m16n16k16; TF32
  * leaves it on the fp32 kernels). The chunkwise fast-weight / linear kernels ([cu:fastweights])
- * with MF_PREC_BF16 only: the forward (P, Gm, the state update, the output) and the backward's state
- * pass (dU, dL/dS^T) as bf16 WMMA tile products with an fp32 state and fp32 accumulators; their
- * per-chunk gradient kernel (mf__k_fw_cgrad), the forward substitution and the recurrent form stay
- * fp32 on the CUDA cores. The feedback steps' dense products are [cu:gemm]'s (bf16
+ * with MF_PREC_BF16 only: the forward (P, Gm, the state update, the output), the backward's state
+ * pass (dU, dL/dS^T) and its per-chunk gradients (dP, -dU S, D = G X^T, dQ, dK) as bf16 WMMA tile
+ * products with an fp32 state and fp32 accumulators; the forward and back substitutions (triangular
+ * solves, sequential in the token), dbeta, dV and the recurrent form stay fp32 on the CUDA cores.
+ * The feedback steps' dense products are [cu:gemm]'s (bf16
  * with MF_PREC_BF16), their one-query attention stays fp32 (a matrix-vector product). No
  * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
  * defaults, not tuned ones.
@@ -2543,19 +2544,21 @@ static int mf__cu_rel_attention_bwd(mf_ctx *ctx, mf_tensor *out) {
                      dU = K dS^T + P^T dY, dS^T += Q^T dY - W^T dU
      mf__k_fw_cgrad  (one block per (chunk, head), MF__CU_ROW threads; dY, U, dU, G, X of the chunk in
                      shared memory, the states read as [dvp][dd] so the loads coalesce): dP, the back
-                     substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk.
+                     substitution G = (I + A)^-T [dW, dU], dbeta, then dQ, dK, dV of the chunk
+                     (the back substitution, dbeta and dV: mf__fw_backsubst, mf__fw_dbeta, mf__fw_dv).
    Kept for the backward (out->saved): the chunk-start states (in both layouts, as the CPU), [W, U_],
    U, Gm, P (and normalised linear attention's numerators). Shared memory above 48 KiB (long chunks, wide heads) is
    opted in up to 227 KiB; beyond that the op fails with a message naming chunk_size.
    Precision: fp32 on the CUDA cores in fp32 and TF32. With MF_PREC_BF16 (on sm_80+, mf__cu_fa_prec)
    the chunkwise form runs mf__k_fw_prep_bf16, mf__k_fw_cstate_bf16 and mf__k_fw_cout_bf16 forward and
-   mf__k_fw_cdstate_bf16 backward instead: every product above except the forward substitution is a
-   bf16 WMMA tile product ([cu:attention]'s mf__fa_mm) over operands rounded to bf16 as they are
-   staged in shared memory, zero-padded to 16 (tokens to Cp = pad(C), value columns in 16-column
-   slices, d_dot in steps of MF__FW_KS features), accumulated in fp32 into fp32 tiles; the state S^T,
-   dL/dS^T and everything kept for the backward stay fp32 (docs/math.md §4.2). Still fp32 in bf16:
-   mf__k_fw_cgrad (dP, the back substitution, D, dQ, dK, dV, dbeta of a chunk), the forward
-   substitution and the recurrent form (a matrix-vector product per token). */
+   mf__k_fw_cdstate_bf16, mf__k_fw_cgrad_bf16 backward instead: every product above except the two
+   substitutions is a bf16 WMMA tile product ([cu:attention]'s mf__fa_mm) over operands rounded to
+   bf16 as they are staged in shared memory, zero-padded to 16 (tokens to Cp = pad(C), value columns
+   in 16-column slices in the state passes and in steps of MF__FW_KS in the per-chunk gradients,
+   d_dot in steps of MF__FW_KS features), accumulated in fp32 into fp32 tiles; the state S^T, dL/dS^T
+   and everything kept for the backward stay fp32 (docs/math.md §4.2). Still fp32 in bf16: the
+   forward substitution, the back substitution (both triangular solves, sequential in the token),
+   dbeta, dV (a scaled copy of G) and the recurrent form (a matrix-vector product per token). */
 #define MF__CU_FW_CW 32  /* value columns per block of the kernels sequential in time */
 #define MF__CU_FW_NT 256 /* threads of the chunkwise state passes */
 #define MF__CU_FW_CCW 8  /* their value columns per block: few, so the B H dvp / 8 blocks fill the GPU */
@@ -2932,15 +2935,20 @@ static __device__ void mf__fw_stage(mf__fw_bf *dst, int ld, const float *src, lo
 }
 /* the width of the feature step from k0: MF__FW_KS, or what is left of d_dot padded to 16 */
 static __device__ int mf__fw_step(int dd, int k0) { return min(MF__FW_KS, mf__fa_pad(dd - k0)); }
-/* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2) and
-   mf__k_fw_cdstate_bf16 (3) */
+/* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2),
+   mf__k_fw_cdstate_bf16 (3) and mf__k_fw_cgrad_bf16 (4) */
 static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
     size_t cp = (size_t)mf__fa_pad(p->C), np = (size_t)mf__fa_pad(p->dvp), rr = cp > MF__FW_KS ? cp : MF__FW_KS;
     size_t ddp = (size_t)mf__fa_pad(p->dd), ks = MF__FW_KS, b = sizeof(mf__fw_bf);
     if (kind == 0) return 2 * cp * (cp + 4) * sizeof(float) + 2 * ks * (cp + 8) * b;      /* P, Gm | Q^T, K^T */
     if (kind == 1) return cp * (np + 4) * sizeof(float) + rr * (cp + 8 + np + 8) * b;     /* Y | A, B */
     if (kind == 2) return (ddp + cp) * 20 * sizeof(float) + (cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* S^T, U | U, S^T, A */
-    return (ddp + cp) * 20 * sizeof(float) + (2 * cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* dS^T, dU | dY, -dU, dS^T, A */
+    if (kind == 3) return (ddp + cp) * 20 * sizeof(float) + (2 * cp * 24 + ks * 24 + rr * (rr + 8)) * b; /* dS^T, dU | dY, -dU, dS^T, A */
+    { /* kind 4: dP then D, (delta rule) G, the dQ / dK tile | dP, A, B */
+        size_t ws = ks < ddp ? ks : ddp, lg = (size_t)mf__fa_pad(p->dd + p->dvp) + 4, d = p->beta ? 1 : 0;
+        return (cp * (cp + 4) + d * cp * lg + cp * (ws + 4)) * sizeof(float) +
+               (cp * (cp + 8) + rr * (cp + 8 + (cp > ws ? cp : ws) + 8)) * b;
+    }
 }
 /* mf__k_fw_prep's P = tril(Q K^T) and Gm = tril(K K^T, -1): grid B H nc, shared fp32 P, Gm
    [Cp][Cp + 4], bf16 Q^T, K^T of a feature step [MF__FW_KS][Cp + 8]; then the same forward
@@ -3169,6 +3177,50 @@ static __global__ void mf__k_fw_cdstate_bf16(mf__cu_fw p, const float *X, const 
         }
     }
 }
+/* The fp32 steps of the per-chunk gradients, shared by mf__k_fw_cgrad and mf__k_fw_cgrad_bf16 (chunk
+   of cn tokens from t0 of the head whose token 0 is at row rb; Gc: its Gm [C][C]). */
+/* G [cn][lg] = (I + A)^-T G in place, A[i][m] = beta_i Gm[i][m] (m < i): a back substitution,
+   sequential in i, a thread per column of [dW, dU] (the columns are independent) */
+static __device__ void mf__fw_backsubst(const mf__cu_fw &p, float *Gs, int lg, const float *Gc, long long rb, int t0,
+                                        int cn) {
+    int ldx = p.dd + p.dvp, C = p.C, i, j, m;
+    for (j = threadIdx.x; j < ldx; j += blockDim.x)
+        for (i = cn - 2; i >= 0; i--) {
+            float a = 0;
+            for (m = i + 1; m < cn; m++) a = MF__CU_FMA(-p.beta[MF__FW_R(t0 + m)] * Gc[m * C + i], Gs[m * lg + j], a);
+            Gs[i * lg + j] = a + Gs[i * lg + j];
+        }
+}
+/* dbeta_i = G_i . [k_i, v_i] - sum_{m<i} D[i][m] Gm[i][m] added to gb (may be NULL); then D [rows][ld]
+   becomes E = -diag(beta) D, strictly lower, zero past the chunk (cols columns). Row i: one thread's. */
+static __device__ void mf__fw_dbeta(const mf__cu_fw &p, const float *Gs, int lg, float *D, int ld, const float *Gc,
+                                    float *gb, long long rb, int t0, int cn, int rows, int cols) {
+    int dd = p.dd, i, j, m, c;
+    for (i = threadIdx.x; i < rows; i += blockDim.x) {
+        float b = 0;
+        if (i < cn) {
+            long long r = MF__FW_R(t0 + i);
+            const float *gi = Gs + i * lg;
+            float a = 0, a2 = 0;
+            b = p.beta[r];
+            for (j = 0; j < dd; j++) a = MF__CU_FMA(gi[j], p.k[r * dd + j], a);
+            for (c = 0; c < p.dvp; c++) a2 = MF__CU_FMA(gi[dd + c], mf__cu_fw_v(p, r, c), a2);
+            a += a2;
+            for (m = 0; m < i; m++) a -= D[i * ld + m] * Gc[i * p.C + m];
+            if (gb) gb[r] += a;
+        }
+        for (m = 0; m < cols; m++) D[i * ld + m] = i < cn && m < i ? -b * D[i * ld + m] : 0.0f;
+    }
+}
+/* dV += diag(beta) G[:, dd:] (delta rule) or dU [cn][ldu] (linear), one thread per element */
+static __device__ void mf__fw_dv(const mf__cu_fw &p, float *gv, const float *Gs, int lg, const float *dUc, int ldu,
+                                 long long rb, int t0, int cn) {
+    for (int e = threadIdx.x; e < cn * p.dv; e += blockDim.x) {
+        int i = e / p.dv, c = e % p.dv;
+        long long r = MF__FW_R(t0 + i);
+        gv[r * p.dv + c] += p.beta ? p.beta[r] * Gs[i * lg + p.dd + c] : dUc[i * ldu + c];
+    }
+}
 /* The gradients of one chunk: one block per (chunk, head), grid B H nc. Inputs: the chunk-start
    state and dL/dS^T at its end in the [dvp][dd] layout (Sn, dSn: the products below run over the
    value axis with the threads along d_dot, so their reads coalesce), X, U, dU, Gm, dY.
@@ -3211,12 +3263,7 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
             Gs[i * lg + j] = a;
         }
         __syncthreads();
-        for (j = threadIdx.x; j < ldx; j += nt) /* G = (I + A)^-T [dW, dU]: back substitution per column */
-            for (i = cn - 2; i >= 0; i--) {
-                float a = 0;
-                for (m = i + 1; m < cn; m++) a = MF__CU_FMA(-p.beta[MF__FWR(m)] * Gc[m * C + i], Gs[m * lg + j], a);
-                Gs[i * lg + j] = a + Gs[i * lg + j];
-            }
+        mf__fw_backsubst(p, Gs, lg, Gc, rb, t0, cn);
         __syncthreads();
         for (e = threadIdx.x; e < cn * cn; e += nt) { /* D = G X^T (m < i) */
             float a = 0;
@@ -3225,17 +3272,7 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
             D[i * C + m] = a;
         }
         __syncthreads();
-        for (i = threadIdx.x; i < cn; i += nt) { /* dbeta, then E = -diag(beta) D (row i: this thread's) */
-            long long r = MF__FWR(i);
-            const float *gi = Gs + i * lg;
-            float b = p.beta[r], a = 0, a2 = 0;
-            for (j = 0; j < dd; j++) a = MF__CU_FMA(gi[j], p.k[r * dd + j], a);
-            for (c = 0; c < dvp; c++) a2 = MF__CU_FMA(gi[dd + c], mf__cu_fw_v(p, r, c), a2);
-            a += a2;
-            for (m = 0; m < i; m++) a -= D[i * C + m] * Gc[i * C + m];
-            if (gb) gb[r] += a;
-            for (m = 0; m < cn; m++) D[i * C + m] = m < i ? -b * D[i * C + m] : 0.0f;
-        }
+        mf__fw_dbeta(p, Gs, lg, D, C, Gc, gb, rb, t0, cn, cn, cn);
     }
     __syncthreads();
     for (e = threadIdx.x; e < cn * dd; e += nt) { /* dQ = dY S + dP K;  dK = U dS^T + dP^T Q (+ delta terms) */
@@ -3262,14 +3299,115 @@ static __global__ void mf__k_fw_cgrad(mf__cu_fw p, const float *stn, const float
             gk[r * dd + j] += a;
         }
     }
-    if (gv)
-        for (e = threadIdx.x; e < cn * p.dv; e += nt) {
-            long long r;
-            i = e / p.dv; c = e % p.dv;
-            r = MF__FWR(i);
-            gv[r * p.dv + c] += p.beta ? p.beta[r] * Gs[i * lg + dd + c] : dUs[i * lu + c];
-        }
+    if (gv) mf__fw_dv(p, gv, Gs, lg, dUs, lu, rb, t0, cn);
 #undef MF__FWR
+}
+
+/* mf__k_fw_cgrad on the bf16 tensor cores (MF_PREC_BF16; grid B H nc, MF__FA_THREADS threads): dP =
+   tril(dY U^T), dW = -dU S, D = G X^T, dQ = dY S + dP K and dK = U dS^T + dP^T Q + (E + E^T) K as
+   bf16 tile products (mf__fa_mm) over operands rounded to bf16 as they are staged, zero-padded (the
+   chunk to Cp = pad(C), value columns and features in steps of MF__FW_KS), accumulated in fp32; the
+   back substitution, dbeta, dV and dK's beta G term in fp32 (mf__fw_backsubst, mf__fw_dbeta,
+   mf__fw_dv). Shared (mf__fw_bf16_smem kind 4): fp32 D [Cp][Cp + 4] (dP, then D / E), (delta rule)
+   G [Cp][pad(dd + dvp) + 4], a dQ / dK tile R [Cp][ws + 4] (ws = min(MF__FW_KS, pad(dd))); bf16 dP
+   [Cp][Cp + 8] (kept as an operand only: half the bytes of an fp32 copy) and the operand tiles A
+   [rr][Cp + 8], B [rr][max(Cp, ws) + 8], rr = max(Cp, MF__FW_KS). */
+static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const float *dSn, const float *X,
+                                           const float *U, const float *dU, const float *Gm, const float *dy, float *gq,
+                                           float *gk, float *gv, float *gb) {
+    MF_DYN_SMEM(float, sm);
+    int C = p.C, Cp = mf__fa_pad(C), nc = (p.T + C - 1) / C, dd = p.dd, dvp = p.dvp, ldx = dd + dvp, k0, f0;
+    int lc = Cp + 4, lg = mf__fa_pad(ldx) + 4, ws = min(MF__FW_KS, mf__fa_pad(dd)), lr = ws + 4;
+    int rr = max(Cp, MF__FW_KS), la = Cp + 8, lb = max(Cp, ws) + 8;
+    long long bh = blockIdx.x / nc, ss = (long long)dd * dvp, rb = mf__cu_fw_row(p, bh, 0);
+    long long lq = (long long)p.H * dd, ly = (long long)p.H * dvp;
+    int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
+    const float *Sn = stn + (bh * nc + ch) * ss, *dS = dSn + (bh * nc + ch) * ss;
+    const float *Gc = p.beta ? Gm + (bh * nc + ch) * C * C : NULL, *Xc = p.beta ? X + (bh * p.T + t0) * ldx : NULL;
+    const float *dyc = dy + MF__FW_R(t0) * dvp, *Uc = U + (bh * p.T + t0) * dvp, *dUc = dU + (bh * p.T + t0) * dvp;
+    const float *qc = p.q + MF__FW_R(t0) * dd, *kc = p.k + MF__FW_R(t0) * dd;
+    float *D = sm, *G = D + Cp * lc, *R = G + (p.beta ? Cp * lg : 0);
+    mf__fw_bf *dPb = (mf__fw_bf *)(R + Cp * lr), *As = dPb + Cp * la, *Bs = As + rr * la;
+    for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* dP = dY U^T over value-column steps */
+        int w = mf__fw_step(dvp, k0);
+        mf__fw_stage(As, la, dyc, ly, cn, Cp, k0, dvp, w, 1);
+        mf__fw_stage(Bs, lb, Uc, dvp, cn, Cp, k0, dvp, w, 1);
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(D, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
+        __syncthreads();
+    } /* tril, the chunk's tokens only; D is next written after barriers */
+    MF__FA_EACH(i, m, Cp, Cp, mf__fa_put(dPb + i * la + m, i < cn && m <= i ? D[i * lc + m] : 0.0f));
+    if (p.beta) {
+        for (f0 = 0; f0 < dd; f0 += MF__FW_KS) /* [dW, dU] = [-dU S, dU]: dW by feature steps */
+            for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) {
+                int w = mf__fw_step(dd, f0), wc = mf__fw_step(dvp, k0);
+                mf__fa_load_t(As, la, dUc + k0, dvp - k0, dvp, cn, Cp, wc, -1.0f);
+                mf__fw_stage(Bs, lb, Sn + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
+                __syncthreads();
+                mf__fa_mm<MF__FA_BF16>(G + f0, lg, As, la, Bs, lb, Cp, w, wc, k0 > 0);
+                __syncthreads();
+            }
+        MF__FA_EACH(i, c, cn, dvp, G[i * lg + dd + c] = dUc[(long long)i * dvp + c]);
+        __syncthreads();
+        mf__fw_backsubst(p, G, lg, Gc, rb, t0, cn); /* G = (I + A)^-T [dW, dU] */
+        __syncthreads();
+        for (k0 = 0; k0 < ldx; k0 += MF__FW_KS) { /* D = G X^T over steps of the dd + dvp columns */
+            int w = mf__fw_step(ldx, k0);
+            mf__fw_stage(As, la, G, lg, cn, Cp, k0, ldx, w, 1);
+            mf__fw_stage(Bs, lb, Xc, ldx, cn, Cp, k0, ldx, w, 1);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(D, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
+            __syncthreads();
+        }
+        mf__fw_dbeta(p, G, lg, D, lc, Gc, gb, rb, t0, cn, Cp, Cp); /* dbeta; D becomes E */
+    }
+    __syncthreads();
+    /* dQ and dK by feature steps: R = the step's products, then added to gq / gk (the next product into R
+       follows a staging and its barrier, which orders it after these reads) */
+    for (f0 = 0; f0 < dd; f0 += MF__FW_KS) {
+        int w = mf__fw_step(dd, f0), wr = min(w, dd - f0);
+        if (gq) {
+            for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* R = dY S */
+                int wc = mf__fw_step(dvp, k0);
+                mf__fw_stage(As, la, dyc, ly, cn, Cp, k0, dvp, wc, 1);
+                mf__fw_stage(Bs, lb, Sn + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
+                __syncthreads();
+                mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
+                __syncthreads();
+            }
+            MF__FA_EACH(m, i, Cp, Cp, As[m * la + i] = dPb[i * la + m]); /* R += dP K (dP^T: a bf16 copy) */
+            mf__fw_stage(Bs, lb, kc, lq, cn, Cp, f0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, Cp, 1);
+            __syncthreads();
+            MF__FA_EACH(i, j, cn, wr, gq[MF__FW_R(t0 + i) * dd + f0 + j] += R[i * lr + j]);
+        }
+        if (!gk) continue;
+        for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* R = U dS^T */
+            int wc = mf__fw_step(dvp, k0);
+            mf__fw_stage(As, la, Uc, dvp, cn, Cp, k0, dvp, wc, 1);
+            mf__fw_stage(Bs, lb, dS + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
+            __syncthreads();
+        }
+        mf__fw_stage(Bs, lb, qc, lq, cn, Cp, f0, dd, w, 0); /* R += dP^T Q (dP as it is kept) */
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(R, lr, dPb, la, Bs, lb, Cp, w, Cp, 1);
+        __syncthreads();
+        if (p.beta) { /* R += (E + E^T) K (symmetric: the tile is its own transpose) */
+            MF__FA_EACH(m, i, Cp, Cp, mf__fa_put(As + m * la + i, D[m * lc + i] + D[i * lc + m]));
+            mf__fw_stage(Bs, lb, kc, lq, cn, Cp, f0, dd, w, 0);
+            __syncthreads();
+            mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, Cp, 1);
+            __syncthreads();
+        }
+        MF__FA_EACH(i, j, cn, wr, {
+            long long r = MF__FW_R(t0 + i);
+            gk[r * dd + f0 + j] += p.beta ? MF__CU_FMA(p.beta[r], G[i * lg + f0 + j], R[i * lr + j]) : R[i * lr + j];
+        });
+    }
+    if (gv) mf__fw_dv(p, gv, G, lg, dUc, dvp, rb, t0, cn);
 }
 
 #undef MF__FW_R
@@ -3373,6 +3511,21 @@ static int mf__cu_fw_fwd(mf_ctx *ctx, mf_tensor *out) {
                           out->farg[MF__FARG_FW_EPS], rows * p.dv);
     return 0;
 }
+/* the chunkwise backward on the bf16 tensor cores: mf__k_fw_cdstate_bf16 (dL/dS^T at the chunk ends into
+   dSe, dU), then mf__k_fw_cgrad_bf16 (each chunk's gradients) */
+static int mf__cu_fw_bwd_bf16(mf_ctx *ctx, const mf__cu_fw *p, const mf__cu_fw_buf *b, const float *dy, float *dSe,
+                              float *dU, float *gq, float *gk, float *gv, float *gb, const char *op) {
+    long long BH = (long long)p->B * p->H, nc = (p->T + p->C - 1) / p->C;
+    size_t ds = mf__fw_bf16_smem(p, 3), gs = mf__fw_bf16_smem(p, 4);
+    if (mf__cu_fw_smem(ctx, mf__k_fw_cdstate_bf16, ds, op, p) < 0 || mf__cu_fw_smem(ctx, mf__k_fw_cgrad_bf16, gs, op, p) < 0)
+        return -1;
+    if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate_bf16, dim3((unsigned)BH, (unsigned)((p->dvp + 15) / 16)), MF__FA_THREADS, ds,
+                   *p, (const float *)b->X, (const float *)b->P, dy, dSe, dU) < 0)
+        return -1;
+    return MF__CU_RUN(ctx, op, mf__k_fw_cgrad_bf16, (unsigned)(BH * nc), MF__FA_THREADS, gs, *p, (const float *)b->stn,
+                      (const float *)dSe, (const float *)b->X, (const float *)b->U, (const float *)dU,
+                      (const float *)b->Gm, dy, gq, gk, gv, gb);
+}
 static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf__cu_fw p = mf__cu_fw_args(out);
     mf__cu_fw_buf b;
@@ -3417,16 +3570,11 @@ static int mf__cu_fw_bwd(mf_ctx *ctx, mf_tensor *out) {
                      * sizeof(float);
         if (!dSe) return -1;
         dU = dSe + BH * nc * ss;
+        if (mf__cu_fa_prec(ctx) == MF__FA_BF16) return mf__cu_fw_bwd_bf16(ctx, &p, &b, dy, dSe, dU, gq, gk, gv, gb, op);
         if ((cw = mf__cu_fw_cw(ctx, &p, MF__CU_FW_CCW, (size_t)(p.dd + p.C), 0, &smem)) < 0) return -1;
-        if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0) return -1;
-        if (mf__cu_fa_prec(ctx) == MF__FA_BF16) {
-            size_t ds = mf__fw_bf16_smem(&p, 3);
-            if (mf__cu_fw_smem(ctx, mf__k_fw_cdstate_bf16, ds, op, &p) < 0 ||
-                MF__CU_RUN(ctx, op, mf__k_fw_cdstate_bf16, dim3((unsigned)BH, (unsigned)((p.dvp + 15) / 16)),
-                           MF__FA_THREADS, ds, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU) < 0)
-                return -1;
-        } else if (MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)),
-                              MF__CU_FW_NT, smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
+        if (mf__cu_fw_smem(ctx, mf__k_fw_cgrad, gsm, op, &p) < 0 ||
+            MF__CU_RUN(ctx, op, mf__k_fw_cdstate, dim3((unsigned)BH, (unsigned)((p.dvp + cw - 1) / cw)), MF__CU_FW_NT,
+                       smem, p, (const float *)b.X, (const float *)b.P, dy, dSe, dU, cw) < 0)
             return -1;
         return MF__CU_RUN(ctx, op, mf__k_fw_cgrad, (unsigned)(BH * nc), MF__CU_ROW, gsm, p, (const float *)b.stn,
                           (const float *)dSe, (const float *)b.X, (const float *)b.U, (const float *)dU,

@@ -275,9 +275,10 @@ static void at_layout_run(at_lay L, int tokens, float **res, int64_t *n) {
 }
 static void test_tokens_major_layout(void) {
     static const at_lay Ls[] = {{{2, 3, 65, 130, 7, 5, 1}, 0.0f, 2}, {{2, 3, 70, 70, 16, 24, 1}, 0.2f, 2},
-                                {{1, 4, 100, 130, 8, 8, 0}, 0.1f, 1}, {{1, 1, 130, 130, 32, 16, 1}, 0.0f, 2}};
+                                {{1, 4, 100, 130, 8, 8, 0}, 0.1f, 1}, {{1, 1, 130, 130, 32, 16, 1}, 0.0f, 2},
+                                {{2, 5, 70, 130, 16, 8, 1}, 0.1f, 2}}; /* the last: whole heads per thread */
     int i;
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < 5; i++) {
         float *a, *b;
         int64_t na, nb;
         at_layout_run(Ls[i], 1, &a, &na); at_layout_run(Ls[i], 0, &b, &nb);

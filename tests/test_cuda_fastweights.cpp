@@ -17,7 +17,9 @@
 /* A graph: makes its parameters (random values), returns the output and fills `watch` with the
    tensors whose gradients are compared (the op's inputs: activations or parameters). */
 typedef std::function<mf_tensor *(mf_ctx *, std::vector<mf_tensor *> &)> Graph;
-static OpRun run_graph(const Graph &g, int cuda, mf_precision prec = MF_PREC_FP32) {
+/* prec: the device's precision; bwd (>= 0): the backward's, switched after the forward (a forward in
+   fp32 and a backward in bf16 check the backward's bf16 kernels alone) */
+static OpRun run_graph(const Graph &g, int cuda, mf_precision prec = MF_PREC_FP32, int bwd = -1) {
     OpRun r;
     std::vector<mf_tensor *> watch;
     mf_ctx *ctx = mf_ctx_new(99);
@@ -27,6 +29,7 @@ static OpRun run_graph(const Graph &g, int cuda, mf_precision prec = MF_PREC_FP3
         return r;
     }
     mf_tensor *out = g(ctx, watch);
+    if (cuda && bwd >= 0) mf_cuda_set_precision(ctx, (mf_precision)bwd);
     return op_run_finish(ctx, out, watch);
 }
 static int compare(const OpRun &a, const OpRun &b, const char *what, double tol) {
@@ -143,16 +146,20 @@ static void test_recurrent_vs_chunkwise(void) {
             }
         }
 }
-/* the chunkwise forward on the bf16 tensor cores (MF_PREC_BF16) against the CPU: output and every
-   gradient (the backward is fp32 but reads the bf16 forward's P, Gm, U and states) within 10 u =
-   10 / 256 (u = 2^-8, bf16's unit roundoff) relative to max(max |reference|, 0.1), as the bf16
-   attention tests (docs/math.md §22). Ragged chunks (3 of 5 tokens, 16 of 37, 100: tiles padded to
-   16, a 112-token tile), d_dot 7, 16, 70 (two feature steps), 4 to 41 value columns (three 16-column
-   slices), both ops with elu + 1 and DPFP features. The bf16 error of every case must also exceed 20 times the
-   fp32 kernels' on it: a silent fallback to the fp32 kernels fails. */
+/* the chunkwise form on the bf16 tensor cores (MF_PREC_BF16: forward, state pass and per-chunk
+   gradients) against the CPU: output and every gradient within 10 u = 10 / 256 (u = 2^-8, bf16's
+   unit roundoff) relative to max(max |reference|, 0.1), as the bf16 attention tests (docs/math.md
+   §22). Ragged chunks (3 of 5 tokens, 16 of 37, 4 of 20, 100: tiles padded to 16, a 112-token
+   tile), d_dot 7, 16, 70 (two feature steps; with 41 value columns a D = G X^T of two steps), 4 to
+   71 value columns (three 16-column slices; two value steps of the per-chunk products), both ops
+   with elu + 1 and DPFP features, with and without beta. No silent fallback to the fp32 kernels:
+   the bf16 error of every case must exceed 20 times the fp32 kernels' on it, and so must the error
+   of dQ from a forward in fp32 and a backward in bf16 (dQ = dY S + dP K reads only the forward and
+   dY: the per-chunk gradient kernel alone); that run's gradients are held to the same 10 u. */
 static void test_chunkwise_bf16(void) {
     static const struct { FwShape s; int chunk; } cases[] = {
         {{2, 5, 3, 7, 5, 0}, 3}, {{1, 37, 3, 4, 4, 2}, 16}, {{1, 37, 1, 35, 40, 1}, 16}, {{1, 100, 1, 2, 3, 1}, 100},
+        {{1, 20, 2, 3, 70, 0}, 16},
     };
     const double TOL_BF16 = 10.0 / 256, FLOOR = 0.1;
     double worst_bf16 = 0;
@@ -161,43 +168,56 @@ static void test_chunkwise_bf16(void) {
             const FwShape &s = cases[i].s;
             Graph g = fw_graph(s, linear, cases[i].chunk);
             OpRun cpu = run_graph(g, 0), fp = run_graph(g, 1), bf = run_graph(g, 1, MF_PREC_BF16);
+            OpRun bwd = run_graph(g, 1, MF_PREC_FP32, MF_PREC_BF16); /* forward fp32, backward bf16 */
             char nm[96];
             snprintf(nm, sizeof nm, "%s chunk %d T %d dk %d dv %d nu %d", linear ? "linear" : "fast_weights", cases[i].chunk,
                      s.T, s.dk, s.dv, s.nu);
-            if (!cpu.err.empty() || !fp.err.empty() || !bf.err.empty()) {
-                printf("    %s: a run failed: %s%s%s\n", nm, cpu.err.c_str(), fp.err.c_str(), bf.err.c_str());
+            if (!cpu.err.empty() || !fp.err.empty() || !bf.err.empty() || !bwd.err.empty()) {
+                printf("    %s: a run failed: %s%s%s%s\n", nm, cpu.err.c_str(), fp.err.c_str(), bf.err.c_str(), bwd.err.c_str());
                 MFT_CHECK(0);
                 continue;
             }
-            double case_bf16 = 0, case_fp32 = 0;
+            double case_bf16 = 0, case_fp32 = 0, case_bwd = 0, dq_bwd, dq_fp32;
             for (int t = -1; t < (int)cpu.grads.size(); t++) {
                 const std::vector<float> &ref = t < 0 ? cpu.out : cpu.grads[(size_t)t];
                 double eb = rel_err(t < 0 ? bf.out : bf.grads[(size_t)t], ref, FLOOR);
                 double ef = rel_err(t < 0 ? fp.out : fp.grads[(size_t)t], ref, FLOOR);
-                if (!(eb <= TOL_BF16)) {
-                    printf("    %s (bf16): %s %d differs, rel err %.3g\n", nm, t < 0 ? "output" : "gradient", t, eb);
+                double ew = rel_err(t < 0 ? bwd.out : bwd.grads[(size_t)t], ref, FLOOR);
+                if (!(eb <= TOL_BF16) || !(ew <= TOL_BF16)) {
+                    printf("    %s: %s %d differs, rel err bf16 %.3g, backward alone in bf16 %.3g\n", nm,
+                           t < 0 ? "output" : "gradient", t, eb, ew);
                     MFT_CHECK(0);
                 }
                 case_bf16 = std::max(case_bf16, eb);
                 case_fp32 = std::max(case_fp32, ef);
+                case_bwd = std::max(case_bwd, ew);
             }
+            dq_bwd = rel_err(bwd.grads[0], cpu.grads[0], FLOOR); /* the watch list starts with q */
+            dq_fp32 = rel_err(fp.grads[0], cpu.grads[0], FLOOR);
             for (int o = 1; o < N_ORDERS; o++) { /* the same bits in every thread order: no race on the tiles */
                 set_order(o);
                 OpRun again = run_graph(g, 1, MF_PREC_BF16);
                 MFT_CHECK(again.err.empty() && again.out == bf.out && again.grads == bf.grads);
             }
             set_order(0);
-            printf("    %s: bf16 %.3g, fp32 %.3g\n", nm, case_bf16, case_fp32);
+            printf("    %s: bf16 %.3g, fp32 %.3g; backward alone in bf16 %.3g (dQ %.3g, fp32 %.3g)\n", nm, case_bf16,
+                   case_fp32, case_bwd, dq_bwd, dq_fp32);
             MFT_CHECK(case_bf16 > 20 * case_fp32 && case_bf16 > 1e-4); /* no case silently in fp32 */
+            MFT_CHECK(dq_bwd > 20 * dq_fp32 && dq_bwd > 1e-4);         /* nor the per-chunk gradients */
             worst_bf16 = std::max(worst_bf16, case_bf16);
         }
     printf("    worst relative error in bf16: %.3g (floor %g, allowed %.3g)\n", worst_bf16, FLOOR, TOL_BF16);
 }
-/* long chunks: the backward's shared memory above 48 KiB (opted in) up to 128 tokens; beyond that
-   a clear error, no launch */
+/* long chunks: the backward's shared memory above 48 KiB (opted in) up to 128 tokens, in bf16 too
+   (the per-chunk gradients' 188 KiB at 128 tokens, within 10 u of the CPU); beyond that a clear
+   error, no launch */
 static void test_chunk_long(void) {
-    FwShape s = {1, 100, 1, 2, 3, 1};
+    FwShape s = {1, 100, 1, 2, 3, 1}, s128 = {1, 128, 1, 2, 3, 1};
     check_graph(fw_graph(s, 0, 100), "fast_weights chunk 100 (80 KiB of shared memory)");
+    OpRun cpu = run_graph(fw_graph(s128, 0, 128), 0), bf = run_graph(fw_graph(s128, 0, 128), 1, MF_PREC_BF16);
+    MFT_CHECK(bf.err.empty() && cpu.grads.size() == bf.grads.size());
+    for (size_t t = 0; t < bf.grads.size() && t < cpu.grads.size(); t++)
+        MFT_CHECK(rel_err(bf.grads[t], cpu.grads[t], 0.1) <= 10.0 / 256);
     mf_ctx *ctx = mf_ctx_new(1);
     int sh[4] = {1, 200, 1, 2}, sb[3] = {1, 200, 1};
     mf_ctx_set_device(ctx, MF_DEVICE_CUDA);

@@ -545,6 +545,34 @@ static void test_relu_vector(void) {
     mf_ctx_free(c);
 }
 
+/* mf__attn_transpose (the attention kernels' and the fast-weight kernels' tile transposes: register
+   blocks of MF__AW x MF__AW, gathers for the leftover columns, scalars for the leftover rows, zeros
+   up to rows_pad) against its definition, exactly (one rounding of s * x), at every rows and cols
+   from 1 to 37, row strides wider than cols, and s = 1 (a pure copy, bit for bit with NaN) */
+static void test_attn_transpose(void) {
+    enum { R = 37, C = 37, LDS = 41, LDD = 48 };
+    static float src[R * LDS], dst[C * LDD];
+    int rows, cols, r, c, bad = 0, k;
+    for (r = 0; r < R * LDS; r++) src[r] = urand(23, (uint64_t)r, -3, 3);
+    src[5] = NAN; src[LDS + 2] = -0.0f; src[2 * LDS + 17] = INFINITY;
+    for (k = 0; k < 2; k++) {
+        float s = k ? 0.37f : 1.0f;
+        for (rows = 1; rows <= R; rows++)
+            for (cols = 1; cols <= C; cols++) {
+                int pad = (rows + MF__AW - 1) / MF__AW * MF__AW;
+                for (r = 0; r < C * LDD; r++) dst[r] = 99.0f;
+                mf__attn_transpose(src, LDS, rows, pad, cols, s, dst, LDD);
+                for (c = 0; c < cols; c++)
+                    for (r = 0; r < pad; r++) {
+                        float want = r < rows ? s * src[r * LDS + c] : 0.0f, got = dst[c * LDD + r];
+                        bad += memcmp(&want, &got, 4) != 0 && !(want != want && got != got);
+                    }
+                for (c = 0; c < cols; c++) bad += dst[c * LDD + pad] != 99.0f && pad < LDD; /* nothing past rows_pad */
+            }
+    }
+    MFT_CHECK(bad == 0);
+}
+
 /* ==== softmax / log_softmax =================================================================== */
 static void test_softmax_forward(void) {
     mf_ctx *c = mf_ctx_new(5);
@@ -2364,6 +2392,7 @@ int main(void) {
     MFT_RUN(test_unary_grad);
     MFT_RUN(test_gelu_accuracy);
     MFT_RUN(test_relu_vector);
+    MFT_RUN(test_attn_transpose);
     MFT_RUN(test_softmax_forward);
     MFT_RUN(test_softmax_grad);
     MFT_RUN(test_cross_entropy_forward);
