@@ -314,6 +314,11 @@ MFDEF void mf_zero_grad(mf_ctx *ctx);
    (a stored [..., K, M], b stored [..., N, K]). Leading dims must match, or one operand is 2-D
    and is shared by every matrix of the other. */
 MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a, int trans_b);
+/* One matrix per head: x [..., H, K] (any leading dims, e.g. token-major [B, T, H, K]) and
+   w [H, K, N] -> y [..., H, N] with y[..., h, :] = x[..., h, :] @ w[h]. Reads x where it lies (the
+   rows of head h are H*K floats apart: no head split or merge copies); e.g. metric attention's
+   q = p M per head. */
+MFDEF mf_tensor *mf_head_matmul(mf_ctx *ctx, mf_tensor *x, mf_tensor *w);
 /* x [..., in] @ w[out, in]^T + b[out] -> [..., out] (b may be NULL), as torch.nn.Linear. */
 MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b);
 /* Elementwise with broadcasting: the smaller operand's shape must equal the trailing dims of
@@ -2133,7 +2138,7 @@ static int mf__profiling(const mf_ctx *ctx) { return ctx->profile && !ctx->be; }
 /* the kind of an op (or non-op entry) name: how a report groups them (mf_profile_entry) */
 static const char *mf__prof_kind(const char *name) {
     static const char *const kinds[][2] = {
-        {"matmul", "matmul"}, {"linear", "matmul"}, {"conv1d", "matmul"},
+        {"matmul", "matmul"}, {"head_matmul", "matmul"}, {"linear", "matmul"}, {"conv1d", "matmul"},
         {"attention", "mixer"}, {"rel_attention", "mixer"}, {"fast_weights", "mixer"}, {"linear_attention", "mixer"},
         {"feedback_attention", "mixer"}, {"feedback", "mixer"}, {"dpfp", "mixer"}, {"avg_pool", "mixer"},
         {"avg_pool_sub", "mixer"}, {"layernorm", "layernorm"}, {"embedding", "embedding"},
@@ -3246,24 +3251,30 @@ static float *mf__gemm_workspace(mf_ctx *ctx, int M, int N, int K) {
     return ctx->gemm_ws;
 }
 
-/* C_i = alpha * op(A_i) op(B_i) + beta * C_i for i < batch. sC == 0 with batch > 1 means every
-   product adds into the same C (a shared operand's gradient): those run one after another. */
-static void mf__gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A,
-                     int64_t sA, const float *B, int64_t sB, float beta, float *C, int64_t sC,
-                     int batch) {
-    int lda = ta ? M : K, ldb = tb ? K : N, i;
+/* C_i = op(A_i) op(B_i) + beta * C_i for i < batch, the rows of A, B, C lda, ldb, ldc floats apart
+   (strided views, e.g. one head of token-major rows). sC == 0 with batch > 1 means every product
+   adds into the same C (a shared operand's gradient): those run one after another. */
+static void mf__gemm_ld(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda, int64_t sA,
+                        const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     float *ws = mf__gemm_workspace(ctx, M, N, K);
     double t0 = mf__gemm_t0(ctx);
+    int i;
     if (!ws) return;
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++)
-            mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A + i * sA, lda, B + i * sB, ldb, i ? 1.0f : beta, C, N,
+            mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A + i * sA, lda, B + i * sB, ldb, i ? 1.0f : beta, C, ldc,
                          ctx->n_threads, ws);
     } else {
-        mf__sgemm_batched_ws(ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, N, sC, batch,
+        mf__sgemm_batched_ws(ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
                              ctx->n_threads, ws);
     }
     mf__gemm_t1(ctx, t0);
+}
+/* mf__gemm_ld on dense matrices (rows as long as the matrix is wide) */
+static void mf__gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A,
+                     int64_t sA, const float *B, int64_t sB, float beta, float *C, int64_t sC,
+                     int batch) {
+    mf__gemm_ld(ctx, ta, tb, M, N, K, A, ta ? M : K, sA, B, tb ? K : N, sB, beta, C, N, sC, batch);
 }
 
 /* ---- matmul: a [..., M, K] @ b [..., K, N] -> [..., M, N] ------------------------------------ */
@@ -3345,6 +3356,52 @@ MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a,
     mf_tensor *t = mf__begin(ctx, &mf__op_matmul, a, b, NULL, NULL);
     if (t) { t->iarg[MF__ARG_MM_TRANS_A] = trans_a != 0; t->iarg[MF__ARG_MM_TRANS_B] = trans_b != 0; }
     return mf__finish(ctx, t);
+}
+
+/* ---- head_matmul: x [..., H, K] @ w [H, K, N] per head -> [..., H, N] ------------------------- */
+/* One strided GEMM per head over all R leading rows: head h's rows of x are H*K floats apart, its
+   matrix of the batch starts K floats after head h - 1's (the same for y, dy with N). */
+enum { MF__ARG_HM_ROWS, MF__ARG_HM_H, MF__ARG_HM_K, MF__ARG_HM_N };
+static int mf__head_matmul_shape(mf_ctx *ctx, mf_tensor *out) {
+    mf_tensor *x = out->src[0], *w = out->src[1];
+    int shape[MF_MAX_DIMS], i, H, K;
+    char sx[64], sw[64];
+    if (x->ndim < 2 || w->ndim != 3)
+        return MF__SHAPE_FAIL("head_matmul: x %s must be [..., H, K] (2 to 4 dims) and w %s [H, K, N] (3 dims)",
+                              mf_shape_str(x, sx, 64), mf_shape_str(w, sw, 64));
+    H = x->shape[x->ndim - 2]; K = x->shape[x->ndim - 1];
+    if (w->shape[0] != H || w->shape[1] != K)
+        return MF__SHAPE_FAIL("head_matmul: x %s has H = %d heads of K = %d, so w %s must be [%d, %d, N] (one "
+                              "K x N matrix per head; reshape x to [..., H, K] or w to [H, K, N])",
+                              mf_shape_str(x, sx, 64), H, K, mf_shape_str(w, sw, 64), H, K);
+    for (i = 0; i < x->ndim - 1; i++) shape[i] = x->shape[i];
+    shape[x->ndim - 1] = w->shape[2];
+    mf__set_shape(out, x->ndim, shape);
+    out->iarg[MF__ARG_HM_ROWS] = (int)(x->ne / ((int64_t)H * K));
+    out->iarg[MF__ARG_HM_H] = H; out->iarg[MF__ARG_HM_K] = K; out->iarg[MF__ARG_HM_N] = w->shape[2];
+    return 0;
+}
+static void mf__head_matmul_forward(mf_ctx *ctx, mf_tensor *out) {
+    int R = out->iarg[MF__ARG_HM_ROWS], H = out->iarg[MF__ARG_HM_H], K = out->iarg[MF__ARG_HM_K];
+    int N = out->iarg[MF__ARG_HM_N];
+    mf__gemm_ld(ctx, 0, 0, R, N, K, out->src[0]->data, H * K, K, out->src[1]->data, N, (int64_t)K * N, 0.0f,
+                out->data, H * N, N, H);
+}
+static void mf__head_matmul_backward(mf_ctx *ctx, mf_tensor *out) {
+    int R = out->iarg[MF__ARG_HM_ROWS], H = out->iarg[MF__ARG_HM_H], K = out->iarg[MF__ARG_HM_K];
+    int N = out->iarg[MF__ARG_HM_N], ax, aw;
+    const float *x = out->src[0]->data, *w = out->src[1]->data, *dy = out->grad;
+    float *dx = mf__g_claim(out->src[0], &ax), *dw;
+    if (dx) /* dx_h = dy_h w_h^T */
+        mf__gemm_ld(ctx, 0, 1, R, K, N, dy, H * N, N, w, N, (int64_t)K * N, ax ? 0.0f : 1.0f, dx, H * K, K, H);
+    dw = mf__g_claim(out->src[1], &aw);
+    if (dw) /* dw_h = x_h^T dy_h over all rows */
+        mf__gemm_ld(ctx, 1, 0, K, N, R, x, H * K, K, dy, H * N, N, aw ? 0.0f : 1.0f, dw, N, (int64_t)K * N, H);
+}
+static const mf__op mf__op_head_matmul = { "head_matmul", 2, mf__head_matmul_shape, mf__head_matmul_forward,
+                                           mf__head_matmul_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
+MFDEF mf_tensor *mf_head_matmul(mf_ctx *ctx, mf_tensor *x, mf_tensor *w) {
+    return mf__finish(ctx, mf__begin(ctx, &mf__op_head_matmul, x, w, NULL, NULL));
 }
 
 /* sum of x[0..n) in MF__AW lanes (then across the lanes) */
@@ -6527,24 +6584,19 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
         }
         return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, qkv, k, v, parts, scale)), A->wo, A->bo);
     } else {
-        /* q = p M = xn (M^T Wp_h)^T per head: fold M into a query projection Wq [H*dk, D] */
-        int wshape[3], mshape[3], dshape[2], eshape[2];
-        mf_tensor *M, *wq, *p, *q;
-        wshape[0] = H; wshape[1] = dk; wshape[2] = D;
+        /* p = xn Wp^T [B, T, H, dk], q = p M_h per head; k = v = p (generation: the cache of p) */
+        int mshape[3], eshape[2];
+        mf_tensor *M, *p, *q, *kv;
         mshape[0] = H; mshape[1] = dk; mshape[2] = dk;
-        dshape[0] = D; dshape[1] = D;
         if (c->mixer == MF_MIXER_METRIC) { /* M = Mbar @ expand: symmetric, gradients fold by themselves */
             eshape[0] = dk * (dk + 1) / 2; eshape[1] = dk * dk;
             M = mf_reshape(ctx, mf_matmul(ctx, A->mform, mf__wrap(ctx, 2, eshape, ((mf__attn_state *)m->fam_state)->expand),
                                           0, 0), 3, mshape);
         } else M = mf_reshape(ctx, A->mform, 3, mshape);
-        wq = mf_reshape(ctx, mf_matmul(ctx, M, mf_reshape(ctx, A->wp, 3, wshape), 1, 0), 2, dshape);
-        q = mf__token_pack(ctx, mf_linear(ctx, xn, mf__stack_rows(ctx, wq, A->wp, NULL), NULL), 2, H); /* q, p */
-        p = q;
-        if (cache && q) p = mf__cache_heads(m, A->cache_k, mf_slice(ctx, q, 2, H, H), pos0);
-        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, p, p, p == q ? MF__ATTN_PACKS(0, 2, 1, 2, 1, 2)
-                                                                          : MF__ATTN_PACKS(0, 2, 0, 1, 0, 1), scale)),
-                         A->we, NULL);
+        p = mf__token_pack(ctx, mf_linear(ctx, xn, A->wp, NULL), 1, H);
+        q = mf_head_matmul(ctx, p, M);
+        kv = cache ? mf__cache_heads(m, A->cache_k, p, pos0) : p;
+        return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, q, kv, kv, 0, scale)), A->we, NULL);
     }
 }
 
@@ -13080,7 +13132,7 @@ MFDEF void mf_dist_free(mf_dist *d) {
 #define MF__READ_BY_TESTS
 #endif
 static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
-    &mf__op_matmul, &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul,
+    &mf__op_matmul, &mf__op_head_matmul, &mf__op_linear, &mf__op_add, &mf__op_sub, &mf__op_mul,
     &mf__op_scale, &mf__op_relu, &mf__op_gelu, &mf__op_sigmoid, &mf__op_silu, &mf__op_exp,
     &mf__op_softmax, &mf__op_log_softmax, &mf__op_cross_entropy, &mf__op_mse, &mf__op_layernorm,
     &mf__op_embedding, &mf__op_dropout, &mf__op_reshape, &mf__op_permute, &mf__op_concat, &mf__op_slice,

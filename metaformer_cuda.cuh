@@ -61,8 +61,8 @@
  *                    the shared-memory opt-in (mf__cu_smem)
  *   [cu:memory]      device allocations, the activation arena, copies, zeroing, scratch
  *   [cu:gemm]        row-major GEMM through cuBLAS (fp32, TF32, or bf16 operands via cublasGemmEx)
- *   [cu:ops]         every op of [mf:ops] in its order (matmul, linear, add / sub / mul, the unary
- *                    ops, softmax, log_softmax, cross_entropy, mse, layernorm, embedding, dropout,
+ *   [cu:ops]         every op of [mf:ops] in its order (matmul, head_matmul, linear, add / sub / mul,
+ *                    the unary ops, softmax, log_softmax, cross_entropy, mse, layernorm, embedding, dropout,
  *                    reshape, permute, concat, slice, roll, sum / mean, sum_axis, conv1d, avg_pool):
  *                    kernels, then the forward / backward wrappers
  *   [cu:attention]   mf_attention (sdpa, metric, quadratic, the compressive AR loss), the last op of
@@ -382,9 +382,10 @@ static const __nv_bfloat16 *mf__cu_weights_bf16(mf_ctx *ctx, const char *op) {
     }
     return cu->wbf;
 }
-/* the values a strided product reads of an operand: batch matrices of rows x cols, stride apart */
-static long long mf__cu_gemm_extent(long long rows, long long cols, long long stride, int batch) {
-    return (stride && batch > 1 ? (long long)(batch - 1) * stride : 0) + rows * cols;
+/* the values a strided product reads of an operand: batch matrices of rows x cols (rows ld apart),
+   stride apart */
+static long long mf__cu_gemm_extent(long long rows, long long cols, long long ld, long long stride, int batch) {
+    return (stride && batch > 1 ? (long long)(batch - 1) * stride : 0) + (rows - 1) * ld + cols;
 }
 /* bf16 versions of A (n_a values) and B (n_b): from the weight copy or converted into scratch */
 static int mf__cu_gemm_operands(mf_ctx *ctx, const char *op, const float *A, long long n_a, const float *B,
@@ -403,51 +404,63 @@ static int mf__cu_gemm_operands(mf_ctx *ctx, const char *op, const float *A, lon
     if (!wb && MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(n_b), cu->gemm_bf + off_b, B, n_b) < 0) return -1;
     return 0;
 }
-/* mf__cu_gemm in bf16 */
-static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
-                            long long sA, const float *B, long long sB, float beta, float *C, long long sC, int batch) {
+/* mf__cu_gemm_ld in bf16 */
+static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                            long long sA, const float *B, int ldb, long long sB, float beta, float *C, int ldc,
+                            long long sC, int batch) {
     cublasHandle_t h = MF__CU(ctx)->blas;
-    int lda = ta ? M : K, ldb = tb ? K : N, i;
+    int i;
     const float one = 1.0f;
     const __nv_bfloat16 *a, *b;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (mf__cu_gemm_operands(ctx, op, A, mf__cu_gemm_extent(M, K, sA, batch), B, mf__cu_gemm_extent(K, N, sB, batch),
-                             &a, &b) < 0)
+    if (mf__cu_gemm_operands(ctx, op, A, mf__cu_gemm_extent(ta ? K : M, ta ? M : K, lda, sA, batch), B,
+                             mf__cu_gemm_extent(tb ? N : K, tb ? K : N, ldb, sB, batch), &a, &b) < 0)
         return -1;
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float bt = i ? 1.0f : beta;
             if (MF_CUBLAS_CHECK(ctx, op, cublasGemmEx(h, ob, oa, N, M, K, &one, b + i * sB, CUDA_R_16BF, ldb, a + i * sA,
-                                                      CUDA_R_16BF, lda, &bt, C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                                      CUDA_R_16BF, lda, &bt, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                                                       CUBLAS_GEMM_DEFAULT)) < 0)
                 return -1;
         }
         return 0;
     }
     return MF_CUBLAS_CHECK(ctx, op, cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &one, b, CUDA_R_16BF, ldb, sB, a,
-                                                               CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, N, sC,
+                                                               CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC,
                                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
-static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
-                       long long sA, const float *B, long long sB, float beta, float *C, long long sC, int batch) {
+/* C_i = op(A_i) op(B_i) + beta * C_i for i < batch (row-major, as the CPU's mf__gemm_ld), rows lda, ldb,
+   ldc floats apart; sC == 0 with batch > 1: every product adds into the same C. In the context's
+   precision (fp32, TF32 through the handle's math mode, bf16). */
+static int mf__cu_gemm_ld(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                          long long sA, const float *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sC, int batch) {
     cublasHandle_t h = MF__CU(ctx)->blas;
-    int lda = ta ? M : K, ldb = tb ? K : N, i;
+    int i;
     const float one = 1.0f;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (!mf_ok(ctx)) return -1;
-    if (MF__CU(ctx)->prec == MF_PREC_BF16) return mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, sA, B, sB, beta, C, sC, batch);
+    if (MF__CU(ctx)->prec == MF_PREC_BF16)
+        return mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float b = i ? 1.0f : beta;
-            if (MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B + i * sB, ldb, A + i * sA, lda, &b, C, N)) < 0)
+            if (MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B + i * sB, ldb, A + i * sA, lda, &b, C,
+                                                     ldc)) < 0)
                 return -1;
         }
         return 0;
     }
     if (batch == 1)
-        return MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B, ldb, A, lda, &beta, C, N));
+        return MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
     return MF_CUBLAS_CHECK(ctx, op, cublasSgemmStridedBatched(h, ob, oa, N, M, K, &one, B, ldb, sB, A, lda, sA,
-                                                              &beta, C, N, sC, batch));
+                                                              &beta, C, ldc, sC, batch));
+}
+/* mf__cu_gemm_ld on dense matrices (rows as long as the matrix is wide) */
+static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
+                       long long sA, const float *B, long long sB, float beta, float *C, long long sC, int batch) {
+    return mf__cu_gemm_ld(ctx, op, ta, tb, M, N, K, A, ta ? M : K, sA, B, tb ? K : N, sB, beta, C, N, sC, batch);
 }
 
 /* ==== [cu:ops] ============================================================================== */
@@ -528,6 +541,26 @@ static int mf__cu_matmul_bwd(mf_ctx *ctx, mf_tensor *out) {
         else r |= mf__cu_gemm(ctx, op, 1, ta, N, K, M, dC, sC, A, sA, 1.0f, dB, sB, batch);
     }
     return r ? -1 : 0;
+}
+
+/* ---- head_matmul: x [..., H, K] @ w [H, K, N] per head -> [..., H, N] (cuBLAS, strided) ----- */
+static int mf__cu_head_matmul_fwd(mf_ctx *ctx, mf_tensor *out) {
+    int R = out->iarg[MF__ARG_HM_ROWS], H = out->iarg[MF__ARG_HM_H], K = out->iarg[MF__ARG_HM_K];
+    int N = out->iarg[MF__ARG_HM_N];
+    return mf__cu_gemm_ld(ctx, "head_matmul", 0, 0, R, N, K, out->src[0]->data, H * K, K, out->src[1]->data, N,
+                          (long long)K * N, 0.0f, out->data, H * N, N, H);
+}
+static int mf__cu_head_matmul_bwd(mf_ctx *ctx, mf_tensor *out) {
+    int R = out->iarg[MF__ARG_HM_ROWS], H = out->iarg[MF__ARG_HM_H], K = out->iarg[MF__ARG_HM_K];
+    int N = out->iarg[MF__ARG_HM_N];
+    const float *x = out->src[0]->data, *w = out->src[1]->data, *dy = out->grad;
+    float *dx = mf__g(out->src[0]), *dw = mf__g(out->src[1]);
+    const char *op = "head_matmul (backward)";
+    if (dx && mf__cu_gemm_ld(ctx, op, 0, 1, R, K, N, dy, H * N, N, w, N, (long long)K * N, 1.0f, dx, H * K, K, H) < 0)
+        return -1;
+    if (dw && mf__cu_gemm_ld(ctx, op, 1, 0, K, N, R, x, H * K, K, dy, H * N, N, 1.0f, dw, N, (long long)K * N, H) < 0)
+        return -1;
+    return 0;
 }
 
 /* ---- linear: x [..., in] @ w [out, in]^T + b [out] -> [..., out] --------------------------- */
@@ -4329,6 +4362,7 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
 /* every op of metaformer.h and its CUDA forward / backward */
 static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
     {&mf__op_matmul, mf__cu_matmul_fwd, mf__cu_matmul_bwd},
+    {&mf__op_head_matmul, mf__cu_head_matmul_fwd, mf__cu_head_matmul_bwd},
     {&mf__op_linear, mf__cu_linear_fwd, mf__cu_linear_bwd},
     {&mf__op_add, mf__cu_binary_fwd, mf__cu_binary_bwd},
     {&mf__op_sub, mf__cu_binary_fwd, mf__cu_binary_bwd},

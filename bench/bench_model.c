@@ -46,8 +46,8 @@
  * linear 4 dk d_dot; feedback counts per token: q and out projections, the memory keys/values
  * (per layer for the original variant, once for feedback_kv), attention over the t earlier
  * steps (mean (T - 1) / 2, three dot products per key as relative). Work an
- * implementation adds on top (recomputing P in the flash backward, folding M into a D x D query
- * projection) is not counted. LayerNorm, GELU, softmax, Adam are not counted.
+ * implementation adds on top (recomputing P in the flash backward) is not counted. LayerNorm, GELU,
+ * softmax, Adam are not counted.
  *
  * Output: human-readable lines, then one machine-readable line:
  *   RESULT impl=c mixer=sdpa tok_s=... step_ms=... gflops=... mflop_tok=... rss_mb=... ...

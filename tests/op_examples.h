@@ -42,6 +42,7 @@ static const int32_t EX_TGT[10] = {4, -1, 6, 0, 3, 3, -1, 2, 5, 1};
 static mf_tensor *ex_matmul(mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 0, 0); }
 static mf_tensor *ex_matmul_tt(mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 1, 1); }
 static mf_tensor *ex_matmul_bt(mf_ctx *c, mf_tensor **x) { return mf_matmul(c, x[0], x[1], 0, 1); }
+static mf_tensor *ex_head_matmul(mf_ctx *c, mf_tensor **x) { return mf_head_matmul(c, x[0], x[1]); }
 static mf_tensor *ex_linear(mf_ctx *c, mf_tensor **x) { return mf_linear(c, x[0], x[1], x[2]); }
 static mf_tensor *ex_linear_nb(mf_ctx *c, mf_tensor **x) { return mf_linear(c, x[0], x[1], NULL); }
 static mf_tensor *ex_add(mf_ctx *c, mf_tensor **x) { return mf_add(c, x[0], x[1]); }
@@ -150,6 +151,8 @@ static const op_example EXAMPLES[] = {
     {"matmul", "batched", 2, EX_IN2(EX3(2, 3, 5), EX3(2, 5, 4)), -1, 1, ex_matmul},
     {"matmul", "both transposed", 2, EX_IN2(EX3(2, 5, 3), EX3(2, 4, 5)), -1, 1, ex_matmul_tt},
     {"matmul", "shared b^T", 2, EX_IN2(EX3(2, 3, 5), EX2(4, 5)), -1, 1, ex_matmul_bt},
+    {"head_matmul", "token-major [B, T, H, K], N > K", 2, EX_IN2(EX4(2, 3, 3, 4), EX3(3, 4, 5)), -1, 1, ex_head_matmul},
+    {"head_matmul", "one row [H, K], N < K", 2, EX_IN2(EX2(2, 5), EX3(2, 5, 3)), -1, 1, ex_head_matmul},
     {"linear", "bias", 3, EX_IN3(EX3(2, 3, 5), EX2(4, 5), EX1(4)), -1, 1, ex_linear},
     {"linear", "no bias", 2, EX_IN2(EX2(3, 5), EX2(4, 5)), -1, 1, ex_linear_nb},
     {"add", "same shapes", 2, EX_IN2(EX2(3, 5), EX2(3, 5)), -1, 1, ex_add},

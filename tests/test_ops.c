@@ -180,6 +180,69 @@ static void test_matmul_self(void) {
     GRADCHECK("x^T @ x", 1, s, b_matmul_self, &a);
 }
 
+/* ==== head_matmul ============================================================================= */
+/* y = mf_head_matmul(x, w) and its gradients against mf_matmul on a heads-major copy of x:
+   permute [L0, L1, H, K] -> [H, L0, L1, K], one [L0 L1, K] @ [K, N] product per head, permute back */
+static mf_tensor *head_matmul_by_permutes(mf_ctx *c, mf_tensor *x, mf_tensor *w) {
+    int to_heads[4] = {2, 0, 1, 3}, back[4] = {1, 2, 0, 3};
+    int L0 = x->shape[0], L1 = x->shape[1], H = x->shape[2], K = x->shape[3], N = w->shape[2];
+    int flat[3], split[4];
+    flat[0] = H; flat[1] = L0 * L1; flat[2] = K;
+    split[0] = H; split[1] = L0; split[2] = L1; split[3] = N;
+    return mf_permute(c, mf_reshape(c, mf_matmul(c, mf_reshape(c, mf_permute(c, x, to_heads), 3, flat), w, 0, 0),
+                                    4, split), back);
+}
+/* forward values and both gradients (loss = sum(y * r), r fixed) of the two ways */
+static void check_head_matmul(int L0, int L1, int H, int K, int N) {
+    mf_ctx *c = mf_ctx_new(3);
+    int xs[4], ws[3], pass, i;
+    mf_tensor *x, *w, *y[2];
+    float *gx[2], *gw[2];
+    xs[0] = L0; xs[1] = L1; xs[2] = H; xs[3] = K;
+    ws[0] = H; ws[1] = K; ws[2] = N;
+    x = rnd_param(c, "x", 4, xs, 31); w = rnd_param(c, "w", 3, ws, 32);
+    for (pass = 0; pass < 2; pass++) {
+        mf_tensor *r;
+        y[pass] = pass ? head_matmul_by_permutes(c, x, w) : mf_head_matmul(c, x, w);
+        MFT_CHECK(shape_is(y[pass], 4, L0, L1, H, N));
+        if (!y[pass]) { printf("    %s\n", mf_error(c)); mf_ctx_free(c); return; }
+        r = rnd(c, 4, y[pass]->shape, 33, -1, 1);
+        mf_zero_grad(c);
+        mf_backward(c, mf_sum(c, mf_mul(c, y[pass], r)));
+        gx[pass] = (float *)malloc((size_t)x->ne * sizeof(float));
+        gw[pass] = (float *)malloc((size_t)w->ne * sizeof(float));
+        memcpy(gx[pass], x->grad, (size_t)x->ne * sizeof(float));
+        memcpy(gw[pass], w->grad, (size_t)w->ne * sizeof(float));
+    }
+    MFT_CHECK(mf_ok(c));
+    for (i = 0; i < 3; i++) {
+        const float *a = i == 0 ? y[0]->data : i == 1 ? gx[0] : gw[0], *b = i == 0 ? y[1]->data : i == 1 ? gx[1] : gw[1];
+        int64_t n = i == 0 ? y[0]->ne : i == 1 ? x->ne : w->ne;
+        if (max_abs_diff(a, b, n) > 1e-5) {
+            printf("    head_matmul [%d, %d, %d, %d] @ [%d, %d, %d]: %s differs from the permuted matmul by %g\n", L0, L1,
+                   H, K, H, K, N, i == 0 ? "y" : i == 1 ? "dx" : "dw", max_abs_diff(a, b, n));
+            MFT_CHECK(0);
+        }
+    }
+    for (pass = 0; pass < 2; pass++) { free(gx[pass]); free(gw[pass]); }
+    mf_ctx_free(c);
+}
+static mf_tensor *b_head_matmul(mf_ctx *c, mf_tensor **in, void *u) {
+    (void)u;
+    return mf_head_matmul(c, in[0], in[1]);
+}
+static void test_head_matmul(void) {
+    gc_spec s[2];
+    check_head_matmul(2, 9, 3, 5, 7); /* odd sizes, N > K */
+    check_head_matmul(2, 9, 3, 5, 2); /* N < K */
+    check_head_matmul(1, 1, 1, 1, 1);
+    check_head_matmul(4, 64, 8, 32, 32); /* the model's shape (more rows than a GEMM tile) */
+    s[0] = gc_in(4, 2, 3, 3, 4); s[1] = gc_in(3, 3, 4, 5, 0);
+    GRADCHECK("head_matmul [2, 3, 3, 4] @ [3, 4, 5]", 2, s, b_head_matmul, NULL);
+    s[0] = gc_in(2, 2, 5, 0, 0); s[1] = gc_in(3, 2, 5, 3, 0);
+    GRADCHECK("head_matmul [2, 5] @ [2, 5, 3]", 2, s, b_head_matmul, NULL);
+}
+
 /* ==== linear ================================================================================== */
 static mf_tensor *b_linear(mf_ctx *c, mf_tensor **in, void *u) {
     const args *a = (const args *)u;
@@ -504,7 +567,7 @@ static void test_attn_transpose(void) {
                         float want = r < rows ? s * src[r * LDS + c] : 0.0f, got = dst[c * LDD + r];
                         bad += memcmp(&want, &got, 4) != 0 && !(want != want && got != got);
                     }
-                for (c = 0; c < cols; c++) bad += dst[c * LDD + pad] != 99.0f && pad < LDD; /* nothing past rows_pad */
+                for (c = 0; c < cols && pad < LDD; c++) bad += dst[c * LDD + pad] != 99.0f; /* nothing past rows_pad */
             }
     }
     MFT_CHECK(bad == 0);
@@ -1981,7 +2044,7 @@ static void test_errors(void) {
     mf_tensor *x3 = rnd(c, 3, s33, 4, -1, 1), *cw = rnd(c, 3, w3, 5, -1, 1);
     const int32_t bad_t[2] = {0, 3}, bad_id[1] = {5};
     int i;
-    struct { mf_tensor *r; const char *word; } cases[16];
+    struct { mf_tensor *r; const char *word; } cases[20];
     int n = 0;
 #define ERR_CASE(expr, w) do { cases[n].r = (expr); cases[n].word = (w); \
         if (cases[n].r != NULL || mf_ok(c) || !strstr(mf_error(c), (w))) { \
@@ -1989,6 +2052,8 @@ static void test_errors(void) {
         mf_clear_error(c); n++; } while (0)
     ERR_CASE(mf_matmul(c, a, a, 0, 0), "matmul");
     ERR_CASE(mf_matmul(c, x3, rnd(c, 3, w3, 6, -1, 1), 0, 0), "matmul");
+    ERR_CASE(mf_head_matmul(c, x3, cw), "head_matmul");
+    ERR_CASE(mf_head_matmul(c, v4, cw), "head_matmul");
     ERR_CASE(mf_linear(c, a, b, NULL), "linear");
     ERR_CASE(mf_add(c, a, v4), "add");
     ERR_CASE(mf_mul(c, b, a), "mul");
@@ -2318,6 +2383,7 @@ int main(void) {
     MFT_RUN(test_matmul_forward);
     MFT_RUN(test_matmul_grad);
     MFT_RUN(test_matmul_self);
+    MFT_RUN(test_head_matmul);
     MFT_RUN(test_linear);
     MFT_RUN(test_binary_forward);
     MFT_RUN(test_binary_grad);
