@@ -6480,7 +6480,7 @@ typedef struct mf__attn_layer {
     float *cache_k, *cache_v; /* generation: [max_seq][H][dk] keys / values (metric, quadratic: p in cache_k) */
 } mf__attn_layer;
 typedef struct mf__attn_state {
-    float *expand; /* metric: [L][dk*dk], 1 where Mbar entry l lands in M (L = dk (dk + 1) / 2) */
+    int32_t *m_ids; /* metric: [H][dk][dk], the entry h L + l of Mbar [H L] that M_h[k][k'] reads (L = dk (dk + 1) / 2) */
 } mf__attn_state;
 #define MF__ATTN_L(m, l) ((mf__attn_layer *)(m)->layers[l].mix)
 
@@ -6504,24 +6504,20 @@ static void mf__attn_make_layer(mf_model *m, int l) {
     }
 }
 
-/* metric: the constant expand (on the model's device) */
+/* metric: the Mbar entry of each M entry (both (k, k') and (k', k) read entry l(min, max)) */
 static void mf__attn_init(mf_model *m) {
     mf__attn_state *s;
-    int dk = m->cfg.d_model / m->cfg.n_heads, L = dk * (dk + 1) / 2, k, k2, idx = 0;
-    size_t bytes = (size_t)L * dk * dk * sizeof(float);
-    float *e;
+    int H = m->cfg.n_heads, dk = m->cfg.d_model / H, L = dk * (dk + 1) / 2, h, k, k2;
     if (m->cfg.mixer != MF_MIXER_METRIC) return;
     if (!(s = (mf__attn_state *)mf__xmalloc(sizeof *s))) { mf__fail(m->ctx, "out of memory"); return; }
-    s->expand = NULL;
     m->fam_state = s;
-    if (!(e = (float *)mf__xmalloc(bytes))) { mf__fail(m->ctx, "out of memory"); return; }
-    memset(e, 0, bytes);
-    for (k = 0; k < dk; k++) /* row-major upper triangle: l(k, k') = k*dk - k(k-1)/2 + k' - k */
-        for (k2 = k; k2 < dk; k2++, idx++) {
-            e[(int64_t)idx * dk * dk + k * dk + k2] = 1.0f;
-            e[(int64_t)idx * dk * dk + k2 * dk + k] = 1.0f;
-        }
-    s->expand = mf__model_const(m, e, bytes);
+    if (!(s->m_ids = (int32_t *)mf__xmalloc((size_t)H * dk * dk * sizeof(int32_t)))) { mf__fail(m->ctx, "out of memory"); return; }
+    for (h = 0; h < H; h++)
+        for (k = 0; k < dk; k++) /* row-major upper triangle: l(k, k') = k dk - k (k - 1) / 2 + k' - k */
+            for (k2 = k; k2 < dk; k2++) {
+                int32_t id = h * L + k * dk - k * (k - 1) / 2 + k2 - k;
+                s->m_ids[((int64_t)h * dk + k) * dk + k2] = s->m_ids[((int64_t)h * dk + k2) * dk + k] = id;
+            }
 }
 
 static void mf__attn_free(mf_model *m) {
@@ -6532,7 +6528,7 @@ static void mf__attn_free(mf_model *m) {
         if (!A) continue;
         mf__model_dfree(m, A->cache_k); mf__model_dfree(m, A->cache_v);
     }
-    if (s) mf__model_dfree(m, s->expand);
+    if (s) MF_FREE(s->m_ids);
     MF_FREE(s);
     m->fam_state = NULL;
 }
@@ -6585,13 +6581,14 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
         return mf_linear(ctx, mf__token_merge(ctx, mf__attention_of(m, l, qkv, k, v, parts, scale)), A->wo, A->bo);
     } else {
         /* p = xn Wp^T [B, T, H, dk], q = p M_h per head; k = v = p (generation: the cache of p) */
-        int mshape[3], eshape[2];
+        int mshape[3], tshape[2];
         mf_tensor *M, *p, *q, *kv;
         mshape[0] = H; mshape[1] = dk; mshape[2] = dk;
-        if (c->mixer == MF_MIXER_METRIC) { /* M = Mbar @ expand: symmetric, gradients fold by themselves */
-            eshape[0] = dk * (dk + 1) / 2; eshape[1] = dk * dk;
-            M = mf_reshape(ctx, mf_matmul(ctx, A->mform, mf__wrap(ctx, 2, eshape, ((mf__attn_state *)m->fam_state)->expand),
-                                          0, 0), 3, mshape);
+        if (c->mixer == MF_MIXER_METRIC) { /* M gathers its entries from Mbar [H L] viewed as a table of
+                                              1-float rows: symmetric, and the gradient folds by itself */
+            tshape[0] = H * (dk * (dk + 1) / 2); tshape[1] = 1;
+            M = mf_reshape(ctx, mf_embedding(ctx, mf_reshape(ctx, A->mform, 2, tshape),
+                                             ((mf__attn_state *)m->fam_state)->m_ids, 3, mshape), 3, mshape);
         } else M = mf_reshape(ctx, A->mform, 3, mshape);
         p = mf__token_pack(ctx, mf_linear(ctx, xn, A->wp, NULL), 1, H);
         q = mf_head_matmul(ctx, p, M);
