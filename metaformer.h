@@ -5131,11 +5131,14 @@ static void mf__attn_transpose(const float *src, int lds, int rows, int rows_pad
 /* Hide key j from query i when j > i + off: st[key][query] = -inf for the keys j0.. (bk rows) and
    the queries i0.. of a tile (local query columns below j - off - i0). */
 static void mf__attn_mask(float *st, int j0, int bk, int i0, int off) {
+    const mf__av ninf = mf__av_set1(-INFINITY);
     int jj, ii;
     for (jj = 0; jj < bk; jj++) {
         int first = j0 + jj - off - i0; /* the first local query that sees key j0 + jj */
+        float *s = st + jj * MF__AT_BQ;
         if (first > MF__AT_BQ) first = MF__AT_BQ;
-        for (ii = 0; ii < first; ii++) st[jj * MF__AT_BQ + ii] = -INFINITY;
+        for (ii = 0; ii + MF__AW <= first; ii += MF__AW) mf__av_store(s + ii, ninf);
+        if (ii < first) mf__av_storem(s + ii, mf__av_mask(first - ii), ninf);
     }
 }
 
@@ -5237,14 +5240,24 @@ static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float
                                   int64_t ld) {
     int ii, jj, c;
     for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* MF__AW queries at a time */
-        mf__av mo = mf__av_load(m + ii), mx = mo, sum = mf__av_zero(), a;
-        for (jj = 0; jj < bk; jj++) mx = mf__av_max(mx, mf__av_load(st + jj * MF__AT_BQ + ii));
-        a = mf__av_exp(mf__av_sub(mo, mx));
-        for (jj = 0; jj < bk; jj++) {
-            mf__av p = mf__av_exp(mf__av_sub(mf__av_load(st + jj * MF__AT_BQ + ii), mx));
-            mf__av_store(st + jj * MF__AT_BQ + ii, p);
-            sum = mf__av_add(sum, p);
+        /* the max and the sum in 4 chains of keys jj % 4 (one chain would wait on each max / add) */
+        mf__av mo = mf__av_load(m + ii), mx = mo, x0 = mo, x1 = mo, x2 = mo, x3 = mo, sum, a;
+        float *c = st + ii;
+        for (jj = 0; jj + 4 <= bk; jj += 4, c += 4 * MF__AT_BQ) {
+            x0 = mf__av_max(x0, mf__av_load(c)); x1 = mf__av_max(x1, mf__av_load(c + MF__AT_BQ));
+            x2 = mf__av_max(x2, mf__av_load(c + 2 * MF__AT_BQ)); x3 = mf__av_max(x3, mf__av_load(c + 3 * MF__AT_BQ));
         }
+        for (; jj < bk; jj++, c += MF__AT_BQ) x0 = mf__av_max(x0, mf__av_load(c));
+        mx = mf__av_max(mf__av_max(x0, x1), mf__av_max(x2, x3));
+        a = mf__av_exp(mf__av_sub(mo, mx));
+        x0 = x1 = x2 = x3 = mf__av_zero();
+#define MF__AT_EXP1(x, c) { mf__av p_ = mf__av_exp(mf__av_sub(mf__av_load(c), mx)); mf__av_store(c, p_); x = mf__av_add(x, p_); }
+        for (jj = 0, c = st + ii; jj + 4 <= bk; jj += 4, c += 4 * MF__AT_BQ) {
+            MF__AT_EXP1(x0, c) MF__AT_EXP1(x1, c + MF__AT_BQ) MF__AT_EXP1(x2, c + 2 * MF__AT_BQ) MF__AT_EXP1(x3, c + 3 * MF__AT_BQ)
+        }
+        for (; jj < bk; jj++, c += MF__AT_BQ) MF__AT_EXP1(x0, c)
+#undef MF__AT_EXP1
+        sum = mf__av_add(mf__av_add(x0, x1), mf__av_add(x2, x3));
         mf__av_store(m + ii, mx);
         mf__av_store(al + ii, a);
         mf__av_store(l + ii, mf__av_fma(a, mf__av_load(l + ii), sum));
