@@ -3358,6 +3358,93 @@ MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a,
     return mf__finish(ctx, t);
 }
 
+/* ---- small products without packing ------------------------------------------------------------ */
+/* Register tile of mf__tile_mm: R (1, 4 or 8) rows of C x NV (1..MF__AV_MAXV) vectors; the last
+   vector is masked by mk. R and NV are constants at every use, so the dead parts fold away.
+   8 rows only with NV <= MF__AV_R8V (AVX-512: 8 x 2 = 16 accumulators, AVX2: 8 x 1). */
+#define MF__TM_FMA(r, R, NV) \
+    if (R > r) { mf__av x = mf__av_set1(a[r * ars]); \
+        c##r##0 = mf__av_fma(x, b0, c##r##0); \
+        if (NV > 1) c##r##1 = mf__av_fma(x, b1, c##r##1); \
+        if (NV > 2) c##r##2 = mf__av_fma(x, b2, c##r##2); \
+        if (NV > 3) c##r##3 = mf__av_fma(x, b3, c##r##3); }
+#define MF__TM_ST1(r, u, NV) \
+    if (NV > u) { float *cp = c + (int64_t)r * ldc + u * MF__AW; mf__av t = c##r##u; \
+        if (u == NV - 1) { if (add) t = mf__av_add(t, mf__av_loadm(cp, mk)); mf__av_storem(cp, mk, t); } \
+        else { if (add) t = mf__av_add(t, mf__av_load(cp)); mf__av_store(cp, t); } }
+#define MF__TM_ST(r, R, NV) \
+    if (R > r) { MF__TM_ST1(r, 0, NV) MF__TM_ST1(r, 1, NV) MF__TM_ST1(r, 2, NV) MF__TM_ST1(r, 3, NV) }
+#define MF__TM_LD(u, NV) \
+    (NV > u ? (u == NV - 1 ? mf__av_loadm(b + u * MF__AW, mk) : mf__av_load(b + u * MF__AW)) : mf__av_zero())
+#define MF__TM_ROWS(X, R, NV) X(0, R, NV) X(1, R, NV) X(2, R, NV) X(3, R, NV) X(4, R, NV) X(5, R, NV) \
+    X(6, R, NV) X(7, R, NV)
+#define MF__TM_DECL(r, R, NV) mf__av c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z;
+#define MF__TM_TILE(R, NV) { \
+    const mf__av z = mf__av_zero(); \
+    MF__TM_ROWS(MF__TM_DECL, R, NV) \
+    const float *a = a0, *b = b0p; \
+    int p; \
+    for (p = 0; p < k; p++, a += acs, b += ldb) { \
+        mf__av b0 = MF__TM_LD(0, NV), b1 = MF__TM_LD(1, NV), b2 = MF__TM_LD(2, NV), b3 = MF__TM_LD(3, NV); \
+        MF__TM_ROWS(MF__TM_FMA, R, NV) \
+    } \
+    MF__TM_ROWS(MF__TM_ST, R, NV) }
+
+#if defined(__NVCC__) && MF__AW == 1
+#pragma nv_diag_suppress 550 /* the portable kernel never reads the mask variable */
+#endif
+/* C[m][n] (+)= A[m][k] B[k][n] (add == 0 overwrites C) for small products that fit in L1/L2 (the
+   attention's tiles, the fast-weight chunks, the feedback steps, head_matmul's per-head products):
+   A(i, p) = A[i * ars + p * acs] (either layout), B and C row-major. Single-threaded; no packing
+   (mf_sgemm would pack and allocate on every call), register tiles of 4 x 64 or 8 x 32 on AVX-512. */
+static void mf__tile_mm(int m, int n, int k, const float *A, int ars, int acs, const float *B,
+                        int ldb, float *C, int ldc, int add) {
+    int i, j0;
+    for (j0 = 0; j0 < n; j0 += MF__AV_MAXV * MF__AW) {
+        int w = n - j0 < MF__AV_MAXV * MF__AW ? n - j0 : MF__AV_MAXV * MF__AW;
+        int nv = (w + MF__AW - 1) / MF__AW;
+        mf__am mk = mf__av_mask(w - (nv - 1) * MF__AW); /* unused by the portable kernel */
+        const float *b0p = B + j0;
+        i = 0;
+        if (nv <= MF__AV_R8V)
+            for (; i + 8 <= m; i += 8) {
+                const float *a0 = A + (int64_t)i * ars;
+                float *c = C + (int64_t)i * ldc + j0;
+                if (nv == 1) MF__TM_TILE(8, 1)
+#if MF__AV_R8V > 1
+                else MF__TM_TILE(8, 2)
+#endif
+            }
+        for (; i + 4 <= m; i += 4) {
+            const float *a0 = A + (int64_t)i * ars;
+            float *c = C + (int64_t)i * ldc + j0;
+            switch (nv) {
+            case 1: MF__TM_TILE(4, 1) break;
+            case 2: MF__TM_TILE(4, 2) break;
+            case 3: MF__TM_TILE(4, 3) break;
+            default: MF__TM_TILE(4, 4) break;
+            }
+        }
+        for (; i < m; i++) {
+            const float *a0 = A + (int64_t)i * ars;
+            float *c = C + (int64_t)i * ldc + j0;
+            switch (nv) {
+            case 1: MF__TM_TILE(1, 1) break;
+            case 2: MF__TM_TILE(1, 2) break;
+            case 3: MF__TM_TILE(1, 3) break;
+            default: MF__TM_TILE(1, 4) break;
+            }
+        }
+    }
+}
+#undef MF__TM_FMA
+#undef MF__TM_ST1
+#undef MF__TM_ST
+#undef MF__TM_LD
+#undef MF__TM_ROWS
+#undef MF__TM_DECL
+#undef MF__TM_TILE
+
 /* ---- head_matmul: x [..., H, K] @ w [H, K, N] per head -> [..., H, N] ------------------------- */
 /* One strided GEMM per head over all R leading rows: head h's rows of x are H*K floats apart, its
    matrix of the batch starts K floats after head h - 1's (the same for y, dy with N). */
@@ -4895,7 +4982,7 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    row of each operand is, and every tile product takes its operands' row strides.
    Layout: a tile of MF__AT_BQ queries and MF__AT_BK keys keeps its scores TRANSPOSED, st[key][query],
    so the softmax statistics of the 64 queries (running max, sum, log-sum-exp, D) are vectors and
-   every product below is C += A B with B row-major, vectorised along C's rows (mf__attn_mm: a
+   every product below is C += A B with B row-major, vectorised along C's rows (mf__tile_mm: a
    hand-blocked kernel, 4 x 64 or 8 x 32 register tiles on AVX-512; mf_sgemm per tile would pack
    and malloc on every call). exp is a vector polynomial (~2 ulp).
    The scale is folded into a transposed copy of the query tile (scale * Q^T, [dk][64]).
@@ -4963,89 +5050,6 @@ static void mf__attn_drop_tile(const mf__attn_drop *d, float *dst, const float *
 }
 
 
-/* Register tile of mf__attn_mm: R (1, 4 or 8) rows of C x NV (1..MF__AV_MAXV) vectors; the last
-   vector is masked by mk. R and NV are constants at every use, so the dead parts fold away.
-   8 rows only with NV <= MF__AV_R8V (AVX-512: 8 x 2 = 16 accumulators, AVX2: 8 x 1). */
-#define MF__AT_FMA(r, R, NV) \
-    if (R > r) { mf__av x = mf__av_set1(a[r * ars]); \
-        c##r##0 = mf__av_fma(x, b0, c##r##0); \
-        if (NV > 1) c##r##1 = mf__av_fma(x, b1, c##r##1); \
-        if (NV > 2) c##r##2 = mf__av_fma(x, b2, c##r##2); \
-        if (NV > 3) c##r##3 = mf__av_fma(x, b3, c##r##3); }
-#define MF__AT_ST1(r, u, NV) \
-    if (NV > u) { float *cp = c + (int64_t)r * ldc + u * MF__AW; mf__av t = c##r##u; \
-        if (u == NV - 1) { if (add) t = mf__av_add(t, mf__av_loadm(cp, mk)); mf__av_storem(cp, mk, t); } \
-        else { if (add) t = mf__av_add(t, mf__av_load(cp)); mf__av_store(cp, t); } }
-#define MF__AT_ST(r, R, NV) \
-    if (R > r) { MF__AT_ST1(r, 0, NV) MF__AT_ST1(r, 1, NV) MF__AT_ST1(r, 2, NV) MF__AT_ST1(r, 3, NV) }
-#define MF__AT_LD(u, NV) \
-    (NV > u ? (u == NV - 1 ? mf__av_loadm(b + u * MF__AW, mk) : mf__av_load(b + u * MF__AW)) : mf__av_zero())
-#define MF__AT_ROWS(X, R, NV) X(0, R, NV) X(1, R, NV) X(2, R, NV) X(3, R, NV) X(4, R, NV) X(5, R, NV) \
-    X(6, R, NV) X(7, R, NV)
-#define MF__AT_DECL(r, R, NV) mf__av c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z;
-#define MF__AT_TILE(R, NV) { \
-    const mf__av z = mf__av_zero(); \
-    MF__AT_ROWS(MF__AT_DECL, R, NV) \
-    const float *a = a0, *b = b0p; \
-    int p; \
-    for (p = 0; p < k; p++, a += acs, b += ldb) { \
-        mf__av b0 = MF__AT_LD(0, NV), b1 = MF__AT_LD(1, NV), b2 = MF__AT_LD(2, NV), b3 = MF__AT_LD(3, NV); \
-        MF__AT_ROWS(MF__AT_FMA, R, NV) \
-    } \
-    MF__AT_ROWS(MF__AT_ST, R, NV) }
-
-#if defined(__NVCC__) && MF__AW == 1
-#pragma nv_diag_suppress 550 /* the portable kernel never reads the mask variable */
-#endif
-/* C[m][n] (+)= A[m][k] B[k][n] (add == 0 overwrites C) for the small tiles of the attention:
-   A(i, p) = A[i * ars + p * acs] (either layout), B and C row-major. Single-threaded. */
-static void mf__attn_mm(int m, int n, int k, const float *A, int ars, int acs, const float *B,
-                        int ldb, float *C, int ldc, int add) {
-    int i, j0;
-    for (j0 = 0; j0 < n; j0 += MF__AV_MAXV * MF__AW) {
-        int w = n - j0 < MF__AV_MAXV * MF__AW ? n - j0 : MF__AV_MAXV * MF__AW;
-        int nv = (w + MF__AW - 1) / MF__AW;
-        mf__am mk = mf__av_mask(w - (nv - 1) * MF__AW); /* unused by the portable kernel */
-        const float *b0p = B + j0;
-        i = 0;
-        if (nv <= MF__AV_R8V)
-            for (; i + 8 <= m; i += 8) {
-                const float *a0 = A + (int64_t)i * ars;
-                float *c = C + (int64_t)i * ldc + j0;
-                if (nv == 1) MF__AT_TILE(8, 1)
-#if MF__AV_R8V > 1
-                else MF__AT_TILE(8, 2)
-#endif
-            }
-        for (; i + 4 <= m; i += 4) {
-            const float *a0 = A + (int64_t)i * ars;
-            float *c = C + (int64_t)i * ldc + j0;
-            switch (nv) {
-            case 1: MF__AT_TILE(4, 1) break;
-            case 2: MF__AT_TILE(4, 2) break;
-            case 3: MF__AT_TILE(4, 3) break;
-            default: MF__AT_TILE(4, 4) break;
-            }
-        }
-        for (; i < m; i++) {
-            const float *a0 = A + (int64_t)i * ars;
-            float *c = C + (int64_t)i * ldc + j0;
-            switch (nv) {
-            case 1: MF__AT_TILE(1, 1) break;
-            case 2: MF__AT_TILE(1, 2) break;
-            case 3: MF__AT_TILE(1, 3) break;
-            default: MF__AT_TILE(1, 4) break;
-            }
-        }
-    }
-}
-#undef MF__AT_FMA
-#undef MF__AT_ST1
-#undef MF__AT_ST
-#undef MF__AT_LD
-#undef MF__AT_ROWS
-#undef MF__AT_DECL
-#undef MF__AT_TILE
 
 /* dst[c * ldd + r] = s * src[r * lds + c] for an MF__AW x MF__AW block, in registers: MF__AW row
    loads, log2(MF__AW) rounds of lane shuffles, MF__AW column stores (a gather per column costs
@@ -5154,38 +5158,38 @@ static int mf__attn_first_vec(int first) { /* the first query vector a group fro
 }
 /* C [bk][BQ] (scores or dP^T: rows keys, columns queries) = A [bk][d] B [d][BQ]; the hidden columns
    are left as they are (the mask, or the dS pass, covers them) */
-static void mf__attn_mm_keys(int bk, int d, const float *A, int ars, const float *B, int ldb, float *C,
+static void mf__tile_mm_keys(int bk, int d, const float *A, int ars, const float *B, int ldb, float *C,
                              int diag, int first) {
     int g;
-    if (!diag) { mf__attn_mm(bk, MF__AT_BQ, d, A, ars, 1, B, ldb, C, MF__AT_BQ, 0); return; }
+    if (!diag) { mf__tile_mm(bk, MF__AT_BQ, d, A, ars, 1, B, ldb, C, MF__AT_BQ, 0); return; }
     for (g = 0; g < bk; g += MF__AT_G) {
         int c0 = mf__attn_first_vec(first + g), rows = bk - g < MF__AT_G ? bk - g : MF__AT_G;
         if (c0 < MF__AT_BQ)
-            mf__attn_mm(rows, MF__AT_BQ - c0, d, A + (int64_t)g * ars, ars, 1, B + c0, ldb,
+            mf__tile_mm(rows, MF__AT_BQ - c0, d, A + (int64_t)g * ars, ars, 1, B + c0, ldb,
                         C + (int64_t)g * MF__AT_BQ + c0, MF__AT_BQ, 0);
     }
 }
 /* C [bk][n] += S [bk][BQ] X [bq][n] (dV += P^T dO, dK += dS^T Q: a sum over the tile's queries) */
-static void mf__attn_mm_keys_acc(int bk, int n, int bq, const float *S, const float *X, int ldx, float *C,
+static void mf__tile_mm_keys_acc(int bk, int n, int bq, const float *S, const float *X, int ldx, float *C,
                                  int ldc, int diag, int first) {
     int g;
-    if (!diag) { mf__attn_mm(bk, n, bq, S, MF__AT_BQ, 1, X, ldx, C, ldc, 1); return; }
+    if (!diag) { mf__tile_mm(bk, n, bq, S, MF__AT_BQ, 1, X, ldx, C, ldc, 1); return; }
     for (g = 0; g < bk; g += MF__AT_G) {
         int c0 = mf__attn_first_vec(first + g), rows = bk - g < MF__AT_G ? bk - g : MF__AT_G;
         if (c0 < bq)
-            mf__attn_mm(rows, n, bq - c0, S + (int64_t)g * MF__AT_BQ + c0, MF__AT_BQ, 1, X + (int64_t)c0 * ldx, ldx,
+            mf__tile_mm(rows, n, bq - c0, S + (int64_t)g * MF__AT_BQ + c0, MF__AT_BQ, 1, X + (int64_t)c0 * ldx, ldx,
                         C + (int64_t)g * ldc, ldc, 1);
     }
 }
 /* C [bq][n] += S^T X for S [bk][BQ], X [bk][n] (O += P V, dQ += dS K: a sum over the tile's keys) */
-static void mf__attn_mm_queries_acc(int bq, int n, int bk, const float *S, const float *X, int ldx, float *C,
+static void mf__tile_mm_queries_acc(int bq, int n, int bk, const float *S, const float *X, int ldx, float *C,
                                     int ldc, int diag, int first) {
     int q0;
-    if (!diag) { mf__attn_mm(bq, n, bk, S, 1, MF__AT_BQ, X, ldx, C, ldc, 1); return; }
+    if (!diag) { mf__tile_mm(bq, n, bk, S, 1, MF__AT_BQ, X, ldx, C, ldc, 1); return; }
     for (q0 = 0; q0 < bq; q0 += MF__AT_G) { /* key r is visible to some query of the group iff first + r <= q0 + 15 */
         int kq = q0 + MF__AT_G - first, rows = bq - q0 < MF__AT_G ? bq - q0 : MF__AT_G;
         if (kq > bk) kq = bk;
-        if (kq > 0) mf__attn_mm(rows, n, kq, S + q0, 1, MF__AT_BQ, X, ldx, C + (int64_t)q0 * ldc, ldc, 1);
+        if (kq > 0) mf__tile_mm(rows, n, kq, S + q0, 1, MF__AT_BQ, X, ldx, C + (int64_t)q0 * ldc, ldc, 1);
     }
 }
 
@@ -5233,7 +5237,7 @@ static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
 /* One key block: st [bk][MF__AT_BQ] holds the (transposed, scaled, masked) scores and is replaced by
    exp(s - m_new); acc (bq rows) is rescaled by al = exp(m_old - m_new) and gains P vblk
    (vblk: the block's bk values, rows ldv floats apart). al: MF__AT_BQ floats of scratch. diag, first: a causal
-   diagonal tile's hidden part, left out of P vblk (mf__attn_mm_queries_acc). d: the dropout (e0, ld:
+   diagonal tile's hidden part, left out of P vblk (mf__tile_mm_queries_acc). d: the dropout (e0, ld:
    mf__attn_drop_tile's element index of the tile and Tk), applied to P after the sum l. */
 static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, int ldv, float *m, float *l,
                                   float *al, float *acc, int diag, int first, const mf__attn_drop *d, int64_t e0,
@@ -5266,7 +5270,7 @@ static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float
         if (al[ii] != 1.0f)
             for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
     if (d->p > 0.0f) mf__attn_drop_tile(d, st, st, bk, bq, e0, ld); /* after the sum: l is undropped */
-    mf__attn_mm_queries_acc(bq, dv, bk, st, vblk, ldv, acc, dv, diag, first);
+    mf__tile_mm_queries_acc(bq, dv, bk, st, vblk, ldv, acc, dv, diag, first);
 }
 /* o = acc / l (rows ldo floats apart) and the row log-sum-exp m + log l; a query that saw no key:
    zeros and +inf */
@@ -5322,7 +5326,7 @@ static void mf__attn_fwd_tile_kv(mf_tensor *out, const mf__attn_drop *d, const m
             mf__attn_rows(kc, dk, kb, ldk, bk, dk, 0); mf__attn_rows(vc, dv, vb, ldv, bk, dv, 0);
             kb = kc; vb = vc;
         }
-        mf__attn_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
+        mf__tile_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
         if (diag) mf__attn_mask(st, j0, bk, i0, off);
         mf__attn_online_block(st, bk, bq, dv, vb, pack ? dv : ldv, m, l, al, acc, diag, j0 - off - i0, d,
                               (bh * Tq + i0) * Tk + j0, Tk);
@@ -5474,7 +5478,7 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
     int diag = causal && j0 + bk - 1 > i0 + off, first = j0 - off - i0;
     if (causal && j0 > i0 + bq - 1 + off) return; /* every key of the tile is hidden */
     /* P^T = exp(scale k q - lse) */
-    mf__attn_mm_keys(bk, dk, k, ldk, qs, Tqp, st, diag, first);
+    mf__tile_mm_keys(bk, dk, k, ldk, qs, Tqp, st, diag, first);
     if (diag) mf__attn_mask(st, j0, bk, i0, off);
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
@@ -5483,10 +5487,10 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
         }
     if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
     if (gv) /* dV += P^T dO (P~ with dropout) */
-        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldo, gv + vj, ldv, diag, first);
+        mf__tile_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldo, gv + vj, ldv, diag, first);
     if (!gk && !gq) return;
     /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D), 0 where P is (dP^T is not computed there) */
-    mf__attn_mm_keys(bk, dv, v, ldv, dot, Tqp, dp, diag, first);
+    mf__tile_mm_keys(bk, dv, v, ldv, dot, Tqp, dp, diag, first);
     for (jj = 0; jj < bk; jj++) {
         int c0 = diag ? mf__attn_first_vec(first + jj / MF__AT_G * MF__AT_G) : 0;
         float *g = dp + jj * MF__AT_BQ;
@@ -5505,9 +5509,9 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
             }
     }
     if (gq) /* dQ += dS K */
-        mf__attn_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldq, diag, first);
+        mf__tile_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldq, diag, first);
     if (gk) /* dK += dS^T Q */
-        mf__attn_mm_keys_acc(bk, dk, bq, dp, q, ldq, gk + kj, ldk, diag, first);
+        mf__tile_mm_keys_acc(bk, dk, bq, dp, q, ldq, gk + kj, ldk, diag, first);
 }
 
 static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -6770,8 +6774,8 @@ static void mf__rel_scores(const mf_tensor *out, int64_t bh, int i0, int bq, int
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], H = Q->shape[1], h = (int)(bh % H);
     int M = Tk - Tq, nc = bk + bq - 1, rho0 = R->shape[0] / 2 + j0 - (i0 + bq - 1) - M, c, jj, ii;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
-    mf__attn_mm(bk, MF__AT_BQ, dk, K->data + (bh * Tk + j0) * dk, dk, 1, qu, ldq, st, MF__AT_BQ, 0);
-    mf__attn_mm(nc, MF__AT_BQ, dk, R->data + ((int64_t)rho0 * H + h) * dk, H * dk, 1, qs, ldq, gt, MF__AT_BQ, 0);
+    mf__tile_mm(bk, MF__AT_BQ, dk, K->data + (bh * Tk + j0) * dk, dk, 1, qu, ldq, st, MF__AT_BQ, 0);
+    mf__tile_mm(nc, MF__AT_BQ, dk, R->data + ((int64_t)rho0 * H + h) * dk, H * dk, 1, qs, ldq, gt, MF__AT_BQ, 0);
     for (c = 0; c < nc; c++) {
         mf__av s = mf__av_set1(scale * S->data[(int64_t)(rho0 + c) * H + h]);
         float *g = gt + c * MF__AT_BQ;
@@ -6880,10 +6884,10 @@ static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
             mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
         }
     if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
-    if (gv) mf__attn_mm(bk, dv, bq, d->p > 0.0f ? pd : st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
+    if (gv) mf__tile_mm(bk, dv, bq, d->p > 0.0f ? pd : st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
     if (!gq && !gk && !gu && !gR && !gS) return;
     /* dS^T = scale * P^T * (V dO^T - D); with dropout scale * (P~^T * V dO^T - P^T * D) */
-    mf__attn_mm(bk, MF__AT_BQ, dv, v, dv, 1, dot, Tqp, dp, MF__AT_BQ, 0);
+    mf__tile_mm(bk, MF__AT_BQ, dv, v, dv, 1, dot, Tqp, dp, MF__AT_BQ, 0);
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
             float *g = dp + jj * MF__AT_BQ + ii;
@@ -6894,8 +6898,8 @@ static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
             else ds = mf__av_mul(p, mf__av_sub(mf__av_load(g), mf__av_load(D + ii)));
             mf__av_store(g, mf__av_mul(ds, mf__av_set1(scale)));
         }
-    if (gq) mf__attn_mm(bq, dk, bk, dp, 1, MF__AT_BQ, k, dk, gq + (bh * Tq + i0) * dk, dk, 1);
-    if (gk) mf__attn_mm(bk, dk, bq, dp, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
+    if (gq) mf__tile_mm(bq, dk, bk, dp, 1, MF__AT_BQ, k, dk, gq + (bh * Tq + i0) * dk, dk, 1);
+    if (gk) mf__tile_mm(bk, dk, bq, dp, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
     if (gk || gu)
         for (jj = 0; jj < bk; jj++) { /* the u term: dK += rowsum(dS^T) u, du += rowsum(dS^T) k */
             float cs = 0;
@@ -6907,9 +6911,9 @@ static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
     memset(gt, 0, (size_t)nc * MF__AT_BQ * sizeof(float)); /* dG: the diagonal scattered back */
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < bq; ii++) gt[(jj - ii + bq - 1) * MF__AT_BQ + ii] = dp[jj * MF__AT_BQ + ii];
-    if (gq) mf__attn_mm(bq, dk, nc, gt, 1, MF__AT_BQ, R->data + ((int64_t)rho0 * H + h) * dk, H * dk,
+    if (gq) mf__tile_mm(bq, dk, nc, gt, 1, MF__AT_BQ, R->data + ((int64_t)rho0 * H + h) * dk, H * dk,
                         gq + (bh * Tq + i0) * dk, dk, 1);
-    if (gR) mf__attn_mm(nc, dk, bq, gt, MF__AT_BQ, 1, q, dk, pR + (int64_t)g0 * dk, dk, 1);
+    if (gR) mf__tile_mm(nc, dk, bq, gt, MF__AT_BQ, 1, q, dk, pR + (int64_t)g0 * dk, dk, 1);
     if (gS)
         for (c = 0; c < nc; c++) {
             mf__av s = mf__av_zero();
@@ -7509,7 +7513,7 @@ MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
      (rows), state S at its start,
          A = tril(diag(beta) K K^T, -1),  (I + A) [W, U_] = diag(beta) [K, V]   (forward substitution)
          U = U_ - W S^T,  Y = Q S^T + tril(Q K^T) U,  S <- S + U^T K
-     (linear: U = V). Every product is a small dense product (mf__attn_mm register tiles: packing
+     (linear: U = V). Every product is a small dense product (mf__tile_mm register tiles: packing
      mf__sgemm_ws would cost more than it saves on 16 x 64 tiles); the only sequential part is the
      C x C triangular solve. Memory: kept the state at every chunk start in both layouts
      (2 ceil(T / C) * dd * dvp floats per head: the backward needs S and S^T) and [W, U_]
@@ -7896,7 +7900,7 @@ static void mf__fw_chunk_solve(const mf__fwh *h, int t0, int n, const float *Gm,
 /* U = U_ - W S^T for the chunk ([W, U_] = X rows, S^T [dd][dvp]) */
 static void mf__fw_chunk_u(int n, int dd, int dvp, const float *X, const float *S, float *U) {
     int i, c, ldx = dd + dvp;
-    mf__attn_mm(n, dvp, dd, X, ldx, 1, S, dvp, U, dvp, 0);
+    mf__tile_mm(n, dvp, dd, X, ldx, 1, S, dvp, U, dvp, 0);
     for (i = 0; i < n; i++)
         for (c = 0; c < dvp; c++) U[(size_t)i * dvp + c] = X[(size_t)i * ldx + dd + c] - U[(size_t)i * dvp + c];
 }
@@ -7930,17 +7934,17 @@ static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
         if (h->beta) {
             float *Xc = X ? X + (int64_t)t0 * ldx : Xs;
-            mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, P, n, 0);                  /* Gm = K K^T */
+            mf__tile_mm(n, n, dd, K, lq, 1, Kt, n, P, n, 0);                  /* Gm = K K^T */
             mf__fw_chunk_solve(h, t0, n, P, Vb, Xc, w, id);
             mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
             Uc = U;
         }
-        mf__attn_mm(n, dvp, dd, Q, lq, 1, S, dvp, Y, (int)ldy, 0);           /* Y = Q S^T */
-        mf__attn_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);                      /* P = tril(Q K^T) */
+        mf__tile_mm(n, dvp, dd, Q, lq, 1, S, dvp, Y, (int)ldy, 0);           /* Y = Q S^T */
+        mf__tile_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);                      /* P = tril(Q K^T) */
         mf__fw_tril(P, n);
-        mf__attn_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, (int)ldy, 1);            /* Y += P U */
-        mf__attn_mm(dd, dvp, n, K, 1, lq, Uc, dvp, S, dvp, 1);                /* S^T += K^T U */
-        if (st) mf__attn_mm(dvp, dd, n, Uc, 1, dvp, K, lq, Sn, dd, 1);        /* S += U^T K */
+        mf__tile_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, (int)ldy, 1);            /* Y += P U */
+        mf__tile_mm(dd, dvp, n, K, 1, lq, Uc, dvp, S, dvp, 1);                /* S^T += K^T U */
+        if (st) mf__tile_mm(dvp, dd, n, Uc, 1, dvp, K, lq, Sn, dd, 1);        /* S += U^T K */
     }
 }
 
@@ -7976,35 +7980,35 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
         for (i = t0 - C; i >= 0 && i < t0; i++) mf__fw_prefetch_token(h, i); /* the next chunk (backwards) */
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
         if (h->beta) {
-            mf__attn_mm(n, n, dd, K, lq, 1, Kt, n, Gm, n, 0);
+            mf__tile_mm(n, n, dd, K, lq, 1, Kt, n, Gm, n, 0);
             mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
             Uc = U;
         }
         mf__fw_transpose(Uc, dvp, n, dvp, Ut, n);                      /* U^T [dvp][n] */
-        mf__attn_mm(n, dvp, dd, K, lq, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
-        mf__attn_mm(n, dd, dvp, Uc, dvp, 1, dSn, dd, dKc, dd, 0);      /* dK = U dS^T */
-        mf__attn_mm(n, dd, dvp, G, lg, 1, Sn, dd, dQc, dd, 0);         /* dQ = dY S */
-        mf__attn_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
+        mf__tile_mm(n, dvp, dd, K, lq, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
+        mf__tile_mm(n, dd, dvp, Uc, dvp, 1, dSn, dd, dKc, dd, 0);      /* dK = U dS^T */
+        mf__tile_mm(n, dd, dvp, G, lg, 1, Sn, dd, dQc, dd, 0);         /* dQ = dY S */
+        mf__tile_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
         mf__fw_tril(P, n);
-        mf__attn_mm(n, n, dvp, G, lg, 1, Ut, n, dP, n, 0);             /* dP = tril(dY U^T) */
+        mf__tile_mm(n, n, dvp, G, lg, 1, Ut, n, dP, n, 0);             /* dP = tril(dY U^T) */
         mf__fw_tril(dP, n);
-        mf__attn_mm(n, dvp, n, P, 1, n, G, lg, dU, dvp, 1);            /* dU += P^T dY */
-        mf__attn_mm(n, dd, n, dP, n, 1, K, lq, dQc, dd, 1);            /* dQ += dP K */
-        mf__attn_mm(n, dd, n, dP, 1, n, Q, lq, dKc, dd, 1);            /* dK += dP^T Q */
-        mf__attn_mm(dd, dvp, n, Q, 1, lq, G, lg, dS, dvp, 1);          /* dS += Q^T dY (both layouts) */
-        mf__attn_mm(dvp, dd, n, G, 1, lg, Q, lq, dSn, dd, 1);
+        mf__tile_mm(n, dvp, n, P, 1, n, G, lg, dU, dvp, 1);            /* dU += P^T dY */
+        mf__tile_mm(n, dd, n, dP, n, 1, K, lq, dQc, dd, 1);            /* dQ += dP K */
+        mf__tile_mm(n, dd, n, dP, 1, n, Q, lq, dKc, dd, 1);            /* dK += dP^T Q */
+        mf__tile_mm(dd, dvp, n, Q, 1, lq, G, lg, dS, dvp, 1);          /* dS += Q^T dY (both layouts) */
+        mf__tile_mm(dvp, dd, n, G, 1, lg, Q, lq, dSn, dd, 1);
         if (h->beta) {
             for (i = 0; i < n * dvp; i++) dUn[i] = -dU[i];
-            mf__attn_mm(n, dd, dvp, dUn, dvp, 1, Sn, dd, dX, ldx, 0);  /* dW = -dU S */
+            mf__tile_mm(n, dd, dvp, dUn, dvp, 1, Sn, dd, dX, ldx, 0);  /* dW = -dU S */
             for (i = 0; i < n; i++) memcpy(dX + (size_t)i * ldx + dd, dU + (size_t)i * dvp, (size_t)dvp * sizeof(float));
-            mf__attn_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU (both layouts) */
-            mf__attn_mm(dvp, dd, n, dUn, 1, dvp, Xc, ldx, dSn, dd, 1);
+            mf__tile_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU (both layouts) */
+            mf__tile_mm(dvp, dd, n, dUn, 1, dvp, Xc, ldx, dSn, dd, 1);
             for (i = n - 2; i >= 0; i--) {                              /* G = (I + A)^-T dX, in place */
                 for (j = i + 1; j < n; j++) w[j] = -h->beta[(t0 + j) * h->lb] * Gm[(size_t)j * n + i];
                 mf__fw_rows_sum(n - 1 - i, id + i + 1, w, dX, ldx, dX + (size_t)i * ldx, 1);
             }
             mf__fw_transpose(Xc, ldx, n, ldx, Xt, n);
-            mf__attn_mm(n, n, ldx, dX, ldx, 1, Xt, n, D, n, 0);        /* D = G X^T, dA = -D */
+            mf__tile_mm(n, n, ldx, dX, ldx, 1, Xt, n, D, n, 0);        /* D = G X^T, dA = -D */
             for (i = 0; i < n; i++) {
                 const float *gi = dX + (size_t)i * ldx;
                 float b = h->beta[(t0 + i) * h->lb];
@@ -8015,8 +8019,8 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
                 if (dv) mf__vaxpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
                 for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -b * D[(size_t)i * n + j] : 0.0f; /* E */
             }
-            mf__attn_mm(n, dd, n, D, n, 1, K, lq, dKc, dd, 1);         /* dK += E K */
-            mf__attn_mm(n, dd, n, D, 1, n, K, lq, dKc, dd, 1);         /* dK += E^T K */
+            mf__tile_mm(n, dd, n, D, n, 1, K, lq, dKc, dd, 1);         /* dK += E K */
+            mf__tile_mm(n, dd, n, D, 1, n, K, lq, dKc, dd, 1);         /* dK += E^T K */
         } else if (dv)
             for (i = 0; i < n; i++) mf__vaxpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
         for (i = 0; i < n; i++) {
@@ -8414,7 +8418,7 @@ struct mf__fb_state { /* the family's state (m->fam_state) */
    Per (b, h): s_j = scale ((q + u) . k_j + q . r_j + s_j) over the n memory slots, a = softmax(s),
    o = sum_j a_j v_j; the backward recomputes a from the log-sum-exp (FlashAttention-2 style:
    g_j = scale a_j (dout . v_j - dout . o)). Every product reads contiguous rows (a vector times a
-   matrix, mf__fb_vm, or the small-tile kernel mf__attn_mm), never a horizontal sum per key: the
+   matrix, mf__fb_vm, or the small-tile kernel mf__tile_mm), never a horizontal sum per key: the
    keys and values of a head are kept both row-major [n][d] and transposed [d][ldt], the table rows
    likewise, and the positional scores q . r_j of a head are one [B x n] product for all batch rows
    (the tables are shared by the batch). Parallel over heads: du, dr, ds of a head collect every
@@ -8523,7 +8527,7 @@ static void mf__fb_attn_prep(const mf__fb_attn *a, int h, float *pos) {
             int64_t e = (int64_t)b * D + (int64_t)h * a->d + i;
             a->qu[e] = a->q[e] + a->u[(int64_t)h * a->d + i];
         }
-    mf__attn_mm(a->B, a->n, a->d, a->q + (int64_t)h * a->d, D, 1, a->rt + (int64_t)h * a->d * a->nr + a->nr - a->n, a->nr,
+    mf__tile_mm(a->B, a->n, a->d, a->q + (int64_t)h * a->d, D, 1, a->rt + (int64_t)h * a->d * a->nr + a->nr - a->n, a->nr,
                 pos, a->n, 0);
 }
 static void mf__fb_attn_forward(mf_ctx *ctx, const mf__fb_attn *a) {
@@ -8573,11 +8577,11 @@ static void mf__fb_attn_backward(mf_ctx *ctx, const mf__fb_attn *a) {
             for (i = 0; i < d; i++) a->dq[qo + i] += kg[i];
             if (a->du) for (i = 0; i < d; i++) a->du[(int64_t)h * d + i] += kg[i];
             mf__fb_vm(d, n, g, a->r + ((int64_t)h * a->nr + a->nr - n) * d, d, a->dq + qo, 1); /* + g_j r_j */
-            if (a->dk) mf__attn_mm(n, d, 1, g, 1, 1, a->qu + qo, d, a->dk + dhb, d, 1); /* dk_j += g_j (q + u) */
-            if (a->dv) mf__attn_mm(n, d, 1, pv, 1, 1, dout, d, a->dv + dhb, d, 1);     /* dv_j += a_j dout */
+            if (a->dk) mf__tile_mm(n, d, 1, g, 1, 1, a->qu + qo, d, a->dk + dhb, d, 1); /* dk_j += g_j (q + u) */
+            if (a->dv) mf__tile_mm(n, d, 1, pv, 1, 1, dout, d, a->dv + dhb, d, 1);     /* dv_j += a_j dout */
         }
         if (a->dr) /* dr_j += sum_b g_bj q_b */
-            mf__attn_mm(n, d, a->B, G, 1, n, a->q + (int64_t)h * d, D, a->dr + ((int64_t)h * a->nr + a->nr - n) * d, d, 1);
+            mf__tile_mm(n, d, a->B, G, 1, n, a->q + (int64_t)h * d, D, a->dr + ((int64_t)h * a->nr + a->nr - n) * d, d, 1);
         if (a->ds)
             for (b = 0; b < a->B; b++)
                 for (j = 0; j < n; j++) a->ds[(int64_t)h * a->nr + a->nr - n + j] += G[(int64_t)b * n + j];
@@ -8691,7 +8695,7 @@ MFDEF mf_tensor *mf_feedback_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, 
    on every call, which for 8 rows costs as much as the product itself; here every weight is packed
    ONCE per forward (and once per backward) into column panels (panel p: columns 32p .. 32p + 31 of
    the right operand [K][N], row-major [K][w], w = 32 but the last), which the attention's
-   small-tile kernel (mf__attn_mm: 8 rows x 32 columns of accumulators, the operand read in place)
+   small-tile kernel (mf__tile_mm: 8 rows x 32 columns of accumulators, the operand read in place)
    streams contiguously; threads split the panels. */
 #define MF__FB_NP 32
 
@@ -8731,7 +8735,7 @@ static void mf__fb_pmm(mf_ctx *ctx, int M, const float *A, int lda, float *P, in
         int w, r, j;
         const float *b = mf__fb_panel(P, K, N, p, &w);
         float *c = C + p * MF__FB_NP;
-        mf__attn_mm(M, w, K, A, lda, 1, b, w, c, ldc, add);
+        mf__tile_mm(M, w, K, A, lda, 1, b, w, c, ldc, add);
         if (bias)
             for (r = 0; r < M; r++)
                 for (j = 0; j < w; j++) c[(int64_t)r * ldc + j] += bias[p * MF__FB_NP + j];
@@ -8743,7 +8747,7 @@ static void mf__fb_pmm_cols(int M, const float *A, int lda, float *P, int K, int
         int w, p = c0 / MF__FB_NP, off = c0 - p * MF__FB_NP, run;
         const float *b = mf__fb_panel(P, K, N, p, &w);
         run = w - off < c1 - c0 ? w - off : c1 - c0;
-        mf__attn_mm(M, run, K, A, lda, 1, b + off, w, C + c0, ldc, 0);
+        mf__tile_mm(M, run, K, A, lda, 1, b + off, w, C + c0, ldc, 0);
         c0 += run;
     }
 }

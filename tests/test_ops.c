@@ -237,6 +237,9 @@ static void test_head_matmul(void) {
     check_head_matmul(2, 9, 3, 5, 2); /* N < K */
     check_head_matmul(1, 1, 1, 1, 1);
     check_head_matmul(4, 64, 8, 32, 32); /* the model's shape (more rows than a GEMM tile) */
+    check_head_matmul(3, 100, 2, 32, 32); /* a ragged last row block */
+    check_head_matmul(1, 5, 2, 130, 3);  /* K and N wider than a register tile */
+    check_head_matmul(1, 5, 2, 3, 129);
     s[0] = gc_in(4, 2, 3, 3, 4); s[1] = gc_in(3, 3, 4, 5, 0);
     GRADCHECK("head_matmul [2, 3, 3, 4] @ [3, 4, 5]", 2, s, b_head_matmul, NULL);
     s[0] = gc_in(2, 2, 5, 0, 0); s[1] = gc_in(3, 2, 5, 3, 0);
