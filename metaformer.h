@@ -5324,8 +5324,10 @@ static void mf__attn_fwd_tile_kv(mf_tensor *out, const mf__attn_drop *d, const m
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
         const float *kb = k + (int64_t)j0 * ldk, *vb = v + (int64_t)j0 * ldv;
         if (pack) { /* far-apart rows (see mf__attn_bwd_gather): the tile products read copies */
-            mf__attn_rows(kc, dk, kb, ldk, bk, dk, 0); mf__attn_rows(vc, dv, vb, ldv, bk, dv, 0);
-            kb = kc; vb = vc;
+            mf__attn_rows(kc, dk, kb, ldk, bk, dk, 0);
+            if (vb == kb && dv == dk) vb = kc;
+            else { mf__attn_rows(vc, dv, vb, ldv, bk, dv, 0); vb = vc; }
+            kb = kc;
         }
         mf__tile_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
         if (diag) mf__attn_mask(st, j0, bk, i0, off);
@@ -5344,7 +5346,8 @@ static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh
     float *kh = work + mf__attn_fwd_floats(&g), *vh = kh + (int64_t)g.Tk * g.dk;
     if (qt >= 0) { mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, k, g.ld[MF__AT_K], v, g.ld[MF__AT_V]); return; }
     mf__attn_rows(kh, g.dk, k, g.ld[MF__AT_K], g.Tk, g.dk, 0);
-    mf__attn_rows(vh, g.dv, v, g.ld[MF__AT_V], g.Tk, g.dv, 0);
+    if (v == k && g.dv == g.dk) vh = kh; /* k = v (metric, quadratic: p): one copy */
+    else mf__attn_rows(vh, g.dv, v, g.ld[MF__AT_V], g.Tk, g.dv, 0);
     for (qt = (g.Tq + MF__AT_BQ - 1) / MF__AT_BQ - 1; qt >= 0; qt--)
         mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, kh, g.dk, vh, g.dv);
 }
@@ -5443,7 +5446,9 @@ static mf__attn_head mf__attn_bwd_gather(const mf__attn_geo *ge, const mf__attn_
     float *q = w, *k = q + (int64_t)Tq * dk, *v = k + (int64_t)Tk * dk, *o = v + (int64_t)Tk * dv;
     float *gq = o + (int64_t)Tq * dv, *gk = gq + (int64_t)Tq * dk, *gv = gk + (int64_t)Tk * dk;
     mf__attn_rows(q, dk, t->q, t->ldq, Tq, dk, 0); mf__attn_rows(k, dk, t->k, t->ldk, Tk, dk, 0);
-    mf__attn_rows(v, dv, t->v, t->ldv, Tk, dv, 0); mf__attn_rows(o, dv, t->dO, t->ldo, Tq, dv, 0);
+    if (t->v == t->k && dv == dk) v = k; /* k = v (metric, quadratic: p): one copy */
+    else mf__attn_rows(v, dv, t->v, t->ldv, Tk, dv, 0);
+    mf__attn_rows(o, dv, t->dO, t->ldo, Tq, dv, 0);
     memset(gq, 0, (size_t)((int64_t)Tq * dk + (int64_t)Tk * (dk + dv)) * sizeof(float));
     h.q = q; h.k = k; h.v = v; h.dO = o;
     h.gq = t->gq ? gq : NULL; h.gk = t->gk ? gk : NULL; h.gv = t->gv ? gv : NULL;
@@ -5452,6 +5457,16 @@ static mf__attn_head mf__attn_bwd_gather(const mf__attn_geo *ge, const mf__attn_
 }
 static void mf__attn_bwd_scatter(const mf__attn_geo *ge, const mf__attn_head *t, const mf__attn_head *h) {
     if (t->gq) mf__attn_rows(t->gq, t->ldq, h->gq, h->ldq, ge->Tq, ge->dk, 1);
+    if (t->gk && t->gv == t->gk && ge->dv == ge->dk) { /* k = v: one pass, y = (y + dk) + dv as two would give */
+        int r, c;
+        for (r = 0; r < ge->Tk; r++) {
+            float *y = t->gk + (int64_t)r * t->ldk;
+            const float *a = h->gk + (int64_t)r * h->ldk, *b = h->gv + (int64_t)r * h->ldv;
+            if (r + MF__AT_PF < ge->Tk) mf__prefetch_row(y + (int64_t)MF__AT_PF * t->ldk, ge->dk);
+            for (c = 0; c < ge->dk; c++) y[c] = (y[c] + a[c]) + b[c];
+        }
+        return;
+    }
     if (t->gk) mf__attn_rows(t->gk, t->ldk, h->gk, h->ldk, ge->Tk, ge->dk, 1);
     if (t->gv) mf__attn_rows(t->gv, t->ldv, h->gv, h->ldv, ge->Tk, ge->dv, 1);
 }

@@ -288,6 +288,48 @@ static void test_tokens_major_layout(void) {
     }
 }
 
+/* k and v the same tensor (metric / quadratic attend over p with k = v = p): the kernels copy such
+   a head once and add its two gradients in one pass; the results must be exactly those of v = an
+   equal but separate tensor (p's gradient = dK + dV), token-major (copied heads: whole heads per
+   thread and query tiles alone), and heads-major to rounding, with dropout */
+static void test_shared_kv(void) {
+    static const int cs[][6] = {{2, 5, 70, 16, 2, 1}, {1, 2, 70, 16, 2, 1}, {2, 5, 70, 16, 2, 0}};
+    int i, same;
+    for (i = 0; i < 3; i++) {
+        int B = cs[i][0], H = cs[i][1], T = cs[i][2], d = cs[i][3], tokens = cs[i][5], sep;
+        int sh[4];
+        float *out[2], *gq[2], *gp[2];
+        int64_t n = (int64_t)B * H * T * d;
+        sh[0] = B; sh[1] = tokens ? T : H; sh[2] = tokens ? H : T; sh[3] = d;
+        for (sep = 0; sep < 2; sep++) {
+            mf_ctx *ctx = mf_ctx_new(7);
+            mf_tensor *q, *p, *p2, *o, *v;
+            mf_set_threads(ctx, cs[i][4]);
+            mf_set_training(ctx, 1);
+            q = mf_param(ctx, "q", 4, sh); p = mf_param(ctx, "p", 4, sh); p2 = mf_param(ctx, "p2", 4, sh);
+            mf_init_normal(ctx, q, 0, 1.5f); mf_init_normal(ctx, p, 0, 1.5f);
+            memcpy(p2->data, p->data, (size_t)n * sizeof(float));
+            v = sep ? p2 : p;
+            o = mf_attention_layout(ctx, q, p, v, 0.3f, 1, 0.1f, tokens ? MF_ATTN_TOKENS_MAJOR : MF_ATTN_HEADS_MAJOR);
+            MFT_CHECK(mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, o, o))) == 0);
+            out[sep] = (float *)calloc((size_t)n, sizeof(float)); gq[sep] = (float *)calloc((size_t)n, sizeof(float));
+            gp[sep] = (float *)calloc((size_t)n, sizeof(float));
+            if (mf_ok(ctx)) {
+                int64_t e;
+                memcpy(out[sep], o->data, (size_t)n * sizeof(float)); memcpy(gq[sep], q->grad, (size_t)n * sizeof(float));
+                for (e = 0; e < n; e++) gp[sep][e] = sep ? p->grad[e] + p2->grad[e] : p->grad[e];
+            } else printf("    %s\n", mf_error(ctx));
+            mf_ctx_free(ctx);
+        }
+        same = memcmp(out[0], out[1], (size_t)n * sizeof(float)) == 0 && memcmp(gq[0], gq[1], (size_t)n * sizeof(float)) == 0;
+        /* heads-major rows are not copied: dK and dV go straight into p's gradient, tile pair by tile
+           pair, so p's gradient is dK + dV up to rounding there */
+        same = same && (tokens ? memcmp(gp[0], gp[1], (size_t)n * sizeof(float)) == 0 : at_rel(gp[0], gp[1], n) <= 1e-5);
+        MFT_CHECK(same && !at_zero(gp[0], n) && at_finite(gp[0], n));
+        free(out[0]); free(out[1]); free(gq[0]); free(gq[1]); free(gp[0]); free(gp[1]);
+    }
+}
+
 static void test_shape_errors(void) {
     mf_ctx *ctx = mf_ctx_new(1);
     int s4[4] = {2, 3, 5, 8}, s4b[4] = {2, 4, 5, 8}, s4k[4] = {2, 3, 6, 8}, s4d[4] = {2, 3, 5, 7}, s3[3] = {6, 5, 8};
@@ -329,6 +371,7 @@ int main(void) {
     MFT_RUN(test_deterministic);
     MFT_RUN(test_partial_grads);
     MFT_RUN(test_tokens_major_layout);
+    MFT_RUN(test_shared_kv);
     MFT_RUN(test_shape_errors);
     return mft_finish();
 }
