@@ -2935,6 +2935,21 @@ static __device__ void mf__fw_stage(mf__fw_bf *dst, int ld, const float *src, lo
 }
 /* the width of the feature step from k0: MF__FW_KS, or what is left of d_dot padded to 16 */
 static __device__ int mf__fw_step(int dd, int k0) { return min(MF__FW_KS, mf__fa_pad(dd - k0)); }
+/* C [Cp][Cp] = A B^T over the K columns of the chunk's cn token rows of A and B (rows lsa / lsb floats
+   apart), in MF__FW_KS-wide column steps staged transposed as bf16 in As / Bs (zeros past cn rows and
+   K columns); ends after a barrier */
+static __device__ void mf__fw_tok_gram(float *C, int lc, mf__fw_bf *As, int la, const float *A, long long lsa,
+                                       mf__fw_bf *Bs, int lb, const float *B, long long lsb, int cn, int Cp, int K) {
+    int k0;
+    for (k0 = 0; k0 < K; k0 += MF__FW_KS) {
+        int w = mf__fw_step(K, k0);
+        mf__fw_stage(As, la, A, lsa, cn, Cp, k0, K, w, 1);
+        mf__fw_stage(Bs, lb, B, lsb, cn, Cp, k0, K, w, 1);
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(C, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
+        __syncthreads();
+    }
+}
 /* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2),
    mf__k_fw_cdstate_bf16 (3) and mf__k_fw_cgrad_bf16 (4) */
 static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
@@ -3328,14 +3343,8 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
     const float *qc = p.q + MF__FW_R(t0) * dd, *kc = p.k + MF__FW_R(t0) * dd;
     float *D = sm, *G = D + Cp * lc, *R = G + (p.beta ? Cp * lg : 0);
     mf__fw_bf *dPb = (mf__fw_bf *)(R + Cp * lr), *As = dPb + Cp * la, *Bs = As + rr * la;
-    for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* dP = dY U^T over value-column steps */
-        int w = mf__fw_step(dvp, k0);
-        mf__fw_stage(As, la, dyc, ly, cn, Cp, k0, dvp, w, 1);
-        mf__fw_stage(Bs, lb, Uc, dvp, cn, Cp, k0, dvp, w, 1);
-        __syncthreads();
-        mf__fa_mm<MF__FA_BF16>(D, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
-        __syncthreads();
-    } /* tril, the chunk's tokens only; D is next written after barriers */
+    mf__fw_tok_gram(D, lc, As, la, dyc, ly, Bs, lb, Uc, dvp, cn, Cp, dvp); /* dP = dY U^T */
+    /* tril, the chunk's tokens only; D is next written after barriers */
     MF__FA_EACH(i, m, Cp, Cp, mf__fa_put(dPb + i * la + m, i < cn && m <= i ? D[i * lc + m] : 0.0f));
     if (p.beta) {
         for (f0 = 0; f0 < dd; f0 += MF__FW_KS) /* [dW, dU] = [-dU S, dU]: dW by feature steps */
@@ -3351,14 +3360,7 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
         __syncthreads();
         mf__fw_backsubst(p, G, lg, Gc, rb, t0, cn); /* G = (I + A)^-T [dW, dU] */
         __syncthreads();
-        for (k0 = 0; k0 < ldx; k0 += MF__FW_KS) { /* D = G X^T over steps of the dd + dvp columns */
-            int w = mf__fw_step(ldx, k0);
-            mf__fw_stage(As, la, G, lg, cn, Cp, k0, ldx, w, 1);
-            mf__fw_stage(Bs, lb, Xc, ldx, cn, Cp, k0, ldx, w, 1);
-            __syncthreads();
-            mf__fa_mm<MF__FA_BF16>(D, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
-            __syncthreads();
-        }
+        mf__fw_tok_gram(D, lc, As, la, G, lg, Bs, lb, Xc, ldx, cn, Cp, ldx); /* D = G X^T */
         mf__fw_dbeta(p, G, lg, D, lc, Gc, gb, rb, t0, cn, Cp, Cp); /* dbeta; D becomes E */
     }
     __syncthreads();
