@@ -2935,10 +2935,10 @@ static __device__ void mf__fw_stage(mf__fw_bf *dst, int ld, const float *src, lo
 }
 /* the width of the feature step from k0: MF__FW_KS, or what is left of d_dot padded to 16 */
 static __device__ int mf__fw_step(int dd, int k0) { return min(MF__FW_KS, mf__fa_pad(dd - k0)); }
-/* C [Cp][Cp] = A B^T over the K columns of the chunk's cn token rows of A and B (rows lsa / lsb floats
-   apart), in MF__FW_KS-wide column steps staged transposed as bf16 in As / Bs (zeros past cn rows and
-   K columns); ends after a barrier */
-static __device__ void mf__fw_tok_gram(float *C, int lc, mf__fw_bf *As, int la, const float *A, long long lsa,
+/* C [Cp][Cp] = A B^T (and, when G is not NULL, G = B B^T) over the K columns of the chunk's cn token
+   rows of A and B (rows lsa / lsb floats apart), in MF__FW_KS-wide column steps staged transposed as
+   bf16 in As / Bs (zeros past cn rows and K columns); C and G rows lc floats apart; ends after a barrier */
+static __device__ void mf__fw_tok_gram(float *C, float *G, int lc, mf__fw_bf *As, int la, const float *A, long long lsa,
                                        mf__fw_bf *Bs, int lb, const float *B, long long lsb, int cn, int Cp, int K) {
     int k0;
     for (k0 = 0; k0 < K; k0 += MF__FW_KS) {
@@ -2947,6 +2947,7 @@ static __device__ void mf__fw_tok_gram(float *C, int lc, mf__fw_bf *As, int la, 
         mf__fw_stage(Bs, lb, B, lsb, cn, Cp, k0, K, w, 1);
         __syncthreads();
         mf__fa_mm<MF__FA_BF16>(C, lc, As, la, Bs, lb, Cp, Cp, w, k0 > 0);
+        if (G) mf__fa_mm<MF__FA_BF16>(G, lc, Bs, lb, Bs, lb, Cp, Cp, w, k0 > 0);
         __syncthreads();
     }
 }
@@ -2970,22 +2971,14 @@ static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
    substitution (fp32, Gm as computed here). */
 static __global__ void mf__k_fw_prep_bf16(mf__cu_fw p, float *Gm, float *P, float *X) {
     MF_DYN_SMEM(float, sm);
-    int C = p.C, Cp = mf__fa_pad(C), lc = Cp + 4, le = Cp + 8, nc = (p.T + C - 1) / C, dd = p.dd, e, i, m, k0;
+    int C = p.C, Cp = mf__fa_pad(C), lc = Cp + 4, le = Cp + 8, nc = (p.T + C - 1) / C, dd = p.dd, e, i, m;
     long long bh = blockIdx.x / nc, rb = mf__cu_fw_row(p, bh, 0), cb = (long long)blockIdx.x * C * C;
     long long ls = (long long)p.H * dd;
     int ch = (int)(blockIdx.x % nc), t0 = ch * C, cn = p.T - t0 < C ? p.T - t0 : C;
     float *Ps = sm, *Gs = Ps + Cp * lc;
     mf__fw_bf *Qt = (mf__fw_bf *)(Gs + Cp * lc), *Kt = Qt + MF__FW_KS * le;
     const float *q0 = p.q + MF__FW_R(t0) * dd, *kr = p.k + MF__FW_R(t0) * dd;
-    for (k0 = 0; k0 < dd; k0 += MF__FW_KS) {
-        int w = mf__fw_step(dd, k0);
-        mf__fw_stage(Qt, le, q0, ls, cn, Cp, k0, dd, w, 1);
-        mf__fw_stage(Kt, le, kr, ls, cn, Cp, k0, dd, w, 1);
-        __syncthreads();
-        mf__fa_mm<MF__FA_BF16>(Ps, lc, Qt, le, Kt, le, Cp, Cp, w, k0 > 0);
-        if (p.beta) mf__fa_mm<MF__FA_BF16>(Gs, lc, Kt, le, Kt, le, Cp, Cp, w, k0 > 0);
-        __syncthreads();
-    }
+    mf__fw_tok_gram(Ps, p.beta ? Gs : NULL, lc, Qt, le, q0, ls, Kt, le, kr, ls, cn, Cp, dd); /* P = Q K^T, Gm = K K^T */
     for (e = threadIdx.x; e < C * C; e += blockDim.x) { /* each element read and masked by one thread */
         float g;
         i = e / C; m = e % C;
@@ -3343,7 +3336,7 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
     const float *qc = p.q + MF__FW_R(t0) * dd, *kc = p.k + MF__FW_R(t0) * dd;
     float *D = sm, *G = D + Cp * lc, *R = G + (p.beta ? Cp * lg : 0);
     mf__fw_bf *dPb = (mf__fw_bf *)(R + Cp * lr), *As = dPb + Cp * la, *Bs = As + rr * la;
-    mf__fw_tok_gram(D, lc, As, la, dyc, ly, Bs, lb, Uc, dvp, cn, Cp, dvp); /* dP = dY U^T */
+    mf__fw_tok_gram(D, NULL, lc, As, la, dyc, ly, Bs, lb, Uc, dvp, cn, Cp, dvp); /* dP = dY U^T */
     /* tril, the chunk's tokens only; D is next written after barriers */
     MF__FA_EACH(i, m, Cp, Cp, mf__fa_put(dPb + i * la + m, i < cn && m <= i ? D[i * lc + m] : 0.0f));
     if (p.beta) {
@@ -3360,7 +3353,7 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
         __syncthreads();
         mf__fw_backsubst(p, G, lg, Gc, rb, t0, cn); /* G = (I + A)^-T [dW, dU] */
         __syncthreads();
-        mf__fw_tok_gram(D, lc, As, la, G, lg, Bs, lb, Xc, ldx, cn, Cp, ldx); /* D = G X^T */
+        mf__fw_tok_gram(D, NULL, lc, As, la, G, lg, Bs, lb, Xc, ldx, cn, Cp, ldx); /* D = G X^T */
         mf__fw_dbeta(p, G, lg, D, lc, Gc, gb, rb, t0, cn, Cp, Cp); /* dbeta; D becomes E */
     }
     __syncthreads();
