@@ -2951,6 +2951,22 @@ static __device__ void mf__fw_tok_gram(float *C, float *G, int lc, mf__fw_bf *As
         __syncthreads();
     }
 }
+/* R [Cp][w] = A S[:, f0 .. f0 + w) for the chunk's cn token rows of A (rows lsa floats apart, dvp
+   value columns) and a state S [dvp][dd] (row-major), in value-column steps staged as bf16 in As / Bs;
+   ends after a barrier */
+static __device__ void mf__fw_by_state(float *R, int lr, mf__fw_bf *As, int la, const float *A, long long lsa,
+                                       mf__fw_bf *Bs, int lb, const float *S, int cn, int Cp, int dvp, int dd, int f0,
+                                       int w) {
+    int k0;
+    for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) {
+        int wc = mf__fw_step(dvp, k0);
+        mf__fw_stage(As, la, A, lsa, cn, Cp, k0, dvp, wc, 1);
+        mf__fw_stage(Bs, lb, S + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
+        __syncthreads();
+        mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
+        __syncthreads();
+    }
+}
 /* shared bytes of mf__k_fw_prep_bf16 (kind 0), mf__k_fw_cout_bf16 (1), mf__k_fw_cstate_bf16 (2),
    mf__k_fw_cdstate_bf16 (3) and mf__k_fw_cgrad_bf16 (4) */
 static size_t mf__fw_bf16_smem(const mf__cu_fw *p, int kind) {
@@ -3362,14 +3378,7 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
     for (f0 = 0; f0 < dd; f0 += MF__FW_KS) {
         int w = mf__fw_step(dd, f0), wr = min(w, dd - f0);
         if (gq) {
-            for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* R = dY S */
-                int wc = mf__fw_step(dvp, k0);
-                mf__fw_stage(As, la, dyc, ly, cn, Cp, k0, dvp, wc, 1);
-                mf__fw_stage(Bs, lb, Sn + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
-                __syncthreads();
-                mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
-                __syncthreads();
-            }
+            mf__fw_by_state(R, lr, As, la, dyc, ly, Bs, lb, Sn, cn, Cp, dvp, dd, f0, w); /* R = dY S */
             MF__FA_EACH(m, i, Cp, Cp, As[m * la + i] = dPb[i * la + m]); /* R += dP K (dP^T: a bf16 copy) */
             mf__fw_stage(Bs, lb, kc, lq, cn, Cp, f0, dd, w, 0);
             __syncthreads();
@@ -3378,14 +3387,7 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
             MF__FA_EACH(i, j, cn, wr, gq[MF__FW_R(t0 + i) * dd + f0 + j] += R[i * lr + j]);
         }
         if (!gk) continue;
-        for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) { /* R = U dS^T */
-            int wc = mf__fw_step(dvp, k0);
-            mf__fw_stage(As, la, Uc, dvp, cn, Cp, k0, dvp, wc, 1);
-            mf__fw_stage(Bs, lb, dS + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
-            __syncthreads();
-            mf__fa_mm<MF__FA_BF16>(R, lr, As, la, Bs, lb, Cp, w, wc, k0 > 0);
-            __syncthreads();
-        }
+        mf__fw_by_state(R, lr, As, la, Uc, dvp, Bs, lb, dS, cn, Cp, dvp, dd, f0, w); /* R = U dS^T */
         mf__fw_stage(Bs, lb, qc, lq, cn, Cp, f0, dd, w, 0); /* R += dP^T Q (dP as it is kept) */
         __syncthreads();
         mf__fa_mm<MF__FA_BF16>(R, lr, dPb, la, Bs, lb, Cp, w, Cp, 1);
