@@ -5530,6 +5530,15 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
         mf__tile_mm_keys_acc(bk, dk, bq, dp, q, ldq, gk + kj, ldk, diag, first);
 }
 
+/* Head t's per-head inputs of the backward in hd: scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf
+   padding), D = rowsum(dO * O) [Tqp]; q, dO: the head's rows (ldq / ldo floats apart; dO NULL: in out->grad) */
+static void mf__attn_bwd_tables(const mf_tensor *out, const mf__attn_geo *ge, int64_t t, const float *q, int ldq,
+                                const float *dO, int ldo, int Tqp, float *hd) {
+    int dk = ge->dk, dv = ge->dv;
+    mf__attn_transpose(q, ldq, ge->Tq, Tqp, dk, out->farg[MF__FARG_ATTN_SCALE], hd, Tqp);
+    mf__attn_bwd_head(out, t, dO, ldo, Tqp, hd + (int64_t)dk * Tqp, hd + (int64_t)(dk + dv) * Tqp,
+                      hd + (int64_t)(dk + dv + 1) * Tqp);
+}
 static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     const mf__attn_geo ge = mf__attn_geo_of(out);
@@ -5540,7 +5549,7 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
     int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile;
     int gather = ge.ld[MF__AT_Q] != dk || ge.ld[MF__AT_K] != dk || ge.ld[MF__AT_V] != dv || ge.ld[MF__AT_O] != dv;
-    float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *work;
+    float *head, *work;
     if (!need_kv && !need_q) return;
     nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
     /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
@@ -5559,9 +5568,7 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             mf__attn_head th = mf__attn_head_of(out, &ge, t, 3), h = th;
             int kt, qt;
             if (gather) h = mf__attn_bwd_gather(&ge, &th, hd + hs);
-            mf__attn_transpose(h.q, h.ldq, Tq, Tqp, dk, scale, hd, Tqp);
-            mf__attn_bwd_head(out, t, h.dO, h.ldo, Tqp, hd + (int64_t)dk * Tqp, hd + (int64_t)(dk + dv) * Tqp,
-                              hd + (int64_t)(dk + dv + 1) * Tqp);
+            mf__attn_bwd_tables(out, &ge, t, h.q, h.ldq, h.dO, h.ldo, Tqp, hd);
             for (kt = 0; kt < nkt; kt++)
                 for (qt = 0; qt < nqt; qt++)
                     mf__attn_bwd_pair(out, &ge, &d, t, kt, qt, &h, hd, st, st + tile, st + 2 * tile);
@@ -5575,11 +5582,9 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
 #if MF__OMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
-    for (t = 0; t < BH; t++) {
-        float *qs = head + t * hs, *dot = qs + (int64_t)dk * Tqp, *lse = dot + (int64_t)dv * Tqp;
-        mf__attn_transpose(Q->data + mf__attn_at(&ge, MF__AT_Q, t, 0), ge.ld[MF__AT_Q], Tq, Tqp, dk, scale, qs, Tqp);
-        mf__attn_bwd_head(out, t, NULL, 0, Tqp, dot, lse, lse + Tqp);
-    }
+    for (t = 0; t < BH; t++)
+        mf__attn_bwd_tables(out, &ge, t, Q->data + mf__attn_at(&ge, MF__AT_Q, t, 0), ge.ld[MF__AT_Q], NULL, 0, Tqp,
+                            head + t * hs);
     for (pass = 0; pass < 2; pass++) { /* 0: dK, dV over (head, key tile); 1: dQ over (head, query tile) */
         int nown = pass == 0 ? nkt : nqt, nloop = pass == 0 ? nqt : nkt;
         int64_t n = BH * nown;
