@@ -1,6 +1,7 @@
 /* bench_attention.c - the attention op, forward and forward + backward (causal).
  *
- * CPU (default): fused mf_attention vs the composed matmul / scale / softmax / matmul.
+ * CPU (default): fused mf_attention (heads-major [B, H, T, dk], and token-major [B, T, H, dk] as the
+ * softmax mixers call it) vs the composed matmul / scale / softmax / matmul.
  *     gcc -O3 -march=native -fopenmp -I. bench/bench_attention.c -o build/bench_attention -lm
  *     build/bench_attention [B H T dk [threads]]        (default 8 8 256 32, all threads)
  *
@@ -47,7 +48,8 @@ static double gpu_used_mb(void) {
 }
 
 /* ms per forward (fwd) and per forward + backward (total), best of `reps` after a warm-up.
-   fused: 1 mf_attention, 0 the composed ops. cuda: 0 CPU, 1 GPU at precision prec. peak: the
+   fused: 1 mf_attention, 2 mf_attention_layout on token-major [B, T, H, dk] operands (rows H dk
+   floats apart, as the softmax mixers read their projections), 0 the composed ops. cuda: 0 CPU, 1 GPU at precision prec. peak: the
    activation arena's peak bytes; gpu_mb (CUDA): the most device memory the run held */
 static void run(int fused, int threads, int cuda, mf_precision prec, double *fwd, double *total, size_t *peak,
                 double *gpu_mb) {
@@ -56,7 +58,7 @@ static void run(int fused, int threads, int cuda, mf_precision prec, double *fwd
     mf_tensor *q, *k, *v;
     float scale = 1.0f / sqrtf((float)DK);
     double gpu_base = gpu_used_mb();
-    shape[0] = B; shape[1] = H; shape[2] = T; shape[3] = DK;
+    shape[0] = B; shape[1] = fused == 2 ? T : H; shape[2] = fused == 2 ? H : T; shape[3] = DK;
     *fwd = *total = 1e30;
     *gpu_mb = 0;
     if (cuda && (mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0 || mf_cuda_set_precision(ctx, prec) < 0)) {
@@ -71,8 +73,9 @@ static void run(int fused, int threads, int cuda, mf_precision prec, double *fwd
         mf_tensor *o, *loss;
         sync_device();
         t0 = mf_time();
-        o = fused ? mf_attention(ctx, q, k, v, scale, 1, 0.0f)
-                  : mf_matmul(ctx, mf_softmax(ctx, mf_scale(ctx, mf_matmul(ctx, q, k, 0, 1), scale), 1), v, 0, 0);
+        o = fused == 2 ? mf_attention_layout(ctx, q, k, v, scale, 1, 0.0f, MF_ATTN_TOKENS_MAJOR)
+            : fused ? mf_attention(ctx, q, k, v, scale, 1, 0.0f)
+                    : mf_matmul(ctx, mf_softmax(ctx, mf_scale(ctx, mf_matmul(ctx, q, k, 0, 1), scale), 1), v, 0, 0);
         sync_device();
         t1 = mf_time();
         loss = mf_mean(ctx, o);
@@ -155,8 +158,8 @@ static int run_cuda(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     int threads = 0;
-    double ff, ft, cf, ct;
-    size_t fp, cp;
+    double ff, ft, cf, ct, tf, tt;
+    size_t fp, cp, tp;
     double gpu_mb;
     if (argc >= 3 && strcmp(argv[1], "--device") == 0) {
         if (strcmp(argv[2], "cuda") == 0) return run_cuda(argc - 3, argv + 3);
@@ -166,9 +169,12 @@ int main(int argc, char **argv) {
     if (argc >= 5) { B = atoi(argv[1]); H = atoi(argv[2]); T = atoi(argv[3]); DK = atoi(argv[4]); }
     if (argc >= 6) threads = atoi(argv[5]);
     run(1, threads, 0, MF_PREC_FP32, &ff, &ft, &fp, &gpu_mb);
+    run(2, threads, 0, MF_PREC_FP32, &tf, &tt, &tp, &gpu_mb);
     run(0, threads, 0, MF_PREC_FP32, &cf, &ct, &cp, &gpu_mb);
     printf("attention B=%d H=%d T=%d dk=%d causal, threads=%d (0 = all)\n", B, H, T, DK, threads);
     printf("  fused    : fwd %8.2f ms  fwd+bwd %8.2f ms  arena peak %8.2f MiB\n", ff, ft, fp / 1048576.0);
+    printf("  fused, token-major [B, T, H, dk]: fwd %8.2f ms  fwd+bwd %8.2f ms  arena peak %8.2f MiB\n", tf, tt,
+           tp / 1048576.0);
     printf("  composed : fwd %8.2f ms  fwd+bwd %8.2f ms  arena peak %8.2f MiB\n", cf, ct, cp / 1048576.0);
     printf("  speedup  : fwd %8.2fx    fwd+bwd %8.2fx\n", cf / ff, ct / ft);
     return 0;
