@@ -3394,8 +3394,8 @@ MFDEF mf_tensor *mf_matmul(mf_ctx *ctx, mf_tensor *a, mf_tensor *b, int trans_a,
 #pragma nv_diag_suppress 550 /* the portable kernel never reads the mask variable */
 #endif
 /* C[m][n] (+)= A[m][k] B[k][n] (add == 0 overwrites C) for small products that fit in L1/L2 (the
-   attention's tiles, the fast-weight chunks, the feedback steps; not rows far apart in memory,
-   which the GEMM driver packs - head_matmul on this kernel measured 2x slower than on the driver):
+   attention's tiles, the fast-weight chunks, the feedback steps; operands whose rows lie far apart
+   in memory, as head_matmul's, are faster through the GEMM driver, which packs them):
    A(i, p) = A[i * ars + p * acs] (either layout), B and C row-major. Single-threaded; no packing
    (mf_sgemm would pack and allocate on every call), register tiles of 4 x 64 or 8 x 32 on AVX-512. */
 static void mf__tile_mm(int m, int n, int k, const float *A, int ars, int acs, const float *B,
@@ -5159,7 +5159,7 @@ static int mf__attn_first_vec(int first) { /* the first query vector a group fro
 }
 /* C [bk][BQ] (scores or dP^T: rows keys, columns queries) = A [bk][d] B [d][BQ]; the hidden columns
    are left as they are (the mask, or the dS pass, covers them) */
-static void mf__tile_mm_keys(int bk, int d, const float *A, int ars, const float *B, int ldb, float *C,
+static void mf__attn_mm_keys(int bk, int d, const float *A, int ars, const float *B, int ldb, float *C,
                              int diag, int first) {
     int g;
     if (!diag) { mf__tile_mm(bk, MF__AT_BQ, d, A, ars, 1, B, ldb, C, MF__AT_BQ, 0); return; }
@@ -5171,7 +5171,7 @@ static void mf__tile_mm_keys(int bk, int d, const float *A, int ars, const float
     }
 }
 /* C [bk][n] += S [bk][BQ] X [bq][n] (dV += P^T dO, dK += dS^T Q: a sum over the tile's queries) */
-static void mf__tile_mm_keys_acc(int bk, int n, int bq, const float *S, const float *X, int ldx, float *C,
+static void mf__attn_mm_keys_acc(int bk, int n, int bq, const float *S, const float *X, int ldx, float *C,
                                  int ldc, int diag, int first) {
     int g;
     if (!diag) { mf__tile_mm(bk, n, bq, S, MF__AT_BQ, 1, X, ldx, C, ldc, 1); return; }
@@ -5183,7 +5183,7 @@ static void mf__tile_mm_keys_acc(int bk, int n, int bq, const float *S, const fl
     }
 }
 /* C [bq][n] += S^T X for S [bk][BQ], X [bk][n] (O += P V, dQ += dS K: a sum over the tile's keys) */
-static void mf__tile_mm_queries_acc(int bq, int n, int bk, const float *S, const float *X, int ldx, float *C,
+static void mf__attn_mm_queries_acc(int bq, int n, int bk, const float *S, const float *X, int ldx, float *C,
                                     int ldc, int diag, int first) {
     int q0;
     if (!diag) { mf__tile_mm(bq, n, bk, S, 1, MF__AT_BQ, X, ldx, C, ldc, 1); return; }
@@ -5238,7 +5238,7 @@ static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
 /* One key block: st [bk][MF__AT_BQ] holds the (transposed, scaled, masked) scores and is replaced by
    exp(s - m_new); acc (bq rows) is rescaled by al = exp(m_old - m_new) and gains P vblk
    (vblk: the block's bk values, rows ldv floats apart). al: MF__AT_BQ floats of scratch. diag, first: a causal
-   diagonal tile's hidden part, left out of P vblk (mf__tile_mm_queries_acc). d: the dropout (e0, ld:
+   diagonal tile's hidden part, left out of P vblk (mf__attn_mm_queries_acc). d: the dropout (e0, ld:
    mf__attn_drop_tile's element index of the tile and Tk), applied to P after the sum l. */
 static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, int ldv, float *m, float *l,
                                   float *al, float *acc, int diag, int first, const mf__attn_drop *d, int64_t e0,
@@ -5271,7 +5271,7 @@ static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float
         if (al[ii] != 1.0f)
             for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
     if (d->p > 0.0f) mf__attn_drop_tile(d, st, st, bk, bq, e0, ld); /* after the sum: l is undropped */
-    mf__tile_mm_queries_acc(bq, dv, bk, st, vblk, ldv, acc, dv, diag, first);
+    mf__attn_mm_queries_acc(bq, dv, bk, st, vblk, ldv, acc, dv, diag, first);
 }
 /* o = acc / l (rows ldo floats apart) and the row log-sum-exp m + log l; a query that saw no key:
    zeros and +inf */
@@ -5329,7 +5329,7 @@ static void mf__attn_fwd_tile_kv(mf_tensor *out, const mf__attn_drop *d, const m
             else { mf__attn_rows(vc, dv, vb, ldv, bk, dv, 0); vb = vc; }
             kb = kc;
         }
-        mf__tile_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
+        mf__attn_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
         if (diag) mf__attn_mask(st, j0, bk, i0, off);
         mf__attn_online_block(st, bk, bq, dv, vb, pack ? dv : ldv, m, l, al, acc, diag, j0 - off - i0, d,
                               (bh * Tq + i0) * Tk + j0, Tk);
@@ -5393,13 +5393,13 @@ static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, int64_t
         tile(out, &d, heads ? t : t / nqt, heads ? -1 : nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
 }
 /* The backward's per-head inputs of head t: dO^T [dv][Tqp], the forward's lse [Tqp] (+inf
-   padding) and D = rowsum(dO * O) [Tqp]; g: dO of the head, rows ldg floats apart (NULL: in out->grad) */
-static void mf__attn_bwd_head(const mf_tensor *out, int64_t t, const float *g, int ldg, int Tqp, float *dot,
-                              float *lse, float *D) {
-    const mf__attn_geo ge = mf__attn_geo_of(out);
-    int Tq = ge.Tq, dv = ge.dv, ld = ge.ld[MF__AT_O], i;
-    const float *o = out->data + mf__attn_at(&ge, MF__AT_O, t, 0);
-    if (!g) { g = out->grad + mf__attn_at(&ge, MF__AT_O, t, 0); ldg = ld; }
+   padding) and D = rowsum(dO * O) [Tqp]; ge: the op's geometry (mf__attn_geo_of); g: dO of the head,
+   rows ldg floats apart (NULL: in out->grad) */
+static void mf__attn_bwd_head(const mf_tensor *out, const mf__attn_geo *ge, int64_t t, const float *g, int ldg, int Tqp,
+                              float *dot, float *lse, float *D) {
+    int Tq = ge->Tq, dv = ge->dv, ld = ge->ld[MF__AT_O], i;
+    const float *o = out->data + mf__attn_at(ge, MF__AT_O, t, 0);
+    if (!g) { g = out->grad + mf__attn_at(ge, MF__AT_O, t, 0); ldg = ld; }
     mf__attn_transpose(g, ldg, Tq, Tqp, dv, 1.0f, dot, Tqp);
     for (i = 0; i < Tqp; i++) {
         lse[i] = i < Tq ? out->saved[t * Tq + i] : INFINITY;
@@ -5457,16 +5457,6 @@ static mf__attn_head mf__attn_bwd_gather(const mf__attn_geo *ge, const mf__attn_
 }
 static void mf__attn_bwd_scatter(const mf__attn_geo *ge, const mf__attn_head *t, const mf__attn_head *h) {
     if (t->gq) mf__attn_rows(t->gq, t->ldq, h->gq, h->ldq, ge->Tq, ge->dk, 1);
-    if (t->gk && t->gv == t->gk && ge->dv == ge->dk) { /* k = v: one pass, y = (y + dk) + dv as two would give */
-        int r, c;
-        for (r = 0; r < ge->Tk; r++) {
-            float *y = t->gk + (int64_t)r * t->ldk;
-            const float *a = h->gk + (int64_t)r * h->ldk, *b = h->gv + (int64_t)r * h->ldv;
-            if (r + MF__AT_PF < ge->Tk) mf__prefetch_row(y + (int64_t)MF__AT_PF * t->ldk, ge->dk);
-            for (c = 0; c < ge->dk; c++) y[c] = (y[c] + a[c]) + b[c];
-        }
-        return;
-    }
     if (t->gk) mf__attn_rows(t->gk, t->ldk, h->gk, h->ldk, ge->Tk, ge->dk, 1);
     if (t->gv) mf__attn_rows(t->gv, t->ldv, h->gv, h->ldv, ge->Tk, ge->dv, 1);
 }
@@ -5494,7 +5484,7 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
     int diag = causal && j0 + bk - 1 > i0 + off, first = j0 - off - i0;
     if (causal && j0 > i0 + bq - 1 + off) return; /* every key of the tile is hidden */
     /* P^T = exp(scale k q - lse) */
-    mf__tile_mm_keys(bk, dk, k, ldk, qs, Tqp, st, diag, first);
+    mf__attn_mm_keys(bk, dk, k, ldk, qs, Tqp, st, diag, first);
     if (diag) mf__attn_mask(st, j0, bk, i0, off);
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
@@ -5503,10 +5493,10 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
         }
     if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
     if (gv) /* dV += P^T dO (P~ with dropout) */
-        mf__tile_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldo, gv + vj, ldv, diag, first);
+        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldo, gv + vj, ldv, diag, first);
     if (!gk && !gq) return;
     /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D), 0 where P is (dP^T is not computed there) */
-    mf__tile_mm_keys(bk, dv, v, ldv, dot, Tqp, dp, diag, first);
+    mf__attn_mm_keys(bk, dv, v, ldv, dot, Tqp, dp, diag, first);
     for (jj = 0; jj < bk; jj++) {
         int c0 = diag ? mf__attn_first_vec(first + jj / MF__AT_G * MF__AT_G) : 0;
         float *g = dp + jj * MF__AT_BQ;
@@ -5525,9 +5515,9 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
             }
     }
     if (gq) /* dQ += dS K */
-        mf__tile_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldq, diag, first);
+        mf__attn_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldq, diag, first);
     if (gk) /* dK += dS^T Q */
-        mf__tile_mm_keys_acc(bk, dk, bq, dp, q, ldq, gk + kj, ldk, diag, first);
+        mf__attn_mm_keys_acc(bk, dk, bq, dp, q, ldq, gk + kj, ldk, diag, first);
 }
 
 /* Head t's per-head inputs of the backward in hd: scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf
@@ -5536,7 +5526,7 @@ static void mf__attn_bwd_tables(const mf_tensor *out, const mf__attn_geo *ge, in
                                 const float *dO, int ldo, int Tqp, float *hd) {
     int dk = ge->dk, dv = ge->dv;
     mf__attn_transpose(q, ldq, ge->Tq, Tqp, dk, out->farg[MF__FARG_ATTN_SCALE], hd, Tqp);
-    mf__attn_bwd_head(out, t, dO, ldo, Tqp, hd + (int64_t)dk * Tqp, hd + (int64_t)(dk + dv) * Tqp,
+    mf__attn_bwd_head(out, ge, t, dO, ldo, Tqp, hd + (int64_t)dk * Tqp, hd + (int64_t)(dk + dv) * Tqp,
                       hd + (int64_t)(dk + dv + 1) * Tqp);
 }
 static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -6950,6 +6940,7 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int Tqp = nqt * MF__AT_BQ, nt, ng = Tq + Tk - 1;
     int64_t BH = (int64_t)B * H, hs = (int64_t)(2 * dk + dv + 2) * Tqp, ps = (int64_t)ng * (dk + 1) + dk, t;
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
+    const mf__attn_geo ge = mf__attn_geo_of(out);
     int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile + MF__RA_GT * MF__AT_BQ;
     float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *part, *work;
     float *gu = mf__g(U), *gR = mf__g(out->src[4]), *gS = mf__g(out->src[5]);
@@ -6970,7 +6961,7 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
         float *lse = dot + (int64_t)dv * Tqp;
         mf__attn_transpose(Q->data + t * Tq * dk, dk, Tq, Tqp, dk, scale, qs, Tqp);
         mf__rel_add_u(qs, Tqp, Tq, dk, U->data + (t % H) * dk, scale, qu);
-        mf__attn_bwd_head(out, t, NULL, 0, Tqp, dot, lse, lse + Tqp);
+        mf__attn_bwd_head(out, &ge, t, NULL, 0, Tqp, dot, lse, lse + Tqp);
         memset(part + t * ps, 0, (size_t)ps * sizeof(float));
     }
 #if MF__OMP

@@ -289,9 +289,9 @@ static void test_tokens_major_layout(void) {
 }
 
 /* k and v the same tensor (metric / quadratic attend over p with k = v = p): the kernels copy such
-   a head once and add its two gradients in one pass; the results must be exactly those of v = an
-   equal but separate tensor (p's gradient = dK + dV), token-major (copied heads: whole heads per
-   thread and query tiles alone), and heads-major to rounding, with dropout */
+   a head once; the results must be exactly those of v = an equal but separate tensor (p's
+   gradient = dK + dV), token-major (copied heads: whole heads per thread and query tiles alone),
+   and heads-major to rounding, with dropout */
 static void test_shared_kv(void) {
     static const int cs[][6] = {{2, 5, 70, 16, 2, 1}, {1, 2, 70, 16, 2, 1}, {2, 5, 70, 16, 2, 0}};
     int i, same;
