@@ -302,7 +302,7 @@ MFDEF int mf_set_grad(mf_ctx *ctx, int enabled);
    hands the buffer on as soon as its own op is done, so activation tensors have grad == NULL
    after the call (as PyTorch keeps no gradient of a non-leaf tensor). Parameter gradients and
    every value are the same bit for bit; the backward needs much less memory and writes into
-   buffers still in cache. What a training loop wants; CPU only (ignored on CUDA). */
+   buffers still in cache. What a training loop wants, on either device. */
 MFDEF int mf_set_keep_activation_grads(mf_ctx *ctx, int keep);
 /* A tensor with the same values and no gradient path (shares the data). */
 MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x);
@@ -2442,11 +2442,13 @@ static int mf__backward_one(mf_ctx *ctx, mf_tensor *t) {
 static void mf__backward_done(mf_ctx *ctx, int i) {
     if (ctx->bw_hook) ctx->bw_hook(ctx, ctx->bw_hook_user, i);
 }
-/* Recycled activation gradients (mf_set_keep_activation_grads(ctx, 0)), CPU. Walking the tape
+/* Recycled activation gradients (mf_set_keep_activation_grads(ctx, 0)). Walking the tape
    backwards, an op's inputs get their gradient buffers just before its backward (the buffer an
    input shares, mf__grad_shared_src, or a free one of its size, the one freed last: the warmest),
    and once the op is done its own gradient buffer goes back to the free list, unless an input
-   carries it on. A tensor no gradient reaches is skipped. */
+   carries it on. A tensor no gradient reaches is skipped. On a device the kernels add into
+   every input gradient, so a buffer is zeroed when taken (on the stream, after the op that freed
+   it) and none is shared. */
 typedef struct { float *p; int64_t ne; } mf__gradbuf;
 static float *mf__gradbuf_take(mf_ctx *ctx, mf__gradbuf *fl, int *n, int64_t ne) {
     int i;
@@ -2459,25 +2461,32 @@ static float *mf__gradbuf_take(mf_ctx *ctx, mf__gradbuf *fl, int *n, int64_t ne)
         }
     return (float *)mf__alloc_data(ctx, (size_t)ne * sizeof(float));
 }
+/* d loss / d loss = 1, on the loss's device */
+static int mf__set_loss_grad(mf_ctx *ctx, mf_tensor *loss) {
+    static const float one = 1.0f;
+    loss->grad_pending = 0;
+    if (ctx->be) return ctx->be->copy(ctx, loss->grad, &one, sizeof one, MF__H2D);
+    loss->grad[0] = one;
+    return 0;
+}
 static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
     mf__gradbuf *fl = (mf__gradbuf *)mf__alloc(ctx, (size_t)(end + 1) * sizeof(mf__gradbuf));
     int i, nfl = 0;
     if (!fl) return -1;
     for (i = 0; i <= end; i++) ctx->tape[i]->grad = NULL;
-    if (!(loss->grad = mf__gradbuf_take(ctx, fl, &nfl, 1))) return -1;
-    loss->grad[0] = 1.0f;
-    loss->grad_pending = 0;
+    if (!(loss->grad = mf__gradbuf_take(ctx, fl, &nfl, 1)) || mf__set_loss_grad(ctx, loss) < 0) return -1;
     for (i = end; i >= 0 && mf_ok(ctx); i--) {
         mf_tensor *t = ctx->tape[i];
         int k, share;
         if (!t->grad) { mf__backward_done(ctx, i); continue; }
-        share = mf__grad_shared_src(ctx, t);
+        share = ctx->be ? -1 : mf__grad_shared_src(ctx, t);
         for (k = 0; k < MF_MAX_SRC; k++) {
             mf_tensor *s = t->src[k];
             if (!s || !s->op || s->is_param || !s->requires_grad || s->grad) continue;
             if (k == share) s->grad = t->grad;
             else if (!(s->grad = mf__gradbuf_take(ctx, fl, &nfl, s->ne))) return -1;
-            else s->grad_pending = 1;
+            else if (!ctx->be) s->grad_pending = 1;
+            else if (mf__dzero(ctx, s->grad, (size_t)s->ne * sizeof(float)) < 0) return -1;
         }
         if (mf__backward_one(ctx, t) < 0) return -1;
         if (mf__grad_sharing(t) < 0) { fl[nfl].p = t->grad; fl[nfl].ne = t->ne; nfl++; }
@@ -2510,7 +2519,7 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         int k;
         for (k = 0; k < MF_MAX_SRC; k++) if (ctx->tape[i]->src[k]) ctx->tape[i]->src[k]->n_uses++;
     }
-    if (!ctx->be && ctx->recycle_grads) return mf__backward_recycling(ctx, loss, end);
+    if (ctx->recycle_grads) return mf__backward_recycling(ctx, loss, end);
     for (i = 0; i <= end; i++) { /* fresh activation gradients */
         mf_tensor *t = ctx->tape[i];
         int k = ctx->be ? -1 : mf__grad_shared_src(ctx, t);
@@ -2521,14 +2530,7 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
         if (!ctx->be) t->grad_pending = 1; /* CPU: zeroed lazily below */
         else if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
     }
-    if (ctx->be) {
-        static const float one = 1.0f;
-        if (ctx->be->copy(ctx, loss->grad, &one, sizeof one, MF__H2D) < 0) return -1;
-        for (i = end; i >= 0 && mf__backward_one(ctx, ctx->tape[i]) == 0; i--) mf__backward_done(ctx, i);
-        return mf_ok(ctx) ? 0 : -1;
-    }
-    loss->grad[0] = 1.0f;
-    loss->grad_pending = 0;
+    if (mf__set_loss_grad(ctx, loss) < 0) return -1;
     for (i = end; i >= 0 && mf__backward_one(ctx, ctx->tape[i]) == 0; i--) mf__backward_done(ctx, i);
     return mf_ok(ctx) ? 0 : -1;
 }

@@ -88,7 +88,7 @@ static inline std::vector<float> params_host(mf_ctx *ctx) {
 /* steps of fixed batches (B 2, T tokens, some targets ignored), clip 0.5, the optimizer; then the
    parameters, a greedy generation of gen_new tokens from a 3-token prompt and a sampled one of 6
    from a 5-token prompt (the model's generation state starts over); save: write a checkpoint */
-struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> greedy, sampled; std::string err; };
+struct TrainRun { std::vector<float> losses, norms, params; std::vector<int32_t> greedy, sampled; std::string err; size_t act_peak; };
 struct TrainOpts {
     mf_optimizer_kind kind;
     float lr;
@@ -98,8 +98,9 @@ struct TrainOpts {
     int only_order;    /* < 0: every thread order; else that one (emulated runs of big models are slow) */
     const char *save;
     mf_precision prec; /* of the CUDA run */
+    int keep_grads;    /* mf_set_keep_activation_grads: 1 keeps activation gradients, 0 recycles them */
 };
-static inline TrainOpts train_opts(void) { TrainOpts o = {MF_OPT_ADAM, 3e-3f, 3, 8, 6, 1e-5, -1, NULL, MF_PREC_FP32}; return o; }
+static inline TrainOpts train_opts(void) { TrainOpts o = {MF_OPT_ADAM, 3e-3f, 3, 8, 6, 1e-5, -1, NULL, MF_PREC_FP32, 1}; return o; }
 /* one training step from loss: backward, clip to 0.5, the optimizer; the gradient norm and the loss
    go to norms and losses; then the gradients are zeroed and the activations released. Every other
    step does the three in one mf_train_update call (the CPU's fused pass, the device's three calls). */
@@ -131,12 +132,14 @@ static inline TrainRun train_run(mf_model_config cfg, int cuda, const TrainOpts 
         mf_ctx_free(ctx);
         return r;
     }
+    mf_set_keep_activation_grads(ctx, o.keep_grads);
     m = mf_model_new(ctx, &cfg);
     opt.weight_decay = 0.01f;
     for (int s = 0; s < o.steps && m; s++) {
         for (size_t i = 0; i < ids.size(); i++) { ids[i] = ((int)i * 7 + s * 3) % cfg.vocab; tg[i] = (i % 5 == 4) ? -1 : (ids[i] + 1) % cfg.vocab; }
         train_step(ctx, mf_model_loss(m, ids.data(), tg.data(), B, T), &opt, r.norms, r.losses);
     }
+    r.act_peak = mf_activation_peak_bytes(ctx); /* the training steps' (before the generations) */
     if (m && mf_ok(ctx)) {
         r.params = params_host(ctx);
         if (o.save) mf_save(ctx, o.save, 1, NULL, 0);
@@ -151,14 +154,17 @@ static inline TrainRun train_run(mf_model_config cfg, int cuda, const TrainOpts 
     return r;
 }
 /* the CPU run, then the CUDA run in each thread order: losses, gradient norms, parameters and both
-   generations agree */
+   generations agree. The CUDA runs recycle their activation gradients (as training loops do) except
+   in thread order 1, which keeps them: both backward paths meet the CPU's. */
 static inline void check_train(mf_model_config cfg, const char *what, const TrainOpts &o = train_opts()) {
     TrainRun cpu = train_run(cfg, 0, o);
     if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str()); MFT_CHECK(0); return; }
     for (int ord = 0; ord < N_ORDERS; ord++) {
         if (o.only_order >= 0 && ord != o.only_order % N_ORDERS) continue;
         set_order(ord);
-        TrainRun gpu = train_run(cfg, 1, o);
+        TrainOpts g = o;
+        g.keep_grads = ord == 1;
+        TrainRun gpu = train_run(cfg, 1, g);
         if (!gpu.err.empty()) { printf("    %s: CUDA run failed: %s\n", what, gpu.err.c_str()); MFT_CHECK(0); continue; }
         MFT_CHECK(gpu.losses.size() == (size_t)o.steps && cpu.losses.size() == (size_t)o.steps);
         for (size_t s = 0; s < gpu.losses.size() && s < cpu.losses.size(); s++) {

@@ -145,6 +145,20 @@ static void test_train_sgd(void) {
     check_train(c, "quadratic + SGD", with_optimizer(MF_OPT_SGD));
 }
 
+/* recycled activation gradients on the device: the same bits as kept ones, in less memory */
+static void test_recycled_grads(void) {
+    TrainOpts o = train_opts();
+    TrainRun run[2];
+    for (int keep = 0; keep <= 1; keep++) {
+        o.keep_grads = keep;
+        run[keep] = train_run(small_config(MF_MIXER_SDPA), 1, o);
+        MFT_CHECK(run[keep].err.empty());
+    }
+    MFT_CHECK(run[0].losses == run[1].losses && run[0].params == run[1].params);
+    MFT_CHECK(run[0].act_peak < run[1].act_peak * 3 / 4);
+    printf("    activation peak: %zu bytes recycled, %zu kept\n", run[0].act_peak, run[1].act_peak);
+}
+
 /* a checkpoint written by the CUDA context loads into a CPU context and continues identically */
 static void test_checkpoint_cross_device(void) {
     const char *path = "build/test_cuda_ckpt.safetensors";
@@ -263,6 +277,7 @@ int main(void) {
     MFT_RUN(test_train_metric);
     MFT_RUN(test_train_pool);
     MFT_RUN(test_train_sgd);
+    MFT_RUN(test_recycled_grads);
     MFT_RUN(test_checkpoint_cross_device);
 #ifdef MF_CUDA_EMU
     MFT_RUN(test_no_leaks);
