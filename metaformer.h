@@ -182,6 +182,9 @@ typedef struct mf_tensor {
     int is_param;
     int grad_pending;            /* mf_backward: the gradient buffer is not zeroed yet */
     int n_uses;                  /* mf_backward: how many ops on the tape read it */
+    int bf16;                    /* data holds bf16 values (2 bytes each): a CUDA context in MF_PREC_BF16
+                                    stores some activations so (mf_cuda_set_precision); mf_to_host and
+                                    mf_item convert them */
     int64_t offset;              /* parameters: position in the flat buffers */
 } mf_tensor;
 
@@ -1359,6 +1362,7 @@ typedef struct mf__backend {
     double (*grad_sumsq)(mf_ctx *ctx, int64_t lo, int64_t hi);
     int (*grad_scale)(mf_ctx *ctx, int64_t lo, int64_t hi, float f);
     void (*destroy)(mf_ctx *ctx);                  /* free the backend state (not the params) */
+    int (*bf16_storage)(const mf_ctx *ctx);        /* activations of MF__OP_BF16 ops are stored in bf16 */
 } mf__backend;
 
 struct mf_ctx {
@@ -1776,12 +1780,25 @@ static int mf__to_host(mf_ctx *ctx, const mf_tensor *t, float *dst, int grad) {
     src = grad ? t->grad : t->data;
     if (!src) return (mf__fail(ctx, "mf_grad_to_host: the tensor has no gradient (call mf_backward first; "
                                "only tensors that need one get it)"), -1);
+    if (!grad && t->bf16) { /* the bf16 values into dst's first half, then widened from the last one down */
+        const uint16_t *h = (const uint16_t *)dst;
+        int64_t i;
+        if (mf__ddownload(ctx, dst, src, (size_t)t->ne * 2) < 0) return -1;
+        for (i = t->ne - 1; i >= 0; i--) {
+            uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(dst + i, &u, sizeof u);
+        }
+        return 0;
+    }
     return mf__ddownload(ctx, dst, src, (size_t)t->ne * sizeof(float));
 }
 MFDEF int mf_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst) { return mf__to_host(ctx, t, dst, 0); }
 MFDEF int mf_set_data(mf_ctx *ctx, mf_tensor *t, const float *values) {
     if (!mf_ok(ctx)) return -1;
     if (!t || !values || !t->data) return (mf__fail(ctx, "mf_set_data: the tensor or the values are NULL"), -1);
+    if (t->bf16)
+        return (mf__fail(ctx, "mf_set_data: this activation is stored in bf16 (a CUDA context in MF_PREC_BF16); "
+                         "set the values of a tensor made by mf_new or mf_from instead"), -1);
     return mf__dupload(ctx, t->data, values, (size_t)t->ne * sizeof(float));
 }
 MFDEF int mf_grad_to_host(mf_ctx *ctx, const mf_tensor *t, float *dst) { return mf__to_host(ctx, t, dst, 1); }
@@ -1789,6 +1806,14 @@ MFDEF float mf_item(mf_ctx *ctx, const mf_tensor *t) {
     float v;
     if (!mf_ok(ctx) || !t || !t->data) return NAN;
     if (!ctx->be) return t->data[0];
+    if (t->bf16) {
+        uint16_t h;
+        uint32_t u;
+        if (mf__ddownload(ctx, &h, t->data, sizeof h) < 0) return NAN;
+        u = (uint32_t)h << 16;
+        memcpy(&v, &u, sizeof v);
+        return v;
+    }
     return mf__ddownload(ctx, &v, t->data, sizeof v) == 0 ? v : NAN;
 }
 
@@ -2048,13 +2073,17 @@ struct mf__op {
     int grad_passes;         /* the first grad_passes inputs' gradient is out's, element for element (add:
                                 both, sub: the first, reshape): such an input may take out's gradient
                                 buffer (mf__grad_shared_src) */
+    int bf16_out;            /* its output is an activation that may be stored in bf16 (a product, a
+                                normalised or activated value: what bf16 autocast keeps in bf16), on a
+                                backend that stores activations in bf16 (mf__store_bf16) */
 };
 /* An op's properties in its definition: the last initialisers of a mf__op, e.g.
    MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_PASS_FIRST), or MF__OP_PROPS(0) for none (positional: the
    header is C99 and C++, no designated initialisers). */
-enum { MF__OP_VIEW = 1, MF__OP_UNARY = 2, MF__OP_ASSIGNS = 4, MF__OP_PASS_FIRST = 8, MF__OP_PASS_BOTH = 16 };
+enum { MF__OP_VIEW = 1, MF__OP_UNARY = 2, MF__OP_ASSIGNS = 4, MF__OP_PASS_FIRST = 8, MF__OP_PASS_BOTH = 16,
+       MF__OP_BF16 = 32 };
 #define MF__OP_PROPS(f) ((f) & MF__OP_VIEW) != 0, ((f) & MF__OP_UNARY) != 0, ((f) & MF__OP_ASSIGNS) != 0, \
-                        ((f) & MF__OP_PASS_BOTH) ? 2 : ((f) & MF__OP_PASS_FIRST) ? 1 : 0
+                        ((f) & MF__OP_PASS_BOTH) ? 2 : ((f) & MF__OP_PASS_FIRST) ? 1 : 0, ((f) & MF__OP_BF16) != 0
 
 /* the gradient buffer of an input, or NULL when it takes none */
 static float *mf__g(const mf_tensor *t) { return (t && t->requires_grad) ? t->grad : NULL; }
@@ -2311,6 +2340,13 @@ static int mf__check_backward(mf_ctx *ctx, mf_tensor *t) {
 }
 
 /* Check, shape, allocate, compute and record a node made by mf__begin (mf__finish below). */
+/* Store t's values in bf16: an activation kept for the backward (t takes a gradient), of an op that
+   allows it, on a backend storing activations in bf16 (a CUDA context in MF_PREC_BF16). Not in
+   check mode, which reads outputs as floats. */
+static int mf__store_bf16(const mf_ctx *ctx, const mf_tensor *t) {
+    return t->op->bf16_out && t->requires_grad && !ctx->check_finite && ctx->be && ctx->be->bf16_storage &&
+           ctx->be->bf16_storage(ctx);
+}
 static mf_tensor *mf__finish_op(mf_ctx *ctx, mf_tensor *t) {
     int i;
     if (!t || !mf_ok(ctx)) return NULL;
@@ -2318,14 +2354,19 @@ static mf_tensor *mf__finish_op(mf_ctx *ctx, mf_tensor *t) {
         if (!t->src[i])
             return (mf_tensor *)mf__fail(ctx, "%s: input %d is NULL; pass a tensor made by this context", t->op->name, i + 1);
     if (t->op->shape(ctx, t) < 0 || !mf_ok(ctx)) return NULL;
-    if (t->op->is_view) t->data = t->src[0]->data;
-    else if (!(t->data = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float)))) return NULL;
     if (ctx->grad_enabled)
         for (i = 0; i < MF_MAX_SRC; i++)
             if (t->src[i] && t->src[i]->requires_grad) {
                 t->requires_grad = 1;
                 if (t->src[i]->is_param) ctx->p_touched[mf__param_index(ctx, t->src[i])] = 1;
             }
+    if (t->op->is_view) {
+        t->data = t->src[0]->data;
+        t->bf16 = t->src[0]->bf16;
+    } else {
+        t->bf16 = mf__store_bf16(ctx, t);
+        if (!(t->data = (float *)mf__alloc_data(ctx, (size_t)t->ne * (t->bf16 ? 2 : sizeof(float))))) return NULL;
+    }
     if (ctx->be) ctx->be->forward(ctx, t); /* the op's kernels on the device */
     else if (!ctx->profile) t->op->forward(ctx, t);
     else {
@@ -2366,7 +2407,7 @@ MFDEF mf_tensor *mf_detach(mf_ctx *ctx, mf_tensor *x) {
     if (!mf_ok(ctx)) return NULL;
     if (!x) return (mf_tensor *)mf__fail(ctx, "mf_detach: input is NULL");
     t = mf__header(ctx, x->ndim, x->shape);
-    if (t) t->data = x->data;
+    if (t) t->data = x->data, t->bf16 = x->bf16;
     return t;
 }
 
@@ -3489,7 +3530,7 @@ static void mf__head_matmul_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__gemm_ld(ctx, 1, 0, K, N, R, x, H * K, K, dy, H * N, N, aw ? 0.0f : 1.0f, dw, N, (int64_t)K * N, H);
 }
 static const mf__op mf__op_head_matmul = { "head_matmul", 2, mf__head_matmul_shape, mf__head_matmul_forward,
-                                           mf__head_matmul_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
+                                           mf__head_matmul_backward, MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_BF16) };
 MFDEF mf_tensor *mf_head_matmul(mf_ctx *ctx, mf_tensor *x, mf_tensor *w) {
     return mf__finish(ctx, mf__begin(ctx, &mf__op_head_matmul, x, w, NULL, NULL));
 }
@@ -3597,7 +3638,7 @@ static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
     } else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db, NULL);
 }
 static const mf__op mf__op_linear = { "linear", 2, mf__linear_shape, mf__linear_forward, mf__linear_backward,
-                                      MF__OP_PROPS(MF__OP_ASSIGNS) };
+                                      MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_BF16) };
 MFDEF mf_tensor *mf_linear(mf_ctx *ctx, mf_tensor *x, mf_tensor *w, mf_tensor *b) {
     return mf__finish(ctx, mf__begin(ctx, &mf__op_linear, x, w, b, NULL));
 }
@@ -3900,18 +3941,19 @@ static void mf__unary_backward(mf_ctx *ctx, mf_tensor *out) {
         dx[i] = assign ? g[i] * d : dx[i] + g[i] * d;
     }
 }
-/* one descriptor per kind (the op's name is its kind's): the same kernels, shape and properties */
-#define MF__UNARY_OP(nm) \
+/* one descriptor per kind (the op's name is its kind's): the same kernels and shape; the FFN's
+   activations may be stored in bf16 */
+#define MF__UNARY_OP(nm, props) \
     static const mf__op mf__op_##nm = { #nm, 1, mf__same_shape, mf__unary_forward, mf__unary_backward, \
-                                        MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS) }
-MF__UNARY_OP(scale);
-MF__UNARY_OP(relu);
-MF__UNARY_OP(gelu);
-MF__UNARY_OP(sigmoid);
-MF__UNARY_OP(silu);
-MF__UNARY_OP(exp);
-MF__UNARY_OP(elu1);
-MF__UNARY_OP(reciprocal);
+                                        MF__OP_PROPS(MF__OP_UNARY | MF__OP_ASSIGNS | (props)) }
+MF__UNARY_OP(scale, 0);
+MF__UNARY_OP(relu, MF__OP_BF16);
+MF__UNARY_OP(gelu, MF__OP_BF16);
+MF__UNARY_OP(sigmoid, 0);
+MF__UNARY_OP(silu, 0);
+MF__UNARY_OP(exp, 0);
+MF__UNARY_OP(elu1, 0);
+MF__UNARY_OP(reciprocal, 0);
 static mf_tensor *mf__unary(mf_ctx *ctx, const mf__op *op, int kind, mf_tensor *x, float s) {
     mf_tensor *t = mf__begin(ctx, op, x, NULL, NULL, NULL);
     if (t) { t->iarg[MF__ARG_UNARY_KIND] = kind; t->farg[MF__FARG_UNARY_S] = s; }
@@ -4275,7 +4317,7 @@ static void mf__layernorm_backward(mf_ctx *ctx, mf_tensor *out) {
             }
 }
 static const mf__op mf__op_layernorm = { "layernorm", 1, mf__layernorm_shape, mf__layernorm_forward,
-                                         mf__layernorm_backward, MF__OP_PROPS(MF__OP_ASSIGNS) };
+                                         mf__layernorm_backward, MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_BF16) };
 MFDEF mf_tensor *mf_layernorm(mf_ctx *ctx, mf_tensor *x, mf_tensor *gamma, mf_tensor *beta, float eps) {
     mf_tensor *t = mf__begin(ctx, &mf__op_layernorm, x, gamma, beta, NULL);
     if (t) t->farg[MF__FARG_LN_EPS] = eps;
@@ -5596,7 +5638,7 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     }
 }
 static const mf__op mf__op_attention = { "attention", 3, mf__attention_shape, mf__attention_forward,
-                                         mf__attention_backward, MF__OP_PROPS(0) };
+                                         mf__attention_backward, MF__OP_PROPS(MF__OP_BF16) };
 /* the attention op; parts: 0, or (token-major) 1 + the parts q, k, v read of packs [B, T, P H, d]
    in bytes 0, 1, 2 (MF__ARG_ATTN_PARTS) */
 static mf_tensor *mf__attention_make(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf_tensor *v, float scale, int causal,

@@ -157,6 +157,7 @@ typedef struct mf__cu {
     cudaStream_t stream;
     cublasHandle_t blas;
     mf__cu_block *blocks;      /* the device activation arena, newest first */
+    size_t arena_used, arena_peak; /* its bytes in use now / at most since the last mf_reset */
     void *scratch;             /* persistent device scratch (optimizer tables, reductions) */
     size_t scratch_cap;
     void *host;                /* host staging for those tables */
@@ -170,6 +171,8 @@ typedef struct mf__cu {
     __nv_bfloat16 *wbf, *gemm_bf;
     int64_t wbf_cap, gemm_bf_cap; /* elements */
     int wbf_stale;
+    void *wide;                /* [cu:storage]: the float copies of one op's bf16 tensors */
+    size_t wide_cap;           /* bytes */
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
@@ -279,6 +282,8 @@ static void *mf__cu_arena(mf_ctx *ctx, size_t bytes) {
         b->used += bytes;
         ctx->act_used += bytes;
         if (ctx->act_used > ctx->act_peak) ctx->act_peak = ctx->act_used;
+        cu->arena_used += bytes;
+        if (cu->arena_used > cu->arena_peak) cu->arena_peak = cu->arena_used;
         return p;
     }
 }
@@ -290,18 +295,23 @@ static void mf__cu_params_changed(mf_ctx *ctx) { MF__CU(ctx)->wbf_stale = 1; }
 static int mf__cu_in_params(const mf_ctx *ctx, const void *p) {
     return ctx->p_data && (const float *)p >= ctx->p_data && (const float *)p < ctx->p_data + ctx->p_cap;
 }
+/* A step that needed several blocks (the first, or a larger one) leaves one block of the most it held
+   at once: later steps of that size allocate nothing, and hold no more than they use (the doubling
+   blocks of a first step add up to as much as twice that). */
 static void mf__cu_reset(mf_ctx *ctx) {
     mf__cu *cu = MF__CU(ctx);
-    size_t total = 0, peak = ctx->act_peak;
+    size_t total = 0, peak = ctx->act_peak, need = cu->arena_peak;
     mf__cu_block *b;
     mf__cu_params_changed(ctx); /* a new step: whatever wrote the parameters, the next forward sees it */
+    cu->arena_used = cu->arena_peak = 0;
     if (!cu->blocks) return;
     if (!cu->blocks->next) { cu->blocks->used = 0; return; }
     for (b = cu->blocks; b; b = b->next) total += b->cap;
     mf__cu_blocks_free(ctx, cu->blocks); /* cudaFree waits for the kernels still using them */
     cu->blocks = NULL;
     ctx->arena_bytes -= total; /* mf__cu_arena adds the merged block back */
-    if (mf__cu_arena(ctx, total)) cu->blocks->used = 0;
+    if (mf__cu_arena(ctx, need)) cu->blocks->used = 0;
+    cu->arena_used = cu->arena_peak = 0;
     ctx->act_used = 0;
     ctx->act_peak = peak;
 }
@@ -343,6 +353,101 @@ static void *mf__cu_host(mf_ctx *ctx, size_t bytes) {
     return cu->host;
 }
 
+/* ==== [cu:storage] ========================================================================== */
+/* Activations in bf16 (MF_PREC_BF16): the output of an op marked MF__OP_BF16 (a product, a normalised
+   or activated value) that takes a gradient is stored in bf16 (t->bf16, mf__store_bf16), as bf16
+   autocast keeps it: half the memory of what the backward keeps. The parameters, their gradients, the
+   activation gradients, the residual stream (sums) and every reduction stay fp32. Kernels that know
+   bf16 values load and store through mf__cu_ld / mf__cu_st; for the others mf__cu_dispatch widens
+   their bf16 inputs (and, in the backward, their output's values) into a float scratch that the
+   next op reuses, and narrows a bf16 output from there: every op reads floats, and no float copy
+   outlives its op. */
+static int mf__cu_bf16_storage(const mf_ctx *ctx) { return MF__CU(ctx)->prec == MF_PREC_BF16; }
+static __device__ __forceinline__ float mf__cu_ld(const float *p, int bf16, long long i) {
+    return bf16 ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : p[i];
+}
+static __device__ __forceinline__ void mf__cu_st(float *p, int bf16, long long i, float v) {
+    if (bf16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
+    else p[i] = v;
+}
+static __global__ void mf__k_to_bf16(__nv_bfloat16 *y, const float *x, long long n) {
+    MF__CU_LOOP(i, n) y[i] = __float2bfloat16(x[i]);
+}
+static __global__ void mf__k_from_bf16(float *y, const __nv_bfloat16 *x, long long n) {
+    MF__CU_LOOP(i, n) y[i] = __bfloat162float(x[i]);
+}
+/* make *buf hold at least `bytes` (its contents are lost when it grows; at least 16 KiB); counted
+   in aux_bytes */
+static int mf__cu_grow(mf_ctx *ctx, void **buf, size_t *cap, size_t bytes, const char *what) {
+    size_t want = bytes < 16384 ? 16384 : bytes;
+    if (bytes <= *cap) return 0;
+    if (mf__mem_grant(ctx, want - *cap, what) < 0) return -1;
+    mf__cu_dfree(ctx, *buf);
+    ctx->aux_bytes -= *cap;
+    *cap = 0;
+    if (!(*buf = mf__cu_dalloc(ctx, want, what))) return -1;
+    *cap = want;
+    ctx->aux_bytes += want;
+    return 0;
+}
+/* an op that reads or writes a bf16 tensor: an input, or its output */
+static int mf__cu_has_bf16(const mf_tensor *out) {
+    int k;
+    if (out->bf16) return 1;
+    for (k = 0; k < MF_MAX_SRC; k++) if (out->src[k] && out->src[k]->bf16) return 1;
+    return 0;
+}
+/* The float view of an op's bf16 tensors (mf__cu_floats_begin / _end): each distinct one gets a
+   float slice of the widening scratch, its data pointer meanwhile */
+typedef struct mf__cu_floats {
+    mf_tensor *t[MF_MAX_SRC + 1];
+    float *bf16_data[MF_MAX_SRC + 1]; /* the tensor's own (bf16) data */
+    int n, out;                       /* out: t[n - 1] is the forward's output, narrowed at the end */
+} mf__cu_floats;
+/* the forward's output narrowed into its bf16 data, every tensor back on it; returns r (the op's) or -1 */
+static int mf__cu_floats_end(mf_ctx *ctx, mf__cu_floats *fl, int r) {
+    int j;
+    if (r == 0 && fl->out) {
+        mf_tensor *t = fl->t[fl->n - 1];
+        r = MF__CU_RUN(ctx, t->op->name, mf__k_to_bf16, MF__EW(t->ne), (__nv_bfloat16 *)fl->bf16_data[fl->n - 1],
+                       (const float *)t->data, (long long)t->ne);
+    }
+    for (j = 0; j < fl->n; j++) { fl->t[j]->data = fl->bf16_data[j]; fl->t[j]->bf16 = 1; }
+    return r;
+}
+
+static int mf__cu_floats_begin(mf_ctx *ctx, mf_tensor *out, int backward, mf__cu_floats *fl) {
+    mf__cu *cu = MF__CU(ctx);
+    size_t bytes = 0, at = 0;
+    int k, j;
+    fl->n = fl->out = 0;
+    for (k = 0; k <= MF_MAX_SRC; k++) { /* the inputs, then the output */
+        mf_tensor *t = k < MF_MAX_SRC ? out->src[k] : out;
+        int dup = 0;
+        if (!t || !t->bf16) continue;
+        for (j = 0; j < fl->n; j++) dup |= fl->t[j] == t;
+        if (dup) continue;
+        fl->t[fl->n] = t; fl->bf16_data[fl->n++] = t->data;
+        bytes += ((size_t)t->ne * sizeof(float) + MF__CU_ALIGN - 1) / MF__CU_ALIGN * MF__CU_ALIGN;
+    }
+    fl->out = !backward && out->bf16;
+    if (mf__cu_grow(ctx, &cu->wide, &cu->wide_cap, bytes, "float copies of bf16 activations") < 0) return -1;
+    for (j = 0; j < fl->n; j++) {
+        mf_tensor *t = fl->t[j];
+        float *f = (float *)((char *)cu->wide + at);
+        at += ((size_t)t->ne * sizeof(float) + MF__CU_ALIGN - 1) / MF__CU_ALIGN * MF__CU_ALIGN;
+        t->data = f; /* (the output's values are the op's to write) */
+        t->bf16 = 0;
+        if (!(fl->out && j == fl->n - 1) &&
+            MF__CU_RUN(ctx, out->op->name, mf__k_from_bf16, MF__EW(t->ne), f, (const __nv_bfloat16 *)fl->bf16_data[j],
+                       (long long)t->ne) < 0) {
+            fl->out = 0;
+            return mf__cu_floats_end(ctx, fl, -1);
+        }
+    }
+    return 0;
+}
+
 /* ==== [cu:gemm] ============================================================================= */
 /* Row-major C_i = op(A_i) op(B_i) + beta C_i (i < batch), as mf__gemm: column-major cuBLAS computes
    C^T = op(B)^T op(A)^T. sC == 0 with batch > 1: every product adds into the same C.
@@ -351,21 +456,14 @@ static void *mf__cu_host(mf_ctx *ctx, size_t bytes) {
    parameters, made once per change of the parameters; any other operand (an activation, a gradient)
    is converted into a scratch that the next product reuses, so no bf16 copy outlives its product:
    the activations keep their fp32 values (what the other ops and the backward read). */
-static __global__ void mf__k_to_bf16(__nv_bfloat16 *y, const float *x, long long n) {
-    MF__CU_LOOP(i, n) y[i] = __float2bfloat16(x[i]);
-}
-/* make *buf hold at least n bf16 values (its contents are lost when it grows); counted in aux_bytes */
+/* make *buf hold at least n bf16 values (mf__cu_grow; *cap counts values) */
 static int mf__cu_bf16_buf(mf_ctx *ctx, __nv_bfloat16 **buf, int64_t *cap, int64_t n, const char *what) {
-    int64_t want = n < 4096 ? 4096 : n;
-    if (n <= *cap) return 0;
-    if (mf__mem_grant(ctx, (size_t)(want - *cap) * sizeof(__nv_bfloat16), what) < 0) return -1;
-    mf__cu_dfree(ctx, *buf);
-    ctx->aux_bytes -= (size_t)*cap * sizeof(__nv_bfloat16);
-    *cap = 0;
-    if (!(*buf = (__nv_bfloat16 *)mf__cu_dalloc(ctx, (size_t)want * sizeof(__nv_bfloat16), what))) return -1;
-    *cap = want;
-    ctx->aux_bytes += (size_t)want * sizeof(__nv_bfloat16);
-    return 0;
+    void *b = *buf;
+    size_t bytes = (size_t)*cap * sizeof(__nv_bfloat16);
+    int r = mf__cu_grow(ctx, &b, &bytes, (size_t)n * sizeof(__nv_bfloat16), what);
+    *buf = (__nv_bfloat16 *)b;
+    *cap = (int64_t)(bytes / sizeof(__nv_bfloat16));
+    return r;
 }
 /* the bf16 copy of the parameters, converted again when they may have changed */
 static const __nv_bfloat16 *mf__cu_weights_bf16(mf_ctx *ctx, const char *op) {
@@ -387,47 +485,53 @@ static const __nv_bfloat16 *mf__cu_weights_bf16(mf_ctx *ctx, const char *op) {
 static long long mf__cu_gemm_extent(long long rows, long long cols, long long ld, long long stride, int batch) {
     return (stride && batch > 1 ? (long long)(batch - 1) * stride : 0) + (rows - 1) * ld + cols;
 }
-/* bf16 versions of A (n_a values) and B (n_b): from the weight copy or converted into scratch */
-static int mf__cu_gemm_operands(mf_ctx *ctx, const char *op, const float *A, long long n_a, const float *B,
-                                long long n_b, const __nv_bfloat16 **a, const __nv_bfloat16 **b) {
+/* bf16 versions of A (n_a values) and B (n_b): bf16 already (ab, bb: activations stored in bf16), from
+   the weight copy, or converted into scratch */
+static int mf__cu_gemm_operands(mf_ctx *ctx, const char *op, const float *A, int ab, long long n_a, const float *B,
+                                int bb, long long n_b, const __nv_bfloat16 **a, const __nv_bfloat16 **b) {
     mf__cu *cu = MF__CU(ctx);
-    int wa = mf__cu_in_params(ctx, A), wb = mf__cu_in_params(ctx, B);
-    long long off_b = wa ? 0 : (n_a + 127) / 128 * 128; /* B's scratch after A's, 256-byte aligned */
+    int wa = !ab && mf__cu_in_params(ctx, A), wb = !bb && mf__cu_in_params(ctx, B);
+    int ca = !ab && !wa, cb = !bb && !wb; /* converted */
+    long long off_b = ca ? (n_a + 127) / 128 * 128 : 0; /* B's scratch after A's, 256-byte aligned */
     const __nv_bfloat16 *w = NULL;
     if ((wa || wb) && !(w = mf__cu_weights_bf16(ctx, op))) return -1;
-    if ((!wa || !wb) && mf__cu_bf16_buf(ctx, &cu->gemm_bf, &cu->gemm_bf_cap, off_b + (wb ? 0 : n_b),
-                                        "bf16 copies (GEMM scratch)") < 0)
+    if ((ca || cb) && mf__cu_bf16_buf(ctx, &cu->gemm_bf, &cu->gemm_bf_cap, off_b + (cb ? n_b : 0),
+                                      "bf16 copies (GEMM scratch)") < 0)
         return -1;
-    *a = wa ? w + (A - ctx->p_data) : cu->gemm_bf;
-    *b = wb ? w + (B - ctx->p_data) : cu->gemm_bf + off_b;
-    if (!wa && MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(n_a), cu->gemm_bf, A, n_a) < 0) return -1;
-    if (!wb && MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(n_b), cu->gemm_bf + off_b, B, n_b) < 0) return -1;
+    *a = ab ? (const __nv_bfloat16 *)A : wa ? w + (A - ctx->p_data) : cu->gemm_bf;
+    *b = bb ? (const __nv_bfloat16 *)B : wb ? w + (B - ctx->p_data) : cu->gemm_bf + off_b;
+    if (ca && MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(n_a), cu->gemm_bf, A, n_a) < 0) return -1;
+    if (cb && MF__CU_RUN(ctx, op, mf__k_to_bf16, MF__EW(n_b), cu->gemm_bf + off_b, B, n_b) < 0) return -1;
     return 0;
 }
-/* mf__cu_gemm_ld in bf16 */
+/* which operands of a product are activations stored in bf16 ([cu:storage]) */
+enum { MF__CU_A_BF16 = 1, MF__CU_B_BF16 = 2, MF__CU_C_BF16 = 4 };
+/* mf__cu_gemm_ld in bf16; st: MF__CU_*_BF16 (a bf16 C is rounded once, from the fp32 accumulators plus
+   beta times its bf16 values) */
 static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A, int lda,
                             long long sA, const float *B, int ldb, long long sB, float beta, float *C, int ldc,
-                            long long sC, int batch) {
+                            long long sC, int batch, int st) {
     cublasHandle_t h = MF__CU(ctx)->blas;
     int i;
     const float one = 1.0f;
     const __nv_bfloat16 *a, *b;
+    cudaDataType_t ct = st & MF__CU_C_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (mf__cu_gemm_operands(ctx, op, A, mf__cu_gemm_extent(ta ? K : M, ta ? M : K, lda, sA, batch), B,
-                             mf__cu_gemm_extent(tb ? N : K, tb ? K : N, ldb, sB, batch), &a, &b) < 0)
+    if (mf__cu_gemm_operands(ctx, op, A, st & MF__CU_A_BF16, mf__cu_gemm_extent(ta ? K : M, ta ? M : K, lda, sA, batch),
+                             B, st & MF__CU_B_BF16, mf__cu_gemm_extent(tb ? N : K, tb ? K : N, ldb, sB, batch), &a, &b) < 0)
         return -1;
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float bt = i ? 1.0f : beta;
             if (MF_CUBLAS_CHECK(ctx, op, cublasGemmEx(h, ob, oa, N, M, K, &one, b + i * sB, CUDA_R_16BF, ldb, a + i * sA,
-                                                      CUDA_R_16BF, lda, &bt, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                                      CUDA_R_16BF, lda, &bt, C, ct, ldc, CUBLAS_COMPUTE_32F,
                                                       CUBLAS_GEMM_DEFAULT)) < 0)
                 return -1;
         }
         return 0;
     }
     return MF_CUBLAS_CHECK(ctx, op, cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &one, b, CUDA_R_16BF, ldb, sB, a,
-                                                               CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC,
+                                                               CUDA_R_16BF, lda, sA, &beta, C, ct, ldc, sC,
                                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 /* C_i = op(A_i) op(B_i) + beta * C_i for i < batch (row-major, as the CPU's mf__gemm_ld), rows lda, ldb,
@@ -442,7 +546,7 @@ static int mf__cu_gemm_ld(mf_ctx *ctx, const char *op, int ta, int tb, int M, in
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (!mf_ok(ctx)) return -1;
     if (MF__CU(ctx)->prec == MF_PREC_BF16)
-        return mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+        return mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch, 0);
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float b = i ? 1.0f : beta;
@@ -461,6 +565,13 @@ static int mf__cu_gemm_ld(mf_ctx *ctx, const char *op, int ta, int tb, int M, in
 static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
                        long long sA, const float *B, long long sB, float beta, float *C, long long sC, int batch) {
     return mf__cu_gemm_ld(ctx, op, ta, tb, M, N, K, A, ta ? M : K, sA, B, tb ? K : N, sB, beta, C, N, sC, batch);
+}
+/* one dense product whose operands may be activations stored in bf16 (st: MF__CU_*_BF16; they exist in
+   MF_PREC_BF16 only) */
+static int mf__cu_gemm_stored(mf_ctx *ctx, const char *op, int st, int ta, int tb, int M, int N, int K, const float *A,
+                              const float *B, float beta, float *C) {
+    if (!st) return mf__cu_gemm(ctx, op, ta, tb, M, N, K, A, 0, B, 0, beta, C, 0, 1);
+    return mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, 0, beta, C, N, 0, 1, st);
 }
 
 /* ==== [cu:ops] ============================================================================== */
@@ -576,12 +687,25 @@ static __global__ void mf__k_colsum_add(float *db, const float *g, long long row
         db[j] = acc;
     }
 }
+/* y[r][j] = b[j] in bf16 (the product then adds into it: one rounding of the sum, as bf16 autocast's
+   linear rounds its bias to bf16) */
+static __global__ void mf__k_bias_fill_bf16(__nv_bfloat16 *y, const float *b, long long n, int cols) {
+    MF__CU_LOOP(i, n) y[i] = __float2bfloat16(b[i % cols]);
+}
+/* x and the output may be bf16 ([cu:storage]) */
 static int mf__cu_linear_fwd(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
-    int in = w->shape[1], nout = w->shape[0];
+    int in = w->shape[1], nout = w->shape[0], st = (x->bf16 ? MF__CU_A_BF16 : 0) | (out->bf16 ? MF__CU_C_BF16 : 0);
     long long rows = mf__rows(x);
-    if (mf__cu_gemm(ctx, "linear", 0, 1, (int)rows, nout, in, x->data, 0, w->data, 0, 0.0f, out->data, 0, 1) < 0) return -1;
-    return b ? MF__CU_RUN(ctx, "linear", mf__k_bias_add, MF__EW(out->ne), out->data, (const float *)b->data, (long long)out->ne, nout) : 0;
+    if (b && out->bf16 &&
+        MF__CU_RUN(ctx, "linear", mf__k_bias_fill_bf16, MF__EW(out->ne), (__nv_bfloat16 *)out->data,
+                   (const float *)b->data, (long long)out->ne, nout) < 0)
+        return -1;
+    if (mf__cu_gemm_stored(ctx, "linear", st, 0, 1, (int)rows, nout, in, x->data, w->data, b && out->bf16 ? 1.0f : 0.0f,
+                           out->data) < 0)
+        return -1;
+    return b && !out->bf16 ? MF__CU_RUN(ctx, "linear", mf__k_bias_add, MF__EW(out->ne), out->data, (const float *)b->data,
+                                        (long long)out->ne, nout) : 0;
 }
 static int mf__cu_linear_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *x = out->src[0], *w = out->src[1], *b = out->src[2];
@@ -590,44 +714,48 @@ static int mf__cu_linear_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(x), *dw = mf__g(w), *db = mf__g(b);
     const char *op = "linear (backward)";
     if (dx && mf__cu_gemm(ctx, op, 0, 0, (int)rows, in, nout, out->grad, 0, w->data, 0, 1.0f, dx, 0, 1) < 0) return -1;
-    if (dw && mf__cu_gemm(ctx, op, 1, 0, nout, in, (int)rows, out->grad, 0, x->data, 0, 1.0f, dw, 0, 1) < 0) return -1;
+    if (dw && mf__cu_gemm_stored(ctx, op, x->bf16 ? MF__CU_B_BF16 : 0, 1, 0, nout, in, (int)rows, out->grad, x->data,
+                                 1.0f, dw) < 0)
+        return -1;
     return db ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(nout), db, (const float *)out->grad, rows, nout) : 0;
 }
 
 /* ---- add / sub / mul with a broadcast operand ---------------------------------------------- */
 /* binary ops: 0 add, 1 sub, 2 mul (MF__ADD, MF__SUB, MF__MUL) */
-static __global__ void mf__k_binary(float *y, const float *a, long long na, const float *b, long long nb,
-                                    long long n, int kind) {
+static __global__ void mf__k_binary(float *y, const float *a, int ab, long long na, const float *b, int bb,
+                                    long long nb, long long n, int kind) {
     MF__CU_LOOP(i, n) {
-        float x = a[na == n ? i : i % na], z = b[nb == n ? i : i % nb];
+        float x = mf__cu_ld(a, ab, na == n ? i : i % na), z = mf__cu_ld(b, bb, nb == n ? i : i % nb);
         y[i] = kind == MF__ADD ? x + z : kind == MF__SUB ? x - z : x * z;
     }
 }
-static __global__ void mf__k_binary_bwd_same(float *da, float *db, const float *g, const float *A, const float *B,
-                                             long long n, int kind) {
+static __global__ void mf__k_binary_bwd_same(float *da, float *db, const float *g, const float *A, int ab,
+                                             const float *B, int bb, long long n, int kind) {
     MF__CU_LOOP(i, n) {
-        if (da) da[i] += kind == MF__MUL ? g[i] * B[i] : g[i];
-        if (db) db[i] += kind == MF__MUL ? g[i] * A[i] : kind == MF__SUB ? -g[i] : g[i];
+        if (da) da[i] += kind == MF__MUL ? g[i] * mf__cu_ld(B, bb, i) : g[i];
+        if (db) db[i] += kind == MF__MUL ? g[i] * mf__cu_ld(A, ab, i) : kind == MF__SUB ? -g[i] : g[i];
     }
 }
 /* the larger operand (n elements): d[i] += g[i] * (other[i % no] for mul) (negated for sub's b) */
-static __global__ void mf__k_binary_bwd_big(float *d, const float *g, const float *other, long long no, long long n,
-                                            int kind, int neg) {
-    MF__CU_LOOP(i, n) d[i] += kind == MF__MUL ? g[i] * other[i % no] : neg ? -g[i] : g[i];
+static __global__ void mf__k_binary_bwd_big(float *d, const float *g, const float *other, int ob, long long no,
+                                            long long n, int kind, int neg) {
+    MF__CU_LOOP(i, n) d[i] += kind == MF__MUL ? g[i] * mf__cu_ld(other, ob, i % no) : neg ? -g[i] : g[i];
 }
 /* the smaller operand (ns elements, repeated): summed over its repeats in order */
-static __global__ void mf__k_binary_bwd_small(float *d, const float *g, const float *big, long long ns, long long n,
-                                              int kind, int neg) {
+static __global__ void mf__k_binary_bwd_small(float *d, const float *g, const float *big, int bb, long long ns,
+                                              long long n, int kind, int neg) {
     MF__CU_LOOP(j, ns) {
         float acc = d[j];
-        for (long long i = j; i < n; i += ns) acc += kind == MF__MUL ? g[i] * big[i] : neg ? -g[i] : g[i];
+        for (long long i = j; i < n; i += ns) acc += kind == MF__MUL ? g[i] * mf__cu_ld(big, bb, i) : neg ? -g[i] : g[i];
         d[j] = acc;
     }
 }
+/* the inputs may be bf16 ([cu:storage]; the sums of the residual stream stay floats) */
 static int mf__cu_binary_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return MF__CU_RUN(ctx, out->op->name, mf__k_binary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      (long long)out->src[0]->ne, (const float *)out->src[1]->data, (long long)out->src[1]->ne,
-                      (long long)out->ne, out->iarg[MF__ARG_BINARY_KIND]);
+    const mf_tensor *a = out->src[0], *b = out->src[1];
+    return MF__CU_RUN(ctx, out->op->name, mf__k_binary, MF__EW(out->ne), out->data, (const float *)a->data, a->bf16,
+                      (long long)a->ne, (const float *)b->data, b->bf16, (long long)b->ne, (long long)out->ne,
+                      out->iarg[MF__ARG_BINARY_KIND]);
 }
 static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
     mf_tensor *A = out->src[0], *B = out->src[1];
@@ -638,13 +766,13 @@ static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (!da && !db) return 0;
     if (na == n && nb == n)
         return MF__CU_RUN(ctx, op, mf__k_binary_bwd_same, MF__EW(n), da, db, (const float *)out->grad,
-                          (const float *)A->data, (const float *)B->data, n, kind);
+                          (const float *)A->data, A->bf16, (const float *)B->data, B->bf16, n, kind);
     if (na == n) { /* a big, b small */
-        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), da, (const float *)out->grad, (const float *)B->data, nb, n, kind, 0);
-        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(nb), db, (const float *)out->grad, (const float *)A->data, nb, n, kind, kind == MF__SUB);
+        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), da, (const float *)out->grad, (const float *)B->data, B->bf16, nb, n, kind, 0);
+        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(nb), db, (const float *)out->grad, (const float *)A->data, A->bf16, nb, n, kind, kind == MF__SUB);
     } else {
-        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), db, (const float *)out->grad, (const float *)A->data, na, n, kind, kind == MF__SUB);
-        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(na), da, (const float *)out->grad, (const float *)B->data, na, n, kind, 0);
+        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), db, (const float *)out->grad, (const float *)A->data, A->bf16, na, n, kind, kind == MF__SUB);
+        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(na), da, (const float *)out->grad, (const float *)B->data, B->bf16, na, n, kind, 0);
     }
     return r ? -1 : 0;
 }
@@ -670,35 +798,39 @@ static __device__ float mf__cu_gelu(float x, int grad) {
     p = 7.75f - a < 0 ? 0.0f : p;
     return x < 0 ? p : grad ? 1.0f - p : x + p;
 }
-static __global__ void mf__k_unary(float *y, const float *x, long long n, int kind, float s) {
+/* x, y: floats or bf16 (xb, yb; [cu:storage]) */
+static __global__ void mf__k_unary(float *y, int yb, const float *x, int xb, long long n, int kind, float s) {
     MF__CU_LOOP(i, n) {
-        float v = x[i];
+        float v = mf__cu_ld(x, xb, i), r;
         switch (kind) {
-        case MF__GELU: y[i] = mf__cu_gelu(v, 0); break;
-        MF__UNARY_F_CASES(v, s, y[i])
+        case MF__GELU: r = mf__cu_gelu(v, 0); break;
+        MF__UNARY_F_CASES(v, s, r)
         }
+        mf__cu_st(y, yb, i, r);
     }
 }
-static __global__ void mf__k_unary_bwd(float *dx, const float *x, const float *y, const float *g, long long n,
-                                       int kind, float s) {
+static __global__ void mf__k_unary_bwd(float *dx, const float *x, int xb, const float *y, int yb, const float *g,
+                                       long long n, int kind, float s) {
     MF__CU_LOOP(i, n) {
-        float v = x[i], d;
+        float v = mf__cu_ld(x, xb, i), w = mf__cu_ld(y, yb, i), d;
         switch (kind) {
         case MF__GELU: d = mf__cu_gelu(v, 1); break;
-        MF__UNARY_DF_CASES(v, y[i], s, d)
+        MF__UNARY_DF_CASES(v, w, s, d)
         }
         dx[i] += g[i] * d;
     }
 }
 static int mf__cu_unary_fwd(mf_ctx *ctx, mf_tensor *out) {
-    return MF__CU_RUN(ctx, out->op->name, mf__k_unary, MF__EW(out->ne), out->data, (const float *)out->src[0]->data,
-                      (long long)out->ne, out->iarg[MF__ARG_UNARY_KIND], out->farg[MF__FARG_UNARY_S]);
+    const mf_tensor *x = out->src[0];
+    return MF__CU_RUN(ctx, out->op->name, mf__k_unary, MF__EW(out->ne), out->data, out->bf16, (const float *)x->data,
+                      x->bf16, (long long)out->ne, out->iarg[MF__ARG_UNARY_KIND], out->farg[MF__FARG_UNARY_S]);
 }
 static int mf__cu_unary_bwd(mf_ctx *ctx, mf_tensor *out) {
-    float *dx = mf__g(out->src[0]);
+    const mf_tensor *x = out->src[0];
+    float *dx = mf__g(x);
     if (!dx) return 0;
-    return MF__CU_RUN(ctx, out->op->name, mf__k_unary_bwd, MF__EW(out->ne), dx, (const float *)out->src[0]->data,
-                      (const float *)out->data, (const float *)out->grad, (long long)out->ne,
+    return MF__CU_RUN(ctx, out->op->name, mf__k_unary_bwd, MF__EW(out->ne), dx, (const float *)x->data, x->bf16,
+                      (const float *)out->data, out->bf16, (const float *)out->grad, (long long)out->ne,
                       out->iarg[MF__ARG_UNARY_KIND], out->farg[MF__FARG_UNARY_S]);
 }
 
@@ -3956,7 +4088,7 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
         if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, y2, MF__FB_AT(f, f->st2, l, t, 2),
                        (const float *)xm, (const float *)L->ln2_w->data, (const float *)L->ln2_b->data, D, c->ln_eps) < 0 ||
             mf__cu_fb_linear(ctx, op, y2, L->fc1_w, L->fc1_b, B, a1) < 0 ||
-            MF__CU_RUN(ctx, op, mf__k_unary, MF__EW((long long)B * F), g1, (const float *)a1, (long long)B * F,
+            MF__CU_RUN(ctx, op, mf__k_unary, MF__EW((long long)B * F), g1, 0, (const float *)a1, 0, (long long)B * F,
                        mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
             mf__cu_fb_drop(ctx, op, f, 1, l, t, g1, NULL, g1, F) < 0 ||
             mf__cu_fb_linear(ctx, op, g1, L->fc2_w, L->fc2_b, B, f->tmp) < 0 ||
@@ -4044,7 +4176,7 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
             mf__cu_gemm(ctx, op, 0, 0, B, F, D, fo, 0, L->fc2_w->data, 0, 0.0f, g->df, 0, 1) < 0 ||
             mf__cu_fb_drop(ctx, op, f, 1, l, t, g->df, NULL, g->df, F) < 0 ||
             MF__CU_RUN(ctx, op, mf__k_unary_bwd, MF__EW((long long)B * F), da1, (const float *)MF__FB_AT(f, f->a1, l, t, F),
-                       (const float *)MF__FB_AT(f, f->g1, l, t, F), (const float *)g->df, (long long)B * F,
+                       0, (const float *)MF__FB_AT(f, f->g1, l, t, F), 0, (const float *)g->df, (long long)B * F,
                        mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
             mf__cu_gemm(ctx, op, 0, 0, B, D, F, da1, 0, L->fc1_w->data, 0, 0.0f, dln2, 0, 1) < 0 ||
             mf__cu_fb_ln_bwd(ctx, op, g->dh, MF__FB_AT(f, f->xm, l, t, D), dln2, L->ln2_w, MF__FB_AT(f, f->st2, l, t, 2), B, D) < 0)
@@ -4357,61 +4489,67 @@ static int mf__cu_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
 
 /* ==== [cu:backend] ========================================================================== */
 /* every op of metaformer.h and its CUDA forward / backward */
-static const struct { const mf__op *op; mf__cu_fn fwd, bwd; } mf__cu_ops[] = {
-    {&mf__op_matmul, mf__cu_matmul_fwd, mf__cu_matmul_bwd},
-    {&mf__op_head_matmul, mf__cu_head_matmul_fwd, mf__cu_head_matmul_bwd},
-    {&mf__op_linear, mf__cu_linear_fwd, mf__cu_linear_bwd},
-    {&mf__op_add, mf__cu_binary_fwd, mf__cu_binary_bwd},
-    {&mf__op_sub, mf__cu_binary_fwd, mf__cu_binary_bwd},
-    {&mf__op_mul, mf__cu_binary_fwd, mf__cu_binary_bwd},
-    {&mf__op_scale, mf__cu_unary_fwd, mf__cu_unary_bwd},
-    {&mf__op_relu, mf__cu_unary_fwd, mf__cu_unary_bwd},
-    {&mf__op_gelu, mf__cu_unary_fwd, mf__cu_unary_bwd},
-    {&mf__op_sigmoid, mf__cu_unary_fwd, mf__cu_unary_bwd},
-    {&mf__op_silu, mf__cu_unary_fwd, mf__cu_unary_bwd},
-    {&mf__op_exp, mf__cu_unary_fwd, mf__cu_unary_bwd},
-    {&mf__op_softmax, mf__cu_softmax_fwd, mf__cu_softmax_bwd},
-    {&mf__op_log_softmax, mf__cu_log_softmax_fwd, mf__cu_log_softmax_bwd},
-    {&mf__op_cross_entropy, mf__cu_ce_fwd, mf__cu_ce_bwd},
-    {&mf__op_mse, mf__cu_mse_fwd, mf__cu_mse_bwd},
-    {&mf__op_layernorm, mf__cu_layernorm_fwd, mf__cu_layernorm_bwd},
-    {&mf__op_embedding, mf__cu_embedding_fwd, mf__cu_embedding_bwd},
-    {&mf__op_dropout, mf__cu_dropout_fwd, mf__cu_dropout_bwd},
-    {&mf__op_reshape, mf__cu_nop, mf__cu_reshape_bwd},
-    {&mf__op_permute, mf__cu_permute_fwd, mf__cu_permute_bwd},
-    {&mf__op_concat, mf__cu_concat_fwd, mf__cu_concat_bwd},
-    {&mf__op_slice, mf__cu_slice_fwd, mf__cu_slice_bwd},
-    {&mf__op_roll, mf__cu_roll_fwd, mf__cu_roll_bwd},
-    {&mf__op_sum, mf__cu_reduce_fwd, mf__cu_reduce_bwd},
-    {&mf__op_mean, mf__cu_reduce_fwd, mf__cu_reduce_bwd},
-    {&mf__op_sum_axis, mf__cu_sum_axis_fwd, mf__cu_sum_axis_bwd},
-    {&mf__op_conv1d, mf__cu_conv1d_fwd, mf__cu_conv1d_bwd},
-    {&mf__op_avg_pool, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
-    {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd},
-    {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd},
-    {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd},
-    {&mf__op_reciprocal, mf__cu_unary_fwd, mf__cu_unary_bwd},
+/* bf16: the op's kernels read and write bf16 values where a tensor's bf16 says so (mf__cu_ld / _st);
+   the other ops see floats (mf__cu_dispatch widens and narrows for them) */
+static const struct { const mf__op *op; mf__cu_fn fwd, bwd; int bf16; } mf__cu_ops[] = {
+    {&mf__op_matmul, mf__cu_matmul_fwd, mf__cu_matmul_bwd, 0},
+    {&mf__op_head_matmul, mf__cu_head_matmul_fwd, mf__cu_head_matmul_bwd, 0},
+    {&mf__op_linear, mf__cu_linear_fwd, mf__cu_linear_bwd, 1},
+    {&mf__op_add, mf__cu_binary_fwd, mf__cu_binary_bwd, 1},
+    {&mf__op_sub, mf__cu_binary_fwd, mf__cu_binary_bwd, 1},
+    {&mf__op_mul, mf__cu_binary_fwd, mf__cu_binary_bwd, 1},
+    {&mf__op_scale, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
+    {&mf__op_relu, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
+    {&mf__op_gelu, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
+    {&mf__op_sigmoid, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
+    {&mf__op_silu, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
+    {&mf__op_exp, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
+    {&mf__op_softmax, mf__cu_softmax_fwd, mf__cu_softmax_bwd, 0},
+    {&mf__op_log_softmax, mf__cu_log_softmax_fwd, mf__cu_log_softmax_bwd, 0},
+    {&mf__op_cross_entropy, mf__cu_ce_fwd, mf__cu_ce_bwd, 0},
+    {&mf__op_mse, mf__cu_mse_fwd, mf__cu_mse_bwd, 0},
+    {&mf__op_layernorm, mf__cu_layernorm_fwd, mf__cu_layernorm_bwd, 0},
+    {&mf__op_embedding, mf__cu_embedding_fwd, mf__cu_embedding_bwd, 0},
+    {&mf__op_dropout, mf__cu_dropout_fwd, mf__cu_dropout_bwd, 0},
+    {&mf__op_reshape, mf__cu_nop, mf__cu_reshape_bwd, 1}, /* a view: no values read or written */
+    {&mf__op_permute, mf__cu_permute_fwd, mf__cu_permute_bwd, 0},
+    {&mf__op_concat, mf__cu_concat_fwd, mf__cu_concat_bwd, 0},
+    {&mf__op_slice, mf__cu_slice_fwd, mf__cu_slice_bwd, 0},
+    {&mf__op_roll, mf__cu_roll_fwd, mf__cu_roll_bwd, 0},
+    {&mf__op_sum, mf__cu_reduce_fwd, mf__cu_reduce_bwd, 0},
+    {&mf__op_mean, mf__cu_reduce_fwd, mf__cu_reduce_bwd, 0},
+    {&mf__op_sum_axis, mf__cu_sum_axis_fwd, mf__cu_sum_axis_bwd, 0},
+    {&mf__op_conv1d, mf__cu_conv1d_fwd, mf__cu_conv1d_bwd, 0},
+    {&mf__op_avg_pool, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd, 0},
+    {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd, 0},
+    {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd, 0},
+    {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
+    {&mf__op_reciprocal, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
 #ifndef METAFORMER_NO_XL
     /* xl: Transformer-XL relative attention ([cu:xl]) */
-    {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd},
+    {&mf__op_rel_attention, mf__cu_rel_attention_fwd, mf__cu_rel_attention_bwd, 0},
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
     /* fastweights ([cu:fastweights]) */
-    {&mf__op_dpfp, mf__cu_dpfp_fwd, mf__cu_dpfp_bwd},
-    {&mf__op_fast_weights, mf__cu_fw_fwd, mf__cu_fw_bwd},
-    {&mf__op_linear_attention, mf__cu_fw_fwd, mf__cu_fw_bwd},
+    {&mf__op_dpfp, mf__cu_dpfp_fwd, mf__cu_dpfp_bwd, 0},
+    {&mf__op_fast_weights, mf__cu_fw_fwd, mf__cu_fw_bwd, 0},
+    {&mf__op_linear_attention, mf__cu_fw_fwd, mf__cu_fw_bwd, 0},
 #endif
 #ifndef METAFORMER_NO_FEEDBACK
     /* feedback ([cu:feedback]) */
-    {&mf__op_feedback_attention, mf__cu_fba_fwd, mf__cu_fba_bwd},
-    {&mf__op_feedback, mf__cu_fb_fwd, mf__cu_fb_bwd},
+    {&mf__op_feedback_attention, mf__cu_fba_fwd, mf__cu_fba_bwd, 0},
+    {&mf__op_feedback, mf__cu_fb_fwd, mf__cu_fb_bwd, 0},
 #endif
 };
 static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
     size_t i;
     for (i = 0; i < sizeof mf__cu_ops / sizeof mf__cu_ops[0]; i++)
         if (mf__cu_ops[i].op == out->op) {
-            int r = backward ? mf__cu_ops[i].bwd(ctx, out) : mf__cu_ops[i].fwd(ctx, out);
+            mf__cu_floats fl;
+            int wide = !mf__cu_ops[i].bf16 && mf__cu_has_bf16(out), r;
+            if (wide && mf__cu_floats_begin(ctx, out, backward, &fl) < 0) return -1;
+            r = backward ? mf__cu_ops[i].bwd(ctx, out) : mf__cu_ops[i].fwd(ctx, out);
+            if (wide) r = mf__cu_floats_end(ctx, &fl, r);
             return r < 0 || !mf_ok(ctx) ? -1 : 0;
         }
     mf__fail(ctx, "%s: this op has no CUDA kernel; run it on a CPU context (mf_ctx_set_device(ctx, MF_DEVICE_CPU))",
@@ -4429,6 +4567,7 @@ static void mf__cu_destroy(mf_ctx *ctx) {
     mf__cu_dfree(ctx, cu->scratch);
     mf__cu_dfree(ctx, cu->wbf);
     mf__cu_dfree(ctx, cu->gemm_bf);
+    mf__cu_dfree(ctx, cu->wide);
     ctx->aux_bytes = 0;
     if (cu->blas) cublasDestroy(cu->blas);
     if (cu->stream) cudaStreamDestroy(cu->stream);
@@ -4440,6 +4579,7 @@ static void mf__cu_destroy(mf_ctx *ctx) {
 static const mf__backend mf__cuda_backend = {
     mf__cu_dalloc, mf__cu_dfree, mf__cu_arena, mf__cu_reset, mf__cu_copy, mf__cu_zero,
     mf__cu_forward, mf__cu_backward, mf__cu_optimizer_step, mf__cu_grad_sumsq, mf__cu_grad_scale, mf__cu_destroy,
+    mf__cu_bf16_storage,
 };
 
 MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
@@ -4498,6 +4638,9 @@ MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) {
         return (mf__fail(ctx, "mf_cuda_set_precision: bf16 needs a GPU with bf16 tensor cores (compute capability "
                          "8.0 or newer: A100, H100, RTX 30xx and later); use MF_PREC_FP32 on this one"), -1);
     /* TF32 is cuBLAS's math mode; bf16 GEMMs pick their arithmetic through cublasGemmEx's types */
+    if (p != MF__CU(ctx)->prec && MF__CU(ctx)->prec == MF_PREC_BF16 && ctx->tape_len > 0)
+        return (mf__fail(ctx, "mf_cuda_set_precision: this step's activations are stored in bf16 (%d ops on the "
+                         "tape); change the precision between steps, after mf_reset", ctx->tape_len), -1);
     if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_precision", cublasSetMathMode(MF__CU(ctx)->blas, p == MF_PREC_TF32 ?
                         CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) < 0)
         return -1;

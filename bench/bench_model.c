@@ -31,9 +31,12 @@
  *                  TF32 tensor cores, or bf16 mixed precision; --tf32 = --precision tf32.
  *                  Each step ends by reading the loss (mf_item),
  *                  which waits for the GPU, so the step time is the GPU's. Instead of the peak RSS the
- *                  CUDA run reports gpu_mb: the most device memory the model and its steps held (the
- *                  drop of cudaMemGetInfo's free memory from just before the context was set up, so
- *                  cuBLAS's workspace counts, the CUDA runtime's own context does not). No --profile.
+ *                  CUDA run reports gpu_mb: the most device memory the model and its timed steps held
+ *                  (the drop of cudaMemGetInfo's free memory from just before the context was set up, so
+ *                  cuBLAS's workspace counts, the CUDA runtime's own context does not). The warm-up
+ *                  steps do not count: the first step sizes the device arena in doubling blocks (up to
+ *                  twice what it needs), which mf_reset turns into one block of what it needed.
+ *                  No --profile.
  *
  * Analytic FLOPs per token count every matmul (2*m*n*k) of the model math; backward = 2 x
  * forward. Attention QK^T and PV count the CAUSAL half only (query i sees i + 1 keys: T(T+1)/2
@@ -367,7 +370,7 @@ int main(int argc, char **argv) {
         mf_backward(ctx, loss);
         end_step(ctx, &opt);
         if (loss) last_loss = mf_item(ctx, loss); /* on a GPU: waits for the step's kernels */
-        if (cuda) { double held = gpu_used_mb() - gpu_base; gpu_peak = held > gpu_peak ? held : gpu_peak; }
+        if (cuda && s >= 0) { double held = gpu_used_mb() - gpu_base; gpu_peak = held > gpu_peak ? held : gpu_peak; }
         mf_reset(ctx);
         t0 = now() - t0;
         if (!mf_ok(ctx)) { fprintf(stderr, "bench_model: %s\n", mf_error(ctx)); return 1; }

@@ -213,7 +213,7 @@ table_rows table_row
 rep ""
 rep "tok/s: median over the runs of each side (each run: the median step). ratio = C / torch; goal (issue #18): ratio >= 1 at$GOAL_PRECS."
 rep ""
-rep "Peak GPU memory (MB). C: the most device memory the model and its steps held (the drop of cudaMemGetInfo's free memory; cuBLAS's workspace included). torch: max_memory_allocated (its tensors) / max_memory_reserved (its caching allocator's holding)."
+rep "Peak GPU memory (MB). C: the most device memory the model and its timed steps held (the drop of cudaMemGetInfo's free memory; cuBLAS's workspace included; after the warm-up, whose first step sizes the arena). torch: max_memory_allocated (its tensors) / max_memory_reserved (its caching allocator's holding)."
 rep ""
 hdr="| row |"; sep="|---|"
 for p in $PRECS; do hdr="$hdr $p C | $p torch alloc / reserved |"; sep="$sep---:|---:|"; done

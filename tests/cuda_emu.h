@@ -1815,8 +1815,9 @@ static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasO
 }
 
 /* cublasGemmEx / cublasGemmStridedBatchedEx: A and B both CUDA_R_32F or both CUDA_R_16BF, C
-   CUDA_R_32F, CUBLAS_COMPUTE_32F (what the library calls); bf16 inputs are widened exactly and
-   multiplied like cublasSgemm (double accumulation, which bounds an fp32 accumulation's error). */
+   CUDA_R_32F (or CUDA_R_16BF with bf16 A and B), CUBLAS_COMPUTE_32F (what the library calls); bf16
+   inputs are widened exactly and multiplied like cublasSgemm (double accumulation, which bounds an
+   fp32 accumulation's error), a bf16 C is widened before and rounded (to nearest even) after. */
 typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
 typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
@@ -1824,9 +1825,11 @@ typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cu
 namespace mf_emu {
 static inline cublasStatus_t gemm_ex_types(const char *fn, cudaDataType_t ta, cudaDataType_t tb, cudaDataType_t tc,
                                            cublasComputeType_t ct) {
-    if (ta != tb || (ta != CUDA_R_32F && ta != CUDA_R_16BF) || tc != CUDA_R_32F || ct != CUBLAS_COMPUTE_32F) {
+    if (ta != tb || (ta != CUDA_R_32F && ta != CUDA_R_16BF) || (tc != CUDA_R_32F && (tc != CUDA_R_16BF || ta != tc)) ||
+        ct != CUBLAS_COMPUTE_32F) {
         set_error(S().last_error, "%s: CUBLAS_STATUS_NOT_SUPPORTED (the stand-in takes A, B both CUDA_R_32F or both "
-                  "CUDA_R_16BF, C CUDA_R_32F, CUBLAS_COMPUTE_32F; got %d %d %d %d)", fn, (int)ta, (int)tb, (int)tc, (int)ct);
+                  "CUDA_R_16BF, C CUDA_R_32F or (bf16 A, B) CUDA_R_16BF, CUBLAS_COMPUTE_32F; got %d %d %d %d)", fn,
+                  (int)ta, (int)tb, (int)tc, (int)ct);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -1852,14 +1855,19 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublas
     if (st != CUBLAS_STATUS_SUCCESS || (st = mf_emu::gemm_ex_types(fn, Atype, Btype, Ctype, ct)) != CUBLAS_STATUS_SUCCESS)
         return st;
     mf_emu::run_now(h->stream, fn, [&](mf_emu_stream *) {
-        std::vector<float> At, Bt, wa, wb;
+        std::vector<float> At, Bt, wa, wb, wc;
         for (int b = 0; b < batch; b++) {
             const float *a = mf_emu::gemm_ex_widen((const char *)A + (ptrdiff_t)b * sA * (ptrdiff_t)es, Atype, lda,
                                                    ta == CUBLAS_OP_N ? k : m, wa);
             const float *bb = mf_emu::gemm_ex_widen((const char *)B + (ptrdiff_t)b * sB * (ptrdiff_t)es, Btype, ldb,
                                                     tb == CUBLAS_OP_N ? n : k, wb);
-            mf_emu::sgemm_one(h, ta, tb, m, n, k, *(const float *)alpha, a, lda, bb, ldb, *(const float *)beta,
-                              (float *)C + (ptrdiff_t)b * sC, ldc, At, Bt);
+            __nv_bfloat16 *cb = Ctype == CUDA_R_16BF ? (__nv_bfloat16 *)C + (ptrdiff_t)b * sC : NULL;
+            float *c = cb ? (float *)mf_emu::gemm_ex_widen(cb, Ctype, ldc, n, wc) : (float *)C + (ptrdiff_t)b * sC;
+            mf_emu::sgemm_one(h, ta, tb, m, n, k, *(const float *)alpha, a, lda, bb, ldb, *(const float *)beta, c, ldc,
+                              At, Bt);
+            if (cb) /* the rows of C only (ldc apart): the padding between them is not the product's */
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < m; i++) cb[(size_t)j * ldc + i] = __float2bfloat16(c[(size_t)j * ldc + i]);
         }
     });
     return CUBLAS_STATUS_SUCCESS;

@@ -296,22 +296,25 @@ static void test_checkpoint_bf16_to_cpu_and_back(void) {
 }
 
 /* ------------------------------------------------------------------------------ memory */
-/* what bf16 costs and saves, by the library's counters, for one training step of an sdpa model:
-   the activations stay fp32 (the bf16 operands live in one scratch for one product), so the
-   arena's peak is unchanged and bf16 adds the weight copy (2 bytes a parameter) and the scratch */
+/* Memory of a training step (recycled activation gradients, as a training loop runs): in bf16 the
+   activations that MF__OP_BF16 ops keep for the backward (the projections, layer norms, the FFN's
+   hidden layer, the attention's output) are stored in bf16, so the arena's peak falls by more than
+   a third; the counted total adds the bf16 weight copy and the float scratch of the ops that widen
+   bf16 inputs */
 static void test_memory_counters(void) {
     mf_model_config cfg = small_config(MF_MIXER_SDPA);
-    cfg.d_model = 32; cfg.d_ff = 64; cfg.max_seq = 32; cfg.vocab = 29;
+    cfg.d_model = 64; cfg.d_ff = 256; cfg.max_seq = 64; cfg.vocab = 29; cfg.dropout = 0;
     size_t total[2], peak[2], params = 0;
     for (int bf = 0; bf <= 1; bf++) {
         mf_ctx *ctx = mf_ctx_new(3);
         MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
         if (bf) MFT_CHECK(mf_cuda_set_precision(ctx, MF_PREC_BF16) == 0);
+        mf_set_keep_activation_grads(ctx, 0);
         mf_model *m = mf_model_new(ctx, &cfg);
-        std::vector<int32_t> ids(4 * 32), tg(4 * 32);
+        std::vector<int32_t> ids(8 * 64), tg(8 * 64);
         for (size_t i = 0; i < ids.size(); i++) { ids[i] = (int)(i * 3 % 29); tg[i] = (int)((i + 1) * 3 % 29); }
         mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f);
-        mf_backward(ctx, mf_model_loss(m, ids.data(), tg.data(), 4, 32));
+        mf_backward(ctx, mf_model_loss(m, ids.data(), tg.data(), 8, 64));
         mf_optimizer_step(ctx, &opt);
         total[bf] = mf_ctx_memory_bytes(ctx);
         peak[bf] = mf_activation_peak_bytes(ctx);
@@ -320,10 +323,11 @@ static void test_memory_counters(void) {
         mf_model_free(m);
         mf_ctx_free(ctx);
     }
-    printf("    sdpa d 32, B 4, T 32, %zu parameters: activation peak fp32 %zu / bf16 %zu bytes; counted total fp32 %zu / "
-           "bf16 %zu bytes (ratio %.3f)\n", params, peak[0], peak[1], total[0], total[1], (double)total[1] / (double)total[0]);
-    MFT_CHECK(peak[1] == peak[0]);
-    MFT_CHECK(total[1] >= total[0] + params * 2); /* the weight copy is counted */
+    printf("    sdpa d 64, B 8, T 64, %zu parameters: activation peak fp32 %zu / bf16 %zu bytes (ratio %.3f); counted "
+           "total fp32 %zu / bf16 %zu bytes\n", params, peak[0], peak[1], (double)peak[1] / (double)peak[0], total[0],
+           total[1]);
+    MFT_CHECK(3 * peak[1] <= 2 * peak[0]);
+    MFT_CHECK(total[1] >= total[0] - (peak[0] - peak[1]) + params * 2); /* the weight copy is counted */
 }
 
 int main(void) {
