@@ -2489,7 +2489,8 @@ static void mf__backward_done(mf_ctx *ctx, int i) {
    and once the op is done its own gradient buffer goes back to the free list, unless an input
    carries it on. A tensor no gradient reaches is skipped. On a device the kernels add into
    every input gradient, so a buffer is zeroed when taken (on the stream, after the op that freed
-   it) and none is shared. */
+   it), except a shared one: the kernels skip an input whose buffer is the op's own gradient
+   (add, sub, reshape) or turn it into dx in place (the unary ops). */
 typedef struct { float *p; int64_t ne; } mf__gradbuf;
 static float *mf__gradbuf_take(mf_ctx *ctx, mf__gradbuf *fl, int *n, int64_t ne) {
     int i;
@@ -2520,7 +2521,7 @@ static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
         mf_tensor *t = ctx->tape[i];
         int k, share;
         if (!t->grad) { mf__backward_done(ctx, i); continue; }
-        share = ctx->be ? -1 : mf__grad_shared_src(ctx, t);
+        share = mf__grad_shared_src(ctx, t);
         for (k = 0; k < MF_MAX_SRC; k++) {
             mf_tensor *s = t->src[k];
             if (!s || !s->op || s->is_param || !s->requires_grad || s->grad) continue;

@@ -763,6 +763,8 @@ static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
     long long na = A->ne, nb = B->ne, n = out->ne;
     int kind = out->iarg[MF__ARG_BINARY_KIND], r = 0;
     const char *op = out->op->name;
+    if (da == out->grad) da = NULL; /* an operand that passes the gradient on holds it already (recycled */
+    if (db == out->grad) db = NULL; /* gradients gave it this buffer, mf__grad_shared_src) */
     if (!da && !db) return 0;
     if (na == n && nb == n)
         return MF__CU_RUN(ctx, op, mf__k_binary_bwd_same, MF__EW(n), da, db, (const float *)out->grad,
@@ -809,15 +811,18 @@ static __global__ void mf__k_unary(float *y, int yb, const float *x, int xb, lon
         mf__cu_st(y, yb, i, r);
     }
 }
+/* dx += dy f'(x); dx == dy (recycled gradients gave x this buffer, mf__grad_shared_src): dx = dy f'(x)
+   in place, each element read before it is written */
 static __global__ void mf__k_unary_bwd(float *dx, const float *x, int xb, const float *y, int yb, const float *g,
                                        long long n, int kind, float s) {
+    int in_place = dx == g;
     MF__CU_LOOP(i, n) {
         float v = mf__cu_ld(x, xb, i), w = mf__cu_ld(y, yb, i), d;
         switch (kind) {
         case MF__GELU: d = mf__cu_gelu(v, 1); break;
         MF__UNARY_DF_CASES(v, w, s, d)
         }
-        dx[i] += g[i] * d;
+        dx[i] = in_place ? g[i] * d : dx[i] + g[i] * d;
     }
 }
 static int mf__cu_unary_fwd(mf_ctx *ctx, mf_tensor *out) {
@@ -982,47 +987,50 @@ static int mf__cu_mse_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 /* ---- layernorm over the last axis ---------------------------------------------------------- */
-static __global__ void mf__k_layernorm(float *y, float *st, const float *x, const float *gm, const float *bt, int D,
-                                       float eps) {
+/* x and y: floats or bf16 (xb, yb; [cu:storage]); the statistics are floats */
+static __global__ void mf__k_layernorm(float *y, int yb, float *st, const float *x, int xb, const float *gm,
+                                       const float *bt, int D, float eps) {
     __shared__ float sh[32];
-    long long r = blockIdx.x;
-    const float *xr = x + r * D;
+    long long r = blockIdx.x, xr = r * D;
     float mean = 0, var = 0, rstd;
     int j;
-    for (j = threadIdx.x; j < D; j += blockDim.x) mean += xr[j];
+    for (j = threadIdx.x; j < D; j += blockDim.x) mean += mf__cu_ld(x, xb, xr + j);
     mean = mf__cu_bred(mean, sh, 0) / (float)D;
-    for (j = threadIdx.x; j < D; j += blockDim.x) var += (xr[j] - mean) * (xr[j] - mean);
+    for (j = threadIdx.x; j < D; j += blockDim.x) {
+        float v = mf__cu_ld(x, xb, xr + j);
+        var += (v - mean) * (v - mean);
+    }
     var = mf__cu_bred(var, sh, 0);
     rstd = 1.0f / sqrtf(var / (float)D + eps);
     for (j = threadIdx.x; j < D; j += blockDim.x)
-        y[r * D + j] = (xr[j] - mean) * rstd * (gm ? gm[j] : 1.0f) + (bt ? bt[j] : 0.0f);
+        mf__cu_st(y, yb, xr + j, (mf__cu_ld(x, xb, xr + j) - mean) * rstd * (gm ? gm[j] : 1.0f) + (bt ? bt[j] : 0.0f));
     if (threadIdx.x == 0) { st[2 * r] = mean; st[2 * r + 1] = rstd; }
 }
-static __global__ void mf__k_layernorm_bwd_x(float *dx, const float *x, const float *g, const float *gm,
+static __global__ void mf__k_layernorm_bwd_x(float *dx, const float *x, int xb, const float *g, const float *gm,
                                              const float *st, int D) {
     __shared__ float sh[32];
-    long long r = blockIdx.x;
-    const float *xr = x + r * D, *gr = g + r * D;
+    long long r = blockIdx.x, xr = r * D;
+    const float *gr = g + r * D;
     float mean = st[2 * r], rstd = st[2 * r + 1], m1 = 0, m2 = 0;
     int j;
     for (j = threadIdx.x; j < D; j += blockDim.x) {
-        float dxh = gr[j] * (gm ? gm[j] : 1.0f), xh = (xr[j] - mean) * rstd;
+        float dxh = gr[j] * (gm ? gm[j] : 1.0f), xh = (mf__cu_ld(x, xb, xr + j) - mean) * rstd;
         m1 += dxh; m2 += dxh * xh;
     }
     m1 = mf__cu_bred(m1, sh, 0) / (float)D;
     m2 = mf__cu_bred(m2, sh, 0) / (float)D;
     for (j = threadIdx.x; j < D; j += blockDim.x) {
-        float dxh = gr[j] * (gm ? gm[j] : 1.0f), xh = (xr[j] - mean) * rstd;
+        float dxh = gr[j] * (gm ? gm[j] : 1.0f), xh = (mf__cu_ld(x, xb, xr + j) - mean) * rstd;
         dx[r * D + j] += rstd * (dxh - m1 - xh * m2);
     }
 }
 /* gamma / beta gradients: per column, rows in order (as the CPU) */
-static __global__ void mf__k_layernorm_bwd_gb(float *dg, float *db, const float *x, const float *g, const float *st,
-                                              long long rows, int D) {
+static __global__ void mf__k_layernorm_bwd_gb(float *dg, float *db, const float *x, int xb, const float *g,
+                                              const float *st, long long rows, int D) {
     MF__CU_LOOP(j, D) {
         float ag = dg ? dg[j] : 0.0f, ab = db ? db[j] : 0.0f;
         for (long long r = 0; r < rows; r++) {
-            ag += g[r * D + j] * (x[r * D + j] - st[2 * r]) * st[2 * r + 1];
+            ag += g[r * D + j] * (mf__cu_ld(x, xb, r * D + j) - st[2 * r]) * st[2 * r + 1];
             ab += g[r * D + j];
         }
         if (dg) dg[j] = ag;
@@ -1033,9 +1041,9 @@ static int mf__cu_layernorm_fwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *gm = out->src[1], *bt = out->src[2];
     long long rows = mf__rows(x);
     if (!(out->saved = (float *)mf__cu_arena(ctx, 2 * (size_t)rows * sizeof(float)))) return -1;
-    return MF__CU_RUN(ctx, "layernorm", mf__k_layernorm, (unsigned)rows, MF__CU_ROW, 0, out->data, out->saved,
-                      (const float *)x->data, (const float *)(gm ? gm->data : NULL), (const float *)(bt ? bt->data : NULL),
-                      mf__last(x), out->farg[MF__FARG_LN_EPS]);
+    return MF__CU_RUN(ctx, "layernorm", mf__k_layernorm, (unsigned)rows, MF__CU_ROW, 0, out->data, out->bf16, out->saved,
+                      (const float *)x->data, x->bf16, (const float *)(gm ? gm->data : NULL),
+                      (const float *)(bt ? bt->data : NULL), mf__last(x), out->farg[MF__FARG_LN_EPS]);
 }
 static int mf__cu_layernorm_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *gm = out->src[1];
@@ -1044,10 +1052,10 @@ static int mf__cu_layernorm_bwd(mf_ctx *ctx, mf_tensor *out) {
     int D = mf__last(x);
     const char *op = "layernorm (backward)";
     if (dx && MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_x, (unsigned)rows, MF__CU_ROW, 0, dx, (const float *)x->data,
-                         (const float *)out->grad, (const float *)(gm ? gm->data : NULL), (const float *)out->saved, D) < 0)
+                         x->bf16, (const float *)out->grad, (const float *)(gm ? gm->data : NULL), (const float *)out->saved, D) < 0)
         return -1;
     if (dg || db)
-        return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, (const float *)x->data,
+        return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, (const float *)x->data, x->bf16,
                           (const float *)out->grad, (const float *)out->saved, rows, D);
     return 0;
 }
@@ -1103,9 +1111,10 @@ static __global__ void mf__k_add_to(float *dst, const float *src, long long n) {
     MF__CU_LOOP(i, n) dst[i] += src[i];
 }
 static int mf__cu_nop(mf_ctx *ctx, mf_tensor *out) { (void)ctx; (void)out; return 0; }
+/* (dx == dy: recycled gradients gave the input this gradient's buffer, mf__grad_shared_src) */
 static int mf__cu_reshape_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]);
-    if (!dx) return 0;
+    if (!dx || dx == out->grad) return 0;
     return MF__CU_RUN(ctx, "reshape (backward)", mf__k_add_to, MF__EW(out->ne), dx, (const float *)out->grad, (long long)out->ne);
 }
 
@@ -1406,6 +1415,7 @@ static __device__ void mf__fa_put(__nv_bfloat16 *p, float x) { *p = __float2bflo
 typedef struct {
     const float *q, *k, *v, *o, *g, *lse, *D; /* g: dO */
     float *out, *lse_out, *gq, *gk, *gv;      /* NULL: no gradient wanted */
+    int qb, kb, vb, ob;                       /* q, k, v, o (out) hold bf16 ([cu:storage]) */
     int Tq, Tk, dk, dv, B, causal;
     mf__attn_geo geo;                         /* where the rows of q, k, v, o (and dO) are (mf__attn_at) */
     float scale;
@@ -1456,16 +1466,18 @@ static size_t mf__fa_smem(int B, int dk, int dv, int kind, int bf16) {
             __VA_ARGS__; \
         } \
     } while (0)
-/* dst [B][ld] = s * rows [0, rows) of src (d floats each, rows lds floats apart); zero elsewhere up
-   to B rows and dp columns (E = bf16: rounded to nearest even) */
+/* dst [B][ld] = s * rows [0, rows) of src from element `at` on (d values each, rows lds apart; floats,
+   or bf16 when sb); zero elsewhere up to B rows and dp columns (E = bf16: rounded to nearest even) */
 template <class E>
-static __device__ void mf__fa_load(E *dst, int ld, const float *src, int d, int lds, int rows, int B, int dp, float s) {
-    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + r * ld + c, r < rows && c < d ? s * src[(long long)r * lds + c] : 0.0f));
+static __device__ void mf__fa_load(E *dst, int ld, const float *src, int sb, long long at, int d, int lds, int rows,
+                                   int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + r * ld + c, r < rows && c < d ? s * mf__cu_ld(src, sb, at + (long long)r * lds + c) : 0.0f));
 }
 /* the same transposed: dst [dp][ld] (a "T" tile), dst[c][r] = s * src[r][c] */
 template <class E>
-static __device__ void mf__fa_load_t(E *dst, int ld, const float *src, int d, int lds, int rows, int B, int dp, float s) {
-    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + c * ld + r, r < rows && c < d ? s * src[(long long)r * lds + c] : 0.0f));
+static __device__ void mf__fa_load_t(E *dst, int ld, const float *src, int sb, long long at, int d, int lds, int rows,
+                                     int B, int dp, float s) {
+    MF__FA_EACH(r, c, B, dp, mf__fa_put(dst + c * ld + r, r < rows && c < d ? s * mf__cu_ld(src, sb, at + (long long)r * lds + c) : 0.0f));
 }
 static __device__ void mf__fa_zero(float *dst, int ld, int B, int dp) {
     MF__FA_EACH(r, c, B, dp, dst[r * ld + c] = 0.0f);
@@ -1608,13 +1620,13 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
     int lim = a.causal ? i0 + r + off : a.Tk; /* query r sees the keys j <= lim */
     float m = -1e30f, l = 0.0f;               /* finite start: exp(m_old - m_new) is never NaN */
     const int ldq = a.geo.ld[MF__AT_Q], ldk = a.geo.ld[MF__AT_K], ldv = a.geo.ld[MF__AT_V], ldo = a.geo.ld[MF__AT_O];
-    mf__fa_load_t(qt, le, a.q + mf__fa_at(a, MF__AT_Q, bh, i0), a.dk, ldq, bq, B, dkp, a.scale);
+    mf__fa_load_t(qt, le, a.q, a.qb, mf__fa_at(a, MF__AT_Q, bh, i0), a.dk, ldq, bq, B, dkp, a.scale);
     mf__fa_zero(os, lv, B, dvp);
     for (int j0 = 0; j0 < kend; j0 += B) {
         int bk = min(B, kend - j0);
         __syncthreads(); /* the previous tile's products are done with K and V */
-        mf__fa_load_t(kt, le, a.k + mf__fa_at(a, MF__AT_K, bh, j0), a.dk, ldk, bk, B, dkp, 1.0f);
-        mf__fa_load(vs, lve, a.v + mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
+        mf__fa_load_t(kt, le, a.k, a.kb, mf__fa_at(a, MF__AT_K, bh, j0), a.dk, ldk, bk, B, dkp, 1.0f);
+        mf__fa_load(vs, lve, a.v, a.vb, mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
         __syncthreads();
         mf__fa_mm<TC>(st, lt, kt, le, qt, le, B, B, dkp, 0); /* S^T [key][query] */
         __syncthreads();
@@ -1646,8 +1658,8 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
         if (r < bq) a.lse_out[bh * a.Tq + i0 + r] = l > 0.0f ? m + logf(l) : INFINITY;
     }
     __syncthreads();
-    float *out = a.out + mf__fa_at(a, MF__AT_O, bh, i0);
-    MF__FA_EACH(rr, cc, bq, a.dv, out[(long long)rr * ldo + cc] = os[rr * lv + cc] * il[rr]);
+    long long at = mf__fa_at(a, MF__AT_O, bh, i0);
+    MF__FA_EACH(rr, cc, bq, a.dv, mf__cu_st(a.out, a.ob, at + (long long)rr * ldo + cc, os[rr * lv + cc] * il[rr]));
 }
 
 /* D[bh Tq + i] = dO . O of query i of head bh (the CPU's order) */
@@ -1655,7 +1667,7 @@ static __global__ void mf__k_fa_rowdot(float *D, mf__fa_args a, long long rows) 
     MF__CU_LOOP(r, rows) {
         long long at = mf__fa_at(a, MF__AT_O, r / a.Tq, (int)(r % a.Tq));
         float d = 0;
-        for (int c = 0; c < a.dv; c++) d += a.g[at + c] * a.o[at + c];
+        for (int c = 0; c < a.dv; c++) d += a.g[at + c] * mf__cu_ld(a.o, a.ob, at + c);
         D[r] = d;
     }
 }
@@ -1676,18 +1688,18 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
     long long bh = blockIdx.x / nkt;
     int bk = min(B, a.Tk - j0), first = a.causal ? max(0, j0 - off) : 0; /* the first query that sees a key */
     const int ldq = a.geo.ld[MF__AT_Q], ldk = a.geo.ld[MF__AT_K], ldv = a.geo.ld[MF__AT_V], ldo = a.geo.ld[MF__AT_O];
-    mf__fa_load_t(kt, le, a.k + mf__fa_at(a, MF__AT_K, bh, j0), a.dk, ldk, bk, B, dkp, 1.0f);
-    mf__fa_load_t(vt, le, a.v + mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
+    mf__fa_load_t(kt, le, a.k, a.kb, mf__fa_at(a, MF__AT_K, bh, j0), a.dk, ldk, bk, B, dkp, 1.0f);
+    mf__fa_load_t(vt, le, a.v, a.vb, mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
     mf__fa_zero(dks, lk, B, dkp);
     mf__fa_zero(dvs, lv, B, dvp);
     for (int i0 = first / B * B; i0 < a.Tq; i0 += B) {
         int bq = min(B, a.Tq - i0);
-        const float *q = a.q + mf__fa_at(a, MF__AT_Q, bh, i0), *g = a.g + mf__fa_at(a, MF__AT_O, bh, i0);
+        long long q = mf__fa_at(a, MF__AT_Q, bh, i0), g = mf__fa_at(a, MF__AT_O, bh, i0);
         __syncthreads();
-        mf__fa_load_t(qt, le, q, a.dk, ldq, bq, B, dkp, a.scale);
-        if (a.gk) mf__fa_load(qs, lke, q, a.dk, ldq, bq, B, dkp, a.scale);
-        if (a.gk) mf__fa_load_t(gt, le, g, a.dv, ldo, bq, B, dvp, 1.0f);
-        if (a.gv) mf__fa_load(gs, lve, g, a.dv, ldo, bq, B, dvp, 1.0f);
+        mf__fa_load_t(qt, le, a.q, a.qb, q, a.dk, ldq, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load(qs, lke, a.q, a.qb, q, a.dk, ldq, bq, B, dkp, a.scale);
+        if (a.gk) mf__fa_load_t(gt, le, a.g, 0, g, a.dv, ldo, bq, B, dvp, 1.0f);
+        if (a.gv) mf__fa_load(gs, lve, a.g, 0, g, a.dv, ldo, bq, B, dvp, 1.0f);
         mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
         mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
         __syncthreads();
@@ -1731,18 +1743,18 @@ template <int TC> static __global__ void __launch_bounds__(MF__FA_THREADS) mf__k
     long long bh = blockIdx.x / nqt;
     int bq = min(B, a.Tq - i0), kend = a.causal ? min(a.Tk, i0 + bq + off) : a.Tk;
     const int ldq = a.geo.ld[MF__AT_Q], ldk = a.geo.ld[MF__AT_K], ldv = a.geo.ld[MF__AT_V], ldo = a.geo.ld[MF__AT_O];
-    mf__fa_load_t(qt, le, a.q + mf__fa_at(a, MF__AT_Q, bh, i0), a.dk, ldq, bq, B, dkp, a.scale);
-    mf__fa_load_t(gt, le, a.g + mf__fa_at(a, MF__AT_O, bh, i0), a.dv, ldo, bq, B, dvp, 1.0f);
+    mf__fa_load_t(qt, le, a.q, a.qb, mf__fa_at(a, MF__AT_Q, bh, i0), a.dk, ldq, bq, B, dkp, a.scale);
+    mf__fa_load_t(gt, le, a.g, 0, mf__fa_at(a, MF__AT_O, bh, i0), a.dv, ldo, bq, B, dvp, 1.0f);
     mf__fa_load_vec(ls, a.lse + bh * a.Tq + i0, bq, B, INFINITY);
     mf__fa_load_vec(Ds, a.D + bh * a.Tq + i0, bq, B, 0.0f);
     mf__fa_zero(dqs, lk, B, dkp);
     for (int j0 = 0; j0 < kend; j0 += B) {
         int bk = min(B, kend - j0);
-        const float *k = a.k + mf__fa_at(a, MF__AT_K, bh, j0);
+        long long k = mf__fa_at(a, MF__AT_K, bh, j0);
         __syncthreads();
-        mf__fa_load_t(kt, le, k, a.dk, ldk, bk, B, dkp, 1.0f);
-        mf__fa_load(ks, lke, k, a.dk, ldk, bk, B, dkp, 1.0f);
-        mf__fa_load_t(vt, le, a.v + mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
+        mf__fa_load_t(kt, le, a.k, a.kb, k, a.dk, ldk, bk, B, dkp, 1.0f);
+        mf__fa_load(ks, lke, a.k, a.kb, k, a.dk, ldk, bk, B, dkp, 1.0f);
+        mf__fa_load_t(vt, le, a.v, a.vb, mf__fa_at(a, MF__AT_V, bh, j0), a.dv, ldv, bk, B, dvp, 1.0f);
         __syncthreads();
         mf__fa_mm<TC>(st, lt, kt, le, qt, le, B, B, dkp, 0);  /* S^T = K Qs^T */
         mf__fa_mm<TC>(dpt, lt, vt, le, gt, le, B, B, dvp, 0); /* dP^T = V dO^T */
@@ -1793,6 +1805,7 @@ static mf__fa_args mf__cu_fa_args(const mf_tensor *out) {
     mf__fa_args a;
     memset(&a, 0, sizeof a);
     a.q = Q->data; a.k = K->data; a.v = V->data; a.o = out->data; a.g = out->grad; a.lse = out->saved;
+    a.qb = Q->bf16; a.kb = K->bf16; a.vb = V->bf16; a.ob = out->bf16;
     a.geo = mf__attn_geo_of(out);
     a.Tq = a.geo.Tq; a.Tk = a.geo.Tk; a.dk = a.geo.dk; a.dv = a.geo.dv;
     a.causal = out->iarg[MF__ARG_ATTN_CAUSAL]; a.scale = out->farg[MF__FARG_ATTN_SCALE];
@@ -3491,7 +3504,7 @@ static __global__ void mf__k_fw_cgrad_bf16(mf__cu_fw p, const float *stn, const 
         for (f0 = 0; f0 < dd; f0 += MF__FW_KS) /* [dW, dU] = [-dU S, dU]: dW by feature steps */
             for (k0 = 0; k0 < dvp; k0 += MF__FW_KS) {
                 int w = mf__fw_step(dd, f0), wc = mf__fw_step(dvp, k0);
-                mf__fa_load_t(As, la, dUc + k0, dvp - k0, dvp, cn, Cp, wc, -1.0f);
+                mf__fa_load_t(As, la, dUc, 0, k0, dvp - k0, dvp, cn, Cp, wc, -1.0f);
                 mf__fw_stage(Bs, lb, Sn + (long long)k0 * dd, dd, dvp - k0, wc, f0, dd, w, 0);
                 __syncthreads();
                 mf__fa_mm<MF__FA_BF16>(G + f0, lg, As, la, Bs, lb, Cp, w, wc, k0 > 0);
@@ -4077,16 +4090,16 @@ static int mf__cu_fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             io.q = q; io.u = A->rel_u->data; io.r = A->rel_r->data; io.s = A->rel_s->data;
             io.k = mf__cu_fb_slot(f, f->slots, kv, 0); io.v = mf__cu_fb_slot(f, f->slots, kv + 1, 0);
             io.o = o; io.lse = MF__FB_AT(f, f->lse, l, t, c->n_heads);
-            if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, z, MF__FB_AT(f, f->st1, l, t, 2),
-                           (const float *)x, (const float *)L->ln1_w->data, (const float *)L->ln1_b->data, D, c->ln_eps) < 0 ||
+            if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, z, 0, MF__FB_AT(f, f->st1, l, t, 2),
+                           (const float *)x, 0, (const float *)L->ln1_w->data, (const float *)L->ln1_b->data, D, c->ln_eps) < 0 ||
                 mf__cu_fb_linear(ctx, op, z, A->wq, NULL, B, q) < 0 || mf__cu_fba_run(ctx, op, &a, B, &io, 0) < 0 ||
                 mf__cu_fb_linear(ctx, op, o, A->wo, A->bo, B, f->tmp) < 0 ||
                 mf__cu_fb_drop(ctx, op, f, 0, l, t, xm, x, f->tmp, D) < 0)
                 return -1;
         } else if (mf__cu_copy(ctx, xm, x, (size_t)bd * sizeof(float), MF__D2D) < 0) return -1; /* no memory yet */
         /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
-        if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, y2, MF__FB_AT(f, f->st2, l, t, 2),
-                       (const float *)xm, (const float *)L->ln2_w->data, (const float *)L->ln2_b->data, D, c->ln_eps) < 0 ||
+        if (MF__CU_RUN(ctx, op, mf__k_layernorm, (unsigned)B, MF__CU_ROW, 0, y2, 0, MF__FB_AT(f, f->st2, l, t, 2),
+                       (const float *)xm, 0, (const float *)L->ln2_w->data, (const float *)L->ln2_b->data, D, c->ln_eps) < 0 ||
             mf__cu_fb_linear(ctx, op, y2, L->fc1_w, L->fc1_b, B, a1) < 0 ||
             MF__CU_RUN(ctx, op, mf__k_unary, MF__EW((long long)B * F), g1, 0, (const float *)a1, 0, (long long)B * F,
                        mf__fb_act_kind(c->ffn_act), 0.0f) < 0 ||
@@ -4144,7 +4157,7 @@ typedef struct {
 /* dh += the LayerNorm backward (x rows of B, the LN's gamma, stats st) of dy */
 static int mf__cu_fb_ln_bwd(mf_ctx *ctx, const char *op, float *dh, const float *x, const float *dy,
                             const mf_tensor *gm, const float *st, int B, int D) {
-    return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_x, (unsigned)B, MF__CU_ROW, 0, dh, x, dy,
+    return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_x, (unsigned)B, MF__CU_ROW, 0, dh, x, 0, dy,
                       (const float *)(gm ? gm->data : NULL), st, D);
 }
 static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads *g, const float *dout, float *dx, int t) {
@@ -4220,7 +4233,7 @@ static int mf__cu_fb_ln_wgrad(mf_ctx *ctx, const mf_tensor *gm, const mf_tensor 
                               const float *st, int rows, int D) {
     float *dg = mf__g(gm), *db = mf__g(bt);
     if (rows <= 0 || (!dg && !db)) return 0;
-    return MF__CU_RUN(ctx, MF__CU_FB_OP " (backward)", mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, x, dy, st,
+    return MF__CU_RUN(ctx, MF__CU_FB_OP " (backward)", mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, x, 0, dy, st,
                       (long long)rows, D);
 }
 /* the weight gradients of all steps at once */
@@ -4508,7 +4521,7 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; int bf16; } mf__cu_o
     {&mf__op_log_softmax, mf__cu_log_softmax_fwd, mf__cu_log_softmax_bwd, 0},
     {&mf__op_cross_entropy, mf__cu_ce_fwd, mf__cu_ce_bwd, 0},
     {&mf__op_mse, mf__cu_mse_fwd, mf__cu_mse_bwd, 0},
-    {&mf__op_layernorm, mf__cu_layernorm_fwd, mf__cu_layernorm_bwd, 0},
+    {&mf__op_layernorm, mf__cu_layernorm_fwd, mf__cu_layernorm_bwd, 1},
     {&mf__op_embedding, mf__cu_embedding_fwd, mf__cu_embedding_bwd, 0},
     {&mf__op_dropout, mf__cu_dropout_fwd, mf__cu_dropout_bwd, 0},
     {&mf__op_reshape, mf__cu_nop, mf__cu_reshape_bwd, 1}, /* a view: no values read or written */
@@ -4522,7 +4535,7 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; int bf16; } mf__cu_o
     {&mf__op_conv1d, mf__cu_conv1d_fwd, mf__cu_conv1d_bwd, 0},
     {&mf__op_avg_pool, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd, 0},
     {&mf__op_avg_pool_sub, mf__cu_avg_pool_fwd, mf__cu_avg_pool_bwd, 0},
-    {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd, 0},
+    {&mf__op_attention, mf__cu_attention_fwd, mf__cu_attention_bwd, 1},
     {&mf__op_elu1, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
     {&mf__op_reciprocal, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
 #ifndef METAFORMER_NO_XL
