@@ -878,13 +878,17 @@ static int mf__cu_softmax_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 /* ---- log_softmax over the last axis -------------------------------------------------------- */
-/* log(sum(exp(xr - max))) of a row of n values, the max in *mx; every thread of the block calls it */
-static __device__ float mf__cu_row_lse(const float *xr, int n, float *sh, float *mx_out) {
+/* log(sum(exp(xr - max))) of the row of n values at x[xr] (floats, or bf16 when xb), the max in *mx;
+   every thread of the block calls it */
+static __device__ float mf__cu_row_lse(const float *x, int xb, long long xr, int n, float *sh, float *mx_out) {
     float mx = -INFINITY, sum = 0;
     int j;
-    for (j = threadIdx.x; j < n; j += blockDim.x) mx = xr[j] > mx ? xr[j] : mx;
+    for (j = threadIdx.x; j < n; j += blockDim.x) {
+        float v = mf__cu_ld(x, xb, xr + j);
+        mx = v > mx ? v : mx;
+    }
     mx = mf__cu_bred(mx, sh, 1);
-    for (j = threadIdx.x; j < n; j += blockDim.x) sum += expf(xr[j] - mx);
+    for (j = threadIdx.x; j < n; j += blockDim.x) sum += expf(mf__cu_ld(x, xb, xr + j) - mx);
     *mx_out = mx;
     return logf(mf__cu_bred(sum, sh, 0));
 }
@@ -892,7 +896,7 @@ static __global__ void mf__k_log_softmax(float *y, const float *x, int n) {
     __shared__ float sh[32];
     long long r = blockIdx.x;
     const float *xr = x + r * n;
-    float mx, l = mf__cu_row_lse(xr, n, sh, &mx);
+    float mx, l = mf__cu_row_lse(x, 0, r * n, n, sh, &mx);
     int j;
     for (j = threadIdx.x; j < n; j += blockDim.x) y[r * n + j] = (xr[j] - mx) - l;
 }
@@ -918,23 +922,23 @@ static int mf__cu_log_softmax_bwd(mf_ctx *ctx, mf_tensor *out) {
 
 /* ---- cross-entropy fused with softmax ------------------------------------------------------ */
 /* cross-entropy rows: st[2r] = max, st[2r+1] = log(sum(exp(x - max))); loss[r] (0 when ignored) */
-static __global__ void mf__k_ce_rows(const float *x, int V, const int *tg, int ignore, float *st, double *loss) {
+/* the logits x: floats or bf16 (xb; [cu:storage]) */
+static __global__ void mf__k_ce_rows(const float *x, int xb, int V, const int *tg, int ignore, float *st, double *loss) {
     __shared__ float sh[32];
     long long r = blockIdx.x;
-    const float *xr = x + r * V;
-    float mx, l = mf__cu_row_lse(xr, V, sh, &mx);
+    float mx, l = mf__cu_row_lse(x, xb, r * V, V, sh, &mx);
     if (threadIdx.x == 0) {
         st[2 * r] = mx; st[2 * r + 1] = l;
-        loss[r] = tg[r] == ignore ? 0.0 : ((double)mx - xr[tg[r]]) + l;
+        loss[r] = tg[r] == ignore ? 0.0 : ((double)mx - mf__cu_ld(x, xb, r * V + tg[r])) + l;
     }
 }
-static __global__ void mf__k_ce_bwd(float *dx, const float *x, int V, const int *tg, int ignore, const float *st,
-                                    const float *grad, int count, long long n) {
+static __global__ void mf__k_ce_bwd(float *dx, const float *x, int xb, int V, const int *tg, int ignore,
+                                    const float *st, const float *grad, int count, long long n) {
     float g = grad[0] / (float)count;
     MF__CU_LOOP(i, n) {
         long long r = i / V;
         if (tg[r] == ignore) continue;
-        dx[i] += g * expf((x[i] - st[2 * r]) - st[2 * r + 1]);
+        dx[i] += g * expf((mf__cu_ld(x, xb, i) - st[2 * r]) - st[2 * r + 1]);
         if (i - r * V == tg[r]) dx[i] -= g;
     }
 }
@@ -949,7 +953,7 @@ static int mf__cu_ce_fwd(mf_ctx *ctx, mf_tensor *out) {
     if (!out->saved || !loss) return -1;
     tg = (int *)(out->saved + 2 * rows);
     if (mf__cu_copy(ctx, tg, out->aux, (size_t)rows * sizeof(int32_t), MF__H2D) < 0) return -1;
-    if (MF__CU_RUN(ctx, "cross_entropy", mf__k_ce_rows, (unsigned)rows, MF__CU_ROW, 0, (const float *)x->data,
+    if (MF__CU_RUN(ctx, "cross_entropy", mf__k_ce_rows, (unsigned)rows, MF__CU_ROW, 0, (const float *)x->data, x->bf16,
                    mf__last(x), (const int *)tg, out->iarg[MF__ARG_CE_IGNORE], out->saved, loss) < 0)
         return -1;
     return mf__cu_reduce(ctx, "cross_entropy", NULL, NULL, loss, rows, 3, (double)out->iarg[MF__ARG_CE_COUNT], out->data,
@@ -960,7 +964,7 @@ static int mf__cu_ce_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dx = mf__g(out->src[0]);
     long long rows = mf__rows(x);
     if (!dx || !out->iarg[MF__ARG_CE_COUNT]) return 0;
-    return MF__CU_RUN(ctx, "cross_entropy (backward)", mf__k_ce_bwd, MF__EW(x->ne), dx, (const float *)x->data,
+    return MF__CU_RUN(ctx, "cross_entropy (backward)", mf__k_ce_bwd, MF__EW(x->ne), dx, (const float *)x->data, x->bf16,
                       mf__last(x), (const int *)(out->saved + 2 * rows), out->iarg[MF__ARG_CE_IGNORE],
                       (const float *)out->saved, (const float *)out->grad, out->iarg[MF__ARG_CE_COUNT], (long long)x->ne);
 }
@@ -4519,7 +4523,7 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; int bf16; } mf__cu_o
     {&mf__op_exp, mf__cu_unary_fwd, mf__cu_unary_bwd, 1},
     {&mf__op_softmax, mf__cu_softmax_fwd, mf__cu_softmax_bwd, 0},
     {&mf__op_log_softmax, mf__cu_log_softmax_fwd, mf__cu_log_softmax_bwd, 0},
-    {&mf__op_cross_entropy, mf__cu_ce_fwd, mf__cu_ce_bwd, 0},
+    {&mf__op_cross_entropy, mf__cu_ce_fwd, mf__cu_ce_bwd, 1},
     {&mf__op_mse, mf__cu_mse_fwd, mf__cu_mse_bwd, 0},
     {&mf__op_layernorm, mf__cu_layernorm_fwd, mf__cu_layernorm_bwd, 1},
     {&mf__op_embedding, mf__cu_embedding_fwd, mf__cu_embedding_bwd, 0},
