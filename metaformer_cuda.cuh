@@ -173,6 +173,7 @@ typedef struct mf__cu {
     int wbf_stale;
     void *wide;                /* [cu:storage]: the float copies of one op's bf16 tensors */
     size_t wide_cap;           /* bytes */
+    long long bf16_slice;      /* MF__CU_BF16_SLICE (the tests make it small) */
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
@@ -506,6 +507,13 @@ static int mf__cu_gemm_operands(mf_ctx *ctx, const char *op, const float *A, int
 }
 /* which operands of a product are activations stored in bf16 ([cu:storage]) */
 enum { MF__CU_A_BF16 = 1, MF__CU_B_BF16 = 2, MF__CU_C_BF16 = 4 };
+/* the most values of a float operand converted to bf16 at once (8 MB of scratch; mf__cu.bf16_slice):
+   a larger one (a gradient of a wide activation) is multiplied by slices */
+#define MF__CU_BF16_SLICE ((long long)1 << 22)
+/* element i of tensor data p holding floats, or bf16 when bf16 */
+static const float *mf__cu_at(const float *p, int bf16, long long i) {
+    return (const float *)((const char *)p + i * (bf16 ? 2 : (long long)sizeof(float)));
+}
 /* mf__cu_gemm_ld in bf16; st: MF__CU_*_BF16 (a bf16 C is rounded once, from the fp32 accumulators plus
    beta times its bf16 values) */
 static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A, int lda,
@@ -517,6 +525,22 @@ static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, 
     const __nv_bfloat16 *a, *b;
     cudaDataType_t ct = st & MF__CU_C_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int rows = ta ? K : M, cols = ta ? M : K; /* A as stored */
+    long long step = MF__CU(ctx)->bf16_slice / cols > 0 ? MF__CU(ctx)->bf16_slice / cols : 1;
+    if (batch == 1 && !(st & MF__CU_A_BF16) && !mf__cu_in_params(ctx, A) && rows > step) {
+        /* a large A to convert (a float gradient): by slices of its rows, each converted into the
+           scratch in turn (M rows of C, or K: the slices' products add up in C) */
+        for (long long r0 = 0; r0 < rows; r0 += step) {
+            int n = (int)(rows - r0 < step ? rows - r0 : step);
+            const float *As = A + r0 * lda;
+            if (ta ? mf__cu_gemm_bf16(ctx, op, 1, tb, M, N, n, As, lda, 0, mf__cu_at(B, st & MF__CU_B_BF16, tb ? r0 : r0 * ldb),
+                                      ldb, 0, r0 ? 1.0f : beta, C, ldc, 0, 1, st)
+                   : mf__cu_gemm_bf16(ctx, op, 0, tb, n, N, K, As, lda, 0, B, ldb, 0, beta,
+                                      (float *)mf__cu_at(C, st & MF__CU_C_BF16, r0 * ldc), ldc, 0, 1, st))
+                return -1;
+        }
+        return 0;
+    }
     if (mf__cu_gemm_operands(ctx, op, A, st & MF__CU_A_BF16, mf__cu_gemm_extent(ta ? K : M, ta ? M : K, lda, sA, batch),
                              B, st & MF__CU_B_BF16, mf__cu_gemm_extent(tb ? N : K, tb ? K : N, ldb, sB, batch), &a, &b) < 0)
         return -1;
@@ -4624,6 +4648,7 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
     }
     if (!(cu = (mf__cu *)mf__xmalloc(sizeof(mf__cu)))) return (mf__fail(ctx, "out of memory: CUDA backend"), -1);
     memset(cu, 0, sizeof *cu);
+    cu->bf16_slice = MF__CU_BF16_SLICE;
     ctx->be_state = cu;
     if (MF_CUDA_CHECK(ctx, "mf_ctx_set_device", cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)) < 0 ||
         MF_CUBLAS_CHECK(ctx, "mf_ctx_set_device", cublasCreate(&cu->blas)) < 0 ||
