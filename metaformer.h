@@ -107,12 +107,14 @@
  * EXTENDING (what a change touches)
  *   An op       one `static const mf__op` in [mf:ops] (or its family's section): name, shape,
  *               forward, backward and its properties (MF__OP_PROPS: view, unary, assigns its
- *               input gradients, passes its gradient through); named argument slots (MF__ARG_*)
- *               instead of iarg[] indices; one entry in mf__ops (end of the implementation); an
- *               example in tests/op_examples.h, from which tests/test_ops.c checks the properties
- *               against what the backward does and tests/test_cuda_ops.cpp runs the CPU-vs-CUDA
- *               parity; one row in metaformer_cuda.cuh's mf__cu_ops. The tests fail when any of
- *               these is missing.
+ *               input gradients, passes its gradient through, output storable in bf16); named
+ *               argument slots (MF__ARG_*) instead of iarg[] indices; one entry in mf__ops (end of
+ *               the implementation); an example in tests/op_examples.h, from which
+ *               tests/test_ops.c checks the properties against what the backward does and
+ *               tests/test_cuda_ops.cpp runs the CPU-vs-CUDA parity; one row in
+ *               metaformer_cuda.cuh's mf__cu_ops (with 1 in its bf16 column when the kernels read
+ *               and write bf16 tensors themselves, [cu:storage]). The tests fail when any of these
+ *               is missing.
  *   A mixer     its code in its family's section and one row in [mf:mixers] (name, family, flags,
  *               the config fields it reads), plus an mf_mixer_kind value; the examples, benchmarks
  *               and scripts take the names from the library (mf_mixer_name, `--list-mixers`).
@@ -495,10 +497,14 @@ MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
      MF_PREC_BF16  mixed precision: parameters, gradients and optimizer moments stay fp32 (the
                    master copy, what checkpoints hold); every GEMM reads bf16 copies of the weights
                    (refreshed after each optimizer step, mf_set_data and a load) and bf16
-                   activations, with fp32 accumulation and fp32 outputs; LayerNorm statistics,
-                   softmax, the loss and every reduction stay fp32. ~2^-9 relative error per input.
-   mf_cuda_set_precision switches at any time (also between steps). Returns 0; on a CPU context
-   MF_PREC_FP32 is accepted and TF32 / BF16 fail with the reason in ctx; an unknown value fails. */
+                   activations, with fp32 accumulation; the activations the backward keeps of
+                   linear, head_matmul, layernorm, gelu, relu and attention are stored in bf16 (half
+                   their memory; t->bf16, read them with mf_to_host / mf_item); LayerNorm
+                   statistics, softmax, the loss, the residual stream, every gradient and every
+                   reduction stay fp32. ~2^-9 relative error per input (docs/math.md §22).
+   mf_cuda_set_precision switches between steps (leaving bf16 while a step's bf16 activations are on
+   the tape fails: call it after mf_reset). Returns 0; on a CPU context MF_PREC_FP32 is accepted and
+   TF32 / BF16 fail with the reason in ctx; an unknown value fails. */
 typedef enum mf_precision { MF_PREC_FP32 = 0, MF_PREC_TF32, MF_PREC_BF16 } mf_precision;
 MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p);
 /* The precision of ctx (MF_PREC_FP32 for a CPU context or NULL). */
@@ -2073,17 +2079,19 @@ struct mf__op {
     int grad_passes;         /* the first grad_passes inputs' gradient is out's, element for element (add:
                                 both, sub: the first, reshape): such an input may take out's gradient
                                 buffer (mf__grad_shared_src) */
-    int bf16_out;            /* its output is an activation that may be stored in bf16 (a product, a
-                                normalised or activated value: what bf16 autocast keeps in bf16), on a
-                                backend that stores activations in bf16 (mf__store_bf16) */
+    int bf16_out;            /* its output is an activation that may be stored in bf16 (1: a product,
+                                a normalised or activated value, what bf16 autocast keeps in bf16; 2:
+                                when its input is, as dropout), on a backend that stores activations
+                                in bf16 (mf__store_bf16) */
 };
 /* An op's properties in its definition: the last initialisers of a mf__op, e.g.
    MF__OP_PROPS(MF__OP_ASSIGNS | MF__OP_PASS_FIRST), or MF__OP_PROPS(0) for none (positional: the
    header is C99 and C++, no designated initialisers). */
 enum { MF__OP_VIEW = 1, MF__OP_UNARY = 2, MF__OP_ASSIGNS = 4, MF__OP_PASS_FIRST = 8, MF__OP_PASS_BOTH = 16,
-       MF__OP_BF16 = 32 };
+       MF__OP_BF16 = 32, MF__OP_BF16_AS_INPUT = 64 };
 #define MF__OP_PROPS(f) ((f) & MF__OP_VIEW) != 0, ((f) & MF__OP_UNARY) != 0, ((f) & MF__OP_ASSIGNS) != 0, \
-                        ((f) & MF__OP_PASS_BOTH) ? 2 : ((f) & MF__OP_PASS_FIRST) ? 1 : 0, ((f) & MF__OP_BF16) != 0
+                        ((f) & MF__OP_PASS_BOTH) ? 2 : ((f) & MF__OP_PASS_FIRST) ? 1 : 0, \
+                        ((f) & MF__OP_BF16) ? 1 : ((f) & MF__OP_BF16_AS_INPUT) ? 2 : 0
 
 /* the gradient buffer of an input, or NULL when it takes none */
 static float *mf__g(const mf_tensor *t) { return (t && t->requires_grad) ? t->grad : NULL; }
@@ -2344,7 +2352,7 @@ static int mf__check_backward(mf_ctx *ctx, mf_tensor *t) {
    allows it, on a backend storing activations in bf16 (a CUDA context in MF_PREC_BF16). Not in
    check mode, which reads outputs as floats. */
 static int mf__store_bf16(const mf_ctx *ctx, const mf_tensor *t) {
-    return t->op->bf16_out && t->requires_grad && !ctx->check_finite && ctx->be && ctx->be->bf16_storage &&
+    return (t->op->bf16_out == 1 || (t->op->bf16_out == 2 && t->src[0]->bf16)) && t->requires_grad && !ctx->check_finite && ctx->be && ctx->be->bf16_storage &&
            ctx->be->bf16_storage(ctx);
 }
 static mf_tensor *mf__finish_op(mf_ctx *ctx, mf_tensor *t) {
@@ -4403,7 +4411,7 @@ static void mf__dropout_backward(mf_ctx *ctx, mf_tensor *out) {
     for (i = 0; i < out->ne; i++) if (mf__dropout_keep(ctx, out, i)) dx[i] += out->grad[i] * s;
 }
 static const mf__op mf__op_dropout = { "dropout", 1, mf__same_shape, mf__dropout_forward, mf__dropout_backward,
-                                       MF__OP_PROPS(0) };
+                                       MF__OP_PROPS(MF__OP_BF16_AS_INPUT) };
 MFDEF mf_tensor *mf_dropout(mf_ctx *ctx, mf_tensor *x, float p) {
     mf_tensor *t;
     if (!mf_ok(ctx)) return NULL;

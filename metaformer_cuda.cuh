@@ -25,9 +25,11 @@
  *     out->iarg, MF__FARG_* in out->farg).
  *   - Dense products go through cuBLAS (row-major via C^T = B^T A^T), exact float32 unless
  *     mf_cuda_set_precision picks TF32 or BF16 (MF__CU(ctx)->prec). In BF16 the products read bf16
- *     operands (a bf16 copy of the parameters, the other operands converted into a scratch; fp32
- *     accumulation and output, [cu:gemm]), and so do the tile products of [cu:attention], [cu:xl]
- *     and the chunkwise kernels of [cu:fastweights]; the parameters, moments and activations stay fp32.
+ *     operands (a bf16 copy of the parameters, activations stored in bf16 where they lie, the other
+ *     operands converted into a scratch; fp32 accumulation, [cu:gemm]), and so do the tile products
+ *     of [cu:attention], [cu:xl] and the chunkwise kernels of [cu:fastweights]; the activations the
+ *     backward keeps of the products, LayerNorm, GELU / ReLU and the attention are stored in bf16
+ *     ([cu:storage]); the parameters, moments, gradients and the residual stream stay fp32.
  *     Every other kernel here is deterministic (no atomics; reductions in a
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
  *   - Errors: every runtime / cuBLAS call is checked and the message names the op and the call;
@@ -60,6 +62,8 @@
  *   [cu:platform]    launch and error-check macros, the backend state, block reductions,
  *                    the shared-memory opt-in (mf__cu_smem)
  *   [cu:memory]      device allocations, the activation arena, copies, zeroing, scratch
+ *   [cu:storage]     activations stored in bf16 (MF_PREC_BF16): the load / store helpers, the
+ *                    widening of bf16 inputs for the ops whose kernels read floats
  *   [cu:gemm]        row-major GEMM through cuBLAS (fp32, TF32, or bf16 operands via cublasGemmEx)
  *   [cu:ops]         every op of [mf:ops] in its order (matmul, head_matmul, linear, add / sub / mul,
  *                    the unary ops, softmax, log_softmax, cross_entropy, mse, layernorm, embedding, dropout,
@@ -1115,11 +1119,12 @@ static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 /* ---- dropout: keep drawn by mf__drop_keep (seed, stream, index), as on the CPU ------------- */
-static __global__ void mf__k_dropout(float *y, const float *x, const float *g, long long n, unsigned long long seed,
-                                     unsigned long long stream, float p, float s, int backward) {
+/* forward: y = keep ? x s : 0 (x, y: floats or bf16: xb, yb); backward: y = dx += keep ? g s */
+static __global__ void mf__k_dropout(float *y, int yb, const float *x, int xb, const float *g, long long n,
+                                     unsigned long long seed, unsigned long long stream, float p, float s, int backward) {
     MF__CU_LOOP(i, n) {
         int keep = mf__drop_keep(seed, stream, (uint64_t)i, p);
-        if (!backward) y[i] = keep ? x[i] * s : 0.0f;
+        if (!backward) mf__cu_st(y, yb, i, keep ? mf__cu_ld(x, xb, i) * s : 0.0f);
         else if (keep) y[i] += g[i] * s;
     }
 }
@@ -1128,7 +1133,8 @@ static int mf__cu_dropout_run(mf_ctx *ctx, mf_tensor *out, int backward) {
     float *y = backward ? mf__g(out->src[0]) : out->data;
     if (!y) return 0;
     return MF__CU_RUN(ctx, backward ? "dropout (backward)" : "dropout", mf__k_dropout, MF__EW(out->ne), y,
-                      (const float *)out->src[0]->data, (const float *)out->grad, (long long)out->ne,
+                      !backward && out->bf16, (const float *)out->src[0]->data, out->src[0]->bf16,
+                      (const float *)out->grad, (long long)out->ne,
                       (unsigned long long)ctx->seed, (unsigned long long)mf__dropout_stream(out), p, s, backward);
 }
 static int mf__cu_dropout_fwd(mf_ctx *ctx, mf_tensor *out) { return mf__cu_dropout_run(ctx, out, 0); }
@@ -4551,7 +4557,7 @@ static const struct { const mf__op *op; mf__cu_fn fwd, bwd; int bf16; } mf__cu_o
     {&mf__op_mse, mf__cu_mse_fwd, mf__cu_mse_bwd, 0},
     {&mf__op_layernorm, mf__cu_layernorm_fwd, mf__cu_layernorm_bwd, 1},
     {&mf__op_embedding, mf__cu_embedding_fwd, mf__cu_embedding_bwd, 0},
-    {&mf__op_dropout, mf__cu_dropout_fwd, mf__cu_dropout_bwd, 0},
+    {&mf__op_dropout, mf__cu_dropout_fwd, mf__cu_dropout_bwd, 1},
     {&mf__op_reshape, mf__cu_nop, mf__cu_reshape_bwd, 1}, /* a view: no values read or written */
     {&mf__op_permute, mf__cu_permute_fwd, mf__cu_permute_bwd, 0},
     {&mf__op_concat, mf__cu_concat_fwd, mf__cu_concat_bwd, 0},
