@@ -64,7 +64,8 @@
  *   Context   mf_ctx owns everything: parameters (+ gradients + optimizer moments, each ONE flat
  *             buffer) and an activation arena that mf_reset() empties after every step. Nothing
  *             in a training step calls malloc once the first step has sized the arena.
- *   Tensors   float32, row-major, 1..4 dims, batch-first ([B, T, D]; heads [B, H, T, dk]).
+ *   Tensors   float32, row-major, 1..4 dims, batch-first ([B, T, D]; heads [B, H, T, dk]); on a
+ *             CUDA context in bf16 precision some activations hold bf16 (t->bf16).
  *             t->data holds t->ne values; t->grad (when it has one) the same shape.
  *             Parameter tensors live until mf_ctx_free; activation tensors until mf_reset.
  *             Do not keep t->data of a parameter across mf_param() calls: the flat buffer may move.
@@ -2347,14 +2348,15 @@ static int mf__check_backward(mf_ctx *ctx, mf_tensor *t) {
     return 0;
 }
 
-/* Check, shape, allocate, compute and record a node made by mf__begin (mf__finish below). */
-/* Store t's values in bf16: an activation kept for the backward (t takes a gradient), of an op that
-   allows it, on a backend storing activations in bf16 (a CUDA context in MF_PREC_BF16). Not in
-   check mode, which reads outputs as floats. */
+/* Store t's values in bf16: an activation kept for the backward (t takes a gradient) of an op that
+   allows it (always, or as its input is stored), on a backend storing activations in bf16 (a CUDA
+   context in MF_PREC_BF16). Not in check mode, which reads outputs as floats. */
 static int mf__store_bf16(const mf_ctx *ctx, const mf_tensor *t) {
-    return (t->op->bf16_out == 1 || (t->op->bf16_out == 2 && t->src[0]->bf16)) && t->requires_grad && !ctx->check_finite && ctx->be && ctx->be->bf16_storage &&
+    int op_allows = t->op->bf16_out == 1 || (t->op->bf16_out == 2 && t->src[0]->bf16);
+    return op_allows && t->requires_grad && !ctx->check_finite && ctx->be && ctx->be->bf16_storage &&
            ctx->be->bf16_storage(ctx);
 }
+/* Check, shape, allocate, compute and record a node made by mf__begin (mf__finish below). */
 static mf_tensor *mf__finish_op(mf_ctx *ctx, mf_tensor *t) {
     int i;
     if (!t || !mf_ok(ctx)) return NULL;

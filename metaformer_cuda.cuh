@@ -456,11 +456,12 @@ static int mf__cu_floats_begin(mf_ctx *ctx, mf_tensor *out, int backward, mf__cu
 /* ==== [cu:gemm] ============================================================================= */
 /* Row-major C_i = op(A_i) op(B_i) + beta C_i (i < batch), as mf__gemm: column-major cuBLAS computes
    C^T = op(B)^T op(A)^T. sC == 0 with batch > 1: every product adds into the same C.
-   MF_PREC_BF16: A and B are read in bf16 (cublasGemmEx, CUBLAS_COMPUTE_32F: fp32 accumulation and
-   fp32 C). An operand inside the flat parameter buffer (a weight) is read from the bf16 copy of the
-   parameters, made once per change of the parameters; any other operand (an activation, a gradient)
-   is converted into a scratch that the next product reuses, so no bf16 copy outlives its product:
-   the activations keep their fp32 values (what the other ops and the backward read). */
+   MF_PREC_BF16: A and B are read in bf16 (cublasGemmEx, CUBLAS_COMPUTE_32F: fp32 accumulation; fp32
+   C, or bf16 for an activation stored so, [cu:storage]). An operand inside the flat parameter buffer
+   (a weight) is read from the bf16 copy of the parameters, made once per change of the parameters;
+   an activation stored in bf16 is read where it lies; any other operand (a gradient, an fp32
+   activation) is converted into a scratch that the next product reuses, so no bf16 copy outlives
+   its product. */
 /* make *buf hold at least n bf16 values (mf__cu_grow; *cap counts values) */
 static int mf__cu_bf16_buf(mf_ctx *ctx, __nv_bfloat16 **buf, int64_t *cap, int64_t n, const char *what) {
     void *b = *buf;
@@ -537,16 +538,16 @@ static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, 
         for (long long r0 = 0; r0 < rows; r0 += step) {
             int n = (int)(rows - r0 < step ? rows - r0 : step);
             const float *As = A + r0 * lda;
-            if (ta ? mf__cu_gemm_bf16(ctx, op, 1, tb, M, N, n, As, lda, 0, mf__cu_at(B, st & MF__CU_B_BF16, tb ? r0 : r0 * ldb),
-                                      ldb, 0, r0 ? 1.0f : beta, C, ldc, 0, 1, st)
-                   : mf__cu_gemm_bf16(ctx, op, 0, tb, n, N, K, As, lda, 0, B, ldb, 0, beta,
-                                      (float *)mf__cu_at(C, st & MF__CU_C_BF16, r0 * ldc), ldc, 0, 1, st))
+            const float *Bs = mf__cu_at(B, st & MF__CU_B_BF16, tb ? r0 : r0 * ldb);
+            float *Cs = (float *)mf__cu_at(C, st & MF__CU_C_BF16, r0 * ldc);
+            if (ta ? mf__cu_gemm_bf16(ctx, op, 1, tb, M, N, n, As, lda, 0, Bs, ldb, 0, r0 ? 1.0f : beta, C, ldc, 0, 1, st)
+                   : mf__cu_gemm_bf16(ctx, op, 0, tb, n, N, K, As, lda, 0, B, ldb, 0, beta, Cs, ldc, 0, 1, st))
                 return -1;
         }
         return 0;
     }
-    if (mf__cu_gemm_operands(ctx, op, A, st & MF__CU_A_BF16, mf__cu_gemm_extent(ta ? K : M, ta ? M : K, lda, sA, batch),
-                             B, st & MF__CU_B_BF16, mf__cu_gemm_extent(tb ? N : K, tb ? K : N, ldb, sB, batch), &a, &b) < 0)
+    if (mf__cu_gemm_operands(ctx, op, A, st & MF__CU_A_BF16, mf__cu_gemm_extent(rows, cols, lda, sA, batch), B,
+                             st & MF__CU_B_BF16, mf__cu_gemm_extent(tb ? N : K, tb ? K : N, ldb, sB, batch), &a, &b) < 0)
         return -1;
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
