@@ -84,7 +84,8 @@
  *     function is a rendezvous of the warp (all 32 lanes, like the .sync of the hardware), so that
  *     every lane has loaded before any lane stores. mma_sync multiplies the inputs truncated to TF32
  *     (what tensor cores read of an unconverted float), or the bf16 inputs exactly (a product of two
- *     8-bit significands fits a float's 24), and accumulates in float, k ascending. Pointers must be
+ *     8-bit significands fits a float's 24), and accumulates in float, k ascending (once for the
+ *     32 lanes: a lane whose tiles equal those of a product just made copies its result). Pointers must be
  *     32-byte aligned and ldm a multiple of 16 bytes (4 floats, 8 bf16; else a launch failure, as
  *     the hardware's misaligned-address fault).
  *
@@ -1969,15 +1970,41 @@ static inline float mf_emu_mma_in(__nv_bfloat16 x) { return __bfloat162float(x);
 template <int M, int N, int K, class T, class LA, class LB>
 static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
                             const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
-    float r[M * N];
+    /* Every lane of the warp holds the same tiles and asks for the same product, the bulk of an
+       emulated tensor-core kernel's time: the products computed last are kept with their inputs
+       (a pure function of a, b and c), and a lane whose inputs match one of them copies it */
+    typedef fragment<matrix_a, M, N, K, T, LA> FA;
+    typedef fragment<matrix_b, M, N, K, T, LB> FB;
+    typedef fragment<accumulator, M, N, K, float> FC;
+    struct memo { FA a; FB b; FC c, d; };
+    enum { MEMOS = 16 }; /* more than the warps of a block that interleave between two rendezvous */
+    static memo seen[MEMOS];
+    static int n_seen, next;
     mf_emu::warp_op(mf_emu::W_SYNC, 0xffffffffu, 0, 0, 32);
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float acc = c.x[i * N + j];
-            for (int l = 0; l < K; l++) acc += mf_emu_mma_in(a.x[i * K + l]) * mf_emu_mma_in(b.x[l * N + j]);
-            r[i * N + j] = acc;
+    for (int s = 0; s < n_seen; s++)
+        if (!memcmp(&seen[s].c, &c, sizeof c) && !memcmp(&seen[s].a, &a, sizeof a) && !memcmp(&seen[s].b, &b, sizeof b)) {
+            d = seen[s].d;
+            return;
         }
-    memcpy(d.x, r, sizeof r);
+    /* d[i][j] = c[i][j] + a[i][0] b[0][j] + a[i][1] b[1][j] + ..., k ascending, a rounded product and
+       a rounded sum per term; the inputs converted once and a row of N outputs one vector (the tests
+       build at -O1, which does not vectorise loops) */
+    typedef float row_t __attribute__((vector_size(N * sizeof(float))));
+    memo &m = seen[next];
+    row_t fb[K], r;
+    float fa[M * K];
+    next = (next + 1) % MEMOS;
+    if (n_seen < MEMOS) n_seen++;
+    m.a = a; m.b = b; m.c = c;
+    for (int i = 0; i < M * K; i++) fa[i] = mf_emu_mma_in(a.x[i]);
+    for (int l = 0; l < K; l++)
+        for (int j = 0; j < N; j++) fb[l][j] = mf_emu_mma_in(b.x[l * N + j]);
+    for (int i = 0; i < M; i++) {
+        memcpy(&r, c.x + i * N, sizeof r);
+        for (int l = 0; l < K; l++) r += fa[i * K + l] * fb[l];
+        memcpy(m.d.x + i * N, &r, sizeof r);
+    }
+    d = m.d;
 }
 } /* namespace wmma */
 } /* namespace nvcuda */
