@@ -4349,9 +4349,19 @@ static int mf__cu_fb_bwd(mf_ctx *ctx, mf_tensor *out) {
 /* a parameter's range of the flat buffers [off, off + n), and its place [start, start + n) in the
    segments laid end to end (mf__cu_put_segs sets start) */
 typedef struct { long long off, n, start; float step, rc2, decay, lr; int first; } mf__cu_seg;
-/* element e of the segments laid end to end: its segment *s (which only moves forward, as e grows)
-   and its index *k in the flat buffers; 0 past the end */
+/* element e of the segments laid end to end: its segment *s (which only moves forward, as e grows:
+   a thread's first element bisects, the next ones step) and its index *k in the flat buffers; 0
+   past the end */
 static __device__ int mf__cu_seg_at(const mf__cu_seg *segs, int nseg, long long e, int *s, long long *k) {
+    if (*s == 0) { /* the first segment whose end is past e (the ends never decrease) */
+        int lo = 0, hi = nseg;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (e >= segs[mid].start + segs[mid].n) lo = mid + 1;
+            else hi = mid;
+        }
+        *s = lo;
+    }
     while (*s < nseg && e >= segs[*s].start + segs[*s].n) (*s)++;
     if (*s >= nseg) return 0;
     *k = segs[*s].off + (e - segs[*s].start);
