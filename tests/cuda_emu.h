@@ -85,9 +85,9 @@
  *     every lane has loaded before any lane stores. mma_sync multiplies the inputs truncated to TF32
  *     (what tensor cores read of an unconverted float), or the bf16 inputs exactly (a product of two
  *     8-bit significands fits a float's 24), and accumulates in float, k ascending (once for the
- *     32 lanes: a lane whose tiles equal those of a product just made copies its result). Pointers must be
- *     32-byte aligned and ldm a multiple of 16 bytes (4 floats, 8 bf16; else a launch failure, as
- *     the hardware's misaligned-address fault).
+ *     32 lanes: a lane whose tiles equal those of a product just made copies its result). Pointers
+ *     must be 32-byte aligned and ldm a multiple of 16 bytes (4 floats, 8 bf16; else a launch
+ *     failure, as the hardware's misaligned-address fault).
  *
  * Not emulated: inline PTX asm, other WMMA shapes and types, mma PTX, cp.async, cooperative groups,
  * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half types
