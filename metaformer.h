@@ -207,7 +207,9 @@ MFDEF void mf_set_threads(mf_ctx *ctx, int n_threads);
 /* Training mode (default 1): dropout is active only in training mode. Returns the old mode. */
 MFDEF int mf_set_training(mf_ctx *ctx, int training);
 /* Empty the activation arena and the tape: call once per step, after the optimizer step.
-   Every activation tensor made before becomes invalid; parameters are kept. */
+   Every activation tensor made before becomes invalid; parameters are kept (on a GPU their
+   buffers, which grow by doubling while a model adds parameters, are cut to the floats in use
+   here: their pointers may change, the values do not). */
 MFDEF void mf_reset(mf_ctx *ctx);
 /* Bytes in use by activations now / at most since the context was made, and parameter floats. */
 MFDEF size_t mf_activation_bytes(const mf_ctx *ctx);
@@ -1355,7 +1357,8 @@ typedef struct mf__prof_row { const char *name; int64_t calls; double fwd, fwd_g
    generic code below needs no CUDA types. Every function records its own error in ctx. */
 enum { MF__H2D = 1, MF__D2H = 2, MF__D2D = 3 };
 typedef struct mf__backend {
-    void *(*dalloc)(mf_ctx *ctx, size_t bytes, const char *what); /* persistent device memory */
+    void *(*dalloc)(mf_ctx *ctx, size_t bytes, const char *what); /* persistent device memory (what
+                                                                     NULL: a failure is no error) */
     void (*dfree)(mf_ctx *ctx, void *p);
     void *(*arena)(mf_ctx *ctx, size_t bytes);     /* activation data, valid until mf_reset */
     void (*reset)(mf_ctx *ctx);                    /* empty the device arena */
@@ -1688,6 +1691,7 @@ MFDEF size_t mf_activation_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_used
 MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_peak : 0; }
 MFDEF int64_t mf_param_count(const mf_ctx *ctx) { return ctx ? ctx->p_used : 0; }
 
+static void mf__param_fit(mf_ctx *ctx);
 MFDEF void mf_reset(mf_ctx *ctx) {
     size_t total = 0;
     mf__block *b;
@@ -1695,7 +1699,10 @@ MFDEF void mf_reset(mf_ctx *ctx) {
     ctx->tape_len = 0;
     ctx->act_used = 0;
     ctx->cur_op = NULL;
-    if (ctx->be) ctx->be->reset(ctx);
+    if (ctx->be) {
+        ctx->be->reset(ctx);
+        mf__param_fit(ctx);
+    }
     if (!ctx->blocks) return;
     if (!ctx->blocks->next) { ctx->blocks->used = 0; return; }
     /* several blocks: replace them by one block that holds what this step needed */
@@ -1825,9 +1832,18 @@ MFDEF float mf_item(mf_ctx *ctx, const mf_tensor *t) {
 }
 
 /* ---- parameter arena ---- */
+/* every parameter's data and grad pointed into the flat buffers again, after they moved */
+static void mf__param_repoint(mf_ctx *ctx) {
+    int k;
+    for (k = 0; k < ctx->n_params; k++) {
+        mf_tensor *p = ctx->params[k];
+        p->data = ctx->p_data + p->offset;
+        p->grad = ctx->p_grad + p->offset;
+    }
+}
 static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     int64_t cap = ctx->p_cap ? ctx->p_cap : 4096;
-    int i, k;
+    int i;
     float **bufs[4];
     if (floats <= ctx->p_cap) return 0;
     if (ctx->mom_n) return (mf__fail(ctx, "mf_param: no parameter can be added once the moments are sharded (ZeRO-1, mf_dist_attach)"), -1);
@@ -1858,17 +1874,39 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
         if (!nb) break;
         *bufs[i] = nb;
     }
-    for (k = 0; k < ctx->n_params; k++) { /* the buffers may have moved, even after a failure */
-        mf_tensor *p = ctx->params[k];
-        p->data = ctx->p_data + p->offset;
-        p->grad = ctx->p_grad + p->offset;
-    }
+    mf__param_repoint(ctx); /* the buffers may have moved, even after a failure */
     if (i < 4) {
         mf__fail(ctx, "out of memory: cannot grow the parameter buffers to %lld floats", (long long)cap);
         return -1;
     }
     ctx->p_cap = cap;
     return 0;
+}
+
+/* device: the parameter buffers (and the moments, once they exist) cut to the floats in use. A
+   device has no realloc, so they grow by doubling while a model adds its parameters, which can leave
+   almost half of each of the four unused (the host's unused tail is never touched, so never resident).
+   Called by mf_reset (between steps: no collective of [mf:dist] still reads the gradients); a
+   parameter added later grows them again. ZeRO-1's sharded buffers keep their padding
+   (mf_dist_attach sized them). The new buffers are allocated before the old ones are freed, so
+   where the device has no room for them nothing changes. */
+static void mf__param_fit(mf_ctx *ctx) {
+    float **bufs[4], *nb[4] = {NULL, NULL, NULL, NULL};
+    size_t bytes = (size_t)ctx->p_used * sizeof(float);
+    int i, k;
+    if (!ctx->be || ctx->mom_n || !ctx->p_data || ctx->p_used <= 0 || ctx->p_used >= ctx->p_cap || !mf_ok(ctx)) return;
+    bufs[0] = &ctx->p_data; bufs[1] = &ctx->p_grad; bufs[2] = &ctx->p_m; bufs[3] = &ctx->p_v;
+    for (i = 0; i < 4; i++) /* what = NULL: an allocation that fails returns NULL and fails nothing */
+        if (*bufs[i] && (!(nb[i] = (float *)ctx->be->dalloc(ctx, bytes, NULL)) ||
+                         ctx->be->copy(ctx, nb[i], *bufs[i], bytes, MF__D2D) < 0))
+            break;
+    for (k = 0; k < 4; k++) {
+        if (i < 4) ctx->be->dfree(ctx, nb[k]);
+        else if (nb[k]) { ctx->be->dfree(ctx, *bufs[k]); *bufs[k] = nb[k]; }
+    }
+    if (i < 4) return;
+    ctx->p_cap = ctx->p_used;
+    mf__param_repoint(ctx);
 }
 
 /* host: zero floats [lo, hi) of the parameter buffers (values, gradients and the moments once they
@@ -1886,8 +1924,9 @@ static void mf__param_zero_new(mf_ctx *ctx, int64_t lo, int64_t hi) {
 /* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed
    (on the host: the floats in use; a later parameter zeroes its own, mf__param_zero_new). */
 static int mf__alloc_moments(mf_ctx *ctx) {
-    size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
+    size_t bytes;
     if (ctx->p_m) return 0;
+    bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (mf__mem_grant(ctx, 2 * bytes, "optimizer moments") < 0) return -1;
     if (ctx->be) {
         ctx->p_m = (float *)ctx->be->dalloc(ctx, bytes, "optimizer moments");

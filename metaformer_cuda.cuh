@@ -248,6 +248,10 @@ template <class K> static int mf__cu_smem(mf_ctx *ctx, K kernel, size_t bytes, c
 static void *mf__cu_dalloc(mf_ctx *ctx, size_t bytes, const char *what) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess && !what) { /* a request that may fail (mf__param_fit) */
+        (void)cudaGetLastError();
+        return NULL;
+    }
     if (e != cudaSuccess) { /* name the request, the device's free / total memory and the op that asked */
         size_t free_b = 0, total_b = 0;
         char who[96];
@@ -474,6 +478,13 @@ static int mf__cu_bf16_buf(mf_ctx *ctx, __nv_bfloat16 **buf, int64_t *cap, int64
 /* the bf16 copy of the parameters, converted again when they may have changed */
 static const __nv_bfloat16 *mf__cu_weights_bf16(mf_ctx *ctx, const char *op) {
     mf__cu *cu = MF__CU(ctx);
+    if (cu->wbf_cap > ctx->p_cap && cu->wbf_cap > 8192) { /* the parameters were cut to fit (mf__param_fit;
+                                                              8192 values: mf__cu_grow's least) */
+        mf__cu_dfree(ctx, cu->wbf);
+        ctx->aux_bytes -= (size_t)cu->wbf_cap * sizeof(__nv_bfloat16);
+        cu->wbf = NULL;
+        cu->wbf_cap = 0;
+    }
     if (cu->wbf_cap < ctx->p_cap) {
         if (mf__cu_bf16_buf(ctx, &cu->wbf, &cu->wbf_cap, ctx->p_cap, "bf16 copies (the weights)") < 0) return NULL;
         cu->wbf_stale = 1;

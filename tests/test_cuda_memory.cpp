@@ -8,6 +8,8 @@
  *   make test-cuda  nvcc -x cu for a real GPU: check mode and the memory cap only */
 #include "cuda_parity.h"
 
+#include <algorithm>
+
 static int has(const char *s, const char *part) {
     if (!strstr(s, part)) { printf("    \"%s\" not in: %s\n", part, s); return 0; }
     return 1;
@@ -51,6 +53,39 @@ static void test_memory_cap_on_cuda(void) {
     mf_ctx_free(ctx);
 }
 
+/* The device parameter buffers grow by doubling while parameters are added; mf_reset cuts them
+   (and the moments) to the floats in use, keeping every value, and a parameter added later grows
+   them again. Counted by mf_ctx_memory_bytes: 8 bytes a float for the
+   values and gradients, 16 with the moments (no activations here). */
+static void test_parameter_buffers_fit(void) {
+    mf_ctx *ctx = cuda_ctx();
+    int s1[2] = {50, 80}, s2[1] = {1000}, s3[1] = {32};
+    std::vector<float> a(4000), b(1000), back(4000);
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_SGD, 0.0f);
+    mf_tensor *pa, *pb, *pc;
+    if (!ctx) return;
+    for (size_t i = 0; i < a.size(); i++) a[i] = (float)i * 0.5f;
+    for (size_t i = 0; i < b.size(); i++) b[i] = -(float)i;
+    pa = mf_param(ctx, "a", 2, s1); /* 4000 floats fit the first 4096 */
+    pb = mf_param(ctx, "b", 1, s2); /* 5000 floats: the buffers double to 8192 */
+    MFT_CHECK(pa && pb && mf_set_data(ctx, pa, a.data()) == 0 && mf_set_data(ctx, pb, b.data()) == 0);
+    MFT_CHECK(mf_ctx_memory_bytes(ctx) == 8192 * 8);
+    mf_reset(ctx);
+    MFT_CHECK(mf_ctx_memory_bytes(ctx) == 5000 * 8);
+    MFT_CHECK(mf_to_host(ctx, pa, back.data()) == 0 && back == a);
+    MFT_CHECK(mf_to_host(ctx, pb, back.data()) == 0 && std::equal(b.begin(), b.end(), back.begin()));
+    pc = mf_param(ctx, "c", 1, s3); /* grows again, from the fitted size */
+    MFT_CHECK(pc && mf_ctx_memory_bytes(ctx) == 10000 * 8);
+    MFT_CHECK(mf_optimizer_step(ctx, &opt) == 0); /* the moments appear at the buffers' size */
+    MFT_CHECK(mf_ctx_memory_bytes(ctx) == 10000 * 16);
+    mf_reset(ctx);
+    MFT_CHECK(mf_ctx_memory_bytes(ctx) == 5040 * 16);
+    MFT_CHECK(mf_to_host(ctx, pa, back.data()) == 0 && back == a);
+    MFT_CHECK(mf_to_host(ctx, pb, back.data()) == 0 && std::equal(b.begin(), b.end(), back.begin()));
+    MFT_CHECK(mf_ok(ctx));
+    mf_ctx_free(ctx);
+}
+
 #ifdef MF_CUDA_EMU
 /* a 4 MB device: the 16 MB activation arena's cudaMalloc fails; the message has the size, the
    device's free and total memory and the op that asked */
@@ -90,6 +125,7 @@ int main(void) {
     if (cuda_suite_start("test_cuda_memory") < 0) return 1;
     MFT_RUN(test_check_mode_on_cuda);
     MFT_RUN(test_memory_cap_on_cuda);
+    MFT_RUN(test_parameter_buffers_fit);
 #ifdef MF_CUDA_EMU
     MFT_RUN(test_out_of_gpu_memory);
     MFT_RUN(test_out_of_gpu_memory_parameters);
