@@ -2534,23 +2534,37 @@ static void mf__backward_done(mf_ctx *ctx, int i) {
 }
 /* Recycled activation gradients (mf_set_keep_activation_grads(ctx, 0)). Walking the tape
    backwards, an op's inputs get their gradient buffers just before its backward (the buffer an
-   input shares, mf__grad_shared_src, or a free one of its size, the one freed last: the warmest),
-   and once the op is done its own gradient buffer goes back to the free list, unless an input
-   carries it on. A tensor no gradient reaches is skipped. On a device the kernels add into
-   every input gradient, so a buffer is zeroed when taken (on the stream, after the op that freed
-   it), except a shared one: the kernels skip an input whose buffer is the op's own gradient
-   (add, sub, reshape) or turn it into dx in place (the unary ops). */
-typedef struct { float *p; int64_t ne; } mf__gradbuf;
-static float *mf__gradbuf_take(mf_ctx *ctx, mf__gradbuf *fl, int *n, int64_t ne) {
+   input shares, mf__grad_shared_src, or a free one, mf__gradbuf_take), and once the op is done its
+   own gradient buffer goes back to the free ones, unless an input carries it on. A tensor no
+   gradient reaches is skipped. On a device the kernels add into every input gradient, so a buffer
+   is zeroed when taken (on the stream, after the op that freed it), except a shared one: the
+   kernels skip an input whose buffer is the op's own gradient (add, sub, reshape) or turn it into
+   dx in place (the unary ops). */
+typedef struct { float *p; int64_t cap; int64_t freed; } mf__gradbuf; /* freed: 0 in use, else when */
+typedef struct { mf__gradbuf *b; int n; int64_t clock; } mf__gradbufs;
+/* A gradient buffer of ne floats: the smallest free one that holds them without doubling them (a
+   transformer layer's q/k/v gradient then takes the FFN's wider one, freed just before), among
+   equals the one freed last (the warmest); else a new one from the arena. */
+static float *mf__gradbuf_take(mf_ctx *ctx, mf__gradbufs *g, int64_t ne) {
+    int i, best = -1;
+    for (i = 0; i < g->n; i++) {
+        const mf__gradbuf *b = &g->b[i];
+        if (!b->freed || b->cap < ne || b->cap / 2 > ne) continue;
+        if (best < 0 || b->cap < g->b[best].cap || (b->cap == g->b[best].cap && b->freed > g->b[best].freed)) best = i;
+    }
+    if (best < 0) {
+        float *p = (float *)mf__alloc_data(ctx, (size_t)ne * sizeof(float));
+        if (!p) return NULL;
+        best = g->n++;
+        g->b[best].p = p; g->b[best].cap = ne;
+    }
+    g->b[best].freed = 0;
+    return g->b[best].p;
+}
+static void mf__gradbuf_give(mf__gradbufs *g, const float *p) {
     int i;
-    for (i = *n - 1; i >= 0; i--)
-        if (fl[i].ne == ne) {
-            float *p = fl[i].p;
-            memmove(fl + i, fl + i + 1, (size_t)(*n - i - 1) * sizeof *fl);
-            --*n;
-            return p;
-        }
-    return (float *)mf__alloc_data(ctx, (size_t)ne * sizeof(float));
+    for (i = 0; i < g->n; i++)
+        if (g->b[i].p == p) { g->b[i].freed = ++g->clock; return; }
 }
 /* d loss / d loss = 1, on the loss's device */
 static int mf__set_loss_grad(mf_ctx *ctx, mf_tensor *loss) {
@@ -2561,11 +2575,12 @@ static int mf__set_loss_grad(mf_ctx *ctx, mf_tensor *loss) {
     return 0;
 }
 static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
-    mf__gradbuf *fl = (mf__gradbuf *)mf__alloc(ctx, (size_t)(end + 1) * sizeof(mf__gradbuf));
-    int i, nfl = 0;
-    if (!fl) return -1;
+    mf__gradbufs g;
+    int i;
+    g.n = 0; g.clock = 0;
+    if (!(g.b = (mf__gradbuf *)mf__alloc(ctx, (size_t)(end + 2) * sizeof(mf__gradbuf)))) return -1;
     for (i = 0; i <= end; i++) ctx->tape[i]->grad = NULL;
-    if (!(loss->grad = mf__gradbuf_take(ctx, fl, &nfl, 1)) || mf__set_loss_grad(ctx, loss) < 0) return -1;
+    if (!(loss->grad = mf__gradbuf_take(ctx, &g, 1)) || mf__set_loss_grad(ctx, loss) < 0) return -1;
     for (i = end; i >= 0 && mf_ok(ctx); i--) {
         mf_tensor *t = ctx->tape[i];
         int k, share;
@@ -2575,12 +2590,12 @@ static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
             mf_tensor *s = t->src[k];
             if (!s || !s->op || s->is_param || !s->requires_grad || s->grad) continue;
             if (k == share) s->grad = t->grad;
-            else if (!(s->grad = mf__gradbuf_take(ctx, fl, &nfl, s->ne))) return -1;
+            else if (!(s->grad = mf__gradbuf_take(ctx, &g, s->ne))) return -1;
             else if (!ctx->be) s->grad_pending = 1;
             else if (mf__dzero(ctx, s->grad, (size_t)s->ne * sizeof(float)) < 0) return -1;
         }
         if (mf__backward_one(ctx, t) < 0) return -1;
-        if (mf__grad_sharing(t) < 0) { fl[nfl].p = t->grad; fl[nfl].ne = t->ne; nfl++; }
+        if (mf__grad_sharing(t) < 0) mf__gradbuf_give(&g, t->grad);
         t->grad = NULL;
         mf__backward_done(ctx, i);
     }

@@ -1106,6 +1106,29 @@ static void test_view_shares_gradient(void) {
             mf_ctx_free(c1); mf_ctx_free(c2);
         }
     }
+    { /* recycled gradient buffers are taken by size, best fit: a gradient of n floats takes a free
+         buffer of up to 2n (here the 8-float one freed just before it is asked for 6), so a backward
+         whose early branch is narrower allocates no more than one whose branches are alike */
+        size_t grew[2];
+        int narrow;
+        for (narrow = 0; narrow <= 1; narrow++) {
+            mf_ctx *cx = mf_ctx_new(5);
+            int s6[1] = {narrow ? 6 : 8}, s8[1] = {8};
+            mf_tensor *p6 = mf_param(cx, "p6", 1, s6), *p8 = mf_param(cx, "p8", 1, s8), *b6, *b8;
+            size_t before;
+            mf_set_keep_activation_grads(cx, 0);
+            b6 = mf_sum(cx, mf_mul(cx, p6, rnd(cx, 1, s6, 1, -1, 1))); /* its backward runs last */
+            b8 = mf_sum(cx, mf_mul(cx, p8, rnd(cx, 1, s8, 2, -1, 1)));
+            b8 = mf_add(cx, b6, b8);
+            before = mf_activation_bytes(cx);
+            MFT_CHECK(mf_backward(cx, b8) == 0);
+            grew[narrow] = mf_activation_bytes(cx) - before;
+            MFT_CHECK(mf_ok(cx));
+            mf_ctx_free(cx);
+        }
+        MFT_CHECK(grew[1] == grew[0]);
+        if (grew[1] != grew[0]) printf("    the backward took %zu bytes (6 floats) / %zu (8 floats)\n", grew[1], grew[0]);
+    }
     { /* a second backward on the same tape, from a later loss that reads the shared input again:
          the view gets its own buffer back and the input both contributions */
         mf_tensor *e, *re, *l1;
