@@ -4474,11 +4474,14 @@ static double mf__cu_grad_sumsq(mf_ctx *ctx, int64_t lo, int64_t hi) {
     long long total;
     double ss = 0, *partial;
     size_t head = (MF__CU_RED_BLOCKS + 1) * sizeof(double);
+    unsigned nb;
     if (!(ds = mf__cu_grad_segs(ctx, lo, hi, head, &n, &total))) return n == 0 && mf_ok(ctx) ? 0.0 : -1.0;
     partial = (double *)((char *)ds - head);
-    if (MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_sumsq, MF__CU_RED_BLOCKS, MF__CU_BS, 0, (const float *)ctx->p_grad,
+    nb = mf__cu_seg_grid(total); /* a block per 256 values, at most MF__CU_RED_BLOCKS */
+    if (nb > MF__CU_RED_BLOCKS) nb = MF__CU_RED_BLOCKS;
+    if (MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_sumsq, nb, MF__CU_BS, 0, (const float *)ctx->p_grad,
                    (const mf__cu_seg *)ds, n, partial) < 0 ||
-        MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_reduce_end, 1, 32, 0, (const double *)partial, MF__CU_RED_BLOCKS, 1.0,
+        MF__CU_RUN(ctx, "mf_clip_grad_norm", mf__k_reduce_end, 1, 32, 0, (const double *)partial, (int)nb, 1.0,
                    (float *)NULL, partial + MF__CU_RED_BLOCKS) < 0 ||
         mf__cu_copy(ctx, &ss, partial + MF__CU_RED_BLOCKS, sizeof ss, MF__D2H) < 0)
         return -1.0;

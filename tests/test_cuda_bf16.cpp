@@ -282,11 +282,11 @@ static void check_curve(mf_mixer_kind mixer, int steps) {
     MFT_CHECK(worst <= 0.01);
     MFT_CHECK(cpu[(size_t)steps - 1] < cpu[0] - 0.1); /* it learned: the curve says something */
 }
-static void test_train_sdpa(void) { check_curve(MF_MIXER_SDPA, MFT_SMALL ? 25 : 150); }
+static void test_train_sdpa(void) { check_curve(MF_MIXER_SDPA, MFT_SMALL ? 25 : 300); }
 #if !MFT_SMALL
-static void test_train_relative(void) { check_curve(MF_MIXER_RELATIVE, 150); }
-static void test_train_fast_weights(void) { check_curve(MF_MIXER_FAST_WEIGHTS, 150); }
-static void test_train_feedback(void) { check_curve(MF_MIXER_FEEDBACK, 75); }
+static void test_train_relative(void) { check_curve(MF_MIXER_RELATIVE, 300); }
+static void test_train_fast_weights(void) { check_curve(MF_MIXER_FAST_WEIGHTS, 300); }
+static void test_train_feedback(void) { check_curve(MF_MIXER_FEEDBACK, 300); }
 #endif
 
 /* ------------------------------------------------------------------------------ checkpoints */
