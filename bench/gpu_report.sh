@@ -118,7 +118,7 @@ model_options() {
 # the models: every mixer of the library, compressive after relative
 train_models() {
     local m
-    if [ "$DRY" = 1 ] && [ ! -x build/train ]; then say "MIXER...(build/train --list-mixers, built by the build part)"; return; fi
+    if [ "$DRY" = 1 ] && [ ! -x build/train ]; then say MIXER; return; fi # (a word: the callers split the list)
     for m in $(build/train --list-mixers); do
         say "$m"
         [ "$m" = relative ] && say compressive
@@ -131,6 +131,7 @@ part_train() {
     [ "$DRY" = 1 ] || awk 'BEGIN { srand(3); split("the king and queen of a land far away spoke to the people who listened", w, " ");
         for (i = 0; i < 6000; i++) printf "%s%s", w[int(rand() * 15) + 1], (i % 12 == 11 ? ".\n" : " ") }' > "$WORK/text.txt"
     say "(the CPU runs go side by side with the GPU runs, build/train --threads 4)"
+    [ "$DRY" = 1 ] && [ ! -x build/train ] && say "(MIXER: each of build/train --list-mixers, built by the build part)"
     cpu_runs() {
         for m in $(train_models); do
             # shellcheck disable=SC2046,SC2086
