@@ -1691,7 +1691,7 @@ MFDEF size_t mf_activation_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_used
 MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_peak : 0; }
 MFDEF int64_t mf_param_count(const mf_ctx *ctx) { return ctx ? ctx->p_used : 0; }
 
-static void mf__param_fit(mf_ctx *ctx);
+static void mf__param_fit(mf_ctx *ctx, int64_t n);
 MFDEF void mf_reset(mf_ctx *ctx) {
     size_t total = 0;
     mf__block *b;
@@ -1701,7 +1701,7 @@ MFDEF void mf_reset(mf_ctx *ctx) {
     ctx->cur_op = NULL;
     if (ctx->be) {
         ctx->be->reset(ctx);
-        mf__param_fit(ctx);
+        if (!ctx->mom_n) mf__param_fit(ctx, ctx->p_used);
     }
     if (!ctx->blocks) return;
     if (!ctx->blocks->next) { ctx->blocks->used = 0; return; }
@@ -1841,13 +1841,16 @@ static void mf__param_repoint(mf_ctx *ctx) {
         p->grad = ctx->p_grad + p->offset;
     }
 }
-static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
+/* room for `floats` floats in the parameter buffers: doubling (a model adding its parameters one by
+   one), or exactly that many (exact: the padded end of ZeRO-1's shards) */
+static int mf__param_reserve(mf_ctx *ctx, int64_t floats, int exact) {
     int64_t cap = ctx->p_cap ? ctx->p_cap : 4096;
     int i;
     float **bufs[4];
     if (floats <= ctx->p_cap) return 0;
     if (ctx->mom_n) return (mf__fail(ctx, "mf_param: no parameter can be added once the moments are sharded (ZeRO-1, mf_dist_attach)"), -1);
-    while (cap < floats) cap *= 2;
+    if (exact) cap = floats;
+    else while (cap < floats) cap *= 2;
     if (mf__mem_grant(ctx, (size_t)(cap - ctx->p_cap) * sizeof(float) * (ctx->p_m ? 4 : 2),
                       ctx->p_m ? "parameters (values, gradients and optimizer moments)" : "parameters (values and gradients)") < 0)
         return -1;
@@ -1883,18 +1886,18 @@ static int mf__param_reserve(mf_ctx *ctx, int64_t floats) {
     return 0;
 }
 
-/* device: the parameter buffers (and the moments, once they exist) cut to the floats in use. A
+/* device: the parameter buffers (and the moments, once they exist) cut to n >= p_used floats. A
    device has no realloc, so they grow by doubling while a model adds its parameters, which can leave
    almost half of each of the four unused (the host's unused tail is never touched, so never resident).
-   Called by mf_reset (between steps: no collective of [mf:dist] still reads the gradients); a
-   parameter added later grows them again. ZeRO-1's sharded buffers keep their padding
-   (mf_dist_attach sized them). The new buffers are allocated before the old ones are freed, so
-   where the device has no room for them nothing changes. */
-static void mf__param_fit(mf_ctx *ctx) {
+   mf_reset cuts them to the floats in use (between steps: no collective of [mf:dist] still reads the
+   gradients; not once ZeRO-1 shards the moments), mf_dist_attach to ZeRO-1's padded shards; a
+   parameter added later grows them again. The new buffers are allocated before the old ones are
+   freed, so where the device has no room for them nothing changes. */
+static void mf__param_fit(mf_ctx *ctx, int64_t n) {
     float **bufs[4], *nb[4] = {NULL, NULL, NULL, NULL};
-    size_t bytes = (size_t)ctx->p_used * sizeof(float);
+    size_t bytes = (size_t)n * sizeof(float);
     int i, k;
-    if (!ctx->be || ctx->mom_n || !ctx->p_data || ctx->p_used <= 0 || ctx->p_used >= ctx->p_cap || !mf_ok(ctx)) return;
+    if (!ctx->be || !ctx->p_data || n < ctx->p_used || n <= 0 || n >= ctx->p_cap || !mf_ok(ctx)) return;
     bufs[0] = &ctx->p_data; bufs[1] = &ctx->p_grad; bufs[2] = &ctx->p_m; bufs[3] = &ctx->p_v;
     for (i = 0; i < 4; i++) /* what = NULL: an allocation that fails returns NULL and fails nothing */
         if (*bufs[i] && (!(nb[i] = (float *)ctx->be->dalloc(ctx, bytes, NULL)) ||
@@ -1905,7 +1908,7 @@ static void mf__param_fit(mf_ctx *ctx) {
         else if (nb[k]) { ctx->be->dfree(ctx, *bufs[k]); *bufs[k] = nb[k]; }
     }
     if (i < 4) return;
-    ctx->p_cap = ctx->p_used;
+    ctx->p_cap = n;
     mf__param_repoint(ctx);
 }
 
@@ -1967,7 +1970,7 @@ MFDEF mf_tensor *mf_param(mf_ctx *ctx, const char *name, int ndim, const int *sh
         return (mf_tensor *)mf__fail(ctx, "mf_param: a parameter named \"%s\" exists already; names must be unique", name);
     if ((ne = mf__check_shape(ctx, "mf_param", ndim, shape)) < 0) return NULL;
     off = (ctx->p_used + 15) & ~(int64_t)15; /* 64-byte aligned within the buffer */
-    if (mf__param_reserve(ctx, off + ne) < 0) return NULL;
+    if (mf__param_reserve(ctx, off + ne, 0) < 0) return NULL;
     mf__param_zero_new(ctx, ctx->p_used, off + ne);
     if (ctx->n_params == ctx->params_cap) {
         int cap = ctx->params_cap ? 2 * ctx->params_cap : 64;
@@ -12939,8 +12942,9 @@ MFDEF int mf_dist_attach(mf_dist *d, mf_ctx *ctx) {
                                                       "counts; use more ranks", (long long)d->shard);
         else if (ctx->p_m) ok = 0, mf__dist_fail(d, "mf_dist_attach: ZeRO-1 must be attached before the first optimizer step "
                                                  "or checkpoint load (the moments exist already); resume with mf_dist_load");
-        else if (mf__param_reserve(ctx, d->npad) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
+        else if (mf__param_reserve(ctx, d->npad, 1) < 0) ok = 0, mf__dist_fail(d, "%s", mf_error(ctx));
         else {
+            mf__param_fit(ctx, d->npad);
             mf__param_zero_new(ctx, ctx->p_used, d->npad); /* the pad past the parameters, which the shards read */
             if (mf__dist_shard_moments(d, ctx) < 0) ok = 0;
         }

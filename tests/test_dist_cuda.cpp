@@ -376,12 +376,14 @@ static void test_zero1(void) {
     MFT_CHECK(run_new(&C, MF_MIXER_SDPA, 1, MPI_COMM_WORLD, &dz, B) == 0);
     if (!mft__cur_bad) {
         MFT_CHECK(Z.ctx->mom_n > 0 && Z.ctx->mom_n < mf_param_count(Z.ctx)); /* this rank's shard only */
+        MFT_CHECK(Z.ctx->p_cap == Z.d->npad); /* the device buffers: the padded shards, no doubling */
         double ezp = 0, ezc = 0;
         for (int s = 0; s < 3; s++) {
             double lz = step(&Z, s, 0.5f, NULL), lp = step(&P, s, 0.5f, NULL), lc = step(&C, s, 0.5f, NULL);
             MFT_NEAR(lz, lp, 1e-6);
             MFT_NEAR(lz, lc, 1e-5);
         }
+        MFT_CHECK(P.ctx->p_cap == P.ctx->p_used && Z.ctx->p_cap == Z.d->npad); /* mf_reset cut P's to fit, not Z's */
         ezp = worst(P.ctx, params_of(&Z), params_of(&P));
         ezc = worst(C.ctx, params_of(&Z), params_of(&C));
         printf("    rank %d: ZeRO-1 on the GPU vs plain data parallel: parameters after 3 clipped Adam steps differ by "
