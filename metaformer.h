@@ -1927,9 +1927,8 @@ static void mf__param_zero_new(mf_ctx *ctx, int64_t lo, int64_t hi) {
 /* The optimizer moments appear with the first optimizer step (or checkpoint save/load), zeroed
    (on the host: the floats in use; a later parameter zeroes its own, mf__param_zero_new). */
 static int mf__alloc_moments(mf_ctx *ctx) {
-    size_t bytes;
+    size_t bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (ctx->p_m) return 0;
-    bytes = (size_t)(ctx->p_cap ? ctx->p_cap : 1) * sizeof(float);
     if (mf__mem_grant(ctx, 2 * bytes, "optimizer moments") < 0) return -1;
     if (ctx->be) {
         ctx->p_m = (float *)ctx->be->dalloc(ctx, bytes, "optimizer moments");

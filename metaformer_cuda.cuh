@@ -387,12 +387,17 @@ static __global__ void mf__k_from_bf16(float *y, const __nv_bfloat16 *x, long lo
 }
 /* make *buf hold at least `bytes` (its contents are lost when it grows; at least 16 KiB); counted
    in aux_bytes */
+#define MF__CU_GROW_MIN 16384
+/* free a buffer of mf__cu_grow (cap bytes) */
+static void mf__cu_release(mf_ctx *ctx, void *buf, size_t cap) {
+    mf__cu_dfree(ctx, buf);
+    ctx->aux_bytes -= cap;
+}
 static int mf__cu_grow(mf_ctx *ctx, void **buf, size_t *cap, size_t bytes, const char *what) {
-    size_t want = bytes < 16384 ? 16384 : bytes;
+    size_t want = bytes < MF__CU_GROW_MIN ? MF__CU_GROW_MIN : bytes;
     if (bytes <= *cap) return 0;
     if (mf__mem_grant(ctx, want - *cap, what) < 0) return -1;
-    mf__cu_dfree(ctx, *buf);
-    ctx->aux_bytes -= *cap;
+    mf__cu_release(ctx, *buf, *cap);
     *cap = 0;
     if (!(*buf = mf__cu_dalloc(ctx, want, what))) return -1;
     *cap = want;
@@ -478,10 +483,9 @@ static int mf__cu_bf16_buf(mf_ctx *ctx, __nv_bfloat16 **buf, int64_t *cap, int64
 /* the bf16 copy of the parameters, converted again when they may have changed */
 static const __nv_bfloat16 *mf__cu_weights_bf16(mf_ctx *ctx, const char *op) {
     mf__cu *cu = MF__CU(ctx);
-    if (cu->wbf_cap > ctx->p_cap && cu->wbf_cap > 8192) { /* the parameters were cut to fit (mf__param_fit;
-                                                              8192 values: mf__cu_grow's least) */
-        mf__cu_dfree(ctx, cu->wbf);
-        ctx->aux_bytes -= (size_t)cu->wbf_cap * sizeof(__nv_bfloat16);
+    size_t held = (size_t)cu->wbf_cap * sizeof(__nv_bfloat16);
+    if (cu->wbf_cap > ctx->p_cap && held > MF__CU_GROW_MIN) { /* the parameters were cut to fit (mf__param_fit) */
+        mf__cu_release(ctx, cu->wbf, held);
         cu->wbf = NULL;
         cu->wbf_cap = 0;
     }
