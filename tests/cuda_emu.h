@@ -310,11 +310,11 @@ struct State {
     unsigned char *dyn = nullptr;
     std::vector<Fiber> fib;
     std::vector<Warp> warps;
-    std::vector<int> queue, perm;
-    size_t qhead = 0, qtail = 0;
+    std::vector<int> queue, perm; /* queue: a ring of a power-of-two size >= the block's threads */
+    size_t qhead = 0, qtail = 0, qmask = 0;
     int nthreads = 0, n_done = 0, n_bar = 0, n_wwait = 0, failed = 0;
     int bar_count = 0;
-    Fiber *cur = nullptr;
+    Fiber *cur = nullptr, *yielded = nullptr; /* running; the last to give control back */
     std::vector<Stack> pool;
     void *sched_sp = nullptr;
 #ifdef MF_EMU_USE_UCONTEXT
@@ -599,15 +599,18 @@ static inline Stack pool_get() {
     return st;
 }
 
-static inline void fiber_exit();
+static inline bool fiber_exit();
+static inline void to_scheduler(Fiber *f, bool final);
 
 static inline void fiber_entry() {
     State &s = S();
 #ifdef MF_EMU_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &s.main_bottom, &s.main_size);
 #endif
-    s.inv(s.ctx);
-    fiber_exit();
+    do s.inv(s.ctx);
+    while (fiber_exit());
+    to_scheduler(s.cur, true);
+    abort(); /* unreachable: a finished fiber is never resumed */
 }
 
 /* scheduler side: run fiber f until it yields or ends */
@@ -646,12 +649,14 @@ static inline void resume(Fiber &f) {
     __sanitizer_finish_switch_fiber(s.sched_fake, nullptr, nullptr);
 #endif
     s.cur = nullptr;
-    if (f.state == ST_DONE) { s.pool.push_back(f.stack); f.has_stack = 0; }
+    Fiber &y = *s.yielded; /* f, or a thread that took over its stack (fiber_exit) */
+    if (y.state == ST_DONE) { s.pool.push_back(y.stack); y.has_stack = 0; }
 }
 
 /* fiber side: give control back to the scheduler; `final` = never resumed again */
 static inline void to_scheduler(Fiber *f, bool final) {
     State &s = S();
+    s.yielded = f;
 #ifdef MF_EMU_ASAN
     __sanitizer_start_switch_fiber(final ? nullptr : &f->fake, s.main_bottom, s.main_size);
 #else
@@ -669,8 +674,7 @@ static inline void to_scheduler(Fiber *f, bool final) {
 
 static inline void push_ready(int t) {
     State &s = S();
-    s.queue[s.qtail % s.queue.size()] = t;
-    s.qtail++;
+    s.queue[s.qtail++ & s.qmask] = t;
 }
 
 static inline void describe_tid(char *buf, size_t n, uint3 t) { snprintf(buf, n, "(%u,%u,%u)", t.x, t.y, t.z); }
@@ -788,7 +792,11 @@ static inline uint64_t warp_op(int op, unsigned mask, uint64_t val, int arg, int
     return f->wres;
 }
 
-static inline void fiber_exit() {
+/* a thread's function returned. true: the thread next in the run queue has not started and now
+ * runs on this stack (the caller calls the kernel again); the scheduler would have started it next
+ * anyway, so the order is the same, without the two stack switches per thread that kernels with no
+ * barrier or warp operation would otherwise pay for every thread. false: give control back. */
+static inline bool fiber_exit() {
     State &s = S();
     Fiber *f = s.cur;
     f->state = ST_DONE;
@@ -800,8 +808,16 @@ static inline void fiber_exit() {
         for (int l = 0; l < 32; l++)
             if ((w.waiting >> l & 1) && warp_try_resolve(&s.fib[(f->lin & ~31) + l], f)) { again = true; break; }
     }
-    to_scheduler(f, true);
-    abort(); /* unreachable: a finished fiber is never resumed */
+    if (s.failed || s.qhead == s.qtail) return false;
+    Fiber &g = s.fib[(size_t)s.queue[s.qhead & s.qmask]];
+    if (g.state != ST_NEW) return false;
+    s.qhead++;
+    g.stack = f->stack; g.has_stack = 1; f->has_stack = 0;
+    g.fake = nullptr;
+    g.state = ST_RUN;
+    s.cur = &g;
+    G<0>::tid = g.tid;
+    return true;
 }
 
 static inline int syncthreads_impl(const char *file, int line, int kind, int pred) {
@@ -899,8 +915,7 @@ static inline void run_block() {
     for (int i = 0; i < n; i++) push_ready(s.perm[(size_t)i]);
     for (;;) {
         while (s.qhead != s.qtail && !s.failed) {
-            int t = s.queue[s.qhead % s.queue.size()];
-            s.qhead++;
+            int t = s.queue[s.qhead++ & s.qmask];
             resume(s.fib[(size_t)t]);
         }
         if (s.failed || s.n_done == n) break;
@@ -969,7 +984,10 @@ static inline void launch_run(const char *name, dim3 grid, dim3 block, size_t sm
     s.nthreads = (int)nth;
     if (s.fib.size() < nth) s.fib.resize((size_t)nth);
     s.warps.resize((size_t)((nth + 31) / 32));
-    s.queue.resize((size_t)nth);
+    size_t qsize = 1;
+    while (qsize < nth) qsize *= 2;
+    s.queue.resize(qsize);
+    s.qmask = qsize - 1;
     for (unsigned t = 0; t < nth; t++) {
         Fiber &f = s.fib[t];
         f.lin = (int)t;
