@@ -234,15 +234,18 @@ MFDEF size_t mf_ctx_memory_bytes(const mf_ctx *ctx);
    CUDA a copy to the host); for finding where a loss goes NaN. Returns the old setting. */
 MFDEF int mf_set_check_finite(mf_ctx *ctx, int on);
 /* Op profiler (off by default; when off it costs one test of a flag per op and per GEMM call):
-   while on, every op's forward and backward on a CPU context is timed, and so is the part of it
-   spent in the GEMM driver (the matmul / linear / conv products; the small per-tile products inside
+   while on, every op's forward and backward is timed, and so is the part of it spent in the GEMM
+   driver (the matmul / linear / conv products, cuBLAS on a GPU; the small per-tile products inside
    the fused attention and fast-weights kernels count to their op), plus mf_optimizer_step,
-   mf_clip_grad_norm, mf_zero_grad and the zeroing of activation gradients in mf_backward. Times add
-   up per op name over all calls until the next mf_set_profile(ctx, 1), which zeroes them.
-   mf_set_profile returns the old setting, or -1 (error in ctx) on a GPU context, whose kernels run
-   asynchronously (time those with the CUDA tools). Each op name belongs to one kind (mf_profile_entry's
-   kind: "matmul", "attention", "layernorm", "elementwise", "loss", "embedding", "copy", "optimizer",
-   "memset"), so a report can group them as PyTorch's profiler would. */
+   mf_clip_grad_norm, mf_train_update, mf_zero_grad and the zeroing of activation gradients in
+   mf_backward. Times add up per op name over all calls until the next mf_set_profile(ctx, 1), which
+   zeroes them. On a GPU context the profiler waits for the device's queue before and after every
+   timed region (kernels run asynchronously otherwise), so each op's time is the device's, launch
+   latency included, and a profiled step is slower than an unprofiled one, whose launches overlap
+   the kernels: read the shares, not the sum. Returns the old setting. Each op name belongs to one
+   kind (mf_profile_entry's kind: "matmul", "attention", "layernorm", "elementwise", "loss",
+   "embedding", "copy", "optimizer", "memset"), so a report can group them as PyTorch's profiler
+   would. */
 typedef struct mf_profile_entry {
     const char *name;        /* the op's name ("linear", "attention", ...) or "optimizer_step",
                                 "clip_grad_norm", "zero_grad", "zero_activation_grads" */
@@ -1373,6 +1376,7 @@ typedef struct mf__backend {
     int (*grad_scale)(mf_ctx *ctx, int64_t lo, int64_t hi, float f);
     void (*destroy)(mf_ctx *ctx);                  /* free the backend state (not the params) */
     int (*bf16_storage)(const mf_ctx *ctx);        /* activations of MF__OP_BF16 ops are stored in bf16 */
+    int (*sync)(mf_ctx *ctx);                      /* wait for the work queued on the device */
 } mf__backend;
 
 struct mf_ctx {
@@ -2206,14 +2210,16 @@ MFDEF int mf_set_check_finite(mf_ctx *ctx, int on) {
 MFDEF int mf_set_profile(mf_ctx *ctx, int on) {
     int old;
     if (!ctx) return 0;
-    if (on && ctx->be)
-        return (mf__fail(ctx, "mf_set_profile: the op profiler times CPU contexts only (GPU kernels run "
-                         "asynchronously: profile a GPU run with the CUDA tools, e.g. nsys)"), -1);
     old = ctx->profile; ctx->profile = on != 0;
     if (on) { ctx->prof_n = 0; memset(ctx->prof, 0, sizeof ctx->prof); ctx->prof_gemm_s = 0; }
     return old;
 }
-static int mf__profiling(const mf_ctx *ctx) { return ctx->profile && !ctx->be; }
+/* the profiler's clock: on a device it first waits for the queued kernels, so that a timed region
+   holds its own kernels and nothing queued before it */
+static double mf__prof_now(mf_ctx *ctx) {
+    if (ctx->be) ctx->be->sync(ctx);
+    return mf_time();
+}
 /* the kind of an op (or non-op entry) name: how a report groups them (mf_profile_entry) */
 static const char *mf__prof_kind(const char *name) {
     static const char *const kinds[][2] = {
@@ -2240,22 +2246,34 @@ static mf__prof_row *mf__prof_row_of(mf_ctx *ctx, const char *name) {
 }
 /* a timed region: its start and the GEMM seconds before it */
 typedef struct { double t, gemm; } mf__prof_mark;
-static mf__prof_mark mf__prof_begin(const mf_ctx *ctx) {
+static mf__prof_mark mf__prof_begin(mf_ctx *ctx) {
     mf__prof_mark m;
-    m.t = mf_time(); m.gemm = ctx->prof_gemm_s;
+    m.t = mf__prof_now(ctx); m.gemm = ctx->prof_gemm_s;
     return m;
 }
 enum { MF__PROF_FWD, MF__PROF_BWD, MF__PROF_OTHER }; /* an op's forward, its backward, a non-op entry */
 static void mf__prof_end(mf_ctx *ctx, const char *name, int where, mf__prof_mark m) {
+    double dt = mf__prof_now(ctx) - m.t, dg = ctx->prof_gemm_s - m.gemm;
     mf__prof_row *r = mf__prof_row_of(ctx, name);
-    double dt = mf_time() - m.t, dg = ctx->prof_gemm_s - m.gemm;
     if (where == MF__PROF_FWD) r->fwd += dt, r->fwd_gemm += dg;
     else r->bwd += dt, r->bwd_gemm += dg;
     if (where != MF__PROF_BWD) r->calls++;
 }
-/* GEMM driver calls from the ops: their time, while profiling */
-static double mf__gemm_t0(const mf_ctx *ctx) { return ctx->profile ? mf_time() : 0.0; }
-static void mf__gemm_t1(mf_ctx *ctx, double t0) { if (ctx->profile) ctx->prof_gemm_s += mf_time() - t0; }
+/* GEMM driver (or cuBLAS) calls from the ops: their time, while profiling */
+static double mf__gemm_t0(mf_ctx *ctx) { return ctx->profile ? mf__prof_now(ctx) : 0.0; }
+static void mf__gemm_t1(mf_ctx *ctx, double t0) { if (ctx->profile) ctx->prof_gemm_s += mf__prof_now(ctx) - t0; }
+/* an op's forward or backward on the context's device, timed while profiling */
+static void mf__run_op(mf_ctx *ctx, mf_tensor *t, int where) {
+    mf__prof_mark m = {0, 0};
+    if (ctx->profile) m = mf__prof_begin(ctx);
+    if (where == MF__PROF_FWD) {
+        if (ctx->be) ctx->be->forward(ctx, t);
+        else t->op->forward(ctx, t);
+    } else {
+        ctx->be->backward(ctx, t); /* (the CPU's backward: mf__backward_op, which also times the zeroing) */
+    }
+    if (ctx->profile) mf__prof_end(ctx, t->op->name, where, m);
+}
 
 static int mf__prof_cmp(const void *a, const void *b) {
     const mf_profile_entry *x = (const mf_profile_entry *)a, *y = (const mf_profile_entry *)b;
@@ -2418,13 +2436,7 @@ static mf_tensor *mf__finish_op(mf_ctx *ctx, mf_tensor *t) {
         t->bf16 = mf__store_bf16(ctx, t);
         if (!(t->data = (float *)mf__alloc_data(ctx, (size_t)t->ne * (t->bf16 ? 2 : sizeof(float))))) return NULL;
     }
-    if (ctx->be) ctx->be->forward(ctx, t); /* the op's kernels on the device */
-    else if (!ctx->profile) t->op->forward(ctx, t);
-    else {
-        mf__prof_mark m = mf__prof_begin(ctx);
-        t->op->forward(ctx, t);
-        mf__prof_end(ctx, t->op->name, MF__PROF_FWD, m);
-    }
+    mf__run_op(ctx, t, MF__PROF_FWD);
     if (!mf_ok(ctx)) return NULL;
     if (t->requires_grad && mf__tape_push(ctx, t) < 0) return NULL;
     return t;
@@ -2481,7 +2493,7 @@ static void mf__zero_grad(mf_ctx *ctx) {
 }
 MFDEF void mf_zero_grad(mf_ctx *ctx) {
     mf__prof_mark m = {0, 0};
-    if (!ctx || !mf__profiling(ctx)) { mf__zero_grad(ctx); return; }
+    if (!ctx || !ctx->profile) { mf__zero_grad(ctx); return; }
     m = mf__prof_begin(ctx);
     mf__zero_grad(ctx);
     mf__prof_end(ctx, "zero_grad", MF__PROF_OTHER, m);
@@ -2500,7 +2512,7 @@ static int mf__grad_sharing(const mf_tensor *t) {
    unless that op stores into it (assigns_grads); one that no op wrote is zeroed before its own
    backward reads it. */
 static void mf__backward_op(mf_ctx *ctx, mf_tensor *t) {
-    int k, prof = mf__profiling(ctx);
+    int k, prof = ctx->profile;
     mf__prof_mark m = {0, 0};
     if (prof) m = mf__prof_begin(ctx);
     if (t->grad_pending) mf__zero_floats(ctx, t->grad, t->ne), t->grad_pending = 0;
@@ -2524,7 +2536,7 @@ static int mf__backward_one(mf_ctx *ctx, mf_tensor *t) {
     const char *prev = ctx->cur_op;
     int prev_bw = ctx->cur_backward;
     ctx->cur_op = t->op->name; ctx->cur_backward = 1;
-    if (ctx->be) ctx->be->backward(ctx, t);
+    if (ctx->be) mf__run_op(ctx, t, MF__PROF_BWD);
     else mf__backward_op(ctx, t);
     ctx->cur_op = prev; ctx->cur_backward = prev_bw;
     if (!mf_ok(ctx)) return -1;
@@ -2568,6 +2580,16 @@ static void mf__gradbuf_give(mf__gradbufs *g, const float *p) {
     for (i = 0; i < g->n; i++)
         if (g->b[i].p == p) { g->b[i].freed = ++g->clock; return; }
 }
+/* a device's activation gradient zeroed (the CPU zeroes them lazily, in mf__backward_op), timed
+   while profiling */
+static int mf__dzero_grad(mf_ctx *ctx, mf_tensor *t) {
+    mf__prof_mark m = {0, 0};
+    int r;
+    if (ctx->profile) m = mf__prof_begin(ctx);
+    r = mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float));
+    if (ctx->profile) mf__prof_end(ctx, "zero_activation_grads", MF__PROF_OTHER, m);
+    return r;
+}
 /* d loss / d loss = 1, on the loss's device */
 static int mf__set_loss_grad(mf_ctx *ctx, mf_tensor *loss) {
     static const float one = 1.0f;
@@ -2594,7 +2616,7 @@ static int mf__backward_recycling(mf_ctx *ctx, mf_tensor *loss, int end) {
             if (k == share) s->grad = t->grad;
             else if (!(s->grad = mf__gradbuf_take(ctx, &g, s->ne))) return -1;
             else if (!ctx->be) s->grad_pending = 1;
-            else if (mf__dzero(ctx, s->grad, (size_t)s->ne * sizeof(float)) < 0) return -1;
+            else if (mf__dzero_grad(ctx, s) < 0) return -1;
         }
         if (mf__backward_one(ctx, t) < 0) return -1;
         if (mf__grad_sharing(t) < 0) mf__gradbuf_give(&g, t->grad);
@@ -2636,7 +2658,7 @@ MFDEF int mf_backward(mf_ctx *ctx, mf_tensor *loss) {
                  !(t->grad = (float *)mf__alloc_data(ctx, (size_t)t->ne * sizeof(float))))
             return -1;
         if (!ctx->be) t->grad_pending = 1; /* CPU: zeroed lazily below */
-        else if (mf__dzero(ctx, t->grad, (size_t)t->ne * sizeof(float)) < 0) return -1;
+        else if (mf__dzero_grad(ctx, t) < 0) return -1;
     }
     if (mf__set_loss_grad(ctx, loss) < 0) return -1;
     for (i = end; i >= 0 && mf__backward_one(ctx, ctx->tape[i]) == 0; i--) mf__backward_done(ctx, i);
@@ -12525,7 +12547,7 @@ static float mf__train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm
 MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
     mf__prof_mark m;
     float norm;
-    if (!ctx || !mf__profiling(ctx)) return mf__clip_grad_norm(ctx, max_norm);
+    if (!ctx || !ctx->profile) return mf__clip_grad_norm(ctx, max_norm);
     m = mf__prof_begin(ctx);
     norm = mf__clip_grad_norm(ctx, max_norm);
     mf__prof_end(ctx, "clip_grad_norm", MF__PROF_OTHER, m);
@@ -12534,7 +12556,7 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm) {
 MFDEF int mf_optimizer_step(mf_ctx *ctx, const mf_optimizer *o) {
     mf__prof_mark m;
     int r;
-    if (!ctx || !mf__profiling(ctx)) return mf__optimizer_step(ctx, o);
+    if (!ctx || !ctx->profile) return mf__optimizer_step(ctx, o);
     m = mf__prof_begin(ctx);
     r = mf__optimizer_step(ctx, o);
     mf__prof_end(ctx, "optimizer_step", MF__PROF_OTHER, m);
@@ -12544,7 +12566,7 @@ MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *o, float max_norm) 
     mf__prof_mark m;
     float norm;
     if (!ctx) return -1.0f;
-    if (!mf__profiling(ctx)) return mf__train_update(ctx, o, max_norm);
+    if (!ctx->profile) return mf__train_update(ctx, o, max_norm);
     m = mf__prof_begin(ctx);
     norm = mf__train_update(ctx, o, max_norm);
     mf__prof_end(ctx, "train_update", MF__PROF_OTHER, m);

@@ -581,9 +581,9 @@ static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, 
 /* C_i = op(A_i) op(B_i) + beta * C_i for i < batch (row-major, as the CPU's mf__gemm_ld), rows lda, ldb,
    ldc floats apart; sC == 0 with batch > 1: every product adds into the same C. In the context's
    precision (fp32, TF32 through the handle's math mode, bf16). */
-static int mf__cu_gemm_ld(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A, int lda,
-                          long long sA, const float *B, int ldb, long long sB, float beta, float *C, int ldc,
-                          long long sC, int batch) {
+static int mf__cu_gemm_run(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                           long long sA, const float *B, int ldb, long long sB, float beta, float *C, int ldc,
+                           long long sC, int batch) {
     cublasHandle_t h = MF__CU(ctx)->blas;
     int i;
     const float one = 1.0f;
@@ -605,6 +605,15 @@ static int mf__cu_gemm_ld(mf_ctx *ctx, const char *op, int ta, int tb, int M, in
     return MF_CUBLAS_CHECK(ctx, op, cublasSgemmStridedBatched(h, ob, oa, N, M, K, &one, B, ldb, sB, A, lda, sA,
                                                               &beta, C, ldc, sC, batch));
 }
+/* mf__cu_gemm_run, timed as GEMM while profiling (mf_set_profile) */
+static int mf__cu_gemm_ld(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                          long long sA, const float *B, int ldb, long long sB, float beta, float *C, int ldc,
+                          long long sC, int batch) {
+    double t0 = mf__gemm_t0(ctx);
+    int r = mf__cu_gemm_run(ctx, op, ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+    mf__gemm_t1(ctx, t0);
+    return r;
+}
 /* mf__cu_gemm_ld on dense matrices (rows as long as the matrix is wide) */
 static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N, int K, const float *A,
                        long long sA, const float *B, long long sB, float beta, float *C, long long sC, int batch) {
@@ -614,8 +623,13 @@ static int mf__cu_gemm(mf_ctx *ctx, const char *op, int ta, int tb, int M, int N
    MF_PREC_BF16 only) */
 static int mf__cu_gemm_stored(mf_ctx *ctx, const char *op, int st, int ta, int tb, int M, int N, int K, const float *A,
                               const float *B, float beta, float *C) {
+    double t0;
+    int r;
     if (!st) return mf__cu_gemm(ctx, op, ta, tb, M, N, K, A, 0, B, 0, beta, C, 0, 1);
-    return mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, 0, beta, C, N, 0, 1, st);
+    t0 = mf__gemm_t0(ctx);
+    r = mf__cu_gemm_bf16(ctx, op, ta, tb, M, N, K, A, ta ? M : K, 0, B, tb ? K : N, 0, beta, C, N, 0, 1, st);
+    mf__gemm_t1(ctx, t0);
+    return r;
 }
 
 /* ==== [cu:ops] ============================================================================== */
@@ -4652,10 +4666,14 @@ static void mf__cu_destroy(mf_ctx *ctx) {
     ctx->be_state = NULL;
 }
 
+static int mf__cu_sync(mf_ctx *ctx) {
+    return MF_CUDA_CHECK(ctx, "waiting for the device", cudaStreamSynchronize(MF__CU(ctx)->stream));
+}
+
 static const mf__backend mf__cuda_backend = {
     mf__cu_dalloc, mf__cu_dfree, mf__cu_arena, mf__cu_reset, mf__cu_copy, mf__cu_zero,
     mf__cu_forward, mf__cu_backward, mf__cu_optimizer_step, mf__cu_grad_sumsq, mf__cu_grad_scale, mf__cu_destroy,
-    mf__cu_bf16_storage,
+    mf__cu_bf16_storage, mf__cu_sync,
 };
 
 MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {

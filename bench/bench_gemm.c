@@ -127,6 +127,14 @@ int main(int argc, char **argv)
         {"bwd  dy^T x     (1024x256x2048, tA)", 1, 0, 1024, 256, 2048, 1},
         {"bwd  dy^T x     (256x1024x2048, tA)", 1, 0, 256, 1024, 2048, 1},
         {"bwd  dy^T x     (256x256x2048, tA)", 1, 0, 256, 256, 2048, 1},
+        /* the small-model regime of #21 (d 128, d_ff 512, B 12 x T 64 = 768 tokens) */
+        {"small fwd x W^T (768x384x128, tB)", 0, 1, 768, 384, 128, 1},
+        {"small fwd x W^T (768x512x128, tB)", 0, 1, 768, 512, 128, 1},
+        {"small fwd x W^T (768x128x512, tB)", 0, 1, 768, 128, 512, 1},
+        {"small bwd dy W  (768x128x512)", 0, 0, 768, 128, 512, 1},
+        {"small bwd dy W  (768x512x128)", 0, 0, 768, 512, 128, 1},
+        {"small bwd dy^T x (512x128x768, tA)", 1, 0, 512, 128, 768, 1},
+        {"small bwd dy^T x (128x512x768, tA)", 1, 0, 128, 512, 768, 1},
         {"QK^T T x T x dk (256x256x32, tB) x64", 0, 1, 256, 256, 32, 64},
         {"PV   T x dk x T (256x32x256) x64", 0, 0, 256, 32, 256, 64},
     };

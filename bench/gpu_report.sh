@@ -14,8 +14,9 @@
 #              scaled_dot_product_attention kernels, T 1024-8192, dk 64, fp32 and bf16
 #   fw-sweep   bench/run_cuda.sh --parts fw-sweep: fast weights, chunkwise vs recurrent, fp32 and bf16
 #   models     bench/run_cuda.sh --parts models: every model vs PyTorch eager on the same GPU at
-#              fp32, then bf16 (torch.autocast), then TF32: tokens/s and peak GPU memory; last, as it
-#              takes the time that is left (the runs the budget leaves out are listed)
+#              fp32, then bf16 (torch.autocast), then TF32: tokens/s, peak GPU memory and where the
+#              C step's time goes (the op profiler, by kind of op); last, as it takes the time that
+#              is left (the runs the budget leaves out are listed)
 # and writes DIR/report.md (a summary table of the parts, the goals of #18 checked against the
 # numbers, then each part's results) and one log per part, DIR/<n>_<part>.log: eight plain files.
 #

@@ -20,6 +20,9 @@
 #                                  (build/cuda/bench_model --list-mixers) and compressive
 #   --reps N [BENCH_REPS=1]        C / torch runs per row, interleaved (a GPU is quiet: 1 is enough)
 #   --steps N [BENCH_STEPS=10] --warmup N [BENCH_WARMUP=3] --max-time S [BENCH_MAX_TIME=20]
+#   --profile N [BENCH_PROFILE=2]  after its timed steps each C run takes N steps under the op
+#                                  profiler (mf_set_profile): the time per kind of op in the report
+#                                  (where the GPU's time goes: GEMM, attention, LayerNorm, ...); 0: none
 #   --deadline S                   start no model run S seconds after this script started (the rest
 #                                  is listed as not run); each run is also stopped after max-time + 60 s
 #   --goals FILE                   append the part's #18 goals, checked, as Markdown table rows
@@ -35,6 +38,7 @@ REPS=${BENCH_REPS:-1}
 STEPS=${BENCH_STEPS:-10}
 WARMUP=${BENCH_WARMUP:-3}
 MAX_TIME=${BENCH_MAX_TIME:-20}
+PROFILE=${BENCH_PROFILE:-2}
 PRECS=${BENCH_PRECISION:-fp32}
 PARTS="models attention fw-sweep"
 ATTN=1
@@ -54,6 +58,7 @@ own_option() { # the options of this script (the shared ones: parse_args in benc
     --precision) PRECS=${2-}; ARG_USED=2 ;;
     --parts) PARTS=${2-}; ARG_USED=2 ;;
     --deadline) DEADLINE=${2-}; ARG_USED=2 ;;
+    --profile) PROFILE=${2-}; ARG_USED=2 ;;
     --goals) GOALS=${2-}; ARG_USED=2 ;;
     --no-attention) ATTN=0; ARG_USED=1 ;;
     esac
@@ -81,6 +86,7 @@ mkdir -p "$BUILD" bench/results
 REPORT="$BUILD/report.md"; : > "$REPORT"
 raw_of() { echo "$BUILD/raw_$1.txt"; }   # the RESULT lines of one precision
 for p in $PRECS; do : > "$(raw_of "$p")"; done
+OPS="$BUILD/ops.txt"; : > "$OPS"   # the C runs' per-kind times: "ROW PRECISION kind=K fwd_ms=F bwd_ms=B"
 # goal NAME STATUS NUMBERS: one checked goal, in the report (and in --goals FILE)
 goal() {
     rep "- $1: **$2** ($3)"
@@ -141,7 +147,8 @@ run_side() { # run_side c|torch ROW REP PRECISION
     # shellcheck disable=SC2046,SC2086
     if [ "$1" = c ]; then
         timeout --foreground "$RUN_LIMIT" build/cuda/bench_model --device cuda $SIZES $(row_field "$2" 1) --precision "$4" \
-            --steps "$STEPS" --warmup "$WARMUP" --max-time "$MAX_TIME" > "$log" 2>&1
+            --steps "$STEPS" --warmup "$WARMUP" --max-time "$MAX_TIME" --profile "$PROFILE" > "$log" 2>&1
+        sed -n "s/^OPS impl=c mixer=[^ ]* /$2 $4 /p" "$log" >> "$OPS"
     else
         [ "$TORCH" = 1 ] || return 0
         timeout --foreground "$RUN_LIMIT" "$PY" $(row_field "$2" 2) --device cuda $SIZES --precision "$4" --steps "$STEPS" \
@@ -261,6 +268,29 @@ if has_prec fp32 && has_prec bf16; then
     if [ "$r" = - ]; then goal "$what" "not measured" "no sdpa runs at both precisions"
     elif awk -v r="$r" 'BEGIN { exit !(r <= 2.0 / 3) }'; then goal "$what" "met" "ratio $r"
     else goal "$what" "NOT met" "ratio $r"; fi
+fi
+if [ -s "$OPS" ]; then
+    rep ""
+    rep "### Where the C step's time goes (ms per step, forward + backward, by kind of op)"
+    rep ""
+    rep "The library's op profiler (mf_set_profile) over $PROFILE steps after each C run's timed ones. It waits for the GPU before and after every op, so each op pays its own launch latency and the profiled step (the last column) is longer than the timed one: read the shares. gemm: cuBLAS inside the products; matmul: the rest of those ops; glue: the step's time outside the ops (the model code between them)."
+    for p in $PRECS; do
+        grep -q " $p kind=" "$OPS" || continue
+        rep ""
+        rep "$p:"
+        rep ""
+        awk -v p="$p" '$2 == p { split($3, k, "="); split($4, f, "="); split($5, b, "=")
+                                 if (!(k[2] in seen)) { seen[k[2]] = 1; kinds[++nk] = k[2] }
+                                 if (!($1 in rows)) { rows[$1] = 1; order[++nr] = $1 }
+                                 ms[$1, k[2]] = f[2] + b[2] }
+             END { h = "| row |"; s = "|---|"
+                   for (i = 1; i <= nk; i++) { h = h " " kinds[i] " |"; s = s "---:|" }
+                   print h; print s
+                   for (r = 1; r <= nr; r++) { l = "| " order[r] " |"
+                       for (i = 1; i <= nk; i++) l = l sprintf(" %.2f |", ms[order[r], kinds[i]])
+                       print l } }' "$OPS" > "$BUILD/ops_$p.md"
+        while IFS= read -r l; do rep "$l"; done < "$BUILD/ops_$p.md"
+    done
 fi
 for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done
 if [ -s "$BUILD/failed.txt" ]; then
