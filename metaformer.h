@@ -2262,16 +2262,14 @@ static void mf__prof_end(mf_ctx *ctx, const char *name, int where, mf__prof_mark
 /* GEMM driver (or cuBLAS) calls from the ops: their time, while profiling */
 static double mf__gemm_t0(mf_ctx *ctx) { return ctx->profile ? mf__prof_now(ctx) : 0.0; }
 static void mf__gemm_t1(mf_ctx *ctx, double t0) { if (ctx->profile) ctx->prof_gemm_s += mf__prof_now(ctx) - t0; }
-/* an op's forward or backward on the context's device, timed while profiling */
+/* an op's forward (on either device) or its backward on a device, timed while profiling (the CPU's
+   backward is mf__backward_op, which also times the zeroing of the gradients) */
 static void mf__run_op(mf_ctx *ctx, mf_tensor *t, int where) {
     mf__prof_mark m = {0, 0};
     if (ctx->profile) m = mf__prof_begin(ctx);
-    if (where == MF__PROF_FWD) {
-        if (ctx->be) ctx->be->forward(ctx, t);
-        else t->op->forward(ctx, t);
-    } else {
-        ctx->be->backward(ctx, t); /* (the CPU's backward: mf__backward_op, which also times the zeroing) */
-    }
+    if (where == MF__PROF_BWD) ctx->be->backward(ctx, t);
+    else if (ctx->be) ctx->be->forward(ctx, t);
+    else t->op->forward(ctx, t);
     if (ctx->profile) mf__prof_end(ctx, t->op->name, where, m);
 }
 

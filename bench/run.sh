@@ -106,20 +106,24 @@ have_openblas() {
     printf '#include <cblas.h>\nint main(void){float a=1,b=1,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.0f,&a,1,&b,1,0.0f,&c,1);return c!=1;}\n' > "$BUILD/ob_check.c"
     $CC "$BUILD/ob_check.c" -o "$BUILD/ob_check" -lopenblas >/dev/null 2>&1 && "$BUILD/ob_check"
 }
-OPENBLAS=1
-if ! have_openblas; then
+# a Debian package, where this runs as root with apt-get (BENCH_NO_APT=1: never)
+apt_install() {
     if [ "$(id -u)" = 0 ] && [ -z "${BENCH_NO_APT:-}" ] && command -v apt-get >/dev/null; then
-        say "== installing libopenblas-dev (apt-get)"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenblas-dev >/dev/null 2>&1 ||
-            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenblas-dev >/dev/null 2>&1; }
+        say "== installing $1 (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1" >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1" >/dev/null 2>&1; }
     fi
-    have_openblas || OPENBLAS=0
-fi
+}
+OPENBLAS=1
+have_openblas || apt_install libopenblas-dev
+have_openblas || OPENBLAS=0
 NOTES=()
 [ "$OPENBLAS" = 1 ] || NOTES+=("OpenBLAS (libopenblas-dev) is not available and could not be installed (needs root and apt-get; BENCH_NO_APT set?): no GEMM table, no FP32 peak, no % of peak.")
 
 TORCH=1
 TORCH_WHY=""
+# Debian's torch 1.13 (the first PyTorch column), installed where missing as OpenBLAS is
+"$PY" -c 'import torch' >/dev/null 2>&1 || [ "$BUILD_ONLY" = 1 ] || [ "$PY" != /usr/bin/python3 ] || apt_install python3-torch
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then TORCH=0; TORCH_WHY="$PY cannot import torch (install python3-torch)"; NOTES+=("PyTorch: $TORCH_WHY; torch columns are empty."); fi
 PY2=""
 if [ "$TORCH2" = 1 ] && [ "$BUILD_ONLY" = 0 ]; then
