@@ -6,9 +6,7 @@
  *   make test       g++ -std=c++14 with tests/cuda_emu.h (the emulated device)
  *   make test-cuda  nvcc -x cu for a real GPU */
 #include "cuda_parity.h"
-
-#define PB 2
-#define PT 8
+#include "profile_model.h"
 
 static mf_ctx *profile_ctx(int cuda, int bf16) {
     mf_ctx *ctx = mf_ctx_new(11);
@@ -26,34 +24,14 @@ static mf_ctx *profile_ctx(int cuda, int bf16) {
     }
     return ctx;
 }
-static mf_model *profile_model(mf_ctx *ctx) {
-    mf_model_config c = mf_model_config_default();
-    c.vocab = 11; c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 32; c.max_seq = PT;
-    return mf_model_new(ctx, &c);
-}
-/* one training step as bench_model and examples/train.c take it */
-static void profile_step(mf_ctx *ctx, mf_model *m, int step) {
-    int32_t ids[PB * PT], tg[PB * PT];
-    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-2f);
-    for (int i = 0; i < PB * PT; i++) { ids[i] = (i * 7 + step) % 11; tg[i] = (i * 3 + 1 + step) % 11; }
-    mf_backward(ctx, mf_model_loss(m, ids, tg, PB, PT));
-    mf_clip_grad_norm(ctx, 1.0f);
-    mf_optimizer_step(ctx, &opt);
-    mf_zero_grad(ctx);
-    mf_reset(ctx);
-}
-static const mf_profile_entry *find(const mf_profile_entry *e, int n, const char *name) {
-    for (int i = 0; i < n; i++) if (!strcmp(e[i].name, name)) return &e[i];
-    return NULL;
-}
 /* two profiled steps; the entries into e (64), their count returned (-1: the context failed), the
    wall seconds of the steps into *wall */
 static int profiled_steps(mf_ctx *ctx, mf_model *m, mf_profile_entry *e, double *wall) {
     double t0;
     MFT_CHECK(mf_set_profile(ctx, 1) == 0);
     t0 = mf_time();
-    profile_step(ctx, m, 0);
-    profile_step(ctx, m, 1);
+    prof_step(ctx, m, 0);
+    prof_step(ctx, m, 1);
     *wall = mf_time() - t0;
     mf_set_profile(ctx, 0);
     if (!mf_ok(ctx)) { printf("    %s\n", mf_error(ctx)); return -1; }
@@ -68,18 +46,18 @@ static void check_device_profile(int bf16) {
     double wall_c, wall_g, sum = 0, gemm = 0;
     int nc, ng;
     if (!cpu || !gpu) { mf_ctx_free(cpu); mf_ctx_free(gpu); return; }
-    mc = profile_model(cpu); mg = profile_model(gpu);
+    mc = prof_model(cpu); mg = prof_model(gpu);
     nc = profiled_steps(cpu, mc, ec, &wall_c);
     ng = profiled_steps(gpu, mg, eg, &wall_g);
     MFT_CHECK(nc > 5 && ng == nc);
     for (int i = 0; i < nc && ng > 0; i++) { /* the same op names as on the CPU */
-        const mf_profile_entry *g = find(eg, ng, ec[i].name);
+        const mf_profile_entry *g = prof_find(eg, ng, ec[i].name);
         if (!g) { printf("    %s is in the CPU's profile, not in the device's\n", ec[i].name); MFT_CHECK(0); continue; }
         MFT_CHECK(!strcmp(g->kind, ec[i].kind));
         if (strcmp(ec[i].name, "zero_activation_grads")) MFT_CHECK(g->calls == ec[i].calls);
     }
-    lin = find(eg, ng, "linear"); ln = find(eg, ng, "layernorm"); att = find(eg, ng, "attention");
-    zg = find(eg, ng, "zero_activation_grads");
+    lin = prof_find(eg, ng, "linear"); ln = prof_find(eg, ng, "layernorm"); att = prof_find(eg, ng, "attention");
+    zg = prof_find(eg, ng, "zero_activation_grads");
     MFT_CHECK(lin && ln && att && zg);
     if (lin) { /* cuBLAS inside the linear layers, forward and backward, counted as GEMM */
         MFT_CHECK(lin->fwd_gemm_s > 0 && lin->fwd_gemm_s <= lin->fwd_s);
@@ -109,8 +87,8 @@ static void test_profile_changes_no_result(void) {
     double wall;
     mf_tensor *pa, *pb;
     if (!a || !b) { mf_ctx_free(a); mf_ctx_free(b); return; }
-    ma = profile_model(a); mb = profile_model(b);
-    profile_step(a, ma, 0); profile_step(a, ma, 1);
+    ma = prof_model(a); mb = prof_model(b);
+    prof_step(a, ma, 0); prof_step(a, ma, 1);
     MFT_CHECK(profiled_steps(b, mb, e, &wall) > 0);
     pa = mf_param_find(a, "layers.0.ffn.fc1.weight");
     pb = mf_param_find(b, "layers.0.ffn.fc1.weight");

@@ -3,44 +3,19 @@
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
 #include "mf_test.h"
+#include "profile_model.h"
 #include <stdlib.h>
 #include <string.h>
 
-#define B 2
-#define T 8
-
-/* a tiny sdpa language model: one training step per call */
-static mf_model *tiny_model(mf_ctx *ctx) {
-    mf_model_config c = mf_model_config_default();
-    c.d_model = 16; c.n_heads = 2; c.n_layers = 2; c.d_ff = 32; c.vocab = 11; c.max_seq = T;
-    return mf_model_new(ctx, &c);
-}
-static void train_step(mf_ctx *ctx, mf_model *m, int step) {
-    int32_t ids[B * T], tg[B * T];
-    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-2f);
-    int i;
-    for (i = 0; i < B * T; i++) { ids[i] = (i * 7 + step) % 11; tg[i] = (i * 3 + 1 + step) % 11; }
-    mf_backward(ctx, mf_model_loss(m, ids, tg, B, T));
-    mf_clip_grad_norm(ctx, 1.0f);
-    mf_optimizer_step(ctx, &opt);
-    mf_zero_grad(ctx);
-    mf_reset(ctx);
-}
-static const mf_profile_entry *find(const mf_profile_entry *e, int n, const char *name) {
-    int i;
-    for (i = 0; i < n; i++) if (!strcmp(e[i].name, name)) return &e[i];
-    return NULL;
-}
-
 static void test_off_by_default(void) {
     mf_ctx *ctx = mf_ctx_new(1);
-    mf_model *m = tiny_model(ctx);
-    train_step(ctx, m, 0);
+    mf_model *m = prof_model(ctx);
+    prof_step(ctx, m, 0);
     MFT_CHECK(mf_ok(ctx));
     MFT_CHECK(mf_profile_entries(ctx, NULL, 0) == 0);
     MFT_CHECK(mf_set_profile(ctx, 1) == 0);
     MFT_CHECK(mf_set_profile(ctx, 0) == 1);
-    train_step(ctx, m, 1);
+    prof_step(ctx, m, 1);
     MFT_CHECK(mf_profile_entries(ctx, NULL, 0) == 0); /* on, then off before the step: nothing */
     mf_model_free(m);
     mf_ctx_free(ctx);
@@ -48,18 +23,18 @@ static void test_off_by_default(void) {
 
 static void test_records_ops_and_gemm(void) {
     mf_ctx *ctx = mf_ctx_new(1);
-    mf_model *m = tiny_model(ctx);
+    mf_model *m = prof_model(ctx);
     mf_profile_entry e[64];
     const mf_profile_entry *lin, *ln, *opt, *clip, *zg;
     int n, i;
     double gemm = 0;
     mf_set_profile(ctx, 1);
-    train_step(ctx, m, 0);
-    train_step(ctx, m, 1);
+    prof_step(ctx, m, 0);
+    prof_step(ctx, m, 1);
     n = mf_profile_entries(ctx, e, 64);
     MFT_CHECK(n > 5 && n <= 64);
-    lin = find(e, n, "linear"); ln = find(e, n, "layernorm"); opt = find(e, n, "optimizer_step");
-    clip = find(e, n, "clip_grad_norm"); zg = find(e, n, "zero_grad");
+    lin = prof_find(e, n, "linear"); ln = prof_find(e, n, "layernorm"); opt = prof_find(e, n, "optimizer_step");
+    clip = prof_find(e, n, "clip_grad_norm"); zg = prof_find(e, n, "zero_grad");
     MFT_CHECK(lin && ln && opt && clip && zg);
     if (lin) {
         MFT_CHECK(!strcmp(lin->kind, "matmul"));
@@ -88,11 +63,11 @@ static void test_records_ops_and_gemm(void) {
 /* profiling times the same work: parameters after two steps bit for bit those of an unprofiled run */
 static void test_changes_no_result(void) {
     mf_ctx *a = mf_ctx_new(7), *b = mf_ctx_new(7);
-    mf_model *ma = tiny_model(a), *mb = tiny_model(b);
+    mf_model *ma = prof_model(a), *mb = prof_model(b);
     mf_tensor *pa, *pb;
     mf_set_profile(b, 1);
-    train_step(a, ma, 0); train_step(a, ma, 1);
-    train_step(b, mb, 0); train_step(b, mb, 1);
+    prof_step(a, ma, 0); prof_step(a, ma, 1);
+    prof_step(b, mb, 0); prof_step(b, mb, 1);
     pa = mf_param_find(a, "layers.0.ffn.fc1.weight");
     pb = mf_param_find(b, "layers.0.ffn.fc1.weight");
     MFT_CHECK(mf_ok(a) && mf_ok(b) && mf_param_count(a) == mf_param_count(b));
@@ -104,11 +79,11 @@ static void test_changes_no_result(void) {
 
 static void test_report(void) {
     mf_ctx *ctx = mf_ctx_new(1);
-    mf_model *m = tiny_model(ctx);
+    mf_model *m = prof_model(ctx);
     char small[40], *big;
     int need, got;
     mf_set_profile(ctx, 1);
-    train_step(ctx, m, 0);
+    prof_step(ctx, m, 0);
     need = mf_profile_report(ctx, 1, NULL, 0);
     MFT_CHECK(need > 100);
     big = (char *)malloc((size_t)need + 1);
