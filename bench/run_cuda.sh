@@ -20,9 +20,10 @@
 #                                  (build/cuda/bench_model --list-mixers) and compressive
 #   --reps N [BENCH_REPS=1]        C / torch runs per row, interleaved (a GPU is quiet: 1 is enough)
 #   --steps N [BENCH_STEPS=10] --warmup N [BENCH_WARMUP=3] --max-time S [BENCH_MAX_TIME=20]
-#   --profile N [BENCH_PROFILE=2]  after its timed steps each C run takes N steps under the op
-#                                  profiler (mf_set_profile): the time per kind of op in the report
-#                                  (where the GPU's time goes: GEMM, attention, LayerNorm, ...); 0: none
+#   --profile N [BENCH_PROFILE=2]  after its timed steps each fp32 and bf16 C run takes N steps under
+#                                  the op profiler (mf_set_profile): the time per kind of op in the
+#                                  report (where the GPU's time goes: GEMM, attention, LayerNorm, ...);
+#                                  0: none
 #   --deadline S                   start no model run S seconds after this script started (the rest
 #                                  is listed as not run); each run is also stopped after max-time + 60 s
 #   --goals FILE                   append the part's #18 goals, checked, as Markdown table rows
@@ -147,7 +148,8 @@ run_side() { # run_side c|torch ROW REP PRECISION
     # shellcheck disable=SC2046,SC2086
     if [ "$1" = c ]; then
         timeout --foreground "$RUN_LIMIT" build/cuda/bench_model --device cuda $SIZES $(row_field "$2" 1) --precision "$4" \
-            --steps "$STEPS" --warmup "$WARMUP" --max-time "$MAX_TIME" --profile "$PROFILE" > "$log" 2>&1
+            --steps "$STEPS" --warmup "$WARMUP" --max-time "$MAX_TIME" --profile "$([ "$4" = tf32 ] && echo 0 || echo "$PROFILE")" \
+            > "$log" 2>&1
         sed -n "s/^OPS impl=c mixer=[^ ]* /$2 $4 /p" "$log" >> "$OPS"
     else
         [ "$TORCH" = 1 ] || return 0
@@ -273,7 +275,7 @@ if [ -s "$OPS" ]; then
     rep ""
     rep "### Where the C step's time goes (ms per step, forward + backward, by kind of op)"
     rep ""
-    rep "The library's op profiler (mf_set_profile) over $PROFILE steps after each C run's timed ones. It waits for the GPU before and after every op, so each op pays its own launch latency and the profiled step (the last column) is longer than the timed one: read the shares. gemm: cuBLAS inside the products; matmul: the rest of those ops; glue: the step's time outside the ops (the model code between them)."
+    rep "The library's op profiler (mf_set_profile) over $PROFILE steps after each fp32 / bf16 C run's timed ones. It waits for the GPU before and after every op, so each op pays its own launch latency and the profiled step (the last column) is longer than the timed one: read the shares. gemm: cuBLAS inside the products; matmul: the rest of those ops; glue: the step's time outside the ops (the model code between them)."
     for p in $PRECS; do
         grep -q " $p kind=" "$OPS" || continue
         rep ""
