@@ -10,13 +10,7 @@
 
 static mf_ctx *profile_ctx(int cuda, int bf16) {
     mf_ctx *ctx = mf_ctx_new(11);
-    if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) {
-        printf("    %s\n", mf_error(ctx));
-        MFT_CHECK(0);
-        mf_ctx_free(ctx);
-        return NULL;
-    }
-    if (bf16 && mf_cuda_set_precision(ctx, MF_PREC_BF16) < 0) {
+    if ((cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) || (bf16 && mf_cuda_set_precision(ctx, MF_PREC_BF16) < 0)) {
         printf("    %s\n", mf_error(ctx));
         MFT_CHECK(0);
         mf_ctx_free(ctx);
