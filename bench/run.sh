@@ -379,6 +379,29 @@ if [ "$FW_SWEEP" = 1 ]; then
 fi
 
 # ---- op profile (C) and perf ---------------------------------------------------------------
+# prof_bound ROW: how far the row's goal is from what its profiles allow. The goal k x asks for a C
+# step of at most torch's step / k, or one at 80% of peak; set beside that what the C GEMM alone takes
+# and the ratios two ideal cases would give: every other C op free, or the C GEMM as fast as torch's
+# with the rest unchanged. torch's profiled step carries the profiler's overhead, which favours C.
+prof_ms() { # IMPL KIND FILE: fwd + bwd ms of one kind in a profile's OPS lines
+    grep "^OPS impl=$1 .* kind=$2 " "$3" | head -n 1 | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^(fwd|bwd)_ms=/) { sub(/^[a-z]+_ms=/, "", $i); s += $i; n++ } }
+        END { if (n) print s }'
+}
+prof_bound() {
+    local m=$1; local c=$BUILD/prof_$m.txt t=$BUILD/prof_torch_$m.txt
+    awk -v k="$(row_field "$m" 3)" -v pct="$(awk -v g="$(raw_stat c "$m" gflops median)" -v p="$PEAK" \
+            'BEGIN { if (g != "" && p != "" && p > 0) print 100 * g / p }')" \
+        -v cg="$(prof_ms c gemm "$c")" -v cs="$(prof_ms c step "$c")" \
+        -v tg="$(prof_ms torch gemm "$t")" -v ts="$(prof_ms torch step "$t")" '
+        BEGIN {
+            if (cg == "" || cs == "" || tg == "" || ts == "" || cg <= 0 || cs <= 0) exit
+            s = sprintf("Bound: %sx needs a C step of at most %.1f ms (torch %.1f ms / %s)", k, ts / k, ts, k)
+            if (pct != "") s = s sprintf(", or %.1f ms for 80%% of peak (this C step: %.1f ms at %.0f%%)", cs * pct / 80, cs, pct)
+            s = s sprintf("; the C GEMM alone takes %.1f ms (torch %.1f ms). With every other C op free the ratio", cg, tg)
+            s = s sprintf(" would be %.2fx; with the C GEMM as fast as torch'\''s and the rest as now, %.2fx.", ts / cg, ts / (cs - cg + tg))
+            print s
+        }'
+}
 if [ "$PROFILE" = 1 ]; then
     TP_PY=$PY; TP_ENV=("${TORCH_ENV[@]}"); TP_NAME="1.13 (Debian)"
     [ "$TORCH2" = 1 ] && { TP_PY=$PY2; TP_ENV=("${TORCH2_ENV[@]}"); TP_NAME="$(echo "$TORCH2_INFO" | cut -d: -f1 | sed 's/^torch //') (PyPI, eager)"; }
@@ -422,6 +445,7 @@ if [ "$PROFILE" = 1 ]; then
                         printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", k, f(cf), f(cb), f(ct), f(tf), f(tb), f(tt),
                                (ct != "" && tt != "" && ct > 0) ? sprintf("%.2f", tt / ct) : "-" }' | while IFS= read -r l; do rep "$l"; done
         done
+        prof_bound "$m" | while IFS= read -r l; do rep ""; rep "$l"; done
         rep ""
         rep "<details><summary>C per op, torch top ATen ops</summary>"
         rep ""
