@@ -289,6 +289,7 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvc
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVFLAGS   ?= -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -fopenmp
 NVLIBS    := -lcublas -lgomp
+CUDA_INC  ?= $(dir $(NVCC))../include
 
 # every CUDA parity suite (tests/test_cuda*.cpp) built by nvcc and run on the real GPU (no emulator)
 CUDA_SUITES := $(patsubst tests/%.cpp,$(BUILD)/cuda/%,$(filter-out tests/test_cuda_emu.cpp,$(wildcard tests/test_cuda*.cpp)))
@@ -308,10 +309,12 @@ $(SHARED_CXX:%=$(BUILD)/cuda/%): $(BUILD)/cuda/%: tests/%.cpp $(BUILD)/cuda/meta
 
 # the GPU benchmarks (bench/run_cuda.sh): the model step, the fast-weights kernels (recurrent vs
 # chunkwise), the attention kernel (bench/torch_sdpa.py times PyTorch's SDPA at the same shapes);
-# each runs with --device cuda
-$(BUILD)/cuda/bench_%: bench/bench_%.c metaformer.h metaformer_cuda.cuh
+# each runs with --device cuda. Each is C, compiled by cc against the CUDA runtime's headers and
+# linked with the implementation train-cuda links (as train.c is)
+$(BUILD)/cuda/bench_%: bench/bench_%.c metaformer.h $(BUILD)/cuda/metaformer_cuda.o
 	@mkdir -p $(dir $@)
-	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_CUDA -I. $< -o $@ $(NVLIBS)
+	$(CC) $(CFLAGS) -DMETAFORMER_CUDA -DMETAFORMER_IMPLEMENTATION_DONE -I. -isystem $(CUDA_INC) -c $< -o $@.o
+	$(NVCC) $(NVFLAGS) $@.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
 # train.c stays C: the implementation (with the kernels) comes from examples/metaformer_cuda.cu;
 # -DMETAFORMER_IMPLEMENTATION_DONE skips the implementation that train.c itself includes

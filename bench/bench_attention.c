@@ -23,10 +23,14 @@
  * and its backward (O(B H T dk), negligible). */
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
+#if defined(METAFORMER_CUDA) && !defined(MF_CUDA_EMU)
+#include <cuda_runtime_api.h> /* this file may be compiled as C, the library by nvcc (make build/cuda/bench_attention) */
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 static int B = 8, H = 8, T = 256, DK = 32;
 

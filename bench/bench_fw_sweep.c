@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef METAFORMER_CUDA
-#include <cuda_runtime.h>
+#if defined(METAFORMER_CUDA) && !defined(MF_CUDA_EMU)
+#include <cuda_runtime_api.h> /* this file may be compiled as C, the library by nvcc (make build/cuda/bench_fw_sweep) */
 #endif
 
 static int H = 8, DK = 32, NU = 1, LINEAR = 0, THREADS = 0, REPS = 5, TOKENS = 8192, DEVICE = 0, BATCH = 16;
@@ -43,7 +43,7 @@ static double now(int threads) {
 /* the inputs, made on a CPU context: q, k = DPFP features, v, beta */
 static float *make_inputs(int T, int Bt, float **k, float **v, float **beta) {
     mf_ctx *ctx = mf_ctx_new(1);
-    int sx[4] = {Bt, T, H, DK}, sb[3] = {Bt, T, H}, i;
+    int sx[4] = {Bt, T, H, DK}, sb[3] = {Bt, T, H};
     int64_t nf = (int64_t)Bt * T * H * 2 * DK * NU, nv = (int64_t)Bt * T * H * DK, nb = (int64_t)Bt * T * H;
     mf_tensor *xq, *xk, *bl, *t;
     float *q = (float *)malloc((size_t)nf * sizeof(float));
@@ -55,15 +55,11 @@ static float *make_inputs(int T, int Bt, float **k, float **v, float **beta) {
     mf_set_grad(ctx, 0);
     xq = mf_new(ctx, 4, sx); xk = mf_new(ctx, 4, sx); bl = mf_new(ctx, 3, sb);
     if (!xq || !xk || !bl) { fprintf(stderr, "bench_fw_sweep: %s\n", mf_error(ctx)); exit(1); }
-    for (i = 0; i < xq->ne; i++) {
-        xq->data[i] = 2 * mf__uniform(1, 1, (uint64_t)i) - 1;
-        xk->data[i] = 2 * mf__uniform(1, 2, (uint64_t)i) - 1;
-    }
-    for (i = 0; i < bl->ne; i++) bl->data[i] = 4 * mf__uniform(1, 3, (uint64_t)i) - 2;
+    mf_init_uniform(ctx, xq, -1, 1); mf_init_uniform(ctx, xk, -1, 1); mf_init_uniform(ctx, bl, -2, 2);
     t = mf_dpfp(ctx, xq, NU, 1e-6f); if (t) memcpy(q, t->data, (size_t)nf * sizeof(float));
     t = mf_dpfp(ctx, xk, NU, 1e-6f); if (t) memcpy(*k, t->data, (size_t)nf * sizeof(float));
     t = mf_sigmoid(ctx, bl); if (t) memcpy(*beta, t->data, (size_t)nb * sizeof(float));
-    for (i = 0; i < nv; i++) (*v)[i] = 2 * mf__uniform(1, 4, (uint64_t)i) - 1;
+    t = mf_new(ctx, 4, sx); if (t && mf_init_uniform(ctx, t, -1, 1) == 0) memcpy(*v, t->data, (size_t)nv * sizeof(float));
     if (!mf_ok(ctx)) { fprintf(stderr, "bench_fw_sweep: %s\n", mf_error(ctx)); exit(1); }
     mf_ctx_free(ctx);
     return q;

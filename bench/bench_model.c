@@ -66,6 +66,9 @@
 
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
+#if defined(METAFORMER_CUDA) && !defined(MF_CUDA_EMU)
+#include <cuda_runtime_api.h> /* this file may be compiled as C, the library by nvcc (make build/cuda/bench_model) */
+#endif
 
 #ifdef MF_BENCH_OPENBLAS
 #include <cblas.h>

@@ -14,7 +14,7 @@
 #              scaled_dot_product_attention kernels, T 1024-8192, dk 64, fp32 and bf16
 #   fw-sweep   bench/run_cuda.sh --parts fw-sweep: fast weights, chunkwise vs recurrent, fp32 and bf16
 #   models     bench/run_cuda.sh --parts models: every model vs PyTorch eager on the same GPU at
-#              fp32, then bf16 (torch.autocast), then TF32: tokens/s, peak GPU memory and where the
+#              fp32 and bf16 (torch.autocast) row by row, then TF32: tokens/s, peak GPU memory and where the
 #              C step's time goes (the op profiler, by kind of op); last, as it takes the time that
 #              is left (the runs the budget leaves out are listed)
 # and writes DIR/report.md (a summary table of the parts, the goals of #18 checked against the
@@ -96,12 +96,13 @@ part_env() {
 }
 
 part_build() {
-    # objects built for another GPU are rebuilt (make does not know the flags)
+    # objects built for another GPU are rebuilt (make does not know the flags); -k: a target that
+    # fails to build leaves the others to the parts that use them
     if [ "$DRY" = 0 ] && [ "$(cat build/cuda/.arch 2>/dev/null)" != "$ARCH" ]; then
         x rm -rf build/cuda build/train-cuda
         mkdir -p build/cuda && printf '%s\n' "$ARCH" > build/cuda/.arch
     fi
-    x make -j"$JOBS" NVCC="$NVCC" CUDA_ARCH="$ARCH" cuda-all
+    x make -k -j"$JOBS" NVCC="$NVCC" CUDA_ARCH="$ARCH" cuda-all
 }
 
 part_test-cuda() {

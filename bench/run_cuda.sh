@@ -160,15 +160,23 @@ run_side() { # run_side c|torch ROW REP PRECISION
     # a run without a result: its last lines go into the report
     grep -q '^RESULT' "$log" || { FAILED="$FAILED $1:$2/$4"; tail -n 4 "$log" | sed "s|^|$1 $2 $4: |" >> "$BUILD/failed.txt"; }
 }
+# the precisions with a goal (#18: fp32 and bf16 at least PyTorch's speed); tf32 alone: tf32
+GOAL_PRECS=""
+for p in fp32 bf16; do has_prec "$p" && GOAL_PRECS="$GOAL_PRECS $p"; done
+[ -n "$GOAL_PRECS" ] || GOAL_PRECS=$PRECS
+OTHER_PRECS=""
+for p in $PRECS; do in_list "$p" "$GOAL_PRECS" || OTHER_PRECS="$OTHER_PRECS $p"; done
+run_pair() { # ROW REP PRECISION: C and torch, in turns which first
+    if [ $(($2 % 2)) = 1 ]; then run_side c "$1" "$2" "$3"; run_side torch "$1" "$2" "$3"
+    else run_side torch "$1" "$2" "$3"; run_side c "$1" "$2" "$3"; fi
+}
 if [ "$MODELS" = 1 ]; then
     for r in $(seq 1 "$REPS"); do
         say "== repeat $r of $REPS"
-        for p in $PRECS; do    # one precision over every row, then the next: the first ones complete first
-            for m in $ROWS; do
-                if [ $((r % 2)) = 1 ]; then run_side c "$m" "$r" "$p"; run_side torch "$m" "$r" "$p"
-                else run_side torch "$m" "$r" "$p"; run_side c "$m" "$r" "$p"; fi
-            done
-        done
+        # the goal precisions row by row (a deadline leaves whole rows out, the first row - sdpa,
+        # whose memory has a goal too - never), then the others over every row
+        for m in $ROWS; do for p in $GOAL_PRECS; do run_pair "$m" "$r" "$p"; done; done
+        for p in $OTHER_PRECS; do for m in $ROWS; do run_pair "$m" "$r" "$p"; done; done
     done
 fi
 [ -z "$FAILED" ] || NOTES+=("these runs gave no result (failed, or stopped after $RUN_LIMIT s):$FAILED; their last lines are under Failed runs below.")
@@ -192,10 +200,6 @@ hdr="| row | config |"; sep="|---|---|"
 for p in $PRECS; do hdr="$hdr $p C tok/s | $p torch tok/s | $p ratio |"; sep="$sep---:|---:|---:|"; done
 rep "$hdr goal |"
 rep "$sep---|"
-# the precisions with a goal (#18: fp32 and bf16 at least PyTorch's speed); tf32 alone: tf32
-GOAL_PRECS=""
-for p in fp32 bf16; do has_prec "$p" && GOAL_PRECS="$GOAL_PRECS $p"; done
-[ -n "$GOAL_PRECS" ] || GOAL_PRECS=$PRECS
 ratio_of() { # PRECISION ROW: C tok/s / torch tok/s, or nothing
     local c t
     c=$(RAW=$(raw_of "$1") raw_stat c "$2" tok_s median)

@@ -3,7 +3,8 @@
 # PTX, with warnings as errors: examples/embed's CUDA build (`make -C examples/embed cuda`: the
 # header with METAFORMER_CUDA compiled by nvcc, a C program linked to it with cuBLAS),
 # examples/train.c with the CUDA backend (what `make train-cuda` builds) and every CUDA parity
-# suite (tests/test_cuda*.cpp except the emulator's own test, what `make test-cuda` runs on a GPU).
+# suite (tests/test_cuda*.cpp except the emulator's own test, what `make test-cuda` runs on a GPU)
+# and the GPU benchmarks of bench/run_cuda.sh (make gpu-report, make bench-cuda).
 # The targets are built by those Makefiles themselves, into a temporary folder, so what is checked
 # is what a user gets. Nothing is run: the kernels are checked on the emulator by the
 # build/tests/test_cuda* suites. Prints ok/FAIL lines and the runner's summary.
@@ -26,6 +27,10 @@ unset MAKEFLAGS MFLAGS MAKELEVEL
 names=("nvcc sm_90 + PTX build of examples/embed (make -C examples/embed cuda): metaformer.h with METAFORMER_CUDA in a C program"
        "nvcc sm_90 + PTX build of examples/train.c with the CUDA backend (make train-cuda)")
 targets=("$tmp/embed/embed-cuda" "$tmp/train-cuda")
+for b in bench_model bench_attention bench_fw_sweep; do
+    names+=("nvcc sm_90 + PTX build of bench/$b.c (what make gpu-report and make bench-cuda run)")
+    targets+=("$tmp/cuda/$b")
+done
 for suite in tests/test_cuda*.cpp; do
     [ "$suite" = tests/test_cuda_emu.cpp ] && continue
     names+=("nvcc sm_90 + PTX build of $suite (make test-cuda)")
