@@ -10,7 +10,7 @@
 #
 # Options (or the environment variables in brackets):
 #   --precision LIST [BENCH_PRECISION=fp32]  fp32, tf32, bf16 (comma or space separated): both sides at
-#                                  each, every row at one precision before the next. fp32: exact float32; tf32: matmuls on
+#                                  each; fp32 and bf16 (the goals) row by row, tf32 after them. fp32: exact float32; tf32: matmuls on
 #                                  the TF32 tensor cores; bf16: C mf_cuda_set_precision(MF_PREC_BF16),
 #                                  torch fp32 parameters + torch.autocast(dtype=torch.bfloat16).
 #                                  --tf32 = --precision tf32
@@ -25,10 +25,12 @@
 #                                  report (where the GPU's time goes: GEMM, attention, LayerNorm, ...);
 #                                  0: none
 #   --deadline S                   start no model run S seconds after this script started (the rest
-#                                  is listed as not run); each run is also stopped after max-time + 60 s
+#                                  is listed as not run); each run is also stopped after max-time + 30 s
 #   --goals FILE                   append the part's #18 goals, checked, as Markdown table rows
 #                                  "| goal | met / NOT met / not measured | numbers |"
 #   --out FILE   --build-only      [PYTHON=python3] [NVCC=nvcc] [CUDA_ARCH="-gencode ..."]
+# Exit status 1 when the build failed, there is no GPU, or a run or a kernel benchmark gave no result
+# (the report is written all the same and names them).
 # GPU config (issue #8): d_model 512, heads 8, layers 6, d_ff 2048, batch 16, vocab 65; seq_len 1024
 # (softmax family, simple mixers, fast weights), 256 (feedback); XL memories the CPU bench's x 4.
 set -u
@@ -314,6 +316,7 @@ verbatim() { # LOG CMD...: the command's output into the report (and LOG)
     shift
     rep '```'
     "$@" 2>&1 | tee "$log" | while IFS= read -r l; do rep "$l"; done
+    [ "${PIPESTATUS[0]}" = 0 ] || FAILED="$FAILED $(basename "$log" .txt)"
     rep '```'
 }
 if [ "$ATTN" = 1 ]; then
@@ -377,3 +380,4 @@ rep "Runtime of this benchmark: $((T_END - T_START)) s."
 cp "$REPORT" "$OUT"
 say ""
 say "report: $OUT"
+[ -z "$FAILED" ] || { say "failed:$FAILED"; exit 1; }
