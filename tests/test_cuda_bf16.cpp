@@ -225,8 +225,9 @@ static void test_every_op_in_bf16(void) {
 }
 
 /* ------------------------------------------------------------------------------ training */
-/* a few hundred steps of one model of each family in bf16: the loss curve within 1% of the CPU's
-   fp32 curve (the mean of each window of 25 steps: single steps differ by the rounding noise). The
+/* 200 steps of a model of each family in bf16 (sdpa and metric: the fused attention kernels;
+   relative: XL's; fast_weights and linear: the chunkwise kernels; feedback): the loss curve within 1%
+   of the CPU's fp32 curve (the mean of each window of 25 steps: single steps differ by the rounding noise). The
    next token is one of three (a fixed hash picks it), so the loss tends to ln 3, not to 0, where a
    relative comparison would measure noise. */
 static std::vector<float> curve(const mf_model_config &cfg, int cuda, int steps, std::string &err) {
@@ -264,6 +265,8 @@ static void check_curve(mf_mixer_kind mixer, int steps) {
     std::string err;
     cfg.dropout = 0;
     if (mixer == MF_MIXER_RELATIVE) cfg.mem_len = 4;
+    /* T = 8 is below the automatic switch to the chunkwise kernels (16): chunks of 4 train them */
+    if (mixer == MF_MIXER_FAST_WEIGHTS || mixer == MF_MIXER_LINEAR) cfg.chunk_size = 4;
     std::vector<float> cpu = curve(cfg, 0, steps, err), bf = curve(cfg, 1, steps, err);
     if (!err.empty() || (int)cpu.size() != steps || (int)bf.size() != steps) {
         printf("    %s: %s\n", mf_mixer_name(mixer), err.c_str());
@@ -282,11 +285,13 @@ static void check_curve(mf_mixer_kind mixer, int steps) {
     MFT_CHECK(worst <= 0.01);
     MFT_CHECK(cpu[(size_t)steps - 1] < cpu[0] - 0.1); /* it learned: the curve says something */
 }
-static void test_train_sdpa(void) { check_curve(MF_MIXER_SDPA, MFT_SMALL ? 25 : 300); }
+static void test_train_sdpa(void) { check_curve(MF_MIXER_SDPA, MFT_SMALL ? 25 : 200); }
 #if !MFT_SMALL
-static void test_train_relative(void) { check_curve(MF_MIXER_RELATIVE, 300); }
-static void test_train_fast_weights(void) { check_curve(MF_MIXER_FAST_WEIGHTS, 300); }
-static void test_train_feedback(void) { check_curve(MF_MIXER_FEEDBACK, 300); }
+static void test_train_relative(void) { check_curve(MF_MIXER_RELATIVE, 200); }
+static void test_train_fast_weights(void) { check_curve(MF_MIXER_FAST_WEIGHTS, 200); }
+static void test_train_linear(void) { check_curve(MF_MIXER_LINEAR, 200); }
+static void test_train_metric(void) { check_curve(MF_MIXER_METRIC, 200); }
+static void test_train_feedback(void) { check_curve(MF_MIXER_FEEDBACK, 200); }
 #endif
 
 /* ------------------------------------------------------------------------------ checkpoints */
@@ -322,6 +327,54 @@ static void test_checkpoint_bf16_to_cpu_and_back(void) {
         mf_ctx_free(ctx);
     }
     MFT_CHECK(fabs(loss[1] - loss[0]) <= BF16_TOL * fabs(loss[0]));
+    remove(path);
+}
+
+/* the other way: a checkpoint written by a CPU run resumes in a bf16 context with its parameters
+   bit for bit and its Adam state. The next step's parameter change (Adam's m / sqrt(v) over four
+   steps of history) must match the CPU's within 10% of its largest entry; the same step from a
+   fresh optimizer (no moments: the first update is +-lr everywhere) must not, so the check sees
+   lost moments. */
+static std::vector<float> resumed_step(const mf_model_config &cfg, const char *path, int cuda, int with_opt,
+                                       const std::vector<float> &start) {
+    std::vector<float> delta;
+    mf_ctx *ctx = mf_ctx_new(7);
+    if (cuda) MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0 && mf_cuda_set_precision(ctx, MF_PREC_BF16) == 0);
+    mf_model *m = mf_model_new(ctx, &cfg);
+    MFT_CHECK(mf_load(ctx, path, with_opt) == 0);
+    MFT_CHECK(rel_err(params_host(ctx), start) == 0.0);
+    MFT_CHECK(mf_optimizer_steps(ctx) == (with_opt ? 4 : 0));
+    int32_t ids[16], tg[16];
+    for (int i = 0; i < 16; i++) { ids[i] = (i * 3 + 1) % cfg.vocab; tg[i] = (ids[i] + 4) % cfg.vocab; }
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 3e-3f);
+    opt.weight_decay = 0.01f;
+    mf_backward(ctx, mf_model_loss(m, ids, tg, 2, 8));
+    MFT_CHECK(mf_optimizer_step(ctx, &opt) == 0 && mf_optimizer_steps(ctx) == (with_opt ? 5 : 1));
+    if (mf_ok(ctx)) {
+        delta = params_host(ctx);
+        for (size_t i = 0; i < delta.size(); i++) delta[i] -= start[i];
+    }
+    MFT_CHECK(mf_ok(ctx));
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    return delta;
+}
+static void test_checkpoint_cpu_to_bf16(void) {
+    const char *path = "build/test_cuda_bf16_cpu_ckpt.safetensors";
+    mf_model_config cfg = small_config(MF_MIXER_SDPA);
+    cfg.dropout = 0;
+    TrainOpts o = train_opts();
+    o.steps = 4; o.save = path;
+    TrainRun cpu = train_run(cfg, 0, o);
+    MFT_CHECK(cpu.err.empty());
+    if (!cpu.err.empty()) return;
+    std::vector<float> d_cpu = resumed_step(cfg, path, 0, 1, cpu.params), d_bf16 = resumed_step(cfg, path, 1, 1, cpu.params);
+    std::vector<float> d_fresh = resumed_step(cfg, path, 0, 0, cpu.params);
+    double e = rel_err(d_bf16, d_cpu), e_fresh = rel_err(d_fresh, d_cpu);
+    printf("    step after resuming: bf16 vs CPU %.3g, a fresh optimizer vs CPU %.3g (relative to the largest change)\n",
+           e, e_fresh);
+    MFT_CHECK(e <= 0.1);
+    MFT_CHECK(e_fresh > 0.1);
     remove(path);
 }
 
@@ -373,10 +426,13 @@ int main(void) {
     MFT_RUN(test_train_sdpa);
 #if !MFT_SMALL /* the ASan build trains one model: the curves are the optimized build's check */
     MFT_RUN(test_train_relative);
+    MFT_RUN(test_train_metric);
     MFT_RUN(test_train_fast_weights);
+    MFT_RUN(test_train_linear);
     MFT_RUN(test_train_feedback);
 #endif
     MFT_RUN(test_checkpoint_bf16_to_cpu_and_back);
+    MFT_RUN(test_checkpoint_cpu_to_bf16);
     MFT_RUN(test_memory_counters);
 #ifdef MF_CUDA_EMU
     MFT_RUN(test_no_leaks);
