@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # examples/train.c end to end on the emulated CUDA device (tests/cuda_emu.h runs the kernels on the
-# CPU): every printed loss, validation loss and the greedy sample must equal the CPU run's.
+# CPU): every printed loss, validation loss and the greedy sample must equal the CPU run's; with
+# --precision bf16 the losses stay within 2% of them, and checkpoints resume across the two (below).
 # Uses build/emu/train_emu (made by `make test`). Prints ok/FAIL lines and the runner's summary.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,5 +43,51 @@ for model in "${MODELS[@]}"; do
         echo "FAIL train.c $mixer: emulated CUDA vs CPU"; diff "$tmp/cpu.txt" "$tmp/cuda.txt" | head -10; fail=$((fail+1))
     fi
 done
+ok()  { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1"; shift; printf '    %s\n' "$@" | head -12; fail=$((fail+1)); }
+
+# --precision bf16 (mixed precision on the device): every printed loss within 2% of the CPU's fp32
+# run (bf16 operands over 8 steps of a tiny model), for sdpa and for fast_weights in chunks of 4 (its
+# chunkwise kernels in bf16); a CPU asked for bf16 refuses with the reason; a bf16 checkpoint resumes
+# on the CPU (which says it computes in fp32) and a CPU checkpoint resumes in bf16.
+losses() { awk '/^step [0-9]+\/[0-9]+ +loss / { print $2, $4 } /^step [0-9]+: valid loss / { print $1 $2, $5 }' "$1"; }
+near() { # REF RUN: every loss REF prints (at least 5), RUN prints at the same step within 2% (a run
+          # stopped by --stop-after adds a validation at its stop)
+    awk 'NR == FNR { ref[$1] = $2; next } ($1 in ref) { d = $2 - ref[$1]; if (d < 0) d = -d; if (d <= 0.02 * ref[$1]) ok[$1] = 1 }
+         END { for (k in ref) { n++; if (!(k in ok)) bad = 1 } exit bad || n < 5 }' <(losses "$1") <(losses "$2")
+}
+TINY="$tmp/text.txt --d-model 32 --heads 2 --layers 2 --d-ff 48 --seq-len 24 --batch 3 --steps 8 --log-every 1 --eval-every 4 --eval-batches 2 --sample 0"
+for model in "sdpa|--mixer sdpa" "fast_weights|--mixer fast_weights --chunk 4"; do
+    mixer=${model%%|*}
+    # shellcheck disable=SC2086
+    "$BIN" $TINY ${model#*|} --device cpu > "$tmp/cpu.txt" 2>&1
+    # shellcheck disable=SC2086
+    "$BIN" $TINY ${model#*|} --device cuda --precision bf16 > "$tmp/bf16.txt" 2>&1
+    # (and bf16 must show: some loss off the CPU's by more than fp32's 1e-5)
+    if near "$tmp/cpu.txt" "$tmp/bf16.txt" && ! same_run <(losses "$tmp/cpu.txt") <(losses "$tmp/bf16.txt"); then
+        ok "train.c $mixer --precision bf16: every loss within 2% of the CPU's fp32 run, not equal to it"
+    else bad "train.c $mixer --precision bf16 vs the CPU's fp32 losses" "$(paste <(losses "$tmp/cpu.txt") <(losses "$tmp/bf16.txt"))" "$(tail -3 "$tmp/bf16.txt")"; fi
+done
+# shellcheck disable=SC2086
+"$BIN" $TINY --device cpu --precision bf16 > "$tmp/refused.txt" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "bf16 needs a CUDA context; the CPU computes in fp32" "$tmp/refused.txt"; then
+    ok "train.c --device cpu --precision bf16: refused (status $rc), saying the CPU computes in fp32"
+else bad "train.c --device cpu --precision bf16 must be refused with the reason (status $rc)" "$(cat "$tmp/refused.txt")"; fi
+# bf16 for 3 steps, the CPU to step 6, bf16 again to the end; against the CPU's uninterrupted run
+# shellcheck disable=SC2086
+{ "$BIN" $TINY --device cuda --precision bf16 --save "$tmp/ck.st" --stop-after 3 > "$tmp/r1.txt" 2>&1 &&
+  "$BIN" $TINY --device cpu --resume "$tmp/ck.st" --stop-after 3 > "$tmp/r2.txt" 2>&1 &&
+  "$BIN" $TINY --device cuda --precision bf16 --resume "$tmp/ck.st" > "$tmp/r3.txt" 2>&1; }
+rc=$?
+cat "$tmp/r1.txt" "$tmp/r2.txt" "$tmp/r3.txt" > "$tmp/r.txt"
+# shellcheck disable=SC2086
+"$BIN" $TINY --device cpu > "$tmp/cpu.txt" 2>&1
+if [ "$rc" -eq 0 ] && grep -q "note: the checkpoint trained in bf16; the CPU computes in fp32" "$tmp/r2.txt" &&
+   grep -q "resumed from .* at step 3" "$tmp/r2.txt" && grep -q "resumed from .* at step 6" "$tmp/r3.txt" &&
+   [ "$(losses "$tmp/r.txt" | grep -c '^[0-9]*/8 ')" -eq 8 ] && near "$tmp/cpu.txt" "$tmp/r.txt"; then
+    ok "train.c: bf16 on the device -> --resume on the CPU (with a note) -> --resume in bf16: the CPU run's losses within 2%"
+else bad "train.c: bf16 -> CPU -> bf16 resume (status $rc)" "$(paste <(losses "$tmp/cpu.txt") <(losses "$tmp/r.txt"))" "$(tail -n 2 "$tmp/r2.txt" "$tmp/r3.txt")"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
