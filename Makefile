@@ -62,6 +62,13 @@ INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS) $(TEST_CXX))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
 SHARED_CXX := $(basename $(notdir $(filter-out $(INTERNAL) tests/test_cuda_emu.cpp,$(TEST_CXX))))
 CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h
+# Of those, the emulated CUDA suites compile the header and its kernels (~70 s under ASan each): make
+# test builds them as one program per flavour (tests/emu_internal.cpp includes each in a namespace);
+# make test-cuda still builds each for the GPU
+EMU_INTERNAL := $(filter tests/test_cuda%.cpp,$(INTERNAL))
+TESTS      := $(filter-out $(EMU_INTERNAL:tests/%.cpp=$(BUILD)/tests/%),$(TESTS)) $(BUILD)/tests/emu_internal
+ASAN       := $(filter-out $(EMU_INTERNAL:tests/%.cpp=$(BUILD)/asan/%),$(ASAN)) $(BUILD)/asan/emu_internal
+$(BUILD)/tests/emu_internal $(BUILD)/asan/emu_internal: $(EMU_INTERNAL)
 ASAN_CXX   := $(CXXFLAGS) -g -fsanitize=address,undefined -fno-sanitize-recover=all
 
 $(BUILD)/obj/impl.o: tests/mf_impl.c metaformer.h
@@ -187,8 +194,8 @@ TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/log
 # test once its binary is built): the longest builds and runs first, so that the last jobs to finish
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
-TEST_LONG  := sh/cuda_build asan/test_cuda_fastweights asan/test_cuda asan/test_cuda_feedback \
-              asan/test_cuda_attention asan/test_cuda_xl asan/test_cuda_bf16 asan/test_xl sh/hygiene sh/train_emu \
+TEST_LONG  := sh/cuda_build asan/emu_internal tests/emu_internal asan/test_cuda_fastweights \
+              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu \
               asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)

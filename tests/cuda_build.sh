@@ -7,7 +7,7 @@
 # and the GPU benchmarks of bench/run_cuda.sh (make gpu-report, make bench-cuda).
 # The targets are built by those Makefiles themselves, into a temporary folder, so what is checked
 # is what a user gets. Nothing is run: the kernels are checked on the emulator by the
-# build/tests/test_cuda* suites. Prints ok/FAIL lines and the runner's summary.
+# build/tests/test_cuda* suites and build/tests/emu_internal. Prints ok/FAIL lines and the runner's summary.
 set -u
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
