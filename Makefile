@@ -208,7 +208,7 @@ test: $(TEST_SCHED) $(EXAMPLES)
 $(BUILD)/logs/sh/%.log: tests/%.sh FORCE
 	@bash tests/run.sh --one $@ "bash $<"
 $(BUILD)/logs/sh/test_cli.log: $(BUILD)/train
-$(BUILD)/logs/sh/test_data_cli.log: $(BUILD)/train $(BUILD)/sample $(BUILD)/tokenize
+$(BUILD)/logs/sh/test_data_cli.log: $(BUILD)/train $(BUILD)/sample
 $(BUILD)/logs/sh/test_presets.log: $(BUILD)/train $(BUILD)/ablate
 $(BUILD)/logs/sh/test_nonfinite.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_accum.log: $(BUILD)/train
