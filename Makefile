@@ -62,13 +62,12 @@ INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS) $(TEST_CXX))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
 SHARED_CXX := $(basename $(notdir $(filter-out $(INTERNAL) tests/test_cuda_emu.cpp,$(TEST_CXX))))
 CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h
-# Of those, the emulated CUDA suites compile the header and its kernels (~70 s under ASan each): make
-# test builds them as one program per flavour (tests/emu_internal.cpp includes each in a namespace);
-# make test-cuda still builds each for the GPU
-EMU_INTERNAL := $(filter tests/test_cuda%.cpp,$(INTERNAL))
-TESTS      := $(filter-out $(EMU_INTERNAL:tests/%.cpp=$(BUILD)/tests/%),$(TESTS)) $(BUILD)/tests/emu_internal
-ASAN       := $(filter-out $(EMU_INTERNAL:tests/%.cpp=$(BUILD)/asan/%),$(ASAN)) $(BUILD)/asan/emu_internal
-$(BUILD)/tests/emu_internal $(BUILD)/asan/emu_internal: $(EMU_INTERNAL)
+# Of those, the CUDA suites compile the header and its kernels (~70 s under ASan each): they are
+# built as one program per flavour, tests/cuda_internal.cpp (each suite in a namespace of its own)
+CUDA_INTERNAL := $(filter tests/test_cuda%.cpp,$(INTERNAL))
+TESTS      := $(filter-out $(CUDA_INTERNAL:tests/%.cpp=$(BUILD)/tests/%),$(TESTS)) $(BUILD)/tests/cuda_internal
+ASAN       := $(filter-out $(CUDA_INTERNAL:tests/%.cpp=$(BUILD)/asan/%),$(ASAN)) $(BUILD)/asan/cuda_internal
+$(BUILD)/tests/cuda_internal $(BUILD)/asan/cuda_internal: $(CUDA_INTERNAL)
 ASAN_CXX   := $(CXXFLAGS) -g -fsanitize=address,undefined -fno-sanitize-recover=all
 
 $(BUILD)/obj/impl.o: tests/mf_impl.c metaformer.h
@@ -194,7 +193,7 @@ TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/log
 # test once its binary is built): the longest builds and runs first, so that the last jobs to finish
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
-TEST_LONG  := sh/cuda_build asan/emu_internal tests/emu_internal asan/test_cuda_fastweights \
+TEST_LONG  := sh/cuda_build asan/cuda_internal tests/cuda_internal asan/test_cuda_fastweights \
               asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu \
               asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
@@ -299,12 +298,18 @@ NVFLAGS   ?= -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -fopenmp
 NVLIBS    := -lcublas -lgomp
 CUDA_INC  ?= $(dir $(NVCC))../include
 
-# every CUDA parity suite (tests/test_cuda*.cpp) built by nvcc and run on the real GPU (no emulator)
-CUDA_SUITES := $(patsubst tests/%.cpp,$(BUILD)/cuda/%,$(filter-out tests/test_cuda_emu.cpp,$(wildcard tests/test_cuda*.cpp)))
+# every CUDA parity suite (tests/test_cuda*.cpp) built by nvcc and run on the real GPU (no emulator);
+# those that call the internals as one program, as in make test
+CUDA_SUITES := $(patsubst tests/%.cpp,$(BUILD)/cuda/%,$(filter-out tests/test_cuda_emu.cpp $(CUDA_INTERNAL),$(wildcard tests/test_cuda*.cpp))) \
+               $(BUILD)/cuda/cuda_internal
 test-cuda: $(CUDA_SUITES)
 	@bash tests/run.sh $(foreach t,$(CUDA_SUITES),"$(t)")
 
+# (one suite alone: make build/cuda/test_cuda_ops)
 $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
+$(BUILD)/cuda/cuda_internal: tests/cuda_internal.cpp $(CUDA_INTERNAL) $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
 
@@ -418,6 +423,10 @@ cuda-all: $(CUDA_SUITES) $(BUILD)/train-cuda $(BUILD)/train $(BUILD)/cuda/bench_
 GPU_REPORT_DIR ?=
 gpu-report:
 	bash bench/gpu_report.sh $(if $(GPU_REPORT_DIR),--out "$(GPU_REPORT_DIR)")
+
+# make -s print-VAR: a variable's value (tests/cuda_build.sh reads CUDA_SUITES)
+print-%:
+	@echo $($*)
 
 clean:
 	rm -rf $(BUILD)
