@@ -54,20 +54,27 @@ PYTHON    ?= /usr/bin/python3
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
-# and linked into every test that uses the public API only; -DMETAFORMER_IMPLEMENTATION_DONE skips
+# and linked into every C test that uses the public API only; -DMETAFORMER_IMPLEMENTATION_DONE skips
 # the copy the test includes. Tests that call the header's static internals (mf__*, MF__*) compile
-# it in their own file, as every test did before (the pattern rules below).
+# it in their own file (the pattern rules below). The CUDA parity suites (tests/test_cuda*.cpp)
+# are one program per flavour, tests/cuda_suites.cpp, which compiles it once for all of them.
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS) $(TEST_CXX))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
-SHARED_CXX := $(basename $(notdir $(filter-out $(INTERNAL) tests/test_cuda_emu.cpp,$(TEST_CXX))))
 CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h
-# Of those, the CUDA suites compile the header and its kernels (~70 s under ASan each): they are
-# built as one program per flavour, tests/cuda_internal.cpp (each suite in a namespace of its own)
-CUDA_INTERNAL := $(filter tests/test_cuda%.cpp,$(INTERNAL))
-TESTS      := $(filter-out $(CUDA_INTERNAL:tests/%.cpp=$(BUILD)/tests/%),$(TESTS)) $(BUILD)/tests/cuda_internal
-ASAN       := $(filter-out $(CUDA_INTERNAL:tests/%.cpp=$(BUILD)/asan/%),$(ASAN)) $(BUILD)/asan/cuda_internal
-$(BUILD)/tests/cuda_internal $(BUILD)/asan/cuda_internal: $(CUDA_INTERNAL)
+# the CUDA parity suites (each in a namespace of its own in tests/cuda_suites.cpp; the emulator's own
+# test, tests/test_cuda_emu.cpp, stays a program of its own)
+CUDA_SUITE_SRCS := $(filter-out tests/test_cuda_emu.cpp,$(wildcard tests/test_cuda*.cpp))
+TESTS      := $(filter-out $(CUDA_SUITE_SRCS:tests/%.cpp=$(BUILD)/tests/%),$(TESTS)) $(BUILD)/tests/cuda_suites
+ASAN       := $(filter-out $(CUDA_SUITE_SRCS:tests/%.cpp=$(BUILD)/asan/%),$(ASAN)) $(BUILD)/asan/cuda_suites
+$(BUILD)/tests/cuda_suites $(BUILD)/asan/cuda_suites: $(CUDA_SUITE_SRCS)
+# a suite that program lacks would not run: every make stops until it is added
+CUDA_SUITES_MISSING := $(strip $(foreach f,$(CUDA_SUITE_SRCS),$(if $(and \
+    $(shell grep -q '^\#include "$(notdir $(f))"' tests/cuda_suites.cpp && echo y), \
+    $(shell grep -q '{"$(basename $(notdir $(f)))", ' tests/cuda_suites.cpp && echo y)),,$(f))))
+ifneq ($(CUDA_SUITES_MISSING),)
+$(error tests/cuda_suites.cpp lacks $(CUDA_SUITES_MISSING): include each in a namespace of its own and add it to the suites table there)
+endif
 ASAN_CXX   := $(CXXFLAGS) -g -fsanitize=address,undefined -fno-sanitize-recover=all
 
 $(BUILD)/obj/impl.o: tests/mf_impl.c metaformer.h
@@ -79,9 +86,6 @@ $(BUILD)/obj/impl_asan.o: tests/mf_impl.c metaformer.h
 $(BUILD)/obj/impl_emu.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
-$(BUILD)/obj/impl_emu_asan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
-	@mkdir -p $(dir $@)
-	$(CXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
 
 # clang's ASan + UBSan (build/casan/): its UBSan also checks pointer arithmetic (pointer-overflow,
 # arithmetic on NULL), which gcc's does not, and its ASan instruments differently. Where clang is
@@ -103,15 +107,9 @@ CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model
 $(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
-$(BUILD)/obj/impl_emu_casan.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
-	@mkdir -p $(dir $@)
-	$(CLANGXX) $(ASAN_CXX) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
 $(SHARED_C:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.c $(BUILD)/obj/impl_casan.o metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_casan.o -o $@ $(LDLIBS)
-$(SHARED_CXX:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.cpp $(BUILD)/obj/impl_emu_casan.o $(CUDA_DEPS)
-	@mkdir -p $(dir $@)
-	$(CLANGXX) $(ASAN_CXX) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_emu_casan.o -o $@ $(LDLIBS)
 $(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
@@ -125,12 +123,6 @@ $(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o 
 $(SHARED_C:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.c $(BUILD)/obj/impl_asan.o metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_asan.o -o $@ $(LDLIBS)
-$(SHARED_CXX:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.cpp $(BUILD)/obj/impl_emu.o $(CUDA_DEPS)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_emu.o -o $@ $(LDLIBS)
-$(SHARED_CXX:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.cpp $(BUILD)/obj/impl_emu_asan.o $(CUDA_DEPS)
-	@mkdir -p $(dir $@)
-	$(CXX) $(ASAN_CXX) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_emu_asan.o -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
@@ -193,8 +185,7 @@ TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/log
 # test once its binary is built): the longest builds and runs first, so that the last jobs to finish
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
-TEST_LONG  := sh/cuda_build asan/cuda_internal tests/cuda_internal asan/test_cuda_fastweights \
-              asan/test_cuda_attention asan/test_cuda_xl asan/test_xl sh/hygiene sh/train_emu \
+TEST_LONG  := sh/cuda_build asan/cuda_suites tests/cuda_suites asan/test_xl sh/hygiene sh/train_emu \
               asan/test_feedback
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
@@ -298,27 +289,19 @@ NVFLAGS   ?= -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -fopenmp
 NVLIBS    := -lcublas -lgomp
 CUDA_INC  ?= $(dir $(NVCC))../include
 
-# every CUDA parity suite (tests/test_cuda*.cpp) built by nvcc and run on the real GPU (no emulator);
-# those that call the internals as one program, as in make test
-CUDA_SUITES := $(patsubst tests/%.cpp,$(BUILD)/cuda/%,$(filter-out tests/test_cuda_emu.cpp $(CUDA_INTERNAL),$(wildcard tests/test_cuda*.cpp))) \
-               $(BUILD)/cuda/cuda_internal
+# every CUDA parity suite built by nvcc (build/cuda/cuda_suites) and run on the real GPU (no
+# emulator), each suite in a process of its own (a crash ends that suite only)
+CUDA_SUITES := $(BUILD)/cuda/cuda_suites
 test-cuda: $(CUDA_SUITES)
-	@bash tests/run.sh $(foreach t,$(CUDA_SUITES),"$(t)")
+	@bash tests/run.sh $(foreach t,$(CUDA_SUITE_SRCS:tests/%.cpp=%),"$(BUILD)/cuda/cuda_suites $(t)")
 
-# (one suite alone: make build/cuda/test_cuda_ops)
+$(BUILD)/cuda/cuda_suites: tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
+# one suite alone: make build/cuda/test_cuda_ops
 $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
-$(BUILD)/cuda/cuda_internal: tests/cuda_internal.cpp $(CUDA_INTERNAL) $(CUDA_DEPS)
-	@mkdir -p $(dir $@)
-	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
-
-# the suites that use the public API only link the implementation that train-cuda links (as the
-# emulated ones link tests/mf_impl.c): one nvcc compile of the kernels fewer per suite
-$(SHARED_CXX:%=$(BUILD)/cuda/%): $(BUILD)/cuda/%: tests/%.cpp $(BUILD)/cuda/metaformer_cuda.o $(CUDA_DEPS)
-	@mkdir -p $(dir $@)
-	$(NVCC) -x cu $(NVFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests -c $< -o $@.o
-	$(NVCC) $(NVFLAGS) $@.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
 # the GPU benchmarks (bench/run_cuda.sh): the model step, the fast-weights kernels (recurrent vs
 # chunkwise), the attention kernel (bench/torch_sdpa.py times PyTorch's SDPA at the same shapes);

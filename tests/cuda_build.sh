@@ -2,13 +2,13 @@
 # The CUDA build must compile wherever nvcc is installed (CI has nvcc but no GPU), for sm_90 plus
 # PTX, with warnings as errors: examples/embed's CUDA build (`make -C examples/embed cuda`: the
 # header with METAFORMER_CUDA compiled by nvcc, a C program linked to it with cuBLAS),
-# examples/train.c with the CUDA backend (what `make train-cuda` builds) and every CUDA parity
-# suite (tests/test_cuda*.cpp except the emulator's own test; those that call the header's internals
-# as one program, tests/cuda_internal.cpp: what `make test-cuda` runs on a GPU)
-# and the GPU benchmarks of bench/run_cuda.sh (make gpu-report, make bench-cuda).
+# examples/train.c with the CUDA backend (what `make train-cuda` builds), the CUDA parity suites
+# (tests/test_cuda*.cpp except the emulator's own test, as one program: tests/cuda_suites.cpp, what
+# `make test-cuda` runs on a GPU) and the GPU benchmarks of bench/run_cuda.sh (make gpu-report, make
+# bench-cuda).
 # The targets are built by those Makefiles themselves, into a temporary folder, so what is checked
-# is what a user gets. Nothing is run: the kernels are checked on the emulator by the
-# build/tests/test_cuda* suites and build/tests/cuda_internal. Prints ok/FAIL lines and the runner's summary.
+# is what a user gets. Nothing is run: the kernels are checked on the emulator by
+# build/tests/cuda_suites. Prints ok/FAIL lines and the runner's summary.
 set -u
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -34,7 +34,7 @@ for b in bench_model bench_attention bench_fw_sweep; do
 done
 # the suites of make test-cuda, as its Makefile lists them
 for t in $(make -s print-CUDA_SUITES BUILD="$tmp"); do
-    names+=("nvcc sm_90 + PTX build of tests/$(basename "$t").cpp (make test-cuda)")
+    names+=("nvcc sm_90 + PTX build of tests/$(basename "$t").cpp, the CUDA parity suites (make test-cuda)")
     targets+=("$t")
 done
 
