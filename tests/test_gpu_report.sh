@@ -5,10 +5,11 @@
 # parts at their precisions) within time limits that add up to the budget, and write nothing.
 # On a stub GPU machine whose builds fail it must run every part, write the report, name each
 # failed part and exit 1 (below). Uses build/train and build/obj/impl.o. Prints ok/FAIL lines and
-# the runner's summary.
+# the runner's summary; KEEP_TMP=1 keeps its folder (the stub machine's report) for a look.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-tmp=$(mktemp -d); [ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d)
+if [ -n "${KEEP_TMP:-}" ]; then echo "(KEEP_TMP: the files stay in $tmp)"; else trap 'rm -rf "$tmp"' EXIT; fi
 pass=0; fail=0
 check() { # NAME CONDITION...
     local name=$1

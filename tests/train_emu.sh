@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 BIN=${TRAIN_EMU:-build/emu/train_emu}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
+ok()  { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1"; shift; printf '    %s\n' "$@" | head -12; fail=$((fail+1)); }
 awk 'BEGIN { srand(3); split("the king and queen of a land far away spoke to the people who listened", w, " ");
              for (i = 0; i < 2500; i++) printf "%s%s", w[int(rand() * 15) + 1], (i % 12 == 11 ? ".\n" : " ") }' > "$tmp/text.txt"
 # The two runs print the same lines word for word, except that a number may differ from the CPU's
@@ -38,13 +40,9 @@ for model in "${MODELS[@]}"; do
     "$BIN" $args --device cpu  2>&1 | sed -e 's/ *[0-9.]* tok\/s.*//' -e 's/ in [0-9.]* s.*//' > "$tmp/cpu.txt"
     "$BIN" $args --device cuda 2>&1 | sed -e 's/ *[0-9.]* tok\/s.*//' -e 's/ in [0-9.]* s.*//' > "$tmp/cuda.txt"
     if grep -q "valid loss" "$tmp/cpu.txt" && same_run "$tmp/cpu.txt" "$tmp/cuda.txt"; then
-        echo "ok   train.c $mixer: the emulated CUDA device prints the CPU's losses (to 1e-5) and sample"; pass=$((pass+1))
-    else
-        echo "FAIL train.c $mixer: emulated CUDA vs CPU"; diff "$tmp/cpu.txt" "$tmp/cuda.txt" | head -10; fail=$((fail+1))
-    fi
+        ok "train.c $mixer: the emulated CUDA device prints the CPU's losses (to 1e-5) and sample"
+    else bad "train.c $mixer: emulated CUDA vs CPU" "$(diff "$tmp/cpu.txt" "$tmp/cuda.txt")"; fi
 done
-ok()  { echo "ok   $1"; pass=$((pass+1)); }
-bad() { echo "FAIL $1"; shift; printf '    %s\n' "$@" | head -12; fail=$((fail+1)); }
 
 # --precision bf16 (mixed precision on the device): every printed loss within 2% of the CPU's fp32
 # run (bf16 operands over 8 steps of a tiny model), for sdpa and for fast_weights in chunks of 4 (its
@@ -60,13 +58,13 @@ TINY="$tmp/text.txt --d-model 32 --heads 2 --layers 2 --d-ff 48 --seq-len 24 --b
 for model in "sdpa|--mixer sdpa" "fast_weights|--mixer fast_weights --chunk 4"; do
     mixer=${model%%|*}
     # shellcheck disable=SC2086
-    "$BIN" $TINY ${model#*|} --device cpu > "$tmp/cpu.txt" 2>&1
+    "$BIN" $TINY ${model#*|} --device cpu > "$tmp/cpu_$mixer.txt" 2>&1
     # shellcheck disable=SC2086
     "$BIN" $TINY ${model#*|} --device cuda --precision bf16 > "$tmp/bf16.txt" 2>&1
     # (and bf16 must show: some loss off the CPU's by more than fp32's 1e-5)
-    if near "$tmp/cpu.txt" "$tmp/bf16.txt" && ! same_run <(losses "$tmp/cpu.txt") <(losses "$tmp/bf16.txt"); then
+    if near "$tmp/cpu_$mixer.txt" "$tmp/bf16.txt" && ! same_run <(losses "$tmp/cpu_$mixer.txt") <(losses "$tmp/bf16.txt"); then
         ok "train.c $mixer --precision bf16: every loss within 2% of the CPU's fp32 run, not equal to it"
-    else bad "train.c $mixer --precision bf16 vs the CPU's fp32 losses" "$(paste <(losses "$tmp/cpu.txt") <(losses "$tmp/bf16.txt"))" "$(tail -3 "$tmp/bf16.txt")"; fi
+    else bad "train.c $mixer --precision bf16 vs the CPU's fp32 losses" "$(paste <(losses "$tmp/cpu_$mixer.txt") <(losses "$tmp/bf16.txt"))" "$(tail -3 "$tmp/bf16.txt")"; fi
 done
 # shellcheck disable=SC2086
 "$BIN" $TINY --device cpu --precision bf16 > "$tmp/refused.txt" 2>&1
@@ -74,20 +72,18 @@ rc=$?
 if [ "$rc" -ne 0 ] && grep -q "bf16 needs a CUDA context; the CPU computes in fp32" "$tmp/refused.txt"; then
     ok "train.c --device cpu --precision bf16: refused (status $rc), saying the CPU computes in fp32"
 else bad "train.c --device cpu --precision bf16 must be refused with the reason (status $rc)" "$(cat "$tmp/refused.txt")"; fi
-# bf16 for 3 steps, the CPU to step 6, bf16 again to the end; against the CPU's uninterrupted run
+# bf16 for 3 steps, the CPU to step 6, bf16 again to the end (sdpa); against the CPU's uninterrupted run
 # shellcheck disable=SC2086
 { "$BIN" $TINY --device cuda --precision bf16 --save "$tmp/ck.st" --stop-after 3 > "$tmp/r1.txt" 2>&1 &&
   "$BIN" $TINY --device cpu --resume "$tmp/ck.st" --stop-after 3 > "$tmp/r2.txt" 2>&1 &&
   "$BIN" $TINY --device cuda --precision bf16 --resume "$tmp/ck.st" > "$tmp/r3.txt" 2>&1; }
 rc=$?
 cat "$tmp/r1.txt" "$tmp/r2.txt" "$tmp/r3.txt" > "$tmp/r.txt"
-# shellcheck disable=SC2086
-"$BIN" $TINY --device cpu > "$tmp/cpu.txt" 2>&1
 if [ "$rc" -eq 0 ] && grep -q "note: the checkpoint trained in bf16; the CPU computes in fp32" "$tmp/r2.txt" &&
    grep -q "resumed from .* at step 3" "$tmp/r2.txt" && grep -q "resumed from .* at step 6" "$tmp/r3.txt" &&
-   [ "$(losses "$tmp/r.txt" | grep -c '^[0-9]*/8 ')" -eq 8 ] && near "$tmp/cpu.txt" "$tmp/r.txt"; then
+   [ "$(losses "$tmp/r.txt" | grep -c '^[0-9]*/8 ')" -eq 8 ] && near "$tmp/cpu_sdpa.txt" "$tmp/r.txt"; then
     ok "train.c: bf16 on the device -> --resume on the CPU (with a note) -> --resume in bf16: the CPU run's losses within 2%"
-else bad "train.c: bf16 -> CPU -> bf16 resume (status $rc)" "$(paste <(losses "$tmp/cpu.txt") <(losses "$tmp/r.txt"))" "$(tail -n 2 "$tmp/r2.txt" "$tmp/r3.txt")"; fi
+else bad "train.c: bf16 -> CPU -> bf16 resume (status $rc)" "$(paste <(losses "$tmp/cpu_sdpa.txt") <(losses "$tmp/r.txt"))" "$(tail -n 2 "$tmp/r2.txt" "$tmp/r3.txt")"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
