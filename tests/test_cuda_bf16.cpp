@@ -226,10 +226,10 @@ static void test_every_op_in_bf16(void) {
 
 /* ------------------------------------------------------------------------------ training */
 /* 200 steps of a model of each family in bf16 (sdpa and metric: the fused attention kernels;
-   relative: XL's; fast_weights and linear: the chunkwise kernels; feedback): the loss curve within 1%
-   of the CPU's fp32 curve (the mean of each window of 25 steps: single steps differ by the rounding noise). The
-   next token is one of three (a fixed hash picks it), so the loss tends to ln 3, not to 0, where a
-   relative comparison would measure noise. */
+   relative: XL's; fast_weights and linear: the chunkwise kernels; feedback): the loss curve within
+   1% of the CPU's fp32 curve (the mean of each window of 25 steps: single steps differ by the
+   rounding noise). The next token is one of three (a fixed hash picks it), so the loss tends to
+   ln 3, not to 0, where a relative comparison would measure noise. */
 static std::vector<float> curve(const mf_model_config &cfg, int cuda, int steps, std::string &err) {
     std::vector<float> losses;
     mf_ctx *ctx = mf_ctx_new(7);
