@@ -38,8 +38,10 @@ SANFLAGS := -std=c99 -O1 -g -march=native -fsanitize=address,undefined -fno-sani
             -fno-omit-frame-pointer $(WARN)
 LDLIBS  := -lm
 BUILD   := build
-# build and test on every core
+# build and test on every core (a make run by a recipe shares its parent's jobs)
+ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 
 CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
 # tests/test_dist.c and tests/test_dist_cuda.cpp need MPI: built by mpicc / mpicxx below and run on 2 ranks
@@ -245,6 +247,14 @@ $(BUILD)/logs/asan/%.log: $(BUILD)/asan/% FORCE | $(BUILD)/logs/tests/%.log
 	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
 $(BUILD)/logs/casan/%.log: $(BUILD)/casan/% FORCE | $(BUILD)/logs/asan/%.log
 	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
+# The CUDA suites, the longest run of each build, compile their program in the same job as the run:
+# make -j takes a test's run up only when its pass over the list comes back to it, so a run whose
+# program another job finished mid-pass waited for the pass to end (minutes, at the end of make
+# test). Their files under build/ are per process (scratch_path), so the two builds run side by side.
+$(BUILD)/logs/tests/cuda_suites.log $(BUILD)/logs/asan/cuda_suites.log: $(BUILD)/logs/%/cuda_suites.log: \
+        tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS) FORCE
+	@$(MAKE) -s --no-print-directory $(BUILD)/$*/cuda_suites
+	@bash tests/run.sh --one $@ "$(if $(filter asan,$*),$(ASAN_ENV) )$(BUILD)/$*/cuda_suites"
 FORCE:
 
 # ---- fuzzing (tests/fuzz/) ----

@@ -12,6 +12,7 @@
 #include "mf_test.h"
 
 #include <string.h>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ static inline void set_order(int o) { (void)o; }
 
 static const double TOL = 1e-5; /* CPU vs GPU, relative to the tensor's largest value */
 
+/* a scratch file under build/ of this process's own (the optimized and the ASan build of a suite
+   run side by side in make test) */
+static inline std::string scratch_path(const char *name) {
+    return "build/" + std::string(name) + "." + std::to_string((long)getpid()) + ".safetensors";
+}
 static inline std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::vector<float> v((size_t)n);
     for (int64_t i = 0; i < n; i++) v[(size_t)i] = lo + (hi - lo) * mft_uniform(seed, 77, (uint64_t)i);

@@ -161,7 +161,8 @@ static void test_recycled_grads(void) {
 
 /* a checkpoint written by the CUDA context loads into a CPU context and continues identically */
 static void test_checkpoint_cross_device(void) {
-    const char *path = "build/test_cuda_ckpt.safetensors";
+    const std::string file = scratch_path("test_cuda_ckpt");
+    const char *path = file.c_str();
     mf_model_config cfg = small_config(MF_MIXER_SDPA);
     TrainOpts o = train_opts();
     o.steps = 2; o.save = path;

@@ -298,7 +298,8 @@ static void test_train_feedback(void) { check_curve(MF_MIXER_FEEDBACK, 200); }
 /* a bf16 run saves fp32 masters: loaded on the CPU bit for bit, trained on there, and back into a
    bf16 context, whose next loss matches the CPU's within the bf16 tolerance */
 static void test_checkpoint_bf16_to_cpu_and_back(void) {
-    const char *path = "build/test_cuda_bf16_ckpt.safetensors";
+    const std::string file = scratch_path("test_cuda_bf16_ckpt");
+    const char *path = file.c_str();
     mf_model_config cfg = small_config(MF_MIXER_SDPA);
     TrainOpts o = train_opts();
     o.steps = 3; o.save = path; o.prec = MF_PREC_BF16;
@@ -360,7 +361,8 @@ static std::vector<float> resumed_step(const mf_model_config &cfg, const char *p
     return delta;
 }
 static void test_checkpoint_cpu_to_bf16(void) {
-    const char *path = "build/test_cuda_bf16_cpu_ckpt.safetensors";
+    const std::string file = scratch_path("test_cuda_bf16_cpu_ckpt");
+    const char *path = file.c_str();
     mf_model_config cfg = small_config(MF_MIXER_SDPA);
     cfg.dropout = 0;
     TrainOpts o = train_opts();
