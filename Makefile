@@ -71,9 +71,9 @@ TESTS      := $(filter-out $(CUDA_SUITE_SRCS:tests/%.cpp=$(BUILD)/tests/%),$(TES
 ASAN       := $(filter-out $(CUDA_SUITE_SRCS:tests/%.cpp=$(BUILD)/asan/%),$(ASAN)) $(BUILD)/asan/cuda_suites
 $(BUILD)/tests/cuda_suites $(BUILD)/asan/cuda_suites: $(CUDA_SUITE_SRCS)
 # a suite that program lacks would not run: every make stops until it is added
-CUDA_SUITES_MISSING := $(strip $(foreach f,$(CUDA_SUITE_SRCS),$(if $(and \
-    $(shell grep -q '^\#include "$(notdir $(f))"' tests/cuda_suites.cpp && echo y), \
-    $(shell grep -q '{"$(basename $(notdir $(f)))", ' tests/cuda_suites.cpp && echo y)),,$(f))))
+CUDA_SUITES_IN  := $(shell sed -n 's/^\#include "\(test_cuda[a-z0-9_]*\.cpp\)"$$/tests\/\1/p' tests/cuda_suites.cpp)
+CUDA_SUITES_RUN := $(shell sed -n 's/^ *{"\(test_cuda[a-z0-9_]*\)", .*/tests\/\1.cpp/p' tests/cuda_suites.cpp)
+CUDA_SUITES_MISSING := $(sort $(filter-out $(CUDA_SUITES_IN),$(CUDA_SUITE_SRCS)) $(filter-out $(CUDA_SUITES_RUN),$(CUDA_SUITE_SRCS)))
 ifneq ($(CUDA_SUITES_MISSING),)
 $(error tests/cuda_suites.cpp lacks $(CUDA_SUITES_MISSING): include each in a namespace of its own and add it to the suites table there)
 endif
