@@ -61,7 +61,7 @@ all: examples
 # it in their own file (the pattern rules below). The CUDA parity suites (tests/test_cuda*.cpp)
 # are one program per flavour, tests/cuda_suites.cpp, which compiles it once for all of them.
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
-INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS) $(TEST_CXX))
+INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
 CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h
 # the CUDA parity suites (each in a namespace of its own in tests/cuda_suites.cpp; the emulator's own
