@@ -33,7 +33,9 @@
 CC      ?= gcc
 CXX     ?= g++
 WARN    := -Wall -Wextra -pedantic -Werror
-CFLAGS  ?= -std=c99 -O2 -march=native -fopenmp $(WARN)
+# HOST_ARCH: the CPU the host code is built for (make gpu-prep builds for a portable level instead)
+HOST_ARCH ?= -march=native
+CFLAGS  ?= -std=c99 -O2 $(HOST_ARCH) -fopenmp $(WARN)
 SANFLAGS := -std=c99 -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-recover=all \
             -fno-omit-frame-pointer $(WARN)
 LDLIBS  := -lm
@@ -52,7 +54,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-ops bench-ab bench-cuda bench-dist gpu-report cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-ops bench-ab bench-cuda bench-dist gpu-report gpu-prep cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -295,7 +297,10 @@ fuzz:
 # tests/cuda_build.sh compiles these targets' sources with nvcc) ----
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVFLAGS   ?= -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -fopenmp
+# one definition of the GPU builds' flags: make cuda-all, gpu-report, gpu-prep and tests/cuda_build.sh
+# (make test) all build with these (host warnings are errors, as CFLAGS makes them for C)
+NVWARN    := -Xcompiler -Wall,-Wextra -Werror all-warnings
+NVFLAGS   ?= -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -fopenmp $(NVWARN)
 NVLIBS    := -lcublas -lgomp
 CUDA_INC  ?= $(dir $(NVCC))../include
 
@@ -308,6 +313,11 @@ test-cuda: $(CUDA_SUITES)
 $(BUILD)/cuda/cuda_suites: tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
+# the same program for fault attribution: every launch synchronised and checked, the op, its shapes
+# and the kernel named (MF_CUDA_DEBUG); -lineinfo gives compute-sanitizer the source lines
+$(BUILD)/cuda-debug/cuda_suites: tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -DMF_CUDA_DEBUG -lineinfo -I. -Itests $< -o $@ $(NVLIBS)
 # one suite alone: make build/cuda/test_cuda_ops
 $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
@@ -411,6 +421,17 @@ bench-cuda:
 # them: what make gpu-report builds first, in parallel
 cuda-all: $(CUDA_SUITES) $(BUILD)/train-cuda $(BUILD)/train $(BUILD)/cuda/bench_model $(BUILD)/cuda/bench_attention \
           $(BUILD)/cuda/bench_fw_sweep
+
+# the prepared first run: every GPU binary built here (no GPU needed) into GPU_PREP, host code for a
+# portable x86-64 level, with its file list and commit (bench/gpu_prep.sh); on the GPU machine
+# bench/gpu_first_run.sh DIR runs them without compiling anything
+GPU_PREP      ?= $(BUILD)/gpu-prep
+GPU_PREP_OBJ  ?= $(BUILD)/gpu-prep.obj
+GPU_PREP_HOST ?= -march=x86-64-v3
+GPU_PREP_BINS := train train-cuda cuda/cuda_suites cuda-debug/cuda_suites cuda/bench_model cuda/bench_attention \
+                 cuda/bench_fw_sweep train-mpi-cuda?
+gpu-prep:
+	@bash bench/gpu_prep.sh "$(GPU_PREP)" "$(GPU_PREP_OBJ)" "$(GPU_PREP_HOST)" $(GPU_PREP_BINS)
 
 # issue #18: the whole CUDA backend on a real GPU, one report (bench/gpu_report.sh)
 GPU_REPORT_DIR ?=

@@ -63,6 +63,9 @@
 #include <math.h>
 #include <time.h>
 #include <sys/resource.h>
+#ifdef _OPENMP
+#include <omp.h> /* omp_set_num_threads: the header's own #include is skipped with METAFORMER_IMPLEMENTATION_DONE */
+#endif
 
 #define METAFORMER_IMPLEMENTATION
 #include "metaformer.h"
