@@ -12,7 +12,8 @@
 # Makefile's flags (NVFLAGS, CUDA_ARCH) and its rules, into OBJ; the binaries are copied into PREP
 # at their paths under build/ (PREP/cuda/cuda_suites is build/cuda/cuda_suites there), with
 # PREP/MANIFEST.txt: the commit, the flags, and each file's size and SHA-256. PREP must stay under
-# GPU_PREP_LIMIT_MB (default 60) to travel with the working tree.
+# GPU_PREP_LIMIT_MB (default 60) to travel with the working tree. (GPU_PREP_MAKE: the make that
+# builds; tests/test_gpu_first_run.sh packs stand-ins with `true`.)
 #
 #   bash bench/gpu_prep.sh PREP OBJ HOST_ARCH BIN...    (BIN? : optional, left out when not built)
 # Exit status 1 when a binary did not build or the folder is over the limit.
@@ -34,7 +35,7 @@ fi
 targets=()
 for b in "$@"; do targets+=("$OBJ/${b%\?}"); done
 echo "== make gpu-prep: building ${#targets[@]} binaries into $OBJ (host code $HOST)"
-make -k -j"$JOBS" BUILD="$OBJ" HOST_ARCH="$HOST" "${targets[@]}"
+${GPU_PREP_MAKE:-make} -k -j"$JOBS" BUILD="$OBJ" HOST_ARCH="$HOST" "${targets[@]}"
 build_rc=$?
 
 rm -rf "$PREP"

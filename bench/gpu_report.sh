@@ -6,7 +6,10 @@
 #   build      every nvcc build for the GPU found (its compute capability from nvidia-smi
 #              --query-gpu=compute_cap, else sm_90): `make cuda-all` (the parity suites, train-cuda,
 #              the GPU benchmarks) and build/train for the CPU
-#   test-cuda  `make test-cuda`: the CPU-vs-GPU parity suites on the GPU
+#   test-cuda  the CPU-vs-GPU parity suites on the GPU (make test-cuda's program): each suite in a
+#              process of its own, side by side, each under a time limit; a suite that fails is run
+#              again from the MF_CUDA_DEBUG build (build/cuda-debug/cuda_suites) where there is one,
+#              which names the op, its shapes and the kernel of a fault
 #   train      a short build/train-cuda run of every model (build/train --list-mixers, and
 #              compressive) at fp32 and at bf16, beside build/train on the CPU (same options, seed,
 #              data: a generated text); the losses side by side
@@ -19,15 +22,22 @@
 #              is left (the runs the budget leaves out are listed)
 # and writes DIR/report.md (a summary table of the parts, the goals of #18 checked against the
 # numbers, then each part's results) and one log per part, DIR/<n>_<part>.log: eight plain files.
+# With --prebuilt (bench/gpu_first_run.sh) nothing is compiled: the binaries under build/ are the
+# ones make gpu-prep built elsewhere, and the build part gives its place to
+#   sanitizer  compute-sanitizer --tool memcheck on every suite of the MF_CUDA_DEBUG build, side by
+#              side, and --tool racecheck on the attention suite (a suite still running at the
+#              limit gives no verdict; an error found fails the part)
+# while env also shows the prepared folder's manifest and each binary's shared libraries (ldd).
 #
-#   bash bench/gpu_report.sh [--out DIR] [--dry-run] [--budget S]
+#   bash bench/gpu_report.sh [--out DIR] [--dry-run] [--budget S] [--prebuilt]
 #     --out DIR     the folder (default bench/results/gpu_<date>/; make: GPU_REPORT_DIR=DIR)
 #     --dry-run     print every command it would run, with each part's time limit; runs, builds and
 #                   writes nothing (works without a GPU)
 #     --budget S    seconds for the whole report (default 570, GPU_REPORT_BUDGET): a part's limit
 #                   is cut to what is left, and a part with under 10 s left is skipped
 #   [NVCC=nvcc] [PYTHON=the first of python3, /opt/torch/.venv/bin/python3, /usr/bin/python3 that
-#   imports torch] [NVIDIA_SMI=nvidia-smi] [GPU_REPORT_JOBS=nproc]
+#   imports torch] [NVIDIA_SMI=nvidia-smi] [COMPUTE_SANITIZER=compute-sanitizer] [GPU_REPORT_JOBS=nproc]
+#   [GPU_PREP=build/gpu-prep] [GPU_REPORT_LIMITS="part=seconds ..."]
 # Without a GPU it stops at once (exit 1) and says so.
 set -u
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -36,12 +46,14 @@ cd "$(dirname "$0")/.." || exit 1
 unset MAKEFLAGS MFLAGS MAKELEVEL
 
 DRY=0
+PREBUILT=${GR_PREBUILT:-0}
 DIR=""
 BUDGET=${GPU_REPORT_BUDGET:-570}
 PART=""   # internal: --part ID runs one part (the script calls itself under timeout)
 while [ $# -gt 0 ]; do
     case "$1" in
     --dry-run) DRY=1; shift ;;
+    --prebuilt) PREBUILT=1; shift ;;
     --out|--budget|--part)
         [ $# -ge 2 ] || { echo "bench/gpu_report.sh: $1 needs a value" >&2; exit 2; }
         case "$1" in --out) DIR=$2 ;; --budget) BUDGET=$2 ;; --part) PART=$2 ;; esac
@@ -63,7 +75,22 @@ declare -A LIMIT=([env]=30 [build]=200 [test-cuda]=120 [train]=90 [attention]=80
 declare -A TITLE=([env]="GPU, driver, nvcc, torch" [build]="nvcc builds for this GPU (make cuda-all)"
                   [test-cuda]="make test-cuda: CPU-vs-GPU parity suites" [train]="every model trained on the GPU (fp32, bf16) beside the CPU"
                   [models]="every model vs PyTorch eager: fp32, bf16, TF32" [attention]="fused attention vs scaled_dot_product_attention"
-                  [fw-sweep]="fast weights: chunkwise vs recurrent")
+                  [fw-sweep]="fast weights: chunkwise vs recurrent"
+                  [sanitizer]="compute-sanitizer: memcheck on every suite, racecheck on attention")
+# prebuilt: the smoke parts (env to train) fit in 3 minutes, the benchmarks take the rest
+if [ "$PREBUILT" = 1 ]; then
+    PARTS=(env test-cuda sanitizer train attention fw-sweep models)
+    LIMIT[env]=10; LIMIT[test-cuda]=70; LIMIT[sanitizer]=40; LIMIT[train]=60
+fi
+# GPU_REPORT_LIMITS="part=S ...": other time limits (tests/test_gpu_first_run.sh makes them short)
+for kv in ${GPU_REPORT_LIMITS:-}; do
+    [[ $kv =~ ^[a-z-]+=[0-9]+$ ]] || { echo "bench/gpu_report.sh: GPU_REPORT_LIMITS: $kv is not PART=SECONDS" >&2; exit 2; }
+    [ -n "${TITLE[${kv%%=*}]:-}" ] || { echo "bench/gpu_report.sh: GPU_REPORT_LIMITS: no part ${kv%%=*}" >&2; exit 2; }
+    LIMIT[${kv%%=*}]=${kv#*=}
+done
+SUITES=build/cuda/cuda_suites DEBUG_SUITES=build/cuda-debug/cuda_suites
+PREP=${GPU_PREP:-build/gpu-prep}
+SANITIZER=${COMPUTE_SANITIZER:-compute-sanitizer}
 say() { printf '%s\n' "$*"; }
 
 # the words of a command as a shell reads them back (quotes only where needed)
@@ -93,6 +120,44 @@ part_env() {
     x nproc
     x uname -srm
     x cc --version
+    [ "$PREBUILT" = 1 ] || return 0
+    # the prepared binaries: what they were built from, and whether their libraries load here
+    x cat "$PREP/MANIFEST.txt"
+    local f bad=0
+    for f in $(prebuilt_files); do
+        x ldd "build/$f"
+        [ "$DRY" = 1 ] || ! ldd "build/$f" 2>&1 | grep -q 'not found' || { say "build/$f: a shared library is missing (above)"; bad=1; }
+    done
+    return "$bad"
+}
+# the files of the prepared folder, from its manifest
+prebuilt_files() {
+    if [ "$DRY" = 1 ] && [ ! -f "$PREP/MANIFEST.txt" ]; then say train-cuda; return; fi
+    awk '/^files:/ { f = 1; next } f && NF == 3 { print $1 }' "$PREP/MANIFEST.txt"
+}
+# run_side_by_side DIR LIMIT PREFIX SUITE...: each "PREFIX SUITE" in a process of its own, all at
+# once, each under the limit (tests/run.sh --one keeps its output and status), then the runner's
+# report of them in the order given; its exit status
+run_side_by_side() {
+    local dir=$1 lim=$2 prefix=$3 s logs=()
+    shift 3
+    if [ "$DRY" = 1 ]; then
+        say "  (side by side, each under timeout $lim s:)"
+        for s in "$@"; do say "  \$ $prefix $s"; done
+        return 0
+    fi
+    mkdir -p "$dir"
+    for s in "$@"; do
+        logs+=("$dir/$s.log")
+        OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} bash tests/run.sh --one "$dir/$s.log" "timeout -k 2 $lim $prefix $s" &
+    done
+    wait
+    bash tests/run.sh --report "${logs[@]}"
+}
+# the suites of the program, or "SUITE" in a dry run without it
+suite_names() {
+    if [ "$DRY" = 1 ] && [ ! -x "$SUITES" ]; then say SUITE; return; fi
+    "$SUITES" --list
 }
 
 part_build() {
@@ -106,7 +171,51 @@ part_build() {
 }
 
 part_test-cuda() {
-    x make NVCC="$NVCC" CUDA_ARCH="$ARCH" test-cuda
+    local lim=$(($1 - 10)) s rc failed=()
+    [ "$PREBUILT" = 1 ] || x make NVCC="$NVCC" CUDA_ARCH="$ARCH" "$SUITES" || return 1
+    [ -x "$SUITES" ] || [ "$DRY" = 1 ] || { say "$SUITES is missing (make gpu-prep, or make $SUITES)"; return 1; }
+    # the suites share the GPU; a failed one is run again from the debug build in the time left
+    [ ! -x "$DEBUG_SUITES" ] || lim=$(( lim * 2 / 3 ))
+    run_side_by_side "$WORK/suites" "$lim" "$SUITES" $(suite_names)
+    rc=$?
+    [ "$DRY" = 1 ] && { say "  (a failed suite again: $DEBUG_SUITES SUITE, in the time left)"; return 0; }
+    for s in $(suite_names); do
+        [ "$(sed -n 2p "$WORK/suites/$s.log" 2> /dev/null)" = 0 ] || failed+=("$s")
+    done
+    if [ ${#failed[@]} -gt 0 ] && [ -x "$DEBUG_SUITES" ]; then
+        say ""
+        say "== again with MF_CUDA_DEBUG (every launch checked; a fault names its op, shapes and kernel): ${failed[*]}"
+        run_side_by_side "$WORK/suites_debug" "$(( $1 - 10 - lim ))" "$DEBUG_SUITES" "${failed[@]}" | sed 's/^\([0-9]* passed, [0-9]* failed\)$/debug build: \1/'
+    fi
+    return "$rc"
+}
+
+part_sanitizer() {
+    local lim=$(($1 - 5)) s n=0 errs=0 nov=0 f
+    command -v "$SANITIZER" > /dev/null || [ "$DRY" = 1 ] || { say "$SANITIZER not found: no sanitizer runs"; return 1; }
+    [ -x "$DEBUG_SUITES" ] || [ "$DRY" = 1 ] || { say "$DEBUG_SUITES is missing (make gpu-prep)"; return 1; }
+    if [ "$DRY" = 1 ]; then
+        for s in $(suite_names); do say "  \$ timeout $lim $SANITIZER --tool memcheck --error-exitcode 99 $DEBUG_SUITES $s"; done
+        say "  \$ timeout $lim $SANITIZER --tool racecheck --error-exitcode 99 $DEBUG_SUITES test_cuda_attention"
+        say "  (all side by side)"
+        return 0
+    fi
+    mkdir -p "$WORK/sanitizer"
+    for s in $(suite_names); do
+        timeout -k 2 "$lim" "$SANITIZER" --tool memcheck --error-exitcode 99 "$DEBUG_SUITES" "$s" > "$WORK/sanitizer/memcheck_$s.txt" 2>&1 &
+    done
+    timeout -k 2 "$lim" "$SANITIZER" --tool racecheck --error-exitcode 99 "$DEBUG_SUITES" test_cuda_attention > "$WORK/sanitizer/racecheck_test_cuda_attention.txt" 2>&1 &
+    wait
+    # the verdict of each run: the sanitizer's error summary, or none when the limit stopped it
+    for f in "$WORK"/sanitizer/*.txt; do
+        n=$((n + 1))
+        s=$(grep -E 'ERROR SUMMARY: [0-9]+ error' "$f" | tail -n 1 | sed 's/.*ERROR SUMMARY: //')
+        if [ -z "$s" ]; then say "no verdict  $(basename "$f" .txt) (stopped at the $lim s limit or died: $(tail -n 1 "$f"))"; nov=$((nov + 1))
+        elif [ "${s%% *}" = 0 ]; then say "clean       $(basename "$f" .txt): $s"
+        else say "ERRORS      $(basename "$f" .txt): $s"; errs=$((errs + 1)); grep -m 20 -E '^=+ (Invalid|Race|Error|Uninit|    at|Saved host)' "$f"; fi
+    done
+    say "sanitizer: $n runs, $errs with errors, $nov without a verdict"
+    [ "$errs" = 0 ]
 }
 
 # the options of each model in the train part: "name|options" (as tests/train_emu.sh)
@@ -193,6 +302,7 @@ train_table() {
 run_cuda_part() { # PARTS PRECISIONS LIMIT [options...]
     local parts=$1 precs=$2 limit=$3
     shift 3
+    [ "$PREBUILT" = 1 ] && set -- --no-build "$@"
     x env PYTHON="$PY" NVCC="$NVCC" CUDA_ARCH="$ARCH" BENCH_KERNEL_LIMIT=$(((limit - 10) / 2)) bash bench/run_cuda.sh \
         --parts "$parts" --precision "$precs" --goals "$WORK/goals_$parts.md" --out "$WORK/$parts.md" "$@"
 }
@@ -240,7 +350,7 @@ fi
 T_START=$(date +%s)
 
 if [ "$DRY" = 1 ]; then
-    say "make gpu-report --dry-run: the report would go to $DIR/ (report.md and one log per part); budget $BUDGET s"
+    say "make gpu-report --dry-run: the report would go to $DIR/ (report.md and one log per part); budget $BUDGET s$([ "$PREBUILT" = 1 ] && echo "; prebuilt binaries, nothing compiled")"
     say "  \$ $NVSMI --query-gpu=name --format=csv,noheader"
     say "  \$ $NVSMI --query-gpu=compute_cap --format=csv,noheader    -> CUDA_ARCH=\"$ARCH\""
     total=0
@@ -272,7 +382,7 @@ for id in "${PARTS[@]}"; do
     fi
     say "== part $id: ${TITLE[$id]} (limit $limit s, log $log)"
     t0=$(date +%s)
-    GR_PY=$PY GR_ARCH=$ARCH GR_LIMIT=$limit timeout -k 5 "$limit" bash "$SELF" --part "$id" > "$log" 2>&1 < /dev/null
+    GR_PREBUILT=$PREBUILT GR_PY=$PY GR_ARCH=$ARCH GR_LIMIT=$limit timeout -k 5 "$limit" bash "$SELF" --part "$id" > "$log" 2>&1 < /dev/null
     rc=$?
     SECS[$id]=$(($(date +%s) - t0))
     case "$rc" in
@@ -287,7 +397,7 @@ done
 # ---- the report --------------------------------------------------------------------------------
 R="$DIR/report.md"
 {
-    say "# metaformer.h on a real GPU: \`make gpu-report\`, $(date '+%Y-%m-%d %H:%M')"
+    say "# metaformer.h on a real GPU: \`$([ "$PREBUILT" = 1 ] && echo "bench/gpu_first_run.sh" || echo "make gpu-report")\`, $(date '+%Y-%m-%d %H:%M')"
     say ""
     say "GPU: $("$NVSMI" --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1), compute capability ${CAP_DOT:-unknown} (CUDA_ARCH \`$ARCH\`)."
     say "nvcc: $("$NVCC" --version 2>/dev/null | tail -n 1). PyTorch: $("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -n 1) ($PY)."
@@ -325,8 +435,16 @@ R="$DIR/report.md"
     say "## test-cuda"
     say ""
     say '```'
-    grep -E '^(FAIL|==|[0-9]+ passed)' "$DIR"/*_test-cuda.log 2>/dev/null | head -n 60
+    grep -E '^(FAIL|==|[0-9]+ passed|debug build)' "$DIR"/*_test-cuda.log 2>/dev/null | head -n 60
     say '```'
+    if [ "$PREBUILT" = 1 ]; then
+        say ""
+        say "## compute-sanitizer (the MF_CUDA_DEBUG build)"
+        say ""
+        say '```'
+        grep -E '^(clean|ERRORS|no verdict|sanitizer:|[^ ]* not found|.* is missing)' "$DIR"/*_sanitizer.log 2>/dev/null | head -n 40
+        say '```'
+    fi
     say ""
     say "## Training on the GPU beside the CPU"
     say ""

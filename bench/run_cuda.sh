@@ -29,6 +29,8 @@
 #   --goals FILE                   append the part's #18 goals, checked, as Markdown table rows
 #                                  "| goal | met / NOT met / not measured | numbers |"
 #   --out FILE   --build-only      [PYTHON=python3] [NVCC=nvcc] [CUDA_ARCH="-gencode ..."]
+#   --no-build                     run the binaries already under build/cuda/ (make gpu-prep's, on a
+#                                  GPU machine without the time to compile): nothing is compiled
 # Exit status 1 when the build failed, there is no GPU, or a run or a kernel benchmark gave no result
 # (the report is written all the same and names them).
 # GPU config (issue #8): d_model 512, heads 8, layers 6, d_ff 2048, batch 16, vocab 65; seq_len 1024
@@ -50,6 +52,7 @@ DEADLINE=0
 GOALS=""
 OUT=""
 BUILD_ONLY=0
+NO_BUILD=0
 PY=${PYTHON:-python3}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 ARCH=${CUDA_ARCH:-"-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"}
@@ -64,6 +67,7 @@ own_option() { # the options of this script (the shared ones: parse_args in benc
     --profile) PROFILE=${2-}; ARG_USED=2 ;;
     --goals) GOALS=${2-}; ARG_USED=2 ;;
     --no-attention) ATTN=0; ARG_USED=1 ;;
+    --no-build) NO_BUILD=1; ARG_USED=1 ;;
     esac
 }
 parse_args own_option "$@"
@@ -97,11 +101,15 @@ goal() {
 }
 
 # ---- build -------------------------------------------------------------------------------------
-[ -x "$NVCC" ] || { say "make bench-cuda: nvcc not found (set NVCC=...): the CUDA benchmark needs the CUDA compiler"; exit 1; }
 BINS="build/cuda/bench_model build/cuda/bench_attention build/cuda/bench_fw_sweep"
-say "== building $BINS (nvcc)"
-# shellcheck disable=SC2086
-make -s NVCC="$NVCC" CUDA_ARCH="$ARCH" $BINS || { say "build failed"; exit 1; }
+if [ "$NO_BUILD" = 1 ]; then
+    for b in $BINS; do [ -x "$b" ] || { say "bench/run_cuda.sh --no-build: $b is missing (make gpu-prep builds it)"; exit 1; }; done
+else
+    [ -x "$NVCC" ] || { say "make bench-cuda: nvcc not found (set NVCC=...): the CUDA benchmark needs the CUDA compiler"; exit 1; }
+    say "== building $BINS (nvcc)"
+    # shellcheck disable=SC2086
+    make -s NVCC="$NVCC" CUDA_ARCH="$ARCH" $BINS || { say "build failed"; exit 1; }
+fi
 [ "$BUILD_ONLY" = 1 ] && { say "built: $BINS"; exit 0; }
 
 # ---- is there a GPU, and torch with CUDA? ------------------------------------------------------
@@ -190,7 +198,11 @@ rep "# metaformer.h CUDA benchmark, $(date '+%Y-%m-%d %H:%M')"
 rep ""
 rep "Command: \`bash bench/run_cuda.sh --precision $PRECS_LIST --parts ${PARTS// /,}\` (reps $REPS, steps $STEPS + $WARMUP warm-up, max $MAX_TIME s per run)."
 rep "GPU: ${GPU:-unknown (no nvidia-smi)}; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) CPUs."
-rep "C: $("$NVCC" --version | tail -n 1), the Makefile's NVFLAGS ($(make -s -p -n 2>/dev/null | sed -n 's/^NVFLAGS = //p' | head -n 1), CUDA_ARCH $ARCH)."
+if [ "$NO_BUILD" = 1 ]; then
+    rep "C: prebuilt by make gpu-prep ($(grep -E '^(commit|nvcc|NVFLAGS):' "${GPU_PREP:-build/gpu-prep}/MANIFEST.txt" 2> /dev/null | tr '\n' ';' | sed 's/;$//'))."
+else
+    rep "C: $("$NVCC" --version | tail -n 1), the Makefile's NVFLAGS ($(make -s print-NVFLAGS), CUDA_ARCH $ARCH)."
+fi
 [ "$TORCH" = 1 ] && rep "PyTorch: $("$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -n 1), eager; sdpa/metric/quadratic attend through F.scaled_dot_product_attention (PyTorch's choice of kernel: for bf16 its flash or cuDNN one)."
 rep "Precisions: fp32 = exact float32 on both sides; tf32 = matmuls (and the C attention kernels' tiles) on the TF32 tensor cores, fp32 accumulation; bf16 = C mf_cuda_set_precision(MF_PREC_BF16) (fp32 master weights and Adam, bf16 GEMM operands, fp32 accumulation), torch fp32 parameters and Adam with the forward and the loss under torch.autocast(dtype=torch.bfloat16)."
 

@@ -15,6 +15,8 @@
  *                            line tests/run.sh reads)
  *   cuda_suites NAME...      those suites only (make test-cuda runs each in a process of its own:
  *                            a crash on a GPU ends that suite, not the others)
+ *   cuda_suites --list       the suites' names, one a line (bench/gpu_report.sh runs them side by
+ *                            side from a prebuilt program)
  *
  * Everything a suite includes is included here first, at file scope: the include guards then keep
  * the suites' own #includes from reopening a header inside a namespace. */
@@ -83,6 +85,10 @@ static const size_t n_suites = sizeof suites / sizeof suites[0];
 
 int main(int argc, char **argv) {
     int failed = 0;
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < n_suites; i++) printf("%s\n", suites[i].name);
+        return 0;
+    }
     for (int a = 1; a < argc; a++) { /* names first: a typo runs nothing */
         size_t i = 0;
         while (i < n_suites && strcmp(argv[a], suites[i].name) != 0) i++;

@@ -31,8 +31,8 @@ NVIDIA_SMI=false bash bench/gpu_report.sh --dry-run --out "$tmp/report" > "$tmp/
 rc=$?
 check "--dry-run exits 0 (status $rc) and writes nothing" [ "$rc" -eq 0 ] && [ ! -e "$tmp/report" ]
 check "--dry-run: the GPU, nvcc and torch versions" has "--query-gpu=compute_cap" && has "nvcc --version" && has "torch.__version__"
-check "--dry-run: the build for the GPU found (sm_90 without one), then make test-cuda" \
-    has "CUDA_ARCH=-gencode arch=compute_90,code=sm_90" && has "cuda-all" && has " test-cuda"
+check "--dry-run: the build for the GPU found (sm_90 without one), then every parity suite side by side" \
+    has "CUDA_ARCH=-gencode arch=compute_90,code=sm_90" && has "cuda-all" && has "$ build/cuda/cuda_suites SUITE"
 missing=""
 for m in $(build/train --list-mixers) compressive; do
     opt="--mixer $m"; [ "$m" = compressive ] && opt="--compressive"
