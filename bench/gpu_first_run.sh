@@ -66,6 +66,18 @@ git diff --quiet HEAD 2> /dev/null || here="$here + local changes"
 echo "== $PREP: built from $built; this tree: $here"
 [ ${#bad[@]} -eq 0 ] || echo "   not installed: ${bad[*]} (the parts that need them fail)"
 
+# a library the loader cannot find (cuBLAS outside its path, say): the CUDA toolkit's folders and
+# those of PyTorch's nvidia-* packages are added to LD_LIBRARY_PATH, and the env part's ldd shows the rest
+unfound() { ldd build/train-cuda build/cuda/cuda_suites 2> /dev/null | grep -c 'not found'; }
+if [ -x build/train-cuda ] && [ "$(unfound)" -gt 0 ]; then
+    dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/*/lib "$(dirname "$(command -v nvcc 2> /dev/null || echo /x/x)")/../lib64" 2> /dev/null
+           python3 -c 'import glob, nvidia; print("\n".join(d for p in nvidia.__path__ for d in glob.glob(p + "/*/lib") + glob.glob(p + "/*/*/lib")))' 2> /dev/null)
+    for d in $dirs; do LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d; done
+    export LD_LIBRARY_PATH
+    echo "== the loader missed $(ldd build/train-cuda build/cuda/cuda_suites 2> /dev/null | grep 'not found' | awk '{ print $1 }' | sort -u | tr '\n' ' ')"
+    echo "   LD_LIBRARY_PATH=$LD_LIBRARY_PATH; still missing: $(unfound)"
+fi
+
 # ---- smoke, then the report's benchmarks: bench/gpu_report.sh --prebuilt -------------------------
 WORKDIR=build/gpu_first_run
 rm -rf "$WORKDIR"

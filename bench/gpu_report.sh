@@ -210,7 +210,9 @@ part_sanitizer() {
     for f in "$WORK"/sanitizer/*.txt; do
         n=$((n + 1))
         s=$(grep -E 'ERROR SUMMARY: [0-9]+ error' "$f" | tail -n 1 | sed 's/.*ERROR SUMMARY: //')
-        if [ -z "$s" ]; then say "no verdict  $(basename "$f" .txt) (stopped at the $lim s limit or died: $(tail -n 1 "$f"))"; nov=$((nov + 1))
+        if grep -q 'Device not supported' "$f"; then # (seen under gVisor)
+            say "no verdict  $(basename "$f" .txt): compute-sanitizer does not support the device on this machine"; nov=$((nov + 1))
+        elif [ -z "$s" ]; then say "no verdict  $(basename "$f" .txt) (stopped at the $lim s limit or died: $(tail -n 1 "$f"))"; nov=$((nov + 1))
         elif [ "${s%% *}" = 0 ]; then say "clean       $(basename "$f" .txt): $s"
         else say "ERRORS      $(basename "$f" .txt): $s"; errs=$((errs + 1)); grep -m 20 -E '^=+ (Invalid|Race|Error|Uninit|    at|Saved host)' "$f"; fi
     done
