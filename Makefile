@@ -410,7 +410,7 @@ bench-cuda:
 # every nvcc build (the parity suites, train-cuda, the GPU benchmarks) and the CPU trainer beside
 # them: what make gpu-report builds first, in parallel
 cuda-all: $(CUDA_SUITES) $(BUILD)/train-cuda $(BUILD)/train $(BUILD)/cuda/bench_model $(BUILD)/cuda/bench_attention \
-          $(BUILD)/cuda/bench_fw_sweep
+          $(BUILD)/cuda/bench_fw_sweep $(BUILD)/cuda/bench_reduce
 
 # issue #18: the whole CUDA backend on a real GPU, one report (bench/gpu_report.sh)
 GPU_REPORT_DIR ?=

@@ -98,7 +98,7 @@ goal() {
 
 # ---- build -------------------------------------------------------------------------------------
 [ -x "$NVCC" ] || { say "make bench-cuda: nvcc not found (set NVCC=...): the CUDA benchmark needs the CUDA compiler"; exit 1; }
-BINS="build/cuda/bench_model build/cuda/bench_attention build/cuda/bench_fw_sweep"
+BINS="build/cuda/bench_model build/cuda/bench_attention build/cuda/bench_fw_sweep build/cuda/bench_reduce"
 say "== building $BINS (nvcc)"
 # shellcheck disable=SC2086
 make -s NVCC="$NVCC" CUDA_ARCH="$ARCH" $BINS || { say "build failed"; exit 1; }
@@ -368,6 +368,10 @@ if [ "$FW_SWEEP" = 1 ]; then
         else goal "$what" "NOT met" "${sp}x"; fi
     done
 fi
+rep ""
+rep "## Column reductions: bias, LayerNorm gamma / beta and embedding gradients, sum_axis (ms, GB/s read)"
+rep ""
+verbatim "$BUILD/reduce.txt" timeout --foreground "$KERNEL_LIMIT" build/cuda/bench_reduce --device cuda
 rep ""
 rep "## Raw runs"
 rep ""

@@ -28,7 +28,7 @@ unset MAKEFLAGS MFLAGS MAKELEVEL
 names=("nvcc sm_90 + PTX build of examples/embed (make -C examples/embed cuda): metaformer.h with METAFORMER_CUDA in a C program"
        "nvcc sm_90 + PTX build of examples/train.c with the CUDA backend (make train-cuda)")
 targets=("$tmp/embed/embed-cuda" "$tmp/train-cuda")
-for b in bench_model bench_attention bench_fw_sweep; do
+for b in bench_model bench_attention bench_fw_sweep bench_reduce; do
     names+=("nvcc sm_90 + PTX build of bench/$b.c (what make gpu-report and make bench-cuda run)")
     targets+=("$tmp/cuda/$b")
 done
