@@ -178,25 +178,103 @@ typedef struct mf__cu {
     void *wide;                /* [cu:storage]: the float copies of one op's bf16 tensors */
     size_t wide_cap;           /* bytes */
     long long bf16_slice;      /* MF__CU_BF16_SLICE (the tests make it small) */
+    const mf_tensor *cur;      /* the op mf__cu_dispatch runs now (NULL outside one): what a failing */
+    int cur_bwd;               /* launch, GEMM or copy names, with its shapes; cur_bwd: its backward */
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
 
 /* ---- launching kernels: checked launches on the context's stream, grid sizes --------------- */
-static int mf__cu_launched(mf_ctx *ctx, const char *op, const char *kernel) {
-    cudaError_t e = cudaGetLastError();
+/* Fault attribution. A kernel's fault (an illegal address, a trap) is asynchronous: without a
+   synchronisation it surfaces at a later call, named after whatever that was. Under the emulator
+   or with -DMF_CUDA_DEBUG every launch, cuBLAS call and copy is followed by a synchronisation, so
+   the failing one is named (the emulator runs a copy or a GEMM at once, after the stream's queued
+   work, so there only MF_CUDA_DEBUG adds a synchronisation after them). Every failure message names the op (and, inside an op, its output's and
+   inputs' shapes: mf__cu.cur, set by mf__cu_dispatch), the kernel with its launch configuration, or
+   the GEMM with its m, n, k; without MF_CUDA_DEBUG it adds how to find the kernel that caused it. */
 #if defined(MF_CUDA_EMU) || defined(MF_CUDA_DEBUG)
-    if (e == cudaSuccess) e = cudaStreamSynchronize(MF__CU(ctx)->stream);
+#define MF__CU_SYNC_EACH 1 /* after each launch */
+#else
+#define MF__CU_SYNC_EACH 0
 #endif
+#ifdef MF_CUDA_DEBUG
+#define MF__CU_SYNC_CALLS 1 /* after each GEMM, copy and fill too */
+#define MF__CU_ASYNC_HINT ""
+#else
+#define MF__CU_SYNC_CALLS 0
+#define MF__CU_ASYNC_HINT " (a fault of an earlier kernel can surface here: rebuild with -DMF_CUDA_DEBUG to name it)"
+#endif
+/* "; in op NAME (backward): output [..], inputs [..], [..]" for the op running now ("" outside one) */
+static const char *mf__cu_where(const mf_ctx *ctx, char *buf, size_t size) {
+    const mf__cu *cu = MF__CU(ctx);
+    const mf_tensor *t = cu ? cu->cur : NULL;
+    char sh[96];
+    size_t n;
+    int k, first = 1;
+    buf[0] = 0;
+    if (!t || !t->op) return buf;
+    n = (size_t)snprintf(buf, size, "; in op %s%s: output %s", t->op->name, cu->cur_bwd ? " (backward)" : "",
+                         mf_shape_str(t, sh, sizeof sh));
+    for (k = 0; k < MF_MAX_SRC && n < size; k++)
+        if (t->src[k]) {
+            n += (size_t)snprintf(buf + n, size - n, "%s%s", first ? ", inputs " : ", ", mf_shape_str(t->src[k], sh, sizeof sh));
+            first = 0;
+        }
+    return buf;
+}
+/* after a launch: its configuration error, or (synchronised) its fault, names op, kernel, launch and shapes */
+static int mf__cu_launched(mf_ctx *ctx, const char *op, const char *kernel, dim3 grid, dim3 block, size_t smem) {
+    char where[512];
+    int sync = 0;
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && MF__CU_SYNC_EACH) {
+        e = cudaStreamSynchronize(MF__CU(ctx)->stream);
+        sync = 1;
+        if (e != cudaSuccess) (void)cudaGetLastError(); /* reported here, not again by the next launch's check */
+    }
     if (e == cudaSuccess) return 0;
-    mf__fail(ctx, "%s: CUDA kernel %s failed: %s (%s)", op, kernel, cudaGetErrorString(e), cudaGetErrorName(e));
+    /* a launch's own configuration errors come back at once: no earlier kernel to suspect */
+    sync |= e == cudaErrorInvalidConfiguration || e == cudaErrorInvalidValue || e == cudaErrorLaunchOutOfResources;
+    mf__fail(ctx, "%s: CUDA kernel %s failed: %s (%s); launch grid (%u, %u, %u), block (%u, %u, %u), %zu bytes of dynamic "
+             "shared memory%s%s", op, kernel, cudaGetErrorString(e), cudaGetErrorName(e), grid.x, grid.y, grid.z, block.x,
+             block.y, block.z, smem, mf__cu_where(ctx, where, sizeof where), sync ? "" : MF__CU_ASYNC_HINT);
     return -1;
 }
+/* a runtime call of an op's work on the stream (a copy, a fill): checked, and synchronised where
+   each launch is, so a failure names the op and its shapes */
+static int mf__cu_rt_check(mf_ctx *ctx, const char *what, const char *call, cudaError_t e) {
+    char where[512];
+    int sync = 0;
+    if (e == cudaSuccess && MF__CU_SYNC_CALLS) { e = cudaStreamSynchronize(MF__CU(ctx)->stream); sync = 1; }
+    if (e == cudaSuccess) return 0;
+    mf__fail(ctx, "%s: %.*s failed: %s (%s)%s%s", what, (int)strcspn(call, "("), call, cudaGetErrorString(e),
+             cudaGetErrorName(e), mf__cu_where(ctx, where, sizeof where), sync ? "" : MF__CU_ASYNC_HINT);
+    return -1;
+}
+#define MF__CU_RT(ctx, what, call) mf__cu_rt_check((ctx), (what), #call, (call))
+/* a cuBLAS GEMM (row-major C[m, n] = op(A)[m, k] op(B)[k, n], batch of them): its status, then
+   (synchronised as launches are) the fault of its kernels, named with m, n, k and the op's shapes */
+static int mf__cu_blas_check(mf_ctx *ctx, const char *op, const char *call, cublasStatus_t st, int m, int n, int k,
+                             int batch) {
+    char where[512];
+    cudaError_t e = cudaSuccess;
+    if (st == CUBLAS_STATUS_SUCCESS && MF__CU_SYNC_CALLS) e = cudaStreamSynchronize(MF__CU(ctx)->stream);
+    if (st == CUBLAS_STATUS_SUCCESS && e == cudaSuccess) return 0;
+    if (st != CUBLAS_STATUS_SUCCESS)
+        mf__fail(ctx, "%s: %.*s failed: %s (%s); GEMM m=%d n=%d k=%d batch=%d%s", op, (int)strcspn(call, "("), call,
+                 cublasGetStatusString(st), cublasGetStatusName(st), m, n, k, batch, mf__cu_where(ctx, where, sizeof where));
+    else
+        mf__fail(ctx, "%s: %.*s failed: %s (%s); GEMM m=%d n=%d k=%d batch=%d%s", op, (int)strcspn(call, "("), call,
+                 cudaGetErrorString(e), cudaGetErrorName(e), m, n, k, batch, mf__cu_where(ctx, where, sizeof where));
+    return -1;
+}
+#define MF__CU_BLAS(ctx, op, m, n, k, batch, call) mf__cu_blas_check((ctx), (op), #call, (call), (m), (n), (k), (batch))
 /* launch on the context's stream and check; evaluates to 0 or -1. The extra level lets
    MF__EW(n) expand to "grid, block, smem" before the arguments are split. */
 #define MF__CU_RUN(ctx, op, kernel, ...) MF__CU_RUN_(ctx, op, kernel, __VA_ARGS__)
 #define MF__CU_RUN_(ctx, op, kernel, grid, block, smem, ...) \
-    (MF_LAUNCH(kernel, grid, block, smem, MF__CU(ctx)->stream, __VA_ARGS__), mf__cu_launched((ctx), (op), #kernel))
+    (MF_LAUNCH(kernel, grid, block, smem, MF__CU(ctx)->stream, __VA_ARGS__), \
+     mf__cu_launched((ctx), (op), #kernel, dim3(grid), dim3(block), (size_t)(smem)))
 
 static unsigned mf__cu_grid(long long n, int bs) {
     long long g = (n + bs - 1) / bs;
@@ -331,14 +409,14 @@ static int mf__cu_copy(mf_ctx *ctx, void *dst, const void *src, size_t bytes, in
                                                                                  : cudaMemcpyDeviceToDevice;
     if (!bytes) return 0;
     if (mf__cu_in_params(ctx, dst)) mf__cu_params_changed(ctx);
-    if (MF_CUDA_CHECK(ctx, "copy", cudaMemcpyAsync(dst, src, bytes, k, cu->stream)) < 0) return -1;
-    if (kind == MF__D2H) return MF_CUDA_CHECK(ctx, "copy to host", cudaStreamSynchronize(cu->stream));
+    if (MF__CU_RT(ctx, "copy", cudaMemcpyAsync(dst, src, bytes, k, cu->stream)) < 0) return -1;
+    if (kind == MF__D2H) return MF__CU_RT(ctx, "copy to host", cudaStreamSynchronize(cu->stream));
     return 0;
 }
 static int mf__cu_zero(mf_ctx *ctx, void *dst, size_t bytes) {
     if (!bytes) return 0;
     if (mf__cu_in_params(ctx, dst)) mf__cu_params_changed(ctx);
-    return MF_CUDA_CHECK(ctx, "zero", cudaMemsetAsync(dst, 0, bytes, MF__CU(ctx)->stream));
+    return MF__CU_RT(ctx, "zero", cudaMemsetAsync(dst, 0, bytes, MF__CU(ctx)->stream));
 }
 /* persistent device scratch of at least bytes (its contents do not survive a call that grows it) */
 static void *mf__cu_scratch(mf_ctx *ctx, size_t bytes) {
@@ -567,14 +645,14 @@ static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, 
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float bt = i ? 1.0f : beta;
-            if (MF_CUBLAS_CHECK(ctx, op, cublasGemmEx(h, ob, oa, N, M, K, &one, b + i * sB, CUDA_R_16BF, ldb, a + i * sA,
+            if (MF__CU_BLAS(ctx, op, M, N, K, batch, cublasGemmEx(h, ob, oa, N, M, K, &one, b + i * sB, CUDA_R_16BF, ldb, a + i * sA,
                                                       CUDA_R_16BF, lda, &bt, C, ct, ldc, CUBLAS_COMPUTE_32F,
                                                       CUBLAS_GEMM_DEFAULT)) < 0)
                 return -1;
         }
         return 0;
     }
-    return MF_CUBLAS_CHECK(ctx, op, cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &one, b, CUDA_R_16BF, ldb, sB, a,
+    return MF__CU_BLAS(ctx, op, M, N, K, batch, cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &one, b, CUDA_R_16BF, ldb, sB, a,
                                                                CUDA_R_16BF, lda, sA, &beta, C, ct, ldc, sC,
                                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -594,15 +672,15 @@ static int mf__cu_gemm_run(mf_ctx *ctx, const char *op, int ta, int tb, int M, i
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float b = i ? 1.0f : beta;
-            if (MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B + i * sB, ldb, A + i * sA, lda, &b, C,
+            if (MF__CU_BLAS(ctx, op, M, N, K, batch, cublasSgemm(h, ob, oa, N, M, K, &one, B + i * sB, ldb, A + i * sA, lda, &b, C,
                                                      ldc)) < 0)
                 return -1;
         }
         return 0;
     }
     if (batch == 1)
-        return MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
-    return MF_CUBLAS_CHECK(ctx, op, cublasSgemmStridedBatched(h, ob, oa, N, M, K, &one, B, ldb, sB, A, lda, sA,
+        return MF__CU_BLAS(ctx, op, M, N, K, batch, cublasSgemm(h, ob, oa, N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
+    return MF__CU_BLAS(ctx, op, M, N, K, batch, cublasSgemmStridedBatched(h, ob, oa, N, M, K, &one, B, ldb, sB, A, lda, sA,
                                                               &beta, C, ldc, sC, batch));
 }
 /* mf__cu_gemm_run, timed as GEMM while profiling (mf_set_profile) */
@@ -1228,12 +1306,15 @@ static __global__ void mf__k_embed(float *y, const float *tb, const int *ids, lo
 static __global__ void mf__k_embed_bwd(float *dt, const float *g, const int *seg, int nseg, int D) {
     __shared__ float sh[MF__CU_CR_TY][MF__CU_CR_TX + 1];
     const int *off = seg + nseg, *pos = seg + 2 * nseg + 1;
-    int u = blockIdx.x, j = blockIdx.y * MF__CU_CR_TX + threadIdx.x, k;
-    float s = 0.0f;
-    if (j < D)
-        for (k = off[u] + threadIdx.y; k < off[u + 1]; k += MF__CU_CR_TY) s += g[(long long)pos[k] * D + j];
-    s = mf__cu_tile_sum(s, sh);
-    if (threadIdx.y == 0 && j < D) dt[(long long)seg[u] * D + j] += s;
+    int u = blockIdx.x, k;
+    for (long long j0 = (long long)blockIdx.y * MF__CU_CR_TX; j0 < D; j0 += (long long)gridDim.y * MF__CU_CR_TX) {
+        long long j = j0 + threadIdx.x; /* tiles past the grid's 65535 rows loop (the same count in every thread) */
+        float s = 0.0f;
+        if (j < D)
+            for (k = off[u] + threadIdx.y; k < off[u + 1]; k += MF__CU_CR_TY) s += g[(long long)pos[k] * D + j];
+        s = mf__cu_tile_sum(s, sh);
+        if (threadIdx.y == 0 && j < D) dt[(long long)seg[u] * D + j] += s;
+    }
 }
 /* saved: the ids on the device */
 static int mf__cu_embedding_fwd(mf_ctx *ctx, mf_tensor *out) {
@@ -1252,6 +1333,7 @@ static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
     {
         const int32_t *ids = (const int32_t *)out->aux; /* the host's copy */
         int V = out->src[0]->shape[0], nseg = 0, v, *h, *cnt, *uid, *off, *pos;
+        unsigned tiles;
         long long nid = out->ne / D, i, acc = 0;
         void *d;
         if (nid <= 0) return 0;
@@ -1268,7 +1350,8 @@ static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
         if (!(d = mf__cu_scratch(ctx, ((size_t)2 * nseg + 1 + (size_t)nid) * sizeof(int))) ||
             mf__cu_copy(ctx, d, uid, ((size_t)2 * nseg + 1 + (size_t)nid) * sizeof(int), MF__H2D) < 0)
             return -1;
-        return MF__CU_RUN(ctx, "embedding (backward)", mf__k_embed_bwd, dim3((unsigned)nseg, (unsigned)((D + MF__CU_CR_TX - 1) / MF__CU_CR_TX)),
+        tiles = (D + MF__CU_CR_TX - 1) / MF__CU_CR_TX;
+        return MF__CU_RUN(ctx, "embedding (backward)", mf__k_embed_bwd, dim3((unsigned)nseg, tiles < 65535 ? tiles : 65535),
                           dim3(MF__CU_CR_TX, MF__CU_CR_TY), 0, dt, (const float *)out->grad, (const int *)d, nseg, D);
     }
 }
@@ -4756,10 +4839,16 @@ static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
     for (i = 0; i < sizeof mf__cu_ops / sizeof mf__cu_ops[0]; i++)
         if (mf__cu_ops[i].op == out->op) {
             mf__cu_floats fl;
-            int wide = !mf__cu_ops[i].bf16 && mf__cu_has_bf16(out), r;
-            if (wide && mf__cu_floats_begin(ctx, out, backward, &fl) < 0) return -1;
-            r = backward ? mf__cu_ops[i].bwd(ctx, out) : mf__cu_ops[i].fwd(ctx, out);
-            if (wide) r = mf__cu_floats_end(ctx, &fl, r);
+            mf__cu *cu = MF__CU(ctx);
+            const mf_tensor *outer = cu->cur; /* an op run inside another (none today) names itself */
+            int wide = !mf__cu_ops[i].bf16 && mf__cu_has_bf16(out), r = 0, outer_bwd = cu->cur_bwd;
+            cu->cur = out; cu->cur_bwd = backward;
+            if (wide && mf__cu_floats_begin(ctx, out, backward, &fl) < 0) r = -1;
+            else {
+                r = backward ? mf__cu_ops[i].bwd(ctx, out) : mf__cu_ops[i].fwd(ctx, out);
+                if (wide) r = mf__cu_floats_end(ctx, &fl, r);
+            }
+            cu->cur = outer; cu->cur_bwd = outer_bwd;
             return r < 0 || !mf_ok(ctx) ? -1 : 0;
         }
     mf__fail(ctx, "%s: this op has no CUDA kernel; run it on a CPU context (mf_ctx_set_device(ctx, MF_DEVICE_CPU))",

@@ -174,12 +174,62 @@ static void test_column_reductions(void) {
     }
 }
 
+#ifdef MF_CUDA_EMU
+/* ---- fault attribution: a failing launch, GEMM names the op, the kernel or GEMM, and the shapes ---- */
+static __global__ void test_k_trap(float *y, int bad) { /* thread `bad` faults */
+    if ((int)threadIdx.x == bad) __trap();
+    else if (threadIdx.x == 0 && blockIdx.x == 0) y[0] = 0.0f;
+}
+static bool has(const std::string &s, const char *what) {
+    if (s.find(what) != std::string::npos) return true;
+    printf("    the error lacks \"%s\": %s\n", what, s.c_str());
+    return false;
+}
+static void test_fault_attribution(void) {
+    for (int c = 0; c < 3; c++) {
+        mf_ctx *ctx = mf_ctx_new(1);
+        int sa[2] = {3, 5}, sb[1] = {5};
+        MFT_CHECK(mf_ctx_set_device(ctx, MF_DEVICE_CUDA) == 0);
+        mf_tensor *a = mf_param(ctx, "a", 2, sa), *b = mf_param(ctx, "b", 1, sb);
+        mf_tensor *y = mf_add(ctx, a, b);
+        MFT_CHECK(y && MF__CU(ctx)->cur == NULL); /* set only while an op runs */
+        MF__CU(ctx)->cur = y; /* as mf__cu_dispatch does around the op's backward */
+        MF__CU(ctx)->cur_bwd = 1;
+        if (c == 0) /* a fault inside the kernel (the emulator's __trap) */
+            MFT_CHECK(MF__CU_RUN(ctx, "add (backward)", test_k_trap, 2, 64, 0, y->data, 7) < 0);
+        else if (c == 1) /* an invalid launch configuration: more than 1024 threads */
+            MFT_CHECK(MF__CU_RUN(ctx, "add (backward)", test_k_trap, 1, dim3(64, 32), 96, y->data, -1) < 0);
+        else /* cuBLAS refuses a leading dimension smaller than a row */
+            MFT_CHECK(mf__cu_gemm_ld(ctx, "add (backward)", 0, 0, 3, 5, 4, a->data, 1, 0, b->data, 5, 0, 0.0f, y->data, 5, 0, 1) < 0);
+        MF__CU(ctx)->cur = NULL;
+        std::string e = mf_error(ctx);
+        MFT_CHECK(has(e, "add (backward): "));
+        MFT_CHECK(has(e, "; in op add (backward): output [3, 5], inputs [3, 5], [5]"));
+        if (c == 0) {
+            MFT_CHECK(has(e, "CUDA kernel test_k_trap failed: unspecified launch failure"));
+            MFT_CHECK(has(e, "launch grid (2, 1, 1), block (64, 1, 1), 0 bytes of dynamic shared memory"));
+        } else if (c == 1) {
+            MFT_CHECK(has(e, "CUDA kernel test_k_trap failed: invalid configuration argument"));
+            MFT_CHECK(has(e, "launch grid (1, 1, 1), block (64, 32, 1), 96 bytes of dynamic shared memory"));
+        } else {
+            MFT_CHECK(has(e, "cublasSgemm failed: "));
+            MFT_CHECK(has(e, "GEMM m=3 n=5 k=4 batch=1"));
+        }
+        MFT_CHECK(e.find("-DMF_CUDA_DEBUG") == std::string::npos); /* the failing call is named: no hint */
+        MFT_CHECK(mf_add(ctx, a, b) == NULL); /* sticky */
+        mf_emu_clear_message();
+        mf_ctx_free(ctx);
+    }
+}
+#endif
+
 int main(void) {
     if (cuda_suite_start("test_cuda_ops") < 0) return 1;
     MFT_RUN(test_every_op_has_a_cuda_row);
     MFT_RUN(test_op_parity);
     MFT_RUN(test_column_reductions);
 #ifdef MF_CUDA_EMU
+    MFT_RUN(test_fault_attribution);
     MFT_RUN(test_no_leaks);
 #endif
     return mft_finish();
