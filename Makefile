@@ -308,6 +308,11 @@ test-cuda: $(CUDA_SUITES)
 $(BUILD)/cuda/cuda_suites: tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
+# the same with MF_CUDA_DEBUG (a synchronisation after every launch, GEMM and copy: a fault names its
+# op, kernel, launch and shapes) and -lineinfo (compute-sanitizer's reports name source lines)
+$(BUILD)/cuda-debug/cuda_suites: tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -x cu $(NVFLAGS) -DMF_CUDA_DEBUG -lineinfo -I. -Itests $< -o $@ $(NVLIBS)
 # one suite alone: make build/cuda/test_cuda_ops
 $(BUILD)/cuda/test_%: tests/test_%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)

@@ -34,7 +34,9 @@
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
  *   - Errors: every runtime / cuBLAS call is checked and the message names the op and the call;
  *     launches are checked with cudaGetLastError (and synchronised under the emulator or with
- *     -DMF_CUDA_DEBUG, so an asynchronous fault is reported at the op that caused it).
+ *     -DMF_CUDA_DEBUG, so an asynchronous fault is reported at the op that caused it). A failure
+ *     inside an op names its output's and inputs' shapes, a kernel's its grid, block and dynamic
+ *     shared memory, a GEMM's its m, n, k (see mf__cu_launched).
  *
  * Every kernel is launched through MF_LAUNCH(kernel, grid, block, smem_bytes, stream, args...) and
  * declares dynamic shared memory with MF_DYN_SMEM(T, name), never with <<<>>> or
@@ -45,7 +47,9 @@
  *
  * OPTIONS (define before including metaformer.h; the METAFORMER_NO_* switches leave the family out
  * of metaformer.h too)
- *   MF_CUDA_DEBUG             synchronise after every kernel so a fault names its op
+ *   MF_CUDA_DEBUG             synchronise after every kernel, GEMM and copy, so a fault names its op,
+ *                             kernel, launch configuration and shapes (make build/cuda-debug/cuda_suites:
+ *                             the CUDA suites so built, with -lineinfo)
  *   METAFORMER_NO_XL          no [cu:xl] (rel_attention's kernels) and no rel_attention row in
  *                             mf__cu_ops
  *   METAFORMER_NO_FASTWEIGHTS no [cu:fastweights] (the dpfp, fast_weights, linear_attention kernels)
@@ -87,7 +91,10 @@
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention, 208 for its bf16 kernels on sm_90) and chunk lengths
  * are bounded by it.
- * Limits: the embedding and bias gradients are parallel over the columns only. Tensor-core paths:
+ * Gradient reductions over rows (bias, LayerNorm gamma / beta, a broadcast operand, sum_axis) run as
+ * two deterministic passes over a 2-D grid (mf__cu_colred_run), the embedding gradient as one block
+ * per (token id, column tile) over the host-grouped positions of that id (mf__k_embed_bwd); neither
+ * uses atomics. Tensor-core paths:
  * cuBLAS's GEMMs and the fused attention of [cu:attention] (sdpa, metric, quadratic, forward and
  * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
  * sm_80+), and the relative attention of [cu:xl] with MF_PREC_BF16 only (bf16 WMMA m16n16k16; TF32
@@ -114,8 +121,9 @@
 /* ---- launch and dynamic shared memory (real CUDA forms; the emulator defines its own) ---- */
 #if !defined(MF_CUDA_EMU)
 #ifndef MF_DYN_SMEM
+/* 128-byte aligned: WMMA's load / store want 32 bytes (256 bits) and TMA-style copies 128 */
 #define MF_DYN_SMEM(T, name) \
-    extern __shared__ __align__(16) unsigned char mf__dyn_smem_raw[]; \
+    extern __shared__ __align__(128) unsigned char mf__dyn_smem_raw[]; \
     T *name = reinterpret_cast<T *>(mf__dyn_smem_raw)
 #endif
 #ifndef MF_LAUNCH
@@ -4487,7 +4495,7 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
     }
     return dx ? MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(bd), dx, (const float *)g->dh, B, T, D, t, bd, 1, 1) : 0;
 }
-/* dW += dY^T X over rows (one GEMM), db += column sums (rows in order) */
+/* dW += dY^T X over rows (one GEMM), db += column sums (mf__cu_colsum_add) */
 static int mf__cu_fb_wgrad(mf_ctx *ctx, mf_tensor *w, mf_tensor *b, const float *dy, const float *x, int rows) {
     const char *op = MF__CU_FB_OP " (backward)";
     int out = w->shape[0], in = w->shape[1];

@@ -37,6 +37,8 @@ for t in $(make -s print-CUDA_SUITES BUILD="$tmp"); do
     names+=("nvcc sm_90 + PTX build of tests/$(basename "$t").cpp, the CUDA parity suites (make test-cuda)")
     targets+=("$t")
 done
+names+=("nvcc sm_90 + PTX build of tests/cuda_suites.cpp with -DMF_CUDA_DEBUG -lineinfo (build/cuda-debug/cuda_suites)")
+targets+=("$tmp/cuda-debug/cuda_suites")
 
 # the NCCL transport (METAFORMER_MPI + METAFORMER_NCCL): build/train-mpi-cuda, the library compiled by
 # nvcc with mpi.h's include path from the MPI compiler wrapper, train.c by mpicc, linked with NCCL,
