@@ -737,7 +737,7 @@ typedef int (*mf__cu_fn)(mf_ctx *ctx, mf_tensor *out);
    same run to run, on any GPU. Few rows or many columns: one chunk, pass 1 writes the result. */
 #define MF__CU_CR_TX 32      /* columns of a tile: a warp reads 32 consecutive floats of a row */
 #define MF__CU_CR_TY 8       /* row lanes of a block */
-#define MF__CU_CR_BLOCKS 264 /* pass 1's target block count: 2 per SM of an H100 / H200 (132 SMs) */
+#define MF__CU_CR_BLOCKS 528 /* pass 1's target block count: 4 per SM of an H100 / H200 (132 SMs) */
 #define MF__CU_CR_MIN 64     /* fewest rows of a chunk (8 per row lane) */
 enum { MF__CR_SUM, MF__CR_MUL, MF__CR_LN }; /* the term: g; g * a; LayerNorm's g * xhat and g */
 typedef struct mf__cu_colred {

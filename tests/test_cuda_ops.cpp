@@ -133,7 +133,7 @@ static OpRun red_run(const RedCase &rc, int cuda) {
     std::vector<mf_tensor *> in;
     if (cuda && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) { OpRun r; r.err = mf_error(ctx); mf_ctx_free(ctx); return r; }
     for (int k = 0; k < rc.n_in; k++) {
-        char nm[8];
+        char nm[16];
         snprintf(nm, sizeof nm, "in%d", k);
         mf_tensor *p = mf_param(ctx, nm, rc.nd[k], rc.s[k]);
         if (p) mf_set_data(ctx, p, rand_vec(p->ne, 40 + (uint64_t)k).data());
