@@ -314,8 +314,8 @@ test-cuda: $(CUDA_SUITES)
 $(BUILD)/cuda/cuda_suites: tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -I. -Itests $< -o $@ $(NVLIBS)
-# the same program for fault attribution: every launch synchronised and checked, the op, its shapes
-# and the kernel named (MF_CUDA_DEBUG); -lineinfo gives compute-sanitizer the source lines
+# the same with MF_CUDA_DEBUG (a synchronisation after every launch, GEMM and copy: a fault names its
+# op, kernel, launch and shapes) and -lineinfo (compute-sanitizer's reports name source lines)
 $(BUILD)/cuda-debug/cuda_suites: tests/cuda_suites.cpp $(CUDA_SUITE_SRCS) $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -x cu $(NVFLAGS) -DMF_CUDA_DEBUG -lineinfo -I. -Itests $< -o $@ $(NVLIBS)
@@ -421,7 +421,7 @@ bench-cuda:
 # every nvcc build (the parity suites, train-cuda, the GPU benchmarks) and the CPU trainer beside
 # them: what make gpu-report builds first, in parallel
 cuda-all: $(CUDA_SUITES) $(BUILD)/train-cuda $(BUILD)/train $(BUILD)/cuda/bench_model $(BUILD)/cuda/bench_attention \
-          $(BUILD)/cuda/bench_fw_sweep
+          $(BUILD)/cuda/bench_fw_sweep $(BUILD)/cuda/bench_reduce
 
 # the prepared first run: every GPU binary built here (no GPU needed) into GPU_PREP, host code for a
 # portable x86-64 level, with its file list and commit (bench/gpu_prep.sh); on the GPU machine
@@ -430,7 +430,7 @@ GPU_PREP      ?= $(BUILD)/gpu-prep
 GPU_PREP_OBJ  ?= $(BUILD)/gpu-prep.obj
 GPU_PREP_HOST ?= -march=x86-64-v3
 GPU_PREP_BINS := train train-cuda cuda/cuda_suites cuda-debug/cuda_suites cuda/bench_model cuda/bench_attention \
-                 cuda/bench_fw_sweep train-mpi-cuda?
+                 cuda/bench_fw_sweep cuda/bench_reduce train-mpi-cuda?
 gpu-prep:
 	@bash bench/gpu_prep.sh "$(GPU_PREP)" "$(GPU_PREP_OBJ)" "$(GPU_PREP_HOST)" $(GPU_PREP_BINS)
 

@@ -34,7 +34,9 @@
  *     fixed order), and most follow the CPU's summation order, so CPU and GPU runs agree to ~1e-6.
  *   - Errors: every runtime / cuBLAS call is checked and the message names the op and the call;
  *     launches are checked with cudaGetLastError (and synchronised under the emulator or with
- *     -DMF_CUDA_DEBUG, so an asynchronous fault is reported at the op that caused it).
+ *     -DMF_CUDA_DEBUG, so an asynchronous fault is reported at the op that caused it). A failure
+ *     inside an op names its output's and inputs' shapes, a kernel's its grid, block and dynamic
+ *     shared memory, a GEMM's its m, n, k (see mf__cu_launched).
  *
  * Every kernel is launched through MF_LAUNCH(kernel, grid, block, smem_bytes, stream, args...) and
  * declares dynamic shared memory with MF_DYN_SMEM(T, name), never with <<<>>> or
@@ -45,7 +47,9 @@
  *
  * OPTIONS (define before including metaformer.h; the METAFORMER_NO_* switches leave the family out
  * of metaformer.h too)
- *   MF_CUDA_DEBUG             synchronise after every kernel so a fault names its op
+ *   MF_CUDA_DEBUG             synchronise after every kernel, GEMM and copy, so a fault names its op,
+ *                             kernel, launch configuration and shapes (make build/cuda-debug/cuda_suites:
+ *                             the CUDA suites so built, with -lineinfo)
  *   METAFORMER_NO_XL          no [cu:xl] (rel_attention's kernels) and no rel_attention row in
  *                             mf__cu_ops
  *   METAFORMER_NO_FASTWEIGHTS no [cu:fastweights] (the dpfp, fast_weights, linear_attention kernels)
@@ -87,7 +91,10 @@
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention, 208 for its bf16 kernels on sm_90) and chunk lengths
  * are bounded by it.
- * Limits: the embedding and bias gradients are parallel over the columns only. Tensor-core paths:
+ * Gradient reductions over rows (bias, LayerNorm gamma / beta, a broadcast operand, sum_axis) run as
+ * two deterministic passes over a 2-D grid (mf__cu_colred_run), the embedding gradient as one block
+ * per (token id, column tile) over the host-grouped positions of that id (mf__k_embed_bwd); neither
+ * uses atomics. Tensor-core paths:
  * cuBLAS's GEMMs and the fused attention of [cu:attention] (sdpa, metric, quadratic, forward and
  * backward, dropout included: TF32 WMMA m16n16k8, or bf16 WMMA m16n16k16 with fp32 accumulators,
  * sm_80+), and the relative attention of [cu:xl] with MF_PREC_BF16 only (bf16 WMMA m16n16k16; TF32
@@ -114,8 +121,9 @@
 /* ---- launch and dynamic shared memory (real CUDA forms; the emulator defines its own) ---- */
 #if !defined(MF_CUDA_EMU)
 #ifndef MF_DYN_SMEM
+/* 128-byte aligned: WMMA's load / store want 32 bytes (256 bits) and TMA-style copies 128 */
 #define MF_DYN_SMEM(T, name) \
-    extern __shared__ __align__(16) unsigned char mf__dyn_smem_raw[]; \
+    extern __shared__ __align__(128) unsigned char mf__dyn_smem_raw[]; \
     T *name = reinterpret_cast<T *>(mf__dyn_smem_raw)
 #endif
 #ifndef MF_LAUNCH
@@ -178,25 +186,103 @@ typedef struct mf__cu {
     void *wide;                /* [cu:storage]: the float copies of one op's bf16 tensors */
     size_t wide_cap;           /* bytes */
     long long bf16_slice;      /* MF__CU_BF16_SLICE (the tests make it small) */
+    const mf_tensor *cur;      /* the op mf__cu_dispatch runs now (NULL outside one): what a failing */
+    int cur_bwd;               /* launch, GEMM or copy names, with its shapes; cur_bwd: its backward */
 } mf__cu;
 #define MF__CU(ctx) ((mf__cu *)(ctx)->be_state)
 #define MF__CU_ALIGN 256
 
 /* ---- launching kernels: checked launches on the context's stream, grid sizes --------------- */
-static int mf__cu_launched(mf_ctx *ctx, const char *op, const char *kernel) {
-    cudaError_t e = cudaGetLastError();
+/* Fault attribution. A kernel's fault (an illegal address, a trap) is asynchronous: without a
+   synchronisation it surfaces at a later call, named after whatever that was. Under the emulator
+   or with -DMF_CUDA_DEBUG every launch, cuBLAS call and copy is followed by a synchronisation, so
+   the failing one is named (the emulator runs a copy or a GEMM at once, after the stream's queued
+   work, so there only MF_CUDA_DEBUG adds a synchronisation after them). Every failure message names the op (and, inside an op, its output's and
+   inputs' shapes: mf__cu.cur, set by mf__cu_dispatch), the kernel with its launch configuration, or
+   the GEMM with its m, n, k; without MF_CUDA_DEBUG it adds how to find the kernel that caused it. */
 #if defined(MF_CUDA_EMU) || defined(MF_CUDA_DEBUG)
-    if (e == cudaSuccess) e = cudaStreamSynchronize(MF__CU(ctx)->stream);
+#define MF__CU_SYNC_EACH 1 /* after each launch */
+#else
+#define MF__CU_SYNC_EACH 0
 #endif
+#ifdef MF_CUDA_DEBUG
+#define MF__CU_SYNC_CALLS 1 /* after each GEMM, copy and fill too */
+#define MF__CU_ASYNC_HINT ""
+#else
+#define MF__CU_SYNC_CALLS 0
+#define MF__CU_ASYNC_HINT " (a fault of an earlier kernel can surface here: rebuild with -DMF_CUDA_DEBUG to name it)"
+#endif
+/* "; in op NAME (backward): output [..], inputs [..], [..]" for the op running now ("" outside one) */
+static const char *mf__cu_where(const mf_ctx *ctx, char *buf, size_t size) {
+    const mf__cu *cu = MF__CU(ctx);
+    const mf_tensor *t = cu ? cu->cur : NULL;
+    char sh[96];
+    size_t n;
+    int k, first = 1;
+    buf[0] = 0;
+    if (!t || !t->op) return buf;
+    n = (size_t)snprintf(buf, size, "; in op %s%s: output %s", t->op->name, cu->cur_bwd ? " (backward)" : "",
+                         mf_shape_str(t, sh, sizeof sh));
+    for (k = 0; k < MF_MAX_SRC && n < size; k++)
+        if (t->src[k]) {
+            n += (size_t)snprintf(buf + n, size - n, "%s%s", first ? ", inputs " : ", ", mf_shape_str(t->src[k], sh, sizeof sh));
+            first = 0;
+        }
+    return buf;
+}
+/* after a launch: its configuration error, or (synchronised) its fault, names op, kernel, launch and shapes */
+static int mf__cu_launched(mf_ctx *ctx, const char *op, const char *kernel, dim3 grid, dim3 block, size_t smem) {
+    char where[512];
+    int sync = 0;
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && MF__CU_SYNC_EACH) {
+        e = cudaStreamSynchronize(MF__CU(ctx)->stream);
+        sync = 1;
+        if (e != cudaSuccess) (void)cudaGetLastError(); /* reported here, not again by the next launch's check */
+    }
     if (e == cudaSuccess) return 0;
-    mf__fail(ctx, "%s: CUDA kernel %s failed: %s (%s)", op, kernel, cudaGetErrorString(e), cudaGetErrorName(e));
+    /* a launch's own configuration errors come back at once: no earlier kernel to suspect */
+    sync |= e == cudaErrorInvalidConfiguration || e == cudaErrorInvalidValue || e == cudaErrorLaunchOutOfResources;
+    mf__fail(ctx, "%s: CUDA kernel %s failed: %s (%s); launch grid (%u, %u, %u), block (%u, %u, %u), %zu bytes of dynamic "
+             "shared memory%s%s", op, kernel, cudaGetErrorString(e), cudaGetErrorName(e), grid.x, grid.y, grid.z, block.x,
+             block.y, block.z, smem, mf__cu_where(ctx, where, sizeof where), sync ? "" : MF__CU_ASYNC_HINT);
     return -1;
 }
+/* a runtime call of an op's work on the stream (a copy, a fill): checked, and synchronised where
+   each launch is, so a failure names the op and its shapes */
+static int mf__cu_rt_check(mf_ctx *ctx, const char *what, const char *call, cudaError_t e) {
+    char where[512];
+    int sync = 0;
+    if (e == cudaSuccess && MF__CU_SYNC_CALLS) { e = cudaStreamSynchronize(MF__CU(ctx)->stream); sync = 1; }
+    if (e == cudaSuccess) return 0;
+    mf__fail(ctx, "%s: %.*s failed: %s (%s)%s%s", what, (int)strcspn(call, "("), call, cudaGetErrorString(e),
+             cudaGetErrorName(e), mf__cu_where(ctx, where, sizeof where), sync ? "" : MF__CU_ASYNC_HINT);
+    return -1;
+}
+#define MF__CU_RT(ctx, what, call) mf__cu_rt_check((ctx), (what), #call, (call))
+/* a cuBLAS GEMM (row-major C[m, n] = op(A)[m, k] op(B)[k, n], batch of them): its status, then
+   (synchronised as launches are) the fault of its kernels, named with m, n, k and the op's shapes */
+static int mf__cu_blas_check(mf_ctx *ctx, const char *op, const char *call, cublasStatus_t st, int m, int n, int k,
+                             int batch) {
+    char where[512];
+    cudaError_t e = cudaSuccess;
+    if (st == CUBLAS_STATUS_SUCCESS && MF__CU_SYNC_CALLS) e = cudaStreamSynchronize(MF__CU(ctx)->stream);
+    if (st == CUBLAS_STATUS_SUCCESS && e == cudaSuccess) return 0;
+    if (st != CUBLAS_STATUS_SUCCESS)
+        mf__fail(ctx, "%s: %.*s failed: %s (%s); GEMM m=%d n=%d k=%d batch=%d%s", op, (int)strcspn(call, "("), call,
+                 cublasGetStatusString(st), cublasGetStatusName(st), m, n, k, batch, mf__cu_where(ctx, where, sizeof where));
+    else
+        mf__fail(ctx, "%s: %.*s failed: %s (%s); GEMM m=%d n=%d k=%d batch=%d%s", op, (int)strcspn(call, "("), call,
+                 cudaGetErrorString(e), cudaGetErrorName(e), m, n, k, batch, mf__cu_where(ctx, where, sizeof where));
+    return -1;
+}
+#define MF__CU_BLAS(ctx, op, m, n, k, batch, call) mf__cu_blas_check((ctx), (op), #call, (call), (m), (n), (k), (batch))
 /* launch on the context's stream and check; evaluates to 0 or -1. The extra level lets
    MF__EW(n) expand to "grid, block, smem" before the arguments are split. */
 #define MF__CU_RUN(ctx, op, kernel, ...) MF__CU_RUN_(ctx, op, kernel, __VA_ARGS__)
 #define MF__CU_RUN_(ctx, op, kernel, grid, block, smem, ...) \
-    (MF_LAUNCH(kernel, grid, block, smem, MF__CU(ctx)->stream, __VA_ARGS__), mf__cu_launched((ctx), (op), #kernel))
+    (MF_LAUNCH(kernel, grid, block, smem, MF__CU(ctx)->stream, __VA_ARGS__), \
+     mf__cu_launched((ctx), (op), #kernel, dim3(grid), dim3(block), (size_t)(smem)))
 
 static unsigned mf__cu_grid(long long n, int bs) {
     long long g = (n + bs - 1) / bs;
@@ -331,14 +417,14 @@ static int mf__cu_copy(mf_ctx *ctx, void *dst, const void *src, size_t bytes, in
                                                                                  : cudaMemcpyDeviceToDevice;
     if (!bytes) return 0;
     if (mf__cu_in_params(ctx, dst)) mf__cu_params_changed(ctx);
-    if (MF_CUDA_CHECK(ctx, "copy", cudaMemcpyAsync(dst, src, bytes, k, cu->stream)) < 0) return -1;
-    if (kind == MF__D2H) return MF_CUDA_CHECK(ctx, "copy to host", cudaStreamSynchronize(cu->stream));
+    if (MF__CU_RT(ctx, "copy", cudaMemcpyAsync(dst, src, bytes, k, cu->stream)) < 0) return -1;
+    if (kind == MF__D2H) return MF__CU_RT(ctx, "copy to host", cudaStreamSynchronize(cu->stream));
     return 0;
 }
 static int mf__cu_zero(mf_ctx *ctx, void *dst, size_t bytes) {
     if (!bytes) return 0;
     if (mf__cu_in_params(ctx, dst)) mf__cu_params_changed(ctx);
-    return MF_CUDA_CHECK(ctx, "zero", cudaMemsetAsync(dst, 0, bytes, MF__CU(ctx)->stream));
+    return MF__CU_RT(ctx, "zero", cudaMemsetAsync(dst, 0, bytes, MF__CU(ctx)->stream));
 }
 /* persistent device scratch of at least bytes (its contents do not survive a call that grows it) */
 static void *mf__cu_scratch(mf_ctx *ctx, size_t bytes) {
@@ -567,14 +653,14 @@ static int mf__cu_gemm_bf16(mf_ctx *ctx, const char *op, int ta, int tb, int M, 
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float bt = i ? 1.0f : beta;
-            if (MF_CUBLAS_CHECK(ctx, op, cublasGemmEx(h, ob, oa, N, M, K, &one, b + i * sB, CUDA_R_16BF, ldb, a + i * sA,
+            if (MF__CU_BLAS(ctx, op, M, N, K, batch, cublasGemmEx(h, ob, oa, N, M, K, &one, b + i * sB, CUDA_R_16BF, ldb, a + i * sA,
                                                       CUDA_R_16BF, lda, &bt, C, ct, ldc, CUBLAS_COMPUTE_32F,
                                                       CUBLAS_GEMM_DEFAULT)) < 0)
                 return -1;
         }
         return 0;
     }
-    return MF_CUBLAS_CHECK(ctx, op, cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &one, b, CUDA_R_16BF, ldb, sB, a,
+    return MF__CU_BLAS(ctx, op, M, N, K, batch, cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &one, b, CUDA_R_16BF, ldb, sB, a,
                                                                CUDA_R_16BF, lda, sA, &beta, C, ct, ldc, sC,
                                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -594,15 +680,15 @@ static int mf__cu_gemm_run(mf_ctx *ctx, const char *op, int ta, int tb, int M, i
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++) {
             float b = i ? 1.0f : beta;
-            if (MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B + i * sB, ldb, A + i * sA, lda, &b, C,
+            if (MF__CU_BLAS(ctx, op, M, N, K, batch, cublasSgemm(h, ob, oa, N, M, K, &one, B + i * sB, ldb, A + i * sA, lda, &b, C,
                                                      ldc)) < 0)
                 return -1;
         }
         return 0;
     }
     if (batch == 1)
-        return MF_CUBLAS_CHECK(ctx, op, cublasSgemm(h, ob, oa, N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
-    return MF_CUBLAS_CHECK(ctx, op, cublasSgemmStridedBatched(h, ob, oa, N, M, K, &one, B, ldb, sB, A, lda, sA,
+        return MF__CU_BLAS(ctx, op, M, N, K, batch, cublasSgemm(h, ob, oa, N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
+    return MF__CU_BLAS(ctx, op, M, N, K, batch, cublasSgemmStridedBatched(h, ob, oa, N, M, K, &one, B, ldb, sB, A, lda, sA,
                                                               &beta, C, ldc, sC, batch));
 }
 /* mf__cu_gemm_run, timed as GEMM while profiling (mf_set_profile) */
@@ -640,6 +726,111 @@ static int mf__cu_gemm_stored(mf_ctx *ctx, const char *op, int st, int ta, int t
    row kernels (softmax, log_softmax, cross_entropy, layernorm) run one block of MF__CU_ROW threads
    per row. */
 typedef int (*mf__cu_fn)(mf_ctx *ctx, mf_tensor *out);
+
+/* ---- column reductions over rows (two passes, fixed order: deterministic) ------------------ */
+/* The gradients of biases, LayerNorm's gamma / beta, a broadcast operand and sum_axis add a term
+   over many rows (B*T) into few columns. One thread per column would leave most of the GPU idle,
+   so pass 1 runs a 2-D grid: block (x, y) sums a chunk of rows of a tile of MF__CU_CR_TX columns,
+   its MF__CU_CR_TY row lanes taking every TY-th row and then added in lane order (mf__cu_tile_sum);
+   the partial sums of the chunks go to the device scratch, and pass 2 adds them per column in chunk
+   order. No atomics, and the split depends on the shape only (not on the GPU): the bits are the
+   same run to run, on any GPU. Few rows or many columns: one chunk, pass 1 writes the result. */
+#define MF__CU_CR_TX 32      /* columns of a tile: a warp reads 32 consecutive floats of a row */
+#define MF__CU_CR_TY 8       /* row lanes of a block */
+#define MF__CU_CR_BLOCKS 528 /* pass 1's target block count: 4 per SM of an H100 / H200 (132 SMs) */
+#define MF__CU_CR_MIN 64     /* fewest rows of a chunk (8 per row lane) */
+enum { MF__CR_SUM, MF__CR_MUL, MF__CR_LN }; /* the term: g; g * a; LayerNorm's g * xhat and g */
+typedef struct mf__cu_colred {
+    float *dst0, *dst1;   /* += (or =) the column sums; dst1: LayerNorm's beta gradient (NULL: none) */
+    const float *g;       /* element (r, j) at g[(j / inner) * rows * inner + r * inner + j % inner] */
+    const float *a;       /* MF__CR_MUL: times a at the same index; MF__CR_LN: x (bf16 when ab) */
+    const float *st;      /* MF__CR_LN: (mean, rstd) of each row */
+    long long rows, cols, inner; /* inner == cols: plain rows of cols values */
+    int ab, kind, accumulate;
+    float sign;           /* of each term (-1: sub's second operand) */
+} mf__cu_colred;
+/* the sum of v over the block's row lanes (threadIdx.y), in lane order, for the threads of lane 0;
+   sh: shared [MF__CU_CR_TY][MF__CU_CR_TX + 1] (every thread of the block calls it) */
+static __device__ float mf__cu_tile_sum(float v, float (*sh)[MF__CU_CR_TX + 1]) {
+    int k;
+    sh[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0)
+        for (k = 1; k < MF__CU_CR_TY; k++) v += sh[k][threadIdx.x];
+    __syncthreads();
+    return v;
+}
+static __device__ void mf__cu_cr_store(const mf__cu_colred &p, long long j, float s0, float s1) {
+    if (p.dst0) p.dst0[j] = p.accumulate ? p.dst0[j] + s0 : s0;
+    if (p.dst1) p.dst1[j] = p.accumulate ? p.dst1[j] + s1 : s1;
+}
+/* pass 1: block (tile x, chunk y) of MF__CU_CR_TX x MF__CU_CR_TY threads; part[(q * nchunk + c) * cols + j]
+   (q: dst0, dst1) when nchunk > 1, else the result */
+static __global__ void mf__k_colred(mf__cu_colred p, float *part, long long chunk, int nchunk) {
+    __shared__ float sh[MF__CU_CR_TY][MF__CU_CR_TX + 1];
+    long long j = (long long)blockIdx.x * MF__CU_CR_TX + threadIdx.x, r0 = (long long)blockIdx.y * chunk, r;
+    long long r1 = r0 + chunk < p.rows ? r0 + chunk : p.rows;
+    float s0 = 0.0f, s1 = 0.0f;
+    if (j < p.cols) {
+        long long base = p.inner == p.cols ? j : (j / p.inner) * p.rows * p.inner + j % p.inner;
+        for (r = r0 + threadIdx.y; r < r1; r += MF__CU_CR_TY) {
+            long long i = base + r * p.inner;
+            float g = p.g[i];
+            if (p.kind == MF__CR_LN) {
+                s0 += g * (mf__cu_ld(p.a, p.ab, i) - p.st[2 * r]) * p.st[2 * r + 1];
+                s1 += g;
+            } else s0 += (p.kind == MF__CR_MUL ? g * mf__cu_ld(p.a, p.ab, i) : g) * p.sign;
+        }
+    }
+    s0 = mf__cu_tile_sum(s0, sh);
+    if (p.kind == MF__CR_LN) s1 = mf__cu_tile_sum(s1, sh);
+    if (threadIdx.y != 0 || j >= p.cols) return;
+    if (nchunk == 1) mf__cu_cr_store(p, j, s0, s1);
+    else {
+        part[blockIdx.y * p.cols + j] = s0;
+        if (p.kind == MF__CR_LN) part[(nchunk + blockIdx.y) * p.cols + j] = s1;
+    }
+}
+/* pass 2: each column's partial sums in chunk order */
+static __global__ void mf__k_colred_end(mf__cu_colred p, const float *part, int nchunk) {
+    MF__CU_LOOP(j, p.cols) {
+        float s0 = 0.0f, s1 = 0.0f;
+        for (int c = 0; c < nchunk; c++) {
+            s0 += part[c * p.cols + j];
+            if (p.kind == MF__CR_LN) s1 += part[(nchunk + c) * p.cols + j];
+        }
+        mf__cu_cr_store(p, j, s0, s1);
+    }
+}
+/* the chunks of a reduction of rows x cols: enough blocks to fill the GPU (MF__CU_CR_BLOCKS), each
+   chunk at least MF__CU_CR_MIN rows; *chunk rows each (the last one ragged) */
+static int mf__cu_colred_split(long long rows, long long cols, long long *chunk) {
+    long long tiles = (cols + MF__CU_CR_TX - 1) / MF__CU_CR_TX, want = (MF__CU_CR_BLOCKS + tiles - 1) / tiles;
+    long long most = rows / MF__CU_CR_MIN, n = want < most ? want : most;
+    if (n < 1) n = 1;
+    *chunk = rows > 0 ? (rows + n - 1) / n : 1;
+    return rows > 0 ? (int)((rows + *chunk - 1) / *chunk) : 1;
+}
+static int mf__cu_colred_run(mf_ctx *ctx, const char *op, mf__cu_colred p) {
+    long long chunk, tiles = (p.cols + MF__CU_CR_TX - 1) / MF__CU_CR_TX;
+    int nchunk = mf__cu_colred_split(p.rows, p.cols, &chunk);
+    float *part = NULL;
+    if (p.cols <= 0 || (!p.dst0 && !p.dst1)) return 0;
+    if (nchunk > 1 && !(part = (float *)mf__cu_scratch(ctx, (size_t)(p.kind == MF__CR_LN ? 2 : 1) * nchunk * p.cols *
+                                                                sizeof(float))))
+        return -1;
+    if (MF__CU_RUN(ctx, op, mf__k_colred, dim3((unsigned)tiles, (unsigned)nchunk), dim3(MF__CU_CR_TX, MF__CU_CR_TY), 0,
+                   p, part, chunk, nchunk) < 0)
+        return -1;
+    return nchunk > 1 ? MF__CU_RUN(ctx, op, mf__k_colred_end, MF__EW(p.cols), p, (const float *)part, nchunk) : 0;
+}
+/* db[j] += sum over rows of g[r][j] (bias gradients) */
+static int mf__cu_colsum_add(mf_ctx *ctx, const char *op, float *db, const float *g, long long rows, int cols) {
+    mf__cu_colred p;
+    memset(&p, 0, sizeof p);
+    p.dst0 = db; p.g = g; p.rows = rows; p.cols = p.inner = cols; p.kind = MF__CR_SUM; p.accumulate = 1; p.sign = 1.0f;
+    return mf__cu_colred_run(ctx, op, p);
+}
 
 /* ---- reductions to one value (two passes, fixed order: deterministic) ---------------------- */
 /* cross_entropy, mse, sum / mean; mf__k_reduce_end also ends the clipping norm ([cu:optim]) */
@@ -737,14 +928,6 @@ static int mf__cu_head_matmul_bwd(mf_ctx *ctx, mf_tensor *out) {
 static __global__ void mf__k_bias_add(float *y, const float *b, long long n, int cols) {
     MF__CU_LOOP(i, n) y[i] += b[i % cols];
 }
-/* db[j] += sum over rows of g[r][j], rows in order (as the CPU) */
-static __global__ void mf__k_colsum_add(float *db, const float *g, long long rows, int cols) {
-    MF__CU_LOOP(j, cols) {
-        float acc = db[j];
-        for (long long r = 0; r < rows; r++) acc += g[r * cols + j];
-        db[j] = acc;
-    }
-}
 /* y[r][j] = b[j] in bf16 (the product then adds into it: one rounding of the sum, as bf16 autocast's
    linear rounds its bias to bf16) */
 static __global__ void mf__k_bias_fill_bf16(__nv_bfloat16 *y, const float *b, long long n, int cols) {
@@ -775,7 +958,7 @@ static int mf__cu_linear_bwd(mf_ctx *ctx, mf_tensor *out) {
     if (dw && mf__cu_gemm_stored(ctx, op, x->bf16 ? MF__CU_B_BF16 : 0, 1, 0, nout, in, (int)rows, out->grad, x->data,
                                  1.0f, dw) < 0)
         return -1;
-    return db ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(nout), db, (const float *)out->grad, rows, nout) : 0;
+    return db ? mf__cu_colsum_add(ctx, op, db, (const float *)out->grad, rows, nout) : 0;
 }
 
 /* ---- add / sub / mul with a broadcast operand ---------------------------------------------- */
@@ -799,14 +982,15 @@ static __global__ void mf__k_binary_bwd_big(float *d, const float *g, const floa
                                             long long n, int kind, int neg) {
     MF__CU_LOOP(i, n) d[i] += kind == MF__MUL ? g[i] * mf__cu_ld(other, ob, i % no) : neg ? -g[i] : g[i];
 }
-/* the smaller operand (ns elements, repeated): summed over its repeats in order */
-static __global__ void mf__k_binary_bwd_small(float *d, const float *g, const float *big, int bb, long long ns,
-                                              long long n, int kind, int neg) {
-    MF__CU_LOOP(j, ns) {
-        float acc = d[j];
-        for (long long i = j; i < n; i += ns) acc += kind == MF__MUL ? g[i] * mf__cu_ld(big, bb, i) : neg ? -g[i] : g[i];
-        d[j] = acc;
-    }
+/* the smaller operand (ns elements, repeated n / ns times): d[j] += the sum over its repeats
+   (a column reduction: rows n / ns of ns columns) */
+static int mf__cu_binary_bwd_small(mf_ctx *ctx, const char *op, float *d, const float *g, const float *big, int bb,
+                                   long long ns, long long n, int kind, int neg) {
+    mf__cu_colred p;
+    memset(&p, 0, sizeof p);
+    p.dst0 = d; p.g = g; p.a = big; p.ab = bb; p.rows = n / ns; p.cols = p.inner = ns;
+    p.kind = kind == MF__MUL ? MF__CR_MUL : MF__CR_SUM; p.accumulate = 1; p.sign = neg ? -1.0f : 1.0f;
+    return mf__cu_colred_run(ctx, op, p);
 }
 /* the inputs may be bf16 ([cu:storage]; the sums of the residual stream stay floats) */
 static int mf__cu_binary_fwd(mf_ctx *ctx, mf_tensor *out) {
@@ -829,10 +1013,10 @@ static int mf__cu_binary_bwd(mf_ctx *ctx, mf_tensor *out) {
                           (const float *)A->data, A->bf16, (const float *)B->data, B->bf16, n, kind);
     if (na == n) { /* a big, b small */
         if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), da, (const float *)out->grad, (const float *)B->data, B->bf16, nb, n, kind, 0);
-        if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(nb), db, (const float *)out->grad, (const float *)A->data, A->bf16, nb, n, kind, kind == MF__SUB);
+        if (db) r |= mf__cu_binary_bwd_small(ctx, op, db, (const float *)out->grad, (const float *)A->data, A->bf16, nb, n, kind, kind == MF__SUB);
     } else {
         if (db) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_big, MF__EW(n), db, (const float *)out->grad, (const float *)A->data, A->bf16, na, n, kind, kind == MF__SUB);
-        if (da) r |= MF__CU_RUN(ctx, op, mf__k_binary_bwd_small, MF__EW(na), da, (const float *)out->grad, (const float *)B->data, B->bf16, na, n, kind, 0);
+        if (da) r |= mf__cu_binary_bwd_small(ctx, op, da, (const float *)out->grad, (const float *)B->data, B->bf16, na, n, kind, 0);
     }
     return r ? -1 : 0;
 }
@@ -1086,18 +1270,14 @@ static __global__ void mf__k_layernorm_bwd_x(float *dx, const float *x, int xb, 
         dx[r * D + j] += rstd * (dxh - m1 - xh * m2);
     }
 }
-/* gamma / beta gradients: per column, rows in order (as the CPU) */
-static __global__ void mf__k_layernorm_bwd_gb(float *dg, float *db, const float *x, int xb, const float *g,
-                                              const float *st, long long rows, int D) {
-    MF__CU_LOOP(j, D) {
-        float ag = dg ? dg[j] : 0.0f, ab = db ? db[j] : 0.0f;
-        for (long long r = 0; r < rows; r++) {
-            ag += g[r * D + j] * (mf__cu_ld(x, xb, r * D + j) - st[2 * r]) * st[2 * r + 1];
-            ab += g[r * D + j];
-        }
-        if (dg) dg[j] = ag;
-        if (db) db[j] = ab;
-    }
+/* gamma / beta gradients: dg[j] += sum over rows of g * xhat, db[j] += sum of g (a column reduction) */
+static int mf__cu_layernorm_bwd_gb(mf_ctx *ctx, const char *op, float *dg, float *db, const float *x, int xb,
+                                   const float *g, const float *st, long long rows, int D) {
+    mf__cu_colred p;
+    memset(&p, 0, sizeof p);
+    p.dst0 = dg; p.dst1 = db; p.g = g; p.a = x; p.ab = xb; p.st = st; p.rows = rows; p.cols = p.inner = D;
+    p.kind = MF__CR_LN; p.accumulate = 1; p.sign = 1.0f;
+    return mf__cu_colred_run(ctx, op, p);
 }
 static int mf__cu_layernorm_fwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0], *gm = out->src[1], *bt = out->src[2];
@@ -1117,8 +1297,8 @@ static int mf__cu_layernorm_bwd(mf_ctx *ctx, mf_tensor *out) {
                          x->bf16, (const float *)out->grad, (const float *)(gm ? gm->data : NULL), (const float *)out->saved, D) < 0)
         return -1;
     if (dg || db)
-        return MF__CU_RUN(ctx, op, mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, (const float *)x->data, x->bf16,
-                          (const float *)out->grad, (const float *)out->saved, rows, D);
+        return mf__cu_layernorm_bwd_gb(ctx, op, dg, db, (const float *)x->data, x->bf16, (const float *)out->grad,
+                                       (const float *)out->saved, rows, D);
     return 0;
 }
 
@@ -1126,9 +1306,23 @@ static int mf__cu_layernorm_bwd(mf_ctx *ctx, mf_tensor *out) {
 static __global__ void mf__k_embed(float *y, const float *tb, const int *ids, long long n, int D) {
     MF__CU_LOOP(i, n) y[i] = tb[(long long)ids[i / D] * D + i % D];
 }
-static __global__ void mf__k_embed_bwd(float *dt, const float *g, const int *ids, long long nid, int D) {
-    MF__CU_LOOP(j, D) /* per column, positions in order: a repeated id adds up as on the CPU */
-        for (long long i = 0; i < nid; i++) dt[(long long)ids[i] * D + j] += g[i * D + j];
+/* The backward scatters: the positions of one id add into one row of dt. The host groups the
+   positions by id (a counting sort of the ids, which it holds: O(ids + V)), in position order, and
+   uploads seg = [the nseg distinct ids][nseg + 1 offsets][the positions, grouped]; block (id x,
+   tile y) sums its id's positions for MF__CU_CR_TX columns (row lanes as in mf__k_colred) and adds
+   into its row, which no other block writes: no atomics, a fixed order, all ids and tiles at once. */
+static __global__ void mf__k_embed_bwd(float *dt, const float *g, const int *seg, int nseg, int D) {
+    __shared__ float sh[MF__CU_CR_TY][MF__CU_CR_TX + 1];
+    const int *off = seg + nseg, *pos = seg + 2 * nseg + 1;
+    int u = blockIdx.x, k;
+    for (long long j0 = (long long)blockIdx.y * MF__CU_CR_TX; j0 < D; j0 += (long long)gridDim.y * MF__CU_CR_TX) {
+        long long j = j0 + threadIdx.x; /* tiles past the grid's 65535 rows loop (the same count in every thread) */
+        float s = 0.0f;
+        if (j < D)
+            for (k = off[u] + threadIdx.y; k < off[u + 1]; k += MF__CU_CR_TY) s += g[(long long)pos[k] * D + j];
+        s = mf__cu_tile_sum(s, sh);
+        if (threadIdx.y == 0 && j < D) dt[(long long)seg[u] * D + j] += s;
+    }
 }
 /* saved: the ids on the device */
 static int mf__cu_embedding_fwd(mf_ctx *ctx, mf_tensor *out) {
@@ -1144,8 +1338,30 @@ static int mf__cu_embedding_bwd(mf_ctx *ctx, mf_tensor *out) {
     float *dt = mf__g(out->src[0]);
     int D = out->src[0]->shape[1];
     if (!dt) return 0;
-    return MF__CU_RUN(ctx, "embedding (backward)", mf__k_embed_bwd, MF__EW(D), dt, (const float *)out->grad,
-                      (const int *)out->saved, (long long)(out->ne / D), D);
+    {
+        const int32_t *ids = (const int32_t *)out->aux; /* the host's copy */
+        int V = out->src[0]->shape[0], nseg = 0, v, *h, *cnt, *uid, *off, *pos;
+        unsigned tiles;
+        long long nid = out->ne / D, i, acc = 0;
+        void *d;
+        if (nid <= 0) return 0;
+        if (!(h = (int *)mf__cu_host(ctx, ((size_t)3 * V + 1 + (size_t)nid) * sizeof(int)))) return -1;
+        cnt = h; uid = h + V; off = uid + V; pos = off + V + 1;
+        memset(cnt, 0, (size_t)V * sizeof(int));
+        for (i = 0; i < nid; i++) cnt[ids[i]]++;
+        for (v = 0; v < V; v++)
+            if (cnt[v]) { uid[nseg] = v; off[nseg] = (int)acc; acc += cnt[v]; cnt[v] = off[nseg++]; } /* cnt: a cursor */
+        off[nseg] = (int)acc;
+        for (i = 0; i < nid; i++) pos[cnt[ids[i]]++] = (int)i;
+        memmove(uid + nseg, off, (size_t)(nseg + 1) * sizeof(int)); /* pack: [uid][off][pos] */
+        memmove(uid + 2 * nseg + 1, pos, (size_t)nid * sizeof(int));
+        if (!(d = mf__cu_scratch(ctx, ((size_t)2 * nseg + 1 + (size_t)nid) * sizeof(int))) ||
+            mf__cu_copy(ctx, d, uid, ((size_t)2 * nseg + 1 + (size_t)nid) * sizeof(int), MF__H2D) < 0)
+            return -1;
+        tiles = (D + MF__CU_CR_TX - 1) / MF__CU_CR_TX;
+        return MF__CU_RUN(ctx, "embedding (backward)", mf__k_embed_bwd, dim3((unsigned)nseg, tiles < 65535 ? tiles : 65535),
+                          dim3(MF__CU_CR_TX, MF__CU_CR_TY), 0, dt, (const float *)out->grad, (const int *)d, nseg, D);
+    }
 }
 
 /* ---- dropout: keep drawn by mf__drop_keep (seed, stream, index), as on the CPU ------------- */
@@ -1298,23 +1514,19 @@ static int mf__cu_reduce_bwd(mf_ctx *ctx, mf_tensor *out) {
 }
 
 /* ---- sum over one axis --------------------------------------------------------------------- */
-static __global__ void mf__k_sum_axis(float *y, const float *x, int nax, long long inner, long long n) {
-    MF__CU_LOOP(e, n) { /* e: an output element (o, k) */
-        long long o = e / inner, k = e % inner;
-        float acc = 0;
-        for (int i = 0; i < nax; i++) acc += x[(o * nax + i) * inner + k];
-        y[e] = acc;
-    }
-}
 static __global__ void mf__k_sum_axis_bwd(float *dx, const float *g, int nax, long long inner, long long n) {
     MF__CU_LOOP(e, n) dx[e] += g[(e / (inner * nax)) * inner + e % inner];
 }
 static int mf__cu_sum_axis_fwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
     int64_t outer, inner;
+    mf__cu_colred p;
     mf__split_at(x, out->iarg[MF__ARG_AXIS], &outer, &inner);
-    return MF__CU_RUN(ctx, "sum_axis", mf__k_sum_axis, MF__EW(outer * inner), out->data, (const float *)x->data,
-                      x->shape[out->iarg[MF__ARG_AXIS]], (long long)inner, (long long)(outer * inner));
+    /* y[o][k] = sum over i of x[o][i][k]: a column reduction of nax rows, column (o, k) */
+    memset(&p, 0, sizeof p);
+    p.dst0 = out->data; p.g = x->data; p.rows = x->shape[out->iarg[MF__ARG_AXIS]]; p.cols = outer * inner;
+    p.inner = inner; p.kind = MF__CR_SUM; p.sign = 1.0f;
+    return mf__cu_colred_run(ctx, "sum_axis", p);
 }
 static int mf__cu_sum_axis_bwd(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *x = out->src[0];
@@ -1369,7 +1581,7 @@ static int mf__cu_conv1d_bwd(mf_ctx *ctx, mf_tensor *out) {
     int CK = w->shape[1] * w->shape[2], Co = w->shape[0];
     const char *op = "conv1d (backward)";
     if (dw && mf__cu_gemm(ctx, op, 1, 0, Co, CK, (int)rows, out->grad, 0, out->saved, 0, 1.0f, dw, 0, 1) < 0) return -1;
-    if (db && MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(Co), db, (const float *)out->grad, rows, Co) < 0) return -1;
+    if (db && mf__cu_colsum_add(ctx, op, db, (const float *)out->grad, rows, Co) < 0) return -1;
     if (!dx) return 0;
     if (!(dcols = (float *)mf__cu_arena(ctx, (size_t)(rows * CK) * sizeof(float)))) return -1;
     if (mf__cu_gemm(ctx, op, 0, 0, (int)rows, CK, Co, out->grad, 0, w->data, 0, 0.0f, dcols, 0, 1) < 0) return -1;
@@ -4283,22 +4495,21 @@ static int mf__cu_fb_step_bwd(mf_ctx *ctx, const mf__fb_fwd *f, mf__cu_fb_grads 
     }
     return dx ? MF__CU_RUN(ctx, op, mf__k_fb_bt, MF__EW(bd), dx, (const float *)g->dh, B, T, D, t, bd, 1, 1) : 0;
 }
-/* dW += dY^T X over rows (one GEMM), db += column sums (rows in order) */
+/* dW += dY^T X over rows (one GEMM), db += column sums (mf__cu_colsum_add) */
 static int mf__cu_fb_wgrad(mf_ctx *ctx, mf_tensor *w, mf_tensor *b, const float *dy, const float *x, int rows) {
     const char *op = MF__CU_FB_OP " (backward)";
     int out = w->shape[0], in = w->shape[1];
     float *gw = mf__g(w), *gb = mf__g(b);
     if (rows <= 0) return 0;
     if (gw && mf__cu_gemm(ctx, op, 1, 0, out, in, rows, dy, 0, x, 0, 1.0f, gw, 0, 1) < 0) return -1;
-    return gb ? MF__CU_RUN(ctx, op, mf__k_colsum_add, MF__EW(out), gb, dy, (long long)rows, out) : 0;
+    return gb ? mf__cu_colsum_add(ctx, op, gb, dy, (long long)rows, out) : 0;
 }
 /* LayerNorm gamma / beta of rows x [rows][D] with output gradients dy and stats st */
 static int mf__cu_fb_ln_wgrad(mf_ctx *ctx, const mf_tensor *gm, const mf_tensor *bt, const float *x, const float *dy,
                               const float *st, int rows, int D) {
     float *dg = mf__g(gm), *db = mf__g(bt);
     if (rows <= 0 || (!dg && !db)) return 0;
-    return MF__CU_RUN(ctx, MF__CU_FB_OP " (backward)", mf__k_layernorm_bwd_gb, MF__EW(D), dg, db, x, 0, dy, st,
-                      (long long)rows, D);
+    return mf__cu_layernorm_bwd_gb(ctx, MF__CU_FB_OP " (backward)", dg, db, x, 0, dy, st, (long long)rows, D);
 }
 /* the weight gradients of all steps at once */
 static int mf__cu_fb_weights_bwd(mf_ctx *ctx, const mf__fb_fwd *f, const mf__cu_fb_grads *g) {
@@ -4636,10 +4847,16 @@ static int mf__cu_dispatch(mf_ctx *ctx, mf_tensor *out, int backward) {
     for (i = 0; i < sizeof mf__cu_ops / sizeof mf__cu_ops[0]; i++)
         if (mf__cu_ops[i].op == out->op) {
             mf__cu_floats fl;
-            int wide = !mf__cu_ops[i].bf16 && mf__cu_has_bf16(out), r;
-            if (wide && mf__cu_floats_begin(ctx, out, backward, &fl) < 0) return -1;
-            r = backward ? mf__cu_ops[i].bwd(ctx, out) : mf__cu_ops[i].fwd(ctx, out);
-            if (wide) r = mf__cu_floats_end(ctx, &fl, r);
+            mf__cu *cu = MF__CU(ctx);
+            const mf_tensor *outer = cu->cur; /* an op run inside another (none today) names itself */
+            int wide = !mf__cu_ops[i].bf16 && mf__cu_has_bf16(out), r = 0, outer_bwd = cu->cur_bwd;
+            cu->cur = out; cu->cur_bwd = backward;
+            if (wide && mf__cu_floats_begin(ctx, out, backward, &fl) < 0) r = -1;
+            else {
+                r = backward ? mf__cu_ops[i].bwd(ctx, out) : mf__cu_ops[i].fwd(ctx, out);
+                if (wide) r = mf__cu_floats_end(ctx, &fl, r);
+            }
+            cu->cur = outer; cu->cur_bwd = outer_bwd;
             return r < 0 || !mf_ok(ctx) ? -1 : 0;
         }
     mf__fail(ctx, "%s: this op has no CUDA kernel; run it on a CPU context (mf_ctx_set_device(ctx, MF_DEVICE_CPU))",

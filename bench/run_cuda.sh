@@ -101,7 +101,7 @@ goal() {
 }
 
 # ---- build -------------------------------------------------------------------------------------
-BINS="build/cuda/bench_model build/cuda/bench_attention build/cuda/bench_fw_sweep"
+BINS="build/cuda/bench_model build/cuda/bench_attention build/cuda/bench_fw_sweep build/cuda/bench_reduce"
 if [ "$NO_BUILD" = 1 ]; then
     for b in $BINS; do [ -x "$b" ] || { say "bench/run_cuda.sh --no-build: $b is missing (make gpu-prep builds it)"; exit 1; }; done
 else
@@ -379,6 +379,13 @@ if [ "$FW_SWEEP" = 1 ]; then
         elif awk -v s="$sp" 'BEGIN { exit !(s >= 5) }'; then goal "$what" "met" "${sp}x"
         else goal "$what" "NOT met" "${sp}x"; fi
     done
+fi
+# the column reductions ride with the kernel sweep of fast weights (one part of make gpu-report)
+if [ "$FW_SWEEP" = 1 ]; then
+    rep ""
+    rep "## Column reductions: bias, LayerNorm gamma / beta and embedding gradients, sum_axis (ms, GB/s read)"
+    rep ""
+    verbatim "$BUILD/reduce.txt" timeout --foreground "$KERNEL_LIMIT" build/cuda/bench_reduce --device cuda
 fi
 rep ""
 rep "## Raw runs"
