@@ -15,7 +15,8 @@
 #              data: a generated text); the losses side by side
 #   attention  bench/run_cuda.sh --parts attention: the fused attention kernel vs PyTorch's
 #              scaled_dot_product_attention kernels, T 1024-8192, dk 64, fp32 and bf16
-#   fw-sweep   bench/run_cuda.sh --parts fw-sweep: fast weights, chunkwise vs recurrent, fp32 and bf16
+#   fw-sweep   bench/run_cuda.sh --parts fw-sweep: fast weights, chunkwise vs recurrent, fp32 and bf16;
+#              the column reductions of the backward (bench_reduce)
 #   models     bench/run_cuda.sh --parts models: every model vs PyTorch eager on the same GPU at
 #              fp32 and bf16 (torch.autocast) row by row, then TF32: tokens/s, peak GPU memory and where the
 #              C step's time goes (the op profiler, by kind of op); last, as it takes the time that

@@ -80,10 +80,10 @@ for x in "$@"; do
 done
 exec "$(dirname "$0")/train" "${a[@]}" --device cpu
 EOF
-for b in bench_model bench_attention bench_fw_sweep; do printf '#!/bin/sh\necho "stub: no result"; exit 1\n' > "$tmp/obj/cuda/$b"; done
+for b in bench_model bench_attention bench_fw_sweep bench_reduce; do printf '#!/bin/sh\necho "stub: no result"; exit 1\n' > "$tmp/obj/cuda/$b"; done
 cp build/train "$tmp/obj/train"
 chmod +x "$tmp/bin/"* "$tmp/obj/train-cuda" "$tmp/obj/cuda/"* "$tmp/obj/cuda-debug/"*
-BINS="train train-cuda cuda/cuda_suites cuda-debug/cuda_suites cuda/bench_model cuda/bench_attention cuda/bench_fw_sweep train-mpi-cuda?"
+BINS="$(make -s print-GPU_PREP_BINS)"
 # the packing of make gpu-prep, its build a no-op (GPU_PREP_MAKE=true; the flags stamp kept)
 pack() { # PREP [env...]
     local prep=$1
@@ -96,7 +96,7 @@ pack "$tmp/repo/build/gpu-prep" > "$tmp/prep.txt" 2>&1
 rc=$?
 M=$tmp/repo/build/gpu-prep/MANIFEST.txt
 check "gpu_prep.sh packs the binaries (status $rc) with the commit and a SHA-256 each" \
-    [ "$rc" -eq 0 ] && grep -q "^commit: $(git rev-parse HEAD)" "$M" && [ "$(grep -cE '^  [a-z/_-]+ [0-9]+ [0-9a-f]{64}$' "$M")" -eq 7 ]
+    [ "$rc" -eq 0 ] && grep -q "^commit: $(git rev-parse HEAD)" "$M" && [ "$(grep -cE "^  [a-z/_-]+ [0-9]+ [0-9a-f]{64}$" "$M")" -eq 8 ]
 check "gpu_prep.sh: the optional train-mpi-cuda left out with a note" grep -q "note: train-mpi-cuda was not built" "$tmp/prep.txt"
 GPU_PREP_LIMIT_MB=0 pack "$tmp/small" > "$tmp/prep0.txt" 2>&1
 rc=$?
