@@ -55,7 +55,7 @@
  *   METAFORMER_NO_MMAP      read token shards with stdio instead of memory-mapping them (the default
  *                           where POSIX mmap is missing)
  *   METAFORMER_MPI          compile [mf:dist], data-parallel training over MPI (mf_dist_*; includes
- *                           <mpi.h>: build with mpicc, run with mpirun; see the README)
+ *                           <mpi.h>: build with mpicc, run with mpirun; see docs/distributed.md)
  *   METAFORMER_NCCL         with METAFORMER_MPI and METAFORMER_CUDA: contexts on the GPU average their
  *                           gradients with NCCL (one GPU per rank, the local rank's; collectives on a
  *                           stream of their own, ordered by events: docs/math.md §18.8); link -lnccl
@@ -88,8 +88,8 @@
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
  *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation, the
- *                   sequence-classification head (no
- *                   mixer of its own: each family of mixers plugs in through one descriptor)
+ *                   sequence-classification head; each family of mixers plugs in through one
+ *                   descriptor (a few checks still name a mixer)
  *   [mf:attention]  mixer family: sdpa, metric, quadratic (softmax attention, KV cache)
  *   [mf:pool]       mixer family: pool, identity
  *   [mf:xl]         mixer family: Transformer-XL relative attention, segment memory, compressive
@@ -598,7 +598,8 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
    updates nothing (the gradients are still zeroed). -1 on bad config / failed context. For ZeRO-1
    ([mf:dist]) use the three mf_dist_* calls. */
 MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *opt, float max_norm);
-#define MF_TRAIN_UPDATE 1 /* mf_train_update exists (for programs built against older headers too) */
+#define MF_TRAIN_UPDATE 1 /* feature test: mf_train_update is declared (bench/bench_model.c, built by
+                             bench/ab.sh against other revisions of this header, asks) */
 
 /* ---- the MetaFormer language model ------------------------------------------------------------
    Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
@@ -861,8 +862,7 @@ MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size
 MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const char *const *meta_kv,
                         int n_meta);
 /* mf_load into the model's context, plus the model's state from a file of mf_model_save. Returns 0;
-   1 when the model has state but the file holds none (written by mf_save, or before this function
-   existed): weights and optimizer state are loaded and the memories are empty - tell the user that
+   1 when the model has state but the file holds none (a file of mf_save): weights and optimizer state are loaded and the memories are empty - tell the user that
    the run is not resumed exactly; -1 on error. Everything (weights, moments, state) is checked
    before anything changes. */
 MFDEF int mf_model_load(mf_model *m, const char *path, int with_optimizer);
@@ -972,8 +972,8 @@ MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char 
    most frequent adjacent pair of ids within the pre-tokens (every position counts, so "aaa" holds
    (a, a) twice; a merge rewrites a pre-token left to right: "aaa" -> "aa" "a"); among equal counts
    the pair with the smaller left id, then the smaller right id. opt may be NULL. Deterministic and
-   single-threaded: about 60 MB/s of mixed text at 1024 to 8192 ids, 14x HF tokenizers' trainer on
-   one thread (bench/results/bpe_train_2026-11-24.md). */
+   single-threaded; bench/bpe_train.sh measures its speed against HF tokenizers' trainer
+   (bench/results/bpe_train_<date>.md). */
 typedef struct mf_bpe_options {
     int min_frequency;   /* stop when the best pair occurs fewer times (0: the default, 2) */
     /* NULL: silent. Called once the pre-tokens are counted (merges_done 0), about every 1% of
@@ -5800,7 +5800,9 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
 
 /* ==== [mf:model] ============================================================================ */
 /* The generic model: config check, embeddings, the blocks, the final LN and head, loss and
-   generation. It knows no mixer: every token mixer belongs to a FAMILY (one descriptor,
+   generation. It reaches the mixers through their families (a few checks still name a mixer: pool's
+   window when non-causal, relative in a classifier and in the attention inspection's key count):
+   every token mixer belongs to a FAMILY (one descriptor,
    mf__family, with the same hooks for all), and the mixer table (mf__mixer_rows, [mf:mixers] after
    the family sections) gives each mixer its name, family and flags. A family owns its section:
    [mf:attention] (sdpa, metric, quadratic), [mf:pool] (pool, identity), [mf:xl] (relative),
@@ -7678,7 +7680,8 @@ MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
 #define MF__FW_AUTO_C 16
 #define MF__FW_AUTO_T 16
 
-/* (rows of n floats: mf__vdot / mf__vaxpy of [mf:platform], with this family's MF__TAIL_VEC order) */
+/* The row products of this family (dot products and axpys over rows of n floats) are mf__vdot and
+   mf__vaxpy of [mf:platform], always called with the MF__TAIL_VEC tail order. */
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
    a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
    (labml's roll by +r; docs/math.md §7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
@@ -9977,13 +9980,13 @@ static int64_t mf__jint(mf__json *j) {
     if (!digits) j->bad = 1;
     return v;
 }
-/* skip any JSON value (metadata values are strings, but be lenient) */
 /* pass over a string of any length without copying it */
 static void mf__jskipstr(mf__json *j) {
     if (!mf__jchar(j, '"')) { j->bad = 1; return; }
     while (j->p < j->end && *j->p != '"') j->p += (*j->p == '\\' && j->p + 1 < j->end) ? 2 : 1;
     if (!mf__jchar(j, '"')) j->bad = 1;
 }
+/* skip any JSON value (metadata values are strings, but be lenient) */
 static void mf__jskip(mf__json *j) {
     mf__jws(j);
     if (j->p >= j->end) { j->bad = 1; return; }
@@ -12084,8 +12087,8 @@ MFDEF void mf_tokens_close(mf_tokens *s) {
 }
 
 /* ---- the loaders (docs/math.md §12) --------------------------------------------------------- */
-/* splitmix64 (the same numbers as examples/common.h's next_random, which trained the checkpoints
-   before the loaders moved here) */
+/* splitmix64: the same numbers as examples/common.h's next_random, so a loader state written by
+   the examples replays the same batches */
 static uint64_t mf__loader_random(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
     return mf__mix64(z);
@@ -13311,7 +13314,7 @@ static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
 #ifdef METAFORMER_CUDA
 #include "metaformer_cuda.cuh"
 #else
-#define MF__NO_CUDA "this build has no CUDA: compile the implementation file with nvcc and -DMETAFORMER_CUDA (see the README)"
+#define MF__NO_CUDA "this build has no CUDA: compile the implementation file with nvcc and -DMETAFORMER_CUDA (see docs/cuda.md)"
 MFDEF int mf_cuda_available(char *why, size_t size) {
     if (why && size) snprintf(why, size, "%s", MF__NO_CUDA);
     return 0;
