@@ -132,6 +132,108 @@
 #define METAFORMER_H
 
 /* ==== [mf:api] ============================================================================== */
+/* QUICK REFERENCE: one line per public function, by area; the full contract of each (shapes,
+   errors, return values) is in the comment at its declaration below. Every call that can fail
+   returns NULL or -1 and leaves the reason in mf_error(ctx).
+
+   context      mf_ctx_new / _free          a context (parameters, activations, RNG) from a seed
+                mf_ok, mf_error             1 while no error happened; the first error's message
+                mf_clear_error              forget the error and use the context again
+                mf_set_threads              CPU threads of the kernels (0: all OpenMP threads)
+                mf_set_training             training mode: dropout on (1) or off (0)
+                mf_reset                    empty the activation arena and the tape, once per step
+                mf_activation_bytes         activation bytes in use now (_peak_bytes: the maximum)
+                mf_ctx_set_memory_limit     a cap on memory use (_memory_limit, _memory_bytes read it)
+                mf_set_check_finite         make the first NaN / Inf of any op an error naming it
+                mf_set_profile              time every op and GEMM (_profile_entries, _profile_report)
+                mf_param_count              floats in the flat parameter buffer
+                mf_time                     seconds of a wall clock, for timing
+   tensors      mf_new, mf_from             an activation tensor: zeros, or a copy of host values
+                mf_shape_str                "[2, 3, 4]" of a tensor
+   parameters   mf_param                    a named parameter in the flat buffer
+                mf_param_find, _at, _tensors   a parameter by name, by index; how many
+                mf_param_set_trainable      freeze or unfreeze a parameter
+                mf_param_data, _grads       the flat parameter and gradient buffers
+                mf_init_const, _uniform, _normal, _kaiming_uniform, _bias   initialisers (PyTorch's)
+   autograd     mf_backward                 accumulate the gradients of a one-element loss
+                mf_set_grad                 record the tape (1) or not (0, a no-grad region)
+                mf_set_keep_activation_grads   recycle activation gradients inside the backward (0)
+                mf_detach                   the same values without a gradient path
+                mf_zero_grad                zero every parameter gradient
+   ops          mf_matmul, mf_head_matmul, mf_linear                    products
+                mf_add, _sub, _mul, _scale, _reciprocal                 elementwise arithmetic
+                mf_relu, _gelu, _sigmoid, _silu, _exp, _elu1            activations
+                mf_softmax, _log_softmax, _cross_entropy, _mse          softmax and losses
+                mf_layernorm, mf_embedding, mf_dropout                  layers as ops
+                mf_reshape, _permute, _transpose, _concat, _slice, _roll   shapes and copies
+                mf_sum, _mean, _sum_axis                                reductions
+                mf_conv1d, mf_avg_pool_seq                              along the sequence
+                mf_attention, _attention_layout                         fused scaled dot-product attention
+                mf_rel_attention                                        fused Transformer-XL attention
+                mf_dpfp, _fast_weights, _linear_attention               fast weights, linear attention
+                mf_feedback_attention                                   one query against the feedback memory
+   layers       mf_linear_layer_new         the weight and bias of a Linear layer, PyTorch's init
+   devices      mf_cuda_available           usable CUDA devices, or 0 and why
+                mf_ctx_set_device, _device  put a context on the GPU (right after mf_ctx_new)
+                mf_cuda_set_precision       fp32, TF32 or bf16 arithmetic (_precision reads it;
+                                            mf_precision_name / _from_name; mf_cuda_set_tf32)
+                mf_to_host, mf_grad_to_host copy values or gradients to host memory
+                mf_set_data                 overwrite a tensor's values from host memory
+                mf_item                     the first value of a tensor (a loss)
+   GEMM         mf_sgemm, mf_sgemm_batched  row-major SGEMM, one or a batch of products
+   optimizers   mf_optimizer_default        PyTorch's defaults for Adam, labml's Adam, AdamW, SGD
+                mf_schedule_lr              the learning rate of a schedule at a step
+                mf_optimizer_step           one update of every trainable parameter
+                mf_optimizer_steps          updates made so far
+                mf_clip_grad_norm           global-norm clipping; returns the norm
+                mf_train_update             clip + step + zero the gradients in one pass
+   model        mf_model_config_default     the default config (set vocab)
+                mf_mixer_name / _from_name / _compiled   mixers by name; compiled in or not
+                mf_pos_, mf_act_, mf_feature_, mf_block_ name / _from_name   other config names
+                mf_model_check              validate a config, naming the field at fault
+                mf_model_new / _free        a model's parameters in a context / the model
+                mf_model_get_config         the config of a model
+                mf_model_forward            logits of a batch of ids
+                mf_model_loss               mean next-token cross-entropy (plus the auxiliary loss)
+                mf_model_loss_part          a micro-batch's share of a larger batch's loss
+                mf_model_classify_logits / _loss   sequence classification (n_classes > 0)
+                mf_model_generate           continue a prompt with a cache (greedy, temperature, top-k)
+                mf_model_memory_slot, _reset_memory   the memory models' memory slots
+                mf_model_memory_rows        which memory rows a micro-batch uses
+                mf_model_aux_loss           the compressive transformer's reconstruction loss
+   inspection   mf_model_attention_keys     keys per query of a forward (sizes the buffers)
+                mf_model_attention          every layer's and head's scores and probabilities
+                mf_model_attention_form     a head's bilinear form (metric tensor, Wq Wk^T)
+   checkpoints  mf_save, mf_load            every parameter (and optimizer state) in safetensors
+                mf_load_meta                a metadata value of a checkpoint
+                mf_model_save, _load        the same with the model's state (memories)
+   dist (METAFORMER_MPI)
+                mf_dist_config_default, mf_dist_new   a data-parallel context on an MPI communicator
+                mf_dist_rank, _world, _local_rank     where this process is
+                mf_dist_seed                this rank's dropout seed
+                mf_dist_attach              check the model on every rank, broadcast rank 0's weights
+                mf_dist_no_sync             no averages in the coming backwards (accumulation)
+                mf_dist_sync                finish the gradient averages, sum scalars, agree on failure
+                mf_dist_check               agree on failure at any other point
+                mf_dist_clip_grad_norm, _optimizer_step   clipping and the update (ZeRO-1 too)
+                mf_dist_save, _load         checkpoints resumable on any world size
+                mf_dist_error, _free        the last error; free the context
+   tokenizers (not under METAFORMER_NO_DATA)
+                mf_tokenizer_bytes, _chars, _gpt2, _train_bpe   the 256 bytes, a text's characters,
+                                            GPT-2's files, a BPE trained on a text
+                mf_tokenizer_save, _load    one small text file
+                mf_tokenizer_error          NULL, or why the tokenizer failed
+                mf_tokenizer_get_kind, _vocab_size, _token   kind, ids, one token's bytes
+                mf_tokenizer_encode, _decode   bytes to ids and back (lossless on any bytes)
+                mf_tokenizer_free           free it
+   token data   mf_shard_write              ids to a shard file (llm.c's format or raw uint16)
+                mf_tokens_open              shard files as one stream (memory-mapped)
+                mf_tokens_from_ids          a stream over an array of ids
+                mf_tokens_error, _count, _files   why it failed; ids; shard files
+                mf_tokens_set_vocab         check every id read against a vocabulary size
+                mf_tokens_read, _close      read ids across file boundaries; close
+                mf_loader_init, _next, _batches, _restore, _free   shuffled windows or sequential
+                                            columns, with a checkpointable state */
 #include <stddef.h>
 #include <stdint.h>
 #ifdef METAFORMER_MPI
