@@ -7,8 +7,8 @@
 #                  "N passed, N failed"
 #   make examples  build/hello ...
 #   make demo      train the array sorter with the metric mixer (the README's first command)
-#   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot (issue #9)
-#   make study     the NLP MetaFormer sorting study: the seed's model and figures, bench/results/study/ (issue #20)
+#   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot
+#   make study     the NLP MetaFormer sorting study: the seed's model and figures, bench/results/study/
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
 #   make fuzz      the libFuzzer targets of tests/fuzz/ (clang), FUZZ_SECONDS each (default 120):
 #                  corpus under build/fuzz/, results in bench/results/fuzz_<date>.md
@@ -29,7 +29,8 @@
 #                  GPU_REPORT_DIR (default bench/results/gpu_<date>/). bench/gpu_report.sh --dry-run
 #                  prints what it would run
 #   make reliability  bench/results/reliability_<date>.md: fuzzing, kill-during-save, resume of every
-#                  model, non-finite and memory-cap tests, sanitizer runs (issue #22)
+#                  model, non-finite and memory-cap tests, sanitizer runs
+# The manuals (docs/): training, data, studies, cuda, distributed, benchmarks, reliability, library, math.
 CC      ?= gcc
 CXX     ?= g++
 WARN    := -Wall -Wextra -pedantic -Werror
@@ -181,7 +182,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report test_gpu_first_run test_train_mpi
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report test_gpu_first_run test_train_mpi test_readme test_links
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -216,6 +217,7 @@ $(BUILD)/logs/sh/test_study.log: $(BUILD)/study
 $(BUILD)/logs/sh/test_classify_cli.log: $(BUILD)/classify
 $(BUILD)/logs/sh/test_gpu_report.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_gpu_first_run.log: $(BUILD)/train
+$(BUILD)/logs/sh/test_readme.log: $(EXAMPLES)
 $(BUILD)/logs/sh/test_dist.log: $(BUILD)/dist/test_dist $(BUILD)/dist/asan/test_dist $(BUILD)/dist/test_dist_cuda
 
 # ---- MPI: data-parallel training ([mf:dist], -DMETAFORMER_MPI) ----
@@ -347,7 +349,7 @@ $(BUILD)/train-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metaformer
 	$(NVCC) $(BUILD)/cuda/train.o $(BUILD)/cuda/metaformer_cuda.o -o $@ $(NVLIBS)
 
 # build/train-mpi: examples/train.c with data-parallel training over MPI (-DMETAFORMER_MPI), built
-# by Open MPI's mpicc (MPI_BUILD: installed when missing); run it with mpirun (README: "Training on
+# by Open MPI's mpicc (MPI_BUILD: installed when missing); run it with mpirun (docs/distributed.md: "Training on
 # several processes")
 train-mpi: $(BUILD)/train-mpi
 $(BUILD)/train-mpi: examples/train.c examples/common.h metaformer.h
@@ -371,13 +373,13 @@ $(BUILD)/train-mpi-cuda: examples/train.c examples/common.h $(BUILD)/cuda/metafo
 demo: $(BUILD)/sort
 	./$(BUILD)/sort --mixer metric
 
-# issue #9: every mixer and memory model on the array sorter with the same budget (a few minutes
+# every mixer and memory model on the array sorter with the same budget (a few minutes
 # on 2 cores): a table, build/ablate_sorter.csv / .md / .svg (+ .png with gnuplot).
 # On a text file: ./build/ablate FILE --quick
 ablate: $(BUILD)/ablate
 	./$(BUILD)/ablate --quick --out $(BUILD)/ablate_sorter
 
-# issue #20: the NLP MetaFormer seed's sorting study (sdpa, metric, quadratic on the seed's model; about
+# the NLP MetaFormer seed's sorting study (sdpa, metric, quadratic on the seed's model; about
 # half a minute on 2 cores): bench/results/study/report.md and its SVG figures (+ PNG with gnuplot)
 study: $(BUILD)/study
 	./$(BUILD)/study --out bench/results/study
@@ -404,7 +406,7 @@ bench-ops:
 bench-ab:
 	bash bench/ab.sh
 
-# issue #22's figures: runs the reliability tests it finds by name, reads fuzzing results and make
+# the reliability report: runs the reliability tests it finds by name, reads fuzzing results and make
 # test's sanitizer logs (bench/reliability.sh --logs reads every part from the logs)
 reliability:
 	bash bench/reliability.sh
@@ -434,7 +436,7 @@ GPU_PREP_BINS := train train-cuda cuda/cuda_suites cuda-debug/cuda_suites cuda/b
 gpu-prep:
 	@bash bench/gpu_prep.sh "$(GPU_PREP)" "$(GPU_PREP_OBJ)" "$(GPU_PREP_HOST)" $(GPU_PREP_BINS)
 
-# issue #18: the whole CUDA backend on a real GPU, one report (bench/gpu_report.sh)
+# the whole CUDA backend on a real GPU, one report (bench/gpu_report.sh)
 GPU_REPORT_DIR ?=
 gpu-report:
 	bash bench/gpu_report.sh $(if $(GPU_REPORT_DIR),--out "$(GPU_REPORT_DIR)")

@@ -55,7 +55,7 @@
  *   METAFORMER_NO_MMAP      read token shards with stdio instead of memory-mapping them (the default
  *                           where POSIX mmap is missing)
  *   METAFORMER_MPI          compile [mf:dist], data-parallel training over MPI (mf_dist_*; includes
- *                           <mpi.h>: build with mpicc, run with mpirun; see the README)
+ *                           <mpi.h>: build with mpicc, run with mpirun; see docs/distributed.md)
  *   METAFORMER_NCCL         with METAFORMER_MPI and METAFORMER_CUDA: contexts on the GPU average their
  *                           gradients with NCCL (one GPU per rank, the local rank's; collectives on a
  *                           stream of their own, ordered by events: docs/math.md §18.8); link -lnccl
@@ -88,8 +88,8 @@
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
  *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation, the
- *                   sequence-classification head (no
- *                   mixer of its own: each family of mixers plugs in through one descriptor)
+ *                   sequence-classification head; each family of mixers plugs in through one
+ *                   descriptor (a few checks still name a mixer)
  *   [mf:attention]  mixer family: sdpa, metric, quadratic (softmax attention, KV cache)
  *   [mf:pool]       mixer family: pool, identity
  *   [mf:xl]         mixer family: Transformer-XL relative attention, segment memory, compressive
@@ -132,6 +132,108 @@
 #define METAFORMER_H
 
 /* ==== [mf:api] ============================================================================== */
+/* QUICK REFERENCE: one line per public function, by area; the full contract of each (shapes,
+   errors, return values) is in the comment at its declaration below. Every call that can fail
+   returns NULL or -1 and leaves the reason in mf_error(ctx).
+
+   context      mf_ctx_new / _free          a context (parameters, activations, RNG) from a seed
+                mf_ok, mf_error             1 while no error happened; the first error's message
+                mf_clear_error              forget the error and use the context again
+                mf_set_threads              CPU threads of the kernels (0: all OpenMP threads)
+                mf_set_training             training mode: dropout on (1) or off (0)
+                mf_reset                    empty the activation arena and the tape, once per step
+                mf_activation_bytes         activation bytes in use now (_peak_bytes: the maximum)
+                mf_ctx_set_memory_limit     a cap on memory use (_memory_limit, _memory_bytes read it)
+                mf_set_check_finite         make the first NaN / Inf of any op an error naming it
+                mf_set_profile              time every op and GEMM (_profile_entries, _profile_report)
+                mf_param_count              floats in the flat parameter buffer
+                mf_time                     seconds of a wall clock, for timing
+   tensors      mf_new, mf_from             an activation tensor: zeros, or a copy of host values
+                mf_shape_str                "[2, 3, 4]" of a tensor
+   parameters   mf_param                    a named parameter in the flat buffer
+                mf_param_find, _at, _tensors   a parameter by name, by index; how many
+                mf_param_set_trainable      freeze or unfreeze a parameter
+                mf_param_data, _grads       the flat parameter and gradient buffers
+                mf_init_const, _uniform, _normal, _kaiming_uniform, _bias   initialisers (PyTorch's)
+   autograd     mf_backward                 accumulate the gradients of a one-element loss
+                mf_set_grad                 record the tape (1) or not (0, a no-grad region)
+                mf_set_keep_activation_grads   recycle activation gradients inside the backward (0)
+                mf_detach                   the same values without a gradient path
+                mf_zero_grad                zero every parameter gradient
+   ops          mf_matmul, mf_head_matmul, mf_linear                    products
+                mf_add, _sub, _mul, _scale, _reciprocal                 elementwise arithmetic
+                mf_relu, _gelu, _sigmoid, _silu, _exp, _elu1            activations
+                mf_softmax, _log_softmax, _cross_entropy, _mse          softmax and losses
+                mf_layernorm, mf_embedding, mf_dropout                  layers as ops
+                mf_reshape, _permute, _transpose, _concat, _slice, _roll   shapes and copies
+                mf_sum, _mean, _sum_axis                                reductions
+                mf_conv1d, mf_avg_pool_seq                              along the sequence
+                mf_attention, _attention_layout                         fused scaled dot-product attention
+                mf_rel_attention                                        fused Transformer-XL attention
+                mf_dpfp, _fast_weights, _linear_attention               fast weights, linear attention
+                mf_feedback_attention                                   one query against the feedback memory
+   layers       mf_linear_layer_new         the weight and bias of a Linear layer, PyTorch's init
+   devices      mf_cuda_available           usable CUDA devices, or 0 and why
+                mf_ctx_set_device, _device  put a context on the GPU (right after mf_ctx_new)
+                mf_cuda_set_precision       fp32, TF32 or bf16 arithmetic (_precision reads it;
+                                            mf_precision_name / _from_name; mf_cuda_set_tf32)
+                mf_to_host, mf_grad_to_host copy values or gradients to host memory
+                mf_set_data                 overwrite a tensor's values from host memory
+                mf_item                     the first value of a tensor (a loss)
+   GEMM         mf_sgemm, mf_sgemm_batched  row-major SGEMM, one or a batch of products
+   optimizers   mf_optimizer_default        PyTorch's defaults for Adam, labml's Adam, AdamW, SGD
+                mf_schedule_lr              the learning rate of a schedule at a step
+                mf_optimizer_step           one update of every trainable parameter
+                mf_optimizer_steps          updates made so far
+                mf_clip_grad_norm           global-norm clipping; returns the norm
+                mf_train_update             clip + step + zero the gradients in one pass
+   model        mf_model_config_default     the default config (set vocab)
+                mf_mixer_name / _from_name / _compiled   mixers by name; compiled in or not
+                mf_pos_, mf_act_, mf_feature_, mf_block_ name / _from_name   other config names
+                mf_model_check              validate a config, naming the field at fault
+                mf_model_new / _free        a model's parameters in a context / the model
+                mf_model_get_config         the config of a model
+                mf_model_forward            logits of a batch of ids
+                mf_model_loss               mean next-token cross-entropy (plus the auxiliary loss)
+                mf_model_loss_part          a micro-batch's share of a larger batch's loss
+                mf_model_classify_logits / _loss   sequence classification (n_classes > 0)
+                mf_model_generate           continue a prompt with a cache (greedy, temperature, top-k)
+                mf_model_memory_slot, _reset_memory   the memory models' memory slots
+                mf_model_memory_rows        which memory rows a micro-batch uses
+                mf_model_aux_loss           the compressive transformer's reconstruction loss
+   inspection   mf_model_attention_keys     keys per query of a forward (sizes the buffers)
+                mf_model_attention          every layer's and head's scores and probabilities
+                mf_model_attention_form     a head's bilinear form (metric tensor, Wq Wk^T)
+   checkpoints  mf_save, mf_load            every parameter (and optimizer state) in safetensors
+                mf_load_meta                a metadata value of a checkpoint
+                mf_model_save, _load        the same with the model's state (memories)
+   dist (METAFORMER_MPI)
+                mf_dist_config_default, mf_dist_new   a data-parallel context on an MPI communicator
+                mf_dist_rank, _world, _local_rank     where this process is
+                mf_dist_seed                this rank's dropout seed
+                mf_dist_attach              check the model on every rank, broadcast rank 0's weights
+                mf_dist_no_sync             no averages in the coming backwards (accumulation)
+                mf_dist_sync                finish the gradient averages, sum scalars, agree on failure
+                mf_dist_check               agree on failure at any other point
+                mf_dist_clip_grad_norm, _optimizer_step   clipping and the update (ZeRO-1 too)
+                mf_dist_save, _load         checkpoints resumable on any world size
+                mf_dist_error, _free        the last error; free the context
+   tokenizers (not under METAFORMER_NO_DATA)
+                mf_tokenizer_bytes, _chars, _gpt2, _train_bpe   the 256 bytes, a text's characters,
+                                            GPT-2's files, a BPE trained on a text
+                mf_tokenizer_save, _load    one small text file
+                mf_tokenizer_error          NULL, or why the tokenizer failed
+                mf_tokenizer_get_kind, _vocab_size, _token   kind, ids, one token's bytes
+                mf_tokenizer_encode, _decode   bytes to ids and back (lossless on any bytes)
+                mf_tokenizer_free           free it
+   token data   mf_shard_write              ids to a shard file (llm.c's format or raw uint16)
+                mf_tokens_open              shard files as one stream (memory-mapped)
+                mf_tokens_from_ids          a stream over an array of ids
+                mf_tokens_error, _count, _files   why it failed; ids; shard files
+                mf_tokens_set_vocab         check every id read against a vocabulary size
+                mf_tokens_read, _close      read ids across file boundaries; close
+                mf_loader_init, _next, _batches, _restore, _free   shuffled windows or sequential
+                                            columns, with a checkpointable state */
 #include <stddef.h>
 #include <stdint.h>
 #ifdef METAFORMER_MPI
@@ -598,7 +700,8 @@ MFDEF float mf_clip_grad_norm(mf_ctx *ctx, float max_norm);
    updates nothing (the gradients are still zeroed). -1 on bad config / failed context. For ZeRO-1
    ([mf:dist]) use the three mf_dist_* calls. */
 MFDEF float mf_train_update(mf_ctx *ctx, const mf_optimizer *opt, float max_norm);
-#define MF_TRAIN_UPDATE 1 /* mf_train_update exists (for programs built against older headers too) */
+#define MF_TRAIN_UPDATE 1 /* feature test: mf_train_update is declared (bench/bench_model.c, built by
+                             bench/ab.sh against other revisions of this header, asks) */
 
 /* ---- the MetaFormer language model ------------------------------------------------------------
    Block (pre-norm): x = x + drop(mixer(LN1(x))); x = x + drop(FFN(LN2(x))).
@@ -861,8 +964,7 @@ MFDEF int mf_load_meta(const char *path, const char *key, char *buf, size_t size
 MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const char *const *meta_kv,
                         int n_meta);
 /* mf_load into the model's context, plus the model's state from a file of mf_model_save. Returns 0;
-   1 when the model has state but the file holds none (written by mf_save, or before this function
-   existed): weights and optimizer state are loaded and the memories are empty - tell the user that
+   1 when the model has state but the file holds none (a file of mf_save): weights and optimizer state are loaded and the memories are empty - tell the user that
    the run is not resumed exactly; -1 on error. Everything (weights, moments, state) is checked
    before anything changes. */
 MFDEF int mf_model_load(mf_model *m, const char *path, int with_optimizer);
@@ -972,8 +1074,8 @@ MFDEF mf_tokenizer *mf_tokenizer_gpt2(const char *encoder_json_path, const char 
    most frequent adjacent pair of ids within the pre-tokens (every position counts, so "aaa" holds
    (a, a) twice; a merge rewrites a pre-token left to right: "aaa" -> "aa" "a"); among equal counts
    the pair with the smaller left id, then the smaller right id. opt may be NULL. Deterministic and
-   single-threaded: about 60 MB/s of mixed text at 1024 to 8192 ids, 14x HF tokenizers' trainer on
-   one thread (bench/results/bpe_train_2026-11-24.md). */
+   single-threaded; bench/bpe_train.sh measures its speed against HF tokenizers' trainer
+   (bench/results/bpe_train_<date>.md). */
 typedef struct mf_bpe_options {
     int min_frequency;   /* stop when the best pair occurs fewer times (0: the default, 2) */
     /* NULL: silent. Called once the pre-tokens are counted (merges_done 0), about every 1% of
@@ -5800,7 +5902,9 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
 
 /* ==== [mf:model] ============================================================================ */
 /* The generic model: config check, embeddings, the blocks, the final LN and head, loss and
-   generation. It knows no mixer: every token mixer belongs to a FAMILY (one descriptor,
+   generation. It reaches the mixers through their families (a few checks still name a mixer: pool's
+   window when non-causal, relative in a classifier and in the attention inspection's key count):
+   every token mixer belongs to a FAMILY (one descriptor,
    mf__family, with the same hooks for all), and the mixer table (mf__mixer_rows, [mf:mixers] after
    the family sections) gives each mixer its name, family and flags. A family owns its section:
    [mf:attention] (sdpa, metric, quadratic), [mf:pool] (pool, identity), [mf:xl] (relative),
@@ -7678,7 +7782,8 @@ MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
 #define MF__FW_AUTO_C 16
 #define MF__FW_AUTO_T 16
 
-/* (rows of n floats: mf__vdot / mf__vaxpy of [mf:platform], with this family's MF__TAIL_VEC order) */
+/* The row products of this family (dot products and axpys over rows of n floats) are mf__vdot and
+   mf__vaxpy of [mf:platform], always called with the MF__TAIL_VEC tail order. */
 /* ---- DPFP: x [..., dk] -> [..., 2 dk nu] ----------------------------------------------------------
    a = relu(concat(x, -x)); phi[(r-1) 2dk + j] = a[j] a[(j - r) mod 2dk]
    (labml's roll by +r; docs/math.md §7.1); out = phi / (sum phi + eps). saved: 1 / (sum phi + eps) per row;
@@ -9977,13 +10082,13 @@ static int64_t mf__jint(mf__json *j) {
     if (!digits) j->bad = 1;
     return v;
 }
-/* skip any JSON value (metadata values are strings, but be lenient) */
 /* pass over a string of any length without copying it */
 static void mf__jskipstr(mf__json *j) {
     if (!mf__jchar(j, '"')) { j->bad = 1; return; }
     while (j->p < j->end && *j->p != '"') j->p += (*j->p == '\\' && j->p + 1 < j->end) ? 2 : 1;
     if (!mf__jchar(j, '"')) j->bad = 1;
 }
+/* skip any JSON value (metadata values are strings, but be lenient) */
 static void mf__jskip(mf__json *j) {
     mf__jws(j);
     if (j->p >= j->end) { j->bad = 1; return; }
@@ -12084,8 +12189,8 @@ MFDEF void mf_tokens_close(mf_tokens *s) {
 }
 
 /* ---- the loaders (docs/math.md §12) --------------------------------------------------------- */
-/* splitmix64 (the same numbers as examples/common.h's next_random, which trained the checkpoints
-   before the loaders moved here) */
+/* splitmix64: the same numbers as examples/common.h's next_random, so a loader state written by
+   the examples replays the same batches */
 static uint64_t mf__loader_random(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
     return mf__mix64(z);
@@ -13311,7 +13416,7 @@ static MF__READ_BY_TESTS const mf__op *const mf__ops[] = {
 #ifdef METAFORMER_CUDA
 #include "metaformer_cuda.cuh"
 #else
-#define MF__NO_CUDA "this build has no CUDA: compile the implementation file with nvcc and -DMETAFORMER_CUDA (see the README)"
+#define MF__NO_CUDA "this build has no CUDA: compile the implementation file with nvcc and -DMETAFORMER_CUDA (see docs/cuda.md)"
 MFDEF int mf_cuda_available(char *why, size_t size) {
     if (why && size) snprintf(why, size, "%s", MF__NO_CUDA);
     return 0;

@@ -61,8 +61,10 @@
  *   transformer's attention and AR loss run on it), the kernels of [cu:ops] that [cu:feedback]
  *   launches (layernorm, unary, bias, column sums, mf__k_add_to).
  *
- * CONTENTS (search for the banners, e.g. "[cu:ops]"; the order of metaformer.h, each section the
- * CUDA twin of its [mf:*] namesake; every op's kernels come right before its host wrappers)
+ * CONTENTS (search for the banners, e.g. "[cu:ops]"; the order of metaformer.h; every op's kernels
+ * come right before its host wrappers. Most sections are the CUDA twins of their [mf:*] namesakes;
+ * the attention op is in [mf:ops] on the CPU side and in [cu:attention] here, and [cu:storage] and
+ * [cu:backend] have no CPU namesake)
  *   [cu:platform]    launch and error-check macros, the backend state, block reductions,
  *                    the shared-memory opt-in (mf__cu_smem)
  *   [cu:memory]      device allocations, the activation arena, copies, zeroing, scratch
@@ -87,6 +89,8 @@
  *   [cu:optim]       the optimizer step (Adam, AdamW, labml Adam, SGD-momentum) and gradient
  *                    clipping over the flat buffers
  *   [cu:backend]     the op table (mf__cu_ops), the backend, mf_ctx_set_device, mf_cuda_set_precision
+ *   [cu:dist]        data-parallel training on GPUs (METAFORMER_NCCL): gradient buckets averaged with
+ *                    NCCL on a stream of their own, ZeRO-1 shards of the moments in device memory
  * Every kernel that needs more than 48 KiB of shared memory opts in through mf__cu_smem, which
  * refuses (with the fix in the message) what the device cannot hold: head sizes (about 256 for the
  * attention, 218 for the relative attention, 208 for its bf16 kernels on sm_90) and chunk lengths
@@ -104,9 +108,8 @@
  * products with an fp32 state and fp32 accumulators; the forward and back substitutions (triangular
  * solves, sequential in the token), dbeta, dV and the recurrent form stay fp32 on the CUDA cores.
  * The feedback steps' dense products are [cu:gemm]'s (bf16
- * with MF_PREC_BF16), their one-query attention stays fp32 (a matrix-vector product). No
- * kernel here has been timed on a GPU yet (make gpu-report): the tile sizes are the emulator-checked
- * defaults, not tuned ones.
+ * with MF_PREC_BF16), their one-query attention stays fp32 (a matrix-vector product). The tile
+ * sizes are the emulator-checked defaults, not tuned on a GPU; make gpu-report measures them.
  */
 #ifndef METAFORMER_CUDA_CUH
 #define METAFORMER_CUDA_CUH

@@ -115,7 +115,7 @@ stat() { grep " row=$1 " "$RAW" | sed -n "s/.* $2=\([^ ]*\).*/\1/p" | median; }
     echo "spends in mf_dist_sync after its backward (the gradient averages not yet done, and waiting for the slower rank),"
     echo "per step; with --no-overlap every average runs there, so that wait is the whole communication; hidden = 1 - wait"
     echo "with overlap / wait without. Peak MB: the maximum resident set of the process (of each rank: the larger)."
-    echo "cost model (README, docs/math.md §18.9): 2 (w - 1) k alpha + 2 (w - 1) / w * 4 P / beta with w = 2, k buckets of 2^20"
+    echo "cost model (docs/distributed.md, docs/math.md §18.9): 2 (w - 1) k alpha + 2 (w - 1) / w * 4 P / beta with w = 2, k buckets of 2^20"
     echo "floats, alpha and beta measured above: the all-reduce time alone. The waits measured in mf_dist_sync are larger"
     echo "where one rank finishes its backward later than the other (the wait holds that difference: on a machine shared with"
     echo "other work the ranks are not scheduled alike), so compare the model with the smallest waits."

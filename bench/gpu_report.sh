@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu_report.sh - `make gpu-report [GPU_REPORT_DIR=DIR]` (issue #18): the CUDA backend on a real
+# bench/gpu_report.sh - `make gpu-report [GPU_REPORT_DIR=DIR]`: the CUDA backend on a real
 # NVIDIA GPU, in one command and under 10 minutes. Its parts, one after another, each under its own
 # time limit (a hang ends its part, not the report; a failing part does not stop the next):
 #   env        the GPU (nvidia-smi), nvcc, torch, the CPU
@@ -21,7 +21,7 @@
 #              fp32 and bf16 (torch.autocast) row by row, then TF32: tokens/s, peak GPU memory and where the
 #              C step's time goes (the op profiler, by kind of op); last, as it takes the time that
 #              is left (the runs the budget leaves out are listed)
-# and writes DIR/report.md (a summary table of the parts, the goals of #18 checked against the
+# and writes DIR/report.md (a summary table of the parts, the goals checked against the
 # numbers, then each part's results) and one log per part, DIR/<n>_<part>.log: eight plain files.
 # With --prebuilt (bench/gpu_first_run.sh) nothing is compiled: the binaries under build/ are the
 # ones make gpu-prep built elsewhere, and the build part gives its place to
@@ -417,7 +417,7 @@ R="$DIR/report.md"
         say "| $id | ${TITLE[$id]} | ${STATUS[$id]} | ${SECS[$id]} s | ${n}_$id.log |"
     done
     say ""
-    say "## Goals of #18, checked against the numbers below"
+    say "## Goals, checked against the numbers below"
     say ""
     say "| goal | result | numbers |"
     say "|---|---|---|"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/reliability.sh - the reliability report of issue #22: bench/results/reliability_<date>.md
+# bench/reliability.sh - the reliability report: bench/results/reliability_<date>.md
 # (`make reliability`).
 #
 #   bash bench/reliability.sh           run the reliability tests found by name (kill during save,
@@ -65,7 +65,7 @@ tests_printing() { grep -l -- "$1" tests/test_*.c tests/test_*.cpp tests/*.sh 2>
 rep "# Reliability report ($DATE)"
 rep ""
 rep "Written by \`bench/reliability.sh\` (\`make reliability\`; mode: $MODE) on $(uname -sm), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
-rep "Goals (issue #22): no fuzz crash, 0 checkpoints lost, every model resumed bit-exactly, every sanitizer run clean."
+rep "Goals: no fuzz crash, 0 checkpoints lost, every model resumed bit-exactly, every sanitizer run clean."
 rep ""
 
 # ---- fuzzing ----

@@ -322,7 +322,7 @@ table_row() { # ROW: its line of the table, and the torch.compile line under it
             rmin = (tr != "" && (tr2 == "" || tr + 0 < tr2 + 0)) ? tr : tr2       # its smaller peak RSS
             ratio = (ct != "" && best != "" && best > 0) ? ct / best : ""
             pct = (cg != "" && pk != "" && pk > 0) ? 100 * cg / pk : ""
-            # goal (#21): C tok/s >= min(gx x the faster torch, the tok/s of 80% of peak), peak RSS <= half
+            # goal: C tok/s >= min(gx x the faster torch, the tok/s of 80% of peak), peak RSS <= half
             speed = (ratio != "" && ratio >= gx) || (pct != "" && pct >= 80)
             mem = cr != "" && rmin != "" && cr + 0 <= 0.5 * rmin
             if (ct == "" || (ratio == "" && pct == "")) goal = "-"
@@ -347,7 +347,7 @@ rep "The families' counts (relative position term, compressor and reconstruction
 rep "memory projections) are spelled out in the header of bench/bench_model.c."
 rep "Peak RSS: getrusage(RUSAGE_SELF).ru_maxrss of each process, max over runs. The torch process's includes the interpreter and"
 rep "libtorch: $(grep "impl=torch " "$RAW" | field rss_base_mb | median) MB (1.13) / $(grep "impl=torch2 " "$RAW" | field rss_base_mb | median) MB (2.x) after \`import torch\`, before the model."
-rep "goal (#21): C tok/s >= min(k x the faster PyTorch's tok/s, the tok/s of 80% of peak) with k = 2.2 (MetaFormer mixers),"
+rep "goal: C tok/s >= min(k x the faster PyTorch's tok/s, the tok/s of 80% of peak) with k = 2.2 (MetaFormer mixers),"
 rep "3 (relative, compressive), 10 (fast_weights, feedback, feedback_kv; linear 5), and C peak RSS <= half the smaller PyTorch peak RSS."
 rep "CPU time / wall time of the timed steps (median over all runs; $THREADS = every thread had a CPU): C $(grep "impl=c " "$RAW" | field cpu_util | median), torch 1.13 $(grep "impl=torch " "$RAW" | field cpu_util | median), torch 2.x $(grep "impl=torch2 " "$RAW" | field cpu_util | median)."
 for n in "${NOTES[@]+"${NOTES[@]}"}"; do rep ""; rep "Note: $n"; done

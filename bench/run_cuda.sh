@@ -26,14 +26,14 @@
 #                                  0: none
 #   --deadline S                   start no model run S seconds after this script started (the rest
 #                                  is listed as not run); each run is also stopped after max-time + 30 s
-#   --goals FILE                   append the part's #18 goals, checked, as Markdown table rows
+#   --goals FILE                   append the part's goals, checked, as Markdown table rows
 #                                  "| goal | met / NOT met / not measured | numbers |"
 #   --out FILE   --build-only      [PYTHON=python3] [NVCC=nvcc] [CUDA_ARCH="-gencode ..."]
 #   --no-build                     run the binaries already under build/cuda/ (make gpu-prep's, on a
 #                                  GPU machine without the time to compile): nothing is compiled
 # Exit status 1 when the build failed, there is no GPU, or a run or a kernel benchmark gave no result
 # (the report is written all the same and names them).
-# GPU config (issue #8): d_model 512, heads 8, layers 6, d_ff 2048, batch 16, vocab 65; seq_len 1024
+# GPU config: d_model 512, heads 8, layers 6, d_ff 2048, batch 16, vocab 65; seq_len 1024
 # (softmax family, simple mixers, fast weights), 256 (feedback); XL memories the CPU bench's x 4.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -170,7 +170,7 @@ run_side() { # run_side c|torch ROW REP PRECISION
     # a run without a result: its last lines go into the report
     grep -q '^RESULT' "$log" || { FAILED="$FAILED $1:$2/$4"; tail -n 4 "$log" | sed "s|^|$1 $2 $4: |" >> "$BUILD/failed.txt"; }
 }
-# the precisions with a goal (#18: fp32 and bf16 at least PyTorch's speed); tf32 alone: tf32
+# the precisions with a goal (fp32 and bf16 at least PyTorch's speed); tf32 alone: tf32
 GOAL_PRECS=""
 for p in fp32 bf16; do has_prec "$p" && GOAL_PRECS="$GOAL_PRECS $p"; done
 [ -n "$GOAL_PRECS" ] || GOAL_PRECS=$PRECS
@@ -238,7 +238,7 @@ table_row() { # ROW: its line of the throughput table
 }
 table_rows table_row
 rep ""
-rep "tok/s: median over the runs of each side (each run: the median step). ratio = C / torch; goal (issue #18): ratio >= 1 at$GOAL_PRECS."
+rep "tok/s: median over the runs of each side (each run: the median step). ratio = C / torch; goal: ratio >= 1 at$GOAL_PRECS."
 rep ""
 rep "Peak GPU memory (MB). C: the most device memory the model and its timed steps held (the drop of cudaMemGetInfo's free memory; cuBLAS's workspace included; after the warm-up, whose first step sizes the arena). torch: max_memory_allocated (its tensors) / max_memory_reserved (its caching allocator's holding)."
 rep ""
@@ -265,7 +265,7 @@ for m in $ROWS; do
     rep "$line"
 done
 rep ""
-rep "### Goals of #18 (models)"
+rep "### Goals (models)"
 rep ""
 for p in fp32 bf16; do
     has_prec "$p" || continue
@@ -335,7 +335,7 @@ if [ "$ATTN" = 1 ]; then
     rep ""
     rep "## Attention: the fused kernel vs torch.nn.functional.scaled_dot_product_attention (B 4, H 8, dk 64, causal)"
     rep ""
-    rep "Goal (#18): in bf16, forward + backward at least 0.7x PyTorch's fastest SDPA kernel at T = 1024 .. 8192. FLOPs as FlashAttention counts them; peak_MB: C from cudaMemGetInfo, torch max_memory_allocated."
+    rep "Goal: in bf16, forward + backward at least 0.7x PyTorch's fastest SDPA kernel at T = 1024 .. 8192. FLOPs as FlashAttention counts them; peak_MB: C from cudaMemGetInfo, torch max_memory_allocated."
     verbatim "$BUILD/attention_c.txt" timeout --foreground "$KERNEL_LIMIT" build/cuda/bench_attention --device cuda --precision "$PRECS_LIST" 4 8 64 1024 2048 4096 8192
     : > "$BUILD/attention_torch.txt"
     [ "$TORCH" = 1 ] && verbatim "$BUILD/attention_torch.txt" timeout --foreground "$KERNEL_LIMIT" "$PY" bench/torch_sdpa.py --batch 4 --heads 8 --dk 64 --precision "$PRECS_LIST"

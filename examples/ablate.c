@@ -1,4 +1,4 @@
-/* ablate.c - an ablation study in one command (issue #9): every token mixer and memory model
+/* ablate.c - an ablation study in one command: every token mixer and memory model
    trains on the same data with the same tokenizer, width, depth, token budget, optimizer and
    seed; the program prints one table (parameters, final training loss, validation loss, bits per
    character or sorting accuracy, tokens/s, peak memory, wall time), writes it as CSV and Markdown,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ablation study (examples/ablate.c, issue #9) end to end with a tiny budget (seconds): a row
+# The ablation study (examples/ablate.c) end to end with a tiny budget (seconds): a row
 # per model in the table, the CSV and the Markdown; every model trains to finite losses; the CSV
 # parses; the loss curves are drawn; a model that cannot be built or diverges is reported in its
 # row while the other runs go on; bad options exit 1 with a message naming them.

@@ -1,4 +1,4 @@
-/* test_cuda_memory.cpp - issue #22 on a CUDA context: out of GPU memory (a cudaMalloc that fails)
+/* test_cuda_memory.cpp - on a CUDA context: out of GPU memory (a cudaMalloc that fails)
  * names the request, the device's free / total memory and what asked (the op, the parameters);
  * mf_ctx_set_memory_limit caps the device arena as the host one; check mode (mf_set_check_finite)
  * names the op that makes a NaN / Inf through copies of the device values.

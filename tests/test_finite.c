@@ -1,4 +1,4 @@
-/* test_finite.c - non-finite values and memory caps (issue #22): check mode (mf_set_check_finite)
+/* test_finite.c - non-finite values and memory caps: check mode (mf_set_check_finite)
    names the op where a NaN / Inf starts - in the forward (exp of 1000, an overflowing product), in
    the backward (a gradient that overflows) or in a poisoned parameter - and raises no false alarm
    on any mixer (the same losses bit for bit as without it); mf_ctx_set_memory_limit fails a model,

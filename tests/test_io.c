@@ -52,7 +52,7 @@ static void test_resume_is_bit_identical(void) {
 
 /* Resume into a context whose optimizer has never stepped (the usual --resume): its moments are not
    allocated while mf_load validates the file, and the validation must not do arithmetic on their NULL
-   pointer (clang's -fsanitize=pointer-overflow stopped here; issue #22). */
+   pointer (clang's -fsanitize=pointer-overflow stopped here). */
 static void test_resume_into_fresh_context(void) {
     mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 0.01f);
     mf_ctx *a = make_model(3, 4), *b = make_model(4, 4), *c = make_model(5, 4);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Non-finite values and memory caps in build/train (issue #22): a loss that goes NaN (lr 1e30) stops
+# Non-finite values and memory caps in build/train: a loss that goes NaN (lr 1e30) stops
 # training with the step and the values, and the checkpoint on disk is the last good one, byte for
 # byte the checkpoint of a run stopped before that step; --skip-nonfinite N skips N such steps, each
 # with a line, and stops at the next; --check-finite names the op; --memory-limit too small fails
