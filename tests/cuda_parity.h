@@ -25,10 +25,11 @@
 /* the emulator runs the GPU side in each thread order (a missing barrier or a race shows up as a
    difference); a real GPU has one. Under ASan only the shuffled order: the sanitizers check the
    memory accesses, which the thread order does not move, and the optimized build of the same suite
-   (the same -O1 emulation) compares all three orders. */
+   (the same -O1 emulation) compares all three orders. Order 0 is the emulator's default, shuffled
+   (set_order(0) puts it back). */
 #if defined(MF_CUDA_EMU) && !MFT_SMALL
 static const int N_ORDERS = 3;
-static const int ORDERS[3] = {MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED, MF_EMU_ORDER_SHUFFLED};
+static const int ORDERS[3] = {MF_EMU_ORDER_SHUFFLED, MF_EMU_ORDER_IN, MF_EMU_ORDER_REVERSED};
 static inline void set_order(int o) { mf_emu_set_order(ORDERS[o], 1234u + (unsigned)o); }
 #elif defined(MF_CUDA_EMU)
 static const int N_ORDERS = 1;
