@@ -15,8 +15,9 @@
  *     __reduce_*_sync) or exits; only then does the next thread run. Threads that never reach a
  *     barrier cost two context switches (1M threads of a trivial kernel: ~0.05 s at -O1).
  *   - Thread order (mf_emu_set_order): MF_EMU_ORDER_IN (linear id ascending), _REVERSED, _SHUFFLED
- *     (seeded). It decides the order of blocks, the order threads start, and the order they resume
- *     after each __syncthreads() and after each warp rendezvous.
+ *     (seeded; the default, as a GPU promises no order). It decides the order of blocks, the order
+ *     threads start, and the order they resume after each __syncthreads() and after each warp
+ *     rendezvous.
  *   - __syncthreads(): all live threads of the block must wait at the same call site (file:line).
  *     A thread that exited while others wait, or two sites, or a warp operation that can never
  *     complete, is reported as a launch failure (cudaErrorLaunchFailure, message from
@@ -35,12 +36,31 @@
  *   - Atomics are plain read-modify-write (threads switch only at barriers, so they are atomic).
  *   - Launches are validated like the real thing: block dims (1024,1024,64, product <= 1024),
  *     grid dims (2^31-1, 65535, 65535), all >= 1 -> cudaErrorInvalidConfiguration; dynamic smem over
- *     the kernel's limit (48 KiB unless raised by cudaFuncSetAttribute(k,
- *     cudaFuncAttributeMaxDynamicSharedMemorySize, n), n <= 227 KiB) -> cudaErrorInvalidValue.
- *     The kernel is not run; cudaGetLastError() returns the error once.
- *   - cuBLAS: cublasSgemm / cublasSgemmStridedBatched with real column-major semantics (double
- *     accumulation; beta == 0 never reads C). In CUBLAS_TF32_TENSOR_OP_MATH mode the inputs are
- *     rounded to TF32 (10-bit mantissa) like tensor cores do, unless mf_emu_set_tf32(0).
+ *     the kernel's limit (48 KiB less its static __shared__ bytes unless raised by
+ *     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n), n + static <= 227 KiB)
+ *     -> cudaErrorInvalidValue; registers x threads per block over 65536 ->
+ *     cudaErrorLaunchOutOfResources. The kernel is not run; cudaGetLastError() returns the error once.
+ *     A kernel's registers and static smem are nvcc's for sm_90: tests/cuda_kernel_resources.h
+ *     (generated from ptxas -v by tests/cuda_kernel_resources.sh), found by the kernel's demangled
+ *     name in the program's ELF symbol table; a library kernel (mf__k_*) without an entry fails its
+ *     launch (cudaErrorInvalidDeviceFunction); a test's own kernel counts 0 of both unless declared
+ *     with mf_emu_set_kernel_resources(k, regs, static_smem). cudaFuncGetAttributes reports them
+ *     (sharedSizeBytes, numRegs, maxThreadsPerBlock, maxDynamicSharedSizeBytes).
+ *   - Rounding like the device, not kinder: the programs that run kernels here are compiled with FMA
+ *     contraction (the Makefile's EMU_FLAGS; nvcc contracts a*b+c by default); the device math
+ *     functions (expf, logf, tanhf, sinf, powf, erff, rsqrtf, ..., and the intrinsics __expf, __logf,
+ *     __sinf, __fdividef, ...) return, inside a kernel, a value moved from the exact one by a hash of
+ *     the input bits to anywhere within the CUDA Programming Guide's bound for that function (ulps, or
+ *     an absolute error where the guide gives one; exactly representable results such as expf(0) stay
+ *     exact); sqrtf, __fsqrt_rn, __frcp_rn, __frsqrt_rn, fmaf, __f*_rn and x / y are correctly rounded,
+ *     as CUDA guarantees; the same calls outside a kernel (the CPU code) are the C library's.
+ *   - cuBLAS: cublasSgemm / cublasSgemmStridedBatched with real column-major semantics (beta == 0
+ *     never reads C), accumulated in fp32 with FMA in an order that depends on the shape: the k range
+ *     split in 1 to 4 parts (a hash of transposes, m, n, k and the batch count; 1 when k < 16), each
+ *     summed in order, the partial sums added in order. One shape gives the same bits every time,
+ *     the same product in other shapes (row slices) generally other bits, as cuBLAS's kernel choice
+ *     per shape does. In CUBLAS_TF32_TENSOR_OP_MATH mode the inputs are rounded to TF32 (10-bit
+ *     mantissa) like tensor cores do, unless mf_emu_set_tf32(0).
  *     cublasGemmEx / cublasGemmStridedBatchedEx: A and B both CUDA_R_32F or both CUDA_R_16BF,
  *     C CUDA_R_32F, CUBLAS_COMPUTE_32F (other types: CUBLAS_STATUS_NOT_SUPPORTED).
  *   - bfloat16 (cuda_bf16.h): __nv_bfloat16, __nv_bfloat162 and the explicit conversions
@@ -71,7 +91,7 @@
  * mf_emu_set_stack_size(bytes), mf_emu_live_allocations(&bytes), mf_emu_launch_count(),
  * mf_emu_sync_count(), mf_emu_host_copy_count(), mf_emu_stream_id(st), mf_emu_log(on), mf_emu_log_size(),
  * mf_emu_log_at(i, &stream, &run), mf_emu_watch(p, n), mf_emu_unwatch_all(), mf_emu_race_count(),
- * mf_emu_race_message(), mf_emu_set_device_count(n);
+ * mf_emu_race_message(), mf_emu_set_device_count(n), mf_emu_set_kernel_resources(k, regs, static_smem);
  * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
  *
  *   - WMMA (nvcuda::wmma): a stand-in for two shapes - TF32 (fragment<matrix_a / matrix_b /
@@ -93,7 +113,8 @@
  * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half types
  * and bf16 arithmetic, __match_*_sync, per-lane independent progress inside a warp (lanes only interleave at
  * primitives), concurrency between streams (queued work runs in order on the host thread that waits),
- * the static __shared__ size in the smem limit, detection of host pointers passed to kernels,
+ * the larger error of __sinf / __cosf outside [-pi, pi] (kept exact there), tensor-core accumulation orders
+ * other than the split-K above, detection of host pointers passed to kernels,
  * per-host-thread error state (one global last error). A kernel thread overflowing its stack hits a
  * guard page (SIGSEGV): raise mf_emu_set_stack_size() for kernels with big local arrays.
  * `extern __shared__ T x[];` does not compile here: use MF_DYN_SMEM(T, x). __CUDA_ARCH__ and
@@ -2018,8 +2039,8 @@ static inline float to_tf32(float x) { /* round to nearest (ties away) to a 10-b
 /* cuBLAS picks a kernel per shape (transposes, m, n, k, batch count): its tiling and its split of the
    k range (split-K, partial sums added at the end) decide the order of the fp32 accumulation, so
    the same product in row slices and at once generally differ in their last bits, while one shape
-   gives the same bits every time. Here: 1 to 4 splits (1 when k < 64), each a multiple of 8 long,
-   chosen by a hash of the shape. */
+   gives the same bits every time. Here: 1 to 4 splits (1 when k < 16), each a multiple of 8 long
+   (tensor cores take k in steps of 8 or 16), chosen by a hash of the shape. */
 static inline void gemm_splits(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int batch, int *splits,
                                int *chunk) {
     uint64_t z = ((uint64_t)(unsigned)m * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(unsigned)n * 0xC2B2AE3D27D4EB4Full) ^
@@ -2028,7 +2049,7 @@ static inline void gemm_splits(cublasOperation_t ta, cublasOperation_t tb, int m
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
-    int s = k < 64 ? 1 : 1 + (int)(z % 4u);
+    int s = k < 16 ? 1 : 1 + (int)(z % 4u);
     int c = (k + s - 1) / s;
     c = (c + 7) / 8 * 8;
     *splits = s; *chunk = c < 1 ? 1 : c;
@@ -2124,8 +2145,8 @@ static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasO
 
 /* cublasGemmEx / cublasGemmStridedBatchedEx: A and B both CUDA_R_32F or both CUDA_R_16BF, C
    CUDA_R_32F (or CUDA_R_16BF with bf16 A and B), CUBLAS_COMPUTE_32F (what the library calls); bf16
-   inputs are widened exactly and multiplied like cublasSgemm (double accumulation, which bounds an
-   fp32 accumulation's error), a bf16 C is widened before and rounded (to nearest even) after. */
+   inputs are widened exactly and multiplied like cublasSgemm (fp32 accumulation in the shape's
+   order), a bf16 C is widened before and rounded (to nearest even) after. */
 typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
 typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
