@@ -373,10 +373,12 @@ struct State {
 
 template <int D> struct G {
     static State s;
+    static thread_local bool in_kernel; /* a kernel runs on this thread (not the CPU code of another) */
     static uint3 tid, bid;
     static dim3 bdim, gdim;
 };
 template <int D> State G<D>::s;
+template <int D> thread_local bool G<D>::in_kernel = false;
 template <int D> uint3 G<D>::tid = {0, 0, 0};
 template <int D> uint3 G<D>::bid = {0, 0, 0};
 template <int D> dim3 G<D>::bdim = dim3(1, 1, 1);
@@ -1121,7 +1123,8 @@ static inline void launch_run(const char *name, dim3 grid, dim3 block, size_t sm
         s.dyn = posix_memalign(&d, 128, smem ? smem : 1) == 0 ? (unsigned char *)d : nullptr;
     }
     if (!s.dyn) { set_error(cudaErrorMemoryAllocation, "launch of '%s': cannot allocate shared memory", name); return; }
-    s.inv = inv; s.ctx = ctx; /* non-null while a kernel runs: the device math functions read it */
+    s.inv = inv; s.ctx = ctx;
+    G<0>::in_kernel = true; /* on this OS thread (the kernel's fibers run on it): the device math reads it */
     G<0>::bdim = block;
     G<0>::gdim = grid;
     unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
@@ -1144,6 +1147,7 @@ static inline void launch_run(const char *name, dim3 grid, dim3 block, size_t sm
     free(s.dyn);
     s.dyn = nullptr;
     s.inv = nullptr; s.ctx = nullptr;
+    G<0>::in_kernel = false;
     G<0>::tid = make_uint3(0, 0, 0);
     G<0>::bid = make_uint3(0, 0, 0);
 }
@@ -1314,7 +1318,7 @@ template <class T> static inline void __stwt(T *p, T v) { *p = v; }
    exact, and so does every call made outside a kernel (the CPU code of the same program).
    glibc declares some of these names itself, hence the object-like macros after every system header. */
 namespace mf_emu {
-static inline bool in_kernel() { return S().inv != nullptr; }
+static inline bool in_kernel() { return G<0>::in_kernel; }
 static inline uint32_t hash_bits(uint32_t fn, uint32_t a, uint32_t b) {
     uint64_t z = ((uint64_t)fn << 32 ^ a) * 0x9E3779B97F4A7C15ull ^ (uint64_t)b * 0xD1B54A32D192ED03ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
