@@ -3,8 +3,11 @@
  * The same kernel source that nvcc compiles is compiled by the host C++ compiler (C++14) with
  * this header included first; every launch runs synchronously on the calling OS thread:
  *
- *   g++ -std=c++14 -O1 -Wall -Wextra -Werror -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu
- *   g++ -std=c++14 -O1 -g -fsanitize=address,undefined -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -Wall -Wextra -Werror -Itests \
+ *       tests/test_cuda_emu.cpp -o build/test_cuda_emu
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -g -fsanitize=address,undefined \
+ *       -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   (the contraction flags are the Makefile's EMU_FLAGS: nvcc's FMA contraction of device code)
  *   (add -DMF_EMU_USE_UCONTEXT to use the portable, slower ucontext fibers instead of the x86-64 switch;
  *    no -lpthread needed with glibc >= 2.34; no NVIDIA header or library is used)
  *

@@ -1,8 +1,9 @@
 /* test_cuda_emu.cpp - tests of the CPU CUDA emulator tests/cuda_emu.h.
  *
- *   g++ -std=c++14 -O1 -Wall -Wextra -Werror -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu
- *   g++ -std=c++14 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -Itests \
- *       tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -Wall -Wextra -Werror -Itests \
+ *       tests/test_cuda_emu.cpp -o build/test_cuda_emu   (the Makefile's EMU_FLAGS: test_fp_contraction needs them)
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -g -fsanitize=address,undefined \
+ *       -fno-sanitize-recover=all -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
  *   (-DMF_EMU_USE_UCONTEXT: the same tests on the portable ucontext fibers)
  *
  * The kernels below are ordinary CUDA source: they would compile unchanged with nvcc given the
