@@ -47,6 +47,12 @@ MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 endif
 
 CXXFLAGS ?= -std=c++14 -O1 -Wall -Wextra -Werror
+# Every program that runs kernels on the emulator (tests/cuda_emu.h) compiles them like nvcc does:
+# nvcc contracts a*b+c into one FMA in device code by default, so the emulated kernels must round
+# that way too (g++ -std=c++14 does not contract, and x86-64's baseline has no FMA instruction).
+# The host code of those programs (the CPU reference) is contracted as well: one translation unit.
+# gcc contracts in a pass that -O1 leaves out: -fexpensive-optimizations runs it.
+EMU_FLAGS := -mfma -ffp-contract=fast -fexpensive-optimizations
 # tests/test_dist.c and tests/test_dist_cuda.cpp need MPI: built by mpicc / mpicxx below and run on 2 ranks
 TEST_SRCS := $(filter-out tests/test_dist.c,$(wildcard tests/test_*.c))
 TEST_CXX  := $(filter-out tests/test_dist_cuda.cpp,$(wildcard tests/test_*.cpp))
@@ -90,7 +96,7 @@ $(BUILD)/obj/impl_asan.o: tests/mf_impl.c metaformer.h
 	$(CC) $(SANFLAGS) -I. -c $< -o $@
 $(BUILD)/obj/impl_emu.o: tests/mf_impl.c metaformer.h metaformer_cuda.cuh tests/cuda_emu.h
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -DMF_IMPL_CUDA_EMU -Itests -x c++ -I. -c $< -o $@
 
 # clang's ASan + UBSan (build/casan/): its UBSan also checks pointer arithmetic (pointer-overflow,
 # arithmetic on NULL), which gcc's does not, and its ASan instruments differently. Where clang is
@@ -120,7 +126,7 @@ $(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h
 	$(CLANG) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 $(BUILD)/casan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
-	$(CLANGXX) $(ASAN_CXX) -I. -Itests $< -o $@ $(LDLIBS)
+	$(CLANGXX) $(ASAN_CXX) $(EMU_FLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
 $(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h
 	@mkdir -p $(dir $@)
@@ -152,11 +158,11 @@ $(BUILD)/emu/train_emu: examples/train.c examples/common.h metaformer.h $(BUILD)
 # C++ tests: the CUDA emulator (tests/cuda_emu.h) runs the .cuh kernels on the CPU
 $(BUILD)/tests/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
 $(BUILD)/asan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
-	$(CXX) $(ASAN_CXX) -I. -Itests $< -o $@ $(LDLIBS)
+	$(CXX) $(ASAN_CXX) $(EMU_FLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
 # Each example is a one-file program (cc -O2 -fopenmp examples/hello.c -o hello -lm builds it); here
 # they link the implementation compiled once (build/obj/impl.o, with the same CFLAGS), and
@@ -238,11 +244,11 @@ $(BUILD)/dist/asan/test_dist: tests/test_dist.c metaformer.h tests/mf_test.h | $
 # the NCCL transport on the emulated GPU (tests/nccl_emu.h: NCCL's API over MPI)
 $(BUILD)/dist/test_dist_cuda: tests/test_dist_cuda.cpp $(CUDA_DEPS) tests/nccl_emu.h | $(BUILD)/dist/asan/test_dist
 	@mkdir -p $(dir $@)
-	@$(call MPI_BUILD,$(MPICXX),-DMETAFORMER_NCCL $(CXXFLAGS))
+	@$(call MPI_BUILD,$(MPICXX),-DMETAFORMER_NCCL $(CXXFLAGS) $(EMU_FLAGS))
 # its ASan + UBSan build (40 s of compiling) is left out of make test; tests/test_dist.sh runs it when built
 $(BUILD)/dist/asan/test_dist_cuda: tests/test_dist_cuda.cpp $(CUDA_DEPS) tests/nccl_emu.h | $(BUILD)/dist/test_dist_cuda
 	@mkdir -p $(dir $@)
-	@$(call MPI_BUILD,$(MPICXX),-DMETAFORMER_NCCL $(ASAN_CXX))
+	@$(call MPI_BUILD,$(MPICXX),-DMETAFORMER_NCCL $(ASAN_CXX) $(EMU_FLAGS))
 $(BUILD)/logs/tests/%.log: $(BUILD)/tests/% FORCE
 	@bash tests/run.sh --one $@ "$<"
 $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE

@@ -317,16 +317,20 @@ template <class T> static __device__ T mf__cu_bred(T v, T *sh, int is_max) {
     return v;
 }
 
-/* Give `kernel` `bytes` of dynamic shared memory per block: past 48 KiB a kernel must opt in, up to the
-   device's limit (smem_optin, read once per context); beyond it, fail with a message naming the op, what
-   needed the memory and the fix. */
+/* Give `kernel` `bytes` of dynamic shared memory per block. The block's total is that plus the kernel's
+   static __shared__ bytes (cudaFuncGetAttributes): past 48 KiB a kernel must opt in, up to the device's
+   limit (smem_optin, read once per context); beyond it, fail with a message naming the op, what needed
+   the memory and the fix, rather than the launch's bare error. */
 template <class K> static int mf__cu_smem(mf_ctx *ctx, K kernel, size_t bytes, const char *op, const char *what,
                                           const char *fix) {
-    size_t lim = (size_t)MF__CU(ctx)->smem_optin;
-    if (bytes <= 48 * 1024) return 0;
-    if (bytes > lim)
-        return (mf__fail(ctx, "%s: %s needs %zu bytes of shared memory per block, more than this GPU's %zu: %s", op, what,
-                         bytes, lim, fix), -1);
+    size_t lim = (size_t)MF__CU(ctx)->smem_optin, st;
+    cudaFuncAttributes fa;
+    if (MF_CUDA_CHECK(ctx, op, cudaFuncGetAttributes(&fa, kernel)) < 0) return -1;
+    st = fa.sharedSizeBytes;
+    if (bytes + st <= 48 * 1024) return 0;
+    if (bytes + st > lim)
+        return (mf__fail(ctx, "%s: %s needs %zu bytes of shared memory per block (%zu dynamic + %zu static), more than "
+                         "this GPU's %zu: %s", op, what, bytes + st, bytes, st, lim, fix), -1);
     return MF_CUDA_CHECK(ctx, op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 

@@ -3,8 +3,11 @@
  * The same kernel source that nvcc compiles is compiled by the host C++ compiler (C++14) with
  * this header included first; every launch runs synchronously on the calling OS thread:
  *
- *   g++ -std=c++14 -O1 -Wall -Wextra -Werror -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu
- *   g++ -std=c++14 -O1 -g -fsanitize=address,undefined -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -Wall -Wextra -Werror -Itests \
+ *       tests/test_cuda_emu.cpp -o build/test_cuda_emu
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -g -fsanitize=address,undefined \
+ *       -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   (the contraction flags are the Makefile's EMU_FLAGS: nvcc's FMA contraction of device code)
  *   (add -DMF_EMU_USE_UCONTEXT to use the portable, slower ucontext fibers instead of the x86-64 switch;
  *    no -lpthread needed with glibc >= 2.34; no NVIDIA header or library is used)
  *
@@ -15,8 +18,9 @@
  *     __reduce_*_sync) or exits; only then does the next thread run. Threads that never reach a
  *     barrier cost two context switches (1M threads of a trivial kernel: ~0.05 s at -O1).
  *   - Thread order (mf_emu_set_order): MF_EMU_ORDER_IN (linear id ascending), _REVERSED, _SHUFFLED
- *     (seeded). It decides the order of blocks, the order threads start, and the order they resume
- *     after each __syncthreads() and after each warp rendezvous.
+ *     (seeded; the default, as a GPU promises no order). It decides the order of blocks, the order
+ *     threads start, and the order they resume after each __syncthreads() and after each warp
+ *     rendezvous.
  *   - __syncthreads(): all live threads of the block must wait at the same call site (file:line).
  *     A thread that exited while others wait, or two sites, or a warp operation that can never
  *     complete, is reported as a launch failure (cudaErrorLaunchFailure, message from
@@ -35,12 +39,31 @@
  *   - Atomics are plain read-modify-write (threads switch only at barriers, so they are atomic).
  *   - Launches are validated like the real thing: block dims (1024,1024,64, product <= 1024),
  *     grid dims (2^31-1, 65535, 65535), all >= 1 -> cudaErrorInvalidConfiguration; dynamic smem over
- *     the kernel's limit (48 KiB unless raised by cudaFuncSetAttribute(k,
- *     cudaFuncAttributeMaxDynamicSharedMemorySize, n), n <= 227 KiB) -> cudaErrorInvalidValue.
- *     The kernel is not run; cudaGetLastError() returns the error once.
- *   - cuBLAS: cublasSgemm / cublasSgemmStridedBatched with real column-major semantics (double
- *     accumulation; beta == 0 never reads C). In CUBLAS_TF32_TENSOR_OP_MATH mode the inputs are
- *     rounded to TF32 (10-bit mantissa) like tensor cores do, unless mf_emu_set_tf32(0).
+ *     the kernel's limit (48 KiB less its static __shared__ bytes unless raised by
+ *     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n), n + static <= 227 KiB)
+ *     -> cudaErrorInvalidValue; registers x threads per block over 65536 ->
+ *     cudaErrorLaunchOutOfResources. The kernel is not run; cudaGetLastError() returns the error once.
+ *     A kernel's registers and static smem are nvcc's for sm_90: tests/cuda_kernel_resources.h
+ *     (generated from ptxas -v by tests/cuda_kernel_resources.sh), found by the kernel's demangled
+ *     name in the program's ELF symbol table; a library kernel (mf__k_*) without an entry fails its
+ *     launch (cudaErrorInvalidDeviceFunction); a test's own kernel counts 0 of both unless declared
+ *     with mf_emu_set_kernel_resources(k, regs, static_smem). cudaFuncGetAttributes reports them
+ *     (sharedSizeBytes, numRegs, maxThreadsPerBlock, maxDynamicSharedSizeBytes).
+ *   - Rounding like the device, not kinder: the programs that run kernels here are compiled with FMA
+ *     contraction (the Makefile's EMU_FLAGS; nvcc contracts a*b+c by default); the device math
+ *     functions (expf, logf, tanhf, sinf, powf, erff, rsqrtf, ..., and the intrinsics __expf, __logf,
+ *     __sinf, __fdividef, ...) return, inside a kernel, a value moved from the exact one by a hash of
+ *     the input bits to anywhere within the CUDA Programming Guide's bound for that function (ulps, or
+ *     an absolute error where the guide gives one; exactly representable results such as expf(0) stay
+ *     exact); sqrtf, __fsqrt_rn, __frcp_rn, __frsqrt_rn, fmaf, __f*_rn and x / y are correctly rounded,
+ *     as CUDA guarantees; the same calls outside a kernel (the CPU code) are the C library's.
+ *   - cuBLAS: cublasSgemm / cublasSgemmStridedBatched with real column-major semantics (beta == 0
+ *     never reads C), accumulated in fp32 with FMA in an order that depends on the shape: the k range
+ *     split in 1 to 4 parts (a hash of transposes, m, n, k and the batch count; 1 when k < 16), each
+ *     summed in order, the partial sums added in order. One shape gives the same bits every time,
+ *     the same product in other shapes (row slices) generally other bits, as cuBLAS's kernel choice
+ *     per shape does. In CUBLAS_TF32_TENSOR_OP_MATH mode the inputs are rounded to TF32 (10-bit
+ *     mantissa) like tensor cores do, unless mf_emu_set_tf32(0).
  *     cublasGemmEx / cublasGemmStridedBatchedEx: A and B both CUDA_R_32F or both CUDA_R_16BF,
  *     C CUDA_R_32F, CUBLAS_COMPUTE_32F (other types: CUBLAS_STATUS_NOT_SUPPORTED).
  *   - bfloat16 (cuda_bf16.h): __nv_bfloat16, __nv_bfloat162 and the explicit conversions
@@ -71,7 +94,7 @@
  * mf_emu_set_stack_size(bytes), mf_emu_live_allocations(&bytes), mf_emu_launch_count(),
  * mf_emu_sync_count(), mf_emu_host_copy_count(), mf_emu_stream_id(st), mf_emu_log(on), mf_emu_log_size(),
  * mf_emu_log_at(i, &stream, &run), mf_emu_watch(p, n), mf_emu_unwatch_all(), mf_emu_race_count(),
- * mf_emu_race_message(), mf_emu_set_device_count(n);
+ * mf_emu_race_message(), mf_emu_set_device_count(n), mf_emu_set_kernel_resources(k, regs, static_smem);
  * macros MF_LAUNCH(kernel, grid, block, smem, stream, args...), MF_DYN_SMEM(T, name), MF_CUDA_EMU.
  *
  *   - WMMA (nvcuda::wmma): a stand-in for two shapes - TF32 (fragment<matrix_a / matrix_b /
@@ -93,7 +116,8 @@
  * dynamic parallelism (a launch from inside a kernel fails with cudaErrorNotSupported), textures/surfaces, half types
  * and bf16 arithmetic, __match_*_sync, per-lane independent progress inside a warp (lanes only interleave at
  * primitives), concurrency between streams (queued work runs in order on the host thread that waits),
- * the static __shared__ size in the smem limit, detection of host pointers passed to kernels,
+ * the larger error of __sinf / __cosf outside [-pi, pi] (kept exact there), tensor-core accumulation orders
+ * other than the split-K above, detection of host pointers passed to kernels,
  * per-host-thread error state (one global last error). A kernel thread overflowing its stack hits a
  * guard page (SIGSEGV): raise mf_emu_set_stack_size() for kernels with big local arrays.
  * `extern __shared__ T x[];` does not compile here: use MF_DYN_SMEM(T, x). __CUDA_ARCH__ and
@@ -126,6 +150,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <new>
 #include <tuple>
 #include <type_traits>
@@ -133,6 +158,17 @@
 #include <vector>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <cxxabi.h>
+#include <elf.h>
+#include <link.h>
+
+/* nvcc's registers and static shared memory per library kernel (tests/cuda_kernel_resources.sh) */
+#if defined(__has_include)
+#if __has_include("cuda_kernel_resources.h")
+#include "cuda_kernel_resources.h"
+#define MF_EMU_HAVE_KERNEL_RESOURCES 1
+#endif
+#endif
 
 #if !defined(MF_EMU_USE_UCONTEXT) && !defined(__x86_64__)
 #define MF_EMU_USE_UCONTEXT 1
@@ -186,7 +222,7 @@ enum cudaError {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
     cudaErrorInitializationError = 3, cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevicePointer = 17, cudaErrorInvalidMemcpyDirection = 21,
-    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorInvalidDeviceFunction = 98, cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600, cudaErrorIllegalAddress = 700, cudaErrorLaunchOutOfResources = 701,
     cudaErrorLaunchFailure = 719, cudaErrorNotSupported = 801, cudaErrorUnknown = 999
 };
@@ -286,7 +322,7 @@ struct Watch {
 
 struct State {
     std::mutex launch_mu, alloc_mu;
-    int order = MF_EMU_ORDER_IN, verbose = 1, poison = 1, tf32 = 1;
+    int order = MF_EMU_ORDER_SHUFFLED, verbose = 1, poison = 1, tf32 = 1;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     size_t stack_size =
 #ifdef MF_EMU_ASAN
@@ -300,6 +336,9 @@ struct State {
     size_t alloc_bytes = 0;
     size_t mem_limit = 0;  /* mf_emu_set_memory_limit: the device's size (0 = 80 GiB, never reached) */
     std::map<const void *, int> smem_limit;
+    std::map<const void *, std::pair<int, int>> kres; /* kernel -> (registers, static smem); -1: unknown */
+    std::map<uintptr_t, std::string> syms;            /* the program's functions (kernel_name) */
+    bool syms_read = false;
     int device = 0, device_count = 1; /* the current device; how many there are (all share the memory) */
     unsigned long long launches = 0;
     unsigned long long syncs = 0, host_copies = 0; /* host waits: synchronisations, host <-> device copies */
@@ -337,10 +376,12 @@ struct State {
 
 template <int D> struct G {
     static State s;
+    static thread_local bool in_kernel; /* a kernel runs on this thread (not the CPU code of another) */
     static uint3 tid, bid;
     static dim3 bdim, gdim;
 };
 template <int D> State G<D>::s;
+template <int D> thread_local bool G<D>::in_kernel = false;
 template <int D> uint3 G<D>::tid = {0, 0, 0};
 template <int D> uint3 G<D>::bid = {0, 0, 0};
 template <int D> dim3 G<D>::bdim = dim3(1, 1, 1);
@@ -934,10 +975,83 @@ static inline void run_block() {
     }
 }
 
+/* A kernel's registers and static __shared__ bytes are nvcc's (tests/cuda_kernel_resources.h, from
+   ptxas -v for sm_90), found by the kernel's demangled name: the host compiler and nvcc mangle alike
+   (Itanium ABI), so the symbol of the function pointer, read from the program's own ELF symbol table,
+   names the entry. A kernel of the library (mf__k_*) without an entry fails its launch (the table is
+   stale: regenerate it); other kernels (tests') count 0 static bytes and no registers unless a test
+   declares them (mf_emu_set_kernel_resources). */
+static inline void read_symbols() {
+    State &s = S();
+    s.syms_read = true;
+    uintptr_t bias = 0;
+    dl_iterate_phdr([](struct dl_phdr_info *info, size_t, void *b) -> int { /* the first object: the program */
+        *(uintptr_t *)b = (uintptr_t)info->dlpi_addr;
+        return 1;
+    }, &bias);
+    FILE *f = fopen("/proc/self/exe", "rb");
+    if (!f) return;
+    std::vector<unsigned char> img;
+    unsigned char buf[1 << 16];
+    for (size_t r; (r = fread(buf, 1, sizeof buf, f)) > 0;) img.insert(img.end(), buf, buf + r);
+    fclose(f);
+    if (img.size() < sizeof(Elf64_Ehdr) || memcmp(img.data(), ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64) return;
+    Elf64_Ehdr eh; memcpy(&eh, img.data(), sizeof eh);
+    if (eh.e_shoff + (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr) > img.size()) return;
+    std::vector<Elf64_Shdr> sh(eh.e_shnum);
+    memcpy(sh.data(), img.data() + eh.e_shoff, eh.e_shnum * sizeof(Elf64_Shdr));
+    for (const Elf64_Shdr &t : sh) {
+        if (t.sh_type != SHT_SYMTAB || t.sh_link >= eh.e_shnum || t.sh_offset + t.sh_size > img.size()) continue;
+        const Elf64_Shdr &str = sh[t.sh_link];
+        if (str.sh_offset + str.sh_size > img.size()) continue;
+        for (uint64_t o = 0; o + sizeof(Elf64_Sym) <= t.sh_size; o += sizeof(Elf64_Sym)) {
+            Elf64_Sym y; memcpy(&y, img.data() + t.sh_offset + o, sizeof y);
+            if (ELF64_ST_TYPE(y.st_info) != STT_FUNC || !y.st_value || y.st_name >= str.sh_size) continue;
+            const char *nm = (const char *)img.data() + str.sh_offset + y.st_name;
+            if (strstr(nm, "mf__k_")) s.syms[(uintptr_t)y.st_value + bias] = nm;
+        }
+    }
+}
+/* the demangled name of kernel k ("void mf__k_fa_fwd<0>(mf__fa_args)"), "" if unknown */
+static inline std::string kernel_name(const void *k) {
+    State &s = S();
+    if (!s.syms_read) read_symbols();
+    std::map<uintptr_t, std::string>::iterator it = s.syms.find((uintptr_t)k);
+    if (it == s.syms.end()) return "";
+    int st = 0;
+    char *d = abi::__cxa_demangle(it->second.c_str(), nullptr, nullptr, &st);
+    std::string r = st == 0 && d ? d : it->second;
+    free(d);
+    return r;
+}
+/* (registers, static smem bytes) of kernel k; (-1, -1): a library kernel the table lacks; (0, 0):
+   another kernel without declared resources */
+static inline std::pair<int, int> kernel_resources(const void *k) {
+    State &s = S();
+    std::map<const void *, std::pair<int, int>>::iterator it = s.kres.find(k);
+    if (it != s.kres.end()) return it->second;
+    std::pair<int, int> r(0, 0);
+#ifdef MF_EMU_HAVE_KERNEL_RESOURCES
+    std::string n = kernel_name(k);
+    if (!n.empty()) {
+        r = std::make_pair(-1, -1);
+        for (size_t i = 0; i < sizeof mf_emu_kernel_resources / sizeof mf_emu_kernel_resources[0]; i++)
+            if (n == mf_emu_kernel_resources[i].name) {
+                r = std::make_pair(mf_emu_kernel_resources[i].regs, mf_emu_kernel_resources[i].smem);
+                break;
+            }
+    }
+#endif
+    s.kres[k] = r;
+    return r;
+}
+/* the most dynamic shared memory a launch of k may ask: 48 KiB less its static bytes unless raised
+   (cudaFuncSetAttribute), as the runtime's maxDynamicSharedSizeBytes */
 static inline int dyn_limit(const void *k) {
     State &s = S();
     std::map<const void *, int>::iterator it = s.smem_limit.find(k);
-    return it == s.smem_limit.end() ? 48 * 1024 : it->second;
+    int st = std::max(0, kernel_resources(k).second);
+    return it == s.smem_limit.end() ? std::max(0, 48 * 1024 - st) : it->second;
 }
 
 /* a launch's configuration is checked when it is made, as the runtime does (cudaGetLastError after
@@ -963,12 +1077,26 @@ static inline bool launch_ok(const char *name, const void *k, dim3 grid, dim3 bl
         return false;
     }
     std::lock_guard<std::mutex> lk(s.launch_mu);
+    std::pair<int, int> res = kernel_resources(k);
+    if (res.first < 0) {
+        set_error(cudaErrorInvalidDeviceFunction,
+                  "launch of '%s' (%s): no entry in tests/cuda_kernel_resources.h (its registers and static shared "
+                  "memory): regenerate it with bash tests/cuda_kernel_resources.sh", name, kernel_name(k).c_str());
+        return false;
+    }
     int lim = dyn_limit(k);
     if (smem > (size_t)lim) {
         set_error(cudaErrorInvalidValue,
-                  "launch of '%s': %zu bytes of dynamic shared memory exceed the kernel's limit of %d (48 KiB unless "
-                  "raised with cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n), n <= 232448)",
-                  name, smem, lim);
+                  "launch of '%s': %zu bytes of dynamic shared memory exceed the kernel's limit of %d (48 KiB less its "
+                  "%d static bytes unless raised with cudaFuncSetAttribute(k, "
+                  "cudaFuncAttributeMaxDynamicSharedMemorySize, n), n + static <= 232448)",
+                  name, smem, lim, res.second);
+        return false;
+    }
+    if ((unsigned long long)res.first * nth > 65536ull) {
+        set_error(cudaErrorLaunchOutOfResources,
+                  "launch of '%s': %d registers x %llu threads per block exceed the 65536 registers of a block", name,
+                  res.first, nth);
         return false;
     }
     return true;
@@ -980,7 +1108,7 @@ static inline void launch_run(const char *name, dim3 grid, dim3 block, size_t sm
     unsigned long long nth = (unsigned long long)block.x * block.y * block.z;
     std::lock_guard<std::mutex> lk(s.launch_mu);
     s.launches++;
-    s.kname = name; s.inv = inv; s.ctx = ctx; s.failed = 0;
+    s.kname = name; s.failed = 0;
     s.nthreads = (int)nth;
     if (s.fib.size() < nth) s.fib.resize((size_t)nth);
     s.warps.resize((size_t)((nth + 31) / 32));
@@ -998,6 +1126,8 @@ static inline void launch_run(const char *name, dim3 grid, dim3 block, size_t sm
         s.dyn = posix_memalign(&d, 128, smem ? smem : 1) == 0 ? (unsigned char *)d : nullptr;
     }
     if (!s.dyn) { set_error(cudaErrorMemoryAllocation, "launch of '%s': cannot allocate shared memory", name); return; }
+    s.inv = inv; s.ctx = ctx;
+    G<0>::in_kernel = true; /* on this OS thread (the kernel's fibers run on it): the device math reads it */
     G<0>::bdim = block;
     G<0>::gdim = grid;
     unsigned long long nb = (unsigned long long)grid.x * grid.y * grid.z;
@@ -1020,6 +1150,7 @@ static inline void launch_run(const char *name, dim3 grid, dim3 block, size_t sm
     free(s.dyn);
     s.dyn = nullptr;
     s.inv = nullptr; s.ctx = nullptr;
+    G<0>::in_kernel = false;
     G<0>::tid = make_uint3(0, 0, 0);
     G<0>::bid = make_uint3(0, 0, 0);
 }
@@ -1180,20 +1311,143 @@ template <class T> static inline void __stcg(T *p, T v) { *p = v; }
 template <class T> static inline void __stcs(T *p, T v) { *p = v; }
 template <class T> static inline void __stwt(T *p, T v) { *p = v; }
 
-/* math intrinsics (glibc declares some of these names itself, hence the object-like macros) */
+/* math functions. In device code nvcc's expf, logf, ... (and the __expf-style intrinsics) are not
+   correctly rounded: the CUDA Programming Guide bounds their error (Appendix "Mathematical
+   Functions", "Intrinsic Functions"). A kernel here gets a result moved, deterministically (a hash
+   of the function and the input bits, like hardware: same input, same output), to somewhere within
+   that bound of the exact value (computed in double), so a test that passes here does not rely on
+   bits the GPU does not owe. Functions CUDA rounds correctly (sqrtf, __fsqrt_rn, __frcp_rn,
+   __frsqrt_rn, __fdiv_rn, fmaf, __fadd_rn, ... and x / y with the default -prec-div=true) stay
+   exact, and so does every call made outside a kernel (the CPU code of the same program).
+   glibc declares some of these names itself, hence the object-like macros after every system header. */
 namespace mf_emu {
-static inline float i_expf(float x) { return ::expf(x); }
-static inline float i_exp10f(float x) { return ::powf(10.0f, x); }
-static inline float i_logf(float x) { return ::logf(x); }
-static inline float i_log2f(float x) { return ::log2f(x); }
-static inline float i_log10f(float x) { return ::log10f(x); }
-static inline float i_sinf(float x) { return ::sinf(x); }
-static inline float i_cosf(float x) { return ::cosf(x); }
-static inline float i_tanf(float x) { return ::tanf(x); }
-static inline float i_tanhf(float x) { return ::tanhf(x); }
-static inline float i_powf(float x, float y) { return ::powf(x, y); }
-static inline void i_sincosf(float x, float *s, float *c) { *s = ::sinf(x); *c = ::cosf(x); }
+static inline bool in_kernel() { return G<0>::in_kernel; }
+static inline uint32_t hash_bits(uint32_t fn, uint32_t a, uint32_t b) {
+    uint64_t z = ((uint64_t)fn << 32 ^ a) * 0x9E3779B97F4A7C15ull ^ (uint64_t)b * 0xD1B54A32D192ED03ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)(z ^ (z >> 31));
 }
+static inline uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+/* the float `steps` ulps from the finite, nonzero r, toward +inf for steps > 0 (stays of r's sign) */
+static inline float ulp_step(float r, int steps) {
+    uint32_t u = f2u(r), mag = u & 0x7fffffffu;
+    long long m = (long long)mag + (u >> 31 ? -steps : steps);
+    if (m < 1) m = 1;
+    if (m > 0x7f7fffffll) m = 0x7f7fffffll;
+    return u2f((u & 0x80000000u) | (uint32_t)m);
+}
+/* a float within `ulps` ulps (of the exact value's binade) of the exact e, picked by the hash h. An
+   exact value that is a float (expf(0) = 1, logf(1) = 0) stays: the GPU's approximations are exact
+   there too, and kernels rely on it (a row's maximum scores exp(0) = 1). */
+static inline float near_ulps(double e, int ulps, uint32_t h) {
+    float r0 = (float)e;
+    if (!std::isfinite(r0) || (double)r0 == e || fabsf(r0) < 1.17549435e-38f || ulps <= 0) return r0;
+    float up = ulp_step(fabsf(r0), 1), dn = ulp_step(fabsf(r0), -1);
+    double ulp = std::min((double)up - fabsf(r0), (double)fabsf(r0) - dn); /* the smaller: never past the bound */
+    int k = (int)(h % (uint32_t)(2 * ulps + 1)) - ulps;
+    for (; k != 0; k += k > 0 ? -1 : 1) {
+        float r = ulp_step(r0, k);
+        if (fabs((double)r - e) <= (double)ulps * ulp) return r;
+    }
+    return r0;
+}
+/* a float within the absolute error a of the exact e */
+static inline float near_abs(double e, double a, uint32_t h) {
+    if ((double)(float)e == e) return (float)e;
+    float r = (float)(e + a * 0.9 * ((double)(h & 0xffffu) / 32767.5 - 1.0));
+    return fabs((double)r - e) <= a ? r : (float)e;
+}
+enum { FN_EXP = 1, FN_EXP2, FN_EXP10, FN_EXPM1, FN_LOG, FN_LOG2, FN_LOG10, FN_LOG1P, FN_SIN, FN_COS, FN_TAN, FN_TANH,
+       FN_POW, FN_ERF, FN_RSQRT, FN_IEXP, FN_IEXP10, FN_ILOG, FN_ILOG2, FN_ILOG10, FN_ISIN, FN_ICOS, FN_ITAN, FN_ITANH,
+       FN_IPOW, FN_FDIV };
+/* the standard functions in device code, with their documented maximum ulp error (sm_90) */
+#define MF_EMU_DEV1(name, fn, libf, exact, ulps)                                                                       \
+    static inline float name(float x) {                                                                                \
+        float r = libf(x);                                                                                             \
+        return in_kernel() ? near_ulps(exact, ulps, hash_bits(fn, f2u(x), 0)) : r;                                     \
+    }
+MF_EMU_DEV1(d_expf, FN_EXP, ::expf, ::exp((double)x), 2)
+MF_EMU_DEV1(d_exp2f, FN_EXP2, ::exp2f, ::exp2((double)x), 2)
+MF_EMU_DEV1(d_exp10f, FN_EXP10, ::exp10f, ::exp10((double)x), 2)
+MF_EMU_DEV1(d_expm1f, FN_EXPM1, ::expm1f, ::expm1((double)x), 1)
+MF_EMU_DEV1(d_logf, FN_LOG, ::logf, ::log((double)x), 1)
+MF_EMU_DEV1(d_log2f, FN_LOG2, ::log2f, ::log2((double)x), 1)
+MF_EMU_DEV1(d_log10f, FN_LOG10, ::log10f, ::log10((double)x), 2)
+MF_EMU_DEV1(d_log1pf, FN_LOG1P, ::log1pf, ::log1p((double)x), 1)
+MF_EMU_DEV1(d_sinf, FN_SIN, ::sinf, ::sin((double)x), 2)
+MF_EMU_DEV1(d_cosf, FN_COS, ::cosf, ::cos((double)x), 2)
+MF_EMU_DEV1(d_tanf, FN_TAN, ::tanf, ::tan((double)x), 4)
+MF_EMU_DEV1(d_tanhf, FN_TANH, ::tanhf, ::tanh((double)x), 2)
+MF_EMU_DEV1(d_erff, FN_ERF, ::erff, ::erf((double)x), 2)
+#undef MF_EMU_DEV1
+static inline float d_powf(float x, float y) {
+    float r = ::powf(x, y);
+    return in_kernel() ? near_ulps(::pow((double)x, (double)y), 4, hash_bits(FN_POW, f2u(x), f2u(y))) : r;
+}
+static inline float d_rsqrtf(float x) { /* 2 ulp */
+    float r = 1.0f / ::sqrtf(x);
+    return in_kernel() ? near_ulps(1.0 / ::sqrt((double)x), 2, hash_bits(FN_RSQRT, f2u(x), 0)) : r;
+}
+/* the intrinsics (also what -use_fast_math makes of the functions above) */
+static inline float i_expf(float x) { /* 2 + floor(|1.173 x|) ulp */
+    return near_ulps(::exp((double)x), 2 + (int)std::min(1e6, floor(fabs(1.173 * (double)x))), hash_bits(FN_IEXP, f2u(x), 0));
+}
+static inline float i_exp10f(float x) { /* 2 + floor(|2.97 x|) ulp */
+    return near_ulps(::exp10((double)x), 2 + (int)std::min(1e6, floor(fabs(2.97 * (double)x))), hash_bits(FN_IEXP10, f2u(x), 0));
+}
+/* on [0.5, 2] an absolute error (2^-21.41 for __logf, 2^-22 for __log2f, 2^-24 for __log10f), else ulps */
+static inline float i_logf(float x) {
+    uint32_t h = hash_bits(FN_ILOG, f2u(x), 0);
+    return x >= 0.5f && x <= 2.0f ? near_abs(::log((double)x), 3.6007e-7, h) : near_ulps(::log((double)x), 3, h);
+}
+static inline float i_log2f(float x) {
+    uint32_t h = hash_bits(FN_ILOG2, f2u(x), 0);
+    return x >= 0.5f && x <= 2.0f ? near_abs(::log2((double)x), 2.3842e-7, h) : near_ulps(::log2((double)x), 2, h);
+}
+static inline float i_log10f(float x) {
+    uint32_t h = hash_bits(FN_ILOG10, f2u(x), 0);
+    return x >= 0.5f && x <= 2.0f ? near_abs(::log10((double)x), 5.9604e-8, h) : near_ulps(::log10((double)x), 3, h);
+}
+/* on [-pi, pi] an absolute error of 2^-21.41 (__sinf) / 2^-21.19 (__cosf); larger outside, where
+   the range reduction is poor: the exact value is kept there, a kindness noted in the header comment */
+static inline float i_sinf(float x) {
+    return fabsf(x) <= 3.14159265f ? near_abs(::sin((double)x), 3.6007e-7, hash_bits(FN_ISIN, f2u(x), 0)) : ::sinf(x);
+}
+static inline float i_cosf(float x) {
+    return fabsf(x) <= 3.14159265f ? near_abs(::cos((double)x), 4.1942e-7, hash_bits(FN_ICOS, f2u(x), 0)) : ::cosf(x);
+}
+static inline float i_tanf(float x) { return i_sinf(x) * (1.0f / i_cosf(x)); } /* __tanf: __sinf(x) * (1 / __cosf(x)) */
+static inline float i_tanhf(float x) { /* max relative error 2^-11 (sm_75+) */
+    double e = ::tanh((double)x);
+    float r = (float)(e * (1.0 + 0.9 * 4.8828125e-4 * ((double)(hash_bits(FN_ITANH, f2u(x), 0) & 0xffffu) / 32767.5 - 1.0)));
+    return fabs((double)r - e) <= 4.8828125e-4 * fabs(e) ? r : (float)e;
+}
+static inline float i_powf(float x, float y) { /* exp2(y * __log2f(x)), the exp2 approximate to 2 ulp */
+    return near_ulps(::exp2((double)(y * i_log2f(x))), 2, hash_bits(FN_IPOW, f2u(x), f2u(y)));
+}
+static inline void i_sincosf(float x, float *s, float *c) { *s = i_sinf(x); *c = i_cosf(x); }
+static inline float i_fdividef(float a, float b) { /* 2 ulp for 2^-126 <= |b| <= 2^126 */
+    float b_abs = fabsf(b);
+    if (!(b_abs >= 1.17549435e-38f && b_abs <= 8.50705917e37f)) return a / b;
+    return near_ulps((double)a / (double)b, 2, hash_bits(FN_FDIV, f2u(a), f2u(b)));
+}
+}
+#define expf mf_emu::d_expf
+#define exp2f mf_emu::d_exp2f
+#define exp10f mf_emu::d_exp10f
+#define expm1f mf_emu::d_expm1f
+#define logf mf_emu::d_logf
+#define log2f mf_emu::d_log2f
+#define log10f mf_emu::d_log10f
+#define log1pf mf_emu::d_log1pf
+#define sinf mf_emu::d_sinf
+#define cosf mf_emu::d_cosf
+#define tanf mf_emu::d_tanf
+#define tanhf mf_emu::d_tanhf
+#define erff mf_emu::d_erff
+#define powf mf_emu::d_powf
 #define __expf mf_emu::i_expf
 #define __exp10f mf_emu::i_exp10f
 #define __logf mf_emu::i_logf
@@ -1205,11 +1459,11 @@ static inline void i_sincosf(float x, float *s, float *c) { *s = ::sinf(x); *c =
 #define __tanhf mf_emu::i_tanhf
 #define __powf mf_emu::i_powf
 #define __sincosf mf_emu::i_sincosf
-static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __fdividef(float a, float b) { return mf_emu::i_fdividef(a, b); }
 static inline float fdividef(float a, float b) { return a / b; }
-static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float rsqrtf(float x) { return mf_emu::d_rsqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-static inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+static inline float __frsqrt_rn(float x) { return (float)(1.0 / sqrt((double)x)); } /* correctly rounded */
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return sqrtf(x); }
 static inline float __fadd_rn(float a, float b) { return a + b; }
@@ -1433,7 +1687,7 @@ static inline const char *cudaGetErrorName(cudaError_t e) {
     MF_EMU_E(cudaSuccess) MF_EMU_E(cudaErrorInvalidValue) MF_EMU_E(cudaErrorMemoryAllocation)
     MF_EMU_E(cudaErrorInitializationError) MF_EMU_E(cudaErrorInvalidConfiguration)
     MF_EMU_E(cudaErrorInvalidDevicePointer) MF_EMU_E(cudaErrorInvalidMemcpyDirection) MF_EMU_E(cudaErrorNoDevice)
-    MF_EMU_E(cudaErrorInvalidDevice) MF_EMU_E(cudaErrorInvalidResourceHandle) MF_EMU_E(cudaErrorNotReady)
+    MF_EMU_E(cudaErrorInvalidDevice) MF_EMU_E(cudaErrorInvalidDeviceFunction) MF_EMU_E(cudaErrorInvalidResourceHandle) MF_EMU_E(cudaErrorNotReady)
     MF_EMU_E(cudaErrorIllegalAddress) MF_EMU_E(cudaErrorLaunchOutOfResources) MF_EMU_E(cudaErrorLaunchFailure)
     MF_EMU_E(cudaErrorNotSupported) MF_EMU_E(cudaErrorUnknown)
 #undef MF_EMU_E
@@ -1451,6 +1705,7 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
@@ -1518,10 +1773,12 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d
 static inline cudaError_t cudaFuncSetAttribute(const void *k, cudaFuncAttribute attr, int value) {
     mf_emu::State &s = mf_emu::S();
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || value > 232448)
-            return mf_emu::set_error(cudaErrorInvalidValue,
-                                     "cudaFuncSetAttribute: MaxDynamicSharedMemorySize %d is over the opt-in limit 232448", value);
         std::lock_guard<std::mutex> lk(s.launch_mu);
+        int st = std::max(0, mf_emu::kernel_resources(k).second);
+        if (value < 0 || value + st > 232448)
+            return mf_emu::set_error(cudaErrorInvalidValue,
+                                     "cudaFuncSetAttribute: MaxDynamicSharedMemorySize %d + the kernel's %d static "
+                                     "bytes is over the opt-in limit 232448", value, st);
         s.smem_limit[k] = value;
         return cudaSuccess;
     }
@@ -1530,6 +1787,40 @@ static inline cudaError_t cudaFuncSetAttribute(const void *k, cudaFuncAttribute 
 }
 template <class... P> static inline cudaError_t cudaFuncSetAttribute(void (*k)(P...), cudaFuncAttribute attr, int value) {
     return cudaFuncSetAttribute((const void *)k, attr, value);
+}
+/* cudaFuncGetAttributes: nvcc's registers and static shared memory (tests/cuda_kernel_resources.h) */
+struct cudaFuncAttributes {
+    size_t sharedSizeBytes, constSizeBytes, localSizeBytes;
+    int maxThreadsPerBlock, numRegs, ptxVersion, binaryVersion, cacheModeCA, maxDynamicSharedSizeBytes,
+        preferredShmemCarveout;
+};
+static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, const void *k) {
+    mf_emu::State &s = mf_emu::S();
+    if (!a || !k) return mf_emu::set_error(cudaErrorInvalidValue, "cudaFuncGetAttributes: null argument");
+    std::lock_guard<std::mutex> lk(s.launch_mu);
+    std::pair<int, int> r = mf_emu::kernel_resources(k);
+    if (r.first < 0)
+        return mf_emu::set_error(cudaErrorInvalidDeviceFunction, "cudaFuncGetAttributes(%s): no entry in "
+                                 "tests/cuda_kernel_resources.h: regenerate it with bash tests/cuda_kernel_resources.sh",
+                                 mf_emu::kernel_name(k).c_str());
+    memset(a, 0, sizeof *a);
+    a->sharedSizeBytes = (size_t)r.second;
+    a->numRegs = r.first;
+    /* the most threads a block of it may have: 1024, fewer where its registers do not fit */
+    a->maxThreadsPerBlock = r.first > 0 ? std::min(1024, 65536 / r.first / 32 * 32) : 1024;
+    a->maxDynamicSharedSizeBytes = mf_emu::dyn_limit(k);
+    a->ptxVersion = a->binaryVersion = 90;
+    a->preferredShmemCarveout = -1;
+    return cudaSuccess;
+}
+template <class... P> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, void (*k)(P...)) {
+    return cudaFuncGetAttributes(a, (const void *)k);
+}
+/* an emulator test's own kernel: its registers per thread and static shared bytes, as ptxas would say */
+template <class... P> static inline void mf_emu_set_kernel_resources(void (*k)(P...), int regs, int static_smem) {
+    mf_emu::State &s = mf_emu::S();
+    std::lock_guard<std::mutex> lk(s.launch_mu);
+    s.kres[(const void *)k] = std::make_pair(regs, static_smem);
 }
 template <class... P> static inline cudaError_t cudaFuncSetCacheConfig(void (*k)(P...), cudaFuncCache c) { (void)k; (void)c; return cudaSuccess; }
 template <class... P>
@@ -1752,9 +2043,27 @@ static inline float to_tf32(float x) { /* round to nearest (ties away) to a 10-b
     memcpy(&x, &u, 4);
     return x;
 }
+/* cuBLAS picks a kernel per shape (transposes, m, n, k, batch count): its tiling and its split of the
+   k range (split-K, partial sums added at the end) decide the order of the fp32 accumulation, so
+   the same product in row slices and at once generally differ in their last bits, while one shape
+   gives the same bits every time. Here: 1 to 4 splits (1 when k < 16), each a multiple of 8 long
+   (tensor cores take k in steps of 8 or 16), chosen by a hash of the shape. */
+static inline void gemm_splits(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int batch, int *splits,
+                               int *chunk) {
+    uint64_t z = ((uint64_t)(unsigned)m * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(unsigned)n * 0xC2B2AE3D27D4EB4Full) ^
+                 ((uint64_t)(unsigned)k * 0x165667B19E3779F9ull) ^ ((uint64_t)(unsigned)batch * 0xD6E8FEB86659FD93ull) ^
+                 ((uint64_t)ta << 7) ^ ((uint64_t)tb << 11);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    int s = k < 16 ? 1 : 1 + (int)(z % 4u);
+    int c = (k + s - 1) / s;
+    c = (c + 7) / 8 * 8;
+    *splits = s; *chunk = c < 1 ? 1 : c;
+}
 static inline cublasStatus_t sgemm_one(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                        float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                                       float *C, int ldc, std::vector<float> &At, std::vector<float> &Bt) {
+                                       float *C, int ldc, std::vector<float> &At, std::vector<float> &Bt, int batch = 1) {
     bool tf = h->math == CUBLAS_TF32_TENSOR_OP_MATH && S().tf32;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     if (k == 0 || alpha == 0.0f) {
@@ -1778,14 +2087,22 @@ static inline cublasStatus_t sgemm_one(cublasHandle_t h, cublasOperation_t ta, c
             float b = tb == CUBLAS_OP_N ? B[(size_t)l + (size_t)j * (size_t)ldb] : B[(size_t)j + (size_t)l * (size_t)ldb];
             Bt[(size_t)j * (size_t)k + (size_t)l] = tf ? to_tf32(b) : b;
         }
+    /* the k range in splits whose number and chunk size depend on the shape only (see gemm_splits) */
+    int splits, chunk;
+    gemm_splits(ta, tb, m, n, k, batch, &splits, &chunk);
     for (int j = 0; j < n; j++) {
         const float *bj = &Bt[(size_t)j * (size_t)k];
         for (int i = 0; i < m; i++) {
             const float *ai = &At[(size_t)i * (size_t)k];
-            double acc = 0.0;
-            for (int l = 0; l < k; l++) acc += (double)ai[l] * (double)bj[l];
+            float acc = 0.0f;
+            for (int sp = 0, l0 = 0; sp < splits && l0 < k; sp++, l0 += chunk) {
+                int l1 = std::min(k, l0 + chunk);
+                float part = 0.0f;
+                for (int l = l0; l < l1; l++) part = fmaf(ai[l], bj[l], part);
+                acc = sp == 0 ? part : acc + part;
+            }
             float &c = C[(size_t)i + (size_t)j * (size_t)ldc];
-            c = beta == 0.0f ? (float)(alpha * acc) : (float)(alpha * acc + (double)beta * (double)c);
+            c = beta == 0.0f ? alpha * acc : fmaf(alpha, acc, beta * c);
         }
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -1828,15 +2145,15 @@ static inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasO
         std::vector<float> At, Bt;
         for (int b = 0; b < batch; b++)
             mf_emu::sgemm_one(h, ta, tb, m, n, k, *alpha, A + (ptrdiff_t)b * sA, lda, B + (ptrdiff_t)b * sB, ldb, *beta,
-                              C + (ptrdiff_t)b * sC, ldc, At, Bt);
+                              C + (ptrdiff_t)b * sC, ldc, At, Bt, batch);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
 
 /* cublasGemmEx / cublasGemmStridedBatchedEx: A and B both CUDA_R_32F or both CUDA_R_16BF, C
    CUDA_R_32F (or CUDA_R_16BF with bf16 A and B), CUBLAS_COMPUTE_32F (what the library calls); bf16
-   inputs are widened exactly and multiplied like cublasSgemm (double accumulation, which bounds an
-   fp32 accumulation's error), a bf16 C is widened before and rounded (to nearest even) after. */
+   inputs are widened exactly and multiplied like cublasSgemm (fp32 accumulation in the shape's
+   order), a bf16 C is widened before and rounded (to nearest even) after. */
 typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
 typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
@@ -1883,7 +2200,7 @@ static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublas
             __nv_bfloat16 *cb = Ctype == CUDA_R_16BF ? (__nv_bfloat16 *)C + (ptrdiff_t)b * sC : NULL;
             float *c = cb ? (float *)mf_emu::gemm_ex_widen(cb, Ctype, ldc, n, wc) : (float *)C + (ptrdiff_t)b * sC;
             mf_emu::sgemm_one(h, ta, tb, m, n, k, *(const float *)alpha, a, lda, bb, ldb, *(const float *)beta, c, ldc,
-                              At, Bt);
+                              At, Bt, batch);
             if (cb) /* the rows of C only (ldc apart): the padding between them is not the product's */
                 for (int j = 0; j < n; j++)
                     for (int i = 0; i < m; i++) cb[(size_t)j * ldc + i] = __float2bfloat16(c[(size_t)j * ldc + i]);

@@ -1,8 +1,9 @@
 /* test_cuda_emu.cpp - tests of the CPU CUDA emulator tests/cuda_emu.h.
  *
- *   g++ -std=c++14 -O1 -Wall -Wextra -Werror -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu
- *   g++ -std=c++14 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -Itests \
- *       tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -Wall -Wextra -Werror -Itests \
+ *       tests/test_cuda_emu.cpp -o build/test_cuda_emu   (the Makefile's EMU_FLAGS: test_fp_contraction needs them)
+ *   g++ -std=c++14 -O1 -mfma -ffp-contract=fast -fexpensive-optimizations -g -fsanitize=address,undefined \
+ *       -fno-sanitize-recover=all -Itests tests/test_cuda_emu.cpp -o build/test_cuda_emu_asan
  *   (-DMF_EMU_USE_UCONTEXT: the same tests on the portable ucontext fibers)
  *
  * The kernels below are ordinary CUDA source: they would compile unchanged with nvcc given the
@@ -281,7 +282,7 @@ static void test_elementwise_odd_grid(void) {
         std::vector<int> c = host_from(count, 1);
         MFT_CHECK(c[0] == 1000000000 + n);
     }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
     cudaFree(x); cudaFree(y); cudaFree(count);
 }
 
@@ -311,7 +312,7 @@ static void test_thread_and_block_order(void) {
             for (int i = 0; i < nb; i++) MFT_CHECK(seen[(size_t)i] == 1);
         }
     }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
     cudaFree(first); cudaFree(blocks); cudaFree(next);
 }
 
@@ -339,7 +340,7 @@ static void test_reduction_all_orders(void) {
         }
         MFT_CHECK(bad == 0);
     }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
     cudaFree(x); cudaFree(out);
 }
 
@@ -366,7 +367,7 @@ static void test_missing_barrier_detected(void) {
     }
     MFT_CHECK(wrong_orders >= 1);
     /* thread 0 runs the whole loop first in the natural order, before the others added their halves */
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
     MF_LAUNCH(k_block_sum_racy, nblocks, 256, 0, 0, x, out, n);
     std::vector<float> h = host_from(out, nblocks);
     double ref0 = 0;
@@ -395,7 +396,7 @@ static void test_dynamic_smem(void) {
         }
         MFT_CHECK(bad == 0);
     }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
 
     /* uninitialised shared memory reads NaN (dynamic and static) */
     float *f = nullptr;
@@ -492,7 +493,7 @@ static void test_warp_primitives(void) {
         }
         MFT_CHECK(bad == 0);
     }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
 
     /* width 8 groups, block of 40 threads: the last warp has 8 live lanes */
     std::vector<int> hi(40);
@@ -576,7 +577,7 @@ static void test_multidim(void) {
                 }
         MFT_CHECK(bad == 0);
     }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
     cudaFree(out); cudaFree(count);
 }
 
@@ -598,7 +599,8 @@ static void test_divergent_barrier_reported(void) {
     printf("    message: %s\n", m);
     MFT_CHECK(strstr(m, "divergent") != nullptr);
     MFT_CHECK(strstr(m, "k_divergent_sites") != nullptr);
-    MFT_CHECK(strstr(m, "block (0,0,0)") != nullptr);
+    /* both blocks diverge: the report names the first to run (the default order shuffles them) */
+    MFT_CHECK(strstr(m, "block (0,0,0)") != nullptr || strstr(m, "block (1,0,0)") != nullptr);
     snprintf(want, sizeof want, "test_cuda_emu.cpp:%d", SITE_A);
     MFT_CHECK(strstr(m, want) != nullptr);
     snprintf(want, sizeof want, "test_cuda_emu.cpp:%d", SITE_B);
@@ -856,7 +858,7 @@ static void test_softmax_rows(void) {
         }
         cudaFree(x); cudaFree(y);
     }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
 }
 
 /* ---------------------------------------------------------------- WMMA stand-in (TF32 m16n16k8) */
@@ -961,7 +963,7 @@ static void test_wmma_tf32(void) {
             MFT_CHECK(worst <= 1e-5);
             MFT_CHECK(moved > 1e-6 && moved < 1e-2); /* the TF32 rounding is there, and small */
         }
-    mf_emu_set_order(MF_EMU_ORDER_IN, 0);
+    mf_emu_set_order(MF_EMU_ORDER_SHUFFLED, 0); /* the default */
     mf_emu_set_verbose(0);
     MF_LAUNCH(k_wmma_misaligned, 1, 32, 4096, 0, c);
     MFT_CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
@@ -1038,6 +1040,183 @@ static void test_wmma_bf16(void) {
     CK(cudaFree(a)); CK(cudaFree(b)); CK(cudaFree(c));
 }
 
+/* ---------------------------------------------------------------- what an H200 may round otherwise */
+/* a * b + c: nvcc contracts it into one FMA (the Makefile's EMU_FLAGS make the host compiler do the
+   same). a = b = 1 + 2^-12: a * b = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11, so the separate ops give
+   0 and the FMA gives 2^-24. */
+__global__ void k_mul_add(const float *a, const float *b, const float *c, float *y) {
+    int i = threadIdx.x;
+    y[i] = a[i] * b[i] + c[i];
+}
+static void test_fp_contraction(void) {
+    std::vector<float> a(1, 1.0f + 2.44140625e-4f), b(1, 1.0f + 2.44140625e-4f), c(1, -(1.0f + 4.8828125e-4f));
+    float *da = dev_from(a), *db = dev_from(b), *dc = dev_from(c), *dy = nullptr;
+    CK(cudaMalloc(&dy, sizeof(float)));
+    MF_LAUNCH(k_mul_add, 1, 1, 0, 0, da, db, dc, dy);
+    CK(cudaGetLastError());
+    float y = host_from(dy, 1)[0];
+    printf("    a*b+c in a kernel: %.9g (FMA: 2^-24 = %.9g; separately rounded: 0)\n", (double)y, (double)5.9604644775390625e-8f);
+    MFT_CHECK(y == 5.9604644775390625e-8f);
+    cudaFree(da); cudaFree(db); cudaFree(dc); cudaFree(dy);
+}
+
+/* cuBLAS: fp32 accumulation in an order that depends on the shape. One shape gives the same bits every
+   time; the same product in row slices (other shapes) may not; every result stays within the fp32
+   bound of a length-K sum (K eps |a||b|, with room) of the exact product. */
+static void test_cublas_order_by_shape(void) {
+    cublasHandle_t h;
+    MFT_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+    MFT_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH) == CUBLAS_STATUS_SUCCESS);
+    const int M = 24, N = 8, K = 600;
+    unsigned seed = 9;
+    std::vector<float> A((size_t)M * K), B((size_t)K * N);
+    for (float &v : A) v = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    for (float &v : B) v = (float)(lcg(seed) % 20001) / 10000.0f - 1.0f;
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = nullptr;
+    CK(cudaMalloc(&dC, (size_t)M * N * sizeof(float)));
+    float one = 1.0f, zero = 0.0f;
+    /* column-major C (M x N) = A (M x K, lda M) B (K x N) */
+    MFT_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, M, dB, K, &zero, dC, M) == CUBLAS_STATUS_SUCCESS);
+    std::vector<float> whole = host_from(dC, (size_t)M * N);
+    MFT_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, M, dB, K, &zero, dC, M) == CUBLAS_STATUS_SUCCESS);
+    MFT_CHECK(memcmp(host_from(dC, (size_t)M * N).data(), whole.data(), whole.size() * sizeof(float)) == 0);
+    double worst = 0, bound = 0;
+    int differ = 0;
+    for (int rows = 1; rows <= 12; rows++) { /* slices of `rows` rows: M/rows products of another shape */
+        if (M % rows) continue;
+        CK(cudaMemset(dC, 0xFF, (size_t)M * N * sizeof(float)));
+        for (int r0 = 0; r0 < M; r0 += rows)
+            MFT_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, rows, N, K, &one, dA + r0, M, dB, K, &zero, dC + r0, M) ==
+                      CUBLAS_STATUS_SUCCESS);
+        std::vector<float> sl = host_from(dC, (size_t)M * N);
+        differ += memcmp(sl.data(), whole.data(), whole.size() * sizeof(float)) != 0;
+        for (int j = 0; j < N; j++)
+            for (int i = 0; i < M; i++) {
+                double ex = 0, mag = 0;
+                for (int l = 0; l < K; l++) {
+                    ex += (double)A[(size_t)i + (size_t)l * M] * B[(size_t)l + (size_t)j * K];
+                    mag += fabs((double)A[(size_t)i + (size_t)l * M] * B[(size_t)l + (size_t)j * K]);
+                }
+                double b = K * 5.9604644775390625e-8 * mag;
+                worst = std::max(worst, fabs(sl[(size_t)i + (size_t)j * M] - ex) / b);
+                worst = std::max(worst, fabs(whole[(size_t)i + (size_t)j * M] - ex) / b);
+                bound = std::max(bound, b);
+            }
+    }
+    printf("    %d of 6 row slicings differ from the product at once in some bit; worst error %.3g of K eps sum|ab|\n",
+           differ, worst);
+    MFT_CHECK(differ >= 3);
+    MFT_CHECK(worst < 1.0);
+    MFT_CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+    cudaFree(dA); cudaFree(dB); cudaFree(dC);
+}
+
+/* device math: within the CUDA Programming Guide's bounds of the exact value, not always correctly
+   rounded, the same for the same input; correctly rounded functions exact; host calls exact */
+__global__ void k_math(const float *x, float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = x[i], p = fabsf(v) + 0.25f;
+    y[i * 10 + 0] = expf(v);
+    y[i * 10 + 1] = logf(p);
+    y[i * 10 + 2] = rsqrtf(p);
+    y[i * 10 + 3] = __expf(v);
+    y[i * 10 + 4] = __logf(p);
+    y[i * 10 + 5] = __fdividef(v, p);
+    y[i * 10 + 6] = tanhf(v);
+    y[i * 10 + 7] = sinf(v);
+    y[i * 10 + 8] = sqrtf(p);
+    y[i * 10 + 9] = __frcp_rn(p);
+}
+static void test_fast_math_bounds(void) {
+    const int n = 4096;
+    std::vector<float> x((size_t)n);
+    unsigned seed = 3;
+    for (float &v : x) v = (float)((double)(lcg(seed) % 2000001) / 100000.0 - 10.0); /* [-10, 10] */
+    x[0] = 0.0f;
+    float *dx = dev_from(x), *dy = nullptr;
+    CK(cudaMalloc(&dy, (size_t)n * 10 * sizeof(float)));
+    MF_LAUNCH(k_math, (n + 127) / 128, 128, 0, 0, dx, dy, n);
+    CK(cudaGetLastError());
+    std::vector<float> y = host_from(dy, (size_t)n * 10);
+    MF_LAUNCH(k_math, (n + 127) / 128, 128, 0, 0, dx, dy, n);
+    MFT_CHECK(memcmp(host_from(dy, (size_t)n * 10).data(), y.data(), y.size() * sizeof(float)) == 0);
+    static const char *const names[10] = {"expf", "logf", "rsqrtf", "__expf", "__logf", "__fdividef", "tanhf",
+                                          "sinf", "sqrtf", "__frcp_rn"};
+    double worst[10] = {0};
+    int inexact[10] = {0}, bad[10] = {0};
+    for (int i = 0; i < n; i++) {
+        double v = x[(size_t)i], p = (double)(fabsf(x[(size_t)i]) + 0.25f); /* p as the kernel rounds it */
+        double ex[10] = {exp(v), log(p), 1.0 / sqrt(p), exp(v), log(p), v / p, tanh(v), sin(v), sqrt(p), 1.0 / p};
+        for (int f = 0; f < 10; f++) {
+            double got = y[(size_t)i * 10 + f], e = ex[f];
+            int ex2; frexp(e, &ex2);
+            double ulp = ldexp(1.0, ex2 - 24), err = fabs(got - e) / ulp;
+            /* the bound: ulps, or __expf's 2 + floor(|1.173 x|), or __logf's 2^-21.41 absolute on [0.5, 2] */
+            double lim = f == 0 || f == 2 || f == 5 || f == 6 || f == 7 ? 2 : f == 1 ? 1
+                       : f == 3 ? 2 + floor(fabs(1.173 * v))
+                       : f == 4 ? (p >= 0.5 && p <= 2 ? exp2(-21.41) / ulp : 3) : 0.5;
+            worst[f] = std::max(worst[f], err / lim);
+            bad[f] += err > lim;
+            inexact[f] += (float)e != (float)got;
+        }
+    }
+    for (int f = 0; f < 10; f++) {
+        printf("    %-10s %4d of %d not correctly rounded, worst error %.2f of its bound\n", names[f], inexact[f], n,
+               worst[f]);
+        MFT_CHECK(bad[f] == 0);
+        MFT_CHECK(f >= 8 ? inexact[f] == 0 : inexact[f] > n / 4);
+    }
+    MFT_CHECK(y[0] == 1.0f); /* expf(0) is exact on the GPU too */
+    cudaFree(dx); cudaFree(dy);
+}
+
+/* static __shared__ bytes and registers count against the block's limits, as nvcc's ptxas -v reports them
+   (tests/cuda_kernel_resources.h for the library's kernels; declared here for the test's own) */
+__global__ void k_static_smem(float *out) {
+    __shared__ float buf[4096]; /* 16 KiB */
+    MF_DYN_SMEM(float, dyn);
+    int t = threadIdx.x;
+    buf[t] = (float)t;
+    dyn[t] = 1.0f;
+    __syncthreads();
+    out[t] = buf[blockDim.x - 1 - t] + dyn[t];
+}
+static void test_static_smem_and_registers(void) {
+    float *f = nullptr;
+    CK(cudaMalloc(&f, 1024 * sizeof(float)));
+    mf_emu_set_kernel_resources(k_static_smem, 32, 16384);
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, k_static_smem));
+    MFT_CHECK(fa.sharedSizeBytes == 16384 && fa.numRegs == 32 && fa.maxThreadsPerBlock == 1024 &&
+              fa.maxDynamicSharedSizeBytes == 49152 - 16384);
+    mf_emu_set_verbose(0);
+    MF_LAUNCH(k_static_smem, 1, 128, 40000, 0, f); /* 40000 + 16384 > 48 KiB */
+    MFT_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    MFT_CHECK(strstr(mf_emu_last_message(), "16384 static") != nullptr);
+    MFT_CHECK(cudaFuncSetAttribute(k_static_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448 - 16384 + 1) ==
+              cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    mf_emu_set_verbose(1);
+    MF_LAUNCH(k_static_smem, 1, 128, 32768, 0, f); /* exactly 48 KiB in all */
+    CK(cudaGetLastError());
+    CK(cudaFuncSetAttribute(k_static_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 40000));
+    MF_LAUNCH(k_static_smem, 1, 128, 40000, 0, f);
+    CK(cudaGetLastError());
+    MFT_CHECK(host_from(f, 128)[0] == 128.0f);
+    /* 128 registers x 1024 threads = 2^17 > 65536 */
+    mf_emu_set_kernel_resources(k_static_smem, 128, 16384);
+    CK(cudaFuncGetAttributes(&fa, k_static_smem));
+    MFT_CHECK(fa.numRegs == 128 && fa.maxThreadsPerBlock == 512);
+    mf_emu_set_verbose(0);
+    MF_LAUNCH(k_static_smem, 1, 1024, 4096, 0, f);
+    MFT_CHECK(cudaGetLastError() == cudaErrorLaunchOutOfResources);
+    mf_emu_set_verbose(1);
+    MF_LAUNCH(k_static_smem, 1, 512, 2048, 0, f);
+    CK(cudaGetLastError());
+    cudaFree(f);
+}
+
 static void test_no_leaks(void) { MFT_CHECK(mf_emu_live_allocations(nullptr) == 0); }
 
 int main(void) {
@@ -1060,6 +1239,10 @@ int main(void) {
     MFT_RUN(test_tf32_rounding);
     MFT_RUN(test_wmma_tf32);
     MFT_RUN(test_wmma_bf16);
+    MFT_RUN(test_fp_contraction);
+    MFT_RUN(test_cublas_order_by_shape);
+    MFT_RUN(test_fast_math_bounds);
+    MFT_RUN(test_static_smem_and_registers);
     MFT_RUN(test_no_leaks);
     printf("    total %.2f s\n", seconds_since(t0));
     return mft_finish();

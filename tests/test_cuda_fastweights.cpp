@@ -11,6 +11,7 @@
  * reduces the output to sum(out * R), back-propagates, and compares the output and the gradients
  * of the op's inputs (max error relative to the tensor's largest value, <= 1e-5). */
 #include "cuda_parity.h"
+#include <algorithm>
 #include <functional>
 
 /* ---------------------------------------------------------------- graphs on both devices */
@@ -32,25 +33,34 @@ static OpRun run_graph(const Graph &g, int cuda, mf_precision prec = MF_PREC_FP3
     if (cuda && bwd >= 0) mf_cuda_set_precision(ctx, (mf_precision)bwd);
     return op_run_finish(ctx, out, watch);
 }
-static int compare(const OpRun &a, const OpRun &b, const char *what, double tol) {
+/* floor: rel_err's (the least scale a tensor is measured against) */
+static int compare(const OpRun &a, const OpRun &b, const char *what, double tol, double floor = 1e-3) {
     int ok = 1;
-    double e = rel_err(a.out, b.out);
+    double e = rel_err(a.out, b.out, floor);
     if (!(e <= tol)) { printf("    %s: output differs, rel err %.3g\n", what, e); ok = 0; }
     for (size_t i = 0; i < b.grads.size(); i++) {
-        e = i < a.grads.size() ? rel_err(a.grads[i], b.grads[i]) : 1e30;
+        e = i < a.grads.size() ? rel_err(a.grads[i], b.grads[i], floor) : 1e30;
         if (!(e <= tol)) { printf("    %s: gradient of input %d differs, rel err %.3g\n", what, (int)i, e); ok = 0; }
     }
     return ok;
 }
-/* the graph on the CPU and on the (emulated) device in every thread order */
-static void check_graph(const Graph &g, const char *what) {
+/* the graph on the CPU and on the (emulated) device in every thread order. op_scale: measure every
+   tensor against at least the largest value of the op's output and gradients (for gradients that are
+   0 but for rounding, which are sums of terms of that size cancelling: see check_fw) */
+static void check_graph(const Graph &g, const char *what, int op_scale = 0) {
     OpRun cpu = run_graph(g, 0);
     if (!cpu.err.empty()) { printf("    %s: CPU run failed: %s\n", what, cpu.err.c_str()); MFT_CHECK(0); return; }
+    double floor = 1e-3;
+    if (op_scale) {
+        for (float v : cpu.out) floor = std::max(floor, (double)fabsf(v));
+        for (const std::vector<float> &gr : cpu.grads)
+            for (float v : gr) floor = std::max(floor, (double)fabsf(v));
+    }
     for (int o = 0; o < N_ORDERS; o++) {
         set_order(o);
         OpRun gpu = run_graph(g, 1);
         if (!gpu.err.empty()) { printf("    %s (order %d): CUDA run failed: %s\n", what, o, gpu.err.c_str()); MFT_CHECK(0); continue; }
-        MFT_CHECK(compare(gpu, cpu, what, TOL));
+        MFT_CHECK(compare(gpu, cpu, what, TOL, floor));
     }
     set_order(0);
 }
@@ -125,7 +135,12 @@ static void check_fw(int linear) {
             char what[128];
             snprintf(what, sizeof what, "%s chunk %d B %d T %d H %d dk %d dv %d nu %d", linear ? "linear_attention" : "fast_weights",
                      chunks[ci], s.B, s.T, s.H, s.dk, s.dv, s.nu);
-            check_graph(fw_graph(s, linear, chunks[ci]), what);
+            /* normalised linear attention of one token is v up to the 1e-6 of its normaliser: the
+               gradients of q, k (and of xq, xk through the features) are that small, the rest
+               cancelling terms of the size of v's gradient, whose rounding (a few u of them, in the
+               device's order and contraction) is all that is left: measured against that size, not
+               their own */
+            check_graph(fw_graph(s, linear, chunks[ci]), what, linear && s.T == 1 && !s.nu);
         }
 }
 static void test_fast_weights_op(void) { check_fw(0); }
