@@ -732,6 +732,7 @@ typedef enum mf_feature_kind { MF_FEATURE_DPFP = 0, MF_FEATURE_ELU1 } mf_feature
    ("layers.<l>.ln_mid.*", after the mixer's parameters); mixers whose block applies ln1 only. */
 typedef enum mf_block_kind { MF_BLOCK_PRE_NORM = 0, MF_BLOCK_STREAM_NORM } mf_block_kind;
 
+#define MF_MIXER_MAX_FIELDS 8 /* config fields of one registered mixer (mf_mixer_def) */
 typedef struct mf_model_config {
     int vocab;              /* tokens 0 .. vocab-1 (required) */
     int d_model, n_heads, n_layers, d_ff;
@@ -774,6 +775,10 @@ typedef struct mf_model_config {
                                classifier: the head is "cls.weight" [n_classes, D], "cls.bias" [n_classes] on the
                                mean of the final LayerNorm's output over each row's positions (no "head.*"
                                parameters are made; use mf_model_classify_logits / mf_model_classify_loss) */
+    /* a registered mixer's own fields (mf_mixer_def): set and read them by name with
+       mf_model_config_set / mf_model_config_get; a field not set has its declared default */
+    float mixer_field[MF_MIXER_MAX_FIELDS]; /* in the order of the mixer's declaration */
+    unsigned mixer_field_set;               /* bit i: mixer_field[i] was set */
 } mf_model_config;
 
 typedef struct mf_model mf_model;
@@ -794,6 +799,94 @@ MFDEF mf_model_config mf_model_config_default(void);
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
 MFDEF int mf_mixer_from_name(const char *name);
 MFDEF int mf_mixer_compiled(mf_mixer_kind kind);
+
+/* ---- your own token mixer (docs/math.md §22) ---------------------------------------------------
+   A mixer defined in your program, outside this header: describe it in an mf_mixer_def and register
+   it once, before any model uses it. From then on it is a mixer like the built-in ones: its name
+   works in mf_mixer_from_name (and so in every example's --mixer), mf_model_new builds it, the
+   autograd gives its backward (build the forward from the public ops), its parameters are saved,
+   loaded, cloned, sharded by ZeRO-1 and moved to the GPU with the others, classification and
+   generation work, and a CUDA context runs it with no code of yours. The block around it is the
+   library's: x = x + drop(forward(LN1(x))) (pre_norm and stream_norm alike). A minimal mixer:
+
+       static void mk(mf_model *m, int l, void *st) {        // parameters of layer l
+           mf_tensor **w = (mf_tensor **)st;
+           int D = mf_model_get_config(m)->d_model, shape[2];
+           shape[0] = D; shape[1] = D;
+           *w = mf_model_param(m, l, "mix.weight", 2, shape);
+           mf_init_kaiming_uniform(mf_model_ctx(m), *w);
+       }
+       static mf_tensor *fw(mf_model *m, int l, void *st, mf_tensor *x) { // [B, T, D] -> [B, T, D]
+           return mf_linear(mf_model_ctx(m), x, *(mf_tensor **)st, NULL); // no token mixing at all
+       }
+       mf_mixer_def d = {0};
+       d.name = "mine"; d.help = "..."; d.layer_size = sizeof(mf_tensor *); d.make_layer = mk; d.forward = fw;
+       int kind = mf_mixer_register(&d);   // cfg.mixer = (mf_mixer_kind)kind
+
+   The strings and the fields array of a definition must outlive its use (static storage). */
+typedef struct mf_mixer_field {
+    const char *name;   /* the config field: [a-z][a-z0-9_]*, at most 31 bytes, none of another field of the mixer */
+    float def, lo, hi;  /* default, and the range [lo, hi] that mf_model_check enforces */
+    int integer;        /* 1: whole numbers only */
+    const char *help;   /* one line, for --help */
+} mf_mixer_field;
+enum {
+    MF_MIXER_HEADS = 1,       /* splits d_model into n_heads heads: mf_model_check wants n_heads | d_model */
+    MF_MIXER_NONCAUSAL = 2,   /* forward reads c->causal and has a non-causal form (causal = 0 allowed) */
+    MF_MIXER_FIXED_STATE = 4  /* gen_step keeps a state of a fixed size: with pos = NONE it generates past max_seq */
+};
+typedef struct mf_mixer_def {
+    const char *name;   /* [a-z][a-z0-9_]*, at most 31 bytes, no other mixer's name (required) */
+    const char *help;   /* one line: what it computes and where it comes from (required) */
+    unsigned flags;     /* MF_MIXER_* */
+    int n_fields;       /* 0 .. MF_MIXER_MAX_FIELDS */
+    const mf_mixer_field *fields;
+    size_t layer_size;  /* bytes of the per-layer struct the hooks get as st (zeroed; 0: none, st NULL) */
+    /* required: the parameters of layer l, made with mf_model_param in a fixed order (the order of
+       the flat buffer and the checkpoint); errors stay in the context */
+    void (*make_layer)(mf_model *m, int layer, void *st);
+    /* required: the mixer of layer l on x = LN1(block input) [B, T, D]; returns [B, T, D]. In a
+       causal model (the default) position t must not read positions after t: the tests of a
+       mixer check this (tests/test_custom_mixer.c shows how) */
+    mf_tensor *(*forward)(mf_model *m, int layer, void *st, mf_tensor *x);
+    /* optional: another check of the config (the library checks each field's range) */
+    int (*check)(mf_ctx *ctx, const mf_model_config *c);
+    /* optional, O(1) generation: gen_begin once per mf_model_generate and layer (-1: error in the
+       context), then gen_step on x [1, n, D] = the rows of positions pos0 .. pos0 + n - 1, continuing
+       its state; pos0 = 0 starts again from nothing (the prompt, or the window when it is full).
+       Without gen_step every generated token reruns forward on the whole window. */
+    int (*gen_begin)(mf_model *m, int layer, void *st);
+    mf_tensor *(*gen_step)(mf_model *m, int layer, void *st, mf_tensor *x, int pos0);
+    /* optional: a loss term of the last forward that mf_model_loss adds (one element), or NULL */
+    mf_tensor *(*aux_loss)(mf_model *m);
+    /* optional: free what the per-layer struct holds (not the struct) */
+    void (*free_layer)(mf_model *m, int layer, void *st);
+} mf_mixer_def;
+#define MF_MIXER_MAX_REGISTERED 32
+/* Register a mixer: its kind (MF_MIXER_COUNT or more), or -1 with the reason in err (when err is
+   not NULL; size bytes): a bad name, a name taken, a missing hook, a bad field, or the table full.
+   Registering the same definition (same name, same hooks) again returns its kind. Not thread-safe:
+   register at the start of the program. */
+MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size);
+/* Kinds 0 .. mf_mixer_count() - 1 are the mixers of this program: the built-in ones, then the
+   registered ones in registration order. */
+MFDEF int mf_mixer_count(void);
+/* One line about a mixer (its help), "" for an unknown kind. */
+MFDEF const char *mf_mixer_help(mf_mixer_kind kind);
+/* The i-th config field of a registered mixer, or NULL (a built-in mixer, or i out of range). */
+MFDEF const mf_mixer_field *mf_mixer_field_of(mf_mixer_kind kind, int i);
+/* Set a field of the config's mixer (c->mixer: set the mixer first) by name. 0, or -1 when the
+   mixer has no such field (the value is checked by mf_model_check). */
+MFDEF int mf_model_config_set(mf_model_config *c, const char *field, float value);
+/* The value of a field of the config's mixer: what was set, else its default; NaN when the mixer
+   has no such field. */
+MFDEF float mf_model_config_get(const mf_model_config *c, const char *field);
+/* Inside a mixer's hooks: the context of the model, a field's value (mf_model_config_get of the
+   model's config), and a parameter of layer l named "layers.<l>.<name>" (zeros: initialise it with
+   mf_init_*). */
+MFDEF mf_ctx *mf_model_ctx(const mf_model *m);
+MFDEF float mf_model_field(const mf_model *m, const char *field);
+MFDEF mf_tensor *mf_model_param(mf_model *m, int layer, const char *name, int ndim, const int *shape);
 MFDEF const char *mf_pos_name(mf_pos_kind kind);
 MFDEF int mf_pos_from_name(const char *name);
 MFDEF const char *mf_act_name(mf_act_kind kind);
@@ -6005,6 +6098,7 @@ typedef struct mf__mixer_row {
     const char *off;          /* the switch that leaves the family out (NULL: always compiled) */
     unsigned flags;           /* MF__MIX_* */
     unsigned fields;          /* MF__F(...): the optional config fields this mixer reads */
+    const mf_mixer_def *def;  /* a registered mixer's definition (NULL: built in) */
 } mf__mixer_row;
 static const mf__mixer_row *mf__mixer_row_of(int kind); /* [mf:mixers]; NULL for an unknown kind */
 
@@ -6164,6 +6258,9 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
                 "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
     }
     if (mf__check_noncausal(ctx, c, row) < 0) return -1;
+    if (!row->def && c->mixer_field_set)
+        MF__BAD("model config: mixer_field_set is 0x%x, but the %s mixer is built in and has no registered fields "
+                "(mf_model_config_set names the fields of registered mixers only)", c->mixer_field_set, row->name);
     mf__field_values(c, v);
     mf__field_values(&d, dv);
     for (f = 0; f < MF__FIELD_COUNT; f++)
@@ -9608,45 +9705,238 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* name           kind                   family              switch                       flags
                                                                                               fields read */
     {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT), NULL},
     {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT), NULL},
     {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT), NULL},
     {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL)},
-    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0},
+                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL), NULL},
+    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0, NULL},
     /* relative: ln1 normalises [memories ; x] inside the mixer */
     {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT), NULL},
     /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
     {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
-                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE)},
+                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE), NULL},
     /* linear: causal = 0 sums W and z over the whole sequence (docs/math.md §20.2) */
     {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE)},
+                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE), NULL},
     /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
     {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT), NULL},
     {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT), NULL},
 };
+/* ---- registered mixers (mf_mixer_register): each gets a row and a family of its own whose hooks
+   call the definition's; kind MF_MIXER_COUNT + i is entry i ---- */
+typedef struct mf__reg_mixer {
+    mf_mixer_def def;
+    mf_mixer_field fields[MF_MIXER_MAX_FIELDS];
+    mf__family fam;
+    mf__mixer_row row;
+} mf__reg_entry;
+static mf__reg_entry mf__reg[MF_MIXER_MAX_REGISTERED];
+static int mf__n_reg;
+
 static const mf__mixer_row *mf__mixer_row_of(int kind) {
-    return kind >= 0 && kind < MF_MIXER_COUNT ? &mf__mixer_rows[kind] : NULL;
+    if (kind >= 0 && kind < MF_MIXER_COUNT) return &mf__mixer_rows[kind];
+    if (kind >= MF_MIXER_COUNT && kind < MF_MIXER_COUNT + mf__n_reg) return &mf__reg[kind - MF_MIXER_COUNT].row;
+    return NULL;
 }
+MFDEF int mf_mixer_count(void) { return MF_MIXER_COUNT + mf__n_reg; }
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
     return r ? r->name : "unknown";
 }
 MFDEF int mf_mixer_from_name(const char *name) {
     int i;
-    for (i = 0; name && i < MF_MIXER_COUNT; i++) if (strcmp(name, mf__mixer_rows[i].name) == 0) return i;
+    for (i = 0; name && i < mf_mixer_count(); i++) if (strcmp(name, mf__mixer_row_of(i)->name) == 0) return i;
     return -1;
 }
 MFDEF int mf_mixer_compiled(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
     return r && r->family;
+}
+MFDEF const char *mf_mixer_help(mf_mixer_kind kind) {
+    static const char *const help[MF_MIXER_COUNT] = {
+        "multi-head scaled dot-product attention (labml MHA)",
+        "per head p = x Wp, a symmetric metric M: softmax(p M p^T / sqrt(dk)) p (NLP MetaFormer)",
+        "the same with an unconstrained M per head (NLP MetaFormer)",
+        "mean over a window of pool_size tokens minus x (PoolFormer)",
+        "no token mixing: the mixer sub-block is skipped (MetaFormer's baseline)",
+        "Transformer-XL relative attention over [memories; x]; --compressive: compressive transformer",
+        "DPFP features and the delta rule (Schlag et al., fast weights)",
+        "linear attention, DPFP or elu + 1 features (Katharopoulos et al.)",
+        "feedback transformer, per-layer keys and values (Fan et al.)",
+        "feedback transformer, keys and values shared by all layers (labml's script)"};
+    const mf__mixer_row *r = mf__mixer_row_of((int)kind);
+    if (!r) return "";
+    return r->def ? r->def->help : help[(int)kind];
+}
+MFDEF const mf_mixer_field *mf_mixer_field_of(mf_mixer_kind kind, int i) {
+    const mf__mixer_row *r = mf__mixer_row_of((int)kind);
+    return r && r->def && i >= 0 && i < r->def->n_fields ? &r->def->fields[i] : NULL;
+}
+/* index of a field of the config's mixer, or -1 */
+static int mf__field_index(const mf_model_config *c, const char *field) {
+    const mf__mixer_row *r = c ? mf__mixer_row_of((int)c->mixer) : NULL;
+    int i;
+    for (i = 0; r && r->def && field && i < r->def->n_fields; i++)
+        if (strcmp(r->def->fields[i].name, field) == 0) return i;
+    return -1;
+}
+MFDEF int mf_model_config_set(mf_model_config *c, const char *field, float value) {
+    int i = mf__field_index(c, field);
+    if (i < 0) return -1;
+    c->mixer_field[i] = value;
+    c->mixer_field_set |= 1u << i;
+    return 0;
+}
+MFDEF float mf_model_config_get(const mf_model_config *c, const char *field) {
+    int i = mf__field_index(c, field);
+    if (i < 0) return NAN;
+    return c->mixer_field_set >> i & 1u ? c->mixer_field[i] : mf__mixer_row_of((int)c->mixer)->def->fields[i].def;
+}
+MFDEF mf_ctx *mf_model_ctx(const mf_model *m) { return m ? m->ctx : NULL; }
+MFDEF float mf_model_field(const mf_model *m, const char *field) {
+    float v;
+    if (!m) return NAN;
+    v = mf_model_config_get(&m->cfg, field);
+    if (v != v) mf__fail(m->ctx, "mf_model_field: the %s mixer has no field \"%s\"", m->mixer->name, field ? field : "(NULL)");
+    return v;
+}
+MFDEF mf_tensor *mf_model_param(mf_model *m, int layer, const char *name, int ndim, const int *shape) {
+    char nm[96];
+    if (!m || !mf_ok(m->ctx)) return NULL;
+    if (layer < 0 || layer >= m->cfg.n_layers || !name || !name[0] || strlen(name) > 64)
+        return (mf_tensor *)mf__fail(m->ctx, "mf_model_param: layer %d (need 0 .. %d) and a name of 1 to 64 bytes (got %s)",
+                                     layer, m->cfg.n_layers - 1, name ? "one" : "NULL");
+    snprintf(nm, sizeof nm, "layers.%d.%s", layer, name);
+    return mf_param(m->ctx, nm, ndim, shape);
+}
+
+/* the family hooks of a registered mixer: the definition's, with the library's checks around them */
+#define MF__REG_DEF(m) ((m)->mixer->def)
+static int mf__reg_check(mf_ctx *ctx, const mf_model_config *c) {
+    const mf_mixer_def *d = mf__mixer_row_of((int)c->mixer)->def;
+    int i;
+    for (i = 0; i < d->n_fields; i++) {
+        const mf_mixer_field *f = &d->fields[i];
+        float v = mf_model_config_get(c, f->name);
+        if (!(v >= f->lo && v <= f->hi) || (f->integer && v != floorf(v)))
+            return (mf__fail(ctx, "model config: %s = %g must be %s in [%g, %g] (the %s mixer: %s)", f->name, (double)v,
+                             f->integer ? "a whole number" : "a number", (double)f->lo, (double)f->hi, d->name,
+                             f->help ? f->help : ""), -1);
+    }
+    if (c->mixer_field_set >> d->n_fields)
+        return (mf__fail(ctx, "model config: mixer_field_set 0x%x marks fields past the %d of the %s mixer (set fields "
+                         "with mf_model_config_set)", c->mixer_field_set, d->n_fields, d->name), -1);
+    return d->check ? d->check(ctx, c) : 0;
+}
+static void mf__reg_make_layer(mf_model *m, int l) {
+    MF__REG_DEF(m)->make_layer(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL);
+}
+static void mf__reg_free(mf_model *m) {
+    int l;
+    if (!MF__REG_DEF(m)->free_layer) return;
+    for (l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].mix) MF__REG_DEF(m)->free_layer(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL);
+}
+static mf_tensor *mf__reg_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
+    const mf_mixer_def *d = MF__REG_DEF(m);
+    void *st = d->layer_size ? m->layers[l].mix : NULL;
+    mf_tensor *y = gen && d->gen_step ? d->gen_step(m, l, st, x, pos0) : d->forward(m, l, st, x);
+    if (!mf_ok(m->ctx)) return NULL;
+    if (!y || y->ndim != 3 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] != x->shape[2]) {
+        char got[64], want[64];
+        return (mf_tensor *)mf__fail(m->ctx, "the %s mixer's %s of layer %d returned %s for the input %s; a mixer maps "
+                                     "[B, T, D] to [B, T, D]", d->name, gen && d->gen_step ? "gen_step" : "forward", l,
+                                     y ? mf_shape_str(y, got, sizeof got) : "NULL", mf_shape_str(x, want, sizeof want));
+    }
+    return y;
+}
+static int mf__reg_gen_begin(mf_model *m) {
+    const mf_mixer_def *d = MF__REG_DEF(m);
+    int l;
+    if (!d->gen_step) return 0; /* every token reruns the window */
+    for (l = 0; d->gen_begin && l < m->cfg.n_layers; l++)
+        if (d->gen_begin(m, l, d->layer_size ? m->layers[l].mix : NULL) < 0 || !mf_ok(m->ctx)) {
+            if (mf_ok(m->ctx)) mf__fail(m->ctx, "the %s mixer's gen_begin failed on layer %d", d->name, l);
+            return -1;
+        }
+    return 1;
+}
+static mf_tensor *mf__reg_aux_loss(mf_model *m) { return MF__REG_DEF(m)->aux_loss ? MF__REG_DEF(m)->aux_loss(m) : NULL; }
+
+/* a name of the mixer API: [a-z][a-z0-9_]*, 1 to 31 bytes */
+static int mf__api_name(const char *s) {
+    size_t i, n = s ? strlen(s) : 0;
+    if (n < 1 || n > 31 || !(s[0] >= 'a' && s[0] <= 'z')) return 0;
+    for (i = 1; i < n; i++) if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_')) return 0;
+    return 1;
+}
+MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
+    mf__reg_entry *e;
+    int i, j, k;
+    char dummy[1];
+    if (!err || !size) { err = dummy; size = sizeof dummy; }
+    err[0] = '\0';
+#define MF__REG_BAD(...) return (snprintf(err, size, __VA_ARGS__), -1)
+    if (!def) MF__REG_BAD("mf_mixer_register: def is NULL");
+    if (!mf__api_name(def->name))
+        MF__REG_BAD("mf_mixer_register: mixer name \"%s\" must be 1 to 31 of a-z, 0-9 and _, starting with a letter",
+                    def->name ? def->name : "(NULL)");
+    if ((k = mf_mixer_from_name(def->name)) >= 0) {
+        const mf_mixer_def *d = mf__mixer_row_of(k)->def;
+        if (d && d->forward == def->forward && d->make_layer == def->make_layer) return k; /* the same, again */
+        MF__REG_BAD("mf_mixer_register: the mixer name \"%s\" is taken (%s); choose another", def->name,
+                    d ? "registered before with other hooks" : "a built-in mixer");
+    }
+    if (!def->help || !def->make_layer || !def->forward)
+        MF__REG_BAD("mf_mixer_register: mixer %s needs %s", def->name,
+                    !def->help ? "help (one line about it)" : !def->make_layer ? "make_layer (its parameters)" : "forward");
+    if (def->gen_begin && !def->gen_step)
+        MF__REG_BAD("mf_mixer_register: mixer %s has gen_begin without gen_step (give both, or neither)", def->name);
+    if (def->flags & ~(unsigned)(MF_MIXER_HEADS | MF_MIXER_NONCAUSAL | MF_MIXER_FIXED_STATE))
+        MF__REG_BAD("mf_mixer_register: mixer %s: flags 0x%x has bits that are not MF_MIXER_*", def->name, def->flags);
+    if ((def->flags & MF_MIXER_FIXED_STATE) && !def->gen_step)
+        MF__REG_BAD("mf_mixer_register: mixer %s: MF_MIXER_FIXED_STATE needs gen_step (the state it keeps)", def->name);
+    if (def->n_fields < 0 || def->n_fields > MF_MIXER_MAX_FIELDS || (def->n_fields && !def->fields))
+        MF__REG_BAD("mf_mixer_register: mixer %s: n_fields %d must be 0 .. %d, with fields given", def->name,
+                    def->n_fields, MF_MIXER_MAX_FIELDS);
+    for (i = 0; i < def->n_fields; i++) {
+        const mf_mixer_field *f = &def->fields[i];
+        if (!mf__api_name(f->name))
+            MF__REG_BAD("mf_mixer_register: mixer %s: field %d's name \"%s\" must be 1 to 31 of a-z, 0-9 and _, "
+                        "starting with a letter", def->name, i, f->name ? f->name : "(NULL)");
+        for (j = 0; j < i; j++)
+            if (strcmp(def->fields[j].name, f->name) == 0) MF__REG_BAD("mf_mixer_register: mixer %s: two fields named %s", def->name, f->name);
+        if (!(f->lo <= f->def && f->def <= f->hi) || (f->integer && f->def != floorf(f->def)))
+            MF__REG_BAD("mf_mixer_register: mixer %s: field %s's default %g is not %s in its range [%g, %g]", def->name,
+                        f->name, (double)f->def, f->integer ? "a whole number" : "a number", (double)f->lo, (double)f->hi);
+    }
+    if (mf__n_reg == MF_MIXER_MAX_REGISTERED)
+        MF__REG_BAD("mf_mixer_register: %d mixers are registered already, the most (MF_MIXER_MAX_REGISTERED)",
+                    MF_MIXER_MAX_REGISTERED);
+#undef MF__REG_BAD
+    e = &mf__reg[mf__n_reg];
+    memset(e, 0, sizeof *e);
+    e->def = *def;
+    for (i = 0; i < def->n_fields; i++) e->fields[i] = def->fields[i];
+    e->def.fields = e->fields;
+    e->fam.name = e->def.name; e->fam.layer_size = def->layer_size;
+    e->fam.check = mf__reg_check; e->fam.make_layer = mf__reg_make_layer; e->fam.free = mf__reg_free;
+    e->fam.mixer = mf__reg_mixer; e->fam.gen_begin = mf__reg_gen_begin; e->fam.aux_loss = mf__reg_aux_loss;
+    e->row.name = e->def.name;
+    e->row.kind = (mf_mixer_kind)(MF_MIXER_COUNT + mf__n_reg);
+    e->row.family = &e->fam;
+    e->row.flags = MF__MIX_LN1 | MF__MIX_PRE_LN | (def->flags & MF_MIXER_HEADS ? MF__MIX_HEADS : 0) |
+                   (def->flags & MF_MIXER_NONCAUSAL ? MF__MIX_NONCAUSAL : 0) |
+                   (def->flags & MF_MIXER_FIXED_STATE ? MF__MIX_FIXED_STATE : 0);
+    e->row.def = &e->def;
+    return MF_MIXER_COUNT + mf__n_reg++;
 }
 
 /* ==== [mf:io] =============================================================================== */
@@ -10274,6 +10564,34 @@ static int64_t *mf__ckpt_param_steps(mf_ctx *ctx, const mf__ckpt *c, const char 
 
 /* mf_load, and with a model m whose family has state, the state too: 0, 1 when the file has no
    state (the memories start empty), -1 */
+/* A registered mixer's model records its mixer in its checkpoints ("mf.mixer": the name and every
+   field, "cosine temperature=10"): the metadata key (or the state marker "mf.state" of the built-in
+   mixers) and its value in val */
+static const char *mf__mixer_meta(const mf_model *m, char *val, size_t size) {
+    const mf_mixer_def *d = m->mixer->def;
+    size_t n;
+    int i;
+    if (!d) return (snprintf(val, size, "1"), "mf.state");
+    n = (size_t)snprintf(val, size, "%s", d->name);
+    for (i = 0; i < d->n_fields && n < size; i++)
+        n += (size_t)snprintf(val + n, size - n, " %s=%.9g", d->fields[i].name, (double)mf_model_config_get(&m->cfg, d->fields[i].name));
+    return "mf.mixer";
+}
+/* a checkpoint of a registered mixer loads only into a model of that mixer with the same fields */
+static int mf__mixer_meta_check(mf_ctx *ctx, mf__ckpt *cp, const char *path, const mf_model *m) {
+    char file[512], own[512];
+    int has = mf__ckpt_meta(cp, "mf.mixer", file, sizeof file) >= 0, mine = m->mixer->def != NULL;
+    if (!has) return 0; /* a built-in mixer's file, or mf_save's: the tensors' names and shapes decide */
+    mf__mixer_meta(m, own, sizeof own);
+    if (mine && strcmp(file, own) == 0) return 0;
+    if (mine)
+        return (mf__fail(ctx, "mf_load: \"%s\" holds a model of the registered mixer \"%s\"; this model is \"%s\" "
+                         "(make the model with the checkpoint's mixer and fields)", path, file, own), -1);
+    return (mf__fail(ctx, "mf_load: \"%s\" holds a model of the registered mixer \"%s\", not of the built-in %s: "
+                     "register that mixer in this program (mf_mixer_register; examples: build them with EXTRA_MIXERS, "
+                     "docs/library.md) and make the model with it", path, file, m->mixer->name), -1);
+}
+
 static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_optimizer, mf_model *m);
 static int mf__load(mf_ctx *ctx, const char *path, int with_optimizer, mf_model *m) {
     mf__ckpt c;
@@ -10308,6 +10626,7 @@ static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_o
                  "load with with_optimizer = 0 to take the weights only", path);
         return -1;
     }
+    if (m && mf__mixer_meta_check(ctx, cp, path, m) < 0) return -1;
     if (with_optimizer && !(psteps = mf__ckpt_param_steps(ctx, cp, path))) return -1;
     for (i = 0; i < nt; i++) {
         const char *prefix;
@@ -10420,13 +10739,16 @@ static MF__FOR_FAMILIES int mf__state_floats(mf__state_io *io, const char *name,
 
 MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
     mf__state_io io;
+    char xval[512];
+    const char *xkey;
     int i, rc;
     if (!m) return -1;
     if (!mf_ok(m->ctx)) return -1;
     memset(&io, 0, sizeof io);
     io.mode = MF__STATE_SAVE; io.m = m;
     rc = m->fam->state ? m->fam->state(m, &io) : 0;
-    if (rc == 0) rc = mf__save(m->ctx, path, with_optimizer, meta_kv, n_meta, io.t, io.n, "mf.state", "1");
+    xkey = mf__mixer_meta(m, xval, sizeof xval);
+    if (rc == 0) rc = mf__save(m->ctx, path, with_optimizer, meta_kv, n_meta, io.t, io.n, xkey, xval);
     for (i = 0; i < io.n; i++) MF_FREE(io.t[i].ints);
     MF_FREE(io.t);
     return rc;
@@ -13296,8 +13618,10 @@ MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *co
     if (d->cfg.zero1 && mf__dist_gather_moments(d, ctx, &fm, &fv) < 0) goto done;
     if (d->rank == 0) {
         int64_t lo = 0, n = 0;
+        char xval[512];
+        const char *xkey = mf__mixer_meta(m, xval, sizeof xval);
         if (d->cfg.zero1) mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
-        rc = mf__save(ctx, path, 1, meta_kv, n_meta, io.t, io.n, "mf.state", "1");
+        rc = mf__save(ctx, path, 1, meta_kv, n_meta, io.t, io.n, xkey, xval);
         if (d->cfg.zero1) mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
     }
     rc = mf__dist_agree(d, ctx, d->rank != 0 || rc == 0, NULL);
