@@ -72,7 +72,7 @@ all: examples
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
-CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h
+CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h examples/custom_mixer.c
 # the CUDA parity suites (each in a namespace of its own in tests/cuda_suites.cpp; the emulator's own
 # test, tests/test_cuda_emu.cpp, stays a program of its own)
 CUDA_SUITE_SRCS := $(filter-out tests/test_cuda_emu.cpp,$(wildcard tests/test_cuda*.cpp))
@@ -118,28 +118,28 @@ CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model
 $(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
-$(SHARED_C:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.c $(BUILD)/obj/impl_casan.o metaformer.h tests/*.h examples/common.h
+$(SHARED_C:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.c $(BUILD)/obj/impl_casan.o metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_casan.o -o $@ $(LDLIBS)
-$(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h
+$(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 $(BUILD)/casan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(CLANGXX) $(ASAN_CXX) $(EMU_FLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h
+$(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
-$(SHARED_C:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.c $(BUILD)/obj/impl_asan.o metaformer.h tests/*.h examples/common.h
+$(SHARED_C:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.c $(BUILD)/obj/impl_asan.o metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_asan.o -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h
+$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h examples/common.h
+$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
@@ -173,6 +173,13 @@ $(BUILD)/%: examples/%.c examples/common.h examples/svg.h metaformer.h $(BUILD)/
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE $< $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
 
 examples: $(EXAMPLES)
+
+# The example programs with examples/custom_mixer.c's mixer linked in (how a program gets mixers of
+# your own: -DEXTRA_MIXERS=<your registration function> and your file, docs/library.md)
+$(BUILD)/%-custom: examples/%.c examples/custom_mixer.c examples/common.h examples/svg.h metaformer.h $(BUILD)/obj/impl.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -DEXTRA_MIXERS=custom_mixer_register -DCUSTOM_MIXER_NO_MAIN \
+	    $< examples/custom_mixer.c $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
 
 # examples/embed built by its own Makefile, as a user builds it (with this Makefile's warnings)
 $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h

@@ -9880,7 +9880,7 @@ static int mf__api_name(const char *s) {
 MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
     mf__reg_entry *e;
     int i, j, k;
-    char dummy[1];
+    char dummy[256]; /* the message when the caller wants none */
     if (!err || !size) { err = dummy; size = sizeof dummy; }
     err[0] = '\0';
 #define MF__REG_BAD(...) return (snprintf(err, size, __VA_ARGS__), -1)

@@ -67,7 +67,7 @@ static mf_tensor *alibi_forward(mf_model *m, int l, void *st, mf_tensor *x) {
 }
 
 static const mf_mixer_field alibi_fields[] = {
-    {"alibi_max", 8.0f, 0.0f, 32.0f, 0, "alibi: head h's slope is 2^(-alibi_max (h + 1) / heads)"}};
+    {"alibi_max", 8.0f, 0.0f, 32.0f, 0, "head h's slope is 2^(-alibi_max (h + 1) / heads)"}};
 
 /* register the mixer: its kind, or -1 (the reason on stderr) */
 int custom_mixer_register(void) {

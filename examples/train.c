@@ -652,7 +652,7 @@ int main(int argc, char **argv) {
     argv = expand_preset(&argc, argv, 1);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     if (list_mixers) { /* for scripts: the mixers of this build */
-        for (int k = 0; k < MF_MIXER_COUNT; k++)
+        for (int k = 0; k < mf_mixer_count(); k++)
             if (mf_mixer_compiled((mf_mixer_kind)k)) printf("%s\n", mf_mixer_name((mf_mixer_kind)k));
         return 0;
     }
