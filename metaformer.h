@@ -87,15 +87,17 @@
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
- *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation, the
+ *   [mf:model]      the MetaFormer language model: blocks, forward, loss, generation, the
  *                   sequence-classification head; each family of mixers plugs in through one
- *                   descriptor (a few checks still name a mixer)
+ *                   descriptor, and names no mixer (tests/hygiene.sh checks)
+ *   [mf:config]     the config: the table of the optional fields, names, defaults, mf_model_check
  *   [mf:attention]  mixer family: sdpa, metric, quadratic (softmax attention, KV cache)
  *   [mf:pool]       mixer family: pool, identity
  *   [mf:xl]         mixer family: Transformer-XL relative attention, segment memory, compressive
  *   [mf:fastweights] mixer family: fast weights (DPFP + delta rule) and linear attention
  *   [mf:feedback]   mixer family: the feedback transformer (original and shared-KV)
- *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer
+ *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer; the
+ *                   mixers registered at run time (mf_mixer_register: each a family of its own)
  *   [mf:io]         checkpoints (safetensors, crash-safe writes: fsync + rename, all-or-nothing loads,
  *                   the model's state: memories)
  *   [mf:tokenizer]  bytes, characters and byte-level BPE (GPT-2's files, training), one file format
@@ -5994,36 +5996,17 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
 }
 
 /* ==== [mf:model] ============================================================================ */
-/* The generic model: config check, embeddings, the blocks, the final LN and head, loss and
-   generation. It reaches the mixers through their families (a few checks still name a mixer: pool's
-   window when non-causal, relative in a classifier and in the attention inspection's key count):
-   every token mixer belongs to a FAMILY (one descriptor,
-   mf__family, with the same hooks for all), and the mixer table (mf__mixer_rows, [mf:mixers] after
-   the family sections) gives each mixer its name, family and flags. A family owns its section:
-   [mf:attention] (sdpa, metric, quadratic), [mf:pool] (pool, identity), [mf:xl] (relative),
-   [mf:fastweights] (fast_weights, linear), [mf:feedback] (feedback, feedback_kv).
+/* The generic model: embeddings, the blocks, the final LN and head, loss, generation, inspection.
+   It knows no mixer: every token mixer belongs to a FAMILY (one descriptor, mf__family, with the
+   same hooks for all), and the mixer table ([mf:mixers], after the family sections) gives each
+   mixer its name, family, flags (MF__MIX_*: what the generic code asks of a mixer) and the config
+   fields it reads. A family owns its section ([mf:attention], [mf:pool], [mf:xl], [mf:fastweights],
+   [mf:feedback]); a mixer registered at run time (mf_mixer_register) gets a family of its own whose
+   hooks call its definition's. tests/hygiene.sh fails when this section names a mixer or one of
+   the mixers' config fields.
    Adding a mixer to a family: its code in the family's section, one row in mf__mixer_rows (and
    an enum value in [mf:api]). Adding a family: a section with an mf__family descriptor and its
    rows. */
-
-/* the optional config fields: a mixer row lists the ones its mixer reads; a field that the
-   chosen mixer does not read must keep mf_model_config_default()'s value (mf_model_check) */
-enum {
-    MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
-    MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
-    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_COUNT
-};
-#define MF__F(field) (1u << MF__FIELD_##field)
-static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
-    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout"};
-static void mf__field_values(const mf_model_config *c, int *v) {
-    v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
-    v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
-    v[MF__FIELD_COMPRESSIVE] = c->compressive; v[MF__FIELD_C_MEM_LEN] = c->c_mem_len;
-    v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
-    v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
-    v[MF__FIELD_ATTN_DROPOUT] = c->attn_dropout != 0.0f; /* a float: mf_model_check names it itself */
-}
 
 /* per-mixer flags of a row */
 enum {
@@ -6088,6 +6071,8 @@ typedef struct mf__family {
        pieces hold batch rows first, and an int piece named "*.lengths" the row count in element 0:
        [mf:dist] gathers and splits the rows over the ranks by that rule. */
     int (*state)(mf_model *m, mf__state_io *io);
+    /* the keys in front of a query's own T positions (memories), for inspection; NULL: none */
+    int (*held_keys)(const mf_model *m);
 } mf__family;
 
 /* one row per mixer kind, in [mf:mixers] */
@@ -6138,143 +6123,18 @@ static float *mf__model_const(mf_model *m, float *host, size_t bytes) {
     return d;
 }
 
-/* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
-static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
-static const char *const mf__act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
-static const char *const mf__feature_names[] = {"dpfp", "elu1"};
-static const char *const mf__block_names[] = {"pre_norm", "stream_norm"};
-static int mf__name_index(const char *const *names, int n, const char *name) {
-    int i;
-    for (i = 0; name && i < n; i++) if (strcmp(name, names[i]) == 0) return i;
-    return -1;
-}
-#define MF__NAMES(tab) tab, (int)(sizeof tab / sizeof tab[0])
-static const char *mf__name_of(const char *const *names, int n, int k) { return k >= 0 && k < n ? names[k] : "unknown"; }
-MFDEF const char *mf_pos_name(mf_pos_kind k) { return mf__name_of(MF__NAMES(mf__pos_names), (int)k); }
-MFDEF int mf_pos_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__pos_names), name); }
-MFDEF const char *mf_act_name(mf_act_kind k) { return mf__name_of(MF__NAMES(mf__act_names), (int)k); }
-MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
-MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NAMES(mf__feature_names), (int)k); }
-MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
-MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
-MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
-static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
-MFDEF const char *mf_precision_name(mf_precision p) { return mf__name_of(MF__NAMES(mf__precision_names), (int)p); }
-MFDEF int mf_precision_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__precision_names), name); }
-/* mf_cuda_set_precision on a context without the CUDA backend: the CPU computes in fp32 only */
-static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
-    if (!mf_ok(ctx)) return -1;
-    if (p == MF_PREC_FP32) return 0;
-    if (p == MF_PREC_TF32 || p == MF_PREC_BF16)
-        return (mf__fail(ctx, "mf_cuda_set_precision: %s needs a CUDA context; the CPU computes in fp32 only (call "
-                         "mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first, or keep MF_PREC_FP32)", mf_precision_name(p)), -1);
-    return (mf__fail(ctx, "mf_cuda_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
-                     (int)p), -1);
-}
-
-MFDEF mf_model_config mf_model_config_default(void) {
-    mf_model_config c;
-    memset(&c, 0, sizeof c);
-    c.d_model = 128; c.n_heads = 4; c.n_layers = 4; c.d_ff = 512; c.max_seq = 256;
-    c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
-    c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
-    c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
-    c.causal = 1;
-    return c;
-}
-
-/* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /
-   "mixer fast_weights or linear" (choose): the mixers that read field f */
-static void mf__readers(int f, int choose, char *buf, size_t size) {
+/* "sdpa, metric or linear": the compiled mixers whose row has flag (registered ones too) */
+static void mf__mixers_with(unsigned flag, char *buf, size_t size) {
     int k, n = 0, count = 0, seen = 0;
     const mf__mixer_row *r;
-    for (k = 0; k < MF_MIXER_COUNT; k++) if ((r = mf__mixer_row_of(k)) && (r->fields >> f & 1u)) count++;
-    n += snprintf(buf + n, size - (size_t)n, "%s", choose ? "mixer " : "the ");
-    for (k = 0; k < MF_MIXER_COUNT && n < (int)size; k++) {
-        if (!(r = mf__mixer_row_of(k)) || !(r->fields >> f & 1u)) continue;
+    buf[0] = '\0';
+    for (k = 0; k < mf_mixer_count(); k++) if ((r = mf__mixer_row_of(k))->family && (r->flags & flag)) count++;
+    for (k = 0; k < mf_mixer_count() && n < (int)size; k++) {
+        if (!(r = mf__mixer_row_of(k))->family || !(r->flags & flag)) continue;
         seen++;
-        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : choose ? " or " : " and ",
-                      r->name);
+        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : " or ", r->name);
     }
-    if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
 }
-
-/* causal and n_classes (docs/math.md §20): 0, or -1 with the reason in ctx */
-static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__mixer_row *row) {
-    if (c->causal != 0 && c->causal != 1)
-        return (mf__fail(ctx, "model config: causal %d must be 1 (a language model: position t sees positions <= t) or 0 "
-                         "(every position sees the whole sequence, e.g. for classification)", c->causal), -1);
-    if (!c->causal && !(row->flags & MF__MIX_NONCAUSAL))
-        return (mf__fail(ctx, "model config: causal = 0: the %s mixer is a recurrence over the positions (its state "
-                         "runs left to right) and has no non-causal form; choose sdpa, metric, quadratic, pool, identity "
-                         "or linear, or keep causal = 1", row->name), -1);
-    if (!c->causal && c->mixer == MF_MIXER_POOL && c->pool_causal != 1)
-        return (mf__fail(ctx, "model config: pool_causal = 0 with causal = 0: a non-causal model always pools the centred "
-                         "window and does not read pool_causal; leave it at its default 1"), -1);
-    if (c->n_classes < 0)
-        return (mf__fail(ctx, "model config: n_classes %d must be 0 (a language model) or the number of classes of a "
-                         "sequence classifier", c->n_classes), -1);
-    if (c->n_classes > 0 && c->mixer == MF_MIXER_RELATIVE)
-        return (mf__fail(ctx, "model config: n_classes = %d with the relative mixer: its memories continue batch rows "
-                         "across calls, which a classifier of independent texts does not have; choose another mixer",
-                         c->n_classes), -1);
-    return 0;
-}
-
-MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
-    const mf__mixer_row *row;
-    mf_model_config d = mf_model_config_default();
-    int v[MF__FIELD_COUNT], dv[MF__FIELD_COUNT], f;
-    if (!mf_ok(ctx)) return -1;
-#define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
-    if (!c) MF__BAD("model config is NULL (start from mf_model_config_default())");
-    if (c->vocab < 1) MF__BAD("model config: vocab %d must be >= 1 (the number of distinct tokens)", c->vocab);
-    if (c->d_model < 1 || c->n_layers < 1 || c->d_ff < 1 || c->max_seq < 1)
-        MF__BAD("model config: d_model %d, n_layers %d, d_ff %d and max_seq %d must all be >= 1",
-                c->d_model, c->n_layers, c->d_ff, c->max_seq);
-    if (!(row = mf__mixer_row_of((int)c->mixer))) MF__BAD("model config: unknown mixer %d", (int)c->mixer);
-    if (!row->family)
-        MF__BAD("model config: mixer %s is not compiled in: the implementation was compiled with %s (compile it "
-                "without that switch, or choose another mixer)", row->name, row->off);
-    if ((int)c->pos < MF_POS_NONE || c->pos > MF_POS_SINUSOIDAL) MF__BAD("model config: unknown positional encoding %d", (int)c->pos);
-    if ((int)c->ffn_act < MF_ACT_RELU || c->ffn_act > MF_ACT_SILU) MF__BAD("model config: unknown FFN activation %d", (int)c->ffn_act);
-    if ((int)c->block < MF_BLOCK_PRE_NORM || c->block > MF_BLOCK_STREAM_NORM)
-        MF__BAD("model config: unknown block layout %d (pre_norm or stream_norm)", (int)c->block);
-    if (c->block == MF_BLOCK_STREAM_NORM && !(row->flags & MF__MIX_PRE_LN))
-        MF__BAD("model config: block layout stream_norm needs a mixer whose block applies ln1 before it (sdpa, metric, "
-                "quadratic, pool, linear); the %s mixer %s (use block pre_norm)", row->name,
-                row->flags & MF__MIX_SKIP ? "has no mixer sub-block" : "normalises its own input");
-    if ((row->flags & MF__MIX_HEADS) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
-        MF__BAD("model config: d_model %d is not divisible by n_heads %d; pick a head count that divides "
-                "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, row->name);
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
-    if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
-    if (!(c->attn_dropout >= 0.0f && c->attn_dropout < 1.0f))
-        MF__BAD("model config: attn_dropout %g must be in [0, 1) (0: none)", (double)c->attn_dropout);
-    if (c->attn_dropout != 0.0f && !(row->fields & MF__F(ATTN_DROPOUT))) {
-        char which[160];
-        mf__readers(MF__FIELD_ATTN_DROPOUT, 0, which, sizeof which);
-        MF__BAD("model config: attn_dropout = %g applies only to %s (the softmax attention: set it to 0, or use "
-                "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
-    }
-    if (mf__check_noncausal(ctx, c, row) < 0) return -1;
-    if (!row->def && c->mixer_field_set)
-        MF__BAD("model config: mixer_field_set is 0x%x, but the %s mixer is built in and has no registered fields "
-                "(mf_model_config_set names the fields of registered mixers only)", c->mixer_field_set, row->name);
-    mf__field_values(c, v);
-    mf__field_values(&d, dv);
-    for (f = 0; f < MF__FIELD_COUNT; f++)
-        if (!(row->fields >> f & 1u) && v[f] != dv[f]) {
-            char which[160], choose[160];
-            mf__readers(f, 0, which, sizeof which);
-            mf__readers(f, 1, choose, sizeof choose);
-            MF__BAD("model config: %s = %d applies only to %s (set it to %d, or choose %s); the %s mixer does not read it",
-                    mf__field_names[f], v[f], which, dv[f], choose, row->name);
-        }
-#undef MF__BAD
-    return row->family->check ? row->family->check(ctx, c) : 0;
-}
-
 /* a parameter of layer l named "layers.<l>.<name>" */
 static mf_tensor *mf__layer_param(mf_model *m, int l, const char *name, int ndim, int d0, int d1) {
     char nm[96];
@@ -6764,39 +6624,22 @@ static mf_tensor *mf__attn_heads_copy(mf_ctx *ctx, mf_tensor *t, int parts, int 
     if (t && t->shape[2] != H) t = mf_slice(ctx, t, 2, part * H, H); /* part p of a pack [B, T, P H, d] */
     return mf_permute(ctx, t, perm);
 }
-/* the fused attention of a softmax mixer's layer l on token-major q, k, v [B, T, H, d] or parts of
-   packs [B, T, P H, d] (the linear layers' outputs, reshaped: no head copies; parts as
-   MF__ARG_ATTN_PARTS) -> [B, T, H, dv], or its inspection (which reads heads-major operands:
-   copies, only while inspecting) */
-static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, int parts,
-                                   float scale) {
-    mf_ctx *ctx = m->ctx;
-    int perm[4] = {0, 2, 1, 3}, H = m->cfg.n_heads;
-    if (m->probe)
-        return mf_permute(ctx, mf__probe_attend(m, l, mf__attn_heads_copy(ctx, q, parts, 0, H),
-                                                mf__attn_heads_copy(ctx, k, parts, 1, H),
-                                                mf__attn_heads_copy(ctx, v, parts, 2, H), scale, NULL, NULL, NULL), perm);
-    return mf__attention_make(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, 1, parts);
-}
-
-#ifndef METAFORMER_NO_XL
-static int mf__xl_held(const mf_model *m); /* [mf:xl]: the most memories a layer holds in the current slot */
-#endif
 
 MFDEF int mf_model_attention_keys(mf_model *m, int T) {
     if (!m || !mf_ok(m->ctx)) return -1;
     if (!(m->mixer->flags & MF__MIX_MAPS))
+    {
+        char which[256];
+        mf__mixers_with(MF__MIX_MAPS, which, sizeof which);
         return (mf__fail(m->ctx, "attention inspection: the %s mixer has no attention probabilities to show (inspect "
-                         "sdpa, metric, quadratic, relative, feedback or feedback_kv)", m->mixer->name), -1);
+                         "%s)", m->mixer->name, which), -1);
+    }
     if (T < 1 || T > m->cfg.max_seq)
         return (mf__fail(m->ctx, "attention inspection: length %d must be in [1, max_seq = %d]", T, m->cfg.max_seq), -1);
     if (m->fam->run_stack && m->on_device)
         return (mf__fail(m->ctx, "attention inspection: the %s mixer is inspected on CPU contexts only (on the GPU its "
                          "recurrence is one kernel); load its weights into a CPU context (mf_save, mf_load)", m->mixer->name), -1);
-#ifndef METAFORMER_NO_XL
-    if (m->cfg.mixer == MF_MIXER_RELATIVE) return T + mf__xl_held(m);
-#endif
-    return T;
+    return T + (m->fam->held_keys ? m->fam->held_keys(m) : 0);
 }
 
 MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int T, float *scores, float *probs) {
@@ -6829,6 +6672,165 @@ MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int 
     return logits;
 }
 
+/* ==== [mf:config] =========================================================================== */
+/* The model config: the one table of the optional fields (which mixer reads which: the rows of
+   [mf:mixers]), the names of the config's enums, the defaults and mf_model_check. The generic
+   checks are here; each family checks its own fields (its check hook). */
+/* the optional config fields: a mixer row lists the ones its mixer reads; a field that the
+   chosen mixer does not read must keep mf_model_config_default()'s value (mf_model_check) */
+enum {
+    MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
+    MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
+    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_COUNT
+};
+#define MF__F(field) (1u << MF__FIELD_##field)
+static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
+    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout"};
+static void mf__field_values(const mf_model_config *c, int *v) {
+    v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
+    v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
+    v[MF__FIELD_COMPRESSIVE] = c->compressive; v[MF__FIELD_C_MEM_LEN] = c->c_mem_len;
+    v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
+    v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
+    v[MF__FIELD_ATTN_DROPOUT] = c->attn_dropout != 0.0f; /* a float: mf_model_check names it itself */
+}
+
+/* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
+static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
+static const char *const mf__act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+static const char *const mf__feature_names[] = {"dpfp", "elu1"};
+static const char *const mf__block_names[] = {"pre_norm", "stream_norm"};
+static int mf__name_index(const char *const *names, int n, const char *name) {
+    int i;
+    for (i = 0; name && i < n; i++) if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+#define MF__NAMES(tab) tab, (int)(sizeof tab / sizeof tab[0])
+static const char *mf__name_of(const char *const *names, int n, int k) { return k >= 0 && k < n ? names[k] : "unknown"; }
+MFDEF const char *mf_pos_name(mf_pos_kind k) { return mf__name_of(MF__NAMES(mf__pos_names), (int)k); }
+MFDEF int mf_pos_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__pos_names), name); }
+MFDEF const char *mf_act_name(mf_act_kind k) { return mf__name_of(MF__NAMES(mf__act_names), (int)k); }
+MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
+MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NAMES(mf__feature_names), (int)k); }
+MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
+MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
+MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
+static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
+MFDEF const char *mf_precision_name(mf_precision p) { return mf__name_of(MF__NAMES(mf__precision_names), (int)p); }
+MFDEF int mf_precision_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__precision_names), name); }
+/* mf_cuda_set_precision on a context without the CUDA backend: the CPU computes in fp32 only */
+static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
+    if (!mf_ok(ctx)) return -1;
+    if (p == MF_PREC_FP32) return 0;
+    if (p == MF_PREC_TF32 || p == MF_PREC_BF16)
+        return (mf__fail(ctx, "mf_cuda_set_precision: %s needs a CUDA context; the CPU computes in fp32 only (call "
+                         "mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first, or keep MF_PREC_FP32)", mf_precision_name(p)), -1);
+    return (mf__fail(ctx, "mf_cuda_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
+                     (int)p), -1);
+}
+
+MFDEF mf_model_config mf_model_config_default(void) {
+    mf_model_config c;
+    memset(&c, 0, sizeof c);
+    c.d_model = 128; c.n_heads = 4; c.n_layers = 4; c.d_ff = 512; c.max_seq = 256;
+    c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
+    c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
+    c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
+    c.causal = 1;
+    return c;
+}
+
+/* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /
+   "mixer fast_weights or linear" (choose): the mixers that read field f */
+static void mf__readers(int f, int choose, char *buf, size_t size) {
+    int k, n = 0, count = 0, seen = 0;
+    const mf__mixer_row *r;
+    for (k = 0; k < mf_mixer_count(); k++) if ((r = mf__mixer_row_of(k)) && (r->fields >> f & 1u)) count++;
+    n += snprintf(buf + n, size - (size_t)n, "%s", choose ? "mixer " : "the ");
+    for (k = 0; k < MF_MIXER_COUNT && n < (int)size; k++) {
+        if (!(r = mf__mixer_row_of(k)) || !(r->fields >> f & 1u)) continue;
+        seen++;
+        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : choose ? " or " : " and ",
+                      r->name);
+    }
+    if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
+}
+
+/* causal and n_classes (docs/math.md §20): 0, or -1 with the reason in ctx */
+static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__mixer_row *row) {
+    if (c->causal != 0 && c->causal != 1)
+        return (mf__fail(ctx, "model config: causal %d must be 1 (a language model: position t sees positions <= t) or 0 "
+                         "(every position sees the whole sequence, e.g. for classification)", c->causal), -1);
+    char which[256];
+    if (!c->causal && !(row->flags & MF__MIX_NONCAUSAL)) {
+        mf__mixers_with(MF__MIX_NONCAUSAL, which, sizeof which);
+        return (mf__fail(ctx, "model config: causal = 0: the %s mixer %s has no non-causal form; choose %s, or keep "
+                         "causal = 1", row->name, row->def ? "(registered without MF_MIXER_NONCAUSAL)"
+                         : "is a recurrence over the positions (its state runs left to right) and", which), -1);
+    }
+    if (c->n_classes < 0)
+        return (mf__fail(ctx, "model config: n_classes %d must be 0 (a language model) or the number of classes of a "
+                         "sequence classifier", c->n_classes), -1);
+    return 0;
+}
+
+MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
+    const mf__mixer_row *row;
+    mf_model_config d = mf_model_config_default();
+    int v[MF__FIELD_COUNT], dv[MF__FIELD_COUNT], f;
+    if (!mf_ok(ctx)) return -1;
+#define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
+    if (!c) MF__BAD("model config is NULL (start from mf_model_config_default())");
+    if (c->vocab < 1) MF__BAD("model config: vocab %d must be >= 1 (the number of distinct tokens)", c->vocab);
+    if (c->d_model < 1 || c->n_layers < 1 || c->d_ff < 1 || c->max_seq < 1)
+        MF__BAD("model config: d_model %d, n_layers %d, d_ff %d and max_seq %d must all be >= 1",
+                c->d_model, c->n_layers, c->d_ff, c->max_seq);
+    if (!(row = mf__mixer_row_of((int)c->mixer))) MF__BAD("model config: unknown mixer %d", (int)c->mixer);
+    if (!row->family)
+        MF__BAD("model config: mixer %s is not compiled in: the implementation was compiled with %s (compile it "
+                "without that switch, or choose another mixer)", row->name, row->off);
+    if ((int)c->pos < MF_POS_NONE || c->pos > MF_POS_SINUSOIDAL) MF__BAD("model config: unknown positional encoding %d", (int)c->pos);
+    if ((int)c->ffn_act < MF_ACT_RELU || c->ffn_act > MF_ACT_SILU) MF__BAD("model config: unknown FFN activation %d", (int)c->ffn_act);
+    if ((int)c->block < MF_BLOCK_PRE_NORM || c->block > MF_BLOCK_STREAM_NORM)
+        MF__BAD("model config: unknown block layout %d (pre_norm or stream_norm)", (int)c->block);
+    if (c->block == MF_BLOCK_STREAM_NORM && !(row->flags & MF__MIX_PRE_LN)) {
+        char which[256];
+        mf__mixers_with(MF__MIX_PRE_LN, which, sizeof which);
+        MF__BAD("model config: block layout stream_norm needs a mixer whose block applies ln1 before it (%s); the %s "
+                "mixer %s (use block pre_norm)", which, row->name,
+                row->flags & MF__MIX_SKIP ? "has no mixer sub-block" : "normalises its own input");
+    }
+    if ((row->flags & MF__MIX_HEADS) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
+        MF__BAD("model config: d_model %d is not divisible by n_heads %d; pick a head count that divides "
+                "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, row->name);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
+    if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
+    if (!(c->attn_dropout >= 0.0f && c->attn_dropout < 1.0f))
+        MF__BAD("model config: attn_dropout %g must be in [0, 1) (0: none)", (double)c->attn_dropout);
+    if (c->attn_dropout != 0.0f && !(row->fields & MF__F(ATTN_DROPOUT))) {
+        char which[160];
+        mf__readers(MF__FIELD_ATTN_DROPOUT, 0, which, sizeof which);
+        MF__BAD("model config: attn_dropout = %g applies only to %s (the softmax attention: set it to 0, or use "
+                "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
+    }
+    if (mf__check_noncausal(ctx, c, row) < 0) return -1;
+    if (!row->def && c->mixer_field_set)
+        MF__BAD("model config: mixer_field_set is 0x%x, but the %s mixer is built in and has no registered fields "
+                "(mf_model_config_set names the fields of registered mixers only)", c->mixer_field_set, row->name);
+    mf__field_values(c, v);
+    mf__field_values(&d, dv);
+    for (f = 0; f < MF__FIELD_COUNT; f++)
+        if (!(row->fields >> f & 1u) && v[f] != dv[f]) {
+            char which[160], choose[160];
+            mf__readers(f, 0, which, sizeof which);
+            mf__readers(f, 1, choose, sizeof choose);
+            MF__BAD("model config: %s = %d applies only to %s (set it to %d, or choose %s); the %s mixer does not read it",
+                    mf__field_names[f], v[f], which, dv[f], choose, row->name);
+        }
+#undef MF__BAD
+    return row->family->check ? row->family->check(ctx, c) : 0;
+}
+
 /* ==== [mf:attention] ======================================================================== */
 /* The softmax attention family: sdpa (causal multi-head attention, labml MHA), metric (per head
    p = x Wp, a symmetric M from its upper triangle Mbar, softmax(p M p^T / sqrt(dk)) p, E) and
@@ -6843,6 +6845,21 @@ typedef struct mf__attn_state {
     int32_t *m_ids; /* metric: [H][dk][dk], the entry h L + l of Mbar [H L] that M_h[k][k'] reads (L = dk (dk + 1) / 2) */
 } mf__attn_state;
 #define MF__ATTN_L(m, l) ((mf__attn_layer *)(m)->layers[l].mix)
+
+/* the fused attention of a softmax mixer's layer l on token-major q, k, v [B, T, H, d] or parts of
+   packs [B, T, P H, d] (the linear layers' outputs, reshaped: no head copies; parts as
+   MF__ARG_ATTN_PARTS) -> [B, T, H, dv], or its inspection (which reads heads-major operands:
+   copies, only while inspecting) */
+static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, int parts,
+                                   float scale) {
+    mf_ctx *ctx = m->ctx;
+    int perm[4] = {0, 2, 1, 3}, H = m->cfg.n_heads;
+    if (m->probe)
+        return mf_permute(ctx, mf__probe_attend(m, l, mf__attn_heads_copy(ctx, q, parts, 0, H),
+                                                mf__attn_heads_copy(ctx, k, parts, 1, H),
+                                                mf__attn_heads_copy(ctx, v, parts, 2, H), scale, NULL, NULL, NULL), perm);
+    return mf__attention_make(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, 1, parts);
+}
 
 static void mf__attn_make_layer(mf_model *m, int l) {
     const mf_model_config *c = &m->cfg;
@@ -6959,7 +6976,7 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 
 static const mf__family mf__fam_attention = {
     "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT),
-    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL
+    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL, NULL
 };
 
 MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) {
@@ -7027,6 +7044,9 @@ typedef struct mf__pool_layer {
 /* the window: [t - k + 1, t] only in a causal model with pool_causal = 1, else centred */
 static int mf__pool_is_causal(const mf_model_config *c) { return c->causal && c->pool_causal; }
 static int mf__pool_check(mf_ctx *ctx, const mf_model_config *c) {
+    if (c->mixer == MF_MIXER_POOL && !c->causal && c->pool_causal != 1)
+        return (mf__fail(ctx, "model config: pool_causal = 0 with causal = 0: a non-causal model always pools the centred "
+                         "window and does not read pool_causal; leave it at its default 1"), -1);
     if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!mf__pool_is_causal(c) && c->pool_size % 2 == 0)))
         return (mf__fail(ctx, "model config: pool_size %d must be >= 1 (and odd for a centred window)", c->pool_size), -1);
     return 0;
@@ -7067,7 +7087,7 @@ static mf_tensor *mf__pool_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 
 static const mf__family mf__fam_pool = {
     "pool", sizeof(mf__pool_layer), MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
-    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL
+    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL, NULL
 };
 
 /* ==== [mf:xl] =============================================================================== */
@@ -7390,6 +7410,9 @@ struct mf__xl_state {
 static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c) {
     int64_t keys = (int64_t)c->max_seq + c->mem_len + (c->compressive ? c->c_mem_len : 0);
 #define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
+    if (c->n_classes > 0)
+        MF__BAD("model config: n_classes = %d with the relative mixer: its memories continue batch rows across calls, "
+                "which a classifier of independent texts does not have; choose another mixer", c->n_classes);
     if (c->mem_len < 0) MF__BAD("model config: mem_len %d must be >= 0 (memories kept per layer; 0 = none)", c->mem_len);
     if (c->c_mem_len < 0) MF__BAD("model config: c_mem_len %d must be >= 0 (compressed memories kept per layer)", c->c_mem_len);
     if (c->compressive) {
@@ -7788,7 +7811,8 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
 static const mf__family mf__fam_xl = {
     "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
                                 MF__F(ATTN_DROPOUT),
-    mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state
+    mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state,
+    mf__xl_held
 };
 /* the memories of a relative model, NULL for the other mixers */
 static struct mf__xl_state *mf__xl_state_of(const mf_model *m) {
@@ -8695,7 +8719,7 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
 
 static const mf__family mf__fam_fastweights = {
     "fastweights", sizeof(mf__fw_layer), MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
-    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL
+    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL, NULL
 };
 #endif /* METAFORMER_NO_FASTWEIGHTS */
 
@@ -9678,7 +9702,7 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
 
 static const mf__family mf__fam_feedback = {
     "feedback", sizeof(mf__fb_layer), MF__F(ATTN_DROPOUT),
-    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL
+    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL, NULL
 };
 #endif /* METAFORMER_NO_FEEDBACK */
 
