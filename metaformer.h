@@ -118,9 +118,14 @@
  *               metaformer_cuda.cuh's mf__cu_ops (with 1 in its bf16 column when the kernels read
  *               and write bf16 tensors themselves, [cu:storage]). The tests fail when any of these
  *               is missing.
- *   A mixer     its code in its family's section and one row in [mf:mixers] (name, family, flags,
- *               the config fields it reads), plus an mf_mixer_kind value; the examples, benchmarks
- *               and scripts take the names from the library (mf_mixer_name, `--list-mixers`).
+ *   Your mixer  no edit of this file: an mf_mixer_def (name, help, fields, per-layer struct,
+ *               make_layer, forward; optional check, gen_begin / gen_step, aux_loss, free_layer)
+ *               and one mf_mixer_register call in your program (docs/math.md §23,
+ *               examples/custom_mixer.c); the example programs take it with -DEXTRA_MIXERS=fn.
+ *   A mixer     (built in) its code in its family's section and one row in [mf:mixers] (name,
+ *               family, flags, the config fields it reads), an mf_mixer_kind value and one line in
+ *               mf_mixer_help; the examples, benchmarks and scripts take the names from the
+ *               library (mf_mixer_name, mf_mixer_count, `--list-mixers`).
  *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
  *               run_stack, gen_begin, aux_loss, state: what crosses calls, for checkpoints), its
  *               per-layer struct, its rows, a METAFORMER_NO_<FAMILY> switch, and the CUDA twin
@@ -193,6 +198,10 @@
                 mf_mixer_name / _from_name / _compiled   mixers by name; compiled in or not
                 mf_pos_, mf_act_, mf_feature_, mf_block_ name / _from_name   other config names
                 mf_model_check              validate a config, naming the field at fault
+   your mixer   mf_mixer_register           a token mixer of your own (mf_mixer_def), by name from then on
+                mf_mixer_count, _help, _field_of   every mixer of the program; its help; its fields
+                mf_model_config_set / _get  a registered mixer's config field by name
+                mf_model_ctx, _param, _field   inside its hooks: the context, a layer parameter, a field
                 mf_model_new / _free        a model's parameters in a context / the model
                 mf_model_get_config         the config of a model
                 mf_model_forward            logits of a batch of ids
@@ -802,7 +811,7 @@ MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
 MFDEF int mf_mixer_from_name(const char *name);
 MFDEF int mf_mixer_compiled(mf_mixer_kind kind);
 
-/* ---- your own token mixer (docs/math.md §22) ---------------------------------------------------
+/* ---- your own token mixer (docs/math.md §23) ---------------------------------------------------
    A mixer defined in your program, outside this header: describe it in an mf_mixer_def and register
    it once, before any model uses it. From then on it is a mixer like the built-in ones: its name
    works in mf_mixer_from_name (and so in every example's --mixer), mf_model_new builds it, the

@@ -3,7 +3,7 @@
    head h adds -m_h |i - j| to the score of query i and key j, with the slopes m_h =
    2^(-alibi_max (h + 1) / H) (the paper's alibi_max: 8). The mixer is ~50 lines below, built from the
    library's public ops (the backward comes from the autograd, CUDA runs it as it is) and registered
-   with mf_mixer_register; from then on it is a mixer like the built-in ones (docs/math.md §22).
+   with mf_mixer_register; from then on it is a mixer like the built-in ones (docs/math.md §23).
 
    Alone:   build/custom_mixer FILE [STEPS [CKPT]]  trains a small ALiBi model on the bytes of a text
             file, saves it to CKPT (default custom_mixer.safetensors) and prints a greedy sample.

@@ -1,5 +1,5 @@
 /* test_cuda_custom.cpp - a mixer defined outside the library (examples/custom_mixer.c's ALiBi
- * attention, docs/math.md §22) on the CUDA backend against the CPU, with no CUDA code of its own: a
+ * attention, docs/math.md §23) on the CUDA backend against the CPU, with no CUDA code of its own: a
  * few training steps (losses, gradient norms, parameters), then greedy and sampled generation (the
  * window rerun per token), in every thread order of the emulator.
  *

@@ -1,4 +1,4 @@
-/* test_custom_mixer.c - the public mixer API (docs/math.md §22) through examples/custom_mixer.c's
+/* test_custom_mixer.c - the public mixer API (docs/math.md §23) through examples/custom_mixer.c's
    ALiBi mixer and two small mixers defined here: registration and its refusals, the config fields,
    the gradient by finite differences, the forward against a plain loop, causality, training, save and
    resume bit for bit, checkpoints refused by another mixer, generation with and without a gen_step
