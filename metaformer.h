@@ -6092,6 +6092,7 @@ typedef struct mf__mixer_row {
     const char *off;          /* the switch that leaves the family out (NULL: always compiled) */
     unsigned flags;           /* MF__MIX_* */
     unsigned fields;          /* MF__F(...): the optional config fields this mixer reads */
+    const char *help;         /* one line: what it computes, and its seed (mf_mixer_help) */
     const mf_mixer_def *def;  /* a registered mixer's definition (NULL: built in) */
 } mf__mixer_row;
 static const mf__mixer_row *mf__mixer_row_of(int kind); /* [mf:mixers]; NULL for an unknown kind */
@@ -9736,31 +9737,42 @@ static const mf__family mf__fam_feedback = {
 #endif
 static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* name           kind                   family              switch                       flags
-                                                                                              fields read */
+                                                                                              fields read
+                                                                                              help */
     {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT), NULL},
+                                                                                            MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT),
+                                                                                            "multi-head scaled dot-product attention (labml MHA)", NULL},
     {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_DROPOUT), NULL},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "per head p = x Wp, a symmetric metric M: softmax(p M p^T / sqrt(dk)) p (NLP MetaFormer)", NULL},
     {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_DROPOUT), NULL},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "the same with an unconstrained M per head (NLP MetaFormer)", NULL},
     {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL), NULL},
-    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0, NULL},
+                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
+                                                                                            "mean over a window of pool_size tokens minus x (PoolFormer)", NULL},
+    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0,
+                                                                                            "no token mixing: the mixer sub-block is skipped (MetaFormer's baseline)", NULL},
     /* relative: ln1 normalises [memories ; x] inside the mixer */
     {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
-                                                                                            MF__F(ATTN_DROPOUT), NULL},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "Transformer-XL relative attention over [memories; x]; --compressive: compressive transformer", NULL},
     /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
     {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
-                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE), NULL},
+                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE),
+                                                                                            "DPFP features and the delta rule (Schlag et al., fast weights)", NULL},
     /* linear: causal = 0 sums W and z over the whole sequence (docs/math.md §20.2) */
     {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE), NULL},
+                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
+                                                                                            "linear attention, DPFP or elu + 1 features (Katharopoulos et al.)", NULL},
     /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
     {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
-                                                                                            MF__F(ATTN_DROPOUT), NULL},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "feedback transformer, per-layer keys and values (Fan et al.)", NULL},
     {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
-                                                                                            MF__F(ATTN_DROPOUT), NULL},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "feedback transformer, keys and values shared by all layers (labml's script)", NULL},
 };
 /* ---- registered mixers (mf_mixer_register): each gets a row and a family of its own whose hooks
    call the definition's; kind MF_MIXER_COUNT + i is entry i ---- */
@@ -9793,20 +9805,8 @@ MFDEF int mf_mixer_compiled(mf_mixer_kind kind) {
     return r && r->family;
 }
 MFDEF const char *mf_mixer_help(mf_mixer_kind kind) {
-    static const char *const help[MF_MIXER_COUNT] = {
-        "multi-head scaled dot-product attention (labml MHA)",
-        "per head p = x Wp, a symmetric metric M: softmax(p M p^T / sqrt(dk)) p (NLP MetaFormer)",
-        "the same with an unconstrained M per head (NLP MetaFormer)",
-        "mean over a window of pool_size tokens minus x (PoolFormer)",
-        "no token mixing: the mixer sub-block is skipped (MetaFormer's baseline)",
-        "Transformer-XL relative attention over [memories; x]; --compressive: compressive transformer",
-        "DPFP features and the delta rule (Schlag et al., fast weights)",
-        "linear attention, DPFP or elu + 1 features (Katharopoulos et al.)",
-        "feedback transformer, per-layer keys and values (Fan et al.)",
-        "feedback transformer, keys and values shared by all layers (labml's script)"};
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
-    if (!r) return "";
-    return r->def ? r->def->help : help[(int)kind];
+    return r ? r->help : "";
 }
 MFDEF const mf_mixer_field *mf_mixer_field_of(mf_mixer_kind kind, int i) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
@@ -9968,6 +9968,7 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
     e->row.flags = MF__MIX_LN1 | MF__MIX_PRE_LN | (def->flags & MF_MIXER_HEADS ? MF__MIX_HEADS : 0) |
                    (def->flags & MF_MIXER_NONCAUSAL ? MF__MIX_NONCAUSAL : 0) |
                    (def->flags & MF_MIXER_FIXED_STATE ? MF__MIX_FIXED_STATE : 0);
+    e->row.help = e->def.help;
     e->row.def = &e->def;
     return MF_MIXER_COUNT + mf__n_reg++;
 }
