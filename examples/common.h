@@ -592,10 +592,19 @@ EX_FN void print_mixer_fields(FILE *f, int kind) {
         fprintf(f, "  %s (default %g, %s in [%g, %g]): %s\n", fd->name, (double)fd->def, fd->integer ? "whole" : "real",
                 (double)fd->lo, (double)fd->hi, fd->help ? fd->help : "");
 }
+/* --fields goes into a checkpoint only when given, and a checkpoint without it has none: the
+   checkpoints of the built-in mixers are what they were before the option existed */
+EX_FN int option_unstored(const option *o) {
+    const char *v = o->type == OPT_TEXT ? *(const char *const *)o->value : NULL;
+    return strcmp(o->name, "fields") == 0 && (!v || !v[0]);
+}
 /* --fields "name=value,...": the registered mixer's fields into cfg (cfg->mixer set) */
 EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char *fields) {
     char buf[512], *item, *save = NULL;
     if (!fields || !fields[0]) return;
+    if (strlen(fields) > 63) /* checkpoints store an option's value in 64 bytes */
+        die("--fields \"%s\" is %zu bytes, more than the 63 a checkpoint stores; shorten it (a field left out keeps its "
+            "default)", fields, strlen(fields));
     if (!mf_mixer_field_of(cfg->mixer, 0))
         die("--fields %s: the %s mixer has no fields of its own (--fields sets those of a registered mixer; the built-in "
             "mixers have their own options); drop --fields", fields, mixer);

@@ -365,11 +365,11 @@ static void close_data(data *d) {
 /* ---- checkpoints: mf_model_save's tensors (weights, moments, memories) + our settings, vocabulary and
    loader state as metadata ---- */
 static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const mf_loader *L) {
-    static char keys[N_OPTIONS + 12][48], vals[N_OPTIONS + 12][48];
+    static char keys[N_OPTIONS + 12][48], vals[N_OPTIONS + 12][64];
     const char *kv[2 * (N_OPTIONS + 12)];
     int n = 0;
     for (int i = 0; i < N_OPTIONS; i++)
-        if (OPTIONS[i].saved) {
+        if (OPTIONS[i].saved && !option_unstored(&OPTIONS[i])) {
             snprintf(keys[n], sizeof keys[n], "train.%s", OPTIONS[i].name);
             kv[2 * n] = keys[n]; kv[2 * n + 1] = format_option(&OPTIONS[i], vals[n], sizeof vals[n]); n++;
         }
