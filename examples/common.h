@@ -600,7 +600,7 @@ EX_FN int option_unstored(const option *o) {
 }
 /* --fields "name=value,...": the registered mixer's fields into cfg (cfg->mixer set) */
 EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char *fields) {
-    char buf[512], *item, *save = NULL;
+    char buf[512], *item, *next;
     if (!fields || !fields[0]) return;
     if (strlen(fields) > 63) /* checkpoints store an option's value in 64 bytes */
         die("--fields \"%s\" is %zu bytes, more than the 63 a checkpoint stores; shorten it (a field left out keeps its "
@@ -609,9 +609,12 @@ EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char 
         die("--fields %s: the %s mixer has no fields of its own (--fields sets those of a registered mixer; the built-in "
             "mixers have their own options); drop --fields", fields, mixer);
     snprintf(buf, sizeof buf, "%s", fields);
-    for (item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(item, '='), *end = NULL;
-        double v = eq ? strtod(eq + 1, &end) : 0;
+    for (item = buf; item; item = next) {
+        char *eq, *end = NULL;
+        double v;
+        if ((next = strchr(item, ','))) *next++ = '\0';
+        eq = strchr(item, '=');
+        v = eq ? strtod(eq + 1, &end) : 0;
         if (!eq || end == eq + 1 || *end) die("--fields: \"%s\" is not name=number (e.g. --fields %s=%g)", item,
                                               mf_mixer_field_of(cfg->mixer, 0)->name, (double)mf_mixer_field_of(cfg->mixer, 0)->def);
         *eq = 0;
