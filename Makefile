@@ -72,7 +72,7 @@ all: examples
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
-CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h
+CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h examples/custom_mixer.c
 # the CUDA parity suites (each in a namespace of its own in tests/cuda_suites.cpp; the emulator's own
 # test, tests/test_cuda_emu.cpp, stays a program of its own)
 CUDA_SUITE_SRCS := $(filter-out tests/test_cuda_emu.cpp,$(wildcard tests/test_cuda*.cpp))
@@ -118,28 +118,28 @@ CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model
 $(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
-$(SHARED_C:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.c $(BUILD)/obj/impl_casan.o metaformer.h tests/*.h examples/common.h
+$(SHARED_C:%=$(BUILD)/casan/%): $(BUILD)/casan/%: tests/%.c $(BUILD)/obj/impl_casan.o metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_casan.o -o $@ $(LDLIBS)
-$(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h
+$(BUILD)/casan/%: tests/%.c metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 $(BUILD)/casan/%: tests/%.cpp metaformer.h metaformer_cuda.cuh tests/*.h
 	@mkdir -p $(dir $@)
 	$(CLANGXX) $(ASAN_CXX) $(EMU_FLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h
+$(SHARED_C:%=$(BUILD)/tests/%): $(BUILD)/tests/%: tests/%.c $(BUILD)/obj/impl.o metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
-$(SHARED_C:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.c $(BUILD)/obj/impl_asan.o metaformer.h tests/*.h examples/common.h
+$(SHARED_C:%=$(BUILD)/asan/%): $(BUILD)/asan/%: tests/%.c $(BUILD)/obj/impl_asan.o metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -I. -Itests $< $(BUILD)/obj/impl_asan.o -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h
+$(BUILD)/tests/%: tests/%.c metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
-$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h examples/common.h
+$(BUILD)/asan/%: tests/%.c metaformer.h tests/*.h examples/common.h examples/custom_mixer.c
 	@mkdir -p $(dir $@)
 	$(CC) $(SANFLAGS) -I. -Itests $< -o $@ $(LDLIBS)
 
@@ -174,6 +174,13 @@ $(BUILD)/%: examples/%.c examples/common.h examples/svg.h metaformer.h $(BUILD)/
 
 examples: $(EXAMPLES)
 
+# The example programs with examples/custom_mixer.c's mixer linked in (how a program gets mixers of
+# your own: -DEXTRA_MIXERS=<your registration function> and your file, docs/library.md)
+$(BUILD)/%-custom: examples/%.c examples/custom_mixer.c examples/common.h examples/svg.h metaformer.h $(BUILD)/obj/impl.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -DEXTRA_MIXERS=custom_mixer_register -DCUSTOM_MIXER_NO_MAIN \
+	    $< examples/custom_mixer.c $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
+
 # examples/embed built by its own Makefile, as a user builds it (with this Makefile's warnings)
 $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 	@mkdir -p $(dir $@)
@@ -188,7 +195,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report test_gpu_first_run test_train_mpi test_readme test_links
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report test_gpu_first_run test_train_mpi test_readme test_links test_custom_cli
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -215,7 +222,8 @@ $(BUILD)/logs/sh/test_nonfinite.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_accum.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
 $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
-$(BUILD)/logs/sh/test_resume.log: $(BUILD)/train $(BUILD)/emu/train_emu
+$(BUILD)/logs/sh/test_resume.log: $(BUILD)/train-custom $(BUILD)/emu/train_emu
+$(BUILD)/logs/sh/test_custom_cli.log: $(BUILD)/custom_mixer $(BUILD)/train $(BUILD)/train-custom $(BUILD)/sample $(BUILD)/sample-custom $(BUILD)/ablate-custom
 $(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(BUILD)/train-mpi
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize

@@ -87,15 +87,17 @@
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
- *   [mf:model]      the MetaFormer language model: config, blocks, forward, loss, generation, the
+ *   [mf:model]      the MetaFormer language model: blocks, forward, loss, generation, the
  *                   sequence-classification head; each family of mixers plugs in through one
- *                   descriptor (a few checks still name a mixer)
+ *                   descriptor, and names no mixer (tests/hygiene.sh checks)
+ *   [mf:config]     the config: the table of the optional fields, names, defaults, mf_model_check
  *   [mf:attention]  mixer family: sdpa, metric, quadratic (softmax attention, KV cache)
  *   [mf:pool]       mixer family: pool, identity
  *   [mf:xl]         mixer family: Transformer-XL relative attention, segment memory, compressive
  *   [mf:fastweights] mixer family: fast weights (DPFP + delta rule) and linear attention
  *   [mf:feedback]   mixer family: the feedback transformer (original and shared-KV)
- *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer
+ *   [mf:mixers]     the mixer table: name, family, flags and config fields of every mixer; the
+ *                   mixers registered at run time (mf_mixer_register: each a family of its own)
  *   [mf:io]         checkpoints (safetensors, crash-safe writes: fsync + rename, all-or-nothing loads,
  *                   the model's state: memories)
  *   [mf:tokenizer]  bytes, characters and byte-level BPE (GPT-2's files, training), one file format
@@ -116,9 +118,14 @@
  *               metaformer_cuda.cuh's mf__cu_ops (with 1 in its bf16 column when the kernels read
  *               and write bf16 tensors themselves, [cu:storage]). The tests fail when any of these
  *               is missing.
- *   A mixer     its code in its family's section and one row in [mf:mixers] (name, family, flags,
- *               the config fields it reads), plus an mf_mixer_kind value; the examples, benchmarks
- *               and scripts take the names from the library (mf_mixer_name, `--list-mixers`).
+ *   Your mixer  no edit of this file: an mf_mixer_def (name, help, fields, per-layer struct,
+ *               make_layer, forward; optional check, gen_begin / gen_step, aux_loss, free_layer)
+ *               and one mf_mixer_register call in your program (docs/math.md §23,
+ *               examples/custom_mixer.c); the example programs take it with -DEXTRA_MIXERS=fn.
+ *   A mixer     (built in) its code in its family's section and one row in [mf:mixers] (name,
+ *               family, flags, the config fields it reads), an mf_mixer_kind value and one line in
+ *               mf_mixer_help; the examples, benchmarks and scripts take the names from the
+ *               library (mf_mixer_name, mf_mixer_count, `--list-mixers`).
  *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
  *               run_stack, gen_begin, aux_loss, state: what crosses calls, for checkpoints), its
  *               per-layer struct, its rows, a METAFORMER_NO_<FAMILY> switch, and the CUDA twin
@@ -191,6 +198,10 @@
                 mf_mixer_name / _from_name / _compiled   mixers by name; compiled in or not
                 mf_pos_, mf_act_, mf_feature_, mf_block_ name / _from_name   other config names
                 mf_model_check              validate a config, naming the field at fault
+   your mixer   mf_mixer_register           a token mixer of your own (mf_mixer_def), by name from then on
+                mf_mixer_count, _help, _field_of   every mixer of the program; its help; its fields
+                mf_model_config_set / _get  a registered mixer's config field by name
+                mf_model_ctx, _param, _field   inside its hooks: the context, a layer parameter, a field
                 mf_model_new / _free        a model's parameters in a context / the model
                 mf_model_get_config         the config of a model
                 mf_model_forward            logits of a batch of ids
@@ -732,6 +743,7 @@ typedef enum mf_feature_kind { MF_FEATURE_DPFP = 0, MF_FEATURE_ELU1 } mf_feature
    ("layers.<l>.ln_mid.*", after the mixer's parameters); mixers whose block applies ln1 only. */
 typedef enum mf_block_kind { MF_BLOCK_PRE_NORM = 0, MF_BLOCK_STREAM_NORM } mf_block_kind;
 
+#define MF_MIXER_MAX_FIELDS 8 /* config fields of one registered mixer (mf_mixer_def) */
 typedef struct mf_model_config {
     int vocab;              /* tokens 0 .. vocab-1 (required) */
     int d_model, n_heads, n_layers, d_ff;
@@ -774,6 +786,10 @@ typedef struct mf_model_config {
                                classifier: the head is "cls.weight" [n_classes, D], "cls.bias" [n_classes] on the
                                mean of the final LayerNorm's output over each row's positions (no "head.*"
                                parameters are made; use mf_model_classify_logits / mf_model_classify_loss) */
+    /* a registered mixer's own fields (mf_mixer_def): set and read them by name with
+       mf_model_config_set / mf_model_config_get; a field not set has its declared default */
+    float mixer_field[MF_MIXER_MAX_FIELDS]; /* in the order of the mixer's declaration */
+    unsigned mixer_field_set;               /* bit i: mixer_field[i] was set */
 } mf_model_config;
 
 typedef struct mf_model mf_model;
@@ -794,6 +810,94 @@ MFDEF mf_model_config mf_model_config_default(void);
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
 MFDEF int mf_mixer_from_name(const char *name);
 MFDEF int mf_mixer_compiled(mf_mixer_kind kind);
+
+/* ---- your own token mixer (docs/math.md §23) ---------------------------------------------------
+   A mixer defined in your program, outside this header: describe it in an mf_mixer_def and register
+   it once, before any model uses it. From then on it is a mixer like the built-in ones: its name
+   works in mf_mixer_from_name (and so in every example's --mixer), mf_model_new builds it, the
+   autograd gives its backward (build the forward from the public ops), its parameters are saved,
+   loaded, cloned, sharded by ZeRO-1 and moved to the GPU with the others, classification and
+   generation work, and a CUDA context runs it with no code of yours. The block around it is the
+   library's: x = x + drop(forward(LN1(x))) (pre_norm and stream_norm alike). A minimal mixer:
+
+       static void mk(mf_model *m, int l, void *st) {        // parameters of layer l
+           mf_tensor **w = (mf_tensor **)st;
+           int D = mf_model_get_config(m)->d_model, shape[2];
+           shape[0] = D; shape[1] = D;
+           *w = mf_model_param(m, l, "mix.weight", 2, shape);
+           mf_init_kaiming_uniform(mf_model_ctx(m), *w);
+       }
+       static mf_tensor *fw(mf_model *m, int l, void *st, mf_tensor *x) { // [B, T, D] -> [B, T, D]
+           return mf_linear(mf_model_ctx(m), x, *(mf_tensor **)st, NULL); // no token mixing at all
+       }
+       mf_mixer_def d = {0};
+       d.name = "mine"; d.help = "..."; d.layer_size = sizeof(mf_tensor *); d.make_layer = mk; d.forward = fw;
+       int kind = mf_mixer_register(&d);   // cfg.mixer = (mf_mixer_kind)kind
+
+   The strings and the fields array of a definition must outlive its use (static storage). */
+typedef struct mf_mixer_field {
+    const char *name;   /* the config field: [a-z][a-z0-9_]*, at most 31 bytes, none of another field of the mixer */
+    float def, lo, hi;  /* default, and the range [lo, hi] that mf_model_check enforces */
+    int integer;        /* 1: whole numbers only */
+    const char *help;   /* one line, for --help */
+} mf_mixer_field;
+enum {
+    MF_MIXER_HEADS = 1,       /* splits d_model into n_heads heads: mf_model_check wants n_heads | d_model */
+    MF_MIXER_NONCAUSAL = 2,   /* forward reads c->causal and has a non-causal form (causal = 0 allowed) */
+    MF_MIXER_FIXED_STATE = 4  /* gen_step keeps a state of a fixed size: with pos = NONE it generates past max_seq */
+};
+typedef struct mf_mixer_def {
+    const char *name;   /* [a-z][a-z0-9_]*, at most 31 bytes, no other mixer's name (required) */
+    const char *help;   /* one line: what it computes and where it comes from (required) */
+    unsigned flags;     /* MF_MIXER_* */
+    int n_fields;       /* 0 .. MF_MIXER_MAX_FIELDS */
+    const mf_mixer_field *fields;
+    size_t layer_size;  /* bytes of the per-layer struct the hooks get as st (zeroed; 0: none, st NULL) */
+    /* required: the parameters of layer l, made with mf_model_param in a fixed order (the order of
+       the flat buffer and the checkpoint); errors stay in the context */
+    void (*make_layer)(mf_model *m, int layer, void *st);
+    /* required: the mixer of layer l on x = LN1(block input) [B, T, D]; returns [B, T, D]. In a
+       causal model (the default) position t must not read positions after t: the tests of a
+       mixer check this (tests/test_custom_mixer.c shows how) */
+    mf_tensor *(*forward)(mf_model *m, int layer, void *st, mf_tensor *x);
+    /* optional: another check of the config (the library checks each field's range) */
+    int (*check)(mf_ctx *ctx, const mf_model_config *c);
+    /* optional, O(1) generation: gen_begin once per mf_model_generate and layer (-1: error in the
+       context), then gen_step on x [1, n, D] = the rows of positions pos0 .. pos0 + n - 1, continuing
+       its state; pos0 = 0 starts again from nothing (the prompt, or the window when it is full).
+       Without gen_step every generated token reruns forward on the whole window. */
+    int (*gen_begin)(mf_model *m, int layer, void *st);
+    mf_tensor *(*gen_step)(mf_model *m, int layer, void *st, mf_tensor *x, int pos0);
+    /* optional: a loss term of the last forward that mf_model_loss adds (one element), or NULL */
+    mf_tensor *(*aux_loss)(mf_model *m);
+    /* optional: free what the per-layer struct holds (not the struct) */
+    void (*free_layer)(mf_model *m, int layer, void *st);
+} mf_mixer_def;
+#define MF_MIXER_MAX_REGISTERED 32
+/* Register a mixer: its kind (MF_MIXER_COUNT or more), or -1 with the reason in err (when err is
+   not NULL; size bytes): a bad name, a name taken, a missing hook, a bad field, or the table full.
+   Registering the same definition (same name, same hooks) again returns its kind. Not thread-safe:
+   register at the start of the program. */
+MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size);
+/* Kinds 0 .. mf_mixer_count() - 1 are the mixers of this program: the built-in ones, then the
+   registered ones in registration order. */
+MFDEF int mf_mixer_count(void);
+/* One line about a mixer (its help), "" for an unknown kind. */
+MFDEF const char *mf_mixer_help(mf_mixer_kind kind);
+/* The i-th config field of a registered mixer, or NULL (a built-in mixer, or i out of range). */
+MFDEF const mf_mixer_field *mf_mixer_field_of(mf_mixer_kind kind, int i);
+/* Set a field of the config's mixer (c->mixer: set the mixer first) by name. 0, or -1 when the
+   mixer has no such field (the value is checked by mf_model_check). */
+MFDEF int mf_model_config_set(mf_model_config *c, const char *field, float value);
+/* The value of a field of the config's mixer: what was set, else its default; NaN when the mixer
+   has no such field. */
+MFDEF float mf_model_config_get(const mf_model_config *c, const char *field);
+/* Inside a mixer's hooks: the context of the model, a field's value (mf_model_config_get of the
+   model's config), and a parameter of layer l named "layers.<l>.<name>" (zeros: initialise it with
+   mf_init_*). */
+MFDEF mf_ctx *mf_model_ctx(const mf_model *m);
+MFDEF float mf_model_field(const mf_model *m, const char *field);
+MFDEF mf_tensor *mf_model_param(mf_model *m, int layer, const char *name, int ndim, const int *shape);
 MFDEF const char *mf_pos_name(mf_pos_kind kind);
 MFDEF int mf_pos_from_name(const char *name);
 MFDEF const char *mf_act_name(mf_act_kind kind);
@@ -5901,36 +6005,17 @@ MFDEF mf_linear_layer mf_linear_layer_new(mf_ctx *ctx, const char *name, int in,
 }
 
 /* ==== [mf:model] ============================================================================ */
-/* The generic model: config check, embeddings, the blocks, the final LN and head, loss and
-   generation. It reaches the mixers through their families (a few checks still name a mixer: pool's
-   window when non-causal, relative in a classifier and in the attention inspection's key count):
-   every token mixer belongs to a FAMILY (one descriptor,
-   mf__family, with the same hooks for all), and the mixer table (mf__mixer_rows, [mf:mixers] after
-   the family sections) gives each mixer its name, family and flags. A family owns its section:
-   [mf:attention] (sdpa, metric, quadratic), [mf:pool] (pool, identity), [mf:xl] (relative),
-   [mf:fastweights] (fast_weights, linear), [mf:feedback] (feedback, feedback_kv).
+/* The generic model: embeddings, the blocks, the final LN and head, loss, generation, inspection.
+   It knows no mixer: every token mixer belongs to a FAMILY (one descriptor, mf__family, with the
+   same hooks for all), and the mixer table ([mf:mixers], after the family sections) gives each
+   mixer its name, family, flags (MF__MIX_*: what the generic code asks of a mixer) and the config
+   fields it reads. A family owns its section ([mf:attention], [mf:pool], [mf:xl], [mf:fastweights],
+   [mf:feedback]); a mixer registered at run time (mf_mixer_register) gets a family of its own whose
+   hooks call its definition's. tests/hygiene.sh fails when this section names a mixer or one of
+   the mixers' config fields.
    Adding a mixer to a family: its code in the family's section, one row in mf__mixer_rows (and
    an enum value in [mf:api]). Adding a family: a section with an mf__family descriptor and its
    rows. */
-
-/* the optional config fields: a mixer row lists the ones its mixer reads; a field that the
-   chosen mixer does not read must keep mf_model_config_default()'s value (mf_model_check) */
-enum {
-    MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
-    MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
-    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_COUNT
-};
-#define MF__F(field) (1u << MF__FIELD_##field)
-static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
-    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout"};
-static void mf__field_values(const mf_model_config *c, int *v) {
-    v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
-    v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
-    v[MF__FIELD_COMPRESSIVE] = c->compressive; v[MF__FIELD_C_MEM_LEN] = c->c_mem_len;
-    v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
-    v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
-    v[MF__FIELD_ATTN_DROPOUT] = c->attn_dropout != 0.0f; /* a float: mf_model_check names it itself */
-}
 
 /* per-mixer flags of a row */
 enum {
@@ -5995,6 +6080,8 @@ typedef struct mf__family {
        pieces hold batch rows first, and an int piece named "*.lengths" the row count in element 0:
        [mf:dist] gathers and splits the rows over the ranks by that rule. */
     int (*state)(mf_model *m, mf__state_io *io);
+    /* the keys in front of a query's own T positions (memories), for inspection; NULL: none */
+    int (*held_keys)(const mf_model *m);
 } mf__family;
 
 /* one row per mixer kind, in [mf:mixers] */
@@ -6005,6 +6092,8 @@ typedef struct mf__mixer_row {
     const char *off;          /* the switch that leaves the family out (NULL: always compiled) */
     unsigned flags;           /* MF__MIX_* */
     unsigned fields;          /* MF__F(...): the optional config fields this mixer reads */
+    const char *help;         /* one line: what it computes, and its seed (mf_mixer_help) */
+    const mf_mixer_def *def;  /* a registered mixer's definition (NULL: built in) */
 } mf__mixer_row;
 static const mf__mixer_row *mf__mixer_row_of(int kind); /* [mf:mixers]; NULL for an unknown kind */
 
@@ -6044,140 +6133,18 @@ static float *mf__model_const(mf_model *m, float *host, size_t bytes) {
     return d;
 }
 
-/* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
-static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
-static const char *const mf__act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
-static const char *const mf__feature_names[] = {"dpfp", "elu1"};
-static const char *const mf__block_names[] = {"pre_norm", "stream_norm"};
-static int mf__name_index(const char *const *names, int n, const char *name) {
-    int i;
-    for (i = 0; name && i < n; i++) if (strcmp(name, names[i]) == 0) return i;
-    return -1;
-}
-#define MF__NAMES(tab) tab, (int)(sizeof tab / sizeof tab[0])
-static const char *mf__name_of(const char *const *names, int n, int k) { return k >= 0 && k < n ? names[k] : "unknown"; }
-MFDEF const char *mf_pos_name(mf_pos_kind k) { return mf__name_of(MF__NAMES(mf__pos_names), (int)k); }
-MFDEF int mf_pos_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__pos_names), name); }
-MFDEF const char *mf_act_name(mf_act_kind k) { return mf__name_of(MF__NAMES(mf__act_names), (int)k); }
-MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
-MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NAMES(mf__feature_names), (int)k); }
-MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
-MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
-MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
-static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
-MFDEF const char *mf_precision_name(mf_precision p) { return mf__name_of(MF__NAMES(mf__precision_names), (int)p); }
-MFDEF int mf_precision_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__precision_names), name); }
-/* mf_cuda_set_precision on a context without the CUDA backend: the CPU computes in fp32 only */
-static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
-    if (!mf_ok(ctx)) return -1;
-    if (p == MF_PREC_FP32) return 0;
-    if (p == MF_PREC_TF32 || p == MF_PREC_BF16)
-        return (mf__fail(ctx, "mf_cuda_set_precision: %s needs a CUDA context; the CPU computes in fp32 only (call "
-                         "mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first, or keep MF_PREC_FP32)", mf_precision_name(p)), -1);
-    return (mf__fail(ctx, "mf_cuda_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
-                     (int)p), -1);
-}
-
-MFDEF mf_model_config mf_model_config_default(void) {
-    mf_model_config c;
-    memset(&c, 0, sizeof c);
-    c.d_model = 128; c.n_heads = 4; c.n_layers = 4; c.d_ff = 512; c.max_seq = 256;
-    c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
-    c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
-    c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
-    c.causal = 1;
-    return c;
-}
-
-/* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /
-   "mixer fast_weights or linear" (choose): the mixers that read field f */
-static void mf__readers(int f, int choose, char *buf, size_t size) {
+/* "sdpa, metric or linear": the compiled mixers whose row has flag (registered ones too) */
+static void mf__mixers_with(unsigned flag, char *buf, size_t size) {
     int k, n = 0, count = 0, seen = 0;
     const mf__mixer_row *r;
-    for (k = 0; k < MF_MIXER_COUNT; k++) if ((r = mf__mixer_row_of(k)) && (r->fields >> f & 1u)) count++;
-    n += snprintf(buf + n, size - (size_t)n, "%s", choose ? "mixer " : "the ");
-    for (k = 0; k < MF_MIXER_COUNT && n < (int)size; k++) {
-        if (!(r = mf__mixer_row_of(k)) || !(r->fields >> f & 1u)) continue;
+    buf[0] = '\0';
+    for (k = 0; k < mf_mixer_count(); k++) if ((r = mf__mixer_row_of(k))->family && (r->flags & flag)) count++;
+    for (k = 0; k < mf_mixer_count() && n < (int)size; k++) {
+        if (!(r = mf__mixer_row_of(k))->family || !(r->flags & flag)) continue;
         seen++;
-        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : choose ? " or " : " and ",
-                      r->name);
+        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : " or ", r->name);
     }
-    if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
 }
-
-/* causal and n_classes (docs/math.md §20): 0, or -1 with the reason in ctx */
-static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__mixer_row *row) {
-    if (c->causal != 0 && c->causal != 1)
-        return (mf__fail(ctx, "model config: causal %d must be 1 (a language model: position t sees positions <= t) or 0 "
-                         "(every position sees the whole sequence, e.g. for classification)", c->causal), -1);
-    if (!c->causal && !(row->flags & MF__MIX_NONCAUSAL))
-        return (mf__fail(ctx, "model config: causal = 0: the %s mixer is a recurrence over the positions (its state "
-                         "runs left to right) and has no non-causal form; choose sdpa, metric, quadratic, pool, identity "
-                         "or linear, or keep causal = 1", row->name), -1);
-    if (!c->causal && c->mixer == MF_MIXER_POOL && c->pool_causal != 1)
-        return (mf__fail(ctx, "model config: pool_causal = 0 with causal = 0: a non-causal model always pools the centred "
-                         "window and does not read pool_causal; leave it at its default 1"), -1);
-    if (c->n_classes < 0)
-        return (mf__fail(ctx, "model config: n_classes %d must be 0 (a language model) or the number of classes of a "
-                         "sequence classifier", c->n_classes), -1);
-    if (c->n_classes > 0 && c->mixer == MF_MIXER_RELATIVE)
-        return (mf__fail(ctx, "model config: n_classes = %d with the relative mixer: its memories continue batch rows "
-                         "across calls, which a classifier of independent texts does not have; choose another mixer",
-                         c->n_classes), -1);
-    return 0;
-}
-
-MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
-    const mf__mixer_row *row;
-    mf_model_config d = mf_model_config_default();
-    int v[MF__FIELD_COUNT], dv[MF__FIELD_COUNT], f;
-    if (!mf_ok(ctx)) return -1;
-#define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
-    if (!c) MF__BAD("model config is NULL (start from mf_model_config_default())");
-    if (c->vocab < 1) MF__BAD("model config: vocab %d must be >= 1 (the number of distinct tokens)", c->vocab);
-    if (c->d_model < 1 || c->n_layers < 1 || c->d_ff < 1 || c->max_seq < 1)
-        MF__BAD("model config: d_model %d, n_layers %d, d_ff %d and max_seq %d must all be >= 1",
-                c->d_model, c->n_layers, c->d_ff, c->max_seq);
-    if (!(row = mf__mixer_row_of((int)c->mixer))) MF__BAD("model config: unknown mixer %d", (int)c->mixer);
-    if (!row->family)
-        MF__BAD("model config: mixer %s is not compiled in: the implementation was compiled with %s (compile it "
-                "without that switch, or choose another mixer)", row->name, row->off);
-    if ((int)c->pos < MF_POS_NONE || c->pos > MF_POS_SINUSOIDAL) MF__BAD("model config: unknown positional encoding %d", (int)c->pos);
-    if ((int)c->ffn_act < MF_ACT_RELU || c->ffn_act > MF_ACT_SILU) MF__BAD("model config: unknown FFN activation %d", (int)c->ffn_act);
-    if ((int)c->block < MF_BLOCK_PRE_NORM || c->block > MF_BLOCK_STREAM_NORM)
-        MF__BAD("model config: unknown block layout %d (pre_norm or stream_norm)", (int)c->block);
-    if (c->block == MF_BLOCK_STREAM_NORM && !(row->flags & MF__MIX_PRE_LN))
-        MF__BAD("model config: block layout stream_norm needs a mixer whose block applies ln1 before it (sdpa, metric, "
-                "quadratic, pool, linear); the %s mixer %s (use block pre_norm)", row->name,
-                row->flags & MF__MIX_SKIP ? "has no mixer sub-block" : "normalises its own input");
-    if ((row->flags & MF__MIX_HEADS) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
-        MF__BAD("model config: d_model %d is not divisible by n_heads %d; pick a head count that divides "
-                "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, row->name);
-    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
-    if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
-    if (!(c->attn_dropout >= 0.0f && c->attn_dropout < 1.0f))
-        MF__BAD("model config: attn_dropout %g must be in [0, 1) (0: none)", (double)c->attn_dropout);
-    if (c->attn_dropout != 0.0f && !(row->fields & MF__F(ATTN_DROPOUT))) {
-        char which[160];
-        mf__readers(MF__FIELD_ATTN_DROPOUT, 0, which, sizeof which);
-        MF__BAD("model config: attn_dropout = %g applies only to %s (the softmax attention: set it to 0, or use "
-                "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
-    }
-    if (mf__check_noncausal(ctx, c, row) < 0) return -1;
-    mf__field_values(c, v);
-    mf__field_values(&d, dv);
-    for (f = 0; f < MF__FIELD_COUNT; f++)
-        if (!(row->fields >> f & 1u) && v[f] != dv[f]) {
-            char which[160], choose[160];
-            mf__readers(f, 0, which, sizeof which);
-            mf__readers(f, 1, choose, sizeof choose);
-            MF__BAD("model config: %s = %d applies only to %s (set it to %d, or choose %s); the %s mixer does not read it",
-                    mf__field_names[f], v[f], which, dv[f], choose, row->name);
-        }
-#undef MF__BAD
-    return row->family->check ? row->family->check(ctx, c) : 0;
-}
-
 /* a parameter of layer l named "layers.<l>.<name>" */
 static mf_tensor *mf__layer_param(mf_model *m, int l, const char *name, int ndim, int d0, int d1) {
     char nm[96];
@@ -6667,39 +6634,22 @@ static mf_tensor *mf__attn_heads_copy(mf_ctx *ctx, mf_tensor *t, int parts, int 
     if (t && t->shape[2] != H) t = mf_slice(ctx, t, 2, part * H, H); /* part p of a pack [B, T, P H, d] */
     return mf_permute(ctx, t, perm);
 }
-/* the fused attention of a softmax mixer's layer l on token-major q, k, v [B, T, H, d] or parts of
-   packs [B, T, P H, d] (the linear layers' outputs, reshaped: no head copies; parts as
-   MF__ARG_ATTN_PARTS) -> [B, T, H, dv], or its inspection (which reads heads-major operands:
-   copies, only while inspecting) */
-static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, int parts,
-                                   float scale) {
-    mf_ctx *ctx = m->ctx;
-    int perm[4] = {0, 2, 1, 3}, H = m->cfg.n_heads;
-    if (m->probe)
-        return mf_permute(ctx, mf__probe_attend(m, l, mf__attn_heads_copy(ctx, q, parts, 0, H),
-                                                mf__attn_heads_copy(ctx, k, parts, 1, H),
-                                                mf__attn_heads_copy(ctx, v, parts, 2, H), scale, NULL, NULL, NULL), perm);
-    return mf__attention_make(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, 1, parts);
-}
-
-#ifndef METAFORMER_NO_XL
-static int mf__xl_held(const mf_model *m); /* [mf:xl]: the most memories a layer holds in the current slot */
-#endif
 
 MFDEF int mf_model_attention_keys(mf_model *m, int T) {
     if (!m || !mf_ok(m->ctx)) return -1;
     if (!(m->mixer->flags & MF__MIX_MAPS))
+    {
+        char which[256];
+        mf__mixers_with(MF__MIX_MAPS, which, sizeof which);
         return (mf__fail(m->ctx, "attention inspection: the %s mixer has no attention probabilities to show (inspect "
-                         "sdpa, metric, quadratic, relative, feedback or feedback_kv)", m->mixer->name), -1);
+                         "%s)", m->mixer->name, which), -1);
+    }
     if (T < 1 || T > m->cfg.max_seq)
         return (mf__fail(m->ctx, "attention inspection: length %d must be in [1, max_seq = %d]", T, m->cfg.max_seq), -1);
     if (m->fam->run_stack && m->on_device)
         return (mf__fail(m->ctx, "attention inspection: the %s mixer is inspected on CPU contexts only (on the GPU its "
                          "recurrence is one kernel); load its weights into a CPU context (mf_save, mf_load)", m->mixer->name), -1);
-#ifndef METAFORMER_NO_XL
-    if (m->cfg.mixer == MF_MIXER_RELATIVE) return T + mf__xl_held(m);
-#endif
-    return T;
+    return T + (m->fam->held_keys ? m->fam->held_keys(m) : 0);
 }
 
 MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int T, float *scores, float *probs) {
@@ -6732,6 +6682,165 @@ MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int 
     return logits;
 }
 
+/* ==== [mf:config] =========================================================================== */
+/* The model config: the one table of the optional fields (which mixer reads which: the rows of
+   [mf:mixers]), the names of the config's enums, the defaults and mf_model_check. The generic
+   checks are here; each family checks its own fields (its check hook). */
+/* the optional config fields: a mixer row lists the ones its mixer reads; a field that the
+   chosen mixer does not read must keep mf_model_config_default()'s value (mf_model_check) */
+enum {
+    MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
+    MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
+    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_COUNT
+};
+#define MF__F(field) (1u << MF__FIELD_##field)
+static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
+    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout"};
+static void mf__field_values(const mf_model_config *c, int *v) {
+    v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
+    v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
+    v[MF__FIELD_COMPRESSIVE] = c->compressive; v[MF__FIELD_C_MEM_LEN] = c->c_mem_len;
+    v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
+    v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
+    v[MF__FIELD_ATTN_DROPOUT] = c->attn_dropout != 0.0f; /* a float: mf_model_check names it itself */
+}
+
+/* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
+static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
+static const char *const mf__act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+static const char *const mf__feature_names[] = {"dpfp", "elu1"};
+static const char *const mf__block_names[] = {"pre_norm", "stream_norm"};
+static int mf__name_index(const char *const *names, int n, const char *name) {
+    int i;
+    for (i = 0; name && i < n; i++) if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+#define MF__NAMES(tab) tab, (int)(sizeof tab / sizeof tab[0])
+static const char *mf__name_of(const char *const *names, int n, int k) { return k >= 0 && k < n ? names[k] : "unknown"; }
+MFDEF const char *mf_pos_name(mf_pos_kind k) { return mf__name_of(MF__NAMES(mf__pos_names), (int)k); }
+MFDEF int mf_pos_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__pos_names), name); }
+MFDEF const char *mf_act_name(mf_act_kind k) { return mf__name_of(MF__NAMES(mf__act_names), (int)k); }
+MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
+MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NAMES(mf__feature_names), (int)k); }
+MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
+MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
+MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
+static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
+MFDEF const char *mf_precision_name(mf_precision p) { return mf__name_of(MF__NAMES(mf__precision_names), (int)p); }
+MFDEF int mf_precision_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__precision_names), name); }
+/* mf_cuda_set_precision on a context without the CUDA backend: the CPU computes in fp32 only */
+static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
+    if (!mf_ok(ctx)) return -1;
+    if (p == MF_PREC_FP32) return 0;
+    if (p == MF_PREC_TF32 || p == MF_PREC_BF16)
+        return (mf__fail(ctx, "mf_cuda_set_precision: %s needs a CUDA context; the CPU computes in fp32 only (call "
+                         "mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first, or keep MF_PREC_FP32)", mf_precision_name(p)), -1);
+    return (mf__fail(ctx, "mf_cuda_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
+                     (int)p), -1);
+}
+
+MFDEF mf_model_config mf_model_config_default(void) {
+    mf_model_config c;
+    memset(&c, 0, sizeof c);
+    c.d_model = 128; c.n_heads = 4; c.n_layers = 4; c.d_ff = 512; c.max_seq = 256;
+    c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
+    c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
+    c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
+    c.causal = 1;
+    return c;
+}
+
+/* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /
+   "mixer fast_weights or linear" (choose): the mixers that read field f */
+static void mf__readers(int f, int choose, char *buf, size_t size) {
+    int k, n = 0, count = 0, seen = 0;
+    const mf__mixer_row *r;
+    for (k = 0; k < mf_mixer_count(); k++) if ((r = mf__mixer_row_of(k)) && (r->fields >> f & 1u)) count++;
+    n += snprintf(buf + n, size - (size_t)n, "%s", choose ? "mixer " : "the ");
+    for (k = 0; k < MF_MIXER_COUNT && n < (int)size; k++) {
+        if (!(r = mf__mixer_row_of(k)) || !(r->fields >> f & 1u)) continue;
+        seen++;
+        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : choose ? " or " : " and ",
+                      r->name);
+    }
+    if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
+}
+
+/* causal and n_classes (docs/math.md §20): 0, or -1 with the reason in ctx */
+static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__mixer_row *row) {
+    if (c->causal != 0 && c->causal != 1)
+        return (mf__fail(ctx, "model config: causal %d must be 1 (a language model: position t sees positions <= t) or 0 "
+                         "(every position sees the whole sequence, e.g. for classification)", c->causal), -1);
+    char which[256];
+    if (!c->causal && !(row->flags & MF__MIX_NONCAUSAL)) {
+        mf__mixers_with(MF__MIX_NONCAUSAL, which, sizeof which);
+        return (mf__fail(ctx, "model config: causal = 0: the %s mixer %s has no non-causal form; choose %s, or keep "
+                         "causal = 1", row->name, row->def ? "(registered without MF_MIXER_NONCAUSAL)"
+                         : "is a recurrence over the positions (its state runs left to right) and", which), -1);
+    }
+    if (c->n_classes < 0)
+        return (mf__fail(ctx, "model config: n_classes %d must be 0 (a language model) or the number of classes of a "
+                         "sequence classifier", c->n_classes), -1);
+    return 0;
+}
+
+MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
+    const mf__mixer_row *row;
+    mf_model_config d = mf_model_config_default();
+    int v[MF__FIELD_COUNT], dv[MF__FIELD_COUNT], f;
+    if (!mf_ok(ctx)) return -1;
+#define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
+    if (!c) MF__BAD("model config is NULL (start from mf_model_config_default())");
+    if (c->vocab < 1) MF__BAD("model config: vocab %d must be >= 1 (the number of distinct tokens)", c->vocab);
+    if (c->d_model < 1 || c->n_layers < 1 || c->d_ff < 1 || c->max_seq < 1)
+        MF__BAD("model config: d_model %d, n_layers %d, d_ff %d and max_seq %d must all be >= 1",
+                c->d_model, c->n_layers, c->d_ff, c->max_seq);
+    if (!(row = mf__mixer_row_of((int)c->mixer))) MF__BAD("model config: unknown mixer %d", (int)c->mixer);
+    if (!row->family)
+        MF__BAD("model config: mixer %s is not compiled in: the implementation was compiled with %s (compile it "
+                "without that switch, or choose another mixer)", row->name, row->off);
+    if ((int)c->pos < MF_POS_NONE || c->pos > MF_POS_SINUSOIDAL) MF__BAD("model config: unknown positional encoding %d", (int)c->pos);
+    if ((int)c->ffn_act < MF_ACT_RELU || c->ffn_act > MF_ACT_SILU) MF__BAD("model config: unknown FFN activation %d", (int)c->ffn_act);
+    if ((int)c->block < MF_BLOCK_PRE_NORM || c->block > MF_BLOCK_STREAM_NORM)
+        MF__BAD("model config: unknown block layout %d (pre_norm or stream_norm)", (int)c->block);
+    if (c->block == MF_BLOCK_STREAM_NORM && !(row->flags & MF__MIX_PRE_LN)) {
+        char which[256];
+        mf__mixers_with(MF__MIX_PRE_LN, which, sizeof which);
+        MF__BAD("model config: block layout stream_norm needs a mixer whose block applies ln1 before it (%s); the %s "
+                "mixer %s (use block pre_norm)", which, row->name,
+                row->flags & MF__MIX_SKIP ? "has no mixer sub-block" : "normalises its own input");
+    }
+    if ((row->flags & MF__MIX_HEADS) && (c->n_heads < 1 || c->d_model % c->n_heads != 0))
+        MF__BAD("model config: d_model %d is not divisible by n_heads %d; pick a head count that divides "
+                "d_model (the %s mixer splits d_model into heads)", c->d_model, c->n_heads, row->name);
+    if (!(c->dropout >= 0.0f && c->dropout < 1.0f)) MF__BAD("model config: dropout %g must be in [0, 1)", (double)c->dropout);
+    if (!(c->ln_eps > 0.0f)) MF__BAD("model config: ln_eps %g must be > 0 (1e-5 is PyTorch's)", (double)c->ln_eps);
+    if (!(c->attn_dropout >= 0.0f && c->attn_dropout < 1.0f))
+        MF__BAD("model config: attn_dropout %g must be in [0, 1) (0: none)", (double)c->attn_dropout);
+    if (c->attn_dropout != 0.0f && !(row->fields & MF__F(ATTN_DROPOUT))) {
+        char which[160];
+        mf__readers(MF__FIELD_ATTN_DROPOUT, 0, which, sizeof which);
+        MF__BAD("model config: attn_dropout = %g applies only to %s (the softmax attention: set it to 0, or use "
+                "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
+    }
+    if (mf__check_noncausal(ctx, c, row) < 0) return -1;
+    if (!row->def && c->mixer_field_set)
+        MF__BAD("model config: mixer_field_set is 0x%x, but the %s mixer is built in and has no registered fields "
+                "(mf_model_config_set names the fields of registered mixers only)", c->mixer_field_set, row->name);
+    mf__field_values(c, v);
+    mf__field_values(&d, dv);
+    for (f = 0; f < MF__FIELD_COUNT; f++)
+        if (!(row->fields >> f & 1u) && v[f] != dv[f]) {
+            char which[160], choose[160];
+            mf__readers(f, 0, which, sizeof which);
+            mf__readers(f, 1, choose, sizeof choose);
+            MF__BAD("model config: %s = %d applies only to %s (set it to %d, or choose %s); the %s mixer does not read it",
+                    mf__field_names[f], v[f], which, dv[f], choose, row->name);
+        }
+#undef MF__BAD
+    return row->family->check ? row->family->check(ctx, c) : 0;
+}
+
 /* ==== [mf:attention] ======================================================================== */
 /* The softmax attention family: sdpa (causal multi-head attention, labml MHA), metric (per head
    p = x Wp, a symmetric M from its upper triangle Mbar, softmax(p M p^T / sqrt(dk)) p, E) and
@@ -6746,6 +6855,21 @@ typedef struct mf__attn_state {
     int32_t *m_ids; /* metric: [H][dk][dk], the entry h L + l of Mbar [H L] that M_h[k][k'] reads (L = dk (dk + 1) / 2) */
 } mf__attn_state;
 #define MF__ATTN_L(m, l) ((mf__attn_layer *)(m)->layers[l].mix)
+
+/* the fused attention of a softmax mixer's layer l on token-major q, k, v [B, T, H, d] or parts of
+   packs [B, T, P H, d] (the linear layers' outputs, reshaped: no head copies; parts as
+   MF__ARG_ATTN_PARTS) -> [B, T, H, dv], or its inspection (which reads heads-major operands:
+   copies, only while inspecting) */
+static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *k, mf_tensor *v, int parts,
+                                   float scale) {
+    mf_ctx *ctx = m->ctx;
+    int perm[4] = {0, 2, 1, 3}, H = m->cfg.n_heads;
+    if (m->probe)
+        return mf_permute(ctx, mf__probe_attend(m, l, mf__attn_heads_copy(ctx, q, parts, 0, H),
+                                                mf__attn_heads_copy(ctx, k, parts, 1, H),
+                                                mf__attn_heads_copy(ctx, v, parts, 2, H), scale, NULL, NULL, NULL), perm);
+    return mf__attention_make(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, 1, parts);
+}
 
 static void mf__attn_make_layer(mf_model *m, int l) {
     const mf_model_config *c = &m->cfg;
@@ -6862,7 +6986,7 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 
 static const mf__family mf__fam_attention = {
     "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT),
-    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL
+    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL, NULL
 };
 
 MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) {
@@ -6930,6 +7054,9 @@ typedef struct mf__pool_layer {
 /* the window: [t - k + 1, t] only in a causal model with pool_causal = 1, else centred */
 static int mf__pool_is_causal(const mf_model_config *c) { return c->causal && c->pool_causal; }
 static int mf__pool_check(mf_ctx *ctx, const mf_model_config *c) {
+    if (c->mixer == MF_MIXER_POOL && !c->causal && c->pool_causal != 1)
+        return (mf__fail(ctx, "model config: pool_causal = 0 with causal = 0: a non-causal model always pools the centred "
+                         "window and does not read pool_causal; leave it at its default 1"), -1);
     if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!mf__pool_is_causal(c) && c->pool_size % 2 == 0)))
         return (mf__fail(ctx, "model config: pool_size %d must be >= 1 (and odd for a centred window)", c->pool_size), -1);
     return 0;
@@ -6970,7 +7097,7 @@ static mf_tensor *mf__pool_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 
 static const mf__family mf__fam_pool = {
     "pool", sizeof(mf__pool_layer), MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
-    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL
+    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL, NULL
 };
 
 /* ==== [mf:xl] =============================================================================== */
@@ -7293,6 +7420,9 @@ struct mf__xl_state {
 static int mf__xl_check(mf_ctx *ctx, const mf_model_config *c) {
     int64_t keys = (int64_t)c->max_seq + c->mem_len + (c->compressive ? c->c_mem_len : 0);
 #define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
+    if (c->n_classes > 0)
+        MF__BAD("model config: n_classes = %d with the relative mixer: its memories continue batch rows across calls, "
+                "which a classifier of independent texts does not have; choose another mixer", c->n_classes);
     if (c->mem_len < 0) MF__BAD("model config: mem_len %d must be >= 0 (memories kept per layer; 0 = none)", c->mem_len);
     if (c->c_mem_len < 0) MF__BAD("model config: c_mem_len %d must be >= 0 (compressed memories kept per layer)", c->c_mem_len);
     if (c->compressive) {
@@ -7691,7 +7821,8 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
 static const mf__family mf__fam_xl = {
     "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
                                 MF__F(ATTN_DROPOUT),
-    mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state
+    mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state,
+    mf__xl_held
 };
 /* the memories of a relative model, NULL for the other mixers */
 static struct mf__xl_state *mf__xl_state_of(const mf_model *m) {
@@ -8598,7 +8729,7 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
 
 static const mf__family mf__fam_fastweights = {
     "fastweights", sizeof(mf__fw_layer), MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
-    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL
+    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL, NULL
 };
 #endif /* METAFORMER_NO_FASTWEIGHTS */
 
@@ -9581,7 +9712,7 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
 
 static const mf__family mf__fam_feedback = {
     "feedback", sizeof(mf__fb_layer), MF__F(ATTN_DROPOUT),
-    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL
+    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL, NULL
 };
 #endif /* METAFORMER_NO_FEEDBACK */
 
@@ -9606,47 +9737,240 @@ static const mf__family mf__fam_feedback = {
 #endif
 static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     /* name           kind                   family              switch                       flags
-                                                                                              fields read */
+                                                                                              fields read
+                                                                                              help */
     {"sdpa",         MF_MIXER_SDPA,         &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT),
+                                                                                            "multi-head scaled dot-product attention (labml MHA)", NULL},
     {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "per head p = x Wp, a symmetric metric M: softmax(p M p^T / sqrt(dk)) p (NLP MetaFormer)", NULL},
     {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "the same with an unconstrained M per head (NLP MetaFormer)", NULL},
     {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL)},
-    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0},
+                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
+                                                                                            "mean over a window of pool_size tokens minus x (PoolFormer)", NULL},
+    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0,
+                                                                                            "no token mixing: the mixer sub-block is skipped (MetaFormer's baseline)", NULL},
     /* relative: ln1 normalises [memories ; x] inside the mixer */
     {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_FIXED_STATE,
                                                                                             MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "Transformer-XL relative attention over [memories; x]; --compressive: compressive transformer", NULL},
     /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
     {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
-                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE)},
+                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE),
+                                                                                            "DPFP features and the delta rule (Schlag et al., fast weights)", NULL},
     /* linear: causal = 0 sums W and z over the whole sequence (docs/math.md §20.2) */
     {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE)},
+                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
+                                                                                            "linear attention, DPFP or elu + 1 features (Katharopoulos et al.)", NULL},
     /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
     {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "feedback transformer, per-layer keys and values (Fan et al.)", NULL},
     {"feedback_kv",  MF_MIXER_FEEDBACK_KV,  MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
-                                                                                            MF__F(ATTN_DROPOUT)},
+                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            "feedback transformer, keys and values shared by all layers (labml's script)", NULL},
 };
+/* ---- registered mixers (mf_mixer_register): each gets a row and a family of its own whose hooks
+   call the definition's; kind MF_MIXER_COUNT + i is entry i ---- */
+typedef struct mf__reg_mixer {
+    mf_mixer_def def;
+    mf_mixer_field fields[MF_MIXER_MAX_FIELDS];
+    mf__family fam;
+    mf__mixer_row row;
+} mf__reg_entry;
+static mf__reg_entry mf__reg[MF_MIXER_MAX_REGISTERED];
+static int mf__n_reg;
+
 static const mf__mixer_row *mf__mixer_row_of(int kind) {
-    return kind >= 0 && kind < MF_MIXER_COUNT ? &mf__mixer_rows[kind] : NULL;
+    if (kind >= 0 && kind < MF_MIXER_COUNT) return &mf__mixer_rows[kind];
+    if (kind >= MF_MIXER_COUNT && kind < MF_MIXER_COUNT + mf__n_reg) return &mf__reg[kind - MF_MIXER_COUNT].row;
+    return NULL;
 }
+MFDEF int mf_mixer_count(void) { return MF_MIXER_COUNT + mf__n_reg; }
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
     return r ? r->name : "unknown";
 }
 MFDEF int mf_mixer_from_name(const char *name) {
     int i;
-    for (i = 0; name && i < MF_MIXER_COUNT; i++) if (strcmp(name, mf__mixer_rows[i].name) == 0) return i;
+    for (i = 0; name && i < mf_mixer_count(); i++) if (strcmp(name, mf__mixer_row_of(i)->name) == 0) return i;
     return -1;
 }
 MFDEF int mf_mixer_compiled(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
     return r && r->family;
+}
+MFDEF const char *mf_mixer_help(mf_mixer_kind kind) {
+    const mf__mixer_row *r = mf__mixer_row_of((int)kind);
+    return r ? r->help : "";
+}
+MFDEF const mf_mixer_field *mf_mixer_field_of(mf_mixer_kind kind, int i) {
+    const mf__mixer_row *r = mf__mixer_row_of((int)kind);
+    return r && r->def && i >= 0 && i < r->def->n_fields ? &r->def->fields[i] : NULL;
+}
+/* index of a field of the config's mixer, or -1 */
+static int mf__field_index(const mf_model_config *c, const char *field) {
+    const mf__mixer_row *r = c ? mf__mixer_row_of((int)c->mixer) : NULL;
+    int i;
+    for (i = 0; r && r->def && field && i < r->def->n_fields; i++)
+        if (strcmp(r->def->fields[i].name, field) == 0) return i;
+    return -1;
+}
+MFDEF int mf_model_config_set(mf_model_config *c, const char *field, float value) {
+    int i = mf__field_index(c, field);
+    if (i < 0) return -1;
+    c->mixer_field[i] = value;
+    c->mixer_field_set |= 1u << i;
+    return 0;
+}
+MFDEF float mf_model_config_get(const mf_model_config *c, const char *field) {
+    int i = mf__field_index(c, field);
+    if (i < 0) return NAN;
+    return c->mixer_field_set >> i & 1u ? c->mixer_field[i] : mf__mixer_row_of((int)c->mixer)->def->fields[i].def;
+}
+MFDEF mf_ctx *mf_model_ctx(const mf_model *m) { return m ? m->ctx : NULL; }
+MFDEF float mf_model_field(const mf_model *m, const char *field) {
+    float v;
+    if (!m) return NAN;
+    v = mf_model_config_get(&m->cfg, field);
+    if (v != v) mf__fail(m->ctx, "mf_model_field: the %s mixer has no field \"%s\"", m->mixer->name, field ? field : "(NULL)");
+    return v;
+}
+MFDEF mf_tensor *mf_model_param(mf_model *m, int layer, const char *name, int ndim, const int *shape) {
+    char nm[96];
+    if (!m || !mf_ok(m->ctx)) return NULL;
+    if (layer < 0 || layer >= m->cfg.n_layers || !name || !name[0] || strlen(name) > 64)
+        return (mf_tensor *)mf__fail(m->ctx, "mf_model_param: layer %d (need 0 .. %d) and a name of 1 to 64 bytes (got %s)",
+                                     layer, m->cfg.n_layers - 1, name ? "one" : "NULL");
+    snprintf(nm, sizeof nm, "layers.%d.%s", layer, name);
+    return mf_param(m->ctx, nm, ndim, shape);
+}
+
+/* the family hooks of a registered mixer: the definition's, with the library's checks around them */
+#define MF__REG_DEF(m) ((m)->mixer->def)
+static int mf__reg_check(mf_ctx *ctx, const mf_model_config *c) {
+    const mf_mixer_def *d = mf__mixer_row_of((int)c->mixer)->def;
+    int i;
+    for (i = 0; i < d->n_fields; i++) {
+        const mf_mixer_field *f = &d->fields[i];
+        float v = mf_model_config_get(c, f->name);
+        if (!(v >= f->lo && v <= f->hi) || (f->integer && v != floorf(v)))
+            return (mf__fail(ctx, "model config: %s = %g must be %s in [%g, %g] (the %s mixer: %s)", f->name, (double)v,
+                             f->integer ? "a whole number" : "a number", (double)f->lo, (double)f->hi, d->name,
+                             f->help ? f->help : ""), -1);
+    }
+    if (c->mixer_field_set >> d->n_fields)
+        return (mf__fail(ctx, "model config: mixer_field_set 0x%x marks fields past the %d of the %s mixer (set fields "
+                         "with mf_model_config_set)", c->mixer_field_set, d->n_fields, d->name), -1);
+    return d->check ? d->check(ctx, c) : 0;
+}
+static void mf__reg_make_layer(mf_model *m, int l) {
+    MF__REG_DEF(m)->make_layer(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL);
+}
+static void mf__reg_free(mf_model *m) {
+    int l;
+    if (!MF__REG_DEF(m)->free_layer) return;
+    for (l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].mix) MF__REG_DEF(m)->free_layer(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL);
+}
+static mf_tensor *mf__reg_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
+    const mf_mixer_def *d = MF__REG_DEF(m);
+    void *st = d->layer_size ? m->layers[l].mix : NULL;
+    mf_tensor *y = gen && d->gen_step ? d->gen_step(m, l, st, x, pos0) : d->forward(m, l, st, x);
+    if (!mf_ok(m->ctx)) return NULL;
+    if (!y || y->ndim != 3 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] != x->shape[2]) {
+        char got[64], want[64];
+        return (mf_tensor *)mf__fail(m->ctx, "the %s mixer's %s of layer %d returned %s for the input %s; a mixer maps "
+                                     "[B, T, D] to [B, T, D]", d->name, gen && d->gen_step ? "gen_step" : "forward", l,
+                                     y ? mf_shape_str(y, got, sizeof got) : "NULL", mf_shape_str(x, want, sizeof want));
+    }
+    return y;
+}
+static int mf__reg_gen_begin(mf_model *m) {
+    const mf_mixer_def *d = MF__REG_DEF(m);
+    int l;
+    if (!d->gen_step) return 0; /* every token reruns the window */
+    for (l = 0; d->gen_begin && l < m->cfg.n_layers; l++)
+        if (d->gen_begin(m, l, d->layer_size ? m->layers[l].mix : NULL) < 0 || !mf_ok(m->ctx)) {
+            if (mf_ok(m->ctx)) mf__fail(m->ctx, "the %s mixer's gen_begin failed on layer %d", d->name, l);
+            return -1;
+        }
+    return 1;
+}
+static mf_tensor *mf__reg_aux_loss(mf_model *m) { return MF__REG_DEF(m)->aux_loss ? MF__REG_DEF(m)->aux_loss(m) : NULL; }
+
+/* a name of the mixer API: [a-z][a-z0-9_]*, 1 to 31 bytes */
+static int mf__api_name(const char *s) {
+    size_t i, n = s ? strlen(s) : 0;
+    if (n < 1 || n > 31 || !(s[0] >= 'a' && s[0] <= 'z')) return 0;
+    for (i = 1; i < n; i++) if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_')) return 0;
+    return 1;
+}
+MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
+    mf__reg_entry *e;
+    int i, j, k;
+    char dummy[256]; /* the message when the caller wants none */
+    if (!err || !size) { err = dummy; size = sizeof dummy; }
+    err[0] = '\0';
+#define MF__REG_BAD(...) return (snprintf(err, size, __VA_ARGS__), -1)
+    if (!def) MF__REG_BAD("mf_mixer_register: def is NULL");
+    if (!mf__api_name(def->name))
+        MF__REG_BAD("mf_mixer_register: mixer name \"%s\" must be 1 to 31 of a-z, 0-9 and _, starting with a letter",
+                    def->name ? def->name : "(NULL)");
+    if ((k = mf_mixer_from_name(def->name)) >= 0) {
+        const mf_mixer_def *d = mf__mixer_row_of(k)->def;
+        if (d && d->forward == def->forward && d->make_layer == def->make_layer) return k; /* the same, again */
+        MF__REG_BAD("mf_mixer_register: the mixer name \"%s\" is taken (%s); choose another", def->name,
+                    d ? "registered before with other hooks" : "a built-in mixer");
+    }
+    if (!def->help || !def->make_layer || !def->forward)
+        MF__REG_BAD("mf_mixer_register: mixer %s needs %s", def->name,
+                    !def->help ? "help (one line about it)" : !def->make_layer ? "make_layer (its parameters)" : "forward");
+    if (def->gen_begin && !def->gen_step)
+        MF__REG_BAD("mf_mixer_register: mixer %s has gen_begin without gen_step (give both, or neither)", def->name);
+    if (def->flags & ~(unsigned)(MF_MIXER_HEADS | MF_MIXER_NONCAUSAL | MF_MIXER_FIXED_STATE))
+        MF__REG_BAD("mf_mixer_register: mixer %s: flags 0x%x has bits that are not MF_MIXER_*", def->name, def->flags);
+    if ((def->flags & MF_MIXER_FIXED_STATE) && !def->gen_step)
+        MF__REG_BAD("mf_mixer_register: mixer %s: MF_MIXER_FIXED_STATE needs gen_step (the state it keeps)", def->name);
+    if (def->n_fields < 0 || def->n_fields > MF_MIXER_MAX_FIELDS || (def->n_fields && !def->fields))
+        MF__REG_BAD("mf_mixer_register: mixer %s: n_fields %d must be 0 .. %d, with fields given", def->name,
+                    def->n_fields, MF_MIXER_MAX_FIELDS);
+    for (i = 0; i < def->n_fields; i++) {
+        const mf_mixer_field *f = &def->fields[i];
+        if (!mf__api_name(f->name))
+            MF__REG_BAD("mf_mixer_register: mixer %s: field %d's name \"%s\" must be 1 to 31 of a-z, 0-9 and _, "
+                        "starting with a letter", def->name, i, f->name ? f->name : "(NULL)");
+        for (j = 0; j < i; j++)
+            if (strcmp(def->fields[j].name, f->name) == 0) MF__REG_BAD("mf_mixer_register: mixer %s: two fields named %s", def->name, f->name);
+        if (!(f->lo <= f->def && f->def <= f->hi) || (f->integer && f->def != floorf(f->def)))
+            MF__REG_BAD("mf_mixer_register: mixer %s: field %s's default %g is not %s in its range [%g, %g]", def->name,
+                        f->name, (double)f->def, f->integer ? "a whole number" : "a number", (double)f->lo, (double)f->hi);
+    }
+    if (mf__n_reg == MF_MIXER_MAX_REGISTERED)
+        MF__REG_BAD("mf_mixer_register: %d mixers are registered already, the most (MF_MIXER_MAX_REGISTERED)",
+                    MF_MIXER_MAX_REGISTERED);
+#undef MF__REG_BAD
+    e = &mf__reg[mf__n_reg];
+    memset(e, 0, sizeof *e);
+    e->def = *def;
+    for (i = 0; i < def->n_fields; i++) e->fields[i] = def->fields[i];
+    e->def.fields = e->fields;
+    e->fam.name = e->def.name; e->fam.layer_size = def->layer_size;
+    e->fam.check = mf__reg_check; e->fam.make_layer = mf__reg_make_layer; e->fam.free = mf__reg_free;
+    e->fam.mixer = mf__reg_mixer; e->fam.gen_begin = mf__reg_gen_begin; e->fam.aux_loss = mf__reg_aux_loss;
+    e->row.name = e->def.name;
+    e->row.kind = (mf_mixer_kind)(MF_MIXER_COUNT + mf__n_reg);
+    e->row.family = &e->fam;
+    e->row.flags = MF__MIX_LN1 | MF__MIX_PRE_LN | (def->flags & MF_MIXER_HEADS ? MF__MIX_HEADS : 0) |
+                   (def->flags & MF_MIXER_NONCAUSAL ? MF__MIX_NONCAUSAL : 0) |
+                   (def->flags & MF_MIXER_FIXED_STATE ? MF__MIX_FIXED_STATE : 0);
+    e->row.help = e->def.help;
+    e->row.def = &e->def;
+    return MF_MIXER_COUNT + mf__n_reg++;
 }
 
 /* ==== [mf:io] =============================================================================== */
@@ -10274,6 +10598,34 @@ static int64_t *mf__ckpt_param_steps(mf_ctx *ctx, const mf__ckpt *c, const char 
 
 /* mf_load, and with a model m whose family has state, the state too: 0, 1 when the file has no
    state (the memories start empty), -1 */
+/* A registered mixer's model records its mixer in its checkpoints ("mf.mixer": the name and every
+   field, "cosine temperature=10"): the metadata key (or the state marker "mf.state" of the built-in
+   mixers) and its value in val */
+static const char *mf__mixer_meta(const mf_model *m, char *val, size_t size) {
+    const mf_mixer_def *d = m->mixer->def;
+    size_t n;
+    int i;
+    if (!d) return (snprintf(val, size, "1"), "mf.state");
+    n = (size_t)snprintf(val, size, "%s", d->name);
+    for (i = 0; i < d->n_fields && n < size; i++)
+        n += (size_t)snprintf(val + n, size - n, " %s=%.9g", d->fields[i].name, (double)mf_model_config_get(&m->cfg, d->fields[i].name));
+    return "mf.mixer";
+}
+/* a checkpoint of a registered mixer loads only into a model of that mixer with the same fields */
+static int mf__mixer_meta_check(mf_ctx *ctx, mf__ckpt *cp, const char *path, const mf_model *m) {
+    char file[512], own[512];
+    int has = mf__ckpt_meta(cp, "mf.mixer", file, sizeof file) >= 0, mine = m->mixer->def != NULL;
+    if (!has) return 0; /* a built-in mixer's file, or mf_save's: the tensors' names and shapes decide */
+    mf__mixer_meta(m, own, sizeof own);
+    if (mine && strcmp(file, own) == 0) return 0;
+    if (mine)
+        return (mf__fail(ctx, "mf_load: \"%s\" holds a model of the registered mixer \"%s\"; this model is \"%s\" "
+                         "(make the model with the checkpoint's mixer and fields)", path, file, own), -1);
+    return (mf__fail(ctx, "mf_load: \"%s\" holds a model of the registered mixer \"%s\", not of the built-in %s: "
+                     "register that mixer in this program (mf_mixer_register; examples: build them with EXTRA_MIXERS, "
+                     "docs/library.md) and make the model with it", path, file, m->mixer->name), -1);
+}
+
 static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_optimizer, mf_model *m);
 static int mf__load(mf_ctx *ctx, const char *path, int with_optimizer, mf_model *m) {
     mf__ckpt c;
@@ -10308,6 +10660,7 @@ static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_o
                  "load with with_optimizer = 0 to take the weights only", path);
         return -1;
     }
+    if (m && mf__mixer_meta_check(ctx, cp, path, m) < 0) return -1;
     if (with_optimizer && !(psteps = mf__ckpt_param_steps(ctx, cp, path))) return -1;
     for (i = 0; i < nt; i++) {
         const char *prefix;
@@ -10420,13 +10773,16 @@ static MF__FOR_FAMILIES int mf__state_floats(mf__state_io *io, const char *name,
 
 MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
     mf__state_io io;
+    char xval[512];
+    const char *xkey;
     int i, rc;
     if (!m) return -1;
     if (!mf_ok(m->ctx)) return -1;
     memset(&io, 0, sizeof io);
     io.mode = MF__STATE_SAVE; io.m = m;
     rc = m->fam->state ? m->fam->state(m, &io) : 0;
-    if (rc == 0) rc = mf__save(m->ctx, path, with_optimizer, meta_kv, n_meta, io.t, io.n, "mf.state", "1");
+    xkey = mf__mixer_meta(m, xval, sizeof xval);
+    if (rc == 0) rc = mf__save(m->ctx, path, with_optimizer, meta_kv, n_meta, io.t, io.n, xkey, xval);
     for (i = 0; i < io.n; i++) MF_FREE(io.t[i].ints);
     MF_FREE(io.t);
     return rc;
@@ -13296,8 +13652,10 @@ MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *co
     if (d->cfg.zero1 && mf__dist_gather_moments(d, ctx, &fm, &fv) < 0) goto done;
     if (d->rank == 0) {
         int64_t lo = 0, n = 0;
+        char xval[512];
+        const char *xkey = mf__mixer_meta(m, xval, sizeof xval);
         if (d->cfg.zero1) mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
-        rc = mf__save(ctx, path, 1, meta_kv, n_meta, io.t, io.n, "mf.state", "1");
+        rc = mf__save(ctx, path, 1, meta_kv, n_meta, io.t, io.n, xkey, xval);
         if (d->cfg.zero1) mf__dist_swap_moments(ctx, &fm, &fv, &lo, &n);
     }
     rc = mf__dist_agree(d, ctx, d->rank != 0 || rc == 0, NULL);

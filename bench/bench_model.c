@@ -239,7 +239,7 @@ static double gpu_used_mb(void) {
 static void usage(void) {
     int k;
     fprintf(stderr, "usage: bench_model [--mixer");
-    for (k = 0; k < MF_MIXER_COUNT; k++) fprintf(stderr, "%s%s", k ? "|" : " ", mf_mixer_name((mf_mixer_kind)k));
+    for (k = 0; k < mf_mixer_count(); k++) fprintf(stderr, "%s%s", k ? "|" : " ", mf_mixer_name((mf_mixer_kind)k));
     fprintf(stderr, "]\n  [--list-mixers] [--steps N] [--warmup N] [--threads N] [--max-time S] [--d-model N]\n"
                     "  [--heads N] [--layers N] [--d-ff N] [--seq N] [--batch N] [--vocab N] [--pool-size N]\n"
                     "  [--pos none|learned|sinusoidal] [--act relu|gelu] [--mem-len N] [--compressive] [--c-mem-len N]\n"
@@ -295,7 +295,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--tf32")) precision = "tf32";
         else if (!strcmp(a, "--list-mixers")) { /* the mixers this build can run, one per line (bench/run*.sh) */
             int k;
-            for (k = 0; k < MF_MIXER_COUNT; k++) {
+            for (k = 0; k < mf_mixer_count(); k++) {
                 mf_model_config probe = mf_model_config_default();
                 mf_ctx *c = mf_ctx_new(1);
                 probe.vocab = 2; probe.mixer = (mf_mixer_kind)k;

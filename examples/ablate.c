@@ -35,13 +35,14 @@
 
 /* the study, in the order of the table: every mixer this build has (the library's names, in its
    order), and "compressive" (the relative mixer with compressed memories) after relative */
-#define N_MAX (MF_MIXER_COUNT + 1)
+#define N_MAX (MF_MIXER_COUNT + MF_MIXER_MAX_REGISTERED + 1)
 static const char *ALL_MODELS[N_MAX];
 static int N_ALL;
-static char MODEL_LIST[512]; /* "sdpa, metric, ...": for --help and messages */
+static char MODEL_LIST[1024]; /* "sdpa, metric, ...": for --help and messages */
 static void list_models(void) {
     size_t n = 0;
-    for (int k = 0; k < MF_MIXER_COUNT; k++) {
+    register_extra_mixers();
+    for (int k = 0; k < mf_mixer_count(); k++) {
         if (!mf_mixer_compiled((mf_mixer_kind)k)) continue;
         ALL_MODELS[N_ALL++] = mf_mixer_name((mf_mixer_kind)k);
         if (k == MF_MIXER_RELATIVE) ALL_MODELS[N_ALL++] = "compressive";

@@ -38,7 +38,9 @@ typedef struct dataset {
 } dataset;
 
 /* ---- settings: one table drives parsing, --help and the checkpoint metadata ---- */
-static model_settings M = {"quadratic", "learned", "gelu", "dpfp", 32, 4, 1, 64, 12, 0, 0, 0, 2, 1, 0, 0.0f, 0.0f, 0, 1, "pre_norm"};
+static model_settings M = {.mixer = "quadratic", .pos = "learned", .act = "gelu", .feature = "dpfp", .d_model = 32,
+    .heads = 4, .layers = 1, .d_ff = 64, .seq_len = 12, .compression_rate = 2, .dpfp_nu = 1, .attn_bias = 1,
+    .block = "pre_norm", .fields = ""};
 static struct {
     const char *task, *tokens, *save, *load;
     int causal, steps, batch, examples, eval_every, threads;
@@ -219,7 +221,7 @@ static void save_model(mf_ctx *ctx, const dataset *d, const mf_tokenizer *tok) {
     int n = 0;
     size_t off = 0;
     for (int i = 0; i < N_OPTS; i++) {
-        if (!OPTS[i].saved) continue;
+        if (!OPTS[i].saved || option_unstored(&OPTS[i])) continue;
         snprintf(keys[n], 64, "classify.%s", OPTS[i].name);
         format_option(&OPTS[i], values[n], sizeof values[n]);
         kv[2 * n] = keys[n]; kv[2 * n + 1] = values[n]; n++;
@@ -263,7 +265,10 @@ static void load_settings(const unsigned char *given, dataset *d, char *data_kin
         if (!OPTS[i].saved) continue;
         if (given[i]) die("--%s: the model's settings come from the checkpoint \"%s\" (--load); drop --%s", OPTS[i].name, S.load, OPTS[i].name);
         snprintf(key, sizeof key, "classify.%s", OPTS[i].name);
-        if (mf_load_meta(S.load, key, buf, sizeof buf) < 0) die("--load: \"%s\" has no %s in its metadata", S.load, key);
+        if (mf_load_meta(S.load, key, buf, sizeof buf) < 0) {
+            if (option_unstored(&OPTS[i])) continue; /* not given when it was saved */
+            die("--load: \"%s\" has no %s in its metadata", S.load, key);
+        }
         if (OPTS[i].type == OPT_TEXT) { /* kept: the option points at the copy */
             char *copy = (char *)malloc(strlen(buf) + 1);
             if (!copy) die("out of memory");

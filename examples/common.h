@@ -526,12 +526,32 @@ typedef struct model_settings {
     float dropout, attn_dropout;
     int clone_layers, attn_bias;
     const char *block;
+    const char *fields; /* a registered mixer's fields: "name=value,name=value" */
 } model_settings;
-#define MODEL_SETTINGS_DEFAULT {"sdpa", "learned", "gelu", "dpfp", 128, 4, 4, 512, 128, 0, 0, 0, 2, 1, 0, 0.0f, 0.0f, 0, 1, "pre_norm"}
+#define MODEL_SETTINGS_DEFAULT {.mixer = "sdpa", .pos = "learned", .act = "gelu", .feature = "dpfp", .d_model = 128, \
+    .heads = 4, .layers = 4, .d_ff = 512, .seq_len = 128, .compression_rate = 2, .dpfp_nu = 1, .attn_bias = 1, \
+    .block = "pre_norm", .fields = ""}
+
+/* Mixers of your own (docs/library.md): a program built with -DEXTRA_MIXERS=fn and a file that
+   defines int fn(void), registering them with mf_mixer_register (-1: failed, reason printed), has
+   them beside the library's (examples/custom_mixer.c; make build/train-custom). */
+#ifdef EXTRA_MIXERS
+int EXTRA_MIXERS(void);
+#endif
+#define EX_STR_(x) #x
+#define EX_STR(x) EX_STR_(x)
+EX_FN void register_extra_mixers(void) {
+#ifdef EXTRA_MIXERS
+    static int done;
+    if (!done && EXTRA_MIXERS() < 0) die("registering the mixers of %s() failed (see above)", EX_STR(EXTRA_MIXERS));
+    done = 1;
+#endif
+}
 
 /* the choices of the name options: the library's names (model_choices fills them in) */
-EX_VAR char MIXERS[256], POSITIONS[64], ACTIVATIONS[64], FEATURES[64], BLOCKS[64];
+EX_VAR char MIXERS[1024], POSITIONS[64], ACTIVATIONS[64], FEATURES[64], BLOCKS[64];
 EX_FN void model_choices(void) {
+    register_extra_mixers();
     LIBRARY_CHOICES(MIXERS, mf_mixer_name, mf_mixer_kind);
     LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
     LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
@@ -562,7 +582,49 @@ EX_FN void model_choices(void) {
     {"clone-layers", OPT_FLAG, &M.clone_layers, SAVED, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"}, \
     {"attn-bias", OPT_INT, &M.attn_bias, SAVED, 0, NULL, "sdpa: biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it"}, \
     {"block", OPT_TEXT, &M.block, SAVED, 0, BLOCKS, "block layout (stream_norm: the NLP MetaFormer sorter's, docs/math.md §19.2)"}, \
-    {"attn-dropout", OPT_FLOAT, &M.attn_dropout, SAVED, 0, NULL, "sdpa, metric, quadratic, relative, feedback*: dropout on the attention probabilities"},
+    {"attn-dropout", OPT_FLOAT, &M.attn_dropout, SAVED, 0, NULL, "sdpa, metric, quadratic, relative, feedback*: dropout on the attention probabilities"}, \
+    {"fields", OPT_TEXT, &M.fields, SAVED, 0, NULL, "a registered mixer's own fields: name=value[,name=value] (a wrong name lists them)"},
+
+/* the fields of a registered mixer, one line each: "  name (default D, range [lo, hi]): help" */
+EX_FN void print_mixer_fields(FILE *f, int kind) {
+    const mf_mixer_field *fd;
+    for (int i = 0; (fd = mf_mixer_field_of((mf_mixer_kind)kind, i)) != NULL; i++)
+        fprintf(f, "  %s (default %g, %s in [%g, %g]): %s\n", fd->name, (double)fd->def, fd->integer ? "whole" : "real",
+                (double)fd->lo, (double)fd->hi, fd->help ? fd->help : "");
+}
+/* --fields goes into a checkpoint only when given, and a checkpoint without it has none: the
+   checkpoints of the built-in mixers are what they were before the option existed */
+EX_FN int option_unstored(const option *o) {
+    const char *v = o->type == OPT_TEXT ? *(const char *const *)o->value : NULL;
+    return strcmp(o->name, "fields") == 0 && (!v || !v[0]);
+}
+/* --fields "name=value,...": the registered mixer's fields into cfg (cfg->mixer set) */
+EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char *fields) {
+    char buf[512], *item, *next;
+    if (!fields || !fields[0]) return;
+    if (strlen(fields) > 63) /* checkpoints store an option's value in 64 bytes */
+        die("--fields \"%s\" is %zu bytes, more than the 63 a checkpoint stores; shorten it (a field left out keeps its "
+            "default)", fields, strlen(fields));
+    if (!mf_mixer_field_of(cfg->mixer, 0))
+        die("--fields %s: the %s mixer has no fields of its own (--fields sets those of a registered mixer; the built-in "
+            "mixers have their own options); drop --fields", fields, mixer);
+    snprintf(buf, sizeof buf, "%s", fields);
+    for (item = buf; item; item = next) {
+        char *eq, *end = NULL;
+        double v;
+        if ((next = strchr(item, ','))) *next++ = '\0';
+        eq = strchr(item, '=');
+        v = eq ? strtod(eq + 1, &end) : 0;
+        if (!eq || end == eq + 1 || *end) die("--fields: \"%s\" is not name=number (e.g. --fields %s=%g)", item,
+                                              mf_mixer_field_of(cfg->mixer, 0)->name, (double)mf_mixer_field_of(cfg->mixer, 0)->def);
+        *eq = 0;
+        if (mf_model_config_set(cfg, item, (float)v) < 0) {
+            fprintf(stderr, EX_PROG ": the fields of the %s mixer:\n", mixer);
+            print_mixer_fields(stderr, (int)cfg->mixer);
+            die("--fields: the %s mixer has no field \"%s\" (its fields are above)", mixer, item);
+        }
+    }
+}
 
 /* the library's config of the settings, with a vocabulary of V ids */
 EX_FN mf_model_config settings_config(const model_settings *M, int V) {
@@ -579,6 +641,7 @@ EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     cfg.clone_layers = M->clone_layers;
     if (cfg.mixer == MF_MIXER_SDPA) cfg.attn_bias = M->attn_bias; /* the only mixer with optional biases */
     cfg.block = (mf_block_kind)mf_block_from_name(M->block);
+    set_mixer_fields(&cfg, M->mixer, M->fields);
     if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && M->d_model % M->heads)
         die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
             "pick a head count that divides d-model", M->d_model, M->heads, M->mixer);
@@ -768,6 +831,15 @@ EX_FN void read_stored_options(const char *path, const option *opts, int n, cons
         if (!opts[i].saved) continue;
         snprintf(key, sizeof key, "train.%s", opts[i].name);
         if (mf_load_meta(path, key, stored[i], 64) == -1) strcpy(stored[i], defaults[i]);
+        if (strcmp(opts[i].name, "mixer") == 0 && mf_mixer_from_name(stored[i]) < 0) {
+            char mixer[512] = "";
+            mf_load_meta(path, "mf.mixer", mixer, sizeof mixer);
+            die("checkpoint \"%s\" holds a model of the mixer \"%s\"%s%s%s, which this program lacks: %s", path, stored[i],
+                mixer[0] ? " (" : "", mixer, mixer[0] ? ")" : "",
+                mixer[0] ? "a mixer of your own, registered by the program that trained it; build this program with "
+                           "its code (-DEXTRA_MIXERS=..., e.g. make build/train-custom; docs/library.md)"
+                         : "a checkpoint of a newer build, or one compiled with more mixers (see --list-mixers)");
+        }
     }
 }
 

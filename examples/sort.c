@@ -25,7 +25,7 @@ typedef struct options {
 /* the library's mixer names, "a|b|c" */
 static void print_mixers(const char *sep) {
     int k;
-    for (k = 0; k < MF_MIXER_COUNT; k++) fprintf(stderr, "%s%s", k ? sep : "", mf_mixer_name((mf_mixer_kind)k));
+    for (k = 0; k < mf_mixer_count(); k++) fprintf(stderr, "%s%s", k ? sep : "", mf_mixer_name((mf_mixer_kind)k));
 }
 
 static void usage(const char *argv0) {

@@ -365,11 +365,11 @@ static void close_data(data *d) {
 /* ---- checkpoints: mf_model_save's tensors (weights, moments, memories) + our settings, vocabulary and
    loader state as metadata ---- */
 static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const mf_loader *L) {
-    static char keys[N_OPTIONS + 12][48], vals[N_OPTIONS + 12][48];
+    static char keys[N_OPTIONS + 12][48], vals[N_OPTIONS + 12][64];
     const char *kv[2 * (N_OPTIONS + 12)];
     int n = 0;
     for (int i = 0; i < N_OPTIONS; i++)
-        if (OPTIONS[i].saved) {
+        if (OPTIONS[i].saved && !option_unstored(&OPTIONS[i])) {
             snprintf(keys[n], sizeof keys[n], "train.%s", OPTIONS[i].name);
             kv[2 * n] = keys[n]; kv[2 * n + 1] = format_option(&OPTIONS[i], vals[n], sizeof vals[n]); n++;
         }
@@ -652,7 +652,7 @@ int main(int argc, char **argv) {
     argv = expand_preset(&argc, argv, 1);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     if (list_mixers) { /* for scripts: the mixers of this build */
-        for (int k = 0; k < MF_MIXER_COUNT; k++)
+        for (int k = 0; k < mf_mixer_count(); k++)
             if (mf_mixer_compiled((mf_mixer_kind)k)) printf("%s\n", mf_mixer_name((mf_mixer_kind)k));
         return 0;
     }

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ namespace test_cuda_bf16 {
 }
 namespace test_cuda_classify {
 #include "test_cuda_classify.cpp"
+}
+namespace test_cuda_custom {
+#include "test_cuda_custom.cpp"
 }
 namespace test_cuda_fastweights {
 #include "test_cuda_fastweights.cpp"
@@ -74,6 +78,7 @@ static const struct { const char *name; int (*run)(void); } suites[] = {
     {"test_cuda_attn_dropout", test_cuda_attn_dropout::suite_main},
     {"test_cuda_bf16", test_cuda_bf16::suite_main},
     {"test_cuda_classify", test_cuda_classify::suite_main},
+    {"test_cuda_custom", test_cuda_custom::suite_main},
     {"test_cuda_fastweights", test_cuda_fastweights::suite_main},
     {"test_cuda_feedback", test_cuda_feedback::suite_main},
     {"test_cuda_memory", test_cuda_memory::suite_main},

@@ -129,5 +129,17 @@ else echo "FAIL custom allocator is called"; fail=$((fail+1)); fi
 printf '%s\n' '#define MF_MALLOC(sz) malloc(sz)' "$impl" > "$tmp/b.c"
 if ! gcc -std=c99 -I. -c "$tmp/b.c" -o "$tmp/b.o" 2>/dev/null; then echo "ok   partial allocator rejected"; pass=$((pass+1))
 else echo "FAIL partial allocator rejected"; fail=$((fail+1)); fi
+# [mf:model] knows no mixer: with its comments removed, it names no mixer (MF_MIXER_<NAME>, a mixer's
+# name in a string), no compile switch of a family and none of the mixers' optional config fields;
+# the names are read from the header's own tables (mf__mixer_rows, mf__field_names)
+section() { awk -v s="$1" 'index($0, "/* ==== [mf:") == 1 { on = index($0, "[mf:" s "]") > 0; next } on' metaformer.h; }
+mixers=$(section mixers | sed -n 's/^ *{"\([a-z_]*\)", *MF_MIXER_.*/\1/p' | paste -sd'|')
+fields=$(section config | sed -n '/mf__field_names\[/,/};/p' | grep -o '"[a-z_]*"' | tr -d '"' | paste -sd'|')
+section model | perl -0777 -pe 's{/\*.*?\*/}{}gs' > "$tmp/model.c"
+named=$(grep -nE "MF_MIXER_[A-Z_]+|METAFORMER_NO_|\b($mixers)\b|(->|\.)($fields)\b" "$tmp/model.c" | grep -v 'MF_MIXER_COUNT')
+if [ -n "$mixers" ] && [ -n "$fields" ] && [ -s "$tmp/model.c" ] && [ -z "$named" ]
+then echo "ok   [mf:model] names no mixer, family switch or mixer field (the families and [mf:config] do)"; pass=$((pass+1))
+else echo "FAIL [mf:model] names a mixer, a family switch or a mixer field (or the tables were not found: mixers '$mixers', fields '$fields')"
+     printf '%s\n' "$named" | head -10; fail=$((fail+1)); fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -9,14 +9,15 @@
 # (an older one, made here by renaming its "mf.state" key) must still resume, say that the memories
 # start empty, and then differ - which shows the comparison can fail. On the emulated CUDA device
 # (build/emu/train_emu, when built) the compressive model resumes exactly too: the memories pass
-# through the device copies. Needs build/train (make examples).
+# through the device copies. It runs build/train-custom: build/train with examples/custom_mixer.c's
+# registered mixer (alibi, with a field of its own) beside the library's.
 set -u
 cd "$(dirname "$0")/.."
-TRAIN=${TRAIN:-$PWD/build/train}
+TRAIN=${TRAIN:-$PWD/build/train-custom}
 EMU=${TRAIN_EMU:-$PWD/build/emu/train_emu}
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
-start_test "$TRAIN" "make examples"
+start_test "$TRAIN" "make build/train-custom"
 
 awk 'BEGIN { srand(5); split("the king and queen of a land far away spoke to the people who listened", w, " ");
              for (i = 0; i < 900; i++) printf "%s%s", w[int(rand() * 15) + 1], (i % 12 == 11 ? ".\n" : " ") }' > text.txt
@@ -49,6 +50,7 @@ while read -r mixer; do
                                        "compressive|--mixer relative --compressive --mem-len 5 --c-mem-len 4 --compression-rate 2"
                                        "relative_attn_dropout|--mixer relative --mem-len 5 --attn-dropout 0.2") ;;
                    sdpa) variants=("sdpa|--mixer sdpa" "sdpa_attn_dropout|--mixer sdpa --attn-dropout 0.2") ;;
+                   alibi) variants=("alibi|--mixer alibi --pos none --fields alibi_max=4") ;;
                    *) variants=("$mixer|--mixer $mixer") ;; esac
     for v in "${variants[@]}"; do
         name=${v%%|*}
@@ -60,7 +62,7 @@ while read -r mixer; do
                  "$(diff <(valid_after "$name.full" $STOP) <(valid_after "$name.p2" $STOP))" "$(head -8 "$name.p2")"; fi
     done
 done < <("$TRAIN" --list-mixers)
-if [ "$models" -ge 11 ]; then ok "every mixer of the library was tried ($models models)"
+if [ "$models" -ge 12 ]; then ok "every mixer of the library and the registered one were tried ($models models)"
 else bad "every mixer of the library was tried" "only $models models"; fi
 
 # a checkpoint without the memories (the format before mf_model_save): it loads, says so, and the
