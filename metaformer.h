@@ -153,7 +153,8 @@
                 mf_ctx_set_memory_limit     a cap on memory use (_memory_limit, _memory_bytes read it)
                 mf_set_check_finite         make the first NaN / Inf of any op an error naming it
                 mf_set_profile              time every op and GEMM (_profile_entries, _profile_report)
-                mf_param_count              floats in the flat parameter buffer
+                mf_param_count              floats in the flat parameter buffer (with alignment gaps)
+                mf_param_values             parameter values: the model's size (all, or trainable only)
                 mf_time                     seconds of a wall clock, for timing
    tensors      mf_new, mf_from             an activation tensor: zeros, or a copy of host values
                 mf_shape_str                "[2, 3, 4]" of a tensor
@@ -375,7 +376,12 @@ MFDEF int mf_profile_entries(const mf_ctx *ctx, mf_profile_entry *out, int max);
    each time divided by n_steps (the steps profiled; 1 = totals); returns the length of the whole
    text as snprintf does (buf may be NULL with size 0 to ask), -1 for a NULL ctx or n_steps < 1. */
 MFDEF int mf_profile_report(const mf_ctx *ctx, int n_steps, char *buf, size_t size);
+/* The length of the flat parameter buffer: every parameter and the zero gaps that align each one
+   to 16 floats (the size of mf_param_data and mf_param_grads). To count parameters, mf_param_values. */
 MFDEF int64_t mf_param_count(const mf_ctx *ctx);
+/* The number of parameter values, as PyTorch's sum(p.numel() for p in model.parameters()) - no
+   alignment gaps; trainable_only = 1: of the parameters that train (mf_param_set_trainable). */
+MFDEF int64_t mf_param_values(const mf_ctx *ctx, int trainable_only);
 /* Seconds since an arbitrary point (wall clock with OpenMP or POSIX clocks, else CPU time). */
 MFDEF double mf_time(void);
 
@@ -1900,6 +1906,13 @@ MFDEF size_t mf_ctx_memory_bytes(const mf_ctx *ctx) { return ctx ? mf__mem_used(
 MFDEF size_t mf_activation_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_used : 0; }
 MFDEF size_t mf_activation_peak_bytes(const mf_ctx *ctx) { return ctx ? ctx->act_peak : 0; }
 MFDEF int64_t mf_param_count(const mf_ctx *ctx) { return ctx ? ctx->p_used : 0; }
+MFDEF int64_t mf_param_values(const mf_ctx *ctx, int trainable_only) {
+    int64_t n = 0;
+    int i;
+    for (i = 0; ctx && i < ctx->n_params; i++)
+        if (!trainable_only || ctx->params[i]->requires_grad) n += ctx->params[i]->ne;
+    return n;
+}
 
 static void mf__param_fit(mf_ctx *ctx, int64_t n);
 MFDEF void mf_reset(mf_ctx *ctx) {

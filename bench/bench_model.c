@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
     fpt_full = 3.0 * flops_per_token_fwd(&cfg, T, 1);
     printf("metaformer.h %s train step: B=%d T=%d D=%d H=%d L=%d d_ff=%d V=%d, %s %s, %d CPU threads, %lld params\n", mixer,
            B, T, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab, precision,
-           cuda ? "CUDA" : "CPU", threads, (long long)mf_param_count(ctx));
+           cuda ? "CUDA" : "CPU", threads, (long long)mf_param_values(ctx, 0));
     if (cuda) printf("  device memory held %.1f MB (parameters, gradients, moments, activations, cuBLAS workspace)\n", gpu_peak);
     printf("  steps timed %d (after %d warm-up; first step %.1f ms), median %.1f ms, best %.1f ms, loss %.4f\n", done,
            warmup, t_first * 1e3, med * 1e3, best * 1e3, (double)last_loss);
@@ -411,7 +411,7 @@ int main(int argc, char **argv) {
            "mflop_tok_full=%.4f rss_mb=%.1f arena_mb=%.1f params=%lld steps=%d threads=%d cpu_util=%.2f loss=%.4f "
            "device=%s precision=%s gpu_mb=%.1f\n",
            label, B * T / med, med * 1e3, best * 1e3, fpt * B * T / med * 1e-9, fpt * 1e-6, fpt_full * 1e-6,
-           peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_count(ctx), done, threads,
+           peak_rss_mb(), mf_activation_peak_bytes(ctx) / 1048576.0, (long long)mf_param_values(ctx, 0), done, threads,
            cpu_timed / wall_timed, (double)last_loss, cuda ? "cuda" : "cpu", precision, gpu_peak);
     fflush(stdout);
     if (profile > 0) profile_steps(ctx, m, &opt, ids, tg, B, T, profile, label);

@@ -365,7 +365,7 @@ static int run_child(const char *model_name, const char *label, int seed_config,
     run_msg r;
     memset(&r, 0, sizeof r);
     r.kind = MSG_RESULT; r.status = RUN_OK; r.step = S.steps; r.tokens = tokens;
-    r.params = mf_param_count(ctx);
+    r.params = mf_param_values(ctx, 0);
     r.train_loss = tail_sum / tail;
     r.ar = ar_sum / tail;
     r.tok_s = (double)tokens / train_time;

@@ -341,7 +341,7 @@ int main(int argc, char **argv) {
            file ? file : S.task, d.n, d.n_train, d.n - d.n_train, d.n_labels, d.V, d.T);
     if (d.cut) printf("%d texts were longer than --seq-len %d and are cut there\n", d.cut, d.T);
     printf("model: %s mixer, %s, %d layer%s, d_model %d, %lld parameters\n", M.mixer, S.causal ? "causal" : "non-causal",
-           M.layers, M.layers == 1 ? "" : "s", M.d_model, (long long)mf_param_count(ctx));
+           M.layers, M.layers == 1 ? "" : "s", M.d_model, (long long)mf_param_values(ctx, 0));
     opt = mf_optimizer_default(MF_OPT_ADAM, S.lr);
     {
         int B = S.batch;

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     }
     printf("sorting %d tokens of {0, 1, 2}, %s form: %s mixer, d_model %d, %d heads, %d layers, d_ff %d, "
            "%lld parameters; %d steps of %d sequences, Adam lr %g, seed %llu\n", SORT_W, o.form, o.mixer, o.d_model,
-           o.heads, o.layers, o.d_ff, (long long)mf_param_count(ctx), o.steps, o.batch, (double)o.lr, o.seed);
+           o.heads, o.layers, o.d_ff, (long long)mf_param_values(ctx, 0), o.steps, o.batch, (double)o.lr, o.seed);
 
     train_rng = o.seed * 2 + 1;        /* training and evaluation draw from different streams */
     eval_rng = o.seed * 2 + 2 + 0x5EEDULL;

@@ -365,10 +365,10 @@ int main(int argc, char **argv) {
         for (int k = 0; k < N_MIXERS; k++) {
             const run *r = &runs[f][k];
             fprintf(md, "| %s | %s | %lld | %.4f | %.4f | %.1f%% | %s | %.1f |\n", mf_mixer_name(r->mixer), FORMS[f],
-                    (long long)mf_param_count(r->ctx) - SORT_VOCAB, last_epoch_loss(r), r->eval_loss, r->acc,
+                    (long long)mf_param_values(r->ctx, 1), last_epoch_loss(r), r->eval_loss, r->acc,
                     f ? "100%" : "85.7%", r->secs);
         }
-    fprintf(md, "\n(Parameters without the head bias, which is held at zero: the seed's head has none.) "
+    fprintf(md, "\n(Trainable parameters: the head bias is held at zero, as the seed's head has none.) "
                 "The seed-form loss floor is about 0.314 nats (docs/math.md §13).\n\n");
     figure_link(md, "loss curves", "loss");
     fprintf(md, "## The forms of the heads (seed form)\n\n");
@@ -453,7 +453,7 @@ int main(int argc, char **argv) {
                     "On the seed form sdpa reaches %.1f%% and metric %.1f%% token accuracy (held-out loss %.4f vs %.4f), "
                     "both near the %.1f%% ceiling; on the solvable form %.1f%% vs %.1f%%, with %lld vs %lld parameters.\n",
                 sd->acc, me->acc, sd->eval_loss, me->eval_loss, SEED_CEILING, runs[1][0].acc, runs[1][1].acc,
-                (long long)mf_param_count(sd->ctx) - SORT_VOCAB, (long long)mf_param_count(me->ctx) - SORT_VOCAB);
+                (long long)mf_param_values(sd->ctx, 1), (long long)mf_param_values(me->ctx, 1));
     }
     close_out(md, path);
     printf("wrote %s/report.md, embeddings.svg, scores_*.svg, forms_head.svg, forms_model.svg, loss.svg; %s (%.0f s)\n", S.out,

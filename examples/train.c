@@ -739,7 +739,7 @@ int main(int argc, char **argv) {
                mf_tokens_files(d.valid), mf_tokens_files(d.valid) == 1 ? "" : "s", (long long)mf_tokens_count(d.valid), d.V,
                d.tok ? "tokenizer " : "--vocab, no tokenizer", d.tok ? d.tok_spec : "");
     printf("model: %s, d_model %d, %d heads, %d layers, d_ff %d, T %d, %lld parameters\n", describe_mixer(), S.m.d_model,
-           S.m.heads, S.m.layers, S.m.d_ff, T, (long long)mf_param_count(ctx));
+           S.m.heads, S.m.layers, S.m.d_ff, T, (long long)mf_param_values(ctx, 0));
     printf("train: %s, %s schedule, lr %g, warmup %d, batch %d", S.optimizer, S.schedule, (double)S.lr, S.warmup, S.batch);
     if (S.grad_accum > 1) printf(" x %d accumulated micro-batches", S.grad_accum);
     if (RANKS.world > 1) printf(" x %d ranks", RANKS.world);

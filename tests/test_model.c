@@ -229,7 +229,25 @@ static void test_clone_every_parameter(void) {
     }
 }
 
+/* mf_param_values counts the values of the parameters (the model's size), mf_param_count the flat
+   buffer with its alignment gaps; a frozen parameter leaves the trainable count */
+static void test_param_values(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    mf_model_config c = mg_tiny(MF_MIXER_SDPA);
+    int D = 8, V = MG_V, F = 12, layer = 2 * D + (4 * D * D + 4 * D) + 2 * D + (D * F + F) + (F * D + D);
+    int64_t want = (int64_t)V * D + 8 * D + 2 * layer + 2 * D + (V * D + V); /* tok, pos (max_seq 8), layers, ln_f, head */
+    mf_model *m = mf_model_new(ctx, &c);
+    MFT_CHECK(m && mf_param_values(ctx, 0) == want && mf_param_values(ctx, 1) == want);
+    MFT_CHECK(mf_param_count(ctx) > want); /* with the gaps that align each tensor to 16 floats */
+    mf_param_set_trainable(mf_param_find(ctx, "head.bias"), 0);
+    MFT_CHECK(mf_param_values(ctx, 1) == want - V && mf_param_values(ctx, 0) == want);
+    MFT_CHECK(mf_param_values(NULL, 0) == 0);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+}
+
 int main(void) {
+    MFT_RUN(test_param_values);
     MFT_RUN(test_grad_sdpa);
     MFT_RUN(test_grad_metric);
     MFT_RUN(test_grad_quadratic);

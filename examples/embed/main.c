@@ -54,7 +54,7 @@ int main(void) {
     model = mf_model_new(ctx, &cfg);
     if (!model) return fail(ctx);
     printf("device: %s, %d layers, %lld parameters\n", mf_ctx_device(ctx) == MF_DEVICE_CUDA ? "cuda" : "cpu",
-           cfg.n_layers, (long long)mf_param_count(ctx));
+           cfg.n_layers, (long long)mf_param_values(ctx, 0));
 
     for (step = 0; step < STEPS; step++) { /* the training loop */
         mf_tensor *loss;
