@@ -83,7 +83,7 @@ set tmargin at screen 0.6046
 set bmargin at screen 0.3367
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.693863:0.693863]
+set cbrange [-0.693864:0.693864]
 set title 'layer 1 head 2' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
