@@ -1,5 +1,6 @@
 # tests/lib.sh - what the shell tests of the built programs share (test_cli.sh, test_ablate.sh,
-# test_embed.sh). Source it from the repository root, then call start_test.
+# test_embed.sh, test_gpu_report.sh, ...). Source it from the repository root, then call start_test
+# (or scratch_tmp, for a test that stays in the root).
 # shellcheck shell=bash
 
 pass=0; fail=0
@@ -14,6 +15,13 @@ start_test() {
     cd "$tmp" || exit 1
 }
 
+# scratch_tmp: for the tests that stay in the repository root: a temporary folder $tmp, removed on
+# exit unless KEEP_TMP is set (then its path is printed, for a look at what the test left)
+scratch_tmp() {
+    tmp=$(mktemp -d)
+    if [ -n "${KEEP_TMP:-}" ]; then echo "(KEEP_TMP: the files stay in $tmp)"; else trap 'rm -rf "$tmp"' EXIT; fi
+}
+
 ok()  { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '%s\n' "$@" | head -20; fail=$((fail + 1)); }
 
@@ -24,6 +32,9 @@ expect_error() {
     if [ $rc -eq 1 ] && grep -q -- "$phrase" err.out; then ok "error: $name"
     else bad "error: $name (want exit 1 and \"$phrase\")" "rc $rc" "$(cat err.out)"; fi
 }
+
+# check NAME COMMAND...: ok when COMMAND succeeds, else a FAIL line
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 
 # the closing line "N passed, N failed"; the status is 1 when a check failed
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }

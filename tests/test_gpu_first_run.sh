@@ -13,14 +13,9 @@
 # Uses build/train. Prints ok/FAIL lines and the runner's summary; KEEP_TMP=1 keeps the folder.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-tmp=$(mktemp -d)
-if [ -n "${KEEP_TMP:-}" ]; then echo "(KEEP_TMP: the files stay in $tmp)"; else trap 'rm -rf "$tmp"' EXIT; fi
-pass=0; fail=0
-check() { # NAME CONDITION...
-    local name=$1
-    shift
-    if "$@"; then echo "ok   $name"; pass=$((pass+1)); else echo "FAIL $name"; fail=$((fail+1)); fi
-}
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+scratch_tmp
 not() { ! "$@"; }
 
 # ---- the default time limits, through --dry-run -------------------------------------------------
@@ -156,5 +151,4 @@ check "no prepared folder: refused at once (status $rc), naming make gpu-prep" [
 run > "$tmp/nodir.txt" 2>&1
 rc=$?
 check "no folder given: the usage (status $rc)" [ "$rc" -eq 2 ] && grep -q "usage: bash bench/gpu_first_run.sh DIR" "$tmp/nodir.txt"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -8,14 +8,9 @@
 # the runner's summary; KEEP_TMP=1 keeps its folder (the stub machine's report) for a look.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-tmp=$(mktemp -d)
-if [ -n "${KEEP_TMP:-}" ]; then echo "(KEEP_TMP: the files stay in $tmp)"; else trap 'rm -rf "$tmp"' EXIT; fi
-pass=0; fail=0
-check() { # NAME CONDITION...
-    local name=$1
-    shift
-    if "$@"; then echo "ok   $name"; pass=$((pass+1)); else echo "FAIL $name"; fail=$((fail+1)); fi
-}
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+scratch_tmp
 has() { grep -qF -- "$1" "$tmp/dry.txt"; }
 
 # no GPU: NVIDIA_SMI names a program that lists none
@@ -111,5 +106,4 @@ check "an unknown option is refused (status $rc) with its name" [ "$rc" -eq 2 ] 
 bash bench/gpu_report.sh --dry-run --budget soon > "$tmp/bad.txt" 2>&1
 rc=$?
 check "a budget that is not a number is refused (status $rc)" [ "$rc" -eq 2 ] && grep -q "budget soon" "$tmp/bad.txt"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
