@@ -33,6 +33,21 @@ expect_error() {
     else bad "error: $name (want exit 1 and \"$phrase\")" "rc $rc" "$(cat err.out)"; fi
 }
 
+# stub_train_cuda FILE: a stand-in for build/train-cuda on a machine without a GPU (the GPU scripts'
+# tests): the CPU trainer next to FILE, the device options dropped
+stub_train_cuda() {
+    cat > "$1" <<'EOF'
+#!/usr/bin/env bash
+a=(); skip=0
+for x in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$x" in --device|--precision) skip=1 ;; *) a+=("$x") ;; esac
+done
+exec "$(dirname "$0")/train" "${a[@]}" --device cpu
+EOF
+    chmod +x "$1"
+}
+
 # check NAME COMMAND...: ok when COMMAND succeeds, else a FAIL line
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 

@@ -66,15 +66,7 @@ echo "debug \$*" >> "$tmp/debug_runs"
 [ "\$1" = hangs ] && exec sleep 300
 echo "FAIL \$1: op (shapes): CUDA kernel k failed"; echo "0 passed, 1 failed"; exit 1
 EOF
-cat > "$tmp/obj/train-cuda" <<'EOF'
-#!/usr/bin/env bash
-a=(); skip=0
-for x in "$@"; do
-    if [ "$skip" = 1 ]; then skip=0; continue; fi
-    case "$x" in --device|--precision) skip=1 ;; *) a+=("$x") ;; esac
-done
-exec "$(dirname "$0")/train" "${a[@]}" --device cpu
-EOF
+stub_train_cuda "$tmp/obj/train-cuda"
 for b in bench_model bench_attention bench_fw_sweep bench_reduce; do printf '#!/bin/sh\necho "stub: no result"; exit 1\n' > "$tmp/obj/cuda/$b"; done
 cp build/train "$tmp/obj/train"
 chmod +x "$tmp/bin/"* "$tmp/obj/train-cuda" "$tmp/obj/cuda/"* "$tmp/obj/cuda-debug/"*

@@ -64,15 +64,7 @@ echo "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_
 printf '#!/bin/sh\ncase "$*" in *compute_cap*) echo 9.0 ;; *name,*) echo "Stub GPU, 0.0, 1 MiB" ;; *name*) echo "Stub GPU" ;; *) echo stub ;; esac\n' > "$tmp/bin/nvidia-smi"
 printf '#!/bin/sh\necho "stub compiler: fails" >&2; exit 1\n' > "$tmp/bin/nvcc"
 cp "$tmp/bin/nvcc" "$tmp/bin/python3"
-cat > "$tmp/repo/build/train-cuda" <<'EOF2'
-#!/usr/bin/env bash
-a=(); skip=0
-for x in "$@"; do
-    if [ "$skip" = 1 ]; then skip=0; continue; fi
-    case "$x" in --device|--precision) skip=1 ;; *) a+=("$x") ;; esac
-done
-exec "$(dirname "$0")/train" "${a[@]}" --device cpu
-EOF2
+stub_train_cuda "$tmp/repo/build/train-cuda"
 chmod +x "$tmp/bin/"* "$tmp/repo/build/train-cuda"
 t0=$(date +%s)
 (cd "$tmp/repo" && NVIDIA_SMI="$tmp/bin/nvidia-smi" NVCC="$tmp/bin/nvcc" PYTHON="$tmp/bin/python3" GPU_REPORT_BUDGET=200 \
