@@ -56,14 +56,14 @@ static void list_models(void) {
 /* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
 typedef struct {
     const char *models, *out, *pos, *act, *optimizer, *schedule, *preset;
-    int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, threads, eval_batches;
+    int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, seeds, threads, eval_batches;
     int mem_len, c_mem_len, compression_rate, log_every, log_y, warmup, clone_layers, attn_bias, seed_configs, list_presets;
     float lr, clip, beta1, beta2, weight_decay, dropout;
 } settings;
 
 static settings S = {.models = "all", .out = "ablate", .pos = "learned", .act = "gelu", .optimizer = "adam",
     .schedule = "cosine", .steps = -1, .batch = -1, .seq_len = -1, .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1,
-    .seed = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
+    .seed = 1, .seeds = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
     .warmup = -1, .attn_bias = 1, .lr = -1, .clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = -1};
 static char ACTIVATIONS[64];
 
@@ -95,6 +95,8 @@ static const option OPTIONS[] = {
     {"weight-decay", OPT_FLOAT, &S.weight_decay, RUN_ONLY, 0, NULL, "weight decay (default 0.01 for adamw, else 0)"},
     {"clip", OPT_FLOAT, &S.clip, RUN_ONLY, 0, NULL, "max gradient norm (0 = none)"},
     {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of every run's initialisation and data"},
+    {"seeds", OPT_INT, &S.seeds, RUN_ONLY, 1, NULL, "runs per model, seeds --seed .. --seed + N - 1: each number as mean "
+     "± sd with its 95% interval, the ranking with the differences that are significant (Welch's t test, 5%)"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads per run, 0 = all [1: runs on a busy machine compare fairly]"},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "validation batches [sorter 8, text 20; --quick 8, 10]"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 0, NULL, "not on a terminal: a progress line every N steps (0 = one line per run)"},
@@ -308,8 +310,9 @@ static double run_validation(mf_ctx *ctx, mf_model *model, data *d, double *scor
 
 /* the child: build, train, validate, report; returns the exit status (a failed child exits at
    once: its memory goes with the process) */
-static int run_child(const char *model_name, const char *label, int seed_config, int index, int n_runs,
+static int run_child(const char *model_name, const char *label, int seed_config, int seed, int index, int n_runs,
                      const text_data *text, int fd) {
+    S.seed = seed; /* this process's copy: the run's seed */
     if (seed_config) apply_seed_config(model_name);
     mf_model_config cfg = model_config(model_name, text);
     mf_optimizer opt = make_optimizer();
@@ -389,6 +392,7 @@ typedef struct run {
     const char *model;          /* the row's name: the model, or "MODEL/seed" in its seed configuration */
     const char *mixer;          /* the model */
     int seed_config;
+    int seed;                   /* of its initialisation and data */
     run_msg result;
     point *curve;
     int n_curve, cap;
@@ -431,7 +435,7 @@ static void run_one(run *r, int index, int n_runs, const text_data *text) {
     if (pipe(fds) < 0 || (pid = fork()) < 0) die("cannot start a run: %s", strerror(errno));
     if (pid == 0) {
         close(fds[0]);
-        int rc = run_child(r->mixer, r->model, r->seed_config, index, n_runs, text, fds[1]);
+        int rc = run_child(r->mixer, r->model, r->seed_config, r->seed, index, n_runs, text, fds[1]);
         fflush(stdout);
         _exit(rc);
     }
@@ -477,11 +481,14 @@ static const char *status_text(const run *r) {
 static void print_run_line(const run *r, int index, int n_runs, int text) {
     progress pr = progress_new();
     pr.open = pr.tty;
+    char label[64];
+    if (S.seeds > 1) snprintf(label, sizeof label, "%s seed %d", r->model, r->seed);
+    else snprintf(label, sizeof label, "%s", r->model);
     if (r->result.status == RUN_OK)
         progress_show(&pr, "[%d/%d] %-12s valid loss %.4f (%s)  train loss %.4f  %.0f tok/s  %.0f MB  %.1f s", index + 1,
-                      n_runs, r->model, r->result.valid_loss, score_text(r, text), r->result.train_loss, r->result.tok_s,
+                      n_runs, label, r->result.valid_loss, score_text(r, text), r->result.train_loss, r->result.tok_s,
                       r->rss_mb, r->wall_s);
-    else progress_show(&pr, "[%d/%d] %-12s %s", index + 1, n_runs, r->model, status_text(r));
+    else progress_show(&pr, "[%d/%d] %-12s %s", index + 1, n_runs, label, status_text(r));
     progress_break(&pr);
 }
 
@@ -504,19 +511,21 @@ static void print_table(FILE *f, const run *runs, int n, int text) {
 /* CSV: a header and a row per model; numbers empty for a failed run; the status quoted last */
 static void write_csv(const char *path, const run *runs, int n, int text) {
     FILE *f = open_out(path);
-    fprintf(f, "model,params,train_loss,valid_loss,%s,tokens_per_s,peak_rss_mb,wall_s,step,status\n",
-            text ? "bits_per_char" : "accuracy_pct");
+    fprintf(f, "model,params,train_loss,valid_loss,%s,tokens_per_s,peak_rss_mb,wall_s,step,status%s\n",
+            text ? "bits_per_char" : "accuracy_pct", S.seeds > 1 ? ",seed" : "");
     for (int i = 0; i < n; i++) {
         const run *r = &runs[i];
         char status[700];
         snprintf(status, sizeof status, "%s", status_text(r));
         for (char *c = status; *c; c++) if (*c == '"') *c = '\''; /* one quoted field, no escapes needed */
         if (r->result.status == RUN_OK)
-            fprintf(f, "%s,%lld,%.6f,%.6f,%.4f,%.1f,%.1f,%.2f,%lld,\"%s\"\n", r->model, (long long)r->result.params,
+            fprintf(f, "%s,%lld,%.6f,%.6f,%.4f,%.1f,%.1f,%.2f,%lld,\"%s\"", r->model, (long long)r->result.params,
                     r->result.train_loss, r->result.valid_loss, r->result.score, r->result.tok_s, r->rss_mb, r->wall_s,
                     (long long)r->result.step, status);
         else
-            fprintf(f, "%s,,,,,,%.1f,%.2f,%lld,\"%s\"\n", r->model, r->rss_mb, r->wall_s, (long long)r->result.step, status);
+            fprintf(f, "%s,,,,,,%.1f,%.2f,%lld,\"%s\"", r->model, r->rss_mb, r->wall_s, (long long)r->result.step, status);
+        if (S.seeds > 1) fprintf(f, ",%d", r->seed);
+        fprintf(f, "\n");
     }
     close_out(f, path);
 }
@@ -550,7 +559,8 @@ static void chart_axes(const run *runs, int n, int log_y, axis *x, axis *y) {
 }
 
 /* the loss curves as an SVG line chart (examples/svg.h), one series per model */
-static void write_svg(const char *path, const run *runs, int n, const char *title, int log_y) {
+static void write_svg(const char *path, const run *runs, int n, const char *title, int log_y, double *const *lo,
+                      double *const *hi) {
     svg_series *s = (svg_series *)calloc((size_t)n + 1, sizeof *s);
     double *xy = NULL;
     size_t total = 0, at = 0;
@@ -560,6 +570,7 @@ static void write_svg(const char *path, const run *runs, int n, const char *titl
     if (!(xy = (double *)malloc((2 * total + 1) * sizeof *xy))) die("out of memory for the chart");
     for (int i = 0; i < n; i++) {
         s[i].name = runs[i].model; s[i].n = runs[i].n_curve;
+        if (lo && hi) { s[i].lo = lo[i]; s[i].hi = hi[i]; }
         s[i].x = xy + at; s[i].y = xy + at + runs[i].n_curve;
         for (int k = 0; k < runs[i].n_curve; k++) {
             xy[at + k] = (double)runs[i].curve[k].step;
@@ -593,16 +604,19 @@ static int write_png(const char *stem, const char *curves, const run *runs, int 
 
 /* "Tiny Shakespeare-like text (input.txt, ...)": the setup line of the Markdown file and the plot */
 static void describe(char *buf, size_t size, const char *path, const text_data *text, int n_runs) {
+    char seeds_to[32];
     int k;
+    snprintf(seeds_to, sizeof seeds_to, " to %d", S.seed + S.seeds - 1);
     if (text)
         k = snprintf(buf, size, "character-level LM on %s (%zu bytes, %d characters; 90%% train, 10%% valid)", path,
                      text->len, text->V);
     else k = snprintf(buf, size, "array sorter (docs/math.md §13, solvable form, %d tokens of {0,1,2})", SORT_W);
     k += snprintf(buf + k, size - (size_t)k, "; %d models: d_model %d, %d heads, %d layers, d_ff %d, T %d; batch %d, "
-                  "%d steps (%lld tokens), seed %d, %d thread%s; relative and compressive mem_len %d, compressive "
+                  "%d steps (%lld tokens), %s %d%s, %d thread%s; relative and compressive mem_len %d, compressive "
                   "c_mem_len %d, rate %d. Common configuration (rows MODEL): %s positions (relative, compressive: none), "
                   "%s FFN, %s%s lr %g (%s schedule), clip %g", n_runs, S.d_model, S.heads, S.layers, S.d_ff,
-                  S.seq_len, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, S.seed, S.threads,
+                  S.seq_len, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, S.seeds > 1 ? "seeds" : "seed",
+                  S.seed, S.seeds > 1 ? seeds_to : "", S.threads,
                   S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate, S.pos, S.act,
                   S.clone_layers ? "cloned layers, " : "", S.optimizer, (double)S.lr, S.schedule, (double)S.clip);
     if (S.seed_configs && (size_t)k < size)
@@ -611,15 +625,166 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
                  "with the sizes and budget above");
 }
 
+
+/* ---- several seeds (--seeds N): row r's runs are runs[r N .. r N + N - 1] ---- */
+typedef struct row_stats { stat_summary train, valid, score, tok_s; int ok; int64_t params; } row_stats;
+
+static row_stats row_stats_of(const run *r, int N) {
+    row_stats st;
+    double *v = (double *)malloc(4 * (size_t)N * sizeof *v);
+    if (!v) die("out of memory");
+    memset(&st, 0, sizeof st);
+    for (int j = 0; j < N; j++) {
+        int ok = r[j].result.status == RUN_OK;
+        v[j] = ok ? r[j].result.train_loss : NAN;
+        v[N + j] = ok ? r[j].result.valid_loss : NAN;
+        v[2 * N + j] = ok ? r[j].result.score : NAN;
+        v[3 * N + j] = ok ? r[j].result.tok_s : NAN;
+        if (ok) { st.ok++; st.params = r[j].result.params; }
+    }
+    st.train = summarize(v, N); st.valid = summarize(v + N, N); st.score = summarize(v + 2 * N, N);
+    st.tok_s = summarize(v + 3 * N, N);
+    free(v);
+    return st;
+}
+/* "0.1234 ± 0.0056" (no ± with one value) and "[0.1180, 0.1288]" (the 95% interval, "-" with one value) */
+static const char *pm(stat_summary a, int prec, char *buf, size_t size) {
+    if (isfinite(a.sd)) snprintf(buf, size, "%.*f ± %.*f", prec, a.mean, prec, a.sd);
+    else snprintf(buf, size, "%.*f", prec, a.mean);
+    return buf;
+}
+static const char *interval(stat_summary a, int prec, char *buf, size_t size) {
+    if (isfinite(a.ci)) snprintf(buf, size, "[%.*f, %.*f]", prec, a.mean - a.ci, prec, a.mean + a.ci);
+    else snprintf(buf, size, "-");
+    return buf;
+}
+/* "ok", or how many of the row's runs failed and the first one's reason */
+static const char *row_status(const run *r, int N, const row_stats *st) {
+    static char buf[800];
+    if (st->ok == N) return "ok";
+    for (int j = 0; j < N; j++)
+        if (r[j].result.status != RUN_OK) {
+            snprintf(buf, sizeof buf, "%d of %d failed (seed %d: %s)", N - st->ok, N, r[j].seed, status_text(&r[j]));
+            break;
+        }
+    return buf;
+}
+static void print_seed_table(FILE *f, const run *runs, int rows, int text) {
+    int N = S.seeds, pv = text ? 3 : 1;
+    char a[64], b[64], c[64], d[64], e[64];
+    fprintf(f, "| model | params | runs ok | train loss | valid loss | 95%% interval | %s | 95%% interval | tok/s | status |\n",
+            text ? "bits/char" : "accuracy (%)");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int r = 0; r < rows; r++) {
+        const run *g = runs + (size_t)r * N;
+        row_stats st = row_stats_of(g, N);
+        if (st.ok)
+            fprintf(f, "| %-12s | %lld | %d of %d | %s | %s | %s | %s | %s | %.0f | %s |\n", g->model, (long long)st.params,
+                    st.ok, N, pm(st.train, 4, a, sizeof a), pm(st.valid, 4, b, sizeof b), interval(st.valid, 4, c, sizeof c),
+                    pm(st.score, pv, d, sizeof d), interval(st.score, pv, e, sizeof e), st.tok_s.mean, row_status(g, N, &st));
+        else fprintf(f, "| %-12s | - | 0 of %d | - | - | - | - | - | - | %s |\n", g->model, N, row_status(g, N, &st));
+    }
+}
+/* the rows by mean validation loss, each step marked "<" (the difference is significant: Welch's
+   t test at 5%) or "~" (it is not, at this number of seeds) */
+static void print_ranking(FILE *f, const run *runs, int rows) {
+    int N = S.seeds, *order = (int *)malloc((size_t)rows * sizeof *order), n = 0;
+    row_stats *st = (row_stats *)malloc((size_t)rows * sizeof *st);
+    if (!order || !st) die("out of memory");
+    for (int r = 0; r < rows; r++) {
+        st[r] = row_stats_of(runs + (size_t)r * N, N);
+        if (!st[r].ok) continue;
+        int i = n++;
+        while (i > 0 && st[order[i - 1]].valid.mean > st[r].valid.mean) { order[i] = order[i - 1]; i--; }
+        order[i] = r;
+    }
+    fprintf(f, "Ranking by validation loss, mean of %d seeds (\"<\": the difference is significant, Welch's t test at "
+               "5%%; \"~\": it is not at %d seeds):", N, N);
+    for (int i = 0; i < n; i++) {
+        int sig = i ? welch_differs(st[order[i - 1]].valid, st[order[i]].valid) : 0;
+        fprintf(f, "%s%s %.4f", i == 0 ? " " : sig > 0 ? " < " : sig == 0 ? " ~ " : " ? ", runs[(size_t)order[i] * N].model,
+                st[order[i]].valid.mean);
+    }
+    fprintf(f, "%s\n", n ? "" : " (no run finished)");
+    free(order); free(st);
+}
+/* CSV of the rows: count, mean, sd and the 95% interval's half-width of each number (empty when
+   there is none) */
+static void csv_num(FILE *f, double v, int prec) { if (isfinite(v)) fprintf(f, ",%.*f", prec, v); else fprintf(f, ","); }
+static void write_seed_csv(const char *path, const run *runs, int rows, int text) {
+    FILE *f = open_out(path);
+    const char *sc = text ? "bits_per_char" : "accuracy_pct";
+    int N = S.seeds;
+    fprintf(f, "model,params,runs_ok,runs,train_loss_mean,train_loss_sd,valid_loss_mean,valid_loss_sd,valid_loss_ci95,"
+               "%s_mean,%s_sd,%s_ci95,tokens_per_s,status\n", sc, sc, sc);
+    for (int r = 0; r < rows; r++) {
+        const run *g = runs + (size_t)r * N;
+        row_stats st = row_stats_of(g, N);
+        char status[800];
+        snprintf(status, sizeof status, "%s", row_status(g, N, &st));
+        for (char *c = status; *c; c++) if (*c == '"') *c = '\'';
+        fprintf(f, "%s", g->model);
+        if (st.ok) fprintf(f, ",%lld", (long long)st.params); else fprintf(f, ",");
+        fprintf(f, ",%d,%d", st.ok, N);
+        csv_num(f, st.train.mean, 6); csv_num(f, st.train.sd, 6);
+        csv_num(f, st.valid.mean, 6); csv_num(f, st.valid.sd, 6); csv_num(f, st.valid.ci, 6);
+        csv_num(f, st.score.mean, 4); csv_num(f, st.score.sd, 4); csv_num(f, st.score.ci, 4);
+        csv_num(f, st.tok_s.mean, 1);
+        fprintf(f, ",\"%s\"\n", status);
+    }
+    close_out(f, path);
+}
+/* each row's loss curve: the mean over its finished runs (the failed ones when none finished), with
+   mean - sd .. mean + sd in lo, hi; as far as the shortest of those curves */
+static run *mean_curves(const run *runs, int rows, double **lo, double **hi) {
+    int N = S.seeds;
+    run *m = (run *)calloc((size_t)rows, sizeof *m);
+    if (!m) die("out of memory");
+    for (int r = 0; r < rows; r++) {
+        const run *g = runs + (size_t)r * N;
+        int any_ok = 0, len = -1, cnt;
+        for (int j = 0; j < N; j++) any_ok |= g[j].result.status == RUN_OK;
+        for (int j = 0; j < N; j++)
+            if ((!any_ok || g[j].result.status == RUN_OK) && (len < 0 || g[j].n_curve < len)) len = g[j].n_curve;
+        m[r].model = g->model;
+        m[r].n_curve = m[r].cap = len > 0 ? len : 0;
+        m[r].curve = (point *)calloc((size_t)m[r].n_curve + 1, sizeof *m[r].curve);
+        lo[r] = (double *)calloc((size_t)m[r].n_curve + 1, sizeof **lo);
+        hi[r] = (double *)calloc((size_t)m[r].n_curve + 1, sizeof **hi);
+        if (!m[r].curve || !lo[r] || !hi[r]) die("out of memory");
+        for (int k = 0; k < m[r].n_curve; k++) {
+            double sum = 0, ss = 0;
+            cnt = 0;
+            for (int j = 0; j < N; j++)
+                if ((!any_ok || g[j].result.status == RUN_OK) && isfinite(g[j].curve[k].loss)) { sum += g[j].curve[k].loss; cnt++; }
+            m[r].curve[k] = g[0].curve[k];
+            m[r].curve[k].loss = cnt ? sum / cnt : NAN;
+            for (int j = 0; j < N; j++)
+                if ((!any_ok || g[j].result.status == RUN_OK) && isfinite(g[j].curve[k].loss))
+                    ss += (g[j].curve[k].loss - m[r].curve[k].loss) * (g[j].curve[k].loss - m[r].curve[k].loss);
+            lo[r][k] = hi[r][k] = m[r].curve[k].loss;
+            if (cnt > 1) { lo[r][k] -= sqrt(ss / (cnt - 1)); hi[r][k] += sqrt(ss / (cnt - 1)); }
+        }
+    }
+    return m;
+}
+
+/* n rows of runs (of S.seeds runs each) */
 static void write_markdown(const char *path, const char *command, const char *setup, const char *plot,
                            const run *runs, int n, int text) {
     FILE *f = open_out(path);
     fprintf(f, "Command: `%s`\n\nSetup: %s.\n\n", command, setup);
-    print_table(f, runs, n, text);
+    if (S.seeds > 1) {
+        print_seed_table(f, runs, n, text);
+        fprintf(f, "\n");
+        print_ranking(f, runs, n);
+    } else print_table(f, runs, n, text);
     fprintf(f, "\nTrain loss: mean cross-entropy of the last 10%% of the steps; valid loss: %s. Tokens/s: "
-               "training only; peak RSS: the run's own process.\n\n![loss curves](%s)\n",
+               "training only; peak RSS: the run's own process.%s\n\n![loss curves](%s)\n",
             text ? "cross-entropy on the validation text" : "cross-entropy on held-out batches; accuracy on the sorted half",
-            plot);
+            S.seeds > 1 ? " Each number: mean ± sample standard deviation over the seeds, with the 95% confidence interval of "
+                          "the mean (Student's t); the runs one by one are in the _runs.csv file. The curves: the mean over "
+                          "the seeds, the band mean ± sd." : "", plot);
     close_out(f, path);
 }
 
@@ -636,6 +801,7 @@ int main(int argc, char **argv) {
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);
     n_runs = parse_models(S.models, models);
+    if (S.seeds > 1000) die("--seeds %d: at most 1000 runs per model", S.seeds);
     resolve_defaults(path != NULL, given);
     EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     if (path) {
@@ -654,27 +820,50 @@ int main(int argc, char **argv) {
     else snprintf(title, sizeof title, "training loss, array sorter");
     printf("ablation: %s\n", setup);
 
-    int per_model = S.seed_configs ? 2 : 1;
-    n_runs *= per_model;
+    int per_model = S.seed_configs ? 2 : 1, rows = n_runs * per_model;
+    n_runs = rows * S.seeds;
     if (!(runs = (run *)calloc((size_t)n_runs, sizeof *runs))) die("out of memory");
-    for (int i = 0; i < n_runs; i++) { /* with --seed-configs: MODEL, then MODEL/seed */
+    for (int i = 0; i < n_runs; i++) { /* with --seed-configs: MODEL, then MODEL/seed; each --seeds times */
         static char labels[2 * N_MAX][40];
-        runs[i].mixer = models[i / per_model];
-        runs[i].seed_config = i % per_model;
-        snprintf(labels[i], sizeof labels[i], runs[i].seed_config ? "%s/seed" : "%s", runs[i].mixer);
-        runs[i].model = labels[i];
+        int row = i / S.seeds;
+        runs[i].mixer = models[row / per_model];
+        runs[i].seed_config = row % per_model;
+        runs[i].seed = S.seed + i % S.seeds;
+        snprintf(labels[row], sizeof labels[row], runs[i].seed_config ? "%s/seed" : "%s", runs[i].mixer);
+        runs[i].model = labels[row];
     }
     for (int i = 0; i < n_runs; i++) {
         run_one(&runs[i], i, n_runs, path ? &text : NULL);
         print_run_line(&runs[i], i, n_runs, path != NULL);
     }
     printf("\n");
-    print_table(stdout, runs, n_runs, path != NULL);
-    write_csv(csv, runs, n_runs, path != NULL);
-    write_curves(curves, runs, n_runs);
-    write_svg(svg, runs, n_runs, title, S.log_y);
-    int have_png = write_png(S.out, curves, runs, n_runs, title, S.log_y) > 0;
-    write_markdown(md, command, setup, file_base(svg), runs, n_runs, path != NULL); /* the SVG: always there */
+    int have_png;
+    if (S.seeds == 1) {
+        print_table(stdout, runs, n_runs, path != NULL);
+        write_csv(csv, runs, n_runs, path != NULL);
+        write_curves(curves, runs, n_runs);
+        write_svg(svg, runs, n_runs, title, S.log_y, NULL, NULL);
+        have_png = write_png(S.out, curves, runs, n_runs, title, S.log_y) > 0;
+    } else { /* the rows' statistics; the runs one by one in PREFIX_runs.csv */
+        char runs_csv[4096];
+        double **lo = (double **)calloc((size_t)rows, sizeof *lo), **hi = (double **)calloc((size_t)rows, sizeof *hi);
+        run *mean;
+        if (!lo || !hi) die("out of memory");
+        snprintf(runs_csv, sizeof runs_csv, "%s_runs.csv", S.out);
+        print_seed_table(stdout, runs, rows, path != NULL);
+        printf("\n");
+        print_ranking(stdout, runs, rows);
+        write_seed_csv(csv, runs, rows, path != NULL);
+        write_csv(runs_csv, runs, n_runs, path != NULL);
+        mean = mean_curves(runs, rows, lo, hi);
+        write_curves(curves, mean, rows);
+        write_svg(svg, mean, rows, title, S.log_y, lo, hi);
+        have_png = write_png(S.out, curves, mean, rows, title, S.log_y) > 0;
+        for (int r = 0; r < rows; r++) { free(mean[r].curve); free(lo[r]); free(hi[r]); }
+        free(mean); free(lo); free(hi);
+        printf("(the runs one by one: %s)\n", runs_csv);
+    }
+    write_markdown(md, command, setup, file_base(svg), runs, S.seeds > 1 ? rows : n_runs, path != NULL); /* the SVG: always there */
     printf("\nwrote %s, %s, %s, %s%s%s, %s\n", md, csv, curves, svg, have_png ? ", " : " (no PNG: gnuplot",
            have_png ? png : gnuplot_found() ? " failed)" : " is not installed)", gp);
     for (int i = 0; i < n_runs; i++) free(runs[i].curve);

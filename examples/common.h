@@ -14,6 +14,7 @@
      [sample]    generate and print a sample
      [steps]     one training step and the validation loss of either loader, on one process or
                  on the ranks of a data-parallel run (build/train-mpi)
+     [stats]     several seeds: mean, standard deviation, 95% interval; Welch's test
 
    Every function is static; EX_FN marks them unused-is-fine, since no program needs all. */
 #ifndef EXAMPLES_COMMON_H
@@ -1069,4 +1070,43 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
     if (scored) *scored = sums[2];
     return sums[2] > 0 ? sums[0] / sums[2] : NAN;
 }
+/* ==== [stats] =============================================================================== */
+/* A number measured over several seeds: its mean, sample standard deviation and the half-width of
+   the 95% confidence interval of the mean (Student's t with n - 1 degrees of freedom: the seeds are
+   few), from the finite values only; sd and ci are NaN with fewer than 2. */
+typedef struct stat_summary { int n; double mean, sd, ci; } stat_summary;
+
+/* the two-sided 95% quantile of Student's t with df >= 1 degrees of freedom (a table to 30, linear
+   between whole df; past 30, 1.96 + 2.4 / df, within 0.002 of the true value) */
+EX_FN double t95(double df) {
+    static const double T[31] = {0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+                                 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060,
+                                 2.056, 2.052, 2.048, 2.045, 2.042};
+    int k;
+    if (!(df >= 1)) return NAN;
+    if (df >= 30) return df == 30 ? T[30] : 1.96 + 2.4 / df;
+    k = (int)df;
+    return T[k] + (df - k) * (T[k + 1] - T[k]);
+}
+EX_FN stat_summary summarize(const double *v, int n) {
+    stat_summary r = {0, 0, NAN, NAN};
+    double ss = 0;
+    for (int i = 0; i < n; i++) if (isfinite(v[i])) { r.n++; r.mean += v[i]; }
+    if (r.n == 0) { r.mean = NAN; return r; }
+    r.mean /= r.n;
+    for (int i = 0; i < n; i++) if (isfinite(v[i])) ss += (v[i] - r.mean) * (v[i] - r.mean);
+    if (r.n > 1) { r.sd = sqrt(ss / (r.n - 1)); r.ci = t95(r.n - 1) * r.sd / sqrt((double)r.n); }
+    return r;
+}
+/* Welch's two-sample t test at the 5% level, two-sided: 1 when the means differ significantly, 0
+   when not, -1 when it cannot tell (fewer than 2 values on a side) */
+EX_FN int welch_differs(stat_summary a, stat_summary b) {
+    double va, vb, se2, df;
+    if (a.n < 2 || b.n < 2) return -1;
+    va = a.sd * a.sd / a.n; vb = b.sd * b.sd / b.n; se2 = va + vb;
+    if (se2 == 0) return a.mean != b.mean;
+    df = se2 * se2 / (va * va / (a.n - 1) + vb * vb / (b.n - 1));
+    return fabs(a.mean - b.mean) / sqrt(se2) > t95(df < 1 ? 1 : df);
+}
+
 #endif /* EXAMPLES_COMMON_H */

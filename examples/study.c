@@ -339,7 +339,7 @@ int main(int argc, char **argv) {
                     xs[i][p] = (p + 1.0) * every / S.batches; ys[i][p] = sum / every;
                 }
                 snprintf(names[i], sizeof names[i], "%s, %s form", mf_mixer_name(MIXERS_RUN[k]), FORMS[f]);
-                s[i].name = names[i]; s[i].x = xs[i]; s[i].y = ys[i]; s[i].n = n;
+                s[i].name = names[i]; s[i].x = xs[i]; s[i].y = ys[i]; s[i].n = n; s[i].lo = s[i].hi = NULL;
             }
         snprintf(title, sizeof title, "Training loss of the sorter (mean of every %d steps)", every);
         line_chart("loss", title, "epoch", "cross-entropy (nats)", s, N_FORMS * N_MIXERS);

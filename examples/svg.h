@@ -79,6 +79,7 @@ typedef struct svg_series {
     const char *name;
     const double *x, *y; /* n points; non-finite y values (and y <= 0 on a log axis) are skipped */
     int n;
+    const double *lo, *hi; /* a band around the line (e.g. mean - sd .. mean + sd), or NULL */
 } svg_series;
 
 /* the range of the series' points: x and y from their smallest to their largest finite value */
@@ -133,6 +134,16 @@ EX_FN void svg_line_chart(const char *path, const char *title, const char *xlabe
     for (int i = 0; i < n; i++) {
         const char *color = COLORS[i % N_COLORS];
         int drawn = 0;
+        if (s[i].lo && s[i].hi) { /* the band: along hi, back along lo */
+            fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.18\" stroke=\"none\" points=\"", color);
+            for (int k = 0; k < s[i].n; k++)
+                if (isfinite(s[i].hi[k]) && !(y.log && s[i].hi[k] <= 0))
+                    fprintf(f, "%.1f,%.1f ", axis_px(&x, s[i].x[k]), axis_px(&y, s[i].hi[k]));
+            for (int k = s[i].n - 1; k >= 0; k--)
+                if (isfinite(s[i].lo[k]) && !(y.log && s[i].lo[k] <= 0))
+                    fprintf(f, "%.1f,%.1f ", axis_px(&x, s[i].x[k]), axis_px(&y, s[i].lo[k]));
+            fprintf(f, "\"/>\n");
+        }
         for (int k = 0; k < s[i].n; k++) {
             if (!isfinite(s[i].y[k]) || (y.log && s[i].y[k] <= 0)) continue;
             if (!drawn++) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"", color);

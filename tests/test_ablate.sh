@@ -117,6 +117,22 @@ if [ $rc -eq 0 ] && [ "$(tail -n +2 seed.tsv | cut -f1 | tr '\n' ' ')" = "sdpa s
 then ok "--seed-configs: MODEL and MODEL/seed rows; sdpa/seed is the MetaFormer baseline without its 4 biases of 16"
 else bad "--seed-configs: MODEL and MODEL/seed rows" "rc $rc" "$(cat seed.out)"; fi
 
+# 4c. --seeds: every model several times; the rows' mean, sd and 95% interval, the runs one by one
+# (seed 1's run is the run of --seed 1 alone, to the digit), the ranking, the mean curves with bands
+"$ABLATE" "${TINY[@]}" --models sdpa,identity --seeds 3 --out seeds > seeds.out 2>&1; rc=$?
+csv_fields seeds.csv > seeds.tsv; csv_fields seeds_runs.csv > runs.tsv
+one=$(awk -F '\t' '$1 == "sdpa" { print $4 }' ab.tsv)
+if [ $rc -eq 0 ] && [ "$(head -1 seeds.tsv | cut -f1-9)" = "$(printf 'model\tparams\truns_ok\truns\ttrain_loss_mean\ttrain_loss_sd\tvalid_loss_mean\tvalid_loss_sd\tvalid_loss_ci95')" ] &&
+   [ "$(tail -n +2 seeds.tsv | cut -f1,3,4 | tr '\n\t' '; ')" = "sdpa 3 3;identity 3 3;" ] &&
+   awk -F '\t' 'NR > 1 { for (i = 5; i <= 13; i++) if ($i == "") exit 1; if (!($8 > 0 && $9 > $8)) exit 1 }' seeds.tsv &&
+   [ "$(tail -n +2 runs.tsv | cut -f1,11 | tr '\n\t' '; ')" = "sdpa 1;sdpa 2;sdpa 3;identity 1;identity 2;identity 3;" ] &&
+   [ -n "$one" ] && [ "$(awk -F '\t' '$1 == "sdpa" && $11 == 1 { print $4 }' runs.tsv)" = "$one" ] &&
+   awk -F '\t' -v m="$(awk -F '\t' '$1 == "sdpa" { print $7 }' seeds.tsv)" '$1 == "sdpa" { s += $4; n++ } END { exit !(n == 3 && (s / n - m) ^ 2 < 1e-10) }' runs.tsv &&
+   grep -q '^Ranking by validation loss, mean of 3 seeds' seeds.md && grep -q ' ± ' seeds.md &&
+   [ "$(grep -c '<polygon' seeds.svg)" -eq 2 ] && [ "$(tail -n +2 seeds_curves.csv | cut -d, -f1 | sort -u | wc -l)" -eq 2 ]
+then ok "--seeds 3: mean, sd and 95% interval per model, the runs one by one (seed 1 = the single run), the ranking, mean curves with bands"
+else bad "--seeds 3: statistics over the seeds" "rc $rc" "$(cat seeds.out)" "$(cat seeds.csv)"; fi
+
 # 5. errors: exit status 1 and a message naming the problem
 expect_error "unknown model"          'unknown model "gpt" in --models'  "$ABLATE" "${TINY[@]}" --models sdpa,gpt
 expect_error "a model named twice"    'names "pool" twice'              "$ABLATE" "${TINY[@]}" --models pool,pool
