@@ -45,8 +45,8 @@ static struct {
     const char *task, *tokens, *save, *load;
     int causal, steps, batch, examples, eval_every, threads;
     float lr;
-    int seed;
-} S = {"repeat", "bytes", NULL, NULL, 0, 1500, 32, 2000, 250, 0, 3e-3f, 1};
+    int seed, seeds;
+} S = {"repeat", "bytes", NULL, NULL, 0, 1500, 32, 2000, 250, 0, 3e-3f, 1, 1};
 static option OPTS[] = {
     MODEL_OPTIONS(M, )
     {"causal", OPT_FLAG, &S.causal, SAVED, 0, NULL, "a causal model (the mixers see only earlier positions); default: non-causal"},
@@ -58,6 +58,8 @@ static option OPTS[] = {
     {"lr", OPT_FLOAT, &S.lr, RUN_ONLY, 0, NULL, "Adam learning rate"},
     {"eval-every", OPT_INT, &S.eval_every, RUN_ONLY, 1, NULL, "steps between held-out evaluations"},
     {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of the data, the split and the initialisation"},
+    {"seeds", OPT_INT, &S.seeds, RUN_ONLY, 1, NULL, "models to train on the same data and split, initialisations and "
+     "batches --seed .. --seed + N - 1: the accuracy as mean ± sd with its 95% interval"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0: all)"},
     {"save", OPT_TEXT, &S.save, RUN_ONLY, 0, NULL, "write the trained model (with its settings) to this file"},
     {"load", OPT_TEXT, &S.load, RUN_ONLY, 0, NULL, "start from a model written by --save (its settings too)"},
@@ -295,8 +297,8 @@ int main(int argc, char **argv) {
     const char *file = NULL;
     dataset d;
     mf_tokenizer *tok = NULL;
-    mf_ctx *ctx;
-    mf_model *m;
+    mf_ctx *ctx = NULL;
+    mf_model *m = NULL;
     mf_model_config cfg;
     mf_optimizer opt;
     char data_kind[64] = "", vocab[1024] = "";
@@ -308,6 +310,10 @@ int main(int argc, char **argv) {
     parse_options(argc, argv, OPTS, N_OPTS, given, &file, usage);
     if (file && given[find_option(OPTS, N_OPTS, "task")]) die("--task and a text file given; the task is generated, give one of them");
     if (!file && given[find_option(OPTS, N_OPTS, "tokens")]) die("--tokens applies to a text file; give one, or drop --tokens");
+    if (S.seeds > 1 && (S.save || S.load))
+        die("--seeds %d trains %d models; --%s takes one: drop --seeds or --%s", S.seeds, S.seeds, S.save ? "save" : "load",
+            S.save ? "save" : "load");
+    if (S.seeds > 1000) die("--seeds %d: at most 1000 models", S.seeds);
     EX_PARSED();
     if (S.load) {
         load_settings(given, &d, data_kind, sizeof data_kind, vocab, sizeof vocab);
@@ -332,49 +338,66 @@ int main(int argc, char **argv) {
     data_split(&d, rng ^ 0x5b117ULL);
     cfg = settings_config(&M, d.V);
     cfg.causal = S.causal; cfg.n_classes = d.n_labels;
-    if (!(ctx = mf_ctx_new((uint64_t)S.seed))) die("out of memory");
-    mf_set_threads(ctx, S.threads);
-    check_model_config(ctx, &cfg);
-    if (!(m = mf_model_new(ctx, &cfg))) die("%s", mf_error(ctx));
-    if (S.load && mf_load(ctx, S.load, 0) < 0) die("--load: %s", mf_error(ctx));
-    printf("%s: %d examples (%d train, %d held out), %d classes, vocabulary %d, rows of up to %d tokens\n",
-           file ? file : S.task, d.n, d.n_train, d.n - d.n_train, d.n_labels, d.V, d.T);
-    if (d.cut) printf("%d texts were longer than --seq-len %d and are cut there\n", d.cut, d.T);
-    printf("model: %s mixer, %s, %d layer%s, d_model %d, %lld parameters\n", M.mixer, S.causal ? "causal" : "non-causal",
-           M.layers, M.layers == 1 ? "" : "s", M.d_model, (long long)mf_param_values(ctx, 0));
-    opt = mf_optimizer_default(MF_OPT_ADAM, S.lr);
-    {
-        int B = S.batch;
-        int32_t *ids = (int32_t *)malloc((size_t)B * d.T * sizeof(int32_t)), *lengths = (int32_t *)malloc((size_t)B * sizeof(int32_t));
-        int32_t *labels = (int32_t *)malloc((size_t)B * sizeof(int32_t));
-        double loss_sum = 0;
-        if (!ids || !lengths || !labels) die("out of memory");
-        for (int step = 1; step <= S.steps; step++) {
-            mf_tensor *loss;
-            for (int r = 0; r < B; r++) { /* rows drawn from the training split */
-                int e = (int)random_below(&rng, d.n_train);
-                memcpy(ids + (int64_t)r * d.T, d.ids + (int64_t)e * d.T, (size_t)d.T * sizeof(int32_t));
-                lengths[r] = d.lengths[e]; labels[r] = d.labels[e];
-            }
-            loss = mf_model_classify_loss(m, ids, lengths, labels, B, d.T);
-            mf_backward(ctx, loss);
-            mf_optimizer_step(ctx, &opt);
-            loss_sum += mf_item(ctx, loss);
-            mf_zero_grad(ctx);
-            mf_reset(ctx);
-            if (!mf_ok(ctx)) die("training: %s", mf_error(ctx));
-            if (step % S.eval_every == 0 || step == S.steps) {
-                int n = step % S.eval_every ? step % S.eval_every : S.eval_every;
-                acc = evaluate(ctx, m, &d, B, &right);
-                printf("step %5d  loss %.4f  held-out accuracy %.1f%%\n", step, loss_sum / n, acc);
-                fflush(stdout);
-                loss_sum = 0;
-            }
+    double *accs = (double *)malloc((size_t)S.seeds * sizeof *accs);
+    uint64_t data_rng = rng; /* the batches of the first seed continue the data's stream, as a single run's */
+    if (!accs) die("out of memory");
+    for (int run = 0; run < S.seeds; run++) {
+        if (run > 0) { mf_model_free(m); mf_ctx_free(ctx); }
+        rng = data_rng ^ (0x9e3779b97f4a7c15ULL * (uint64_t)run);
+        if (!(ctx = mf_ctx_new((uint64_t)(S.seed + run)))) die("out of memory");
+        mf_set_threads(ctx, S.threads);
+        check_model_config(ctx, &cfg);
+        if (!(m = mf_model_new(ctx, &cfg))) die("%s", mf_error(ctx));
+        if (S.load && mf_load(ctx, S.load, 0) < 0) die("--load: %s", mf_error(ctx));
+        if (run == 0) {
+            printf("%s: %d examples (%d train, %d held out), %d classes, vocabulary %d, rows of up to %d tokens\n",
+                   file ? file : S.task, d.n, d.n_train, d.n - d.n_train, d.n_labels, d.V, d.T);
+            if (d.cut) printf("%d texts were longer than --seq-len %d and are cut there\n", d.cut, d.T);
+            printf("model: %s mixer, %s, %d layer%s, d_model %d, %lld parameters\n", M.mixer, S.causal ? "causal" : "non-causal",
+                   M.layers, M.layers == 1 ? "" : "s", M.d_model, (long long)mf_param_values(ctx, 0));
         }
-        free(ids); free(lengths); free(labels);
+        if (S.seeds > 1) printf("--- seed %d (%d of %d)\n", S.seed + run, run + 1, S.seeds);
+        opt = mf_optimizer_default(MF_OPT_ADAM, S.lr);
+        {
+            int B = S.batch;
+            int32_t *ids = (int32_t *)malloc((size_t)B * d.T * sizeof(int32_t)), *lengths = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+            int32_t *labels = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+            double loss_sum = 0;
+            if (!ids || !lengths || !labels) die("out of memory");
+            for (int step = 1; step <= S.steps; step++) {
+                mf_tensor *loss;
+                for (int r = 0; r < B; r++) { /* rows drawn from the training split */
+                    int e = (int)random_below(&rng, d.n_train);
+                    memcpy(ids + (int64_t)r * d.T, d.ids + (int64_t)e * d.T, (size_t)d.T * sizeof(int32_t));
+                    lengths[r] = d.lengths[e]; labels[r] = d.labels[e];
+                }
+                loss = mf_model_classify_loss(m, ids, lengths, labels, B, d.T);
+                mf_backward(ctx, loss);
+                mf_optimizer_step(ctx, &opt);
+                loss_sum += mf_item(ctx, loss);
+                mf_zero_grad(ctx);
+                mf_reset(ctx);
+                if (!mf_ok(ctx)) die("training: %s", mf_error(ctx));
+                if (step % S.eval_every == 0 || step == S.steps) {
+                    int n = step % S.eval_every ? step % S.eval_every : S.eval_every;
+                    acc = evaluate(ctx, m, &d, B, &right);
+                    printf("step %5d  loss %.4f  held-out accuracy %.1f%%\n", step, loss_sum / n, acc);
+                    fflush(stdout);
+                    loss_sum = 0;
+                }
+            }
+            free(ids); free(lengths); free(labels);
+        }
+        acc = evaluate(ctx, m, &d, S.batch, &right);
+        printf("held-out accuracy: %.1f%% (%d of %d)\n", acc, right, d.n - d.n_train);
+        accs[run] = acc;
     }
-    acc = evaluate(ctx, m, &d, S.batch, &right);
-    printf("held-out accuracy: %.1f%% (%d of %d)\n", acc, right, d.n - d.n_train);
+    if (S.seeds > 1) {
+        stat_summary a = summarize(accs, S.seeds);
+        printf("held-out accuracy over %d seeds: %.1f%% ± %.1f (95%% interval [%.1f, %.1f])\n", S.seeds, a.mean, a.sd,
+               a.mean - a.ci, a.mean + a.ci);
+    }
+    free(accs);
     if (S.save) { save_model(ctx, &d, tok); printf("saved %s\n", S.save); }
     mf_model_free(m);
     mf_ctx_free(ctx);

@@ -22,6 +22,18 @@ else bad "repeat task: quadratic mixer reaches 90%" "rc $rc" "$(cat repeat.out)"
 if [ $rc -eq 0 ] && ! at_least "$(acc identity.out)" 65; then ok "repeat task: identity mixer stays near chance ($(acc identity.out)%)"
 else bad "repeat task: identity mixer stays below 65%" "rc $rc" "$(cat identity.out)"; fi
 
+# ==== 1b. --seeds: models of several initialisations on the same data; the first is the single run ====
+"$CLS" --threads 1 --seed 1 --steps 200 --eval-every 200 > one.out 2>&1
+"$CLS" --threads 1 --seed 1 --steps 200 --eval-every 200 --seeds 3 > seeds.out 2>&1; rc=$?
+accs=$(acc seeds.out | tr '\n' ' ')
+line=$(grep '^held-out accuracy over 3 seeds: ' seeds.out)
+if [ $rc -eq 0 ] && [ "$(echo "$accs" | wc -w)" -eq 3 ] && [ "${accs%% *}" = "$(acc one.out)" ] &&
+   awk -v a="$accs" -v l="$line" 'BEGIN { split(a, v, " "); m = (v[1] + v[2] + v[3]) / 3; split(l, w, " ");
+       got = w[6] + 0; exit !((got - m) ^ 2 < 0.01 && l ~ /± [0-9.]+ \(95% interval \[[0-9.-]+, [0-9.]+\]\)$/) }'
+then ok "--seeds 3: three models (the first = the single run, $(acc one.out)%), their mean ± sd and 95% interval"
+else bad "--seeds 3: three models and their statistics" "rc $rc" "$(cat seeds.out)"; fi
+expect_error "--seeds with --save" "--seeds 2 trains 2 models; --save takes one" "$CLS" --seeds 2 --save x.safetensors
+
 # ==== 2. a tiny labelled file: the label is the case of the text ====
 awk 'BEGIN {
     n = split("alpha|bravo|charlie|delta|echo|foxtrot|golf|hotel|india|juliet|kilo|lima", w, "|");
