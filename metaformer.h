@@ -838,7 +838,7 @@ MFDEF int mf_mixer_compiled(mf_mixer_kind kind);
        }
        mf_mixer_def d = {0};
        d.name = "mine"; d.help = "..."; d.layer_size = sizeof(mf_tensor *); d.make_layer = mk; d.forward = fw;
-       int kind = mf_mixer_register(&d);   // cfg.mixer = (mf_mixer_kind)kind
+       int kind = mf_mixer_register(&d, NULL, 0);   // cfg.mixer = (mf_mixer_kind)kind
 
    The strings and the fields array of a definition must outlive its use (static storage). */
 typedef struct mf_mixer_field {
@@ -6146,18 +6146,23 @@ static float *mf__model_const(mf_model *m, float *host, size_t bytes) {
     return d;
 }
 
-/* "sdpa, metric or linear": the compiled mixers whose row has flag (registered ones too) */
-static void mf__mixers_with(unsigned flag, char *buf, size_t size) {
-    int k, n = 0, count = 0, seen = 0;
+/* "sdpa, metric or linear" into buf: the mixers whose row has one of the flags (compiled ones) or
+   reads one of the fields (MF__F bits), registered ones too, the last two joined by last; the count */
+static int mf__mixer_list(unsigned flags, unsigned fields, const char *last, char *buf, size_t size) {
+    int k, n = 0, count = 0, seen = 0, pass;
     const mf__mixer_row *r;
     buf[0] = '\0';
-    for (k = 0; k < mf_mixer_count(); k++) if ((r = mf__mixer_row_of(k))->family && (r->flags & flag)) count++;
-    for (k = 0; k < mf_mixer_count() && n < (int)size; k++) {
-        if (!(r = mf__mixer_row_of(k))->family || !(r->flags & flag)) continue;
-        seen++;
-        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : " or ", r->name);
-    }
+    for (pass = 0; pass < 2; pass++) /* count, then write */
+        for (k = 0; k < mf_mixer_count() && n < (int)size; k++) {
+            r = mf__mixer_row_of(k);
+            if (!((r->flags & flags) && r->family) && !(r->fields & fields)) continue;
+            if (!pass) { count++; continue; }
+            seen++;
+            n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : last, r->name);
+        }
+    return count;
 }
+
 /* a parameter of layer l named "layers.<l>.<name>" */
 static mf_tensor *mf__layer_param(mf_model *m, int l, const char *name, int ndim, int d0, int d1) {
     char nm[96];
@@ -6653,7 +6658,7 @@ MFDEF int mf_model_attention_keys(mf_model *m, int T) {
     if (!(m->mixer->flags & MF__MIX_MAPS))
     {
         char which[256];
-        mf__mixers_with(MF__MIX_MAPS, which, sizeof which);
+        mf__mixer_list(MF__MIX_MAPS, 0, " or ", which, sizeof which);
         return (mf__fail(m->ctx, "attention inspection: the %s mixer has no attention probabilities to show (inspect "
                          "%s)", m->mixer->name, which), -1);
     }
@@ -6766,16 +6771,9 @@ MFDEF mf_model_config mf_model_config_default(void) {
 /* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /
    "mixer fast_weights or linear" (choose): the mixers that read field f */
 static void mf__readers(int f, int choose, char *buf, size_t size) {
-    int k, n = 0, count = 0, seen = 0;
-    const mf__mixer_row *r;
-    for (k = 0; k < mf_mixer_count(); k++) if ((r = mf__mixer_row_of(k)) && (r->fields >> f & 1u)) count++;
-    n += snprintf(buf + n, size - (size_t)n, "%s", choose ? "mixer " : "the ");
-    for (k = 0; k < MF_MIXER_COUNT && n < (int)size; k++) {
-        if (!(r = mf__mixer_row_of(k)) || !(r->fields >> f & 1u)) continue;
-        seen++;
-        n += snprintf(buf + n, size - (size_t)n, "%s%s", seen == 1 ? "" : seen < count ? ", " : choose ? " or " : " and ",
-                      r->name);
-    }
+    int n = snprintf(buf, size, "%s", choose ? "mixer " : "the "), count;
+    count = mf__mixer_list(0, 1u << f, choose ? " or " : " and ", buf + n, size - (size_t)n);
+    n += (int)strlen(buf + n);
     if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
 }
 
@@ -6786,7 +6784,7 @@ static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__
                          "(every position sees the whole sequence, e.g. for classification)", c->causal), -1);
     char which[256];
     if (!c->causal && !(row->flags & MF__MIX_NONCAUSAL)) {
-        mf__mixers_with(MF__MIX_NONCAUSAL, which, sizeof which);
+        mf__mixer_list(MF__MIX_NONCAUSAL, 0, " or ", which, sizeof which);
         return (mf__fail(ctx, "model config: causal = 0: the %s mixer %s has no non-causal form; choose %s, or keep "
                          "causal = 1", row->name, row->def ? "(registered without MF_MIXER_NONCAUSAL)"
                          : "is a recurrence over the positions (its state runs left to right) and", which), -1);
@@ -6818,7 +6816,7 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
         MF__BAD("model config: unknown block layout %d (pre_norm or stream_norm)", (int)c->block);
     if (c->block == MF_BLOCK_STREAM_NORM && !(row->flags & MF__MIX_PRE_LN)) {
         char which[256];
-        mf__mixers_with(MF__MIX_PRE_LN, which, sizeof which);
+        mf__mixer_list(MF__MIX_PRE_LN, 0, " or ", which, sizeof which);
         MF__BAD("model config: block layout stream_norm needs a mixer whose block applies ln1 before it (%s); the %s "
                 "mixer %s (use block pre_norm)", which, row->name,
                 row->flags & MF__MIX_SKIP ? "has no mixer sub-block" : "normalises its own input");
