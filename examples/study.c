@@ -29,16 +29,18 @@ static const char *const FORMS[N_FORMS] = {"seed", "solvable"};
 static const int32_t FIXED[SORT_W] = {2, 0, 1, 1, 0, 2, 2, 1, 0, 0, 1};
 
 static struct {
-    int epochs, batches, batch, seed, threads, eval_batches, quick;
+    int epochs, batches, batch, seed, seeds, threads, eval_batches, quick;
     const char *out;
-} S = {20, 50, 50, 1, 1, 20, 0, "bench/results/study"};
+} S = {20, 50, 50, 1, 5, 1, 20, 0, "bench/results/study"};
 
 static const option OPTS[] = {
     {"epochs", OPT_INT, &S.epochs, RUN_ONLY, 1, NULL, "epochs"},
     {"batches", OPT_INT, &S.batches, RUN_ONLY, 1, NULL, "batches per epoch"},
     {"batch", OPT_INT, &S.batch, RUN_ONLY, 1, NULL, "sequences per batch"},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "held-out batches of --batch sequences for the accuracy"},
-    {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of the initialisation and the data"},
+    {"seed", OPT_INT, &S.seed, RUN_ONLY, 0, NULL, "seed of the initialisation and the data (of the figures' models)"},
+    {"seeds", OPT_INT, &S.seeds, RUN_ONLY, 1, NULL, "studies, seeds --seed .. --seed + N - 1: the accuracy and the claims "
+     "over all of them, each claim next to the same count at initialisation"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "threads (0: all; the model is too small to gain from more)"},
     {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "directory of report.md and the figures (created)"},
     {"quick", OPT_FLAG, &S.quick, RUN_ONLY, 0, NULL, "2 epochs of 5 batches (a test of the outputs, not a study)"},
@@ -74,13 +76,11 @@ static mf_model_config sorter_config(mf_mixer_kind mixer, int solvable) {
 
 static double last_epoch_loss(const run *r);
 
-static void train(run *r, int32_t *ids, int32_t *targets) {
+/* the model of run r, initialised from seed (not trained yet) */
+static void make_run(run *r, int seed) {
     mf_model_config cfg = sorter_config(r->mixer, r->solvable);
-    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f); /* torch.optim.Adam(lr = 1e-3), constant */
-    uint64_t rng = (uint64_t)S.seed * 2 + 1, eval_rng = (uint64_t)S.seed * 2 + 2 + 0x5EEDULL;
     mf_tensor *head_b;
-    double t0 = mf_time();
-    r->ctx = mf_ctx_new((uint64_t)S.seed);
+    r->ctx = mf_ctx_new((uint64_t)seed);
     if (!r->ctx) die("out of memory");
     mf_set_threads(r->ctx, S.threads);
     mf_set_keep_activation_grads(r->ctx, 0);
@@ -90,6 +90,13 @@ static void train(run *r, int32_t *ids, int32_t *targets) {
     head_b = mf_param_find(r->ctx, "head.bias");
     mf_init_const(r->ctx, head_b, 0.0f);
     mf_param_set_trainable(head_b, 0);
+}
+
+/* train run r on the data of seed, then its held-out accuracy */
+static void fit(run *r, int seed, int32_t *ids, int32_t *targets) {
+    mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 1e-3f); /* torch.optim.Adam(lr = 1e-3), constant */
+    uint64_t rng = (uint64_t)seed * 2 + 1, eval_rng = (uint64_t)seed * 2 + 2 + 0x5EEDULL;
+    double t0 = mf_time();
     r->steps = S.epochs * S.batches;
     if (!(r->loss = (double *)malloc((size_t)r->steps * sizeof(double)))) die("out of memory");
     for (int step = 0; step < r->steps; step++) {
@@ -103,8 +110,8 @@ static void train(run *r, int32_t *ids, int32_t *targets) {
                            &r->eval_loss);
     r->secs = mf_time() - t0;
     if (!mf_ok(r->ctx)) die("%s", mf_error(r->ctx));
-    printf("%-9s %-8s  last-epoch loss %.4f  held-out loss %.4f  token accuracy %5.1f%% (%ld tokens)  %.1f s\n",
-           mf_mixer_name(r->mixer), FORMS[r->solvable], last_epoch_loss(r), r->eval_loss, r->acc, r->scored, r->secs);
+    printf("%-9s %-8s seed %d  last-epoch loss %.4f  held-out loss %.4f  token accuracy %5.1f%% (%ld tokens)  %.1f s\n",
+           mf_mixer_name(r->mixer), FORMS[r->solvable], seed, last_epoch_loss(r), r->eval_loss, r->acc, r->scored, r->secs);
     fflush(stdout);
 }
 
@@ -195,6 +202,43 @@ static int ordered(const float *dist) {
 
 static const char *const TOKEN_LABELS[SORT_VOCAB] = {"0", "1", "2"};
 
+/* the seed's claims as counts, on the seed-form models of one seed (trained or at initialisation):
+   the layer-0 heads whose form orders the tokens, whether the Euclidean embedding distances do, the
+   heads (of every layer) whose dk x dk form is indefinite */
+typedef struct claims { int ordering[N_MIXERS], euclid[N_MIXERS], indefinite[N_MIXERS]; } claims;
+static void measure(run *row, claims *c) {
+    float emb[SORT_VOCAB * D], dist[SORT_VOCAB * SORT_VOCAB], head[H * DK * DK], model[H * D * D];
+    double ev[D];
+    char signs[32];
+    memset(c, 0, sizeof *c);
+    for (int k = 0; k < N_MIXERS; k++) {
+        run *r = &row[k];
+        if (mf_to_host(r->ctx, mf_param_find(r->ctx, "tok_emb"), emb) < 0) die("%s", mf_error(r->ctx));
+        token_distances(emb, NULL, dist);
+        c->euclid[k] = ordered(dist);
+        for (int l = 0; l < LAYERS; l++) {
+            if (mf_model_attention_form(r->model, l, MF_ATTN_FORM_HEAD, head) < 0 ||
+                mf_model_attention_form(r->model, l, MF_ATTN_FORM_MODEL, model) < 0)
+                die("attention form: %s", mf_error(r->ctx));
+            for (int h = 0; h < H; h++) {
+                eigen_signs(head + h * DK * DK, DK, signs, sizeof signs, ev);
+                c->indefinite[k] += strchr(signs, '+') && strchr(signs, '-');
+                if (l == 0) { token_distances(emb, model + h * D * D, dist); c->ordering[k] += ordered(dist); }
+            }
+        }
+    }
+}
+/* "1 3 0 2 1": a count of every seed */
+static const char *per_seed(const claims *c, int n, int which, int k, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int j = 0; j < n && at < size; j++) {
+        const int *v = which == 0 ? c[j].ordering : which == 1 ? c[j].euclid : c[j].indefinite;
+        at += (size_t)snprintf(buf + at, size - at, "%s%d", j ? " " : "", v[k]);
+    }
+    return buf;
+}
+
 static void path_in(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", S.out, name); }
 
 static int n_png; /* the figures gnuplot drew */
@@ -234,26 +278,49 @@ int main(int argc, char **argv) {
     float *scores[N_MIXERS], *probs[N_MIXERS];
     double ev[D], t0 = mf_time(), max_cos = 0, max_asym[N_MIXERS] = {0};
     int indefinite[N_MIXERS] = {0}, ordering_heads[N_MIXERS] = {0};
-    char cos_text[32];
+    char cos_text[32], seq[3][128];
+    claims *at_init = NULL, *trained = NULL;
+    double *accs = NULL, *losses = NULL;
     FILE *md;
 
     parse_options(argc, argv, OPTS, N_OPTS, given, &none, usage);
     if (none) die("study takes no file (\"%s\"); see --help", none);
     if (S.quick) { S.epochs = 2; S.batches = 5; S.eval_batches = 2; }
+    if (S.seeds > 100) die("--seeds %d: at most 100 studies", S.seeds);
     if ((long)S.epochs * S.batches > MAX_STEPS) die("--epochs x --batches = %ld steps: at most %d", (long)S.epochs * S.batches, MAX_STEPS);
     if (mkdir(S.out, 0777) != 0 && errno != EEXIST) die("cannot create \"%s\": %s", S.out, strerror(errno));
     ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)S.batch * SORT_MAX_T);
     targets = (int32_t *)malloc(sizeof(int32_t) * (size_t)S.batch * SORT_MAX_T);
     if (!ids || !targets) die("out of memory");
     printf("the NLP MetaFormer sorter: d_model %d, %d heads of %d, %d blocks (stream_norm), d_ff %d, no biases, GELU, "
-           "learned positions; Adam lr 1e-3, %d epochs x %d batches x %d sequences, seed %d\n", D, H, DK, LAYERS, DFF,
-           S.epochs, S.batches, S.batch, S.seed);
-    for (int f = 0; f < N_FORMS; f++)
-        for (int k = 0; k < N_MIXERS; k++) {
-            memset(&runs[f][k], 0, sizeof(run));
-            runs[f][k].mixer = MIXERS_RUN[k]; runs[f][k].solvable = f;
-            train(&runs[f][k], ids, targets);
-        }
+           "learned positions; Adam lr 1e-3, %d epochs x %d batches x %d sequences, seeds %d to %d\n", D, H, DK, LAYERS,
+           DFF, S.epochs, S.batches, S.batch, S.seed, S.seed + S.seeds - 1);
+    /* every seed: the models, their claims at initialisation, training, the claims again; the first
+       seed's models stay for the figures */
+    if (!(at_init = (claims *)calloc((size_t)S.seeds, sizeof *at_init)) || !(trained = (claims *)calloc((size_t)S.seeds, sizeof *trained)) ||
+        !(accs = (double *)malloc(sizeof(double) * N_FORMS * N_MIXERS * (size_t)S.seeds)) ||
+        !(losses = (double *)malloc(sizeof(double) * N_FORMS * N_MIXERS * (size_t)S.seeds)))
+        die("out of memory");
+    for (int j = 0; j < S.seeds; j++) {
+        run cur[N_FORMS][N_MIXERS];
+        run (*use)[N_MIXERS] = j == 0 ? runs : cur;
+        for (int f = 0; f < N_FORMS; f++)
+            for (int k = 0; k < N_MIXERS; k++) {
+                memset(&use[f][k], 0, sizeof(run));
+                use[f][k].mixer = MIXERS_RUN[k]; use[f][k].solvable = f;
+                make_run(&use[f][k], S.seed + j);
+            }
+        measure(use[0], &at_init[j]);
+        for (int f = 0; f < N_FORMS; f++)
+            for (int k = 0; k < N_MIXERS; k++) {
+                fit(&use[f][k], S.seed + j, ids, targets);
+                accs[(f * N_MIXERS + k) * S.seeds + j] = use[f][k].acc;
+                losses[(f * N_MIXERS + k) * S.seeds + j] = use[f][k].eval_loss;
+            }
+        measure(use[0], &trained[j]);
+        for (int f = 0; j > 0 && f < N_FORMS; f++)
+            for (int k = 0; k < N_MIXERS; k++) { free(cur[f][k].loss); mf_model_free(cur[f][k].model); mf_ctx_free(cur[f][k].ctx); }
+    }
 
     /* the figures of the seed-form models (the seed's) */
     for (int k = 0; k < N_MIXERS; k++) {
@@ -350,26 +417,36 @@ int main(int argc, char **argv) {
     path_in(path, sizeof path, "report.md");
     md = open_out(path);
     fprintf(md, "# The NLP MetaFormer sorting study, reproduced\n\n");
-    fprintf(md, "`make study` (`./build/study --out %s%s`), seed %d, %d thread(s); %.0f s in all on a shared machine. "
+    fprintf(md, "`make study` (`./build/study --out %s%s`), seeds %d to %d (the figures and the tables of one seed: "
+                "%d), %d thread(s); %.0f s in all on a shared machine. "
                 "Setup (docs/math.md §13, §19): tokens {0, 1, 2}, W = %d; d_model %d, %d heads of %d, %d blocks in the seed's "
                 "layout (block `stream_norm`: s = LN1(x); s = s + Attn(s); s = LN2(s); x = s + MLP(s), the MLP with its own LN), "
                 "d_ff %d, GELU, learned positions, no Linear biases (LayerNorms keep PyTorch's affine bias); Adam lr 1e-3, "
                 "no schedule, no clipping; %d epochs x %d batches x %d sequences of fresh random data. The seed form predicts "
                 "sorted(x)[w] at position w from x[0..w] (a causal model can reach about %.1f%% token accuracy); the solvable "
                 "form reads x then sorted(x) (100%% possible). Accuracy on %d held-out batches.\n\n",
-            S.out, S.quick ? " --quick" : "", S.seed, S.threads, mf_time() - t0, SORT_W, D, H, DK, LAYERS, DFF, S.epochs,
+            S.out, S.quick ? " --quick" : "", S.seed, S.seed + S.seeds - 1, S.seed, S.threads, mf_time() - t0, SORT_W, D, H,
+            DK, LAYERS, DFF, S.epochs,
             S.batches, S.batch, SEED_CEILING, S.eval_batches);
-    fprintf(md, "## Accuracy\n\n| mixer | form | parameters | last-epoch train loss | held-out loss | token accuracy | ceiling | seconds |\n"
-                "|---|---|---|---|---|---|---|---|\n");
+    fprintf(md, "## Accuracy\n\n| mixer | form | parameters | last-epoch train loss | held-out loss | token accuracy | ceiling | seconds "
+                "| held-out loss, %d seeds | token accuracy, %d seeds | 95%% interval |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n", S.seeds, S.seeds);
     for (int f = 0; f < N_FORMS; f++)
         for (int k = 0; k < N_MIXERS; k++) {
             const run *r = &runs[f][k];
-            fprintf(md, "| %s | %s | %lld | %.4f | %.4f | %.1f%% | %s | %.1f |\n", mf_mixer_name(r->mixer), FORMS[f],
-                    (long long)mf_param_values(r->ctx, 1), last_epoch_loss(r), r->eval_loss, r->acc,
-                    f ? "100%" : "85.7%", r->secs);
+            stat_summary a = summarize(accs + (f * N_MIXERS + k) * S.seeds, S.seeds);
+            stat_summary e = summarize(losses + (f * N_MIXERS + k) * S.seeds, S.seeds);
+            char ci[64];
+            if (isfinite(a.ci)) snprintf(ci, sizeof ci, "[%.1f%%, %.1f%%]", a.mean - a.ci, a.mean + a.ci); else snprintf(ci, sizeof ci, "-");
+            fprintf(md, "| %s | %s | %lld | %.4f | %.4f | %.1f%% | %s | %.1f | %.4f ± %.4f | %.1f%% ± %.1f | %s |\n",
+                    mf_mixer_name(r->mixer), FORMS[f], (long long)mf_param_values(r->ctx, 1), last_epoch_loss(r),
+                    r->eval_loss, r->acc, f ? "100%" : "85.7%", r->secs, e.mean, isfinite(e.sd) ? e.sd : 0.0, a.mean,
+                    isfinite(a.sd) ? a.sd : 0.0, ci);
         }
-    fprintf(md, "\n(Trainable parameters: the head bias is held at zero, as the seed's head has none.) "
-                "The seed-form loss floor is about 0.314 nats (docs/math.md §13).\n\n");
+    fprintf(md, "\n(The first columns: seed %d, whose models the figures show; the last three: mean ± standard deviation "
+                "over the %d seeds and the 95%% interval of the mean. Trainable parameters: the head bias is held at zero, "
+                "as the seed's head has none.) ", S.seed, S.seeds);
+    fprintf(md, "The seed-form loss floor is about 0.314 nats (docs/math.md §13).\n\n");
     figure_link(md, "loss curves", "loss");
     fprintf(md, "## The forms of the heads (seed form)\n\n");
     figure_link(md, "metric tensors and Wq Wk^T", "forms_head");
@@ -422,12 +499,30 @@ int main(int argc, char **argv) {
                 "it is symmetric in (query, key); sdpa's q k^T is not.\n");
     {   /* the seed's claims (its README, "Early Explorations with NanoGPT array sorter"), point by point */
         const run *sd = &runs[0][0], *me = &runs[0][1];
+        fprintf(md, "\n## The claims over %d seeds, trained and at initialisation\n\n"
+                    "Counts on the seed-form models of each seed (seeds %d to %d, in order), after training and for the "
+                    "same models before it: a claim about trained weights holds when its count after training differs from "
+                    "the count at initialisation, seed after seed.\n\n"
+                    "| mixer | layer-0 heads ordering 0, 1, 2 (of %d) | at initialisation | Euclidean distances order them "
+                    "(1 = yes) | at initialisation | indefinite heads (of %d) | at initialisation |\n"
+                    "|---|---|---|---|---|---|---|\n", S.seeds, S.seed, S.seed + S.seeds - 1, H, LAYERS * H);
+        for (int k = 0; k < N_MIXERS; k++) {
+            fprintf(md, "| %s | %s | %s |", mf_mixer_name(MIXERS_RUN[k]), per_seed(trained, S.seeds, 0, k, seq[0], sizeof seq[0]),
+                    per_seed(at_init, S.seeds, 0, k, seq[1], sizeof seq[1]));
+            fprintf(md, " %s | %s |", per_seed(trained, S.seeds, 1, k, seq[0], sizeof seq[0]),
+                    per_seed(at_init, S.seeds, 1, k, seq[1], sizeof seq[1]));
+            fprintf(md, " %s | %s |\n", per_seed(trained, S.seeds, 2, k, seq[0], sizeof seq[0]),
+                    per_seed(at_init, S.seeds, 2, k, seq[2], sizeof seq[2]));
+        }
+        fprintf(md, "\nThe ordering criterion is the one of the tables above (|d02| the largest of the three magnitudes); it "
+                    "compares magnitudes of forms that can be indefinite, so a count is a description, not a test.\n");
         fprintf(md, "\n## Next to the seed's claims\n\n");
         fprintf(md, "1. *\"Induced distances between the embeddings for each token ... note how the first head is clearly "
                     "encoding for the sort order.\"* Here a head orders the tokens when, under its form, 0 and 2 are the "
                     "farthest pair (1 lies between them). Layer 0 heads that do: sdpa %d of %d, metric %d of %d, quadratic %d "
                     "of %d; the Euclidean embedding distances order them for sdpa: %s, metric: %s, quadratic: %s "
-                    "(table above). Which head does it depends on the seed of the run: heads are interchangeable. The token "
+                    "(table above; over the seeds, in the table of the claims). Which head does it depends on the seed of the "
+                    "run: heads are interchangeable. The token "
                     "embeddings move little from their N(0, 1) initialisation in %d steps at lr 1e-3 (the three models start "
                     "from the same one, hence their nearly equal Euclidean distances): the ordering, where there is one, is "
                     "in the heads' forms.\n",
@@ -464,6 +559,7 @@ int main(int argc, char **argv) {
     for (int f = 0; f < N_FORMS; f++)
         for (int k = 0; k < N_MIXERS; k++) { free(runs[f][k].loss); mf_model_free(runs[f][k].model); mf_ctx_free(runs[f][k].ctx); }
     for (int k = 0; k < N_MIXERS; k++) { free(scores[k]); free(probs[k]); }
+    free(at_init); free(trained); free(accs); free(losses);
     free(ids); free(targets);
     return 0;
 }

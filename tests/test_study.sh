@@ -37,6 +37,14 @@ if [ "$rows" = 6 ] && [ "$links" = 7 ] && grep -q "Next to the seed's claims" qu
 then ok "report.md: 6 accuracy rows, links to the 7 figures, the seed's claims"
 else bad "report.md: 6 accuracy rows, 7 figure links, the seed's claims" "rows $rows, links $links" "$(cat quick/report.md)"; fi
 
+# the seeds (--quick runs the default 5): the accuracy over them, and each claim per seed, trained and at initialisation
+claims=$(grep -cE '^\| (sdpa|metric|quadratic) \| [0-9]( [0-9]){4} \| [0-9]( [0-9]){4} \| [01]( [01]){4} \| [01]( [01]){4} \| [0-9]( [0-9]){4} \| [0-9]( [0-9]){4} \|$' quick/report.md)
+seeded=$(grep -cE '^\| (sdpa|metric|quadratic) \| (seed|solvable) \| .* \| [0-9.]+ ± [0-9.]+ \| [0-9.]+% ± [0-9.]+ \| \[-?[0-9.]+%, [0-9.]+%\] \|$' quick/report.md)
+if [ "$claims" = 3 ] && [ "$seeded" = 6 ] && grep -q '^## The claims over 5 seeds, trained and at initialisation' quick/report.md &&
+   [ "$(grep -c ' seed [1-5]  last-epoch' run.out)" = 30 ]
+then ok "5 seeds by default: every mixer's accuracy over them with its interval, each claim per seed next to its count at initialisation"
+else bad "5 seeds: the accuracy over them and the claims per seed" "claims rows $claims, seeded rows $seeded" "$(grep -A6 'claims over' quick/report.md)"; fi
+
 STEMS=$(echo "$FIGS" | sed 's/\.svg//g')
 missing=""
 for f in $STEMS; do [ -s "quick/$f.gp" ] && [ -s "quick/$f.dat" ] || missing="$missing $f"; done
