@@ -194,10 +194,11 @@ static void token_distances(const float *emb, const float *A, float *dist) {
             dist[i * SORT_VOCAB + j] = (float)(A ? s : sqrt(s));
         }
 }
-/* 1 is between 0 and 2: the pair (0, 2) is the farthest (magnitudes: an indefinite form can be < 0) */
+/* the sort-order test (docs/math.md §19.3): 1 lies between 0 and 2 - the three values are positive and
+   the pair (0, 2) is the farthest; signed, since an indefinite form gives negative ones */
 static int ordered(const float *dist) {
-    double d01 = fabs(dist[1]), d12 = fabs(dist[5]), d02 = fabs(dist[2]);
-    return d02 > d01 && d02 > d12;
+    double d01 = dist[1], d12 = dist[5], d02 = dist[2];
+    return d01 > 0 && d12 > 0 && d02 > d01 && d02 > d12;
 }
 
 static const char *const TOKEN_LABELS[SORT_VOCAB] = {"0", "1", "2"};
@@ -514,12 +515,12 @@ int main(int argc, char **argv) {
             fprintf(md, " %s | %s |\n", per_seed(trained, S.seeds, 2, k, seq[0], sizeof seq[0]),
                     per_seed(at_init, S.seeds, 2, k, seq[2], sizeof seq[2]));
         }
-        fprintf(md, "\nThe ordering criterion is the one of the tables above (|d02| the largest of the three magnitudes); it "
-                    "compares magnitudes of forms that can be indefinite, so a count is a description, not a test.\n");
+        fprintf(md, "\nA form orders the tokens when its three values on the token differences are positive and d02 is "
+                    "the largest (docs/math.md §19.3: signed, so a negative value of an indefinite form orders nothing).\n");
         fprintf(md, "\n## Next to the seed's claims\n\n");
         fprintf(md, "1. *\"Induced distances between the embeddings for each token ... note how the first head is clearly "
-                    "encoding for the sort order.\"* Here a head orders the tokens when, under its form, 0 and 2 are the "
-                    "farthest pair (1 lies between them). Layer 0 heads that do: sdpa %d of %d, metric %d of %d, quadratic %d "
+                    "encoding for the sort order.\"* Here a head orders the tokens when, under its form, the three values are "
+                    "positive and 0 and 2 are the farthest pair (1 lies between them; docs/math.md §19.3). Layer 0 heads that do: sdpa %d of %d, metric %d of %d, quadratic %d "
                     "of %d; the Euclidean embedding distances order them for sdpa: %s, metric: %s, quadratic: %s "
                     "(table above; over the seeds, in the table of the claims). Which head does it depends on the seed of the "
                     "run: heads are interchangeable. The token "
