@@ -206,7 +206,32 @@ static const char *const TOKEN_LABELS[SORT_VOCAB] = {"0", "1", "2"};
 /* the seed's claims as counts, on the seed-form models of one seed (trained or at initialisation):
    the layer-0 heads whose form orders the tokens, whether the Euclidean embedding distances do, the
    heads (of every layer) whose dk x dk form is indefinite */
-typedef struct claims { int ordering[N_MIXERS], euclid[N_MIXERS], indefinite[N_MIXERS]; } claims;
+typedef struct claims { int ordering[N_MIXERS], seen[N_MIXERS], euclid[N_MIXERS], indefinite[N_MIXERS]; } claims;
+
+/* what layer 0's mixer sees of token i at position t: LN1(e_i + p_t) (the stream_norm block's first
+   LayerNorm, with its affine parameters), into x [SORT_VOCAB][D] */
+static void mixer_inputs(const run *r, int t, float *x) {
+    float emb[SORT_VOCAB * D], pos[SORT_W * D], w[D], b[D];
+    if (mf_to_host(r->ctx, mf_param_find(r->ctx, "tok_emb"), emb) < 0 ||
+        mf_to_host(r->ctx, mf_param_find(r->ctx, "pos_emb"), pos) < 0 ||
+        mf_to_host(r->ctx, mf_param_find(r->ctx, "layers.0.ln1.weight"), w) < 0 ||
+        mf_to_host(r->ctx, mf_param_find(r->ctx, "layers.0.ln1.bias"), b) < 0)
+        die("the mixer's inputs: %s", mf_error(r->ctx));
+    for (int i = 0; i < SORT_VOCAB; i++) {
+        double v[D], mean = 0, var = 0;
+        for (int d = 0; d < D; d++) { v[d] = (double)emb[i * D + d] + pos[t * D + d]; mean += v[d] / D; }
+        for (int d = 0; d < D; d++) var += (v[d] - mean) * (v[d] - mean) / D;
+        for (int d = 0; d < D; d++) x[i * D + d] = (float)((v[d] - mean) / sqrt(var + 1e-5) * w[d] + b[d]);
+    }
+}
+/* the positions (of SORT_W) at which the form A orders what the mixer sees of the tokens */
+static int ordered_positions(const run *r, const float *A) {
+    float x[SORT_VOCAB * D], dist[SORT_VOCAB * SORT_VOCAB];
+    int n = 0;
+    for (int t = 0; t < SORT_W; t++) { mixer_inputs(r, t, x); token_distances(x, A, dist); n += ordered(dist); }
+    return n;
+}
+
 static void measure(run *row, claims *c) {
     float emb[SORT_VOCAB * D], dist[SORT_VOCAB * SORT_VOCAB], head[H * DK * DK], model[H * D * D];
     double ev[D];
@@ -224,7 +249,11 @@ static void measure(run *row, claims *c) {
             for (int h = 0; h < H; h++) {
                 eigen_signs(head + h * DK * DK, DK, signs, sizeof signs, ev);
                 c->indefinite[k] += strchr(signs, '+') && strchr(signs, '-');
-                if (l == 0) { token_distances(emb, model + h * D * D, dist); c->ordering[k] += ordered(dist); }
+                if (l == 0) {
+                    token_distances(emb, model + h * D * D, dist);
+                    c->ordering[k] += ordered(dist);
+                    c->seen[k] += 2 * ordered_positions(r, model + h * D * D) > SORT_W; /* at most positions */
+                }
             }
         }
     }
@@ -234,7 +263,7 @@ static const char *per_seed(const claims *c, int n, int which, int k, char *buf,
     size_t at = 0;
     buf[0] = 0;
     for (int j = 0; j < n && at < size; j++) {
-        const int *v = which == 0 ? c[j].ordering : which == 1 ? c[j].euclid : c[j].indefinite;
+        const int *v = which == 0 ? c[j].ordering : which == 1 ? c[j].euclid : which == 2 ? c[j].indefinite : c[j].seen;
         at += (size_t)snprintf(buf + at, size - at, "%s%d", j ? " " : "", v[k]);
     }
     return buf;
@@ -475,8 +504,9 @@ int main(int argc, char **argv) {
                 "head of the same layer (the models are trained separately, so heads need not correspond).\n\n");
     fprintf(md, "## Embeddings (seed form)\n\n");
     figure_link(md, "embedding distances", "embeddings");
-    fprintf(md, "| mixer | |e0-e1| | |e1-e2| | |e0-e2| | "
-                "1 between 0 and 2 (Euclidean) | heads of layer 0 whose form orders 0, 1, 2 |\n|---|---|---|---|---|---|\n");
+    fprintf(md, "| mixer | |e0-e1| | |e1-e2| | |e0-e2| | 1 between 0 and 2 (Euclidean) | heads of layer 0 whose form orders "
+                "0, 1, 2 | positions (of %d) at which each head's form orders what the mixer sees, LN1(e + p) |\n"
+                "|---|---|---|---|---|---|---|\n", SORT_W);
     for (int k = 0; k < N_MIXERS; k++) {
         char heads[64] = "";
         size_t n = 0;
@@ -485,8 +515,13 @@ int main(int argc, char **argv) {
                 n += (size_t)snprintf(heads + n, sizeof heads - n, "%s%d", n ? ", " : "", h);
                 ordering_heads[k]++;
             }
-        fprintf(md, "| %s | %.2f | %.2f | %.2f | %s | %s |\n", mf_mixer_name(MIXERS_RUN[k]), dist[k][0][1], dist[k][0][5],
-                dist[k][0][2], ordered(dist[k][0]) ? "yes" : "no", n ? heads : "none");
+        char seen[96] = "";
+        size_t at = 0;
+        for (int h = 0; h < H; h++)
+            at += (size_t)snprintf(seen + at, sizeof seen - at, "%sh%d: %d", h ? ", " : "", h,
+                                   ordered_positions(&runs[0][k], model_forms[k][0] + h * D * D));
+        fprintf(md, "| %s | %.2f | %.2f | %.2f | %s | %s | %s |\n", mf_mixer_name(MIXERS_RUN[k]), dist[k][0][1], dist[k][0][5],
+                dist[k][0][2], ordered(dist[k][0]) ? "yes" : "no", n ? heads : "none", seen);
     }
     fprintf(md, "\n## Score tables (seed form, input %d %d %d %d %d %d %d %d %d %d %d)\n\n", FIXED[0], FIXED[1], FIXED[2],
             FIXED[3], FIXED[4], FIXED[5], FIXED[6], FIXED[7], FIXED[8], FIXED[9], FIXED[10]);
@@ -504,12 +539,15 @@ int main(int argc, char **argv) {
                     "Counts on the seed-form models of each seed (seeds %d to %d, in order), after training and for the "
                     "same models before it: a claim about trained weights holds when its count after training differs from "
                     "the count at initialisation, seed after seed.\n\n"
-                    "| mixer | layer-0 heads ordering 0, 1, 2 (of %d) | at initialisation | Euclidean distances order them "
-                    "(1 = yes) | at initialisation | indefinite heads (of %d) | at initialisation |\n"
-                    "|---|---|---|---|---|---|---|\n", S.seeds, S.seed, S.seed + S.seeds - 1, H, LAYERS * H);
+                    "| mixer | layer-0 heads ordering 0, 1, 2 (of %d) | at initialisation | the same on what the mixer sees, "
+                    "LN1(e + p), at most positions | at initialisation | Euclidean distances order them (1 = yes) | at "
+                    "initialisation | indefinite heads (of %d) | at initialisation |\n"
+                    "|---|---|---|---|---|---|---|---|---|\n", S.seeds, S.seed, S.seed + S.seeds - 1, H, LAYERS * H);
         for (int k = 0; k < N_MIXERS; k++) {
             fprintf(md, "| %s | %s | %s |", mf_mixer_name(MIXERS_RUN[k]), per_seed(trained, S.seeds, 0, k, seq[0], sizeof seq[0]),
                     per_seed(at_init, S.seeds, 0, k, seq[1], sizeof seq[1]));
+            fprintf(md, " %s | %s |", per_seed(trained, S.seeds, 3, k, seq[0], sizeof seq[0]),
+                    per_seed(at_init, S.seeds, 3, k, seq[1], sizeof seq[1]));
             fprintf(md, " %s | %s |", per_seed(trained, S.seeds, 1, k, seq[0], sizeof seq[0]),
                     per_seed(at_init, S.seeds, 1, k, seq[1], sizeof seq[1]));
             fprintf(md, " %s | %s |\n", per_seed(trained, S.seeds, 2, k, seq[0], sizeof seq[0]),
