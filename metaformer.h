@@ -743,6 +743,13 @@ typedef enum mf_mixer_kind {
 typedef enum mf_pos_kind { MF_POS_NONE = 0, MF_POS_LEARNED, MF_POS_SINUSOIDAL } mf_pos_kind;
 typedef enum mf_act_kind { MF_ACT_RELU = 0, MF_ACT_GELU, MF_ACT_GELU_TANH, MF_ACT_SILU } mf_act_kind;
 typedef enum mf_feature_kind { MF_FEATURE_DPFP = 0, MF_FEATURE_ELU1 } mf_feature_kind;
+/* The metric mixer's form of M_h (docs/math.md §9.10): SYMMETRIC, any symmetric matrix (its upper
+   triangle is the parameter "attn.metric" [H, dk (dk + 1) / 2]); CHOLESKY, M = L L^T with L the lower
+   triangle of "attn.metric_l" [H, dk dk] (the NLP MetaFormer seed's earlier version, commit 13ab95e);
+   SOFTMAX_TRIL, M = S S^T with S = softmax over each row of the lower triangle of "attn.metric_p"
+   [H, dk dk] / sqrt(dk) (the seed's MetricSelfAttention at commit cf58104). The last two are positive
+   semi-definite by construction; both start as the seed's, N(0, 1) + 0.01 I. */
+typedef enum mf_metric_form { MF_METRIC_SYMMETRIC = 0, MF_METRIC_CHOLESKY, MF_METRIC_SOFTMAX_TRIL } mf_metric_form;
 /* The block layout (docs/math.md §19.2). pre_norm: x = x + mixer(LN1(x)); x = x + FFN(LN2(x)).
    stream_norm (the NLP MetaFormer sorter's, where the residual stream itself is normalised):
    s = LN1(x); s = s + mixer(s); s = LN_mid(s); x = s + FFN(LN2(s)) - one more LayerNorm per block
@@ -788,6 +795,7 @@ typedef struct mf_model_config {
                                linear: W and z summed over all positions; identity: nothing changes); refused by
                                the recurrent mixers (relative, fast_weights, feedback, feedback_kv) and by
                                mf_model_generate */
+    mf_metric_form metric_form; /* metric: the form of M (mf_metric_form; default SYMMETRIC) */
     int n_classes;          /* 0 (default): a language model with the head Linear(D, vocab). > 0: a sequence
                                classifier: the head is "cls.weight" [n_classes, D], "cls.bias" [n_classes] on the
                                mean of the final LayerNorm's output over each row's positions (no "head.*"
@@ -803,14 +811,14 @@ typedef struct mf_model mf_model;
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
    GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; mem_len 0, not
    compressive, c_mem_len 0, compression_rate 2; dpfp_nu 1, DPFP features, chunk_size 0
-   (automatic); block pre_norm; attn_dropout 0; causal 1, n_classes 0 (a language model); vocab unset.
+   (automatic); block pre_norm; attn_dropout 0; metric_form symmetric; causal 1, n_classes 0 (a language model); vocab unset.
    The labml experiments of the seeds use pos = MF_POS_NONE and ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
 /* Names <-> kinds: the one way to turn a name into a config value and back (command lines, files).
    Mixers: "sdpa", "metric", "quadratic", "pool", "identity", "relative", "fast_weights", "linear",
    "feedback", "feedback_kv" (list them with mf_mixer_name(k) for k = 0 .. MF_MIXER_COUNT - 1);
    positions: "none", "learned", "sinusoidal"; FFN activations: "relu", "gelu", "gelu_tanh", "silu";
-   linear's features: "dpfp", "elu1"; block layouts: "pre_norm", "stream_norm". *_name returns "unknown" for a value out of range, *_from_name
+   linear's features: "dpfp", "elu1"; metric forms: "symmetric", "cholesky", "softmax_tril"; block layouts: "pre_norm", "stream_norm". *_name returns "unknown" for a value out of range, *_from_name
    -1 for an unknown name (or NULL). mf_mixer_compiled: 1 when the mixer's family is compiled in
    (see METAFORMER_NO_XL etc. under OPTIONS), 0 when not or unknown. */
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind);
@@ -910,11 +918,13 @@ MFDEF const char *mf_act_name(mf_act_kind kind);
 MFDEF int mf_act_from_name(const char *name);
 MFDEF const char *mf_feature_name(mf_feature_kind kind);
 MFDEF int mf_feature_from_name(const char *name);
+MFDEF const char *mf_metric_form_name(mf_metric_form form);
+MFDEF int mf_metric_form_from_name(const char *name);
 MFDEF const char *mf_block_name(mf_block_kind kind);
 MFDEF int mf_block_from_name(const char *name);
 /* Check a config; returns 0, or -1 with the reason in ctx. A mixer-specific field (attn_bias,
    pool_size, pool_causal, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu,
-   linear_feature, chunk_size) that the chosen mixer does not read must keep its default: e.g.
+   linear_feature, chunk_size, metric_form) that the chosen mixer does not read must keep its default: e.g.
    compressive = 1 with sdpa fails with "model config: compressive = 1 applies only to the relative
    mixer (set it to 0, or choose mixer relative) ...". */
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *cfg);
@@ -6709,11 +6719,11 @@ MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int 
 enum {
     MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
     MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
-    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_COUNT
+    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_METRIC_FORM, MF__FIELD_COUNT
 };
 #define MF__F(field) (1u << MF__FIELD_##field)
 static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
-    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout"};
+    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout", "metric_form"};
 static void mf__field_values(const mf_model_config *c, int *v) {
     v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
     v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
@@ -6721,12 +6731,14 @@ static void mf__field_values(const mf_model_config *c, int *v) {
     v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
     v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
     v[MF__FIELD_ATTN_DROPOUT] = c->attn_dropout != 0.0f; /* a float: mf_model_check names it itself */
+    v[MF__FIELD_METRIC_FORM] = (int)c->metric_form;
 }
 
 /* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
 static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
 static const char *const mf__act_names[] = {"relu", "gelu", "gelu_tanh", "silu"};
 static const char *const mf__feature_names[] = {"dpfp", "elu1"};
+static const char *const mf__metric_form_names[] = {"symmetric", "cholesky", "softmax_tril"};
 static const char *const mf__block_names[] = {"pre_norm", "stream_norm"};
 static int mf__name_index(const char *const *names, int n, const char *name) {
     int i;
@@ -6741,6 +6753,8 @@ MFDEF const char *mf_act_name(mf_act_kind k) { return mf__name_of(MF__NAMES(mf__
 MFDEF int mf_act_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__act_names), name); }
 MFDEF const char *mf_feature_name(mf_feature_kind k) { return mf__name_of(MF__NAMES(mf__feature_names), (int)k); }
 MFDEF int mf_feature_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__feature_names), name); }
+MFDEF const char *mf_metric_form_name(mf_metric_form f) { return mf__name_of(MF__NAMES(mf__metric_form_names), (int)f); }
+MFDEF int mf_metric_form_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__metric_form_names), name); }
 MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
 MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
 static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
@@ -6864,6 +6878,7 @@ typedef struct mf__attn_layer {
 } mf__attn_layer;
 typedef struct mf__attn_state {
     int32_t *m_ids; /* metric: [H][dk][dk], the entry h L + l of Mbar [H L] that M_h[k][k'] reads (L = dk (dk + 1) / 2) */
+    float *tril;    /* metric, cholesky: [dk][dk], 1 on and below the diagonal (the model's device) */
 } mf__attn_state;
 #define MF__ATTN_L(m, l) ((mf__attn_layer *)(m)->layers[l].mix)
 
@@ -6882,6 +6897,14 @@ static mf_tensor *mf__attention_of(mf_model *m, int l, mf_tensor *q, mf_tensor *
     return mf__attention_make(ctx, q, k, v, scale, m->cfg.causal, m->cfg.attn_dropout, 1, parts);
 }
 
+static int mf__attn_check(mf_ctx *ctx, const mf_model_config *c) {
+    if ((int)c->metric_form < MF_METRIC_SYMMETRIC || c->metric_form > MF_METRIC_SOFTMAX_TRIL)
+        return (mf__fail(ctx, "model config: unknown metric_form %d; use MF_METRIC_SYMMETRIC (%d), MF_METRIC_CHOLESKY (%d) "
+                         "or MF_METRIC_SOFTMAX_TRIL (%d)", (int)c->metric_form, (int)MF_METRIC_SYMMETRIC,
+                         (int)MF_METRIC_CHOLESKY, (int)MF_METRIC_SOFTMAX_TRIL), -1);
+    return 0;
+}
+
 static void mf__attn_make_layer(mf_model *m, int l) {
     const mf_model_config *c = &m->cfg;
     mf__attn_layer *A = MF__ATTN_L(m, l);
@@ -6895,9 +6918,22 @@ static void mf__attn_make_layer(mf_model *m, int l) {
     } else {
         float b = 1.0f / sqrtf((float)dk);
         mf__layer_linear(m, l, "attn.p", D, D, 0, &A->wp, &unused);
-        if (c->mixer == MF_MIXER_METRIC) A->mform = mf__layer_param(m, l, "attn.metric", 2, H, dk * (dk + 1) / 2);
-        else A->mform = mf__layer_param(m, l, "attn.quad", 2, H, dk * dk);
-        mf_init_uniform(m->ctx, A->mform, -b, b);
+        if (c->mixer == MF_MIXER_METRIC && c->metric_form != MF_METRIC_SYMMETRIC) { /* the seed's: N(0, 1) + 0.01 I */
+            float *host = (float *)mf__xmalloc((size_t)H * dk * dk * sizeof(float));
+            int h, k;
+            A->mform = mf__layer_param(m, l, c->metric_form == MF_METRIC_CHOLESKY ? "attn.metric_l" : "attn.metric_p", 2, H, dk * dk);
+            mf_init_normal(m->ctx, A->mform, 0.0f, 1.0f);
+            if (!host) { mf__fail(m->ctx, "out of memory: metric form"); return; }
+            if (mf_to_host(m->ctx, A->mform, host) == 0) {
+                for (h = 0; h < H; h++) for (k = 0; k < dk; k++) host[((int64_t)h * dk + k) * dk + k] += 0.01f;
+                mf_set_data(m->ctx, A->mform, host);
+            }
+            MF_FREE(host);
+        } else {
+            if (c->mixer == MF_MIXER_METRIC) A->mform = mf__layer_param(m, l, "attn.metric", 2, H, dk * (dk + 1) / 2);
+            else A->mform = mf__layer_param(m, l, "attn.quad", 2, H, dk * dk);
+            mf_init_uniform(m->ctx, A->mform, -b, b);
+        }
         mf__layer_linear(m, l, "attn.e", D, D, 0, &A->we, &unused);
     }
 }
@@ -6908,7 +6944,15 @@ static void mf__attn_init(mf_model *m) {
     int H = m->cfg.n_heads, dk = m->cfg.d_model / H, L = dk * (dk + 1) / 2, h, k, k2;
     if (m->cfg.mixer != MF_MIXER_METRIC) return;
     if (!(s = (mf__attn_state *)mf__xmalloc(sizeof *s))) { mf__fail(m->ctx, "out of memory"); return; }
+    memset(s, 0, sizeof *s);
     m->fam_state = s;
+    if (m->cfg.metric_form == MF_METRIC_CHOLESKY) {
+        float *t = (float *)mf__xmalloc((size_t)dk * dk * sizeof(float));
+        for (k = 0; t && k < dk; k++) for (k2 = 0; k2 < dk; k2++) t[k * dk + k2] = k2 <= k ? 1.0f : 0.0f;
+        if (!(s->tril = mf__model_const(m, t, (size_t)dk * dk * sizeof(float)))) mf__fail(m->ctx, "out of memory: metric form");
+        return;
+    }
+    if (m->cfg.metric_form != MF_METRIC_SYMMETRIC) return;
     if (!(s->m_ids = (int32_t *)mf__xmalloc((size_t)H * dk * dk * sizeof(int32_t)))) { mf__fail(m->ctx, "out of memory"); return; }
     for (h = 0; h < H; h++)
         for (k = 0; k < dk; k++) /* row-major upper triangle: l(k, k') = k dk - k (k - 1) / 2 + k' - k */
@@ -6926,7 +6970,7 @@ static void mf__attn_free(mf_model *m) {
         if (!A) continue;
         mf__model_dfree(m, A->cache_k); mf__model_dfree(m, A->cache_v);
     }
-    if (s) MF_FREE(s->m_ids);
+    if (s) { MF_FREE(s->m_ids); mf__model_dfree(m, s->tril); }
     MF_FREE(s);
     m->fam_state = NULL;
 }
@@ -6982,11 +7026,18 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
         int mshape[3], tshape[2];
         mf_tensor *M, *p, *q, *kv;
         mshape[0] = H; mshape[1] = dk; mshape[2] = dk;
-        if (c->mixer == MF_MIXER_METRIC) { /* M gathers its entries from Mbar [H L] viewed as a table of
-                                              1-float rows: symmetric, and the gradient folds by itself */
+        if (c->mixer == MF_MIXER_METRIC && c->metric_form == MF_METRIC_SYMMETRIC) {
+            /* M gathers its entries from Mbar [H L] viewed as a table of 1-float rows: symmetric, and the
+               gradient folds by itself */
             tshape[0] = H * (dk * (dk + 1) / 2); tshape[1] = 1;
             M = mf_reshape(ctx, mf_embedding(ctx, mf_reshape(ctx, A->mform, 2, tshape),
                                              ((mf__attn_state *)m->fam_state)->m_ids, 3, mshape), 3, mshape);
+        } else if (c->mixer == MF_MIXER_METRIC) { /* M = X X^T, X = L (cholesky) or S (softmax_tril) [H, dk, dk] */
+            mf_tensor *X = mf_reshape(ctx, A->mform, 3, mshape);
+            tshape[0] = dk; tshape[1] = dk;
+            if (c->metric_form == MF_METRIC_CHOLESKY) X = mf_mul(ctx, X, mf__wrap(ctx, 2, tshape, ((mf__attn_state *)m->fam_state)->tril));
+            else X = mf_softmax(ctx, mf_scale(ctx, X, scale), 1); /* the causal mask of a [dk, dk] table: the lower triangle */
+            M = mf_matmul(ctx, X, X, 0, 1);
         } else M = mf_reshape(ctx, A->mform, 3, mshape);
         p = mf__token_pack(ctx, mf_linear(ctx, xn, A->wp, NULL), 1, H);
         q = mf_head_matmul(ctx, p, M);
@@ -6996,8 +7047,8 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
 }
 
 static const mf__family mf__fam_attention = {
-    "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT),
-    NULL, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL, NULL
+    "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT) | MF__F(METRIC_FORM),
+    mf__attn_check, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL, NULL
 };
 
 MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) {
@@ -7021,7 +7072,25 @@ MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) 
     w2 = w1 + (size_t)D * D; M = w2 + (size_t)D * D; tri = M + (size_t)H * dk * dk;
     if (c->mixer == MF_MIXER_SDPA) ok = mf_to_host(ctx, A->wq, w1) == 0 && mf_to_host(ctx, A->wk, w2) == 0;
     else ok = mf_to_host(ctx, A->wp, w1) == 0 && mf_to_host(ctx, A->mform, c->mixer == MF_MIXER_METRIC ? tri : M) == 0;
-    if (ok && c->mixer == MF_MIXER_METRIC) /* the row-major upper triangle, mirrored (docs/math.md §9.1) */
+    if (ok && c->mixer == MF_MIXER_METRIC && c->metric_form != MF_METRIC_SYMMETRIC) { /* M = X X^T (docs/math.md §9.10) */
+        for (h = 0; h < H; h++) {
+            float *X = tri + (int64_t)h * dk * dk;
+            for (a = 0; a < dk; a++) {
+                double mx = -INFINITY, z = 0;
+                for (b = 0; b < dk; b++) if (b > a) X[a * dk + b] = 0.0f; /* the lower triangle (L, or S's support) */
+                if (c->metric_form == MF_METRIC_CHOLESKY) continue;
+                for (b = 0; b <= a; b++) if (X[a * dk + b] > mx) mx = X[a * dk + b];
+                for (b = 0; b <= a; b++) z += exp(((double)X[a * dk + b] - mx) / sqrt((double)dk));
+                for (b = 0; b <= a; b++) X[a * dk + b] = (float)(exp(((double)X[a * dk + b] - mx) / sqrt((double)dk)) / z);
+            }
+            for (a = 0; a < dk; a++)
+                for (b = 0; b < dk; b++) {
+                    double sum = 0;
+                    for (d = 0; d < dk; d++) sum += (double)X[a * dk + d] * X[b * dk + d];
+                    M[((int64_t)h * dk + a) * dk + b] = (float)sum;
+                }
+        }
+    } else if (ok && c->mixer == MF_MIXER_METRIC) /* the row-major upper triangle, mirrored (docs/math.md §9.1) */
         for (h = 0; h < H; h++) {
             const float *t = tri + (int64_t)h * dk * (dk + 1) / 2;
             for (a = 0; a < dk; a++)
@@ -9754,7 +9823,7 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
                                                                                             MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT),
                                                                                             "multi-head scaled dot-product attention (labml MHA)", NULL},
     {"metric",       MF_MIXER_METRIC,       &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(ATTN_DROPOUT),
+                                                                                            MF__F(ATTN_DROPOUT) | MF__F(METRIC_FORM),
                                                                                             "per head p = x Wp, a symmetric metric M: softmax(p M p^T / sqrt(dk)) p (NLP MetaFormer)", NULL},
     {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
                                                                                             MF__F(ATTN_DROPOUT),

@@ -528,10 +528,11 @@ typedef struct model_settings {
     int clone_layers, attn_bias;
     const char *block;
     const char *fields; /* a registered mixer's fields: "name=value,name=value" */
+    const char *metric_form;
 } model_settings;
 #define MODEL_SETTINGS_DEFAULT {.mixer = "sdpa", .pos = "learned", .act = "gelu", .feature = "dpfp", .d_model = 128, \
     .heads = 4, .layers = 4, .d_ff = 512, .seq_len = 128, .compression_rate = 2, .dpfp_nu = 1, .attn_bias = 1, \
-    .block = "pre_norm", .fields = ""}
+    .block = "pre_norm", .fields = "", .metric_form = "symmetric"}
 
 /* Mixers of your own (docs/library.md): a program built with -DEXTRA_MIXERS=fn and a file that
    defines int fn(void), registering them with mf_mixer_register (-1: failed, reason printed), has
@@ -550,7 +551,7 @@ EX_FN void register_extra_mixers(void) {
 }
 
 /* the choices of the name options: the library's names (model_choices fills them in) */
-EX_VAR char MIXERS[1024], POSITIONS[64], ACTIVATIONS[64], FEATURES[64], BLOCKS[64];
+EX_VAR char MIXERS[1024], POSITIONS[64], ACTIVATIONS[64], FEATURES[64], BLOCKS[64], METRIC_FORMS[64];
 EX_FN void model_choices(void) {
     register_extra_mixers();
     LIBRARY_CHOICES(MIXERS, mf_mixer_name, mf_mixer_kind);
@@ -558,6 +559,7 @@ EX_FN void model_choices(void) {
     LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
     LIBRARY_CHOICES(FEATURES, mf_feature_name, mf_feature_kind);
     LIBRARY_CHOICES(BLOCKS, mf_block_name, mf_block_kind);
+    LIBRARY_CHOICES(METRIC_FORMS, mf_metric_form_name, mf_metric_form);
 }
 
 /* The option rows of the model settings M (a model_settings variable), in the order checkpoints
@@ -584,7 +586,8 @@ EX_FN void model_choices(void) {
     {"attn-bias", OPT_INT, &M.attn_bias, SAVED, 0, NULL, "sdpa: biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it"}, \
     {"block", OPT_TEXT, &M.block, SAVED, 0, BLOCKS, "block layout (stream_norm: the NLP MetaFormer sorter's, docs/math.md §19.2)"}, \
     {"attn-dropout", OPT_FLOAT, &M.attn_dropout, SAVED, 0, NULL, "sdpa, metric, quadratic, relative, feedback*: dropout on the attention probabilities"}, \
-    {"fields", OPT_TEXT, &M.fields, SAVED, 0, NULL, "a registered mixer's own fields: name=value[,name=value] (a wrong name lists them)"},
+    {"fields", OPT_TEXT, &M.fields, SAVED, 0, NULL, "a registered mixer's own fields: name=value[,name=value] (a wrong name lists them)"}, \
+    {"metric-form", OPT_TEXT, &M.metric_form, SAVED, 0, METRIC_FORMS, "metric: the form of M (cholesky: L L^T, softmax_tril: the NLP MetaFormer seed's S S^T)"},
 
 /* the fields of a registered mixer, one line each: "  name (default D, range [lo, hi]): help" */
 EX_FN void print_mixer_fields(FILE *f, int kind) {
@@ -593,11 +596,15 @@ EX_FN void print_mixer_fields(FILE *f, int kind) {
         fprintf(f, "  %s (default %g, %s in [%g, %g]): %s\n", fd->name, (double)fd->def, fd->integer ? "whole" : "real",
                 (double)fd->lo, (double)fd->hi, fd->help ? fd->help : "");
 }
-/* --fields goes into a checkpoint only when given, and a checkpoint without it has none: the
-   checkpoints of the built-in mixers are what they were before the option existed */
+/* The options added after checkpoints existed go into one only when they differ from their
+   default, and a checkpoint without them has the default: older checkpoints load, and the
+   checkpoints of a model that does not use them are what they were before the option existed */
 EX_FN int option_unstored(const option *o) {
+    static const char *const LATE[][2] = {{"fields", ""}, {"metric-form", "symmetric"}};
     const char *v = o->type == OPT_TEXT ? *(const char *const *)o->value : NULL;
-    return strcmp(o->name, "fields") == 0 && (!v || !v[0]);
+    for (size_t i = 0; i < sizeof LATE / sizeof LATE[0]; i++)
+        if (strcmp(o->name, LATE[i][0]) == 0) return !v || strcmp(v, LATE[i][1]) == 0;
+    return 0;
 }
 /* --fields "name=value,...": the registered mixer's fields into cfg (cfg->mixer set) */
 EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char *fields) {
@@ -642,6 +649,7 @@ EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     cfg.clone_layers = M->clone_layers;
     if (cfg.mixer == MF_MIXER_SDPA) cfg.attn_bias = M->attn_bias; /* the only mixer with optional biases */
     cfg.block = (mf_block_kind)mf_block_from_name(M->block);
+    cfg.metric_form = (mf_metric_form)mf_metric_form_from_name(M->metric_form);
     set_mixer_fields(&cfg, M->mixer, M->fields);
     if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && M->d_model % M->heads)
         die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
@@ -655,7 +663,7 @@ EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
     static const struct { const char *field, *option; } SET_BY[] = {
         {"mem_len", "mem-len"}, {"compressive", "compressive"}, {"c_mem_len", "c-mem-len"},
         {"compression_rate", "compression-rate"}, {"dpfp_nu", "dpfp-nu"}, {"linear_feature", "feature"},
-        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}, {"attn_dropout", "attn-dropout"}};
+        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}, {"attn_dropout", "attn-dropout"}, {"metric_form", "metric-form"}};
     if (mf_model_check(ctx, cfg) == 0) return;
     const char *msg = mf_error(ctx), *at = strstr(msg, "model config: ");
     for (size_t i = 0; at && i < sizeof SET_BY / sizeof SET_BY[0]; i++) {

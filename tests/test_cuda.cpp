@@ -134,6 +134,13 @@ static TrainOpts with_optimizer(mf_optimizer_kind kind, double param_tol = TOL) 
 }
 static void test_train_sdpa(void) { check_train(small_config(MF_MIXER_SDPA), "sdpa + Adam", with_optimizer(MF_OPT_ADAM)); }
 static void test_train_metric(void) { check_train(small_config(MF_MIXER_METRIC), "metric + AdamW", with_optimizer(MF_OPT_ADAMW)); }
+static void test_train_metric_forms(void) { /* the seed's forms: M = L L^T, M = S S^T (ops only, no kernel of their own) */
+    mf_model_config c = small_config(MF_MIXER_METRIC);
+    c.metric_form = MF_METRIC_CHOLESKY;
+    check_train(c, "metric cholesky + Adam", with_optimizer(MF_OPT_ADAM));
+    c.metric_form = MF_METRIC_SOFTMAX_TRIL;
+    check_train(c, "metric softmax_tril + Adam", with_optimizer(MF_OPT_ADAM));
+}
 static void test_train_pool(void) {
     mf_model_config c = small_config(MF_MIXER_POOL);
     c.pos = MF_POS_SINUSOIDAL; c.ffn_act = MF_ACT_SILU;
@@ -297,6 +304,7 @@ int main(void) {
     MFT_RUN(test_ops);
     MFT_RUN(test_train_sdpa);
     MFT_RUN(test_train_metric);
+    MFT_RUN(test_train_metric_forms);
     MFT_RUN(test_train_pool);
     MFT_RUN(test_train_sgd);
     MFT_RUN(test_recycled_grads);

@@ -22,6 +22,83 @@ static void check_mixer(mf_mixer_kind mixer, mf_pos_kind pos, int pool_causal) {
 static void test_grad_sdpa(void) { check_mixer(MF_MIXER_SDPA, MF_POS_LEARNED, 1); }
 static void test_grad_metric(void) { check_mixer(MF_MIXER_METRIC, MF_POS_LEARNED, 1); }
 static void test_grad_quadratic(void) { check_mixer(MF_MIXER_QUADRATIC, MF_POS_SINUSOIDAL, 1); }
+/* the seed's metric forms (docs/math.md §9.10): M = L L^T and M = S S^T */
+static void check_metric_form(mf_metric_form form) {
+    mg_case c;
+    char what[64];
+    memset(&c, 0, sizeof c);
+    c.cfg = mg_tiny(MF_MIXER_METRIC);
+    c.cfg.metric_form = form;
+    snprintf(what, sizeof what, "metric %s", mf_metric_form_name(form));
+    MFT_CHECK(mg_check_logits(what, &c));
+    c.cfg.dropout = 0.2f;
+    MFT_CHECK(mg_check_loss(what, "loss + dropout", &c, 6));
+    mf_model_free(c.model);
+}
+static void test_grad_metric_cholesky(void) { check_metric_form(MF_METRIC_CHOLESKY); }
+static void test_grad_metric_softmax_tril(void) { check_metric_form(MF_METRIC_SOFTMAX_TRIL); }
+
+/* Two independent computations of M agree: the forward's (ops on the parameter) and
+   mf_model_attention_form's (loops on the host). A symmetric-form model given the other model's M
+   (its upper triangle) and every other parameter gives the same logits; and M is positive
+   semi-definite, as the form promises (x M x^T >= 0). */
+static void check_form_consistency(mf_metric_form form) {
+    mf_ctx *a = mf_ctx_new(11), *b = mf_ctx_new(12);
+    mf_model_config ca = mg_tiny(MF_MIXER_METRIC), cb = mg_tiny(MF_MIXER_METRIC);
+    mf_model *ma, *mb;
+    mf_tensor *ya, *yb;
+    int H = ca.n_heads, dk = ca.d_model / H, i, l, h, r, k, psd = 1;
+    float M[4 * 4 * 2], tri[2 * 10];
+    double worst = 0;
+    ca.metric_form = form;
+    ma = mf_model_new(a, &ca); mb = mf_model_new(b, &cb);
+    MFT_CHECK(ma && mb && H * dk * dk <= (int)(sizeof M / sizeof M[0]));
+    if (!ma || !mb) { mf_model_free(ma); mf_model_free(mb); mf_ctx_free(a); mf_ctx_free(b); return; }
+    for (i = 0; i < mf_param_tensors(b); i++) { /* every parameter of the same name */
+        mf_tensor *t = mf_param_at(b, i), *src = mf_param_find(a, t->name);
+        if (src && src->ne == t->ne) memcpy(t->data, src->data, sizeof(float) * (size_t)t->ne);
+    }
+    for (l = 0; l < ca.n_layers; l++) {
+        char name[64];
+        MFT_CHECK(mf_model_attention_form(ma, l, MF_ATTN_FORM_HEAD, M) == 0);
+        for (h = 0; h < H; h++) { /* the upper triangle, row-major, and x M x^T for a few x */
+            float *t = tri + h * dk * (dk + 1) / 2;
+            for (r = 0; r < dk; r++) for (k = r; k < dk; k++) *t++ = M[(h * dk + r) * dk + k];
+            for (r = 0; r < 7; r++) {
+                double x[4], q = 0;
+                for (k = 0; k < dk; k++) x[k] = sin(1.7 * (r * dk + k) + h + l);
+                for (k = 0; k < dk; k++) for (i = 0; i < dk; i++) q += x[k] * M[(h * dk + k) * dk + i] * x[i];
+                psd &= q >= -1e-6;
+            }
+        }
+        snprintf(name, sizeof name, "layers.%d.attn.metric", l);
+        memcpy(mf_param_find(b, name)->data, tri, sizeof(float) * (size_t)(H * dk * (dk + 1) / 2));
+    }
+    ya = mf_model_forward(ma, mg_ids, MG_B, MG_T); yb = mf_model_forward(mb, mg_ids, MG_B, MG_T);
+    MFT_CHECK(ya && yb);
+    for (i = 0; ya && yb && i < MG_B * MG_T * MG_V; i++) {
+        double e = fabs((double)ya->data[i] - yb->data[i]) / (1.0 + fabs((double)yb->data[i]));
+        if (e > worst) worst = e;
+    }
+    /* fp32: M by different sums (ops vs double loops), then two layers: ~100 ulp */
+    if (!(worst < 1e-5 && psd)) { printf("    %s: logits differ by %.3g (relative), M positive semi-definite: %d\n",
+                                         mf_metric_form_name(form), worst, psd); MFT_CHECK(0); }
+    mf_model_free(ma); mf_model_free(mb); mf_ctx_free(a); mf_ctx_free(b);
+}
+static void test_metric_forms(void) {
+    mf_ctx *ctx = mf_ctx_new(1);
+    mf_model_config c = mg_tiny(MF_MIXER_METRIC);
+    check_form_consistency(MF_METRIC_CHOLESKY);
+    check_form_consistency(MF_METRIC_SOFTMAX_TRIL);
+    MFT_CHECK(strcmp(mf_metric_form_name(MF_METRIC_SOFTMAX_TRIL), "softmax_tril") == 0 && mf_metric_form_from_name("cholesky") == 1);
+    c.metric_form = (mf_metric_form)7;
+    MFT_CHECK(mf_model_check(ctx, &c) == -1 && strstr(mf_error(ctx), "unknown metric_form 7"));
+    mf_clear_error(ctx);
+    c = mg_tiny(MF_MIXER_SDPA);
+    c.metric_form = MF_METRIC_CHOLESKY; /* another mixer's field */
+    MFT_CHECK(mf_model_check(ctx, &c) == -1 && strstr(mf_error(ctx), "metric_form = 1 applies only to the metric mixer"));
+    mf_ctx_free(ctx);
+}
 static void test_grad_pool_causal(void) { check_mixer(MF_MIXER_POOL, MF_POS_LEARNED, 1); }
 static void test_grad_pool_centred(void) { check_mixer(MF_MIXER_POOL, MF_POS_NONE, 0); }
 static void test_grad_identity(void) { check_mixer(MF_MIXER_IDENTITY, MF_POS_LEARNED, 1); }
@@ -251,6 +328,9 @@ int main(void) {
     MFT_RUN(test_grad_sdpa);
     MFT_RUN(test_grad_metric);
     MFT_RUN(test_grad_quadratic);
+    MFT_RUN(test_grad_metric_cholesky);
+    MFT_RUN(test_grad_metric_softmax_tril);
+    MFT_RUN(test_metric_forms);
     MFT_RUN(test_grad_pool_causal);
     MFT_RUN(test_grad_pool_centred);
     MFT_RUN(test_grad_identity);

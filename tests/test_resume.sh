@@ -50,6 +50,7 @@ while read -r mixer; do
                                        "compressive|--mixer relative --compressive --mem-len 5 --c-mem-len 4 --compression-rate 2"
                                        "relative_attn_dropout|--mixer relative --mem-len 5 --attn-dropout 0.2") ;;
                    sdpa) variants=("sdpa|--mixer sdpa" "sdpa_attn_dropout|--mixer sdpa --attn-dropout 0.2") ;;
+                   metric) variants=("metric|--mixer metric" "metric_softmax_tril|--mixer metric --metric-form softmax_tril") ;;
                    alibi) variants=("alibi|--mixer alibi --pos none --fields alibi_max=4") ;;
                    *) variants=("$mixer|--mixer $mixer") ;; esac
     for v in "${variants[@]}"; do
@@ -62,7 +63,7 @@ while read -r mixer; do
                  "$(diff <(valid_after "$name.full" $STOP) <(valid_after "$name.p2" $STOP))" "$(head -8 "$name.p2")"; fi
     done
 done < <("$TRAIN" --list-mixers)
-if [ "$models" -ge 12 ]; then ok "every mixer of the library and the registered one were tried ($models models)"
+if [ "$models" -ge 13 ]; then ok "every mixer of the library and the registered one were tried ($models models)"
 else bad "every mixer of the library was tried" "only $models models"; fi
 
 # a checkpoint without the memories (the format before mf_model_save): it loads, says so, and the
