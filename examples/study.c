@@ -30,8 +30,9 @@ static const int32_t FIXED[SORT_W] = {2, 0, 1, 1, 0, 2, 2, 1, 0, 0, 1};
 
 static struct {
     int epochs, batches, batch, seed, seeds, threads, eval_batches, quick;
-    const char *out;
-} S = {20, 50, 50, 1, 5, 1, 20, 0, "bench/results/study"};
+    const char *out, *metric_form;
+} S = {20, 50, 50, 1, 5, 1, 20, 0, "bench/results/study", "softmax_tril"};
+static char METRIC_FORMS[64];
 
 static const option OPTS[] = {
     {"epochs", OPT_INT, &S.epochs, RUN_ONLY, 1, NULL, "epochs"},
@@ -43,6 +44,8 @@ static const option OPTS[] = {
      "over all of them, each claim next to the same count at initialisation"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "threads (0: all; the model is too small to gain from more)"},
     {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "directory of report.md and the figures (created)"},
+    {"metric-form", OPT_TEXT, &S.metric_form, RUN_ONLY, 0, METRIC_FORMS, "the metric mixer's form of M (docs/math.md §9.10; "
+     "softmax_tril: the seed's S S^T)"},
     {"quick", OPT_FLAG, &S.quick, RUN_ONLY, 0, NULL, "2 epochs of 5 batches (a test of the outputs, not a study)"},
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
@@ -69,6 +72,7 @@ static mf_model_config sorter_config(mf_mixer_kind mixer, int solvable) {
     c.vocab = SORT_VOCAB; c.d_model = D; c.n_heads = H; c.n_layers = LAYERS; c.d_ff = DFF;
     c.max_seq = solvable ? 2 * SORT_W - 1 : SORT_W;
     c.mixer = mixer; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU; c.ffn_bias = 0;
+    if (mixer == MF_MIXER_METRIC) c.metric_form = (mf_metric_form)mf_metric_form_from_name(S.metric_form);
     if (mixer == MF_MIXER_SDPA) c.attn_bias = 0;
     c.block = MF_BLOCK_STREAM_NORM;
     return c;
@@ -313,6 +317,7 @@ int main(int argc, char **argv) {
     double *accs = NULL, *losses = NULL;
     FILE *md;
 
+    LIBRARY_CHOICES(METRIC_FORMS, mf_metric_form_name, mf_metric_form);
     parse_options(argc, argv, OPTS, N_OPTS, given, &none, usage);
     if (none) die("study takes no file (\"%s\"); see --help", none);
     if (S.quick) { S.epochs = 2; S.batches = 5; S.eval_batches = 2; }
@@ -451,12 +456,13 @@ int main(int argc, char **argv) {
                 "%d), %d thread(s); %.0f s in all on a shared machine. "
                 "Setup (docs/math.md §13, §19): tokens {0, 1, 2}, W = %d; d_model %d, %d heads of %d, %d blocks in the seed's "
                 "layout (block `stream_norm`: s = LN1(x); s = s + Attn(s); s = LN2(s); x = s + MLP(s), the MLP with its own LN), "
-                "d_ff %d, GELU, learned positions, no Linear biases (LayerNorms keep PyTorch's affine bias); Adam lr 1e-3, "
+                "d_ff %d, GELU, learned positions, no Linear biases (LayerNorms keep PyTorch's affine bias), the metric "
+                "mixer's M in the %s form (docs/math.md §9.10); Adam lr 1e-3, "
                 "no schedule, no clipping; %d epochs x %d batches x %d sequences of fresh random data. The seed form predicts "
                 "sorted(x)[w] at position w from x[0..w] (a causal model can reach about %.1f%% token accuracy); the solvable "
                 "form reads x then sorted(x) (100%% possible). Accuracy on %d held-out batches.\n\n",
             S.out, S.quick ? " --quick" : "", S.seed, S.seed + S.seeds - 1, S.seed, S.threads, mf_time() - t0, SORT_W, D, H,
-            DK, LAYERS, DFF, S.epochs,
+            DK, LAYERS, DFF, S.metric_form, S.epochs,
             S.batches, S.batch, SEED_CEILING, S.eval_batches);
     fprintf(md, "## Accuracy\n\n| mixer | form | parameters | last-epoch train loss | held-out loss | token accuracy | ceiling | seconds "
                 "| held-out loss, %d seeds | token accuracy, %d seeds | 95%% interval |\n"
@@ -576,13 +582,15 @@ int main(int argc, char **argv) {
                     "mixers; both kinds of model reach the same loss (point 5), with different-looking tables: a metric head's "
                     "table is symmetric before the mask, sdpa's is not.\n");
         fprintf(md, "4. *\"In case of metric attention, they are metric tensors; in case of scaled dot product, we use WqWk.T "
-                    "as an analogue.\"* The learned M_h are symmetric by construction (asymmetry 0 in every head) but "
-                    "indefinite in %d of %d heads (eigenvalues of both signs): they are symmetric bilinear forms, not metrics "
-                    "in the strict (positive-definite) sense. sdpa's Wq Wk^T is not symmetric (%d of %d heads indefinite in "
+                    "as an analogue.\"* The metric mixer here builds M_h in the %s form (docs/math.md §9.10%s): the "
+                    "learned M_h are symmetric by construction (asymmetry 0 in every head) and indefinite in %d of %d heads "
+                    "(eigenvalues of both signs)%s. sdpa's Wq Wk^T is not symmetric (%d of %d heads indefinite in "
                     "its symmetric part). Head by head, the D x D forms of the two separately trained models do not match: "
                     "the best |cosine| between a metric head and any sdpa head of the same layer is %.2f. The unconstrained "
                     "quadratic mixer, which could learn a symmetric M, does not (asymmetry up to %.2f).\n",
-                indefinite[1], LAYERS * H, indefinite[0], LAYERS * H, max_cos, max_asym[2]);
+                S.metric_form, strcmp(S.metric_form, "softmax_tril") == 0 ? ", the seed's M = S S^T" : "", indefinite[1],
+                LAYERS * H, indefinite[1] ? ": symmetric bilinear forms, not metrics in the strict (positive-definite) sense"
+                : ": metrics, as the seed's construction makes them", indefinite[0], LAYERS * H, max_cos, max_asym[2]);
         fprintf(md, "5. *Loss \"not much difference\"* (the seed's next-token comparison; its sorter reports no numbers). "
                     "On the seed form sdpa reaches %.1f%% and metric %.1f%% token accuracy (held-out loss %.4f vs %.4f), "
                     "both near the %.1f%% ceiling; on the solvable form %.1f%% vs %.1f%%, with %lld vs %lld parameters.\n",

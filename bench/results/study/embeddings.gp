@@ -70,7 +70,7 @@ set tmargin at screen 0.5172
 set bmargin at screen 0.3414
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-4.80089:4.80089]
+set cbrange [-4.82064:4.82064]
 set title 'metric: |e_i - e_j|' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -83,7 +83,7 @@ set tmargin at screen 0.5172
 set bmargin at screen 0.3414
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.497887:0.497887]
+set cbrange [-0.693482:0.693482]
 set title 'metric head 0: d A d^T' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -96,7 +96,7 @@ set tmargin at screen 0.5172
 set bmargin at screen 0.3414
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.446949:0.446949]
+set cbrange [-0.720312:0.720312]
 set title 'metric head 1: d A d^T' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -109,7 +109,7 @@ set tmargin at screen 0.5172
 set bmargin at screen 0.3414
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.876604:0.876604]
+set cbrange [-1.06364:1.06364]
 set title 'metric head 2: d A d^T' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)

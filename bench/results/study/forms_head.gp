@@ -57,7 +57,7 @@ set tmargin at screen 0.8103
 set bmargin at screen 0.6345
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.518359:0.518359]
+set cbrange [-1:1]
 set title 'L0 h0 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -70,7 +70,7 @@ set tmargin at screen 0.8103
 set bmargin at screen 0.6345
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.474832:0.474832]
+set cbrange [-1:1]
 set title 'L0 h1 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -83,7 +83,7 @@ set tmargin at screen 0.8103
 set bmargin at screen 0.6345
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.505656:0.505656]
+set cbrange [-1:1]
 set title 'L0 h2 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -174,7 +174,7 @@ set tmargin at screen 0.5172
 set bmargin at screen 0.3414
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.492048:0.492048]
+set cbrange [-1:1]
 set title 'L1 h0 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -187,7 +187,7 @@ set tmargin at screen 0.5172
 set bmargin at screen 0.3414
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.660486:0.660486]
+set cbrange [-1:1]
 set title 'L1 h1 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -200,7 +200,7 @@ set tmargin at screen 0.5172
 set bmargin at screen 0.3414
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.584667:0.584667]
+set cbrange [-1:1]
 set title 'L1 h2 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -291,7 +291,7 @@ set tmargin at screen 0.2241
 set bmargin at screen 0.0483
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.523108:0.523108]
+set cbrange [-1:1]
 set title 'L2 h0 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -304,7 +304,7 @@ set tmargin at screen 0.2241
 set bmargin at screen 0.0483
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.682576:0.682576]
+set cbrange [-1:1]
 set title 'L2 h1 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)
@@ -317,7 +317,7 @@ set tmargin at screen 0.2241
 set bmargin at screen 0.0483
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.514006:0.514006]
+set cbrange [-1:1]
 set title 'L2 h2 metric: M' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)

@@ -57,7 +57,7 @@ set tmargin at screen 0.9077
 set bmargin at screen 0.6510
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.157417:0.157417]
+set cbrange [-0.141658:0.141658]
 set title 'L0 h0 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -70,7 +70,7 @@ set tmargin at screen 0.9077
 set bmargin at screen 0.6510
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.0565995:0.0565995]
+set cbrange [-0.0984708:0.0984708]
 set title 'L0 h1 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -83,7 +83,7 @@ set tmargin at screen 0.9077
 set bmargin at screen 0.6510
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.138506:0.138506]
+set cbrange [-0.0914095:0.0914095]
 set title 'L0 h2 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -174,7 +174,7 @@ set tmargin at screen 0.5940
 set bmargin at screen 0.3372
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.113469:0.113469]
+set cbrange [-0.121362:0.121362]
 set title 'L1 h0 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -187,7 +187,7 @@ set tmargin at screen 0.5940
 set bmargin at screen 0.3372
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.142079:0.142079]
+set cbrange [-0.32105:0.32105]
 set title 'L1 h1 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -200,7 +200,7 @@ set tmargin at screen 0.5940
 set bmargin at screen 0.3372
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.122645:0.122645]
+set cbrange [-0.196914:0.196914]
 set title 'L1 h2 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -291,7 +291,7 @@ set tmargin at screen 0.2802
 set bmargin at screen 0.0235
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.0754574:0.0754574]
+set cbrange [-0.168619:0.168619]
 set title 'L2 h0 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -304,7 +304,7 @@ set tmargin at screen 0.2802
 set bmargin at screen 0.0235
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.158653:0.158653]
+set cbrange [-0.112534:0.112534]
 set title 'L2 h1 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -317,7 +317,7 @@ set tmargin at screen 0.2802
 set bmargin at screen 0.0235
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.132389:0.132389]
+set cbrange [-0.290864:0.290864]
 set title 'L2 h2 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)

@@ -16,7 +16,7 @@ set tmargin at screen 0.9212
 set bmargin at screen 0.6533
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.923954:0.923954]
+set cbrange [-0.602569:0.602569]
 set title 'layer 0 head 0' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -31,7 +31,7 @@ set tmargin at screen 0.9212
 set bmargin at screen 0.6533
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.29949:0.29949]
+set cbrange [-0.387003:0.387003]
 set title 'layer 0 head 1' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -44,7 +44,7 @@ set tmargin at screen 0.9212
 set bmargin at screen 0.6533
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.214832:0.214832]
+set cbrange [-0.487366:0.487366]
 set title 'layer 0 head 2' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -57,7 +57,7 @@ set tmargin at screen 0.6046
 set bmargin at screen 0.3367
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.448556:0.448556]
+set cbrange [-0.28571:0.28571]
 set title 'layer 1 head 0' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -70,7 +70,7 @@ set tmargin at screen 0.6046
 set bmargin at screen 0.3367
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.997547:0.997547]
+set cbrange [-1.24555:1.24555]
 set title 'layer 1 head 1' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -83,7 +83,7 @@ set tmargin at screen 0.6046
 set bmargin at screen 0.3367
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.73217:0.73217]
+set cbrange [-1.37509:1.37509]
 set title 'layer 1 head 2' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -96,7 +96,7 @@ set tmargin at screen 0.2880
 set bmargin at screen 0.0201
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.352261:0.352261]
+set cbrange [-0.843367:0.843367]
 set title 'layer 2 head 0' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -109,7 +109,7 @@ set tmargin at screen 0.2880
 set bmargin at screen 0.0201
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.571395:0.571395]
+set cbrange [-0.54373:0.54373]
 set title 'layer 2 head 1' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -122,7 +122,7 @@ set tmargin at screen 0.2880
 set bmargin at screen 0.0201
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-1.4562:1.4562]
+set cbrange [-2.28348:2.28348]
 set title 'layer 2 head 2' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
