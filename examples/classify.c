@@ -40,7 +40,7 @@ typedef struct dataset {
 /* ---- settings: one table drives parsing, --help and the checkpoint metadata ---- */
 static model_settings M = {.mixer = "quadratic", .pos = "learned", .act = "gelu", .feature = "dpfp", .d_model = 32,
     .heads = 4, .layers = 1, .d_ff = 64, .seq_len = 12, .compression_rate = 2, .dpfp_nu = 1, .attn_bias = 1,
-    .block = "pre_norm", .fields = "", .metric_form = "symmetric"};
+    .block = "pre_norm", .fields = "", .metric_form = "symmetric", .pool_size = 3, .pool_causal = 1};
 static struct {
     const char *task, *tokens, *save, *load;
     int causal, steps, batch, examples, eval_every, threads;

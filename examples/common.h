@@ -529,10 +529,11 @@ typedef struct model_settings {
     const char *block;
     const char *fields; /* a registered mixer's fields: "name=value,name=value" */
     const char *metric_form;
+    int pool_size, pool_causal;
 } model_settings;
 #define MODEL_SETTINGS_DEFAULT {.mixer = "sdpa", .pos = "learned", .act = "gelu", .feature = "dpfp", .d_model = 128, \
     .heads = 4, .layers = 4, .d_ff = 512, .seq_len = 128, .compression_rate = 2, .dpfp_nu = 1, .attn_bias = 1, \
-    .block = "pre_norm", .fields = "", .metric_form = "symmetric"}
+    .block = "pre_norm", .fields = "", .metric_form = "symmetric", .pool_size = 3, .pool_causal = 1}
 
 /* Mixers of your own (docs/library.md): a program built with -DEXTRA_MIXERS=fn and a file that
    defines int fn(void), registering them with mf_mixer_register (-1: failed, reason printed), has
@@ -587,7 +588,9 @@ EX_FN void model_choices(void) {
     {"block", OPT_TEXT, &M.block, SAVED, 0, BLOCKS, "block layout (stream_norm: the NLP MetaFormer sorter's, docs/math.md §19.2)"}, \
     {"attn-dropout", OPT_FLOAT, &M.attn_dropout, SAVED, 0, NULL, "sdpa, metric, quadratic, relative, feedback*: dropout on the attention probabilities"}, \
     {"fields", OPT_TEXT, &M.fields, SAVED, 0, NULL, "a registered mixer's own fields: name=value[,name=value] (a wrong name lists them)"}, \
-    {"metric-form", OPT_TEXT, &M.metric_form, SAVED, 0, METRIC_FORMS, "metric: the form of M (cholesky: L L^T, softmax_tril: the NLP MetaFormer seed's S S^T)"},
+    {"metric-form", OPT_TEXT, &M.metric_form, SAVED, 0, METRIC_FORMS, "metric: the form of M (cholesky: L L^T, softmax_tril: the NLP MetaFormer seed's S S^T)"}, \
+    {"pool-size", OPT_INT, &M.pool_size, SAVED, 1, NULL, "pool: the window's length (odd when centred)"}, \
+    {"pool-causal", OPT_INT, &M.pool_causal, SAVED, 0, NULL, "pool in a causal model: 1 the window of the last tokens, 0 centred (sees later tokens)"},
 
 /* the fields of a registered mixer, one line each: "  name (default D, range [lo, hi]): help" */
 EX_FN void print_mixer_fields(FILE *f, int kind) {
@@ -600,10 +603,10 @@ EX_FN void print_mixer_fields(FILE *f, int kind) {
    default, and a checkpoint without them has the default: older checkpoints load, and the
    checkpoints of a model that does not use them are what they were before the option existed */
 EX_FN int option_unstored(const option *o) {
-    static const char *const LATE[][2] = {{"fields", ""}, {"metric-form", "symmetric"}};
-    const char *v = o->type == OPT_TEXT ? *(const char *const *)o->value : NULL;
+    static const char *const LATE[][2] = {{"fields", ""}, {"metric-form", "symmetric"}, {"pool-size", "3"}, {"pool-causal", "1"}};
+    char v[64];
     for (size_t i = 0; i < sizeof LATE / sizeof LATE[0]; i++)
-        if (strcmp(o->name, LATE[i][0]) == 0) return !v || strcmp(v, LATE[i][1]) == 0;
+        if (strcmp(o->name, LATE[i][0]) == 0) return strcmp(format_option(o, v, sizeof v), LATE[i][1]) == 0;
     return 0;
 }
 /* --fields "name=value,...": the registered mixer's fields into cfg (cfg->mixer set) */
@@ -650,6 +653,7 @@ EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     if (cfg.mixer == MF_MIXER_SDPA) cfg.attn_bias = M->attn_bias; /* the only mixer with optional biases */
     cfg.block = (mf_block_kind)mf_block_from_name(M->block);
     cfg.metric_form = (mf_metric_form)mf_metric_form_from_name(M->metric_form);
+    cfg.pool_size = M->pool_size; cfg.pool_causal = M->pool_causal;
     set_mixer_fields(&cfg, M->mixer, M->fields);
     if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && M->d_model % M->heads)
         die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
@@ -663,7 +667,8 @@ EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
     static const struct { const char *field, *option; } SET_BY[] = {
         {"mem_len", "mem-len"}, {"compressive", "compressive"}, {"c_mem_len", "c-mem-len"},
         {"compression_rate", "compression-rate"}, {"dpfp_nu", "dpfp-nu"}, {"linear_feature", "feature"},
-        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}, {"attn_dropout", "attn-dropout"}, {"metric_form", "metric-form"}};
+        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}, {"attn_dropout", "attn-dropout"}, {"metric_form", "metric-form"},
+        {"pool_size", "pool-size"}, {"pool_causal", "pool-causal"}};
     if (mf_model_check(ctx, cfg) == 0) return;
     const char *msg = mf_error(ctx), *at = strstr(msg, "model config: ");
     for (size_t i = 0; at && i < sizeof SET_BY / sizeof SET_BY[0]; i++) {

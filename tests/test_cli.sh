@@ -22,6 +22,19 @@ TINY=(--d-model 16 --heads 2 --layers 1 --d-ff 32 --seq-len 16 --batch 4 --threa
       --eval-batches 2 --sample 40)
 losses() { grep -E '^step [0-9]+/[0-9]+ ' "$1" | awk '{print $2, $4}'; }   # "N/M loss" per step
 
+# 0. every optional config field of the library (the table of [mf:config]) has its option: the
+# example programs' SET_BY names it, and --help lists that option
+ROOT=$(cd "$(dirname "$TRAIN")/.." && pwd)
+fields=$(awk 'index($0, "/* ==== [mf:") == 1 { on = index($0, "[mf:config]") > 0 } on' "$ROOT/metaformer.h" |
+         sed -n '/mf__field_names\[/,/};/p' | grep -o '"[a-z_]*"' | tr -d '"')
+missing=""
+for f in $fields; do
+    opt=$(grep -o "{\"$f\", \"[a-z-]*\"}" "$ROOT/examples/common.h" | sed 's/.*, "\([a-z-]*\)"}/\1/')
+    if [ -z "$opt" ] || ! "$TRAIN" --help 2>&1 | grep -q -- "--$opt "; then missing="$missing $f"; fi
+done
+if [ -n "$fields" ] && [ -z "$missing" ]; then ok "every optional config field ($(echo $fields | wc -w)) has its option in build/train"
+else bad "every optional config field has its option" "fields: $(echo $fields)" "without one:$missing"; fi
+
 # 1. it learns: the last losses are below the first ones, and it validates and samples
 "$TRAIN" text.txt "${TINY[@]}" --steps 40 --lr 1e-2 --schedule constant > learn.out 2> learn.err; rc=$?
 if [ $rc -eq 0 ] && losses learn.out | awk 'NR <= 5 {a += $2} NR > 35 {b += $2} END {exit !(NR == 40 && b < a - 0.5)}'
