@@ -271,6 +271,7 @@ static void load_settings(const unsigned char *given, dataset *d, char *data_kin
             if (option_unstored(&OPTS[i])) continue; /* not given when it was saved */
             die("--load: \"%s\" has no %s in its metadata", S.load, key);
         }
+        if (strcmp(OPTS[i].name, "mixer") == 0) check_stored_mixer(S.load, buf);
         if (OPTS[i].type == OPT_TEXT) { /* kept: the option points at the copy */
             char *copy = (char *)malloc(strlen(buf) + 1);
             if (!copy) die("out of memory");

@@ -839,21 +839,25 @@ EX_FN void check_train_checkpoint(const char *path, const char *cannot) {
 
 /* the stored value of each SAVED option of opts (a setting the checkpoint lacks, written before the
    option existed, keeps its default defaults[i]); into stored[i] */
+/* the mixer a checkpoint names must be one of this program's: else die naming it and the fix */
+EX_FN void check_stored_mixer(const char *path, const char *name) {
+    char mixer[512] = "";
+    if (mf_mixer_from_name(name) >= 0) return;
+    mf_load_meta(path, "mf.mixer", mixer, sizeof mixer);
+    die("checkpoint \"%s\" holds a model of the mixer \"%s\"%s%s%s, which this program lacks: %s", path, name,
+        mixer[0] ? " (" : "", mixer, mixer[0] ? ")" : "",
+        mixer[0] ? "a mixer of your own, registered by the program that trained it; build this program with "
+                   "its code (-DEXTRA_MIXERS=..., e.g. make build/train-custom; docs/library.md)"
+                 : "a mixer of your own registered by the program that wrote it (build this program with its code: "
+                   "-DEXTRA_MIXERS=..., docs/library.md), or one of a build with more mixers (see --list-mixers)");
+}
 EX_FN void read_stored_options(const char *path, const option *opts, int n, const char (*defaults)[64], char (*stored)[64]) {
     char key[64];
     for (int i = 0; i < n; i++) {
         if (!opts[i].saved) continue;
         snprintf(key, sizeof key, "train.%s", opts[i].name);
         if (mf_load_meta(path, key, stored[i], 64) == -1) strcpy(stored[i], defaults[i]);
-        if (strcmp(opts[i].name, "mixer") == 0 && mf_mixer_from_name(stored[i]) < 0) {
-            char mixer[512] = "";
-            mf_load_meta(path, "mf.mixer", mixer, sizeof mixer);
-            die("checkpoint \"%s\" holds a model of the mixer \"%s\"%s%s%s, which this program lacks: %s", path, stored[i],
-                mixer[0] ? " (" : "", mixer, mixer[0] ? ")" : "",
-                mixer[0] ? "a mixer of your own, registered by the program that trained it; build this program with "
-                           "its code (-DEXTRA_MIXERS=..., e.g. make build/train-custom; docs/library.md)"
-                         : "a checkpoint of a newer build, or one compiled with more mixers (see --list-mixers)");
-        }
+        if (strcmp(opts[i].name, "mixer") == 0) check_stored_mixer(path, stored[i]);
     }
 }
 
