@@ -48,10 +48,11 @@ static mf_tensor *alibi_forward(mf_model *m, int l, void *st, mf_tensor *x) {
     mf_tensor *qkv, *q, *k, *v, *s, *o;
     (void)l;
     if (!bias) return NULL;
-    for (h = 0; h < H; h++)
+    for (h = 0; h < H; h++) {
+        float slope = powf(2.0f, -alibi_max * (float)(h + 1) / (float)H);
         for (i = 0; i < T; i++)
-            for (j = 0; j < T; j++)
-                bias[((size_t)h * T + i) * T + j] = -powf(2.0f, -alibi_max * (float)(h + 1) / (float)H) * (float)abs(i - j);
+            for (j = 0; j < T; j++) bias[((size_t)h * T + i) * T + j] = -slope * (float)abs(i - j);
+    }
     heads[0] = B; heads[1] = T; heads[2] = 3 * H; heads[3] = D / H;
     bias_shape[0] = H; bias_shape[1] = T; bias_shape[2] = T;
     merged[0] = B; merged[1] = T; merged[2] = D;

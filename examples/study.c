@@ -213,37 +213,42 @@ static const char *const TOKEN_LABELS[SORT_VOCAB] = {"0", "1", "2"};
 typedef struct claims { int ordering[N_MIXERS], seen[N_MIXERS], euclid[N_MIXERS], indefinite[N_MIXERS]; } claims;
 
 /* what layer 0's mixer sees of token i at position t: LN1(e_i + p_t) (the stream_norm block's first
-   LayerNorm, with its affine parameters), into x [SORT_VOCAB][D] */
-static void mixer_inputs(const run *r, int t, float *x) {
+   LayerNorm, with its affine parameters), into x [SORT_W][SORT_VOCAB][D] */
+typedef float mixer_inputs_t[SORT_W * SORT_VOCAB * D];
+static void mixer_inputs(const run *r, float *x) {
     float emb[SORT_VOCAB * D], pos[SORT_W * D], w[D], b[D];
     if (mf_to_host(r->ctx, mf_param_find(r->ctx, "tok_emb"), emb) < 0 ||
         mf_to_host(r->ctx, mf_param_find(r->ctx, "pos_emb"), pos) < 0 ||
         mf_to_host(r->ctx, mf_param_find(r->ctx, "layers.0.ln1.weight"), w) < 0 ||
         mf_to_host(r->ctx, mf_param_find(r->ctx, "layers.0.ln1.bias"), b) < 0)
         die("the mixer's inputs: %s", mf_error(r->ctx));
-    for (int i = 0; i < SORT_VOCAB; i++) {
-        double v[D], mean = 0, var = 0;
-        for (int d = 0; d < D; d++) { v[d] = (double)emb[i * D + d] + pos[t * D + d]; mean += v[d] / D; }
-        for (int d = 0; d < D; d++) var += (v[d] - mean) * (v[d] - mean) / D;
-        for (int d = 0; d < D; d++) x[i * D + d] = (float)((v[d] - mean) / sqrt(var + 1e-5) * w[d] + b[d]);
-    }
+    for (int t = 0; t < SORT_W; t++)
+        for (int i = 0; i < SORT_VOCAB; i++) {
+            double v[D], mean = 0, var = 0;
+            float *xi = x + ((size_t)t * SORT_VOCAB + i) * D;
+            for (int d = 0; d < D; d++) { v[d] = (double)emb[i * D + d] + pos[t * D + d]; mean += v[d] / D; }
+            for (int d = 0; d < D; d++) var += (v[d] - mean) * (v[d] - mean) / D;
+            for (int d = 0; d < D; d++) xi[d] = (float)((v[d] - mean) / sqrt(var + 1e-5) * w[d] + b[d]);
+        }
 }
-/* the positions (of SORT_W) at which the form A orders what the mixer sees of the tokens */
-static int ordered_positions(const run *r, const float *A) {
-    float x[SORT_VOCAB * D], dist[SORT_VOCAB * SORT_VOCAB];
+/* the positions (of SORT_W) at which the form A orders the mixer's inputs x (mixer_inputs) */
+static int ordered_positions(const float *x, const float *A) {
+    float dist[SORT_VOCAB * SORT_VOCAB];
     int n = 0;
-    for (int t = 0; t < SORT_W; t++) { mixer_inputs(r, t, x); token_distances(x, A, dist); n += ordered(dist); }
+    for (int t = 0; t < SORT_W; t++) { token_distances(x + (size_t)t * SORT_VOCAB * D, A, dist); n += ordered(dist); }
     return n;
 }
 
 static void measure(run *row, claims *c) {
     float emb[SORT_VOCAB * D], dist[SORT_VOCAB * SORT_VOCAB], head[H * DK * DK], model[H * D * D];
+    mixer_inputs_t x;
     double ev[D];
     char signs[32];
     memset(c, 0, sizeof *c);
     for (int k = 0; k < N_MIXERS; k++) {
         run *r = &row[k];
         if (mf_to_host(r->ctx, mf_param_find(r->ctx, "tok_emb"), emb) < 0) die("%s", mf_error(r->ctx));
+        mixer_inputs(r, x);
         token_distances(emb, NULL, dist);
         c->euclid[k] = ordered(dist);
         for (int l = 0; l < LAYERS; l++) {
@@ -256,7 +261,7 @@ static void measure(run *row, claims *c) {
                 if (l == 0) {
                     token_distances(emb, model + h * D * D, dist);
                     c->ordering[k] += ordered(dist);
-                    c->seen[k] += 2 * ordered_positions(r, model + h * D * D) > SORT_W; /* at most positions */
+                    c->seen[k] += 2 * ordered_positions(x, model + h * D * D) > SORT_W; /* at most positions */
                 }
             }
         }
@@ -523,9 +528,11 @@ int main(int argc, char **argv) {
             }
         char seen[96] = "";
         size_t at = 0;
+        mixer_inputs_t x;
+        mixer_inputs(&runs[0][k], x);
         for (int h = 0; h < H; h++)
             at += (size_t)snprintf(seen + at, sizeof seen - at, "%sh%d: %d", h ? ", " : "", h,
-                                   ordered_positions(&runs[0][k], model_forms[k][0] + h * D * D));
+                                   ordered_positions(x, model_forms[k][0] + h * D * D));
         fprintf(md, "| %s | %.2f | %.2f | %.2f | %s | %s | %s |\n", mf_mixer_name(MIXERS_RUN[k]), dist[k][0][1], dist[k][0][5],
                 dist[k][0][2], ordered(dist[k][0]) ? "yes" : "no", n ? heads : "none", seen);
     }
