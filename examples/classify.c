@@ -347,7 +347,7 @@ int main(int argc, char **argv) {
         rng = data_rng ^ (0x9e3779b97f4a7c15ULL * (uint64_t)run);
         if (!(ctx = mf_ctx_new((uint64_t)(S.seed + run)))) die("out of memory");
         mf_set_threads(ctx, S.threads);
-        check_model_config(ctx, &cfg);
+        if (run == 0) check_model_config(ctx, &cfg);
         if (!(m = mf_model_new(ctx, &cfg))) die("%s", mf_error(ctx));
         if (S.load && mf_load(ctx, S.load, 0) < 0) die("--load: %s", mf_error(ctx));
         if (run == 0) {

@@ -603,10 +603,14 @@ EX_FN void print_mixer_fields(FILE *f, int kind) {
    default, and a checkpoint without them has the default: older checkpoints load, and the
    checkpoints of a model that does not use them are what they were before the option existed */
 EX_FN int option_unstored(const option *o) {
-    static const char *const LATE[][2] = {{"fields", ""}, {"metric-form", "symmetric"}, {"pool-size", "3"}, {"pool-causal", "1"}};
-    char v[64];
+    static const char *const LATE[] = {"fields", "metric-form", "pool-size", "pool-causal"};
+    static model_settings defaults = MODEL_SETTINGS_DEFAULT;
+    const option rows[] = {MODEL_OPTIONS(defaults, )};
+    char v[64], d[64];
     for (size_t i = 0; i < sizeof LATE / sizeof LATE[0]; i++)
-        if (strcmp(o->name, LATE[i][0]) == 0) return strcmp(format_option(o, v, sizeof v), LATE[i][1]) == 0;
+        if (strcmp(o->name, LATE[i]) == 0)
+            return strcmp(format_option(o, v, sizeof v),
+                          format_option(&rows[find_option(rows, (int)(sizeof rows / sizeof rows[0]), LATE[i])], d, sizeof d)) == 0;
     return 0;
 }
 /* --fields "name=value,...": the registered mixer's fields into cfg (cfg->mixer set) */
