@@ -197,7 +197,7 @@
                 mf_train_update             clip + step + zero the gradients in one pass
    model        mf_model_config_default     the default config (set vocab)
                 mf_mixer_name / _from_name / _compiled   mixers by name; compiled in or not
-                mf_pos_, mf_act_, mf_feature_, mf_block_ name / _from_name   other config names
+                mf_pos_, mf_act_, mf_feature_, mf_metric_form_, mf_block_ name / _from_name   other config names
                 mf_model_check              validate a config, naming the field at fault
    your mixer   mf_mixer_register           a token mixer of your own (mf_mixer_def), by name from then on
                 mf_mixer_count, _help, _field_of   every mixer of the program; its help; its fields
