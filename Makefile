@@ -66,12 +66,24 @@ all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
 # and linked into every C test that uses the public API only; -DMETAFORMER_IMPLEMENTATION_DONE skips
-# the copy the test includes. Tests that call the header's static internals (mf__*, MF__*) compile
-# it in their own file (the pattern rules below). The CUDA parity suites (tests/test_cuda*.cpp)
-# are one program per flavour, tests/cuda_suites.cpp, which compiles it once for all of them.
+# the copy the test includes. Tests that call the header's static internals (mf__*, MF__*) cannot
+# link it: they are one program per flavour, tests/internal_suites.c, which compiles it once for
+# all of them, but for INTERNAL_OWN, which configure the implementation themselves (test_crash's
+# save hooks). The CUDA parity suites (tests/test_cuda*.cpp) are likewise one program per flavour,
+# tests/cuda_suites.cpp.
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 INTERNAL   := $(shell grep -l -e 'mf__' -e 'MF__' $(TEST_SRCS))
 SHARED_C   := $(basename $(notdir $(filter-out $(INTERNAL),$(TEST_SRCS))))
+INTERNAL_OWN    := tests/test_crash.c
+INTERNAL_SUITES := $(shell sed -n 's/^\#include "\(test_[a-z0-9_]*\.c\)"$$/tests\/\1/p' tests/internal_suites.c)
+INTERNAL_SUITES_MISSING := $(filter-out $(INTERNAL_SUITES) $(INTERNAL_OWN),$(INTERNAL)) \
+    $(filter-out $(shell sed -n 's/^ *{"\(test_[a-z0-9_]*\)", .*/tests\/\1.c/p' tests/internal_suites.c),$(INTERNAL_SUITES))
+ifneq ($(strip $(INTERNAL_SUITES_MISSING)),)
+$(error tests/internal_suites.c lacks $(INTERNAL_SUITES_MISSING): include each with its main renamed and add it to the table there)
+endif
+TESTS      := $(filter-out $(INTERNAL_SUITES:tests/%.c=$(BUILD)/tests/%),$(TESTS)) $(BUILD)/tests/internal_suites
+ASAN       := $(filter-out $(INTERNAL_SUITES:tests/%.c=$(BUILD)/asan/%),$(ASAN)) $(BUILD)/asan/internal_suites
+$(BUILD)/tests/internal_suites $(BUILD)/asan/internal_suites $(BUILD)/casan/internal_suites: $(INTERNAL_SUITES)
 CUDA_DEPS  := metaformer.h metaformer_cuda.cuh tests/*.h examples/custom_mixer.c
 # the CUDA parity suites (each in a namespace of its own in tests/cuda_suites.cpp; the emulator's own
 # test, tests/test_cuda_emu.cpp, stays a program of its own)
@@ -110,11 +122,12 @@ endif
 CLANGXX  ?= clang++
 # the C tests that read outside data or do the most pointer arithmetic: every test linking the
 # shared implementation (one clang compile of the header, io, data, loaders, errors, ...) and of
-# those compiling it themselves the tokenizer and the model (which found bugs). The others (ops, gemm,
-# the memories of test_xl, fast weights, feedback) and the emulated CUDA suites passed clang's build
-# and are left to gcc's: each compiles the header again (~20 s; test_xl 45 s with its run), which
-# make test's 10 minutes cannot hold.
-CASAN_TESTS := $(SHARED_C) test_tokenizer test_bpe_train test_model
+# the internal suites the tokenizer and the model (which found bugs). The others (ops, gemm, the
+# memories of test_xl, fast weights, feedback) and the emulated CUDA suites passed clang's build
+# and are left to gcc's: their runs under clang's sanitizers (test_xl alone 45 s) and the CUDA
+# suites' compile do not fit make test's 10 minutes.
+CASAN_TESTS := $(SHARED_C) internal_suites
+CASAN_ARGS_internal_suites := test_tokenizer test_bpe_train test_model
 $(BUILD)/obj/impl_casan.o: tests/mf_impl.c metaformer.h
 	@mkdir -p $(dir $@)
 	$(CLANG) $(SANFLAGS) -I. -c $< -o $@
@@ -203,8 +216,8 @@ TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/log
 # test once its binary is built): the longest builds and runs first, so that the last jobs to finish
 # are short - the nvcc builds, the emulated CUDA suites under ASan (the slowest compiles), then the
 # slowest runs
-TEST_LONG  := sh/cuda_build asan/cuda_suites tests/cuda_suites asan/test_xl sh/hygiene sh/train_emu \
-              asan/test_feedback
+TEST_LONG  := sh/cuda_build asan/cuda_suites tests/cuda_suites asan/internal_suites sh/hygiene sh/train_emu \
+              tests/internal_suites
 TEST_SCHED := $(foreach t,$(TEST_LONG),$(filter $(BUILD)/logs/$(t).log,$(TEST_LOGS))) \
               $(filter $(BUILD)/logs/asan/%,$(TEST_LOGS)) $(TEST_LOGS)
 
@@ -265,7 +278,7 @@ $(BUILD)/logs/nosimd/%.log: $(BUILD)/nosimd/% FORCE
 $(BUILD)/logs/asan/%.log: $(BUILD)/asan/% FORCE | $(BUILD)/logs/tests/%.log
 	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
 $(BUILD)/logs/casan/%.log: $(BUILD)/casan/% FORCE | $(BUILD)/logs/asan/%.log
-	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<"
+	@bash tests/run.sh --one $@ "$(ASAN_ENV) $<$(CASAN_ARGS_$*:%= %)"
 # The CUDA suites, the longest run of each build, compile their program in the same job as the run:
 # make -j takes a test's run up only when its pass over the list comes back to it, so a run whose
 # program another job finished mid-pass waited for the pass to end (minutes, at the end of make

@@ -19,6 +19,7 @@
 #define MFT_GEMM_ITERS 400
 #endif
 #include "metaformer.h"
+#include "mf_test.h"
 
 static unsigned long long rng_state = 88172645463325252ULL;
 static unsigned rnd(void)
@@ -128,11 +129,14 @@ static int check_rowsum(int tA, int M, int N, int K, float alpha, int threads)
     return bad;
 }
 
-int main(int argc, char **argv)
+static int iters = MFT_GEMM_ITERS;
+
+/* every transpose, edge sizes, block boundaries, random shapes, threads, batches */
+static void test_gemm_cases(void)
 {
     static const int dims[] = {1, 2, 3, 5, 7, 13, 14, 15, 16, 17, 31, 32, 33, 47, 64, 97, 127, 128, 129, 255, 257, 300};
     static const float alphas[] = {1.0f, -0.5f, 2.0f}, betas[] = {0.0f, 1.0f, 0.75f};
-    int nd = (int)(sizeof(dims) / sizeof(dims[0])), iters = argc > 1 ? atoi(argv[1]) : MFT_GEMM_ITERS, it, t;
+    int nd = (int)(sizeof(dims) / sizeof(dims[0])), it, t;
     /* every transpose combo on a sweep of edge sizes */
     for (t = 0; t < 4; ++t) {
         int i;
@@ -182,17 +186,28 @@ int main(int argc, char **argv)
         check(irand(0, 1), irand(0, 1), M, N, K, alphas[irand(0, 2)], betas[irand(0, 2)],
               irand(0, 3), irand(0, 3), irand(0, 3), batch, irand(0, 3) == 0, irand(0, 3) == 0, irand(0, 3) - 1);
     }
-    printf("%s gemm: %d cases, %d failed\n", n_fail ? "FAIL" : "ok  ", n_cases, n_fail);
-    {
-        int bad = check_rowsum(1, 1024, 256, 2048, 1.0f, 2)  /* dW of d_ff -> d_model rows split */
-                + check_rowsum(1, 256, 1024, 700, 1.0f, 2)  /* columns split: one block row sums */
-                + check_rowsum(1, 250, 64, 2100, 1.0f, 0)   /* ragged row panels, several K blocks */
-                + check_rowsum(1, 37, 2100, 300, 1.0f, 1)   /* past NC: A packed once per NC block */
-                + check_rowsum(0, 300, 50, 513, -0.5f, 2)   /* transposing pack */
-                + check_rowsum(1, 13, 17, 19, 1.0f, 1)      /* direct path: A not packed */
-                + check_rowsum(0, 5, 9, 0, 1.0f, 1) + check_rowsum(1, 7, 9, 11, 0.0f, 2);
-        printf("%s gemm row sums of A while packing: 8 cases, %d failed\n", bad ? "FAIL" : "ok  ", bad);
-        printf("%d passed, %d failed\n", (n_fail ? 0 : 1) + (bad ? 0 : 1), (n_fail ? 1 : 0) + (bad ? 1 : 0));
-        return n_fail != 0 || bad;
-    }
+    printf("    gemm: %d cases, %d failed\n", n_cases, n_fail);
+    MFT_CHECK(n_fail == 0);
+}
+
+/* the row sums of A taken while A is packed (a linear layer's bias gradient) */
+static void test_gemm_rowsums(void)
+{
+    int bad = check_rowsum(1, 1024, 256, 2048, 1.0f, 2)  /* dW of d_ff -> d_model rows split */
+            + check_rowsum(1, 256, 1024, 700, 1.0f, 2)  /* columns split: one block row sums */
+            + check_rowsum(1, 250, 64, 2100, 1.0f, 0)   /* ragged row panels, several K blocks */
+            + check_rowsum(1, 37, 2100, 300, 1.0f, 1)   /* past NC: A packed once per NC block */
+            + check_rowsum(0, 300, 50, 513, -0.5f, 2)   /* transposing pack */
+            + check_rowsum(1, 13, 17, 19, 1.0f, 1)      /* direct path: A not packed */
+            + check_rowsum(0, 5, 9, 0, 1.0f, 1) + check_rowsum(1, 7, 9, 11, 0.0f, 2);
+    printf("    gemm row sums of A while packing: 8 cases, %d failed\n", bad);
+    MFT_CHECK(bad == 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) iters = atoi(argv[1]);
+    MFT_RUN(test_gemm_cases);
+    MFT_RUN(test_gemm_rowsums);
+    return mft_finish();
 }
