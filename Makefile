@@ -61,7 +61,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-ops bench-ab bench-cuda bench-dist gpu-report gpu-prep cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-bf16 bench-ops bench-ab bench-cuda bench-dist gpu-report gpu-prep cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -423,6 +423,15 @@ $(BUILD)/parity_export: tests/parity/export.c metaformer.h
 # benchmarks: SGEMM vs OpenBLAS, model training vs PyTorch, side by side in one run
 bench:
 	bash bench/run.sh
+
+# the CPU's bf16 products (mf_bgemm on each bf16 kernel this CPU has) against its fp32 engine, then
+# torch.mm in fp32 and bf16 at the same shapes (PyTorch 2.x in the venv of bench/torch2_venv.sh)
+bench-bf16: $(BUILD)/bench_bf16
+	./$(BUILD)/bench_bf16
+	"$$(bash bench/torch2_venv.sh | tail -n 1)" bench/torch_mm.py
+$(BUILD)/bench_bf16: bench/bench_bf16.c metaformer.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
 # only the per-op time breakdown of a training step of every model: C (mf_set_profile) next to
 # PyTorch 2.x's torch.profiler, grouped the same way (bench/results/cpu_<date>_ops.md)

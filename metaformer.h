@@ -85,6 +85,7 @@
  *   [mf:init]       parameter initialisers (PyTorch defaults)
  *   [mf:autograd]   tape, backward, no-grad, the op profiler (mf_set_profile)
  *   [mf:gemm]       packed, register-blocked SGEMM (AVX-512 / AVX2 / portable)
+ *   [mf:bf16]       bf16 products on the CPU: AMX, AVX512-BF16, portable, emulated AMX kernels
  *   [mf:ops]        every op: shape check, forward, backward - each in one place
  *   [mf:layers]     linear layer helper
  *   [mf:model]      the MetaFormer language model: blocks, forward, loss, generation, the
@@ -183,12 +184,16 @@
    layers       mf_linear_layer_new         the weight and bias of a Linear layer, PyTorch's init
    devices      mf_cuda_available           usable CUDA devices, or 0 and why
                 mf_ctx_set_device, _device  put a context on the GPU (right after mf_ctx_new)
-                mf_cuda_set_precision       fp32, TF32 or bf16 arithmetic (_precision reads it;
+                mf_ctx_set_precision        fp32, TF32 (CUDA) or bf16 arithmetic (_precision reads it;
                                             mf_precision_name / _from_name; mf_cuda_set_tf32)
                 mf_to_host, mf_grad_to_host copy values or gradients to host memory
                 mf_set_data                 overwrite a tensor's values from host memory
                 mf_item                     the first value of a tensor (a loss)
    GEMM         mf_sgemm, mf_sgemm_batched  row-major SGEMM, one or a batch of products
+                mf_bgemm                    the same in bf16 on one of the CPU's bf16 kernels
+                mf_cpu_bf16_kernel, mf_cpu_features   what the CPU offers (AMX, AVX512-BF16)
+                mf_ctx_set_bf16_kernel, _bf16_kernel  the kernel of a context's bf16 products
+                mf_bf16_from_float, _to_float         one value to bf16 and back
    optimizers   mf_optimizer_default        PyTorch's defaults for Adam, labml's Adam, AdamW, SGD
                 mf_schedule_lr              the learning rate of a schedule at a step
                 mf_optimizer_step           one update of every trainable parameter
@@ -300,7 +305,7 @@ typedef struct mf_tensor {
     int grad_pending;            /* mf_backward: the gradient buffer is not zeroed yet */
     int n_uses;                  /* mf_backward: how many ops on the tape read it */
     int bf16;                    /* data holds bf16 values (2 bytes each): a CUDA context in MF_PREC_BF16
-                                    stores some activations so (mf_cuda_set_precision); mf_to_host and
+                                    stores some activations so (mf_ctx_set_precision); mf_to_host and
                                     mf_item convert them */
     int64_t offset;              /* parameters: position in the flat buffers */
 } mf_tensor;
@@ -615,24 +620,32 @@ MFDEF int mf_cuda_available(char *why, size_t size);
 typedef enum mf_device { MF_DEVICE_CPU = 0, MF_DEVICE_CUDA = 1 } mf_device;
 MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev);
 MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
-/* The arithmetic of a CUDA context (docs/math.md, "Mixed precision"):
-     MF_PREC_FP32  exact float32 everywhere (the default, and the only precision of the CPU);
-     MF_PREC_TF32  cuBLAS and the fused attention kernels (sm_80+) round their inputs to TF32
-                   (10-bit mantissa) on the tensor cores, fp32 accumulation: ~1e-3 relative error;
+/* The arithmetic of a context (docs/math.md §22, "Mixed precision"):
+     MF_PREC_FP32  exact float32 everywhere (the default);
+     MF_PREC_TF32  CUDA only: cuBLAS and the fused attention kernels (sm_80+) round their inputs to
+                   TF32 (10-bit mantissa) on the tensor cores, fp32 accumulation: ~1e-3 relative error;
      MF_PREC_BF16  mixed precision: parameters, gradients and optimizer moments stay fp32 (the
-                   master copy, what checkpoints hold); every GEMM reads bf16 copies of the weights
-                   (refreshed after each optimizer step, mf_set_data and a load) and bf16
-                   activations, with fp32 accumulation; the activations the backward keeps of
-                   linear, head_matmul, layernorm, gelu, relu and attention are stored in bf16 (half
-                   their memory; t->bf16, read them with mf_to_host / mf_item); LayerNorm
+                   master copy, what checkpoints hold); every GEMM reads its operands rounded to bf16
+                   (8 significant bits: at most 2^-8 relative error per input) with fp32 accumulation; LayerNorm
                    statistics, softmax, the loss, the residual stream, every gradient and every
-                   reduction stay fp32. ~2^-9 relative error per input (docs/math.md §22).
-   mf_cuda_set_precision switches between steps (leaving bf16 while a step's bf16 activations are on
-   the tape fails: call it after mf_reset). Returns 0; on a CPU context MF_PREC_FP32 is accepted and
-   TF32 / BF16 fail with the reason in ctx; an unknown value fails. */
+                   reduction stay fp32. On CUDA the weights' bf16 copies are refreshed after each
+                   optimizer step, mf_set_data and a load, and the activations the backward keeps of
+                   linear, head_matmul, layernorm, gelu, relu and attention are stored in bf16 (half
+                   their memory; t->bf16, read them with mf_to_host / mf_item). On the CPU the GEMMs
+                   (linear, matmul, head_matmul, conv1d) run on the CPU's bf16 kernel
+                   (mf_cpu_bf16_kernel: AMX or AVX512-BF16, chosen at run time; a CPU with neither
+                   refuses bf16 unless mf_ctx_set_bf16_kernel names MF_BF16_PORTABLE); the fused
+                   attention, fast-weight and memory kernels and every activation stay fp32.
+   mf_ctx_set_precision sets it for the context's device (set the device first); on CUDA it switches
+   between steps (leaving bf16 while a step's bf16 activations are on the tape fails: call it after
+   mf_reset). Returns 0, or -1 with the reason in ctx (tf32 on the CPU, bf16 on a CPU or GPU without
+   it, an unknown value). mf_cuda_set_precision / mf_cuda_precision are the same calls under their
+   earlier names. */
 typedef enum mf_precision { MF_PREC_FP32 = 0, MF_PREC_TF32, MF_PREC_BF16 } mf_precision;
+MFDEF int mf_ctx_set_precision(mf_ctx *ctx, mf_precision p);
 MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p);
-/* The precision of ctx (MF_PREC_FP32 for a CPU context or NULL). */
+/* The precision of ctx (MF_PREC_FP32 for NULL). */
+MFDEF mf_precision mf_ctx_precision(const mf_ctx *ctx);
 MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx);
 /* "fp32", "tf32", "bf16" ("unknown" for a value out of range), and back: the value for a name,
    or -1 for an unknown name (or NULL). */
@@ -662,6 +675,37 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
                     const float *A, int lda, long long strideA, const float *B, int ldb,
                     long long strideB, float beta, float *C, int ldc, long long strideC,
                     int batch, int n_threads);
+/* bf16 products (the CPU's MF_PREC_BF16, docs/math.md §22.5): mf_sgemm with A and B rounded to bf16
+   (round to nearest even) and fp32 products and sums, on one of the CPU's bf16 kernels:
+     MF_BF16_AMX       Intel AMX tiles (tdpbf16ps): Sapphire Rapids and later
+     MF_BF16_AVX512    AVX512-BF16 (vdpbf16ps): Intel Cooper Lake and later, AMD Zen 4 and later
+     MF_BF16_PORTABLE  plain C, any CPU: vdpbf16ps's arithmetic, about a tenth of fp32's speed
+     MF_BF16_AMX_EMU   the AMX kernel on a plain-C emulation of the tile unit (tests; slow)
+   Returns 0, or -1 when the kernel cannot run on this CPU (or memory runs out). */
+#define METAFORMER_CPU_BF16 1 /* this header has the calls below (programs built against older ones test it) */
+typedef enum mf_bf16_kernel {
+    MF_BF16_NONE = 0, MF_BF16_PORTABLE, MF_BF16_AVX512, MF_BF16_AMX, MF_BF16_AMX_EMU
+} mf_bf16_kernel;
+MFDEF int mf_bgemm(mf_bf16_kernel kernel, int transA, int transB, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, int n_threads);
+/* The fastest bf16 kernel this CPU and OS offer: MF_BF16_AMX, MF_BF16_AVX512 or MF_BF16_NONE (cpuid,
+   and on Linux the kernel's grant of the AMX tile state, asked for once per process). */
+MFDEF mf_bf16_kernel mf_cpu_bf16_kernel(void);
+/* What the CPU offers, in words ("avx512f yes, avx512_bf16 yes, amx_bf16 no"): for reports. */
+MFDEF const char *mf_cpu_features(void);
+/* "none", "portable", "avx512-bf16", "amx", "amx-emulated" ("unknown" out of range), and back (-1:
+   unknown name or NULL). */
+MFDEF const char *mf_bf16_kernel_name(mf_bf16_kernel k);
+MFDEF int mf_bf16_kernel_from_name(const char *name);
+/* One value to bf16 (round to nearest even; NaN stays NaN) and back (exact). */
+MFDEF uint16_t mf_bf16_from_float(float x);
+MFDEF float mf_bf16_to_float(uint16_t h);
+/* The bf16 kernel a CPU context's products run on in MF_PREC_BF16: MF_BF16_NONE (the default) is the
+   fastest the CPU has (mf_cpu_bf16_kernel); naming one the CPU cannot run fails with the CPU's
+   features in the message. mf_ctx_bf16_kernel: the kernel the products run on now (MF_BF16_NONE in
+   fp32 or on a device). */
+MFDEF int mf_ctx_set_bf16_kernel(mf_ctx *ctx, mf_bf16_kernel k);
+MFDEF mf_bf16_kernel mf_ctx_bf16_kernel(const mf_ctx *ctx);
 
 /* ---- optimizers and schedules ---------------------------------------------------------------- */
 typedef enum mf_schedule_kind {
@@ -1627,6 +1671,8 @@ struct mf_ctx {
     uint64_t anon_inits;    /* initialiser calls on unnamed tensors so far: the stream of the next one */
     float *gemm_ws;         /* GEMM packing workspace */
     long gemm_ws_cap;
+    mf_precision prec;      /* the CPU's arithmetic (mf_ctx_set_precision; a device keeps its own) */
+    mf_bf16_kernel bf16_kernel; /* the CPU's bf16 products run on it (MF_BF16_NONE: the fastest there is) */
     /* device: NULL on the CPU; the CUDA backend and its state (metaformer_cuda.cuh) */
     const mf__backend *be;
     void *be_state;
@@ -3591,6 +3637,520 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
 }
 /* ==== [mf:gemm-end] ========================================================================= */
 
+/* ==== [mf:bf16] ============================================================================= */
+/* bf16 products on the CPU (docs/math.md §22.5): C = alpha op(A) op(B) + beta C with A and B rounded
+   to bf16 (round to nearest even) while they are packed, every product and sum in fp32. One blocked
+   driver (the fp32 engine's loops: NC columns of B, KC of K, MC rows of A, per-thread packing
+   buffers, a grid of C blocks over the threads) and three kernels for its inner 12 x 32 or 32 x 32
+   blocks of C:
+     MF_BF16_AMX       Intel AMX: tdpbf16ps on 16 x 16 fp32 tiles; a 32 x 32 block of C in four
+                       tiles, A and B in two tiles each, K 32 at a time. Linux grants a process the
+                       tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, mf__bf16_detect).
+     MF_BF16_AVX512    AVX512-BF16 (Intel Cooper Lake and later, AMD Zen 4 and later): vdpbf16ps, a
+                       12 x 32 block in 24 zmm accumulators, K two at a time.
+     MF_BF16_PORTABLE  plain C on any CPU: vdpbf16ps's arithmetic one lane at a time (the odd pair's
+                       product added first, then the even one's, each sum rounded; denormal inputs
+                       and results flushed to zero); about a tenth of the fp32 engine's speed.
+     MF_BF16_AMX_EMU   the AMX kernel's own code on a plain-C emulation of the tile unit (tile
+                       configuration checked, strided loads and stores, tdpbf16ps's pairing): its
+                       logic runs and is tested on a CPU without AMX. Slow.
+   Both x86 kernels are compiled with target attributes whatever -march says and chosen at run time
+   (cpuid), so one binary runs on every x86-64. Packing: B as panels of 32 columns, K in pairs
+   ([k/2][32][2], what vdpbf16ps and tdpbf16ps's B tile both read); A as panels of 12 rows in pairs
+   ([k/2][12][2], each pair broadcast as one 32-bit lane) for AVX512-BF16, or of 32 rows in K
+   blocks of 32 ([k/32][32][32], two A tiles) for AMX. K is padded with zeros to the kernel's step. */
+#define MF__BG_NR 32
+#define MF__BG_KC 512   /* a multiple of 32 (AMX's K step) */
+#define MF__BG_MC 192   /* a multiple of both row panels, 12 and 32 */
+#define MF__BG_NC 1024
+/* (not under nvcc, whose front end does not take these target attributes: a CUDA build's CPU
+   contexts have the portable kernels) */
+#if !defined(METAFORMER_NO_SIMD) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__CUDACC__)
+#define MF__BG_X86 1
+#endif
+
+/* round to nearest even; NaN stays NaN (quieted), infinities and overflow to infinity as fp32 does */
+static uint16_t mf__bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float mf__bf16_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+MFDEF uint16_t mf_bf16_from_float(float x) { return mf__bf16_round(x); }
+MFDEF float mf_bf16_to_float(uint16_t h) { return mf__bf16_float(h); }
+
+static int mf__bg_mr(mf_bf16_kernel k) { return k == MF_BF16_AMX || k == MF_BF16_AMX_EMU ? 32 : 12; }
+static int mf__bg_kstep(mf_bf16_kernel k) { return k == MF_BF16_AMX || k == MF_BF16_AMX_EMU ? 32 : 2; }
+
+static void mf__bg_cvt(const float *x, long stride, uint16_t *y, int n, int len);
+/* The packing reads runs of the source that are contiguous where the product's layout allows (a
+   run of K, or of rows / columns for one K), rounds them 16 at a time (mf__bg_cvt) and lays the
+   values out as the kernels read them. */
+
+/* B block rows [0, kc) (op(B)(p, j) = B[p*rs + j*cs]), columns [0, nc): panels of 32 columns,
+   [kp/2][32][2] each, zero beyond kc and nc */
+static void mf__bg_pack_b(const float *B, long rs, long cs, int kc, int kp, int nc, uint16_t *dst) {
+    uint16_t run[MF__BG_KC], r0[MF__BG_NR], r1[MF__BG_NR];
+    int jr, p, j, q;
+    for (jr = 0; jr < nc; jr += MF__BG_NR, dst += (long)kp * MF__BG_NR) {
+        int w = nc - jr < MF__BG_NR ? nc - jr : MF__BG_NR;
+        if (rs == 1) { /* each column's K is a run: its pairs go in as 32-bit words */
+            for (j = 0; j < MF__BG_NR; j++) {
+                mf__bg_cvt(j < w ? B + (long)(jr + j) * cs : NULL, 1, run, j < w ? kc : 0, kp);
+                for (q = 0; q < kp; q += 2) memcpy(dst + (long)q * MF__BG_NR + 2 * j, run + q, 4);
+            }
+        } else { /* each K's columns are a run: two of them interleaved */
+            for (p = 0; p < kp; p += 2) {
+                mf__bg_cvt(p < kc ? B + (long)p * rs + (long)jr * cs : NULL, cs, r0, p < kc ? w : 0, MF__BG_NR);
+                mf__bg_cvt(p + 1 < kc ? B + (long)(p + 1) * rs + (long)jr * cs : NULL, cs, r1, p + 1 < kc ? w : 0,
+                           MF__BG_NR);
+                for (j = 0; j < MF__BG_NR; j++) {
+                    dst[(long)p * MF__BG_NR + 2 * j] = r0[j];
+                    dst[(long)p * MF__BG_NR + 2 * j + 1] = r1[j];
+                }
+            }
+        }
+    }
+}
+/* one A panel of mr rows (op(A)(i, p) = A[i*rs + p*cs]; rows beyond `rows` and K beyond kc are
+   zero): pairs [kp/2][mr][2] for AVX512-BF16 and the portable kernel, K blocks [kp/32][32][32] for
+   AMX (a tile row is 32 consecutive K of one row of A) */
+static void mf__bg_pack_a(mf_bf16_kernel k, const float *A, long rs, long cs, int rows, int kc, int kp,
+                          uint16_t *dst) {
+    uint16_t run[MF__BG_KC], r0[32], r1[32];
+    int mr = mf__bg_mr(k), i, p, q;
+    if (k == MF_BF16_AMX || k == MF_BF16_AMX_EMU) {
+        if (cs == 1) { /* a row's K is a run: 32 of it is one tile row */
+            for (i = 0; i < 32; i++)
+                for (p = 0; p < kp; p += 32) {
+                    int n = i < rows && p < kc ? (kc - p < 32 ? kc - p : 32) : 0;
+                    mf__bg_cvt(n ? A + (long)i * rs + p : NULL, 1, dst + (long)p * 32 + i * 32, n, 32);
+                }
+        } else { /* each K's rows are a run */
+            for (p = 0; p < kp; p++) {
+                mf__bg_cvt(p < kc ? A + (long)p * cs : NULL, rs, r0, p < kc ? rows : 0, 32);
+                for (i = 0; i < 32; i++) dst[(long)(p / 32) * 1024 + i * 32 + p % 32] = r0[i];
+            }
+        }
+        return;
+    }
+    if (cs == 1) { /* a row's K is a run: its pairs go in as 32-bit words */
+        for (i = 0; i < mr; i++) {
+            mf__bg_cvt(i < rows ? A + (long)i * rs : NULL, 1, run, i < rows ? kc : 0, kp);
+            for (q = 0; q < kp; q += 2) memcpy(dst + (long)q * mr + 2 * i, run + q, 4);
+        }
+    } else { /* each K's rows are a run: two of them interleaved */
+        for (p = 0; p < kp; p += 2) {
+            mf__bg_cvt(p < kc ? A + (long)p * cs : NULL, rs, r0, p < kc ? rows : 0, mr);
+            mf__bg_cvt(p + 1 < kc ? A + (long)(p + 1) * cs : NULL, rs, r1, p + 1 < kc ? rows : 0, mr);
+            for (i = 0; i < mr; i++) {
+                dst[(long)p * mr + 2 * i] = r0[i];
+                dst[(long)p * mr + 2 * i + 1] = r1[i];
+            }
+        }
+    }
+}
+
+/* c[i][j] = alpha * tile[i][j] + beta * c[i][j] (+ bias[j]) for rows < mr, columns < nr (tile rows 32
+   floats apart); beta 0 does not read c */
+static void mf__bg_store(const float *tile, float *c, long ldc, float alpha, float beta, int mr, int nr,
+                         const float *bias) {
+    int i, j;
+    for (i = 0; i < mr; i++) {
+        float *ci = c + (long)i * ldc;
+        const float *ti = tile + i * MF__BG_NR;
+        if (beta == 0.0f) for (j = 0; j < nr; j++) ci[j] = alpha * ti[j];
+        else for (j = 0; j < nr; j++) ci[j] = alpha * ti[j] + beta * ci[j];
+        if (bias) for (j = 0; j < nr; j++) ci[j] += bias[j];
+    }
+}
+
+/* vdpbf16ps's arithmetic: inputs denormal in bf16 read as zero, each sum rounded (the product of two
+   bf16 values is exact in fp32) and flushed to zero when denormal */
+static float mf__bg_daz(uint16_t h) { return (h & 0x7f80u) ? mf__bf16_float(h) : 0.0f; }
+static float mf__bg_ftz(float x) { return fabsf(x) < 1.17549435e-38f ? 0.0f : x; } /* FLT_MIN */
+
+/* tile[12][32] = the portable kernel over kp/2 pairs of K */
+static void mf__bk_portable(int kp, const uint16_t *a, const uint16_t *b, float *tile) {
+    int p, i, j;
+    for (i = 0; i < 12 * MF__BG_NR; i++) tile[i] = 0.0f;
+    for (p = 0; p < kp; p += 2, a += 24, b += 2 * MF__BG_NR)
+        for (i = 0; i < 12; i++) {
+            float a0 = mf__bg_daz(a[2 * i]), a1 = mf__bg_daz(a[2 * i + 1]);
+            float *t = tile + i * MF__BG_NR;
+            for (j = 0; j < MF__BG_NR; j++) {
+                t[j] = mf__bg_ftz(t[j] + a1 * mf__bg_daz(b[2 * j + 1]));
+                t[j] = mf__bg_ftz(t[j] + a0 * mf__bg_daz(b[2 * j]));
+            }
+        }
+}
+
+/* ---- the AMX kernel, written once against MF__AMX_* (instructions or emulation) ----
+   Tiles 0..3: the 32 x 32 block of C (tile 2r+c: rows 16r.., columns 16c..), 4 and 5: A's two
+   16-row halves (16 x 32 bf16), 6 and 7: B's two 16-column halves (16 pairs of K x 16 columns x 2). */
+typedef struct mf__amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} mf__amx_cfg;
+static void mf__amx_config(mf__amx_cfg *cfg) {
+    int t;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->palette = 1;
+    for (t = 0; t < 8; t++) { cfg->rows[t] = 16; cfg->colsb[t] = 64; }
+}
+/* The tiles are configured once per thread and product (mf__bg_st: CONFIG before the first block,
+   RELEASE after the last); u is the emulated unit (unused by the instructions). */
+#define MF__AMX_KERNEL(NAME, ZERO, LOAD, DP, STORE)                                                      \
+    static void NAME(void *u, int kp, const uint16_t *a, const uint16_t *b, float *tile) {              \
+        int p;                                                                                           \
+        (void)u;                                                                                         \
+        ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                              \
+        for (p = 0; p < kp; p += 32, a += 32 * 32, b += 32 * MF__BG_NR) {                                \
+            LOAD(4, a, 64); LOAD(5, a + 16 * 32, 64);                                                    \
+            LOAD(6, b, 128); LOAD(7, b + 32, 128);                                                       \
+            DP(0, 4, 6); DP(1, 4, 7); DP(2, 5, 6); DP(3, 5, 7);                                          \
+        }                                                                                                \
+        STORE(0, tile, 128); STORE(1, tile + 16, 128);                                                   \
+        STORE(2, tile + 16 * MF__BG_NR, 128); STORE(3, tile + 16 * MF__BG_NR + 16, 128);                 \
+    }
+
+/* The emulated tile unit: 8 tiles of 16 rows x 64 bytes. Every instruction checks its tiles'
+   configuration as the hardware would fault on it (here: an assertion-like flag the tests read). */
+typedef struct mf__amx_emu {
+    mf__amx_cfg cfg;
+    int configured, bad;
+    unsigned char t[8][16][64];
+} mf__amx_emu;
+static int mf__amx_emu_faults; /* instructions that the hardware would have faulted on (tests read it) */
+static void mf__amx_emu_config(mf__amx_emu *u, const mf__amx_cfg *c) {
+    int i, bad = c->palette != 1;
+    for (i = 0; i < 8; i++) bad |= c->rows[i] > 16 || c->colsb[i] > 64 || (c->colsb[i] & 3);
+    memcpy(&u->cfg, c, sizeof *c);
+    memset(u->t, 0, sizeof u->t);
+    u->configured = !bad;
+    if (bad) mf__amx_emu_faults++;
+}
+static int mf__amx_emu_ok(mf__amx_emu *u, int t) {
+    if (!u->configured || t < 0 || t > 7 || !u->cfg.rows[t]) { mf__amx_emu_faults++; return 0; }
+    return 1;
+}
+static void mf__amx_emu_zero(mf__amx_emu *u, int t) { if (mf__amx_emu_ok(u, t)) memset(u->t[t], 0, sizeof u->t[t]); }
+/* tileloadd: rows of colsb bytes, `stride` bytes apart; the bytes past colsb read as zero */
+static void mf__amx_emu_load(mf__amx_emu *u, int t, const void *base, long stride) {
+    int r;
+    if (!mf__amx_emu_ok(u, t)) return;
+    memset(u->t[t], 0, sizeof u->t[t]);
+    for (r = 0; r < u->cfg.rows[t]; r++) memcpy(u->t[t][r], (const char *)base + r * stride, u->cfg.colsb[t]);
+}
+static void mf__amx_emu_store(mf__amx_emu *u, int t, void *base, long stride) {
+    int r;
+    if (!mf__amx_emu_ok(u, t)) return;
+    for (r = 0; r < u->cfg.rows[t]; r++) memcpy((char *)base + r * stride, u->t[t][r], u->cfg.colsb[t]);
+}
+/* tdpbf16ps c, a, b: c[m][n] += a[m][2k] b[k][2n] + a[m][2k+1] b[k][2n+1] over k < a.colsb / 4, fp32
+   products of bf16 (exact), each sum rounded, denormals flushed (the order the hardware's manual
+   gives: the even element's product first). Shapes as the hardware requires them: a.rows = c.rows,
+   b.rows = a.colsb / 4, c.colsb = b.colsb. */
+static void mf__amx_emu_dp(mf__amx_emu *u, int c, int a, int b) {
+    int m, n, k;
+    if (!mf__amx_emu_ok(u, c) || !mf__amx_emu_ok(u, a) || !mf__amx_emu_ok(u, b)) return;
+    if (u->cfg.rows[a] != u->cfg.rows[c] || u->cfg.rows[b] != u->cfg.colsb[a] / 4 ||
+        u->cfg.colsb[b] != u->cfg.colsb[c]) { mf__amx_emu_faults++; return; }
+    for (m = 0; m < u->cfg.rows[c]; m++)
+        for (n = 0; n < u->cfg.colsb[c] / 4; n++) {
+            float acc;
+            memcpy(&acc, &u->t[c][m][4 * n], 4);
+            for (k = 0; k < u->cfg.colsb[a] / 4; k++) {
+                uint16_t a0, a1, b0, b1;
+                memcpy(&a0, &u->t[a][m][4 * k], 2); memcpy(&a1, &u->t[a][m][4 * k + 2], 2);
+                memcpy(&b0, &u->t[b][k][4 * n], 2); memcpy(&b1, &u->t[b][k][4 * n + 2], 2);
+                acc = mf__bg_ftz(acc + mf__bg_daz(a0) * mf__bg_daz(b0));
+                acc = mf__bg_ftz(acc + mf__bg_daz(a1) * mf__bg_daz(b1));
+            }
+            memcpy(&u->t[c][m][4 * n], &acc, 4);
+        }
+}
+#define MF__AMXE_ZERO(t) mf__amx_emu_zero((mf__amx_emu *)u, t)
+#define MF__AMXE_LOAD(t, p, s) mf__amx_emu_load((mf__amx_emu *)u, t, p, s)
+#define MF__AMXE_DP(c, a, b) mf__amx_emu_dp((mf__amx_emu *)u, c, a, b)
+#define MF__AMXE_STORE(t, p, s) mf__amx_emu_store((mf__amx_emu *)u, t, p, s)
+MF__AMX_KERNEL(mf__bk_amx_emu, MF__AMXE_ZERO, MF__AMXE_LOAD, MF__AMXE_DP, MF__AMXE_STORE)
+
+#if defined(MF__BG_X86)
+#include <cpuid.h>
+#include <immintrin.h>
+/* The instructions themselves (AT&T order: sources first), as inline assembly: the intrinsics'
+   headers differ between compiler versions, the encodings do not (binutils 2.34 or later). */
+#define MF__AMXH_CONFIG(c) __asm__ __volatile__("ldtilecfg %0" ::"m"(*(const mf__amx_cfg *)(c)))
+#define MF__AMXH_ZERO(t) __asm__ __volatile__("tilezero %%tmm" #t ::)
+#define MF__AMXH_LOAD(t, p, s) __asm__ __volatile__("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)(s)) : "memory")
+#define MF__AMXH_DP(c, a, b) __asm__ __volatile__("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define MF__AMXH_STORE(t, p, s) __asm__ __volatile__("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)(s)) : "memory")
+#define MF__AMXH_RELEASE() __asm__ __volatile__("tilerelease" ::)
+MF__AMX_KERNEL(mf__bk_amx, MF__AMXH_ZERO, MF__AMXH_LOAD, MF__AMXH_DP, MF__AMXH_STORE)
+
+/* c[0..16) (lanes in m) = alpha v + beta c (+ bias), rounded as mf__bg_store rounds it */
+#define MF__BG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+MF__BG_AVX512 static inline void mf__bk_st16(float *c, __m512 v, float alpha, float beta, __mmask16 m, const float *bias) {
+    v = _mm512_mul_ps(v, _mm512_set1_ps(alpha));
+    if (beta != 0.0f) v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, c), _mm512_set1_ps(beta)));
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias));
+    _mm512_mask_storeu_ps(c, m, v);
+}
+/* C[mr][nr] = alpha A B + beta C (+ bias) by vdpbf16ps: each A pair broadcast as one 32-bit lane
+   against 16 columns' pairs, 12 x 32 accumulators, stored straight into C */
+#define MF__BK_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define MF__BK_DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+#define MF__BK_DP(i) { __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i]); \
+    c##i##_0 = _mm512_dpbf16_ps(c##i##_0, b0, ai); c##i##_1 = _mm512_dpbf16_ps(c##i##_1, b1, ai); }
+#define MF__BK_ST(i) if (i < mr) { mf__bk_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0, bias); \
+    if (m1) mf__bk_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1, bias ? bias + 16 : NULL); }
+MF__BG_AVX512 static void mf__bk_avx512(int kp, const uint16_t *a, const uint16_t *b, float *c, long ldc, float alpha,
+                                        float beta, int mr, int nr, const float *bias) {
+    __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffffu : (1u << nr) - 1u);
+    __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffffu : nr > 16 ? (1u << (nr - 16)) - 1u : 0u);
+    int p;
+    MF__BK_ROWS(MF__BK_DECL)
+    for (p = 0; p < kp; p += 2, a += 24, b += 2 * MF__BG_NR) {
+        uint32_t ap[12];
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)b);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + MF__BG_NR));
+        memcpy(ap, a, sizeof ap);
+        MF__BK_ROWS(MF__BK_DP)
+    }
+    MF__BK_ROWS(MF__BK_ST)
+}
+/* n (a multiple of 16) floats to bf16 as mf__bf16_round rounds them, 16 at a time */
+__attribute__((target("avx512f"))) static void mf__bg_round16(const float *x, uint16_t *y, int n) {
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i inf = _mm512_set1_epi32(0x7f800000), abs = _mm512_set1_epi32(0x7fffffff);
+    const __m512i quiet = _mm512_set1_epi32(0x400000);
+    int i;
+    for (i = 0; i < n; i += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(x + i));
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs), inf);
+        /* (the maskz forms: the plain ones start from an undefined register, which g++ -O1 warns of) */
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), one)));
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
+        _mm256_storeu_si256((__m256i *)(void *)(y + i), _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, r, 16)));
+    }
+}
+
+/* What this CPU and OS offer (once per process): cpuid's feature bits, the OS's saved state (XCR0)
+   and, for AMX on Linux, the kernel's permission to use the tile data. */
+static int mf__bf16_caps = -1; /* bit 0: AVX512-BF16 usable, bit 1: AMX-BF16, bit 2: AVX-512 F and BW */
+static char mf__cpu_feat[160];
+static unsigned long long mf__xgetbv0(void) {
+    unsigned lo, hi;
+    __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+static void mf__bf16_detect(void) {
+    unsigned a, b, c, d, a1 = 0, b1 = 0, c1 = 0, d1 = 0, max = __get_cpuid_max(0, NULL);
+    int caps = 0, avx512 = 0, osxsave = 0, amx = 0, granted = 0;
+    unsigned long long xcr0 = 0;
+    if (max >= 1 && __get_cpuid(1, &a, &b, &c, &d)) osxsave = (c >> 27) & 1;
+    if (osxsave) xcr0 = mf__xgetbv0();
+    if (max >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        __cpuid_count(7, 1, a1, b1, c1, d1);
+        avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && (xcr0 & 0xe6) == 0xe6; /* avx512f, avx512bw, zmm state */
+        amx = ((d >> 22) & 1) && ((d >> 24) & 1);                              /* amx-bf16, amx-tile */
+    }
+    if (avx512) caps |= 4;
+    if (avx512 && ((a1 >> 5) & 1)) caps |= 1;
+#if defined(__linux__)
+    if (amx) { /* arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): syscall 158, 0x1023, 18 */
+        long r;
+        __asm__ __volatile__("syscall" : "=a"(r) : "0"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+        granted = r == 0;
+    }
+#endif
+    if (amx && granted && (caps & 1)) caps |= 2;
+    snprintf(mf__cpu_feat, sizeof mf__cpu_feat, "avx512f %s, avx512_bf16 %s, amx_bf16 %s%s",
+             avx512 ? "yes" : "no", (a1 >> 5) & 1 ? "yes" : "no", amx ? "yes" : "no",
+             amx ? (granted ? " (tile state granted)" : " (the OS refused the tile state)") : "");
+    mf__bf16_caps = caps;
+}
+#endif /* MF__BG_X86 */
+
+MFDEF const char *mf_cpu_features(void) {
+#if defined(MF__BG_X86)
+    if (mf__bf16_caps < 0) mf__bf16_detect();
+    return mf__cpu_feat;
+#else
+    return "not an x86-64 CPU (or built with METAFORMER_NO_SIMD): no bf16 matrix instructions";
+#endif
+}
+static int mf__bf16_kernel_usable(mf_bf16_kernel k) {
+#if defined(MF__BG_X86)
+    if (mf__bf16_caps < 0) mf__bf16_detect(); /* here, before any threads read the caps */
+#endif
+    if (k == MF_BF16_PORTABLE || k == MF_BF16_AMX_EMU) return 1;
+#if defined(MF__BG_X86)
+    if (k == MF_BF16_AVX512) return mf__bf16_caps & 1;
+    if (k == MF_BF16_AMX) return (mf__bf16_caps >> 1) & 1;
+#endif
+    return 0;
+}
+MFDEF mf_bf16_kernel mf_cpu_bf16_kernel(void) {
+    return mf__bf16_kernel_usable(MF_BF16_AMX) ? MF_BF16_AMX
+         : mf__bf16_kernel_usable(MF_BF16_AVX512) ? MF_BF16_AVX512 : MF_BF16_NONE;
+}
+
+/* y[i] = x[i * stride] rounded to bf16 for i < n (x may be NULL when n is 0), zeros up to len */
+static void mf__bg_cvt(const float *x, long stride, uint16_t *y, int n, int len) {
+    int i = 0;
+#if defined(MF__BG_X86)
+    if (stride == 1 && n >= 16 && mf__bf16_caps > 0 && (mf__bf16_caps & 4)) {
+        i = n & ~15;
+        mf__bg_round16(x, y, i);
+    }
+#endif
+    for (; i < n; i++) y[i] = mf__bf16_round(x[(long)i * stride]);
+    for (; i < len; i++) y[i] = 0;
+}
+/* C[mr][nr] = alpha A B + beta C (+ bias) from packed panels on kernel k (tile: 32 x 32 floats of scratch) */
+static void mf__bg_block(mf_bf16_kernel k, void *u, int kp, const uint16_t *a, const uint16_t *b, float *tile,
+                         float *c, long ldc, float alpha, float beta, int mr, int nr, const float *bias) {
+#if defined(MF__BG_X86)
+    if (k == MF_BF16_AVX512) { mf__bk_avx512(kp, a, b, c, ldc, alpha, beta, mr, nr, bias); return; }
+    if (k == MF_BF16_AMX) mf__bk_amx(u, kp, a, b, tile);
+    else
+#endif
+    if (k == MF_BF16_AMX_EMU) mf__bk_amx_emu(u, kp, a, b, tile);
+    else mf__bk_portable(kp, a, b, tile);
+    mf__bg_store(tile, c, ldc, alpha, beta, mr, nr, bias);
+}
+
+/* packing buffer of one thread, in uint16 */
+static long mf__bg_buf_len(void) { return (long)(MF__BG_MC + MF__BG_NC) * MF__BG_KC + 64; }
+/* floats of workspace a bf16 product on n_threads needs (mf__gemm_workspace) */
+static long mf__bg_ws_floats(int n_threads) { return (mf__bg_buf_len() / 2 + 32) * mf__gemm_threads(n_threads) + 16; }
+
+/* one thread's blocked product (+ bias[N] on every row) on kernel k; buf: mf__bg_buf_len uint16 */
+static void mf__bg_st(mf_bf16_kernel k, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc, const float *bias, uint16_t *buf) {
+    long ars = ta ? 1 : lda, acs = ta ? lda : 1, brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
+    int mr = mf__bg_mr(k), ks = mf__bg_kstep(k), jc, pc, ic, jr, ir;
+    uint16_t *bufA = buf, *bufB = buf + (long)MF__BG_MC * MF__BG_KC;
+    float tile[32 * MF__BG_NR];
+    mf__amx_emu emu; /* the emulated tile unit (MF_BF16_AMX_EMU) */
+    mf__amx_cfg cfg;
+    mf__amx_config(&cfg);
+    if (k == MF_BF16_AMX_EMU) mf__amx_emu_config(&emu, &cfg);
+#if defined(MF__BG_X86)
+    if (k == MF_BF16_AMX) MF__AMXH_CONFIG(&cfg);
+#endif
+    for (jc = 0; jc < N; jc += MF__BG_NC) {
+        int nc = N - jc < MF__BG_NC ? N - jc : MF__BG_NC;
+        for (pc = 0; pc < K; pc += MF__BG_KC) {
+            int kc = K - pc < MF__BG_KC ? K - pc : MF__BG_KC, kp = (kc + ks - 1) / ks * ks;
+            float beta_eff = pc == 0 ? beta : 1.0f;
+            const float *bias_eff = pc + kc >= K ? bias : NULL;
+            mf__bg_pack_b(B + pc * brs + jc * bcs, brs, bcs, kc, kp, nc, bufB);
+            for (ic = 0; ic < M; ic += MF__BG_MC) {
+                int mc = M - ic < MF__BG_MC ? M - ic : MF__BG_MC;
+                for (ir = 0; ir < mc; ir += mr)
+                    mf__bg_pack_a(k, A + (ic + ir) * ars + pc * acs, ars, acs, mc - ir < mr ? mc - ir : mr, kc, kp,
+                                  bufA + (long)ir * kp);
+                for (jr = 0; jr < nc; jr += MF__BG_NR)
+                    for (ir = 0; ir < mc; ir += mr)
+                        mf__bg_block(k, &emu, kp, bufA + (long)ir * kp, bufB + (long)jr * kp, tile,
+                                     C + (long)(ic + ir) * ldc + jc + jr, ldc, alpha, beta_eff,
+                                     mc - ir < mr ? mc - ir : mr, nc - jr < MF__BG_NR ? nc - jr : MF__BG_NR,
+                                     bias_eff ? bias_eff + jc + jr : NULL);
+            }
+        }
+    }
+#if defined(MF__BG_X86)
+    if (k == MF_BF16_AMX) MF__AMXH_RELEASE();
+#endif
+}
+
+/* C = alpha op(A) op(B) + beta C (+ bias[N] on every row) in bf16 on kernel k (usable: see
+   mf__bf16_kernel_usable); ws: mf__bg_ws_floats(n_threads) floats, or NULL to allocate. Returns -1
+   when it cannot allocate. */
+static int mf__bgemm_ws(mf_bf16_kernel k, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc, const float *bias, int n_threads,
+                        float *ws) {
+    int nt = mf__gemm_threads(n_threads), mr = mf__bg_mr(k);
+    double flops = 2.0 * M * N * K;
+    void *mem = NULL;
+    uint16_t *buf;
+    if (M <= 0 || N <= 0) return 0;
+    if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return 0; }
+    if (nt > 1 && flops < 2.0e6 * nt) nt = (int)(flops / 2.0e6) < 1 ? 1 : (int)(flops / 2.0e6);
+    if (nt > 1 && (M + mr - 1) / mr * ((N + MF__BG_NR - 1) / MF__BG_NR) < nt) nt = 1;
+    if (!ws && !(mem = MF_MALLOC((size_t)mf__bg_ws_floats(nt) * sizeof(float)))) return -1;
+    buf = (uint16_t *)mf__gemm_align(ws ? (void *)ws : mem);
+    if (nt == 1) {
+        mf__bg_st(k, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf);
+    } else {
+#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
+        int tm, tn;
+        long per = mf__bg_buf_len() + 64;
+        mf__gemm_grid(M, N, nt, &tm, &tn);
+#pragma omp parallel num_threads(nt)
+        {
+            int t = omp_get_thread_num(), m0, m1, n0, n1;
+            mf__gemm_part(M, tm, t / tn, mr, &m0, &m1);
+            mf__gemm_part(N, tn, t % tn, MF__BG_NR, &n0, &n1);
+            if (omp_get_num_threads() < nt) { m0 = n0 = 0; m1 = t == 0 ? M : 0; n1 = N; }
+            if (m1 > m0 && n1 > n0)
+                mf__bg_st(k, ta, tb, m1 - m0, n1 - n0, K, alpha, ta ? A + m0 : A + (long)m0 * lda, lda,
+                          tb ? B + (long)n0 * ldb : B + n0, ldb, beta, C + (long)m0 * ldc + n0, ldc,
+                          bias ? bias + n0 : NULL, buf + per * t);
+        }
+#endif
+    }
+    MF_FREE(mem);
+    return 0;
+}
+/* batch products (strides as mf_sgemm_batched; sC 0 with batch > 1: not allowed here, the caller adds
+   them one after another): whole products per thread when there are several, else each threaded */
+static int mf__bgemm_batched_ws(mf_bf16_kernel k, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                                int64_t sA, const float *B, int ldb, int64_t sB, float beta, float *C, int ldc,
+                                int64_t sC, int batch, int n_threads, float *ws) {
+    int nt = mf__gemm_threads(n_threads), b, bad = 0;
+    if (nt > 1 && batch > 1 && (batch >= 4 * nt || batch % nt == 0 || 2.0 * M * N * K < 2.0e7)) {
+        uint16_t *buf = (uint16_t *)mf__gemm_align(ws);
+        if (nt > batch) nt = batch;
+#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+        for (b = 0; b < batch; ++b) {
+#if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
+            uint16_t *bt = buf + (mf__bg_buf_len() + 64) * omp_get_thread_num();
+#else
+            uint16_t *bt = buf;
+#endif
+            mf__bg_st(k, ta, tb, M, N, K, 1.0f, A + sA * b, lda, B + sB * b, ldb, beta, C + sC * b, ldc, NULL, bt);
+        }
+        return 0;
+    }
+    for (b = 0; b < batch; ++b)
+        bad |= mf__bgemm_ws(k, ta, tb, M, N, K, 1.0f, A + sA * b, lda, B + sB * b, ldb, beta, C + sC * b, ldc, NULL,
+                            nt, ws);
+    return bad ? -1 : 0;
+}
+
+MFDEF int mf_bgemm(mf_bf16_kernel kernel, int transA, int transB, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, int n_threads) {
+    if (kernel <= MF_BF16_NONE || kernel > MF_BF16_AMX_EMU || !mf__bf16_kernel_usable(kernel)) return -1;
+    return mf__bgemm_ws(kernel, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, NULL);
+}
+/* ==== [mf:bf16-end] ========================================================================= */
+
 /* ==== [mf:ops] ============================================================================== */
 /* Each op: its argument slots (MF__ARG_* index out->iarg, MF__FARG_* out->farg), shape, forward and
    backward, its descriptor with its properties (MF__OP_PROPS), its constructor. A new op also goes
@@ -3600,8 +4160,9 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
 
 /* The GEMM packing workspace, kept by the context and grown on demand (only the first steps
    allocate). GEMMs run one at a time from the ops, so one workspace serves them all. */
+static mf_bf16_kernel mf__ctx_bf16(const mf_ctx *ctx);
 static float *mf__gemm_workspace(mf_ctx *ctx, int M, int N, int K) {
-    long need = mf__gemm_ws_floats(M, N, K, ctx->n_threads);
+    long need = mf__ctx_bf16(ctx) ? mf__bg_ws_floats(ctx->n_threads) : mf__gemm_ws_floats(M, N, K, ctx->n_threads);
     if (need > ctx->gemm_ws_cap) {
         float *w = (float *)MF_REALLOC(ctx->gemm_ws, (size_t)need * sizeof(float));
         if (!w) return (float *)mf__fail(ctx, "out of memory: GEMM workspace of %ld floats", need);
@@ -3610,6 +4171,22 @@ static float *mf__gemm_workspace(mf_ctx *ctx, int M, int N, int K) {
     return ctx->gemm_ws;
 }
 
+/* The kernel a CPU context's products run on in bf16, or MF_BF16_NONE (fp32, or a device) */
+static mf_bf16_kernel mf__ctx_bf16(const mf_ctx *ctx) {
+    return !ctx->be && ctx->prec == MF_PREC_BF16 ? ctx->bf16_kernel : MF_BF16_NONE;
+}
+/* C = op(A) op(B) + beta * C (+ bias[N] on every row) in the context's precision, on ws
+   (mf__gemm_workspace); rowsA: as mf__gemm_st (the sums of op(A)'s rows, always in fp32) */
+static void mf__ctx_gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                         int ldb, float beta, float *C, int ldc, const float *bias, float *ws, float *rowsA) {
+    mf_bf16_kernel k = mf__ctx_bf16(ctx);
+    if (!k) {
+        mf__sgemm_bias_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias, ctx->n_threads, ws, rowsA);
+        return;
+    }
+    if (rowsA) mf__gemm_rowsum(ta ? 1 : lda, ta ? lda : 1, M, K, A, rowsA);
+    mf__bgemm_ws(k, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias, ctx->n_threads, ws);
+}
 /* C_i = op(A_i) op(B_i) + beta * C_i for i < batch, the rows of A, B, C lda, ldb, ldc floats apart
    (strided views, e.g. one head of token-major rows). sC == 0 with batch > 1 means every product
    adds into the same C (a shared operand's gradient): those run one after another. */
@@ -3621,8 +4198,11 @@ static void mf__gemm_ld(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const 
     if (!ws) return;
     if (batch > 1 && sC == 0) {
         for (i = 0; i < batch; i++)
-            mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A + i * sA, lda, B + i * sB, ldb, i ? 1.0f : beta, C, ldc,
-                         ctx->n_threads, ws);
+            mf__ctx_gemm(ctx, ta, tb, M, N, K, A + i * sA, lda, B + i * sB, ldb, i ? 1.0f : beta, C, ldc, NULL, ws,
+                         NULL);
+    } else if (mf__ctx_bf16(ctx)) {
+        mf__bgemm_batched_ws(mf__ctx_bf16(ctx), ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
+                             ctx->n_threads, ws);
     } else {
         mf__sgemm_batched_ws(ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
                              ctx->n_threads, ws);
@@ -3925,8 +4505,8 @@ static void mf__linear_forward(mf_ctx *ctx, mf_tensor *out) {
     float *ws = mf__gemm_workspace(ctx, (int)rows, nout, in);
     double t0 = mf__gemm_t0(ctx);
     /* the bias is added in the GEMM's final store (no second pass over y) */
-    if (ws) mf__sgemm_bias_ws(0, 1, (int)rows, nout, in, 1.0f, x->data, in, w->data, in, 0.0f, out->data, nout,
-                              b ? b->data : NULL, ctx->n_threads, ws, NULL);
+    if (ws) mf__ctx_gemm(ctx, 0, 1, (int)rows, nout, in, x->data, in, w->data, in, 0.0f, out->data, nout,
+                         b ? b->data : NULL, ws, NULL);
     mf__gemm_t1(ctx, t0);
 }
 static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -3947,8 +4527,8 @@ static void mf__linear_backward(mf_ctx *ctx, mf_tensor *out) {
         if (db && !(sums = (float *)mf__alloc(ctx, (size_t)nout * sizeof(float)))) return;
         if (sums) memset(sums, 0, (size_t)nout * sizeof(float));
         t0 = mf__gemm_t0(ctx); /* (with dy's column sums: the bias gradient) */
-        mf__sgemm_bias_ws(1, 0, nout, in, (int)rows, 1.0f, out->grad, nout, x->data, in, aw ? 0.0f : 1.0f, dw, in,
-                          NULL, ctx->n_threads, ws, sums);
+        mf__ctx_gemm(ctx, 1, 0, nout, in, (int)rows, out->grad, nout, x->data, in, aw ? 0.0f : 1.0f, dw, in, NULL, ws,
+                     sums);
         mf__gemm_t1(ctx, t0);
         if (sums) for (j = 0; j < nout; j++) db[j] += sums[j];
     } else if (db) mf__colsum(ctx, out->grad, NULL, NULL, rows, nout, db, NULL);
@@ -6757,19 +7337,47 @@ MFDEF const char *mf_metric_form_name(mf_metric_form f) { return mf__name_of(MF_
 MFDEF int mf_metric_form_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__metric_form_names), name); }
 MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
 MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
+static const char *const mf__bf16_kernel_names[] = {"none", "portable", "avx512-bf16", "amx", "amx-emulated"};
+MFDEF const char *mf_bf16_kernel_name(mf_bf16_kernel k) { return mf__name_of(MF__NAMES(mf__bf16_kernel_names), (int)k); }
+MFDEF int mf_bf16_kernel_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__bf16_kernel_names), name); }
 static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
 MFDEF const char *mf_precision_name(mf_precision p) { return mf__name_of(MF__NAMES(mf__precision_names), (int)p); }
 MFDEF int mf_precision_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__precision_names), name); }
-/* mf_cuda_set_precision on a context without the CUDA backend: the CPU computes in fp32 only */
+/* The CPU's precision: fp32, or bf16 products ([mf:bf16]) on the context's bf16 kernel */
 static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
     if (!mf_ok(ctx)) return -1;
-    if (p == MF_PREC_FP32) return 0;
-    if (p == MF_PREC_TF32 || p == MF_PREC_BF16)
-        return (mf__fail(ctx, "mf_cuda_set_precision: %s needs a CUDA context; the CPU computes in fp32 only (call "
-                         "mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first, or keep MF_PREC_FP32)", mf_precision_name(p)), -1);
-    return (mf__fail(ctx, "mf_cuda_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
+    if (p == MF_PREC_FP32) { ctx->prec = p; return 0; }
+    if (p == MF_PREC_BF16) {
+        mf_bf16_kernel k = ctx->bf16_kernel ? ctx->bf16_kernel : mf_cpu_bf16_kernel();
+        if (!k)
+            return (mf__fail(ctx, "mf_ctx_set_precision: bf16 on the CPU needs AMX or AVX512-BF16, and this CPU has "
+                             "neither (%s); keep MF_PREC_FP32, or call mf_ctx_set_bf16_kernel(ctx, MF_BF16_PORTABLE) "
+                             "first for bf16's arithmetic at about a tenth of fp32's speed", mf_cpu_features()), -1);
+        ctx->bf16_kernel = k;
+        ctx->prec = p;
+        return 0;
+    }
+    if (p == MF_PREC_TF32)
+        return (mf__fail(ctx, "mf_ctx_set_precision: tf32 is a format of NVIDIA's tensor cores; a CPU context computes "
+                         "in MF_PREC_FP32 or MF_PREC_BF16 (or call mf_ctx_set_device(ctx, MF_DEVICE_CUDA) first)"), -1);
+    return (mf__fail(ctx, "mf_ctx_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
                      (int)p), -1);
 }
+MFDEF int mf_ctx_set_bf16_kernel(mf_ctx *ctx, mf_bf16_kernel k) {
+    if (!mf_ok(ctx)) return -1;
+    if ((int)k < (int)MF_BF16_NONE || (int)k > (int)MF_BF16_AMX_EMU)
+        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: unknown kernel %d (MF_BF16_NONE for the fastest, "
+                         "MF_BF16_PORTABLE, MF_BF16_AVX512, MF_BF16_AMX or MF_BF16_AMX_EMU)", (int)k), -1);
+    if (k && !mf__bf16_kernel_usable(k))
+        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: this CPU cannot run the %s kernel (%s); MF_BF16_PORTABLE runs "
+                         "anywhere", mf_bf16_kernel_name(k), mf_cpu_features()), -1);
+    if (!k && ctx->prec == MF_PREC_BF16 && !(k = mf_cpu_bf16_kernel()))
+        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: this context computes in bf16 and the CPU has no bf16 kernel of "
+                         "its own (%s); name MF_BF16_PORTABLE, or set MF_PREC_FP32 first", mf_cpu_features()), -1);
+    ctx->bf16_kernel = k;
+    return 0;
+}
+MFDEF mf_bf16_kernel mf_ctx_bf16_kernel(const mf_ctx *ctx) { return ctx ? mf__ctx_bf16(ctx) : MF_BF16_NONE; }
 
 MFDEF mf_model_config mf_model_config_default(void) {
     mf_model_config c;
@@ -9217,7 +9825,7 @@ static void mf__fb_mm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const fl
     if (M <= 0 || N <= 0 || K <= 0) return;
     if ((ws = mf__gemm_workspace(ctx, M, N, K)) != NULL) {
         double t0 = mf__gemm_t0(ctx);
-        mf__sgemm_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, ctx->n_threads, ws);
+        mf__ctx_gemm(ctx, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, NULL, ws, NULL);
         mf__gemm_t1(ctx, t0);
     }
 }
@@ -13866,9 +14474,21 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
     return (mf__fail(ctx, "mf_ctx_set_device: unknown device %d (MF_DEVICE_CPU or MF_DEVICE_CUDA)", (int)dev), -1);
 }
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) { (void)ctx; (void)on; return -1; }
-MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) { return mf__precision_on_cpu(ctx, p); }
-MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx) { (void)ctx; return MF_PREC_FP32; }
 #endif
+MFDEF int mf_ctx_set_precision(mf_ctx *ctx, mf_precision p) {
+#ifdef METAFORMER_CUDA
+    if (ctx && ctx->be) return mf__cu_set_precision(ctx, p);
+#endif
+    return mf__precision_on_cpu(ctx, p);
+}
+MFDEF mf_precision mf_ctx_precision(const mf_ctx *ctx) {
+#ifdef METAFORMER_CUDA
+    if (ctx && ctx->be) return mf__cu_precision(ctx);
+#endif
+    return ctx ? ctx->prec : MF_PREC_FP32;
+}
+MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) { return mf_ctx_set_precision(ctx, p); }
+MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx) { return mf_ctx_precision(ctx); }
 
 #endif /* METAFORMER_IMPLEMENTATION_DONE */
 #endif /* METAFORMER_IMPLEMENTATION */

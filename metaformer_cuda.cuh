@@ -4948,30 +4948,29 @@ MFDEF int mf_ctx_set_device(mf_ctx *ctx, mf_device dev) {
     return 0;
 }
 
-MFDEF int mf_cuda_set_precision(mf_ctx *ctx, mf_precision p) {
-    if (!ctx || !ctx->be) return mf__precision_on_cpu(ctx, p);
+/* mf_ctx_set_precision on a CUDA context */
+static int mf__cu_set_precision(mf_ctx *ctx, mf_precision p) {
     if (!mf_ok(ctx)) return -1;
     if (p != MF_PREC_FP32 && p != MF_PREC_TF32 && p != MF_PREC_BF16)
-        return mf__precision_on_cpu(ctx, p);
+        return (mf__fail(ctx, "mf_ctx_set_precision: unknown precision %d (MF_PREC_FP32, MF_PREC_TF32 or MF_PREC_BF16)",
+                         (int)p), -1);
     if (p == MF_PREC_BF16 && !MF__CU(ctx)->tc_tf32)
-        return (mf__fail(ctx, "mf_cuda_set_precision: bf16 needs a GPU with bf16 tensor cores (compute capability "
+        return (mf__fail(ctx, "mf_ctx_set_precision: bf16 needs a GPU with bf16 tensor cores (compute capability "
                          "8.0 or newer: A100, H100, RTX 30xx and later); use MF_PREC_FP32 on this one"), -1);
     /* TF32 is cuBLAS's math mode; bf16 GEMMs pick their arithmetic through cublasGemmEx's types */
     if (p != MF__CU(ctx)->prec && MF__CU(ctx)->prec == MF_PREC_BF16 && ctx->tape_len > 0)
-        return (mf__fail(ctx, "mf_cuda_set_precision: this step's activations are stored in bf16 (%d ops on the "
+        return (mf__fail(ctx, "mf_ctx_set_precision: this step's activations are stored in bf16 (%d ops on the "
                          "tape); change the precision between steps, after mf_reset", ctx->tape_len), -1);
-    if (MF_CUBLAS_CHECK(ctx, "mf_cuda_set_precision", cublasSetMathMode(MF__CU(ctx)->blas, p == MF_PREC_TF32 ?
+    if (MF_CUBLAS_CHECK(ctx, "mf_ctx_set_precision", cublasSetMathMode(MF__CU(ctx)->blas, p == MF_PREC_TF32 ?
                         CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH)) < 0)
         return -1;
     MF__CU(ctx)->prec = p;
     return 0;
 }
-MFDEF mf_precision mf_cuda_precision(const mf_ctx *ctx) {
-    return ctx && ctx->be ? MF__CU(ctx)->prec : MF_PREC_FP32;
-}
+static mf_precision mf__cu_precision(const mf_ctx *ctx) { return MF__CU(ctx)->prec; }
 MFDEF int mf_cuda_set_tf32(mf_ctx *ctx, int on) {
     if (!ctx || !ctx->be || !mf_ok(ctx)) return -1;
-    return mf_cuda_set_precision(ctx, on ? MF_PREC_TF32 : MF_PREC_FP32);
+    return mf__cu_set_precision(ctx, on ? MF_PREC_TF32 : MF_PREC_FP32);
 }
 
 #if defined(METAFORMER_MPI) && defined(METAFORMER_NCCL)

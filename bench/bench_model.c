@@ -27,8 +27,9 @@
  *                  N x N x N product with --threads threads instead, best of 7 timings
  *   --device cpu|cuda   cuda: only in the CUDA build (make build/cuda/bench_model:
  *                  nvcc -x cu -DMETAFORMER_CUDA bench/bench_model.c -lcublas).
- *   --precision fp32|tf32|bf16   (cuda) the context's arithmetic (mf_cuda_set_precision): exact fp32,
- *                  TF32 tensor cores, or bf16 mixed precision; --tf32 = --precision tf32.
+ *   --precision fp32|tf32|bf16   the context's arithmetic (mf_ctx_set_precision): exact fp32, TF32 tensor
+ *                  cores (cuda), or bf16 mixed precision (cuda, or a CPU with AMX or AVX512-BF16: the
+ *                  output line's precision then names the CPU's kernel); --tf32 = --precision tf32.
  *                  Each step ends by reading the loss (mf_item),
  *                  which waits for the GPU, so the step time is the GPU's. Instead of the peak RSS the
  *                  CUDA run reports gpu_mb: the most device memory the model and its timed steps held
@@ -323,22 +324,31 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
 #endif
-    /* the precision API (mf_precision) is used in the CUDA build only: bench/run.sh --header git:REV
-       builds the CPU program against headers older than it */
+    /* the precision API is used where the header has it (the CUDA build; a CPU build on a header with
+       METAFORMER_CPU_BF16): bench/run.sh --header git:REV builds the CPU program against older headers */
     if (strcmp(precision, "fp32") != 0) {
-#ifdef METAFORMER_CUDA
+#if defined(METAFORMER_CUDA) || defined(METAFORMER_CPU_BF16)
         if (mf_precision_from_name(precision) < 0) { fprintf(stderr, "bench_model: --precision %s: fp32, tf32 or bf16\n", precision); return 2; }
 #endif
+#ifndef METAFORMER_CPU_BF16
         if (!cuda) {
             fprintf(stderr, "bench_model: --precision %s is a CUDA setting: use the CUDA build with --device cuda (the CPU "
                             "computes in fp32)\n", precision);
             return 2;
         }
+#endif
     }
     rss_before = peak_rss_mb();
     ctx = mf_ctx_new(1234);
     mf_set_threads(ctx, threads);
     mf_set_keep_activation_grads(ctx, 0); /* a training loop reads no activation gradient */
+#ifdef METAFORMER_CPU_BF16
+    if (!cuda && mf_ctx_set_precision(ctx, (mf_precision)mf_precision_from_name(precision)) < 0) {
+        fprintf(stderr, "bench_model: --precision %s: %s\n", precision, mf_error(ctx));
+        return 1;
+    }
+    if (mf_ctx_bf16_kernel(ctx)) precision = mf_ctx_bf16_kernel(ctx) == MF_BF16_AMX ? "bf16-amx" : "bf16-avx512";
+#endif
     if (cuda) {
 #ifdef METAFORMER_CUDA
         (void)cudaFree(0); /* the CUDA runtime's context first: its memory is not the model's */

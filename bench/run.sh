@@ -62,6 +62,7 @@ PROF_STEPS=${BENCH_PROFILE_STEPS:-3}
 TORCH2=${BENCH_TORCH2:-1}
 COMPILE=${BENCH_COMPILE:-1}
 COMPILE_TIMEOUT=${BENCH_COMPILE_TIMEOUT:-300}
+BF16=${BENCH_BF16:-auto}   # the bf16 table: auto = where the CPU has bf16 products (AVX512-BF16, AMX)
 OPS_ONLY=0
 PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-gcc}
@@ -79,6 +80,7 @@ own_option() { # the options of this script (the shared ones: parse_args in benc
     --perf) PERF=1; ARG_USED=1 ;;
     --no-torch2) TORCH2=0; ARG_USED=1 ;;
     --no-compile) COMPILE=0; ARG_USED=1 ;;
+    --no-bf16) BF16=0; ARG_USED=1 ;;
     --ops-only) REPS=0; GEMM_TABLE=0; FW_SWEEP=0; COMPILE=0; PROFILE=1; OPS_ONLY=1; ARG_USED=1 ;;
     esac
 }
@@ -271,12 +273,35 @@ run_torch2() {
         sed 's/^RESULT impl=torch /RESULT impl=torch2c /' > "$BUILD/last_torch2c.txt"
     record_result "$BUILD/last_torch2c.txt" "$1" "$2" "torch2 compiled" rss_mb
 }
+# bf16 (the MetaFormer rows): the C model in --precision bf16 on the CPU's bf16 kernel, and PyTorch 2.x
+# eager under torch.autocast("cpu", dtype=torch.bfloat16); RESULT lines relabelled impl=cbf16 / torch2bf16
+BF16_ROWS=""
+if [ "$BF16" = auto ]; then
+    if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then BF16=1
+    else BF16=0; NOTES+=("No bf16 table: this CPU has neither AVX512-BF16 nor AMX (--precision bf16 is refused on it).")
+    fi
+fi
+if [ "$BF16" = 1 ] && [ "$HEADER" = metaformer.h ]; then
+    for m in $ROWS; do case "$(row_field "$m" 2)" in bench/torch_ref.py*) BF16_ROWS="$BF16_ROWS $m" ;; esac; done
+fi
+run_bf16() {
+    case " $BF16_ROWS " in *" $1 "*) ;; *) return 0 ;; esac
+    # shellcheck disable=SC2046
+    "${C_ENV[@]}" "$BUILD/bench_model" $(row_field "$1" 1) --precision bf16 --steps "$STEPS" --warmup "$WARMUP" \
+        --threads "$THREADS" --max-time "$MAX_TIME" 2>&1 | sed 's/^RESULT impl=c /RESULT impl=cbf16 /' > "$BUILD/last_cbf16.txt"
+    record_result "$BUILD/last_cbf16.txt" "$1" "$2" "C bf16" rss_mb
+    [ "$TORCH2" = 1 ] || return 0
+    # shellcheck disable=SC2046
+    "${TORCH2_ENV[@]}" "$PY2" $(row_field "$1" 2) --precision bf16 --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+        --max-time "$MAX_TIME" 2>&1 | sed 's/^RESULT impl=torch /RESULT impl=torch2bf16 /' > "$BUILD/last_torch2bf16.txt"
+    record_result "$BUILD/last_torch2bf16.txt" "$1" "$2" "torch2 bf16" rss_mb
+}
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$REPS"); do
     say "== repeat $r of $REPS"
     for m in $ROWS; do
-        if [ $((r % 2)) = 1 ]; then run_c "$m" "$r"; run_torch "$m" "$r"; run_torch2 "$m" "$r"
-        else run_torch2 "$m" "$r"; run_torch "$m" "$r"; run_c "$m" "$r"; fi
+        if [ $((r % 2)) = 1 ]; then run_c "$m" "$r"; run_torch "$m" "$r"; run_torch2 "$m" "$r"; run_bf16 "$m" "$r"
+        else run_bf16 "$m" "$r"; run_torch2 "$m" "$r"; run_torch "$m" "$r"; run_c "$m" "$r"; fi
     done
     measure_peak
 done
@@ -337,6 +362,36 @@ table_row() { # ROW: its line of the table, and the torch.compile line under it
 }
 table_rows table_row
 rep ""
+if [ -n "$BF16_ROWS" ]; then
+    KERNEL=$(grep -h -o 'precision=bf16[a-z0-9-]*' "$RAW" | head -n 1 | sed 's/precision=//')
+    rep "bf16, the same rows and runs: C --precision bf16 (${KERNEL:-no run}: the CPU's bf16 kernel; $(grep -o 'avx512_bf16\|amx_bf16\|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')in /proc/cpuinfo) against PyTorch 2.x eager under torch.autocast(\"cpu\", dtype=torch.bfloat16). Goals (#38): C bf16 >= 1.5x PyTorch's bf16 autocast and >= 2x C fp32; fastest torch = the fastest of its fp32 (1.13, 2.x), bf16 and compiled columns above."
+    rep ""
+    rep "| row | C fp32 tok/s | C bf16 tok/s | C bf16 / C fp32 | torch 2.x bf16 tok/s | C bf16 / torch bf16 | fastest torch tok/s | C bf16 / fastest torch | goal |"
+    rep "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    for m in $BF16_ROWS; do
+        awk -v m="$m" -v cf="$(raw_stat c "$m" tok_s median)" -v cb="$(raw_stat cbf16 "$m" tok_s median)" \
+            -v tb="$(raw_stat torch2bf16 "$m" tok_s median)" -v t1="$(raw_stat torch "$m" tok_s median)" \
+            -v t2="$(raw_stat torch2 "$m" tok_s median)" -v tc="$(raw_stat torch2c "$m" tok_s median)" \
+            'function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+             function r(a, b) { return (a != "" && b != "" && b > 0) ? a / b : "" }
+             BEGIN {
+                 best = ""; n = split(t1 " " t2 " " tb " " tc, v, " ")
+                 for (i = 1; i <= n; i++) if (v[i] != "" && (best == "" || v[i] + 0 > best + 0)) best = v[i]
+                 a = r(cb, cf); b = r(cb, tb); c = r(cb, best)
+                 goal = (a == "" || b == "") ? "-" : (a >= 2 && b >= 1.5) ? "met" : "NOT met (" (b >= 1.5 ? "" : "vs torch bf16") (a >= 2 || b >= 1.5 ? "" : ", ") (a >= 2 ? "" : "vs C fp32") ")"
+                 printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, f(cf, 0), f(cb, 0), f(a, 2), f(tb, 0), f(b, 2), f(best, 0), f(c, 2), goal
+             }' >> "$REPORT"
+    done
+    rep ""
+    if [ -x build/bench_bf16 ] || make -s build/bench_bf16 > /dev/null 2>&1; then
+        rep "The products alone (build/bench_bf16 and bench/torch_mm.py, 2048-token training-step shapes of d_model 512 / d_ff 2048 and 2048^3; the bf16 peak next to the FP32 peak above):"
+        rep ""
+        "${C_ENV[@]}" build/bench_bf16 --threads "$THREADS" >> "$REPORT"
+        rep ""
+        [ "$TORCH2" = 1 ] && "${TORCH2_ENV[@]}" "$PY2" bench/torch_mm.py --threads "$THREADS" >> "$REPORT"
+        rep ""
+    fi
+fi
 rep "tok/s and GFLOP/s: median over the $REPS runs of each side (each run: the median step). ratio = C / the faster of the two eager PyTorch columns."
 rep "torch.compile rows: PyTorch 2.x, torch.compile(model) (Inductor, C++ for the CPU), one run per row (the first repeat), ratio = C / compiled; the compile (first warm-up steps, the time in the config column) is not timed. \"-\": the run failed or took longer than ${COMPILE_TIMEOUT} s with its compile (build/bench/last_torch2c.txt has the last log)."
 rep "GFLOP/s = analytic model FLOPs per token x tokens/s: every matmul of the model math at 2*m*n*k, backward = 2 x forward;"

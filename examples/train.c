@@ -148,7 +148,8 @@ static const option OPTIONS[] = {
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
     {"device", OPT_TEXT, &S.device, RUN_ONLY, 0, "cpu|cuda", "where to train (cuda: a build made by `make train-cuda`)"},
     {"precision", OPT_TEXT, &S.precision, SAVED_CHANGEABLE, 0, "fp32|tf32|bf16",
-     "cuda: the GEMMs' arithmetic (bf16: mixed precision with fp32 master weights; checkpoints stay fp32 and resume anywhere)"},
+     "the GEMMs' arithmetic (bf16: mixed precision with fp32 master weights, on the CPU through AMX or AVX512-BF16; "
+     "tf32: cuda only; checkpoints stay fp32 and resume anywhere)"},
     {"eval-every", OPT_INT, &S.eval_every, RUN_ONLY, 0, NULL, "validate every N steps (0 = at the end only)"},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "batches per validation"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 1, NULL, "progress line every N steps when not on a terminal"},
@@ -685,11 +686,12 @@ int main(int argc, char **argv) {
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     if (!ctx) die("out of memory");
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
-    if (strcmp(S.device, "cpu") == 0 && S.resume && !given[option_index("precision")] && strcmp(S.precision, "fp32") != 0) {
-        printf("note: the checkpoint trained in %s; the CPU computes in fp32\n", S.precision); /* its weights are fp32 */
+    if (strcmp(S.device, "cpu") == 0 && S.resume && !given[option_index("precision")] &&
+        (strcmp(S.precision, "tf32") == 0 || (strcmp(S.precision, "bf16") == 0 && !mf_cpu_bf16_kernel()))) {
+        printf("note: the checkpoint trained in %s; this CPU computes in fp32\n", S.precision); /* its weights are fp32 */
         S.precision = "fp32";
     }
-    if (mf_cuda_set_precision(ctx, (mf_precision)mf_precision_from_name(S.precision)) < 0) die("--precision: %s", mf_error(ctx));
+    if (mf_ctx_set_precision(ctx, (mf_precision)mf_precision_from_name(S.precision)) < 0) die("--precision: %s", mf_error(ctx));
     mf_set_threads(ctx, S.threads);
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     mf_set_check_finite(ctx, S.check_finite);
@@ -740,6 +742,9 @@ int main(int argc, char **argv) {
                d.tok ? "tokenizer " : "--vocab, no tokenizer", d.tok ? d.tok_spec : "");
     printf("model: %s, d_model %d, %d heads, %d layers, d_ff %d, T %d, %lld parameters\n", describe_mixer(), S.m.d_model,
            S.m.heads, S.m.layers, S.m.d_ff, T, (long long)mf_param_values(ctx, 0));
+    if (mf_ctx_bf16_kernel(ctx))
+        printf("precision: bf16 products on the CPU's %s kernel (%s)\n", mf_bf16_kernel_name(mf_ctx_bf16_kernel(ctx)),
+               mf_cpu_features());
     printf("train: %s, %s schedule, lr %g, warmup %d, batch %d", S.optimizer, S.schedule, (double)S.lr, S.warmup, S.batch);
     if (S.grad_accum > 1) printf(" x %d accumulated micro-batches", S.grad_accum);
     if (RANKS.world > 1) printf(" x %d ranks", RANKS.world);

@@ -29,6 +29,10 @@
 #undef test_model_gradients
 #undef main
 
+#define main test_bf16_main
+#include "test_bf16.c"
+#undef main
+
 #define main test_bpe_train_main
 #define rng_next bpe_rng_next
 #include "test_bpe_train.c"
@@ -83,6 +87,7 @@ static int gemm_suite(void) {
 static const struct { const char *name; int (*run)(void); } suites[] = {
     {"test_ops", test_ops_main},
     {"test_attn_dropout", test_attn_dropout_main},
+    {"test_bf16", test_bf16_main},
     {"test_bpe_train", test_bpe_train_main},
     {"test_fastweights", test_fastweights_main},
     {"test_feedback", test_feedback_main},

@@ -39,8 +39,9 @@ static void test_precision_api(void) {
     MFT_CHECK(mf_cuda_precision(cpu) == MF_PREC_FP32);
     MFT_CHECK(mf_cuda_set_precision(cpu, MF_PREC_FP32) == 0 && mf_ok(cpu));
     MFT_CHECK(mf_cuda_set_tf32(cpu, 1) == -1 && mf_ok(cpu)); /* the shorthand: refused, no error */
-    MFT_CHECK(mf_cuda_set_precision(cpu, MF_PREC_BF16) == -1);
-    MFT_CHECK(strstr(mf_error(cpu), "bf16 needs a CUDA context") && strstr(mf_error(cpu), "MF_DEVICE_CUDA"));
+    /* the CPU's own: tf32 refused, bf16 on the CPU's bf16 kernel (tests/test_bf16.c) */
+    MFT_CHECK(mf_cuda_set_precision(cpu, MF_PREC_TF32) == -1);
+    MFT_CHECK(strstr(mf_error(cpu), "tf32 is a format of NVIDIA's tensor cores") && strstr(mf_error(cpu), "MF_DEVICE_CUDA"));
     mf_ctx_free(cpu);
     MFT_CHECK(mf_cuda_set_precision(NULL, MF_PREC_BF16) == -1 && mf_cuda_precision(NULL) == MF_PREC_FP32);
 
