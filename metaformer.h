@@ -3910,7 +3910,8 @@ MF__BG_AVX512 static inline void mf__bk_st16(float *c, __m512 v, float alpha, fl
    against 16 columns' pairs, 12 x 32 accumulators, stored straight into C */
 #define MF__BK_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define MF__BK_DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
-#define MF__BK_DP(i) { __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i]); \
+#define MF__BK_DP(i) { uint32_t ap; memcpy(&ap, a + 2 * i, 4); /* broadcast straight from the panel */ \
+    __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap); \
     c##i##_0 = _mm512_dpbf16_ps(c##i##_0, b0, ai); c##i##_1 = _mm512_dpbf16_ps(c##i##_1, b1, ai); }
 #define MF__BK_ST(i) if (i < mr) { mf__bk_st16(c + (long)i * ldc, c##i##_0, alpha, beta, m0, bias); \
     if (m1) mf__bk_st16(c + (long)i * ldc + 16, c##i##_1, alpha, beta, m1, bias ? bias + 16 : NULL); }
@@ -3921,10 +3922,8 @@ MF__BG_AVX512 static void mf__bk_avx512(int kp, const uint16_t *a, const uint16_
     int p;
     MF__BK_ROWS(MF__BK_DECL)
     for (p = 0; p < kp; p += 2, a += 24, b += 2 * MF__BG_NR) {
-        uint32_t ap[12];
         __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)b);
         __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + MF__BG_NR));
-        memcpy(ap, a, sizeof ap);
         MF__BK_ROWS(MF__BK_DP)
     }
     MF__BK_ROWS(MF__BK_ST)
