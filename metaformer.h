@@ -679,7 +679,7 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
    (round to nearest even) and fp32 products and sums, on one of the CPU's bf16 kernels:
      MF_BF16_AMX       Intel AMX tiles (tdpbf16ps): Sapphire Rapids and later
      MF_BF16_AVX512    AVX512-BF16 (vdpbf16ps): Intel Cooper Lake and later, AMD Zen 4 and later
-     MF_BF16_PORTABLE  plain C, any CPU: vdpbf16ps's arithmetic, about a tenth of fp32's speed
+     MF_BF16_PORTABLE  plain C, any CPU: vdpbf16ps's arithmetic, several times slower than fp32
      MF_BF16_AMX_EMU   the AMX kernel on a plain-C emulation of the tile unit (tests; slow)
    Returns 0, or -1 when the kernel cannot run on this CPU (or memory runs out). */
 #define METAFORMER_CPU_BF16 1 /* this header has the calls below (programs built against older ones test it) */
@@ -3650,7 +3650,7 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
                        12 x 32 block in 24 zmm accumulators, K two at a time.
      MF_BF16_PORTABLE  plain C on any CPU: vdpbf16ps's arithmetic one lane at a time (the odd pair's
                        product added first, then the even one's, each sum rounded; denormal inputs
-                       and results flushed to zero); about a tenth of the fp32 engine's speed.
+                       and results flushed to zero); several times slower than the fp32 engine.
      MF_BF16_AMX_EMU   the AMX kernel's own code on a plain-C emulation of the tile unit (tile
                        configuration checked, strided loads and stores, tdpbf16ps's pairing): its
                        logic runs and is tested on a CPU without AMX. Slow.
@@ -3664,7 +3664,7 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
 #define MF__BG_MC 192   /* a multiple of both row panels, 12 and 32 */
 #define MF__BG_NC 1024
 /* (not under nvcc, whose front end does not take these target attributes: a CUDA build's CPU
-   contexts have the portable kernels) */
+   contexts have only the portable kernels) */
 #if !defined(METAFORMER_NO_SIMD) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(__CUDACC__)
 #define MF__BG_X86 1
@@ -3824,10 +3824,11 @@ static void mf__amx_config(mf__amx_cfg *cfg) {
     }
 
 /* The emulated tile unit: 8 tiles of 16 rows x 64 bytes. Every instruction checks its tiles'
-   configuration as the hardware would fault on it (here: an assertion-like flag the tests read). */
+   configuration as the hardware would fault on it (here: counted in mf__amx_emu_faults, which the
+   tests read). */
 typedef struct mf__amx_emu {
     mf__amx_cfg cfg;
-    int configured, bad;
+    int configured;
     unsigned char t[8][16][64];
 } mf__amx_emu;
 static int mf__amx_emu_faults; /* instructions that the hardware would have faulted on (tests read it) */
@@ -7351,7 +7352,7 @@ static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
         if (!k)
             return (mf__fail(ctx, "mf_ctx_set_precision: bf16 on the CPU needs AMX or AVX512-BF16, and this CPU has "
                              "neither (%s); keep MF_PREC_FP32, or call mf_ctx_set_bf16_kernel(ctx, MF_BF16_PORTABLE) "
-                             "first for bf16's arithmetic at about a tenth of fp32's speed", mf_cpu_features()), -1);
+                             "first for bf16's arithmetic, several times slower than fp32", mf_cpu_features()), -1);
         ctx->bf16_kernel = k;
         ctx->prec = p;
         return 0;
