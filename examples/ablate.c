@@ -55,13 +55,13 @@ static void list_models(void) {
 
 /* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
 typedef struct {
-    const char *models, *out, *pos, *act, *optimizer, *schedule, *preset;
+    const char *models, *out, *pos, *act, *optimizer, *schedule, *preset, *precision;
     int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, seeds, threads, eval_batches;
     int mem_len, c_mem_len, compression_rate, log_every, log_y, warmup, clone_layers, attn_bias, seed_configs, list_presets;
     float lr, clip, beta1, beta2, weight_decay, dropout;
 } settings;
 
-static settings S = {.models = "all", .out = "ablate", .pos = "learned", .act = "gelu", .optimizer = "adam",
+static settings S = {.models = "all", .out = "ablate", .pos = "learned", .act = "gelu", .optimizer = "adam", .precision = "fp32",
     .schedule = "cosine", .steps = -1, .batch = -1, .seq_len = -1, .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1,
     .seed = 1, .seeds = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
     .warmup = -1, .attn_bias = 1, .lr = -1, .clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = -1};
@@ -98,6 +98,7 @@ static const option OPTIONS[] = {
     {"seeds", OPT_INT, &S.seeds, RUN_ONLY, 1, NULL, "runs per model, seeds --seed .. --seed + N - 1: each number as mean "
      "± sd with its 95% interval, the ranking with the differences that are significant (Welch's t test, 5%)"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads per run, 0 = all [1: runs on a busy machine compare fairly]"},
+    {"precision", OPT_TEXT, &S.precision, RUN_ONLY, 0, "fp32|bf16", PRECISION_HELP},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "validation batches [sorter 8, text 20; --quick 8, 10]"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 0, NULL, "not on a terminal: a progress line every N steps (0 = one line per run)"},
     {"log-y", OPT_FLAG, &S.log_y, RUN_ONLY, 0, NULL, "plot the loss on a log scale (--log-y=0: linear) [sorter: log, text: linear]"},
@@ -318,6 +319,7 @@ static int run_child(const char *model_name, const char *label, int seed_config,
     mf_optimizer opt = make_optimizer();
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     mf_model *model;
+    set_precision(ctx, S.precision);
     data d;
     progress pr = progress_new();
     int every = S.steps / 50 > 0 ? S.steps / 50 : 1, tail = S.steps / 10 > 0 ? S.steps / 10 : 1;
@@ -619,6 +621,8 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
                   S.seed, S.seeds > 1 ? seeds_to : "", S.threads,
                   S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate, S.pos, S.act,
                   S.clone_layers ? "cloned layers, " : "", S.optimizer, (double)S.lr, S.schedule, (double)S.clip);
+    if (strcmp(S.precision, "fp32") != 0 && (size_t)k < size)
+        k += snprintf(buf + k, size - (size_t)k, "; %s products (--precision)", S.precision);
     if (S.seed_configs && (size_t)k < size)
         snprintf(buf + k, size - (size_t)k, ". Rows MODEL/seed: each model in its seed's configuration (positions, "
                  "activation, biases, cloning, optimizer and schedule of its preset, build/ablate --list-presets), "

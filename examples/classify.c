@@ -46,7 +46,8 @@ static struct {
     int causal, steps, batch, examples, eval_every, threads;
     float lr;
     int seed, seeds;
-} S = {"repeat", "bytes", NULL, NULL, 0, 1500, 32, 2000, 250, 0, 3e-3f, 1, 1};
+    const char *precision;
+} S = {"repeat", "bytes", NULL, NULL, 0, 1500, 32, 2000, 250, 0, 3e-3f, 1, 1, "fp32"};
 static option OPTS[] = {
     MODEL_OPTIONS(M, )
     {"causal", OPT_FLAG, &S.causal, SAVED, 0, NULL, "a causal model (the mixers see only earlier positions); default: non-causal"},
@@ -61,6 +62,7 @@ static option OPTS[] = {
     {"seeds", OPT_INT, &S.seeds, RUN_ONLY, 1, NULL, "models to train on the same data and split, initialisations and "
      "batches --seed .. --seed + N - 1: the accuracy as mean ± sd with its 95% interval"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0: all)"},
+    {"precision", OPT_TEXT, &S.precision, RUN_ONLY, 0, "fp32|bf16", PRECISION_HELP},
     {"save", OPT_TEXT, &S.save, RUN_ONLY, 0, NULL, "write the trained model (with its settings) to this file"},
     {"load", OPT_TEXT, &S.load, RUN_ONLY, 0, NULL, "start from a model written by --save (its settings too)"},
 };
@@ -347,6 +349,7 @@ int main(int argc, char **argv) {
         rng = data_rng ^ (0x9e3779b97f4a7c15ULL * (uint64_t)run);
         if (!(ctx = mf_ctx_new((uint64_t)(S.seed + run)))) die("out of memory");
         mf_set_threads(ctx, S.threads);
+        set_precision(ctx, S.precision);
         if (run == 0) check_model_config(ctx, &cfg);
         if (!(m = mf_model_new(ctx, &cfg))) die("%s", mf_error(ctx));
         if (S.load && mf_load(ctx, S.load, 0) < 0) die("--load: %s", mf_error(ctx));

@@ -665,6 +665,13 @@ EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     return cfg;
 }
 
+/* --precision NAME: the context's arithmetic (mf_ctx_set_precision), or die naming why not (tf32 on
+   the CPU, bf16 on a CPU without AMX or AVX512-BF16) */
+#define PRECISION_HELP "the products' arithmetic (bf16: fp32 master weights, bf16 products, on a CPU with AMX or AVX512-BF16)"
+EX_FN void set_precision(mf_ctx *ctx, const char *name) {
+    if (mf_ctx_set_precision(ctx, (mf_precision)mf_precision_from_name(name)) < 0) die("--precision %s: %s", name, mf_error(ctx));
+}
+
 /* mf_model_check, dying with its message; a field that the mixer does not read is named by the
    library as in the config, the option that set it is added */
 EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {

@@ -18,10 +18,10 @@
 #include "common.h"
 
 static struct {
-    const char *prompt, *tokenizer;
+    const char *prompt, *tokenizer, *precision;
     int tokens, top_k, greedy, seed, threads;
     float temperature;
-} A = {NULL, NULL, 300, 200, 0, 1, 0, 0.8f};
+} A = {NULL, NULL, "fp32", 300, 200, 0, 1, 0, 0.8f};
 
 static const option OPTIONS[] = {
     {"prompt", OPT_TEXT, &A.prompt, RUN_ONLY, 0, NULL, "text to continue [It is]"},
@@ -32,6 +32,7 @@ static const option OPTIONS[] = {
     {"greedy", OPT_FLAG, &A.greedy, RUN_ONLY, 0, NULL, "the most likely token each time (--temperature 0)"},
     {"seed", OPT_INT, &A.seed, RUN_ONLY, 0, NULL, "seed of the sampling"},
     {"threads", OPT_INT, &A.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
+    {"precision", OPT_TEXT, &A.precision, RUN_ONLY, 0, "fp32|bf16", PRECISION_HELP},
 };
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -125,6 +126,7 @@ int main(int argc, char **argv) {
     mf_ctx *ctx = mf_ctx_new((uint64_t)A.seed);
     if (!ctx) die("out of memory");
     mf_set_threads(ctx, A.threads);
+    set_precision(ctx, A.precision);
     check_model_config(ctx, &cfg);
     mf_model *model = mf_model_new(ctx, &cfg);
     if (!model) die("%s", mf_error(ctx));

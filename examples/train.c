@@ -691,7 +691,7 @@ int main(int argc, char **argv) {
         printf("note: the checkpoint trained in %s; this CPU computes in fp32\n", S.precision); /* its weights are fp32 */
         S.precision = "fp32";
     }
-    if (mf_ctx_set_precision(ctx, (mf_precision)mf_precision_from_name(S.precision)) < 0) die("--precision: %s", mf_error(ctx));
+    set_precision(ctx, S.precision);
     mf_set_threads(ctx, S.threads);
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     mf_set_check_finite(ctx, S.check_finite);
