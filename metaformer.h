@@ -633,13 +633,13 @@ MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
                    linear, head_matmul, layernorm, gelu, relu and attention are stored in bf16 (half
                    their memory; t->bf16, read them with mf_to_host / mf_item). On the CPU the GEMMs
                    (linear, matmul, head_matmul, conv1d) run on the CPU's bf16 kernel
-                   (mf_cpu_bf16_kernel: AMX or AVX512-BF16, chosen at run time; a CPU with neither
-                   refuses bf16 unless mf_ctx_set_bf16_kernel names MF_BF16_PORTABLE); the fused
-                   attention, fast-weight and memory kernels and every activation stay fp32.
+                   (mf_cpu_bf16_kernel: AMX tiles where the CPU and OS offer them, else the fp32
+                   kernels on operands rounded to bf16; mf_ctx_set_bf16_kernel picks another); the
+                   fused attention, fast-weight and memory kernels and every activation stay fp32.
    mf_ctx_set_precision sets it for the context's device (set the device first); on CUDA it switches
    between steps (leaving bf16 while a step's bf16 activations are on the tape fails: call it after
-   mf_reset). Returns 0, or -1 with the reason in ctx (tf32 on the CPU, bf16 on a CPU or GPU without
-   it, an unknown value). mf_cuda_set_precision / mf_cuda_precision are the same calls under their
+   mf_reset). Returns 0, or -1 with the reason in ctx (tf32 on the CPU, bf16 on a GPU without it, an
+   unknown value). mf_cuda_set_precision / mf_cuda_precision are the same calls under their
    earlier names. */
 typedef enum mf_precision { MF_PREC_FP32 = 0, MF_PREC_TF32, MF_PREC_BF16 } mf_precision;
 MFDEF int mf_ctx_set_precision(mf_ctx *ctx, mf_precision p);
@@ -678,23 +678,26 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
 /* bf16 products (the CPU's MF_PREC_BF16, docs/math.md §22.5): mf_sgemm with A and B rounded to bf16
    (round to nearest even) and fp32 products and sums, on one of the CPU's bf16 kernels:
      MF_BF16_AMX       Intel AMX tiles (tdpbf16ps): Sapphire Rapids and later
+     MF_BF16_FMA       the fp32 engine's kernels on operands rounded to bf16 as they are packed: any
+                       CPU, at fp32's speed (the product of two bf16 values is exact in fp32)
      MF_BF16_AVX512    AVX512-BF16 (vdpbf16ps): Intel Cooper Lake and later, AMD Zen 4 and later
      MF_BF16_PORTABLE  plain C, any CPU: vdpbf16ps's arithmetic, several times slower than fp32
      MF_BF16_AMX_EMU   the AMX kernel on a plain-C emulation of the tile unit (tests; slow)
    Returns 0, or -1 when the kernel cannot run on this CPU (or memory runs out). */
 #define METAFORMER_CPU_BF16 1 /* this header has the calls below (programs built against older ones test it) */
 typedef enum mf_bf16_kernel {
-    MF_BF16_NONE = 0, MF_BF16_PORTABLE, MF_BF16_AVX512, MF_BF16_AMX, MF_BF16_AMX_EMU
+    MF_BF16_NONE = 0, MF_BF16_PORTABLE, MF_BF16_AVX512, MF_BF16_AMX, MF_BF16_AMX_EMU, MF_BF16_FMA
 } mf_bf16_kernel;
 MFDEF int mf_bgemm(mf_bf16_kernel kernel, int transA, int transB, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, int n_threads);
-/* The fastest bf16 kernel this CPU and OS offer: MF_BF16_AMX, MF_BF16_AVX512 or MF_BF16_NONE (cpuid,
-   and on Linux the kernel's grant of the AMX tile state, asked for once per process). */
+/* The fastest bf16 kernel this CPU and OS offer: MF_BF16_AMX (cpuid, and on Linux the kernel's grant
+   of the AMX tile state, asked for once per process), else MF_BF16_FMA. (MF_BF16_AVX512 runs only
+   when named: on the CPU measured, vdpbf16ps issued at half the rate of fp32 FMAs, docs/benchmarks.md.) */
 MFDEF mf_bf16_kernel mf_cpu_bf16_kernel(void);
 /* What the CPU offers, in words ("avx512f yes, avx512_bf16 yes, amx_bf16 no"): for reports. */
 MFDEF const char *mf_cpu_features(void);
-/* "none", "portable", "avx512-bf16", "amx", "amx-emulated" ("unknown" out of range), and back (-1:
-   unknown name or NULL). */
+/* "none", "portable", "avx512-bf16", "amx", "amx-emulated", "fp32-fma" ("unknown" out of range), and
+   back (-1: unknown name or NULL). */
 MFDEF const char *mf_bf16_kernel_name(mf_bf16_kernel k);
 MFDEF int mf_bf16_kernel_from_name(const char *name);
 /* One value to bf16 (round to nearest even; NaN stays NaN) and back (exact). */
@@ -3410,14 +3413,50 @@ static void mf__gemm_rowsum(long ars, long acs, int M, int K, const float *A, fl
     }
 }
 
+static uint16_t mf__bf16_round(float f);
+static float mf__bf16_float(uint16_t h);
+/* x[i] = x[i] rounded to bf16 (mf__bf16_round), kept as floats: the packed panels of a bf16 product
+   on the fp32 kernels (MF_BF16_FMA: the product of two bf16 values is exact in fp32, so each FMA
+   adds it with one rounding, as the bf16 instructions do) */
+static void mf__bf16_fit(float *x, long n)
+{
+    long i = 0;
+#if defined(MF__GEMM_AVX512)
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), hi = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i quiet = _mm512_set1_epi32(0x400000);
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(x + i));
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs), inf);
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
+        _mm512_storeu_si512((void *)(x + i), _mm512_and_si512(r, hi));
+    }
+#elif defined(MF__GEMM_AVX2)
+    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), hi = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i quiet = _mm256_set1_epi32(0x400000);
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+        _mm256_storeu_si256((__m256i *)(void *)(x + i), _mm256_and_si256(r, hi));
+    }
+#endif
+    for (; i < n; i++) x[i] = mf__bf16_float(mf__bf16_round(x[i]));
+}
+
 /* One thread, blocked product (+ bias[N] on every row when not NULL); bufA / bufB hold
    mf__gemm_bufA_len / _bufB_len floats. When rowsA is not NULL, also rowsA[i] += sum over p of
    op(A)(i, p), summed in order of p, for M rows: the packing of A has every element in L1 once
-   (the bias gradient of a linear layer, dW = dy^T x, without another pass over dy). */
+   (the bias gradient of a linear layer, dW = dy^T x, without another pass over dy). bf16: the
+   packed panels are rounded to bf16 (mf__bf16_fit; the row sums come from A as it is), and the
+   direct path, which reads A in place, is not taken. */
 static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb,
                         float beta, float *C, int ldc, const float *bias, float *bufA, float *bufB,
-                        float *rowsA)
+                        float *rowsA, int bf16)
 {
     /* element (i, p) of op(A) is A[i*ars + p*acs]; element (p, j) of op(B) is B[p*brs + j*bcs] */
     long ars = transA ? 1 : lda, acs = transA ? lda : 1;
@@ -3426,7 +3465,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
     if (M <= 0 || N <= 0) return;
     if (rowsA && (K <= 0 || alpha == 0.0f
 #if defined(MF__GEMM_HAVE_DIRECT)
-                  || mf__gemm_use_direct(M, N, K)
+                  || (!bf16 && mf__gemm_use_direct(M, N, K))
 #endif
                   )) {
         mf__gemm_rowsum(ars, acs, M, K, A, rowsA);
@@ -3434,7 +3473,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
     }
     if (K <= 0 || alpha == 0.0f) { mf__gemm_scale(M, N, beta, C, ldc, bias); return; }
 #if defined(MF__GEMM_HAVE_DIRECT)
-    if (mf__gemm_use_direct(M, N, K)) {
+    if (!bf16 && mf__gemm_use_direct(M, N, K)) {
         mf__gemm_direct(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, bufA, bufB);
         return;
     }
@@ -3448,6 +3487,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
             /* op(B) block rows pc.., cols jc..: as panels of NR columns, i.e. a matrix whose
                row j is column j of op(B): element (j, p) = B[p*brs + j*bcs] */
             mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, bufB);
+            if (bf16) mf__bf16_fit(bufB, (nc + MF__GEMM_NR - 1) / MF__GEMM_NR * MF__GEMM_NR * (long)kc);
             for (ic = 0; ic < M; ic += MF__GEMM_MC) {
                 int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
                 mf__gemm_pack(A + ic * ars + pc * acs, ars, acs, mc, kc, MF__GEMM_MR, bufA);
@@ -3455,6 +3495,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
                     for (ir = 0; ir < mc; ir += MF__GEMM_MR)
                         mf__gemm_panel_rowsum(bufA + (long)ir * kc, (int)mf__gemm_min(MF__GEMM_MR, mc - ir), kc,
                                               rowsA + ic + ir);
+                if (bf16) mf__bf16_fit(bufA, (mc + MF__GEMM_MR - 1) / MF__GEMM_MR * MF__GEMM_MR * (long)kc);
                 for (jr = 0; jr < nc; jr += MF__GEMM_NR) {
                     int nr = (int)mf__gemm_min(MF__GEMM_NR, nc - jr);
                     const float *bp = bufB + (long)jr * kc;
@@ -3524,11 +3565,11 @@ static long mf__gemm_ws_floats(int M, int N, int K, int n_threads)
 }
 
 /* mf_sgemm (+ bias[N] on every row when not NULL) with an optional workspace of
-   mf__gemm_ws_floats() floats (NULL: allocate one); rowsA: see mf__gemm_st (NULL: none) */
+   mf__gemm_ws_floats() floats (NULL: allocate one); rowsA, bf16: see mf__gemm_st (NULL, 0: none) */
 static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float alpha,
                               const float *A, int lda, const float *B, int ldb,
                               float beta, float *C, int ldc, const float *bias, int n_threads, float *ws,
-                              float *rowsA)
+                              float *rowsA, int bf16)
 {
     int nt = mf__gemm_threads(n_threads);
     double flops = 2.0 * M * N * K;
@@ -3550,7 +3591,7 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
     if (!ws && !(mem = MF_MALLOC((size_t)(per * nt + 16) * sizeof(float)))) return;
     buf = mf__gemm_align(ws ? (void *)ws : mem);
     if (nt == 1) {
-        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la, rowsA);
+        mf__gemm_st(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, buf, buf + la, rowsA, bf16);
     } else {
 #if defined(_OPENMP) && !defined(METAFORMER_NO_OPENMP)
         int tm, tn;
@@ -3571,7 +3612,7 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
                             transA ? A + m0 : A + (long)m0 * lda, lda,
                             transB ? B + (long)n0 * ldb : B + n0, ldb,
                             beta, C + (long)m0 * ldc + n0, ldc, bias ? bias + n0 : NULL, bA, bB,
-                            rowsA && t % tn == 0 ? rowsA + m0 : NULL);
+                            rowsA && t % tn == 0 ? rowsA + m0 : NULL, bf16);
         }
 #endif
     }
@@ -3579,14 +3620,14 @@ static void mf__sgemm_bias_ws(int transA, int transB, int M, int N, int K, float
 }
 static void mf__sgemm_ws(int transA, int transB, int M, int N, int K, float alpha,
                          const float *A, int lda, const float *B, int ldb,
-                         float beta, float *C, int ldc, int n_threads, float *ws)
+                         float beta, float *C, int ldc, int n_threads, float *ws, int bf16)
 {
-    mf__sgemm_bias_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, ws, NULL);
+    mf__sgemm_bias_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, ws, NULL, bf16);
 }
 
 static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, float alpha,
                     const float *A, int lda, long long strideA, const float *B, int ldb, long long strideB,
-                    float beta, float *C, int ldc, long long strideC, int batch, int n_threads, float *ws)
+                    float beta, float *C, int ldc, long long strideC, int batch, int n_threads, float *ws, int bf16)
 {
     int nt = mf__gemm_threads(n_threads), b;
     double flops = 2.0 * M * N * K;
@@ -3611,21 +3652,21 @@ static void mf__sgemm_batched_ws(int transA, int transB, int M, int N, int K, fl
             float *bA = buf;
 #endif
             mf__gemm_st(transA, transB, M, N, K, alpha, A + strideA * b, lda, B + strideB * b, ldb,
-                        beta, C + strideC * b, ldc, NULL, bA, bA + la, NULL);
+                        beta, C + strideC * b, ldc, NULL, bA, bA + la, NULL, bf16);
         }
         MF_FREE(mem);
         return;
     }
     for (b = 0; b < batch; ++b)
         mf__sgemm_ws(transA, transB, M, N, K, alpha, A + strideA * b, lda, B + strideB * b, ldb,
-                     beta, C + strideC * b, ldc, nt, ws);
+                     beta, C + strideC * b, ldc, nt, ws, bf16);
 }
 
 MFDEF void mf_sgemm(int transA, int transB, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb,
                     float beta, float *C, int ldc, int n_threads)
 {
-    mf__sgemm_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, n_threads, NULL);
+    mf__sgemm_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, n_threads, NULL, 0);
 }
 
 MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float alpha,
@@ -3633,7 +3674,7 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
                     float beta, float *C, int ldc, long long strideC, int batch, int n_threads)
 {
     mf__sgemm_batched_ws(transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
-                         strideC, batch, n_threads, NULL);
+                         strideC, batch, n_threads, NULL, 0);
 }
 /* ==== [mf:gemm-end] ========================================================================= */
 
@@ -3648,6 +3689,12 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
                        tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, mf__bf16_detect).
      MF_BF16_AVX512    AVX512-BF16 (Intel Cooper Lake and later, AMD Zen 4 and later): vdpbf16ps, a
                        12 x 32 block in 24 zmm accumulators, K two at a time.
+     MF_BF16_FMA       not a kernel of this section: the fp32 engine ([mf:gemm]) with its packed panels
+                       rounded to bf16 (mf__bf16_fit). The product of two bf16 values is exact in
+                       fp32, so each FMA adds it with one rounding, as tdpbf16ps does, in the same
+                       order (K ascending): bit for bit the emulated AMX kernel's results where the
+                       two block K alike. At fp32's speed on any CPU, which on a CPU whose vdpbf16ps
+                       issues at half the FMA rate is twice MF_BF16_AVX512's.
      MF_BF16_PORTABLE  plain C on any CPU: vdpbf16ps's arithmetic one lane at a time (the odd pair's
                        product added first, then the even one's, each sum rounded; denormal inputs
                        and results flushed to zero); several times slower than the fp32 engine.
@@ -3995,7 +4042,7 @@ static int mf__bf16_kernel_usable(mf_bf16_kernel k) {
 #if defined(MF__BG_X86)
     if (mf__bf16_caps < 0) mf__bf16_detect(); /* here, before any threads read the caps */
 #endif
-    if (k == MF_BF16_PORTABLE || k == MF_BF16_AMX_EMU) return 1;
+    if (k == MF_BF16_PORTABLE || k == MF_BF16_AMX_EMU || k == MF_BF16_FMA) return 1;
 #if defined(MF__BG_X86)
     if (k == MF_BF16_AVX512) return mf__bf16_caps & 1;
     if (k == MF_BF16_AMX) return (mf__bf16_caps >> 1) & 1;
@@ -4003,8 +4050,7 @@ static int mf__bf16_kernel_usable(mf_bf16_kernel k) {
     return 0;
 }
 MFDEF mf_bf16_kernel mf_cpu_bf16_kernel(void) {
-    return mf__bf16_kernel_usable(MF_BF16_AMX) ? MF_BF16_AMX
-         : mf__bf16_kernel_usable(MF_BF16_AVX512) ? MF_BF16_AVX512 : MF_BF16_NONE;
+    return mf__bf16_kernel_usable(MF_BF16_AMX) ? MF_BF16_AMX : MF_BF16_FMA;
 }
 
 /* y[i] = x[i * stride] rounded to bf16 for i < n (x may be NULL when n is 0), zeros up to len */
@@ -4146,7 +4192,11 @@ static int mf__bgemm_batched_ws(mf_bf16_kernel k, int ta, int tb, int M, int N, 
 
 MFDEF int mf_bgemm(mf_bf16_kernel kernel, int transA, int transB, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, int n_threads) {
-    if (kernel <= MF_BF16_NONE || kernel > MF_BF16_AMX_EMU || !mf__bf16_kernel_usable(kernel)) return -1;
+    if (kernel <= MF_BF16_NONE || kernel > MF_BF16_FMA || !mf__bf16_kernel_usable(kernel)) return -1;
+    if (kernel == MF_BF16_FMA) {
+        mf__sgemm_bias_ws(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, NULL, NULL, 1);
+        return 0;
+    }
     return mf__bgemm_ws(kernel, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, n_threads, NULL);
 }
 /* ==== [mf:bf16-end] ========================================================================= */
@@ -4162,7 +4212,8 @@ MFDEF int mf_bgemm(mf_bf16_kernel kernel, int transA, int transB, int M, int N, 
    allocate). GEMMs run one at a time from the ops, so one workspace serves them all. */
 static mf_bf16_kernel mf__ctx_bf16(const mf_ctx *ctx);
 static float *mf__gemm_workspace(mf_ctx *ctx, int M, int N, int K) {
-    long need = mf__ctx_bf16(ctx) ? mf__bg_ws_floats(ctx->n_threads) : mf__gemm_ws_floats(M, N, K, ctx->n_threads);
+    mf_bf16_kernel k = mf__ctx_bf16(ctx);
+    long need = k && k != MF_BF16_FMA ? mf__bg_ws_floats(ctx->n_threads) : mf__gemm_ws_floats(M, N, K, ctx->n_threads);
     if (need > ctx->gemm_ws_cap) {
         float *w = (float *)MF_REALLOC(ctx->gemm_ws, (size_t)need * sizeof(float));
         if (!w) return (float *)mf__fail(ctx, "out of memory: GEMM workspace of %ld floats", need);
@@ -4180,8 +4231,8 @@ static mf_bf16_kernel mf__ctx_bf16(const mf_ctx *ctx) {
 static void mf__ctx_gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                          int ldb, float beta, float *C, int ldc, const float *bias, float *ws, float *rowsA) {
     mf_bf16_kernel k = mf__ctx_bf16(ctx);
-    if (!k) {
-        mf__sgemm_bias_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias, ctx->n_threads, ws, rowsA);
+    if (!k || k == MF_BF16_FMA) {
+        mf__sgemm_bias_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias, ctx->n_threads, ws, rowsA, k != 0);
         return;
     }
     if (rowsA) mf__gemm_rowsum(ta ? 1 : lda, ta ? lda : 1, M, K, A, rowsA);
@@ -4200,12 +4251,12 @@ static void mf__gemm_ld(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const 
         for (i = 0; i < batch; i++)
             mf__ctx_gemm(ctx, ta, tb, M, N, K, A + i * sA, lda, B + i * sB, ldb, i ? 1.0f : beta, C, ldc, NULL, ws,
                          NULL);
-    } else if (mf__ctx_bf16(ctx)) {
+    } else if (mf__ctx_bf16(ctx) && mf__ctx_bf16(ctx) != MF_BF16_FMA) {
         mf__bgemm_batched_ws(mf__ctx_bf16(ctx), ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
                              ctx->n_threads, ws);
     } else {
         mf__sgemm_batched_ws(ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
-                             ctx->n_threads, ws);
+                             ctx->n_threads, ws, mf__ctx_bf16(ctx) == MF_BF16_FMA);
     }
     mf__gemm_t1(ctx, t0);
 }
@@ -7337,7 +7388,7 @@ MFDEF const char *mf_metric_form_name(mf_metric_form f) { return mf__name_of(MF_
 MFDEF int mf_metric_form_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__metric_form_names), name); }
 MFDEF const char *mf_block_name(mf_block_kind k) { return mf__name_of(MF__NAMES(mf__block_names), (int)k); }
 MFDEF int mf_block_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__block_names), name); }
-static const char *const mf__bf16_kernel_names[] = {"none", "portable", "avx512-bf16", "amx", "amx-emulated"};
+static const char *const mf__bf16_kernel_names[] = {"none", "portable", "avx512-bf16", "amx", "amx-emulated", "fp32-fma"};
 MFDEF const char *mf_bf16_kernel_name(mf_bf16_kernel k) { return mf__name_of(MF__NAMES(mf__bf16_kernel_names), (int)k); }
 MFDEF int mf_bf16_kernel_from_name(const char *name) { return mf__name_index(MF__NAMES(mf__bf16_kernel_names), name); }
 static const char *const mf__precision_names[] = {"fp32", "tf32", "bf16"};
@@ -7348,12 +7399,7 @@ static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
     if (!mf_ok(ctx)) return -1;
     if (p == MF_PREC_FP32) { ctx->prec = p; return 0; }
     if (p == MF_PREC_BF16) {
-        mf_bf16_kernel k = ctx->bf16_kernel ? ctx->bf16_kernel : mf_cpu_bf16_kernel();
-        if (!k)
-            return (mf__fail(ctx, "mf_ctx_set_precision: bf16 on the CPU needs AMX or AVX512-BF16, and this CPU has "
-                             "neither (%s); keep MF_PREC_FP32, or call mf_ctx_set_bf16_kernel(ctx, MF_BF16_PORTABLE) "
-                             "first for bf16's arithmetic, several times slower than fp32", mf_cpu_features()), -1);
-        ctx->bf16_kernel = k;
+        ctx->bf16_kernel = ctx->bf16_kernel ? ctx->bf16_kernel : mf_cpu_bf16_kernel();
         ctx->prec = p;
         return 0;
     }
@@ -7365,15 +7411,13 @@ static int mf__precision_on_cpu(mf_ctx *ctx, mf_precision p) {
 }
 MFDEF int mf_ctx_set_bf16_kernel(mf_ctx *ctx, mf_bf16_kernel k) {
     if (!mf_ok(ctx)) return -1;
-    if ((int)k < (int)MF_BF16_NONE || (int)k > (int)MF_BF16_AMX_EMU)
-        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: unknown kernel %d (MF_BF16_NONE for the fastest, "
-                         "MF_BF16_PORTABLE, MF_BF16_AVX512, MF_BF16_AMX or MF_BF16_AMX_EMU)", (int)k), -1);
+    if ((int)k < (int)MF_BF16_NONE || (int)k > (int)MF_BF16_FMA)
+        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: unknown kernel %d (MF_BF16_NONE for the fastest, MF_BF16_AMX, "
+                         "MF_BF16_FMA, MF_BF16_AVX512, MF_BF16_PORTABLE or MF_BF16_AMX_EMU)", (int)k), -1);
     if (k && !mf__bf16_kernel_usable(k))
-        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: this CPU cannot run the %s kernel (%s); MF_BF16_PORTABLE runs "
+        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: this CPU cannot run the %s kernel (%s); MF_BF16_FMA runs "
                          "anywhere", mf_bf16_kernel_name(k), mf_cpu_features()), -1);
-    if (!k && ctx->prec == MF_PREC_BF16 && !(k = mf_cpu_bf16_kernel()))
-        return (mf__fail(ctx, "mf_ctx_set_bf16_kernel: this context computes in bf16 and the CPU has no bf16 kernel of "
-                         "its own (%s); name MF_BF16_PORTABLE, or set MF_PREC_FP32 first", mf_cpu_features()), -1);
+    if (!k && ctx->prec == MF_PREC_BF16) k = mf_cpu_bf16_kernel();
     ctx->bf16_kernel = k;
     return 0;
 }

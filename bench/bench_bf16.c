@@ -58,7 +58,7 @@ static double rate(const shape *s, mf_bf16_kernel k, const float *A, const float
 
 int main(int argc, char **argv) {
     int threads = 0, portable = 0, a, i, j, nk = 0;
-    mf_bf16_kernel ks[4];
+    mf_bf16_kernel ks[5];
     size_t big = (size_t)2048 * 2048;
     float *A = malloc(big * sizeof(float)), *B = malloc(big * sizeof(float)), *C = malloc(big * sizeof(float));
     for (a = 1; a < argc; a++) {
@@ -69,6 +69,7 @@ int main(int argc, char **argv) {
     if (!A || !B || !C) return 1;
     for (i = 0; i < (int)big; i++) { A[i] = (float)(i % 17) / 17 - 0.5f; B[i] = (float)(i % 13) / 13 - 0.5f; }
     if (mf_bgemm(MF_BF16_AMX, 0, 0, 1, 1, 1, 1.0f, A, 1, B, 1, 0.0f, C, 1, 1) == 0) ks[nk++] = MF_BF16_AMX;
+    ks[nk++] = MF_BF16_FMA;
     if (mf_bgemm(MF_BF16_AVX512, 0, 0, 1, 1, 1, 1.0f, A, 1, B, 1, 0.0f, C, 1, 1) == 0) ks[nk++] = MF_BF16_AVX512;
     if (portable) ks[nk++] = MF_BF16_PORTABLE;
     printf("cpu: %s; a bf16 context's kernel: %s; threads %d\n\n", mf_cpu_features(),
@@ -89,7 +90,6 @@ int main(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
     }
-    if (!nk) printf("\n(this CPU has no bf16 kernel of its own: --portable times the portable one)\n");
     free(A); free(B); free(C);
     return 0;
 }

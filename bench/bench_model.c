@@ -347,7 +347,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_model: --precision %s: %s\n", precision, mf_error(ctx));
         return 1;
     }
-    if (mf_ctx_bf16_kernel(ctx)) precision = mf_ctx_bf16_kernel(ctx) == MF_BF16_AMX ? "bf16-amx" : "bf16-avx512";
+    if (mf_ctx_bf16_kernel(ctx)) { /* the kernel in the result line: bf16-amx, bf16-fp32-fma, ... */
+        static char named[48];
+        snprintf(named, sizeof named, "bf16-%s", mf_bf16_kernel_name(mf_ctx_bf16_kernel(ctx)));
+        precision = named;
+    }
 #endif
     if (cuda) {
 #ifdef METAFORMER_CUDA

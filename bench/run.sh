@@ -62,7 +62,7 @@ PROF_STEPS=${BENCH_PROFILE_STEPS:-3}
 TORCH2=${BENCH_TORCH2:-1}
 COMPILE=${BENCH_COMPILE:-1}
 COMPILE_TIMEOUT=${BENCH_COMPILE_TIMEOUT:-300}
-BF16=${BENCH_BF16:-auto}   # the bf16 table: auto = where the CPU has bf16 products (AVX512-BF16, AMX)
+BF16=${BENCH_BF16:-1}   # the bf16 table
 OPS_ONLY=0
 PY=${PYTHON:-/usr/bin/python3}
 CC=${CC:-gcc}
@@ -276,11 +276,6 @@ run_torch2() {
 # bf16 (the MetaFormer rows): the C model in --precision bf16 on the CPU's bf16 kernel, and PyTorch 2.x
 # eager under torch.autocast("cpu", dtype=torch.bfloat16); RESULT lines relabelled impl=cbf16 / torch2bf16
 BF16_ROWS=""
-if [ "$BF16" = auto ]; then
-    if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then BF16=1
-    else BF16=0; NOTES+=("No bf16 table: this CPU has neither AVX512-BF16 nor AMX (--precision bf16 is refused on it).")
-    fi
-fi
 if [ "$BF16" = 1 ] && [ "$HEADER" = metaformer.h ]; then
     for m in $ROWS; do case "$(row_field "$m" 2)" in bench/torch_ref.py*) BF16_ROWS="$BF16_ROWS $m" ;; esac; done
 fi

@@ -666,8 +666,8 @@ EX_FN mf_model_config settings_config(const model_settings *M, int V) {
 }
 
 /* --precision NAME: the context's arithmetic (mf_ctx_set_precision), or die naming why not (tf32 on
-   the CPU, bf16 on a CPU without AMX or AVX512-BF16) */
-#define PRECISION_HELP "the products' arithmetic (bf16: fp32 master weights, bf16 products, on a CPU with AMX or AVX512-BF16)"
+   the CPU) */
+#define PRECISION_HELP "the products' arithmetic (bf16: fp32 master weights, bf16 products; AMX tiles where the CPU has them)"
 EX_FN void set_precision(mf_ctx *ctx, const char *name) {
     if (mf_ctx_set_precision(ctx, (mf_precision)mf_precision_from_name(name)) < 0) die("--precision %s: %s", name, mf_error(ctx));
 }

@@ -148,8 +148,8 @@ static const option OPTIONS[] = {
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
     {"device", OPT_TEXT, &S.device, RUN_ONLY, 0, "cpu|cuda", "where to train (cuda: a build made by `make train-cuda`)"},
     {"precision", OPT_TEXT, &S.precision, SAVED_CHANGEABLE, 0, "fp32|tf32|bf16",
-     "the GEMMs' arithmetic (bf16: mixed precision with fp32 master weights, on the CPU through AMX or AVX512-BF16; "
-     "tf32: cuda only; checkpoints stay fp32 and resume anywhere)"},
+     "the GEMMs' arithmetic (bf16: mixed precision with fp32 master weights, on a GPU or any CPU, AMX tiles where "
+     "present; tf32: cuda only; checkpoints stay fp32 and resume anywhere)"},
     {"eval-every", OPT_INT, &S.eval_every, RUN_ONLY, 0, NULL, "validate every N steps (0 = at the end only)"},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "batches per validation"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 1, NULL, "progress line every N steps when not on a terminal"},
@@ -686,8 +686,7 @@ int main(int argc, char **argv) {
     mf_ctx *ctx = mf_ctx_new((uint64_t)S.seed);
     if (!ctx) die("out of memory");
     if (strcmp(S.device, "cuda") == 0 && mf_ctx_set_device(ctx, MF_DEVICE_CUDA) < 0) die("--device cuda: %s", mf_error(ctx));
-    if (strcmp(S.device, "cpu") == 0 && S.resume && !given[option_index("precision")] &&
-        (strcmp(S.precision, "tf32") == 0 || (strcmp(S.precision, "bf16") == 0 && !mf_cpu_bf16_kernel()))) {
+    if (strcmp(S.device, "cpu") == 0 && S.resume && !given[option_index("precision")] && strcmp(S.precision, "tf32") == 0) {
         printf("note: the checkpoint trained in %s; this CPU computes in fp32\n", S.precision); /* its weights are fp32 */
         S.precision = "fp32";
     }

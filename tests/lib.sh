@@ -48,10 +48,6 @@ EOF
     chmod +x "$1"
 }
 
-# cpu_has_bf16: the CPU has bf16 products of its own (AVX512-BF16; every CPU with AMX has it too),
-# so a CPU context takes --precision bf16 (metaformer.h's mf_cpu_bf16_kernel)
-cpu_has_bf16() { grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; }
-
 # check NAME COMMAND...: ok when COMMAND succeeds, else a FAIL line
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 

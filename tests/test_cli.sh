@@ -89,15 +89,10 @@ head -c 3000 ck_step8.st > trunc.st; cp trunc.st trunc_copy.st
 printf 'this is not a checkpoint at all, just text that fills some bytes\n' > garbage.st
 before=$(cksum < ck_step8.st)
 
-# bf16 on the CPU: trains on the CPU's bf16 kernel and says which, or (a CPU without AMX or
-# AVX512-BF16) refuses, naming the portable kernel; tf32 is refused on the CPU
-if cpu_has_bf16; then
-    if "$TRAIN" text.txt "${TINY[@]}" --steps 3 --precision bf16 > bf16.out 2>&1 &&
-       grep -q "^precision: bf16 products on the CPU's" bf16.out; then ok "bf16 on the CPU trains and names its kernel"
-    else bad "bf16 on the CPU trains and names its kernel" "$(tail -n 3 bf16.out)"; fi
-else
-    expect_error "bf16 on a CPU without bf16 units" "MF_BF16_PORTABLE" "$TRAIN" text.txt "${TINY[@]}" --steps 3 --precision bf16
-fi
+# bf16 on the CPU: trains on the CPU's bf16 kernel and says which; tf32 is refused on the CPU
+if "$TRAIN" text.txt "${TINY[@]}" --steps 3 --precision bf16 > bf16.out 2>&1 &&
+   grep -q "^precision: bf16 products on the CPU's" bf16.out; then ok "bf16 on the CPU trains and names its kernel"
+else bad "bf16 on the CPU trains and names its kernel" "$(tail -n 3 bf16.out)"; fi
 expect_error "tf32 on the CPU" "tf32 is a format of NVIDIA's tensor cores" "$TRAIN" text.txt "${TINY[@]}" --steps 1 --precision tf32
 expect_error "missing file"                 "cannot open"               "$TRAIN" no_such_file.txt "${TINY[@]}"
 expect_error "unreadable file (a directory)" "cannot read"              "$TRAIN" adir "${TINY[@]}"

@@ -96,7 +96,8 @@ static void check(int tA, int tB, int M, int N, int K, float alpha, float beta,
 /* the row sums of op(A) taken while A is packed (the linear layer's bias gradient): bit for bit the
    plain sum in order of k, continued from the values already in the sums, on every path (blocked
    with the sums split over row blocks or kept by the first column block, past NC, direct, K = 0,
-   alpha = 0); the product itself must still be right */
+   alpha = 0; a bf16 product on the fp32 kernels, whose sums come from A unrounded); the product itself
+   must still be right */
 static int check_rowsum(int tA, int M, int N, int K, float alpha, int threads)
 {
     int lda = tA ? M : K, m, k, bad = 0;
@@ -110,7 +111,8 @@ static int check_rowsum(int tA, int M, int N, int K, float alpha, int threads)
     for (m = 0; m <= M; ++m) want[m] = sums[m] = frand();
     for (m = 0; m < M; ++m)
         for (k = 0; k < K; ++k) want[m] += tA ? A[(long)k * lda + m] : A[(long)m * lda + k];
-    mf__sgemm_bias_ws(tA, 0, M, N, K, alpha, A, lda, B, N, 0.0f, C, N, NULL, threads, NULL, sums);
+    /* (odd M: a bf16 product on the fp32 kernels, MF_BF16_FMA) */
+    mf__sgemm_bias_ws(tA, 0, M, N, K, alpha, A, lda, B, N, 0.0f, C, N, NULL, threads, NULL, sums, M & 1);
     if (memcmp(sums, want, sizeof(float) * (M + 1))) { /* the element past M must be untouched too */
         for (m = 0; m <= M && !memcmp(&sums[m], &want[m], sizeof(float)); ++m) {}
         printf("FAIL rowsum tA=%d M=%d N=%d K=%d alpha=%g thr=%d: row %d got %.9g want %.9g\n", tA, M, N, K,
@@ -119,7 +121,11 @@ static int check_rowsum(int tA, int M, int N, int K, float alpha, int threads)
     }
     for (m = 0; m < M && !bad; ++m) { /* spot-check the product's first column */
         double ref = 0;
-        for (k = 0; k < K; ++k) ref += (double)(tA ? A[(long)k * lda + m] : A[(long)m * lda + k]) * B[(long)k * N];
+        for (k = 0; k < K; ++k) { /* (in bf16: the product of the rounded operands) */
+            float a = tA ? A[(long)k * lda + m] : A[(long)m * lda + k], b = B[(long)k * N];
+            if (M & 1) a = mf__bf16_float(mf__bf16_round(a)), b = mf__bf16_float(mf__bf16_round(b));
+            ref += (double)a * b;
+        }
         if (fabs(C[(long)m * N] - alpha * ref) > 1e-4 * (1 + fabs(ref))) {
             printf("FAIL rowsum tA=%d M=%d N=%d K=%d: C[%d][0] = %g, want %g\n", tA, M, N, K, m, C[(long)m * N], alpha * ref);
             bad = 1;

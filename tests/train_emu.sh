@@ -7,8 +7,6 @@ set -u
 cd "$(dirname "$0")/.."
 BIN=${TRAIN_EMU:-build/emu/train_emu}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=tests/lib.sh
-. tests/lib.sh # (cpu_has_bf16; this script keeps its own ok / bad)
 pass=0; fail=0
 ok()  { echo "ok   $1"; pass=$((pass+1)); }
 bad() { echo "FAIL $1"; shift; printf '    %s\n' "$@" | head -12; fail=$((fail+1)); }
@@ -48,9 +46,8 @@ done
 
 # --precision bf16 (mixed precision on the device): every printed loss within 2% of the CPU's fp32
 # run (bf16 operands over 8 steps of a tiny model), for sdpa and for fast_weights in chunks of 4 (its
-# chunkwise kernels in bf16); a CPU asked for bf16 trains on its bf16 products (or, without them,
-# refuses with the reason); a bf16 checkpoint resumes on the CPU (in bf16 where it can, else saying
-# it computes in fp32) and a CPU checkpoint resumes in bf16.
+# chunkwise kernels in bf16); a CPU asked for bf16 trains on its bf16 products; a bf16 checkpoint
+# resumes on the CPU (in bf16) and a CPU checkpoint resumes in bf16.
 losses() { awk '/^step [0-9]+\/[0-9]+ +loss / { print $2, $4 } /^step [0-9]+: valid loss / { print $1 $2, $5 }' "$1"; }
 near() { # REF RUN: every loss REF prints (at least 5), RUN prints at the same step within 2% (a run
           # stopped by --stop-after adds a validation at its stop)
@@ -72,13 +69,9 @@ done
 # shellcheck disable=SC2086
 "$BIN" $TINY --device cpu --precision bf16 > "$tmp/cpu_bf16.txt" 2>&1
 rc=$?
-if cpu_has_bf16; then
-    if [ "$rc" -eq 0 ] && grep -q "^precision: bf16 products on the CPU's" "$tmp/cpu_bf16.txt" && near "$tmp/cpu_sdpa.txt" "$tmp/cpu_bf16.txt"; then
-        ok "train.c --device cpu --precision bf16: the CPU's bf16 kernel, every loss within 2% of fp32's"
-    else bad "train.c --device cpu --precision bf16 on a CPU with bf16 products (status $rc)" "$(cat "$tmp/cpu_bf16.txt")"; fi
-elif [ "$rc" -ne 0 ] && grep -q "bf16 on the CPU needs AMX or AVX512-BF16" "$tmp/cpu_bf16.txt"; then
-    ok "train.c --device cpu --precision bf16: refused (status $rc) on a CPU without bf16 products, with the reason"
-else bad "train.c --device cpu --precision bf16 must be refused with the reason (status $rc)" "$(cat "$tmp/cpu_bf16.txt")"; fi
+if [ "$rc" -eq 0 ] && grep -q "^precision: bf16 products on the CPU's" "$tmp/cpu_bf16.txt" && near "$tmp/cpu_sdpa.txt" "$tmp/cpu_bf16.txt"; then
+    ok "train.c --device cpu --precision bf16: the CPU's bf16 kernel, every loss within 2% of fp32's"
+else bad "train.c --device cpu --precision bf16 (status $rc)" "$(cat "$tmp/cpu_bf16.txt")"; fi
 # bf16 for 3 steps, the CPU to step 6, bf16 again to the end (sdpa); against the CPU's uninterrupted run
 # shellcheck disable=SC2086
 { "$BIN" $TINY --device cuda --precision bf16 --save "$tmp/ck.st" --stop-after 3 > "$tmp/r1.txt" 2>&1 &&
@@ -86,9 +79,8 @@ else bad "train.c --device cpu --precision bf16 must be refused with the reason 
   "$BIN" $TINY --device cuda --precision bf16 --resume "$tmp/ck.st" > "$tmp/r3.txt" 2>&1; }
 rc=$?
 cat "$tmp/r1.txt" "$tmp/r2.txt" "$tmp/r3.txt" > "$tmp/r.txt"
-# (the CPU continues in bf16 where it has bf16 products, else it says it computes in fp32)
-if cpu_has_bf16; then r2_says="^precision: bf16 products on the CPU's"; else r2_says="note: the checkpoint trained in bf16; this CPU computes in fp32"; fi
-if [ "$rc" -eq 0 ] && grep -q "$r2_says" "$tmp/r2.txt" &&
+# (the CPU continues in bf16)
+if [ "$rc" -eq 0 ] && grep -q "^precision: bf16 products on the CPU's" "$tmp/r2.txt" &&
    grep -q "resumed from .* at step 3" "$tmp/r2.txt" && grep -q "resumed from .* at step 6" "$tmp/r3.txt" &&
    [ "$(losses "$tmp/r.txt" | grep -c '^[0-9]*/8 ')" -eq 8 ] && near "$tmp/cpu_sdpa.txt" "$tmp/r.txt"; then
     ok "train.c: bf16 on the device -> --resume on the CPU (with a note) -> --resume in bf16: the CPU run's losses within 2%"
