@@ -51,17 +51,20 @@ static void list_models(void) {
         n += (size_t)snprintf(MODEL_LIST + n, sizeof MODEL_LIST - n, "%s%s", i ? ", " : "", ALL_MODELS[i]);
     LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
     LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
+    LIBRARY_CHOICES(METRIC_FORMS, mf_metric_form_name, mf_metric_form);
 }
 
 /* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
 typedef struct {
-    const char *models, *out, *pos, *act, *optimizer, *schedule, *preset, *precision;
+    const char *models, *out, *pos, *act, *optimizer, *schedule, *preset, *precision, *metric_form;
     int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, seeds, threads, eval_batches;
     int mem_len, c_mem_len, compression_rate, log_every, log_y, warmup, clone_layers, attn_bias, seed_configs, list_presets;
+    int pool_size;
     float lr, clip, beta1, beta2, weight_decay, dropout;
 } settings;
 
 static settings S = {.models = "all", .out = "ablate", .pos = "learned", .act = "gelu", .optimizer = "adam", .precision = "fp32",
+
     .schedule = "cosine", .steps = -1, .batch = -1, .seq_len = -1, .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1,
     .seed = 1, .seeds = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
     .warmup = -1, .attn_bias = 1, .lr = -1, .clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = -1};
@@ -82,6 +85,8 @@ static const option OPTIONS[] = {
     {"dropout", OPT_FLOAT, &S.dropout, RUN_ONLY, 0, NULL, "dropout probability"},
     {"clone-layers", OPT_FLAG, &S.clone_layers, RUN_ONLY, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"},
     {"attn-bias", OPT_INT, &S.attn_bias, RUN_ONLY, 0, NULL, "sdpa: biases in q, k, v and out (the other mixers ignore it)"},
+    {"metric-form", OPT_TEXT, &S.metric_form, RUN_ONLY, 0, METRIC_FORMS, "metric: the form of M (cholesky: L L^T, softmax_tril: the NLP MetaFormer seed's S S^T)"},
+    {"pool-size", OPT_INT, &S.pool_size, RUN_ONLY, 1, NULL, "pool: the window's length (causal: the last N tokens)"},
     {"mem-len", OPT_INT, &S.mem_len, RUN_ONLY, 0, NULL, "relative, compressive: memories per layer [T]"},
     {"c-mem-len", OPT_INT, &S.c_mem_len, RUN_ONLY, 0, NULL, "compressive: compressed memories per layer [T/2]"},
     {"compression-rate", OPT_INT, &S.compression_rate, RUN_ONLY, 1, NULL, "compressive: memories per compressed memory"},
@@ -207,6 +212,8 @@ static mf_model_config model_config(const char *model, const text_data *text) {
     c.compressive = strcmp(model, "compressive") == 0;
     c.mixer = c.compressive ? MF_MIXER_RELATIVE : (mf_mixer_kind)mf_mixer_from_name(model);
     if (c.mixer == MF_MIXER_SDPA) c.attn_bias = S.attn_bias;
+    if (c.mixer == MF_MIXER_METRIC) c.metric_form = (mf_metric_form)mf_metric_form_from_name(S.metric_form);
+    if (c.mixer == MF_MIXER_POOL) c.pool_size = S.pool_size;
     if (c.mixer == MF_MIXER_RELATIVE) { c.mem_len = S.mem_len; c.pos = MF_POS_NONE; }
     if (c.compressive) { c.c_mem_len = S.c_mem_len; c.compression_rate = S.compression_rate; }
     return c;
@@ -621,6 +628,10 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
                   S.seed, S.seeds > 1 ? seeds_to : "", S.threads,
                   S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate, S.pos, S.act,
                   S.clone_layers ? "cloned layers, " : "", S.optimizer, (double)S.lr, S.schedule, (double)S.clip);
+    if (strcmp(S.metric_form, mf_metric_form_name(mf_model_config_default().metric_form)) != 0 && (size_t)k < size)
+        k += snprintf(buf + k, size - (size_t)k, "; metric form %s", S.metric_form);
+    if (S.pool_size != mf_model_config_default().pool_size && (size_t)k < size)
+        k += snprintf(buf + k, size - (size_t)k, "; pool size %d", S.pool_size);
     if (strcmp(S.precision, "fp32") != 0 && (size_t)k < size)
         k += snprintf(buf + k, size - (size_t)k, "; %s products (--precision)", S.precision);
     if (S.seed_configs && (size_t)k < size)
@@ -801,6 +812,8 @@ int main(int argc, char **argv) {
     run *runs;
 
     list_models();
+    S.metric_form = mf_metric_form_name(mf_model_config_default().metric_form); /* the library's defaults */
+    S.pool_size = mf_model_config_default().pool_size;
     argv = expand_preset(&argc, argv, 0);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);

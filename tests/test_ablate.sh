@@ -90,6 +90,15 @@ if [ $rc -eq 0 ] && [ "$(awk -F '\t' 'NR > 1 && $10 ~ /^diverged at step [0-9]+ 
 then ok "diverging runs: each row says at which step, and the table and plot are still written"
 else bad "diverging runs: each row says at which step" "rc $rc" "$(cat div.out)"; fi
 
+# 3b. the mixers' own fields and the precision reach the runs, and the report says so; a bad value is refused
+"$ABLATE" "${TINY[@]}" --models metric,pool --metric-form softmax_tril --pool-size 5 --precision bf16 --out fields \
+    > fields.out 2>&1; rc=$?
+if [ $rc -eq 0 ] && grep -q "; metric form softmax_tril; pool size 5; bf16 products (--precision)" fields.md &&
+   [ "$(csv_fields fields.csv | awk -F '\t' 'NR > 1 && $10 == "ok"' | wc -l)" -eq 2 ]
+then ok "--metric-form, --pool-size and --precision: both runs train, the report names the settings"
+else bad "--metric-form, --pool-size, --precision" "rc $rc" "$(tail -n 5 fields.out)" "$(sed -n 3p fields.md 2>/dev/null)"; fi
+expect_error "--metric-form of another name" "unknown --metric-form" "$ABLATE" --metric-form cosine
+
 # 4. a text file: bits per character, the memory models on the sequential loader
 awk 'BEGIN { srand(5); split("the king and queen of a land far away spoke to the people who listened", w, " ");
              for (i = 0; i < 3000; i++) printf "%s%s", w[int(rand() * 15) + 1], (i % 12 == 11 ? ".\n" : " ") }' > text.txt
