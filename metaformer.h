@@ -3415,10 +3415,10 @@ static void mf__gemm_rowsum(long ars, long acs, int M, int K, const float *A, fl
 
 static uint16_t mf__bf16_round(float f);
 static float mf__bf16_float(uint16_t h);
-/* x[i] = x[i] rounded to bf16 (mf__bf16_round), kept as floats: the packed panels of a bf16 product
-   on the fp32 kernels (MF_BF16_FMA: the product of two bf16 values is exact in fp32, so each FMA
-   adds it with one rounding, as the bf16 instructions do) */
-static void mf__bf16_fit(float *x, long n)
+/* x[0..n) rounded to bf16 (mf__bf16_round, 16 or 8 at a time with the engine's SIMD) into the upper
+   halves of yf (floats holding bf16 values: the packed panels of a bf16 product on the fp32 kernels,
+   MF_BF16_FMA) or into yh (bf16 values: [mf:bf16]'s packing); yf may be x */
+static void mf__bf16_round_n(const float *x, float *yf, uint16_t *yh, long n)
 {
     long i = 0;
 #if defined(MF__GEMM_AVX512)
@@ -3428,30 +3428,36 @@ static void mf__bf16_fit(float *x, long n)
     for (; i + 16 <= n; i += 16) {
         __m512i u = _mm512_loadu_si512((const void *)(x + i));
         __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs), inf);
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+        /* (the maskz forms: the plain ones start from an undefined register, which g++ -O1 warns of) */
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), one)));
         r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
-        _mm512_storeu_si512((void *)(x + i), _mm512_and_si512(r, hi));
+        if (yf) _mm512_storeu_si512((void *)(yf + i), _mm512_and_si512(r, hi));
+        else _mm256_storeu_si256((__m256i *)(void *)(yh + i), _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, r, 16)));
     }
 #elif defined(MF__GEMM_AVX2)
     const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), inf = _mm256_set1_epi32(0x7f800000);
     const __m256i abs = _mm256_set1_epi32(0x7fffffff), hi = _mm256_set1_epi32((int)0xffff0000u);
     const __m256i quiet = _mm256_set1_epi32(0x400000);
-    for (; i + 8 <= n; i += 8) {
+    for (; yf && i + 8 <= n; i += 8) {
         __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
         __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
         __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
         r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
-        _mm256_storeu_si256((__m256i *)(void *)(x + i), _mm256_and_si256(r, hi));
+        _mm256_storeu_si256((__m256i *)(void *)(yf + i), _mm256_and_si256(r, hi));
     }
 #endif
-    for (; i < n; i++) x[i] = mf__bf16_float(mf__bf16_round(x[i]));
+    for (; i < n; i++) {
+        uint16_t b = mf__bf16_round(x[i]);
+        if (yf) yf[i] = mf__bf16_float(b);
+        else yh[i] = b;
+    }
 }
 
 /* One thread, blocked product (+ bias[N] on every row when not NULL); bufA / bufB hold
    mf__gemm_bufA_len / _bufB_len floats. When rowsA is not NULL, also rowsA[i] += sum over p of
    op(A)(i, p), summed in order of p, for M rows: the packing of A has every element in L1 once
    (the bias gradient of a linear layer, dW = dy^T x, without another pass over dy). bf16: the
-   packed panels are rounded to bf16 (mf__bf16_fit; the row sums come from A as it is), and the
+   packed panels are rounded to bf16 (mf__bf16_round_n; the row sums come from A as it is), and the
    direct path, which reads A in place, is not taken. */
 static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb,
@@ -3487,7 +3493,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
             /* op(B) block rows pc.., cols jc..: as panels of NR columns, i.e. a matrix whose
                row j is column j of op(B): element (j, p) = B[p*brs + j*bcs] */
             mf__gemm_pack(B + pc * brs + jc * bcs, bcs, brs, nc, kc, MF__GEMM_NR, bufB);
-            if (bf16) mf__bf16_fit(bufB, (nc + MF__GEMM_NR - 1) / MF__GEMM_NR * MF__GEMM_NR * (long)kc);
+            if (bf16) mf__bf16_round_n(bufB, bufB, NULL, (nc + MF__GEMM_NR - 1) / MF__GEMM_NR * MF__GEMM_NR * (long)kc);
             for (ic = 0; ic < M; ic += MF__GEMM_MC) {
                 int mc = (int)mf__gemm_min(MF__GEMM_MC, M - ic);
                 mf__gemm_pack(A + ic * ars + pc * acs, ars, acs, mc, kc, MF__GEMM_MR, bufA);
@@ -3495,7 +3501,7 @@ static void mf__gemm_st(int transA, int transB, int M, int N, int K, float alpha
                     for (ir = 0; ir < mc; ir += MF__GEMM_MR)
                         mf__gemm_panel_rowsum(bufA + (long)ir * kc, (int)mf__gemm_min(MF__GEMM_MR, mc - ir), kc,
                                               rowsA + ic + ir);
-                if (bf16) mf__bf16_fit(bufA, (mc + MF__GEMM_MR - 1) / MF__GEMM_MR * MF__GEMM_MR * (long)kc);
+                if (bf16) mf__bf16_round_n(bufA, bufA, NULL, (mc + MF__GEMM_MR - 1) / MF__GEMM_MR * MF__GEMM_MR * (long)kc);
                 for (jr = 0; jr < nc; jr += MF__GEMM_NR) {
                     int nr = (int)mf__gemm_min(MF__GEMM_NR, nc - jr);
                     const float *bp = bufB + (long)jr * kc;
@@ -3690,7 +3696,7 @@ MFDEF void mf_sgemm_batched(int transA, int transB, int M, int N, int K, float a
      MF_BF16_AVX512    AVX512-BF16 (Intel Cooper Lake and later, AMD Zen 4 and later): vdpbf16ps, a
                        12 x 32 block in 24 zmm accumulators, K two at a time.
      MF_BF16_FMA       not a kernel of this section: the fp32 engine ([mf:gemm]) with its packed panels
-                       rounded to bf16 (mf__bf16_fit). The product of two bf16 values is exact in
+                       rounded to bf16 (mf__bf16_round_n). The product of two bf16 values is exact in
                        fp32, so each FMA adds it with one rounding, as tdpbf16ps does, in the same
                        order (K ascending): bit for bit the emulated AMX kernel's results where the
                        two block K alike. At fp32's speed on any CPU, which on a CPU whose vdpbf16ps
@@ -3739,7 +3745,7 @@ static int mf__bg_kstep(mf_bf16_kernel k) { return k == MF_BF16_AMX || k == MF_B
 
 static void mf__bg_cvt(const float *x, long stride, uint16_t *y, int n, int len);
 /* The packing reads runs of the source that are contiguous where the product's layout allows (a
-   run of K, or of rows / columns for one K), rounds them 16 at a time (mf__bg_cvt) and lays the
+   run of K, or of rows / columns for one K), rounds them with the engine's SIMD (mf__bg_cvt) and lays the
    values out as the kernels read them. */
 
 /* B block rows [0, kc) (op(B)(p, j) = B[p*rs + j*cs]), columns [0, nc): panels of 32 columns,
@@ -3976,25 +3982,9 @@ MF__BG_AVX512 static void mf__bk_avx512(int kp, const uint16_t *a, const uint16_
     }
     MF__BK_ROWS(MF__BK_ST)
 }
-/* n (a multiple of 16) floats to bf16 as mf__bf16_round rounds them, 16 at a time */
-__attribute__((target("avx512f"))) static void mf__bg_round16(const float *x, uint16_t *y, int n) {
-    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-    const __m512i inf = _mm512_set1_epi32(0x7f800000), abs = _mm512_set1_epi32(0x7fffffff);
-    const __m512i quiet = _mm512_set1_epi32(0x400000);
-    int i;
-    for (i = 0; i < n; i += 16) {
-        __m512i u = _mm512_loadu_si512((const void *)(x + i));
-        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs), inf);
-        /* (the maskz forms: the plain ones start from an undefined register, which g++ -O1 warns of) */
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), one)));
-        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
-        _mm256_storeu_si256((__m256i *)(void *)(y + i), _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srli_epi32(0xffff, r, 16)));
-    }
-}
-
 /* What this CPU and OS offer (once per process): cpuid's feature bits, the OS's saved state (XCR0)
    and, for AMX on Linux, the kernel's permission to use the tile data. */
-static int mf__bf16_caps = -1; /* bit 0: AVX512-BF16 usable, bit 1: AMX-BF16, bit 2: AVX-512 F and BW */
+static int mf__bf16_caps = -1; /* bit 0: AVX512-BF16 usable, bit 1: AMX-BF16 usable */
 static char mf__cpu_feat[160];
 static unsigned long long mf__xgetbv0(void) {
     unsigned lo, hi;
@@ -4013,7 +4003,6 @@ static void mf__bf16_detect(void) {
         avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && (xcr0 & 0xe6) == 0xe6; /* avx512f, avx512bw, zmm state */
         amx = ((d >> 22) & 1) && ((d >> 24) & 1);                              /* amx-bf16, amx-tile */
     }
-    if (avx512) caps |= 4;
     if (avx512 && ((a1 >> 5) & 1)) caps |= 1;
 #if defined(__linux__)
     if (amx) { /* arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): syscall 158, 0x1023, 18 */
@@ -4056,12 +4045,7 @@ MFDEF mf_bf16_kernel mf_cpu_bf16_kernel(void) {
 /* y[i] = x[i * stride] rounded to bf16 for i < n (x may be NULL when n is 0), zeros up to len */
 static void mf__bg_cvt(const float *x, long stride, uint16_t *y, int n, int len) {
     int i = 0;
-#if defined(MF__BG_X86)
-    if (stride == 1 && n >= 16 && mf__bf16_caps > 0 && (mf__bf16_caps & 4)) {
-        i = n & ~15;
-        mf__bg_round16(x, y, i);
-    }
-#endif
+    if (stride == 1) mf__bf16_round_n(x, NULL, y, i = n);
     for (; i < n; i++) y[i] = mf__bf16_round(x[(long)i * stride]);
     for (; i < len; i++) y[i] = 0;
 }
