@@ -14,7 +14,7 @@
      [sample]    generate and print a sample
      [steps]     one training step and the validation loss of either loader, on one process or
                  on the ranks of a data-parallel run (build/train-mpi)
-     [stats]     several seeds: mean, standard deviation, 95% interval; Welch's test
+     [stats]     several seeds: mean, standard deviation, 95% interval; Welch's test; --jobs (seeds at once)
 
    Every function is static; EX_FN marks them unused-is-fine, since no program needs all. */
 #ifndef EXAMPLES_COMMON_H
@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #ifndef EX_PROG
 #define EX_PROG "example"
@@ -1135,6 +1138,42 @@ EX_FN int welch_differs(stat_summary a, stat_summary b) {
     if (se2 == 0) return a.mean != b.mean;
     df = se2 * se2 / (va * va / (a.n - 1) + vb * vb / (b.n - 1));
     return fabs(a.mean - b.mean) / sqrt(se2) > t95(df < 1 ? 1 : df);
+}
+
+/* --jobs: seeds trained at once. Each seed's models live in contexts of their own and draw from
+   their own seeded streams, so a seed's numbers do not depend on how many run beside it; only the
+   order of the printed lines does. */
+#define JOBS_HELP "seeds trained at once (0: one per core; each then gets the cores / jobs threads); results do not depend on it"
+
+/* the jobs to run n seeds on (jobs 0: the cores, never more than n) */
+EX_FN int seed_jobs(int jobs, int n) {
+#ifdef _OPENMP
+    if (jobs <= 0) jobs = omp_get_num_procs();
+#else
+    jobs = 1;
+#endif
+    return jobs < 1 ? 1 : jobs > n ? (n < 1 ? 1 : n) : jobs;
+}
+/* the library threads of each seed's context when jobs seeds run at once on a --threads request
+   (0: all cores): the cores shared out, at least 1 */
+EX_FN int seed_threads(int threads, int jobs) {
+#ifdef _OPENMP
+    int cores = threads > 0 ? threads : omp_get_num_procs();
+#else
+    int cores = threads > 0 ? threads : 1;
+#endif
+    if (jobs <= 1) return threads;
+    return cores / jobs > 1 ? cores / jobs : 1;
+}
+/* fn(i, user) for every i in [0, n), on seed_jobs(jobs, n) threads; fn must touch only its own
+   i's results (die() from any of them ends the program) */
+EX_FN void run_seeds(int n, int jobs, void (*fn)(int i, void *user), void *user) {
+    int nj = seed_jobs(jobs, n);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nj)
+#endif
+    for (int i = 0; i < n; i++) fn(i, user);
+    (void)nj;
 }
 
 #endif /* EXAMPLES_COMMON_H */
