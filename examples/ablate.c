@@ -27,6 +27,7 @@
 #define EX_PROG "ablate"
 #include "common.h"
 #include "svg.h"  /* open_out, axes, ticks, colours: the charts' helpers */
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -57,7 +58,7 @@ static void list_models(void) {
 /* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
 typedef struct {
     const char *models, *out, *pos, *act, *optimizer, *schedule, *preset, *precision, *metric_form;
-    int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, seeds, threads, eval_batches;
+    int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, seeds, jobs, threads, eval_batches;
     int mem_len, c_mem_len, compression_rate, log_every, log_y, warmup, clone_layers, attn_bias, seed_configs, list_presets;
     int pool_size;
     float lr, clip, beta1, beta2, weight_decay, dropout;
@@ -66,7 +67,7 @@ typedef struct {
 static settings S = {.models = "all", .out = "ablate", .pos = "learned", .act = "gelu", .optimizer = "adam", .precision = "fp32",
 
     .schedule = "cosine", .steps = -1, .batch = -1, .seq_len = -1, .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1,
-    .seed = 1, .seeds = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
+    .seed = 1, .seeds = 1, .jobs = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
     .warmup = -1, .attn_bias = 1, .lr = -1, .clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = -1};
 static char ACTIVATIONS[64];
 
@@ -103,6 +104,8 @@ static const option OPTIONS[] = {
     {"seeds", OPT_INT, &S.seeds, RUN_ONLY, 1, NULL, "runs per model, seeds --seed .. --seed + N - 1: each number as mean "
      "± sd with its 95% interval, the ranking with the differences that are significant (Welch's t test, 5%)"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads per run, 0 = all [1: runs on a busy machine compare fairly]"},
+    {"jobs", OPT_INT, &S.jobs, RUN_ONLY, 0, NULL, "runs at once, each in its own process (0: one per core; each then gets the "
+     "cores / jobs threads): losses do not depend on it, speeds do"},
     {"precision", OPT_TEXT, &S.precision, RUN_ONLY, 0, "fp32|bf16", PRECISION_HELP},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "validation batches [sorter 8, text 20; --quick 8, 10]"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 0, NULL, "not on a terminal: a progress line every N steps (0 = one line per run)"},
@@ -334,7 +337,8 @@ static int run_child(const char *model_name, const char *label, int seed_config,
     int64_t tokens = 0, step;
 
     if (!ctx) { send_result(fd, RUN_BUILD_FAILED, 0, "out of memory"); return 1; }
-    mf_set_threads(ctx, S.threads);
+    mf_set_threads(ctx, seed_threads(S.threads, S.jobs));
+    if (S.jobs > 1) pr.tty = 0; /* runs side by side: whole progress lines (--log-every), none redrawn in place */
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
     if (!(model = mf_model_new(ctx, &cfg))) { send_result(fd, RUN_BUILD_FAILED, 0, "%s", mf_error(ctx)); return 1; }
     open_data(&d, text, &cfg);
@@ -431,32 +435,37 @@ static void add_point(run *r, const run_msg *m) {
     r->n_curve++;
 }
 
-/* fork, collect the child's messages, wait for it and take its own peak RSS */
-static void run_one(run *r, int index, int n_runs, const text_data *text) {
-    int fds[2], status = 0;
-    struct rusage ru;
-    run_msg m;
-    double t0 = mf_time();
-    pid_t pid;
+/* a run in progress: its child and the read end of its pipe */
+typedef struct child { pid_t pid; int fd; double t0; } child;
+
+/* fork run r's child (index of n_runs) */
+static child start_run(run *r, int index, int n_runs, const text_data *text) {
+    int fds[2];
+    child c;
     memset(&r->result, 0, sizeof r->result);
     r->result.status = -1;
+    c.t0 = mf_time();
     fflush(stdout); fflush(stderr); /* nothing buffered may be written twice */
-    if (pipe(fds) < 0 || (pid = fork()) < 0) die("cannot start a run: %s", strerror(errno));
-    if (pid == 0) {
+    if (pipe(fds) < 0 || (c.pid = fork()) < 0) die("cannot start a run: %s", strerror(errno));
+    if (c.pid == 0) {
         close(fds[0]);
         int rc = run_child(r->mixer, r->model, r->seed_config, r->seed, index, n_runs, text, fds[1]);
         fflush(stdout);
         _exit(rc);
     }
     close(fds[1]);
-    while (read_msg(fds[0], &m)) {
-        if (m.kind == MSG_POINT) add_point(r, &m);
-        else r->result = m;
-    }
-    close(fds[0]);
+    c.fd = fds[0];
+    return c;
+}
+
+/* after the child closed its pipe: wait for it and take its own peak RSS */
+static void finish_run(run *r, const child *c) {
+    int status = 0;
+    struct rusage ru;
+    close(c->fd);
     memset(&ru, 0, sizeof ru);
-    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {}
-    r->wall_s = mf_time() - t0;
+    while (wait4(c->pid, &status, 0, &ru) < 0 && errno == EINTR) {}
+    r->wall_s = mf_time() - c->t0;
 #ifdef __APPLE__
     r->rss_mb = (double)ru.ru_maxrss / (1024.0 * 1024.0); /* bytes */
 #else
@@ -467,6 +476,40 @@ static void run_one(run *r, int index, int n_runs, const text_data *text) {
         r->result.status = RUN_CRASHED; r->result.step = last;
         if (WIFSIGNALED(status)) snprintf(r->result.msg, sizeof r->result.msg, "crashed (signal %d) after step %lld", WTERMSIG(status), (long long)last);
         else snprintf(r->result.msg, sizeof r->result.msg, "exited with status %d after step %lld", WEXITSTATUS(status), (long long)last);
+    }
+}
+
+static void print_run_line(const run *r, int index, int n_runs, int text);
+
+/* every run, S.jobs children at once; a run's line is printed when it ends (in the order they end) */
+static void run_all(run *runs, int n_runs, const text_data *text) {
+    enum { MAX_JOBS = 64 };
+    child live[MAX_JOBS];
+    struct pollfd fds[MAX_JOBS];
+    int which[MAX_JOBS], n_live = 0, next = 0;
+    while (next < n_runs || n_live > 0) {
+        while (n_live < S.jobs && n_live < MAX_JOBS && next < n_runs) {
+            live[n_live] = start_run(&runs[next], next, n_runs, text);
+            which[n_live++] = next++;
+        }
+        for (int i = 0; i < n_live; i++) { fds[i].fd = live[i].fd; fds[i].events = POLLIN; fds[i].revents = 0; }
+        if (poll(fds, (nfds_t)n_live, -1) < 0) {
+            if (errno == EINTR) continue;
+            die("waiting for the runs: %s", strerror(errno));
+        }
+        for (int i = n_live - 1; i >= 0; i--) {
+            run_msg m;
+            run *r = &runs[which[i]];
+            if (!fds[i].revents) continue;
+            if (read_msg(live[i].fd, &m)) { /* a whole message: the child writes each in one piece */
+                if (m.kind == MSG_POINT) add_point(r, &m);
+                else r->result = m;
+                continue;
+            }
+            finish_run(r, &live[i]);
+            print_run_line(r, which[i], n_runs, text != NULL);
+            live[i] = live[n_live - 1]; which[i] = which[n_live - 1]; n_live--;
+        }
     }
 }
 
@@ -625,8 +668,8 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
                   "c_mem_len %d, rate %d. Common configuration (rows MODEL): %s positions (relative, compressive: none), "
                   "%s FFN, %s%s lr %g (%s schedule), clip %g", n_runs, S.d_model, S.heads, S.layers, S.d_ff,
                   S.seq_len, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, S.seeds > 1 ? "seeds" : "seed",
-                  S.seed, S.seeds > 1 ? seeds_to : "", S.threads,
-                  S.threads == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate, S.pos, S.act,
+                  S.seed, S.seeds > 1 ? seeds_to : "", seed_threads(S.threads, S.jobs),
+                  seed_threads(S.threads, S.jobs) == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate, S.pos, S.act,
                   S.clone_layers ? "cloned layers, " : "", S.optimizer, (double)S.lr, S.schedule, (double)S.clip);
     if (strcmp(S.metric_form, mf_metric_form_name(mf_model_config_default().metric_form)) != 0 && (size_t)k < size)
         k += snprintf(buf + k, size - (size_t)k, "; metric form %s", S.metric_form);
@@ -634,6 +677,8 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
         k += snprintf(buf + k, size - (size_t)k, "; pool size %d", S.pool_size);
     if (strcmp(S.precision, "fp32") != 0 && (size_t)k < size)
         k += snprintf(buf + k, size - (size_t)k, "; %s products (--precision)", S.precision);
+    if (S.jobs > 1 && (size_t)k < size)
+        k += snprintf(buf + k, size - (size_t)k, "; %d runs at once (--jobs: tok/s measured side by side)", S.jobs);
     if (S.seed_configs && (size_t)k < size)
         snprintf(buf + k, size - (size_t)k, ". Rows MODEL/seed: each model in its seed's configuration (positions, "
                  "activation, biases, cloning, optimizer and schedule of its preset, build/ablate --list-presets), "
@@ -819,6 +864,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);
     n_runs = parse_models(S.models, models);
     if (S.seeds > 1000) die("--seeds %d: at most 1000 runs per model", S.seeds);
+    S.jobs = seed_jobs(S.jobs, n_runs * (S.seed_configs ? 2 : 1) * S.seeds);
+    if (S.jobs > 64) S.jobs = 64;
     resolve_defaults(path != NULL, given);
     EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     if (path) {
@@ -849,10 +896,7 @@ int main(int argc, char **argv) {
         snprintf(labels[row], sizeof labels[row], runs[i].seed_config ? "%s/seed" : "%s", runs[i].mixer);
         runs[i].model = labels[row];
     }
-    for (int i = 0; i < n_runs; i++) {
-        run_one(&runs[i], i, n_runs, path ? &text : NULL);
-        print_run_line(&runs[i], i, n_runs, path != NULL);
-    }
+    run_all(runs, n_runs, path ? &text : NULL);
     printf("\n");
     int have_png;
     if (S.seeds == 1) {

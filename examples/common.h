@@ -330,12 +330,20 @@ EX_FN void format_eta(double s, char *buf, size_t size) {
 /* The array sorter (docs/math.md §13): W tokens of {0, 1, 2} and their sorted copy. */
 enum { SORT_W = 11, SORT_VOCAB = 3, SORT_MAX_T = 2 * SORT_W };
 
+/* the form of the task: flags of sort_batch's form argument */
+enum { SORT_SOLVABLE = 1, SORT_RELABELED = 2 };
+/* SORT_RELABELED writes value v as token SORT_RELABEL[v]: the order to learn is then 1 < 2 < 0 in
+   token ids - the same sequences under other names, a control for claims about the order 0 < 1 < 2 */
+EX_VAR const int32_t SORT_RELABEL[SORT_VOCAB] = {1, 2, 0};
+
 /* One batch: ids [B][T] and targets [B][T] (-1 = not scored); returns T.
-     solvable: the model reads x followed by sorted(x) (2W - 1 tokens fed) and, from position
+     SORT_SOLVABLE: the model reads x followed by sorted(x) (2W - 1 tokens fed) and, from position
                W - 1 on, predicts the next sorted token: every input token is visible first.
-     seed form (solvable = 0): at position w, seeing x[0..w] only, predict sorted(x)[w]. */
-EX_FN int sort_batch(uint64_t *rng, int solvable, int B, int32_t *ids, int32_t *targets) {
-    int T = solvable ? 2 * SORT_W - 1 : SORT_W, b, i;
+     seed form (0): at position w, seeing x[0..w] only, predict sorted(x)[w].
+     SORT_RELABELED (with either): the values written as SORT_RELABEL's tokens; the random stream is
+               drawn alike, so a relabeled batch is the plain one of the same rng renamed. */
+EX_FN int sort_batch(uint64_t *rng, int form, int B, int32_t *ids, int32_t *targets) {
+    int solvable = form & SORT_SOLVABLE, T = solvable ? 2 * SORT_W - 1 : SORT_W, b, i;
     for (b = 0; b < B; b++) {
         int32_t x[SORT_W], y[SORT_W], count[SORT_VOCAB] = {0}, *id = ids + b * T, *tg = targets + b * T, v, n = 0;
         for (i = 0; i < SORT_W; i++) count[x[i] = (int32_t)(next_random(rng) % SORT_VOCAB)]++;
@@ -348,6 +356,8 @@ EX_FN int sort_batch(uint64_t *rng, int solvable, int B, int32_t *ids, int32_t *
         } else {
             for (i = 0; i < SORT_W; i++) { id[i] = x[i]; tg[i] = y[i]; }
         }
+        if (form & SORT_RELABELED)
+            for (i = 0; i < T; i++) { id[i] = SORT_RELABEL[id[i]]; if (tg[i] >= 0) tg[i] = SORT_RELABEL[tg[i]]; }
     }
     return T;
 }
@@ -356,7 +366,7 @@ EX_FN int sort_batch(uint64_t *rng, int solvable, int B, int32_t *ids, int32_t *
    contexts: the logits are read directly); *loss gets the mean cross-entropy of the scored
    tokens and *n_scored their number. A memory model keeps its training memory: it evaluates
    on memory slot 1, emptied first. */
-EX_FN double sort_evaluate(mf_model *model, mf_ctx *ctx, uint64_t *rng, int solvable, int B, int n_batches,
+EX_FN double sort_evaluate(mf_model *model, mf_ctx *ctx, uint64_t *rng, int form, int B, int n_batches,
                            int32_t *ids, int32_t *targets, long *n_scored, double *loss) {
     long right = 0, total = 0;
     double nll = 0;
@@ -364,7 +374,7 @@ EX_FN double sort_evaluate(mf_model *model, mf_ctx *ctx, uint64_t *rng, int solv
     int slot = mf_model_get_config(model)->mixer == MF_MIXER_RELATIVE ? mf_model_memory_slot(model, 1) : -1;
     if (slot >= 0) mf_model_reset_memory(model);
     for (k = 0; k < n_batches; k++) {
-        int T = sort_batch(rng, solvable, B, ids, targets);
+        int T = sort_batch(rng, form, B, ids, targets);
         mf_tensor *logits = mf_model_forward(model, ids, B, T);
         if (!logits) break;
         for (i = 0; i < B * T; i++) {

@@ -142,6 +142,14 @@ if [ $rc -eq 0 ] && [ "$(head -1 seeds.tsv | cut -f1-9)" = "$(printf 'model\tpar
 then ok "--seeds 3: mean, sd and 95% interval per model, the runs one by one (seed 1 = the single run), the ranking, mean curves with bands"
 else bad "--seeds 3: statistics over the seeds" "rc $rc" "$(cat seeds.out)" "$(cat seeds.csv)"; fi
 
+# 4d. --jobs: the same runs two at a time give the same losses and accuracies (speeds and sizes aside)
+"$ABLATE" "${TINY[@]}" --models sdpa,identity --seeds 3 --jobs 2 --out jobs > jobs.out 2>&1; rc=$?
+csv_fields jobs_runs.csv > jobs.tsv
+if [ $rc -eq 0 ] && [ "$(wc -l < jobs.tsv)" = 7 ] && [ "$(cut -f1-5,9- runs.tsv)" = "$(cut -f1-5,9- jobs.tsv)" ] &&
+   grep -q '2 runs at once' jobs.md && [ "$(grep -c '^\[[1-6]/6\] ' jobs.out)" = 6 ]
+then ok "--jobs 2: the runs two at a time give every loss and accuracy of --jobs 1, the report says so"
+else bad "--jobs 2 gives the losses of --jobs 1" "rc $rc" "$(diff <(cut -f1-5,9- runs.tsv) <(cut -f1-5,9- jobs.tsv))" "$(tail -5 jobs.out)"; fi
+
 # 5. errors: exit status 1 and a message naming the problem
 expect_error "unknown model"          'unknown model "gpt" in --models'  "$ABLATE" "${TINY[@]}" --models sdpa,gpt
 expect_error "a model named twice"    'names "pool" twice'              "$ABLATE" "${TINY[@]}" --models pool,pool

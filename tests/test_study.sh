@@ -30,21 +30,41 @@ done
 if [ -z "$bad_svg" ]; then ok "every SVG is one closed, well-formed <svg> without NaN or Inf"
 else bad "every SVG is well-formed" "bad:$bad_svg" "$(head -c 400 "quick/${bad_svg# }" 2>/dev/null)"; fi
 
-rows=$(grep -cE '^\| (sdpa|metric|quadratic) \| (seed|solvable) \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \|' quick/report.md)
+rows=$(grep -cE '^\| (sdpa|metric|quadratic) \| (seed|solvable|relabeled) \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \|' quick/report.md)
 links=0
 for f in $FIGS; do grep -q "($f)" quick/report.md && links=$((links + 1)); done
-if [ "$rows" = 6 ] && [ "$links" = 7 ] && grep -q "Next to the seed's claims" quick/report.md
-then ok "report.md: 6 accuracy rows, links to the 7 figures, the seed's claims"
-else bad "report.md: 6 accuracy rows, 7 figure links, the seed's claims" "rows $rows, links $links" "$(cat quick/report.md)"; fi
+if [ "$rows" = 9 ] && [ "$links" = 7 ] && grep -q "Next to the seed's claims" quick/report.md
+then ok "report.md: 9 accuracy rows (3 mixers x seed, solvable, relabeled form), links to the 7 figures, the seed's claims"
+else bad "report.md: 9 accuracy rows, 7 figure links, the seed's claims" "rows $rows, links $links" "$(cat quick/report.md)"; fi
 
 # the seeds (--quick runs the default 5): the accuracy over them, and each claim per seed, trained and at initialisation
 five='[0-9]( [0-9]){4}'
 claims=$(grep -cE "^\| (sdpa|metric|quadratic) \| $five \| $five \| $five \| $five \| [01]( [01]){4} \| [01]( [01]){4} \| $five \| $five \|\$" quick/report.md)
-seeded=$(grep -cE '^\| (sdpa|metric|quadratic) \| (seed|solvable) \| .* \| [0-9.]+ ± [0-9.]+ \| [0-9.]+% ± [0-9.]+ \| \[-?[0-9.]+%, [0-9.]+%\] \|$' quick/report.md)
-if [ "$claims" = 3 ] && [ "$seeded" = 6 ] && grep -q '^## The claims over 5 seeds, trained and at initialisation' quick/report.md &&
-   [ "$(grep -c ' seed [1-5]  last-epoch' run.out)" = 30 ]
+seeded=$(grep -cE '^\| (sdpa|metric|quadratic) \| (seed|solvable|relabeled) \| .* \| [0-9.]+ ± [0-9.]+ \| [0-9.]+% ± [0-9.]+ \| \[-?[0-9.]+%, [0-9.]+%\] \|$' quick/report.md)
+if [ "$claims" = 3 ] && [ "$seeded" = 9 ] && grep -q '^## The claims over 5 seeds, trained and at initialisation' quick/report.md &&
+   [ "$(grep -c ' seed [1-5]  last-epoch' run.out)" = 45 ]
 then ok "5 seeds by default: every mixer's accuracy over them with its interval, each claim per seed next to its count at initialisation"
 else bad "5 seeds: the accuracy over them and the claims per seed" "claims rows $claims, seeded rows $seeded" "$(grep -A6 'claims over' quick/report.md)"; fi
+
+# the controls: per mixer the counts per seed (mean ± sd), Welch's verdicts and the chance level
+cell="$five \([0-9.]+ ± [0-9.]+\)"
+controls=$(grep -cE "^\| (sdpa|metric|quadratic) \| $cell \| $cell \| (same|differs) \| [0-9.]+ ± [0-9.]+ \| $cell \| $cell \| (same|differs) \| $cell \| $cell \| $cell \| $cell \|\$" quick/report.md)
+if [ "$controls" = 3 ] && grep -q '^## Controls: the same sequences with the tokens renamed' quick/report.md &&
+   grep -q 'after training / at initialisation / by chance' quick/report.md
+then ok "the controls: the relabeled task's counts, at initialisation, Welch's verdict and chance, per mixer"
+else bad "the controls table" "rows $controls" "$(grep -A6 '^## Controls' quick/report.md)"; fi
+
+# --jobs: the seeds run at once give the same numbers as one after another (only the seconds differ)
+numbers() { sed -E 's/  [0-9.]+ s$//' "$1" | grep ' seed [0-9]' | sort; }
+"$STUDY" --quick --seeds 3 --jobs 1 --out j1 > j1.out 2>&1; rc1=$?
+"$STUDY" --quick --seeds 3 --jobs 3 --out j3 > j3.out 2>&1; rc3=$?
+# the report without its timings: the header line and the accuracy table's seconds column
+strip() { grep -v '^`make study`' "$1" | sed -E 's/^(\| [a-z]+ \| (seed|solvable|relabeled) \|([^|]*\|){5})[^|]*\|/\1 s |/'; }
+if [ $rc1 -eq 0 ] && [ $rc3 -eq 0 ] && [ "$(numbers j1.out | wc -l)" = 27 ] && [ "$(numbers j1.out)" = "$(numbers j3.out)" ] &&
+   [ "$(strip j1/report.md)" = "$(strip j3/report.md)" ]
+then ok "--jobs 3 gives the numbers and claims of --jobs 1"
+else bad "--jobs 3 gives the numbers of --jobs 1" "rc $rc1 $rc3" "$(diff <(numbers j1.out) <(numbers j3.out) | head -5)" \
+         "$(diff <(strip j1/report.md) <(strip j3/report.md) | head -5)"; fi
 
 STEMS=$(echo "$FIGS" | sed 's/\.svg//g')
 missing=""
