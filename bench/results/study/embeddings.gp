@@ -31,7 +31,7 @@ set tmargin at screen 0.8103
 set bmargin at screen 0.6345
 set xrange [-0.5:2.5]
 set yrange [2.5:-0.5]
-set cbrange [-0.733457:0.733457]
+set cbrange [-0.733456:0.733456]
 set title 'sdpa head 0: d A d^T' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2)
 set ytics ('0' 0, '1' 1, '2' 2)

@@ -83,7 +83,7 @@ set tmargin at screen 0.9077
 set bmargin at screen 0.6510
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.0914095:0.0914095]
+set cbrange [-0.0914096:0.0914096]
 set title 'L0 h2 metric: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
@@ -109,7 +109,7 @@ set tmargin at screen 0.9077
 set bmargin at screen 0.6510
 set xrange [-0.5:8.5]
 set yrange [8.5:-0.5]
-set cbrange [-0.0873892:0.0873892]
+set cbrange [-0.0873891:0.0873891]
 set title 'L0 h1 quadratic: Wp^T M Wp' offset 0,-0.6
 set xtics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)
 set ytics ('0' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8)

@@ -96,7 +96,7 @@ set tmargin at screen 0.2880
 set bmargin at screen 0.0201
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-0.44372:0.44372]
+set cbrange [-0.443719:0.443719]
 set title 'layer 2 head 0' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
@@ -122,7 +122,7 @@ set tmargin at screen 0.2880
 set bmargin at screen 0.0201
 set xrange [-0.5:10.5]
 set yrange [10.5:-0.5]
-set cbrange [-1.3702:1.3702]
+set cbrange [-1.37019:1.37019]
 set title 'layer 2 head 2' offset 0,-0.6
 set xtics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
 set ytics ('2' 0, '0' 1, '1' 2, '1' 3, '0' 4, '2' 5, '2' 6, '1' 7, '0' 8, '0' 9, '1' 10)
