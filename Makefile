@@ -407,7 +407,7 @@ ablate: $(BUILD)/ablate
 	./$(BUILD)/ablate --quick --out $(BUILD)/ablate_sorter
 
 # the NLP MetaFormer seed's sorting study (sdpa, metric, quadratic on the seed's model and a relabeled
-# control, 5 seeds; about 2 minutes on 2 quiet cores): bench/results/study/report.md and its SVG
+# control, 5 seeds, one per core at once): bench/results/study/report.md and its SVG
 # figures (+ PNG with gnuplot)
 study: $(BUILD)/study
 	./$(BUILD)/study --out bench/results/study
