@@ -240,7 +240,7 @@ $(BUILD)/logs/sh/test_custom_cli.log: $(BUILD)/custom_mixer $(BUILD)/train $(BUI
 $(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(BUILD)/train-mpi
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
-$(BUILD)/logs/sh/test_study.log: $(BUILD)/study
+$(BUILD)/logs/sh/test_study.log: $(BUILD)/study $(BUILD)/sort
 $(BUILD)/logs/sh/test_classify_cli.log: $(BUILD)/classify
 $(BUILD)/logs/sh/test_gpu_report.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_gpu_first_run.log: $(BUILD)/train

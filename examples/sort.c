@@ -16,7 +16,7 @@
 #define SEED_CEILING 85.7 /* best token accuracy of a causal model on the seed form (docs/math.md §13) */
 
 typedef struct options {
-    const char *mixer, *form;
+    const char *mixer, *form, *precision;
     int steps, batch, d_model, heads, layers, d_ff, threads, eval_batches;
     float lr;
     unsigned long long seed;
@@ -32,7 +32,7 @@ static void usage(const char *argv0) {
     fprintf(stderr, "usage: %s [--mixer ", argv0);
     print_mixers("|");
     fprintf(stderr,
-            "] [--form solvable|seed]\n"
+            "] [--form solvable|seed] [--precision fp32|bf16]\n"
             "          [--steps N] [--batch N] [--lr F] [--d-model N] [--heads N] [--layers N] [--d-ff N]\n"
             "          [--seed N] [--threads N] [--eval-batches N]\n");
 }
@@ -50,6 +50,7 @@ static int parse(int argc, char **argv, options *o) {
         i++;
         if (!strcmp(name, "--mixer")) { o->mixer = val; continue; }
         if (!strcmp(name, "--form")) { o->form = val; continue; }
+        if (!strcmp(name, "--precision")) { o->precision = val; continue; }
         if (!strcmp(name, "--lr")) {
             double lr = strtod(val, &end);
             if (end == val || *end || !(lr > 0 && lr < 10)) {
@@ -89,6 +90,10 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, ")\n");
         return -1;
     }
+    if (mf_precision_from_name(o->precision) < 0) {
+        fprintf(stderr, "error: unknown precision \"%s\" (fp32 or bf16)\n", o->precision);
+        return -1;
+    }
     if (strcmp(o->form, "solvable") && strcmp(o->form, "seed")) {
         fprintf(stderr, "error: unknown form \"%s\" (solvable or seed)\n", o->form);
         return -1;
@@ -98,7 +103,7 @@ static int parse(int argc, char **argv, options *o) {
 
 int main(int argc, char **argv) {
     /* defaults: about 15 s on 2 cores; one thread, since this model is too small to gain from more */
-    options o = {"metric", "solvable", 1000, 64, 32, 4, 2, 64, 1, 16, 1e-2f, 1};
+    options o = {"metric", "solvable", "fp32", 1000, 64, 32, 4, 2, 64, 1, 16, 1e-2f, 1};
     mf_model_config cfg = mf_model_config_default();
     mf_optimizer opt = mf_optimizer_default(MF_OPT_ADAM, 0);
     mf_model *model;
@@ -127,6 +132,7 @@ int main(int argc, char **argv) {
     if (!ctx) { fprintf(stderr, "error: out of memory\n"); return 1; }
     mf_set_threads(ctx, o.threads);
     mf_set_keep_activation_grads(ctx, 0); /* the loop reads no activation gradient */
+    mf_ctx_set_precision(ctx, (mf_precision)mf_precision_from_name(o.precision)); /* tf32 fails here, named below */
     model = mf_model_new(ctx, &cfg);
     ids = (int32_t *)malloc(sizeof(int32_t) * SORT_MAX_T * (o.batch > eval_B ? o.batch : eval_B));
     targets = (int32_t *)malloc(sizeof(int32_t) * SORT_MAX_T * (o.batch > eval_B ? o.batch : eval_B));
@@ -135,8 +141,8 @@ int main(int argc, char **argv) {
         goto done;
     }
     printf("sorting %d tokens of {0, 1, 2}, %s form: %s mixer, d_model %d, %d heads, %d layers, d_ff %d, "
-           "%lld parameters; %d steps of %d sequences, Adam lr %g, seed %llu\n", SORT_W, o.form, o.mixer, o.d_model,
-           o.heads, o.layers, o.d_ff, (long long)mf_param_values(ctx, 0), o.steps, o.batch, (double)o.lr, o.seed);
+           "%lld parameters; %d steps of %d sequences, Adam lr %g, seed %llu, %s\n", SORT_W, o.form, o.mixer, o.d_model,
+           o.heads, o.layers, o.d_ff, (long long)mf_param_values(ctx, 0), o.steps, o.batch, (double)o.lr, o.seed, o.precision);
 
     train_rng = o.seed * 2 + 1;        /* training and evaluation draw from different streams */
     eval_rng = o.seed * 2 + 2 + 0x5EEDULL;

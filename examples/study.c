@@ -38,8 +38,8 @@ static const int32_t FIXED[SORT_W] = {2, 0, 1, 1, 0, 2, 2, 1, 0, 0, 1};
 
 static struct {
     int epochs, batches, batch, seed, seeds, jobs, threads, eval_batches, quick;
-    const char *out, *metric_form;
-} S = {20, 50, 50, 1, 5, 0, 1, 20, 0, "bench/results/study", "softmax_tril"};
+    const char *out, *metric_form, *precision;
+} S = {20, 50, 50, 1, 5, 0, 1, 20, 0, "bench/results/study", "softmax_tril", "fp32"};
 static char METRIC_FORMS[64];
 
 static const option OPTS[] = {
@@ -55,6 +55,7 @@ static const option OPTS[] = {
     {"out", OPT_TEXT, &S.out, RUN_ONLY, 0, NULL, "directory of report.md and the figures (created)"},
     {"metric-form", OPT_TEXT, &S.metric_form, RUN_ONLY, 0, METRIC_FORMS, "the metric mixer's form of M (docs/math.md §9.10; "
      "softmax_tril: the seed's S S^T)"},
+    {"precision", OPT_TEXT, &S.precision, RUN_ONLY, 0, "fp32|bf16", PRECISION_HELP},
     {"quick", OPT_FLAG, &S.quick, RUN_ONLY, 0, NULL, "2 epochs of 5 batches (a test of the outputs, not a study)"},
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
@@ -96,6 +97,7 @@ static void make_run(run *r, int seed) {
     r->ctx = mf_ctx_new((uint64_t)seed);
     if (!r->ctx) die("out of memory");
     mf_set_threads(r->ctx, seed_threads(S.threads, S.jobs));
+    set_precision(r->ctx, S.precision);
     mf_set_keep_activation_grads(r->ctx, 0);
     check_model_config(r->ctx, &cfg);
     if (!(r->model = mf_model_new(r->ctx, &cfg))) die("%s", mf_error(r->ctx));
@@ -512,13 +514,13 @@ int main(int argc, char **argv) {
                 "Setup (docs/math.md §13, §19): tokens {0, 1, 2}, W = %d; d_model %d, %d heads of %d, %d blocks in the seed's "
                 "layout (block `stream_norm`: s = LN1(x); s = s + Attn(s); s = LN2(s); x = s + MLP(s), the MLP with its own LN), "
                 "d_ff %d, GELU, learned positions, no Linear biases (LayerNorms keep PyTorch's affine bias), the metric "
-                "mixer's M in the %s form (docs/math.md §9.10); Adam lr 1e-3, "
+                "mixer's M in the %s form (docs/math.md §9.10); %s products; Adam lr 1e-3, "
                 "no schedule, no clipping; %d epochs x %d batches x %d sequences of fresh random data. The seed form predicts "
                 "sorted(x)[w] at position w from x[0..w] (a causal model can reach about %.1f%% token accuracy); the solvable "
                 "form reads x then sorted(x) (100%% possible); the relabeled form is the seed form with the tokens renamed "
                 "(a control, below). Accuracy on %d held-out batches.\n\n",
             S.out, S.quick ? " --quick" : "", S.seed, S.seed + S.seeds - 1, S.seed, S.jobs, seed_threads(S.threads, S.jobs), mf_time() - t0, SORT_W, D, H,
-            DK, LAYERS, DFF, S.metric_form, S.epochs,
+            DK, LAYERS, DFF, S.metric_form, S.precision, S.epochs,
             S.batches, S.batch, SEED_CEILING, S.eval_batches);
     fprintf(md, "## Accuracy\n\n| mixer | form | parameters | last-epoch train loss | held-out loss | token accuracy | ceiling | seconds "
                 "| held-out loss, %d seeds | token accuracy, %d seeds | 95%% interval |\n"

@@ -94,6 +94,21 @@ if [ $rc -eq 0 ] && [ "$n" = 0 ] && [ "$(grep -c 'no gnuplot: no PNG' nognu.out 
 then ok "without gnuplot: said once, no PNG left, none linked, the scripts kept"
 else bad "without gnuplot: said once, no PNG left, none linked" "rc $rc, PNG: $n" "$(cat nognu.out nognu.err | tail -3)"; fi
 
+# --precision bf16: the products in bf16, said in the report; the numbers move off fp32's
+"$STUDY" --quick --seeds 1 --precision bf16 --out bf16 > bf16.out 2>&1; rc=$?
+"$STUDY" --quick --seeds 1 --out fp32 > fp32.out 2>&1
+if [ $rc -eq 0 ] && grep -q 'bf16 products' bf16/report.md && grep -q 'fp32 products' fp32/report.md &&
+   [ "$(grep ' seed 1  last-epoch' bf16.out | sed -E 's/  [0-9.]+ s$//')" != "$(grep ' seed 1  last-epoch' fp32.out | sed -E 's/  [0-9.]+ s$//')" ]
+then ok "--precision bf16 trains every run with bf16 products (the report says so, the losses differ from fp32's)"
+else bad "--precision bf16" "rc $rc" "$(tail -3 bf16.out)"; fi
+SORT=${SORT:-$PWD/build/sort}
+"$SORT" --steps 20 --precision bf16 > sort.out 2>&1; rc=$?
+"$SORT" --steps 20 --precision fp16 > sortbad.out 2>&1; rcb=$?
+if [ $rc -eq 0 ] && grep -q 'bf16$' sort.out && grep -q 'token accuracy' sort.out && [ $rcb -ne 0 ] &&
+   grep -q 'unknown precision "fp16"' sortbad.out
+then ok "build/sort --precision bf16 trains; an unknown precision is refused naming the choices"
+else bad "build/sort --precision" "rc $rc, bad $rcb" "$(tail -2 sort.out sortbad.out)"; fi
+
 "$STUDY" --epochs 0 > bad.out 2>&1; rc=$?
 if [ $rc -eq 1 ] && grep -q -- "--epochs must be >= 1" bad.out; then ok "a bad option exits 1 naming it"
 else bad "a bad option exits 1 naming it" "rc $rc" "$(cat bad.out)"; fi
