@@ -107,7 +107,7 @@ SORT=${SORT:-$PWD/build/sort}
 if [ $rc -eq 0 ] && grep -q 'bf16$' sort.out && grep -q 'token accuracy' sort.out && [ $rcb -ne 0 ] &&
    grep -q 'unknown precision "fp16"' sortbad.out
 then ok "build/sort --precision bf16 trains; an unknown precision is refused naming the choices"
-else bad "build/sort --precision" "rc $rc, bad $rcb" "$(tail -2 sort.out sortbad.out)"; fi
+else bad "build/sort --precision" "rc $rc, bad $rcb" "$(tail -n 2 sort.out sortbad.out)"; fi
 
 "$STUDY" --epochs 0 > bad.out 2>&1; rc=$?
 if [ $rc -eq 1 ] && grep -q -- "--epochs must be >= 1" bad.out; then ok "a bad option exits 1 naming it"
