@@ -796,9 +796,9 @@ int main(int argc, char **argv) {
     size_t step_ids = (size_t)S.batch * S.grad_accum * T; /* the loader's batch: every micro-batch of a step */
     int32_t *x = (int32_t *)malloc(step_ids * sizeof *x), *y = (int32_t *)malloc(step_ids * sizeof *y);
     if (!x || !y) die("out of memory");
-    if (LABML) labml_open(&d);
     if (S.eval_only) { /* the checkpoint's weights on the validation data, nothing else */
         valid_result r;
+        if (LABML) labml_open(&d);
         if (mf_load(ctx, S.resume, 1) < 0) die("cannot evaluate: %s", mf_error(ctx)); /* with the step count */
         r = evaluate(ctx, model, &d, x, y, LABML ? 0 : -1); /* labml: the whole stream, one part */
         snprintf(what, sizeof what, "eval of \"%s\" at step %lld", S.resume, (long long)mf_optimizer_steps(ctx));
@@ -822,6 +822,7 @@ int main(int argc, char **argv) {
 
     make_loader(&L, &d, has_memory(&cfg));
     apply_epochs(&L, &opt);
+    if (LABML) labml_open(&d);
     int64_t step = S.resume ? resume_state(ctx, model, &L) : 0;
     if (protocol_changed && LABML && has_memory(&cfg)) { /* the checkpoint's validation memories are another protocol's */
         int slot = mf_model_memory_slot(model, 1);
