@@ -144,7 +144,8 @@ static const option OPTIONS[] = {
     {"beta2", OPT_FLOAT, &S.beta2, SAVED, 0, NULL, "Adam's second-moment decay"},
     {"epochs", OPT_INT, &S.epochs, RUN_ONLY, 0, NULL, "train this many passes over the training data: sets --steps (0 = use --steps)"},
     {"inner-iterations", OPT_INT, &S.inner_iterations, RUN_ONLY, 0, NULL,
-     "validate this many times per pass over the data (labml's inner_iterations): sets --eval-every (0 = no)"},
+     "validate this many times per pass over the data (labml's inner_iterations): sets --eval-every, or the parts of "
+     "--valid-protocol labml (0 = no)"},
     {"clip", OPT_FLOAT, &S.clip, SAVED, 0, NULL, "max gradient norm (0 = no clipping)"},
     {"seed", OPT_INT, &S.seed, SAVED, 0, NULL, "seed of the initialisation, dropout and batches"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
