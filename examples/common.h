@@ -726,12 +726,12 @@ EX_VAR const preset PRESETS[] = {
      {LABML_SEED("noam", "1"), NULL},
      {"--d-model", "128", "--heads", "4", "--layers", "6", "--d-ff", "256", "--seq-len", "2", "--batch", "32",
       "--mem-len", "32", NULL},
-     {LABML_RUN, NULL}},
+     {LABML_RUN, "--valid-protocol", "labml", NULL}},
     {"compressive", "compressive", "compressive", "labml compressive-transformer experiment (docs/math.md §14)",
      {LABML_SEED("warmup", "2.5e-4"), NULL},
      {"--d-model", "128", "--heads", "4", "--layers", "6", "--d-ff", "256", "--seq-len", "8", "--batch", "32",
       "--mem-len", "8", "--c-mem-len", "128", "--compression-rate", "2", NULL},
-     {LABML_RUN, NULL}},
+     {LABML_RUN, "--valid-protocol", "labml", NULL}},
     {"fast_weights", "fast_weights", "fast_weights,linear", "labml fast-weights experiment (docs/math.md §14)",
      {LABML_SEED("noam", "1"), NULL},
      {"--d-model", "512", "--heads", "8", "--layers", "6", "--d-ff", "2048", "--seq-len", "128", "--batch", "16", NULL},
@@ -1051,9 +1051,12 @@ EX_FN int train_step(mf_ctx *ctx, mf_model *m, const mf_optimizer *opt, float cl
    (the byte length of each id) is given, *bytes gets the bytes of the scored targets: bits per
    byte = loss * scored / ln 2 / bytes (docs/math.md §17.6), *scored (when not NULL) their number. Returns NaN when a forward fails
    (the error is in ctx) or a memory model's validation data is too short for two tokens per row;
-   dies when the stream cannot be read (an id outside the vocabulary). */
-EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, int n_batches, int32_t *x, int32_t *y,
-                      double *ar, const int *token_bytes, double *bytes, double *scored, const ex_ranks *ranks) {
+   dies when the stream cannot be read (an id outside the vocabulary). validate_batches is the body of
+   validate and validate_part: `sequential` reads batches [first, first + n_batches) of the sequential
+   loader for any model, `reset` empties the memories first. */
+EX_FN double validate_batches(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, int sequential, int64_t first,
+                              int64_t n_batches, int reset, int32_t *x, int32_t *y, double *ar, const int *token_bytes,
+                              double *bytes, double *scored, const ex_ranks *ranks) {
     int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0), memory = has_memory(mf_model_get_config(m));
     int slot = memory ? mf_model_memory_slot(m, 1) : 0, rank = ranks ? ranks->rank : 0, world = ranks ? ranks->world : 1;
     double sums[4] = {0, 0, 0, 0}; /* cross-entropy * tokens, reconstruction loss * tokens, tokens, bytes */
@@ -1063,21 +1066,22 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
     if (!row) die("out of memory");
     memset(&sq, 0, sizeof sq);
     if (count > windows) count = windows;
-    if (memory) {
+    if (sequential) {
         mf_loader_config c;
         memset(&c, 0, sizeof c);
         c.batch = B; c.seq_len = T; c.sequential = 1; c.rank = rank; c.world = world;
         count = 0;
-        if (slot >= 0 && mf_loader_init(&sq, valid, &c) == 0) {
-            mf_model_reset_memory(m);
-            count = mf_loader_batches(&sq) < n_batches ? mf_loader_batches(&sq) : n_batches;
+        if (slot >= 0 && mf_loader_init(&sq, valid, &c) == 0 && first < mf_loader_batches(&sq)) {
+            if (reset) mf_model_reset_memory(m);
+            count = mf_loader_batches(&sq) - first < n_batches ? mf_loader_batches(&sq) - first : n_batches;
+            if (first > 0) sq.state.seq_pos = first * T; /* batch `first` of the pass (all before the last are T long) */
         }
     }
     while (done < count && mf_ok(ctx)) {
         int b = B, Tb = T;
         mf_tensor *loss;
         float a;
-        if (memory) {
+        if (sequential) {
             if (mf_loader_next(&sq, x, y, &b, &Tb) < 0) die("validation: %s", sq.error);
         } else { /* this rank's rows [first, first + b) of the global batch of g windows */
             int64_t g = count - done < G ? count - done : G, first = (int64_t)rank * B < g ? (int64_t)rank * B : g;
@@ -1089,7 +1093,7 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
                 memcpy(y + r * T, row + 1, (size_t)T * sizeof *y);
             }
         }
-        done += memory ? 1 : (count - done < G ? count - done : G);
+        done += sequential ? 1 : (count - done < G ? count - done : G);
         if (b == 0) continue; /* the last global batch left this rank no row */
         if (!(loss = mf_model_loss(m, x, y, b, Tb))) break;
         a = mf_model_aux_loss(m);
@@ -1110,6 +1114,20 @@ EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, 
     if (bytes) *bytes = sums[3];
     if (scored) *scored = sums[2];
     return sums[2] > 0 ? sums[0] / sums[2] : NAN;
+}
+EX_FN double validate(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, int n_batches, int32_t *x, int32_t *y,
+                      double *ar, const int *token_bytes, double *bytes, double *scored, const ex_ranks *ranks) {
+    return validate_batches(ctx, m, valid, T, B, has_memory(mf_model_get_config(m)), 0, n_batches, 1, x, y, ar, token_bytes,
+                            bytes, scored, ranks);
+}
+/* labml's protocol (docs/training.md "Validation"): batches [first, first + n_batches) of the sequential
+   loader over the validation stream (B rows of each rank, as in validate), for every model; a memory
+   model reads them on memory slot 1, emptied first when `reset`, and leaves its memories there for the
+   next part. The returns are validate's. */
+EX_FN double validate_part(mf_ctx *ctx, mf_model *m, mf_tokens *valid, int T, int B, int64_t first, int64_t n_batches,
+                           int reset, int32_t *x, int32_t *y, double *ar, const int *token_bytes, double *bytes,
+                           double *scored, const ex_ranks *ranks) {
+    return validate_batches(ctx, m, valid, T, B, 1, first, n_batches, reset, x, y, ar, token_bytes, bytes, scored, ranks);
 }
 /* ==== [stats] =============================================================================== */
 /* A number measured over several seeds: its mean, sample standard deviation and the half-width of

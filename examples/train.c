@@ -110,17 +110,19 @@ typedef struct {
     int threads, eval_every, eval_batches, log_every, save_every, stop_after, sample, top_k;
     int skip_nonfinite, check_finite, memory_limit, epochs, inner_iterations;
     float lr, weight_decay, clip, temperature, beta1, beta2;
-    const char *device, *precision;
+    const char *device, *precision, *valid_protocol;
 } settings;
 
 static settings S = {
     .m = MODEL_SETTINGS_DEFAULT, .optimizer = "adam", .schedule = "cosine", .batch = 16, .grad_accum = 1,
     .steps = 2000, .warmup = 100, .seed = 1, .lr = 1e-3f, .weight_decay = -1, .clip = 1.0f,
     .eval_every = 250, .eval_batches = 20, .log_every = 10, .save_every = 500, .sample = 300, .device = "cpu", .precision = "fp32",
-    .temperature = 0.8f, .top_k = 200, .beta1 = 0.9f, .beta2 = 0.999f};
+    .valid_protocol = "fixed", .temperature = 0.8f, .top_k = 200, .beta1 = 0.9f, .beta2 = 0.999f};
 
 static int list_mixers, list_presets_flag;
 static const char *preset_name;
+static int LABML, PARTS;         /* --valid-protocol labml; its parts per pass (--eval-only: 1, the whole stream) */
+static int64_t VALID_BATCHES;    /* labml: batches of the sequential loader over the validation stream */
 
 #define TRAIN_MIXER_EXTRA \
     {"list-mixers", OPT_FLAG, &list_mixers, RUN_ONLY, 0, NULL, "print the mixers this build has, one per line, and exit"}, \
@@ -142,7 +144,8 @@ static const option OPTIONS[] = {
     {"beta2", OPT_FLOAT, &S.beta2, SAVED, 0, NULL, "Adam's second-moment decay"},
     {"epochs", OPT_INT, &S.epochs, RUN_ONLY, 0, NULL, "train this many passes over the training data: sets --steps (0 = use --steps)"},
     {"inner-iterations", OPT_INT, &S.inner_iterations, RUN_ONLY, 0, NULL,
-     "validate this many times per pass over the data (labml's inner_iterations): sets --eval-every (0 = no)"},
+     "validate this many times per pass over the data (labml's inner_iterations): sets --eval-every, or the parts of "
+     "--valid-protocol labml (0 = no)"},
     {"clip", OPT_FLOAT, &S.clip, SAVED, 0, NULL, "max gradient norm (0 = no clipping)"},
     {"seed", OPT_INT, &S.seed, SAVED, 0, NULL, "seed of the initialisation, dropout and batches"},
     {"threads", OPT_INT, &S.threads, RUN_ONLY, 0, NULL, "CPU threads (0 = all)"},
@@ -152,6 +155,9 @@ static const option OPTIONS[] = {
      "present; tf32: cuda only; checkpoints stay fp32 and resume anywhere)"},
     {"eval-every", OPT_INT, &S.eval_every, RUN_ONLY, 0, NULL, "validate every N steps (0 = at the end only)"},
     {"eval-batches", OPT_INT, &S.eval_batches, RUN_ONLY, 1, NULL, "batches per validation"},
+    {"valid-protocol", OPT_TEXT, &S.valid_protocol, RUN_ONLY, 0, "fixed|labml",
+     "fixed: --eval-batches first batches every --eval-every steps, memories emptied; labml: after each "
+     "1/--inner-iterations of a pass, the next 1/--inner-iterations of the validation stream, memories carried"},
     {"log-every", OPT_INT, &S.log_every, RUN_ONLY, 1, NULL, "progress line every N steps when not on a terminal"},
     {"save", OPT_TEXT, &S.save, RUN_ONLY, 0, NULL, "checkpoint file, written every --save-every steps and at the end (with --resume: that file)"},
     {"save-every", OPT_INT, &S.save_every, RUN_ONLY, 0, NULL, "steps between checkpoints (0 = at the end only)"},
@@ -366,8 +372,8 @@ static void close_data(data *d) {
 /* ---- checkpoints: mf_model_save's tensors (weights, moments, memories) + our settings, vocabulary and
    loader state as metadata ---- */
 static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const mf_loader *L) {
-    static char keys[N_OPTIONS + 12][48], vals[N_OPTIONS + 12][64];
-    const char *kv[2 * (N_OPTIONS + 12)];
+    static char keys[N_OPTIONS + 14][48], vals[N_OPTIONS + 14][64];
+    const char *kv[2 * (N_OPTIONS + 14)];
     int n = 0;
     for (int i = 0; i < N_OPTIONS; i++)
         if (OPTIONS[i].saved && !option_unstored(&OPTIONS[i])) {
@@ -384,6 +390,10 @@ static void save_checkpoint(mf_ctx *ctx, mf_model *model, const data *d, const m
     PUT("train.epoch_pos", "%lld", (long long)L->state.epoch_pos);
     PUT("train.seq_pos", "%lld", (long long)L->state.seq_pos); /* the sequential loader (memory models) */
     PUT("train.world", "%d", RANKS.world); /* the ranks of build/train-mpi: the global batch is world x grad-accum x batch */
+    if (LABML) { /* what the validation memories (slot 1) were carried under; absent: fixed */
+        PUT("train.valid_protocol", "labml");
+        PUT("train.inner_iterations", "%d", S.inner_iterations);
+    }
     if (d->shards) { /* docs/math.md §17.6: what a resumed, evaluated or sampled model needs to read its ids */
         PUT("train.data", "tokens");
         PUT("train.vocab_size", "%d", d->V);
@@ -511,6 +521,10 @@ static void apply_epochs(const mf_loader *L, mf_optimizer *opt) {
         opt->schedule.total_steps = S.steps;
     }
     if (S.inner_iterations > 0) S.eval_every = per_epoch / S.inner_iterations > 0 ? (int)(per_epoch / S.inner_iterations) : 1;
+    if (LABML && S.inner_iterations > per_epoch)
+        die("--inner-iterations %d cuts the %lld training batches of a pass into parts, some empty; use "
+            "--inner-iterations %lld or fewer", S.inner_iterations, (long long)per_epoch, (long long)per_epoch);
+    if (LABML) S.eval_every = 0; /* the parts' ends, not a fixed interval */
 }
 
 /* the training loader; a memory model also needs validation columns of >= 2 tokens */
@@ -522,6 +536,52 @@ static void make_loader(mf_loader *L, data *d, int sequential) {
         loader_open(&valid, d->valid, 1, S.batch * S.grad_accum, S.m.seq_len, 0, RANKS.rank, RANKS.world, "validation");
         mf_loader_free(&valid);
     }
+}
+
+/* ---- --valid-protocol labml (docs/training.md "Validation"): labml's Trainer cuts a pass over the
+   training data and one over the validation stream into k = --inner-iterations parts each, part i
+   being batches [i n / k, (i + 1) n / k) of the n, and validates part i of the stream after part i of
+   the training pass, its memories carried from part to part and emptied when a pass starts. The
+   position is the training loader's, so a resumed run needs only the memories, which the checkpoint
+   holds (slot 1). ---- */
+/* the validation stream's batches, which the parts cut (a loader that cannot cut it says why) */
+static void labml_open(data *d) {
+    mf_loader v;
+    loader_open(&v, d->valid, 1, S.batch * S.grad_accum, S.m.seq_len, 0, RANKS.rank, RANKS.world, "validation");
+    VALID_BATCHES = mf_loader_batches(&v);
+    mf_loader_free(&v);
+    if (PARTS > VALID_BATCHES)
+        die("--inner-iterations %d cuts the %lld validation batches (--batch %d x --seq-len %d) into parts, some empty; "
+            "use --inner-iterations %lld or fewer, or more validation data", PARTS, (long long)VALID_BATCHES,
+            S.batch * S.grad_accum, S.m.seq_len, (long long)VALID_BATCHES);
+}
+
+/* the training batches of the current pass read so far, 1 .. n once a batch is read */
+static int64_t pass_batches(const mf_loader *L) {
+    int64_t per = L->cfg.sequential ? L->cfg.seq_len : (int64_t)L->cfg.batch * L->cfg.world;
+    return ((L->cfg.sequential ? L->state.seq_pos : L->state.epoch_pos) + per - 1) / per;
+}
+/* the part of the pass whose last batch the loader has just read, or -1 */
+static int labml_part(const mf_loader *L) {
+    int64_t n = mf_loader_batches(L), done = pass_batches(L);
+    for (int i = 0; i < PARTS; i++)
+        if ((i + 1) * n / PARTS == done) return i;
+    return -1;
+}
+
+/* --resume: the checkpoint's protocol when none is given (and its --inner-iterations with labml);
+   returns 1 when the run validates otherwise than the checkpoint's, whose validation memories then
+   belong to other parts */
+static int adopt_protocol(const unsigned char *given) {
+    static char stored[16];
+    char buf[32];
+    int k = 0;
+    if (mf_load_meta(S.resume, "train.valid_protocol", stored, sizeof stored) < 0) strcpy(stored, "fixed");
+    if (mf_load_meta(S.resume, "train.inner_iterations", buf, sizeof buf) >= 0) k = atoi(buf);
+    if (!given[option_index("valid-protocol")]) S.valid_protocol = stored;
+    if (strcmp(S.valid_protocol, "labml") == 0 && strcmp(stored, "labml") == 0 && !given[option_index("inner-iterations")])
+        S.inner_iterations = k;
+    return strcmp(S.valid_protocol, stored) != 0 || (strcmp(stored, "labml") == 0 && S.inner_iterations != k);
 }
 
 /* --resume: the optimizer state, the memories, the step and the loader's position */
@@ -609,14 +669,22 @@ static const char *describe_mixer(void) {
 
 /* ---- validation: the loss (and the reconstruction loss of compressive models), in bits per
    character on a text, perplexity and bits per byte (with a tokenizer) on shards ---- */
-typedef struct valid_result { double loss, ar, bytes, scored; } valid_result;
+typedef struct valid_result { double loss, ar, bytes, scored; int part; int64_t first, n; } valid_result;
 
-static valid_result evaluate(mf_ctx *ctx, mf_model *m, data *d, int32_t *x, int32_t *y) {
+/* part -1: the fixed protocol; else labml's part of PARTS */
+static valid_result evaluate(mf_ctx *ctx, mf_model *m, data *d, int32_t *x, int32_t *y, int part) {
     valid_result r;
+    r.part = part;
+    r.first = part < 0 ? 0 : part * VALID_BATCHES / PARTS;
+    r.n = part < 0 ? S.eval_batches : (part + 1) * VALID_BATCHES / PARTS - r.first;
     /* a validation batch is the rows of a step (every micro-batch, every rank), so that 2 ranks x
        --batch B, 1 x --grad-accum 2 x B and 1 x 2B validate on the same windows */
-    r.loss = validate(ctx, m, d->valid, S.m.seq_len, S.batch * S.grad_accum, S.eval_batches, x, y, &r.ar, d->token_bytes, &r.bytes,
-                      &r.scored, &RANKS);
+    if (part < 0)
+        r.loss = validate(ctx, m, d->valid, S.m.seq_len, S.batch * S.grad_accum, S.eval_batches, x, y, &r.ar, d->token_bytes,
+                          &r.bytes, &r.scored, &RANKS);
+    else
+        r.loss = validate_part(ctx, m, d->valid, S.m.seq_len, S.batch * S.grad_accum, r.first, r.n, part == 0, x, y, &r.ar,
+                               d->token_bytes, &r.bytes, &r.scored, &RANKS);
     if (!mf_ok(ctx)) die("validation failed: %s", mf_error(ctx));
     if (isnan(r.loss)) die("validation failed: no validation batch could be read");
     return r;
@@ -630,6 +698,9 @@ static void print_validation(progress *pr, const data *d, const char *what, cons
             printf(", %.4f bits/byte", r->loss * r->scored / log(2.0) / r->bytes);
     }
     if (S.m.compressive) printf("  reconstruction loss %.6f", r->ar);
+    if (r->part >= 0)
+        printf("  [labml part %d/%d: validation batches %lld-%lld of %lld, %.0f tokens]", r->part + 1, PARTS,
+               (long long)r->first + 1, (long long)(r->first + r->n), (long long)VALID_BATCHES, r->scored);
     printf("\n");
 }
 
@@ -644,6 +715,7 @@ int main(int argc, char **argv) {
 #endif
     int n_prompt;
     char what[64];
+    int protocol_changed = 0;
 
 #ifdef METAFORMER_MPI
     mpi_start(&argc, &argv);
@@ -668,6 +740,23 @@ int main(int argc, char **argv) {
         if (S.m.compressive) S.m.mixer = "relative"; /* what --compressive means, compared with the checkpoint */
         load_settings(given);
         keep_global_batch();
+        if (!S.eval_only) protocol_changed = adopt_protocol(given); /* --eval-only measures as it is told */
+    }
+    if ((LABML = strcmp(S.valid_protocol, "labml") == 0)) {
+        PARTS = S.eval_only ? 1 : S.inner_iterations;
+        if (RANKS.world > 1) {
+            AGREED = 1; /* every rank sees the same options */
+            die("--valid-protocol labml runs in one process, not in %d ranks of build/train-mpi (its carried validation "
+                "memories across ranks are untested); use --valid-protocol fixed here, and measure a checkpoint with "
+                "build/train --resume CKPT --eval-only --valid-protocol labml", RANKS.world);
+        }
+        if (given[option_index("eval-every")] || given[option_index("eval-batches")])
+            die("--valid-protocol labml validates after each 1/--inner-iterations of a pass over the training data, on the "
+                "next 1/--inner-iterations of the validation stream: drop --%s (or use --valid-protocol fixed)",
+                given[option_index("eval-every")] ? "eval-every" : "eval-batches");
+        if (PARTS < 1)
+            die("--valid-protocol labml needs --inner-iterations K: the validations per pass over the training data "
+                "(labml's inner_iterations; its xl and compressive experiments use 25)");
     }
     open_data(&d, path);
     if (S.resume && !d.shards) check_resume_text(&d.text, path);
@@ -710,15 +799,21 @@ int main(int argc, char **argv) {
     if (!x || !y) die("out of memory");
     if (S.eval_only) { /* the checkpoint's weights on the validation data, nothing else */
         valid_result r;
+        if (LABML) labml_open(&d);
         if (mf_load(ctx, S.resume, 1) < 0) die("cannot evaluate: %s", mf_error(ctx)); /* with the step count */
-        r = evaluate(ctx, model, &d, x, y);
+        r = evaluate(ctx, model, &d, x, y, LABML ? 0 : -1); /* labml: the whole stream, one part */
         snprintf(what, sizeof what, "eval of \"%s\" at step %lld", S.resume, (long long)mf_optimizer_steps(ctx));
         if (d.shards) print_validation(&pr, &d, what, &r);
         else {
             printf("%s: valid loss %.6f (%.4f bits/char), perplexity %.3f\n", what, r.loss, r.loss / log(2.0), exp(r.loss));
         }
-        printf("(%.0f validation tokens: --eval-batches %d of %d windows)\n", r.scored, S.eval_batches,
-               S.batch * S.grad_accum * RANKS.world);
+        if (LABML)
+            printf("(%.0f validation tokens: the whole stream in order, %lld batches of %d columns%s)\n", r.scored,
+                   (long long)VALID_BATCHES, S.batch * S.grad_accum * RANKS.world,
+                   has_memory(&cfg) ? ", memories carried from empty" : "");
+        else
+            printf("(%.0f validation tokens: --eval-batches %d of %d windows)\n", r.scored, S.eval_batches,
+                   S.batch * S.grad_accum * RANKS.world);
 #ifdef METAFORMER_MPI
         mf_dist_free(RANKS.dist);
 #endif
@@ -728,7 +823,15 @@ int main(int argc, char **argv) {
 
     make_loader(&L, &d, has_memory(&cfg));
     apply_epochs(&L, &opt);
+    if (LABML) labml_open(&d);
     int64_t step = S.resume ? resume_state(ctx, model, &L) : 0;
+    if (protocol_changed && LABML && has_memory(&cfg)) { /* the checkpoint's validation memories are another protocol's */
+        int slot = mf_model_memory_slot(model, 1);
+        mf_model_reset_memory(model);
+        mf_model_memory_slot(model, slot);
+        printf("note: the checkpoint validated otherwise (not --valid-protocol labml --inner-iterations %d): the "
+               "validation memories start empty\n", S.inner_iterations);
+    }
     if (S.save && RANKS.rank == 0) check_writable(S.save); /* rank 0 writes the checkpoints */
 
     if (!d.shards)
@@ -752,21 +855,26 @@ int main(int argc, char **argv) {
     if (L.cfg.sequential)
         printf("loader: sequential, %d columns of %lld %s, %lld batches per pass; validation on memory slot 1\n",
                L.cfg.batch * RANKS.world, (long long)L.column, d.shards ? "tokens" : "characters", (long long)mf_loader_batches(&L));
+    if (LABML)
+        printf("validation: labml's protocol, after each of %d parts of the %lld training batches of a pass, the next "
+               "of %d parts of the %lld validation batches%s\n", PARTS, (long long)mf_loader_batches(&L), PARTS,
+               (long long)VALID_BATCHES, has_memory(&cfg) ? ", memories carried (emptied when a pass starts)" : "");
     if (S.resume) printf("resumed from \"%s\" at step %lld\n", S.resume, (long long)step);
     fflush(stdout);
 
     /* training: forward, loss, backward, clip, optimizer step, zero grad (docs/math.md §11.5) */
-    int64_t last = S.steps, tokens = 0, run_steps = 0, saved_step = S.resume ? step : -1;
+    int64_t last = S.steps, tokens = 0, run_steps = 0, saved_step = S.resume ? step : -1, labml_step = -1;
     int skipped = 0;
     double train_time = 0;
     if (S.stop_after > 0 && step + S.stop_after < last) last = step + S.stop_after;
     while (step < last) {
         double t0 = mf_time();
-        int b, Tb, new_pass;
+        int b, Tb, new_pass, part;
         float loss, aux, norm;
         int rc;
         if ((new_pass = mf_loader_next(&L, x, y, &b, &Tb)) < 0) die("training data: %s", L.error);
         if (new_pass && L.cfg.sequential) mf_model_reset_memory(model); /* a pass over the data starts with empty memories */
+        part = LABML ? labml_part(&L) : -1;
         if ((rc = train_step(ctx, model, &opt, S.clip, x, y, b, S.batch, Tb, &loss, &aux, &norm, &RANKS)) < 0) {
             if (RANKS.dist) AGREED = 1; /* mf_dist_sync agreed on it: ctx holds "rank r: ..." */
             die("training step %lld failed: %s", (long long)step + 1, mf_error(ctx));
@@ -784,6 +892,12 @@ int main(int argc, char **argv) {
             fflush(stdout);
             if (L.cfg.sequential) mf_model_reset_memory(model); /* they may hold the non-finite values */
             train_time += mf_time() - t0;
+            if (part >= 0) { /* the batch ended a part: its validation is due all the same */
+                valid_result r = evaluate(ctx, model, &d, x, y, part);
+                snprintf(what, sizeof what, "step %lld", (long long)step);
+                print_validation(&pr, &d, what, &r);
+                labml_step = step;
+            }
             continue;
         }
         step++; run_steps++; tokens += (int64_t)b * Tb * RANKS.world;
@@ -797,8 +911,14 @@ int main(int argc, char **argv) {
             progress_show(&pr, "step %lld/%d  loss %.6f%s  lr %.3e  %.0f tok/s  ETA %s", (long long)step, S.steps,
                           (double)loss, parts, (double)mf_schedule_lr(&opt.schedule, step), (double)tokens / train_time, eta);
         }
+        if (part >= 0) { /* before the checkpoint, which keeps the validation memories */
+            valid_result r = evaluate(ctx, model, &d, x, y, part);
+            snprintf(what, sizeof what, "step %lld", (long long)step);
+            print_validation(&pr, &d, what, &r);
+            labml_step = step;
+        }
         if (S.eval_every > 0 && step % S.eval_every == 0 && step < last) {
-            valid_result r = evaluate(ctx, model, &d, x, y);
+            valid_result r = evaluate(ctx, model, &d, x, y, -1);
             snprintf(what, sizeof what, "step %lld", (long long)step);
             print_validation(&pr, &d, what, &r);
         }
@@ -815,9 +935,16 @@ int main(int argc, char **argv) {
     if (S.skip_nonfinite > 0)
         printf("skipped %d non-finite step%s (--skip-nonfinite %d)\n", skipped, skipped == 1 ? "" : "s", S.skip_nonfinite);
 
-    valid_result r = evaluate(ctx, model, &d, x, y);
-    snprintf(what, sizeof what, "step %lld", (long long)step);
-    print_validation(&pr, &d, what, &r);
+    if (!LABML) {
+        valid_result r = evaluate(ctx, model, &d, x, y, -1);
+        snprintf(what, sizeof what, "step %lld", (long long)step);
+        print_validation(&pr, &d, what, &r);
+    } else if (labml_step != step) { /* a validation here would move the protocol off labml's */
+        int64_t n = mf_loader_batches(&L), done = pass_batches(&L), next = n / PARTS;
+        for (int i = PARTS - 1; i >= 0 && (i + 1) * n / PARTS > done; i--) next = (i + 1) * n / PARTS - done;
+        printf("no validation at step %lld: --valid-protocol labml validates at the end of each of the %d parts of a pass "
+               "(the next %lld step%s on)\n", (long long)step, PARTS, (long long)next, next == 1 ? "" : "s");
+    }
     if (S.sample > 0 && RANKS.rank == 0) {
         int32_t *prompt = prompt_ids(&d, &n_prompt);
         mf_sampler sampler = {S.temperature, S.top_k, (uint64_t)S.seed};

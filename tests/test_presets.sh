@@ -14,7 +14,8 @@ start_test "$TRAIN" "make examples"
 
 NAMES="xl compressive fast_weights feedback feedback_kv metaformer mha"
 awk 'BEGIN { for (i = 0; i < 300; i++) printf "It is the %s of the %s, my lord.\n", (i % 3 ? "king" : "queen"), (i % 7 ? "sea" : "night") }' > text.txt
-TINY=(--d-model 16 --heads 2 --layers 1 --d-ff 32 --seq-len 16 --batch 4 --threads 1 --eval-batches 1)
+SIZES=(--d-model 16 --heads 2 --layers 1 --d-ff 32 --seq-len 16 --batch 4 --threads 1)
+TINY=("${SIZES[@]}" --eval-batches 1)
 
 # 1. --list-presets: every preset with its options, in both programs
 for prog in "$TRAIN" "$ABLATE"; do
@@ -38,12 +39,13 @@ if grep -q '^model: fast_weights mixer (DPFP nu 1, chunk 0), d_model 16, 2 heads
 then ok "the options after --preset override it (sizes, --epochs 0 --steps 3); its schedule and greedy sample stay"
 else bad "the options after --preset override it" "$(cat fw.out)"; fi
 
-# 3. --epochs: steps = epochs x the loader's batches per epoch
-"$TRAIN" text.txt --preset xl "${TINY[@]}" --epochs 1 --inner-iterations 2 --sample 0 > xl.out 2>&1; rc=$?
+# 3. --epochs: steps = epochs x the loader's batches per epoch; xl validates by labml's protocol (no
+#    --eval-batches: its parts are 1/--inner-iterations of the validation stream)
+"$TRAIN" text.txt --preset xl "${SIZES[@]}" --epochs 1 --inner-iterations 2 --sample 0 > xl.out 2>&1; rc=$?
 steps=$(sed -n 's/^train: .* batch 4, \([0-9]*\) steps$/\1/p' xl.out)
-if [ $rc -eq 0 ] && [ -n "$steps" ] && [ "$steps" -gt 10 ] && [ "$(grep -c 'valid loss' xl.out)" -ge 2 ] &&
-   grep -q '^loader: sequential, 4 columns' xl.out
-then ok "--preset xl --epochs 1: one pass of the sequential loader ($steps steps), validated per inner iteration"
+if [ $rc -eq 0 ] && [ -n "$steps" ] && [ "$steps" -gt 10 ] && [ "$(grep -c 'valid loss' xl.out)" -eq 2 ] &&
+   grep -q '^loader: sequential, 4 columns' xl.out && grep -q "^step $steps: valid loss .*\[labml part 2/2: " xl.out
+then ok "--preset xl --epochs 1: one pass of the sequential loader ($steps steps), validated per inner iteration (labml)"
 else bad "--preset xl --epochs 1: one pass, validated per inner iteration" "rc $rc" "$(cat xl.out)"; fi
 
 # 4. the MetaFormer preset with another mixer: its sdpa-only --attn-bias 0 does not stop it
