@@ -478,8 +478,8 @@ static void ablation_table(FILE *f, const stat_summary *st) {
     if (a[0]) fprintf(f, "Within the 95%% interval, %s match%s %s (Welch's test finds no significant difference at the 5%% level)",
                       a, strstr(a, " and ") ? "" : "es", MIXER_NAMES[0]);
     else fprintf(f, "No mixer matches %s within the 95%% interval (Welch's test, 5%% level)", MIXER_NAMES[0]);
-    if (b[0]) fprintf(f, "%s %s below it", a[0] ? "; " : ": ", b);
-    if (c[0]) fprintf(f, "%s %s above it", a[0] || b[0] ? "; " : ": ", c);
+    if (b[0]) fprintf(f, "%s%s below it", a[0] ? "; " : ": ", b);
+    if (c[0]) fprintf(f, "%s%s above it", a[0] || b[0] ? "; " : ": ", c);
     fprintf(f, ".\n");
 }
 
