@@ -461,8 +461,9 @@ static void ablation_table(FILE *f, const stat_summary *st) {
                "|---|---|---|---|---|---|\n", MIXER_NAMES[0]);
     for (int k = 0; k < N_MIXERS; k++) {
         int w = k ? welch_differs(st[0], st[k]) : -1;
-        fprintf(f, "| %s | %lld | %.1f%% ± %.1f | [%.1f, %.1f] | ", MIXER_NAMES[k], PARAMS[k], st[k].mean, st[k].sd,
-                st[k].mean - st[k].ci, st[k].mean + st[k].ci);
+        if (st[k].n < 2) fprintf(f, "| %s | %lld | %.1f%% | (one seed) | ", MIXER_NAMES[k], PARAMS[k], st[k].mean);
+        else fprintf(f, "| %s | %lld | %.1f%% ± %.1f | [%.1f, %.1f] | ", MIXER_NAMES[k], PARAMS[k], st[k].mean, st[k].sd,
+                     st[k].mean - st[k].ci, st[k].mean + st[k].ci);
         if (k == 0) { fprintf(f, "(reference) | |\n"); continue; }
         fprintf(f, "%+.1f | %s |\n", st[k].mean - st[0].mean,
                 w < 0 ? "cannot tell (fewer than 2 seeds)" : w ? "differs" : "no significant difference");
