@@ -430,7 +430,7 @@ study-classify: $(BUILD)/classify
 	    "$(if $(CORPUS), CORPUS=$(CORPUS))$(if $(TOKENIZER), TOKENIZER=$(TOKENIZER))$(if $(CLS_OPTS), CLS_OPTS=\"$(CLS_OPTS)\")" \
 	    "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)" "$$(date -u +%F)" "$$(( $$(date +%s) - start ))"; \
 	  $(if $(CORPUS),,printf '\nThe corpus: `bash bench/langid_corpus.sh $(BUILD)/langid.tsv 1000 3 1`, from the word lists\n\n'; \
-	    sed -n 's/^\(w[a-z]*\) \([^ ]*\) .*/* \1 \2/p' $(BUILD)/langid.log; printf '\n'; \
+	    sed -n 's/^\(w[a-z]*\) \([^ ]*\) \/usr\/share\/dict\/.*/* \1 \2/p' $(BUILD)/langid.log; printf '\n'; \
 	    sed -n '/words of its own/s/^/* /p' $(BUILD)/langid.log;) } >> $(CLS_REPORT)
 	@echo "wrote $(CLS_REPORT)"
 

@@ -492,14 +492,20 @@ static void write_report(const char *path, int argc, char **argv, const char *fi
     fprintf(f, "`\n\nData: %s, %d examples (%d train, %d held out), %d classes (", file ? file : S.task, D.n, D.n_train,
             D.n - D.n_train, D.n_labels);
     for (int c = 0; c < D.n_labels && c < 12; c++) fprintf(f, "%s%s", c ? ", " : "", D.names[c]);
-    fprintf(f, "%s), %s, vocabulary %d, rows of up to %d tokens", D.n_labels > 12 ? ", ..." : "",
-            !file ? "the generated task" : S.tokenizer ? "tokenizer" : S.tokens, D.V, D.T);
-    if (S.tokenizer) fprintf(f, " (%s)", S.tokenizer);
+    fprintf(f, "%s), ", D.n_labels > 12 ? ", ..." : "");
+    if (!file) fprintf(f, "generated");
+    else if (S.tokenizer) fprintf(f, "encoded by the tokenizer %s", S.tokenizer);
+    else fprintf(f, "%s", strcmp(S.tokens, "chars") == 0 ? "character tokens (the byte values that occur)" : "byte tokens");
+    fprintf(f, ", vocabulary %d, rows of up to %d tokens", D.V, D.T);
     if (D.cut) fprintf(f, "; %d texts cut to %d tokens", D.cut, D.T);
-    fprintf(f, ".\n\nModel: %d %s block%s (d_model %d, %d heads, d_ff %d, %s positions, %s), the mean over the positions, a "
-               "Linear to the classes. Training: %d steps of %d rows, Adam %g, %s; seeds %d to %d, the same data, split and "
-               "batches for every mixer.\n\n",
-            M.layers, S.causal ? "causal" : "non-causal", M.layers == 1 ? "" : "s", M.d_model, M.heads, M.d_ff, M.pos, M.act,
+    fprintf(f, ".\n\nModel: %d %s block%s (d_model %d, %d heads, d_ff %d, %s positions, %s", M.layers,
+            S.causal ? "causal" : "non-causal", M.layers == 1 ? "" : "s", M.d_model, M.heads, M.d_ff, M.pos, M.act);
+    for (int k = 0; k < N_MIXERS; k++) { /* the settings of the mixers that have some */
+        if (strcmp(MIXER_NAMES[k], "metric") == 0) fprintf(f, "; metric: the %s form of M", M.metric_form);
+        if (strcmp(MIXER_NAMES[k], "pool") == 0) fprintf(f, "; pool: a window of %d", M.pool_size);
+    }
+    fprintf(f, "), the mean over the positions, a Linear to the classes. Training: %d steps of %d rows, Adam %g, %s; seeds "
+               "%d to %d, the same data, split and batches for every mixer.\n\n",
             S.steps, S.batch, (double)S.lr, S.precision, S.seed, S.seed + S.seeds - 1);
     ablation_table(f, st);
     fprintf(f, "\nHeld-out accuracy (%%) of each seed:\n\n| mixer |");
