@@ -88,7 +88,8 @@ enum { N_OPTS = (int)(sizeof OPTS / sizeof OPTS[0]) };
 static void usage(FILE *f) {
     fprintf(f, "usage: " EX_PROG " [LABELLED_FILE] [options]\n"
                "Trains a sequence classifier (mean over positions, then Linear to the classes) on a generated task,\n"
-               "or on a file of LABEL<TAB>TEXT lines; prints the accuracy on the held-out tenth.\n");
+               "or on a file of LABEL<TAB>TEXT lines; prints the accuracy on the held-out tenth. With --mixers, the\n"
+               "models of each mixer and a table: mean ± sd over --seeds, the 95%% interval, Welch's test against the first.\n");
     print_options(f, OPTS, N_OPTS);
 }
 
