@@ -20,7 +20,9 @@ rows=${2:-800}; words=${3:-3}; seed=${4:-1}
 for v in "$rows" "$words" "$seed"; do
     case $v in ''|*[!0-9]*) echo "langid_corpus.sh: \"$v\" is not a whole number (ROWS_PER_LANGUAGE WORDS_PER_ROW SEED)" >&2; exit 1;; esac
 done
-[ "$rows" -ge 1 ] && [ "$words" -ge 1 ] || { echo "langid_corpus.sh: ROWS_PER_LANGUAGE and WORDS_PER_ROW must be at least 1" >&2; exit 1; }
+if [ "$rows" -lt 1 ] || [ "$words" -lt 1 ]; then
+    echo "langid_corpus.sh: ROWS_PER_LANGUAGE and WORDS_PER_ROW must be at least 1" >&2; exit 1
+fi
 # language name, Debian package, its list in /usr/share/dict
 LISTS="english:wamerican:american-english german:wngerman:ngerman french:wfrench:french
 spanish:wspanish:spanish italian:witalian:italian portuguese:wportuguese:portuguese"
@@ -50,6 +52,7 @@ for l in $LISTS; do
     pkg=${l#*:}; pkg=${pkg%%:*}
     echo "$pkg $(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || echo '?') /usr/share/dict/${l##*:}" >&2
 done
+# shellcheck disable=SC2086 # one argument per language
 python3 - "$out" "$rows" "$words" "$seed" $LISTS << 'EOF'
 import random, sys
 out, rows, words, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
