@@ -414,7 +414,7 @@ study: $(BUILD)/study
 
 # the NLP MetaFormer seed's classification ablation (one block; sdpa, metric, quadratic, pool,
 # identity; 5 seeds) on real text: with no CORPUS, language identification from Debian's word lists
-# (bench/langid_corpus.sh installs them with apt-get, or fails saying so; about 4 minutes of CPU):
+# (bench/langid_corpus.sh installs them with apt-get, or fails saying so; about 5 minutes of CPU):
 # bench/results/study/classify.md. CORPUS=FILE: your LABEL<TAB>TEXT file (e.g. IMDb), character
 # tokens or TOKENIZER=FILE (build/tokenize's), into bench/results/study/classify_<name>.md;
 # CLS_OPTS: more build/classify options (later ones win, e.g. CLS_OPTS="--seq-len 512 --steps 6000")
