@@ -61,7 +61,7 @@ ASAN      := $(patsubst tests/%.c,$(BUILD)/asan/%,$(TEST_SRCS)) $(patsubst tests
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 PYTHON    ?= /usr/bin/python3
 
-.PHONY: all test examples fuzz bench bench-bf16 bench-ops bench-ab bench-cuda bench-dist gpu-report gpu-prep cuda-all demo ablate study goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
+.PHONY: all test examples fuzz bench bench-bf16 bench-ops bench-ab bench-cuda bench-dist gpu-report gpu-prep cuda-all demo ablate study study-classify goldens clean test-cuda train-cuda train-mpi train-mpi-cuda reliability FORCE
 all: examples
 
 # The implementation is compiled once per flavour (tests/mf_impl.c: optimized, ASan, CUDA emulator)
@@ -208,7 +208,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_dist test_gpu_report test_gpu_first_run test_train_mpi test_readme test_links test_custom_cli test_valid_protocol
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_classify_text test_dist test_gpu_report test_gpu_first_run test_train_mpi test_readme test_links test_custom_cli test_valid_protocol
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -243,6 +243,7 @@ $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_study.log: $(BUILD)/study $(BUILD)/sort
 $(BUILD)/logs/sh/test_classify_cli.log: $(BUILD)/classify
+$(BUILD)/logs/sh/test_classify_text.log: $(BUILD)/classify $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_gpu_report.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_gpu_first_run.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_readme.log: $(EXAMPLES)
@@ -412,6 +413,28 @@ ablate: $(BUILD)/ablate
 # figures (+ PNG with gnuplot)
 study: $(BUILD)/study
 	./$(BUILD)/study --out bench/results/study
+
+# the NLP MetaFormer seed's classification ablation (one block; sdpa, metric, quadratic, pool,
+# identity; 5 seeds) on real text: with no CORPUS, language identification from Debian's word lists
+# (bench/langid_corpus.sh installs them with apt-get, or fails saying so; about 5 minutes of CPU):
+# bench/results/study/classify.md. CORPUS=FILE: your LABEL<TAB>TEXT file (e.g. IMDb), character
+# tokens or TOKENIZER=FILE (build/tokenize's), into bench/results/study/classify_<name>.md;
+# CLS_OPTS: more build/classify options (later ones win, e.g. CLS_OPTS="--seq-len 512 --steps 6000")
+CLS_MIXERS := sdpa,metric,quadratic,pool,identity
+CLS_REPORT  = bench/results/study/classify$(if $(CORPUS),_$(notdir $(basename $(CORPUS)))).md
+study-classify: $(BUILD)/classify
+	@mkdir -p bench/results/study
+	$(if $(CORPUS),,bash bench/langid_corpus.sh $(BUILD)/langid.tsv 1000 3 1 2> $(BUILD)/langid.log || { cat $(BUILD)/langid.log; exit 1; }; cat $(BUILD)/langid.log)
+	start=$$(date +%s); nice ./$(BUILD)/classify $(or $(CORPUS),$(BUILD)/langid.tsv) \
+	    $(if $(TOKENIZER),--tokenizer $(TOKENIZER),--tokens chars) --seq-len $(if $(CORPUS),256,64) --steps 3000 \
+	    --eval-every 1000 --seeds 5 --mixers $(CLS_MIXERS) $(CLS_OPTS) --report $(CLS_REPORT) && \
+	{ printf '\nRun by `make study-classify%s` on %s (%s cores, lscpu), %s: %s s of wall time.\n' \
+	    "$(if $(CORPUS), CORPUS=$(CORPUS))$(if $(TOKENIZER), TOKENIZER=$(TOKENIZER))$(if $(CLS_OPTS), CLS_OPTS=\"$(CLS_OPTS)\")" \
+	    "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)" "$$(date -u +%F)" "$$(( $$(date +%s) - start ))"; \
+	  $(if $(CORPUS),,printf '\nThe corpus: `bash bench/langid_corpus.sh $(BUILD)/langid.tsv 1000 3 1`, from the word lists\n\n'; \
+	    sed -n 's/^\(w[a-z]*\) \([^ ]*\) \/usr\/share\/dict\/.*/* \1 \2/p' $(BUILD)/langid.log; printf '\n'; \
+	    sed -n '/words of its own/s/^/* /p' $(BUILD)/langid.log;) } >> $(CLS_REPORT)
+	@echo "wrote $(CLS_REPORT)"
 
 # PyTorch parity goldens (needs python3-torch; the committed goldens make `make test` Python-free)
 goldens: $(BUILD)/parity_export
