@@ -379,6 +379,9 @@ static void interval(char *buf, size_t size, stat_summary s) {
     else snprintf(buf, size, "-");
 }
 
+static int ARGC;
+static char **ARGV; /* the command line, for the report */
+
 static void report(double secs, int jobs, int threads) {
     char path[4096], ci[2][64];
     double *v = (double *)malloc(sizeof(double) * S.seeds);
@@ -396,10 +399,10 @@ static void report(double secs, int jobs, int threads) {
     path_in(path, sizeof path, "report.md");
     md = open_out(path);
     fprintf(md, "# The NLP MetaFormer next-token study\n\n");
-    fprintf(md, "`build/study_text --data %s%s%s%s%s --out %s%s` (`make study DATA=...`): %d seed%s (%d to %d), %d at once with "
-                "%d thread%s each, %.0f s in all on a shared %d-core %s.\n\n",
-            S.data, S.gpt2 ? " --gpt2 " : "", S.gpt2 ? S.gpt2 : "", S.tokenizer ? " --tokenizer " : "",
-            S.tokenizer ? S.tokenizer : "", S.out, S.quick ? " --quick" : "", S.seeds, S.seeds > 1 ? "s" : "", S.seed,
+    fprintf(md, "`build/study_text");
+    for (int a = 1; a < ARGC; a++) fprintf(md, strchr(ARGV[a], ' ') ? " \"%s\"" : " %s", ARGV[a]);
+    fprintf(md, "` (`make study DATA=...`): %d seed%s (%d to %d), %d at once with %d thread%s each, %.0f s in all on a "
+                "shared %d-core %s.\n\n", S.seeds, S.seeds > 1 ? "s" : "", S.seed,
             S.seed + S.seeds - 1, jobs, threads, threads == 1 ? "" : "s", secs,
 #ifdef _OPENMP
             omp_get_num_procs(),
@@ -486,6 +489,7 @@ int main(int argc, char **argv) {
     double t0 = mf_time();
     int jobs, threads;
 
+    ARGC = argc; ARGV = argv;
     LIBRARY_CHOICES(METRIC_FORMS, mf_metric_form_name, mf_metric_form);
     parse_options(argc, argv, OPTS, N_OPTS, given, &file, usage);
     if (file && S.data) die("two texts given (--data \"%s\" and \"%s\"); give one", S.data, file);
