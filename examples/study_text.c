@@ -436,7 +436,8 @@ static void report(double secs, int jobs, int threads) {
     fprintf(md, "\nLosses in nats per token: mean ± sample standard deviation over the seeds and the 95%% interval of the mean "
                 "(Student's t). Train loss: the mean of each run's last %d steps; validation loss: %d batches of %d windows "
                 "spread over the validation split. \"Differs from sdpa\": Welch's t test on the validation losses at 5%%. "
-                "Parameters: trainable values (mf_param_values).\n\n", S.steps / 10 > 0 ? S.steps / 10 : 1, S.eval_batches, S.batch);
+                "Parameters: trainable values (mf_param_values). Seconds: the wall time of one run, mean over the seeds, on a "
+                "machine that may be shared.\n\n", S.steps / 10 > 0 ? S.steps / 10 : 1, S.eval_batches, S.batch);
     fprintf(md, "## Loss curves\n\n");
     figure_link(md, "training loss curves", "loss");
     fprintf(md, "## The metric heads\n\n");
@@ -452,8 +453,12 @@ static void report(double secs, int jobs, int threads) {
                 definite += neg == 0 && pos == dk;
                 fprintf(md, "| %d | %d | %d | %d | %d |\n", l, h, pos, neg, dk - pos - neg);
             }
-        fprintf(md, "\n%d of %d heads are positive definite (a metric in the strict sense)%s.\n\n", definite, n,
-                strcmp(S.metric_form, "symmetric") ? "; this form is positive semi-definite by construction" : "");
+        fprintf(md, "\nIn %d of %d heads every eigenvalue is above 1e-3 of the largest. %s\n\n", definite, n,
+                strcmp(S.metric_form, "symmetric") == 0
+                    ? "The symmetric form may learn eigenvalues of either sign: a head with negative ones is a symmetric "
+                      "bilinear form, not a metric."
+                    : "This form is positive semi-definite by construction (docs/math.md §9.10), so no eigenvalue is "
+                      "negative; the ones about 0 say how close a head's M is to a lower rank.");
     }
     {
         char how[96];
@@ -474,9 +479,15 @@ static void report(double secs, int jobs, int threads) {
                 "(%.0f%%).\n", va[0].mean, isfinite(va[0].sd) ? va[0].sd : 0.0, va[1].mean, isfinite(va[1].sd) ? va[1].sd : 0.0,
             va[1].mean - va[0].mean, welch_differs(va[1], va[0]) < 0 ? "untested with one seed" : welch_differs(va[1], va[0]) ? "significant" : "not significant",
             S.seeds, (long long)RUNS[0].params, (long long)RUNS[1].params, 100.0 * (double)RUNS[1].params / (double)RUNS[0].params);
-    fprintf(md, "2. *\"Despite the parameter reduction and the strong constraints, the network seemed to perform the same.\"* "
-                "The mixers that do not look at the content of other tokens give the baseline: pool %.4f, identity %.4f; "
-                "quadratic (an unconstrained M per head) %.4f.\n", va[3].mean, va[4].mean, va[2].mean);
+    {
+        static const char *const SAYS[3] = {"untested (one seed)", "not significantly different", "significantly different"};
+        int mq = welch_differs(va[1], va[2]), ps = welch_differs(va[3], va[0]), is = welch_differs(va[4], va[0]);
+        fprintf(md, "2. *\"Despite the parameter reduction and the strong constraints, the network seemed to perform the same.\"* "
+                    "The constraint alone: metric (M = S S^T, %lld parameters) %.4f against quadratic (an unconstrained M per "
+                    "head, %lld parameters) %.4f, %s. The mixers that do not weigh other tokens by their content give the "
+                    "baselines: pool (the mean of the last 3 tokens) %.4f, %s from sdpa; identity (no mixing) %.4f, %s.\n", (long long)RUNS[1].params, va[1].mean, (long long)RUNS[2].params, va[2].mean, SAYS[mq + 1], va[3].mean, SAYS[ps + 1], va[4].mean,
+                SAYS[is + 1]);
+    }
     fprintf(md, "3. *Output comparison (\"not much difference\").* The samples above, one per mixer, from the same prompt "
                 "and sampler seed.\n");
     close_out(md, path);
