@@ -358,7 +358,8 @@ EX_FN void gp_number(FILE *f, double v) {
 }
 
 /* The line chart of svg_line_chart as STEM.png: the series' points into STEM.dat (a block per series
-   that has points, "x y" lines), the script into STEM.gp. The same colours as the SVG. Returns gp_draw's. */
+   that has points, "x y" lines, "x y lo hi" for a series with a band), the script into STEM.gp. The
+   same colours as the SVG, the bands filled behind the lines. Returns gp_draw's. */
 EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel, const char *ylabel,
                          const svg_series *s, int n) {
     char dat[4096];
@@ -373,6 +374,12 @@ EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel
             gp_number(f, s[i].x[k]);
             fputc(' ', f);
             gp_number(f, s[i].y[k]);
+            if (s[i].lo && s[i].hi) {
+                fputc(' ', f);
+                gp_number(f, s[i].lo[k]);
+                fputc(' ', f);
+                gp_number(f, s[i].hi[k]);
+            }
         }
         fprintf(f, "\n");
     }
@@ -386,11 +393,23 @@ EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel
     gp_string(g, ylabel);
     fprintf(g, "\nplot");
     blocks = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, index = 0; i < n; i++) { /* the bands first, so that every line is drawn over them */
+        if (!s[i].n) continue;
+        if (s[i].lo && s[i].hi) {
+            fprintf(g, "%s ", blocks ? ", \\\n    " : "");
+            gp_string(g, file_base(dat));
+            fprintf(g, " index %d using 1:3:4 with filledcurves fillcolor rgb '%s' fillstyle transparent solid 0.18 noborder "
+                       "notitle", index, COLORS[i % N_COLORS]);
+            blocks = 1;
+        }
+        index++;
+    }
+    for (int i = 0, index = 0; i < n; i++) {
         if (!s[i].n) continue;
         fprintf(g, "%s ", blocks ? ", \\\n    " : "");
         gp_string(g, file_base(dat));
-        fprintf(g, " index %d using 1:2 with lines lw 2 lc rgb '%s' title ", blocks++, COLORS[i % N_COLORS]);
+        fprintf(g, " index %d using 1:2 with lines lw 2 lc rgb '%s' title ", index++, COLORS[i % N_COLORS]);
+        blocks = 1;
         gp_string(g, s[i].name);
     }
     if (!blocks) fprintf(g, " NaN notitle"); /* an empty chart, not a gnuplot error */
