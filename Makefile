@@ -9,6 +9,7 @@
 #   make demo      train the array sorter with the metric mixer (the README's first command)
 #   make ablate    every mixer and memory model on the array sorter, quick: table + loss plot
 #   make study     the NLP MetaFormer sorting study: the seed's model and figures, bench/results/study/
+#                  (DATA=FILE [GPT2=DIR]: the seed's next-token study on a text, bench/results/study/text/)
 #   make goldens   regenerate the PyTorch parity goldens (needs python3-torch)
 #   make fuzz      the libFuzzer targets of tests/fuzz/ (clang), FUZZ_SECONDS each (default 120):
 #                  corpus under build/fuzz/, results in bench/results/fuzz_<date>.md
@@ -208,7 +209,7 @@ $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 ASAN_ENV  := ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # clang's sanitizer builds: every C test and the emulated CUDA suites (see CASAN_TESTS)
 CASAN := $(if $(CLANG),$(patsubst %,$(BUILD)/casan/%,$(CASAN_TESTS)))
-SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_classify_cli test_classify_text test_dist test_gpu_report test_gpu_first_run test_train_mpi test_readme test_links test_custom_cli test_valid_protocol
+SCRIPTS   := $(if $(CLANG),,clang_missing) hygiene cuda_build test_cli test_data_cli train_emu test_ablate test_presets test_embed test_tokenize test_nonfinite test_resume test_accum test_study test_study_text test_classify_cli test_classify_text test_dist test_gpu_report test_gpu_first_run test_train_mpi test_readme test_links test_custom_cli test_valid_protocol
 TEST_LOGS := $(SCRIPTS:%=$(BUILD)/logs/sh/%.log) $(TESTS:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(BUILD)/logs/nosimd/test_gemm.log $(ASAN:$(BUILD)/%=$(BUILD)/logs/%.log) \
              $(CASAN:$(BUILD)/%=$(BUILD)/logs/%.log) $(FUZZ_TARGETS:%=$(BUILD)/logs/fuzz/%.log)
@@ -242,6 +243,7 @@ $(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(BUILD)/train-mpi
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_study.log: $(BUILD)/study $(BUILD)/sort
+$(BUILD)/logs/sh/test_study_text.log: $(BUILD)/study_text
 $(BUILD)/logs/sh/test_classify_cli.log: $(BUILD)/classify
 $(BUILD)/logs/sh/test_classify_text.log: $(BUILD)/classify $(BUILD)/tokenize
 $(BUILD)/logs/sh/test_gpu_report.log: $(BUILD)/train
@@ -409,10 +411,13 @@ ablate: $(BUILD)/ablate
 	./$(BUILD)/ablate --quick --out $(BUILD)/ablate_sorter
 
 # the NLP MetaFormer seed's sorting study (sdpa, metric, quadratic on the seed's model and a relabeled
-# control, 5 seeds, one per core at once): bench/results/study/report.md and its SVG
-# figures (+ PNG with gnuplot)
-study: $(BUILD)/study
-	./$(BUILD)/study --out bench/results/study
+# control, 5 seeds, one per core at once): bench/results/study/report.md and its SVG figures (+ PNG
+# with gnuplot). With DATA=FILE: the seed's next-token study instead (examples/study_text.c): sdpa,
+# metric, quadratic, pool and identity on the same tokens of FILE (GPT-2 BPE with GPT2=DIR,
+# encoder.json + vocab.bpe; else characters), 3 seeds: bench/results/study/text/report.md, loss
+# curves, metric heads, samples. STUDY_ARGS adds options (./build/study_text --help).
+study: $(if $(DATA),$(BUILD)/study_text,$(BUILD)/study)
+	$(if $(DATA),./$(BUILD)/study_text --data '$(DATA)' $(if $(GPT2),--gpt2 '$(GPT2)') --out bench/results/study/text$(if $(GPT2),/gpt2) $(STUDY_ARGS),./$(BUILD)/study --out bench/results/study)
 
 # the NLP MetaFormer seed's classification ablation (one block; sdpa, metric, quadratic, pool,
 # identity; 5 seeds) on real text: with no CORPUS, language identification from Debian's word lists

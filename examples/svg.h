@@ -179,10 +179,26 @@ EX_FN void svg_diverging(double v, char *buf, size_t size) {
     else snprintf(buf, size, "#%02x%02xff", other, other);
 }
 
+/* The cell size of a set of panels and every how many rows / columns a label goes (*every): up to 12
+   rows or columns 34 px with the value printed in every cell (svg_heatmap_values); larger matrices
+   (a 64 x 64 metric tensor) shrink their cells to keep a panel about 300 px wide, without values,
+   and label about 8 rows and columns. */
+EX_FN double svg_heatmap_cell(const svg_matrix *m, int n, int *every) {
+    int big = 0;
+    for (int i = 0; i < n; i++) {
+        if (m[i].rows > big) big = m[i].rows;
+        if (m[i].cols > big) big = m[i].cols;
+    }
+    *every = big <= 12 ? 1 : (big + 7) / 8;
+    return big <= 12 ? 34 : floor(300.0 / big) > 4 ? floor(300.0 / big) : 4;
+}
+#define svg_heatmap_values(cell) ((cell) >= 34)
+
 /* n matrices in a grid of `per_row` panels, each coloured on its own scale (max |v| of the panel)
-   with the value printed in every cell; `subtitle` under the title */
+   with the value printed in every cell (small matrices: svg_heatmap_cell); `subtitle` under the title */
 EX_FN void svg_heatmaps(const char *path, const char *title, const char *subtitle, const svg_matrix *m, int n, int per_row) {
-    const double cell = 34, gap = 56, lab = 22, head = 70;
+    int every;
+    const double cell = svg_heatmap_cell(m, n, &every), gap = 56, lab = 22, head = 70;
     double pw = 0, ph = 0, W, H;
     FILE *f = open_out(path);
     for (int i = 0; i < n; i++) {
@@ -207,22 +223,26 @@ EX_FN void svg_heatmaps(const char *path, const char *title, const char *subtitl
         xml_text(f, m[i].title);
         fprintf(f, "</text>\n");
         for (int c = 0; c < m[i].cols; c++) {
+            if (c % every) continue;
             fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\">", x0 + (c + 0.5) * cell, y0 - 6);
             if (m[i].col_labels) xml_text(f, m[i].col_labels[c]); else fprintf(f, "%d", c);
             fprintf(f, "</text>\n");
         }
         for (int r = 0; r < m[i].rows; r++) {
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">", x0 - 4, y0 + (r + 0.6) * cell);
-            if (m[i].row_labels) xml_text(f, m[i].row_labels[r]); else fprintf(f, "%d", r);
-            fprintf(f, "</text>\n");
+            if (r % every == 0) {
+                fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#555\">", x0 - 4, y0 + (r + 0.6) * cell);
+                if (m[i].row_labels) xml_text(f, m[i].row_labels[r]); else fprintf(f, "%d", r);
+                fprintf(f, "</text>\n");
+            }
             for (int c = 0; c < m[i].cols; c++) {
                 double v = m[i].v[r * m[i].cols + c];
                 char fill[16];
                 if (isfinite(v)) svg_diverging(mx > 0 ? v / mx : 0, fill, sizeof fill);
                 else snprintf(fill, sizeof fill, "#cccccc");
-                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"%s\" stroke=\"white\"/>", x0 + c * cell,
-                        y0 + r * cell, cell, cell, fill);
-                if (isfinite(v))
+                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"%s\"%s/>", x0 + c * cell,
+                        y0 + r * cell, cell, cell, fill,  svg_heatmap_values(cell) ? " stroke=\"white\"" : " stroke=\"none\"");
+                if (!svg_heatmap_values(cell)) fprintf(f, "\n");
+                else if (isfinite(v))
                     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"9\">%.2f</text>\n", x0 + (c + 0.5) * cell,
                             y0 + (r + 0.6) * cell, v);
                 else fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"9\">-</text>\n", x0 + (c + 0.5) * cell,
@@ -338,7 +358,8 @@ EX_FN void gp_number(FILE *f, double v) {
 }
 
 /* The line chart of svg_line_chart as STEM.png: the series' points into STEM.dat (a block per series
-   that has points, "x y" lines), the script into STEM.gp. The same colours as the SVG. Returns gp_draw's. */
+   that has points, "x y" lines, "x y lo hi" for a series with a band), the script into STEM.gp. The
+   same colours as the SVG, the bands filled behind the lines. Returns gp_draw's. */
 EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel, const char *ylabel,
                          const svg_series *s, int n) {
     char dat[4096];
@@ -353,6 +374,12 @@ EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel
             gp_number(f, s[i].x[k]);
             fputc(' ', f);
             gp_number(f, s[i].y[k]);
+            if (s[i].lo && s[i].hi) {
+                fputc(' ', f);
+                gp_number(f, s[i].lo[k]);
+                fputc(' ', f);
+                gp_number(f, s[i].hi[k]);
+            }
         }
         fprintf(f, "\n");
     }
@@ -366,11 +393,23 @@ EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel
     gp_string(g, ylabel);
     fprintf(g, "\nplot");
     blocks = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, index = 0; i < n; i++) { /* the bands first, so that every line is drawn over them */
+        if (!s[i].n) continue;
+        if (s[i].lo && s[i].hi) {
+            fprintf(g, "%s ", blocks ? ", \\\n    " : "");
+            gp_string(g, file_base(dat));
+            fprintf(g, " index %d using 1:3:4 with filledcurves fillcolor rgb '%s' fillstyle transparent solid 0.18 noborder "
+                       "notitle", index, COLORS[i % N_COLORS]);
+            blocks = 1;
+        }
+        index++;
+    }
+    for (int i = 0, index = 0; i < n; i++) {
         if (!s[i].n) continue;
         fprintf(g, "%s ", blocks ? ", \\\n    " : "");
         gp_string(g, file_base(dat));
-        fprintf(g, " index %d using 1:2 with lines lw 2 lc rgb '%s' title ", blocks++, COLORS[i % N_COLORS]);
+        fprintf(g, " index %d using 1:2 with lines lw 2 lc rgb '%s' title ", index++, COLORS[i % N_COLORS]);
+        blocks = 1;
         gp_string(g, s[i].name);
     }
     if (!blocks) fprintf(g, " NaN notitle"); /* an empty chart, not a gnuplot error */
@@ -378,10 +417,10 @@ EX_FN int png_line_chart(const char *stem, const char *title, const char *xlabel
     return gp_draw(stem, g);
 }
 
-/* ticks labelled by `labels` (NULL: 0, 1, 2, ...) at 0 .. n-1 on axis "x" or "y" */
-EX_FN void gp_label_tics(FILE *g, const char *axis, const char *const *labels, int n) {
+/* ticks labelled by `labels` (NULL: 0, 1, 2, ...) at 0, every, 2 every, ... < n on axis "x" or "y" */
+EX_FN void gp_label_tics(FILE *g, const char *axis, const char *const *labels, int n, int every) {
     fprintf(g, "set %stics (", axis);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i += every) {
         char number[16];
         snprintf(number, sizeof number, "%d", i);
         fprintf(g, "%s", i ? ", " : "");
@@ -396,7 +435,8 @@ EX_FN void gp_label_tics(FILE *g, const char *axis, const char *const *labels, i
    blue-white-red scale, its values printed in the cells, missing cells grey with "-" (gnuplot warns
    of the missing values when run by hand). Returns gp_draw's. */
 EX_FN int png_heatmaps(const char *stem, const char *title, const char *subtitle, const svg_matrix *m, int n, int per_row) {
-    const double cell = 34, gap = 56, lab = 22, head = 70;
+    int every;
+    const double cell = svg_heatmap_cell(m, n, &every), gap = 56, lab = 22, head = 70;
     double pw = 0, ph = 0, W, H;
     char dat[4096];
     FILE *f = open_out(stem_path(dat, sizeof dat, stem, ".dat")), *g;
@@ -436,13 +476,15 @@ EX_FN int png_heatmaps(const char *stem, const char *title, const char *subtitle
                 m[i].rows - 1, mx > 0 ? -mx : -1, mx > 0 ? mx : 1);
         gp_string(g, m[i].title);
         fprintf(g, " offset 0,-0.6\n");
-        gp_label_tics(g, "x", m[i].col_labels, m[i].cols);
-        gp_label_tics(g, "y", m[i].row_labels, m[i].rows);
+        gp_label_tics(g, "x", m[i].col_labels, m[i].cols, every);
+        gp_label_tics(g, "y", m[i].row_labels, m[i].rows, every);
         fprintf(g, "plot ");
         gp_string(g, file_base(dat));
         fprintf(g, " index %d matrix with image, \\\n    '' index %d matrix using 1:($3 == $3 ? NaN : $2):(0.5):(0.5) "
-                   "with boxxy fillcolor rgb '#cccccc' fillstyle solid noborder, \\\n    '' index %d matrix using "
-                   "1:2:($3 == $3 ? sprintf('%%.2f', $3) : '-') with labels font ',7'\n", i, i, i);
+                   "with boxxy fillcolor rgb '#cccccc' fillstyle solid noborder", i, i);
+        if (svg_heatmap_values(cell))
+            fprintf(g, ", \\\n    '' index %d matrix using 1:2:($3 == $3 ? sprintf('%%.2f', $3) : '-') with labels font ',7'", i);
+        fprintf(g, "\n");
     }
     fprintf(g, "unset multiplot\n");
     return gp_draw(stem, g);
