@@ -17,37 +17,43 @@ static void *my_malloc(size_t n) { n_alloc++; return malloc(n); }
 #define MF_REALLOC(p, sz) realloc(p, sz)
 #define MF_FREE(p) free(p)'
 main_fn='int main(void) { return 0; }'
+# check NAME COMMAND EXT SOURCE: compiles the source with the command (-c: an object, through the
+# whole compiler); syntax_check: the same through the front end only (-fsyntax-only: every
+# diagnostic of the language and of -Wall -Wextra but those of code generation, such as a missing
+# return, about a third of the time). Each configuration below is compiled at least one way, and
+# the plain C and C++ ones (and every test's own build) through the whole compiler.
 check() { # name, compiler command, file extension, source text
     printf '%s\n' "$4" > "$tmp/src.$3"
-    if out=$(eval "$2 -I. -c $tmp/src.$3 -o $tmp/obj.o" 2>&1); then echo "ok   $1"; pass=$((pass+1))
+    if out=$(eval "$2 -I. ${MODE:--c} $tmp/src.$3 -o $tmp/obj.o" 2>&1); then echo "ok   $1"; pass=$((pass+1))
     else echo "FAIL $1"; printf '%s\n' "$out" | head -5; fail=$((fail+1)); fi
 }
+syntax_check() { MODE=-fsyntax-only check "$@"; }
 check "c99 pedantic"            "gcc -std=c99 -pedantic $W"                c "$impl
 $main_fn"
-check "c99 pedantic openmp"     "gcc -std=c99 -pedantic -fopenmp $W"       c "$impl
+syntax_check "c99 pedantic openmp"     "gcc -std=c99 -pedantic -fopenmp $W"       c "$impl
 $main_fn"
-check "c99 avx2 only"           "gcc -std=c99 -pedantic -mavx2 -mfma $W"   c "$impl
+syntax_check "c99 avx2 only"           "gcc -std=c99 -pedantic -mavx2 -mfma $W"   c "$impl
 $main_fn"
-check "c99 no simd"             "gcc -std=c99 -pedantic -march=native -DMETAFORMER_NO_SIMD $W" c "$impl
+syntax_check "c99 no simd"             "gcc -std=c99 -pedantic -march=native -DMETAFORMER_NO_SIMD $W" c "$impl
 $main_fn"
-check "c11 openmp disabled"     "gcc -std=c11 -pedantic -fopenmp -DMETAFORMER_NO_OPENMP $W" c "$impl
+syntax_check "c11 openmp disabled"     "gcc -std=c11 -pedantic -fopenmp -DMETAFORMER_NO_OPENMP $W" c "$impl
 $main_fn"
 check "c++11"                   "g++ -std=c++11 $W"                        cpp "$impl
 $main_fn"
-check "c++11 openmp native"     "g++ -std=c++11 -fopenmp -march=native $W" cpp "$impl
+syntax_check "c++11 openmp native"     "g++ -std=c++11 -fopenmp -march=native $W" cpp "$impl
 $main_fn"
-check "static mode"             "gcc -std=c99 -pedantic -DMETAFORMER_STATIC $W" c "$impl
+syntax_check "static mode"             "gcc -std=c99 -pedantic -DMETAFORMER_STATIC $W" c "$impl
 $main_fn"
 check "custom allocator"        "gcc -std=c99 -pedantic $W"                c "$alloc
 $impl
 $main_fn"
-check "without data (NO_DATA)"  "gcc -std=c99 -pedantic -DMETAFORMER_NO_DATA $W" c "$impl
+syntax_check "without data (NO_DATA)"  "gcc -std=c99 -pedantic -DMETAFORMER_NO_DATA $W" c "$impl
 $main_fn"
-check "without data (C++)"      "g++ -std=c++11 -DMETAFORMER_NO_DATA $W"  cpp "$impl
+syntax_check "without data (C++)"      "g++ -std=c++11 -DMETAFORMER_NO_DATA $W"  cpp "$impl
 $main_fn"
-check "shards by stdio (NO_MMAP)" "gcc -std=c99 -pedantic -DMETAFORMER_NO_MMAP $W" c "$impl
+syntax_check "shards by stdio (NO_MMAP)" "gcc -std=c99 -pedantic -DMETAFORMER_NO_MMAP $W" c "$impl
 $main_fn"
-check "declarations only (C)"   "gcc -std=c99 -pedantic $W"                c "$use"
+syntax_check "declarations only (C)"   "gcc -std=c99 -pedantic $W"                c "$use"
 # the data-parallel section ([mf:dist]) with MPI's compiler wrappers, where Open MPI is installed
 if command -v mpicc > /dev/null && command -v mpicxx > /dev/null; then
     # (c99 -pedantic -O2 with mpicc: build/dist/test_dist)
@@ -62,7 +68,7 @@ $main_fn"
 else
     echo "skip the METAFORMER_MPI builds: Open MPI is not installed (tools/install_mpi.sh)"
 fi
-check "declarations only (C++)" "g++ -std=c++11 $W"                        cpp "$use"
+syntax_check "declarations only (C++)" "g++ -std=c++11 $W"                        cpp "$use"
 # the per-family switches: the header compiles without each family (C and C++), a program trains a
 # mixer of another family one step and generates, and every left-out mixer is refused by name
 family_prog='#include <stdio.h>
@@ -103,24 +109,27 @@ for fam in "XL:MF_MIXER_FAST_WEIGHTS:1" "FASTWEIGHTS:MF_MIXER_RELATIVE:2" "FEEDB
     sw=${fam%%:*}; rest=${fam#*:}; mixer=${rest%%:*}; left=${rest#*:}
     D="-DMETAFORMER_NO_$sw -DTRAIN_MIXER=$mixer -DLEFT_OUT=$left"
     name="NO_$sw"; [ "$left" = 5 ] && name="NO_XL, NO_FASTWEIGHTS and NO_FEEDBACK"
-    check "c99 pedantic $name" "gcc -std=c99 -pedantic -march=native $D $W" c "$impl
+    syntax_check "c99 pedantic $name" "gcc -std=c99 -pedantic -march=native $D $W" c "$impl
 $family_prog"
-    check "c++11 $name" "g++ -std=c++11 -pedantic $D $W" cpp "$impl
+    syntax_check "c++11 $name" "g++ -std=c++11 -pedantic $D $W" cpp "$impl
 $family_prog"
     printf '%s\n' "$impl" "$family_prog" > "$tmp/f.c"
-    if gcc -std=c99 -O1 -I. $D "$tmp/f.c" -o "$tmp/f" -lm 2>/dev/null && "$tmp/f" > "$tmp/f.out"
+    if gcc -std=c99 -O0 -I. $D "$tmp/f.c" -o "$tmp/f" -lm 2>/dev/null && "$tmp/f" > "$tmp/f.out"
     then echo "ok   $name: ${mixer#MF_MIXER_} trains a step and generates, the left-out mixers are refused"; pass=$((pass+1))
     else echo "FAIL $name: a remaining mixer trains, the left-out ones are refused"; head -5 "$tmp/f.out" 2>/dev/null; fail=$((fail+1)); fi
 done
-# the same switches on the CUDA backend (metaformer_cuda.cuh on the emulator): it compiles without the
-# family, and every op left in mf__ops still has its CUDA row and passes its CPU-vs-CUDA parity
-for sw in XL FASTWEIGHTS FEEDBACK "any family"; do
-    D="-DMETAFORMER_NO_$sw"; [ "$sw" = "any family" ] && D="-DMETAFORMER_NO_XL -DMETAFORMER_NO_FASTWEIGHTS -DMETAFORMER_NO_FEEDBACK"
-    if g++ -std=c++14 -O0 $W $D -I. -Itests tests/test_cuda_ops.cpp -o "$tmp/cu" -lm 2>"$tmp/cu.err" &&
-       "$tmp/cu" > "$tmp/cu.out" 2>&1 && grep -q '^[1-9][0-9]* passed, 0 failed$' "$tmp/cu.out"
-    then echo "ok   CUDA backend (emulated) without $sw: every remaining op has its kernels and parity"; pass=$((pass+1))
-    else echo "FAIL CUDA backend (emulated) without $sw"; head -5 "$tmp/cu.err" "$tmp/cu.out"; fail=$((fail+1)); fi
+# the same switches on the CUDA backend (metaformer_cuda.cuh on the emulator): it compiles without
+# each family; without all three, every op left in mf__ops still has its CUDA row and passes its
+# CPU-vs-CUDA parity (the ops of one family do not depend on another's: one run covers the tables)
+for sw in XL FASTWEIGHTS FEEDBACK; do
+    syntax_check "CUDA backend (emulated) without $sw: compiles" "g++ -std=c++14 $W -DMETAFORMER_NO_$sw -Itests" cpp \
+        "$(cat tests/test_cuda_ops.cpp)"
 done
+D="-DMETAFORMER_NO_XL -DMETAFORMER_NO_FASTWEIGHTS -DMETAFORMER_NO_FEEDBACK"
+if g++ -std=c++14 -O0 $W $D -I. -Itests tests/test_cuda_ops.cpp -o "$tmp/cu" -lm 2>"$tmp/cu.err" &&
+   "$tmp/cu" > "$tmp/cu.out" 2>&1 && grep -q '^[1-9][0-9]* passed, 0 failed$' "$tmp/cu.out"
+then echo "ok   CUDA backend (emulated) without any family: every remaining op has its kernels and parity"; pass=$((pass+1))
+else echo "FAIL CUDA backend (emulated) without any family"; head -5 "$tmp/cu.err" "$tmp/cu.out"; fail=$((fail+1)); fi
 # the custom allocator is really used: link and count
 printf '%s\n' "$alloc" "$impl" 'int main(void) { mf_ctx *c = mf_ctx_new(1); mf_ctx_free(c); return n_alloc > 0 ? 0 : 1; }' > "$tmp/a.c"
 if gcc -std=c99 -I. "$tmp/a.c" -o "$tmp/a" -lm 2>/dev/null && "$tmp/a"; then echo "ok   custom allocator is called"; pass=$((pass+1))

@@ -9,6 +9,7 @@
 set -u
 cd "$(dirname "$0")/.."
 STUDY=${STUDY:-$PWD/build/study}
+SORT=${SORT:-$PWD/build/sort}
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 start_test "$STUDY" "make examples"
@@ -101,7 +102,6 @@ if [ $rc -eq 0 ] && grep -q 'bf16 products' bf16/report.md && grep -q 'fp32 prod
    [ "$(grep ' seed 1  last-epoch' bf16.out | sed -E 's/  [0-9.]+ s$//')" != "$(grep ' seed 1  last-epoch' fp32.out | sed -E 's/  [0-9.]+ s$//')" ]
 then ok "--precision bf16 trains every run with bf16 products (the report says so, the losses differ from fp32's)"
 else bad "--precision bf16" "rc $rc" "$(tail -3 bf16.out)"; fi
-SORT=${SORT:-$PWD/build/sort}
 "$SORT" --steps 20 --precision bf16 > sort.out 2>&1; rc=$?
 "$SORT" --steps 20 --precision fp16 > sortbad.out 2>&1; rcb=$?
 if [ $rc -eq 0 ] && grep -q 'bf16$' sort.out && grep -q 'token accuracy' sort.out && [ $rcb -ne 0 ] &&
