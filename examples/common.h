@@ -14,7 +14,8 @@
      [sample]    generate and print a sample
      [steps]     one training step and the validation loss of either loader, on one process or
                  on the ranks of a data-parallel run (build/train-mpi)
-     [stats]     several seeds: mean, standard deviation, 95% interval; Welch's test; --jobs (seeds at once)
+     [stats]     several seeds: mean, standard deviation, 95% interval; Welch's test; --jobs (seeds at
+                 once); the eigenvalues of a symmetric form
 
    Every function is static; EX_FN marks them unused-is-fine, since no program needs all. */
 #ifndef EXAMPLES_COMMON_H
@@ -1156,6 +1157,35 @@ EX_FN stat_summary summarize(const double *v, int n) {
     for (int i = 0; i < n; i++) if (isfinite(v[i])) ss += (v[i] - r.mean) * (v[i] - r.mean);
     if (r.n > 1) { r.sd = sqrt(ss / (r.n - 1)); r.ci = t95(r.n - 1) * r.sd / sqrt((double)r.n); }
     return r;
+}
+/* the eigenvalues of the symmetric n x n matrix a (row-major), ascending, into ev (cyclic Jacobi
+   rotations: plain and exact enough for the small forms the studies look at) */
+EX_FN void sym_eigenvalues(const double *a, int n, double *ev) {
+    double *w = (double *)malloc(sizeof(double) * (size_t)n * n);
+    if (!w) die("out of memory");
+    memcpy(w, a, sizeof(double) * (size_t)n * n);
+    for (int sweep = 0; sweep < 60; sweep++) {
+        double off = 0;
+        for (int p = 0; p < n; p++) for (int q = p + 1; q < n; q++) off += w[p * n + q] * w[p * n + q];
+        if (off < 1e-24) break;
+        for (int p = 0; p < n; p++)
+            for (int q = p + 1; q < n; q++) {
+                if (fabs(w[p * n + q]) < 1e-300) continue;
+                double th = (w[q * n + q] - w[p * n + p]) / (2 * w[p * n + q]);
+                double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1)), c = 1 / sqrt(t * t + 1), s = t * c;
+                for (int k = 0; k < n; k++) { /* W = J^T W J */
+                    double wkp = w[k * n + p], wkq = w[k * n + q];
+                    w[k * n + p] = c * wkp - s * wkq; w[k * n + q] = s * wkp + c * wkq;
+                }
+                for (int k = 0; k < n; k++) {
+                    double wpk = w[p * n + k], wqk = w[q * n + k];
+                    w[p * n + k] = c * wpk - s * wqk; w[q * n + k] = s * wpk + c * wqk;
+                }
+            }
+    }
+    for (int i = 0; i < n; i++) ev[i] = w[i * n + i];
+    for (int i = 1; i < n; i++) for (int j = i; j > 0 && ev[j] < ev[j - 1]; j--) { double t = ev[j]; ev[j] = ev[j - 1]; ev[j - 1] = t; }
+    free(w);
 }
 /* Welch's two-sample t test at the 5% level, two-sided: 1 when the means differ significantly, 0
    when not, -1 when it cannot tell (fewer than 2 values on a side) */

@@ -132,33 +132,6 @@ static void fit(run *r, int seed, int32_t *ids, int32_t *targets) {
 
 /* ---- the figures' numbers ------------------------------------------------------------------------ */
 
-/* eigenvalues of a symmetric n x n matrix (n <= D), ascending: cyclic Jacobi rotations */
-static void sym_eigenvalues(const double *a_in, int n, double *ev) {
-    double a[D * D];
-    memcpy(a, a_in, sizeof(double) * n * n);
-    for (int sweep = 0; sweep < 60; sweep++) {
-        double off = 0;
-        for (int p = 0; p < n; p++) for (int q = p + 1; q < n; q++) off += a[p * n + q] * a[p * n + q];
-        if (off < 1e-24) break;
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                if (fabs(a[p * n + q]) < 1e-300) continue;
-                double th = (a[q * n + q] - a[p * n + p]) / (2 * a[p * n + q]);
-                double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1)), c = 1 / sqrt(t * t + 1), s = t * c;
-                for (int k = 0; k < n; k++) { /* A = J^T A J */
-                    double akp = a[k * n + p], akq = a[k * n + q];
-                    a[k * n + p] = c * akp - s * akq; a[k * n + q] = s * akp + c * akq;
-                }
-                for (int k = 0; k < n; k++) {
-                    double apk = a[p * n + k], aqk = a[q * n + k];
-                    a[p * n + k] = c * apk - s * aqk; a[q * n + k] = s * apk + c * aqk;
-                }
-            }
-    }
-    for (int i = 0; i < n; i++) ev[i] = a[i * n + i];
-    for (int i = 1; i < n; i++) for (int j = i; j > 0 && ev[j] < ev[j - 1]; j--) { double t = ev[j]; ev[j] = ev[j - 1]; ev[j - 1] = t; }
-}
-
 /* ||A - A^T|| / ||A|| (Frobenius) of an n x n matrix: 0 for a symmetric one */
 static double asymmetry(const float *a, int n) {
     double num = 0, den = 0;

@@ -13,8 +13,10 @@
    the rest validates. --seeds N runs of every mixer (--jobs of them at once): each number as mean ±
    sd with the 95% interval of the mean, Welch's test against sdpa. Writes DIR/report.md, the loss
    curves (DIR/loss.svg: the mean of the seeds with a band of ± one sd), the metric heads of the
-   first seed's metric model (DIR/metric_heads.svg, one panel per layer and head), each with its
-   gnuplot data and script (and PNG where gnuplot is installed), and a sample from --prompt per mixer.
+   first seed's metric model (DIR/metric_heads.svg, one panel per layer and head; at initialisation:
+   DIR/metric_heads_init.svg, and how far training moved them next to two seeds' initialisations),
+   each with its gnuplot data and script (and PNG where gnuplot is installed), and a sample from
+   --prompt per mixer.
    --quick: a tiny model and a few steps, for the test (tests/test_study_text.sh). */
 #define _POSIX_C_SOURCE 200809L /* isatty, in common.h */
 #define METAFORMER_IMPLEMENTATION
@@ -160,7 +162,7 @@ typedef struct run {
     double train, valid, bpb, secs;
     int64_t params;
     int32_t *sample;       /* first seed: the prompt and the sampled ids */
-    float *heads;          /* first seed, metric: [layers][heads][dk][dk] */
+    float *heads, *heads0; /* metric: [layers][heads][dk][dk] after training, and at initialisation */
 } run;
 static run *RUNS; /* [seed][mixer] */
 
@@ -181,6 +183,17 @@ static double final_train_loss(const double *loss, int steps) {
     return k ? s / k : NAN;
 }
 
+/* the metric model's M_h of every layer and head, [layers][heads][dk][dk] (malloc'd) */
+static float *metric_heads(mf_model *m) {
+    int dk = S.d_model / S.heads;
+    size_t per = (size_t)S.heads * dk * dk;
+    float *h = (float *)malloc((size_t)S.layers * per * sizeof(float));
+    if (!h) die("out of memory");
+    for (int l = 0; l < S.layers; l++)
+        if (mf_model_attention_form(m, l, MF_ATTN_FORM_HEAD, h + l * per) < 0) die("metric heads: %s", mf_error(mf_model_ctx(m)));
+    return h;
+}
+
 static void train_run(int j, int k, int threads) {
     run *r = &RUNS[j * N_MIXERS + k];
     int seed = S.seed + j, B = S.batch, T = S.seq_len;
@@ -199,6 +212,7 @@ static void train_run(int j, int k, int threads) {
     check_model_config(ctx, &cfg);
     if (!(m = mf_model_new(ctx, &cfg))) die("%s: %s", mf_mixer_name(cfg.mixer), mf_error(ctx));
     r->params = mf_param_values(ctx, 1);
+    if (MIXERS_RUN[k] == MF_MIXER_METRIC) r->heads0 = metric_heads(m);
     opt.beta1 = 0.95f; opt.beta2 = 0.99f; opt.weight_decay = 0.01f; /* the seed's AdamW */
     opt.schedule.kind = MF_SCHED_COSINE; opt.schedule.lr = S.lr; opt.schedule.min_lr = S.lr / 10;
     opt.schedule.warmup = S.warmup; opt.schedule.total_steps = S.steps;
@@ -224,14 +238,8 @@ static void train_run(int j, int k, int threads) {
         memcpy(r->sample, D.prompt, (size_t)D.n_prompt * sizeof *D.prompt);
         if (S.sample > 0 && mf_model_generate(m, D.prompt, D.n_prompt, S.sample, &s, r->sample + D.n_prompt) < 0)
             die("%s: sampling failed: %s", mf_mixer_name(cfg.mixer), mf_error(ctx));
-        if (MIXERS_RUN[k] == MF_MIXER_METRIC) {
-            int dk = S.d_model / S.heads;
-            size_t per = (size_t)S.heads * dk * dk;
-            if (!(r->heads = (float *)malloc((size_t)S.layers * per * sizeof(float)))) die("out of memory");
-            for (int l = 0; l < S.layers; l++)
-                if (mf_model_attention_form(m, l, MF_ATTN_FORM_HEAD, r->heads + l * per) < 0) die("metric heads: %s", mf_error(ctx));
-        }
     }
+    if (MIXERS_RUN[k] == MF_MIXER_METRIC) r->heads = metric_heads(m);
     r->secs = mf_time() - t0;
     printf("%-9s seed %d  train loss %.4f  validation loss %.4f  (%.1f s)\n", mf_mixer_name(cfg.mixer), seed, r->train,
            r->valid, r->secs);
@@ -295,7 +303,7 @@ static void loss_figure(void) {
 }
 
 /* the first seed's metric heads: M_h of every layer, one panel per head, a row per layer */
-static void heads_figure(const float *heads) {
+static void heads_figure(const float *heads, int init) {
     int dk = S.d_model / S.heads, n = S.layers * S.heads;
     svg_matrix *m = (svg_matrix *)calloc((size_t)n, sizeof *m);
     char stem[4096], svg[4096], title[200];
@@ -307,8 +315,9 @@ static void heads_figure(const float *heads) {
             q->rows = q->cols = dk;
             q->v = heads + ((size_t)l * S.heads + h) * dk * dk;
         }
-    snprintf(title, sizeof title, "The metric heads M_h of the trained metric model (%s form, seed %d)", S.metric_form, S.seed);
-    path_in(stem, sizeof stem, "metric_heads");
+    snprintf(title, sizeof title, "The metric heads M_h of the metric model %s (%s form, seed %d)",
+             init ? "at initialisation" : "after training", S.metric_form, S.seed);
+    path_in(stem, sizeof stem, init ? "metric_heads_init" : "metric_heads");
     svg_heatmaps(stem_path(svg, sizeof svg, stem, ".svg"), title,
                  "score = p M_h p'^T / sqrt(dk), p = Wp_h x; each panel on its own scale (red +, blue -)", m, n, S.heads);
     n_png += png_heatmaps(stem, title, "score = p M_h p'^T / sqrt(dk), p = Wp_h x; each panel on its own scale (red +, blue -)",
@@ -318,35 +327,81 @@ static void heads_figure(const float *heads) {
 
 /* the eigenvalues' signs of a head's M (symmetric): how many are positive, negative, about 0 */
 static void eigen_counts(const float *a, int n, int *pos, int *neg) {
-    double *w = (double *)malloc(sizeof(double) * (size_t)n * n), mx = 0;
-    if (!w) die("out of memory");
+    double *w = (double *)malloc(sizeof(double) * (size_t)n * n), *ev = (double *)malloc(sizeof(double) * (size_t)n), mx = 0;
+    if (!w || !ev) die("out of memory");
     for (int i = 0; i < n * n; i++) w[i] = 0.5 * ((double)a[i] + a[(i % n) * n + i / n]);
-    for (int sweep = 0; sweep < 60; sweep++) { /* cyclic Jacobi rotations */
-        double off = 0;
-        for (int p = 0; p < n; p++) for (int q = p + 1; q < n; q++) off += w[p * n + q] * w[p * n + q];
-        if (off < 1e-20) break;
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                if (fabs(w[p * n + q]) < 1e-300) continue;
-                double th = (w[q * n + q] - w[p * n + p]) / (2 * w[p * n + q]);
-                double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1)), c = 1 / sqrt(t * t + 1), s = t * c;
-                for (int i = 0; i < n; i++) {
-                    double ip = w[i * n + p], iq = w[i * n + q];
-                    w[i * n + p] = c * ip - s * iq; w[i * n + q] = s * ip + c * iq;
-                }
-                for (int i = 0; i < n; i++) {
-                    double pi = w[p * n + i], qi = w[q * n + i];
-                    w[p * n + i] = c * pi - s * qi; w[q * n + i] = s * pi + c * qi;
-                }
-            }
-    }
-    for (int i = 0; i < n; i++) if (fabs(w[i * n + i]) > mx) mx = fabs(w[i * n + i]);
+    sym_eigenvalues(w, n, ev);
+    for (int i = 0; i < n; i++) if (fabs(ev[i]) > mx) mx = fabs(ev[i]);
     *pos = *neg = 0;
     for (int i = 0; i < n; i++) {
-        if (fabs(w[i * n + i]) <= 1e-3 * mx) continue;
-        if (w[i * n + i] > 0) (*pos)++; else (*neg)++;
+        if (fabs(ev[i]) <= 1e-3 * mx) continue;
+        if (ev[i] > 0) (*pos)++; else (*neg)++;
     }
-    free(w);
+    free(w); free(ev);
+}
+
+/* ||a - b|| / ||a|| (Frobenius) of two n x n forms */
+static double rel_distance(const float *a, const float *b, int n) {
+    double d = 0, na = 0;
+    for (int i = 0; i < n * n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); na += (double)a[i] * a[i]; }
+    return na > 0 ? sqrt(d / na) : NAN;
+}
+/* the heads' distance from another seed's: per head the nearest head of the same layer of seed j2
+   (heads are interchangeable), averaged over the layer's heads */
+static double seed_distance(const float *h1, const float *h2, int l, int dk) {
+    double s = 0;
+    for (int h = 0; h < S.heads; h++) {
+        double best = INFINITY;
+        for (int g = 0; g < S.heads; g++) {
+            double d = rel_distance(h1 + ((size_t)l * S.heads + h) * dk * dk, h2 + ((size_t)l * S.heads + g) * dk * dk, dk);
+            if (d < best) best = d;
+        }
+        s += best / S.heads;
+    }
+    return s;
+}
+/* What training changed in the metric heads, next to a random control: per layer, how far each
+   seed's trained M_h moved from its own initialisation, against how far apart two seeds'
+   initialisations already are (the nearest head of the other seed) - a picture that training moved
+   less than that is mostly the initialisation's and the form's */
+static void heads_change(FILE *md) {
+    int dk = S.d_model / S.heads, pairs = S.seeds * (S.seeds - 1);
+    double *v = (double *)malloc(sizeof(double) * (size_t)(pairs > S.seeds ? pairs : S.seeds) + sizeof(double));
+    if (!v) die("out of memory");
+    fprintf(md, "What training changed, over the %d seed%s: per layer, the distance of each trained M_h from its own "
+                "initialisation, ||M_h - M_h(init)|| / ||M_h(init)|| (Frobenius, the mean over the heads), next to the random "
+                "control - how far two seeds' initial heads already are from each other (each head against the nearest head "
+                "of the other seed's layer, every ordered pair of seeds) - and the same between the seeds' trained heads. "
+                "Mean ± sd.\n\n| layer | trained vs its initialisation | control: two initialisations | two trained models |\n"
+                "|---|---|---|---|\n", S.seeds, S.seeds > 1 ? "s" : "");
+    for (int l = 0; l < S.layers; l++) {
+        stat_summary moved, init_pair, trained_pair;
+        int n = 0;
+        for (int j = 0; j < S.seeds; j++) {
+            const run *r = &RUNS[j * N_MIXERS + 1];
+            double s = 0;
+            for (int h = 0; h < S.heads; h++)
+                s += rel_distance(r->heads0 + ((size_t)l * S.heads + h) * dk * dk, r->heads + ((size_t)l * S.heads + h) * dk * dk, dk);
+            v[j] = s / S.heads;
+        }
+        moved = summarize(v, S.seeds);
+        for (int a = 0; a < S.seeds; a++)
+            for (int b = 0; b < S.seeds; b++)
+                if (a != b) v[n++] = seed_distance(RUNS[a * N_MIXERS + 1].heads0, RUNS[b * N_MIXERS + 1].heads0, l, dk);
+        init_pair = summarize(v, n);
+        n = 0;
+        for (int a = 0; a < S.seeds; a++)
+            for (int b = 0; b < S.seeds; b++)
+                if (a != b) v[n++] = seed_distance(RUNS[a * N_MIXERS + 1].heads, RUNS[b * N_MIXERS + 1].heads, l, dk);
+        trained_pair = summarize(v, n);
+        fprintf(md, "| %d | %.3f ± %.3f |", l, moved.mean, isfinite(moved.sd) ? moved.sd : 0.0);
+        if (n) fprintf(md, " %.3f ± %.3f | %.3f ± %.3f |\n", init_pair.mean, isfinite(init_pair.sd) ? init_pair.sd : 0.0,
+                       trained_pair.mean, isfinite(trained_pair.sd) ? trained_pair.sd : 0.0);
+        else fprintf(md, " - (one seed) | - |\n");
+    }
+    fprintf(md, "\nThe first seed's heads at initialisation, drawn as above:\n\n");
+    figure_link(md, "metric heads at initialisation", "metric_heads_init");
+    free(v);
 }
 
 /* the text of ids, decoded; a code block cannot be closed by it (``` inside becomes ''') */
@@ -460,6 +515,7 @@ static void report(double secs, int jobs, int threads) {
                     : "This form is positive semi-definite by construction (docs/math.md §9.10), so no eigenvalue is "
                       "negative; the ones about 0 say how close a head's M is to a lower rank.");
     }
+    heads_change(md);
     {
         char how[96];
         if (S.greedy) snprintf(how, sizeof how, "greedy: the most likely token each time");
@@ -540,7 +596,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
     run_seeds(S.seeds, jobs, train_seed, &threads);
     loss_figure();
-    heads_figure(RUNS[1].heads);
+    heads_figure(RUNS[1].heads, 0);
+    heads_figure(RUNS[1].heads0, 1);
     report(mf_time() - t0, jobs, threads > 0 ? threads :
 #ifdef _OPENMP
            omp_get_num_procs()
@@ -548,12 +605,12 @@ int main(int argc, char **argv) {
            1
 #endif
     );
-    printf("wrote %s/report.md, loss.svg, metric_heads.svg; %s (%.0f s)\n", S.out,
-           n_png == 2 ? "the same as .png through gnuplot"
+    printf("wrote %s/report.md, loss.svg, metric_heads.svg, metric_heads_init.svg; %s (%.0f s)\n", S.out,
+           n_png == 3 ? "the same as .png through gnuplot"
            : gnuplot_found() ? "gnuplot failed on some figures: fewer PNG (see the warnings)"
                              : "no gnuplot: no PNG (the .gp scripts next to the figures draw them)",
            mf_time() - t0);
-    for (int i = 0; i < S.seeds * N_MIXERS; i++) { free(RUNS[i].loss); free(RUNS[i].sample); free(RUNS[i].heads); }
+    for (int i = 0; i < S.seeds * N_MIXERS; i++) { free(RUNS[i].loss); free(RUNS[i].sample); free(RUNS[i].heads); free(RUNS[i].heads0); }
     free(RUNS);
     free(D.ids); free(D.prompt); free(D.token_bytes);
     mf_tokenizer_free(D.tok);

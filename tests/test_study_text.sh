@@ -23,32 +23,34 @@ size=$(wc -c < text.txt)
 
 "$STUDY" --data text.txt --quick --seeds 2 --jobs 1 --threads 1 --out j1 > j1.out 2> j1.err; rc=$?
 missing=""
-for f in report.md loss.svg metric_heads.svg loss.gp loss.dat metric_heads.gp metric_heads.dat; do [ -s "j1/$f" ] || missing="$missing $f"; done
+for f in report.md loss.svg metric_heads.svg metric_heads_init.svg loss.gp loss.dat metric_heads.gp metric_heads.dat metric_heads_init.gp; do [ -s "j1/$f" ] || missing="$missing $f"; done
 if [ $rc -eq 0 ] && [ -z "$missing" ]; then ok "study_text --quick --seeds 2 writes report.md, the figures and their gnuplot files"
 else bad "study_text --quick writes report.md and the figures" "rc $rc, missing:$missing" "$(cat j1.out j1.err)"; fi
 
 bad_svg=""
-for f in loss.svg metric_heads.svg; do
+for f in loss.svg metric_heads.svg metric_heads_init.svg; do
     [ -s "j1/$f" ] || continue
     if [ "$(grep -c '<svg ' "j1/$f")" != 1 ] || [ "$(tail -1 "j1/$f")" != "</svg>" ] || grep -q 'nan\|inf' "j1/$f"; then
         bad_svg="$bad_svg $f"
     elif command -v xmllint > /dev/null && ! xmllint --noout "j1/$f" 2> /dev/null; then bad_svg="$bad_svg $f"; fi
 done
 # --quick: 1 layer of 2 heads; the loss chart: a line and a band per mixer
-panels=$(grep -c '>layer 0 head [01]<' j1/metric_heads.svg)
+panels=$(cat j1/metric_heads.svg j1/metric_heads_init.svg | grep -c '>layer 0 head [01]<')
 lines=$(grep -c '<polyline' j1/loss.svg); bands=$(grep -c '<polygon' j1/loss.svg)
-if [ -z "$bad_svg" ] && [ "$panels" = 2 ] && [ "$lines" = 5 ] && [ "$bands" = 5 ]
+if [ -z "$bad_svg" ] && [ "$panels" = 4 ] && [ "$lines" = 5 ] && [ "$bands" = 5 ]
 then ok "the SVGs are well-formed: a panel per metric head, a mean line and a seed band per mixer"
 else bad "the SVGs are well-formed with their panels, lines and bands" "bad:$bad_svg panels $panels lines $lines bands $bands"; fi
 
 num='[0-9]+\.[0-9]+'
 rows=$(grep -cE "^\| (sdpa|metric|quadratic|pool|identity) \| [0-9]+ \| $num ± $num \| \[-?$num, $num\] \| $num ± $num \| \[-?$num, $num\] \| $num ± $num \| (-|no|yes, lower|yes, higher) \| $num \|\$" j1/report.md)
 links=0
-for f in loss metric_heads; do grep -q "($f.svg)" j1/report.md && links=$((links + 1)); done
-if [ "$rows" = 5 ] && [ "$links" = 2 ] && grep -q "^## Losses over 2 seeds" j1/report.md && grep -q "Next to the seed's claims" j1/report.md &&
+for f in loss metric_heads metric_heads_init; do grep -q "($f.svg)" j1/report.md && links=$((links + 1)); done
+# what training changed in the heads, next to two initialisations (1 layer)
+changed=$(grep -cE "^\| 0 \| $num ± $num \| $num ± $num \| $num ± $num \|\$" j1/report.md)
+if [ "$rows" = 5 ] && [ "$links" = 3 ] && [ "$changed" = 1 ] && grep -q "^## Losses over 2 seeds" j1/report.md && grep -q "Next to the seed's claims" j1/report.md &&
    [ "$(grep -c '^| 0 | [01] | [0-9]* | [0-9]* | [0-9]* |$' j1/report.md)" = 2 ]
-then ok "report.md: a row per mixer with mean ± sd and 95% intervals, the figures linked, the heads' table, the claims"
-else bad "report.md: 5 rows with ± and intervals, 2 figure links, the heads' table" "rows $rows, links $links" "$(cat j1/report.md)"; fi
+then ok "report.md: a row per mixer with mean ± sd and 95% intervals, the figures linked, the heads' tables (eigenvalues; trained vs initialisation vs two initialisations), the claims"
+else bad "report.md: 5 rows with ± and intervals, 3 figure links, the heads' tables" "rows $rows, links $links, change rows $changed" "$(cat j1/report.md)"; fi
 
 samples=$(awk '/^```text$/ { getline; if (index($0, "The meaning of life is") == 1 && length($0) > 22) n++ } END { print n + 0 }' j1/report.md)
 if [ "$samples" = 5 ] && grep -q 'temperature 0.8, no top-k, the sampler seeded with 1' j1/report.md
@@ -65,22 +67,22 @@ then ok "--jobs 2 gives the same numbers and samples as --jobs 1"
 else bad "--jobs 2 gives the same numbers as --jobs 1" "rc $rc" "$(diff <(table j1/report.md) <(table j2/report.md) | head)"; fi
 
 png_sig=$(printf '\211PNG\r\n\032\n' | od -An -tx1 | tr -d ' \n')
-pngs() { # pngs DIR: how many of the two figures have a PNG that starts with the PNG signature
+pngs() { # pngs DIR: how many of the three figures have a PNG that starts with the PNG signature
     local n=0
-    for f in loss metric_heads; do [ "$(head -c 8 "$1/$f.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "$png_sig" ] && n=$((n + 1)); done
+    for f in loss metric_heads metric_heads_init; do [ "$(head -c 8 "$1/$f.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "$png_sig" ] && n=$((n + 1)); done
     echo $n
 }
 if command -v gnuplot > /dev/null 2>&1; then
     n=$(pngs j1); links=$(grep -c '(\[PNG\](.*\.png))' j1/report.md)
-    if [ "$n" = 2 ] && [ "$links" = 2 ] && grep -q "the same as .png through gnuplot" j1.out && [ ! -s j1.err ]
-    then ok "gnuplot is installed: both figures as PNG, linked from the report"
+    if [ "$n" = 3 ] && [ "$links" = 3 ] && grep -q "the same as .png through gnuplot" j1.out && [ ! -s j1.err ]
+    then ok "gnuplot is installed: the three figures as PNG, linked from the report"
     else bad "gnuplot is installed: both figures as PNG, linked" "$n PNG, $links links" "$(tail -2 j1.out)" "$(cat j1.err)"; fi
 else echo "skip gnuplot is not installed: no PNG to check (apt-get install gnuplot-nox)"; fi
 
 # without gnuplot on the PATH; a prompt with characters the text lacks
 PATH=/nonexistent "$STUDY" --data text.txt --quick --seeds 1 --threads 1 --sample 5 --prompt "The meaning of life is 42?" --out p > p.out 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q 'characters "42?" do not occur' p.out && grep -q 'characters "42?" do not occur in the text' p/report.md &&
-   grep -q 'cannot tell (1 seed)' p/report.md
+   grep -q 'cannot tell (1 seed)' p/report.md && grep -q '^| 0 | [0-9.]* ± [0-9.]* | - (one seed) | - |$' p/report.md
 then ok "a prompt's characters outside the vocabulary are left out with a note; one seed cannot be tested"
 else bad "a prompt's characters outside the vocabulary are left out with a note" "rc $rc" "$(cat p.out)"; fi
 if [ $rc -eq 0 ] && [ "$(pngs p)" = 0 ] && [ "$(grep -c 'no gnuplot: no PNG' p.out)" = 1 ] && ! grep -q '\.png' p/report.md && [ -s p/loss.gp ]
