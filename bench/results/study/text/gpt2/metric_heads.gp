@@ -8,7 +8,7 @@ set tics scale 0
 set xtics font ',9'
 set ytics font ',9'
 set multiplot
-set label 1 'The metric heads M_h of the trained metric model (softmax_tril form, seed 1)' at screen 0.5, screen 0.9680 center font ',14'
+set label 1 'The metric heads M_h of the metric model after training (softmax_tril form, seed 1)' at screen 0.5, screen 0.9680 center font ',14'
 set label 2 'score = p M_h p''^T / sqrt(dk), p = Wp_h x; each panel on its own scale (red +, blue -)' at screen 0.5, screen 0.9413 center textcolor rgb '#555555'
 set lmargin at screen 0.0296
 set rmargin at screen 0.2211
