@@ -420,7 +420,7 @@ study: $(if $(DATA),$(BUILD)/study_text,$(BUILD)/study)
 	$(if $(DATA),./$(BUILD)/study_text --data '$(DATA)' $(if $(GPT2),--gpt2 '$(GPT2)') --out bench/results/study/text$(if $(GPT2),/gpt2) $(STUDY_ARGS),./$(BUILD)/study --out bench/results/study)
 
 # the NLP MetaFormer seed's classification ablation (one block; sdpa, metric, quadratic, pool,
-# identity; 5 seeds) on real text: with no CORPUS, language identification from Debian's word lists
+# identity; 5 seeds; metric in the seed's S S^T form) on real text: with no CORPUS, language identification from Debian's word lists
 # (bench/langid_corpus.sh installs them with apt-get, or fails saying so; about 5 minutes of CPU):
 # bench/results/study/classify.md. CORPUS=FILE: your LABEL<TAB>TEXT file (e.g. IMDb), character
 # tokens or TOKENIZER=FILE (build/tokenize's), into bench/results/study/classify_<name>.md;
@@ -432,7 +432,7 @@ study-classify: $(BUILD)/classify
 	$(if $(CORPUS),,bash bench/langid_corpus.sh $(BUILD)/langid.tsv 1000 3 1 2> $(BUILD)/langid.log || { cat $(BUILD)/langid.log; exit 1; }; cat $(BUILD)/langid.log)
 	start=$$(date +%s); nice ./$(BUILD)/classify $(or $(CORPUS),$(BUILD)/langid.tsv) \
 	    $(if $(TOKENIZER),--tokenizer $(TOKENIZER),--tokens chars) --seq-len $(if $(CORPUS),256,64) --steps 3000 \
-	    --eval-every 1000 --seeds 5 --mixers $(CLS_MIXERS) $(CLS_OPTS) --report $(CLS_REPORT) && \
+	    --eval-every 1000 --seeds 5 --mixers $(CLS_MIXERS) --metric-form softmax_tril $(CLS_OPTS) --report $(CLS_REPORT) && \
 	{ printf '\nRun by `make study-classify%s` on %s (%s cores, lscpu), %s: %s s of wall time.\n' \
 	    "$(if $(CORPUS), CORPUS=$(CORPUS))$(if $(TOKENIZER), TOKENIZER=$(TOKENIZER))$(if $(CLS_OPTS), CLS_OPTS=\"$(CLS_OPTS)\")" \
 	    "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)" "$$(date -u +%F)" "$$(( $$(date +%s) - start ))"; \

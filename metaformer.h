@@ -204,6 +204,7 @@
                 mf_mixer_name / _from_name / _compiled   mixers by name; compiled in or not
                 mf_pos_, mf_act_, mf_feature_, mf_metric_form_, mf_block_ name / _from_name   other config names
                 mf_model_check              validate a config, naming the field at fault
+                mf_model_config_reset_unread  the fields the config's mixer does not read back to default
    your mixer   mf_mixer_register           a token mixer of your own (mf_mixer_def), by name from then on
                 mf_mixer_count, _help, _field_of   every mixer of the program; its help; its fields
                 mf_model_config_set / _get  a registered mixer's config field by name
@@ -975,6 +976,10 @@ MFDEF int mf_block_from_name(const char *name);
    compressive = 1 with sdpa fails with "model config: compressive = 1 applies only to the relative
    mixer (set it to 0, or choose mixer relative) ...". */
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *cfg);
+/* Set every mixer-specific field that cfg->mixer does not read back to mf_model_config_default()'s
+   value (an unknown mixer: nothing changes): one set of options, e.g. a metric form or a pool
+   window, then builds every mixer of an ablation, each taking the fields it reads. */
+MFDEF void mf_model_config_reset_unread(mf_model_config *cfg);
 /* Create the model's parameters in ctx (names "tok_emb", "pos_emb", "layers.<l>.<...>",
    "ln_f.weight", "head.weight", ...; a classifier has "cls.weight", "cls.bias" instead of "head.*")
    with PyTorch's default initialisation. NULL on error. */
@@ -7329,25 +7334,26 @@ MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int 
 /* The model config: the one table of the optional fields (which mixer reads which: the rows of
    [mf:mixers]), the names of the config's enums, the defaults and mf_model_check. The generic
    checks are here; each family checks its own fields (its check hook). */
-/* the optional config fields: a mixer row lists the ones its mixer reads; a field that the
-   chosen mixer does not read must keep mf_model_config_default()'s value (mf_model_check) */
-enum {
-    MF__FIELD_ATTN_BIAS, MF__FIELD_POOL_SIZE, MF__FIELD_POOL_CAUSAL, MF__FIELD_MEM_LEN, MF__FIELD_COMPRESSIVE,
-    MF__FIELD_C_MEM_LEN, MF__FIELD_COMPRESSION_RATE, MF__FIELD_DPFP_NU, MF__FIELD_LINEAR_FEATURE,
-    MF__FIELD_CHUNK_SIZE, MF__FIELD_ATTN_DROPOUT, MF__FIELD_METRIC_FORM, MF__FIELD_COUNT
-};
+/* the optional config fields, one row each: X(NAME, member, VALUE) - MF__FIELD_NAME is its bit in a
+   mixer row's list of the fields its mixer reads, "member" its name in messages, VALUE what
+   mf_model_check compares with the default's (an int; for a float field, whether it is nonzero: the
+   check names the value itself). A field that the chosen mixer does not read must keep
+   mf_model_config_default()'s value (mf_model_check; mf_model_config_reset_unread puts it back). */
+#define MF__INT(x) ((int)(x))
+#define MF__NONZERO(x) ((x) != 0.0f)
+#define MF__FIELDS(X) \
+    X(ATTN_BIAS, attn_bias, MF__INT) X(POOL_SIZE, pool_size, MF__INT) X(POOL_CAUSAL, pool_causal, MF__INT) \
+    X(MEM_LEN, mem_len, MF__INT) X(COMPRESSIVE, compressive, MF__INT) X(C_MEM_LEN, c_mem_len, MF__INT) \
+    X(COMPRESSION_RATE, compression_rate, MF__INT) X(DPFP_NU, dpfp_nu, MF__INT) \
+    X(LINEAR_FEATURE, linear_feature, MF__INT) X(CHUNK_SIZE, chunk_size, MF__INT) \
+    X(ATTN_DROPOUT, attn_dropout, MF__NONZERO) X(METRIC_FORM, metric_form, MF__INT)
+#define MF__FIELD_ENUM(F, member, value) MF__FIELD_##F,
+#define MF__FIELD_NAME(F, member, value) #member,
+#define MF__FIELD_VALUE(F, member, value) v[MF__FIELD_##F] = value(c->member);
+enum { MF__FIELDS(MF__FIELD_ENUM) MF__FIELD_COUNT };
 #define MF__F(field) (1u << MF__FIELD_##field)
-static const char *const mf__field_names[MF__FIELD_COUNT] = {"attn_bias", "pool_size", "pool_causal", "mem_len",
-    "compressive", "c_mem_len", "compression_rate", "dpfp_nu", "linear_feature", "chunk_size", "attn_dropout", "metric_form"};
-static void mf__field_values(const mf_model_config *c, int *v) {
-    v[MF__FIELD_ATTN_BIAS] = c->attn_bias; v[MF__FIELD_POOL_SIZE] = c->pool_size;
-    v[MF__FIELD_POOL_CAUSAL] = c->pool_causal; v[MF__FIELD_MEM_LEN] = c->mem_len;
-    v[MF__FIELD_COMPRESSIVE] = c->compressive; v[MF__FIELD_C_MEM_LEN] = c->c_mem_len;
-    v[MF__FIELD_COMPRESSION_RATE] = c->compression_rate; v[MF__FIELD_DPFP_NU] = c->dpfp_nu;
-    v[MF__FIELD_LINEAR_FEATURE] = (int)c->linear_feature; v[MF__FIELD_CHUNK_SIZE] = c->chunk_size;
-    v[MF__FIELD_ATTN_DROPOUT] = c->attn_dropout != 0.0f; /* a float: mf_model_check names it itself */
-    v[MF__FIELD_METRIC_FORM] = (int)c->metric_form;
-}
+static const char *const mf__field_names[MF__FIELD_COUNT] = {MF__FIELDS(MF__FIELD_NAME)};
+static void mf__field_values(const mf_model_config *c, int *v) { MF__FIELDS(MF__FIELD_VALUE) }
 
 /* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
 static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
@@ -7416,6 +7422,14 @@ MFDEF mf_model_config mf_model_config_default(void) {
     c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
     c.causal = 1;
     return c;
+}
+
+MFDEF void mf_model_config_reset_unread(mf_model_config *c) {
+    const mf__mixer_row *row = c ? mf__mixer_row_of((int)c->mixer) : NULL;
+    mf_model_config d = mf_model_config_default();
+#define MF__FIELD_RESET(F, member, value) if (!(row->fields & MF__F(F))) c->member = d.member;
+    if (row) { MF__FIELDS(MF__FIELD_RESET) }
+#undef MF__FIELD_RESET
 }
 
 /* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /

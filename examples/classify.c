@@ -605,6 +605,7 @@ int main(int argc, char **argv) {
         mf_model *m;
         one.mixer = MIXER_NAMES[k];
         CFG[k] = settings_config(&one, D.V);
+        if (S.mixers) mf_model_config_reset_unread(&CFG[k]); /* e.g. --metric-form: the metric mixer's alone */
         CFG[k].causal = S.causal; CFG[k].n_classes = D.n_labels;
         if (!probe) die("out of memory");
         set_precision(probe, S.precision);

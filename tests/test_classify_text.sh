@@ -81,13 +81,14 @@ else bad "--jobs 1 / 2 / 3 give the same output" "rc $rc1 $rc2 $rc3" "$(diff job
 
 # ==== 5. --mixers: the ablation table ====
 "$CLS" labelled.tsv --tokens chars --threads 1 --steps 20 --eval-every 20 --seq-len 32 --seeds 2 --jobs 2 \
-    --mixers sdpa,metric,quadratic,pool,identity --report report.md > ab.out 2>&1; rc=$?
+    --mixers sdpa,metric,quadratic,pool,identity --metric-form softmax_tril --report report.md > ab.out 2>&1; rc=$?
 rows=$(grep -c '^| \(sdpa\|metric\|quadratic\|pool\|identity\) | [0-9]* | [0-9.]*% ± [0-9.]* | \[' ab.out)
 if [ $rc -eq 0 ] && [ "$rows" -eq 5 ] && [ "$(grep -c '^--- [a-z]*, seed [12] ([12] of 2)' ab.out)" -eq 10 ] &&
    grep -q '^| sdpa | .* | (reference) |' ab.out && grep -q '^Within the 95% interval\|^No mixer matches sdpa' ab.out &&
+   grep -q 'metric: the softmax_tril form of M' report.md &&
    [ "$(sed -n '/^| mixer | parameters/,$p' ab.out)" = "$(sed -n '/^| mixer | parameters/,/^$/p' report.md | sed '$d'; echo;
                                                         grep '^Within\|^No mixer' report.md; echo "wrote report.md")" ]
-then ok "--mixers: five mixers, two seeds each, one table row each and the sentence, in the report as printed"
+then ok "--mixers: five mixers, two seeds each (--metric-form for the metric mixer alone), one table row each and the sentence, in the report as printed"
 else bad "--mixers sdpa,metric,quadratic,pool,identity --seeds 2" "rc $rc" "$(tail -n 12 ab.out)"; fi
 # each row's mean is the mean of its runs, and a run is the same model as when trained alone
 means_ok=$(awk -F'|' '/^Held-out accuracy \(%\) of each seed/ { seeds = 1 }

@@ -243,6 +243,14 @@ static void test_config_fields(void) {
                 if (!refused || !strstr(mf_error(ctx), want))
                     printf("    %s with %s: %s\n", FIELDS[f].set, mf_mixer_name((mf_mixer_kind)k), mf_error(ctx));
             }
+            { /* mf_model_config_reset_unread: a field the mixer reads stays, another goes back to its default */
+                mf_model_config r = c, d = mg_tiny((mf_mixer_kind)k);
+                mf_ctx *probe = mf_ctx_new(1);
+                mf_model_config_reset_unread(&r);
+                MFT_CHECK(memcmp(&r, FIELDS[f].readers >> k & 1u ? &c : &d, sizeof r) == 0);
+                if (!(FIELDS[f].readers >> k & 1u)) MFT_CHECK(mf_model_check(probe, &r) == 0);
+                mf_ctx_free(probe);
+            }
             mf_ctx_free(ctx);
         }
     { /* the whole message of one */
