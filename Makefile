@@ -419,9 +419,10 @@ ablate: $(BUILD)/ablate
 study: $(if $(DATA),$(BUILD)/study_text,$(BUILD)/study)
 	$(if $(DATA),./$(BUILD)/study_text --data '$(DATA)' $(if $(GPT2),--gpt2 '$(GPT2)') --out bench/results/study/text$(if $(GPT2),/gpt2) $(STUDY_ARGS),./$(BUILD)/study --out bench/results/study)
 
-# the NLP MetaFormer seed's classification ablation (one block; sdpa, metric, quadratic, pool,
-# identity; 5 seeds; metric in the seed's S S^T form) on real text: with no CORPUS, language identification from Debian's word lists
-# (bench/langid_corpus.sh installs them with apt-get, or fails saying so; about 5 minutes of CPU):
+# the NLP MetaFormer seed's classification ablation (one block; sdpa, metric in the seed's S S^T
+# form, quadratic, pool, identity; 5 seeds) on real text: with no CORPUS, language identification
+# from Debian's word lists (bench/langid_corpus.sh installs them with apt-get, or fails saying so;
+# 3 minutes on 2 cores):
 # bench/results/study/classify.md. CORPUS=FILE: your LABEL<TAB>TEXT file (e.g. IMDb), character
 # tokens or TOKENIZER=FILE (build/tokenize's), into bench/results/study/classify_<name>.md;
 # CLS_OPTS: more build/classify options (later ones win, e.g. CLS_OPTS="--seq-len 512 --steps 6000")

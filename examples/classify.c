@@ -466,7 +466,7 @@ static void ablation_table(FILE *f, const stat_summary *st) {
         else fprintf(f, "| %s | %lld | %.1f%% ± %.1f | [%.1f, %.1f] | ", MIXER_NAMES[k], PARAMS[k], st[k].mean, st[k].sd,
                      st[k].mean - st[k].ci, st[k].mean + st[k].ci);
         if (k == 0) { fprintf(f, "(reference) | |\n"); continue; }
-        fprintf(f, "%+.1f | %s |\n", st[k].mean - st[0].mean,
+        fprintf(f, "%+.1f | %s |\n", round(10 * (st[k].mean - st[0].mean)) / 10 + 0.0, /* + 0.0: no "-0.0" */
                 w < 0 ? "cannot tell (fewer than 2 seeds)" : w ? "differs" : "no significant difference");
         if (w < 0) unknown = 1;
         else if (!w) match[k] = 1;

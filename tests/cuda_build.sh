@@ -2,10 +2,12 @@
 # The CUDA builds must compile wherever nvcc is installed (CI has nvcc but no GPU), for sm_90 plus
 # PTX, with warnings as errors, and with exactly the flags and rules of the GPU runs:
 #   - `make gpu-prep` into a temporary folder: every binary of make cuda-all and make gpu-report
-#     (train-cuda, the CUDA parity suites as one program and their MF_CUDA_DEBUG flavour, the GPU
-#     benchmarks, build/train; train-mpi-cuda where mpicc is installed), through the Makefile's own
-#     NVFLAGS and CFLAGS, so a break there fails here; the folder within its size limit, with its
-#     manifest;
+#     (train-cuda, the CUDA parity suites as one program, the GPU benchmarks, build/train;
+#     train-mpi-cuda where mpicc is installed), through the Makefile's own NVFLAGS and CFLAGS, so a
+#     break there fails here; the folder within its size limit, with its manifest. Left out: the
+#     suites' MF_CUDA_DEBUG flavour (cuda-debug/cuda_suites), the same sources with -lineinfo and
+#     two macros that only ever appear in `if` conditions, so the plain build compiles its code; a
+#     third whole nvcc compile of the implementation was too dear for make test's 10 minutes;
 #   - examples/embed's CUDA build (`make -C examples/embed cuda`: the header with METAFORMER_CUDA
 #     compiled by nvcc, a C program linked to it with cuBLAS), as a user builds it.
 # Nothing is run: the kernels are checked on the emulator by build/tests/cuda_suites. Prints ok/FAIL
@@ -34,7 +36,8 @@ mkdir -p "$tmp/embed"
 make -k -j"$(( (JOBS + 1) / 2 ))" -C examples/embed cuda OUT="$tmp/embed" NVCC="$NVCC" CUDA_ARCH="$ARCH" \
     NVFLAGS="-std=c++14 -O2 $ARCH $(make -s print-NVWARN)" CFLAGS="-std=c99 -O2 -Wall -Wextra -pedantic -Werror" \
     > "$tmp/embed.log" 2>&1 &
-GPU_PREP_JOBS=$JOBS make gpu-prep NVCC="$NVCC" GPU_PREP="$tmp/prep" GPU_PREP_OBJ="$tmp/obj" > "$tmp/prep.log" 2>&1
+BINS=$(make -s print-GPU_PREP_BINS | tr ' ' '\n' | grep -v '^cuda-debug/' | paste -sd' ')
+GPU_PREP_JOBS=$JOBS make gpu-prep NVCC="$NVCC" GPU_PREP="$tmp/prep" GPU_PREP_OBJ="$tmp/obj" GPU_PREP_BINS="$BINS" > "$tmp/prep.log" 2>&1
 prep_rc=$?
 wait
 # the compiler's messages, without the command lines that make echoes
@@ -48,11 +51,10 @@ what() {
     train-cuda) echo "examples/train.c with the CUDA backend (make train-cuda)" ;;
     train-mpi-cuda) echo "examples/train.c with METAFORMER_CUDA, METAFORMER_NCCL and METAFORMER_MPI (make train-mpi-cuda)" ;;
     cuda/cuda_suites) echo "the CUDA parity suites, tests/cuda_suites.cpp (make test-cuda)" ;;
-    cuda-debug/cuda_suites) echo "the CUDA parity suites with MF_CUDA_DEBUG and -lineinfo (the first run's fault attribution)" ;;
     cuda/bench_*) echo "bench/${1#cuda/}.c (make gpu-report, make bench-cuda)" ;;
     esac
 }
-for b in $(make -s print-GPU_PREP_BINS); do
+for b in $BINS; do
     t=${b%\?}
     if [ -x "$tmp/prep/$t" ]; then ok "make gpu-prep: $t, $(what "$t")"
     elif [ "$t" != "$b" ] && ! command -v mpicc > /dev/null; then
