@@ -3,6 +3,8 @@
 # Prints one ok/FAIL line per build and the runner's summary line.
 set -u
 cd "$(dirname "$0")/.."
+# shellcheck source=tests/lib.sh
+. tests/lib.sh # header_section, config_fields (its check and counters are redefined below)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
 W="-Wall -Wextra -Werror"
@@ -141,10 +143,9 @@ else echo "FAIL partial allocator rejected"; fail=$((fail+1)); fi
 # [mf:model] knows no mixer: with its comments removed, it names no mixer (MF_MIXER_<NAME>, a mixer's
 # name in a string), no compile switch of a family and none of the mixers' optional config fields;
 # the names are read from the header's own tables (mf__mixer_rows, MF__FIELDS)
-section() { awk -v s="$1" 'index($0, "/* ==== [mf:") == 1 { on = index($0, "[mf:" s "]") > 0; next } on' metaformer.h; }
-mixers=$(section mixers | sed -n 's/^ *{"\([a-z_]*\)", *MF_MIXER_.*/\1/p' | paste -sd'|')
-fields=$(section config | sed -n '/^#define MF__FIELDS(X)/,/^$/p' | grep -o 'X([A-Z_]*, [a-z_]*' | sed 's/.*, //' | paste -sd'|')
-section model | perl -0777 -pe 's{/\*.*?\*/}{}gs' > "$tmp/model.c"
+mixers=$(header_section metaformer.h mixers | sed -n 's/^ *{"\([a-z_]*\)", *MF_MIXER_.*/\1/p' | paste -sd'|')
+fields=$(config_fields metaformer.h | paste -sd'|')
+header_section metaformer.h model | perl -0777 -pe 's{/\*.*?\*/}{}gs' > "$tmp/model.c"
 named=$(grep -nE "MF_MIXER_[A-Z_]+|METAFORMER_NO_|\b($mixers)\b|(->|\.)($fields)\b" "$tmp/model.c" | grep -v 'MF_MIXER_COUNT')
 if [ -n "$mixers" ] && [ -n "$fields" ] && [ -s "$tmp/model.c" ] && [ -z "$named" ]
 then echo "ok   [mf:model] names no mixer, family switch or mixer field (the families and [mf:config] do)"; pass=$((pass+1))

@@ -53,3 +53,8 @@ check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; 
 
 # the closing line "N passed, N failed"; the status is 1 when a check failed
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
+
+# header_section FILE NAME: the lines of the header's section [mf:NAME] (after its title line)
+header_section() { awk -v s="$2" 'index($0, "/* ==== [mf:") == 1 { on = index($0, "[mf:" s "]") > 0; next } on' "$1"; }
+# config_fields FILE: the optional config fields of the header's one list (MF__FIELDS, [mf:config])
+config_fields() { header_section "$1" config | sed -n '/^#define MF__FIELDS(X)/,/^$/p' | grep -o 'X([A-Z_]*, [a-z_]*' | sed 's/.*, //'; }

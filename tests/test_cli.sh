@@ -25,8 +25,7 @@ losses() { grep -E '^step [0-9]+/[0-9]+ ' "$1" | awk '{print $2, $4}'; }   # "N/
 # 0. every optional config field of the library (the table of [mf:config]) has its option: the
 # example programs' SET_BY names it, and --help lists that option
 ROOT=$(cd "$(dirname "$TRAIN")/.." && pwd)
-fields=$(awk 'index($0, "/* ==== [mf:") == 1 { on = index($0, "[mf:config]") > 0 } on' "$ROOT/metaformer.h" |
-         sed -n '/mf__field_names\[/,/};/p' | grep -o '"[a-z_]*"' | tr -d '"')
+fields=$(config_fields "$ROOT/metaformer.h")
 missing=""
 for f in $fields; do
     opt=$(grep -o "{\"$f\", \"[a-z-]*\"}" "$ROOT/examples/common.h" | sed 's/.*, "\([a-z-]*\)"}/\1/')
