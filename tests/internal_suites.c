@@ -3,8 +3,8 @@
  * A test that calls the header's static functions must compile the implementation in its own
  * translation unit (about 10 s optimized, 18 s under ASan + UBSan), so ten such tests built in
  * two flavours spent a third of make test's CPU time compiling the same code. Here they are one
- * translation unit per flavour (build/tests/internal_suites, build/asan/internal_suites,
- * build/casan/internal_suites), as tests/cuda_suites.cpp does for the CUDA suites. Each test stays
+ * translation unit per flavour (build/tests/internal_suites, build/asan/internal_suites; clang's
+ * build/casan/internal_suites on demand), as tests/cuda_suites.cpp does for the CUDA suites. Each test stays
  * a file with its own main (make build/tests/test_xl, or cc -I. -Itests tests/test_xl.c, builds
  * one alone), included here with its main renamed. C has no namespaces: a file-scope name that two
  * tests both define is renamed for one of them by a #define around its #include (the compiler
