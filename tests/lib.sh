@@ -58,3 +58,24 @@ finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
 header_section() { awk -v s="$2" 'index($0, "/* ==== [mf:") == 1 { on = index($0, "[mf:" s "]") > 0; next } on' "$1"; }
 # config_fields FILE: the optional config fields of the header's one list (MF__FIELDS, [mf:config])
 config_fields() { header_section "$1" config | sed -n '/^#define MF__FIELDS(X)/,/^$/p' | grep -o 'X([A-Z_]*, [a-z_]*' | sed 's/.*, //'; }
+# count_pngs DIR STEM...: how many of DIR/STEM.png exist and start with the PNG signature
+count_pngs() {
+    local dir=$1 n=0 sig f
+    shift
+    sig=$(printf '\211PNG\r\n\032\n' | od -An -tx1 | tr -d ' \n')
+    for f in "$@"; do [ "$(head -c 8 "$dir/$f.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "$sig" ] && n=$((n + 1)); done
+    echo $n
+}
+# check_gnuplot_figures DIR OUT ERR STEM...: a study run into DIR (its stdout OUT, stderr ERR) drew
+# every figure as a PNG through gnuplot and linked each from DIR/report.md; a skip line without gnuplot
+check_gnuplot_figures() {
+    local dir=$1 out=$2 err=$3 n links
+    shift 3
+    if ! command -v gnuplot > /dev/null 2>&1; then
+        echo "skip gnuplot is not installed: no PNG to check (apt-get install gnuplot-nox)"; return
+    fi
+    n=$(count_pngs "$dir" "$@"); links=$(grep -c '(\[PNG\](.*\.png))' "$dir/report.md")
+    if [ "$n" = $# ] && [ "$links" = $# ] && grep -q "the same as .png through gnuplot" "$out" && [ ! -s "$err" ]
+    then ok "gnuplot is installed: the $# figures as PNG, each linked from the report"
+    else bad "gnuplot is installed: the $# figures as PNG, each linked" "$n PNG, $links links" "$(tail -2 "$out")" "$(cat "$err")"; fi
+}

@@ -73,23 +73,12 @@ for f in $STEMS; do [ -s "quick/$f.gp" ] && [ -s "quick/$f.dat" ] || missing="$m
 if [ -z "$missing" ]; then ok "every figure has its gnuplot script and data (.gp, .dat)"
 else bad "every figure has its gnuplot script and data" "missing:$missing"; fi
 
-png_sig=$(printf '\211PNG\r\n\032\n' | od -An -tx1 | tr -d ' \n')
-pngs() { # pngs DIR: how many figures have a PNG that starts with the PNG signature
-    local n=0
-    for f in $STEMS; do [ "$(head -c 8 "$1/$f.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "$png_sig" ] && n=$((n + 1)); done
-    echo $n
-}
-if command -v gnuplot > /dev/null 2>&1; then
-    n=$(pngs quick); links=$(grep -c '(\[PNG\](.*\.png))' quick/report.md)
-    if [ "$n" = 7 ] && [ "$links" = 7 ] && grep -q "the same as .png through gnuplot" run.out && [ ! -s run.err ]
-    then ok "gnuplot is installed: 7 PNG figures, each linked from the report"
-    else bad "gnuplot is installed: 7 PNG figures, each linked" "$n PNG, $links links" "$(tail -2 run.out)" "$(cat run.err)"; fi
-else echo "skip gnuplot is not installed: no PNG to check (apt-get install gnuplot-nox)"; fi
+check_gnuplot_figures quick run.out run.err $STEMS
 
 # no gnuplot on the PATH: said once, no PNG (an older run's removed), none linked
 touch quick/loss.png
 PATH=/nonexistent "$STUDY" --quick --out quick > nognu.out 2> nognu.err; rc=$?
-n=$(pngs quick); ls quick/*.png > /dev/null 2>&1 && n="$n (files: $(ls quick/*.png))"
+n=$(count_pngs quick $STEMS); ls quick/*.png > /dev/null 2>&1 && n="$n (files: $(ls quick/*.png))"
 if [ $rc -eq 0 ] && [ "$n" = 0 ] && [ "$(grep -c 'no gnuplot: no PNG' nognu.out nognu.err | awk -F: '{ s += $2 } END { print s }')" = 1 ] &&
    ! grep -q '\.png' quick/report.md && [ -s quick/loss.gp ]
 then ok "without gnuplot: said once, no PNG left, none linked, the scripts kept"

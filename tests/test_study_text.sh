@@ -66,18 +66,7 @@ if [ $rc -eq 0 ] && [ -n "$(table j1/report.md)" ] && [ "$(table j1/report.md)" 
 then ok "--jobs 2 gives the same numbers and samples as --jobs 1"
 else bad "--jobs 2 gives the same numbers as --jobs 1" "rc $rc" "$(diff <(table j1/report.md) <(table j2/report.md) | head)"; fi
 
-png_sig=$(printf '\211PNG\r\n\032\n' | od -An -tx1 | tr -d ' \n')
-pngs() { # pngs DIR: how many of the three figures have a PNG that starts with the PNG signature
-    local n=0
-    for f in loss metric_heads metric_heads_init; do [ "$(head -c 8 "$1/$f.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "$png_sig" ] && n=$((n + 1)); done
-    echo $n
-}
-if command -v gnuplot > /dev/null 2>&1; then
-    n=$(pngs j1); links=$(grep -c '(\[PNG\](.*\.png))' j1/report.md)
-    if [ "$n" = 3 ] && [ "$links" = 3 ] && grep -q "the same as .png through gnuplot" j1.out && [ ! -s j1.err ]
-    then ok "gnuplot is installed: the three figures as PNG, linked from the report"
-    else bad "gnuplot is installed: both figures as PNG, linked" "$n PNG, $links links" "$(tail -2 j1.out)" "$(cat j1.err)"; fi
-else echo "skip gnuplot is not installed: no PNG to check (apt-get install gnuplot-nox)"; fi
+check_gnuplot_figures j1 j1.out j1.err loss metric_heads metric_heads_init
 
 # without gnuplot on the PATH; a prompt with characters the text lacks
 PATH=/nonexistent "$STUDY" --data text.txt --quick --seeds 1 --threads 1 --sample 5 --prompt "The meaning of life is 42?" --out p > p.out 2>&1; rc=$?
@@ -85,7 +74,7 @@ if [ $rc -eq 0 ] && grep -q 'characters "42?" do not occur' p.out && grep -q 'ch
    grep -q 'cannot tell (1 seed)' p/report.md && grep -q '^| 0 | [0-9.]* ± [0-9.]* | - (one seed) | - |$' p/report.md
 then ok "a prompt's characters outside the vocabulary are left out with a note; one seed cannot be tested"
 else bad "a prompt's characters outside the vocabulary are left out with a note" "rc $rc" "$(cat p.out)"; fi
-if [ $rc -eq 0 ] && [ "$(pngs p)" = 0 ] && [ "$(grep -c 'no gnuplot: no PNG' p.out)" = 1 ] && ! grep -q '\.png' p/report.md && [ -s p/loss.gp ]
+if [ $rc -eq 0 ] && [ "$(count_pngs p loss metric_heads metric_heads_init)" = 0 ] && [ "$(grep -c 'no gnuplot: no PNG' p.out)" = 1 ] && ! grep -q '\.png' p/report.md && [ -s p/loss.gp ]
 then ok "without gnuplot: said once, no PNG, none linked, the scripts kept"
 else bad "without gnuplot: said once, no PNG, none linked" "rc $rc" "$(tail -3 p.out)"; fi
 
