@@ -435,7 +435,8 @@ static void add_point(run *r, const run_msg *m) {
     r->n_curve++;
 }
 
-/* a run in progress: its child and the read end of its pipe */
+/* a run in progress: its child and the read end of its pipe; --jobs runs at most MAX_JOBS at once */
+enum { MAX_JOBS = 64 };
 typedef struct child { pid_t pid; int fd; double t0; } child;
 
 /* fork run r's child (index of n_runs) */
@@ -483,12 +484,11 @@ static void print_run_line(const run *r, int index, int n_runs, int text);
 
 /* every run, S.jobs children at once; a run's line is printed when it ends (in the order they end) */
 static void run_all(run *runs, int n_runs, const text_data *text) {
-    enum { MAX_JOBS = 64 };
     child live[MAX_JOBS];
     struct pollfd fds[MAX_JOBS];
     int which[MAX_JOBS], n_live = 0, next = 0;
     while (next < n_runs || n_live > 0) {
-        while (n_live < S.jobs && n_live < MAX_JOBS && next < n_runs) {
+        while (n_live < S.jobs && next < n_runs) {
             live[n_live] = start_run(&runs[next], next, n_runs, text);
             which[n_live++] = next++;
         }
@@ -865,7 +865,7 @@ int main(int argc, char **argv) {
     n_runs = parse_models(S.models, models);
     if (S.seeds > 1000) die("--seeds %d: at most 1000 runs per model", S.seeds);
     S.jobs = seed_jobs(S.jobs, n_runs * (S.seed_configs ? 2 : 1) * S.seeds);
-    if (S.jobs > 64) S.jobs = 64;
+    if (S.jobs > MAX_JOBS) S.jobs = MAX_JOBS;
     resolve_defaults(path != NULL, given);
     EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     if (path) {

@@ -309,15 +309,6 @@ static void line_chart(const char *name, const char *title, const char *xlabel, 
     n_png += png_line_chart(stem, title, xlabel, ylabel, s, n) > 0;
 }
 
-/* "![alt](NAME.svg)", and a link to NAME.png when gnuplot drew it */
-static void figure_link(FILE *md, const char *alt, const char *name) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.png", S.out, name);
-    fprintf(md, "![%s](%s.svg)", alt, name);
-    if (is_png(path)) fprintf(md, " ([PNG](%s.png))", name);
-    fprintf(md, "\n\n");
-}
-
 /* ---- the seeds ----------------------------------------------------------------------------------- */
 /* what every seed leaves: its claims at initialisation and after training, and per form and mixer
    the accuracy and held-out loss ([form][mixer][seed]); the first seed's models stay for the figures */
@@ -514,10 +505,10 @@ int main(int argc, char **argv) {
                 "over the %d seeds and the 95%% interval of the mean. Trainable parameters: the head bias is held at zero, "
                 "as the seed's head has none.) ", S.seed, S.seeds);
     fprintf(md, "The seed-form loss floor is about 0.314 nats (docs/math.md §13).\n\n");
-    figure_link(md, "loss curves", "loss");
+    md_figure(md, S.out, "loss curves", "loss");
     fprintf(md, "## The forms of the heads (seed form)\n\n");
-    figure_link(md, "metric tensors and Wq Wk^T", "forms_head");
-    figure_link(md, "the forms on the layer input", "forms_model");
+    md_figure(md, S.out, "metric tensors and Wq Wk^T", "forms_head");
+    md_figure(md, S.out, "the forms on the layer input", "forms_model");
     fprintf(md, "| mixer | layer | head | asymmetry of the dk x dk form | eigenvalue signs (symmetric part) | "
                 "asymmetry of the D x D form | best cosine with an sdpa head (D x D, symmetric parts) |\n|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < N_MIXERS; k++)
@@ -540,7 +531,7 @@ int main(int argc, char **argv) {
                 "(not a metric in the strict sense). The cosine compares a head's D x D form with the most similar sdpa "
                 "head of the same layer (the models are trained separately, so heads need not correspond).\n\n");
     fprintf(md, "## Embeddings (seed form)\n\n");
-    figure_link(md, "embedding distances", "embeddings");
+    md_figure(md, S.out, "embedding distances", "embeddings");
     fprintf(md, "| mixer | |e0-e1| | |e1-e2| | |e0-e2| | 1 between 0 and 2 (Euclidean) | heads of layer 0 whose form orders "
                 "0, 1, 2 | positions (of %d) at which each head's form orders what the mixer sees, LN1(e + p) |\n"
                 "|---|---|---|---|---|---|---|\n", SORT_W);
@@ -568,7 +559,7 @@ int main(int argc, char **argv) {
         char alt[64], name[64];
         snprintf(alt, sizeof alt, "%s scores", mf_mixer_name(MIXERS_RUN[k]));
         snprintf(name, sizeof name, "scores_%s", mf_mixer_name(MIXERS_RUN[k]));
-        figure_link(md, alt, name);
+        md_figure(md, S.out, alt, name);
     }
     fprintf(md, "The metric mixer's score table of a head is p M p^T with the same p on both sides, so before the mask "
                 "it is symmetric in (query, key); sdpa's q k^T is not.\n");

@@ -262,15 +262,7 @@ static void path_in(char *buf, size_t size, const char *name) {
     int n = snprintf(buf, size, "%s/%s", S.out, name);
     if (n < 0 || (size_t)n >= size) die("the path \"%s/%s\" is too long", S.out, name);
 }
-static int n_png;
-static void figure_link(FILE *md, const char *alt, const char *name) {
-    char path[4096], file[256];
-    snprintf(file, sizeof file, "%s.png", name);
-    path_in(path, sizeof path, file);
-    fprintf(md, "![%s](%s.svg)", alt, name);
-    if (is_png(path)) fprintf(md, " ([PNG](%s.png))", name);
-    fprintf(md, "\n\n");
-}
+static int n_png; /* the figures gnuplot drew */
 
 /* the loss curves: per mixer the mean over the seeds of every `every` steps, a band of ± one sd */
 static void loss_figure(void) {
@@ -400,7 +392,7 @@ static void heads_change(FILE *md) {
         else fprintf(md, " - (one seed) | - |\n");
     }
     fprintf(md, "\nThe first seed's heads at initialisation, drawn as above:\n\n");
-    figure_link(md, "metric heads at initialisation", "metric_heads_init");
+    md_figure(md, S.out, "metric heads at initialisation", "metric_heads_init");
     free(v);
 }
 
@@ -494,9 +486,9 @@ static void report(double secs, int jobs, int threads) {
                 "Parameters: trainable values (mf_param_values). Seconds: the wall time of one run, mean over the seeds, on a "
                 "machine that may be shared.\n\n", S.steps / 10 > 0 ? S.steps / 10 : 1, S.eval_batches, S.batch);
     fprintf(md, "## Loss curves\n\n");
-    figure_link(md, "training loss curves", "loss");
+    md_figure(md, S.out, "training loss curves", "loss");
     fprintf(md, "## The metric heads\n\n");
-    figure_link(md, "metric heads", "metric_heads");
+    md_figure(md, S.out, "metric heads", "metric_heads");
     {
         const float *heads = RUNS[1].heads;
         int dk = S.d_model / S.heads, definite = 0, n = S.layers * S.heads;

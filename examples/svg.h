@@ -314,6 +314,16 @@ EX_FN int is_png(const char *path) {
     return n == sizeof magic && memcmp(magic, "\x89PNG\r\n\x1a\n", sizeof magic) == 0;
 }
 
+/* a markdown report's link to the figure DIR/NAME.svg ("![alt](NAME.svg)", the report beside it),
+   and to DIR/NAME.png when gnuplot drew it */
+EX_FN void md_figure(FILE *md, const char *dir, const char *alt, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.png", dir, name);
+    fprintf(md, "![%s](%s.svg)", alt, name);
+    if (is_png(path)) fprintf(md, " ([PNG](%s.png))", name);
+    fprintf(md, "\n\n");
+}
+
 /* appends the n bytes of s to buf (holding *k bytes) single-quoted for the shell: ' becomes '\'' */
 EX_FN void shell_quote(char *buf, size_t size, size_t *k, const char *s, size_t n) {
     const size_t worst = 4 * n + 3; /* every byte a quote, and the two quotes around */
