@@ -4200,9 +4200,9 @@ MFDEF int mf_bgemm(mf_bf16_kernel kernel, int transA, int transB, int M, int N, 
 /* The GEMM packing workspace, kept by the context and grown on demand (only the first steps
    allocate). GEMMs run one at a time from the ops, so one workspace serves them all. */
 static mf_bf16_kernel mf__ctx_bf16(const mf_ctx *ctx);
+static mf_bf16_kernel mf__ctx_bg(const mf_ctx *ctx);
 static float *mf__gemm_workspace(mf_ctx *ctx, int M, int N, int K) {
-    mf_bf16_kernel k = mf__ctx_bf16(ctx);
-    long need = k && k != MF_BF16_FMA ? mf__bg_ws_floats(ctx->n_threads) : mf__gemm_ws_floats(M, N, K, ctx->n_threads);
+    long need = mf__ctx_bg(ctx) ? mf__bg_ws_floats(ctx->n_threads) : mf__gemm_ws_floats(M, N, K, ctx->n_threads);
     if (need > ctx->gemm_ws_cap) {
         float *w = (float *)MF_REALLOC(ctx->gemm_ws, (size_t)need * sizeof(float));
         if (!w) return (float *)mf__fail(ctx, "out of memory: GEMM workspace of %ld floats", need);
@@ -4215,13 +4215,20 @@ static float *mf__gemm_workspace(mf_ctx *ctx, int M, int N, int K) {
 static mf_bf16_kernel mf__ctx_bf16(const mf_ctx *ctx) {
     return !ctx->be && ctx->prec == MF_PREC_BF16 ? ctx->bf16_kernel : MF_BF16_NONE;
 }
+/* That kernel when it is one of [mf:bf16]'s own, or MF_BF16_NONE when the products run on the fp32
+   engine (fp32, or MF_BF16_FMA: its panels rounded, mf__gemm_st's bf16) */
+static mf_bf16_kernel mf__ctx_bg(const mf_ctx *ctx) {
+    mf_bf16_kernel k = mf__ctx_bf16(ctx);
+    return k == MF_BF16_FMA ? MF_BF16_NONE : k;
+}
 /* C = op(A) op(B) + beta * C (+ bias[N] on every row) in the context's precision, on ws
    (mf__gemm_workspace); rowsA: as mf__gemm_st (the sums of op(A)'s rows, always in fp32) */
 static void mf__ctx_gemm(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                          int ldb, float beta, float *C, int ldc, const float *bias, float *ws, float *rowsA) {
-    mf_bf16_kernel k = mf__ctx_bf16(ctx);
-    if (!k || k == MF_BF16_FMA) {
-        mf__sgemm_bias_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias, ctx->n_threads, ws, rowsA, k != 0);
+    mf_bf16_kernel k = mf__ctx_bg(ctx);
+    if (!k) {
+        mf__sgemm_bias_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias, ctx->n_threads, ws, rowsA,
+                          mf__ctx_bf16(ctx) != MF_BF16_NONE);
         return;
     }
     if (rowsA) mf__gemm_rowsum(ta ? 1 : lda, ta ? lda : 1, M, K, A, rowsA);
@@ -4240,12 +4247,12 @@ static void mf__gemm_ld(mf_ctx *ctx, int ta, int tb, int M, int N, int K, const 
         for (i = 0; i < batch; i++)
             mf__ctx_gemm(ctx, ta, tb, M, N, K, A + i * sA, lda, B + i * sB, ldb, i ? 1.0f : beta, C, ldc, NULL, ws,
                          NULL);
-    } else if (mf__ctx_bf16(ctx) && mf__ctx_bf16(ctx) != MF_BF16_FMA) {
-        mf__bgemm_batched_ws(mf__ctx_bf16(ctx), ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
+    } else if (mf__ctx_bg(ctx)) {
+        mf__bgemm_batched_ws(mf__ctx_bg(ctx), ta, tb, M, N, K, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
                              ctx->n_threads, ws);
     } else {
         mf__sgemm_batched_ws(ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch,
-                             ctx->n_threads, ws, mf__ctx_bf16(ctx) == MF_BF16_FMA);
+                             ctx->n_threads, ws, mf__ctx_bf16(ctx) != MF_BF16_NONE);
     }
     mf__gemm_t1(ctx, t0);
 }
