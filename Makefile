@@ -200,6 +200,11 @@ $(BUILD)/%-custom: examples/%.c examples/custom_mixer.c examples/common.h exampl
 	$(CC) $(CFLAGS) -DMETAFORMER_IMPLEMENTATION_DONE -DEXTRA_MIXERS=custom_mixer_register -DCUSTOM_MIXER_NO_MAIN \
 	    $< examples/custom_mixer.c $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
 
+$(BUILD)/bench_model-custom: bench/bench_model.c examples/custom_mixer.c metaformer.h $(BUILD)/obj/impl.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -DMETAFORMER_IMPLEMENTATION_DONE -DEXTRA_MIXERS=custom_mixer_register -DCUSTOM_MIXER_NO_MAIN \
+	    bench/bench_model.c examples/custom_mixer.c $(BUILD)/obj/impl.o -o $@ $(LDLIBS)
+
 # examples/embed built by its own Makefile, as a user builds it (with this Makefile's warnings)
 $(BUILD)/embed/embed: examples/embed/main.c examples/embed/Makefile metaformer.h
 	@mkdir -p $(dir $@)
@@ -234,7 +239,7 @@ test: $(TEST_SCHED) $(EXAMPLES)
 
 $(BUILD)/logs/sh/%.log: tests/%.sh FORCE
 	@bash tests/run.sh --one $@ "bash $<"
-$(BUILD)/logs/sh/test_cli.log: $(BUILD)/train
+$(BUILD)/logs/sh/test_cli.log: $(BUILD)/train $(BUILD)/ablate
 $(BUILD)/logs/sh/test_data_cli.log: $(BUILD)/train $(BUILD)/sample
 $(BUILD)/logs/sh/test_presets.log: $(BUILD)/train $(BUILD)/ablate
 $(BUILD)/logs/sh/test_valid_protocol.log: $(BUILD)/train
@@ -243,7 +248,7 @@ $(BUILD)/logs/sh/test_accum.log: $(BUILD)/train
 $(BUILD)/logs/sh/test_ablate.log: $(BUILD)/ablate
 $(BUILD)/logs/sh/train_emu.log: $(BUILD)/emu/train_emu
 $(BUILD)/logs/sh/test_resume.log: $(BUILD)/train-custom $(BUILD)/emu/train_emu
-$(BUILD)/logs/sh/test_custom_cli.log: $(BUILD)/custom_mixer $(BUILD)/train $(BUILD)/train-custom $(BUILD)/sample $(BUILD)/sample-custom $(BUILD)/ablate-custom
+$(BUILD)/logs/sh/test_custom_cli.log: $(BUILD)/custom_mixer $(BUILD)/train $(BUILD)/train-custom $(BUILD)/sample $(BUILD)/sample-custom $(BUILD)/ablate-custom $(BUILD)/bench_model-custom
 $(BUILD)/logs/sh/test_train_mpi.log: $(BUILD)/train $(BUILD)/train-mpi
 $(BUILD)/logs/sh/test_embed.log: $(BUILD)/embed/embed
 $(BUILD)/logs/sh/test_tokenize.log: $(BUILD)/tokenize

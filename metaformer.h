@@ -120,7 +120,8 @@
  *               and write bf16 tensors themselves, [cu:storage]). The tests fail when any of these
  *               is missing.
  *   Your mixer  no edit of this file: an mf_mixer_def (name, help, fields, per-layer struct,
- *               make_layer, forward; optional check, gen_begin / gen_step, aux_loss, free_layer)
+ *               make_layer, forward; optional check, gen_begin / gen_step, aux_loss, free_layer,
+ *               reset_memory / state for memories across calls)
  *               and one mf_mixer_register call in your program (docs/math.md §23,
  *               examples/custom_mixer.c); the example programs take it with -DEXTRA_MIXERS=fn.
  *   A mixer     (built in) its code in its family's section and one row in [mf:mixers] (name,
@@ -131,6 +132,12 @@
  *               run_stack, gen_begin, aux_loss, state: what crosses calls, for checkpoints), its
  *               per-layer struct, its rows, a METAFORMER_NO_<FAMILY> switch, and the CUDA twin
  *               section [cu:<family>]. tests/test_resume.sh resumes every mixer bit for bit.
+ *   A field     (of a built-in mixer) its member in mf_model_config and one row in
+ *               MF_MODEL_FIELDS (type, default, range, option, how checkpoints keep it, help); its
+ *               bit in the rows of the mixers that read it; its family's code. The defaults,
+ *               mf_model_check, mf_model_config_reset_unread and the example programs' options
+ *               (build/train, sample, classify, ablate), their checkpoint keys and messages come
+ *               from the row; tests/test_cli.sh fails when a row has no option.
  *   The math    of every mixer and memory model is in docs/math.md; comments cite it as
  *               "docs/math.md §n.m".
  *
@@ -205,8 +212,12 @@
                 mf_pos_, mf_act_, mf_feature_, mf_metric_form_, mf_block_ name / _from_name   other config names
                 mf_model_check              validate a config, naming the field at fault
                 mf_model_config_reset_unread  the fields the config's mixer does not read back to default
+                mf_config_field_at, _choice, _readers, _get, _set   the mixers' fields (MF_MODEL_FIELDS) at run time
+                mf_mixer_reads              whether a mixer reads one of those fields
    your mixer   mf_mixer_register           a token mixer of your own (mf_mixer_def), by name from then on
                 mf_mixer_count, _help, _field_of   every mixer of the program; its help; its fields
+                mf_mixer_flags              what a mixer is: heads, non-causal form, fixed state, memories
+                mf_model_memory_slot_now, mf_state_mode / _ints / _floats   a mixer's memories and their checkpoints
                 mf_model_config_set / _get  a registered mixer's config field by name
                 mf_model_ctx, _param, _field   inside its hooks: the context, a layer parameter, a field
                 mf_model_new / _free        a model's parameters in a context / the model
@@ -854,12 +865,81 @@ typedef struct mf_model_config {
     unsigned mixer_field_set;               /* bit i: mixer_field[i] was set */
 } mf_model_config;
 
+/* ---- the mixers' config fields: one table ----------------------------------------------------
+   The members of mf_model_config that only some mixers read, one row each, in the order programs
+   store them. The mixer table says which mixer reads which (mf_mixer_reads); mf_model_check refuses
+   a value other than the default for a mixer that does not read it, and one outside [lo, hi]. A
+   program generates its options from the table (examples/common.h does):
+       X(A, ID, member, ctype, KIND, def, lo, hi, "option", STORE, ROLE, "help")
+   ID      the row's index MF_FIELD_<ID> (0 .. MF_FIELD_COUNT - 1)
+   ctype   the member's C type; KIND: INT, FLAG (0 or 1), FLOAT, or ENUM (an enum whose names
+           mf_config_field_choice gives)
+   def     the default (mf_model_config_default); lo, hi: the range mf_model_check enforces
+   option  the example programs' option (--mem-len)
+   STORE   how a program that keeps its options in checkpoints keeps it: MODEL (it defines the
+           model: a resumed run keeps it), KERNEL (it picks a kernel of the same function: a resumed
+           run may change it), LATE (as MODEL, but added after checkpoints existed: stored only when
+           it differs from its default, so a checkpoint without it has the default)
+   ROLE    FIELD; SHARED (a setting of a seed's whole experiment, given to every model of a
+           comparison: a program drops it for a mixer that does not read it rather than refuse it);
+           VARIANT (it makes a model of its own, the compressive transformer: a comparison offers it
+           as one of its models)
+   A is the caller's, passed through to each X. */
+#define MF_MODEL_FIELDS(X, A) \
+    X(A, MEM_LEN, mem_len, int, INT, 0, 0, 0x7fffffff, "mem-len", MODEL, FIELD, \
+      "memories kept per layer (Transformer-XL; 0 = none)") \
+    X(A, COMPRESSIVE, compressive, int, FLAG, 0, 0, 1, "compressive", MODEL, VARIANT, \
+      "the compressive transformer: compressed memories and the reconstruction loss") \
+    X(A, C_MEM_LEN, c_mem_len, int, INT, 0, 0, 0x7fffffff, "c-mem-len", MODEL, FIELD, \
+      "compressive: compressed memories kept per layer") \
+    X(A, COMPRESSION_RATE, compression_rate, int, INT, 2, 1, 0x7fffffff, "compression-rate", MODEL, FIELD, \
+      "compressive: memories per compressed memory (the compressor's kernel size and stride)") \
+    X(A, DPFP_NU, dpfp_nu, int, INT, 1, 0, 0x7fffffff, "dpfp-nu", MODEL, FIELD, \
+      "DPFP order nu (feature size 2 * d_head * nu; the DPFP features read it)") \
+    X(A, LINEAR_FEATURE, linear_feature, mf_feature_kind, ENUM, 0, 0, 1, "feature", MODEL, FIELD, \
+      "feature map of queries and keys") \
+    X(A, CHUNK_SIZE, chunk_size, int, INT, 0, 0, 0x7fffffff, "chunk", KERNEL, FIELD, \
+      "training kernel (0 = automatic, 1 = recurrent, n = chunks of n)") \
+    X(A, ATTN_BIAS, attn_bias, int, INT, 1, 0, 1, "attn-bias", MODEL, SHARED, \
+      "biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it") \
+    X(A, ATTN_DROPOUT, attn_dropout, float, FLOAT, 0, 0, 1, "attn-dropout", MODEL, FIELD, \
+      "dropout on the attention probabilities, in [0, 1)") \
+    X(A, METRIC_FORM, metric_form, mf_metric_form, ENUM, 0, 0, 2, "metric-form", LATE, FIELD, \
+      "the form of M (cholesky: L L^T, softmax_tril: the NLP MetaFormer seed's S S^T)") \
+    X(A, POOL_SIZE, pool_size, int, INT, 3, 1, 0x7fffffff, "pool-size", LATE, FIELD, \
+      "the window's length (odd when centred)") \
+    X(A, POOL_CAUSAL, pool_causal, int, INT, 1, 0, 1, "pool-causal", LATE, FIELD, \
+      "in a causal model: 1 the window of the last tokens, 0 centred (sees later tokens)")
+#define MF__FIELD_ID(A, ID, ...) MF_FIELD_##ID,
+enum { MF_MODEL_FIELDS(MF__FIELD_ID, ~) MF_FIELD_COUNT };
+enum { MF_CFG_INT, MF_CFG_FLAG, MF_CFG_FLOAT, MF_CFG_ENUM };   /* KIND */
+enum { MF_CFG_MODEL, MF_CFG_KERNEL, MF_CFG_LATE };              /* STORE */
+enum { MF_CFG_FIELD, MF_CFG_SHARED, MF_CFG_VARIANT };           /* ROLE */
+/* A row of the table at run time. */
+typedef struct mf_config_field {
+    const char *name, *option, *help; /* the member ("mem_len"), the option ("mem-len"), the help */
+    int kind, store, role;            /* MF_CFG_* */
+    double def, lo, hi;
+    size_t offset, size;              /* of the member in mf_model_config */
+} mf_config_field;
+/* Row i of the table (MF_FIELD_*), or NULL out of range. */
+MFDEF const mf_config_field *mf_config_field_at(int i);
+/* The name of value k of an ENUM field ("dpfp"), or NULL (k out of range, or not an ENUM). */
+MFDEF const char *mf_config_field_choice(int i, int k);
+/* 1 when the mixer reads field i, else 0. */
+MFDEF int mf_mixer_reads(mf_mixer_kind kind, int i);
+/* The built-in mixers that read field i, ", "-separated into buf ("fast_weights, linear"); their count. */
+MFDEF int mf_config_field_readers(int i, char *buf, size_t size);
+/* Field i of c as a double (an INT, FLAG or ENUM as its integer) / set from one (converted to the
+   member's type; no check: mf_model_check does that). -1 / NaN for i out of range or c NULL. */
+MFDEF double mf_config_field_get(const mf_model_config *c, int i);
+MFDEF int mf_config_field_set(mf_model_config *c, int i, double v);
+
 typedef struct mf_model mf_model;
 
 /* The defaults: d_model 128, 4 heads, 4 layers, d_ff 512, max_seq 256, sdpa, learned positions,
-   GELU (exact), biases on, pool_size 3 causal, dropout 0, no cloning, eps 1e-5; mem_len 0, not
-   compressive, c_mem_len 0, compression_rate 2; dpfp_nu 1, DPFP features, chunk_size 0
-   (automatic); block pre_norm; attn_dropout 0; metric_form symmetric; causal 1, n_classes 0 (a language model); vocab unset.
+   GELU (exact), FFN biases on, dropout 0, no cloning, eps 1e-5; block pre_norm; causal 1,
+   n_classes 0 (a language model); vocab unset; the mixers' fields as MF_MODEL_FIELDS says.
    The labml experiments of the seeds use pos = MF_POS_NONE and ffn_act = MF_ACT_RELU. */
 MFDEF mf_model_config mf_model_config_default(void);
 /* Names <-> kinds: the one way to turn a name into a config value and back (command lines, files).
@@ -906,8 +986,12 @@ typedef struct mf_mixer_field {
 enum {
     MF_MIXER_HEADS = 1,       /* splits d_model into n_heads heads: mf_model_check wants n_heads | d_model */
     MF_MIXER_NONCAUSAL = 2,   /* forward reads c->causal and has a non-causal form (causal = 0 allowed) */
-    MF_MIXER_FIXED_STATE = 4  /* gen_step keeps a state of a fixed size: with pos = NONE it generates past max_seq */
+    MF_MIXER_FIXED_STATE = 4, /* gen_step keeps a state of a fixed size: with pos = NONE it generates past max_seq */
+    MF_MIXER_MEMORY = 8       /* (mf_mixer_flags only) it keeps memories from one forward call to the next: train
+                                 it on consecutive windows (a sequential loader), validate on memory slot 1 */
 };
+/* What a mixer's state hook talks to (checkpoints): mf_state_mode, mf_state_ints, mf_state_floats. */
+typedef struct mf_state_io mf_state_io;
 typedef struct mf_mixer_def {
     const char *name;   /* [a-z][a-z0-9_]*, at most 31 bytes, no other mixer's name (required) */
     const char *help;   /* one line: what it computes and where it comes from (required) */
@@ -934,6 +1018,19 @@ typedef struct mf_mixer_def {
     mf_tensor *(*aux_loss)(mf_model *m);
     /* optional: free what the per-layer struct holds (not the struct) */
     void (*free_layer)(mf_model *m, int layer, void *st);
+    /* optional, memories: state kept from one forward call to the next (e.g. the last segment's
+       inputs), in the mixer's per-layer struct (host memory), one per slot: 0 training, 1 validation,
+       2 generation. forward reads and updates the slot mf_model_memory_slot_now names (memories
+       carry no gradient); reset_memory empties slot `slot` of layer l (mf_model_reset_memory, and
+       slot 2 whenever generation starts or reruns its window); state lists slots 0 and 1 of layer
+       l for checkpoints with mf_state_ints / mf_state_floats, in the same order every call. Give
+       both or neither; the mixer then has MF_MIXER_MEMORY. */
+    void (*reset_memory)(mf_model *m, int layer, void *st, int slot);
+    int (*state)(mf_model *m, int layer, void *st, mf_state_io *io);
+    /* optional: the forward's matrix-product FLOPs per token of one layer's mixer (a multiply-add
+       is 2) in sequences of T tokens, keys the mean keys a query sees ((T + 1) / 2 causal, T when
+       every position sees all): mf_model_flops (benchmarks); without it, 0 */
+    double (*flops)(const mf_model_config *c, int T, double keys);
 } mf_mixer_def;
 #define MF_MIXER_MAX_REGISTERED 32
 /* Register a mixer: its kind (MF_MIXER_COUNT or more), or -1 with the reason in err (when err is
@@ -944,6 +1041,8 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size);
 /* Kinds 0 .. mf_mixer_count() - 1 are the mixers of this program: the built-in ones, then the
    registered ones in registration order. */
 MFDEF int mf_mixer_count(void);
+/* The MF_MIXER_* flags of a mixer, built in or registered (0 for an unknown kind). */
+MFDEF unsigned mf_mixer_flags(mf_mixer_kind kind);
 /* One line about a mixer (its help), "" for an unknown kind. */
 MFDEF const char *mf_mixer_help(mf_mixer_kind kind);
 /* The i-th config field of a registered mixer, or NULL (a built-in mixer, or i out of range). */
@@ -960,6 +1059,21 @@ MFDEF float mf_model_config_get(const mf_model_config *c, const char *field);
 MFDEF mf_ctx *mf_model_ctx(const mf_model *m);
 MFDEF float mf_model_field(const mf_model *m, const char *field);
 MFDEF mf_tensor *mf_model_param(mf_model *m, int layer, const char *name, int ndim, const int *shape);
+/* Inside a mixer's hooks: the memory slot a forward uses (0, 1, or 2 while mf_model_generate runs). */
+MFDEF int mf_model_memory_slot_now(const mf_model *m);
+/* Inside a state hook: what the call does (MF_STATE_SAVE: mf_model_save lists the pieces;
+   MF_STATE_CHECK: mf_model_load checks them against the file, nothing changes; MF_STATE_APPLY:
+   it copies them in), and the pieces, each by a name of 1 to 48 of a-z, 0-9, _ and . unique in
+   its layer (stored as "__state__.layers.<l>.<name>"): n ints (saved from v, or read into v), or
+   floats of a shape (ndim 1 to 4, each size >= 1; an empty memory is no piece) at host (saved
+   from it, or read into it; NULL allowed when checking). Data-parallel checkpoints (mf_dist_save) gather a float piece by its
+   first dimension, the batch rows, over the ranks, and an int piece named "*.lengths" holds the
+   row count in element 0. 0, or -1 (a missing or different piece in the file: the reason in the
+   model's context). */
+enum { MF_STATE_SAVE, MF_STATE_CHECK, MF_STATE_APPLY };
+MFDEF int mf_state_mode(const mf_state_io *io);
+MFDEF int mf_state_ints(mf_state_io *io, const char *name, int32_t *v, int n);
+MFDEF int mf_state_floats(mf_state_io *io, const char *name, float *host, int ndim, const int *shape);
 MFDEF const char *mf_pos_name(mf_pos_kind kind);
 MFDEF int mf_pos_from_name(const char *name);
 MFDEF const char *mf_act_name(mf_act_kind kind);
@@ -970,12 +1084,18 @@ MFDEF const char *mf_metric_form_name(mf_metric_form form);
 MFDEF int mf_metric_form_from_name(const char *name);
 MFDEF const char *mf_block_name(mf_block_kind kind);
 MFDEF int mf_block_from_name(const char *name);
-/* Check a config; returns 0, or -1 with the reason in ctx. A mixer-specific field (attn_bias,
-   pool_size, pool_causal, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu,
-   linear_feature, chunk_size, metric_form) that the chosen mixer does not read must keep its default: e.g.
+/* Check a config; returns 0, or -1 with the reason in ctx. A field of MF_MODEL_FIELDS that the
+   chosen mixer does not read must keep its default, and every one lies in its [lo, hi]: e.g.
    compressive = 1 with sdpa fails with "model config: compressive = 1 applies only to the relative
    mixer (set it to 0, or choose mixer relative) ...". */
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *cfg);
+/* The forward's matrix-product FLOPs per token of a model of the config (a multiply-add is 2: the
+   mixers, the FFNs and the head), T tokens per sequence; the attention counted causally (a query
+   sees (T + 1) / 2 keys on average) or, full_attention = 1, over all T. A training step is about 3
+   times it. The count of each mixer is its family's (a registered mixer's flops hook, or 0); -1
+   for a config mf_model_check refuses (no context: nothing says why). */
+MFDEF double mf_model_flops(const mf_model_config *cfg, int T, int full_attention);
+#define METAFORMER_MODEL_FLOPS 1 /* this header has mf_model_flops (benchmarks built against older ones test it) */
 /* Set every mixer-specific field that cfg->mixer does not read back to mf_model_config_default()'s
    value (an unknown mixer: nothing changes): one set of options, e.g. a metric form or a pool
    window, then builds every mixer of an ablation, each taking the fields it reads. */
@@ -6690,14 +6810,17 @@ typedef struct mf__layer {
    mf_model_save collects them (MF__STATE_SAVE), mf_model_load checks every piece against the file
    before anything changes (MF__STATE_CHECK) and then copies them in (MF__STATE_APPLY). Saved as
    "__state__.<name>": int32 arrays from the host, float32 buffers on the model's device. */
-typedef struct mf__state_io mf__state_io;
-enum { MF__STATE_SAVE, MF__STATE_CHECK, MF__STATE_APPLY };
+typedef struct mf_state_io mf__state_io;
+#define MF__STATE_SAVE MF_STATE_SAVE
+#define MF__STATE_CHECK MF_STATE_CHECK
+#define MF__STATE_APPLY MF_STATE_APPLY
 #if defined(__GNUC__) || defined(__clang__)
 #define MF__FOR_FAMILIES __attribute__((unused)) /* unused when every family with state is switched off */
 #else
 #define MF__FOR_FAMILIES
 #endif
 static MF__FOR_FAMILIES int mf__state_mode(const mf__state_io *io);
+static void mf__state_layer(mf__state_io *io, int layer); /* a registered mixer's pieces: of that layer */
 /* n ints: saved from v, or (check) found with n values, (check, apply) read into v; 0 or -1 */
 static MF__FOR_FAMILIES int mf__state_ints(mf__state_io *io, const char *name, int32_t *v, int n);
 /* floats of the given shape at data (the model's device): saved from, or (check) found with that
@@ -6732,6 +6855,13 @@ typedef struct mf__family {
     int (*state)(mf_model *m, mf__state_io *io);
     /* the keys in front of a query's own T positions (memories), for inspection; NULL: none */
     int (*held_keys)(const mf_model *m);
+    /* memories (mf_model_memory_slot, mf_model_reset_memory): select slot 0 or 1, returning the
+       previous one; empty the current slot. NULL: no memories */
+    int (*memory_slot)(mf_model *m, int slot);
+    void (*reset_memory)(mf_model *m);
+    /* the forward's matrix-product FLOPs per token of the mixers of all layers (a multiply-add is 2)
+       in sequences of T tokens, keys the mean keys a query sees ((T + 1) / 2 causal, T full) */
+    double (*flops)(const mf_model_config *c, int T, double keys);
 } mf__family;
 
 /* one row per mixer kind, in [mf:mixers] */
@@ -6761,6 +6891,8 @@ struct mf_model {
     int cache_len;      /* tokens held by the generation cache */
     int on_device;      /* sinusoid, the family's constants and caches are device buffers (CUDA) */
     struct mf__probe *probe; /* set during mf_model_attention: the mixers attend through mf__probe_attend */
+    int mem_slot;       /* a registered mixer's memory slot (0, 1): mf_model_memory_slot */
+    int generating;     /* 1 while mf_model_generate runs: the memories of slot 2 */
 };
 
 /* mixers whose generation state has a fixed size: with no position table they generate past max_seq */
@@ -7133,6 +7265,16 @@ static int mf__sample(const float *logits, int V, const mf_sampler *s, uint64_t 
     return best;
 }
 
+/* the memories of the models that have some: the family's (0 and nothing to do for the others) */
+MFDEF int mf_model_memory_slot(mf_model *m, int slot) {
+    if (!m || slot < 0 || slot > 1) return -1;
+    return m->fam->memory_slot ? m->fam->memory_slot(m, slot) : 0;
+}
+MFDEF void mf_model_reset_memory(mf_model *m) {
+    if (m && m->fam->reset_memory) m->fam->reset_memory(m);
+}
+MFDEF int mf_model_memory_slot_now(const mf_model *m) { return !m ? -1 : m->generating ? 2 : m->mem_slot; }
+
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out) {
     mf_ctx *ctx;
@@ -7161,6 +7303,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
     grad = mf_set_grad(ctx, 0);
     training = mf_set_training(ctx, 0);
     m->cache_len = 0;
+    m->generating = 1;
     for (i = 0; i < n_new; i++) {
         mf_tensor *logits;
         int start, len;
@@ -7189,6 +7332,7 @@ MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, in
     }
     ok = 1;
 done:
+    m->generating = 0;
     mf_reset(ctx);
     mf_set_grad(ctx, grad);
     mf_set_training(ctx, training);
@@ -7341,26 +7485,9 @@ MFDEF mf_tensor *mf_model_attention(mf_model *m, const int32_t *ids, int B, int 
 /* The model config: the one table of the optional fields (which mixer reads which: the rows of
    [mf:mixers]), the names of the config's enums, the defaults and mf_model_check. The generic
    checks are here; each family checks its own fields (its check hook). */
-/* the optional config fields, one row each: X(NAME, member, VALUE) - MF__FIELD_NAME is its bit in a
-   mixer row's list of the fields its mixer reads, "member" its name in messages, VALUE what
-   mf_model_check compares with the default's (an int; for a float field, whether it is nonzero: the
-   check names the value itself). A field that the chosen mixer does not read must keep
-   mf_model_config_default()'s value (mf_model_check; mf_model_config_reset_unread puts it back). */
-#define MF__INT(x) ((int)(x))
-#define MF__NONZERO(x) ((x) != 0.0f)
-#define MF__FIELDS(X) \
-    X(ATTN_BIAS, attn_bias, MF__INT) X(POOL_SIZE, pool_size, MF__INT) X(POOL_CAUSAL, pool_causal, MF__INT) \
-    X(MEM_LEN, mem_len, MF__INT) X(COMPRESSIVE, compressive, MF__INT) X(C_MEM_LEN, c_mem_len, MF__INT) \
-    X(COMPRESSION_RATE, compression_rate, MF__INT) X(DPFP_NU, dpfp_nu, MF__INT) \
-    X(LINEAR_FEATURE, linear_feature, MF__INT) X(CHUNK_SIZE, chunk_size, MF__INT) \
-    X(ATTN_DROPOUT, attn_dropout, MF__NONZERO) X(METRIC_FORM, metric_form, MF__INT)
-#define MF__FIELD_ENUM(F, member, value) MF__FIELD_##F,
-#define MF__FIELD_NAME(F, member, value) #member,
-#define MF__FIELD_VALUE(F, member, value) v[MF__FIELD_##F] = value(c->member);
-enum { MF__FIELDS(MF__FIELD_ENUM) MF__FIELD_COUNT };
-#define MF__F(field) (1u << MF__FIELD_##field)
-static const char *const mf__field_names[MF__FIELD_COUNT] = {MF__FIELDS(MF__FIELD_NAME)};
-static void mf__field_values(const mf_model_config *c, int *v) { MF__FIELDS(MF__FIELD_VALUE) }
+/* The table of the mixers' fields is MF_MODEL_FIELDS (the API); MF__F(ID) is a field's bit in a
+   mixer row's list of the fields its mixer reads. */
+#define MF__F(ID) (1u << MF_FIELD_##ID)
 
 /* the names of the other enums of the config (the mixers' are in the table of [mf:mixers]) */
 static const char *const mf__pos_names[] = {"none", "learned", "sinusoidal"};
@@ -7420,23 +7547,59 @@ MFDEF int mf_ctx_set_bf16_kernel(mf_ctx *ctx, mf_bf16_kernel k) {
 }
 MFDEF mf_bf16_kernel mf_ctx_bf16_kernel(const mf_ctx *ctx) { return ctx ? mf__ctx_bf16(ctx) : MF_BF16_NONE; }
 
+/* the table at run time, and the names of its ENUM fields */
+#define MF__FIELD_ROW(A, ID, member, ctype, KIND, def, lo, hi, option, STORE, ROLE, help) \
+    {#member, option, help, MF_CFG_##KIND, MF_CFG_##STORE, MF_CFG_##ROLE, def, lo, hi, \
+     offsetof(mf_model_config, member), sizeof(ctype)},
+static const mf_config_field mf__config_fields[MF_FIELD_COUNT] = {MF_MODEL_FIELDS(MF__FIELD_ROW, ~)};
+static const struct { int field; const char *const *names; int n; } mf__field_choices[] = {
+    {MF_FIELD_LINEAR_FEATURE, MF__NAMES(mf__feature_names)}, {MF_FIELD_METRIC_FORM, MF__NAMES(mf__metric_form_names)}};
+MFDEF const mf_config_field *mf_config_field_at(int i) { return i >= 0 && i < MF_FIELD_COUNT ? &mf__config_fields[i] : NULL; }
+MFDEF const char *mf_config_field_choice(int i, int k) {
+    size_t j;
+    for (j = 0; j < sizeof mf__field_choices / sizeof mf__field_choices[0]; j++)
+        if (mf__field_choices[j].field == i) return k >= 0 && k < mf__field_choices[j].n ? mf__field_choices[j].names[k] : NULL;
+    return NULL;
+}
+/* the member's value as a double, and back (an ENUM through its integer) */
+#define MF__SET_INT(lv, ctype, v) lv = (ctype)(int)(v)
+#define MF__SET_FLAG MF__SET_INT
+#define MF__SET_ENUM MF__SET_INT
+#define MF__SET_FLOAT(lv, ctype, v) lv = (float)(v)
+#define MF__FIELD_GET(c, ID, member, ...) case MF_FIELD_##ID: return (double)(c)->member;
+#define MF__FIELD_SET(c, ID, member, ctype, KIND, ...) case MF_FIELD_##ID: MF__SET_##KIND((c)->member, ctype, v); return 0;
+MFDEF double mf_config_field_get(const mf_model_config *c, int i) {
+    if (c) switch (i) { MF_MODEL_FIELDS(MF__FIELD_GET, c) default: break; }
+    return NAN;
+}
+MFDEF int mf_config_field_set(mf_model_config *c, int i, double v) {
+    if (c) switch (i) { MF_MODEL_FIELDS(MF__FIELD_SET, c) default: break; }
+    return -1;
+}
+
 MFDEF mf_model_config mf_model_config_default(void) {
     mf_model_config c;
     memset(&c, 0, sizeof c);
     c.d_model = 128; c.n_heads = 4; c.n_layers = 4; c.d_ff = 512; c.max_seq = 256;
     c.mixer = MF_MIXER_SDPA; c.pos = MF_POS_LEARNED; c.ffn_act = MF_ACT_GELU;
-    c.ffn_bias = 1; c.attn_bias = 1; c.pool_size = 3; c.pool_causal = 1; c.ln_eps = 1e-5f;
-    c.compression_rate = 2; c.dpfp_nu = 1; c.linear_feature = MF_FEATURE_DPFP;
-    c.causal = 1;
+    c.ffn_bias = 1; c.ln_eps = 1e-5f; c.causal = 1;
+#define MF__FIELD_DEFAULT(A, ID, member, ctype, KIND, def, ...) MF__SET_##KIND(c.member, ctype, def);
+    MF_MODEL_FIELDS(MF__FIELD_DEFAULT, ~)
+#undef MF__FIELD_DEFAULT
     return c;
 }
 
+MFDEF int mf_mixer_reads(mf_mixer_kind kind, int i) {
+    const mf__mixer_row *row = mf__mixer_row_of((int)kind);
+    return row && i >= 0 && i < MF_FIELD_COUNT && (row->fields >> i & 1u);
+}
+
 MFDEF void mf_model_config_reset_unread(mf_model_config *c) {
-    const mf__mixer_row *row = c ? mf__mixer_row_of((int)c->mixer) : NULL;
     mf_model_config d = mf_model_config_default();
-#define MF__FIELD_RESET(F, member, value) if (!(row->fields & MF__F(F))) c->member = d.member;
-    if (row) { MF__FIELDS(MF__FIELD_RESET) }
-#undef MF__FIELD_RESET
+    int i;
+    if (!c || !mf__mixer_row_of((int)c->mixer)) return;
+    for (i = 0; i < MF_FIELD_COUNT; i++)
+        if (!mf_mixer_reads(c->mixer, i)) mf_config_field_set(c, i, mf_config_field_get(&d, i));
 }
 
 /* "the relative mixer" / "the fast_weights and linear mixers" (which), or "mixer relative" /
@@ -7446,6 +7609,11 @@ static void mf__readers(int f, int choose, char *buf, size_t size) {
     count = mf__mixer_list(0, 1u << f, choose ? " or " : " and ", buf + n, size - (size_t)n);
     n += (int)strlen(buf + n);
     if (!choose && n < (int)size) snprintf(buf + n, size - (size_t)n, count > 1 ? " mixers" : " mixer");
+}
+MFDEF int mf_config_field_readers(int i, char *buf, size_t size) {
+    if (!buf || !size) return 0;
+    buf[0] = '\0';
+    return i >= 0 && i < MF_FIELD_COUNT ? mf__mixer_list(0, 1u << i, ", ", buf, size) : 0;
 }
 
 /* causal and n_classes (docs/math.md §20): 0, or -1 with the reason in ctx */
@@ -7469,7 +7637,7 @@ static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__
 MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
     const mf__mixer_row *row;
     mf_model_config d = mf_model_config_default();
-    int v[MF__FIELD_COUNT], dv[MF__FIELD_COUNT], f;
+    int f;
     if (!mf_ok(ctx)) return -1;
 #define MF__BAD(...) return (mf__fail(ctx, __VA_ARGS__), -1)
     if (!c) MF__BAD("model config is NULL (start from mf_model_config_default())");
@@ -7501,7 +7669,7 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
         MF__BAD("model config: attn_dropout %g must be in [0, 1) (0: none)", (double)c->attn_dropout);
     if (c->attn_dropout != 0.0f && !(row->fields & MF__F(ATTN_DROPOUT))) {
         char which[160];
-        mf__readers(MF__FIELD_ATTN_DROPOUT, 0, which, sizeof which);
+        mf__readers(MF_FIELD_ATTN_DROPOUT, 0, which, sizeof which);
         MF__BAD("model config: attn_dropout = %g applies only to %s (the softmax attention: set it to 0, or use "
                 "dropout); the %s mixer has no attention probabilities", (double)c->attn_dropout, which, row->name);
     }
@@ -7509,18 +7677,34 @@ MFDEF int mf_model_check(mf_ctx *ctx, const mf_model_config *c) {
     if (!row->def && c->mixer_field_set)
         MF__BAD("model config: mixer_field_set is 0x%x, but the %s mixer is built in and has no registered fields "
                 "(mf_model_config_set names the fields of registered mixers only)", c->mixer_field_set, row->name);
-    mf__field_values(c, v);
-    mf__field_values(&d, dv);
-    for (f = 0; f < MF__FIELD_COUNT; f++)
-        if (!(row->fields >> f & 1u) && v[f] != dv[f]) {
+    for (f = 0; f < MF_FIELD_COUNT; f++) {
+        const mf_config_field *fd = &mf__config_fields[f];
+        double v = mf_config_field_get(c, f), dv = mf_config_field_get(&d, f);
+        if (!(row->fields >> f & 1u) && v != dv) {
             char which[160], choose[160];
             mf__readers(f, 0, which, sizeof which);
             mf__readers(f, 1, choose, sizeof choose);
-            MF__BAD("model config: %s = %d applies only to %s (set it to %d, or choose %s); the %s mixer does not read it",
-                    mf__field_names[f], v[f], which, dv[f], choose, row->name);
+            MF__BAD("model config: %s = %g applies only to %s (set it to %g, or choose %s); the %s mixer does not read it",
+                    fd->name, v, which, dv, choose, row->name);
         }
+    }
+    if (row->family->check && row->family->check(ctx, c) < 0) return -1;
+    for (f = 0; f < MF_FIELD_COUNT; f++) { /* what the family's check left: the table's range */
+        const mf_config_field *fd = &mf__config_fields[f];
+        double v = mf_config_field_get(c, f);
+        if (!(v >= fd->lo && v <= fd->hi)) MF__BAD("model config: %s %g must be in [%g, %g] (%s)", fd->name, v, fd->lo, fd->hi, fd->help);
+    }
 #undef MF__BAD
-    return row->family->check ? row->family->check(ctx, c) : 0;
+    return 0;
+}
+
+MFDEF double mf_model_flops(const mf_model_config *c, int T, int full_attention) {
+    const mf__mixer_row *row = c ? mf__mixer_row_of((int)c->mixer) : NULL;
+    double D, out;
+    if (!row || !row->family || T < 1 || c->d_model < 1 || c->n_heads < 1 || c->n_layers < 1) return -1;
+    D = c->d_model;
+    out = c->n_classes > 0 ? c->n_classes : c->vocab;
+    return row->family->flops(c, T, full_attention ? T : (T + 1) / 2.0) + c->n_layers * 2.0 * 2.0 * D * c->d_ff + 2.0 * D * out;
 }
 
 /* ==== [mf:attention] ======================================================================== */
@@ -7703,9 +7887,18 @@ static mf_tensor *mf__attn_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
     }
 }
 
+/* sdpa: four D x D projections; metric, quadratic: two, and q = p M per head; QK^T and PV */
+static double mf__attn_flops(const mf_model_config *c, int T, double keys) {
+    double D = c->d_model, H = c->n_heads, dk = D / H;
+    double proj;
+    (void)T;
+    proj = c->mixer == MF_MIXER_SDPA ? 4 * 2.0 * D * D : 2 * 2.0 * D * D + H * 2.0 * dk * dk;
+    return c->n_layers * (proj + 2.0 * 2.0 * D * keys);
+}
 static const mf__family mf__fam_attention = {
     "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT) | MF__F(METRIC_FORM),
-    mf__attn_check, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL, NULL
+    mf__attn_check, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL, NULL,
+    NULL, NULL, mf__attn_flops
 };
 
 MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) {
@@ -7832,9 +8025,11 @@ static mf_tensor *mf__pool_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, in
     return mf__avg_pool_sub(ctx, xn, c->pool_size, mf__pool_is_causal(c));
 }
 
+static double mf__no_flops(const mf_model_config *c, int T, double keys) { (void)c; (void)T; (void)keys; return 0; } /* no product */
 static const mf__family mf__fam_pool = {
     "pool", sizeof(mf__pool_layer), MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
-    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL, NULL
+    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL, NULL, NULL, NULL,
+    mf__no_flops
 };
 
 /* ==== [mf:xl] =============================================================================== */
@@ -8555,26 +8750,38 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
     return rc;
 }
 
+static int mf__xl_memory_slot(mf_model *m, int slot);
+static void mf__xl_reset_memory(mf_model *m);
+/* four projections; the three score terms and PV over [memories; x]; compressive: the compressor
+   and the reconstruction loss's q(h), k/v(m), k/v(cm) and two attentions */
+static double mf__xl_flops(const mf_model_config *c, int T, double keys) {
+    double D = c->d_model, mem = c->mem_len, extra = 0;
+    if (c->compressive) {
+        mem += c->c_mem_len;
+        extra = 2.0 * D * D + 2.0 * D * D + 4.0 * D * D * (1 + 1.0 / c->compression_rate) +
+                2.0 * 2.0 * D * (T + (double)T / c->compression_rate);
+    }
+    return c->n_layers * (4 * 2.0 * D * D + 3.0 / 2.0 * 2.0 * 2.0 * D * (mem + keys) + extra);
+}
 static const mf__family mf__fam_xl = {
     "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
                                 MF__F(ATTN_DROPOUT),
     mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state,
-    mf__xl_held
+    mf__xl_held, mf__xl_memory_slot, mf__xl_reset_memory, mf__xl_flops
 };
 /* the memories of a relative model, NULL for the other mixers */
 static struct mf__xl_state *mf__xl_state_of(const mf_model *m) {
     return m && m->cfg.mixer == MF_MIXER_RELATIVE ? (struct mf__xl_state *)m->fam_state : NULL;
 }
-MFDEF int mf_model_memory_slot(mf_model *m, int slot) {
+static int mf__xl_memory_slot(mf_model *m, int slot) {
     struct mf__xl_state *xl = mf__xl_state_of(m);
     int old;
-    if (!m || slot < 0 || slot > 1) return -1;
-    if (!xl) return 0; /* no memories: nothing to select */
+    if (!xl) return 0;
     old = xl->cur;
     xl->cur = slot;
     return old;
 }
-MFDEF void mf_model_reset_memory(mf_model *m) {
+static void mf__xl_reset_memory(mf_model *m) {
     struct mf__xl_state *xl = mf__xl_state_of(m);
     if (xl) mf__xl_clear(m, &xl->slot[xl->cur]);
 }
@@ -8583,9 +8790,7 @@ MFDEF float mf_model_aux_loss(const mf_model *m) {
     struct mf__xl_state *xl = mf__xl_state_of(m);
     return xl ? xl->aux_value : 0.0f;
 }
-#else /* METAFORMER_NO_XL: no model has memories */
-MFDEF int mf_model_memory_slot(mf_model *m, int slot) { return !m || slot < 0 || slot > 1 ? -1 : 0; }
-MFDEF void mf_model_reset_memory(mf_model *m) { (void)m; }
+#else /* METAFORMER_NO_XL */
 MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 #endif /* METAFORMER_NO_XL */
 MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
@@ -9464,9 +9669,17 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     return y ? mf_linear(ctx, mf_reshape(ctx, y, 3, x->shape), L->wo, L->bo) : NULL;
 }
 
+/* four projections (fast_weights: and beta); the state's products per token: fast_weights reads W
+   phi(k), writes the delta and reads W phi(q) (3), linear writes and reads (2), over dk x dd */
+static double mf__fw_flops(const mf_model_config *c, int T, double keys) {
+    double D = c->d_model, H = c->n_heads, dk = D / H, dd = 2.0 * dk * c->dpfp_nu;
+    (void)T; (void)keys;
+    return c->n_layers * (c->mixer == MF_MIXER_FAST_WEIGHTS ? 4 * 2.0 * D * D + 2.0 * D * H + H * 6.0 * dk * dd
+                                                            : 4 * 2.0 * D * D + H * 4.0 * dk * dd);
+}
 static const mf__family mf__fam_fastweights = {
     "fastweights", sizeof(mf__fw_layer), MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
-    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL, NULL
+    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mf__fw_flops
 };
 #endif /* METAFORMER_NO_FASTWEIGHTS */
 
@@ -10447,9 +10660,18 @@ static mf_tensor *mf__fb_run(mf_model *m, mf_tensor *x, int pos0, int gen) {
     return t;
 }
 
+/* q and out per layer (feedback: and its k, v; feedback_kv: one shared k, v); the attention over the
+   earlier steps only (keys - 1 of them) with its relative terms */
+static double mf__fb_flops(const mf_model_config *c, int T, double keys) {
+    double D = c->d_model, N = c->n_layers, kv = 2 * 2.0 * D * D;
+    (void)T;
+    return N * (2 * 2.0 * D * D + 3.0 / 2.0 * 2.0 * 2.0 * D * (keys - 1) + (c->mixer == MF_MIXER_FEEDBACK ? kv : 0)) +
+           (c->mixer == MF_MIXER_FEEDBACK_KV ? kv : 0);
+}
 static const mf__family mf__fam_feedback = {
     "feedback", sizeof(mf__fb_layer), MF__F(ATTN_DROPOUT),
-    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL, NULL
+    mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL, NULL, NULL, NULL,
+    mf__fb_flops
 };
 #endif /* METAFORMER_NO_FEEDBACK */
 
@@ -10541,6 +10763,13 @@ MFDEF int mf_mixer_compiled(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
     return r && r->family;
 }
+MFDEF unsigned mf_mixer_flags(mf_mixer_kind kind) {
+    const mf__mixer_row *r = mf__mixer_row_of((int)kind);
+    if (!r) return 0;
+    return (r->flags & MF__MIX_HEADS ? MF_MIXER_HEADS : 0) | (r->flags & MF__MIX_NONCAUSAL ? MF_MIXER_NONCAUSAL : 0) |
+           (r->flags & MF__MIX_FIXED_STATE ? MF_MIXER_FIXED_STATE : 0) |
+           (r->family && r->family->memory_slot ? MF_MIXER_MEMORY : 0);
+}
 MFDEF const char *mf_mixer_help(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
     return r ? r->help : "";
@@ -10617,7 +10846,9 @@ static void mf__reg_free(mf_model *m) {
 static mf_tensor *mf__reg_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
     const mf_mixer_def *d = MF__REG_DEF(m);
     void *st = d->layer_size ? m->layers[l].mix : NULL;
-    mf_tensor *y = gen && d->gen_step ? d->gen_step(m, l, st, x, pos0) : d->forward(m, l, st, x);
+    mf_tensor *y;
+    if (d->reset_memory && m->generating && pos0 == 0) d->reset_memory(m, l, st, 2); /* generation (re)starts */
+    y = gen && d->gen_step ? d->gen_step(m, l, st, x, pos0) : d->forward(m, l, st, x);
     if (!mf_ok(m->ctx)) return NULL;
     if (!y || y->ndim != 3 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] != x->shape[2]) {
         char got[64], want[64];
@@ -10639,6 +10870,31 @@ static int mf__reg_gen_begin(mf_model *m) {
     return 1;
 }
 static mf_tensor *mf__reg_aux_loss(mf_model *m) { return MF__REG_DEF(m)->aux_loss ? MF__REG_DEF(m)->aux_loss(m) : NULL; }
+static double mf__reg_flops(const mf_model_config *c, int T, double keys) {
+    const mf_mixer_def *d = mf__mixer_row_of((int)c->mixer)->def;
+    return d->flops ? c->n_layers * d->flops(c, T, keys) : 0;
+}
+static int mf__reg_memory_slot(mf_model *m, int slot) {
+    int old = m->mem_slot;
+    m->mem_slot = slot;
+    return old;
+}
+static void mf__reg_reset_memory(mf_model *m) {
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++)
+        MF__REG_DEF(m)->reset_memory(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL, m->mem_slot);
+}
+static int mf__reg_state(mf_model *m, mf__state_io *io) {
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++) {
+        mf__state_layer(io, l);
+        if (MF__REG_DEF(m)->state(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL, io) < 0 || !mf_ok(m->ctx)) {
+            if (mf_ok(m->ctx)) mf__fail(m->ctx, "the %s mixer's state hook failed on layer %d", MF__REG_DEF(m)->name, l);
+            return -1;
+        }
+    }
+    return 0;
+}
 
 /* a name of the mixer API: [a-z][a-z0-9_]*, 1 to 31 bytes */
 static int mf__api_name(const char *s) {
@@ -10670,7 +10926,11 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
     if (def->gen_begin && !def->gen_step)
         MF__REG_BAD("mf_mixer_register: mixer %s has gen_begin without gen_step (give both, or neither)", def->name);
     if (def->flags & ~(unsigned)(MF_MIXER_HEADS | MF_MIXER_NONCAUSAL | MF_MIXER_FIXED_STATE))
-        MF__REG_BAD("mf_mixer_register: mixer %s: flags 0x%x has bits that are not MF_MIXER_*", def->name, def->flags);
+        MF__REG_BAD("mf_mixer_register: mixer %s: flags 0x%x has bits that are not MF_MIXER_HEADS, _NONCAUSAL or "
+                    "_FIXED_STATE (MF_MIXER_MEMORY comes with the state and reset_memory hooks)", def->name, def->flags);
+    if (!def->reset_memory != !def->state)
+        MF__REG_BAD("mf_mixer_register: mixer %s has %s without %s (memories need both)", def->name,
+                    def->state ? "state" : "reset_memory", def->state ? "reset_memory" : "state");
     if ((def->flags & MF_MIXER_FIXED_STATE) && !def->gen_step)
         MF__REG_BAD("mf_mixer_register: mixer %s: MF_MIXER_FIXED_STATE needs gen_step (the state it keeps)", def->name);
     if (def->n_fields < 0 || def->n_fields > MF_MIXER_MAX_FIELDS || (def->n_fields && !def->fields))
@@ -10699,6 +10959,8 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
     e->fam.name = e->def.name; e->fam.layer_size = def->layer_size;
     e->fam.check = mf__reg_check; e->fam.make_layer = mf__reg_make_layer; e->fam.free = mf__reg_free;
     e->fam.mixer = mf__reg_mixer; e->fam.gen_begin = mf__reg_gen_begin; e->fam.aux_loss = mf__reg_aux_loss;
+    if (def->state) { e->fam.state = mf__reg_state; e->fam.memory_slot = mf__reg_memory_slot; e->fam.reset_memory = mf__reg_reset_memory; }
+    e->fam.flops = mf__reg_flops;
     e->row.name = e->def.name;
     e->row.kind = (mf_mixer_kind)(MF_MIXER_COUNT + mf__n_reg);
     e->row.family = &e->fam;
@@ -10964,6 +11226,7 @@ typedef struct mf__xtensor {
     int i32;              /* 1: ints (owned copy), 0: data (the model's buffer, device memory on CUDA) */
     int32_t *ints;
     const float *data;
+    float *owned;         /* a registered mixer's piece: data copied into the context's memory (freed after the save) */
     int ndim, shape[MF_MAX_DIMS];
     int64_t ne;
 } mf__xtensor;
@@ -11302,8 +11565,9 @@ static mf__entry *mf__ckpt_find(mf__ckpt *c, const char *prefix, const char *nam
 }
 
 /* what a family's state hook talks to (mf__state_ints, mf__state_floats: after mf_load) */
-struct mf__state_io {
+struct mf_state_io {
     int mode;
+    int layer;                   /* a registered mixer's state hook: the layer it lists */
     mf_model *m;
     mf__xtensor *t; int n, cap;  /* save: the pieces listed */
     mf__ckpt *c; const char *path; /* check, apply */
@@ -11421,7 +11685,7 @@ static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_o
         if (!cp->e[i].used && strncmp(cp->e[i].name, "__optim__.", 10) != 0 && strncmp(cp->e[i].name, "__state__.", 10) != 0)
             mf__fail(ctx, "mf_load: \"%s\" has a tensor \"%s\" that this model lacks (a checkpoint of another "
                      "model or config?)", path, cp->e[i].name);
-    if (m && m->fam->state && mf_ok(ctx) && mf__ckpt_meta(cp, "mf.state", NULL, 0) >= 0) { /* mf_model_save's file */
+    if (m && m->fam->state && mf_ok(ctx) && mf__ckpt_meta(cp, m->mixer->def ? "mf.mixer" : "mf.state", NULL, 0) >= 0) { /* mf_model_save's file */
         memset(&io, 0, sizeof io);
         io.mode = MF__STATE_CHECK; io.c = cp; io.path = path; io.m = m;
         with_state = m->fam->state(m, &io) == 0;
@@ -11507,6 +11771,47 @@ static MF__FOR_FAMILIES int mf__state_floats(mf__state_io *io, const char *name,
     if (!(e = mf__state_find(io, name, 0, ndim, shape))) return -1;
     return io->mode == MF__STATE_APPLY ? mf__dupload(io->m->ctx, data, io->c->data + e->begin, (size_t)(e->end - e->begin)) : 0;
 }
+/* a registered mixer's pieces: "__state__.layers.<l>.<name>", host data */
+static int mf__state_name(mf__state_io *io, const char *name, char *full, size_t size) {
+    size_t i, n = name ? strlen(name) : 0;
+    int ok = n >= 1 && n <= 48;
+    for (i = 0; ok && i < n; i++) ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') || name[i] == '_' || name[i] == '.';
+    if (!ok) return (mf__fail(io->m->ctx, "the %s mixer's state hook: piece name \"%s\" must be 1 to 48 of a-z, 0-9, _ and .",
+                              io->m->mixer->name, name ? name : "(NULL)"), -1);
+    snprintf(full, size, "__state__.layers.%d.%s", io->layer, name);
+    return 0;
+}
+MFDEF int mf_state_mode(const mf_state_io *io) { return io ? io->mode : -1; }
+static void mf__state_layer(mf__state_io *io, int layer) { io->layer = layer; }
+MFDEF int mf_state_ints(mf_state_io *io, const char *name, int32_t *v, int n) {
+    char full[96];
+    if (!io || !mf_ok(io->m->ctx) || mf__state_name(io, name, full, sizeof full) < 0) return -1;
+    if (n < 1 || !v) return (mf__fail(io->m->ctx, "mf_state_ints: piece %s needs n >= 1 ints (got %d%s)", name, n, v ? "" : ", v NULL"), -1);
+    return mf__state_ints(io, full, v, n);
+}
+MFDEF int mf_state_floats(mf_state_io *io, const char *name, float *host, int ndim, const int *shape) {
+    char full[96];
+    mf__entry *e;
+    int64_t ne = 1;
+    int d;
+    if (!io || !mf_ok(io->m->ctx) || mf__state_name(io, name, full, sizeof full) < 0) return -1;
+    for (d = 0; shape && d < ndim; d++) ne *= shape[d] >= 1 ? shape[d] : 0;
+    if ((!host && io->mode != MF__STATE_CHECK) || !shape || ndim < 1 || ndim > 4 || ne < 1)
+        return (mf__fail(io->m->ctx, "mf_state_floats: piece %s needs host data and 1 to 4 dimensions of size >= 1 (an "
+                         "empty memory is no piece: list it only when it holds rows)", name), -1);
+    if (io->mode == MF__STATE_SAVE) { /* a copy in the context's memory, where the checkpoint writers read state */
+        float *dev = (float *)mf__dmalloc(io->m->ctx, (size_t)ne * sizeof(float), "a mixer's state");
+        if (!dev || mf__dupload(io->m->ctx, dev, host, (size_t)ne * sizeof(float)) < 0 || mf__state_floats(io, full, dev, ndim, shape) < 0) {
+            mf__dfree(io->m->ctx, dev);
+            return -1;
+        }
+        io->t[io->n - 1].owned = dev;
+        return 0;
+    }
+    if (!(e = mf__state_find(io, full, 0, ndim, shape))) return -1;
+    if (io->mode == MF__STATE_APPLY) memcpy(host, io->c->data + e->begin, (size_t)ne * sizeof(float));
+    return 0;
+}
 
 MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const char *const *meta_kv, int n_meta) {
     mf__state_io io;
@@ -11520,7 +11825,7 @@ MFDEF int mf_model_save(mf_model *m, const char *path, int with_optimizer, const
     rc = m->fam->state ? m->fam->state(m, &io) : 0;
     xkey = mf__mixer_meta(m, xval, sizeof xval);
     if (rc == 0) rc = mf__save(m->ctx, path, with_optimizer, meta_kv, n_meta, io.t, io.n, xkey, xval);
-    for (i = 0; i < io.n; i++) MF_FREE(io.t[i].ints);
+    for (i = 0; i < io.n; i++) { MF_FREE(io.t[i].ints); mf__dfree(m->ctx, io.t[i].owned); }
     MF_FREE(io.t);
     return rc;
 }
@@ -14397,7 +14702,7 @@ MFDEF int mf_dist_save(mf_dist *d, mf_model *m, const char *path, const char *co
     }
     rc = mf__dist_agree(d, ctx, d->rank != 0 || rc == 0, NULL);
 done:
-    for (i = 0; i < io.n; i++) MF_FREE(io.t[i].ints);
+    for (i = 0; i < io.n; i++) { MF_FREE(io.t[i].ints); if (ctx) mf__dfree(ctx, io.t[i].owned); }
     MF_FREE(io.t);
     if (ctx) { mf__dfree(ctx, bufs); mf__dfree(ctx, fm); mf__dfree(ctx, fv); }
     return rc < 0 ? -1 : 0;

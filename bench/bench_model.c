@@ -40,7 +40,8 @@
  *                  --profile on a GPU waits for the device around every op (mf_set_profile): each
  *                  op's own time, launch latency included; the profiled step is slower than a timed one.
  *
- * Analytic FLOPs per token count every matmul (2*m*n*k) of the model math; backward = 2 x
+ * Analytic FLOPs per token (the library's mf_model_flops: each mixer family counts its own, a
+ * registered mixer through its flops hook) count every matmul (2*m*n*k) of the model math; backward = 2 x
  * forward. Attention QK^T and PV count the CAUSAL half only (query i sees i + 1 keys: T(T+1)/2
  * pairs per sequence). Metric / quadratic count the projection p, the per-head p M (2*dk*dk per
  * head and token) and the output map E - the spec's efficient evaluation (docs/math.md §9.2). Relative
@@ -120,35 +121,15 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* forward matmul FLOPs per token, see the header comment */
+/* forward matmul FLOPs per token, the library's count (each family's; see the header comment); a
+   header from before mf_model_flops (bench/run.sh --header git:REV) gives none: 0 */
 static double flops_per_token_fwd(const mf_model_config *c, int T, int full_attention) {
-    double D = c->d_model, F = c->d_ff, V = c->vocab, H = c->n_heads, dk = D / H, N = c->n_layers;
-    double keys = full_attention ? T : (T + 1) / 2.0; /* mean keys per query */
-    double attn = 2.0 * 2.0 * D * keys;               /* QK^T and PV over all heads */
-    double ffn = 2.0 * 2.0 * D * F, layer, dd = 2.0 * dk * c->dpfp_nu, mem = c->mem_len, extra = 0;
-    switch (c->mixer) {
-    case MF_MIXER_SDPA: layer = 4 * 2.0 * D * D + attn + ffn; break;
-    case MF_MIXER_METRIC:
-    case MF_MIXER_QUADRATIC: layer = 2 * 2.0 * D * D + H * 2.0 * dk * dk + attn + ffn; break;
-    case MF_MIXER_RELATIVE:
-        if (c->compressive) { /* compressor, and the AR loss: q(h), k/v(m) and k/v(cm), two attentions */
-            mem += c->c_mem_len;
-            extra = 2.0 * D * D + 2.0 * D * D + 4.0 * D * D * (1 + 1.0 / c->compression_rate) +
-                    2.0 * 2.0 * D * (T + (double)T / c->compression_rate);
-        }
-        layer = 4 * 2.0 * D * D + 3.0 / 2.0 * 2.0 * 2.0 * D * (mem + keys) + ffn + extra;
-        break;
-    case MF_MIXER_FAST_WEIGHTS: layer = 4 * 2.0 * D * D + 2.0 * D * H + H * 6.0 * dk * dd + ffn; break;
-    case MF_MIXER_LINEAR: layer = 4 * 2.0 * D * D + H * 4.0 * dk * dd + ffn; break;
-    case MF_MIXER_FEEDBACK:
-    case MF_MIXER_FEEDBACK_KV: {
-        double fkeys = full_attention ? T - 1 : (T - 1) / 2.0; /* earlier steps only */
-        layer = 2 * 2.0 * D * D + 3.0 / 2.0 * 2.0 * 2.0 * D * fkeys + ffn + (c->mixer == MF_MIXER_FEEDBACK ? 2 * 2.0 * D * D : 0);
-        return N * layer + (c->mixer == MF_MIXER_FEEDBACK_KV ? 2 * 2.0 * D * D : 0) + 2.0 * D * V;
-    }
-    default: layer = ffn; break; /* pool (elementwise window mean) and identity: FFN only */
-    }
-    return N * layer + 2.0 * D * V;
+#ifdef METAFORMER_MODEL_FLOPS
+    return mf_model_flops(c, T, full_attention);
+#else
+    (void)c; (void)T; (void)full_attention;
+    return 0;
+#endif
 }
 
 /* ---- --profile N: the library's op profiler over N more steps ---------------------------- */
@@ -248,6 +229,10 @@ static void usage(void) {
                     "  [--profile N] [--peak N] [--device cpu|cuda] [--precision fp32|tf32|bf16] [--tf32]\n");
 }
 
+#ifdef EXTRA_MIXERS /* mixers of your own: -DEXTRA_MIXERS=fn and your file (make build/bench_model-custom) */
+int EXTRA_MIXERS(void);
+#endif
+
 int main(int argc, char **argv) {
     mf_model_config cfg = mf_model_config_default();
     const char *mixer = "sdpa", *label = NULL;
@@ -262,6 +247,9 @@ int main(int argc, char **argv) {
     int32_t *seq, *ids, *tg;
     float last_loss = 0;
     cfg.d_model = 256; cfg.n_heads = 8; cfg.n_layers = 4; cfg.d_ff = 1024; cfg.vocab = 65;
+#ifdef EXTRA_MIXERS
+    if (EXTRA_MIXERS() < 0) return 2;
+#endif
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (!strcmp(a, name) && v && ++i)

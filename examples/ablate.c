@@ -39,6 +39,15 @@
 #define N_MAX (MF_MIXER_COUNT + MF_MIXER_MAX_REGISTERED + 1)
 static const char *ALL_MODELS[N_MAX];
 static int N_ALL;
+/* a model that is a mixer with a VARIANT field of the library's table on (compressive): that
+   field's name is the model's; its mixer, the one that reads it */
+static int variant_field(const char *model, mf_mixer_kind *mixer) {
+    for (int i = 0; i < MF_FIELD_COUNT; i++)
+        if (mf_config_field_at(i)->role == MF_CFG_VARIANT && strcmp(mf_config_field_at(i)->name, model) == 0)
+            for (int k = 0; k < mf_mixer_count(); k++)
+                if (mf_mixer_reads((mf_mixer_kind)k, i)) { *mixer = (mf_mixer_kind)k; return i; }
+    return -1;
+}
 static char MODEL_LIST[1024]; /* "sdpa, metric, ...": for --help and messages */
 static void list_models(void) {
     size_t n = 0;
@@ -46,30 +55,30 @@ static void list_models(void) {
     for (int k = 0; k < mf_mixer_count(); k++) {
         if (!mf_mixer_compiled((mf_mixer_kind)k)) continue;
         ALL_MODELS[N_ALL++] = mf_mixer_name((mf_mixer_kind)k);
-        if (k == MF_MIXER_RELATIVE) ALL_MODELS[N_ALL++] = "compressive";
+        for (int i = 0; i < MF_FIELD_COUNT; i++) /* the mixer's variants follow it */
+            if (mf_config_field_at(i)->role == MF_CFG_VARIANT && mf_mixer_reads((mf_mixer_kind)k, i))
+                ALL_MODELS[N_ALL++] = mf_config_field_at(i)->name;
     }
     for (int i = 0; i < N_ALL && n < sizeof MODEL_LIST; i++)
         n += (size_t)snprintf(MODEL_LIST + n, sizeof MODEL_LIST - n, "%s%s", i ? ", " : "", ALL_MODELS[i]);
-    LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
-    LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
-    LIBRARY_CHOICES(METRIC_FORMS, mf_metric_form_name, mf_metric_form);
+    model_choices();
 }
 
 /* ---- settings: negative numbers are "the task's default", resolved in resolve_defaults ---- */
 typedef struct {
-    const char *models, *out, *pos, *act, *optimizer, *schedule, *preset, *precision, *metric_form;
+    const char *models, *out, *pos, *act, *optimizer, *schedule, *preset, *precision;
     int quick, steps, batch, seq_len, d_model, heads, layers, d_ff, seed, seeds, jobs, threads, eval_batches;
-    int mem_len, c_mem_len, compression_rate, log_every, log_y, warmup, clone_layers, attn_bias, seed_configs, list_presets;
-    int pool_size;
+    int log_every, log_y, warmup, clone_layers, seed_configs, list_presets;
     float lr, clip, beta1, beta2, weight_decay, dropout;
+    model_fields f; /* the mixers' fields: each model takes those its mixer reads */
 } settings;
 
 static settings S = {.models = "all", .out = "ablate", .pos = "learned", .act = "gelu", .optimizer = "adam", .precision = "fp32",
 
     .schedule = "cosine", .steps = -1, .batch = -1, .seq_len = -1, .d_model = -1, .heads = -1, .layers = -1, .d_ff = -1,
-    .seed = 1, .seeds = 1, .jobs = 1, .threads = -1, .eval_batches = -1, .mem_len = -1, .c_mem_len = -1, .compression_rate = 2, .log_y = -1,
-    .warmup = -1, .attn_bias = 1, .lr = -1, .clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = -1};
-static char ACTIVATIONS[64];
+    .seed = 1, .seeds = 1, .jobs = 1, .threads = -1, .eval_batches = -1, .log_y = -1,
+    .warmup = -1, .lr = -1, .clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = -1,
+    .f = MODEL_FIELDS_DEFAULT};
 
 static const option OPTIONS[] = {
     {"models", OPT_TEXT, &S.models, RUN_ONLY, 0, NULL, "comma-separated models to compare, or all (see below)"},
@@ -85,12 +94,7 @@ static const option OPTIONS[] = {
     {"act", OPT_TEXT, &S.act, RUN_ONLY, 0, ACTIVATIONS, "FFN activation"},
     {"dropout", OPT_FLOAT, &S.dropout, RUN_ONLY, 0, NULL, "dropout probability"},
     {"clone-layers", OPT_FLAG, &S.clone_layers, RUN_ONLY, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"},
-    {"attn-bias", OPT_INT, &S.attn_bias, RUN_ONLY, 0, NULL, "sdpa: biases in q, k, v and out (the other mixers ignore it)"},
-    {"metric-form", OPT_TEXT, &S.metric_form, RUN_ONLY, 0, METRIC_FORMS, "metric: the form of M (cholesky: L L^T, softmax_tril: the NLP MetaFormer seed's S S^T)"},
-    {"pool-size", OPT_INT, &S.pool_size, RUN_ONLY, 1, NULL, "pool: the window's length (causal: the last N tokens)"},
-    {"mem-len", OPT_INT, &S.mem_len, RUN_ONLY, 0, NULL, "relative, compressive: memories per layer [T]"},
-    {"c-mem-len", OPT_INT, &S.c_mem_len, RUN_ONLY, 0, NULL, "compressive: compressed memories per layer [T/2]"},
-    {"compression-rate", OPT_INT, &S.compression_rate, RUN_ONLY, 1, NULL, "compressive: memories per compressed memory"},
+    RUN_FIELD_OPTIONS(S.f) /* mem-len [T] and c-mem-len [T/2]: -1 until resolve_defaults */
     {"lr", OPT_FLOAT, &S.lr, RUN_ONLY, 0, NULL, "peak learning rate [sorter 1e-2, text 1e-3, --quick 2e-3]"},
     {"optimizer", OPT_TEXT, &S.optimizer, RUN_ONLY, 0, "adam|adam_labml|adamw|sgd", "optimizer"},
     {"schedule", OPT_TEXT, &S.schedule, RUN_ONLY, 0, "constant|warmup|noam|cosine",
@@ -123,7 +127,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: ablate [FILE] [options]   compare every mixer and memory model on the same data\n"
                "  without FILE: the array sorter (docs/math.md §13, solvable form); with FILE: a character-level LM\n\n");
     print_options(f, OPTIONS, N_OPTIONS);
-    fprintf(f, "\nmodels: %s (compressive: the relative mixer with compressed memories)\n", MODEL_LIST);
+    fprintf(f, "\n--mem-len and --c-mem-len default to T and T/2. Each model takes the mixers' fields its mixer reads.\n");
+    fprintf(f, "models: %s (compressive: the relative mixer with compressed memories)\n", MODEL_LIST);
 }
 
 static int pick(int value, int sorter, int text, int quick_sorter, int quick_text, int is_text) {
@@ -147,8 +152,8 @@ static void resolve_defaults(int text, const unsigned char *given) {
     S.d_ff = pick(S.d_ff, 2 * S.d_model, 4 * S.d_model, 2 * S.d_model, 4 * S.d_model, text);
     if (S.threads < 0) S.threads = 1;
     S.eval_batches = pick(S.eval_batches, 8, 20, 8, 10, text);
-    if (S.mem_len < 0) S.mem_len = S.seq_len;
-    if (S.c_mem_len < 0) S.c_mem_len = S.seq_len / 2 + S.seq_len % 2; /* half, rounded up; no overflow at INT_MAX */
+    if (S.f.mem_len < 0) S.f.mem_len = S.seq_len;
+    if (S.f.c_mem_len < 0) S.f.c_mem_len = S.seq_len / 2 + S.seq_len % 2; /* half, rounded up; no overflow at INT_MAX */
     if (S.lr < 0) S.lr = !text ? 1e-2f : S.quick ? 2e-3f : 1e-3f;
     if (S.log_y < 0) S.log_y = !text; /* the sorter's loss falls to ~0.001 */
 }
@@ -178,8 +183,11 @@ static int parse_models(const char *list, const char **models) {
 
 /* whether a memory model (sequential loader) is among the models */
 static int uses_memory(const char *const *models, int n) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(models[i], "relative") == 0 || strcmp(models[i], "compressive") == 0) return 1;
+    for (int i = 0; i < n; i++) {
+        mf_mixer_kind k;
+        if (variant_field(models[i], &k) < 0) k = (mf_mixer_kind)mf_mixer_from_name(models[i]);
+        if (mf_mixer_flags(k) & MF_MIXER_MEMORY) return 1;
+    }
     return 0;
 }
 
@@ -212,13 +220,16 @@ static mf_model_config model_config(const char *model, const text_data *text) {
     c.pos = (mf_pos_kind)mf_pos_from_name(S.pos);
     c.ffn_act = (mf_act_kind)mf_act_from_name(S.act);
     c.dropout = S.dropout; c.clone_layers = S.clone_layers;
-    c.compressive = strcmp(model, "compressive") == 0;
-    c.mixer = c.compressive ? MF_MIXER_RELATIVE : (mf_mixer_kind)mf_mixer_from_name(model);
-    if (c.mixer == MF_MIXER_SDPA) c.attn_bias = S.attn_bias;
-    if (c.mixer == MF_MIXER_METRIC) c.metric_form = (mf_metric_form)mf_metric_form_from_name(S.metric_form);
-    if (c.mixer == MF_MIXER_POOL) c.pool_size = S.pool_size;
-    if (c.mixer == MF_MIXER_RELATIVE) { c.mem_len = S.mem_len; c.pos = MF_POS_NONE; }
-    if (c.compressive) { c.c_mem_len = S.c_mem_len; c.compression_rate = S.compression_rate; }
+    int variant = variant_field(model, &c.mixer);
+    if (variant < 0) c.mixer = (mf_mixer_kind)mf_mixer_from_name(model);
+    fields_config(&c, &S.f);
+    mf_model_config_reset_unread(&c); /* each model takes the fields its mixer reads */
+    if (variant >= 0) mf_config_field_set(&c, variant, 1);
+    if (!c.compressive) { /* the compressive transformer's own fields */
+        c.c_mem_len = mf_model_config_default().c_mem_len;
+        c.compression_rate = mf_model_config_default().compression_rate;
+    }
+    if (mf_mixer_flags(c.mixer) & MF_MIXER_MEMORY) c.pos = MF_POS_NONE;
     return c;
 }
 
@@ -664,17 +675,20 @@ static void describe(char *buf, size_t size, const char *path, const text_data *
                      text->len, text->V);
     else k = snprintf(buf, size, "array sorter (docs/math.md §13, solvable form, %d tokens of {0,1,2})", SORT_W);
     k += snprintf(buf + k, size - (size_t)k, "; %d models: d_model %d, %d heads, %d layers, d_ff %d, T %d; batch %d, "
-                  "%d steps (%lld tokens), %s %d%s, %d thread%s; relative and compressive mem_len %d, compressive "
-                  "c_mem_len %d, rate %d. Common configuration (rows MODEL): %s positions (relative, compressive: none), "
+                  "%d steps (%lld tokens), %s %d%s, %d thread%s. Common configuration (rows MODEL): %s positions (relative, compressive: none), "
                   "%s FFN, %s%s lr %g (%s schedule), clip %g", n_runs, S.d_model, S.heads, S.layers, S.d_ff,
                   S.seq_len, S.batch, S.steps, (long long)S.steps * S.batch * S.seq_len, S.seeds > 1 ? "seeds" : "seed",
                   S.seed, S.seeds > 1 ? seeds_to : "", seed_threads(S.threads, S.jobs),
-                  seed_threads(S.threads, S.jobs) == 1 ? "" : "s", S.mem_len, S.c_mem_len, S.compression_rate, S.pos, S.act,
+                  seed_threads(S.threads, S.jobs) == 1 ? "" : "s", S.pos, S.act,
                   S.clone_layers ? "cloned layers, " : "", S.optimizer, (double)S.lr, S.schedule, (double)S.clip);
-    if (strcmp(S.metric_form, mf_metric_form_name(mf_model_config_default().metric_form)) != 0 && (size_t)k < size)
-        k += snprintf(buf + k, size - (size_t)k, "; metric form %s", S.metric_form);
-    if (S.pool_size != mf_model_config_default().pool_size && (size_t)k < size)
-        k += snprintf(buf + k, size - (size_t)k, "; pool size %d", S.pool_size);
+    for (int i = 0, any = 0; i < N_OPTIONS && (size_t)k < size; i++) { /* the mixers' fields not at the library's default */
+        const option *o = &OPTIONS[i];
+        char v[64];
+        double now = o->type == OPT_FLOAT ? *(float *)o->value : *(int *)o->value;
+        if (option_field(o) < 0 || now == mf_config_field_at(option_field(o))->def) continue;
+        format_option(o, v, sizeof v);
+        k += snprintf(buf + k, size - (size_t)k, "%s %s %s", any++ ? "," : "; the mixers' fields:", o->name, v);
+    }
     if (strcmp(S.precision, "fp32") != 0 && (size_t)k < size)
         k += snprintf(buf + k, size - (size_t)k, "; %s products (--precision)", S.precision);
     if (S.jobs > 1 && (size_t)k < size)
@@ -857,8 +871,7 @@ int main(int argc, char **argv) {
     run *runs;
 
     list_models();
-    S.metric_form = mf_metric_form_name(mf_model_config_default().metric_form); /* the library's defaults */
-    S.pool_size = mf_model_config_default().pool_size;
+    S.f.mem_len = S.f.c_mem_len = -1; /* the task's: T and T / 2 */
     argv = expand_preset(&argc, argv, 0);
     parse_options(argc, argv, OPTIONS, N_OPTIONS, given, &path, usage);
     for (int i = 1; i < argc && k < (int)sizeof command; i++) k += snprintf(command + k, sizeof command - k, " %s", argv[i]);

@@ -47,9 +47,7 @@ typedef struct dataset {
 } dataset;
 
 /* ---- settings: one table drives parsing, --help and the checkpoint metadata ---- */
-static model_settings M = {.mixer = "quadratic", .pos = "learned", .act = "gelu", .feature = "dpfp", .d_model = 32,
-    .heads = 4, .layers = 1, .d_ff = 64, .seq_len = 12, .compression_rate = 2, .dpfp_nu = 1, .attn_bias = 1,
-    .block = "pre_norm", .fields = "", .metric_form = "symmetric", .pool_size = 3, .pool_causal = 1};
+static model_settings M = MODEL_SETTINGS("quadratic", 32, 4, 1, 64, 12);
 static struct {
     const char *task, *tokens, *save, *load;
     int causal, steps, batch, examples, eval_every, threads;
@@ -502,8 +500,8 @@ static void write_report(const char *path, int argc, char **argv, const char *fi
     fprintf(f, ".\n\nModel: %d %s block%s (d_model %d, %d heads, d_ff %d, %s positions, %s", M.layers,
             S.causal ? "causal" : "non-causal", M.layers == 1 ? "" : "s", M.d_model, M.heads, M.d_ff, M.pos, M.act);
     for (int k = 0; k < N_MIXERS; k++) { /* the settings of the mixers that have some */
-        if (strcmp(MIXER_NAMES[k], "metric") == 0) fprintf(f, "; metric: the %s form of M", M.metric_form);
-        if (strcmp(MIXER_NAMES[k], "pool") == 0) fprintf(f, "; pool: a window of %d", M.pool_size);
+        if (strcmp(MIXER_NAMES[k], "metric") == 0) fprintf(f, "; metric: the %s form of M", mf_metric_form_name((mf_metric_form)M.f.metric_form));
+        if (strcmp(MIXER_NAMES[k], "pool") == 0) fprintf(f, "; pool: a window of %d", M.f.pool_size);
     }
     fprintf(f, "), the mean over the positions, a Linear to the classes. Training: %d steps of %d rows, Adam %g, %s; seeds "
                "%d to %d, the same data, split and batches for every mixer.\n\n",

@@ -132,19 +132,30 @@ EX_FN uint64_t next_random(uint64_t *s) { /* splitmix64 */
 EX_FN int64_t random_below(uint64_t *s, int64_t n) { return (int64_t)(next_random(s) % (uint64_t)n); }
 
 /* ==== [options] ============================================================================= */
-enum { OPT_INT, OPT_FLOAT, OPT_TEXT, OPT_FLAG, OPT_ALIAS };
-/* SAVED: stored in checkpoints, and a resumed run must keep the checkpoint's value */
-enum { RUN_ONLY, SAVED, SAVED_CHANGEABLE };
+enum { OPT_INT, OPT_FLOAT, OPT_TEXT, OPT_FLAG, OPT_ALIAS, OPT_ENUM };
+/* SAVED: stored in checkpoints, and a resumed run must keep the checkpoint's value; CHANGEABLE: a
+   resumed run may change it; LATE: stored only when it differs from its default (an option added
+   after checkpoints existed: a checkpoint without it has the default) */
+enum { RUN_ONLY, SAVED, SAVED_CHANGEABLE, SAVED_LATE };
 typedef struct option {
     const char *name;
     int type;             /* OPT_FLAG: an int set to 1 by "--name" (or --name=0/1); OPT_ALIAS:
-                             "--name" sets the TEXT option with the same value pointer to choices */
+                             "--name" sets the TEXT option with the same value pointer to choices;
+                             OPT_ENUM: an int, the index of its name in choices */
     void *value;
     int saved;
     double min;           /* numbers: smallest allowed value */
-    const char *choices;  /* TEXT: "a|b|c", or NULL for any string; ALIAS: the value it sets */
+    const char *choices;  /* TEXT, ENUM: "a|b|c" (TEXT: NULL for any string); ALIAS: the value it sets */
     const char *help;
 } option;
+
+/* the library's config field (MF_FIELD_*) that an option generated from its table sets (its range,
+   the mixers that read it in --help), or -1 */
+EX_FN int option_field(const option *o) {
+    for (int i = 0; o->type != OPT_TEXT && o->type != OPT_ALIAS && i < MF_FIELD_COUNT; i++)
+        if (strcmp(mf_config_field_at(i)->option, o->name) == 0) return i;
+    return -1;
+}
 
 /* "a|b|c" of the library's names of an enum: fn((type)0), fn((type)1), ... up to the first
    "unknown" (mf_mixer_name, mf_pos_name, mf_act_name, mf_feature_name): the choices of an option */
@@ -166,17 +177,27 @@ EX_FN int choice_index(const char *choices, const char *value) {
     return -1;
 }
 
+/* choice k of "a|b|c" into buf ("" past the last) */
+EX_FN const char *choice_name(const char *choices, int k, char *buf, size_t size) {
+    const char *c = choices;
+    while (c && k-- > 0) if ((c = strchr(c, '|'))) c++;
+    snprintf(buf, size, "%.*s", c ? (int)strcspn(c, "|") : 0, c ? c : "");
+    return buf;
+}
+
 /* parse text into the option; returns NULL or what is wrong */
 EX_FN const char *set_option(const option *o, const char *text) {
     static char why[300];
+    const mf_config_field *fd = mf_config_field_at(option_field(o));
     char *end;
     double v;
-    if (o->type == OPT_TEXT) {
-        if (o->choices && choice_index(o->choices, text) < 0) {
+    if (o->type == OPT_TEXT || o->type == OPT_ENUM) {
+        int k = o->choices ? choice_index(o->choices, text) : -1;
+        if (o->choices && k < 0) {
             snprintf(why, sizeof why, "unknown --%s \"%s\"; choose one of %s", o->name, text, o->choices);
             return why;
         }
-        *(const char **)o->value = text;
+        if (o->type == OPT_ENUM) *(int *)o->value = k; else *(const char **)o->value = text;
         return NULL;
     }
     errno = 0;
@@ -194,6 +215,10 @@ EX_FN const char *set_option(const option *o, const char *text) {
         snprintf(why, sizeof why, "--%s must be >= %g, got %s", o->name, o->min, text);
         return why;
     }
+    if (fd && v > fd->hi) {
+        snprintf(why, sizeof why, "--%s must be in [%g, %g], got %s", o->name, fd->lo, fd->hi, text);
+        return why;
+    }
     if (o->type == OPT_FLOAT) *(float *)o->value = (float)v; else *(int *)o->value = (int)v;
     return NULL;
 }
@@ -202,6 +227,7 @@ EX_FN const char *set_option(const option *o, const char *text) {
 EX_FN const char *format_option(const option *o, char *buf, size_t size) {
     if (o->type == OPT_FLOAT) snprintf(buf, size, "%.9g", (double)*(float *)o->value);
     else if (o->type == OPT_TEXT) snprintf(buf, size, "%s", *(const char **)o->value ? *(const char **)o->value : "");
+    else if (o->type == OPT_ENUM) choice_name(o->choices, *(int *)o->value, buf, size);
     else snprintf(buf, size, "%d", *(int *)o->value);
     return buf;
 }
@@ -217,14 +243,16 @@ EX_FN int find_option(const option *opts, int n, const char *name) {
 EX_FN void print_options(FILE *f, const option *opts, int n) {
     for (int i = 0; i < n; i++) {
         const option *o = &opts[i];
-        char left[160];
+        char left[160], who[256] = "", name[64];
         if (o->type == OPT_FLAG || o->type == OPT_ALIAS) snprintf(left, sizeof left, "--%s", o->name);
         else snprintf(left, sizeof left, "--%s %s", o->name, o->choices ? o->choices : o->type == OPT_TEXT ? "TEXT" : "N");
-        if (strlen(left) > 44) fprintf(f, "  %s\n  %-44s %s", left, "", o->help); /* a long list of choices */
-        else fprintf(f, "  %-44s %s", left, o->help);
+        if (mf_config_field_readers(option_field(o), who, sizeof who - 2)) strcat(who, ": ");
+        if (strlen(left) > 44) fprintf(f, "  %s\n  %-44s %s%s", left, "", who, o->help); /* a long list of choices */
+        else fprintf(f, "  %-44s %s%s", left, who, o->help);
         if (o->type == OPT_INT && *(int *)o->value >= 0) fprintf(f, " [%d]", *(int *)o->value);
         if (o->type == OPT_FLOAT && *(float *)o->value >= 0) fprintf(f, " [%g]", (double)*(float *)o->value);
         if (o->type == OPT_TEXT && *(const char **)o->value) fprintf(f, " [%s]", *(const char **)o->value);
+        if (o->type == OPT_ENUM) fprintf(f, " [%s]", choice_name(o->choices, *(int *)o->value, name, sizeof name));
         fprintf(f, "\n");
     }
     fprintf(f, "  %-44s %s\n", "--help", "this text");
@@ -363,6 +391,9 @@ EX_FN int sort_batch(uint64_t *rng, int form, int B, int32_t *ids, int32_t *targ
     return T;
 }
 
+/* models with memory carried from batch to batch: they need the sequential loader */
+EX_FN int has_memory(const mf_model_config *c) { return (mf_mixer_flags(c->mixer) & MF_MIXER_MEMORY) != 0; }
+
 /* Token accuracy (percent) on n_batches fresh batches of B, without gradients or dropout (CPU
    contexts: the logits are read directly); *loss gets the mean cross-entropy of the scored
    tokens and *n_scored their number. A memory model keeps its training memory: it evaluates
@@ -372,7 +403,7 @@ EX_FN double sort_evaluate(mf_model *model, mf_ctx *ctx, uint64_t *rng, int form
     long right = 0, total = 0;
     double nll = 0;
     int grad = mf_set_grad(ctx, 0), training = mf_set_training(ctx, 0), k, i, v;
-    int slot = mf_model_get_config(model)->mixer == MF_MIXER_RELATIVE ? mf_model_memory_slot(model, 1) : -1;
+    int slot = has_memory(mf_model_get_config(model)) ? mf_model_memory_slot(model, 1) : -1;
     if (slot >= 0) mf_model_reset_memory(model);
     for (k = 0; k < n_batches; k++) {
         int T = sort_batch(rng, form, B, ids, targets);
@@ -511,8 +542,6 @@ EX_FN void text_free(text_data *t) {
 /* The loaders of docs/math.md §12 live in the library (mf_loader over an mf_tokens stream, with
    their checkpointable state); a text's splits become streams over its ids. */
 
-/* models with memory carried from batch to batch: they need the sequential loader */
-EX_FN int has_memory(const mf_model_config *c) { return c->mixer == MF_MIXER_RELATIVE; }
 
 /* the training (valid = 0) or validation split of a text as a stream (over t->ids: no copy) */
 EX_FN mf_tokens *text_split(const text_data *t, int valid) {
@@ -535,19 +564,26 @@ EX_FN void loader_open(mf_loader *L, mf_tokens *s, int sequential, int B, int T,
 /* ==== [model] =============================================================================== */
 /* The model settings of build/train, as its checkpoints store them ("train.<option>"): train.c
    parses them and build/sample reads them back, both through MODEL_OPTIONS and settings_config. */
+/* The mixers' fields are the library's table (MF_MODEL_FIELDS): their members here (an ENUM as the
+   index of its name), their defaults, options, checkpoint keys and copy into the config come from it. */
+#define EX_CTYPE_INT int
+#define EX_CTYPE_FLAG int
+#define EX_CTYPE_ENUM int
+#define EX_CTYPE_FLOAT float
+#define EX_FIELD_MEMBER(A, ID, member, ctype, KIND, ...) EX_CTYPE_##KIND member;
+#define EX_FIELD_DEFAULT(A, ID, member, ctype, KIND, def, ...) .member = def,
+typedef struct model_fields { MF_MODEL_FIELDS(EX_FIELD_MEMBER, ~) } model_fields;
+#define MODEL_FIELDS_DEFAULT {MF_MODEL_FIELDS(EX_FIELD_DEFAULT, ~)}
 typedef struct model_settings {
-    const char *mixer, *pos, *act, *feature;
-    int d_model, heads, layers, d_ff, seq_len, mem_len, compressive, c_mem_len, compression_rate, dpfp_nu, chunk;
-    float dropout, attn_dropout;
-    int clone_layers, attn_bias;
-    const char *block;
+    const char *mixer, *pos, *act, *block;
+    int d_model, heads, layers, d_ff, seq_len, clone_layers;
+    float dropout;
+    model_fields f;     /* the mixers' fields */
     const char *fields; /* a registered mixer's fields: "name=value,name=value" */
-    const char *metric_form;
-    int pool_size, pool_causal;
 } model_settings;
-#define MODEL_SETTINGS_DEFAULT {.mixer = "sdpa", .pos = "learned", .act = "gelu", .feature = "dpfp", .d_model = 128, \
-    .heads = 4, .layers = 4, .d_ff = 512, .seq_len = 128, .compression_rate = 2, .dpfp_nu = 1, .attn_bias = 1, \
-    .block = "pre_norm", .fields = "", .metric_form = "symmetric", .pool_size = 3, .pool_causal = 1}
+#define MODEL_SETTINGS(MIXER, D, H, L, DFF, T) {.mixer = MIXER, .pos = "learned", .act = "gelu", .block = "pre_norm", \
+    .d_model = D, .heads = H, .layers = L, .d_ff = DFF, .seq_len = T, .f = MODEL_FIELDS_DEFAULT, .fields = ""}
+#define MODEL_SETTINGS_DEFAULT MODEL_SETTINGS("sdpa", 128, 4, 4, 512, 128)
 
 /* Mixers of your own (docs/library.md): a program built with -DEXTRA_MIXERS=fn and a file that
    defines int fn(void), registering them with mf_mixer_register (-1: failed, reason printed), has
@@ -565,30 +601,51 @@ EX_FN void register_extra_mixers(void) {
 #endif
 }
 
-/* the choices of the name options: the library's names (model_choices fills them in) */
-EX_VAR char MIXERS[1024], POSITIONS[64], ACTIVATIONS[64], FEATURES[64], BLOCKS[64], METRIC_FORMS[64];
+/* the choices of the name options: the library's names (model_choices fills them in);
+   FIELD_CHOICES[i]: those of the library's ENUM field i */
+EX_VAR char MIXERS[1024], POSITIONS[64], ACTIVATIONS[64], BLOCKS[64], FIELD_CHOICES[MF_FIELD_COUNT][64];
 EX_FN void model_choices(void) {
     register_extra_mixers();
     LIBRARY_CHOICES(MIXERS, mf_mixer_name, mf_mixer_kind);
     LIBRARY_CHOICES(POSITIONS, mf_pos_name, mf_pos_kind);
     LIBRARY_CHOICES(ACTIVATIONS, mf_act_name, mf_act_kind);
-    LIBRARY_CHOICES(FEATURES, mf_feature_name, mf_feature_kind);
     LIBRARY_CHOICES(BLOCKS, mf_block_name, mf_block_kind);
-    LIBRARY_CHOICES(METRIC_FORMS, mf_metric_form_name, mf_metric_form);
+    for (int i = 0; i < MF_FIELD_COUNT; i++)
+        for (int k = 0, n = 0; mf_config_field_choice(i, k) && n < (int)sizeof FIELD_CHOICES[i]; k++)
+            n += snprintf(FIELD_CHOICES[i] + n, sizeof FIELD_CHOICES[i] - (size_t)n, "%s%s", k ? "|" : "", mf_config_field_choice(i, k));
 }
+
+/* The option rows of the library's field table (M: a model_fields variable); a field's STORE
+   (MODEL, KERNEL, LATE) is its option's saved kind */
+#define EX_OPT_INT OPT_INT
+#define EX_OPT_FLAG OPT_FLAG
+#define EX_OPT_FLOAT OPT_FLOAT
+#define EX_OPT_ENUM OPT_ENUM
+#define EX_CHOICES_INT(ID) NULL
+#define EX_CHOICES_FLAG(ID) NULL
+#define EX_CHOICES_FLOAT(ID) NULL
+#define EX_CHOICES_ENUM(ID) FIELD_CHOICES[MF_FIELD_##ID]
+#define EX_SAVED_MODEL SAVED
+#define EX_SAVED_KERNEL SAVED_CHANGEABLE
+#define EX_SAVED_LATE SAVED_LATE
+#define EX_FIELD_OPTION(M, ID, member, ctype, KIND, def, lo, hi, opt, STORE, ROLE, help) \
+    {opt, EX_OPT_##KIND, &(M).member, EX_SAVED_##STORE, lo, EX_CHOICES_##KIND(ID), help},
+/* every field, stored in checkpoints (build/train, sample, classify) */
+#define MODEL_FIELD_OPTIONS(M) MF_MODEL_FIELDS(EX_FIELD_OPTION, M)
+/* the fields as options of a run that stores none (build/ablate); a VARIANT is one of its models */
+#define EX_ROW_FIELD(...) __VA_ARGS__
+#define EX_ROW_SHARED(...) __VA_ARGS__
+#define EX_ROW_VARIANT(...)
+#define EX_FIELD_OPTION_RUN(M, ID, member, ctype, KIND, def, lo, hi, opt, STORE, ROLE, help) \
+    EX_ROW_##ROLE({opt, EX_OPT_##KIND, &(M).member, RUN_ONLY, lo, EX_CHOICES_##KIND(ID), help},)
+#define RUN_FIELD_OPTIONS(M) MF_MODEL_FIELDS(EX_FIELD_OPTION_RUN, M)
 
 /* The option rows of the model settings M (a model_settings variable), in the order checkpoints
    store them; EXTRA goes after --mixer (train.c's --list-mixers and the mixer aliases). */
 #define MODEL_OPTIONS(M, EXTRA) \
     {"mixer", OPT_TEXT, &M.mixer, SAVED, 0, MIXERS, "token mixer"}, \
     EXTRA \
-    {"mem-len", OPT_INT, &M.mem_len, SAVED, 0, NULL, "relative: memories kept per layer (Transformer-XL; 0 = none)"}, \
-    {"compressive", OPT_FLAG, &M.compressive, SAVED, 0, NULL, "compressive transformer: --mixer relative with compressed memories"}, \
-    {"c-mem-len", OPT_INT, &M.c_mem_len, SAVED, 0, NULL, "compressive: compressed memories kept per layer"}, \
-    {"compression-rate", OPT_INT, &M.compression_rate, SAVED, 1, NULL, "compressive: memories per compressed memory"}, \
-    {"dpfp-nu", OPT_INT, &M.dpfp_nu, SAVED, 1, NULL, "fast_weights, linear: DPFP order (feature size 2 * d_head * nu)"}, \
-    {"feature", OPT_TEXT, &M.feature, SAVED, 0, FEATURES, "linear: feature map of queries and keys"}, \
-    {"chunk", OPT_INT, &M.chunk, SAVED_CHANGEABLE, 0, NULL, "fast_weights, linear: training kernel (0 = automatic, 1 = recurrent, n = chunks of n)"}, \
+    MODEL_FIELD_OPTIONS(M.f) \
     {"d-model", OPT_INT, &M.d_model, SAVED, 1, NULL, "model width"}, \
     {"heads", OPT_INT, &M.heads, SAVED, 1, NULL, "heads (every mixer but pool and identity); must divide d-model"}, \
     {"layers", OPT_INT, &M.layers, SAVED, 1, NULL, "blocks"}, \
@@ -598,13 +655,8 @@ EX_FN void model_choices(void) {
     {"act", OPT_TEXT, &M.act, SAVED, 0, ACTIVATIONS, "FFN activation"}, \
     {"dropout", OPT_FLOAT, &M.dropout, SAVED, 0, NULL, "dropout probability"}, \
     {"clone-layers", OPT_FLAG, &M.clone_layers, SAVED, 0, NULL, "every layer starts as a copy of layer 0 (labml's clones)"}, \
-    {"attn-bias", OPT_INT, &M.attn_bias, SAVED, 0, NULL, "sdpa: biases in q, k, v and out (1: labml MHA, 0: the MetaFormer baseline); other mixers ignore it"}, \
     {"block", OPT_TEXT, &M.block, SAVED, 0, BLOCKS, "block layout (stream_norm: the NLP MetaFormer sorter's, docs/math.md §19.2)"}, \
-    {"attn-dropout", OPT_FLOAT, &M.attn_dropout, SAVED, 0, NULL, "sdpa, metric, quadratic, relative, feedback*: dropout on the attention probabilities"}, \
-    {"fields", OPT_TEXT, &M.fields, SAVED, 0, NULL, "a registered mixer's own fields: name=value[,name=value] (a wrong name lists them)"}, \
-    {"metric-form", OPT_TEXT, &M.metric_form, SAVED, 0, METRIC_FORMS, "metric: the form of M (cholesky: L L^T, softmax_tril: the NLP MetaFormer seed's S S^T)"}, \
-    {"pool-size", OPT_INT, &M.pool_size, SAVED, 1, NULL, "pool: the window's length (odd when centred)"}, \
-    {"pool-causal", OPT_INT, &M.pool_causal, SAVED, 0, NULL, "pool in a causal model: 1 the window of the last tokens, 0 centred (sees later tokens)"},
+    {"fields", OPT_TEXT, &M.fields, SAVED_LATE, 0, NULL, "a registered mixer's own fields: name=value[,name=value] (a wrong name lists them)"},
 
 /* the fields of a registered mixer, one line each: "  name (default D, range [lo, hi]): help" */
 EX_FN void print_mixer_fields(FILE *f, int kind) {
@@ -613,19 +665,15 @@ EX_FN void print_mixer_fields(FILE *f, int kind) {
         fprintf(f, "  %s (default %g, %s in [%g, %g]): %s\n", fd->name, (double)fd->def, fd->integer ? "whole" : "real",
                 (double)fd->lo, (double)fd->hi, fd->help ? fd->help : "");
 }
-/* The options added after checkpoints existed go into one only when they differ from their
-   default, and a checkpoint without them has the default: older checkpoints load, and the
-   checkpoints of a model that does not use them are what they were before the option existed */
+/* A SAVED_LATE option goes into a checkpoint only when it differs from its default, and a
+   checkpoint without it has the default: older checkpoints load, and the checkpoints of a model
+   that does not use it are what they were before the option existed */
 EX_FN int option_unstored(const option *o) {
-    static const char *const LATE[] = {"fields", "metric-form", "pool-size", "pool-causal"};
     static model_settings defaults = MODEL_SETTINGS_DEFAULT;
     const option rows[] = {MODEL_OPTIONS(defaults, )};
+    int n = (int)(sizeof rows / sizeof rows[0]), i = find_option(rows, n, o->name);
     char v[64], d[64];
-    for (size_t i = 0; i < sizeof LATE / sizeof LATE[0]; i++)
-        if (strcmp(o->name, LATE[i]) == 0)
-            return strcmp(format_option(o, v, sizeof v),
-                          format_option(&rows[find_option(rows, (int)(sizeof rows / sizeof rows[0]), LATE[i])], d, sizeof d)) == 0;
-    return 0;
+    return o->saved == SAVED_LATE && i < n && strcmp(format_option(o, v, sizeof v), format_option(&rows[i], d, sizeof d)) == 0;
 }
 /* --fields "name=value,...": the registered mixer's fields into cfg (cfg->mixer set) */
 EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char *fields) {
@@ -655,25 +703,24 @@ EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char 
     }
 }
 
+/* the mixers' fields f into cfg (cfg->mixer set): a SHARED one only where the mixer reads it */
+#define EX_FIELD_COPY(A, ID, member, ctype, KIND, def, lo, hi, opt, STORE, ROLE, help) \
+    if (MF_CFG_##ROLE != MF_CFG_SHARED || mf_mixer_reads(cfg->mixer, MF_FIELD_##ID)) mf_config_field_set(cfg, MF_FIELD_##ID, f->member);
+EX_FN void fields_config(mf_model_config *cfg, const model_fields *f) { MF_MODEL_FIELDS(EX_FIELD_COPY, ~) }
+
 /* the library's config of the settings, with a vocabulary of V ids */
 EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     mf_model_config cfg = mf_model_config_default();
     cfg.vocab = V; cfg.d_model = M->d_model; cfg.n_heads = M->heads; cfg.n_layers = M->layers; cfg.d_ff = M->d_ff;
-    cfg.max_seq = M->seq_len; cfg.dropout = M->dropout; cfg.attn_dropout = M->attn_dropout;
+    cfg.max_seq = M->seq_len; cfg.dropout = M->dropout;
     cfg.mixer = (mf_mixer_kind)mf_mixer_from_name(M->mixer);
     cfg.pos = (mf_pos_kind)mf_pos_from_name(M->pos);
     cfg.ffn_act = (mf_act_kind)mf_act_from_name(M->act);
-    cfg.mem_len = M->mem_len; cfg.compressive = M->compressive; cfg.c_mem_len = M->c_mem_len;
-    cfg.compression_rate = M->compression_rate;
-    cfg.dpfp_nu = M->dpfp_nu; cfg.linear_feature = (mf_feature_kind)mf_feature_from_name(M->feature);
-    cfg.chunk_size = M->chunk;
     cfg.clone_layers = M->clone_layers;
-    if (cfg.mixer == MF_MIXER_SDPA) cfg.attn_bias = M->attn_bias; /* the only mixer with optional biases */
     cfg.block = (mf_block_kind)mf_block_from_name(M->block);
-    cfg.metric_form = (mf_metric_form)mf_metric_form_from_name(M->metric_form);
-    cfg.pool_size = M->pool_size; cfg.pool_causal = M->pool_causal;
+    fields_config(&cfg, &M->f);
     set_mixer_fields(&cfg, M->mixer, M->fields);
-    if (cfg.mixer != MF_MIXER_POOL && cfg.mixer != MF_MIXER_IDENTITY && M->d_model % M->heads)
+    if ((mf_mixer_flags(cfg.mixer) & MF_MIXER_HEADS) && M->d_model % M->heads)
         die("--d-model %d is not divisible by --heads %d (the %s mixer splits d-model into equal heads); "
             "pick a head count that divides d-model", M->d_model, M->heads, M->mixer);
     return cfg;
@@ -689,17 +736,13 @@ EX_FN void set_precision(mf_ctx *ctx, const char *name) {
 /* mf_model_check, dying with its message; a field that the mixer does not read is named by the
    library as in the config, the option that set it is added */
 EX_FN void check_model_config(mf_ctx *ctx, const mf_model_config *cfg) {
-    static const struct { const char *field, *option; } SET_BY[] = {
-        {"mem_len", "mem-len"}, {"compressive", "compressive"}, {"c_mem_len", "c-mem-len"},
-        {"compression_rate", "compression-rate"}, {"dpfp_nu", "dpfp-nu"}, {"linear_feature", "feature"},
-        {"chunk_size", "chunk"}, {"attn_bias", "attn-bias"}, {"attn_dropout", "attn-dropout"}, {"metric_form", "metric-form"},
-        {"pool_size", "pool-size"}, {"pool_causal", "pool-causal"}};
     if (mf_model_check(ctx, cfg) == 0) return;
     const char *msg = mf_error(ctx), *at = strstr(msg, "model config: ");
-    for (size_t i = 0; at && i < sizeof SET_BY / sizeof SET_BY[0]; i++) {
-        size_t n = strlen(SET_BY[i].field);
-        if (strncmp(at + 14, SET_BY[i].field, n) == 0 && strncmp(at + 14 + n, " = ", 3) == 0 && strstr(msg, "applies only"))
-            die("--%s: %s. Drop --%s, or pick one of those mixers with --mixer", SET_BY[i].option, msg, SET_BY[i].option);
+    for (int i = 0; at && i < MF_FIELD_COUNT; i++) {
+        const mf_config_field *fd = mf_config_field_at(i);
+        size_t n = strlen(fd->name);
+        if (strncmp(at + 14, fd->name, n) == 0 && strncmp(at + 14 + n, " = ", 3) == 0 && strstr(msg, "applies only"))
+            die("--%s: %s. Drop --%s, or pick one of those mixers with --mixer", fd->option, msg, fd->option);
     }
     die("%s", msg);
 }

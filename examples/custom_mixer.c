@@ -67,6 +67,12 @@ static mf_tensor *alibi_forward(mf_model *m, int l, void *st, mf_tensor *x) {
     return mf_linear(ctx, mf_reshape(ctx, mf_permute(ctx, o, swap), 3, merged), L->wo, L->bo);
 }
 
+/* for benchmarks (mf_model_flops): per token, the q, k, v and out products, then QK^T and PV */
+static double alibi_flops(const mf_model_config *c, int T, double keys) {
+    (void)T;
+    return 4 * 2.0 * c->d_model * c->d_model + 2 * 2.0 * c->d_model * keys;
+}
+
 static const mf_mixer_field alibi_fields[] = {
     {"alibi_max", 8.0f, 0.0f, 32.0f, 0, "head h's slope is 2^(-alibi_max (h + 1) / heads)"}};
 
@@ -81,7 +87,7 @@ int custom_mixer_register(void) {
     d.flags = MF_MIXER_HEADS | MF_MIXER_NONCAUSAL;
     d.n_fields = 1; d.fields = alibi_fields;
     d.layer_size = sizeof(alibi_layer);
-    d.make_layer = alibi_make_layer; d.forward = alibi_forward;
+    d.make_layer = alibi_make_layer; d.forward = alibi_forward; d.flops = alibi_flops;
     if ((kind = mf_mixer_register(&d, err, sizeof err)) < 0) fprintf(stderr, "custom_mixer: %s\n", err);
     return kind;
 }

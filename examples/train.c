@@ -215,25 +215,25 @@ static void check_mixer_options(unsigned char *given) {
         {"compression-rate", "relative", 1, "--compressive"},
     };
     int mixer = option_index("mixer");
-    if (S.m.compressive) {
+    if (S.m.f.compressive) {
         if (given[mixer] && !is_mixer("relative", NULL))
             die("--compressive is a memory model of the relative mixer, not of --mixer %s; drop --mixer %s", S.m.mixer, S.m.mixer);
         S.m.mixer = "relative";
-        if (S.m.mem_len < 1)
+        if (S.m.f.mem_len < 1)
             die("--compressive needs --mem-len N >= 1: it compresses the memories that fall out of the --mem-len "
                 "window (e.g. --mem-len %d --c-mem-len %d)", S.m.seq_len, S.m.seq_len);
-        if (S.m.c_mem_len < 1)
+        if (S.m.f.c_mem_len < 1)
             die("--compressive needs --c-mem-len N >= 1, the compressed memories kept per layer (e.g. --c-mem-len %d)",
-                S.m.mem_len);
+                S.m.f.mem_len);
     }
     for (size_t i = 0; i < sizeof ONLY / sizeof ONLY[0]; i++) {
         int o = option_index(ONLY[i].option);
-        int applies = choice_index(ONLY[i].mixers, S.m.mixer) >= 0 && (!ONLY[i].compressive || S.m.compressive);
+        int applies = choice_index(ONLY[i].mixers, S.m.mixer) >= 0 && (!ONLY[i].compressive || S.m.f.compressive);
         if (given[o] && !applies)
             die("--%s applies to %s only, not to --mixer %s%s; drop --%s", ONLY[i].option, ONLY[i].what, S.m.mixer,
-                is_mixer("relative", NULL) && !S.m.compressive ? " without --compressive" : "", ONLY[i].option);
+                is_mixer("relative", NULL) && !S.m.f.compressive ? " without --compressive" : "", ONLY[i].option);
     }
-    if (given[option_index("dpfp-nu")] && strcmp(S.m.feature, "elu1") == 0)
+    if (given[option_index("dpfp-nu")] && S.m.f.linear_feature == MF_FEATURE_ELU1)
         die("--dpfp-nu sets the order of the DPFP feature map; --feature elu1 has none: drop one of them");
 }
 
@@ -656,13 +656,13 @@ static const char *describe_mixer(void) {
     static char buf[200];
     int n = snprintf(buf, sizeof buf, "%s mixer", S.m.mixer);
     if (is_mixer("relative", NULL)) {
-        n += snprintf(buf + n, sizeof buf - n, " (mem_len %d", S.m.mem_len);
-        if (S.m.compressive) n += snprintf(buf + n, sizeof buf - n, ", compressive: c_mem_len %d, rate %d", S.m.c_mem_len, S.m.compression_rate);
+        n += snprintf(buf + n, sizeof buf - n, " (mem_len %d", S.m.f.mem_len);
+        if (S.m.f.compressive) n += snprintf(buf + n, sizeof buf - n, ", compressive: c_mem_len %d, rate %d", S.m.f.c_mem_len, S.m.f.compression_rate);
         snprintf(buf + n, sizeof buf - n, ")");
     } else if (is_mixer("fast_weights", "linear")) {
-        if (is_mixer("linear", NULL) && strcmp(S.m.feature, "elu1") == 0) n += snprintf(buf + n, sizeof buf - n, " (elu+1 features");
-        else n += snprintf(buf + n, sizeof buf - n, " (DPFP nu %d", S.m.dpfp_nu);
-        snprintf(buf + n, sizeof buf - n, ", chunk %d)", S.m.chunk);
+        if (is_mixer("linear", NULL) && S.m.f.linear_feature == MF_FEATURE_ELU1) n += snprintf(buf + n, sizeof buf - n, " (elu+1 features");
+        else n += snprintf(buf + n, sizeof buf - n, " (DPFP nu %d", S.m.f.dpfp_nu);
+        snprintf(buf + n, sizeof buf - n, ", chunk %d)", S.m.f.chunk_size);
     }
     return buf;
 }
@@ -697,7 +697,7 @@ static void print_validation(progress *pr, const data *d, const char *what, cons
         if (d->token_bytes && r->bytes > 0) /* total nats / ln 2 / the bytes those tokens decode to */
             printf(", %.4f bits/byte", r->loss * r->scored / log(2.0) / r->bytes);
     }
-    if (S.m.compressive) printf("  reconstruction loss %.6f", r->ar);
+    if (S.m.f.compressive) printf("  reconstruction loss %.6f", r->ar);
     if (r->part >= 0)
         printf("  [labml part %d/%d: validation batches %lld-%lld of %lld, %.0f tokens]", r->part + 1, PARTS,
                (long long)r->first + 1, (long long)(r->first + r->n), (long long)VALID_BATCHES, r->scored);
@@ -737,7 +737,7 @@ int main(int argc, char **argv) {
     EX_PARSED(); /* the fuzz target of the command line stops here, before any file is read */
     if (S.greedy) S.temperature = 0;
     if (S.resume) {
-        if (S.m.compressive) S.m.mixer = "relative"; /* what --compressive means, compared with the checkpoint */
+        if (S.m.f.compressive) S.m.mixer = "relative"; /* what --compressive means, compared with the checkpoint */
         load_settings(given);
         keep_global_batch();
         if (!S.eval_only) protocol_changed = adopt_protocol(given); /* --eval-only measures as it is told */
@@ -907,7 +907,7 @@ int main(int argc, char **argv) {
         if (progress_due(&pr, step == last, step % S.log_every == 0 || step == last || run_steps == 1)) {
             char eta[32], parts[80] = "";
             format_eta((double)(S.steps - step) * train_time / (double)run_steps, eta, sizeof eta);
-            if (S.m.compressive) snprintf(parts, sizeof parts, "  (ce %.6f + ar %.6f)", (double)(loss - aux), (double)aux);
+            if (S.m.f.compressive) snprintf(parts, sizeof parts, "  (ce %.6f + ar %.6f)", (double)(loss - aux), (double)aux);
             progress_show(&pr, "step %lld/%d  loss %.6f%s  lr %.3e  %.0f tok/s  ETA %s", (long long)step, S.steps,
                           (double)loss, parts, (double)mf_schedule_lr(&opt.schedule, step), (double)tokens / train_time, eta);
         }

@@ -56,8 +56,10 @@ finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
 
 # header_section FILE NAME: the lines of the header's section [mf:NAME] (after its title line)
 header_section() { awk -v s="$2" 'index($0, "/* ==== [mf:") == 1 { on = index($0, "[mf:" s "]") > 0; next } on' "$1"; }
-# config_fields FILE: the optional config fields of the header's one list (MF__FIELDS, [mf:config])
-config_fields() { header_section "$1" config | sed -n '/^#define MF__FIELDS(X)/,/^$/p' | grep -o 'X([A-Z_]*, [a-z_]*' | sed 's/.*, //'; }
+# config_fields FILE: the mixers' config fields of the header's one table (MF_MODEL_FIELDS), "member
+# option" per line
+config_fields() { sed -n '/^#define MF_MODEL_FIELDS(X, A)/,/[^\\]$/p' "$1" |
+                  sed -n 's/^ *X(A, [A-Z_]*, \([a-z_]*\), [^"]*"\([a-z-]*\)".*/\1 \2/p'; }
 # count_pngs DIR STEM...: how many of DIR/STEM.png exist and start with the PNG signature
 count_pngs() {
     local dir=$1 n=0 sig f

@@ -93,7 +93,7 @@ else bad "diverging runs: each row says at which step" "rc $rc" "$(cat div.out)"
 # 3b. the mixers' own fields and the precision reach the runs, and the report says so; a bad value is refused
 "$ABLATE" "${TINY[@]}" --models metric,pool --metric-form softmax_tril --pool-size 5 --precision bf16 --out fields \
     > fields.out 2>&1; rc=$?
-if [ $rc -eq 0 ] && grep -q "; metric form softmax_tril; pool size 5; bf16 products (--precision)" fields.md &&
+if [ $rc -eq 0 ] && grep -q "; the mixers. fields: mem-len [0-9]*, c-mem-len [0-9]*, metric-form softmax_tril, pool-size 5; bf16 products (--precision)" fields.md &&
    [ "$(csv_fields fields.csv | awk -F '\t' 'NR > 1 && $10 == "ok"' | wc -l)" -eq 2 ]
 then ok "--metric-form, --pool-size and --precision: both runs train, the report names the settings"
 else bad "--metric-form, --pool-size, --precision" "rc $rc" "$(tail -n 5 fields.out)" "$(sed -n 3p fields.md 2>/dev/null)"; fi

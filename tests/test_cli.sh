@@ -22,17 +22,20 @@ TINY=(--d-model 16 --heads 2 --layers 1 --d-ff 32 --seq-len 16 --batch 4 --threa
       --eval-batches 2 --sample 40)
 losses() { grep -E '^step [0-9]+/[0-9]+ ' "$1" | awk '{print $2, $4}'; }   # "N/M loss" per step
 
-# 0. every optional config field of the library (the table of [mf:config]) has its option: the
-# example programs' SET_BY names it, and --help lists that option
+# 0. every config field of the library's table (MF_MODEL_FIELDS) has its option in build/train's
+# --help, and build/ablate has every one but the variant (compressive: one of its models)
 ROOT=$(cd "$(dirname "$TRAIN")/.." && pwd)
+ABLATE_BIN=$(dirname "$TRAIN")/ablate
 fields=$(config_fields "$ROOT/metaformer.h")
+"$TRAIN" --help > help_train.txt 2>&1
+"$ABLATE_BIN" --help > help_ablate.txt 2>&1
 missing=""
-for f in $fields; do
-    opt=$(grep -o "{\"$f\", \"[a-z-]*\"}" "$ROOT/examples/common.h" | sed 's/.*, "\([a-z-]*\)"}/\1/')
-    if [ -z "$opt" ] || ! "$TRAIN" --help 2>&1 | grep -q -- "--$opt "; then missing="$missing $f"; fi
-done
-if [ -n "$fields" ] && [ -z "$missing" ]; then ok "every optional config field ($(echo $fields | wc -w)) has its option in build/train"
-else bad "every optional config field has its option" "fields: $(echo $fields)" "without one:$missing"; fi
+while read -r member opt; do
+    grep -q -- "--$opt " help_train.txt || missing="$missing train:$opt"
+    [ "$opt" = compressive ] || grep -q -- "--$opt " help_ablate.txt || missing="$missing ablate:$opt"
+done <<< "$fields"
+if [ -n "$fields" ] && [ -z "$missing" ]; then ok "every config field of the table ($(echo "$fields" | wc -l)) has its option in build/train and build/ablate"
+else bad "every config field of the table has its option" "fields: $(echo $fields)" "without one:$missing"; fi
 
 # 1. it learns: the last losses are below the first ones, and it validates and samples
 "$TRAIN" text.txt "${TINY[@]}" --steps 40 --lr 1e-2 --schedule constant > learn.out 2> learn.err; rc=$?

@@ -3,8 +3,9 @@
 # program alone trains it on a text file, saves and samples; build/train-custom (build/train with it
 # linked in) lists it, takes its field with --fields and refuses a wrong one, and its checkpoint
 # samples with build/sample-custom while build/sample (without the mixer) refuses it naming the fix;
-# build/ablate-custom has its row in the table. Bit-exact resume of it is in tests/test_resume.sh.
-# Needs the programs (make build/custom_mixer build/train-custom build/sample-custom build/ablate-custom).
+# build/ablate-custom has its row in the table, build/bench_model-custom its benchmark row. Bit-exact
+# resume of it is in tests/test_resume.sh. Needs the programs (make build/custom_mixer
+# build/train-custom build/sample-custom build/ablate-custom build/bench_model-custom).
 set -u
 cd "$(dirname "$0")/.."
 B=$PWD/build
@@ -54,4 +55,13 @@ if "$B/ablate-custom" --models sdpa,alibi --quick --steps 20 --threads 1 --out a
    grep -q '^| alibi ' ab.md && grep -q '^alibi,' ab.csv && "$B/ablate-custom" --help 2>&1 | grep -q 'feedback_kv, alibi'
 then ok "ablate-custom trains alibi beside sdpa and gives it a row in the table and the CSV"
 else bad "ablate-custom gives alibi a row" "$(tail -5 ab.out)"; fi
+
+# 5. bench_model: the mixer is one of its rows, its FLOPs from its flops hook (the q, k, v, out
+# products and the attention: sdpa's count at the same sizes)
+BM=(--steps 1 --warmup 1 --seq 16 --batch 2 --d-model 32 --heads 4 --layers 1 --d-ff 64 --threads 1 --pos none)
+fa=$("$B/bench_model-custom" --mixer alibi "${BM[@]}" 2>&1 | sed -n 's/^RESULT.* mflop_tok=\([0-9.]*\).*/\1/p')
+fs=$("$B/bench_model-custom" --mixer sdpa "${BM[@]}" 2>&1 | sed -n 's/^RESULT.* mflop_tok=\([0-9.]*\).*/\1/p')
+if "$B/bench_model-custom" --list-mixers | grep -qx alibi && [ -n "$fa" ] && [ "$fa" = "$fs" ] && [ "$fa" != 0.0000 ]
+then ok "bench_model-custom runs alibi, counting its FLOPs through its hook ($fa MFLOP/token, as sdpa's $fs)"
+else bad "bench_model-custom runs alibi with its FLOPs" "alibi '$fa', sdpa '$fs'"; fi
 finish

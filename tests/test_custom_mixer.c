@@ -2,7 +2,8 @@
    ALiBi mixer and two small mixers defined here: registration and its refusals, the config fields,
    the gradient by finite differences, the forward against a plain loop, causality, training, save and
    resume bit for bit, checkpoints refused by another mixer, generation with and without a gen_step
-   hook, classification, and a forward of the wrong shape. The CUDA parity of the same mixer is
+   hook, a mixer with memories (slots, reset, checkpoints), classification, and a forward of the wrong
+   shape. The CUDA parity of the same mixer is
    tests/test_cuda_custom.cpp. */
 #include "metaformer.h"
 #include "mf_test.h"
@@ -62,7 +63,7 @@ static void test_register(void) {
     d.gen_begin = NULL; d.flags = MF_MIXER_FIXED_STATE;
     refused(&d, "MF_MIXER_FIXED_STATE needs gen_step");
     d.flags = 64;
-    refused(&d, "not MF_MIXER_*");
+    refused(&d, "are not MF_MIXER_HEADS, _NONCAUSAL or _FIXED_STATE");
     d.flags = 0; d.n_fields = 1; d.fields = bad_default;
     refused(&d, "default 5 is not a number in its range [0, 1]");
     d.n_fields = 2; d.fields = twice;
@@ -361,6 +362,131 @@ static void test_gen_step(void) {
     MFT_CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
 }
 
+/* ---- a mixer with memories: y = x W + mem, mem [B, D] the mean over positions of the previous
+   call's input on the same slot (nothing at first), kept on the host and in checkpoints ---- */
+typedef struct { mf_tensor *w; float *mem[3]; int rows[3]; } lastmean_layer;
+static void lastmean_make(mf_model *m, int l, void *st) {
+    lastmean_layer *L = (lastmean_layer *)st;
+    int shape[2] = {8, 8};
+    L->w = mf_model_param(m, l, "mix.weight", 2, shape);
+    mf_init_kaiming_uniform(mf_model_ctx(m), L->w);
+}
+static mf_tensor *lastmean_forward(mf_model *m, int l, void *st, mf_tensor *x) {
+    lastmean_layer *L = (lastmean_layer *)st;
+    mf_ctx *ctx = mf_model_ctx(m);
+    int B = x->shape[0], T = x->shape[1], slot = mf_model_memory_slot_now(m), b, t, d;
+    float h[MG_B * 8 * 8], rep[MG_B * 8 * 8];
+    mf_tensor *y = mf_linear(ctx, x, L->w, NULL);
+    (void)l;
+    if (B * T > MG_B * 8) return (mf_tensor *)NULL;
+    if (L->rows[slot] == B) {
+        for (b = 0; b < B; b++) for (t = 0; t < T; t++) for (d = 0; d < 8; d++) rep[(b * T + t) * 8 + d] = L->mem[slot][b * 8 + d];
+        y = mf_add(ctx, y, mf_from(ctx, 3, x->shape, rep));
+    }
+    if (mf_to_host(ctx, x, h) < 0) return NULL;
+    L->mem[slot] = (float *)realloc(L->mem[slot], (size_t)B * 8 * sizeof(float));
+    for (b = 0; b < B; b++) for (d = 0; d < 8; d++) {
+        float sum = 0.0f;
+        for (t = 0; t < T; t++) sum += h[(b * T + t) * 8 + d];
+        L->mem[slot][b * 8 + d] = sum / (float)T;
+    }
+    L->rows[slot] = B;
+    return y;
+}
+static void lastmean_reset(mf_model *m, int l, void *st, int slot) { (void)m; (void)l; ((lastmean_layer *)st)->rows[slot] = 0; }
+static int lastmean_state(mf_model *m, int l, void *st, mf_state_io *io) {
+    lastmean_layer *L = (lastmean_layer *)st;
+    int s;
+    (void)m; (void)l;
+    for (s = 0; s < 2; s++) {
+        char name[32];
+        int32_t rows = L->rows[s];
+        int shape[2] = {0, 8};
+        snprintf(name, sizeof name, "s%d.lengths", s);
+        if (mf_state_ints(io, name, &rows, 1) < 0) return -1;
+        if (rows < 0 || rows > MG_B) return -1;
+        if (mf_state_mode(io) == MF_STATE_APPLY) {
+            L->rows[s] = rows;
+            L->mem[s] = (float *)realloc(L->mem[s], (size_t)(rows ? rows : 1) * 8 * sizeof(float));
+        }
+        snprintf(name, sizeof name, "s%d.mem", s);
+        shape[0] = rows;
+        if (rows && mf_state_floats(io, name, mf_state_mode(io) == MF_STATE_CHECK ? NULL : L->mem[s], 2, shape) < 0) return -1;
+    }
+    return 0;
+}
+static void lastmean_free(mf_model *m, int l, void *st) {
+    lastmean_layer *L = (lastmean_layer *)st;
+    int s;
+    (void)m; (void)l;
+    for (s = 0; s < 3; s++) free(L->mem[s]);
+}
+static int LASTMEAN = -1;
+static float slot_loss(mf_model *m, int s) {
+    int32_t x[MG_B * MG_T], y[MG_B * MG_T];
+    float v;
+    batch_of(s, x, y);
+    mf_reset(mf_model_ctx(m));
+    v = mf_item(mf_model_ctx(m), mf_model_loss(m, x, y, MG_B, MG_T));
+    mf_reset(mf_model_ctx(m));
+    return v;
+}
+static void test_memory(void) {
+    const char *path = "build/tests/test_custom_memory.safetensors";
+    mf_mixer_def d;
+    mf_model_config c;
+    mf_ctx *ctx;
+    mf_model *m;
+    float first, second, third[2], full[STEPS], resumed[STEPS];
+    int k;
+    int32_t g1[5], g2[5], prompt[2] = {1, 2};
+    char err[256];
+    memset(&d, 0, sizeof d);
+    d.name = "lastmean"; d.help = "x W plus the mean of the previous call's inputs"; d.layer_size = sizeof(lastmean_layer);
+    d.make_layer = lastmean_make; d.forward = lastmean_forward; d.state = lastmean_state; d.free_layer = lastmean_free;
+    refused(&d, "has state without reset_memory (memories need both)");
+    d.reset_memory = lastmean_reset;
+    LASTMEAN = mf_mixer_register(&d, err, sizeof err);
+    MFT_CHECK(LASTMEAN >= MF_MIXER_COUNT);
+    if (!mf_mixer_compiled(MF_MIXER_RELATIVE)) printf("    (relative compiled out)\n");
+    else MFT_CHECK(mf_mixer_flags(MF_MIXER_RELATIVE) & MF_MIXER_MEMORY);
+    MFT_CHECK((mf_mixer_flags((mf_mixer_kind)LASTMEAN) & MF_MIXER_MEMORY) && !(mf_mixer_flags(MF_MIXER_SDPA) & MF_MIXER_MEMORY));
+    MFT_CHECK(!(mf_mixer_flags((mf_mixer_kind)ALIBI) & MF_MIXER_MEMORY) && (mf_mixer_flags((mf_mixer_kind)ALIBI) & MF_MIXER_HEADS));
+    /* the memory is used, per slot: validation on slot 1 and generation (slot 2) between two calls on
+       slot 0 change nothing there (the same third loss as a twin model's without them) */
+    c = mg_tiny((mf_mixer_kind)LASTMEAN);
+    c.pos = MF_POS_NONE;
+    for (k = 0; k < 2; k++) {
+        ctx = mf_ctx_new(3);
+        m = mf_model_new(ctx, &c);
+        first = slot_loss(m, 0);
+        second = slot_loss(m, 0);
+        MFT_CHECK(m && first != second);
+        if (k) {
+            MFT_CHECK(mf_model_memory_slot(m, 1) == 0 && slot_loss(m, 0) == first && mf_model_memory_slot(m, 0) == 1);
+            MFT_CHECK(mf_model_generate(m, prompt, 2, 5, NULL, g1) == 0 && mf_model_generate(m, prompt, 2, 5, NULL, g2) == 0 &&
+                      memcmp(g1, g2, sizeof g1) == 0);
+        }
+        third[k] = slot_loss(m, 0);
+        mf_model_reset_memory(m);
+        MFT_CHECK(slot_loss(m, 0) == first);
+        if (!mf_ok(ctx)) printf("    %s\n", mf_error(ctx));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+    MFT_CHECK(third[0] == third[1] && third[0] != second);
+    /* training resumes bit for bit: the memories travel in the checkpoint */
+    MFT_CHECK(run_steps(&c, 0, path, NULL, full, g1));
+    MFT_CHECK(run_steps(&c, HALF, NULL, path, resumed, g2));
+    MFT_CHECK(memcmp(full + HALF, resumed + HALF, sizeof(float) * (STEPS - HALF)) == 0 && memcmp(g1, g2, sizeof g1) == 0);
+    ctx = mf_ctx_new(9); /* the weights alone (mf_load: no memories) do not give the same next step */
+    m = mf_model_new(ctx, &c);
+    MFT_CHECK(m && mf_load(ctx, path, 1) == 0 && slot_loss(m, HALF) != resumed[HALF]);
+    mf_model_free(m);
+    mf_ctx_free(ctx);
+    remove(path);
+}
+
 /* ---- a sequence classifier of the mixer trains ---- */
 static void test_classify(void) {
     mf_ctx *ctx = mf_ctx_new(8);
@@ -415,6 +541,7 @@ int main(void) {
     MFT_RUN(test_resume);
     MFT_RUN(test_generate);
     MFT_RUN(test_gen_step);
+    MFT_RUN(test_memory);
     MFT_RUN(test_classify);
     MFT_RUN(test_wrong_shape);
     return mft_finish();
