@@ -121,7 +121,8 @@
  *               is missing.
  *   Your mixer  no edit of this file: an mf_mixer_def (name, help, fields, per-layer struct,
  *               make_layer, forward; optional check, gen_begin / gen_step, aux_loss, free_layer,
- *               reset_memory / state for memories across calls)
+ *               reset_memory / state for memories across calls, run_stack for a whole-stack
+ *               recurrence, flops for benchmarks)
  *               and one mf_mixer_register call in your program (docs/math.md §23,
  *               examples/custom_mixer.c); the example programs take it with -DEXTRA_MIXERS=fn.
  *   A mixer     (built in) its code in its family's section and one row in [mf:mixers] (name,
@@ -218,6 +219,8 @@
                 mf_mixer_count, _help, _field_of   every mixer of the program; its help; its fields
                 mf_mixer_flags              what a mixer is: heads, non-causal form, fixed state, memories
                 mf_model_memory_slot_now, mf_state_mode / _ints / _floats   a mixer's memories and their checkpoints
+                mf_model_ln1, _ffn, _layer_state   a run_stack's parts of layer l: LN1, the FFN sub-block, its struct
+                mf_model_flops              the forward's product FLOPs per token (each family counts its own)
                 mf_model_config_set / _get  a registered mixer's config field by name
                 mf_model_ctx, _param, _field   inside its hooks: the context, a layer parameter, a field
                 mf_model_new / _free        a model's parameters in a context / the model
@@ -1031,6 +1034,12 @@ typedef struct mf_mixer_def {
        is 2) in sequences of T tokens, keys the mean keys a query sees ((T + 1) / 2 causal, T when
        every position sees all): mf_model_flops (benchmarks); without it, 0 */
     double (*flops)(const mf_model_config *c, int T, double keys);
+    /* optional, a recurrence through the whole stack (as the feedback transformer's, docs/math.md
+       §8): the embeddings x [B, T, D] to the last layer's output [B, T, D] (the final LayerNorm
+       follows), in place of the blocks: from the public ops, the mixer's parameters of every layer
+       and the library's parts of layer l, mf_model_ln1 and mf_model_ffn. forward is then not called
+       (it may be NULL); no gen_step (generation reruns the window); block pre_norm only. */
+    mf_tensor *(*run_stack)(mf_model *m, mf_tensor *x);
 } mf_mixer_def;
 #define MF_MIXER_MAX_REGISTERED 32
 /* Register a mixer: its kind (MF_MIXER_COUNT or more), or -1 with the reason in err (when err is
@@ -1059,6 +1068,12 @@ MFDEF float mf_model_config_get(const mf_model_config *c, const char *field);
 MFDEF mf_ctx *mf_model_ctx(const mf_model *m);
 MFDEF float mf_model_field(const mf_model *m, const char *field);
 MFDEF mf_tensor *mf_model_param(mf_model *m, int layer, const char *name, int ndim, const int *shape);
+/* Inside a run_stack hook: the library's parts of layer l, LN1(x), and the FFN sub-block with its
+   residual and the config's dropout, x + drop(FFN(LN2(x))) ([B, T, D] each; NULL on error). */
+MFDEF mf_tensor *mf_model_ln1(mf_model *m, int layer, mf_tensor *x);
+MFDEF mf_tensor *mf_model_ffn(mf_model *m, int layer, mf_tensor *x);
+/* A registered mixer's per-layer struct of layer l (the st its per-layer hooks get), or NULL. */
+MFDEF void *mf_model_layer_state(mf_model *m, int layer);
 /* Inside a mixer's hooks: the memory slot a forward uses (0, 1, or 2 while mf_model_generate runs). */
 MFDEF int mf_model_memory_slot_now(const mf_model *m);
 /* Inside a state hook: what the call does (MF_STATE_SAVE: mf_model_save lists the pieces;
@@ -7091,6 +7106,15 @@ static mf_tensor *mf__activation(mf_ctx *ctx, mf_act_kind a, mf_tensor *x) {
     }
 }
 
+/* the FFN sub-block of a layer: x + drop(FFN(LN2(x))) */
+static mf_tensor *mf__block_ffn(mf_model *m, const mf__layer *L, mf_tensor *x) {
+    mf_ctx *ctx = m->ctx;
+    const mf_model_config *c = &m->cfg;
+    mf_tensor *h = mf__activation(ctx, c->ffn_act, mf_linear(ctx, mf_layernorm(ctx, x, L->ln2_w, L->ln2_b, c->ln_eps), L->fc1_w, L->fc1_b));
+    h = mf_linear(ctx, mf_dropout(ctx, h, c->dropout), L->fc2_w, L->fc2_b);
+    return mf_add(ctx, x, mf_dropout(ctx, h, c->dropout));
+}
+
 /* the final LayerNorm's output [B, T, D] for ids at positions pos0 .. pos0 + T - 1 */
 static mf_tensor *mf__model_hidden(mf_model *m, const int32_t *ids, int B, int T, int pos0, int cache) {
     mf_ctx *ctx = m->ctx;
@@ -7132,11 +7156,26 @@ static mf_tensor *mf__model_hidden(mf_model *m, const int32_t *ids, int B, int T
             h = h ? fam->mixer(m, l, h, pos0, cache) : NULL;
             x = mf_add(ctx, x, mf_dropout(ctx, h, p));
         }
-        h = mf__activation(ctx, c->ffn_act, mf_linear(ctx, mf_layernorm(ctx, x, L->ln2_w, L->ln2_b, c->ln_eps), L->fc1_w, L->fc1_b));
-        h = mf_linear(ctx, mf_dropout(ctx, h, p), L->fc2_w, L->fc2_b);
-        x = mf_add(ctx, x, mf_dropout(ctx, h, p));
+        x = mf__block_ffn(m, L, x);
     }
     return mf_layernorm(ctx, x, m->lnf_w, m->lnf_b, c->ln_eps);
+}
+static int mf__layer_arg(mf_model *m, int l, const mf_tensor *x, const char *fn) {
+    if (!m || !mf_ok(m->ctx)) return -1;
+    if (l < 0 || l >= m->cfg.n_layers || !x || x->ndim != 3 || x->shape[2] != m->cfg.d_model)
+        return (mf__fail(m->ctx, "%s: layer %d (need 0 .. %d) and x [B, T, %d]", fn, l, m->cfg.n_layers - 1, m->cfg.d_model), -1);
+    return 0;
+}
+MFDEF mf_tensor *mf_model_ln1(mf_model *m, int l, mf_tensor *x) {
+    if (mf__layer_arg(m, l, x, "mf_model_ln1") < 0) return NULL;
+    if (!m->layers[l].ln1_w) return (mf_tensor *)mf__fail(m->ctx, "mf_model_ln1: the %s mixer's blocks have no LN1", m->mixer->name);
+    return mf_layernorm(m->ctx, x, m->layers[l].ln1_w, m->layers[l].ln1_b, m->cfg.ln_eps);
+}
+MFDEF void *mf_model_layer_state(mf_model *m, int l) {
+    return m && m->mixer->def && m->mixer->def->layer_size && l >= 0 && l < m->cfg.n_layers ? m->layers[l].mix : NULL;
+}
+MFDEF mf_tensor *mf_model_ffn(mf_model *m, int l, mf_tensor *x) {
+    return mf__layer_arg(m, l, x, "mf_model_ffn") < 0 ? NULL : mf__block_ffn(m, &m->layers[l], x);
 }
 /* logits [B, T, V] for ids at positions pos0 .. pos0 + T - 1 (a language model) */
 static mf_tensor *mf__model_run(mf_model *m, const int32_t *ids, int B, int T, int pos0, int cache) {
@@ -10832,6 +10871,9 @@ static int mf__reg_check(mf_ctx *ctx, const mf_model_config *c) {
     if (c->mixer_field_set >> d->n_fields)
         return (mf__fail(ctx, "model config: mixer_field_set 0x%x marks fields past the %d of the %s mixer (set fields "
                          "with mf_model_config_set)", c->mixer_field_set, d->n_fields, d->name), -1);
+    if (d->run_stack && c->block != MF_BLOCK_PRE_NORM)
+        return (mf__fail(ctx, "model config: the %s mixer runs the whole stack itself (run_stack): block pre_norm only",
+                         d->name), -1);
     return d->check ? d->check(ctx, c) : 0;
 }
 static void mf__reg_make_layer(mf_model *m, int l) {
@@ -10855,6 +10897,24 @@ static mf_tensor *mf__reg_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int 
         return (mf_tensor *)mf__fail(m->ctx, "the %s mixer's %s of layer %d returned %s for the input %s; a mixer maps "
                                      "[B, T, D] to [B, T, D]", d->name, gen && d->gen_step ? "gen_step" : "forward", l,
                                      y ? mf_shape_str(y, got, sizeof got) : "NULL", mf_shape_str(x, want, sizeof want));
+    }
+    return y;
+}
+static mf_tensor *mf__reg_run_stack(mf_model *m, mf_tensor *x, int pos0, int gen) {
+    const mf_mixer_def *d = MF__REG_DEF(m);
+    mf_tensor *y;
+    (void)pos0; (void)gen;
+    if (d->reset_memory && m->generating && pos0 == 0) {
+        int l;
+        for (l = 0; l < m->cfg.n_layers; l++) d->reset_memory(m, l, d->layer_size ? m->layers[l].mix : NULL, 2);
+    }
+    y = d->run_stack(m, x);
+    if (!mf_ok(m->ctx)) return NULL;
+    if (!y || y->ndim != 3 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] != x->shape[2]) {
+        char got[64], want[64];
+        return (mf_tensor *)mf__fail(m->ctx, "the %s mixer's run_stack returned %s for the embeddings %s; it maps [B, T, D] "
+                                     "to [B, T, D]", d->name, y ? mf_shape_str(y, got, sizeof got) : "NULL",
+                                     mf_shape_str(x, want, sizeof want));
     }
     return y;
 }
@@ -10916,13 +10976,17 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
                     def->name ? def->name : "(NULL)");
     if ((k = mf_mixer_from_name(def->name)) >= 0) {
         const mf_mixer_def *d = mf__mixer_row_of(k)->def;
-        if (d && d->forward == def->forward && d->make_layer == def->make_layer) return k; /* the same, again */
+        if (d && d->forward == def->forward && d->run_stack == def->run_stack && d->make_layer == def->make_layer)
+            return k; /* the same, again */
         MF__REG_BAD("mf_mixer_register: the mixer name \"%s\" is taken (%s); choose another", def->name,
                     d ? "registered before with other hooks" : "a built-in mixer");
     }
-    if (!def->help || !def->make_layer || !def->forward)
+    if (!def->help || !def->make_layer || (!def->forward && !def->run_stack))
         MF__REG_BAD("mf_mixer_register: mixer %s needs %s", def->name,
-                    !def->help ? "help (one line about it)" : !def->make_layer ? "make_layer (its parameters)" : "forward");
+                    !def->help ? "help (one line about it)" : !def->make_layer ? "make_layer (its parameters)" : "forward (or run_stack)");
+    if (def->run_stack && def->gen_step)
+        MF__REG_BAD("mf_mixer_register: mixer %s has run_stack and gen_step: a whole-stack recurrence generates by rerunning "
+                    "its window (drop gen_step)", def->name);
     if (def->gen_begin && !def->gen_step)
         MF__REG_BAD("mf_mixer_register: mixer %s has gen_begin without gen_step (give both, or neither)", def->name);
     if (def->flags & ~(unsigned)(MF_MIXER_HEADS | MF_MIXER_NONCAUSAL | MF_MIXER_FIXED_STATE))
@@ -10958,7 +11022,8 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
     e->def.fields = e->fields;
     e->fam.name = e->def.name; e->fam.layer_size = def->layer_size;
     e->fam.check = mf__reg_check; e->fam.make_layer = mf__reg_make_layer; e->fam.free = mf__reg_free;
-    e->fam.mixer = mf__reg_mixer; e->fam.gen_begin = mf__reg_gen_begin; e->fam.aux_loss = mf__reg_aux_loss;
+    e->fam.mixer = def->run_stack ? NULL : mf__reg_mixer; e->fam.run_stack = def->run_stack ? mf__reg_run_stack : NULL;
+    e->fam.gen_begin = mf__reg_gen_begin; e->fam.aux_loss = mf__reg_aux_loss;
     if (def->state) { e->fam.state = mf__reg_state; e->fam.memory_slot = mf__reg_memory_slot; e->fam.reset_memory = mf__reg_reset_memory; }
     e->fam.flops = mf__reg_flops;
     e->row.name = e->def.name;

@@ -2,7 +2,7 @@
    ALiBi mixer and two small mixers defined here: registration and its refusals, the config fields,
    the gradient by finite differences, the forward against a plain loop, causality, training, save and
    resume bit for bit, checkpoints refused by another mixer, generation with and without a gen_step
-   hook, a mixer with memories (slots, reset, checkpoints), classification, and a forward of the wrong
+   hook, a mixer with memories (slots, reset, checkpoints), whole-stack recurrences (run_stack), classification, and a forward of the wrong
    shape. The CUDA parity of the same mixer is
    tests/test_cuda_custom.cpp. */
 #include "metaformer.h"
@@ -10,6 +10,7 @@
 #include "model_grad.h"
 #define CUSTOM_MIXER_NO_MAIN
 #include "examples/custom_mixer.c"
+#include "test_mixers.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -362,66 +363,6 @@ static void test_gen_step(void) {
     MFT_CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
 }
 
-/* ---- a mixer with memories: y = x W + mem, mem [B, D] the mean over positions of the previous
-   call's input on the same slot (nothing at first), kept on the host and in checkpoints ---- */
-typedef struct { mf_tensor *w; float *mem[3]; int rows[3]; } lastmean_layer;
-static void lastmean_make(mf_model *m, int l, void *st) {
-    lastmean_layer *L = (lastmean_layer *)st;
-    int shape[2] = {8, 8};
-    L->w = mf_model_param(m, l, "mix.weight", 2, shape);
-    mf_init_kaiming_uniform(mf_model_ctx(m), L->w);
-}
-static mf_tensor *lastmean_forward(mf_model *m, int l, void *st, mf_tensor *x) {
-    lastmean_layer *L = (lastmean_layer *)st;
-    mf_ctx *ctx = mf_model_ctx(m);
-    int B = x->shape[0], T = x->shape[1], slot = mf_model_memory_slot_now(m), b, t, d;
-    float h[MG_B * 8 * 8], rep[MG_B * 8 * 8];
-    mf_tensor *y = mf_linear(ctx, x, L->w, NULL);
-    (void)l;
-    if (B * T > MG_B * 8) return (mf_tensor *)NULL;
-    if (L->rows[slot] == B) {
-        for (b = 0; b < B; b++) for (t = 0; t < T; t++) for (d = 0; d < 8; d++) rep[(b * T + t) * 8 + d] = L->mem[slot][b * 8 + d];
-        y = mf_add(ctx, y, mf_from(ctx, 3, x->shape, rep));
-    }
-    if (mf_to_host(ctx, x, h) < 0) return NULL;
-    L->mem[slot] = (float *)realloc(L->mem[slot], (size_t)B * 8 * sizeof(float));
-    for (b = 0; b < B; b++) for (d = 0; d < 8; d++) {
-        float sum = 0.0f;
-        for (t = 0; t < T; t++) sum += h[(b * T + t) * 8 + d];
-        L->mem[slot][b * 8 + d] = sum / (float)T;
-    }
-    L->rows[slot] = B;
-    return y;
-}
-static void lastmean_reset(mf_model *m, int l, void *st, int slot) { (void)m; (void)l; ((lastmean_layer *)st)->rows[slot] = 0; }
-static int lastmean_state(mf_model *m, int l, void *st, mf_state_io *io) {
-    lastmean_layer *L = (lastmean_layer *)st;
-    int s;
-    (void)m; (void)l;
-    for (s = 0; s < 2; s++) {
-        char name[32];
-        int32_t rows = L->rows[s];
-        int shape[2] = {0, 8};
-        snprintf(name, sizeof name, "s%d.lengths", s);
-        if (mf_state_ints(io, name, &rows, 1) < 0) return -1;
-        if (rows < 0 || rows > MG_B) return -1;
-        if (mf_state_mode(io) == MF_STATE_APPLY) {
-            L->rows[s] = rows;
-            L->mem[s] = (float *)realloc(L->mem[s], (size_t)(rows ? rows : 1) * 8 * sizeof(float));
-        }
-        snprintf(name, sizeof name, "s%d.mem", s);
-        shape[0] = rows;
-        if (rows && mf_state_floats(io, name, mf_state_mode(io) == MF_STATE_CHECK ? NULL : L->mem[s], 2, shape) < 0) return -1;
-    }
-    return 0;
-}
-static void lastmean_free(mf_model *m, int l, void *st) {
-    lastmean_layer *L = (lastmean_layer *)st;
-    int s;
-    (void)m; (void)l;
-    for (s = 0; s < 3; s++) free(L->mem[s]);
-}
-static int LASTMEAN = -1;
 static float slot_loss(mf_model *m, int s) {
     int32_t x[MG_B * MG_T], y[MG_B * MG_T];
     float v;
@@ -438,15 +379,12 @@ static void test_memory(void) {
     mf_ctx *ctx;
     mf_model *m;
     float first, second, third[2], full[STEPS], resumed[STEPS];
-    int k;
+    int k, LASTMEAN = TM_LASTMEAN;
     int32_t g1[5], g2[5], prompt[2] = {1, 2};
-    char err[256];
-    memset(&d, 0, sizeof d);
-    d.name = "lastmean"; d.help = "x W plus the mean of the previous call's inputs"; d.layer_size = sizeof(lastmean_layer);
-    d.make_layer = lastmean_make; d.forward = lastmean_forward; d.state = lastmean_state; d.free_layer = lastmean_free;
+    memset(&d, 0, sizeof d); /* the hooks of memories, one missing */
+    d.name = "lastmean_half"; d.help = "state without reset_memory"; d.layer_size = sizeof(tm_lastmean_layer);
+    d.make_layer = tm_lastmean_make; d.forward = tm_lastmean_forward; d.state = tm_lastmean_state;
     refused(&d, "has state without reset_memory (memories need both)");
-    d.reset_memory = lastmean_reset;
-    LASTMEAN = mf_mixer_register(&d, err, sizeof err);
     MFT_CHECK(LASTMEAN >= MF_MIXER_COUNT);
     if (!mf_mixer_compiled(MF_MIXER_RELATIVE)) printf("    (relative compiled out)\n");
     else MFT_CHECK(mf_mixer_flags(MF_MIXER_RELATIVE) & MF_MIXER_MEMORY);
@@ -485,6 +423,63 @@ static void test_memory(void) {
     mf_model_free(m);
     mf_ctx_free(ctx);
     remove(path);
+}
+
+/* ---- a whole-stack recurrence (run_stack): the blocks written out with mf_model_ln1 / mf_model_ffn
+   equal the library's blocks around a per-layer mixer bit for bit; a stack that feeds each layer's
+   mixer output into the next layer's mixer trains by the autograd (finite differences) ---- */
+static mf_tensor *stack_wrong(mf_model *m, mf_tensor *x) { return mf_slice(mf_model_ctx(m), x, 1, 0, 1); }
+static void test_run_stack(void) {
+    mf_mixer_def d;
+    int per_layer, plain, cross, wrong, k;
+    float loss[2], g[2][8 * 8];
+    int32_t x[MG_B * MG_T], y[MG_B * MG_T], out[6], prompt[2] = {3, 4};
+    char err[256];
+    mg_case gc;
+    memset(&d, 0, sizeof d);
+    d.name = "lin_refused"; d.help = "a stack with a gen_step"; d.layer_size = sizeof(tm_lin_layer); d.make_layer = tm_lin_make;
+    d.run_stack = tm_stack_plain; d.gen_step = cummean_step;
+    refused(&d, "has run_stack and gen_step");
+    d.name = "lin_wrong"; d.gen_step = NULL; d.run_stack = stack_wrong;
+    wrong = mf_mixer_register(&d, err, sizeof err);
+    per_layer = TM_LIN_LAYERS; plain = TM_LIN_STACK; cross = TM_LIN_CROSS;
+    MFT_CHECK(per_layer > 0 && plain > 0 && cross > 0 && wrong > 0);
+    batch_of(1, x, y);
+    for (k = 0; k < 2; k++) { /* the same loss and gradient, with dropout */
+        mf_ctx *ctx = mf_ctx_new(5);
+        mf_model_config c = mg_tiny((mf_mixer_kind)(k ? plain : per_layer));
+        mf_model *m;
+        mf_tensor *l;
+        c.dropout = 0.2f;
+        m = mf_model_new(ctx, &c);
+        mf_set_training(ctx, 1);
+        l = m ? mf_model_loss(m, x, y, MG_B, MG_T) : NULL;
+        mf_backward(ctx, l);
+        loss[k] = l ? mf_item(ctx, l) : -1.0f;
+        if (l) mf_grad_to_host(ctx, ((tm_lin_layer *)mf_model_layer_state(m, 1))->w, g[k]);
+        MFT_CHECK(k == 0 || (m && mf_model_generate(m, prompt, 2, 6, NULL, out) == 0)); /* reruns the window */
+        if (!mf_ok(ctx)) printf("    %s\n", mf_error(ctx));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+    }
+    MFT_CHECK(loss[0] == loss[1] && memcmp(g[0], g[1], sizeof g[0]) == 0);
+    memset(&gc, 0, sizeof gc);
+    gc.cfg = mg_tiny((mf_mixer_kind)cross);
+    MFT_CHECK(mg_check_logits("lin_cross (run_stack)", &gc));
+    mf_model_free(gc.model);
+    {   /* a stack of the wrong shape, and another block layout: refused, naming the mixer */
+        mf_ctx *ctx = mf_ctx_new(1);
+        mf_model_config c = mg_tiny((mf_mixer_kind)wrong);
+        mf_model *m = mf_model_new(ctx, &c);
+        MFT_CHECK(m && !mf_model_forward(m, x, MG_B, MG_T) && strstr(mf_error(ctx), "lin_wrong mixer's run_stack returned"));
+        mf_model_free(m);
+        mf_ctx_free(ctx);
+        ctx = mf_ctx_new(1);
+        c = mg_tiny((mf_mixer_kind)plain);
+        c.block = MF_BLOCK_STREAM_NORM;
+        MFT_CHECK(!mf_model_new(ctx, &c) && strstr(mf_error(ctx), "block pre_norm only"));
+        mf_ctx_free(ctx);
+    }
 }
 
 /* ---- a sequence classifier of the mixer trains ---- */
@@ -533,6 +528,7 @@ static void test_wrong_shape(void) {
 
 int main(void) {
     ALIBI = custom_mixer_register();
+    MFT_CHECK(tm_register() == 0);
     MFT_RUN(test_register);
     MFT_RUN(test_fields);
     MFT_RUN(test_grad);
@@ -542,6 +538,7 @@ int main(void) {
     MFT_RUN(test_generate);
     MFT_RUN(test_gen_step);
     MFT_RUN(test_memory);
+    MFT_RUN(test_run_stack);
     MFT_RUN(test_classify);
     MFT_RUN(test_wrong_shape);
     return mft_finish();
