@@ -708,6 +708,24 @@ EX_FN void set_mixer_fields(mf_model_config *cfg, const char *mixer, const char 
     if (MF_CFG_##ROLE != MF_CFG_SHARED || mf_mixer_reads(cfg->mixer, MF_FIELD_##ID)) mf_config_field_set(cfg, MF_FIELD_##ID, f->member);
 EX_FN void fields_config(mf_model_config *cfg, const model_fields *f) { MF_MODEL_FIELDS(EX_FIELD_COPY, ~) }
 
+/* " (mem-len 64, compressive 1, ...)": the values of the fields cfg's mixer reads (the library's
+   table, and a registered mixer's own), by their options' names; "" when it reads none */
+EX_FN void mixer_fields_text(const mf_model_config *cfg, char *buf, size_t size) {
+    const mf_mixer_field *fd;
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < MF_FIELD_COUNT && n < size; i++) {
+        const mf_config_field *f = mf_config_field_at(i);
+        double v = mf_config_field_get(cfg, i);
+        if (!mf_mixer_reads(cfg->mixer, i)) continue;
+        if (f->kind == MF_CFG_ENUM) n += (size_t)snprintf(buf + n, size - n, "%s%s %s", n ? ", " : " (", f->option, mf_config_field_choice(i, (int)v));
+        else n += (size_t)snprintf(buf + n, size - n, "%s%s %g", n ? ", " : " (", f->option, v);
+    }
+    for (int i = 0; (fd = mf_mixer_field_of(cfg->mixer, i)) != NULL && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s %g", n ? ", " : " (", fd->name, (double)mf_model_config_get(cfg, fd->name));
+    if (n && n < size) snprintf(buf + n, size - n, ")");
+}
+
 /* the library's config of the settings, with a vocabulary of V ids */
 EX_FN mf_model_config settings_config(const model_settings *M, int V) {
     mf_model_config cfg = mf_model_config_default();

@@ -651,19 +651,12 @@ static void check_writable(const char *path) {
     remove(tmp);
 }
 
-/* "relative mixer (mem_len 64, compressive: c_mem_len 64, rate 2)" and the like */
-static const char *describe_mixer(void) {
-    static char buf[200];
+/* "relative mixer (mem-len 64, compressive 1, c-mem-len 64, compression-rate 2, attn-dropout 0)": the
+   fields the mixer reads */
+static const char *describe_mixer(const mf_model_config *cfg) {
+    static char buf[400];
     int n = snprintf(buf, sizeof buf, "%s mixer", S.m.mixer);
-    if (is_mixer("relative", NULL)) {
-        n += snprintf(buf + n, sizeof buf - n, " (mem_len %d", S.m.f.mem_len);
-        if (S.m.f.compressive) n += snprintf(buf + n, sizeof buf - n, ", compressive: c_mem_len %d, rate %d", S.m.f.c_mem_len, S.m.f.compression_rate);
-        snprintf(buf + n, sizeof buf - n, ")");
-    } else if (is_mixer("fast_weights", "linear")) {
-        if (is_mixer("linear", NULL) && S.m.f.linear_feature == MF_FEATURE_ELU1) n += snprintf(buf + n, sizeof buf - n, " (elu+1 features");
-        else n += snprintf(buf + n, sizeof buf - n, " (DPFP nu %d", S.m.f.dpfp_nu);
-        snprintf(buf + n, sizeof buf - n, ", chunk %d)", S.m.f.chunk_size);
-    }
+    mixer_fields_text(cfg, buf + n, sizeof buf - (size_t)n);
     return buf;
 }
 
@@ -842,7 +835,7 @@ int main(int argc, char **argv) {
                mf_tokens_files(d.train), mf_tokens_files(d.train) == 1 ? "" : "s", (long long)mf_tokens_count(d.train),
                mf_tokens_files(d.valid), mf_tokens_files(d.valid) == 1 ? "" : "s", (long long)mf_tokens_count(d.valid), d.V,
                d.tok ? "tokenizer " : "--vocab, no tokenizer", d.tok ? d.tok_spec : "");
-    printf("model: %s, d_model %d, %d heads, %d layers, d_ff %d, T %d, %lld parameters\n", describe_mixer(), S.m.d_model,
+    printf("model: %s, d_model %d, %d heads, %d layers, d_ff %d, T %d, %lld parameters\n", describe_mixer(&cfg), S.m.d_model,
            S.m.heads, S.m.layers, S.m.d_ff, T, (long long)mf_param_values(ctx, 0));
     if (mf_ctx_bf16_kernel(ctx))
         printf("precision: bf16 products on the CPU's %s kernel (%s)\n", mf_bf16_kernel_name(mf_ctx_bf16_kernel(ctx)),

@@ -143,7 +143,7 @@ else echo "FAIL partial allocator rejected"; fail=$((fail+1)); fi
 # [mf:model] knows no mixer: with its comments removed, it names no mixer (MF_MIXER_<NAME>, a mixer's
 # name in a string), no compile switch of a family and none of the mixers' optional config fields;
 # the names are read from the header's own tables (mf__mixer_rows, MF_MODEL_FIELDS)
-mixers=$(header_section metaformer.h mixers | sed -n 's/^ *{"\([a-z_]*\)", *MF_MIXER_.*/\1/p' | paste -sd'|')
+mixers=$(library_mixers metaformer.h | paste -sd'|')
 fields=$(config_fields metaformer.h | cut -d' ' -f1 | paste -sd'|')
 header_section metaformer.h model | perl -0777 -pe 's{/\*.*?\*/}{}gs' > "$tmp/model.c"
 named=$(grep -nE "MF_MIXER_[A-Z_]+|METAFORMER_NO_|\b($mixers)\b|(->|\.)($fields)\b" "$tmp/model.c" | grep -v 'MF_MIXER_COUNT')

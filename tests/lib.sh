@@ -60,6 +60,8 @@ header_section() { awk -v s="$2" 'index($0, "/* ==== [mf:") == 1 { on = index($0
 # option" per line
 config_fields() { sed -n '/^#define MF_MODEL_FIELDS(X, A)/,/[^\\]$/p' "$1" |
                   sed -n 's/^ *X(A, [A-Z_]*, \([a-z_]*\), [^"]*"\([a-z-]*\)".*/\1 \2/p'; }
+# library_mixers FILE: the built-in mixers' names in the order of the header's rows ([mf:mixers])
+library_mixers() { header_section "$1" mixers | sed -n 's/^ *{"\([a-z_]*\)", *MF_MIXER_.*/\1/p'; }
 # count_pngs DIR STEM...: how many of DIR/STEM.png exist and start with the PNG signature
 count_pngs() {
     local dir=$1 n=0 sig f

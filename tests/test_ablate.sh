@@ -7,11 +7,18 @@
 set -u
 cd "$(dirname "$0")/.."
 ABLATE=${ABLATE:-$PWD/build/ablate}
+HEADER=$PWD/metaformer.h
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 start_test "$ABLATE" "make examples"
 
-ALL="sdpa metric quadratic pool identity relative compressive fast_weights linear feedback feedback_kv"  # the library's order
+# every model: the library's mixers in their order, each followed by its variants (compressive after
+# relative: the VARIANT rows of MF_MODEL_FIELDS); ablate --help lists them from the library
+ALL=$("$ABLATE" --help 2>&1 | sed -n 's/^models: \(.*\) (compressive:.*/\1/p' | sed 's/, / /g')
+if [ -n "$ALL" ] && [ "$(echo "$ALL" | tr ' ' '\n' | grep -vx compressive | tr '\n' ' ')" = "$(library_mixers "$HEADER" | tr '\n' ' ')" ] &&
+   echo " $ALL " | grep -q ' relative compressive '
+then ok "its models: the library's mixers in their order, compressive after relative"
+else bad "its models: the library's mixers in their order" "models: $ALL" "rows: $(library_mixers "$HEADER" | tr '\n' ' ')"; fi
 TINY=(--steps 12 --batch 8 --d-model 16 --heads 2 --layers 1 --d-ff 32 --eval-batches 2)
 
 # CSV -> one line per record, fields separated by tabs (quoted fields may hold commas);

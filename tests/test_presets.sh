@@ -33,7 +33,7 @@ FW="--mixer fast_weights --pos none --act relu --clone-layers --optimizer adam_l
 if [ $rc -eq 0 ] && grep -qxF "preset fast_weights (labml fast-weights experiment (docs/math.md §14)): $FW" fw.out
 then ok "train --preset fast_weights prints the options it expands to"
 else bad "train --preset fast_weights prints the options it expands to" "rc $rc" "$(cat fw.out)"; fi
-if grep -q '^model: fast_weights mixer (DPFP nu 1, chunk 0), d_model 16, 2 heads, 1 layers, d_ff 32, T 16' fw.out &&
+if grep -q '^model: fast_weights mixer (dpfp-nu 1, chunk 0), d_model 16, 2 heads, 1 layers, d_ff 32, T 16' fw.out &&
    grep -q '^train: adam_labml, noam schedule, lr 1, warmup 2000, batch 4, 3 steps' fw.out &&
    grep -q -- '--- sample (greedy) ---' fw.out && grep -q '^It is' fw.out
 then ok "the options after --preset override it (sizes, --epochs 0 --steps 3); its schedule and greedy sample stay"
