@@ -218,7 +218,7 @@
    your mixer   mf_mixer_register           a token mixer of your own (mf_mixer_def), by name from then on
                 mf_mixer_count, _help, _field_of   every mixer of the program; its help; its fields
                 mf_mixer_flags              what a mixer is: heads, non-causal form, fixed state, memories
-                mf_model_memory_slot_now, mf_state_mode / _ints / _floats   a mixer's memories and their checkpoints
+                mf_model_memory_slot_now, _rows_now, mf_state_mode / _ints / _floats   a mixer's memories, checkpoints
                 mf_model_ln1, _ffn, _layer_state   a run_stack's parts of layer l: LN1, the FFN sub-block, its struct
                 mf_model_flops              the forward's product FLOPs per token (each family counts its own)
                 mf_model_config_set / _get  a registered mixer's config field by name
@@ -1027,7 +1027,8 @@ typedef struct mf_mixer_def {
        carry no gradient); reset_memory empties slot `slot` of layer l (mf_model_reset_memory, and
        slot 2 whenever generation starts or reruns its window); state lists slots 0 and 1 of layer
        l for checkpoints with mf_state_ints / mf_state_floats, in the same order every call. Give
-       both or neither; the mixer then has MF_MIXER_MEMORY. */
+       both or neither; the mixer then has MF_MIXER_MEMORY. Micro-batches of a larger batch
+       (gradient accumulation) name their rows of the memory: mf_model_memory_rows_now. */
     void (*reset_memory)(mf_model *m, int layer, void *st, int slot);
     int (*state)(mf_model *m, int layer, void *st, mf_state_io *io);
     /* optional: the forward's matrix-product FLOPs per token of one layer's mixer (a multiply-add
@@ -1074,8 +1075,11 @@ MFDEF mf_tensor *mf_model_ln1(mf_model *m, int layer, mf_tensor *x);
 MFDEF mf_tensor *mf_model_ffn(mf_model *m, int layer, mf_tensor *x);
 /* A registered mixer's per-layer struct of layer l (the st its per-layer hooks get), or NULL. */
 MFDEF void *mf_model_layer_state(mf_model *m, int layer);
-/* Inside a mixer's hooks: the memory slot a forward uses (0, 1, or 2 while mf_model_generate runs). */
+/* Inside a mixer's hooks: the memory slot a forward uses (0, 1, or 2 while mf_model_generate runs),
+   and the memory rows of mf_model_memory_rows: returns rows (0: the rows of each call) and sets
+   *row0 (a forward of B rows uses rows [row0, row0 + B) of a memory of that many). */
 MFDEF int mf_model_memory_slot_now(const mf_model *m);
+MFDEF int mf_model_memory_rows_now(const mf_model *m, int *row0);
 /* Inside a state hook: what the call does (MF_STATE_SAVE: mf_model_save lists the pieces;
    MF_STATE_CHECK: mf_model_load checks them against the file, nothing changes; MF_STATE_APPLY:
    it copies them in), and the pieces, each by a name of 1 to 48 of a-z, 0-9, _ and . unique in
@@ -6874,6 +6878,7 @@ typedef struct mf__family {
        previous one; empty the current slot. NULL: no memories */
     int (*memory_slot)(mf_model *m, int slot);
     void (*reset_memory)(mf_model *m);
+    void (*memory_rows)(mf_model *m, int row0, int rows); /* mf_model_memory_rows, checked; NULL: rows in the model */
     /* the forward's matrix-product FLOPs per token of the mixers of all layers (a multiply-add is 2)
        in sequences of T tokens, keys the mean keys a query sees ((T + 1) / 2 causal, T full) */
     double (*flops)(const mf_model_config *c, int T, double keys);
@@ -6907,6 +6912,7 @@ struct mf_model {
     int on_device;      /* sinusoid, the family's constants and caches are device buffers (CUDA) */
     struct mf__probe *probe; /* set during mf_model_attention: the mixers attend through mf__probe_attend */
     int mem_slot;       /* a registered mixer's memory slot (0, 1): mf_model_memory_slot */
+    int mem_row0, mem_rows; /* its micro-batch rows: mf_model_memory_rows */
     int generating;     /* 1 while mf_model_generate runs: the memories of slot 2 */
 };
 
@@ -7313,6 +7319,19 @@ MFDEF void mf_model_reset_memory(mf_model *m) {
     if (m && m->fam->reset_memory) m->fam->reset_memory(m);
 }
 MFDEF int mf_model_memory_slot_now(const mf_model *m) { return !m ? -1 : m->generating ? 2 : m->mem_slot; }
+MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
+    if (!m) return -1;
+    if (rows < 0 || row0 < 0 || (rows == 0 && row0 != 0) || (rows > 0 && row0 >= rows))
+        return (mf__fail(m->ctx, "mf_model_memory_rows: row0 %d, rows %d: need 0 <= row0 < rows (or 0, 0: the rows of "
+                         "each call)", row0, rows), -1);
+    if (m->fam->memory_rows) m->fam->memory_rows(m, row0, rows);
+    else { m->mem_row0 = row0; m->mem_rows = rows; }
+    return 0;
+}
+MFDEF int mf_model_memory_rows_now(const mf_model *m, int *row0) {
+    if (row0) *row0 = m ? m->mem_row0 : 0;
+    return m ? m->mem_rows : 0;
+}
 
 MFDEF int mf_model_generate(mf_model *m, const int32_t *prompt, int n_prompt, int n_new,
                             const mf_sampler *s, int32_t *out) {
@@ -7937,7 +7956,7 @@ static double mf__attn_flops(const mf_model_config *c, int T, double keys) {
 static const mf__family mf__fam_attention = {
     "attention", sizeof(mf__attn_layer), MF__F(ATTN_BIAS) | MF__F(ATTN_DROPOUT) | MF__F(METRIC_FORM),
     mf__attn_check, mf__attn_make_layer, mf__attn_init, mf__attn_free, mf__attn_mixer, NULL, mf__attn_gen_begin, NULL, NULL, NULL,
-    NULL, NULL, mf__attn_flops
+    NULL, NULL, NULL, mf__attn_flops
 };
 
 MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) {
@@ -8068,7 +8087,7 @@ static double mf__no_flops(const mf_model_config *c, int T, double keys) { (void
 static const mf__family mf__fam_pool = {
     "pool", sizeof(mf__pool_layer), MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
     mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL, NULL, NULL, NULL,
-    mf__no_flops
+    NULL, mf__no_flops
 };
 
 /* ==== [mf:xl] =============================================================================== */
@@ -8791,6 +8810,7 @@ static int mf__xl_state(mf_model *m, mf__state_io *io) {
 
 static int mf__xl_memory_slot(mf_model *m, int slot);
 static void mf__xl_reset_memory(mf_model *m);
+static void mf__xl_memory_rows(mf_model *m, int row0, int rows);
 /* four projections; the three score terms and PV over [memories; x]; compressive: the compressor
    and the reconstruction loss's q(h), k/v(m), k/v(cm) and two attentions */
 static double mf__xl_flops(const mf_model_config *c, int T, double keys) {
@@ -8806,7 +8826,7 @@ static const mf__family mf__fam_xl = {
     "xl", sizeof(mf__xl_layer), MF__F(MEM_LEN) | MF__F(COMPRESSIVE) | MF__F(C_MEM_LEN) | MF__F(COMPRESSION_RATE) |
                                 MF__F(ATTN_DROPOUT),
     mf__xl_check, mf__xl_make_layer, mf__xl_init, mf__xl_free, mf__xl_mixer, NULL, NULL, mf__xl_aux_loss, mf__xl_state,
-    mf__xl_held, mf__xl_memory_slot, mf__xl_reset_memory, mf__xl_flops
+    mf__xl_held, mf__xl_memory_slot, mf__xl_reset_memory, mf__xl_memory_rows, mf__xl_flops
 };
 /* the memories of a relative model, NULL for the other mixers */
 static struct mf__xl_state *mf__xl_state_of(const mf_model *m) {
@@ -8824,6 +8844,10 @@ static void mf__xl_reset_memory(mf_model *m) {
     struct mf__xl_state *xl = mf__xl_state_of(m);
     if (xl) mf__xl_clear(m, &xl->slot[xl->cur]);
 }
+static void mf__xl_memory_rows(mf_model *m, int row0, int rows) {
+    struct mf__xl_state *xl = mf__xl_state_of(m);
+    if (xl) { xl->slot[xl->cur].row0 = row0; xl->slot[xl->cur].rows = rows; }
+}
 
 MFDEF float mf_model_aux_loss(const mf_model *m) {
     struct mf__xl_state *xl = mf__xl_state_of(m);
@@ -8832,19 +8856,6 @@ MFDEF float mf_model_aux_loss(const mf_model *m) {
 #else /* METAFORMER_NO_XL */
 MFDEF float mf_model_aux_loss(const mf_model *m) { (void)m; return 0.0f; }
 #endif /* METAFORMER_NO_XL */
-MFDEF int mf_model_memory_rows(mf_model *m, int row0, int rows) {
-#ifndef METAFORMER_NO_XL
-    struct mf__xl_state *xl = mf__xl_state_of(m);
-#endif
-    if (!m) return -1;
-    if (rows < 0 || row0 < 0 || (rows == 0 && row0 != 0) || (rows > 0 && row0 >= rows))
-        return (mf__fail(m->ctx, "mf_model_memory_rows: row0 %d, rows %d: need 0 <= row0 < rows (or 0, 0: the rows of "
-                         "each call)", row0, rows), -1);
-#ifndef METAFORMER_NO_XL
-    if (xl) { xl->slot[xl->cur].row0 = row0; xl->slot[xl->cur].rows = rows; }
-#endif
-    return 0;
-}
 
 /* ==== [mf:fastweights] ====================================================================== */
 #ifndef METAFORMER_NO_FASTWEIGHTS /* the whole section: its ops, the family, its rows in [mf:mixers] */
@@ -9718,7 +9729,7 @@ static double mf__fw_flops(const mf_model_config *c, int T, double keys) {
 }
 static const mf__family mf__fam_fastweights = {
     "fastweights", sizeof(mf__fw_layer), MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
-    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mf__fw_flops
+    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mf__fw_flops
 };
 #endif /* METAFORMER_NO_FASTWEIGHTS */
 
@@ -10710,7 +10721,7 @@ static double mf__fb_flops(const mf_model_config *c, int T, double keys) {
 static const mf__family mf__fam_feedback = {
     "feedback", sizeof(mf__fb_layer), MF__F(ATTN_DROPOUT),
     mf__fb_check, mf__fb_make_layer, mf__fb_init, mf__fb_free, NULL, mf__fb_run, NULL, NULL, NULL, NULL, NULL, NULL,
-    mf__fb_flops
+    NULL, mf__fb_flops
 };
 #endif /* METAFORMER_NO_FEEDBACK */
 

@@ -405,6 +405,11 @@ static void test_memory(void) {
             MFT_CHECK(mf_model_generate(m, prompt, 2, 5, NULL, g1) == 0 && mf_model_generate(m, prompt, 2, 5, NULL, g2) == 0 &&
                       memcmp(g1, g2, sizeof g1) == 0);
         }
+        if (k) { /* the rows of micro-batches reach the hooks */
+            int row0 = -1;
+            MFT_CHECK(mf_model_memory_rows(m, 2, 4) == 0 && mf_model_memory_rows_now(m, &row0) == 4 && row0 == 2);
+            MFT_CHECK(mf_model_memory_rows(m, 0, 0) == 0 && mf_model_memory_rows_now(m, &row0) == 0 && row0 == 0);
+        }
         third[k] = slot_loss(m, 0);
         mf_model_reset_memory(m);
         MFT_CHECK(slot_loss(m, 0) == first);
