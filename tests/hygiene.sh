@@ -140,16 +140,20 @@ else echo "FAIL custom allocator is called"; fail=$((fail+1)); fi
 printf '%s\n' '#define MF_MALLOC(sz) malloc(sz)' "$impl" > "$tmp/b.c"
 if ! gcc -std=c99 -I. -c "$tmp/b.c" -o "$tmp/b.o" 2>/dev/null; then echo "ok   partial allocator rejected"; pass=$((pass+1))
 else echo "FAIL partial allocator rejected"; fail=$((fail+1)); fi
-# [mf:model] knows no mixer: with its comments removed, it names no mixer (MF_MIXER_<NAME>, a mixer's
-# name in a string), no compile switch of a family and none of the mixers' optional config fields;
-# the names are read from the header's own tables (mf__mixer_rows, MF_MODEL_FIELDS)
+# The generic sections know no mixer: with their comments removed, [mf:model], [mf:layers], [mf:io],
+# [mf:optim], [mf:data] and [mf:tokenizer] name no mixer (MF_MIXER_<NAME>, a mixer's name), no compile
+# switch of a family and none of the mixers' config fields; the names are read from the header's own
+# tables (the rows of [mf:mixers], MF_MODEL_FIELDS)
 mixers=$(library_mixers metaformer.h | paste -sd'|')
 fields=$(config_fields metaformer.h | cut -d' ' -f1 | paste -sd'|')
-header_section metaformer.h model | perl -0777 -pe 's{/\*.*?\*/}{}gs' > "$tmp/model.c"
-named=$(grep -nE "MF_MIXER_[A-Z_]+|METAFORMER_NO_|\b($mixers)\b|(->|\.)($fields)\b" "$tmp/model.c" | grep -v 'MF_MIXER_COUNT')
-if [ -n "$mixers" ] && [ -n "$fields" ] && [ -s "$tmp/model.c" ] && [ -z "$named" ]
-then echo "ok   [mf:model] names no mixer, family switch or mixer field (the families and [mf:config] do)"; pass=$((pass+1))
-else echo "FAIL [mf:model] names a mixer, a family switch or a mixer field (or the tables were not found: mixers '$mixers', fields '$fields')"
-     printf '%s\n' "$named" | head -10; fail=$((fail+1)); fi
+switches=$(header_section metaformer.h mixers | grep -o '"METAFORMER_NO_[A-Z]*"' | tr -d '"' | sort -u | paste -sd'|')
+for sec in model layers io optim data tokenizer; do
+    header_section metaformer.h $sec | perl -0777 -pe 's{/\*.*?\*/}{}gs' > "$tmp/$sec.c"
+    named=$(grep -nE "MF_MIXER_[A-Z_]+|\b($switches)\b|\b($mixers)\b|(->|\.)($fields)\b" "$tmp/$sec.c" | grep -v 'MF_MIXER_COUNT')
+    if [ -n "$mixers" ] && [ -n "$fields" ] && [ -n "$switches" ] && [ -s "$tmp/$sec.c" ] && [ -z "$named" ]
+    then echo "ok   [mf:$sec] names no mixer, family switch or mixer field (the families and [mf:config] do)"; pass=$((pass+1))
+    else echo "FAIL [mf:$sec] names a mixer, a family switch or a mixer field (or the tables were not found: mixers '$mixers', fields '$fields', switches '$switches')"
+         printf '%s\n' "$named" | head -10; fail=$((fail+1)); fi
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
