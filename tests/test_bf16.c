@@ -271,6 +271,249 @@ static void test_model_logits(void) {
     mf_ctx_free(ctx);
 }
 
+/* ---- the fused kernels' tile products in bf16 (docs/math.md §22.5) --------------------------------
+   Each op runs on a CPU context in fp32 and in MF_PREC_BF16, its output and every input gradient
+   (loss = sum(out * G), G fixed) against a double-precision reference computed on the operands the
+   bf16 kernel rounds, rounded as it rounds them (the inputs, scale * Q, scale * (Q + u) after its
+   fp32 sum, dO). What is left between the two is the kernel's own rounding of the intermediate
+   operands (P~ and dS for attention; S, dL/dS, P, dP for linear attention) and fp32's rounding, so
+   every element must lie within a bound made of them, per element, from the magnitudes of its
+   terms:
+     - rounding an intermediate x to bf16 moves it by at most u |x| (u = 2^-8, BF16_U), and the
+       |x| is bounded by the sum of its terms' magnitudes, which the reference accumulates;
+     - fp32 adds eta relative to the same magnitudes: the scores carry (2 dk + 1) 2^-24 of their
+       terms' sum S, which exp turns into a relative error of P of twice that (the score and the
+       log-sum-exp), and every sum of n terms n 2^-24 (eta: ATTN_ETA below);
+   so out = sum_j P~ v_j is within (u + eta) sum_j P |v_j|, dV likewise with |dO|, dS = P (dP - D)
+   within (u + eta) scale P (sum_c |dO v| + |D|) plus the error D = dO . O inherits from the
+   output, and dQ, dK are sums of dS times the (exactly rounded) operands. Two more checks that the
+   products really are bf16: the bf16 result differs from the fp32 kernel's by more than 20 times
+   the fp32 kernel's own error against the double reference on the unrounded inputs (the inputs
+   were rounded), and from the reference on rounded inputs by more than 20 times fp32's error too
+   (the intermediates were rounded: a kernel that rounded only its inputs fails). */
+static float bf16r(float x) { return mf_bf16_to_float(mf_bf16_from_float(x)); }
+
+/* a reference's output and gradients (double) and their bounds */
+typedef struct { double *v, *b; int64_t n; } refd;
+static refd refd_new(int64_t n) {
+    refd r;
+    r.n = n; r.v = calloc((size_t)n, sizeof(double)); r.b = calloc((size_t)n, sizeof(double));
+    return r;
+}
+static void refd_free(refd *r) { free(r->v); free(r->b); }
+
+/* got (bf16 kernel), f32 (fp32 kernel) against ref (rounded operands, bounds) and ref0 (unrounded
+   inputs): within the bounds, and far from both fp32 results */
+static void check_tile(const char *what, const float *got, const float *f32, const refd *ref, const refd *ref0) {
+    double worst = 0, dmax = 0, e32 = 0, eref = 0, scale = 1e-30;
+    int64_t i, bad = 0;
+    for (i = 0; i < ref->n; i++) {
+        double e = fabs((double)got[i] - ref->v[i]);
+        if (!(e <= ref->b[i])) bad++;
+        if (ref->b[i] > 0 && e / ref->b[i] > worst) worst = e / ref->b[i];
+        if (fabs((double)got[i] - f32[i]) > dmax) dmax = fabs((double)got[i] - f32[i]);
+        if (fabs((double)f32[i] - ref0->v[i]) > e32) e32 = fabs((double)f32[i] - ref0->v[i]);
+        if (e > eref) eref = e;
+        if (fabs(ref->v[i]) > scale) scale = fabs(ref->v[i]);
+    }
+    printf("    %-22s bf16 - fp32 %.2e, bf16 - ref %.2e (worst %.2f of its bound), fp32 - ref %.2e (of max %.2g)\n",
+           what, dmax, eref, worst, e32, scale);
+    if (bad) printf("    %s: %ld of %ld elements outside their bound\n", what, (long)bad, (long)ref->n);
+    MFT_CHECK(bad == 0);
+    MFT_CHECK(dmax > 20 * e32 && eref > 20 * e32);
+}
+
+/* Softmax attention, fused (rel = 0: mf_attention, causal with the offset Tk - Tq when causal) or
+   relative (rel = 1: mf_rel_attention's three score terms, table rows P + j - i - M, M = Tk - Tq,
+   always causal), in double: out [B,H,Tq,dv] then dq, dk, dv (and du, dR, dS for rel) of
+   loss = sum(out * G). rnd: the operands as the bf16 kernels round them (mf__attn_fwd_tile_kv,
+   mf__attention_backward, mf__rel_fwd_tile, mf__rel_bwd_pair), with the bounds; else the exact
+   inputs. r[0] out, r[1] dq, r[2] dk, r[3] dv, r[4] du, r[5] dR, r[6] dS. */
+typedef struct { int B, H, Tq, Tk, dk, dv, P, causal, rel; float scale; } attn_case;
+#define ATTN_ETA(c, smax) ((2.0 * (2 * (c)->dk + 1) * (smax) + (c)->Tk + (c)->Tq + (c)->dk + (c)->dv + 16) * FP32_U)
+static void attn_ref(const attn_case *c, float *const *x, const float *G, int rnd, refd *r) {
+    int B = c->B, H = c->H, Tq = c->Tq, Tk = c->Tk, dk = c->dk, dv = c->dv, M = Tk - Tq, b, h, i, j, e;
+    const float *q = x[0], *k = x[1], *v = x[2], *u = c->rel ? x[3] : NULL, *R = c->rel ? x[4] : NULL;
+    const float *S = c->rel ? x[5] : NULL;
+    double sc = c->scale, u8 = rnd ? BF16_U : 0;
+    double *s = malloc(sizeof(double) * (size_t)Tk), *P = malloc(sizeof(double) * (size_t)Tk);
+    double *dS = malloc(sizeof(double) * (size_t)Tk), *mag = malloc(sizeof(double) * (size_t)Tk);
+    double *m32 = malloc(sizeof(double) * (size_t)Tk); /* the error of the fp32 dS (its sums: du, dS_table) */
+    double *O = malloc(sizeof(double) * (size_t)dv), *bO = malloc(sizeof(double) * (size_t)dv);
+    float *qa = malloc(sizeof(float) * (size_t)dk), *qb = malloc(sizeof(float) * (size_t)dk);
+    /* the operands as the kernel multiplies them (rnd) or exact */
+#define OPR(x) (rnd ? bf16r(x) : (x))
+    for (b = 0; b < B; b++)
+        for (h = 0; h < H; h++)
+            for (i = 0; i < Tq; i++) {
+                const float *qi = q + (((int64_t)b * H + h) * Tq + i) * dk, *gi = G + (((int64_t)b * H + h) * Tq + i) * dv;
+                int64_t oi = (((int64_t)b * H + h) * Tq + i) * dv;
+                double m = -INFINITY, l = 0, smax = 0, D = 0, dD = 0, eta;
+                int jend = c->rel || c->causal ? i + M + 1 : Tk;
+                if (jend > Tk) jend = Tk;
+                for (e = 0; e < dk; e++) { /* scale q (+ u): fp32 products and sum, then rounded */
+                    float qs = (float)c->scale * qi[e];
+                    qb[e] = rnd ? bf16r(qs) : qs;
+                    qa[e] = u ? (rnd ? bf16r(qs + (float)c->scale * u[(int64_t)h * dk + e]) : qs + (float)c->scale * u[(int64_t)h * dk + e]) : qb[e];
+                }
+                for (j = 0; j < jend; j++) {
+                    const float *kj = k + (((int64_t)b * H + h) * Tk + j) * dk;
+                    double a = 0, am = 0;
+                    for (e = 0; e < dk; e++) {
+                        a += (double)qa[e] * OPR(kj[e]); am += fabs((double)qa[e] * kj[e]);
+                    }
+                    if (R) {
+                        int64_t rho = c->P + j - i - M;
+                        const float *rr = R + (rho * H + h) * dk;
+                        for (e = 0; e < dk; e++) { a += (double)qb[e] * OPR(rr[e]); am += fabs((double)qb[e] * rr[e]); }
+                        a += sc * S[rho * H + h]; am += fabs(sc * S[rho * H + h]);
+                    }
+                    s[j] = a;
+                    if (am > smax) smax = am;
+                    if (a > m) m = a;
+                }
+                eta = rnd ? ATTN_ETA(c, smax) : 0;
+                for (j = 0; j < jend; j++) l += (P[j] = exp(s[j] - m));
+                for (j = 0; j < jend; j++) P[j] /= l;
+                for (e = 0; e < dv; e++) { /* out and its bound */
+                    double o = 0, om = 0;
+                    for (j = 0; j < jend; j++) {
+                        float vj = v[(((int64_t)b * H + h) * Tk + j) * dv + e];
+                        o += P[j] * OPR(vj); om += P[j] * fabs(vj);
+                    }
+                    O[e] = o; bO[e] = (u8 + eta) * om;
+                    r[0].v[oi + e] = o; r[0].b[oi + e] = bO[e];
+                    D += (double)gi[e] * o; dD += fabs((double)gi[e]) * bO[e]; /* D from the unrounded dO */
+                }
+                for (j = 0; j < jend; j++) { /* dS (scaled) and the magnitude of its error */
+                    const float *vj = v + (((int64_t)b * H + h) * Tk + j) * dv;
+                    double dp = 0, dm = 0;
+                    for (e = 0; e < dv; e++) { dp += (double)OPR(gi[e]) * OPR(vj[e]); dm += fabs((double)gi[e] * vj[e]); }
+                    dS[j] = sc * P[j] * (dp - D);
+                    m32[j] = eta * sc * P[j] * (dm + fabs(D)) + sc * P[j] * dD;
+                    mag[j] = m32[j] + u8 * sc * P[j] * (dm + fabs(D));
+                }
+                for (j = 0; j < jend; j++) {
+                    const float *kj = k + (((int64_t)b * H + h) * Tk + j) * dk;
+                    int64_t kk = (((int64_t)b * H + h) * Tk + j) * dk, vv = (((int64_t)b * H + h) * Tk + j) * dv;
+                    for (e = 0; e < dk; e++) {
+                        int64_t qq = (((int64_t)b * H + h) * Tq + i) * dk + e;
+                        double qe = OPR(qi[e]), ue = u ? u[(int64_t)h * dk + e] : 0;
+                        r[1].v[qq] += dS[j] * OPR(kj[e]); r[1].b[qq] += mag[j] * fabs(kj[e]);
+                        /* dK: dS^T Q (rounded dS, q) + colsum(dS) u (fp32) */
+                        r[2].v[kk + e] += dS[j] * (qe + ue); r[2].b[kk + e] += mag[j] * fabs(qi[e]) + m32[j] * fabs(ue);
+                        if (u) { /* du: sum dS k with the fp32 dS and k */
+                            r[4].v[(int64_t)h * dk + e] += dS[j] * kj[e];
+                            r[4].b[(int64_t)h * dk + e] += m32[j] * fabs(kj[e]);
+                        }
+                    }
+                    for (e = 0; e < dv; e++) {
+                        r[3].v[vv + e] += P[j] * OPR(gi[e]); r[3].b[vv + e] += (u8 + eta) * P[j] * fabs(gi[e]);
+                    }
+                    if (R) {
+                        int64_t rho = c->P + j - i - M;
+                        const float *rr = R + (rho * H + h) * dk;
+                        for (e = 0; e < dk; e++) {
+                            r[1].v[(((int64_t)b * H + h) * Tq + i) * dk + e] += dS[j] * OPR(rr[e]);
+                            r[1].b[(((int64_t)b * H + h) * Tq + i) * dk + e] += mag[j] * fabs(rr[e]);
+                            r[5].v[(rho * H + h) * dk + e] += dS[j] * OPR(qi[e]);
+                            r[5].b[(rho * H + h) * dk + e] += mag[j] * fabs(qi[e]);
+                        }
+                        r[6].v[rho * H + h] += dS[j]; r[6].b[rho * H + h] += m32[j];
+                    }
+                }
+            }
+#undef OPR
+    free(s); free(P); free(dS); free(mag); free(m32); free(O); free(bO); free(qa); free(qb);
+}
+
+/* x[i] uniform in [-1, 1) (the seeds fix them) */
+static float *uniform_tensor(int64_t n, uint64_t stream) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    int64_t i;
+    for (i = 0; i < n; i++) x[i] = mft_uniform(11, stream, (uint64_t)i) * 2 - 1;
+    return x;
+}
+/* out = op(x) on a CPU context (bf16: MF_PREC_BF16 on the CPU's default kernel), then the gradients
+   of sum(out * G): res[0] the output, res[1 + i] input i's gradient */
+typedef mf_tensor *(*op_fn)(mf_ctx *ctx, mf_tensor **in, const void *arg);
+static void run_inputs(op_fn f, const void *arg, int nx, int (*shape)[4], const int *ndim, float *const *x,
+                       const float *G, int bf16, float **res) {
+    mf_ctx *ctx = mf_ctx_new(5);
+    mf_tensor *in[8], *out;
+    int i;
+    char nm[8];
+    if (bf16) MFT_CHECK(mf_ctx_set_precision(ctx, MF_PREC_BF16) == 0);
+    for (i = 0; i < nx; i++) {
+        snprintf(nm, sizeof nm, "x%d", i);
+        in[i] = mf_param(ctx, nm, ndim[i], shape[i]);
+    }
+    for (i = 0; i < nx; i++) memcpy(in[i]->data, x[i], sizeof(float) * (size_t)in[i]->ne);
+    out = f(ctx, in, arg);
+    if (out) mf_backward(ctx, mf_sum(ctx, mf_mul(ctx, out, mf_from(ctx, out->ndim, out->shape, G))));
+    MFT_CHECK(mf_ok(ctx));
+    if (!mf_ok(ctx)) printf("    %s\n", mf_error(ctx));
+    res[0] = malloc(sizeof(float) * (size_t)(out ? out->ne : 1));
+    if (out) memcpy(res[0], out->data, sizeof(float) * (size_t)out->ne);
+    for (i = 0; i < nx; i++) {
+        res[1 + i] = calloc((size_t)in[i]->ne, sizeof(float));
+        if (in[i]->grad) memcpy(res[1 + i], in[i]->grad, sizeof(float) * (size_t)in[i]->ne);
+    }
+    mf_ctx_free(ctx);
+}
+static mf_tensor *attn_op(mf_ctx *ctx, mf_tensor **in, const void *arg) {
+    const attn_case *c = (const attn_case *)arg;
+    if (c->rel) return mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], c->scale, 0.0f);
+    return mf_attention(ctx, in[0], in[1], in[2], c->scale, c->causal, 0.0f);
+}
+
+/* the fused attention (sdpa, metric, quadratic: forward and the three input gradients) and the
+   relative attention (relative, compressive: forward and the six input gradients) in bf16. Ragged
+   tiles (T 70 = 64 + 6), causal with and without an offset, non-causal, a head split over the
+   threads and whole heads per thread, memories longer than a tile. */
+static void test_attention_tiles(void) {
+    static const attn_case cases[] = {
+        {1, 2, 70, 70, 24, 20, 0, 1, 0, 0}, {1, 1, 50, 80, 16, 24, 0, 0, 0, 0}, {2, 4, 40, 40, 8, 8, 0, 1, 0, 0},
+        {1, 2, 40, 70, 12, 10, 76, 1, 1, 0}, {1, 1, 70, 70, 16, 16, 70, 1, 1, 0}};
+    static const char *names[] = {"out", "dq", "dk", "dv", "du", "dR", "dS"};
+    int ci;
+    for (ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+        attn_case c = cases[ci];
+        int nx = c.rel ? 6 : 3, shape[6][4], ndim[6] = {4, 4, 4, 2, 3, 2}, i;
+        float *x[6], *G, *r32[7], *r16[7];
+        refd ref[7], ref0[7];
+        int64_t n[7];
+        c.scale = 1.0f / sqrtf((float)c.dk);
+        shape[0][0] = c.B; shape[0][1] = c.H; shape[0][2] = c.Tq; shape[0][3] = c.dk;
+        memcpy(shape[1], shape[0], sizeof shape[0]); shape[1][2] = c.Tk;
+        memcpy(shape[2], shape[1], sizeof shape[0]); shape[2][3] = c.dv;
+        shape[3][0] = c.H; shape[3][1] = c.dk;
+        shape[4][0] = 2 * c.P; shape[4][1] = c.H; shape[4][2] = c.dk;
+        shape[5][0] = 2 * c.P; shape[5][1] = c.H;
+        n[0] = (int64_t)c.B * c.H * c.Tq * c.dv;
+        for (i = 0; i < nx; i++) {
+            int d;
+            n[1 + i] = 1;
+            for (d = 0; d < ndim[i]; d++) n[1 + i] *= shape[i][d];
+            x[i] = uniform_tensor(n[1 + i], (uint64_t)(10 * ci + i));
+        }
+        G = uniform_tensor(n[0], (uint64_t)(10 * ci + 9));
+        for (i = 0; i <= nx; i++) { ref[i] = refd_new(n[i]); ref0[i] = refd_new(n[i]); }
+        attn_ref(&c, x, G, 1, ref);
+        attn_ref(&c, x, G, 0, ref0);
+        run_inputs(attn_op, &c, nx, shape, ndim, x, G, 0, r32);
+        run_inputs(attn_op, &c, nx, shape, ndim, x, G, 1, r16);
+        printf("    %s B %d H %d Tq %d Tk %d dk %d dv %d%s\n", c.rel ? "rel_attention" : "attention", c.B, c.H, c.Tq,
+               c.Tk, c.dk, c.dv, c.causal ? " causal" : "");
+        for (i = 0; i <= nx; i++) {
+            check_tile(names[i], r16[i], r32[i], &ref[i], &ref0[i]);
+            refd_free(&ref[i]); refd_free(&ref0[i]); free(r32[i]); free(r16[i]);
+        }
+        for (i = 0; i < nx; i++) free(x[i]);
+        free(G);
+    }
+}
+
 /* 300 steps of a model of each family in bf16 against fp32: the mean loss of each window of 25
    steps within 1% (single steps differ by the rounding noise). The next token is one of three (a
    fixed hash picks it), so the loss tends to ln 3, where a relative comparison still means something.
@@ -353,6 +596,7 @@ int main(void) {
     MFT_RUN(test_amx_emulator_faults);
     MFT_RUN(test_precision_api);
     MFT_RUN(test_model_logits);
+    MFT_RUN(test_attention_tiles);
     MFT_RUN(test_train_every_family);
     return mft_finish();
 }
