@@ -329,7 +329,7 @@ static void check_tile(const char *what, const float *got, const float *f32, con
    loss = sum(out * G). rnd: the operands as the bf16 kernels round them (mf__attn_fwd_tile_kv,
    mf__attention_backward, mf__rel_fwd_tile, mf__rel_bwd_pair), with the bounds; else the exact
    inputs. r[0] out, r[1] dq, r[2] dk, r[3] dv, r[4] du, r[5] dR, r[6] dS. */
-typedef struct { int B, H, Tq, Tk, dk, dv, P, causal, rel; float scale; } attn_case;
+typedef struct { int B, H, Tq, Tk, dk, dv, P, causal, rel; float scale, p; } attn_case; /* p: dropout */
 #define ATTN_ETA(c, smax) ((2.0 * (2 * (c)->dk + 1) * (smax) + (c)->Tk + (c)->Tq + (c)->dk + (c)->dv + 16) * FP32_U)
 static void attn_ref(const attn_case *c, float *const *x, const float *G, int rnd, refd *r) {
     int B = c->B, H = c->H, Tq = c->Tq, Tk = c->Tk, dk = c->dk, dv = c->dv, M = Tk - Tq, b, h, i, j, e;
@@ -463,8 +463,8 @@ static void run_inputs(op_fn f, const void *arg, int nx, int (*shape)[4], const 
 }
 static mf_tensor *attn_op(mf_ctx *ctx, mf_tensor **in, const void *arg) {
     const attn_case *c = (const attn_case *)arg;
-    if (c->rel) return mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], c->scale, 0.0f);
-    return mf_attention(ctx, in[0], in[1], in[2], c->scale, c->causal, 0.0f);
+    if (c->rel) return mf_rel_attention(ctx, in[0], in[1], in[2], in[3], in[4], in[5], c->scale, c->p);
+    return mf_attention(ctx, in[0], in[1], in[2], c->scale, c->causal, c->p);
 }
 
 /* the fused attention (sdpa, metric, quadratic: forward and the three input gradients) and the
@@ -473,8 +473,9 @@ static mf_tensor *attn_op(mf_ctx *ctx, mf_tensor **in, const void *arg) {
    threads and whole heads per thread, memories longer than a tile. */
 static void test_attention_tiles(void) {
     static const attn_case cases[] = {
-        {1, 2, 70, 70, 24, 20, 0, 1, 0, 0}, {1, 1, 50, 80, 16, 24, 0, 0, 0, 0}, {2, 4, 40, 40, 8, 8, 0, 1, 0, 0},
-        {1, 2, 40, 70, 12, 10, 76, 1, 1, 0}, {1, 1, 70, 70, 16, 16, 70, 1, 1, 0}};
+        {1, 2, 70, 70, 24, 20, 0, 1, 0, 0, 0}, {1, 1, 50, 80, 16, 24, 0, 0, 0, 0, 0}, {2, 4, 40, 40, 8, 8, 0, 1, 0, 0, 0},
+        {1, 2, 40, 70, 12, 10, 76, 1, 1, 0, 0}, {1, 1, 70, 70, 16, 16, 70, 1, 1, 0, 0},
+        {1, 2, 40, 70, 12, 10, 76, 1, 1, 0, 0.3f}}; /* the last: dropout, against fp32 only (below) */
     static const char *names[] = {"out", "dq", "dk", "dv", "du", "dR", "dS"};
     int ci;
     for (ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
@@ -498,6 +499,20 @@ static void test_attention_tiles(void) {
             x[i] = uniform_tensor(n[1 + i], (uint64_t)(10 * ci + i));
         }
         G = uniform_tensor(n[0], (uint64_t)(10 * ci + 9));
+        if (c.p > 0) { /* the double reference has no dropout: the GPU test's 10 u of the fp32 kernel's */
+            run_inputs(attn_op, &c, nx, shape, ndim, x, G, 0, r32);
+            run_inputs(attn_op, &c, nx, shape, ndim, x, G, 1, r16);
+            for (i = 0; i <= nx; i++) {
+                double e = mft_rel_err(r16[i], r32[i], n[i], 0.1);
+                printf("    rel_attention dropout %.1f %-4s bf16 against fp32 %.2e of max(max |fp32|, 0.1)\n", (double)c.p,
+                       names[i], e);
+                MFT_CHECK(e <= 10 * BF16_U && e > 1e-4);
+                free(r32[i]); free(r16[i]);
+            }
+            for (i = 0; i < nx; i++) free(x[i]);
+            free(G);
+            continue;
+        }
         for (i = 0; i <= nx; i++) { ref[i] = refd_new(n[i]); ref0[i] = refd_new(n[i]); }
         attn_ref(&c, x, G, 1, ref);
         attn_ref(&c, x, G, 0, ref0);
@@ -512,6 +527,141 @@ static void test_attention_tiles(void) {
         for (i = 0; i < nx; i++) free(x[i]);
         free(G);
     }
+}
+
+typedef struct { int tokens, causal; float p; } lay_case;
+static mf_tensor *attn_layout_op(mf_ctx *ctx, mf_tensor **in, const void *arg) {
+    const lay_case *c = (const lay_case *)arg;
+    return mf_attention_layout(ctx, in[0], in[1], in[2], 0.25f, c->causal, c->p,
+                               c->tokens ? MF_ATTN_TOKENS_MAJOR : MF_ATTN_HEADS_MAJOR);
+}
+/* [B, H, T, d] <-> [B, T, H, d] */
+static float *swap_bh(const float *x, int B, int A1, int A2, int d) {
+    float *y = malloc(sizeof(float) * (size_t)B * A1 * A2 * d);
+    int b, i, j;
+    for (b = 0; b < B; b++)
+        for (i = 0; i < A1; i++)
+            for (j = 0; j < A2; j++)
+                memcpy(y + (((int64_t)b * A2 + j) * A1 + i) * d, x + (((int64_t)b * A1 + i) * A2 + j) * d, sizeof(float) * (size_t)d);
+    return y;
+}
+/* The token-major operands (the model's layout: rows H d floats apart, copied and rounded per head or
+   per tile) give the heads-major results bit for bit in bf16, with dropout (p 0.2, the mask drawn
+   by (b, h, i, j) in both); and with dropout the bf16 results are within the GPU test's 10 u of the
+   fp32 kernel's (docs/math.md §4.2). */
+static void test_attention_tiles_layouts(void) {
+    enum { B = 2, H = 3, T = 70, D = 16 };
+    int shape[3][4] = {{B, H, T, D}, {B, H, T, D}, {B, H, T, D}}, tshape[3][4] = {{B, T, H, D}, {B, T, H, D}, {B, T, H, D}};
+    int ndim[3] = {4, 4, 4}, i, c, same = 1;
+    int64_t n = (int64_t)B * H * T * D;
+    float *x[3], *xt[3], *G = uniform_tensor(n, 77), *Gt = swap_bh(G, B, H, T, D);
+    for (i = 0; i < 3; i++) { x[i] = uniform_tensor(n, (uint64_t)(70 + i)); xt[i] = swap_bh(x[i], B, H, T, D); }
+    for (c = 0; c < 2; c++) {
+        lay_case hm = {0, c, 0.2f}, tm = {1, c, 0.2f};
+        float *rh[4], *rt[4], *r32[4];
+        run_inputs(attn_layout_op, &hm, 3, shape, ndim, x, G, 1, rh);
+        run_inputs(attn_layout_op, &tm, 3, tshape, ndim, xt, Gt, 1, rt);
+        run_inputs(attn_layout_op, &hm, 3, shape, ndim, x, G, 0, r32);
+        for (i = 0; i < 4; i++) {
+            float *back = swap_bh(rt[i], B, T, H, D);
+            double e = mft_rel_err(rh[i], r32[i], n, 0.1);
+            same &= memcmp(back, rh[i], sizeof(float) * (size_t)n) == 0;
+            printf("    dropout 0.2%s, %s: bf16 against fp32 %.2e of max(max |fp32|, 0.1)\n", c ? ", causal" : "",
+                   i == 0 ? "out" : i == 1 ? "dq" : i == 2 ? "dk" : "dv", e);
+            MFT_CHECK(e <= 10 * BF16_U && e > 1e-4);
+            free(back); free(rh[i]); free(rt[i]); free(r32[i]);
+        }
+    }
+    printf("    token-major operands give the heads-major bits: %s\n", same ? "yes" : "NO");
+    MFT_CHECK(same);
+    for (i = 0; i < 3; i++) { free(x[i]); free(xt[i]); }
+    free(G); free(Gt);
+}
+
+/* Linear attention (normalise 0), y_t = sum_{s <= t} (q_t . k_s) v_s, in double: r[0] y, r[1] dq,
+   r[2] dk, r[3] dv of sum(y * G), token-major [B, T, H, d]. rnd: q, k, v, G rounded as the bf16
+   chunkwise kernel rounds them, with the bounds: its other operands are the state S^T (sums of
+   k_s v_s^T), dL/dS^T (sums of q_t dy_t^T), P = tril(Q K^T) and dP = tril(dY V^T), each rounded
+   once (u of the magnitude of its terms) before one more product with exact operands, and each
+   intermediate's terms are terms of the output's own sum: the bound of every element is (u + eta)
+   times the sum of its terms' magnitudes (eta: fp32's sums of d_dot, dv and T terms). */
+static void linear_ref(int B, int T, int H, int dd, int dv, float *const *x, const float *G, int rnd, refd *r) {
+    const float *q = x[0], *k = x[1], *v = x[2];
+    double u8 = rnd ? BF16_U : 0, eta = rnd ? (2.0 * dd + 2.0 * dv + 2.0 * T + 16) * FP32_U : 0;
+    int b, h, t, s, d, c;
+#define AT(p, tt, w) ((p) + (((int64_t)b * T + (tt)) * H + h) * (w))
+#define OPR(x) (rnd ? bf16r(x) : (x))
+    for (b = 0; b < B; b++)
+        for (h = 0; h < H; h++)
+            for (t = 0; t < T; t++)
+                for (s = 0; s <= t; s++) {
+                    const float *qt = AT(q, t, dd), *ks = AT(k, s, dd), *vs = AT(v, s, dv), *gt = AT(G, t, dv);
+                    double a = 0, am = 0, gv = 0, gm = 0;
+                    int64_t ot = AT((int64_t)0, t, dv), os = AT((int64_t)0, s, dv);
+                    int64_t qo = AT((int64_t)0, t, dd), ko = AT((int64_t)0, s, dd);
+                    for (d = 0; d < dd; d++) { a += (double)OPR(qt[d]) * OPR(ks[d]); am += fabs((double)qt[d] * ks[d]); }
+                    for (c = 0; c < dv; c++) { gv += (double)OPR(gt[c]) * OPR(vs[c]); gm += fabs((double)gt[c] * vs[c]); }
+                    for (c = 0; c < dv; c++) {
+                        r[0].v[ot + c] += a * OPR(vs[c]); r[0].b[ot + c] += (u8 + eta) * am * fabs(vs[c]);
+                        r[3].v[os + c] += a * OPR(gt[c]); r[3].b[os + c] += (u8 + eta) * am * fabs(gt[c]);
+                    }
+                    for (d = 0; d < dd; d++) {
+                        r[1].v[qo + d] += gv * OPR(ks[d]); r[1].b[qo + d] += (u8 + eta) * gm * fabs(ks[d]);
+                        r[2].v[ko + d] += gv * OPR(qt[d]); r[2].b[ko + d] += (u8 + eta) * gm * fabs(qt[d]);
+                    }
+                }
+#undef AT
+#undef OPR
+}
+typedef struct { int chunk, delta; } fw_case;
+static mf_tensor *fw_op(mf_ctx *ctx, mf_tensor **in, const void *arg) {
+    const fw_case *c = (const fw_case *)arg;
+    if (c->delta) return mf_fast_weights(ctx, in[0], in[1], in[2], in[3], c->chunk);
+    return mf_linear_attention(ctx, in[0], in[1], in[2], 0, 0.0f, c->chunk);
+}
+
+/* The chunkwise fast-weight and linear-attention kernels in bf16 (T 37: a ragged last chunk).
+   Linear attention against linear_ref's per-element bounds; the delta rule, whose triangular solve
+   has no such simple sum of magnitudes, against the fp32 recurrent form with the rule of the GPU's
+   test of the same kernels (docs/math.md §4.2: 10 u of max(max |reference|, 0.1) for the output and
+   every gradient), and its bf16 error above 20 times the fp32 chunkwise kernel's. */
+static void test_fast_weight_tiles(void) {
+    enum { B = 1, T = 37, H = 2, DD = 8, DV = 6 };
+    static const char *names[] = {"y", "dq", "dk", "dv", "dbeta"};
+    int shape[4][4] = {{B, T, H, DD}, {B, T, H, DD}, {B, T, H, DV}, {B, T, H, 0}}, ndim[4] = {4, 4, 4, 3};
+    int64_t n[5] = {B * T * H * DV, B * T * H * DD, B * T * H * DD, B * T * H * DV, B * T * H};
+    int chunks[2] = {4, 16}, ci, i;
+    float *x[4], *G = uniform_tensor(n[0], 49);
+    for (i = 0; i < 4; i++) x[i] = uniform_tensor(n[1 + i], (uint64_t)(50 + i));
+    for (i = 0; i < n[1]; i++) { x[0][i] = 0.5f * (x[0][i] + 1); x[1][i] = 0.5f * (x[1][i] + 1); } /* features >= 0 */
+    for (i = 0; i < n[4]; i++) x[3][i] = 0.3f + 0.25f * x[3][i];                                     /* beta in (0, 1) */
+    for (ci = 0; ci < 2; ci++) {
+        fw_case lin = {chunks[ci], 0}, del = {chunks[ci], 1}, rec = {1, 1};
+        float *r32[5], *r16[5], *rr[5];
+        refd ref[4], ref0[4];
+        for (i = 0; i < 4; i++) { ref[i] = refd_new(n[i]); ref0[i] = refd_new(n[i]); }
+        linear_ref(B, T, H, DD, DV, x, G, 1, ref);
+        linear_ref(B, T, H, DD, DV, x, G, 0, ref0);
+        run_inputs(fw_op, &lin, 3, shape, ndim, x, G, 0, r32);
+        run_inputs(fw_op, &lin, 3, shape, ndim, x, G, 1, r16);
+        printf("    linear_attention chunk %d, T %d, d_dot %d, dv %d\n", chunks[ci], T, DD, DV);
+        for (i = 0; i < 4; i++) {
+            check_tile(names[i], r16[i], r32[i], &ref[i], &ref0[i]);
+            refd_free(&ref[i]); refd_free(&ref0[i]); free(r32[i]); free(r16[i]);
+        }
+        run_inputs(fw_op, &rec, 4, shape, ndim, x, G, 0, rr);
+        run_inputs(fw_op, &del, 4, shape, ndim, x, G, 0, r32);
+        run_inputs(fw_op, &del, 4, shape, ndim, x, G, 1, r16);
+        for (i = 0; i < 5; i++) {
+            double e16 = mft_rel_err(r16[i], rr[i], n[i], 0.1), e32 = mft_rel_err(r32[i], rr[i], n[i], 0.1);
+            printf("    fast_weights chunk %-2d %-6s bf16 %.2e, fp32 %.2e of max(max |recurrent fp32|, 0.1)\n", chunks[ci],
+                   names[i], e16, e32);
+            MFT_CHECK(e16 <= 10 * BF16_U && e16 > 20 * e32);
+            free(rr[i]); free(r32[i]); free(r16[i]);
+        }
+    }
+    for (i = 0; i < 4; i++) free(x[i]);
+    free(G);
 }
 
 /* 300 steps of a model of each family in bf16 against fp32: the mean loss of each window of 25
@@ -597,6 +747,8 @@ int main(void) {
     MFT_RUN(test_precision_api);
     MFT_RUN(test_model_logits);
     MFT_RUN(test_attention_tiles);
+    MFT_RUN(test_attention_tiles_layouts);
+    MFT_RUN(test_fast_weight_tiles);
     MFT_RUN(test_train_every_family);
     return mft_finish();
 }
