@@ -635,8 +635,10 @@ MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
                    their memory; t->bf16, read them with mf_to_host / mf_item). On the CPU the GEMMs
                    (linear, matmul, head_matmul, conv1d) run on the CPU's bf16 kernel
                    (mf_cpu_bf16_kernel: AMX tiles where the CPU and OS offer them, else the fp32
-                   kernels on operands rounded to bf16; mf_ctx_set_bf16_kernel picks another); the
-                   fused attention, fast-weight and memory kernels and every activation stay fp32.
+                   kernels on operands rounded to bf16; mf_ctx_set_bf16_kernel picks another), and
+                   the small products inside the fused attention, relative attention and chunkwise
+                   fast-weight kernels take bf16 operand tiles (on the fp32 FMAs); the recurrent
+                   fast-weight form, the feedback step's attention and every activation stay fp32.
    mf_ctx_set_precision sets it for the context's device (set the device first); on CUDA it switches
    between steps (leaving bf16 while a step's bf16 activations are on the tape fails: call it after
    mf_reset). Returns 0, or -1 with the reason in ctx (tf32 on the CPU, bf16 on a GPU without it, an

@@ -316,8 +316,8 @@ static void check_tile(const char *what, const float *got, const float *f32, con
         if (e > eref) eref = e;
         if (fabs(ref->v[i]) > scale) scale = fabs(ref->v[i]);
     }
-    printf("    %-22s bf16 - fp32 %.2e, bf16 - ref %.2e (worst %.2f of its bound), fp32 - ref %.2e (of max %.2g)\n",
-           what, dmax, eref, worst, e32, scale);
+    printf("    %-5s of max |ref|: bf16 - fp32 %.2e, bf16 - ref %.2e, fp32 - ref0 %.2e; worst %.2f of an element's bound\n",
+           what, dmax / scale, eref / scale, e32 / scale, worst);
     if (bad) printf("    %s: %ld of %ld elements outside their bound\n", what, (long)bad, (long)ref->n);
     MFT_CHECK(bad == 0);
     MFT_CHECK(dmax > 20 * e32 && eref > 20 * e32);
@@ -442,7 +442,7 @@ static void run_inputs(op_fn f, const void *arg, int nx, int (*shape)[4], const 
     mf_ctx *ctx = mf_ctx_new(5);
     mf_tensor *in[8], *out;
     int i;
-    char nm[8];
+    char nm[16];
     if (bf16) MFT_CHECK(mf_ctx_set_precision(ctx, MF_PREC_BF16) == 0);
     for (i = 0; i < nx; i++) {
         snprintf(nm, sizeof nm, "x%d", i);
@@ -725,7 +725,7 @@ static void test_train_every_family(void) {
             for (s = s0; s < s0 + W; s++) { x += a[s]; y += b[s]; }
             if (fabs(y - x) / x > worst) worst = fabs(y - x) / x;
         }
-        printf("    %-12s %d steps: loss %.4f -> %.4f (fp32) / %.4f (bf16); windows of %d differ by %.2f%% at most\n",
+        printf("    %-12s %d steps: loss %.4f -> %.4f (fp32) / %.4f (bf16); windows of %d differ by %.3f%% at most\n",
                mf_mixer_name(mixers[i]), STEPS, a[0], a[STEPS - 1], b[STEPS - 1], W, 100 * worst);
         MFT_CHECK(worst <= 0.01);
 #if !defined(__SANITIZE_ADDRESS__)
