@@ -6006,6 +6006,11 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    D: per thread with whole heads (built from the thread's copy of the head), else for every head
    (about the size of q plus out).
    Transposes (scale * Q^T, dO^T) go through registers in MF__AW x MF__AW blocks.
+   bf16 products (a CPU context in MF_PREC_BF16, docs/math.md §22.5): every tile product's operands
+   are rounded once where they are staged: the keys and values copied (per head or per key tile, as
+   token-major ones are) and rounded, scale * Q^T and dO^T after their transposes, P~ and dS into a
+   tile of their own (a fourth per thread in the backward), and in the backward a rounded copy of
+   each head's q, k, v, dO; the softmax, its statistics, D and every accumulator stay fp32.
    Tiles: 64 x 64 keeps a thread's tiles (scores, dP, Q^T, accumulator: ~50 KiB at d = 64) in L1/L2;
    64 queries = 4 AVX-512 vectors = one register tile row. */
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
@@ -9108,9 +9113,9 @@ static size_t mf__fw_chunk_work(int C, int dd, int dvp, int bf16) {
 /* The bf16 copies of a chunk's operands (Q, K, W rows [C][dd], the states S^T, S and dL/dS in both
    layouts, dY [C][dvp], G [C][dd + dvp]) in the scratch after the fp32 kernels' (docs/math.md §22.5:
    the operands rounded once per chunk where they are loaded, the states and every sum fp32) */
-typedef struct mf__fw_bf { float *q, *k, *w, *s, *sn, *ds, *dsn, *g, *gx; } mf__fw_bf;
-static mf__fw_bf mf__fw_bf16_scratch(float *work, int C, int dd, int dvp) {
-    mf__fw_bf b;
+typedef struct mf__fw_rnd { float *q, *k, *w, *s, *sn, *ds, *dsn, *g, *gx; } mf__fw_rnd;
+static mf__fw_rnd mf__fw_bf16_scratch(float *work, int C, int dd, int dvp) {
+    mf__fw_rnd b;
     size_t ss = (size_t)dd * dvp;
     b.q = work + mf__fw_chunk_work(C, dd, dvp, 0); b.k = b.q + (size_t)C * dd; b.w = b.k + (size_t)C * dd;
     b.s = b.w + (size_t)C * dd; b.sn = b.s + ss; b.ds = b.sn + ss; b.dsn = b.ds + ss;
@@ -9161,7 +9166,7 @@ static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float
     float *Kt = work, *P = Kt + (size_t)dd * C, *Vb = P + (size_t)C * C, *U = Vb + (size_t)C * dvp;
     float *Xs = U + (size_t)C * dvp, *Sn = Xs + (size_t)C * ldx, *w = Sn + ss;
     int *id = (int *)(w + C);
-    mf__fw_bf bf = mf__fw_bf16_scratch(work, C, dd, dvp);
+    mf__fw_rnd bf = mf__fw_bf16_scratch(work, C, dd, dvp);
     for (i = 0; i < C; i++) id[i] = i;
     if (st) mf__fw_transpose(S, dvp, dd, dvp, Sn, dd);
     for (c = 0; c < nc; c++) {
@@ -9219,7 +9224,7 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
     float *dKc = dQc + (size_t)C * dd, *dX = dKc + (size_t)C * dd, *Xt = dX + (size_t)C * ldx;
     float *dS = Xt + (size_t)ldx * C, *dSn = dS + ss, *w = dSn + ss;
     int *id = (int *)(w + C);
-    mf__fw_bf bf = mf__fw_bf16_scratch(work, C, dd, dvp);
+    mf__fw_rnd bf = mf__fw_bf16_scratch(work, C, dd, dvp);
     for (i = 0; i < C; i++) id[i] = i;
     memset(dS, 0, 2 * ss * sizeof(float));
     for (c = nc - 1; c >= 0; c--) {
