@@ -637,8 +637,9 @@ MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
                    (mf_cpu_bf16_kernel: AMX tiles where the CPU and OS offer them, else the fp32
                    kernels on operands rounded to bf16; mf_ctx_set_bf16_kernel picks another), and
                    the small products inside the fused attention, relative attention and chunkwise
-                   fast-weight kernels take bf16 operand tiles (on the fp32 FMAs); the recurrent
-                   fast-weight form, the feedback step's attention and every activation stay fp32.
+                   fast-weight kernels and the feedback recurrence's per-step products take bf16
+                   operands (on the fp32 FMAs); the recurrent fast-weight form, the feedback step's
+                   attention and every activation stay fp32.
    mf_ctx_set_precision sets it for the context's device (set the device first); on CUDA it switches
    between steps (leaving bf16 while a step's bf16 activations are on the tape fails: call it after
    mf_reset). Returns 0, or -1 with the reason in ctx (tf32 on the CPU, bf16 on a GPU without it, an
@@ -10068,22 +10069,26 @@ static void mf__fb_pack_weight(float *P, const mf_tensor *w, int i, int n, int f
     else mf__fb_pack_rows(P, n * out, in, i * out, w->data, out);
 }
 static void mf__fb_pack(mf_ctx *ctx, const mf_model *m, float *P, int fwd) {
-    int N = m->cfg.n_layers, nb = mf__fb_nblk(m), u;
+    int N = m->cfg.n_layers, nb = mf__fb_nblk(m), u, bf16 = mf__attn_bf16(ctx);
+    long D = m->cfg.d_model;
     MF__PARFOR(ctx, 4 * N + 1, 2.0 * m->cfg.d_model * m->cfg.d_ff)
     for (u = 0; u <= 4 * N; u++) { /* one piece each (the key/value blocks together) */
         int i;
         mf_tensor *w, *b;
-        if (u == 4 * N)
+        if (u == 4 * N) {
             for (i = 0; i < nb; i++) {
                 mf__fb_kv_block(m, i, &w, &b);
                 mf__fb_pack_weight(mf__fb_piece(m, P, 0, MF__FB_KV), w, i, nb, fwd);
             }
-        else {
+            if (bf16) mf__bf16_round_n(mf__fb_piece(m, P, 0, MF__FB_KV), mf__fb_piece(m, P, 0, MF__FB_KV), NULL, nb * D * D);
+        } else {
             const mf__layer *L = &m->layers[u / 4];
             const mf__fb_layer *A = MF__FB_L(m, u / 4);
             mf_tensor *piece[4];
+            float *pc = mf__fb_piece(m, P, u / 4, u % 4);
             piece[MF__FB_Q] = A->wq; piece[MF__FB_OUT] = A->wo; piece[MF__FB_FC1] = L->fc1_w; piece[MF__FB_FC2] = L->fc2_w;
-            mf__fb_pack_weight(mf__fb_piece(m, P, u / 4, u % 4), piece[u % 4], 0, 1, fwd);
+            mf__fb_pack_weight(pc, piece[u % 4], 0, 1, fwd);
+            if (bf16) mf__bf16_round_n(pc, pc, NULL, (long)piece[u % 4]->ne); /* bf16 products: once per call */
         }
     }
 }
@@ -10112,7 +10117,14 @@ typedef struct mf__fb_fwd {
     float *lse;          /* [N][T][B][H] attention log-sum-exp */
     float *mem;          /* [T][B][D] the memories m_t */
     float *tmp;          /* [B][max(D, ld)] scratch */
+    float *rb;           /* [B][max(ld, F)]: the bf16 copy of a product's row operand (bf16 products,
+                            mf__fb_in); NULL in fp32 */
 } mf__fb_fwd;
+/* x [rows][n] as a product of the recurrence reads it: rounded to bf16 into rb (a CPU context in
+   MF_PREC_BF16: the packed weights are rounded too, mf__fb_pack; docs/math.md §22.5), or x */
+static const float *mf__fb_in(float *rb, const float *x, int rows, int n) {
+    return rb ? mf__bf16_rows(rb, x, n, rows, n) : x;
+}
 
 /* row block of layer l, step t in a [layer][T][B][w] buffer */
 #define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
@@ -10283,20 +10295,20 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             mf__layernorm_rows(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
             { /* q = z Wq^T, then the attention */
                 mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
-                a.pin = z; a.pw = mf__fb_piece(f->m, f->wf, l, MF__FB_Q);
+                a.pin = mf__fb_in(f->rb, z, B, D); a.pw = mf__fb_piece(f->m, f->wf, l, MF__FB_Q);
                 mf__fb_attn_forward(ctx, &a);
                 if (f->m->probe) mf__fb_probe(f, l, t, &a);
             }
-            mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, A->bo, B, f->tmp);
+            mf__fb_linear(ctx, mf__fb_in(f->rb, o, B, D), mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, A->bo, B, f->tmp);
             mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
             for (e = 0; e < bd; e++) xm[e] = x[e] + f->tmp[e];
         } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* no memory yet: no attention sub-layer */
         /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
         mf__layernorm_rows(ctx, xm, L->ln2_w, L->ln2_b, c->ln_eps, B, D, y2, MF__FB_AT(f, f->st2, l, t, 2));
-        mf__fb_linear(ctx, y2, mf__fb_piece(f->m, f->wf, l, MF__FB_FC1), D, F, L->fc1_b, B, a1);
+        mf__fb_linear(ctx, mf__fb_in(f->rb, y2, B, D), mf__fb_piece(f->m, f->wf, l, MF__FB_FC1), D, F, L->fc1_b, B, a1);
         mf__fb_act(ctx, c->ffn_act, a1, g1, NULL, NULL, B * F);
         mf__fb_dropout(ctx, f, 1, l, t, g1, F);
-        mf__fb_linear(ctx, g1, mf__fb_piece(f->m, f->wf, l, MF__FB_FC2), F, D, L->fc2_b, B, f->tmp);
+        mf__fb_linear(ctx, mf__fb_in(f->rb, g1, B, F), mf__fb_piece(f->m, f->wf, l, MF__FB_FC2), F, D, L->fc2_b, B, f->tmp);
         mf__fb_dropout(ctx, f, 2, l, t, f->tmp, D);
         for (e = 0; e < bd; e++) y[e] = xm[e] + f->tmp[e];
     }
@@ -10309,7 +10321,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
     }
     if (t < f->T - 1 || f->gen) {
         int nb = mf__fb_nblk(f->m), ld = nb * D, b, j;
-        mf__fb_pmm(ctx, B, mem, D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, NULL, f->tmp, ld, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, mem, B, D), D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, NULL, f->tmp, ld, 0);
         for (i = 0; i < nb; i++) {
             mf_tensor *w, *bias;
             mf__fb_kv_block(f->m, i, &w, &bias);
@@ -10344,6 +10356,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     f->work = (float *)mf__alloc(ctx, (size_t)(H * mf__fb_attn_work(B, f->nr, D / H)) * fl);
     mf__fb_alloc_steps(ctx, f);
     f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
+    f->rb = mf__attn_bf16(ctx) ? (float *)mf__alloc(ctx, (size_t)B * (ld > (size_t)c->d_ff ? ld : (size_t)c->d_ff) * fl) : NULL;
     if (!f->gen) f->slots = (float *)mf__alloc(ctx, 2 * tb * ld * fl);
     if (!f->gen) f->wf = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
     if (!mf_ok(ctx)) return;
@@ -10387,7 +10400,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
     if (has_dm) { /* the readers of slot t are done: dm_t = dK|dV_t Wkv; dsw[l] += dm_t . hs_t[l] */
         float *kv = g->kv + (int64_t)t * B * ld;
         mf__fb_slot_grad(f, g->slots, t, kv);
-        mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, NULL, dm, D, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, kv, B, ld), ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, NULL, dm, D, 0);
         for (l = 0; l <= N; l++) g->dsw[l] += mf__vdot((int)bd, dm, MF__FB_AT(f, f->hs, l, t, D), MF__TAIL_SCALAR);
     }
     for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
@@ -10398,10 +10411,10 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
         /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
         memcpy(fo, dh, (size_t)bd * sizeof(float));
         mf__fb_dropout(ctx, f, 2, l, t, fo, D);
-        mf__fb_pmm(ctx, B, fo, D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, NULL, df, F, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, fo, B, D), D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, NULL, df, F, 0);
         mf__fb_dropout(ctx, f, 1, l, t, df, F);
         mf__fb_act(ctx, c->ffn_act, MF__FB_AT(f, f->a1, l, t, F), MF__FB_AT(f, f->g1, l, t, F), df, da1, B * F);
-        mf__fb_pmm(ctx, B, da1, F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, NULL, dd, D, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, da1, B, F), F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, NULL, dd, D, 0);
         mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->xm, l, t, D), MF__FB_AT(f, f->st2, l, t, 2), L->ln2_w, L->ln2_b,
                                   dd, dh, B, D);
         if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
@@ -10414,13 +10427,13 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
                 mf__fb_attn a = mf__fb_layer_attn(f, l, t, q, (float *)o, (float *)lse);
                 int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
                 int64_t rows = (int64_t)l * H * f->nr;
-                a.pin = ao; a.pw = mf__fb_piece(f->m, g->wb, l, MF__FB_OUT);
+                a.pin = mf__fb_in(f->rb, ao, B, D); a.pw = mf__fb_piece(f->m, g->wb, l, MF__FB_OUT);
                 a.dout = dd; a.dq = dq; a.du = mf__g(MF__FB_L(f->m, l)->rel_u);
                 a.dk = g->slots + mf__fb_slot_head(f, kv, 0, 0, 1); a.dv = g->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 1);
                 a.dr = g->rh + rows * (D / H); a.ds = g->sh + rows;
                 mf__fb_attn_backward(ctx, &a);
             }
-            mf__fb_pmm(ctx, B, dq, D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, NULL, dd, D, 0);
+            mf__fb_pmm(ctx, B, mf__fb_in(f->rb, dq, B, D), D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, NULL, dd, D, 0);
             mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
                                       dd, dh, B, D);
         }

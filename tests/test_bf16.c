@@ -239,36 +239,45 @@ static void test_precision_api(void) {
 }
 
 /* A model's logits in bf16 against fp32 at the same weights: rounded (not equal) and close: every
-   product's inputs are rounded once (2^-8 of its terms' magnitudes), over two layers */
+   product's inputs are rounded once (2^-8 of its terms' magnitudes), over two layers; for the
+   mixers whose products run in their own kernels too (the tile products of the fused and relative
+   attention, the chunkwise fast weights, the feedback recurrence's per-step products) */
 static void test_model_logits(void) {
-    mf_model_config cfg = mf_model_config_default();
+    static const mf_mixer_kind mixers[] = {MF_MIXER_SDPA, MF_MIXER_RELATIVE, MF_MIXER_FAST_WEIGHTS, MF_MIXER_FEEDBACK};
     const int32_t ids[16] = {1, 5, 2, 9, 3, 3, 7, 0, 4, 8, 6, 2, 1, 10, 5, 7};
-    float *l32, *l16;
-    int64_t n;
-    mf_ctx *ctx = mf_ctx_new(3);
-    mf_model *m;
-    mf_tensor *t;
-    cfg.vocab = 11; cfg.d_model = 32; cfg.n_heads = 2; cfg.n_layers = 2; cfg.d_ff = 64; cfg.max_seq = 16;
-    cfg.dropout = 0;
-    m = mf_model_new(ctx, &cfg);
-    t = mf_model_forward(m, ids, 1, 16);
-    n = t ? t->ne : 0;
-    l32 = malloc(sizeof(float) * (size_t)n);
-    l16 = malloc(sizeof(float) * (size_t)n);
-    MFT_CHECK(t && mf_to_host(ctx, t, l32) == 0);
-    mf_reset(ctx);
-    MFT_CHECK(mf_ctx_set_bf16_kernel(ctx, MF_BF16_PORTABLE) == 0 && mf_ctx_set_precision(ctx, MF_PREC_BF16) == 0);
-    t = mf_model_forward(m, ids, 1, 16);
-    MFT_CHECK(t && mf_to_host(ctx, t, l16) == 0);
-    {
-        double e = mft_rel_err(l16, l32, n, 1.0);
-        printf("    logits in bf16 against fp32: relative error %.3g\n", e);
-        MFT_CHECK(e > 1e-5 && e < 8 * BF16_U);
+    int i;
+    for (i = 0; i < (int)(sizeof mixers / sizeof mixers[0]); i++) {
+        mf_model_config cfg = mf_model_config_default();
+        float *l32, *l16;
+        int64_t n;
+        mf_ctx *ctx;
+        mf_model *m;
+        mf_tensor *t;
+        if (!mf_mixer_compiled(mixers[i])) continue;
+        ctx = mf_ctx_new(3);
+        cfg.vocab = 11; cfg.d_model = 32; cfg.n_heads = 2; cfg.n_layers = 2; cfg.d_ff = 64; cfg.max_seq = 16;
+        cfg.dropout = 0; cfg.mixer = mixers[i];
+        if (mixers[i] == MF_MIXER_FAST_WEIGHTS) cfg.chunk_size = 4;
+        m = mf_model_new(ctx, &cfg);
+        t = mf_model_forward(m, ids, 1, 16);
+        n = t ? t->ne : 0;
+        l32 = malloc(sizeof(float) * (size_t)(n ? n : 1));
+        l16 = malloc(sizeof(float) * (size_t)(n ? n : 1));
+        MFT_CHECK(t && mf_to_host(ctx, t, l32) == 0);
+        mf_reset(ctx);
+        MFT_CHECK(mf_ctx_set_bf16_kernel(ctx, MF_BF16_PORTABLE) == 0 && mf_ctx_set_precision(ctx, MF_PREC_BF16) == 0);
+        t = mf_model_forward(m, ids, 1, 16);
+        MFT_CHECK(t && mf_to_host(ctx, t, l16) == 0);
+        {
+            double e = mft_rel_err(l16, l32, n, 1.0);
+            printf("    %-12s logits in bf16 against fp32: relative error %.3g\n", mf_mixer_name(mixers[i]), e);
+            MFT_CHECK(e > 1e-5 && e < 8 * BF16_U);
+        }
+        MFT_CHECK(mf_ok(ctx));
+        free(l32); free(l16);
+        mf_model_free(m);
+        mf_ctx_free(ctx);
     }
-    MFT_CHECK(mf_ok(ctx));
-    free(l32); free(l16);
-    mf_model_free(m);
-    mf_ctx_free(ctx);
 }
 
 /* ---- the fused kernels' tile products in bf16 (docs/math.md §22.5) --------------------------------
