@@ -6378,8 +6378,9 @@ static int mf__attn_threads(mf_ctx *ctx, double work) {
     return 1;
 #endif
 }
-/* The fused kernels' tile products ([mf:attention], [mf:xl], the chunkwise fast weights) on bf16
-   operands: a CPU context in MF_PREC_BF16, whichever kernel its GEMMs run on (docs/math.md §22.5) */
+/* The fused kernels' small products ([mf:attention], [mf:xl], the chunkwise fast weights, the
+   feedback recurrence's steps) on bf16 operands: a CPU context in MF_PREC_BF16, whichever kernel its
+   GEMMs run on (docs/math.md §22.5) */
 static int mf__attn_bf16(const mf_ctx *ctx) { return mf__ctx_bf16(ctx) != MF_BF16_NONE; }
 static int mf__attn_thread_num(void) {
 #if MF__OMP
