@@ -649,8 +649,11 @@ MFDEF mf_device mf_ctx_device(const mf_ctx *ctx);
                    their memory; t->bf16, read them with mf_to_host / mf_item). On the CPU the GEMMs
                    (linear, matmul, head_matmul, conv1d) run on the CPU's bf16 kernel
                    (mf_cpu_bf16_kernel: AMX tiles where the CPU and OS offer them, else the fp32
-                   kernels on operands rounded to bf16; mf_ctx_set_bf16_kernel picks another); the
-                   fused attention, fast-weight and memory kernels and every activation stay fp32.
+                   kernels on operands rounded to bf16; mf_ctx_set_bf16_kernel picks another), and
+                   the small products inside the fused attention, relative attention and chunkwise
+                   fast-weight kernels and the feedback recurrence's per-step products take bf16
+                   operands (on the fp32 FMAs); the recurrent fast-weight form, the feedback step's
+                   attention and every activation stay fp32.
    mf_ctx_set_precision sets it for the context's device (set the device first); on CUDA it switches
    between steps (leaving bf16 while a step's bf16 activations are on the tape fails: call it after
    mf_reset). Returns 0, or -1 with the reason in ctx (tf32 on the CPU, bf16 on a GPU without it, an
@@ -4570,6 +4573,17 @@ static void mf__tile_mm(int m, int n, int k, const float *A, int ars, int acs, c
 #undef MF__TM_ROWS
 #undef MF__TM_DECL
 #undef MF__TM_TILE
+/* An operand of a bf16 tile product (MF_PREC_BF16 on a CPU context, docs/math.md §22.5): rows x n
+   floats of src (rows lds floats apart) rounded to bf16 (nearest even) into dst [rows][n], staged
+   once where the kernel loads the tile so that mf__tile_mm's inner loop stays the fp32 one (the
+   product of two bf16 values is exact in fp32: fp32 FMAs on rounded operands are bf16 products with
+   fp32 accumulation). dst may be src when lds == n. Returns dst. */
+static float *mf__bf16_rows(float *dst, const float *src, int64_t lds, int rows, int n) {
+    int r;
+    if (lds == n) mf__bf16_round_n(src, dst, NULL, (long)rows * n);
+    else for (r = 0; r < rows; r++) mf__bf16_round_n(src + r * lds, dst + (int64_t)r * n, NULL, n);
+    return dst;
+}
 
 /* ---- head_matmul: x [..., H, K] @ w [H, K, N] per head -> [..., H, N] ------------------------- */
 /* One strided GEMM per head over all R leading rows: head h's rows of x are H*K floats apart, its
@@ -6132,6 +6146,11 @@ static void mf__attn_drop_set(mf_ctx *ctx, mf_tensor *t, float p) {
    D: per thread with whole heads (built from the thread's copy of the head), else for every head
    (about the size of q plus out).
    Transposes (scale * Q^T, dO^T) go through registers in MF__AW x MF__AW blocks.
+   bf16 products (a CPU context in MF_PREC_BF16, docs/math.md §22.5): every tile product's operands
+   are rounded once where they are staged: the keys and values copied (per head or per key tile, as
+   token-major ones are) and rounded, scale * Q^T and dO^T after their transposes, P~ and dS into a
+   tile of their own (a fourth per thread in the backward), and in the backward a rounded copy of
+   each head's q, k, v, dO; the softmax, its statistics, D and every accumulator stay fp32.
    Tiles: 64 x 64 keeps a thread's tiles (scores, dP, Q^T, accumulator: ~50 KiB at d = 64) in L1/L2;
    64 queries = 4 AVX-512 vectors = one register tile row. */
 #define MF__AT_BQ 64 /* queries per tile: the vector axis of a score tile; a multiple of 16 */
@@ -6368,7 +6387,7 @@ static void mf__attn_online_init(float *m, float *l, float *acc, int dv) {
    mf__attn_drop_tile's element index of the tile and Tk), applied to P after the sum l. */
 static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float *vblk, int ldv, float *m, float *l,
                                   float *al, float *acc, int diag, int first, const mf__attn_drop *d, int64_t e0,
-                                  int64_t ld) {
+                                  int64_t ld, int bf16) {
     int ii, jj, c;
     for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) { /* MF__AW queries at a time */
         /* the max and the sum in 4 chains of keys jj % 4 (one chain would wait on each max / add) */
@@ -6397,6 +6416,7 @@ static void mf__attn_online_block(float *st, int bk, int bq, int dv, const float
         if (al[ii] != 1.0f)
             for (c = 0; c < dv; c++) acc[(int64_t)ii * dv + c] *= al[ii];
     if (d->p > 0.0f) mf__attn_drop_tile(d, st, st, bk, bq, e0, ld); /* after the sum: l is undropped */
+    if (bf16) mf__bf16_rows(st, st, MF__AT_BQ, bk, MF__AT_BQ); /* P~, the product's operand */
     mf__attn_mm_queries_acc(bq, dv, bk, st, vblk, ldv, acc, dv, diag, first);
 }
 /* o = acc / l (rows ldo floats apart) and the row log-sum-exp m + log l; a query that saw no key:
@@ -6429,9 +6449,11 @@ static int64_t mf__attn_fwd_floats(const mf__attn_geo *g) {
     return ((int64_t)(g->dk + g->dv + MF__AT_BK + 3) * MF__AT_BQ + (int64_t)MF__AT_BK * (g->dk + g->dv) + 15) & ~(int64_t)15;
 }
 /* Forward of query tile qt of head bh, the keys and values read from k, v (row 0 of the head, rows
-   ldk / ldv floats apart); work: (dk + 64 + dv + 3) * 64 + 64 (dk + dv) floats. */
+   ldk / ldv floats apart); work: (dk + 64 + dv + 3) * 64 + 64 (dk + dv) floats. bf16: the tile
+   products' operands rounded to bf16 (scale * Q^T, P~ and, when stage, the K and V tiles as they are
+   copied; without stage k and v hold bf16 values already) */
 static void mf__attn_fwd_tile_kv(mf_tensor *out, const mf__attn_drop *d, const mf__attn_geo *g, int64_t bh, int qt,
-                                 float *work, const float *k, int ldk, const float *v, int ldv) {
+                                 float *work, const float *k, int ldk, const float *v, int ldv, int bf16, int stage) {
     int Tq = g->Tq, Tk = g->Tk, dk = g->dk, dv = g->dv;
     int causal = out->iarg[MF__ARG_ATTN_CAUSAL], off = Tk - Tq, i0 = qt * MF__AT_BQ, j0, kend;
     int bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ;
@@ -6441,41 +6463,50 @@ static void mf__attn_fwd_tile_kv(mf_tensor *out, const mf__attn_drop *d, const m
     float *qt_ = work, *st = qt_ + (int64_t)dk * MF__AT_BQ, *acc = st + MF__AT_BK * MF__AT_BQ;
     float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
     float *kc = al + MF__AT_BQ, *vc = kc + (int64_t)MF__AT_BK * dk; /* contiguous K, V tiles (token-major) */
-    int pack = ldk != dk || ldv != dv;
+    int pack = ldk != dk || ldv != dv || stage;
     /* keys from kend on are hidden from every query of the tile */
     kend = causal ? (i0 + bq + off < Tk ? i0 + bq + off : Tk) : Tk;
     mf__attn_transpose(q, g->ld[MF__AT_Q], bq, MF__AT_BQ, dk, scale, qt_, MF__AT_BQ);
+    if (bf16) mf__bf16_rows(qt_, qt_, MF__AT_BQ, dk, MF__AT_BQ);
     mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK, diag = causal && j0 + bk - 1 > i0 + off;
         const float *kb = k + (int64_t)j0 * ldk, *vb = v + (int64_t)j0 * ldv;
         if (pack) { /* far-apart rows (see mf__attn_bwd_gather): the tile products read copies */
-            mf__attn_rows(kc, dk, kb, ldk, bk, dk, 0);
+            if (stage) mf__bf16_rows(kc, kb, ldk, bk, dk);
+            else mf__attn_rows(kc, dk, kb, ldk, bk, dk, 0);
             if (vb == kb && dv == dk) vb = kc;
+            else if (stage) vb = mf__bf16_rows(vc, vb, ldv, bk, dv);
             else { mf__attn_rows(vc, dv, vb, ldv, bk, dv, 0); vb = vc; }
             kb = kc;
         }
         mf__attn_mm_keys(bk, dk, kb, pack ? dk : ldk, qt_, MF__AT_BQ, st, diag, j0 - off - i0);
         if (diag) mf__attn_mask(st, j0, bk, i0, off);
         mf__attn_online_block(st, bk, bq, dv, vb, pack ? dv : ldv, m, l, al, acc, diag, j0 - off - i0, d,
-                              (bh * Tq + i0) * Tk + j0, Tk);
+                              (bh * Tq + i0) * Tk + j0, Tk, bf16);
     }
     mf__attn_online_finish(acc, m, l, bq, dv, o, g->ld[MF__AT_O], lse);
 }
 /* Forward of query tile qt of head bh (mf__attn_tiles_fwd's tile); qt < 0: every query tile of the
    head, with its far-apart keys and values (token-major rows) copied once into the end of work
-   (Tk (dk + dv) floats more) rather than a key tile per query tile. */
-static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
+   (Tk (dk + dv) floats more) rather than a key tile per query tile. bf16: the tile products on
+   operands rounded to bf16, the keys and values rounded as they are copied (per head or per tile). */
+static void mf__attn_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work, int bf16) {
     const mf__attn_geo g = mf__attn_geo_of(out);
     const float *k = out->src[1]->data + mf__attn_at(&g, MF__AT_K, bh, 0);
     const float *v = out->src[2]->data + mf__attn_at(&g, MF__AT_V, bh, 0);
     float *kh = work + mf__attn_fwd_floats(&g), *vh = kh + (int64_t)g.Tk * g.dk;
-    if (qt >= 0) { mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, k, g.ld[MF__AT_K], v, g.ld[MF__AT_V]); return; }
-    mf__attn_rows(kh, g.dk, k, g.ld[MF__AT_K], g.Tk, g.dk, 0);
+    if (qt >= 0) {
+        mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, k, g.ld[MF__AT_K], v, g.ld[MF__AT_V], bf16, bf16);
+        return;
+    }
+    if (bf16) mf__bf16_rows(kh, k, g.ld[MF__AT_K], g.Tk, g.dk);
+    else mf__attn_rows(kh, g.dk, k, g.ld[MF__AT_K], g.Tk, g.dk, 0);
     if (v == k && g.dv == g.dk) vh = kh; /* k = v (metric, quadratic: p): one copy */
+    else if (bf16) mf__bf16_rows(vh, v, g.ld[MF__AT_V], g.Tk, g.dv);
     else mf__attn_rows(vh, g.dv, v, g.ld[MF__AT_V], g.Tk, g.dv, 0);
     for (qt = (g.Tq + MF__AT_BQ - 1) / MF__AT_BQ - 1; qt >= 0; qt--)
-        mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, kh, g.dk, vh, g.dv);
+        mf__attn_fwd_tile_kv(out, d, &g, bh, qt, work, kh, g.dk, vh, g.dv, bf16, 0);
 }
 
 static int mf__attn_threads(mf_ctx *ctx, double work) {
@@ -6486,6 +6517,10 @@ static int mf__attn_threads(mf_ctx *ctx, double work) {
     return 1;
 #endif
 }
+/* The fused kernels' small products ([mf:attention], [mf:xl], the chunkwise fast weights, the
+   feedback recurrence's steps) on bf16 operands: a CPU context in MF_PREC_BF16, whichever kernel its
+   GEMMs run on (docs/math.md §22.5) */
+static int mf__attn_bf16(const mf_ctx *ctx) { return mf__ctx_bf16(ctx) != MF_BF16_NONE; }
 static int mf__attn_thread_num(void) {
 #if MF__OMP
     return omp_get_thread_num();
@@ -6497,12 +6532,14 @@ static int mf__attn_thread_num(void) {
    query tile, scratch) for every query tile of every head, on up to nt threads with `per` floats of
    scratch each (flops sizes the thread count); out->saved gets the log-sum-exp [BH][Tq].
    per_head > 0: when there are heads enough to keep the threads busy (4 per thread), a thread takes
-   whole heads instead, tile(..., head, -1, ...), with per + per_head floats of scratch. */
+   whole heads instead, tile(..., head, -1, ...), with per + per_head floats of scratch. tile's bf16:
+   the context's products are bf16 (a CPU context in MF_PREC_BF16: mf__attn_bf16). */
 static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, int64_t per_head, double flops,
-                               void (*tile)(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work)) {
+                               void (*tile)(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work,
+                                            int bf16)) {
     const mf__attn_geo g = mf__attn_geo_of(out);
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
-    int Tq = g.Tq, nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt, heads;
+    int Tq = g.Tq, nqt = (Tq + MF__AT_BQ - 1) / MF__AT_BQ, nt, heads, bf16 = mf__attn_bf16(ctx);
     int64_t BH = g.BH, n = BH * nqt, t;
     float *work;
     nt = mf__attn_threads(ctx, flops);
@@ -6516,7 +6553,8 @@ static void mf__attn_tiles_fwd(mf_ctx *ctx, mf_tensor *out, int64_t per, int64_t
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
     for (t = 0; t < n; t++) /* the last query tiles of a causal head have the most keys: go first */
-        tile(out, &d, heads ? t : t / nqt, heads ? -1 : nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num());
+        tile(out, &d, heads ? t : t / nqt, heads ? -1 : nqt - 1 - (int)(t % nqt), work + per * mf__attn_thread_num(),
+             bf16);
 }
 /* The backward's per-head inputs of head t: dO^T [dv][Tqp], the forward's lse [Tqp] (+inf
    padding) and D = rowsum(dO * O) [Tqp]; ge: the op's geometry (mf__attn_geo_of); g: dO of the head,
@@ -6537,7 +6575,7 @@ static void mf__attention_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf__attn_geo g = mf__attn_geo_of(out);
     int Tq = g.Tq, Tk = g.Tk, dk = g.dk, dv = g.dv;
     int64_t BH = g.BH;
-    int strided = g.ld[MF__AT_K] != dk || g.ld[MF__AT_V] != dv;
+    int strided = g.ld[MF__AT_K] != dk || g.ld[MF__AT_V] != dv || mf__attn_bf16(ctx); /* bf16: rounded copies */
     mf__attn_tiles_fwd(ctx, out, mf__attn_fwd_floats(&g), strided ? (int64_t)Tk * (dk + dv) : 0,
                        2.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0),
                        mf__attn_fwd_tile);
@@ -6566,19 +6604,32 @@ static mf__attn_head mf__attn_head_of(const mf_tensor *out, const mf__attn_geo *
 static int64_t mf__attn_gather_floats(const mf__attn_geo *ge) {
     return 2 * ((int64_t)ge->Tq * ge->dk + (int64_t)ge->Tk * (ge->dk + ge->dv)) + (int64_t)ge->Tq * ge->dv;
 }
-static mf__attn_head mf__attn_bwd_gather(const mf__attn_geo *ge, const mf__attn_head *t, float *w) {
-    mf__attn_head h;
+/* The head's inputs q, k, v, dO as [T][d] blocks in w ((Tq + Tk) (dk + dv) floats), copied when fill,
+   rounded to bf16 when bf16 (the tile products' operands, docs/math.md §22.5); the gradients stay t's */
+static mf__attn_head mf__attn_bwd_inputs(const mf__attn_geo *ge, const mf__attn_head *t, float *w, int fill, int bf16) {
+    mf__attn_head h = *t;
     int Tq = ge->Tq, Tk = ge->Tk, dk = ge->dk, dv = ge->dv;
     float *q = w, *k = q + (int64_t)Tq * dk, *v = k + (int64_t)Tk * dk, *o = v + (int64_t)Tk * dv;
-    float *gq = o + (int64_t)Tq * dv, *gk = gq + (int64_t)Tq * dk, *gv = gk + (int64_t)Tk * dk;
-    mf__attn_rows(q, dk, t->q, t->ldq, Tq, dk, 0); mf__attn_rows(k, dk, t->k, t->ldk, Tk, dk, 0);
-    if (t->v == t->k && dv == dk) v = k; /* k = v (metric, quadratic: p): one copy */
-    else mf__attn_rows(v, dv, t->v, t->ldv, Tk, dv, 0);
-    mf__attn_rows(o, dv, t->dO, t->ldo, Tq, dv, 0);
-    memset(gq, 0, (size_t)((int64_t)Tq * dk + (int64_t)Tk * (dk + dv)) * sizeof(float));
-    h.q = q; h.k = k; h.v = v; h.dO = o;
-    h.gq = t->gq ? gq : NULL; h.gk = t->gk ? gk : NULL; h.gv = t->gv ? gv : NULL;
+    int kv = t->v == t->k && dv == dk; /* k = v (metric, quadratic: p): one copy */
+    if (fill && bf16) {
+        mf__bf16_rows(q, t->q, t->ldq, Tq, dk); mf__bf16_rows(k, t->k, t->ldk, Tk, dk);
+        if (!kv) mf__bf16_rows(v, t->v, t->ldv, Tk, dv);
+        mf__bf16_rows(o, t->dO, t->ldo, Tq, dv);
+    } else if (fill) {
+        mf__attn_rows(q, dk, t->q, t->ldq, Tq, dk, 0); mf__attn_rows(k, dk, t->k, t->ldk, Tk, dk, 0);
+        if (!kv) mf__attn_rows(v, dv, t->v, t->ldv, Tk, dv, 0);
+        mf__attn_rows(o, dv, t->dO, t->ldo, Tq, dv, 0);
+    }
+    h.q = q; h.k = k; h.v = kv ? k : v; h.dO = o;
     h.ldq = h.ldk = dk; h.ldv = h.ldo = dv;
+    return h;
+}
+static mf__attn_head mf__attn_bwd_gather(const mf__attn_geo *ge, const mf__attn_head *t, float *w, int bf16) {
+    mf__attn_head h = mf__attn_bwd_inputs(ge, t, w, 1, bf16);
+    int Tq = ge->Tq, Tk = ge->Tk, dk = ge->dk, dv = ge->dv;
+    float *gq = w + (int64_t)(Tq + Tk) * (dk + dv), *gk = gq + (int64_t)Tq * dk, *gv = gk + (int64_t)Tk * dk;
+    memset(gq, 0, (size_t)((int64_t)Tq * dk + (int64_t)Tk * (dk + dv)) * sizeof(float));
+    h.gq = t->gq ? gq : NULL; h.gk = t->gk ? gk : NULL; h.gv = t->gv ? gv : NULL;
     return h;
 }
 static void mf__attn_bwd_scatter(const mf__attn_geo *ge, const mf__attn_head *t, const mf__attn_head *h) {
@@ -6592,9 +6643,12 @@ static void mf__attn_bwd_scatter(const mf__attn_geo *ge, const mf__attn_head *t,
    hd: the head's scale * Q^T [dk][Tqp], dO^T [dv][Tqp], lse [Tqp] (+inf padding), D [Tqp];
    st, dp: two 64 x 64 tiles of the thread; with dropout (d->p > 0) a third, pd, gets the dropped
    P~ = P * mask / (1 - p): dV += P~^T dO and dS = P * (mask dP~ / (1 - p) - D) = P~ dP~ - P D
-   (D = rowsum(dO * O) is still sum_j P dP: O = P~ V). */
+   (D = rowsum(dO * O) is still sum_j P dP: O = P~ V).
+   rt: NULL, or a tile for the bf16 copies of P~ and dS (bf16 products: hp's inputs and hd's
+   transposes hold bf16 values, mf__attention_backward; P and dS stay fp32 for dS and the sums). */
 static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__attn_drop *d, int64_t bh, int kt,
-                              int qt, const mf__attn_head *hp, const float *hd, float *st, float *dp, float *pd) {
+                              int qt, const mf__attn_head *hp, const float *hd, float *st, float *dp, float *pd,
+                              float *rt) {
     int Tq = ge->Tq, Tk = ge->Tk, dk = ge->dk, dv = ge->dv, causal = out->iarg[MF__ARG_ATTN_CAUSAL];
     int ldq = hp->ldq, ldk = hp->ldk, ldv = hp->ldv, ldo = hp->ldo;
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, off = Tk - Tq, jj, ii;
@@ -6618,8 +6672,11 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
             mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
         }
     if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
-    if (gv) /* dV += P^T dO (P~ with dropout) */
-        mf__attn_mm_keys_acc(bk, dv, bq, d->p > 0.0f ? pd : st, dO, ldo, gv + vj, ldv, diag, first);
+    if (gv) { /* dV += P^T dO (P~ with dropout) */
+        const float *pv = d->p > 0.0f ? pd : st;
+        if (rt) pv = mf__bf16_rows(rt, pv, MF__AT_BQ, bk, MF__AT_BQ);
+        mf__attn_mm_keys_acc(bk, dv, bq, pv, dO, ldo, gv + vj, ldv, diag, first);
+    }
     if (!gk && !gq) return;
     /* dP^T = v dO^T; dS^T = scale * P^T * (dP^T - D), 0 where P is (dP^T is not computed there) */
     mf__attn_mm_keys(bk, dv, v, ldv, dot, Tqp, dp, diag, first);
@@ -6640,6 +6697,7 @@ static void mf__attn_bwd_pair(mf_tensor *out, const mf__attn_geo *ge, const mf__
                 mf__av_store(g + ii, mf__av_mul(ds, mf__av_set1(scale)));
             }
     }
+    if (rt) dp = mf__bf16_rows(rt, dp, MF__AT_BQ, bk, MF__AT_BQ);
     if (gq) /* dQ += dS K */
         mf__attn_mm_queries_acc(bq, dk, bk, dp, k, ldk, gq + qi, ldq, diag, first);
     if (gk) /* dK += dS^T Q */
@@ -6663,17 +6721,20 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int Tqp = nqt * MF__AT_BQ, nt, pass, need_kv = mf__g(K) || mf__g(V), need_q = mf__g(Q) != NULL;
     int64_t BH = ge.BH, hs = (int64_t)(dk + dv + 2) * Tqp, t;
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
-    int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile;
+    int bf16 = mf__attn_bf16(ctx), np = (d.p > 0.0f ? 3 : 2) + bf16; /* bf16: a tile for the rounded P~, dS */
+    int64_t tile = MF__AT_BK * MF__AT_BQ, per = np * tile, in = (int64_t)(Tq + Tk) * (dk + dv);
     int gather = ge.ld[MF__AT_Q] != dk || ge.ld[MF__AT_K] != dk || ge.ld[MF__AT_V] != dv || ge.ld[MF__AT_O] != dv;
-    float *head, *work;
+    float *head, *work, *rin = NULL;
     if (!need_kv && !need_q) return;
     nt = mf__attn_threads(ctx, 5.0 * (double)BH * Tq * Tk * (dk + dv) * (out->iarg[MF__ARG_ATTN_CAUSAL] ? 0.5 : 1.0));
     /* Whole heads per thread (5 products per tile pair) when that keeps the threads about as busy
        as the split (7 products per pair); else the dK/dV pass, then the dQ pass. A thread's head
        (copied first when its rows are far apart) gives its per-head inputs: scale * Q^T [dk][Tqp],
-       dO^T [dv][Tqp], lse [Tqp] (+inf padding), D = rowsum(dO * O) [Tqp]. */
+       dO^T [dv][Tqp], lse [Tqp] (+inf padding), D = rowsum(dO * O) [Tqp]. bf16: the tile products'
+       operands rounded once per head (a copy of q, k, v, dO, and the two transposes); lse and D,
+       from the fp32 values, stay fp32. */
     if (need_kv && need_q && (double)((BH + nt - 1) / nt) <= 1.4 * (double)BH / nt) {
-        int64_t gper = gather ? (mf__attn_gather_floats(&ge) + 15) & ~(int64_t)15 : 0, tper = per + hs + gper;
+        int64_t gper = gather || bf16 ? (mf__attn_gather_floats(&ge) + 15) & ~(int64_t)15 : 0, tper = per + hs + gper;
         work = (float *)mf__alloc(ctx, (size_t)(tper * nt) * sizeof(float));
         if (!work) return;
 #if MF__OMP
@@ -6683,24 +6744,34 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             float *st = work + tper * mf__attn_thread_num(), *hd = st + per;
             mf__attn_head th = mf__attn_head_of(out, &ge, t, 3), h = th;
             int kt, qt;
-            if (gather) h = mf__attn_bwd_gather(&ge, &th, hd + hs);
-            mf__attn_bwd_tables(out, &ge, t, h.q, h.ldq, h.dO, h.ldo, Tqp, hd);
+            if (bf16) mf__attn_bwd_tables(out, &ge, t, th.q, th.ldq, th.dO, th.ldo, Tqp, hd);
+            if (gather || bf16) h = mf__attn_bwd_gather(&ge, &th, hd + hs, bf16);
+            if (bf16) mf__bf16_rows(hd, hd, Tqp, dk + dv, Tqp);
+            else mf__attn_bwd_tables(out, &ge, t, h.q, h.ldq, h.dO, h.ldo, Tqp, hd);
             for (kt = 0; kt < nkt; kt++)
                 for (qt = 0; qt < nqt; qt++)
-                    mf__attn_bwd_pair(out, &ge, &d, t, kt, qt, &h, hd, st, st + tile, st + 2 * tile);
-            if (gather) mf__attn_bwd_scatter(&ge, &th, &h);
+                    mf__attn_bwd_pair(out, &ge, &d, t, kt, qt, &h, hd, st, st + tile, st + 2 * tile,
+                                      bf16 ? st + (np - 1) * tile : NULL);
+            if (gather || bf16) mf__attn_bwd_scatter(&ge, &th, &h);
         }
         return;
     }
     head = (float *)mf__alloc(ctx, (size_t)(BH * hs) * sizeof(float));
     work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
-    if (!head || !work) return;
+    if (bf16) rin = (float *)mf__alloc(ctx, (size_t)(BH * in) * sizeof(float)); /* every head's rounded inputs */
+    if (!head || !work || (bf16 && !rin)) return;
 #if MF__OMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
-    for (t = 0; t < BH; t++)
+    for (t = 0; t < BH; t++) {
         mf__attn_bwd_tables(out, &ge, t, Q->data + mf__attn_at(&ge, MF__AT_Q, t, 0), ge.ld[MF__AT_Q], NULL, 0, Tqp,
                             head + t * hs);
+        if (bf16) {
+            mf__attn_head th = mf__attn_head_of(out, &ge, t, 3);
+            mf__bf16_rows(head + t * hs, head + t * hs, Tqp, dk + dv, Tqp);
+            mf__attn_bwd_inputs(&ge, &th, rin + t * in, 1, 1);
+        }
+    }
     for (pass = 0; pass < 2; pass++) { /* 0: dK, dV over (head, key tile); 1: dQ over (head, query tile) */
         int nown = pass == 0 ? nkt : nqt, nloop = pass == 0 ? nqt : nkt;
         int64_t n = BH * nown;
@@ -6713,9 +6784,10 @@ static void mf__attention_backward(mf_ctx *ctx, mf_tensor *out) {
             int own = (int)(t % nown), x;
             float *st = work + per * mf__attn_thread_num();
             mf__attn_head h = mf__attn_head_of(out, &ge, bh, pass == 0 ? 1 : 2);
+            if (bf16) h = mf__attn_bwd_inputs(&ge, &h, rin + bh * in, 0, 1);
             for (x = 0; x < nloop; x++)
                 mf__attn_bwd_pair(out, &ge, &d, bh, pass == 0 ? own : x, pass == 0 ? x : own, &h, head + bh * hs, st,
-                                  st + tile, st + 2 * tile);
+                                  st + tile, st + 2 * tile, bf16 ? st + (np - 1) * tile : NULL);
         }
     }
 }
@@ -8130,15 +8202,23 @@ static mf_tensor *mf__merge_heads(mf_ctx *ctx, mf_tensor *o) {
 #define MF__RA_GT (2 * MF__AT_BQ) /* rows of the positional tile: bk + bq - 1 <= 127 */
 
 /* The scores st[jj][ii] of a pair of head bh (content + position + causal mask); qu, qs: the
-   query tile's scale * (Q + u)^T and scale * Q^T, [dk][ldq]; gt: MF__RA_GT x 64 scratch. */
+   query tile's scale * (Q + u)^T and scale * Q^T, [dk][ldq]; gt: MF__RA_GT x 64 scratch.
+   rk: NULL, or scratch for the bf16 copies of the key tile and the table rows (64 + MF__RA_GT) dk
+   floats (bf16 products: qu and qs hold bf16 values) */
 static void mf__rel_scores(const mf_tensor *out, int64_t bh, int i0, int bq, int j0, int bk,
-                           const float *qu, const float *qs, int ldq, float *st, float *gt) {
+                           const float *qu, const float *qs, int ldq, float *st, float *gt, float *rk) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *R = out->src[4], *S = out->src[5];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], H = Q->shape[1], h = (int)(bh % H);
-    int M = Tk - Tq, nc = bk + bq - 1, rho0 = R->shape[0] / 2 + j0 - (i0 + bq - 1) - M, c, jj, ii;
+    int M = Tk - Tq, nc = bk + bq - 1, rho0 = R->shape[0] / 2 + j0 - (i0 + bq - 1) - M, c, jj, ii, ldr = H * dk;
     float scale = out->farg[MF__FARG_ATTN_SCALE];
-    mf__tile_mm(bk, MF__AT_BQ, dk, K->data + (bh * Tk + j0) * dk, dk, 1, qu, ldq, st, MF__AT_BQ, 0);
-    mf__tile_mm(nc, MF__AT_BQ, dk, R->data + ((int64_t)rho0 * H + h) * dk, H * dk, 1, qs, ldq, gt, MF__AT_BQ, 0);
+    const float *k = K->data + (bh * Tk + j0) * dk, *r = R->data + ((int64_t)rho0 * H + h) * dk;
+    if (rk) {
+        k = mf__bf16_rows(rk, k, dk, bk, dk);
+        r = mf__bf16_rows(rk + (int64_t)MF__AT_BK * dk, r, ldr, nc, dk);
+        ldr = dk;
+    }
+    mf__tile_mm(bk, MF__AT_BQ, dk, k, dk, 1, qu, ldq, st, MF__AT_BQ, 0);
+    mf__tile_mm(nc, MF__AT_BQ, dk, r, ldr, 1, qs, ldq, gt, MF__AT_BQ, 0);
     for (c = 0; c < nc; c++) {
         mf__av s = mf__av_set1(scale * S->data[(int64_t)(rho0 + c) * H + h]);
         float *g = gt + c * MF__AT_BQ;
@@ -8188,7 +8268,9 @@ static int mf__rel_attention_shape(mf_ctx *ctx, mf_tensor *out) {
     return 0;
 }
 
-static void mf__rel_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work) {
+/* work: (2 dk + 64 + MF__RA_GT + dv + 3) 64 floats, and with bf16 (64 + MF__RA_GT) dk + 64 dv more
+   for the rounded key, table and value tiles */
+static void mf__rel_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int qt, float *work, int bf16) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
     int M = Tk - Tq, i0 = qt * MF__AT_BQ, bq = Tq - i0 < MF__AT_BQ ? Tq - i0 : MF__AT_BQ, kend, j0;
@@ -8198,15 +8280,19 @@ static void mf__rel_fwd_tile(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
     float *qs = work, *qu = qs + (int64_t)dk * MF__AT_BQ, *st = qu + (int64_t)dk * MF__AT_BQ;
     float *gt = st + MF__AT_BK * MF__AT_BQ, *acc = gt + MF__RA_GT * MF__AT_BQ;
     float *m = acc + (int64_t)MF__AT_BQ * dv, *l = m + MF__AT_BQ, *al = l + MF__AT_BQ;
+    float *rk = bf16 ? al + MF__AT_BQ : NULL, *rv = al + MF__AT_BQ + (int64_t)(MF__AT_BK + MF__RA_GT) * dk;
     kend = i0 + bq + M < Tk ? i0 + bq + M : Tk; /* later keys are hidden from the whole tile */
     mf__attn_transpose(Q->data + (bh * Tq + i0) * dk, dk, bq, MF__AT_BQ, dk, scale, qs, MF__AT_BQ);
     mf__rel_add_u(qs, MF__AT_BQ, bq, dk, U->data + (int64_t)(bh % H) * dk, scale, qu);
+    if (bf16) mf__bf16_rows(qs, qs, MF__AT_BQ, 2 * dk, MF__AT_BQ); /* scale Q^T and scale (Q + u)^T, after the sum */
     mf__attn_online_init(m, l, acc, dv);
     for (j0 = 0; j0 < kend; j0 += MF__AT_BK) {
         int bk = kend - j0 < MF__AT_BK ? kend - j0 : MF__AT_BK;
-        mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, MF__AT_BQ, st, gt);
-        mf__attn_online_block(st, bk, bq, dv, v + (int64_t)j0 * dv, dv, m, l, al, acc, j0 + bk - 1 > i0 + M, j0 - M - i0,
-                              d, (bh * Tq + i0) * Tk + j0, Tk);
+        const float *vb = v + (int64_t)j0 * dv;
+        mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, MF__AT_BQ, st, gt, rk);
+        if (bf16) vb = mf__bf16_rows(rv, vb, dv, bk, dv);
+        mf__attn_online_block(st, bk, bq, dv, vb, dv, m, l, al, acc, j0 + bk - 1 > i0 + M, j0 - M - i0,
+                              d, (bh * Tq + i0) * Tk + j0, Tk, bf16);
     }
     mf__attn_online_finish(acc, m, l, bq, dv, o, dv, lse);
 }
@@ -8215,17 +8301,21 @@ static void mf__rel_attention_forward(mf_ctx *ctx, mf_tensor *out) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3];
     int64_t BH = (int64_t)Q->shape[0] * Q->shape[1];
-    mf__attn_tiles_fwd(ctx, out, ((int64_t)(2 * dk + MF__AT_BK + MF__RA_GT + dv + 3) * MF__AT_BQ + 15) & ~(int64_t)15, 0,
-                       2.0 * (double)BH * Tq * Tk * (2 * dk + dv), mf__rel_fwd_tile);
+    int64_t per = (int64_t)(2 * dk + MF__AT_BK + MF__RA_GT + dv + 3) * MF__AT_BQ;
+    if (mf__attn_bf16(ctx)) per += (int64_t)(MF__AT_BK + MF__RA_GT) * dk + (int64_t)MF__AT_BK * dv;
+    mf__attn_tiles_fwd(ctx, out, (per + 15) & ~(int64_t)15, 0, 2.0 * (double)BH * Tq * Tk * (2 * dk + dv),
+                       mf__rel_fwd_tile);
 }
 
 /* Backward of the pair (key tile kt, query tile qt) of head bh. hd: the head's scale * Q^T,
    scale * (Q + u)^T [dk][Tqp] each, dO^T [dv][Tqp], lse [Tqp], D [Tqp]; part: the head's partial
    dR [Tq + Tk - 1][dk], dS [Tq + Tk - 1], du [dk] (row g <-> table row P - Tk + 1 + g);
    st, dp: 64 x 64 tiles, gt: MF__RA_GT x 64; pd: a third 64 x 64 tile for the dropped P~ (dropout
-   as in mf__attn_bwd_pair, over the memories too). */
+   as in mf__attn_bwd_pair, over the memories too). rt: NULL, or scratch (mf__rel_bf16_floats) for the
+   bf16 copies of the tile products' operands (bf16 products: hd's transposes hold bf16 values): P~
+   and dS, the key, table, value, query and dO tiles; dS's sums (du, dS_table) stay fp32. */
 static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh, int kt, int qt, const float *hd,
-                             float *part, float *st, float *dp, float *gt, float *pd) {
+                             float *part, float *st, float *dp, float *gt, float *pd, float *rt) {
     const mf_tensor *Q = out->src[0], *K = out->src[1], *V = out->src[2], *U = out->src[3], *R = out->src[4];
     int Tq = Q->shape[2], Tk = K->shape[2], dk = Q->shape[3], dv = V->shape[3], H = Q->shape[1];
     int Tqp = (Tq + MF__AT_BQ - 1) / MF__AT_BQ * MF__AT_BQ, M = Tk - Tq, jj, ii, c;
@@ -8239,15 +8329,30 @@ static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
     const float *qs = hd + i0, *qu = hd + (int64_t)dk * Tqp + i0, *dot = hd + (int64_t)2 * dk * Tqp + i0;
     const float *lse = hd + (int64_t)(2 * dk + dv) * Tqp + i0, *D = lse + Tqp, *u = U->data + (int64_t)h * dk;
     float *pR = part, *pS = part + (int64_t)(Tq + Tk - 1) * dk, *pu = pS + (Tq + Tk - 1);
+    /* bf16: rt holds P~ / dS, the key tile, the table rows (as mf__rel_scores stages them), v, q, dO */
+    float *rk = rt ? rt + MF__AT_BK * MF__AT_BQ : NULL, *rr = rk ? rk + (int64_t)MF__AT_BK * dk : NULL;
+    const float *kr = k, *rrow = R->data + ((int64_t)rho0 * H + h) * dk;
+    int ldr = H * dk;
     if (j0 > i0 + bq - 1 + M) return; /* every key of the tile is hidden */
-    mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, Tqp, st, gt);
+    mf__rel_scores(out, bh, i0, bq, j0, bk, qu, qs, Tqp, st, gt, rk);
+    if (rt) { /* the rounded key and table rows mf__rel_scores staged; v, q, dO */
+        float *x = rr + (int64_t)MF__RA_GT * dk;
+        kr = rk; rrow = rr; ldr = dk;
+        v = mf__bf16_rows(x, v, dv, bk, dv);
+        q = mf__bf16_rows(x + (int64_t)MF__AT_BK * dv, q, dk, bq, dk);
+        dO = mf__bf16_rows(x + (int64_t)MF__AT_BK * dv + (int64_t)MF__AT_BQ * dk, dO, dv, bq, dv);
+    }
     for (jj = 0; jj < bk; jj++) /* P^T = exp(st - lse) */
         for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) {
             float *s = st + jj * MF__AT_BQ + ii;
             mf__av_store(s, mf__av_exp(mf__av_sub(mf__av_load(s), mf__av_load(lse + ii))));
         }
     if (d->p > 0.0f) mf__attn_drop_tile(d, pd, st, bk, bq, (bh * Tq + i0) * Tk + j0, Tk);
-    if (gv) mf__tile_mm(bk, dv, bq, d->p > 0.0f ? pd : st, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
+    if (gv) {
+        const float *pv = d->p > 0.0f ? pd : st;
+        if (rt) pv = mf__bf16_rows(rt, pv, MF__AT_BQ, bk, MF__AT_BQ);
+        mf__tile_mm(bk, dv, bq, pv, MF__AT_BQ, 1, dO, dv, gv + (bh * Tk + j0) * dv, dv, 1);
+    }
     if (!gq && !gk && !gu && !gR && !gS) return;
     /* dS^T = scale * P^T * (V dO^T - D); with dropout scale * (P~^T * V dO^T - P^T * D) */
     mf__tile_mm(bk, MF__AT_BQ, dv, v, dv, 1, dot, Tqp, dp, MF__AT_BQ, 0);
@@ -8261,8 +8366,11 @@ static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
             else ds = mf__av_mul(p, mf__av_sub(mf__av_load(g), mf__av_load(D + ii)));
             mf__av_store(g, mf__av_mul(ds, mf__av_set1(scale)));
         }
-    if (gq) mf__tile_mm(bq, dk, bk, dp, 1, MF__AT_BQ, k, dk, gq + (bh * Tq + i0) * dk, dk, 1);
-    if (gk) mf__tile_mm(bk, dk, bq, dp, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
+    {
+        const float *ds = rt ? mf__bf16_rows(rt, dp, MF__AT_BQ, bk, MF__AT_BQ) : dp;
+        if (gq) mf__tile_mm(bq, dk, bk, ds, 1, MF__AT_BQ, kr, dk, gq + (bh * Tq + i0) * dk, dk, 1);
+        if (gk) mf__tile_mm(bk, dk, bq, ds, MF__AT_BQ, 1, q, dk, gk + (bh * Tk + j0) * dk, dk, 1);
+    }
     if (gk || gu)
         for (jj = 0; jj < bk; jj++) { /* the u term: dK += rowsum(dS^T) u, du += rowsum(dS^T) k */
             float cs = 0;
@@ -8274,15 +8382,20 @@ static void mf__rel_bwd_pair(mf_tensor *out, const mf__attn_drop *d, int64_t bh,
     memset(gt, 0, (size_t)nc * MF__AT_BQ * sizeof(float)); /* dG: the diagonal scattered back */
     for (jj = 0; jj < bk; jj++)
         for (ii = 0; ii < bq; ii++) gt[(jj - ii + bq - 1) * MF__AT_BQ + ii] = dp[jj * MF__AT_BQ + ii];
-    if (gq) mf__tile_mm(bq, dk, nc, gt, 1, MF__AT_BQ, R->data + ((int64_t)rho0 * H + h) * dk, H * dk,
-                        gq + (bh * Tq + i0) * dk, dk, 1);
-    if (gR) mf__tile_mm(nc, dk, bq, gt, MF__AT_BQ, 1, q, dk, pR + (int64_t)g0 * dk, dk, 1);
-    if (gS)
+    if (gS) /* (from the fp32 dG, before bf16 rounds it) */
         for (c = 0; c < nc; c++) {
             mf__av s = mf__av_zero();
             for (ii = 0; ii < MF__AT_BQ; ii += MF__AW) s = mf__av_add(s, mf__av_load(gt + c * MF__AT_BQ + ii));
             pS[g0 + c] += mf__av_hsum(s);
         }
+    if (rt && (gq || gR)) mf__bf16_rows(gt, gt, MF__AT_BQ, nc, MF__AT_BQ);
+    if (gq) mf__tile_mm(bq, dk, nc, gt, 1, MF__AT_BQ, rrow, ldr, gq + (bh * Tq + i0) * dk, dk, 1);
+    if (gR) mf__tile_mm(nc, dk, bq, gt, MF__AT_BQ, 1, q, dk, pR + (int64_t)g0 * dk, dk, 1);
+}
+/* floats of mf__rel_bwd_pair's bf16 scratch rt */
+static int64_t mf__rel_bf16_floats(int dk, int dv) {
+    return (int64_t)MF__AT_BK * MF__AT_BQ + (int64_t)(MF__AT_BK + MF__RA_GT + MF__AT_BQ) * dk
+           + (int64_t)(MF__AT_BK + MF__AT_BQ) * dv;
 }
 
 static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
@@ -8293,14 +8406,16 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
     int64_t BH = (int64_t)B * H, hs = (int64_t)(2 * dk + dv + 2) * Tqp, ps = (int64_t)ng * (dk + 1) + dk, t;
     mf__attn_drop d = mf__attn_drop_of(ctx, out);
     const mf__attn_geo ge = mf__attn_geo_of(out);
-    int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile + MF__RA_GT * MF__AT_BQ;
+    int64_t tile = MF__AT_BK * MF__AT_BQ, per = (d.p > 0.0f ? 3 : 2) * tile + MF__RA_GT * MF__AT_BQ, rtf = 0;
     float scale = out->farg[MF__FARG_ATTN_SCALE], *head, *part, *work;
+    int bf16 = mf__attn_bf16(ctx);
     float *gu = mf__g(U), *gR = mf__g(out->src[4]), *gS = mf__g(out->src[5]);
     int i;
     for (i = 0; i < 6 && !mf__g(out->src[i]); i++) {}
     if (i == 6) return;
     nt = mf__attn_threads(ctx, 4.0 * (double)BH * Tq * Tk * (2 * dk + dv));
     if (nt > BH) nt = (int)BH;
+    if (bf16) { rtf = per; per += mf__rel_bf16_floats(dk, dv); } /* rt: the bf16 operand copies */
     head = (float *)mf__alloc(ctx, (size_t)(BH * hs) * sizeof(float));
     part = (float *)mf__alloc(ctx, (size_t)(BH * ps) * sizeof(float));
     work = (float *)mf__alloc(ctx, (size_t)(per * nt) * sizeof(float));
@@ -8314,6 +8429,7 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
         mf__attn_transpose(Q->data + t * Tq * dk, dk, Tq, Tqp, dk, scale, qs, Tqp);
         mf__rel_add_u(qs, Tqp, Tq, dk, U->data + (t % H) * dk, scale, qu);
         mf__attn_bwd_head(out, &ge, t, NULL, 0, Tqp, dot, lse, lse + Tqp);
+        if (bf16) mf__bf16_rows(qs, qs, Tqp, 2 * dk + dv, Tqp); /* the transposes: operands of tile products */
         memset(part + t * ps, 0, (size_t)ps * sizeof(float));
     }
 #if MF__OMP
@@ -8325,7 +8441,7 @@ static void mf__rel_attention_backward(mf_ctx *ctx, mf_tensor *out) {
         for (kt = 0; kt < nkt; kt++)
             for (qt = 0; qt < nqt; qt++)
                 mf__rel_bwd_pair(out, &d, t, kt, qt, head + t * hs, part + t * ps, st, st + tile, st + 2 * tile,
-                                 st + 2 * tile + MF__RA_GT * MF__AT_BQ);
+                                 st + 2 * tile + MF__RA_GT * MF__AT_BQ, bf16 ? st + rtf : NULL);
     }
     /* the partials summed over b in order; table row P - Tk + 1 + g for the visible g < Tk */
 #if MF__OMP
@@ -9130,6 +9246,7 @@ static void mf__fw_transpose(const float *src, int64_t lds, int rows, int cols, 
    gradients dq, dk, dv, dbeta have the inputs' strides. */
 typedef struct mf__fwh {
     int T, dd, dv, dvp;
+    int bf16; /* the chunkwise form's products on bf16 operands (mf__attn_bf16: MF_PREC_BF16 on a CPU) */
     int64_t lq, lv, lb;
     const float *q, *k, *v, *beta;
 } mf__fwh;
@@ -9242,11 +9359,25 @@ static void mf__fw_rec_bwd(const mf__fwh *h, const float *ck, const float *dy, i
     }
 }
 
-/* floats of scratch per thread of the chunkwise forward / backward (chunk C) */
-static size_t mf__fw_chunk_work(int C, int dd, int dvp) {
+/* floats of scratch per thread of the chunkwise forward / backward (chunk C); bf16: and the bf16
+   copies of the chunk products' operands at its end (mf__fw_bf16_scratch) */
+static size_t mf__fw_chunk_work(int C, int dd, int dvp, int bf16) {
     size_t ldx = (size_t)dd + dvp;
     return (size_t)dd * C + 4 * (size_t)C * C + 5 * (size_t)C * dvp + 2 * (size_t)C * dd + 2 * ldx * C
-           + 2 * (size_t)dd * dvp + 2 * (size_t)C + 64;
+           + 2 * (size_t)dd * dvp + 2 * (size_t)C + 64
+           + (bf16 ? 3 * (size_t)C * dd + 4 * (size_t)dd * dvp + (size_t)C * dvp + (size_t)C * ldx : 0);
+}
+/* The bf16 copies of a chunk's operands (Q, K, W rows [C][dd], the states S^T, S and dL/dS in both
+   layouts, dY [C][dvp], G [C][dd + dvp]) in the scratch after the fp32 kernels' (docs/math.md §22.5:
+   the operands rounded once per chunk where they are loaded, the states and every sum fp32) */
+typedef struct mf__fw_rnd { float *q, *k, *w, *s, *sn, *ds, *dsn, *g, *gx; } mf__fw_rnd;
+static mf__fw_rnd mf__fw_bf16_scratch(float *work, int C, int dd, int dvp) {
+    mf__fw_rnd b;
+    size_t ss = (size_t)dd * dvp;
+    b.q = work + mf__fw_chunk_work(C, dd, dvp, 0); b.k = b.q + (size_t)C * dd; b.w = b.k + (size_t)C * dd;
+    b.s = b.w + (size_t)C * dd; b.sn = b.s + ss; b.ds = b.sn + ss; b.dsn = b.ds + ss;
+    b.g = b.dsn + ss; b.gx = b.g + (size_t)C * dvp;
+    return b;
 }
 /* rows t0 .. t0 + n - 1 of v (+ the ones column) into Vb [n][dvp], K^T into Kt [dd][n] */
 static void mf__fw_chunk_load(const mf__fwh *h, int t0, int n, float *Vb, float *Kt) {
@@ -9268,10 +9399,11 @@ static void mf__fw_chunk_solve(const mf__fwh *h, int t0, int n, const float *Gm,
         mf__fw_rows_sum(i, id, w, X, ldx, xi, 1);                    /* x_i -= sum_j A[i][j] x_j */
     }
 }
-/* U = U_ - W S^T for the chunk ([W, U_] = X rows, S^T [dd][dvp]) */
-static void mf__fw_chunk_u(int n, int dd, int dvp, const float *X, const float *S, float *U) {
+/* U = U_ - W S^T for the chunk ([W, U_] = X rows, S^T [dd][dvp]; the product reads W's rows from W,
+   ldw floats apart: X's, or their bf16 copy) */
+static void mf__fw_chunk_u(int n, int dd, int dvp, const float *X, const float *W, int ldw, const float *S, float *U) {
     int i, c, ldx = dd + dvp;
-    mf__tile_mm(n, dvp, dd, X, ldx, 1, S, dvp, U, dvp, 0);
+    mf__tile_mm(n, dvp, dd, W, ldw, 1, S, dvp, U, dvp, 0);
     for (i = 0; i < n; i++)
         for (c = 0; c < dvp; c++) U[(size_t)i * dvp + c] = X[(size_t)i * ldx + dd + c] - U[(size_t)i * dvp + c];
 }
@@ -9291,31 +9423,39 @@ static void mf__fw_chunk_fwd(const mf__fwh *h, int C, float *S, float *st, float
     float *Kt = work, *P = Kt + (size_t)dd * C, *Vb = P + (size_t)C * C, *U = Vb + (size_t)C * dvp;
     float *Xs = U + (size_t)C * dvp, *Sn = Xs + (size_t)C * ldx, *w = Sn + ss;
     int *id = (int *)(w + C);
+    mf__fw_rnd bf = mf__fw_bf16_scratch(work, C, dd, dvp);
     for (i = 0; i < C; i++) id[i] = i;
     if (st) mf__fw_transpose(S, dvp, dd, dvp, Sn, dd);
     for (c = 0; c < nc; c++) {
-        int t0 = c * C, n = T - t0 < C ? T - t0 : C;
-        const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *Uc = Vb;
-        float *Y = y + t0 * ldy;
+        int t0 = c * C, n = T - t0 < C ? T - t0 : C, lk = lq;
+        const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *Sb = S;
+        float *Uc = Vb, *Y = y + t0 * ldy;
         if (st) {
             memcpy(st + (size_t)c * ss, S, ss * sizeof(float));
             memcpy(stn + (size_t)c * ss, Sn, ss * sizeof(float));
         }
         for (i = t0 + C; i < T && i < t0 + 2 * C; i++) mf__fw_prefetch_token(h, i); /* the next chunk */
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
+        if (h->bf16) { /* the operands in bf16 (the fp32 rows stay for the solve) */
+            K = mf__bf16_rows(bf.k, K, lq, n, dd); Q = mf__bf16_rows(bf.q, Q, lq, n, dd); lk = dd;
+            mf__bf16_rows(Kt, Kt, n, dd, n);
+            Sb = mf__bf16_rows(bf.s, S, dvp, dd, dvp);
+        }
         if (h->beta) {
             float *Xc = X ? X + (int64_t)t0 * ldx : Xs;
-            mf__tile_mm(n, n, dd, K, lq, 1, Kt, n, P, n, 0);                  /* Gm = K K^T */
+            mf__tile_mm(n, n, dd, K, lk, 1, Kt, n, P, n, 0);                  /* Gm = K K^T */
             mf__fw_chunk_solve(h, t0, n, P, Vb, Xc, w, id);
-            mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
+            if (h->bf16) mf__fw_chunk_u(n, dd, dvp, Xc, mf__bf16_rows(bf.w, Xc, ldx, n, dd), dd, Sb, U);
+            else mf__fw_chunk_u(n, dd, dvp, Xc, Xc, ldx, S, U);
             Uc = U;
         }
-        mf__tile_mm(n, dvp, dd, Q, lq, 1, S, dvp, Y, (int)ldy, 0);           /* Y = Q S^T */
-        mf__tile_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);                      /* P = tril(Q K^T) */
+        mf__tile_mm(n, dvp, dd, Q, lk, 1, Sb, dvp, Y, (int)ldy, 0);          /* Y = Q S^T */
+        mf__tile_mm(n, n, dd, Q, lk, 1, Kt, n, P, n, 0);                      /* P = tril(Q K^T) */
         mf__fw_tril(P, n);
+        if (h->bf16) { mf__bf16_rows(P, P, n, n, n); mf__bf16_rows(Uc, Uc, dvp, n, dvp); }
         mf__tile_mm(n, dvp, n, P, n, 1, Uc, dvp, Y, (int)ldy, 1);            /* Y += P U */
-        mf__tile_mm(dd, dvp, n, K, 1, lq, Uc, dvp, S, dvp, 1);                /* S^T += K^T U */
-        if (st) mf__tile_mm(dvp, dd, n, Uc, 1, dvp, K, lq, Sn, dd, 1);        /* S += U^T K */
+        mf__tile_mm(dd, dvp, n, K, 1, lk, Uc, dvp, S, dvp, 1);                /* S^T += K^T U */
+        if (st) mf__tile_mm(dvp, dd, n, Uc, 1, dvp, K, lk, Sn, dd, 1);        /* S += U^T K */
     }
 }
 
@@ -9341,45 +9481,61 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
     float *dKc = dQc + (size_t)C * dd, *dX = dKc + (size_t)C * dd, *Xt = dX + (size_t)C * ldx;
     float *dS = Xt + (size_t)ldx * C, *dSn = dS + ss, *w = dSn + ss;
     int *id = (int *)(w + C);
+    mf__fw_rnd bf = mf__fw_bf16_scratch(work, C, dd, dvp);
     for (i = 0; i < C; i++) id[i] = i;
     memset(dS, 0, 2 * ss * sizeof(float));
     for (c = nc - 1; c >= 0; c--) {
-        int t0 = c * C, n = T - t0 < C ? T - t0 : C;
+        int t0 = c * C, n = T - t0 < C ? T - t0 : C, lk = lq, lgb = lg, ldw = ldx;
         const float *K = h->k + t0 * h->lq, *Q = h->q + t0 * h->lq, *G = dy + t0 * ldg;
         const float *S = st + (size_t)c * ss, *Sn = stn + (size_t)c * ss;
-        const float *Xc = h->beta ? X + (int64_t)t0 * ldx : NULL, *Uc = Vb;
+        const float *Xc = h->beta ? X + (int64_t)t0 * ldx : NULL, *Kb = K, *Qb = Q, *Gb = G, *Wb = Xc;
+        const float *Sb = S, *Snb = Sn, *dSb = dS, *dSnb = dSn;
+        float *Uc = Vb;
         for (i = t0 - C; i >= 0 && i < t0; i++) mf__fw_prefetch_token(h, i); /* the next chunk (backwards) */
         mf__fw_chunk_load(h, t0, n, Vb, Kt);
+        if (h->bf16) { /* the operands in bf16; the states and every sum stay fp32 */
+            Kb = mf__bf16_rows(bf.k, K, lq, n, dd); Qb = mf__bf16_rows(bf.q, Q, lq, n, dd); lk = dd;
+            Gb = mf__bf16_rows(bf.g, G, lg, n, dvp); lgb = dvp;
+            mf__bf16_rows(Kt, Kt, n, dd, n);
+            Sb = mf__bf16_rows(bf.s, S, dvp, dd, dvp); Snb = mf__bf16_rows(bf.sn, Sn, dd, dvp, dd);
+            dSb = mf__bf16_rows(bf.ds, dS, dvp, dd, dvp); dSnb = mf__bf16_rows(bf.dsn, dSn, dd, dvp, dd);
+            if (Xc) { Wb = mf__bf16_rows(bf.w, Xc, ldx, n, dd); ldw = dd; }
+        }
         if (h->beta) {
-            mf__tile_mm(n, n, dd, K, lq, 1, Kt, n, Gm, n, 0);
-            mf__fw_chunk_u(n, dd, dvp, Xc, S, U);
+            mf__tile_mm(n, n, dd, Kb, lk, 1, Kt, n, Gm, n, 0);
+            mf__fw_chunk_u(n, dd, dvp, Xc, Wb, ldw, Sb, U);
             Uc = U;
         }
+        if (h->bf16) mf__bf16_rows(Uc, Uc, dvp, n, dvp); /* (read only by products from here on) */
         mf__fw_transpose(Uc, dvp, n, dvp, Ut, n);                      /* U^T [dvp][n] */
-        mf__tile_mm(n, dvp, dd, K, lq, 1, dS, dvp, dU, dvp, 0);        /* dU = K dS */
-        mf__tile_mm(n, dd, dvp, Uc, dvp, 1, dSn, dd, dKc, dd, 0);      /* dK = U dS^T */
-        mf__tile_mm(n, dd, dvp, G, lg, 1, Sn, dd, dQc, dd, 0);         /* dQ = dY S */
-        mf__tile_mm(n, n, dd, Q, lq, 1, Kt, n, P, n, 0);               /* P = tril(Q K^T) */
+        mf__tile_mm(n, dvp, dd, Kb, lk, 1, dSb, dvp, dU, dvp, 0);      /* dU = K dS */
+        mf__tile_mm(n, dd, dvp, Uc, dvp, 1, dSnb, dd, dKc, dd, 0);     /* dK = U dS^T */
+        mf__tile_mm(n, dd, dvp, Gb, lgb, 1, Snb, dd, dQc, dd, 0);      /* dQ = dY S */
+        mf__tile_mm(n, n, dd, Qb, lk, 1, Kt, n, P, n, 0);              /* P = tril(Q K^T) */
         mf__fw_tril(P, n);
-        mf__tile_mm(n, n, dvp, G, lg, 1, Ut, n, dP, n, 0);             /* dP = tril(dY U^T) */
+        mf__tile_mm(n, n, dvp, Gb, lgb, 1, Ut, n, dP, n, 0);           /* dP = tril(dY U^T) */
         mf__fw_tril(dP, n);
-        mf__tile_mm(n, dvp, n, P, 1, n, G, lg, dU, dvp, 1);            /* dU += P^T dY */
-        mf__tile_mm(n, dd, n, dP, n, 1, K, lq, dQc, dd, 1);            /* dQ += dP K */
-        mf__tile_mm(n, dd, n, dP, 1, n, Q, lq, dKc, dd, 1);            /* dK += dP^T Q */
-        mf__tile_mm(dd, dvp, n, Q, 1, lq, G, lg, dS, dvp, 1);          /* dS += Q^T dY (both layouts) */
-        mf__tile_mm(dvp, dd, n, G, 1, lg, Q, lq, dSn, dd, 1);
+        if (h->bf16) { mf__bf16_rows(P, P, n, n, n); mf__bf16_rows(dP, dP, n, n, n); }
+        mf__tile_mm(n, dvp, n, P, 1, n, Gb, lgb, dU, dvp, 1);          /* dU += P^T dY */
+        mf__tile_mm(n, dd, n, dP, n, 1, Kb, lk, dQc, dd, 1);           /* dQ += dP K */
+        mf__tile_mm(n, dd, n, dP, 1, n, Qb, lk, dKc, dd, 1);           /* dK += dP^T Q */
+        mf__tile_mm(dd, dvp, n, Qb, 1, lk, Gb, lgb, dS, dvp, 1);       /* dS += Q^T dY (both layouts) */
+        mf__tile_mm(dvp, dd, n, Gb, 1, lgb, Qb, lk, dSn, dd, 1);
         if (h->beta) {
             for (i = 0; i < n * dvp; i++) dUn[i] = -dU[i];
-            mf__tile_mm(n, dd, dvp, dUn, dvp, 1, Sn, dd, dX, ldx, 0);  /* dW = -dU S */
+            if (h->bf16) mf__bf16_rows(dUn, dUn, dvp, n, dvp);
+            mf__tile_mm(n, dd, dvp, dUn, dvp, 1, Snb, dd, dX, ldx, 0); /* dW = -dU S */
             for (i = 0; i < n; i++) memcpy(dX + (size_t)i * ldx + dd, dU + (size_t)i * dvp, (size_t)dvp * sizeof(float));
-            mf__tile_mm(dd, dvp, n, Xc, 1, ldx, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU (both layouts) */
-            mf__tile_mm(dvp, dd, n, dUn, 1, dvp, Xc, ldx, dSn, dd, 1);
+            mf__tile_mm(dd, dvp, n, Wb, 1, ldw, dUn, dvp, dS, dvp, 1); /* dS += -W^T dU (both layouts) */
+            mf__tile_mm(dvp, dd, n, dUn, 1, dvp, Wb, ldw, dSn, dd, 1);
             for (i = n - 2; i >= 0; i--) {                              /* G = (I + A)^-T dX, in place */
                 for (j = i + 1; j < n; j++) w[j] = -h->beta[(t0 + j) * h->lb] * Gm[(size_t)j * n + i];
                 mf__fw_rows_sum(n - 1 - i, id + i + 1, w, dX, ldx, dX + (size_t)i * ldx, 1);
             }
             mf__fw_transpose(Xc, ldx, n, ldx, Xt, n);
-            mf__tile_mm(n, n, ldx, dX, ldx, 1, Xt, n, D, n, 0);        /* D = G X^T, dA = -D */
+            if (h->bf16) mf__bf16_rows(Xt, Xt, n, ldx, n);
+            mf__tile_mm(n, n, ldx, h->bf16 ? mf__bf16_rows(bf.gx, dX, ldx, n, ldx) : dX, ldx, 1, Xt, n, D, n,
+                        0);                                             /* D = G X^T, dA = -D */
             for (i = 0; i < n; i++) {
                 const float *gi = dX + (size_t)i * ldx;
                 float b = h->beta[(t0 + i) * h->lb];
@@ -9390,8 +9546,9 @@ static void mf__fw_chunk_bwd(const mf__fwh *h, int C, const float *st, const flo
                 if (dv) mf__vaxpy(h->dv, b, gi + dd, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
                 for (j = 0; j < n; j++) D[(size_t)i * n + j] = j < i ? -b * D[(size_t)i * n + j] : 0.0f; /* E */
             }
-            mf__tile_mm(n, dd, n, D, n, 1, K, lq, dKc, dd, 1);         /* dK += E K */
-            mf__tile_mm(n, dd, n, D, 1, n, K, lq, dKc, dd, 1);         /* dK += E^T K */
+            if (h->bf16) mf__bf16_rows(D, D, n, n, n);
+            mf__tile_mm(n, dd, n, D, n, 1, Kb, lk, dKc, dd, 1);        /* dK += E K */
+            mf__tile_mm(n, dd, n, D, 1, n, Kb, lk, dKc, dd, 1);        /* dK += E^T K */
         } else if (dv)
             for (i = 0; i < n; i++) mf__vaxpy(h->dv, 1.0f, dU + (size_t)i * dvp, dv + (t0 + i) * h->lv, MF__TAIL_VEC);
         for (i = 0; i < n; i++) {
@@ -9460,6 +9617,7 @@ static mf__fwh mf__fw_head(const mf_tensor *out, int64_t bh) {
     int T = q->shape[1], H = q->shape[2];
     int64_t b = bh / H, hh = bh % H;
     mf__fwh h;
+    h.bf16 = 0;
     h.T = T; h.dd = q->shape[3]; h.dv = v->shape[3]; h.dvp = out->iarg[MF__ARG_FW_DVP];
     h.lq = (int64_t)H * h.dd; h.lv = (int64_t)H * h.dv; h.lb = H;
     h.q = q->data + (b * T * H + hh) * h.dd;
@@ -9469,8 +9627,8 @@ static mf__fwh mf__fw_head(const mf_tensor *out, int64_t bh) {
     return h;
 }
 /* per thread: the state, T * dvp floats (linear's num / dnum), the larger form's scratch */
-static size_t mf__fw_work(int form, int T, int dd, int dvp) {
-    size_t w = form == 1 ? mf__fw_rec_work(dd, dvp) : mf__fw_chunk_work(form < T ? form : T, dd, dvp);
+static size_t mf__fw_work(int form, int T, int dd, int dvp, int bf16) {
+    size_t w = form == 1 ? mf__fw_rec_work(dd, dvp) : mf__fw_chunk_work(form < T ? form : T, dd, dvp, bf16);
     return ((size_t)dd * dvp + (size_t)T * dvp + w + 15) & ~(size_t)15;
 }
 static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
@@ -9480,7 +9638,7 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
     int keep = out->requires_grad, nt;
     int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta, norm), bh;
     int64_t ldo = (int64_t)H * dv;
-    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
+    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp, mf__attn_bf16(ctx));
     float *state = (float *)out->aux, *work, eps = out->farg[MF__FARG_FW_EPS];
     nt = mf__attn_threads(ctx, 8.0 * (double)BH * T * dd * dvp);
     if (nt > BH) nt = (int)BH;
@@ -9492,6 +9650,7 @@ static void mf__fw_forward(mf_ctx *ctx, mf_tensor *out) {
 #endif
     for (bh = 0; bh < BH; bh++) {
         mf__fwh h = mf__fw_head(out, bh);
+        h.bf16 = mf__attn_bf16(ctx);
         float *w = work + pw * mf__attn_thread_num(), *S = w, *y = S + ss, *scratch = y + (size_t)T * dvp;
         float *sv = keep ? out->saved + bh * per : NULL, *o = out->data + (bh / H * T * H + bh % H) * dv;
         float *X = sv ? sv + mf__fw_states(form, T, dd, dvp) : NULL;
@@ -9519,7 +9678,7 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
     int form = out->iarg[MF__ARG_FW_FORM], delta = out->src[3] != NULL, norm = out->iarg[MF__ARG_FW_NORM], nt;
     int64_t BH = (int64_t)q->shape[0] * H, per = mf__fw_saved_per_head(form, T, dd, dvp, delta, norm), bh;
     int64_t ldo = (int64_t)H * dv;
-    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp);
+    size_t ss = (size_t)dd * dvp, pw = mf__fw_work(form, T, dd, dvp, mf__attn_bf16(ctx));
     float *gq = mf__g(out->src[0]), *gk = mf__g(out->src[1]), *gv = mf__g(out->src[2]), *gb = mf__g(out->src[3]);
     float *work, eps = out->farg[MF__FARG_FW_EPS];
     if (!gq && !gk && !gv && !gb) return;
@@ -9532,6 +9691,7 @@ static void mf__fw_backward(mf_ctx *ctx, mf_tensor *out) {
 #endif
     for (bh = 0; bh < BH; bh++) {
         mf__fwh h = mf__fw_head(out, bh);
+        h.bf16 = mf__attn_bf16(ctx);
         float *w = work + pw * mf__attn_thread_num(), *dy = w + ss, *scratch = dy + (size_t)T * dvp;
         const float *sv = out->saved + bh * per, *X = sv + mf__fw_states(form, T, dd, dvp);
         int64_t oq = (bh / H * T * H + bh % H), ldg = dvp;
@@ -10173,22 +10333,26 @@ static void mf__fb_pack_weight(float *P, const mf_tensor *w, int i, int n, int f
     else mf__fb_pack_rows(P, n * out, in, i * out, w->data, out);
 }
 static void mf__fb_pack(mf_ctx *ctx, const mf_model *m, float *P, int fwd) {
-    int N = m->cfg.n_layers, nb = mf__fb_nblk(m), u;
+    int N = m->cfg.n_layers, nb = mf__fb_nblk(m), u, bf16 = mf__attn_bf16(ctx);
+    long D = m->cfg.d_model;
     MF__PARFOR(ctx, 4 * N + 1, 2.0 * m->cfg.d_model * m->cfg.d_ff)
     for (u = 0; u <= 4 * N; u++) { /* one piece each (the key/value blocks together) */
         int i;
         mf_tensor *w, *b;
-        if (u == 4 * N)
+        if (u == 4 * N) {
             for (i = 0; i < nb; i++) {
                 mf__fb_kv_block(m, i, &w, &b);
                 mf__fb_pack_weight(mf__fb_piece(m, P, 0, MF__FB_KV), w, i, nb, fwd);
             }
-        else {
+            if (bf16) mf__bf16_round_n(mf__fb_piece(m, P, 0, MF__FB_KV), mf__fb_piece(m, P, 0, MF__FB_KV), NULL, nb * D * D);
+        } else {
             const mf__layer *L = &m->layers[u / 4];
             const mf__fb_layer *A = MF__FB_L(m, u / 4);
             mf_tensor *piece[4];
+            float *pc = mf__fb_piece(m, P, u / 4, u % 4);
             piece[MF__FB_Q] = A->wq; piece[MF__FB_OUT] = A->wo; piece[MF__FB_FC1] = L->fc1_w; piece[MF__FB_FC2] = L->fc2_w;
-            mf__fb_pack_weight(mf__fb_piece(m, P, u / 4, u % 4), piece[u % 4], 0, 1, fwd);
+            mf__fb_pack_weight(pc, piece[u % 4], 0, 1, fwd);
+            if (bf16) mf__bf16_round_n(pc, pc, NULL, (long)piece[u % 4]->ne); /* bf16 products: once per call */
         }
     }
 }
@@ -10217,7 +10381,14 @@ typedef struct mf__fb_fwd {
     float *lse;          /* [N][T][B][H] attention log-sum-exp */
     float *mem;          /* [T][B][D] the memories m_t */
     float *tmp;          /* [B][max(D, ld)] scratch */
+    float *rb;           /* [B][max(ld, F)]: the bf16 copy of a product's row operand (bf16 products,
+                            mf__fb_in); NULL in fp32 */
 } mf__fb_fwd;
+/* x [rows][n] as a product of the recurrence reads it: rounded to bf16 into rb (a CPU context in
+   MF_PREC_BF16: the packed weights are rounded too, mf__fb_pack; docs/math.md §22.5), or x */
+static const float *mf__fb_in(float *rb, const float *x, int rows, int n) {
+    return rb ? mf__bf16_rows(rb, x, n, rows, n) : x;
+}
 
 /* row block of layer l, step t in a [layer][T][B][w] buffer */
 #define MF__FB_AT(f, buf, l, t, w) ((buf) + ((int64_t)(l) * (f)->T + (t)) * (f)->B * (w))
@@ -10388,20 +10559,20 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
             mf__layernorm_rows(ctx, x, L->ln1_w, L->ln1_b, c->ln_eps, B, D, z, MF__FB_AT(f, f->st1, l, t, 2));
             { /* q = z Wq^T, then the attention */
                 mf__fb_attn a = mf__fb_layer_attn(f, l, n, q, o, lse);
-                a.pin = z; a.pw = mf__fb_piece(f->m, f->wf, l, MF__FB_Q);
+                a.pin = mf__fb_in(f->rb, z, B, D); a.pw = mf__fb_piece(f->m, f->wf, l, MF__FB_Q);
                 mf__fb_attn_forward(ctx, &a);
                 if (f->m->probe) mf__fb_probe(f, l, t, &a);
             }
-            mf__fb_linear(ctx, o, mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, A->bo, B, f->tmp);
+            mf__fb_linear(ctx, mf__fb_in(f->rb, o, B, D), mf__fb_piece(f->m, f->wf, l, MF__FB_OUT), D, D, A->bo, B, f->tmp);
             mf__fb_dropout(ctx, f, 0, l, t, f->tmp, D);
             for (e = 0; e < bd; e++) xm[e] = x[e] + f->tmp[e];
         } else memcpy(xm, x, (size_t)bd * sizeof(float)); /* no memory yet: no attention sub-layer */
         /* x = x + drop(fc2(drop(act(fc1(LN_ff(x)))))) */
         mf__layernorm_rows(ctx, xm, L->ln2_w, L->ln2_b, c->ln_eps, B, D, y2, MF__FB_AT(f, f->st2, l, t, 2));
-        mf__fb_linear(ctx, y2, mf__fb_piece(f->m, f->wf, l, MF__FB_FC1), D, F, L->fc1_b, B, a1);
+        mf__fb_linear(ctx, mf__fb_in(f->rb, y2, B, D), mf__fb_piece(f->m, f->wf, l, MF__FB_FC1), D, F, L->fc1_b, B, a1);
         mf__fb_act(ctx, c->ffn_act, a1, g1, NULL, NULL, B * F);
         mf__fb_dropout(ctx, f, 1, l, t, g1, F);
-        mf__fb_linear(ctx, g1, mf__fb_piece(f->m, f->wf, l, MF__FB_FC2), F, D, L->fc2_b, B, f->tmp);
+        mf__fb_linear(ctx, mf__fb_in(f->rb, g1, B, F), mf__fb_piece(f->m, f->wf, l, MF__FB_FC2), F, D, L->fc2_b, B, f->tmp);
         mf__fb_dropout(ctx, f, 2, l, t, f->tmp, D);
         for (e = 0; e < bd; e++) y[e] = xm[e] + f->tmp[e];
     }
@@ -10414,7 +10585,7 @@ static void mf__fb_step(mf_ctx *ctx, mf__fb_fwd *f, int t) {
     }
     if (t < f->T - 1 || f->gen) {
         int nb = mf__fb_nblk(f->m), ld = nb * D, b, j;
-        mf__fb_pmm(ctx, B, mem, D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, NULL, f->tmp, ld, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, mem, B, D), D, mf__fb_piece(f->m, f->wf, 0, MF__FB_KV), D, ld, NULL, f->tmp, ld, 0);
         for (i = 0; i < nb; i++) {
             mf_tensor *w, *bias;
             mf__fb_kv_block(f->m, i, &w, &bias);
@@ -10449,6 +10620,7 @@ static void mf__fb_forward(mf_ctx *ctx, mf_tensor *out) {
     f->work = (float *)mf__alloc(ctx, (size_t)(H * mf__fb_attn_work(B, f->nr, D / H)) * fl);
     mf__fb_alloc_steps(ctx, f);
     f->tmp = (float *)mf__alloc(ctx, (size_t)B * ld * fl);
+    f->rb = mf__attn_bf16(ctx) ? (float *)mf__alloc(ctx, (size_t)B * (ld > (size_t)c->d_ff ? ld : (size_t)c->d_ff) * fl) : NULL;
     if (!f->gen) f->slots = (float *)mf__alloc(ctx, 2 * tb * ld * fl);
     if (!f->gen) f->wf = (float *)mf__alloc(ctx, (size_t)mf__fb_packed_floats(m) * fl);
     if (!mf_ok(ctx)) return;
@@ -10492,7 +10664,7 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
     if (has_dm) { /* the readers of slot t are done: dm_t = dK|dV_t Wkv; dsw[l] += dm_t . hs_t[l] */
         float *kv = g->kv + (int64_t)t * B * ld;
         mf__fb_slot_grad(f, g->slots, t, kv);
-        mf__fb_pmm(ctx, B, kv, ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, NULL, dm, D, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, kv, B, ld), ld, mf__fb_piece(f->m, g->wb, 0, MF__FB_KV), ld, D, NULL, dm, D, 0);
         for (l = 0; l <= N; l++) g->dsw[l] += mf__vdot((int)bd, dm, MF__FB_AT(f, f->hs, l, t, D), MF__TAIL_SCALAR);
     }
     for (b = 0; b < B; b++) memcpy(dh + (int64_t)b * D, dout + ((int64_t)b * T + t) * D, (size_t)D * sizeof(float));
@@ -10503,10 +10675,10 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
         /* FFN: y = xm + drop(fc2(drop(act(a1)))), a1 = fc1(LN_ff(xm)) */
         memcpy(fo, dh, (size_t)bd * sizeof(float));
         mf__fb_dropout(ctx, f, 2, l, t, fo, D);
-        mf__fb_pmm(ctx, B, fo, D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, NULL, df, F, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, fo, B, D), D, mf__fb_piece(f->m, g->wb, l, MF__FB_FC2), D, F, NULL, df, F, 0);
         mf__fb_dropout(ctx, f, 1, l, t, df, F);
         mf__fb_act(ctx, c->ffn_act, MF__FB_AT(f, f->a1, l, t, F), MF__FB_AT(f, f->g1, l, t, F), df, da1, B * F);
-        mf__fb_pmm(ctx, B, da1, F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, NULL, dd, D, 0);
+        mf__fb_pmm(ctx, B, mf__fb_in(f->rb, da1, B, F), F, mf__fb_piece(f->m, g->wb, l, MF__FB_FC1), F, D, NULL, dd, D, 0);
         mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->xm, l, t, D), MF__FB_AT(f, f->st2, l, t, 2), L->ln2_w, L->ln2_b,
                                   dd, dh, B, D);
         if (t > 0) { /* attention: xm = x + drop(out(o)), o = attention(q = LN_att(x) Wq^T) */
@@ -10519,13 +10691,13 @@ static void mf__fb_step_backward(mf_ctx *ctx, const mf__fb_fwd *f, mf__fb_grads 
                 mf__fb_attn a = mf__fb_layer_attn(f, l, t, q, (float *)o, (float *)lse);
                 int kv = c->mixer == MF_MIXER_FEEDBACK ? 2 * l : 0;
                 int64_t rows = (int64_t)l * H * f->nr;
-                a.pin = ao; a.pw = mf__fb_piece(f->m, g->wb, l, MF__FB_OUT);
+                a.pin = mf__fb_in(f->rb, ao, B, D); a.pw = mf__fb_piece(f->m, g->wb, l, MF__FB_OUT);
                 a.dout = dd; a.dq = dq; a.du = mf__g(MF__FB_L(f->m, l)->rel_u);
                 a.dk = g->slots + mf__fb_slot_head(f, kv, 0, 0, 1); a.dv = g->slots + mf__fb_slot_head(f, kv + 1, 0, 0, 1);
                 a.dr = g->rh + rows * (D / H); a.ds = g->sh + rows;
                 mf__fb_attn_backward(ctx, &a);
             }
-            mf__fb_pmm(ctx, B, dq, D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, NULL, dd, D, 0);
+            mf__fb_pmm(ctx, B, mf__fb_in(f->rb, dq, B, D), D, mf__fb_piece(f->m, g->wb, l, MF__FB_Q), D, D, NULL, dd, D, 0);
             mf__fb_layernorm_backward(ctx, MF__FB_AT(f, f->hs, l, t, D), MF__FB_AT(f, f->st1, l, t, 2), L->ln1_w, L->ln1_b,
                                       dd, dh, B, D);
         }
