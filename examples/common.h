@@ -628,16 +628,18 @@ EX_FN void model_choices(void) {
 #define EX_SAVED_MODEL SAVED
 #define EX_SAVED_KERNEL SAVED_CHANGEABLE
 #define EX_SAVED_LATE SAVED_LATE
-#define EX_FIELD_OPTION(M, ID, member, ctype, KIND, def, lo, hi, opt, STORE, ROLE, help) \
-    {opt, EX_OPT_##KIND, &(M).member, EX_SAVED_##STORE, lo, EX_CHOICES_##KIND(ID), help},
+#define EX_OPTION_ROW(M, ID, member, KIND, lo, opt, saved, help) \
+    {opt, EX_OPT_##KIND, &(M).member, saved, lo, EX_CHOICES_##KIND(ID), help},
 /* every field, stored in checkpoints (build/train, sample, classify) */
+#define EX_FIELD_OPTION(M, ID, member, ctype, KIND, def, lo, hi, opt, STORE, ROLE, help) \
+    EX_OPTION_ROW(M, ID, member, KIND, lo, opt, EX_SAVED_##STORE, help)
 #define MODEL_FIELD_OPTIONS(M) MF_MODEL_FIELDS(EX_FIELD_OPTION, M)
 /* the fields as options of a run that stores none (build/ablate); a VARIANT is one of its models */
 #define EX_ROW_FIELD(...) __VA_ARGS__
 #define EX_ROW_SHARED(...) __VA_ARGS__
 #define EX_ROW_VARIANT(...)
 #define EX_FIELD_OPTION_RUN(M, ID, member, ctype, KIND, def, lo, hi, opt, STORE, ROLE, help) \
-    EX_ROW_##ROLE({opt, EX_OPT_##KIND, &(M).member, RUN_ONLY, lo, EX_CHOICES_##KIND(ID), help},)
+    EX_ROW_##ROLE(EX_OPTION_ROW(M, ID, member, KIND, lo, opt, RUN_ONLY, help))
 #define RUN_FIELD_OPTIONS(M) MF_MODEL_FIELDS(EX_FIELD_OPTION_RUN, M)
 
 /* The option rows of the model settings M (a model_settings variable), in the order checkpoints

@@ -77,6 +77,36 @@ static void test_register(void) {
 }
 
 /* ---- config fields ---- */
+/* the library's table of the mixers' fields (MF_MODEL_FIELDS) at run time: defaults in range and
+   equal to mf_model_config_default's, get / set, an enum's names, a reader each, and the range
+   enforced by mf_model_check on a mixer that reads the field */
+static void test_field_table(void) {
+    mf_model_config d = mf_model_config_default();
+    mf_ctx *ctx = mf_ctx_new(1);
+    int i, k, n;
+    MFT_CHECK(mf_config_field_at(-1) == NULL && mf_config_field_at(MF_FIELD_COUNT) == NULL && MF_FIELD_COUNT >= 12);
+    for (i = 0; i < MF_FIELD_COUNT; i++) {
+        const mf_config_field *f = mf_config_field_at(i);
+        mf_model_config c = d;
+        char who[256];
+        int reader = -1;
+        MFT_CHECK(f && f->lo <= f->def && f->def <= f->hi && mf_config_field_get(&d, i) == f->def);
+        MFT_CHECK(mf_config_field_set(&c, i, f->lo) == 0 && mf_config_field_get(&c, i) == f->lo);
+        for (k = 0; k < MF_MIXER_COUNT && reader < 0; k++) if (mf_mixer_reads((mf_mixer_kind)k, i)) reader = k;
+        n = mf_config_field_readers(i, who, sizeof who);
+        MFT_CHECK(reader >= 0 && n >= 1 && strstr(who, mf_mixer_name((mf_mixer_kind)reader)));
+        for (k = 0; mf_config_field_choice(i, k); k++) {}
+        MFT_CHECK(f->kind == MF_CFG_ENUM ? k == (int)f->hi + 1 : k == 0);
+        if (f->hi < 1e9 && f->kind != MF_CFG_FLOAT && mf_mixer_compiled((mf_mixer_kind)reader)) { /* one past the range */
+            c = d; c.vocab = 5; c.mixer = (mf_mixer_kind)reader;
+            mf_config_field_set(&c, i, f->hi + 1);
+            MFT_CHECK(mf_model_check(ctx, &c) == -1 && strstr(mf_error(ctx), f->name));
+            if (!strstr(mf_error(ctx), f->name)) printf("    %s: %s\n", f->name, mf_error(ctx));
+            mf_clear_error(ctx);
+        }
+    }
+    mf_ctx_free(ctx);
+}
 static void test_fields(void) {
     mf_ctx *ctx = mf_ctx_new(1);
     mf_model_config c = alibi_tiny(), s = mg_tiny(MF_MIXER_SDPA);
@@ -535,6 +565,7 @@ int main(void) {
     ALIBI = custom_mixer_register();
     MFT_CHECK(tm_register() == 0);
     MFT_RUN(test_register);
+    MFT_RUN(test_field_table);
     MFT_RUN(test_fields);
     MFT_RUN(test_grad);
     MFT_RUN(test_reference);
