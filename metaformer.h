@@ -1044,6 +1044,10 @@ typedef struct mf_mixer_def {
        and the library's parts of layer l, mf_model_ln1 and mf_model_ffn. forward is then not called
        (it may be NULL); no gen_step (generation reruns the window); block pre_norm only. */
     mf_tensor *(*run_stack)(mf_model *m, mf_tensor *x);
+    /* the fields of the library's table (MF_MODEL_FIELDS) the mixer reads too, bits 1u << MF_FIELD_*
+       (e.g. MF_FIELD_ATTN_DROPOUT): they may then differ from their defaults, their options reach it,
+       and mf_model_config_reset_unread keeps them. A VARIANT field is another mixer's. */
+    unsigned model_fields;
 } mf_mixer_def;
 #define MF_MIXER_MAX_REGISTERED 32
 /* Register a mixer: its kind (MF_MIXER_COUNT or more), or -1 with the reason in err (when err is
@@ -11180,6 +11184,10 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
                     def->state ? "state" : "reset_memory", def->state ? "reset_memory" : "state");
     if ((def->flags & MF_MIXER_FIXED_STATE) && !def->gen_step)
         MF__REG_BAD("mf_mixer_register: mixer %s: MF_MIXER_FIXED_STATE needs gen_step (the state it keeps)", def->name);
+    for (i = 0; i < 32; i++)
+        if ((def->model_fields >> i & 1u) && (i >= MF_FIELD_COUNT || mf__config_fields[i].role == MF_CFG_VARIANT))
+            MF__REG_BAD("mf_mixer_register: mixer %s: model_fields bit %d is %s", def->name, i,
+                        i >= MF_FIELD_COUNT ? "not a field of MF_MODEL_FIELDS" : "a variant of another mixer (its model)");
     if (def->n_fields < 0 || def->n_fields > MF_MIXER_MAX_FIELDS || (def->n_fields && !def->fields))
         MF__REG_BAD("mf_mixer_register: mixer %s: n_fields %d must be 0 .. %d, with fields given", def->name,
                     def->n_fields, MF_MIXER_MAX_FIELDS);
@@ -11216,6 +11224,7 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
                    (def->flags & MF_MIXER_NONCAUSAL ? MF__MIX_NONCAUSAL : 0) |
                    (def->flags & MF_MIXER_FIXED_STATE ? MF__MIX_FIXED_STATE : 0);
     e->row.help = e->def.help;
+    e->row.fields = def->model_fields;
     e->row.def = &e->def;
     return MF_MIXER_COUNT + mf__n_reg++;
 }

@@ -63,7 +63,8 @@ static mf_tensor *alibi_forward(mf_model *m, int l, void *st, mf_tensor *x) {
     s = mf_scale(ctx, mf_matmul(ctx, q, k, 0, 1), 1.0f / sqrtf((float)(D / H)));              /* [B, H, T, T] */
     s = mf_add(ctx, s, mf_from(ctx, 3, bias_shape, bias));
     free(bias);
-    o = mf_matmul(ctx, mf_softmax(ctx, s, c->causal), v, 0, 0);                               /* [B, H, T, dk] */
+    s = mf_dropout(ctx, mf_softmax(ctx, s, c->causal), c->attn_dropout);  /* the library's attn_dropout field */
+    o = mf_matmul(ctx, s, v, 0, 0);                                                            /* [B, H, T, dk] */
     return mf_linear(ctx, mf_reshape(ctx, mf_permute(ctx, o, swap), 3, merged), L->wo, L->bo);
 }
 
@@ -86,6 +87,7 @@ int custom_mixer_register(void) {
     d.help = "attention with linear biases instead of positions (Press et al. 2022; examples/custom_mixer.c)";
     d.flags = MF_MIXER_HEADS | MF_MIXER_NONCAUSAL;
     d.n_fields = 1; d.fields = alibi_fields;
+    d.model_fields = 1u << MF_FIELD_ATTN_DROPOUT; /* --attn-dropout reaches it as it reaches sdpa */
     d.layer_size = sizeof(alibi_layer);
     d.make_layer = alibi_make_layer; d.forward = alibi_forward; d.flops = alibi_flops;
     if ((kind = mf_mixer_register(&d, err, sizeof err)) < 0) fprintf(stderr, "custom_mixer: %s\n", err);

@@ -39,6 +39,11 @@ expect_error "a field out of its range" 'alibi_max = 99 must be a number in \[0,
     "$B/train-custom" "${TINY[@]}" --mixer alibi --fields alibi_max=99 --steps 1
 expect_error "--fields on a built-in mixer" 'the sdpa mixer has no fields of its own' \
     "$B/train-custom" "${TINY[@]}" --mixer sdpa --fields alibi_max=3 --steps 1
+if "$B/train-custom" "${TINY[@]}" --mixer alibi --attn-dropout 0.1 --steps 2 > ad.out 2>&1
+then ok "train-custom --mixer alibi --attn-dropout 0.1: a field of the library's table the mixer reads (model_fields)"
+else bad "train-custom --mixer alibi --attn-dropout 0.1" "$(tail -3 ad.out)"; fi
+expect_error "a field of the table it does not read" '--pool-size: .*applies only to the pool mixer' \
+    "$B/train-custom" "${TINY[@]}" --mixer alibi --pool-size 5 --steps 1
 expect_error "--fields that is not name=number" 'is not name=number' \
     "$B/train-custom" "${TINY[@]}" --mixer alibi --fields alibi_max --steps 1
 

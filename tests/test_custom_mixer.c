@@ -81,7 +81,8 @@ static void test_register(void) {
    equal to mf_model_config_default's, get / set, an enum's names, a reader each, and the range
    enforced by mf_model_check on a mixer that reads the field */
 static void test_field_table(void) {
-    mf_model_config d = mf_model_config_default();
+    mf_model_config d = mf_model_config_default(), a;
+    mf_mixer_def def;
     mf_ctx *ctx = mf_ctx_new(1);
     int i, k, n;
     MFT_CHECK(mf_config_field_at(-1) == NULL && mf_config_field_at(MF_FIELD_COUNT) == NULL && MF_FIELD_COUNT >= 12);
@@ -105,6 +106,21 @@ static void test_field_table(void) {
             mf_clear_error(ctx);
         }
     }
+    /* a registered mixer that reads a field of the table: allowed there, kept by reset_unread */
+    a = alibi_tiny();
+    a.attn_dropout = 0.1f; a.pool_size = 5;
+    mf_model_config_reset_unread(&a);
+    MFT_CHECK(a.attn_dropout == 0.1f && a.pool_size == d.pool_size && mf_model_check(ctx, &a) == 0);
+    MFT_CHECK(mf_mixer_reads((mf_mixer_kind)ALIBI, MF_FIELD_ATTN_DROPOUT) && !mf_mixer_reads((mf_mixer_kind)ALIBI, MF_FIELD_POOL_SIZE));
+    a.pool_size = 5;
+    MFT_CHECK(mf_model_check(ctx, &a) == -1 && strstr(mf_error(ctx), "pool_size = 5 applies only to the pool mixer"));
+    mf_clear_error(ctx);
+    memset(&def, 0, sizeof def);
+    def.name = "bad_fields"; def.help = "-"; def.make_layer = dummy_make; def.forward = dummy_forward;
+    def.model_fields = 1u << MF_FIELD_COMPRESSIVE;
+    refused(&def, "model_fields bit 1 is a variant of another mixer");
+    def.model_fields = 1u << MF_FIELD_COUNT;
+    refused(&def, "is not a field of MF_MODEL_FIELDS");
     mf_ctx_free(ctx);
 }
 static void test_fields(void) {
@@ -148,6 +164,9 @@ static void test_grad(void) {
     MFT_CHECK(mg_check_logits("alibi", &c));
     c.cfg.dropout = 0.2f;
     MFT_CHECK(mg_check_loss("alibi", "loss + dropout", &c, 6));
+    c.cfg.dropout = 0.0f; c.cfg.attn_dropout = 0.2f; /* a field of the library's table it reads (model_fields) */
+    MFT_CHECK(mg_check_loss("alibi", "loss + attention dropout", &c, 6));
+    c.cfg.attn_dropout = 0.0f;
     c.cfg.dropout = 0.0f; c.cfg.causal = 0;
     MFT_CHECK(mg_check_logits("alibi non-causal", &c));
     mf_model_free(c.model);
