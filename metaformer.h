@@ -119,20 +119,21 @@
  *               metaformer_cuda.cuh's mf__cu_ops (with 1 in its bf16 column when the kernels read
  *               and write bf16 tensors themselves, [cu:storage]). The tests fail when any of these
  *               is missing.
- *   Your mixer  no edit of this file: an mf_mixer_def (name, help, fields, per-layer struct,
- *               make_layer, forward; optional check, gen_begin / gen_step, aux_loss, free_layer,
- *               reset_memory / state for memories across calls, run_stack for a whole-stack
- *               recurrence, flops for benchmarks)
- *               and one mf_mixer_register call in your program (docs/math.md §23,
- *               examples/custom_mixer.c); the example programs take it with -DEXTRA_MIXERS=fn.
- *   A mixer     (built in) its code in its family's section and one row in [mf:mixers] (name,
- *               family, flags, the config fields it reads), an mf_mixer_kind value and one line in
- *               mf_mixer_help; the examples, benchmarks and scripts take the names from the
- *               library (mf_mixer_name, mf_mixer_count, `--list-mixers`).
+ *   Your mixer  no edit of this file: an mf_mixer_def (name, help, fields of its own and of
+ *               MF_MODEL_FIELDS, per-layer struct, make_layer, forward; optional check, gen_begin /
+ *               gen_step, aux_loss, free_layer, reset_memory / state for memories across calls,
+ *               run_stack for a whole-stack recurrence, flops for benchmarks) and one
+ *               mf_mixer_register call in your program (docs/math.md §23, examples/custom_mixer.c);
+ *               the example programs take it with -DEXTRA_MIXERS=fn.
+ *   A mixer     (built in) its code in its family's section, an mf_mixer_kind value and one row in
+ *               [mf:mixers] (name, family, flags, the config fields it reads, its help line); the
+ *               examples, benchmarks, scripts and tests take names, fields and capabilities from
+ *               the library (mf_mixer_name, mf_mixer_count, mf_mixer_flags, `--list-mixers`).
  *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
- *               run_stack, gen_begin, aux_loss, state: what crosses calls, for checkpoints), its
- *               per-layer struct, its rows, a METAFORMER_NO_<FAMILY> switch, and the CUDA twin
- *               section [cu:<family>]. tests/test_resume.sh resumes every mixer bit for bit.
+ *               run_stack, gen_begin, aux_loss, state: what crosses calls, for checkpoints,
+ *               memory slots and rows, held keys, its FLOP count), its per-layer struct, its rows,
+ *               a METAFORMER_NO_<FAMILY> switch, its ops in the op list, and the CUDA twin section
+ *               [cu:<family>]. tests/test_resume.sh resumes every mixer bit for bit.
  *   A field     (of a built-in mixer) its member in mf_model_config and one row in
  *               MF_MODEL_FIELDS (type, default, range, option, how checkpoints keep it, help); its
  *               bit in the rows of the mixers that read it; its family's code. The defaults,
