@@ -126,7 +126,8 @@
  *               mf_mixer_register call in your program (docs/math.md §23, examples/custom_mixer.c);
  *               the example programs take it with -DEXTRA_MIXERS=fn.
  *   A mixer     (built in) its code in its family's section, an mf_mixer_kind value and one row in
- *               [mf:mixers] (name, family, flags, the config fields it reads, its help line); the
+ *               [mf:mixers] (name, family, flags, the config fields it reads, its help line; or
+ *               its name and an mf_mixer_def, as pool's, from which the rest is made); the
  *               examples, benchmarks, scripts and tests take names, fields and capabilities from
  *               the library (mf_mixer_name, mf_mixer_count, mf_mixer_flags, `--list-mixers`).
  *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
@@ -1015,8 +1016,9 @@ typedef struct mf_mixer_def {
     mf_tensor *(*forward)(mf_model *m, int layer, void *st, mf_tensor *x);
     /* optional: another check of the config (the library checks each field's range) */
     int (*check)(mf_ctx *ctx, const mf_model_config *c);
-    /* optional, O(1) generation: gen_begin once per mf_model_generate and layer (-1: error in the
-       context), then gen_step on x [1, n, D] = the rows of positions pos0 .. pos0 + n - 1, continuing
+    /* optional, O(1) generation: gen_begin once per mf_model_generate and layer (0; 1: no state for
+       this config, every token reruns the window; -1: error in the context), then gen_step on
+       x [1, n, D] = the rows of positions pos0 .. pos0 + n - 1, continuing
        its state; pos0 = 0 starts again from nothing (the prompt, or the window when it is full).
        Without gen_step every generated token reruns forward on the whole window. */
     int (*gen_begin)(mf_model *m, int layer, void *st);
@@ -6973,6 +6975,8 @@ typedef struct mf__mixer_row {
     const mf_mixer_def *def;  /* a registered mixer's definition (NULL: built in) */
 } mf__mixer_row;
 static const mf__mixer_row *mf__mixer_row_of(int kind); /* [mf:mixers]; NULL for an unknown kind */
+/* a mixer of mf_mixer_register (its checkpoints name it; the built-in rows, pool's too, do not) */
+static int mf__registered(const mf__mixer_row *r) { return r && (int)r->kind >= MF_MIXER_COUNT; }
 
 struct mf_model {
     mf_ctx *ctx;
@@ -7760,7 +7764,7 @@ static int mf__check_noncausal(mf_ctx *ctx, const mf_model_config *c, const mf__
     if (!c->causal && !(row->flags & MF__MIX_NONCAUSAL)) {
         mf__mixer_list(MF__MIX_NONCAUSAL, 0, " or ", which, sizeof which);
         return (mf__fail(ctx, "model config: causal = 0: the %s mixer %s has no non-causal form; choose %s, or keep "
-                         "causal = 1", row->name, row->def ? "(registered without MF_MIXER_NONCAUSAL)"
+                         "causal = 1", row->name, mf__registered(row) ? "(registered without MF_MIXER_NONCAUSAL)"
                          : "is a recurrence over the positions (its state runs left to right) and", which), -1);
     }
     if (c->n_classes < 0)
@@ -8108,63 +8112,62 @@ MFDEF int mf_model_attention_form(mf_model *m, int layer, int form, float *out) 
 
 /* ==== [mf:pool] ============================================================================= */
 /* The token-mixing-free family: pool (the mean over a window of pool_size tokens minus x,
-   count_include_pad = false; PoolFormer) and identity (no mixer sub-block: its row has
-   MF__MIX_SKIP). Generation: pool keeps the normalised rows of the window (a centred window sees
-   the future: every step reruns the window). */
+   count_include_pad = false; PoolFormer), written as a mixer definition (mf_mixer_def, the public
+   interface of docs/math.md §23) and built into its descriptor as a registered mixer's is, and
+   identity (no mixer sub-block: its row has MF__MIX_SKIP). Generation: pool keeps the normalised rows
+   of the window (a centred window sees the future: every step reruns the window). */
 typedef struct mf__pool_layer {
     float *cache; /* generation: xn rows [max_seq][D] */
 } mf__pool_layer;
-#define MF__POOL_L(m, l) ((mf__pool_layer *)(m)->layers[l].mix)
 
 /* the window: [t - k + 1, t] only in a causal model with pool_causal = 1, else centred */
 static int mf__pool_is_causal(const mf_model_config *c) { return c->causal && c->pool_causal; }
 static int mf__pool_check(mf_ctx *ctx, const mf_model_config *c) {
-    if (c->mixer == MF_MIXER_POOL && !c->causal && c->pool_causal != 1)
+    if (!c->causal && c->pool_causal != 1)
         return (mf__fail(ctx, "model config: pool_causal = 0 with causal = 0: a non-causal model always pools the centred "
                          "window and does not read pool_causal; leave it at its default 1"), -1);
-    if (c->mixer == MF_MIXER_POOL && (c->pool_size < 1 || (!mf__pool_is_causal(c) && c->pool_size % 2 == 0)))
+    if (c->pool_size < 1 || (!mf__pool_is_causal(c) && c->pool_size % 2 == 0))
         return (mf__fail(ctx, "model config: pool_size %d must be >= 1 (and odd for a centred window)", c->pool_size), -1);
     return 0;
 }
-static void mf__pool_free(mf_model *m) {
-    int l;
-    for (l = 0; l < m->cfg.n_layers; l++) if (MF__POOL_L(m, l)) mf__model_dfree(m, MF__POOL_L(m, l)->cache);
+static void mf__pool_make_layer(mf_model *m, int l, void *st) { (void)m; (void)l; (void)st; } /* no parameters */
+static mf_tensor *mf__pool_forward(mf_model *m, int l, void *st, mf_tensor *xn) {
+    (void)l; (void)st;
+    return mf__avg_pool_sub(m->ctx, xn, m->cfg.pool_size, mf__pool_is_causal(&m->cfg));
 }
-static int mf__pool_gen_begin(mf_model *m) {
-    size_t per_layer = (size_t)m->cfg.max_seq * m->cfg.d_model * sizeof(float);
-    int l;
-    if (m->cfg.mixer != MF_MIXER_POOL) return 1; /* identity: nothing to keep */
-    if (!mf__pool_is_causal(&m->cfg)) return 0;
-    for (l = 0; l < m->cfg.n_layers; l++) {
-        mf__pool_layer *P = MF__POOL_L(m, l);
-        if (!P->cache && !(P->cache = (float *)mf__dmalloc(m->ctx, per_layer, "generation cache")))
-            return (mf__fail(m->ctx, "out of memory: generation cache"), -1);
-    }
-    return 1;
+static int mf__pool_gen_begin(mf_model *m, int l, void *st) {
+    mf__pool_layer *P = (mf__pool_layer *)st;
+    (void)l;
+    if (!mf__pool_is_causal(&m->cfg)) return 1; /* no state: every step reruns the window */
+    if (!P->cache && !(P->cache = (float *)mf__dmalloc(m->ctx, (size_t)m->cfg.max_seq * m->cfg.d_model * sizeof(float),
+                                                      "generation cache")))
+        return (mf__fail(m->ctx, "out of memory: generation cache"), -1);
+    return 0;
 }
-static mf_tensor *mf__pool_mixer(mf_model *m, int l, mf_tensor *xn, int pos0, int cache) {
+/* the rows pos0 .. pos0 + T - 1 into the cache; the window needs up to pool_size - 1 earlier rows */
+static mf_tensor *mf__pool_gen_step(mf_model *m, int l, void *st, mf_tensor *xn, int pos0) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    mf_tensor *win = xn;
-    int T = xn->shape[1], D = c->d_model, keep = c->pool_size - 1, start;
-    if (cache) { /* the window needs up to pool_size - 1 earlier rows */
-        float *rows = MF__POOL_L(m, l)->cache;
-        int shape[3];
-        mf__dcopy(ctx, rows + (int64_t)pos0 * D, xn->data, (size_t)T * D * sizeof(float));
-        start = pos0 - keep < 0 ? 0 : pos0 - keep;
-        shape[0] = 1; shape[1] = pos0 + T - start; shape[2] = D;
-        win = mf__wrap(ctx, 3, shape, rows + (int64_t)start * D);
-        win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, 1), 1, pos0 - start, T);
-        return mf_sub(ctx, win, xn);
-    }
-    return mf__avg_pool_sub(ctx, xn, c->pool_size, mf__pool_is_causal(c));
+    float *rows = ((mf__pool_layer *)st)->cache;
+    int T = xn->shape[1], D = c->d_model, keep = c->pool_size - 1, start = pos0 - keep < 0 ? 0 : pos0 - keep, shape[3];
+    mf_tensor *win;
+    (void)l;
+    mf__dcopy(ctx, rows + (int64_t)pos0 * D, xn->data, (size_t)T * D * sizeof(float));
+    shape[0] = 1; shape[1] = pos0 + T - start; shape[2] = D;
+    win = mf__wrap(ctx, 3, shape, rows + (int64_t)start * D);
+    win = mf_slice(ctx, mf_avg_pool_seq(ctx, win, c->pool_size, 1), 1, pos0 - start, T);
+    return mf_sub(ctx, win, xn);
 }
+static void mf__pool_free_layer(mf_model *m, int l, void *st) { (void)l; mf__model_dfree(m, ((mf__pool_layer *)st)->cache); }
+static const mf_mixer_def mf__pool_def = {
+    "pool", "mean over a window of pool_size tokens minus x (PoolFormer)", MF_MIXER_NONCAUSAL, 0, NULL,
+    sizeof(mf__pool_layer), mf__pool_make_layer, mf__pool_forward, mf__pool_check, mf__pool_gen_begin, mf__pool_gen_step,
+    NULL, mf__pool_free_layer, NULL, NULL, NULL, NULL, MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL)
+};
 
 static double mf__no_flops(const mf_model_config *c, int T, double keys) { (void)c; (void)T; (void)keys; return 0; } /* no product */
-static const mf__family mf__fam_pool = {
-    "pool", sizeof(mf__pool_layer), MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
-    mf__pool_check, NULL, NULL, mf__pool_free, mf__pool_mixer, NULL, mf__pool_gen_begin, NULL, NULL, NULL, NULL, NULL,
-    NULL, mf__no_flops
+static const mf__family mf__fam_identity = {
+    "identity", 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mf__no_flops
 };
 
 /* ==== [mf:xl] =============================================================================== */
@@ -10934,10 +10937,9 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
     {"quadratic",    MF_MIXER_QUADRATIC,    &mf__fam_attention, NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_NONCAUSAL,
                                                                                             MF__F(ATTN_DROPOUT),
                                                                                             "the same with an unconstrained M per head (NLP MetaFormer)", NULL},
-    {"pool",         MF_MIXER_POOL,         &mf__fam_pool,      NULL,                       MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(POOL_SIZE) | MF__F(POOL_CAUSAL),
-                                                                                            "mean over a window of pool_size tokens minus x (PoolFormer)", NULL},
-    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_pool,      NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0,
+    /* pool: its definition (flags, fields, help) makes its row, as mf_mixer_register's does */
+    {"pool",         MF_MIXER_POOL,         NULL,               NULL,                       0, 0, NULL, &mf__pool_def},
+    {"identity",     MF_MIXER_IDENTITY,     &mf__fam_identity,  NULL,                       MF__MIX_SKIP | MF__MIX_NONCAUSAL, 0,
                                                                                             "no token mixing: the mixer sub-block is skipped (MetaFormer's baseline)", NULL},
     /* relative: ln1 normalises [memories ; x] inside the mixer */
     {"relative",     MF_MIXER_RELATIVE,     MF__FAM_XL,         "METAFORMER_NO_XL",         MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS | MF__MIX_FIXED_STATE,
@@ -10960,8 +10962,9 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
                                                                                             MF__F(ATTN_DROPOUT),
                                                                                             "feedback transformer, keys and values shared by all layers (labml's script)", NULL},
 };
-/* ---- registered mixers (mf_mixer_register): each gets a row and a family of its own whose hooks
-   call the definition's; kind MF_MIXER_COUNT + i is entry i ---- */
+/* ---- mixers made from a definition (mf_mixer_def): the registered ones (mf_mixer_register) and the
+   built-in rows that name one (pool); each gets a row and a family of its own whose hooks call the
+   definition's (mf__reg_build). Kind MF_MIXER_COUNT + i is registered entry i ---- */
 typedef struct mf__reg_mixer {
     mf_mixer_def def;
     mf_mixer_field fields[MF_MIXER_MAX_FIELDS];
@@ -10970,12 +10973,19 @@ typedef struct mf__reg_mixer {
 } mf__reg_entry;
 static mf__reg_entry mf__reg[MF_MIXER_MAX_REGISTERED];
 static int mf__n_reg;
+static mf__reg_entry mf__builtin_reg[MF_MIXER_COUNT]; /* built on first use, as mf__bf16_detect is */
+static void mf__reg_build(mf__reg_entry *e, const mf_mixer_def *def, int kind);
 
 static const mf__mixer_row *mf__mixer_row_of(int kind) {
-    if (kind >= 0 && kind < MF_MIXER_COUNT) return &mf__mixer_rows[kind];
+    if (kind >= 0 && kind < MF_MIXER_COUNT) {
+        if (!mf__mixer_rows[kind].def) return &mf__mixer_rows[kind];
+        if (!mf__builtin_reg[kind].row.name) mf__reg_build(&mf__builtin_reg[kind], mf__mixer_rows[kind].def, kind);
+        return &mf__builtin_reg[kind].row;
+    }
     if (kind >= MF_MIXER_COUNT && kind < MF_MIXER_COUNT + mf__n_reg) return &mf__reg[kind - MF_MIXER_COUNT].row;
     return NULL;
 }
+
 MFDEF int mf_mixer_count(void) { return MF_MIXER_COUNT + mf__n_reg; }
 MFDEF const char *mf_mixer_name(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
@@ -11108,14 +11118,16 @@ static mf_tensor *mf__reg_run_stack(mf_model *m, mf_tensor *x, int pos0, int gen
 }
 static int mf__reg_gen_begin(mf_model *m) {
     const mf_mixer_def *d = MF__REG_DEF(m);
-    int l;
+    int l, rc, rerun = 0;
     if (!d->gen_step) return 0; /* every token reruns the window */
-    for (l = 0; d->gen_begin && l < m->cfg.n_layers; l++)
-        if (d->gen_begin(m, l, d->layer_size ? m->layers[l].mix : NULL) < 0 || !mf_ok(m->ctx)) {
+    for (l = 0; d->gen_begin && l < m->cfg.n_layers; l++) {
+        if ((rc = d->gen_begin(m, l, d->layer_size ? m->layers[l].mix : NULL)) < 0 || !mf_ok(m->ctx)) {
             if (mf_ok(m->ctx)) mf__fail(m->ctx, "the %s mixer's gen_begin failed on layer %d", d->name, l);
             return -1;
         }
-    return 1;
+        rerun |= rc == 1;
+    }
+    return !rerun;
 }
 static mf_tensor *mf__reg_aux_loss(mf_model *m) { return MF__REG_DEF(m)->aux_loss ? MF__REG_DEF(m)->aux_loss(m) : NULL; }
 static double mf__reg_flops(const mf_model_config *c, int T, double keys) {
@@ -11152,7 +11164,6 @@ static int mf__api_name(const char *s) {
     return 1;
 }
 MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
-    mf__reg_entry *e;
     int i, j, k;
     char dummy[256]; /* the message when the caller wants none */
     if (!err || !size) { err = dummy; size = sizeof dummy; }
@@ -11163,7 +11174,8 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
         MF__REG_BAD("mf_mixer_register: mixer name \"%s\" must be 1 to 31 of a-z, 0-9 and _, starting with a letter",
                     def->name ? def->name : "(NULL)");
     if ((k = mf_mixer_from_name(def->name)) >= 0) {
-        const mf_mixer_def *d = mf__mixer_row_of(k)->def;
+        const mf__mixer_row *r = mf__mixer_row_of(k);
+        const mf_mixer_def *d = mf__registered(r) ? r->def : NULL;
         if (d && d->forward == def->forward && d->run_stack == def->run_stack && d->make_layer == def->make_layer)
             return k; /* the same, again */
         MF__REG_BAD("mf_mixer_register: the mixer name \"%s\" is taken (%s); choose another", def->name,
@@ -11207,19 +11219,23 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
         MF__REG_BAD("mf_mixer_register: %d mixers are registered already, the most (MF_MIXER_MAX_REGISTERED)",
                     MF_MIXER_MAX_REGISTERED);
 #undef MF__REG_BAD
-    e = &mf__reg[mf__n_reg];
+    mf__reg_build(&mf__reg[mf__n_reg], def, MF_MIXER_COUNT + mf__n_reg);
+    return MF_MIXER_COUNT + mf__n_reg++;
+}
+/* the entry of a definition: a copy of it, its family (the mf__reg_* hooks) and its row */
+static void mf__reg_build(mf__reg_entry *e, const mf_mixer_def *def, int kind) {
+    int i;
     memset(e, 0, sizeof *e);
     e->def = *def;
     for (i = 0; i < def->n_fields; i++) e->fields[i] = def->fields[i];
     e->def.fields = e->fields;
-    e->fam.name = e->def.name; e->fam.layer_size = def->layer_size;
+    e->fam.name = e->def.name; e->fam.layer_size = def->layer_size; e->fam.fields = def->model_fields;
     e->fam.check = mf__reg_check; e->fam.make_layer = mf__reg_make_layer; e->fam.free = mf__reg_free;
     e->fam.mixer = def->run_stack ? NULL : mf__reg_mixer; e->fam.run_stack = def->run_stack ? mf__reg_run_stack : NULL;
     e->fam.gen_begin = mf__reg_gen_begin; e->fam.aux_loss = mf__reg_aux_loss;
     if (def->state) { e->fam.state = mf__reg_state; e->fam.memory_slot = mf__reg_memory_slot; e->fam.reset_memory = mf__reg_reset_memory; }
     e->fam.flops = mf__reg_flops;
-    e->row.name = e->def.name;
-    e->row.kind = (mf_mixer_kind)(MF_MIXER_COUNT + mf__n_reg);
+    e->row.kind = (mf_mixer_kind)kind;
     e->row.family = &e->fam;
     e->row.flags = MF__MIX_LN1 | MF__MIX_PRE_LN | (def->flags & MF_MIXER_HEADS ? MF__MIX_HEADS : 0) |
                    (def->flags & MF_MIXER_NONCAUSAL ? MF__MIX_NONCAUSAL : 0) |
@@ -11227,7 +11243,7 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
     e->row.help = e->def.help;
     e->row.fields = def->model_fields;
     e->row.def = &e->def;
-    return MF_MIXER_COUNT + mf__n_reg++;
+    e->row.name = e->def.name; /* last: a built-in entry counts as built once it has its name */
 }
 
 /* ==== [mf:io] =============================================================================== */
@@ -11861,7 +11877,7 @@ static int64_t *mf__ckpt_param_steps(mf_ctx *ctx, const mf__ckpt *c, const char 
    field, "cosine temperature=10"): the metadata key (or the state marker "mf.state" of the built-in
    mixers) and its value in val */
 static const char *mf__mixer_meta(const mf_model *m, char *val, size_t size) {
-    const mf_mixer_def *d = m->mixer->def;
+    const mf_mixer_def *d = mf__registered(m->mixer) ? m->mixer->def : NULL;
     size_t n;
     int i;
     if (!d) return (snprintf(val, size, "1"), "mf.state");
@@ -11873,7 +11889,7 @@ static const char *mf__mixer_meta(const mf_model *m, char *val, size_t size) {
 /* a checkpoint of a registered mixer loads only into a model of that mixer with the same fields */
 static int mf__mixer_meta_check(mf_ctx *ctx, mf__ckpt *cp, const char *path, const mf_model *m) {
     char file[512], own[512];
-    int has = mf__ckpt_meta(cp, "mf.mixer", file, sizeof file) >= 0, mine = m->mixer->def != NULL;
+    int has = mf__ckpt_meta(cp, "mf.mixer", file, sizeof file) >= 0, mine = mf__registered(m->mixer);
     if (!has) return 0; /* a built-in mixer's file, or mf_save's: the tensors' names and shapes decide */
     mf__mixer_meta(m, own, sizeof own);
     if (mine && strcmp(file, own) == 0) return 0;
@@ -11943,7 +11959,7 @@ static int mf__load_ckpt(mf_ctx *ctx, mf__ckpt *cp, const char *path, int with_o
         if (!cp->e[i].used && strncmp(cp->e[i].name, "__optim__.", 10) != 0 && strncmp(cp->e[i].name, "__state__.", 10) != 0)
             mf__fail(ctx, "mf_load: \"%s\" has a tensor \"%s\" that this model lacks (a checkpoint of another "
                      "model or config?)", path, cp->e[i].name);
-    if (m && m->fam->state && mf_ok(ctx) && mf__ckpt_meta(cp, m->mixer->def ? "mf.mixer" : "mf.state", NULL, 0) >= 0) { /* mf_model_save's file */
+    if (m && m->fam->state && mf_ok(ctx) && mf__ckpt_meta(cp, mf__registered(m->mixer) ? "mf.mixer" : "mf.state", NULL, 0) >= 0) { /* mf_model_save's file */
         memset(&io, 0, sizeof io);
         io.mode = MF__STATE_CHECK; io.c = cp; io.path = path; io.m = m;
         with_state = m->fam->state(m, &io) == 0;
