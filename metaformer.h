@@ -10979,7 +10979,12 @@ static void mf__reg_build(mf__reg_entry *e, const mf_mixer_def *def, int kind);
 static const mf__mixer_row *mf__mixer_row_of(int kind) {
     if (kind >= 0 && kind < MF_MIXER_COUNT) {
         if (!mf__mixer_rows[kind].def) return &mf__mixer_rows[kind];
-        if (!mf__builtin_reg[kind].row.name) mf__reg_build(&mf__builtin_reg[kind], mf__mixer_rows[kind].def, kind);
+        if (!mf__builtin_reg[kind].row.name) {
+#ifdef _OPENMP
+#pragma omp critical(mf__builtin_rows)
+#endif
+            if (!mf__builtin_reg[kind].row.name) mf__reg_build(&mf__builtin_reg[kind], mf__mixer_rows[kind].def, kind);
+        }
         return &mf__builtin_reg[kind].row;
     }
     if (kind >= MF_MIXER_COUNT && kind < MF_MIXER_COUNT + mf__n_reg) return &mf__reg[kind - MF_MIXER_COUNT].row;
