@@ -127,7 +127,8 @@
  *               the example programs take it with -DEXTRA_MIXERS=fn.
  *   A mixer     (built in) its code in its family's section, an mf_mixer_kind value and one row in
  *               [mf:mixers] (name, family, flags, the config fields it reads, its help line; or
- *               its name and an mf_mixer_def, as pool's, from which the rest is made); the
+ *               its name and an mf_mixer_def, as pool's and the fast weights', from which the rest
+ *               is made); the
  *               examples, benchmarks, scripts and tests take names, fields and capabilities from
  *               the library (mf_mixer_name, mf_mixer_count, mf_mixer_flags, `--list-mixers`).
  *   A family    a section with an mf__family descriptor (check, make_layer, init, free, mixer or
@@ -995,6 +996,8 @@ enum {
     MF_MIXER_HEADS = 1,       /* splits d_model into n_heads heads: mf_model_check wants n_heads | d_model */
     MF_MIXER_NONCAUSAL = 2,   /* forward reads c->causal and has a non-causal form (causal = 0 allowed) */
     MF_MIXER_FIXED_STATE = 4, /* gen_step keeps a state of a fixed size: with pos = NONE it generates past max_seq */
+    MF_MIXER_OWN_NORM = 16,   /* the block applies no LayerNorm before it: forward gets the block input itself
+                                 (no "ln1" parameters; the mixer normalises as it likes, or not at all) */
     MF_MIXER_MEMORY = 8       /* (mf_mixer_flags only) it keeps memories from one forward call to the next: train
                                  it on consecutive windows (a sequential loader), validate on memory slot 1 */
 };
@@ -9759,13 +9762,10 @@ MFDEF mf_tensor *mf_linear_attention(mf_ctx *ctx, mf_tensor *q, mf_tensor *k, mf
 #define MF__FW_EPS 1e-6f
 typedef struct mf__fw_layer {
     mf_tensor *wq, *wk, *wv, *wbeta, *wo, *bo; /* q, k, v, beta (fast_weights) without bias; out with bias */
+    float *S;          /* generation: [H][dd][dvp] W^T (elu + 1 linear: the column dv is z); device memory on CUDA */
+    int next;          /* generation: the position the next call must start at */
 } mf__fw_layer;
 #define MF__FW_L(m, l) ((mf__fw_layer *)(m)->layers[l].mix)
-struct mf__rec_state { /* the family's state (m->fam_state), made by the first generation call */
-    float *S;          /* per layer [H][dd][dvp]: W^T (elu + 1 linear: the column dv is z); device memory on CUDA */
-    int *next;         /* per layer: the position the next generation call must start at */
-    int64_t per_layer; /* floats */
-};
 
 /* linear attention divides by z . phi(q) only with elu + 1 features (docs/math.md §7.5) */
 static int mf__fw_normalised(const mf_model_config *c) {
@@ -9793,9 +9793,9 @@ static int mf__fw_check(mf_ctx *ctx, const mf_model_config *c) {
                          "length of the chunkwise kernel", c->chunk_size), -1);
     return 0;
 }
-static void mf__fw_make_layer(mf_model *m, int l) {
+static void mf__fw_make_layer(mf_model *m, int l, void *st) {
     const mf_model_config *c = &m->cfg;
-    mf__fw_layer *L = MF__FW_L(m, l);
+    mf__fw_layer *L = (mf__fw_layer *)st;
     int D = c->d_model;
     mf_tensor *unused;
     mf__layer_linear(m, l, "attn.q", D, D, 0, &L->wq, &unused);
@@ -9804,37 +9804,25 @@ static void mf__fw_make_layer(mf_model *m, int l) {
     if (c->mixer == MF_MIXER_FAST_WEIGHTS) mf__layer_linear(m, l, "attn.beta", D, c->n_heads, 0, &L->wbeta, &unused);
     mf__layer_linear(m, l, "attn.out", D, D, 1, &L->wo, &L->bo);
 }
-static void mf__fw_free(mf_model *m) {
-    struct mf__rec_state *r = (struct mf__rec_state *)m->fam_state;
-    if (!r) return;
-    mf__model_dfree(m, r->S); /* device memory on a CUDA context */
-    MF_FREE(r->next); MF_FREE(r);
-    m->fam_state = NULL;
-}
+static void mf__fw_free_layer(mf_model *m, int l, void *st) { (void)l; mf__model_dfree(m, ((mf__fw_layer *)st)->S); }
 /* layer l's generation state for tokens from pos0 on (zeroed at pos0 == 0), or NULL (error set) */
-static float *mf__fw_state(mf_model *m, int l, int B, int T, int pos0) {
+static float *mf__fw_state(mf_model *m, int l, mf__fw_layer *L, int B, int T, int pos0) {
     const mf_model_config *c = &m->cfg;
-    struct mf__rec_state *r = (struct mf__rec_state *)m->fam_state;
     int dd, dvp;
+    size_t bytes;
     if (B != 1) return (float *)mf__fail(m->ctx, "%s generation: batch %d, expected 1", mf_mixer_name(c->mixer), B);
-    if (!r) {
-        mf__fw_dims(c, &dd, &dvp);
-        if (!(r = (struct mf__rec_state *)mf__xmalloc(sizeof *r))) return (float *)mf__fail(m->ctx, "out of memory: generation state");
-        r->per_layer = (int64_t)c->n_heads * dd * dvp;
-        r->S = (float *)mf__dmalloc(m->ctx, (size_t)(r->per_layer * c->n_layers) * sizeof(float), "generation state");
-        r->next = (int *)mf__xmalloc((size_t)c->n_layers * sizeof(int));
-        m->fam_state = r;
-        if (!r->S || !r->next) { mf__fw_free(m); return (float *)mf__fail(m->ctx, "out of memory: generation state"); }
-        memset(r->next, 0, (size_t)c->n_layers * sizeof(int));
-    }
+    mf__fw_dims(c, &dd, &dvp);
+    bytes = (size_t)c->n_heads * dd * dvp * sizeof(float);
+    if (!L->S && !(L->S = (float *)mf__dmalloc(m->ctx, bytes, "generation state")))
+        return (float *)mf__fail(m->ctx, "out of memory: generation state");
     if (pos0 == 0) {
-        if (mf__dzero(m->ctx, r->S + l * r->per_layer, (size_t)r->per_layer * sizeof(float)) < 0) return NULL;
-    } else if (r->next[l] != pos0)
+        if (mf__dzero(m->ctx, L->S, bytes) < 0) return NULL;
+    } else if (L->next != pos0)
         return (float *)mf__fail(m->ctx, "%s generation: layer %d's state holds %d tokens, but the call starts at position "
                                  "%d; generation must start at position 0 and continue in order",
-                                 mf_mixer_name(c->mixer), l, r->next[l], pos0);
-    r->next[l] = pos0 + T;
-    return r->S + l * r->per_layer;
+                                 mf_mixer_name(c->mixer), l, L->next, pos0);
+    L->next = pos0 + T;
+    return L->S;
 }
 /* [B, T, H*e] -> [B, T, H, e] (a view: the ops work token-major, no head transposes) */
 static mf_tensor *mf__fw_heads(mf_ctx *ctx, mf_tensor *x, int H) {
@@ -9868,10 +9856,9 @@ static mf_tensor *mf__linear_attention_full(mf_ctx *ctx, mf_tensor *q, mf_tensor
     den = mf_add(ctx, den, mf_from(ctx, 1, &one, &eps));
     return mf_permute(ctx, mf_mul(ctx, num, mf_reciprocal(ctx, den)), perm);
 }
-static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
+static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf__fw_layer *L, mf_tensor *x, int pos0, int gen) {
     mf_ctx *ctx = m->ctx;
     const mf_model_config *c = &m->cfg;
-    const mf__fw_layer *L = MF__FW_L(m, l);
     int H = c->n_heads, fast = c->mixer == MF_MIXER_FAST_WEIGHTS;
     mf_tensor *xn = x, *q, *k, *v, *beta = NULL, *y; /* linear: x = ln1(x) (its row has MF__MIX_PRE_LN) */
     float *state = NULL;
@@ -9880,7 +9867,7 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
     k = mf__fw_feature(m, mf__fw_heads(ctx, mf_linear(ctx, xn, L->wk, NULL), H));
     v = mf__fw_heads(ctx, mf_linear(ctx, xn, L->wv, NULL), H);                       /* [B, T, H, dk] */
     if (fast) beta = mf_sigmoid(ctx, mf_linear(ctx, xn, L->wbeta, NULL));              /* [B, T, H] */
-    if (gen && !(state = mf__fw_state(m, l, x->shape[0], x->shape[1], pos0))) return NULL;
+    if (gen && !(state = mf__fw_state(m, l, L, x->shape[0], x->shape[1], pos0))) return NULL;
     if (!q || !k || !v || (fast && !beta)) return NULL;
     if (!c->causal) y = mf__linear_attention_full(ctx, q, k, v, mf__fw_normalised(c), MF__FW_EPS);
     else y = mf__fw_apply(ctx, q, k, v, beta, mf__fw_normalised(c), MF__FW_EPS, c->chunk_size, state); /* [B, T, H, dk] */
@@ -9888,16 +9875,28 @@ static mf_tensor *mf__fw_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int g
 }
 
 /* four projections (fast_weights: and beta); the state's products per token: fast_weights reads W
-   phi(k), writes the delta and reads W phi(q) (3), linear writes and reads (2), over dk x dd */
+   phi(k), writes the delta and reads W phi(q) (3), linear writes and reads (2), over dk x dd: one layer */
 static double mf__fw_flops(const mf_model_config *c, int T, double keys) {
     double D = c->d_model, H = c->n_heads, dk = D / H, dd = 2.0 * dk * c->dpfp_nu;
     (void)T; (void)keys;
-    return c->n_layers * (c->mixer == MF_MIXER_FAST_WEIGHTS ? 4 * 2.0 * D * D + 2.0 * D * H + H * 6.0 * dk * dd
-                                                            : 4 * 2.0 * D * D + H * 4.0 * dk * dd);
+    return c->mixer == MF_MIXER_FAST_WEIGHTS ? 4 * 2.0 * D * D + 2.0 * D * H + H * 6.0 * dk * dd
+                                             : 4 * 2.0 * D * D + H * 4.0 * dk * dd;
 }
-static const mf__family mf__fam_fastweights = {
-    "fastweights", sizeof(mf__fw_layer), MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
-    mf__fw_check, mf__fw_make_layer, NULL, mf__fw_free, mf__fw_mixer, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, mf__fw_flops
+/* the two mixers as definitions (mf_mixer_def, docs/math.md §23): training reads the whole sequence,
+   generation (gen_step) continues each layer's state W from token to token */
+static mf_tensor *mf__fw_mix(mf_model *m, int l, void *st, mf_tensor *x) { return mf__fw_mixer(m, l, (mf__fw_layer *)st, x, 0, 0); }
+static mf_tensor *mf__fw_gen_step(mf_model *m, int l, void *st, mf_tensor *x, int pos0) {
+    return mf__fw_mixer(m, l, (mf__fw_layer *)st, x, pos0, 1);
+}
+static const mf_mixer_def mf__fast_weights_def = {
+    "fast_weights", "DPFP features and the delta rule (Schlag et al., fast weights)", MF_MIXER_HEADS | MF_MIXER_FIXED_STATE | MF_MIXER_OWN_NORM,
+    0, NULL, sizeof(mf__fw_layer), mf__fw_make_layer, mf__fw_mix, mf__fw_check, NULL, mf__fw_gen_step, NULL,
+    mf__fw_free_layer, NULL, NULL, mf__fw_flops, NULL, MF__F(DPFP_NU) | MF__F(CHUNK_SIZE)
+};
+static const mf_mixer_def mf__linear_def = {
+    "linear", "linear attention, DPFP or elu + 1 features (Katharopoulos et al.)", MF_MIXER_HEADS | MF_MIXER_FIXED_STATE | MF_MIXER_NONCAUSAL,
+    0, NULL, sizeof(mf__fw_layer), mf__fw_make_layer, mf__fw_mix, mf__fw_check, NULL, mf__fw_gen_step, NULL,
+    mf__fw_free_layer, NULL, NULL, mf__fw_flops, NULL, MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE)
 };
 #endif /* METAFORMER_NO_FASTWEIGHTS */
 
@@ -10915,9 +10914,11 @@ static const mf__family mf__fam_feedback = {
 #define MF__FAM_XL NULL
 #endif
 #ifndef METAFORMER_NO_FASTWEIGHTS
-#define MF__FAM_FW &mf__fam_fastweights
+#define MF__DEF_FAST_WEIGHTS &mf__fast_weights_def
+#define MF__DEF_LINEAR &mf__linear_def
 #else
-#define MF__FAM_FW NULL
+#define MF__DEF_FAST_WEIGHTS NULL
+#define MF__DEF_LINEAR NULL
 #endif
 #ifndef METAFORMER_NO_FEEDBACK
 #define MF__FAM_FB &mf__fam_feedback
@@ -10947,13 +10948,10 @@ static const mf__mixer_row mf__mixer_rows[MF_MIXER_COUNT] = {
                                                                                             MF__F(ATTN_DROPOUT),
                                                                                             "Transformer-XL relative attention over [memories; x]; --compressive: compressive transformer", NULL},
     /* fast_weights: no LayerNorm before the mixer (docs/math.md §7.4) */
-    {"fast_weights", MF_MIXER_FAST_WEIGHTS, MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_HEADS | MF__MIX_FIXED_STATE,
-                                                                                            MF__F(DPFP_NU) | MF__F(CHUNK_SIZE),
-                                                                                            "DPFP features and the delta rule (Schlag et al., fast weights)", NULL},
-    /* linear: causal = 0 sums W and z over the whole sequence (docs/math.md §20.2) */
-    {"linear",       MF_MIXER_LINEAR,       MF__FAM_FW,         "METAFORMER_NO_FASTWEIGHTS", MF__MIX_LN1 | MF__MIX_PRE_LN | MF__MIX_HEADS | MF__MIX_FIXED_STATE | MF__MIX_NONCAUSAL,
-                                                                                            MF__F(DPFP_NU) | MF__F(LINEAR_FEATURE) | MF__F(CHUNK_SIZE),
-                                                                                            "linear attention, DPFP or elu + 1 features (Katharopoulos et al.)", NULL},
+    /* fast_weights (no LayerNorm before the mixer, docs/math.md §7.4) and linear (causal = 0 sums W
+       and z over the whole sequence, §20.2): definitions, as pool */
+    {"fast_weights", MF_MIXER_FAST_WEIGHTS, NULL,               "METAFORMER_NO_FASTWEIGHTS", 0, 0, "", MF__DEF_FAST_WEIGHTS},
+    {"linear",       MF_MIXER_LINEAR,       NULL,               "METAFORMER_NO_FASTWEIGHTS", 0, 0, "", MF__DEF_LINEAR},
     /* feedback: ln1 is LN_att, before the query only; the family runs the whole stack */
     {"feedback",     MF_MIXER_FEEDBACK,     MF__FAM_FB,         "METAFORMER_NO_FEEDBACK",   MF__MIX_LN1 | MF__MIX_HEADS | MF__MIX_MAPS,
                                                                                             MF__F(ATTN_DROPOUT),
@@ -11010,7 +11008,8 @@ MFDEF unsigned mf_mixer_flags(mf_mixer_kind kind) {
     if (!r) return 0;
     return (r->flags & MF__MIX_HEADS ? MF_MIXER_HEADS : 0) | (r->flags & MF__MIX_NONCAUSAL ? MF_MIXER_NONCAUSAL : 0) |
            (r->flags & MF__MIX_FIXED_STATE ? MF_MIXER_FIXED_STATE : 0) |
-           (r->family && r->family->memory_slot ? MF_MIXER_MEMORY : 0);
+           (r->family && r->family->memory_slot ? MF_MIXER_MEMORY : 0) |
+           (!(r->flags & (MF__MIX_PRE_LN | MF__MIX_SKIP)) ? MF_MIXER_OWN_NORM : 0);
 }
 MFDEF const char *mf_mixer_help(mf_mixer_kind kind) {
     const mf__mixer_row *r = mf__mixer_row_of((int)kind);
@@ -11194,9 +11193,9 @@ MFDEF int mf_mixer_register(const mf_mixer_def *def, char *err, size_t size) {
                     "its window (drop gen_step)", def->name);
     if (def->gen_begin && !def->gen_step)
         MF__REG_BAD("mf_mixer_register: mixer %s has gen_begin without gen_step (give both, or neither)", def->name);
-    if (def->flags & ~(unsigned)(MF_MIXER_HEADS | MF_MIXER_NONCAUSAL | MF_MIXER_FIXED_STATE))
-        MF__REG_BAD("mf_mixer_register: mixer %s: flags 0x%x has bits that are not MF_MIXER_HEADS, _NONCAUSAL or "
-                    "_FIXED_STATE (MF_MIXER_MEMORY comes with the state and reset_memory hooks)", def->name, def->flags);
+    if (def->flags & ~(unsigned)(MF_MIXER_HEADS | MF_MIXER_NONCAUSAL | MF_MIXER_FIXED_STATE | MF_MIXER_OWN_NORM))
+        MF__REG_BAD("mf_mixer_register: mixer %s: flags 0x%x has bits that are not MF_MIXER_HEADS, _NONCAUSAL, "
+                    "_FIXED_STATE or _OWN_NORM (MF_MIXER_MEMORY comes with the state and reset_memory hooks)", def->name, def->flags);
     if (!def->reset_memory != !def->state)
         MF__REG_BAD("mf_mixer_register: mixer %s has %s without %s (memories need both)", def->name,
                     def->state ? "state" : "reset_memory", def->state ? "reset_memory" : "state");
@@ -11242,7 +11241,7 @@ static void mf__reg_build(mf__reg_entry *e, const mf_mixer_def *def, int kind) {
     e->fam.flops = mf__reg_flops;
     e->row.kind = (mf_mixer_kind)kind;
     e->row.family = &e->fam;
-    e->row.flags = MF__MIX_LN1 | MF__MIX_PRE_LN | (def->flags & MF_MIXER_HEADS ? MF__MIX_HEADS : 0) |
+    e->row.flags = (def->flags & MF_MIXER_OWN_NORM ? 0 : MF__MIX_LN1 | MF__MIX_PRE_LN) | (def->flags & MF_MIXER_HEADS ? MF__MIX_HEADS : 0) |
                    (def->flags & MF_MIXER_NONCAUSAL ? MF__MIX_NONCAUSAL : 0) |
                    (def->flags & MF_MIXER_FIXED_STATE ? MF__MIX_FIXED_STATE : 0);
     e->row.help = e->def.help;

@@ -64,7 +64,7 @@ static void test_register(void) {
     d.gen_begin = NULL; d.flags = MF_MIXER_FIXED_STATE;
     refused(&d, "MF_MIXER_FIXED_STATE needs gen_step");
     d.flags = 64;
-    refused(&d, "are not MF_MIXER_HEADS, _NONCAUSAL or _FIXED_STATE");
+    refused(&d, "are not MF_MIXER_HEADS, _NONCAUSAL, _FIXED_STATE or _OWN_NORM");
     d.flags = 0; d.n_fields = 1; d.fields = bad_default;
     refused(&d, "default 5 is not a number in its range [0, 1]");
     d.n_fields = 2; d.fields = twice;
