@@ -11059,6 +11059,7 @@ MFDEF mf_tensor *mf_model_param(mf_model *m, int layer, const char *name, int nd
 
 /* the family hooks of a registered mixer: the definition's, with the library's checks around them */
 #define MF__REG_DEF(m) ((m)->mixer->def)
+#define MF__REG_ST(m, l) (MF__REG_DEF(m)->layer_size ? (m)->layers[l].mix : NULL) /* layer l's struct for the hooks */
 static int mf__reg_check(mf_ctx *ctx, const mf_model_config *c) {
     const mf_mixer_def *d = mf__mixer_row_of((int)c->mixer)->def;
     int i;
@@ -11079,53 +11080,45 @@ static int mf__reg_check(mf_ctx *ctx, const mf_model_config *c) {
     return d->check ? d->check(ctx, c) : 0;
 }
 static void mf__reg_make_layer(mf_model *m, int l) {
-    MF__REG_DEF(m)->make_layer(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL);
+    MF__REG_DEF(m)->make_layer(m, l, MF__REG_ST(m, l));
 }
 static void mf__reg_free(mf_model *m) {
     int l;
     if (!MF__REG_DEF(m)->free_layer) return;
     for (l = 0; l < m->cfg.n_layers; l++)
-        if (m->layers[l].mix) MF__REG_DEF(m)->free_layer(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL);
+        if (m->layers[l].mix) MF__REG_DEF(m)->free_layer(m, l, MF__REG_ST(m, l));
+}
+/* y, the output of a hook on x ("forward of layer 0", "run_stack"), or NULL with the error when it is
+   not x's [B, T, D] */
+static mf_tensor *mf__reg_out(mf_model *m, const mf_tensor *x, mf_tensor *y, const char *hook) {
+    char got[64], want[64];
+    if (!mf_ok(m->ctx)) return NULL;
+    if (y && y->ndim == 3 && y->shape[0] == x->shape[0] && y->shape[1] == x->shape[1] && y->shape[2] == x->shape[2]) return y;
+    return (mf_tensor *)mf__fail(m->ctx, "the %s mixer's %s returned %s for the input %s; a mixer maps [B, T, D] to "
+                                 "[B, T, D]", m->mixer->name, hook, y ? mf_shape_str(y, got, sizeof got) : "NULL",
+                                 mf_shape_str(x, want, sizeof want));
 }
 static mf_tensor *mf__reg_mixer(mf_model *m, int l, mf_tensor *x, int pos0, int gen) {
     const mf_mixer_def *d = MF__REG_DEF(m);
-    void *st = d->layer_size ? m->layers[l].mix : NULL;
-    mf_tensor *y;
+    void *st = MF__REG_ST(m, l);
+    char hook[48];
     if (d->reset_memory && m->generating && pos0 == 0) d->reset_memory(m, l, st, 2); /* generation (re)starts */
-    y = gen && d->gen_step ? d->gen_step(m, l, st, x, pos0) : d->forward(m, l, st, x);
-    if (!mf_ok(m->ctx)) return NULL;
-    if (!y || y->ndim != 3 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] != x->shape[2]) {
-        char got[64], want[64];
-        return (mf_tensor *)mf__fail(m->ctx, "the %s mixer's %s of layer %d returned %s for the input %s; a mixer maps "
-                                     "[B, T, D] to [B, T, D]", d->name, gen && d->gen_step ? "gen_step" : "forward", l,
-                                     y ? mf_shape_str(y, got, sizeof got) : "NULL", mf_shape_str(x, want, sizeof want));
-    }
-    return y;
+    snprintf(hook, sizeof hook, "%s of layer %d", gen && d->gen_step ? "gen_step" : "forward", l);
+    return mf__reg_out(m, x, gen && d->gen_step ? d->gen_step(m, l, st, x, pos0) : d->forward(m, l, st, x), hook);
 }
 static mf_tensor *mf__reg_run_stack(mf_model *m, mf_tensor *x, int pos0, int gen) {
     const mf_mixer_def *d = MF__REG_DEF(m);
-    mf_tensor *y;
-    (void)pos0; (void)gen;
-    if (d->reset_memory && m->generating && pos0 == 0) {
-        int l;
-        for (l = 0; l < m->cfg.n_layers; l++) d->reset_memory(m, l, d->layer_size ? m->layers[l].mix : NULL, 2);
-    }
-    y = d->run_stack(m, x);
-    if (!mf_ok(m->ctx)) return NULL;
-    if (!y || y->ndim != 3 || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] != x->shape[2]) {
-        char got[64], want[64];
-        return (mf_tensor *)mf__fail(m->ctx, "the %s mixer's run_stack returned %s for the embeddings %s; it maps [B, T, D] "
-                                     "to [B, T, D]", d->name, y ? mf_shape_str(y, got, sizeof got) : "NULL",
-                                     mf_shape_str(x, want, sizeof want));
-    }
-    return y;
+    int l;
+    (void)gen;
+    for (l = 0; d->reset_memory && m->generating && pos0 == 0 && l < m->cfg.n_layers; l++) d->reset_memory(m, l, MF__REG_ST(m, l), 2);
+    return mf__reg_out(m, x, d->run_stack(m, x), "run_stack");
 }
 static int mf__reg_gen_begin(mf_model *m) {
     const mf_mixer_def *d = MF__REG_DEF(m);
     int l, rc, rerun = 0;
     if (!d->gen_step) return 0; /* every token reruns the window */
     for (l = 0; d->gen_begin && l < m->cfg.n_layers; l++) {
-        if ((rc = d->gen_begin(m, l, d->layer_size ? m->layers[l].mix : NULL)) < 0 || !mf_ok(m->ctx)) {
+        if ((rc = d->gen_begin(m, l, MF__REG_ST(m, l))) < 0 || !mf_ok(m->ctx)) {
             if (mf_ok(m->ctx)) mf__fail(m->ctx, "the %s mixer's gen_begin failed on layer %d", d->name, l);
             return -1;
         }
@@ -11146,13 +11139,13 @@ static int mf__reg_memory_slot(mf_model *m, int slot) {
 static void mf__reg_reset_memory(mf_model *m) {
     int l;
     for (l = 0; l < m->cfg.n_layers; l++)
-        MF__REG_DEF(m)->reset_memory(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL, m->mem_slot);
+        MF__REG_DEF(m)->reset_memory(m, l, MF__REG_ST(m, l), m->mem_slot);
 }
 static int mf__reg_state(mf_model *m, mf__state_io *io) {
     int l;
     for (l = 0; l < m->cfg.n_layers; l++) {
         mf__state_layer(io, l);
-        if (MF__REG_DEF(m)->state(m, l, MF__REG_DEF(m)->layer_size ? m->layers[l].mix : NULL, io) < 0 || !mf_ok(m->ctx)) {
+        if (MF__REG_DEF(m)->state(m, l, MF__REG_ST(m, l), io) < 0 || !mf_ok(m->ctx)) {
             if (mf_ok(m->ctx)) mf__fail(m->ctx, "the %s mixer's state hook failed on layer %d", MF__REG_DEF(m)->name, l);
             return -1;
         }
